@@ -1,0 +1,12 @@
+# System dependencies, all from Debian bookworm's packages (installed by tools/setup).
+find_package(Threads REQUIRED)
+find_package(nlohmann_json 3.11 REQUIRED)
+find_package(SQLite3 REQUIRED)
+find_package(yaml-cpp REQUIRED)
+find_package(GTest REQUIRED)
+include(GoogleTest)
+
+# cpp-httplib ships as a shared library with pkg-config only.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
+add_library(trainer::httplib ALIAS PkgConfig::HTTPLIB)

@@ -1,0 +1,114 @@
+// Run plans: the documented descriptor a user submits (`trainer runs start -f plan.yaml`).
+//
+// One parser for everyone: the CLI (dry runs), the service (admission) and trainer-job
+// (local runs) read plans only through parse_plan(). Unknown fields are refused by their
+// dotted path; every default is filled here and nowhere else, so `--show-resolved`, the
+// service's stored plan and the engine's configuration agree.
+//
+// Defaults, when a field is absent, are the values written below.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+
+namespace trainer::plan {
+
+enum class Method { kSft, kGrpo, kGspo };
+enum class Precision { kBf16, kFp32 };
+enum class Schedule { kLinear, kCosine, kConstant };
+
+struct LoraSettings {
+  int rank = 8;                  // hyperparams.lora.rank: adapter rank r (> 0)
+  double alpha = 16.0;           // hyperparams.lora.alpha: scale is alpha / rank
+  double dropout = 0.0;          // hyperparams.lora.dropout: dropout on the adapter input, [0, 1)
+  std::vector<std::string> targetModules = {"q_proj", "k_proj", "v_proj", "o_proj",
+                                            "gate_proj", "up_proj", "down_proj"};  // hyperparams.lora.targetModules
+};
+
+struct OptimizerSettings {
+  double learningRate = 1e-4;    // hyperparams.optimizer.learningRate: peak AdamW learning rate (> 0)
+  double weightDecay = 0.0;      // hyperparams.optimizer.weightDecay: decoupled weight decay
+  double beta1 = 0.9;            // hyperparams.optimizer.beta1
+  double beta2 = 0.999;          // hyperparams.optimizer.beta2
+  double epsilon = 1e-8;         // hyperparams.optimizer.epsilon
+  double maxGradNorm = 1.0;      // hyperparams.optimizer.maxGradNorm: clip total grad norm; 0 disables
+  Schedule schedule = Schedule::kLinear;  // hyperparams.optimizer.schedule: "linear" | "cosine" | "constant" decay after warmup
+  int warmupSteps = 0;           // hyperparams.optimizer.warmupSteps: linear warmup length in optimizer steps
+  double warmupRatio = 0.0;      // hyperparams.optimizer.warmupRatio: warmup as a share of total steps (used when warmupSteps is 0)
+};
+
+struct TrainingSettings {
+  int epochs = 1;                      // hyperparams.training.epochs: passes over the dataset (ignored when maxSteps is set)
+  std::optional<int> maxSteps;         // hyperparams.training.maxSteps: optimizer steps; overrides epochs
+  int batchSize = 4;                   // hyperparams.training.batchSize: rows per micro-batch per device
+  int gradientAccumulation = 1;        // hyperparams.training.gradientAccumulation: micro-batches per optimizer step
+  int validationFrequencySteps = 0;    // hyperparams.training.validationFrequencySteps: 0 = validate only at the end
+  double validationSplit = 0.0;        // hyperparams.training.validationSplit: share of rows held out when no validationDataset
+  bool packing = false;                // hyperparams.training.packing: pack rows into maxSeqLength sequences
+  uint64_t seed = 42;                  // hyperparams.training.seed: seeds init, dropout, shuffling
+};
+
+struct RunConfig {
+  std::string dataset;                       // config.dataset: name, hash, or (local runs) a JSONL path. Required
+  std::optional<std::string> validationDataset;  // config.validationDataset: held-out rows for validation loss
+  Method method = Method::kSft;              // config.method: "sft" | "grpo" | "gspo"
+  LoraSettings lora;
+  OptimizerSettings optimizer;
+  TrainingSettings training;
+  int maxSeqLength = 2048;                   // config.maxSeqLength: tokens per row after the chat template (> 0)
+  Precision precision = Precision::kBf16;    // config.model.precision: "BF16" | "FP32"
+};
+
+struct ExecutionSettings {
+  int gpus = 1;                    // execution.gpus: devices the run holds; 0 trains on the CPU
+  std::optional<int> saveEvery;    // execution.saveEvery: save every N optimizer steps; absent = only at the end
+  int keepAdapters = 4;            // execution.keepAdapters: weight snapshots kept (newest first)
+};
+
+struct Plan {
+  std::string kind = "run";                  // kind: "run". Required
+  std::string workload;                      // workload: name or id. Required
+  std::optional<std::string> baseModel;      // baseModel: repository name, or (local runs) a model folder
+  RunConfig config;
+  ExecutionSettings execution;
+  std::optional<std::string> grader;         // grader: overrides the workload's grader
+  std::optional<std::string> description;    // description: free text
+  std::optional<std::string> configName;     // configName: label of this configuration in score tables
+  std::optional<std::string> submissionId;   // submissionId: idempotency key of the submission
+};
+
+// Parses a plan written in JSON or YAML (detected from the text). `source` names the input in
+// messages ("plan.yaml", "-"). Errors are kInvalidArgument and name the dotted field path,
+// e.g. "plan.yaml: config.hyperparams.lora.rank: must be a positive integer, got -1".
+Result<Plan> parse_plan(std::string_view text, std::string_view source);
+
+// The same, from an already-parsed JSON document.
+Result<Plan> plan_from_json(const nlohmann::json& doc, std::string_view source);
+
+// The resolved plan: every field with its default filled in, in the documented shape
+// (enums as their documented strings: "sft", "BF16", "cosine").
+nlohmann::json to_json(const Plan& plan);
+
+// Only `config` (what determines the trained model), resolved.
+nlohmann::json config_to_json(const RunConfig& config);
+
+// run.settings_sha: hex SHA-256 of the flattened, resolved config with `config.dataset`
+// replaced by `dataset_hash`. Identical settings and data give the identical hash, whatever
+// the run ids, descriptions or execution settings.
+std::string settings_sha(const RunConfig& config, const std::string& dataset_hash);
+
+// Total optimizer steps for `rows` training rows (after packing, if any) under `config`.
+int64_t total_steps(const RunConfig& config, int64_t rows);
+
+const char* method_name(Method m);        // "sft", "grpo", "gspo"
+const char* precision_name(Precision p);  // "BF16", "FP32"
+const char* schedule_name(Schedule s);    // "linear", "cosine", "constant"
+
+}  // namespace trainer::plan

@@ -1,0 +1,24 @@
+"""Shared fixtures for the Python-side tests (parity, peers, end-to-end).
+
+Paths to the built binaries and the repository come from here, so a test never guesses.
+"""
+import os
+import pathlib
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+BUILD = pathlib.Path(os.environ.get("TRAINER_BUILD_DIR", REPO / "build"))
+
+
+@pytest.fixture(scope="session")
+def repo() -> pathlib.Path:
+    return REPO
+
+
+@pytest.fixture(scope="session")
+def bin_dir() -> pathlib.Path:
+    path = BUILD / "apps"
+    if not (path / "trainer-job").exists():
+        pytest.fail(f"built binaries not found in {path}: run tools/setup first")
+    return path
