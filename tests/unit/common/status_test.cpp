@@ -30,3 +30,25 @@ TEST(Result, CarriesValueOrStatus) {
 
 }  // namespace
 }  // namespace trainer
+
+#include "common/sha256.h"
+
+namespace trainer {
+namespace {
+
+TEST(Sha256, MatchesFipsVectors) {
+  EXPECT_EQ(sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  std::string million(1000000, 'a');
+  EXPECT_EQ(sha256_hex(million), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+TEST(Sha256, IncrementalEqualsOneShot) {
+  Sha256 h;
+  h.update("hello ");
+  h.update("world");
+  EXPECT_EQ(h.hex_digest(), sha256_hex("hello world"));
+}
+
+}  // namespace
+}  // namespace trainer

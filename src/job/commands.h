@@ -1,0 +1,12 @@
+// The subcommands of trainer-job. Each takes the arguments after its name and returns the
+// process exit code (0 ok, 1 failure, 2 usage error).
+#pragma once
+
+namespace trainer::job {
+
+int cmd_run(int argc, char** argv);       // run --plan FILE --output DIR [--events FILE]
+int cmd_score(int argc, char** argv);     // score --model DIR [--adapter DIR] --data FILE.jsonl
+int cmd_tokenize(int argc, char** argv);  // tokenize --tokenizer DIR  (text on stdin -> JSON ids)
+int cmd_analyze(int argc, char** argv);   // analyze --model DIR --data FILE.jsonl [--max-seq-length N]
+
+}  // namespace trainer::job
