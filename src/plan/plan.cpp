@@ -1,9 +1,456 @@
 #include "plan/plan.h"
 
-namespace trainer::plan {
+#include <yaml-cpp/yaml.h>
 
-Result<Plan> parse_plan(std::string_view, std::string_view source) {
-  return internal_error(std::string(source) + ": plan parsing is not built yet");
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <set>
+
+#include "common/sha256.h"
+
+namespace trainer::plan {
+namespace {
+
+using json = nlohmann::json;
+
+const std::vector<std::string> kKnownModules = {"q_proj", "k_proj", "v_proj", "o_proj",
+                                                "gate_proj", "up_proj", "down_proj"};
+
+// ---- YAML to JSON -------------------------------------------------------------------------
+
+// Plain YAML scalars are typed the way YAML 1.2's core schema types them; quoted ones stay strings.
+json yaml_scalar(const YAML::Node& node) {
+  const std::string& s = node.Scalar();
+  if (node.Tag() == "!") return s;  // quoted
+  if (s == "~" || s == "null" || s == "Null" || s == "NULL" || s.empty()) return nullptr;
+  if (s == "true" || s == "True" || s == "TRUE") return true;
+  if (s == "false" || s == "False" || s == "FALSE") return false;
+  char* end = nullptr;
+  errno = 0;
+  long long i = std::strtoll(s.c_str(), &end, 10);
+  if (end && *end == '\0' && errno == 0) return i;
+  errno = 0;
+  double d = std::strtod(s.c_str(), &end);
+  if (end && *end == '\0' && errno == 0 && s.find_first_of("0123456789") != std::string::npos) return d;
+  return s;
+}
+
+json yaml_to_json(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined:
+      return nullptr;
+    case YAML::NodeType::Scalar:
+      return yaml_scalar(node);
+    case YAML::NodeType::Sequence: {
+      json arr = json::array();
+      for (const auto& item : node) arr.push_back(yaml_to_json(item));
+      return arr;
+    }
+    case YAML::NodeType::Map: {
+      json obj = json::object();
+      for (const auto& kv : node) obj[kv.first.as<std::string>()] = yaml_to_json(kv.second);
+      return obj;
+    }
+  }
+  return nullptr;
+}
+
+// ---- a strict reader over one JSON object ---------------------------------------------------
+
+// Reads the fields of one object of the plan; every field read is remembered so that the
+// remaining ones can be refused by name. Errors carry the dotted path of the field.
+class ObjectReader {
+ public:
+  ObjectReader(const json& obj, std::string path) : obj_(obj), path_(std::move(path)) {}
+
+  std::string field_path(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+
+  const json* find(const std::string& key) {
+    seen_.insert(key);
+    auto it = obj_.find(key);
+    if (it == obj_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+
+  Status read_string(const std::string& key, std::string* out, bool required) {
+    const json* v = find(key);
+    if (!v) return required ? invalid_argument(field_path(key) + ": required field is missing") : Status::ok();
+    if (!v->is_string()) return invalid_argument(field_path(key) + ": must be a string, got " + v->dump());
+    *out = v->get<std::string>();
+    if (required && out->empty()) return invalid_argument(field_path(key) + ": must not be empty");
+    return Status::ok();
+  }
+
+  Status read_optional_string(const std::string& key, std::optional<std::string>* out) {
+    const json* v = find(key);
+    if (!v) return Status::ok();
+    if (!v->is_string()) return invalid_argument(field_path(key) + ": must be a string, got " + v->dump());
+    *out = v->get<std::string>();
+    return Status::ok();
+  }
+
+  Status read_int(const std::string& key, int64_t lo, int64_t hi, int64_t* out, bool* present = nullptr) {
+    const json* v = find(key);
+    if (present) *present = v != nullptr;
+    if (!v) return Status::ok();
+    if (!v->is_number_integer()) {
+      return invalid_argument(field_path(key) + ": must be an integer, got " + v->dump());
+    }
+    int64_t x = v->get<int64_t>();
+    if (x < lo || x > hi) {
+      return invalid_argument(field_path(key) + ": must be between " + std::to_string(lo) + " and " +
+                              std::to_string(hi) + ", got " + std::to_string(x));
+    }
+    *out = x;
+    return Status::ok();
+  }
+
+  template <typename Int>
+  Status read_int_as(const std::string& key, int64_t lo, int64_t hi, Int* out) {
+    int64_t x = static_cast<int64_t>(*out);
+    TRAINER_RETURN_IF_ERROR(read_int(key, lo, hi, &x));
+    *out = static_cast<Int>(x);
+    return Status::ok();
+  }
+
+  Status read_optional_int(const std::string& key, int64_t lo, int64_t hi, std::optional<int>* out) {
+    int64_t x = 0;
+    bool present = false;
+    TRAINER_RETURN_IF_ERROR(read_int(key, lo, hi, &x, &present));
+    if (present) *out = static_cast<int>(x);
+    return Status::ok();
+  }
+
+  // lo_open / hi_open: whether the bound itself is excluded.
+  Status read_double(const std::string& key, double lo, bool lo_open, double hi, bool hi_open, double* out) {
+    const json* v = find(key);
+    if (!v) return Status::ok();
+    if (!v->is_number()) return invalid_argument(field_path(key) + ": must be a number, got " + v->dump());
+    double x = v->get<double>();
+    bool ok = std::isfinite(x) && (lo_open ? x > lo : x >= lo) && (hi_open ? x < hi : x <= hi);
+    if (!ok) {
+      return invalid_argument(field_path(key) + ": must be in " + (lo_open ? "(" : "[") + json(lo).dump() + ", " +
+                              json(hi).dump() + (hi_open ? ")" : "]") + ", got " + v->dump());
+    }
+    *out = x;
+    return Status::ok();
+  }
+
+  Status read_bool(const std::string& key, bool* out) {
+    const json* v = find(key);
+    if (!v) return Status::ok();
+    if (!v->is_boolean()) return invalid_argument(field_path(key) + ": must be true or false, got " + v->dump());
+    *out = v->get<bool>();
+    return Status::ok();
+  }
+
+  // Returns the nested object at `key` (an empty one when absent).
+  Status read_object(const std::string& key, const json** out) {
+    static const json kEmpty = json::object();
+    const json* v = find(key);
+    if (!v) {
+      *out = &kEmpty;
+      return Status::ok();
+    }
+    if (!v->is_object()) return invalid_argument(field_path(key) + ": must be an object, got " + v->dump());
+    *out = v;
+    return Status::ok();
+  }
+
+  // Refuses the first field that no read asked for.
+  Status refuse_unknown() const {
+    for (auto it = obj_.begin(); it != obj_.end(); ++it) {
+      if (!seen_.count(it.key())) {
+        return invalid_argument(field_path(it.key()) + ": unknown field");
+      }
+    }
+    return Status::ok();
+  }
+
+ private:
+  const json& obj_;
+  std::string path_;
+  std::set<std::string> seen_;
+};
+
+template <typename Enum, size_t N>
+Status read_enum(ObjectReader& r, const std::string& key, const std::pair<const char*, Enum> (&names)[N],
+                 bool case_insensitive, Enum* out) {
+  std::optional<std::string> text;
+  TRAINER_RETURN_IF_ERROR(r.read_optional_string(key, &text));
+  if (!text) return Status::ok();
+  auto lower = [](std::string s) {
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+    return s;
+  };
+  std::string allowed;
+  for (const auto& [name, value] : names) {
+    if (*text == name || (case_insensitive && lower(*text) == lower(name))) {
+      *out = value;
+      return Status::ok();
+    }
+    allowed += (allowed.empty() ? "" : ", ") + std::string("\"") + name + "\"";
+  }
+  return invalid_argument(r.field_path(key) + ": must be one of " + allowed + ", got \"" + *text + "\"");
+}
+
+constexpr std::pair<const char*, Method> kMethods[] = {
+    {"sft", Method::kSft}, {"grpo", Method::kGrpo}, {"gspo", Method::kGspo}};
+constexpr std::pair<const char*, Precision> kPrecisions[] = {{"BF16", Precision::kBf16}, {"FP32", Precision::kFp32}};
+constexpr std::pair<const char*, Schedule> kSchedules[] = {
+    {"linear", Schedule::kLinear}, {"cosine", Schedule::kCosine}, {"constant", Schedule::kConstant}};
+
+constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
+
+Status read_lora(const json& obj, const std::string& path, LoraSettings* lora) {
+  ObjectReader r(obj, path);
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("rank", 1, 4096, &lora->rank));
+  TRAINER_RETURN_IF_ERROR(r.read_double("alpha", 0, true, 1e6, false, &lora->alpha));
+  TRAINER_RETURN_IF_ERROR(r.read_double("dropout", 0, false, 1, true, &lora->dropout));
+  if (const json* mods = r.find("targetModules")) {
+    std::string field = r.field_path("targetModules");
+    if (!mods->is_array() || mods->empty()) {
+      return invalid_argument(field + ": must be a non-empty list of module names, got " + mods->dump());
+    }
+    lora->targetModules.clear();
+    for (const json& m : *mods) {
+      if (!m.is_string() ||
+          std::find(kKnownModules.begin(), kKnownModules.end(), m.get<std::string>()) == kKnownModules.end()) {
+        return invalid_argument(field + ": unknown module " + m.dump() +
+                                "; choose among q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj");
+      }
+      if (std::find(lora->targetModules.begin(), lora->targetModules.end(), m.get<std::string>()) ==
+          lora->targetModules.end()) {
+        lora->targetModules.push_back(m.get<std::string>());
+      }
+    }
+  }
+  return r.refuse_unknown();
+}
+
+Status read_optimizer(const json& obj, const std::string& path, OptimizerSettings* opt) {
+  ObjectReader r(obj, path);
+  TRAINER_RETURN_IF_ERROR(r.read_double("learningRate", 0, true, 1, false, &opt->learningRate));
+  TRAINER_RETURN_IF_ERROR(r.read_double("weightDecay", 0, false, 1e3, false, &opt->weightDecay));
+  TRAINER_RETURN_IF_ERROR(r.read_double("beta1", 0, false, 1, true, &opt->beta1));
+  TRAINER_RETURN_IF_ERROR(r.read_double("beta2", 0, false, 1, true, &opt->beta2));
+  TRAINER_RETURN_IF_ERROR(r.read_double("epsilon", 0, true, 1, false, &opt->epsilon));
+  TRAINER_RETURN_IF_ERROR(r.read_double("maxGradNorm", 0, false, 1e9, false, &opt->maxGradNorm));
+  TRAINER_RETURN_IF_ERROR(read_enum(r, "schedule", kSchedules, false, &opt->schedule));
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("warmupSteps", 0, kMaxInt, &opt->warmupSteps));
+  TRAINER_RETURN_IF_ERROR(r.read_double("warmupRatio", 0, false, 1, true, &opt->warmupRatio));
+  return r.refuse_unknown();
+}
+
+Status read_training(const json& obj, const std::string& path, TrainingSettings* t) {
+  ObjectReader r(obj, path);
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("epochs", 1, 10000, &t->epochs));
+  TRAINER_RETURN_IF_ERROR(r.read_optional_int("maxSteps", 1, kMaxInt, &t->maxSteps));
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("batchSize", 1, 65536, &t->batchSize));
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("gradientAccumulation", 1, 65536, &t->gradientAccumulation));
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("validationFrequencySteps", 0, kMaxInt, &t->validationFrequencySteps));
+  TRAINER_RETURN_IF_ERROR(r.read_double("validationSplit", 0, false, 1, true, &t->validationSplit));
+  TRAINER_RETURN_IF_ERROR(r.read_bool("packing", &t->packing));
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("seed", 0, std::numeric_limits<int64_t>::max(), &t->seed));
+  return r.refuse_unknown();
+}
+
+Status read_config(const json& obj, RunConfig* c) {
+  ObjectReader r(obj, "config");
+  TRAINER_RETURN_IF_ERROR(r.read_string("dataset", &c->dataset, /*required=*/true));
+  TRAINER_RETURN_IF_ERROR(r.read_optional_string("validationDataset", &c->validationDataset));
+  TRAINER_RETURN_IF_ERROR(read_enum(r, "method", kMethods, false, &c->method));
+  const json* hp = nullptr;
+  TRAINER_RETURN_IF_ERROR(r.read_object("hyperparams", &hp));
+  {
+    ObjectReader h(*hp, "config.hyperparams");
+    const json* sub = nullptr;
+    TRAINER_RETURN_IF_ERROR(h.read_object("lora", &sub));
+    TRAINER_RETURN_IF_ERROR(read_lora(*sub, "config.hyperparams.lora", &c->lora));
+    TRAINER_RETURN_IF_ERROR(h.read_object("optimizer", &sub));
+    TRAINER_RETURN_IF_ERROR(read_optimizer(*sub, "config.hyperparams.optimizer", &c->optimizer));
+    TRAINER_RETURN_IF_ERROR(h.read_object("training", &sub));
+    TRAINER_RETURN_IF_ERROR(read_training(*sub, "config.hyperparams.training", &c->training));
+    TRAINER_RETURN_IF_ERROR(h.refuse_unknown());
+  }
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("maxSeqLength", 8, 1 << 20, &c->maxSeqLength));
+  const json* model = nullptr;
+  TRAINER_RETURN_IF_ERROR(r.read_object("model", &model));
+  {
+    ObjectReader m(*model, "config.model");
+    TRAINER_RETURN_IF_ERROR(read_enum(m, "precision", kPrecisions, true, &c->precision));
+    TRAINER_RETURN_IF_ERROR(m.refuse_unknown());
+  }
+  TRAINER_RETURN_IF_ERROR(r.refuse_unknown());
+  if (c->method != Method::kSft) {
+    return invalid_argument(std::string("config.method: \"") + method_name(c->method) +
+                            "\" is not available yet in this release; use \"sft\"");
+  }
+  return Status::ok();
+}
+
+Status read_execution(const json& obj, ExecutionSettings* e) {
+  ObjectReader r(obj, "execution");
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("gpus", 0, 1024, &e->gpus));
+  TRAINER_RETURN_IF_ERROR(r.read_optional_int("saveEvery", 1, kMaxInt, &e->saveEvery));
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("keepAdapters", 1, 1000, &e->keepAdapters));
+  return r.refuse_unknown();
+}
+
+void flatten(const json& value, const std::string& prefix, json* out) {
+  if (value.is_object()) {
+    for (auto it = value.begin(); it != value.end(); ++it) {
+      flatten(it.value(), prefix.empty() ? it.key() : prefix + "." + it.key(), out);
+    }
+  } else {
+    (*out)[prefix] = value;
+  }
+}
+
+}  // namespace
+
+const char* method_name(Method m) {
+  switch (m) {
+    case Method::kSft: return "sft";
+    case Method::kGrpo: return "grpo";
+    case Method::kGspo: return "gspo";
+  }
+  return "sft";
+}
+
+const char* precision_name(Precision p) { return p == Precision::kBf16 ? "BF16" : "FP32"; }
+
+const char* schedule_name(Schedule s) {
+  switch (s) {
+    case Schedule::kLinear: return "linear";
+    case Schedule::kCosine: return "cosine";
+    case Schedule::kConstant: return "constant";
+  }
+  return "linear";
+}
+
+Result<Plan> plan_from_json(const nlohmann::json& doc, std::string_view source) {
+  auto fail = [&](const Status& st) { return st.with_context(std::string(source)); };
+  if (!doc.is_object()) return fail(invalid_argument("a plan must be an object with kind: run, got " + doc.dump()));
+  Plan plan;
+  ObjectReader r(doc, "");
+  Status st = [&]() -> Status {
+    TRAINER_RETURN_IF_ERROR(r.read_string("kind", &plan.kind, true));
+    if (plan.kind != "run") {
+      return invalid_argument("kind: must be \"run\", got \"" + plan.kind + "\"");
+    }
+    TRAINER_RETURN_IF_ERROR(r.read_string("workload", &plan.workload, true));
+    TRAINER_RETURN_IF_ERROR(r.read_optional_string("baseModel", &plan.baseModel));
+    const json* obj = nullptr;
+    TRAINER_RETURN_IF_ERROR(r.read_object("config", &obj));
+    if (obj->empty()) return invalid_argument("config: required field is missing");
+    TRAINER_RETURN_IF_ERROR(read_config(*obj, &plan.config));
+    TRAINER_RETURN_IF_ERROR(r.read_object("execution", &obj));
+    TRAINER_RETURN_IF_ERROR(read_execution(*obj, &plan.execution));
+    TRAINER_RETURN_IF_ERROR(r.read_optional_string("grader", &plan.grader));
+    TRAINER_RETURN_IF_ERROR(r.read_optional_string("description", &plan.description));
+    TRAINER_RETURN_IF_ERROR(r.read_optional_string("configName", &plan.configName));
+    TRAINER_RETURN_IF_ERROR(r.read_optional_string("submissionId", &plan.submissionId));
+    return r.refuse_unknown();
+  }();
+  if (!st.is_ok()) return fail(st);
+  return plan;
+}
+
+Result<Plan> parse_plan(std::string_view text, std::string_view source) {
+  size_t first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string_view::npos) {
+    return invalid_argument(std::string(source) + ": the plan is empty");
+  }
+  json doc;
+  if (text[first] == '{') {
+    try {
+      doc = json::parse(text);
+    } catch (const json::parse_error& e) {
+      return invalid_argument(std::string(source) + ": not valid JSON: " + e.what());
+    }
+  } else {
+    try {
+      doc = yaml_to_json(YAML::Load(std::string(text)));
+    } catch (const YAML::Exception& e) {
+      return invalid_argument(std::string(source) + ": not valid YAML: line " + std::to_string(e.mark.line + 1) +
+                              ": " + e.msg);
+    }
+  }
+  return plan_from_json(doc, source);
+}
+
+nlohmann::json config_to_json(const RunConfig& c) {
+  json training = {{"epochs", c.training.epochs},
+                   {"maxSteps", c.training.maxSteps ? json(*c.training.maxSteps) : json(nullptr)},
+                   {"batchSize", c.training.batchSize},
+                   {"gradientAccumulation", c.training.gradientAccumulation},
+                   {"validationFrequencySteps", c.training.validationFrequencySteps},
+                   {"validationSplit", c.training.validationSplit},
+                   {"packing", c.training.packing},
+                   {"seed", c.training.seed}};
+  return {{"dataset", c.dataset},
+          {"validationDataset", c.validationDataset ? json(*c.validationDataset) : json(nullptr)},
+          {"method", method_name(c.method)},
+          {"hyperparams",
+           {{"lora",
+             {{"rank", c.lora.rank},
+              {"alpha", c.lora.alpha},
+              {"dropout", c.lora.dropout},
+              {"targetModules", c.lora.targetModules}}},
+            {"optimizer",
+             {{"learningRate", c.optimizer.learningRate},
+              {"weightDecay", c.optimizer.weightDecay},
+              {"beta1", c.optimizer.beta1},
+              {"beta2", c.optimizer.beta2},
+              {"epsilon", c.optimizer.epsilon},
+              {"maxGradNorm", c.optimizer.maxGradNorm},
+              {"schedule", schedule_name(c.optimizer.schedule)},
+              {"warmupSteps", c.optimizer.warmupSteps},
+              {"warmupRatio", c.optimizer.warmupRatio}}},
+            {"training", training}}},
+          {"maxSeqLength", c.maxSeqLength},
+          {"model", {{"precision", precision_name(c.precision)}}}};
+}
+
+nlohmann::json to_json(const Plan& p) {
+  auto opt = [](const std::optional<std::string>& s) { return s ? json(*s) : json(nullptr); };
+  return {{"kind", p.kind},
+          {"workload", p.workload},
+          {"baseModel", opt(p.baseModel)},
+          {"config", config_to_json(p.config)},
+          {"execution",
+           {{"gpus", p.execution.gpus},
+            {"saveEvery", p.execution.saveEvery ? json(*p.execution.saveEvery) : json(nullptr)},
+            {"keepAdapters", p.execution.keepAdapters}}},
+          {"grader", opt(p.grader)},
+          {"description", opt(p.description)},
+          {"configName", opt(p.configName)},
+          {"submissionId", opt(p.submissionId)}};
+}
+
+nlohmann::json flatten_config(const RunConfig& config, const std::string& dataset_hash) {
+  json cfg = config_to_json(config);
+  cfg["dataset"] = dataset_hash;
+  json flat = json::object();
+  flatten(cfg, "config", &flat);
+  return flat;
+}
+
+std::string settings_sha(const RunConfig& config, const std::string& dataset_hash) {
+  // nlohmann::json objects keep keys sorted, so the dump is canonical.
+  return sha256_hex(flatten_config(config, dataset_hash).dump());
+}
+
+int64_t total_steps(const RunConfig& config, int64_t rows) {
+  if (config.training.maxSteps) return *config.training.maxSteps;
+  if (rows <= 0) return 0;
+  int64_t batches = (rows + config.training.batchSize - 1) / config.training.batchSize;
+  int64_t per_epoch = (batches + config.training.gradientAccumulation - 1) / config.training.gradientAccumulation;
+  return per_epoch * config.training.epochs;
 }
 
 }  // namespace trainer::plan

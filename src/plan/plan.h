@@ -104,6 +104,10 @@ nlohmann::json config_to_json(const RunConfig& config);
 // the run ids, descriptions or execution settings.
 std::string settings_sha(const RunConfig& config, const std::string& dataset_hash);
 
+// The flattened hyperparameters the hash is taken over: {"config.hyperparams.lora.rank": 8, ...}
+// (`runs hparams`), with config.dataset = dataset_hash.
+nlohmann::json flatten_config(const RunConfig& config, const std::string& dataset_hash);
+
 // Total optimizer steps for `rows` training rows (after packing, if any) under `config`.
 int64_t total_steps(const RunConfig& config, int64_t rows);
 
