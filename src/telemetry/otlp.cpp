@@ -1,0 +1,201 @@
+// OTLP/HTTP JSON export: the ExportMetricsServiceRequest encoding and its push loop.
+//
+// JSON as the OTLP specification encodes protobuf: 64-bit integers as decimal strings, enums
+// as integers, field names in lowerCamelCase.
+#include <httplib.h>
+
+#include <nlohmann/json.hpp>
+
+#include "telemetry/telemetry.h"
+
+namespace trainer::telemetry {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kAggregationTemporalityCumulative = 2;
+
+json any_value(const AttributeValue& value) {
+  struct Visitor {
+    json operator()(const std::string& s) const { return {{"stringValue", s}}; }
+    json operator()(bool b) const { return {{"boolValue", b}}; }
+    json operator()(int64_t i) const { return {{"intValue", std::to_string(i)}}; }
+    json operator()(double d) const { return {{"doubleValue", d}}; }
+  };
+  return std::visit(Visitor{}, value);
+}
+
+json key_values(const AttributeSet& attributes) {
+  json out = json::array();
+  for (const auto& attribute : attributes.attributes()) {
+    out.push_back({{"key", attribute.key}, {"value", any_value(attribute.value)}});
+  }
+  return out;
+}
+
+json counts(const std::vector<uint64_t>& values) {
+  json out = json::array();
+  for (uint64_t v : values) out.push_back(std::to_string(v));
+  return out;
+}
+
+json point_base(const PointData& point) {
+  return {{"attributes", key_values(point.attributes)},
+          {"startTimeUnixNano", std::to_string(point.start_time_ns)},
+          {"timeUnixNano", std::to_string(point.time_ns)}};
+}
+
+json number_point(const PointData& point, ValueType type) {
+  json out = point_base(point);
+  if (type == ValueType::kInt) {
+    out["asInt"] = std::to_string(static_cast<int64_t>(point.value));
+  } else {
+    out["asDouble"] = point.value;
+  }
+  return out;
+}
+
+void add_min_max(json& out, const PointData& point) {
+  if (point.count == 0) return;
+  out["min"] = point.min;
+  out["max"] = point.max;
+}
+
+json metric_json(const MetricData& metric) {
+  const auto& d = metric.descriptor;
+  json out = {{"name", d.name}, {"description", d.description}, {"unit", d.unit}};
+  json points = json::array();
+  switch (d.kind) {
+    case InstrumentKind::kCounter:
+      for (const auto& p : metric.points) points.push_back(number_point(p, d.value_type));
+      out["sum"] = {{"dataPoints", points},
+                    {"aggregationTemporality", kAggregationTemporalityCumulative},
+                    {"isMonotonic", true}};
+      break;
+    case InstrumentKind::kGauge:
+      for (const auto& p : metric.points) points.push_back(number_point(p, d.value_type));
+      out["gauge"] = {{"dataPoints", points}};
+      break;
+    case InstrumentKind::kHistogram:
+      for (const auto& p : metric.points) {
+        json point = point_base(p);
+        point["count"] = std::to_string(p.count);
+        point["sum"] = p.sum;
+        point["bucketCounts"] = counts(p.bucket_counts);
+        point["explicitBounds"] = p.bounds;
+        add_min_max(point, p);
+        points.push_back(std::move(point));
+      }
+      out["histogram"] = {{"dataPoints", points}, {"aggregationTemporality", kAggregationTemporalityCumulative}};
+      break;
+    case InstrumentKind::kExponentialHistogram:
+      for (const auto& p : metric.points) {
+        const auto& e = p.exponential;
+        json point = point_base(p);
+        point["count"] = std::to_string(p.count);
+        point["sum"] = p.sum;
+        point["scale"] = e.scale;
+        point["zeroCount"] = std::to_string(e.zero_count);
+        point["positive"] = {{"offset", e.positive.offset}, {"bucketCounts", counts(e.positive.counts)}};
+        point["negative"] = {{"offset", e.negative.offset}, {"bucketCounts", counts(e.negative.counts)}};
+        add_min_max(point, p);
+        points.push_back(std::move(point));
+      }
+      out["exponentialHistogram"] = {{"dataPoints", points},
+                                     {"aggregationTemporality", kAggregationTemporalityCumulative}};
+      break;
+  }
+  return out;
+}
+
+struct Endpoint {
+  std::string scheme_host_port;  // http://host:port
+  std::string path;
+};
+
+Result<Endpoint> parse_endpoint(const std::string& url) {
+  const std::string scheme = "http://";
+  if (url.rfind(scheme, 0) != 0) {
+    return invalid_argument("OTLP endpoint '" + url + "' must start with http:// (e.g. http://collector:4318/v1/metrics)");
+  }
+  const auto slash = url.find('/', scheme.size());
+  Endpoint endpoint;
+  endpoint.scheme_host_port = url.substr(0, slash);
+  endpoint.path = slash == std::string::npos ? "/v1/metrics" : url.substr(slash);
+  if (endpoint.scheme_host_port.size() == scheme.size()) {
+    return invalid_argument("OTLP endpoint '" + url + "' names no host");
+  }
+  return endpoint;
+}
+
+}  // namespace
+
+std::string otlp_json(const MetricsSnapshot& snapshot) {
+  json scope = {{"name", snapshot.scope_name}};
+  if (!snapshot.scope_version.empty()) scope["version"] = snapshot.scope_version;
+  json metrics = json::array();
+  for (const auto& metric : snapshot.metrics) metrics.push_back(metric_json(metric));
+  json request = {
+      {"resourceMetrics",
+       json::array({{{"resource", {{"attributes", key_values(snapshot.resource.attributes)}}},
+                     {"scopeMetrics", json::array({{{"scope", scope}, {"metrics", metrics}}})}}})}};
+  return request.dump();
+}
+
+Status otlp_push(const MetricsSnapshot& snapshot, const OtlpOptions& options) {
+  auto endpoint = parse_endpoint(options.endpoint);
+  if (!endpoint.is_ok()) return endpoint.status();
+  httplib::Client client(endpoint.value().scheme_host_port);
+  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(options.timeout);
+  const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(options.timeout - seconds);
+  client.set_connection_timeout(seconds.count(), micros.count());
+  client.set_read_timeout(seconds.count(), micros.count());
+  client.set_write_timeout(seconds.count(), micros.count());
+  httplib::Headers headers;
+  for (const auto& [name, value] : options.headers) headers.emplace(name, value);
+  auto response = client.Post(endpoint.value().path, headers, otlp_json(snapshot), "application/json");
+  if (!response) {
+    return unavailable("OTLP push to " + options.endpoint + " failed: " + httplib::to_string(response.error()));
+  }
+  if (response->status < 200 || response->status >= 300) {
+    return unavailable("OTLP push to " + options.endpoint + " answered HTTP " + std::to_string(response->status) +
+                       ": " + response->body.substr(0, 200));
+  }
+  return Status::ok();
+}
+
+OtlpPusher::OtlpPusher(const MeterProvider& provider, OtlpOptions options)
+    : provider_(provider), options_(std::move(options)) {
+  thread_ = std::thread([this] { loop(); });
+}
+
+OtlpPusher::~OtlpPusher() { stop(); }
+
+Status OtlpPusher::push_now() {
+  Status status = otlp_push(provider_.collect(), options_);
+  (status.is_ok() ? ok_ : failed_).fetch_add(1);
+  return status;
+}
+
+void OtlpPusher::stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  (void)push_now();
+}
+
+void OtlpPusher::loop() {
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    if (wake_.wait_for(lock, options_.interval, [this] { return stopping_; })) break;
+    lock.unlock();
+    (void)push_now();
+    lock.lock();
+  }
+}
+
+}  // namespace trainer::telemetry

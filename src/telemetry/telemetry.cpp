@@ -1,1 +1,0 @@
-#include "telemetry/telemetry.h"

@@ -1,0 +1,118 @@
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "telemetry/telemetry.h"
+
+namespace trainer::telemetry {
+namespace {
+
+TEST(PrometheusName, TranslatesLikeOpenTelemetry) {
+  EXPECT_EQ(prometheus_name({.name = "akka.optimize.training.rl.step.count", .unit = "{step}",
+                             .kind = InstrumentKind::kCounter}),
+            "akka_optimize_training_rl_step_count_total");
+  EXPECT_EQ(prometheus_name({.name = "akka.optimize.training.cost.gpu.time", .unit = "s",
+                             .kind = InstrumentKind::kCounter}),
+            "akka_optimize_training_cost_gpu_time_seconds_total");
+  EXPECT_EQ(prometheus_name({.name = "akka.optimize.training.sft.padding.ratio", .unit = "1",
+                             .kind = InstrumentKind::kGauge}),
+            "akka_optimize_training_sft_padding_ratio");
+  EXPECT_EQ(prometheus_name({.name = "akka.optimize.training.sft.mfu", .unit = "1", .kind = InstrumentKind::kGauge}),
+            "akka_optimize_training_sft_mfu_ratio");
+  EXPECT_EQ(prometheus_name({.name = "akka.optimize.training.sft.throughput", .unit = "{token}/s",
+                             .kind = InstrumentKind::kGauge}),
+            "akka_optimize_training_sft_throughput_per_second");
+  EXPECT_EQ(prometheus_name({.name = "akka.optimize.training.checkpoint.transfer.size", .unit = "By",
+                             .kind = InstrumentKind::kExponentialHistogram}),
+            "akka_optimize_training_checkpoint_transfer_size_bytes");
+  EXPECT_EQ(prometheus_name({.name = "akka.optimize.training.gpu.clock.frequency", .unit = "Hz",
+                             .kind = InstrumentKind::kGauge}),
+            "akka_optimize_training_gpu_clock_frequency_hertz");
+}
+
+TEST(PrometheusText, ExposesCountersGaugesHistogramsAndTargetInfo) {
+  MeterProvider provider(Resource{AttributeSet({{"service.name", std::string("trainerd")}})});
+  provider.instrument({.name = "t.steps", .description = "Steps.", .unit = "{step}", .kind = InstrumentKind::kCounter})
+      .add(3, AttributeSet{});
+  provider.instrument({.name = "t.level", .description = "Level \\ with \"quote\".", .unit = "1"})
+      .set(0.5, AttributeSet({{"a.b", std::string("x\"y")}, {"flag", true}}));
+  provider.instrument({.name = "t.latency", .description = "Latency.", .unit = "s", .kind = InstrumentKind::kHistogram,
+                       .buckets = {1, 2}})
+      .record(1.5, AttributeSet{});
+  const std::string text = prometheus_exposition(provider).body;
+  EXPECT_NE(text.find("target_info{service_name=\"trainerd\"} 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("# TYPE t_steps_total counter\nt_steps_total 3\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("# HELP t_level_ratio Level \\\\ with \"quote\".\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("t_level_ratio{a_b=\"x\\\"y\",flag=\"true\"} 0.5\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("t_latency_seconds_bucket{le=\"1\"} 0\n"
+                      "t_latency_seconds_bucket{le=\"2\"} 1\n"
+                      "t_latency_seconds_bucket{le=\"+Inf\"} 1\n"
+                      "t_latency_seconds_sum 1.5\n"
+                      "t_latency_seconds_count 1\n"),
+            std::string::npos)
+      << text;
+}
+
+TEST(PrometheusText, ExposesAnExponentialHistogramAsCumulativeClassicBuckets) {
+  MeterProvider provider(Resource{});
+  auto& histogram = provider.instrument(
+      {.name = "t.size", .description = "Size.", .unit = "By", .kind = InstrumentKind::kExponentialHistogram,
+       .max_scale = 0});
+  for (double v : {-3.0, 0.0, 1.0, 3.0, 3.5}) histogram.record(v, AttributeSet{});
+  const std::string text = prometheus_exposition(provider).body;
+  EXPECT_NE(text.find("t_size_bytes_bucket{le=\"-2\"} 1\n"
+                      "t_size_bytes_bucket{le=\"0\"} 2\n"
+                      "t_size_bytes_bucket{le=\"1\"} 3\n"
+                      "t_size_bytes_bucket{le=\"2\"} 3\n"
+                      "t_size_bytes_bucket{le=\"4\"} 5\n"
+                      "t_size_bytes_bucket{le=\"+Inf\"} 5\n"),
+            std::string::npos)
+      << text;
+}
+
+TEST(OtlpJson, EncodesInt64AsStringsAndHistogramsCumulatively) {
+  MeterProvider provider(Resource{AttributeSet({{"service.name", std::string("trainer-job")},
+                                                {"akka.optimize.training.run.attempt", int64_t{2}}})},
+                         {.scope_version = "1.2.3", .clock = [] { return uint64_t{42}; }});
+  provider.instrument({.name = "t.steps", .description = "Steps.", .unit = "{step}", .kind = InstrumentKind::kCounter,
+                       .value_type = ValueType::kInt})
+      .add(7, AttributeSet{});
+  provider.instrument({.name = "t.size", .description = "Size.", .unit = "By",
+                       .kind = InstrumentKind::kExponentialHistogram, .max_scale = 0})
+      .record(3, AttributeSet{});
+  const auto request = nlohmann::json::parse(otlp_json(provider.collect()));
+  const auto& resource_metrics = request.at("resourceMetrics").at(0);
+  EXPECT_EQ(resource_metrics.at("resource").at("attributes").at(0).at("value").at("intValue"), "2");
+  const auto& scope = resource_metrics.at("scopeMetrics").at(0);
+  EXPECT_EQ(scope.at("scope").at("version"), "1.2.3");
+  const auto& sum = scope.at("metrics").at(0).at("sum");
+  EXPECT_EQ(sum.at("aggregationTemporality"), 2);
+  EXPECT_EQ(sum.at("isMonotonic"), true);
+  EXPECT_EQ(sum.at("dataPoints").at(0).at("asInt"), "7");
+  EXPECT_EQ(sum.at("dataPoints").at(0).at("timeUnixNano"), "42");
+  const auto& exponential = scope.at("metrics").at(1).at("exponentialHistogram").at("dataPoints").at(0);
+  EXPECT_EQ(exponential.at("scale"), 0);
+  EXPECT_EQ(exponential.at("positive").at("offset"), 1);
+  EXPECT_EQ(exponential.at("positive").at("bucketCounts"), nlohmann::json::array({"1"}));
+  EXPECT_EQ(exponential.at("count"), "1");
+}
+
+TEST(OtlpPush, RefusesAnEndpointThatIsNotHttp) {
+  MeterProvider provider(Resource{});
+  const Status status = otlp_push(provider.collect(), {.endpoint = "collector:4318"});
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(),
+            "OTLP endpoint 'collector:4318' must start with http:// (e.g. http://collector:4318/v1/metrics)");
+}
+
+TEST(OtlpPush, ReportsAnUnreachableCollectorAsUnavailable) {
+  MeterProvider provider(Resource{});
+  // Port 9 (discard) on loopback: nothing listens there in a test environment.
+  const Status status = otlp_push(provider.collect(), {.endpoint = "http://127.0.0.1:9/v1/metrics",
+                                                       .timeout = std::chrono::milliseconds(500)});
+  EXPECT_EQ(status.code(), StatusCode::kUnavailable);
+  EXPECT_EQ(status.message().rfind("OTLP push to http://127.0.0.1:9/v1/metrics failed: ", 0), 0u) << status.message();
+}
+
+}  // namespace
+}  // namespace trainer::telemetry
