@@ -1,18 +1,56 @@
 #include <cstdio>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "cli/cli.h"
+#include "cli/commands.h"
+#include "cli/exit_codes.h"
 #include "common/version.h"
 
 namespace trainer::cli {
 
+Command build_command_tree() {
+  Command root;
+  root.name = "trainer";
+  root.summary = "trainer: fine-tune LLMs with LoRA through the trainerd service";
+  root.description =
+      "Talks to trainerd at --trainer-url (default: $TRAINER_URL, else http://localhost:9001).\n"
+      "Nouns are plural (`run` works for `runs`); ids accept any unambiguous prefix;\n"
+      "-o json prints what the service answered. --force is the only way past a confirmation.\n"
+      "\n"
+      "Exit codes: 0 ok; 1 the request failed or the service refused it; 2 bad command line;\n"
+      "3 the run ended FAILED and 4 CANCELLED (with --exit-status); 5 --timeout passed;\n"
+      "6 the service did not answer.\n"
+      "\n"
+      "Start here: trainer info; trainer runs start -f plan.yaml --wait; trainer runs list.";
+  root.flags = {{"version", 0, "", "print the version and exit"}};
+  root.children = {info_command(),      base_models_command(), datasets_command(),
+                   workloads_command(), runs_command(),        capacity_command()};
+  return root;
+}
+
 int cli_main(int argc, char** argv) {
-  if (argc >= 2 && std::strcmp(argv[1], "--version") == 0) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.size() == 1 && args[0] == "--version") {
     std::printf("trainer %s\n", version_string());
-    return 0;
+    return kExitOk;
   }
-  std::fprintf(stderr, "usage: trainer --version\n");
-  return 2;
+  const Command root = build_command_tree();
+  ParseResult parsed = parse_command_line(root, args);
+  if (!parsed.invocation) {
+    std::fputs(parsed.output.c_str(), parsed.is_error ? stderr : stdout);
+    if (parsed.is_error) std::fputc('\n', stderr);
+    return parsed.exit_code;
+  }
+  Invocation& inv = *parsed.invocation;
+  if (inv.has("version")) {
+    std::printf("trainer %s\n", version_string());
+    return kExitOk;
+  }
+  Context ctx(inv);
+  if (!ctx.format_error.empty()) return ctx.fail(ctx.format_error, kExitUsage);
+  return inv.command->run(ctx);
 }
 
 }  // namespace trainer::cli

@@ -1,0 +1,216 @@
+#include "cli/args.h"
+
+#include "cli/exit_codes.h"
+#include "cli/format.h"
+
+namespace trainer::cli {
+namespace {
+
+std::string join(const std::vector<std::string>& parts, const std::string& sep) {
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (i) out += sep;
+    out += parts[i];
+  }
+  return out;
+}
+
+const Command* find_child(const Command& parent, const std::string& word) {
+  for (const auto& child : parent.children) {
+    if (child.name == word) return &child;
+    for (const auto& alias : child.aliases) {
+      if (alias == word) return &child;
+    }
+  }
+  return nullptr;
+}
+
+const Flag* find_flag(const std::vector<const std::vector<Flag>*>& sets, const std::string& name,
+                      char short_name) {
+  for (const auto* set : sets) {
+    for (const auto& flag : *set) {
+      if (!name.empty() && flag.name == name) return &flag;
+      if (short_name && flag.short_name == short_name) return &flag;
+    }
+  }
+  return nullptr;
+}
+
+std::string flag_column(const Flag& f) {
+  std::string col = f.short_name ? std::string("-") + f.short_name + ", " : "    ";
+  col += "--" + f.name;
+  if (!f.value_name.empty()) col += " " + f.value_name;
+  return col;
+}
+
+void append_flag_block(std::string& out, const std::string& title, const std::vector<Flag>& flags) {
+  if (flags.empty()) return;
+  out += "\n" + title + ":\n";
+  size_t width = 0;
+  for (const auto& f : flags) width = std::max(width, flag_column(f).size());
+  for (const auto& f : flags) {
+    std::string col = flag_column(f);
+    out += "  " + col + std::string(width - col.size() + 3, ' ') + f.help + "\n";
+  }
+}
+
+}  // namespace
+
+std::optional<std::string> Invocation::get(const std::string& flag) const {
+  auto it = values.find(flag);
+  if (it == values.end()) return std::nullopt;
+  return it->second;
+}
+
+std::string Invocation::get_or(const std::string& flag, const std::string& fallback) const {
+  auto v = get(flag);
+  return v ? *v : fallback;
+}
+
+std::string Invocation::command_line() const { return "trainer " + join(path, " "); }
+
+const std::vector<Flag>& global_flags() {
+  static const std::vector<Flag> kFlags = {
+      {"trainer-url", 0, "URL", "address of trainerd (default: $TRAINER_URL, else http://localhost:9001)"},
+      {"output", 'o', "FORMAT", "output format: text (default), json, json-compact"},
+      {"no-color", 0, "", "no colours and no redrawn progress line (as NO_COLOR does)"},
+      {"help", 'h', "", "show help for this command"},
+  };
+  return kFlags;
+}
+
+std::string help_text(const Command& command, const std::vector<std::string>& path) {
+  std::string name = join(path, " ");
+  std::string out;
+  out += command.summary + "\n";
+  if (!command.description.empty()) out += "\n" + command.description + "\n";
+  out += "\nUsage:\n  " + name;
+  if (!command.children.empty()) {
+    out += " COMMAND";
+  }
+  if (!command.args.empty()) out += " " + command.args;
+  out += " [flags]\n";
+  if (!command.aliases.empty()) out += "\nAliases: " + join(command.aliases, ", ") + "\n";
+  if (!command.children.empty()) {
+    out += "\nCommands:\n";
+    size_t width = 0;
+    for (const auto& c : command.children) width = std::max(width, c.name.size());
+    for (const auto& c : command.children) {
+      out += "  " + c.name + std::string(width - c.name.size() + 3, ' ') + c.summary + "\n";
+    }
+  }
+  append_flag_block(out, "Flags", command.flags);
+  append_flag_block(out, "Global flags", global_flags());
+  if (!command.children.empty()) {
+    out += "\nRun `" + name + " COMMAND --help` for a command's flags.\n";
+  }
+  return out;
+}
+
+ParseResult parse_command_line(const Command& root, const std::vector<std::string>& argv) {
+  ParseResult result;
+  Invocation inv;
+  const Command* cmd = &root;
+  std::vector<std::string> help_path = {"trainer"};
+  bool want_help = false;
+  bool only_positionals = false;
+
+  auto usage_error = [&](const std::string& message) {
+    result.invocation.reset();
+    result.is_error = true;
+    result.exit_code = kExitUsage;
+    result.output = "trainer: " + message + "; see `" + join(help_path, " ") + " --help`";
+    return result;
+  };
+
+  for (size_t i = 0; i < argv.size(); ++i) {
+    const std::string& arg = argv[i];
+    if (!only_positionals && arg == "--") {
+      only_positionals = true;
+      continue;
+    }
+    if (!only_positionals && arg.size() > 1 && arg[0] == '-' && arg != "-") {
+      std::string name, value;
+      bool has_value = false;
+      char short_name = 0;
+      if (arg.rfind("--", 0) == 0) {
+        name = arg.substr(2);
+        auto eq = name.find('=');
+        if (eq != std::string::npos) {
+          value = name.substr(eq + 1);
+          name = name.substr(0, eq);
+          has_value = true;
+        }
+      } else {
+        short_name = arg[1];
+        if (arg.size() > 2) {
+          value = arg.substr(2);
+          if (!value.empty() && value[0] == '=') value = value.substr(1);
+          has_value = true;
+        }
+      }
+      const Flag* flag = find_flag({&cmd->flags, &global_flags()}, name, short_name);
+      if (!flag) {
+        return usage_error("unknown flag " + arg + " for `" + join(help_path, " ") + "`");
+      }
+      if (flag->value_name.empty()) {
+        if (has_value) return usage_error("flag --" + flag->name + " takes no value");
+        inv.values[flag->name] = "";
+      } else {
+        if (!has_value) {
+          if (i + 1 >= argv.size()) {
+            return usage_error("flag --" + flag->name + " needs a value (" + flag->value_name + ")");
+          }
+          value = argv[++i];
+        }
+        inv.values[flag->name] = value;
+      }
+      if (flag->name == "help") want_help = true;
+      continue;
+    }
+    // A word: a subcommand while the current command is a group, else a positional.
+    if (!cmd->children.empty() && inv.positionals.empty()) {
+      const Command* child = find_child(*cmd, arg);
+      if (!child) {
+        if (want_help) break;
+        std::vector<std::string> names;
+        for (const auto& c : cmd->children) names.push_back(c.name);
+        return usage_error("unknown command \"" + arg + "\" for `" + join(help_path, " ") +
+                           "` (commands: " + join(names, ", ") + ")");
+      }
+      cmd = child;
+      inv.path.push_back(child->name);
+      help_path.push_back(child->name);
+      continue;
+    }
+    inv.positionals.push_back(arg);
+  }
+
+  if (want_help) {
+    result.output = help_text(*cmd, help_path);
+    result.exit_code = kExitOk;
+    return result;
+  }
+  if (!cmd->run) {
+    if (cmd == &root) {
+      result.output = help_text(*cmd, help_path);
+      result.exit_code = kExitOk;
+      return result;
+    }
+    std::vector<std::string> names;
+    for (const auto& c : cmd->children) names.push_back(c.name);
+    return usage_error("`" + join(help_path, " ") + "` needs a command: " + join(names, ", "));
+  }
+  const int n = static_cast<int>(inv.positionals.size());
+  if (n < cmd->min_args) {
+    return usage_error("missing argument " + cmd->args);
+  }
+  if (cmd->max_args >= 0 && n > cmd->max_args) {
+    return usage_error("unexpected argument \"" + inv.positionals[cmd->max_args] + "\"");
+  }
+  inv.command = cmd;
+  result.invocation = std::move(inv);
+  return result;
+}
+
+}  // namespace trainer::cli

@@ -1,0 +1,44 @@
+// The command tree of `trainer` (one builder per noun) and helpers the handlers share.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "cli/args.h"
+#include "cli/context.h"
+
+namespace trainer::cli {
+
+// The whole tree, rooted at `trainer`.
+Command build_command_tree();
+
+Command info_command();
+Command base_models_command();
+Command datasets_command();
+Command workloads_command();
+Command runs_command();
+Command capacity_command();
+
+// Reads FILE, or stdin for "-". On failure returns nullopt and sets `error` to a line naming
+// the file and the reason.
+std::optional<std::string> read_input(const std::string& path, std::string* error);
+
+enum class Confirmation { kYes, kNo, kNoTerminal };
+
+// Asks `question` [y/N] on the terminal, unless --force was given (kYes). With no terminal on
+// stdin (or when stdin carried the input) and no --force, answers kNoTerminal.
+Confirmation confirm(Context& ctx, const std::string& question, bool stdin_consumed);
+
+// The line printed when a confirmation cannot be asked.
+std::string no_terminal_message(const std::string& command_line);
+
+// "/v1/runs?phase=open&limit=5": appends `key=value` for each present flag.
+void append_query(std::string* path, const std::string& key, const std::string& value);
+
+// Parses a non-negative integer flag; on error prints it and returns nullopt (exit 2).
+std::optional<long long> int_flag(Context& ctx, const std::string& flag, int* exit_code);
+
+// Runs the live watch of `runs wait` (also `runs start --wait`) on the run `ref`.
+int wait_for_run(Context& ctx, const std::string& ref);
+
+}  // namespace trainer::cli

@@ -1,0 +1,318 @@
+#include "cli/run_view.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "cli/format.h"
+
+namespace trainer::cli {
+namespace {
+
+constexpr size_t kShortIdLength = 12;
+
+using nlohmann::json;
+
+std::string str(const json& doc, const char* key) {
+  if (!doc.is_object() || !doc.contains(key) || !doc[key].is_string()) return "";
+  return doc[key].get<std::string>();
+}
+
+std::optional<double> num(const json& doc, const char* key) {
+  if (!doc.is_object() || !doc.contains(key) || !doc[key].is_number()) return std::nullopt;
+  return doc[key].get<double>();
+}
+
+int64_t integer(const json& doc, const char* key) {
+  auto v = num(doc, key);
+  return v ? static_cast<int64_t>(*v) : 0;
+}
+
+const json& field(const json& doc, const char* key) {
+  static const json kNull;
+  if (!doc.is_object() || !doc.contains(key)) return kNull;
+  return doc[key];
+}
+
+const char* phase_colour(const std::string& phase) {
+  if (phase == "COMPLETED") return "32";  // green
+  if (phase == "FAILED") return "31";     // red
+  if (phase == "CANCELLED") return "33";  // yellow
+  if (phase == "TRAINING") return "36";   // cyan
+  return "1";                             // bold
+}
+
+std::string paint(const std::string& text, const char* code, bool color) {
+  if (!color) return text;
+  return std::string("\033[") + code + "m" + text + "\033[0m";
+}
+
+std::string workload_name(const json& run) {
+  const json& w = field(run, "workload");
+  if (w.is_string()) return w.get<std::string>();
+  std::string name = str(w, "name");
+  return name.empty() ? str(w, "id") : name;
+}
+
+std::string cost_text(const json& run) {
+  const json& cost = field(run, "cost");
+  auto gpu_seconds = num(cost, "gpuSeconds");
+  if (!gpu_seconds) return "";
+  std::string text = format_gpu_seconds(*gpu_seconds);
+  if (cost.is_object() && cost.value("estimated", false)) text += " (est.)";
+  return text;
+}
+
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+std::optional<std::string> phase_entered_at(const json& run, const std::string& phase) {
+  const json& history = field(run, "phaseHistory");
+  if (!history.is_array()) return std::nullopt;
+  std::optional<std::string> found;
+  for (const auto& entry : history) {
+    if (str(entry, "phase") == phase) found = str(entry, "enteredAt");  // the latest entry wins
+  }
+  return found;
+}
+
+}  // namespace
+
+std::string short_id(const std::string& id) {
+  return id.size() > kShortIdLength ? id.substr(0, kShortIdLength) : id;
+}
+
+bool is_terminal_phase(const std::string& phase) {
+  return phase == "COMPLETED" || phase == "FAILED" || phase == "CANCELLED";
+}
+
+std::optional<double> training_elapsed_seconds(const json& run) {
+  auto entered = phase_entered_at(run, "TRAINING");
+  if (!entered) return std::nullopt;
+  // Training ends when the next phase begins; until then, the last update is "now".
+  std::string until = str(run, "updatedAt");
+  const json& history = field(run, "phaseHistory");
+  bool after = false;
+  for (const auto& entry : history) {
+    if (after) {
+      until = str(entry, "enteredAt");
+      break;
+    }
+    if (str(entry, "phase") == "TRAINING" && str(entry, "enteredAt") == *entered) after = true;
+  }
+  return seconds_between(*entered, until);
+}
+
+std::optional<double> run_eta_seconds(const json& run) {
+  const json& progress = field(run, "progress");
+  const int64_t step = integer(progress, "step");
+  const int64_t total = integer(progress, "totalSteps");
+  if (str(run, "phase") != "TRAINING") return std::nullopt;
+  auto elapsed = training_elapsed_seconds(run);
+  if (!elapsed) return std::nullopt;
+  return estimate_remaining(step, total, *elapsed);
+}
+
+namespace {
+
+std::string progress_text(const json& run, const ViewStyle& style, bool with_phase) {
+  const std::string phase = str(run, "phase");
+  const json& progress = field(run, "progress");
+  const json& latest = field(run, "latest");
+  std::vector<std::string> parts;
+  char buf[64];
+  // Pad the phase so the bar does not jump when the phase changes.
+  if (with_phase) {
+    std::string phase_col = phase;
+    if (phase_col.size() < 9) phase_col.append(9 - phase_col.size(), ' ');
+    parts.push_back(paint(phase_col, phase_colour(phase), style.color));
+  }
+
+  const int64_t step = integer(progress, "step");
+  const int64_t total = integer(progress, "totalSteps");
+  if (phase == "PREPARING" && num(progress, "rowsTotal") && integer(progress, "rowsTotal") > 0) {
+    const int64_t done = integer(progress, "rowsDone");
+    const int64_t rows = integer(progress, "rowsTotal");
+    parts.push_back(progress_bar(done, rows, style.bar_width, style.unicode));
+    parts.push_back("rows " + format_thousands(done) + "/" + format_thousands(rows));
+  } else if (total > 0) {
+    parts.push_back(progress_bar(step, total, style.bar_width, style.unicode));
+    std::snprintf(buf, sizeof buf, "step %lld/%lld", static_cast<long long>(step),
+                  static_cast<long long>(total));
+    parts.push_back(buf);
+  } else if (phase == "QUEUED") {
+    const json& claim = field(run, "claim");
+    std::string pool = str(claim, "pool");
+    parts.push_back(pool.empty() ? "waiting for devices" : "waiting for devices in pool " + pool);
+  }
+  if (auto loss = num(latest, "loss")) parts.push_back("loss " + format_number(*loss));
+  if (auto reward = num(latest, "reward")) parts.push_back("reward " + format_number(*reward));
+  if (auto vloss = num(latest, "validationLoss")) parts.push_back("val " + format_number(*vloss));
+  if (phase == "TRAINING") {
+    if (auto tps = num(latest, "tokensPerSecond")) {
+      parts.push_back(format_thousands(static_cast<int64_t>(*tps + 0.5)) + " tok/s");
+    }
+    if (auto eta = run_eta_seconds(run)) parts.push_back("ETA " + format_duration(*eta));
+  } else if (is_terminal_phase(phase)) {
+    if (auto elapsed = training_elapsed_seconds(run)) {
+      parts.push_back("trained " + format_duration(*elapsed));
+    }
+  }
+  std::string cost = cost_text(run);
+  if (!cost.empty()) parts.push_back("cost " + cost);
+  std::string line;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (i) line += "  ";
+    line += parts[i];
+  }
+  return line;
+}
+
+}  // namespace
+
+std::string run_progress_line(const json& run, const ViewStyle& style) {
+  return progress_text(run, style, true);
+}
+
+std::string run_detail(const json& run, const ViewStyle& style) {
+  std::vector<std::pair<std::string, std::string>> state;
+  const std::string phase = str(run, "phase");
+  state.push_back({"Run", str(run, "runId")});
+  state.push_back({"Workload", workload_name(run)});
+  state.push_back({"Base model", str(run, "baseModel")});
+  std::string phase_text = paint(phase, phase_colour(phase), style.color);
+  if (auto attempt = num(run, "attempt"); attempt && *attempt > 1) {
+    phase_text += " (attempt " + format_number(*attempt) + ")";
+  }
+  if (!str(run, "outcome").empty() && str(run, "outcome") != phase) {
+    phase_text += " — " + str(run, "outcome");
+  }
+  state.push_back({"Phase", phase_text});
+  if (!is_terminal_phase(phase) || integer(field(run, "progress"), "totalSteps") > 0) {
+    state.push_back({"Progress", progress_text(run, style, false)});
+  }
+  if (!str(run, "failureReason").empty()) {
+    state.push_back({"Failure", first_line(str(run, "failureReason"))});
+  }
+  const json& plan = field(run, "plan");
+  const json& config = field(plan, "config");
+  if (config.is_object()) {
+    std::string method = str(config, "method");
+    const json& hp = field(config, "hyperparams");
+    std::string desc = method.empty() ? "" : method;
+    if (auto rank = num(field(hp, "lora"), "rank")) desc += ", LoRA rank " + format_number(*rank);
+    if (auto lr = num(field(hp, "optimizer"), "learningRate")) desc += ", lr " + format_number(*lr);
+    if (auto seq = num(config, "maxSeqLength")) desc += ", maxSeqLength " + format_number(*seq);
+    std::string precision = str(field(config, "model"), "precision");
+    if (!precision.empty()) desc += ", " + precision;
+    state.push_back({"Config", desc});
+    state.push_back({"Dataset", str(config, "dataset")});
+  }
+  if (!str(run, "configName").empty()) state.push_back({"Config name", str(run, "configName")});
+  if (!str(run, "description").empty()) state.push_back({"Description", str(run, "description")});
+
+  std::vector<std::pair<std::string, std::string>> results;
+  const json& latest = field(run, "latest");
+  if (auto loss = num(latest, "loss")) results.push_back({"Loss", format_number(*loss)});
+  if (auto v = num(latest, "validationLoss")) results.push_back({"Validation loss", format_number(*v)});
+  if (auto t = num(latest, "tokensPerSecond")) {
+    results.push_back({"Tokens/s", format_thousands(static_cast<int64_t>(*t + 0.5))});
+  }
+  if (!str(run, "adapterPath").empty()) results.push_back({"Adapter", str(run, "adapterPath")});
+
+  std::vector<std::pair<std::string, std::string>> cost;
+  if (!cost_text(run).empty()) cost.push_back({"GPU time", cost_text(run)});
+  const json& claim = field(run, "claim");
+  if (claim.is_object()) {
+    std::string devices = claim.contains("devices") ? claim["devices"].dump() : "";
+    cost.push_back({"Claim", str(claim, "state") + " " + devices + " in pool " + str(claim, "pool")});
+  }
+  cost.push_back({"Created", str(run, "createdAt")});
+  cost.push_back({"Updated", str(run, "updatedAt")});
+  if (!str(run, "submissionId").empty()) cost.push_back({"Submission", str(run, "submissionId")});
+  if (!str(run, "settingsSha").empty()) cost.push_back({"Settings sha", str(run, "settingsSha")});
+
+  // One alignment across all sections, so the values line up.
+  std::string out;
+  auto section = [&](const char* title, const std::vector<std::pair<std::string, std::string>>& rows) {
+    if (rows.empty()) return;
+    size_t width = 0;
+    for (const auto& s : {state, results, cost}) {
+      for (const auto& [k, v] : s) width = std::max(width, k.size());
+    }
+    out += paint(title, "1", style.color) + "\n";
+    for (const auto& [k, v] : rows) {
+      out += "  " + k + ":" + std::string(width - k.size() + 2, ' ') + v + "\n";
+    }
+  };
+  section("State", state);
+  section("Results", results);
+  section("Cost", cost);
+  return out;
+}
+
+std::string run_summary(const json& run) {
+  const std::string phase = str(run, "phase");
+  std::string out = "Run " + str(run, "runId") + " " + phase;
+  const json& progress = field(run, "progress");
+  if (integer(progress, "totalSteps") > 0) {
+    out += " after " + std::to_string(integer(progress, "step")) + "/" +
+           std::to_string(integer(progress, "totalSteps")) + " steps";
+  }
+  if (auto elapsed = training_elapsed_seconds(run)) out += " in " + format_duration(*elapsed);
+  out += "\n";
+  std::vector<std::pair<std::string, std::string>> rows;
+  const json& latest = field(run, "latest");
+  if (auto loss = num(latest, "loss")) rows.push_back({"final loss", format_number(*loss)});
+  if (auto v = num(latest, "validationLoss")) rows.push_back({"validation loss", format_number(*v)});
+  if (auto t = num(latest, "tokensPerSecond")) {
+    rows.push_back({"tokens/s", format_thousands(static_cast<int64_t>(*t + 0.5))});
+  }
+  if (!cost_text(run).empty()) rows.push_back({"cost", cost_text(run)});
+  if (!str(run, "adapterPath").empty()) rows.push_back({"adapter", str(run, "adapterPath")});
+  if (!str(run, "failureReason").empty()) rows.push_back({"failure", first_line(str(run, "failureReason"))});
+  std::string fields = render_fields(rows);
+  // Indent the fields under the headline.
+  size_t start = 0;
+  while (start < fields.size()) {
+    size_t end = fields.find('\n', start);
+    out += "  " + fields.substr(start, end - start + 1);
+    start = end + 1;
+  }
+  return out;
+}
+
+std::vector<std::string> run_list_header() {
+  return {"RUN", "WORKLOAD", "BASE MODEL", "PHASE", "STEP", "LOSS", "CONFIG", "CREATED"};
+}
+
+std::vector<std::string> run_list_row(const json& run, double now_epoch_seconds) {
+  const json& progress = field(run, "progress");
+  std::string step;
+  if (integer(progress, "totalSteps") > 0) {
+    step = std::to_string(integer(progress, "step")) + "/" + std::to_string(integer(progress, "totalSteps"));
+  }
+  auto loss = num(field(run, "latest"), "loss");
+  return {short_id(str(run, "runId")),
+          workload_name(run),
+          str(run, "baseModel"),
+          str(run, "phase"),
+          step,
+          loss ? format_number(*loss) : "",
+          str(run, "configName"),
+          age_text(str(run, "createdAt"), now_epoch_seconds)};
+}
+
+std::string age_text(const std::string& time, double now_epoch_seconds) {
+  auto t = parse_rfc3339(time);
+  if (!t) return "";
+  double age = now_epoch_seconds - *t;
+  if (age < 0) age = 0;
+  char buf[32];
+  if (age < 60) std::snprintf(buf, sizeof buf, "%.0fs ago", age);
+  else if (age < 3600) std::snprintf(buf, sizeof buf, "%.0fm ago", std::floor(age / 60));
+  else if (age < 86400) std::snprintf(buf, sizeof buf, "%.0fh ago", std::floor(age / 3600));
+  else std::snprintf(buf, sizeof buf, "%.0fd ago", std::floor(age / 86400));
+  return buf;
+}
+
+}  // namespace trainer::cli

@@ -1,0 +1,48 @@
+// How a run looks in the terminal: the live progress line of `runs wait` / `runs get`, the
+// detail block of `runs get`, and the rows of `runs list`. Pure functions of the Run record
+// (docs/api.md), so the unit tests pin the text.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace trainer::cli {
+
+struct ViewStyle {
+  bool unicode = false;  // block-character bar (terminals) instead of ASCII
+  bool color = false;    // ANSI colours
+  int bar_width = 24;    // cells of the progress bar
+};
+
+bool is_terminal_phase(const std::string& phase);
+
+// Seconds the run has spent in TRAINING as of its last update, from its phase history.
+std::optional<double> training_elapsed_seconds(const nlohmann::json& run);
+
+// Estimated seconds to the end of training; nullopt before the first step or when done.
+std::optional<double> run_eta_seconds(const nlohmann::json& run);
+
+// One line: phase, bar, "step 40/100", loss, tokens/s, ETA, cost so far. No newline.
+std::string run_progress_line(const nlohmann::json& run, const ViewStyle& style);
+
+// The detail block of `runs get`: "Key:  value" lines in sections.
+std::string run_detail(const nlohmann::json& run, const ViewStyle& style);
+
+// The final summary printed when a wait ends: phase, steps, final loss, adapter, cost.
+std::string run_summary(const nlohmann::json& run);
+
+// `runs list` columns.
+std::vector<std::string> run_list_header();
+std::vector<std::string> run_list_row(const nlohmann::json& run, double now_epoch_seconds);
+
+// "12s ago", "3m ago", "2h ago", "4d ago" (empty when `time` does not parse).
+std::string age_text(const std::string& time, double now_epoch_seconds);
+
+// First 12 characters of an id (what tables show; any unambiguous prefix resolves).
+std::string short_id(const std::string& id);
+
+}  // namespace trainer::cli

@@ -1,0 +1,90 @@
+// The live view of a run: the line `runs wait` redraws and what `runs get` shows.
+#include "cli/run_view.h"
+
+#include <gtest/gtest.h>
+
+#include "cli/format.h"
+
+namespace trainer::cli {
+namespace {
+
+nlohmann::json training_run() {
+  return nlohmann::json::parse(R"({
+    "runId": "7d496e82c3a15f04aa", "workload": {"id": "w1", "name": "demo"}, "baseModel": "tiny-qwen3",
+    "phase": "TRAINING", "attempt": 1, "submissionId": "s1", "settingsSha": "abc",
+    "createdAt": "2026-11-30T05:00:00Z", "updatedAt": "2026-11-30T05:01:40Z",
+    "phaseHistory": [{"phase": "QUEUED", "enteredAt": "2026-11-30T05:00:00Z"},
+                     {"phase": "PREPARING", "enteredAt": "2026-11-30T05:00:10Z"},
+                     {"phase": "TRAINING", "enteredAt": "2026-11-30T05:00:20Z"}],
+    "progress": {"step": 40, "totalSteps": 100},
+    "latest": {"loss": 1.23456, "tokensPerSecond": 812.4},
+    "cost": {"gpuSeconds": 80, "estimated": true}
+  })");
+}
+
+TEST(RunView, TrainingLineShowsBarStepLossRateEtaAndCost) {
+  // 40 steps in 80 s of training: 60 steps left take 120 s.
+  EXPECT_EQ(run_progress_line(training_run(), ViewStyle{false, false, 10}),
+            "TRAINING   [####......]  step 40/100  loss 1.235  812 tok/s  ETA 2m00s  cost 80 GPU-s (est.)");
+  EXPECT_DOUBLE_EQ(*run_eta_seconds(training_run()), 120);
+}
+
+TEST(RunView, PreparingShowsRowsAndTerminalShowsTrainingTime) {
+  auto run = training_run();
+  run["phase"] = "PREPARING";
+  run["progress"] = {{"step", 0}, {"totalSteps", 0}, {"rowsDone", 50}, {"rowsTotal", 200}};
+  run["latest"] = nlohmann::json::object();
+  run["cost"] = {{"gpuSeconds", 0}, {"estimated", true}};
+  EXPECT_EQ(run_progress_line(run, ViewStyle{false, false, 4}), "PREPARING  [#...]  rows 50/200  cost 0 GPU-s (est.)");
+
+  auto done = training_run();
+  done["phase"] = "COMPLETED";
+  done["progress"]["step"] = 100;
+  done["phaseHistory"].push_back({{"phase", "COMPLETED"}, {"enteredAt", "2026-11-30T05:03:00Z"}});
+  done["cost"] = {{"gpuSeconds", 160}, {"estimated", false}};
+  EXPECT_EQ(run_progress_line(done, ViewStyle{false, false, 4}),
+            "COMPLETED  [####]  step 100/100  loss 1.235  trained 2m40s  cost 2.7 GPU-min");
+  EXPECT_FALSE(run_eta_seconds(done));
+}
+
+TEST(RunView, ColoursOnlyWhenAsked) {
+  const std::string line = run_progress_line(training_run(), ViewStyle{true, true, 8});
+  EXPECT_NE(line.find("\033[36mTRAINING"), std::string::npos);
+  EXPECT_NE(line.find("███▏░░░░"), std::string::npos);
+}
+
+TEST(RunView, DetailHasStateResultsAndCostSections) {
+  auto run = training_run();
+  run["failureReason"] = "out of memory\ntraceback...";
+  run["adapterPath"] = "/data/runs/7d/adapter";
+  const std::string detail = run_detail(run, ViewStyle{});
+  EXPECT_NE(detail.find("State\n"), std::string::npos);
+  EXPECT_NE(detail.find("  Run:           7d496e82c3a15f04aa\n"), std::string::npos);
+  EXPECT_NE(detail.find("  Failure:       out of memory\n"), std::string::npos);
+  EXPECT_NE(detail.find("Results\n  Loss:          1.235\n"), std::string::npos);
+  EXPECT_NE(detail.find("  Adapter:       /data/runs/7d/adapter\n"), std::string::npos);
+  EXPECT_NE(detail.find("Cost\n  GPU time:      80 GPU-s (est.)\n"), std::string::npos);
+}
+
+TEST(RunView, SummaryNamesAdapterAndFinalLoss) {
+  auto run = training_run();
+  run["phase"] = "COMPLETED";
+  run["progress"]["step"] = 100;
+  run["adapterPath"] = "/d/adapter";
+  run["phaseHistory"].push_back({{"phase", "COMPLETED"}, {"enteredAt", "2026-11-30T05:01:00Z"}});
+  EXPECT_EQ(run_summary(run),
+            "Run 7d496e82c3a15f04aa COMPLETED after 100/100 steps in 40s\n"
+            "  final loss:  1.235\n"
+            "  tokens/s:    812\n"
+            "  cost:        80 GPU-s (est.)\n"
+            "  adapter:     /d/adapter\n");
+}
+
+TEST(RunView, ListRowIsShortAndAged) {
+  auto row = run_list_row(training_run(), *parse_rfc3339("2026-11-30T05:05:00Z"));
+  EXPECT_EQ(row, (std::vector<std::string>{"7d496e82c3a1", "demo", "tiny-qwen3", "TRAINING", "40/100", "1.235", "",
+                                           "5m ago"}));
+}
+
+}  // namespace
+}  // namespace trainer::cli
