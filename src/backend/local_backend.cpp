@@ -1,1 +1,265 @@
+// The local backend: trainer-job as a child process of trainerd, one per run attempt.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <mutex>
+#include <sstream>
+#include <vector>
+
 #include "backend/backend.h"
+
+namespace trainer::backend {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Field 22 (starttime) and field 3 (state) of /proc/PID/stat; nullopt when the process is absent.
+struct ProcStat {
+  char state = '?';
+  int64_t start_time = 0;
+};
+
+std::optional<ProcStat> read_proc_stat(int64_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  if (!in) return std::nullopt;
+  std::string line;
+  std::getline(in, line);
+  // The command name (field 2) is in parentheses and may hold spaces: parse after the last ')'.
+  size_t close = line.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream rest(line.substr(close + 1));
+  std::vector<std::string> fields;
+  std::string f;
+  while (rest >> f) fields.push_back(f);
+  // fields[0] is field 3 (state); field 22 is fields[19].
+  if (fields.size() < 20) return std::nullopt;
+  ProcStat st;
+  st.state = fields[0].empty() ? '?' : fields[0][0];
+  st.start_time = std::stoll(fields[19]);
+  return st;
+}
+
+std::string profile_name(std::string model) {
+  std::string out = "nvidia-";
+  std::transform(model.begin(), model.end(), model.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (model.rfind("nvidia ", 0) == 0) model = model.substr(7);
+  for (char c : model) out += (std::isalnum(static_cast<unsigned char>(c)) ? c : '-');
+  return out;
+}
+
+class LocalBackend final : public Backend {
+ public:
+  explicit LocalBackend(LocalBackendOptions options) : options_(std::move(options)) {}
+
+  std::string name() const override { return "local"; }
+
+  Result<JobHandle> start(const JobSpec& spec) override {
+    if (::access(options_.job_binary.c_str(), X_OK) != 0) {
+      return unavailable("local backend: job binary " + options_.job_binary + " is not executable: " +
+                         std::strerror(errno));
+    }
+    int log_fd = ::open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (log_fd < 0) {
+      return internal_error("local backend: cannot open job log " + spec.log_path + ": " + std::strerror(errno));
+    }
+    std::vector<std::string> args = {options_.job_binary, "run",      "--plan",   spec.plan_path,
+                                     "--output",          spec.output_dir, "--events", spec.events_path};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+
+    pid_t pid = ::fork();
+    if (pid < 0) {
+      int err = errno;
+      ::close(log_fd);
+      return unavailable(std::string("local backend: fork failed: ") + std::strerror(err));
+    }
+    if (pid == 0) {
+      // Child: its own session, so a signal to trainerd's group does not reach it and a
+      // restarted trainerd can still stop it by pid.
+      ::setsid();
+      int devnull = ::open("/dev/null", O_RDONLY);
+      if (devnull >= 0) ::dup2(devnull, 0);
+      ::dup2(log_fd, 1);
+      ::dup2(log_fd, 2);
+      ::close_range(3, ~0U, 0);  // the job inherits none of trainerd's sockets or files
+      sigset_t none;
+      sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      ::signal(SIGPIPE, SIG_DFL);
+      ::execv(argv[0], argv.data());
+      _exit(127);
+    }
+    ::close(log_fd);
+    JobHandle h;
+    h.pid = pid;
+    auto st = read_proc_stat(pid);
+    h.start_time = st ? st->start_time : 0;
+    return h;
+  }
+
+  JobStatus poll(const JobHandle& handle) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto known = exited_.find(handle.pid);
+    if (known != exited_.end() && known->second.first == handle.start_time) {
+      return {JobState::kExited, known->second.second};
+    }
+    int wstatus = 0;
+    pid_t r = ::waitpid(static_cast<pid_t>(handle.pid), &wstatus, WNOHANG);
+    if (r == handle.pid) {
+      int code = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
+      exited_[handle.pid] = {handle.start_time, code};
+      return {JobState::kExited, code};
+    }
+    if (r == 0) return {JobState::kRunning, std::nullopt};
+    // Not our child (a job started before a restart): judge by /proc, matching the start time
+    // so that a recycled pid is not mistaken for the job.
+    auto st = read_proc_stat(handle.pid);
+    if (st && st->start_time == handle.start_time && st->state != 'Z' && st->state != 'X') {
+      return {JobState::kRunning, std::nullopt};
+    }
+    return {JobState::kGone, std::nullopt};
+  }
+
+  void request_stop(const JobHandle& handle) override { signal_job(handle, SIGTERM); }
+  void kill(const JobHandle& handle) override { signal_job(handle, SIGKILL); }
+
+  std::optional<JobHandle> find(const JobSpec& spec) override {
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator("/proc", ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
+      std::ifstream in(entry.path() / "cmdline", std::ios::binary);
+      std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+      if (cmdline.find(" run ") == std::string::npos) continue;
+      if (cmdline.find(" --events " + spec.events_path + " ") == std::string::npos &&
+          !(cmdline.size() >= spec.events_path.size() + 1 &&
+            cmdline.find(" --events " + spec.events_path) != std::string::npos)) {
+        continue;
+      }
+      int64_t pid = std::stoll(name);
+      auto st = read_proc_stat(pid);
+      if (!st || st->state == 'Z') continue;
+      return JobHandle{pid, st->start_time};
+    }
+    return std::nullopt;
+  }
+
+  Result<std::string> run_tool(const std::vector<std::string>& args, int timeout_s) override {
+    char out_tpl[] = "/tmp/trainerd-tool-out-XXXXXX";
+    char err_tpl[] = "/tmp/trainerd-tool-err-XXXXXX";
+    int out_fd = ::mkstemp(out_tpl);
+    int err_fd = ::mkstemp(err_tpl);
+    if (out_fd < 0 || err_fd < 0) {
+      if (out_fd >= 0) ::close(out_fd);
+      if (err_fd >= 0) ::close(err_fd);
+      return internal_error(std::string("local backend: cannot create a temporary file: ") + std::strerror(errno));
+    }
+    std::vector<std::string> all = {options_.job_binary};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : all) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::setsid();
+      int devnull = ::open("/dev/null", O_RDONLY);
+      if (devnull >= 0) ::dup2(devnull, 0);
+      ::dup2(out_fd, 1);
+      ::dup2(err_fd, 2);
+      ::close_range(3, ~0U, 0);
+      ::execv(argv[0], argv.data());
+      _exit(127);
+    }
+    ::close(out_fd);
+    ::close(err_fd);
+    auto slurp = [](const char* path) {
+      std::ifstream in(path, std::ios::binary);
+      std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      ::unlink(path);
+      return s;
+    };
+    if (pid < 0) {
+      slurp(out_tpl);
+      slurp(err_tpl);
+      return unavailable(std::string("local backend: fork failed: ") + std::strerror(errno));
+    }
+    int wstatus = 0;
+    bool timed_out = true;
+    for (int i = 0; i < timeout_s * 20; ++i) {
+      if (::waitpid(pid, &wstatus, WNOHANG) == pid) {
+        timed_out = false;
+        break;
+      }
+      ::usleep(50000);
+    }
+    if (timed_out) {
+      ::kill(-pid, SIGKILL);
+      ::waitpid(pid, &wstatus, 0);
+    }
+    std::string out = slurp(out_tpl);
+    std::string err = slurp(err_tpl);
+    if (timed_out) return unavailable("trainer-job " + args[0] + " ran past " + std::to_string(timeout_s) + "s");
+    if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
+      while (!err.empty() && (err.back() == '\n' || err.back() == ' ')) err.pop_back();
+      return failed_precondition("trainer-job " + args[0] + " failed: " + (err.empty() ? "no message" : err));
+    }
+    return out;
+  }
+
+  std::map<std::string, int> observed_devices() override {
+    std::map<std::string, int> out;
+    out["cpu"] = 1;  // this host
+    std::error_code ec;
+    fs::path gpus = "/proc/driver/nvidia/gpus";
+    if (fs::is_directory(gpus, ec)) {
+      for (const auto& entry : fs::directory_iterator(gpus, ec)) {
+        std::ifstream info(entry.path() / "information");
+        std::string line, model = "unknown";
+        while (std::getline(info, line)) {
+          if (line.rfind("Model:", 0) == 0) {
+            model = line.substr(6);
+            model.erase(0, model.find_first_not_of(" \t"));
+          }
+        }
+        out[profile_name(model)] += 1;
+      }
+    }
+    return out;
+  }
+
+  std::string observed_source() const override {
+    return "this host: one CPU device, and the GPUs the NVIDIA driver lists in /proc/driver/nvidia/gpus";
+  }
+
+ private:
+  void signal_job(const JobHandle& handle, int sig) {
+    auto st = read_proc_stat(handle.pid);
+    if (!st || st->start_time != handle.start_time) return;  // gone, or the pid was reused
+    // The job leads its own process group: signal the group so its workers stop too.
+    if (::kill(-static_cast<pid_t>(handle.pid), sig) != 0) ::kill(static_cast<pid_t>(handle.pid), sig);
+  }
+
+  const LocalBackendOptions options_;
+  std::mutex mu_;
+  std::map<int64_t, std::pair<int64_t, int>> exited_;  // pid -> (start time, exit code); guarded by mu_
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_local_backend(const LocalBackendOptions& options) {
+  return std::make_unique<LocalBackend>(options);
+}
+
+}  // namespace trainer::backend

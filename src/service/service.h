@@ -1,4 +1,114 @@
-// The trainer service: run lifecycle, pools and claims, catalog. No HTTP here.
+// The trainer service: base models, datasets, workloads, the run lifecycle, pools, claims and
+// quotas. No HTTP here: src/api translates requests into these calls and their JSON back.
+//
+// Every state change is committed to the Store before the service acts on it (starts a job,
+// grants a claim, answers a request). A driver thread moves each open run through its phases
+// (service/phases.h) and follows its job's events file; after a restart, start() finds the
+// jobs of open runs again or ends their runs with a named failure.
+//
+// Thread safety: every public method may be called from any thread.
 #pragma once
 
-namespace trainer::service {}
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/backend.h"
+#include "common/status.h"
+#include "service/config.h"
+#include "store/store.h"
+
+namespace trainer::service {
+
+using json = nlohmann::json;
+
+// Where the service keeps its files and how it behaves; see DeploymentConfig for what it offers.
+struct ServiceOptions {
+  std::string data_dir;                  // state.db, datasets/, models/, runs/ live here
+  DeploymentConfig config;               // allowed base models, pools, quotas, limits
+  std::string instance;                  // the `instance` attribute of every service metric
+  std::chrono::milliseconds tick{100};   // how often the driver looks at open runs
+};
+
+// One startup step and how it went, for `info`.
+struct StartupStep {
+  std::string name;
+  bool ok = false;
+  std::string message;
+};
+
+struct RunListQuery {
+  std::string phase;     // "", "open", or a phase name
+  std::string workload;  // name or id; "" = all
+  int64_t limit = 50;    // 1..1000
+  int64_t offset = 0;
+};
+
+class Service {
+ public:
+  virtual ~Service() = default;
+
+  // Runs the startup steps (recovering open runs, reading capacity) and starts the driver.
+  // Steps are recorded whether they pass or fail; see startup_steps().
+  virtual Status start() = 0;
+  // Stops the driver thread. Jobs keep running; a restarted service finds them again.
+  virtual void stop() = 0;
+  virtual bool ready() const = 0;
+  virtual std::vector<StartupStep> startup_steps() const = 0;
+  // `info`: backend, build, configuration (without secrets), startup.
+  virtual json info() const = 0;
+
+  // ---- base models
+  virtual Result<json> list_base_models(bool all) = 0;               // {baseModels:[...]}
+  virtual Result<json> get_base_model(const std::string& ref) = 0;    // name or id (prefix)
+  virtual Result<json> select_base_model(const std::string& name) = 0;
+
+  // ---- datasets
+  // Registers chat JSONL; returns the dataset and whether its content was new.
+  virtual Result<std::pair<json, bool>> register_dataset(const std::optional<std::string>& name,
+                                                         const std::string& rows) = 0;
+  virtual Result<json> list_datasets() = 0;
+  virtual Result<json> get_dataset(const std::string& ref) = 0;  // name, hash or unique prefix
+  // Token length distribution under a base model's tokenizer (runs `trainer-job analyze`).
+  virtual Result<json> measure_dataset(const std::string& ref, const std::string& base_model,
+                                       std::optional<int> max_seq_length) = 0;
+
+  // ---- workloads
+  virtual Result<json> create_workload(const json& body) = 0;
+  virtual Result<json> list_workloads() = 0;
+  virtual Result<json> get_workload(const std::string& ref) = 0;
+  virtual Result<json> update_workload(const std::string& ref, const json& body) = 0;
+  virtual Result<json> set_evaluation(const std::string& ref, const json& body) = 0;
+  virtual Result<json> get_ref(const std::string& ref, const std::string& which) = 0;
+  virtual Result<json> set_ref(const std::string& ref, const std::string& which, const json& body) = 0;
+
+  // ---- runs
+  // Submits a plan (JSON). Returns the run and whether it was created (false when its
+  // submissionId was seen before). A dry run returns {plan: resolved} and creates nothing.
+  virtual Result<std::pair<json, bool>> submit_run(const json& plan, bool dry_run) = 0;
+  virtual Result<json> list_runs(const RunListQuery& query) = 0;
+  virtual Result<json> get_run(const std::string& ref) = 0;
+  // Long poll: events after `after`, waiting up to `wait` for one to arrive.
+  virtual Result<json> run_events(const std::string& ref, int64_t after, std::chrono::milliseconds wait) = 0;
+  virtual Result<json> cancel_run(const std::string& ref) = 0;
+  virtual Result<json> annotate_run(const std::string& ref, const json& body) = 0;
+  virtual Result<json> run_metrics(const std::string& ref, int64_t limit) = 0;
+  virtual Result<json> run_hparams(const std::string& ref) = 0;
+
+  // ---- capacity and telemetry
+  virtual Result<json> capacity() = 0;
+  // Prometheus text exposition of every service metric.
+  virtual std::string metrics_text() = 0;
+};
+
+// Builds the service on `store` and `backend` (both owned). Creates the data folders.
+Result<std::unique_ptr<Service>> make_service(ServiceOptions options, std::unique_ptr<store::Store> store,
+                                              std::unique_ptr<backend::Backend> backend);
+
+}  // namespace trainer::service

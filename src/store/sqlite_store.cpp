@@ -1,30 +1,451 @@
+// SQLite implementation of the Store: one connection, WAL, synchronous=FULL, a migrations table.
 #include <sqlite3.h>
+
+#include <mutex>
+#include <utility>
 
 #include "store/store.h"
 
 namespace trainer::store {
 namespace {
 
+// Schema migrations, applied in order; index + 1 is the version recorded in schema_migrations.
+// Never edit an applied entry: append a new one.
+const char* const kMigrations[] = {
+    // 1: the round-1 nouns.
+    R"sql(
+CREATE TABLE base_models (name TEXT PRIMARY KEY, doc TEXT NOT NULL);
+CREATE TABLE datasets (hash TEXT PRIMARY KEY, created_seq INTEGER NOT NULL, doc TEXT NOT NULL);
+CREATE TABLE dataset_aliases (name TEXT PRIMARY KEY, hash TEXT NOT NULL REFERENCES datasets(hash));
+CREATE TABLE workloads (id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, doc TEXT NOT NULL);
+CREATE TABLE runs (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  id TEXT NOT NULL UNIQUE,
+  workload_id TEXT NOT NULL,
+  phase TEXT NOT NULL,
+  submission_id TEXT UNIQUE,
+  doc TEXT NOT NULL);
+CREATE INDEX runs_by_phase ON runs(phase, seq);
+CREATE INDEX runs_by_workload ON runs(workload_id, seq);
+CREATE TABLE run_events (run_id TEXT NOT NULL, seq INTEGER NOT NULL, doc TEXT NOT NULL,
+  PRIMARY KEY (run_id, seq));
+CREATE TABLE run_metrics (run_id TEXT NOT NULL, step INTEGER NOT NULL, doc TEXT NOT NULL,
+  PRIMARY KEY (run_id, step));
+CREATE TABLE claims (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  owner TEXT NOT NULL UNIQUE,
+  kind TEXT NOT NULL,
+  workload_id TEXT NOT NULL,
+  pool TEXT NOT NULL,
+  devices INTEGER NOT NULL,
+  state TEXT NOT NULL,
+  since TEXT NOT NULL);
+)sql",
+};
+
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) : db_(db) {
+    rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
+  }
+  ~Stmt() { sqlite3_finalize(stmt_); }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+
+  bool ok() const { return rc_ == SQLITE_OK; }
+  Stmt& bind(int i, const std::string& s) {
+    sqlite3_bind_text(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Stmt& bind(int i, int64_t v) {
+    sqlite3_bind_int64(stmt_, i, v);
+    return *this;
+  }
+  Stmt& bind_null(int i) {
+    sqlite3_bind_null(stmt_, i);
+    return *this;
+  }
+  // SQLITE_ROW, SQLITE_DONE or an error code.
+  int step() { return sqlite3_step(stmt_); }
+  std::string text(int col) const {
+    const unsigned char* p = sqlite3_column_text(stmt_, col);
+    return p ? std::string(reinterpret_cast<const char*>(p), sqlite3_column_bytes(stmt_, col)) : "";
+  }
+  int64_t integer(int col) const { return sqlite3_column_int64(stmt_, col); }
+  std::string error() const { return sqlite3_errmsg(db_); }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* stmt_ = nullptr;
+  int rc_;
+};
+
+Status db_error(sqlite3* db, const std::string& what) {
+  return internal_error("store: " + what + ": " + sqlite3_errmsg(db));
+}
+
 class SqliteStore final : public Store {
  public:
   explicit SqliteStore(sqlite3* db) : db_(db) {}
   ~SqliteStore() override { sqlite3_close(db_); }
-  int schema_version() const override { return 0; }
+
+  Status init() {
+    TRAINER_RETURN_IF_ERROR(exec("PRAGMA journal_mode=WAL"));
+    TRAINER_RETURN_IF_ERROR(exec("PRAGMA synchronous=FULL"));
+    TRAINER_RETURN_IF_ERROR(exec("PRAGMA foreign_keys=ON"));
+    sqlite3_busy_timeout(db_, 5000);
+    TRAINER_RETURN_IF_ERROR(exec(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
+        "applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ','now')))"));
+    Stmt q(db_, "SELECT COALESCE(MAX(version), 0) FROM schema_migrations");
+    if (!q.ok() || q.step() != SQLITE_ROW) return db_error(db_, "reading schema version");
+    version_ = static_cast<int>(q.integer(0));
+    const int known = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));
+    if (version_ > known) {
+      return failed_precondition("store: schema version " + std::to_string(version_) +
+                                 " is newer than this trainerd knows (" + std::to_string(known) +
+                                 "); run a newer trainerd");
+    }
+    for (int v = version_ + 1; v <= known; ++v) {
+      Status st = transaction([&]() -> Status {
+        TRAINER_RETURN_IF_ERROR(exec(kMigrations[v - 1]));
+        Stmt ins(db_, "INSERT INTO schema_migrations(version) VALUES (?)");
+        ins.bind(1, static_cast<int64_t>(v));
+        if (ins.step() != SQLITE_DONE) return db_error(db_, "recording migration");
+        return Status::ok();
+      });
+      if (!st.is_ok()) return st.with_context("migration " + std::to_string(v));
+      version_ = v;
+    }
+    return Status::ok();
+  }
+
+  int schema_version() const override { return version_; }
+
+  Status transaction(const std::function<Status()>& body) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    if (depth_ > 0) return body();
+    TRAINER_RETURN_IF_ERROR(exec("BEGIN IMMEDIATE"));
+    ++depth_;
+    Status st;
+    try {
+      st = body();
+    } catch (const std::exception& e) {
+      st = internal_error(std::string("store transaction: ") + e.what());
+    }
+    --depth_;
+    if (!st.is_ok()) {
+      (void)exec("ROLLBACK");
+      return st;
+    }
+    Status c = exec("COMMIT");
+    if (!c.is_ok()) (void)exec("ROLLBACK");
+    return c;
+  }
+
+  // ---- base models
+  Status put_base_model(const json& doc) override {
+    return write("INSERT INTO base_models(name, doc) VALUES (?, ?) "
+                 "ON CONFLICT(name) DO UPDATE SET doc = excluded.doc",
+                 {doc.at("name").get<std::string>(), doc.dump()});
+  }
+  Result<std::vector<json>> list_base_models() override {
+    return docs("SELECT doc FROM base_models ORDER BY name", {});
+  }
+
+  // ---- datasets
+  Result<bool> insert_dataset(const json& doc) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Stmt s(db_, "INSERT INTO datasets(hash, created_seq, doc) VALUES (?, "
+                "(SELECT COALESCE(MAX(created_seq), 0) + 1 FROM datasets), ?) "
+                "ON CONFLICT(hash) DO NOTHING");
+    s.bind(1, doc.at("hash").get<std::string>()).bind(2, doc.dump());
+    if (s.step() != SQLITE_DONE) return db_error(db_, "inserting dataset");
+    return sqlite3_changes(db_) > 0;
+  }
+  Result<std::optional<json>> get_dataset(const std::string& hash) override {
+    return one("SELECT doc FROM datasets WHERE hash = ?", {hash});
+  }
+  Result<std::vector<json>> datasets_with_prefix(const std::string& prefix) override {
+    return docs("SELECT doc FROM datasets WHERE hash >= ? AND hash < ? ORDER BY hash LIMIT 10",
+                {prefix, prefix + "\x7f"});
+  }
+  Result<std::vector<json>> list_datasets() override {
+    return docs("SELECT doc FROM datasets ORDER BY created_seq DESC", {});
+  }
+  Status set_alias(const std::string& name, const std::string& hash) override {
+    return write("INSERT INTO dataset_aliases(name, hash) VALUES (?, ?) "
+                 "ON CONFLICT(name) DO UPDATE SET hash = excluded.hash",
+                 {name, hash});
+  }
+  Result<std::optional<std::string>> get_alias(const std::string& name) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Stmt s(db_, "SELECT hash FROM dataset_aliases WHERE name = ?");
+    s.bind(1, name);
+    int rc = s.step();
+    if (rc == SQLITE_DONE) return std::optional<std::string>();
+    if (rc != SQLITE_ROW) return db_error(db_, "reading alias");
+    return std::optional<std::string>(s.text(0));
+  }
+  Result<std::vector<std::string>> aliases_of(const std::string& hash) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Stmt s(db_, "SELECT name FROM dataset_aliases WHERE hash = ? ORDER BY name");
+    s.bind(1, hash);
+    std::vector<std::string> out;
+    int rc;
+    while ((rc = s.step()) == SQLITE_ROW) out.push_back(s.text(0));
+    if (rc != SQLITE_DONE) return db_error(db_, "reading aliases");
+    return out;
+  }
+
+  // ---- workloads
+  Status insert_workload(const json& doc) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Stmt s(db_, "INSERT INTO workloads(id, name, doc) VALUES (?, ?, ?)");
+    s.bind(1, doc.at("id").get<std::string>()).bind(2, doc.at("name").get<std::string>()).bind(3, doc.dump());
+    int rc = s.step();
+    if (rc == SQLITE_CONSTRAINT) {
+      return already_exists("name: a workload named '" + doc.at("name").get<std::string>() + "' already exists");
+    }
+    if (rc != SQLITE_DONE) return db_error(db_, "inserting workload");
+    return Status::ok();
+  }
+  Status update_workload(const json& doc) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Stmt s(db_, "UPDATE workloads SET name = ?, doc = ? WHERE id = ?");
+    s.bind(1, doc.at("name").get<std::string>()).bind(2, doc.dump()).bind(3, doc.at("id").get<std::string>());
+    int rc = s.step();
+    if (rc == SQLITE_CONSTRAINT) {
+      return already_exists("name: a workload named '" + doc.at("name").get<std::string>() + "' already exists");
+    }
+    if (rc != SQLITE_DONE) return db_error(db_, "updating workload");
+    if (sqlite3_changes(db_) == 0) return not_found("workload " + doc.at("id").get<std::string>());
+    return Status::ok();
+  }
+  Result<std::optional<json>> get_workload(const std::string& id) override {
+    return one("SELECT doc FROM workloads WHERE id = ?", {id});
+  }
+  Result<std::optional<json>> workload_by_name(const std::string& name) override {
+    return one("SELECT doc FROM workloads WHERE name = ?", {name});
+  }
+  Result<std::vector<json>> list_workloads() override {
+    return docs("SELECT doc FROM workloads ORDER BY name", {});
+  }
+
+  // ---- runs
+  Status insert_run(const json& doc) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Stmt s(db_, "INSERT INTO runs(id, workload_id, phase, submission_id, doc) VALUES (?, ?, ?, ?, ?)");
+    s.bind(1, doc.at("runId").get<std::string>())
+        .bind(2, doc.at("workload").at("id").get<std::string>())
+        .bind(3, doc.at("phase").get<std::string>());
+    if (doc.contains("submissionId") && doc["submissionId"].is_string()) {
+      s.bind(4, doc["submissionId"].get<std::string>());
+    } else {
+      s.bind_null(4);
+    }
+    s.bind(5, doc.dump());
+    int rc = s.step();
+    if (rc == SQLITE_CONSTRAINT) return already_exists("submissionId: already used by another run");
+    if (rc != SQLITE_DONE) return db_error(db_, "inserting run");
+    return Status::ok();
+  }
+  Status update_run(const json& doc) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Stmt s(db_, "UPDATE runs SET phase = ?, doc = ? WHERE id = ?");
+    s.bind(1, doc.at("phase").get<std::string>()).bind(2, doc.dump()).bind(3, doc.at("runId").get<std::string>());
+    if (s.step() != SQLITE_DONE) return db_error(db_, "updating run");
+    if (sqlite3_changes(db_) == 0) return not_found("run " + doc.at("runId").get<std::string>());
+    return Status::ok();
+  }
+  Result<std::optional<json>> get_run(const std::string& id) override {
+    return one("SELECT doc FROM runs WHERE id = ?", {id});
+  }
+  Result<std::vector<std::string>> run_ids_with_prefix(const std::string& prefix, int limit) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Stmt s(db_, "SELECT id FROM runs WHERE id >= ? AND id < ? ORDER BY id LIMIT ?");
+    s.bind(1, prefix).bind(2, prefix + "\x7f").bind(3, static_cast<int64_t>(limit));
+    std::vector<std::string> out;
+    int rc;
+    while ((rc = s.step()) == SQLITE_ROW) out.push_back(s.text(0));
+    if (rc != SQLITE_DONE) return db_error(db_, "reading run ids");
+    return out;
+  }
+  Result<std::optional<json>> run_by_submission(const std::string& submission_id) override {
+    return one("SELECT doc FROM runs WHERE submission_id = ?", {submission_id});
+  }
+  Result<RunPage> list_runs(const RunFilter& f) override {
+    std::string where = " WHERE 1=1";
+    std::vector<std::string> args;
+    if (!f.phases.empty()) {
+      where += " AND phase IN (";
+      for (size_t i = 0; i < f.phases.size(); ++i) {
+        where += i ? ",?" : "?";
+        args.push_back(f.phases[i]);
+      }
+      where += ")";
+    }
+    if (!f.workload_id.empty()) {
+      where += " AND workload_id = ?";
+      args.push_back(f.workload_id);
+    }
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    RunPage page;
+    {
+      Stmt c(db_, ("SELECT COUNT(*) FROM runs" + where).c_str());
+      for (size_t i = 0; i < args.size(); ++i) c.bind(static_cast<int>(i + 1), args[i]);
+      if (c.step() != SQLITE_ROW) return db_error(db_, "counting runs");
+      page.total = c.integer(0);
+    }
+    Stmt s(db_, ("SELECT doc FROM runs" + where + " ORDER BY seq DESC LIMIT ? OFFSET ?").c_str());
+    int i = 1;
+    for (const auto& a : args) s.bind(i++, a);
+    s.bind(i, f.limit);
+    s.bind(i + 1, f.offset);
+    int rc;
+    while ((rc = s.step()) == SQLITE_ROW) page.runs.push_back(json::parse(s.text(0)));
+    if (rc != SQLITE_DONE) return db_error(db_, "listing runs");
+    return page;
+  }
+
+  // ---- run events
+  Result<int64_t> append_run_event(const std::string& run_id, const json& event) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    int64_t seq = 0;
+    {
+      Stmt q(db_, "SELECT COALESCE(MAX(seq), 0) + 1 FROM run_events WHERE run_id = ?");
+      q.bind(1, run_id);
+      if (q.step() != SQLITE_ROW) return db_error(db_, "reading event seq");
+      seq = q.integer(0);
+    }
+    json doc = event;
+    doc["seq"] = seq;
+    Stmt s(db_, "INSERT INTO run_events(run_id, seq, doc) VALUES (?, ?, ?)");
+    s.bind(1, run_id).bind(2, seq).bind(3, doc.dump());
+    if (s.step() != SQLITE_DONE) return db_error(db_, "appending run event");
+    return seq;
+  }
+  Result<std::vector<json>> run_events(const std::string& run_id, int64_t after, int64_t limit) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Stmt s(db_, "SELECT doc FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?");
+    s.bind(1, run_id).bind(2, after).bind(3, limit);
+    std::vector<json> out;
+    int rc;
+    while ((rc = s.step()) == SQLITE_ROW) out.push_back(json::parse(s.text(0)));
+    if (rc != SQLITE_DONE) return db_error(db_, "reading run events");
+    return out;
+  }
+
+  // ---- step metrics
+  Status put_step_metrics(const std::string& run_id, int64_t step, const json& doc) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Stmt s(db_, "INSERT INTO run_metrics(run_id, step, doc) VALUES (?, ?, ?) "
+                "ON CONFLICT(run_id, step) DO UPDATE SET doc = excluded.doc");
+    s.bind(1, run_id).bind(2, step).bind(3, doc.dump());
+    if (s.step() != SQLITE_DONE) return db_error(db_, "writing step metrics");
+    return Status::ok();
+  }
+  Result<std::vector<json>> step_metrics(const std::string& run_id, int64_t limit) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    // The last `limit` steps, ascending.
+    Stmt s(db_, "SELECT doc FROM (SELECT step, doc FROM run_metrics WHERE run_id = ? "
+                "ORDER BY step DESC LIMIT ?) ORDER BY step ASC");
+    s.bind(1, run_id).bind(2, limit);
+    std::vector<json> out;
+    int rc;
+    while ((rc = s.step()) == SQLITE_ROW) out.push_back(json::parse(s.text(0)));
+    if (rc != SQLITE_DONE) return db_error(db_, "reading step metrics");
+    return out;
+  }
+
+  // ---- claims
+  Status insert_claim(ClaimRow& c) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Stmt s(db_, "INSERT INTO claims(owner, kind, workload_id, pool, devices, state, since) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)");
+    s.bind(1, c.owner).bind(2, c.kind).bind(3, c.workload_id).bind(4, c.pool)
+        .bind(5, static_cast<int64_t>(c.devices)).bind(6, c.state).bind(7, c.since);
+    int rc = s.step();
+    if (rc == SQLITE_CONSTRAINT) return already_exists("claim for " + c.owner + " exists");
+    if (rc != SQLITE_DONE) return db_error(db_, "inserting claim");
+    c.seq = sqlite3_last_insert_rowid(db_);
+    return Status::ok();
+  }
+  Status update_claim(const ClaimRow& c) override {
+    return write("UPDATE claims SET state = ?, since = ?, pool = ?, devices = ? WHERE owner = ?",
+                 {c.state, c.since, c.pool, std::to_string(c.devices), c.owner});
+  }
+  Status delete_claim(const std::string& owner) override {
+    return write("DELETE FROM claims WHERE owner = ?", {owner});
+  }
+  Result<std::vector<ClaimRow>> list_claims() override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Stmt s(db_, "SELECT owner, kind, workload_id, pool, devices, state, since, seq FROM claims ORDER BY seq");
+    std::vector<ClaimRow> out;
+    int rc;
+    while ((rc = s.step()) == SQLITE_ROW) {
+      out.push_back(ClaimRow{s.text(0), s.text(1), s.text(2), s.text(3), static_cast<int>(s.integer(4)),
+                             s.text(5), s.text(6), s.integer(7)});
+    }
+    if (rc != SQLITE_DONE) return db_error(db_, "listing claims");
+    return out;
+  }
 
  private:
-  sqlite3* db_;  // owned
+  Status exec(const char* sql) {
+    char* err = nullptr;
+    if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+      std::string msg = err ? err : "unknown error";
+      sqlite3_free(err);
+      return internal_error(std::string("store: ") + msg);
+    }
+    return Status::ok();
+  }
+  Status write(const char* sql, const std::vector<std::string>& args) {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Stmt s(db_, sql);
+    if (!s.ok()) return db_error(db_, "preparing statement");
+    for (size_t i = 0; i < args.size(); ++i) s.bind(static_cast<int>(i + 1), args[i]);
+    if (s.step() != SQLITE_DONE) return db_error(db_, "writing");
+    return Status::ok();
+  }
+  Result<std::vector<json>> docs(const char* sql, const std::vector<std::string>& args) {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Stmt s(db_, sql);
+    for (size_t i = 0; i < args.size(); ++i) s.bind(static_cast<int>(i + 1), args[i]);
+    std::vector<json> out;
+    int rc;
+    while ((rc = s.step()) == SQLITE_ROW) out.push_back(json::parse(s.text(0)));
+    if (rc != SQLITE_DONE) return db_error(db_, "reading");
+    return out;
+  }
+  Result<std::optional<json>> one(const char* sql, const std::vector<std::string>& args) {
+    auto r = docs(sql, args);
+    if (!r.is_ok()) return r.status();
+    if (r->empty()) return std::optional<json>();
+    return std::optional<json>(std::move(r->front()));
+  }
+
+  sqlite3* db_;  // owned; guarded by mu_
+  std::recursive_mutex mu_;
+  int depth_ = 0;    // transaction nesting; guarded by mu_
+  int version_ = 0;  // constant after init()
 };
 
 }  // namespace
 
 Result<std::unique_ptr<Store>> open_sqlite_store(const std::string& path) {
   sqlite3* db = nullptr;
-  if (sqlite3_open(path.c_str(), &db) != SQLITE_OK) {
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                      nullptr) != SQLITE_OK) {
     std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
     sqlite3_close(db);
     return unavailable("cannot open store " + path + ": " + msg);
   }
-  return std::unique_ptr<Store>(new SqliteStore(db));
+  auto store = std::make_unique<SqliteStore>(db);
+  Status st = store->init();
+  if (!st.is_ok()) return st.with_context("opening store " + path);
+  return std::unique_ptr<Store>(std::move(store));
 }
 
 }  // namespace trainer::store

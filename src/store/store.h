@@ -1,18 +1,108 @@
 // The Store: durable state of the service behind one interface (SQLite now, PostgreSQL later).
+//
+// Entities are JSON documents (the shapes of docs/api.md) with the few columns the service
+// queries by kept beside them. Every write is a committed transaction when it returns: with
+// SQLite, WAL mode and synchronous=FULL, so an acknowledged commit survives power loss.
+//
+// Thread safety: every method may be called from any thread; the implementation serialises
+// access. transaction() runs `body` atomically: its writes commit together or not at all,
+// and other threads' calls wait until it ends.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 
 namespace trainer::store {
 
+using json = nlohmann::json;
+
+// Filter of list_runs(). Empty fields do not filter.
+struct RunFilter {
+  std::vector<std::string> phases;  // any of these phases
+  std::string workload_id;          // only this workload's runs
+  int64_t limit = 50;               // page size
+  int64_t offset = 0;               // rows skipped, newest first
+};
+
+struct RunPage {
+  std::vector<json> runs;  // newest first
+  int64_t total = 0;       // rows matching the filter, ignoring limit and offset
+};
+
+// A claim on a pool: owner is the run id (one claim per run).
+struct ClaimRow {
+  std::string owner;        // run id
+  std::string kind;         // "SFT", "GRPO", "GSPO"
+  std::string workload_id;  // workload the devices count against
+  std::string pool;         // pool name
+  int devices = 0;          // devices held or waited for
+  std::string state;        // "GRANTED" | "QUEUED"
+  std::string since;        // RFC 3339: when it entered its state
+  int64_t seq = 0;          // admission order (assigned by the store on insert)
+};
+
 class Store {
  public:
   virtual ~Store() = default;
+
   // Schema version after migrations.
   virtual int schema_version() const = 0;
+
+  // Runs `body` in one transaction; commits when it returns ok, rolls back otherwise.
+  // Nested calls join the outer transaction.
+  virtual Status transaction(const std::function<Status()>& body) = 0;
+
+  // ---- base models: keyed by doc["name"]
+  virtual Status put_base_model(const json& doc) = 0;
+  virtual Result<std::vector<json>> list_base_models() = 0;
+
+  // ---- datasets: keyed by doc["hash"]; aliases name -> hash
+  // Inserts when the hash is new; returns true when inserted, false when it existed.
+  virtual Result<bool> insert_dataset(const json& doc) = 0;
+  virtual Result<std::optional<json>> get_dataset(const std::string& hash) = 0;
+  virtual Result<std::vector<json>> datasets_with_prefix(const std::string& prefix) = 0;
+  virtual Result<std::vector<json>> list_datasets() = 0;  // newest first
+  virtual Status set_alias(const std::string& name, const std::string& hash) = 0;
+  virtual Result<std::optional<std::string>> get_alias(const std::string& name) = 0;
+  // Names currently pointing at `hash`.
+  virtual Result<std::vector<std::string>> aliases_of(const std::string& hash) = 0;
+
+  // ---- workloads: keyed by doc["id"], unique doc["name"]
+  virtual Status insert_workload(const json& doc) = 0;  // already_exists on a taken name or id
+  virtual Status update_workload(const json& doc) = 0;  // already_exists on a taken name
+  virtual Result<std::optional<json>> get_workload(const std::string& id) = 0;
+  virtual Result<std::optional<json>> workload_by_name(const std::string& name) = 0;
+  virtual Result<std::vector<json>> list_workloads() = 0;
+
+  // ---- runs: keyed by doc["runId"]; unique doc["submissionId"] when present
+  virtual Status insert_run(const json& doc) = 0;
+  virtual Status update_run(const json& doc) = 0;
+  virtual Result<std::optional<json>> get_run(const std::string& id) = 0;
+  virtual Result<std::vector<std::string>> run_ids_with_prefix(const std::string& prefix, int limit) = 0;
+  virtual Result<std::optional<json>> run_by_submission(const std::string& submission_id) = 0;
+  virtual Result<RunPage> list_runs(const RunFilter& filter) = 0;
+
+  // ---- run events: append-only, seq from 1 per run
+  virtual Result<int64_t> append_run_event(const std::string& run_id, const json& event) = 0;
+  virtual Result<std::vector<json>> run_events(const std::string& run_id, int64_t after, int64_t limit) = 0;
+
+  // ---- per-step metrics of a run (one row per step; a repeated step replaces it)
+  virtual Status put_step_metrics(const std::string& run_id, int64_t step, const json& doc) = 0;
+  virtual Result<std::vector<json>> step_metrics(const std::string& run_id, int64_t limit) = 0;
+
+  // ---- claims: one per owner
+  virtual Status insert_claim(ClaimRow& claim) = 0;  // assigns claim.seq
+  virtual Status update_claim(const ClaimRow& claim) = 0;
+  virtual Status delete_claim(const std::string& owner) = 0;  // ok when absent
+  virtual Result<std::vector<ClaimRow>> list_claims() = 0;    // by seq ascending
 };
 
 // Opens (creating and migrating as needed) the SQLite store at `path`.

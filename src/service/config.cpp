@@ -1,0 +1,175 @@
+#include "service/config.h"
+
+#include <set>
+
+namespace trainer::service {
+namespace {
+
+using json = nlohmann::json;
+
+Status check_keys(const json& obj, const std::string& where, const std::set<std::string>& allowed) {
+  for (const auto& [k, v] : obj.items()) {
+    if (!allowed.count(k)) {
+      return invalid_argument(where + k + ": unknown field");
+    }
+  }
+  return Status::ok();
+}
+
+Result<int> non_negative_int(const json& obj, const std::string& key, const std::string& where, int fallback) {
+  if (!obj.contains(key)) return fallback;
+  const json& v = obj[key];
+  if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 1000000) {
+    return invalid_argument(where + key + ": must be a non-negative integer, got " + v.dump());
+  }
+  return static_cast<int>(v.get<int64_t>());
+}
+
+Result<std::string> string_field(const json& obj, const std::string& key, const std::string& where, bool required) {
+  if (!obj.contains(key)) {
+    if (required) return invalid_argument(where + key + ": required");
+    return std::string();
+  }
+  if (!obj[key].is_string() || obj[key].get<std::string>().empty()) {
+    return invalid_argument(where + key + ": must be a non-empty string, got " + obj[key].dump());
+  }
+  return obj[key].get<std::string>();
+}
+
+}  // namespace
+
+DeploymentConfig default_config() {
+  DeploymentConfig c;
+  c.pools.push_back(PoolConfig{"cpu", "cpu", false, 1, 1});
+  return c;
+}
+
+Result<DeploymentConfig> parse_config(const std::string& text, const std::string& source) {
+  json doc = json::parse(text, nullptr, false);
+  if (doc.is_discarded() || !doc.is_object()) {
+    return invalid_argument(source + ": not a JSON object");
+  }
+  DeploymentConfig c;
+  c.source = source;
+  auto fail = [&](const Status& st) { return st.with_context(source); };
+  Status st = check_keys(doc, "", {"baseModels", "pools", "quotas", "limits", "jobBinary"});
+  if (!st.is_ok()) return fail(st);
+
+  if (doc.contains("baseModels")) {
+    if (!doc["baseModels"].is_array()) return fail(invalid_argument("baseModels: must be a list"));
+    std::set<std::string> names;
+    for (size_t i = 0; i < doc["baseModels"].size(); ++i) {
+      const json& m = doc["baseModels"][i];
+      std::string where = "baseModels[" + std::to_string(i) + "].";
+      if (!m.is_object()) return fail(invalid_argument(where.substr(0, where.size() - 1) + ": must be an object"));
+      if (!(st = check_keys(m, where, {"name", "path"})).is_ok()) return fail(st);
+      auto name = string_field(m, "name", where, true);
+      if (!name.is_ok()) return fail(name.status());
+      auto path = string_field(m, "path", where, true);
+      if (!path.is_ok()) return fail(path.status());
+      if (!names.insert(*name).second) return fail(invalid_argument(where + "name: '" + *name + "' listed twice"));
+      c.base_models.push_back({*name, *path});
+    }
+  }
+  if (doc.contains("pools")) {
+    if (!doc["pools"].is_array()) return fail(invalid_argument("pools: must be a list"));
+    std::set<std::string> names;
+    for (size_t i = 0; i < doc["pools"].size(); ++i) {
+      const json& p = doc["pools"][i];
+      std::string where = "pools[" + std::to_string(i) + "].";
+      if (!p.is_object()) return fail(invalid_argument(where.substr(0, where.size() - 1) + ": must be an object"));
+      if (!(st = check_keys(p, where, {"name", "accelerator", "serving", "declared", "maxClaim"})).is_ok()) {
+        return fail(st);
+      }
+      PoolConfig pool;
+      auto name = string_field(p, "name", where, true);
+      if (!name.is_ok()) return fail(name.status());
+      pool.name = *name;
+      auto acc = string_field(p, "accelerator", where, false);
+      if (!acc.is_ok()) return fail(acc.status());
+      if (!acc->empty()) pool.accelerator = *acc;
+      if (p.contains("serving")) {
+        if (!p["serving"].is_boolean()) return fail(invalid_argument(where + "serving: must be true or false"));
+        pool.serving = p["serving"].get<bool>();
+      }
+      auto declared = non_negative_int(p, "declared", where, -1);
+      if (!declared.is_ok()) return fail(declared.status());
+      if (*declared < 0) return fail(invalid_argument(where + "declared: required"));
+      pool.declared = *declared;
+      auto max_claim = non_negative_int(p, "maxClaim", where, pool.declared);
+      if (!max_claim.is_ok()) return fail(max_claim.status());
+      pool.max_claim = *max_claim;
+      if (pool.max_claim > pool.declared) {
+        return fail(invalid_argument(where + "maxClaim: " + std::to_string(pool.max_claim) +
+                                     " is larger than declared " + std::to_string(pool.declared)));
+      }
+      if (!names.insert(pool.name).second) {
+        return fail(invalid_argument(where + "name: '" + pool.name + "' listed twice"));
+      }
+      c.pools.push_back(pool);
+    }
+  } else {
+    c.pools = default_config().pools;
+  }
+  if (doc.contains("quotas")) {
+    const json& q = doc["quotas"];
+    if (!q.is_object()) return fail(invalid_argument("quotas: must be an object"));
+    if (!(st = check_keys(q, "quotas.", {"default", "workloads"})).is_ok()) return fail(st);
+    auto d = non_negative_int(q, "default", "quotas.", c.default_workload_quota);
+    if (!d.is_ok()) return fail(d.status());
+    c.default_workload_quota = *d;
+    if (q.contains("workloads")) {
+      if (!q["workloads"].is_object()) return fail(invalid_argument("quotas.workloads: must be an object"));
+      for (const auto& [name, v] : q["workloads"].items()) {
+        auto n = non_negative_int(q["workloads"], name, "quotas.workloads.", 0);
+        if (!n.is_ok()) return fail(n.status());
+        c.workload_quotas[name] = *n;
+      }
+    }
+  }
+  if (doc.contains("limits")) {
+    const json& l = doc["limits"];
+    if (!l.is_object()) return fail(invalid_argument("limits: must be an object"));
+    if (!(st = check_keys(l, "limits.", {"maxRequestBytes", "maxDatasetBytes", "cancelGraceSeconds"})).is_ok()) {
+      return fail(st);
+    }
+    auto a = non_negative_int(l, "maxRequestBytes", "limits.", static_cast<int>(c.limits.max_request_bytes));
+    if (!a.is_ok()) return fail(a.status());
+    auto b = non_negative_int(l, "maxDatasetBytes", "limits.", static_cast<int>(c.limits.max_dataset_bytes));
+    if (!b.is_ok()) return fail(b.status());
+    auto g = non_negative_int(l, "cancelGraceSeconds", "limits.", c.limits.cancel_grace_seconds);
+    if (!g.is_ok()) return fail(g.status());
+    c.limits.max_request_bytes = static_cast<size_t>(*a);
+    c.limits.max_dataset_bytes = static_cast<size_t>(*b);
+    c.limits.cancel_grace_seconds = *g;
+  }
+  if (doc.contains("jobBinary")) {
+    auto j = string_field(doc, "jobBinary", "", true);
+    if (!j.is_ok()) return fail(j.status());
+    c.job_binary = *j;
+  }
+  return c;
+}
+
+nlohmann::json config_to_json(const DeploymentConfig& c) {
+  json out;
+  out["source"] = c.source;
+  out["baseModels"] = json::array();
+  for (const auto& m : c.base_models) out["baseModels"].push_back({{"name", m.name}, {"path", m.path}});
+  out["pools"] = json::array();
+  for (const auto& p : c.pools) {
+    out["pools"].push_back({{"name", p.name},
+                            {"accelerator", p.accelerator},
+                            {"serving", p.serving},
+                            {"declared", p.declared},
+                            {"maxClaim", p.max_claim}});
+  }
+  out["quotas"] = {{"default", c.default_workload_quota}, {"workloads", c.workload_quotas}};
+  out["limits"] = {{"maxRequestBytes", c.limits.max_request_bytes},
+                   {"maxDatasetBytes", c.limits.max_dataset_bytes},
+                   {"cancelGraceSeconds", c.limits.cancel_grace_seconds}};
+  out["jobBinary"] = c.job_binary;
+  return out;
+}
+
+}  // namespace trainer::service

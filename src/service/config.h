@@ -1,0 +1,59 @@
+// The deployment configuration of trainerd: what it offers and how much of it.
+//
+// Read from the file given with `trainerd --config FILE` (JSON; see docs/api.md,
+// "Deployment configuration"), or the embedded default when none is given. Validated where
+// it is parsed: every error names the field.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+
+namespace trainer::service {
+
+// A base model the deployment allows: a name users write, and the folder its files are in.
+struct AllowedBaseModel {
+  std::string name;  // e.g. "Qwen/Qwen3-0.6B"
+  std::string path;  // a Hugging Face model folder on this host
+};
+
+// A set of devices the deployment schedules.
+struct PoolConfig {
+  std::string name;                 // pool key, e.g. "training"
+  std::string accelerator = "any";  // device profile ("cpu", "any", "nvidia-h100-80gb")
+  bool serving = false;             // true: serving endpoints draw from it; runs never do
+  int declared = 0;                 // devices admitted against (>= 0)
+  int max_claim = 0;                // largest single claim it accepts (> 0; <= declared)
+};
+
+struct Limits {
+  size_t max_request_bytes = 1 << 20;         // any JSON body except dataset uploads
+  size_t max_dataset_bytes = 64 << 20;        // a dataset upload's body
+  int cancel_grace_seconds = 10;              // SIGTERM, then SIGKILL after this long
+};
+
+struct DeploymentConfig {
+  std::vector<AllowedBaseModel> base_models;
+  std::vector<PoolConfig> pools;
+  int default_workload_quota = 8;             // devices a workload may hold at once, across pools
+  std::map<std::string, int> workload_quotas; // per workload name, overriding the default at creation
+  Limits limits;
+  std::string job_binary;                     // trainer-job; "" = beside trainerd
+  std::string source = "embedded default";    // where this configuration came from
+};
+
+// The embedded default: no base models, one CPU pool of one device, quota 8.
+DeploymentConfig default_config();
+
+// Parses the JSON configuration file's text. `source` names it in messages.
+Result<DeploymentConfig> parse_config(const std::string& text, const std::string& source);
+
+// The configuration as `info` shows it.
+nlohmann::json config_to_json(const DeploymentConfig& config);
+
+}  // namespace trainer::service
