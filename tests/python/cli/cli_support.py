@@ -1,0 +1,130 @@
+"""Helpers of the CLI's end-to-end tests: start a real trainerd on a free port with a temporary
+data folder, and run the real `trainer` binary against it.
+
+Every process started here is stopped here (SIGTERM, then SIGKILL).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[3] / "examples"
+MODEL_NAME = "tiny-qwen3"
+DATASET_NAME = "sentiment-train"
+WORKLOAD = "cli-tests"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclasses.dataclass
+class Trainerd:
+    url: str
+    data_dir: pathlib.Path
+    proc: subprocess.Popen
+    log: pathlib.Path
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+def start_trainerd(bin_dir: pathlib.Path, tmp: pathlib.Path, config: dict) -> Trainerd:
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / "trainerd.json").write_text(json.dumps(config))
+    port_file = tmp / "port"
+    log = tmp / "trainerd.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [str(bin_dir / "trainerd"), "--data-dir", str(tmp / "data"), "--port", "0",
+             "--port-file", str(port_file), "--config", str(tmp / "trainerd.json"),
+             "--job-binary", str(bin_dir / "trainer-job")],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.time() + 30
+    while not (port_file.exists() and port_file.read_text().strip()):
+        if proc.poll() is not None or time.time() > deadline:
+            stop(proc)
+            pytest.fail(f"trainerd did not start (exit {proc.returncode}):\n{log.read_text()}")
+        time.sleep(0.05)
+    url = f"http://127.0.0.1:{port_file.read_text().strip()}"
+    while True:
+        try:
+            with urllib.request.urlopen(url + "/v1/info", timeout=5) as r:
+                if json.load(r).get("startup", {}).get("ready", True):
+                    break
+        except (urllib.error.URLError, ConnectionError, json.JSONDecodeError):
+            pass
+        if proc.poll() is not None or time.time() > deadline:
+            stop(proc)
+            pytest.fail(f"trainerd did not become ready:\n{log.read_text()}")
+        time.sleep(0.1)
+    return Trainerd(url=url, data_dir=tmp / "data", proc=proc, log=log)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+@dataclasses.dataclass
+class Cli:
+    """Runs the real `trainer` binary against one service."""
+    binary: pathlib.Path
+    url: str | None
+
+    def __call__(self, *args, input: str | None = None, timeout: float = 120,
+                 env: dict | None = None, check: bool = False) -> subprocess.CompletedProcess:
+        full_env = {k: v for k, v in os.environ.items() if k not in ("TRAINER_URL", "NO_COLOR")}
+        if env:
+            full_env.update(env)
+        argv = [str(self.binary), *map(str, args)]
+        if self.url and "--trainer-url" not in args and "TRAINER_URL" not in (env or {}):
+            argv += ["--trainer-url", self.url]
+        out = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout,
+                             env=full_env, stdin=None if input is not None else subprocess.DEVNULL)
+        if check and out.returncode != 0:
+            raise AssertionError(f"{' '.join(argv)} exited {out.returncode}:\n{out.stdout}\n{out.stderr}")
+        return out
+
+    def json(self, *args, **kw):
+        out = self(*args, "-o", "json", check=True, **kw)
+        return json.loads(out.stdout)
+
+
+
+
+def plan_text(max_steps: int = 3, **extra_top: str) -> str:
+    """A small plan for the tests' service; `extra_top` adds top-level YAML lines."""
+    lines = [
+        "kind: run",
+        f"workload: {WORKLOAD}",
+        f"baseModel: {MODEL_NAME}",
+        "config:",
+        f"  dataset: {DATASET_NAME}",
+        "  hyperparams:",
+        "    optimizer: {learningRate: 0.003}",
+        f"    training: {{maxSteps: {max_steps}, batchSize: 4}}",
+        "  maxSeqLength: 128",
+        "  model: {precision: FP32}",
+        "execution: {gpus: 0}",
+    ]
+    lines += [f"{k}: {v}" for k, v in extra_top.items()]
+    return "\n".join(lines) + "\n"

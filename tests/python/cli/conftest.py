@@ -1,0 +1,39 @@
+"""Fixtures of the CLI's end-to-end tests: a real trainerd on a free port with a temporary data
+folder, a tiny real base model it allows, and the real `trainer` binary pointed at it."""
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from cli_support import DATASET_NAME, EXAMPLES, MODEL_NAME, WORKLOAD, Cli, start_trainerd, stop
+from models import make_tiny_model
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> pathlib.Path:
+    return make_tiny_model(tmp_path_factory.mktemp("models") / MODEL_NAME, arch="qwen3",
+                           tokenizer="qwen3", seed=0)
+
+
+@pytest.fixture(scope="module")
+def trainerd(bin_dir, tiny_model, tmp_path_factory):
+    service = start_trainerd(bin_dir, tmp_path_factory.mktemp("trainerd"),
+                             {"baseModels": [{"name": MODEL_NAME, "path": str(tiny_model)}]})
+    yield service
+    stop(service.proc)
+
+
+@pytest.fixture(scope="module")
+def cli(bin_dir, trainerd) -> Cli:
+    return Cli(bin_dir / "trainer", trainerd.url)
+
+
+@pytest.fixture(scope="module")
+def ready(cli):
+    """The tiny model selected, the sentiment dataset registered, a workload created."""
+    cli("base-models", "select", MODEL_NAME, "--wait", "--timeout", "2m", check=True)
+    cli("datasets", "create", "-f", EXAMPLES / "sentiment" / "train.jsonl", "--name", DATASET_NAME,
+        check=True)
+    cli("workloads", "create", WORKLOAD, check=True)
+    return cli
