@@ -1,1 +1,462 @@
 #include "engine/data/dataset.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+namespace trainer::engine::data {
+
+namespace {
+
+constexpr const char* kRoles[] = {"system", "user", "assistant", "tool"};
+
+bool known_role(const std::string& role) {
+  return std::find(std::begin(kRoles), std::end(kRoles), role) != std::end(kRoles);
+}
+
+// "file:line: " prefix of every row error.
+std::string where(const std::string& source, int64_t line) { return source + ":" + std::to_string(line) + ": "; }
+
+std::string type_name(const nlohmann::json& v) { return v.type_name(); }
+
+// Checks one message of a conversation; `path` is its dotted path ("messages[2]").
+Status check_message(const nlohmann::json& m, const std::string& path) {
+  if (!m.is_object()) return invalid_argument(path + ": expected an object, got " + type_name(m));
+  auto role = m.find("role");
+  if (role == m.end()) return invalid_argument(path + ".role: missing");
+  if (!role->is_string()) return invalid_argument(path + ".role: expected a string, got " + type_name(*role));
+  const std::string r = role->get<std::string>();
+  if (!known_role(r))
+    return invalid_argument(path + ".role: unknown role \"" + r + "\" (expected system, user, assistant or tool)");
+  auto content = m.find("content");
+  const bool has_calls = m.contains("tool_calls") && !m["tool_calls"].is_null();
+  if (has_calls) {
+    if (r != "assistant") return invalid_argument(path + ".tool_calls: only assistant messages call tools");
+    const auto& calls = m["tool_calls"];
+    if (!calls.is_array()) return invalid_argument(path + ".tool_calls: expected an array, got " + type_name(calls));
+    for (size_t i = 0; i < calls.size(); ++i) {
+      const std::string cp = path + ".tool_calls[" + std::to_string(i) + "]";
+      if (!calls[i].is_object()) return invalid_argument(cp + ": expected an object, got " + type_name(calls[i]));
+      const auto& fn = calls[i].contains("function") ? calls[i]["function"] : calls[i];
+      if (!fn.is_object() || !fn.contains("name") || !fn["name"].is_string())
+        return invalid_argument(cp + ".function.name: missing");
+    }
+  }
+  if (content == m.end() || content->is_null()) {
+    if (r == "assistant" && has_calls) return Status::ok();
+    return invalid_argument(path + ".content: missing");
+  }
+  if (content->is_string()) return Status::ok();
+  if (content->is_array()) {
+    for (size_t i = 0; i < content->size(); ++i) {
+      const auto& part = (*content)[i];
+      if (!part.is_object() || !part.contains("type"))
+        return invalid_argument(path + ".content[" + std::to_string(i) + "].type: missing");
+    }
+    return Status::ok();
+  }
+  return invalid_argument(path + ".content: expected a string, got " + type_name(*content));
+}
+
+Status check_conversation(const nlohmann::json& messages, const std::string& field) {
+  if (!messages.is_array()) return invalid_argument(field + ": expected an array of messages, got " + type_name(messages));
+  if (messages.empty()) return invalid_argument(field + ": empty; a conversation needs at least one message");
+  for (size_t i = 0; i < messages.size(); ++i)
+    TRAINER_RETURN_IF_ERROR(check_message(messages[i], field + "[" + std::to_string(i) + "]"));
+  return Status::ok();
+}
+
+Result<Example> parse_row(const nlohmann::json& row) {
+  if (!row.is_object()) return invalid_argument("expected a JSON object, got " + type_name(row));
+  Example ex;
+  if (row.contains("messages")) {
+    const auto& messages = row["messages"];
+    TRAINER_RETURN_IF_ERROR(check_conversation(messages, "messages"));
+    const std::string last = messages.back()["role"].get<std::string>();
+    if (last != "assistant")
+      return invalid_argument("messages: the conversation must end with an assistant message (the last is \"" + last +
+                              "\")");
+    ex.kind = Example::Kind::kChat;
+    ex.messages = messages;
+  } else if (row.contains("prompt") || row.contains("completion")) {
+    if (!row.contains("prompt")) return invalid_argument("prompt: missing (prompt/completion rows need both)");
+    if (!row.contains("completion")) return invalid_argument("completion: missing (prompt/completion rows need both)");
+    const auto& p = row["prompt"];
+    const auto& c = row["completion"];
+    if (p.is_string() && c.is_string()) {
+      ex.kind = Example::Kind::kPromptCompletion;
+      ex.prompt = p.get<std::string>();
+      ex.completion = c.get<std::string>();
+    } else if (p.is_array() && c.is_array()) {
+      TRAINER_RETURN_IF_ERROR(check_conversation(p, "prompt"));
+      TRAINER_RETURN_IF_ERROR(check_conversation(c, "completion"));
+      const std::string last = c.back()["role"].get<std::string>();
+      if (last != "assistant")
+        return invalid_argument("completion: must end with an assistant message (the last is \"" + last + "\")");
+      ex.kind = Example::Kind::kChat;
+      ex.messages = p;
+      for (const auto& m : c) ex.messages.push_back(m);
+      ex.prompt_messages = p.size();
+    } else {
+      return invalid_argument("prompt, completion: must both be strings or both be message lists (got " +
+                              type_name(p) + " and " + type_name(c) + ")");
+    }
+  } else {
+    return invalid_argument(
+        "messages: missing; a row is {\"messages\": [...]} (chat) or {\"prompt\": ..., \"completion\": ...}");
+  }
+  if (row.contains("tools") && !row["tools"].is_null()) {
+    const auto& tools = row["tools"];
+    if (!tools.is_array()) return invalid_argument("tools: expected an array, got " + type_name(tools));
+    for (size_t i = 0; i < tools.size(); ++i)
+      if (!tools[i].is_object())
+        return invalid_argument("tools[" + std::to_string(i) + "]: expected an object, got " + type_name(tools[i]));
+    ex.tools = tools;
+  }
+  return ex;
+}
+
+bool starts_with(const std::string& s, const std::string& prefix) {
+  return s.size() >= prefix.size() && s.compare(0, prefix.size(), prefix) == 0;
+}
+
+// Marks the tokens overlapping the byte range [begin, end).
+void mark_range(const text::Encoding& enc, int64_t begin, int64_t end, std::vector<uint8_t>& trained) {
+  for (size_t t = 0; t < enc.ids.size(); ++t) {
+    const auto [b, e] = enc.offsets[t];
+    if (b < end && e > begin) trained[t] = 1;
+  }
+}
+
+Result<TokenizedRow> tokenize_chat(const Example& ex, const text::Tokenizer& tok) {
+  if (!tok.has_chat_template())
+    return invalid_argument(tok.dir() +
+                            "/tokenizer_config.json: chat_template: missing; chat rows need the model's chat template");
+  const auto& tmpl = tok.chat_template();
+  auto full = tmpl.render_with_spans(ex.messages, ex.tools, {});
+  if (!full.is_ok()) return full.status();
+  auto enc = tok.encode_with_offsets(full->text, /*add_special_tokens=*/false);
+  if (!enc.is_ok()) return enc.status();
+
+  TokenizedRow row;
+  row.input_ids = enc->ids;
+  row.trained.assign(enc->ids.size(), 0);
+
+  // Where the prompt of a prompt/completion conversation ends: only later text is trained.
+  int64_t trainable_from = 0;
+  if (ex.prompt_messages > 0) {
+    nlohmann::json prompt(ex.messages.begin(), ex.messages.begin() + static_cast<std::ptrdiff_t>(ex.prompt_messages));
+    auto rendered = tmpl.render(prompt, ex.tools, {.add_generation_prompt = true});
+    if (!rendered.is_ok()) return rendered.status().with_context("prompt");
+    if (!starts_with(full->text, *rendered))
+      return invalid_argument("prompt: the chat template renders the prompt differently inside the whole conversation");
+    trainable_from = static_cast<int64_t>(rendered->size());
+  }
+
+  if (tmpl.has_generation_markers()) {
+    for (const auto& [b, e] : full->generation_spans) {
+      if (e <= trainable_from) continue;
+      mark_range(*enc, std::max(b, trainable_from), e, row.trained);
+    }
+    return row;
+  }
+
+  for (size_t i = ex.prompt_messages; i < ex.messages.size(); ++i) {
+    if (ex.messages[i]["role"] != "assistant") continue;
+    const std::string field = "messages[" + std::to_string(i) + "]";
+    nlohmann::json before(ex.messages.begin(), ex.messages.begin() + static_cast<std::ptrdiff_t>(i));
+    int64_t start = 0;
+    if (i > 0) {
+      auto prefix = tmpl.render(before, ex.tools, {.add_generation_prompt = true});
+      if (!prefix.is_ok()) return prefix.status().with_context(field);
+      if (!starts_with(full->text, *prefix))
+        return invalid_argument(field +
+                                ": the chat template renders the conversation before this assistant message differently "
+                                "from the whole conversation, so its tokens cannot be located; give the template "
+                                "{% generation %} markers");
+      start = static_cast<int64_t>(prefix->size());
+    }
+    // The bound of this message: the conversation up to and including it, when the whole
+    // conversation starts with that render; else the end of the text.
+    int64_t limit = static_cast<int64_t>(full->text.size());
+    nlohmann::json upto(ex.messages.begin(), ex.messages.begin() + static_cast<std::ptrdiff_t>(i + 1));
+    auto through = tmpl.render(upto, ex.tools, {});
+    if (!through.is_ok()) return through.status().with_context(field);
+    if (starts_with(full->text, *through) && static_cast<int64_t>(through->size()) > start)
+      limit = static_cast<int64_t>(through->size());
+    // Train from the token covering `start` through the first special token (end of turn).
+    for (size_t t = 0; t < enc->ids.size(); ++t) {
+      const auto [b, e] = enc->offsets[t];
+      if (e <= start) continue;
+      if (b >= limit) break;
+      row.trained[t] = 1;
+      if (b >= start && tok.is_special(enc->ids[t])) break;
+    }
+  }
+  return row;
+}
+
+Result<TokenizedRow> tokenize_prompt_completion(const Example& ex, const text::Tokenizer& tok) {
+  std::string text = ex.prompt + ex.completion;
+  const auto& eos = tok.special_tokens().eos;
+  if (eos && !(ex.completion.size() >= eos->size() &&
+               ex.completion.compare(ex.completion.size() - eos->size(), eos->size(), *eos) == 0))
+    text += *eos;
+  auto prompt_ids = tok.encode(ex.prompt, /*add_special_tokens=*/true);
+  if (!prompt_ids.is_ok()) return prompt_ids.status().with_context("prompt");
+  auto ids = tok.encode(text, /*add_special_tokens=*/true);
+  if (!ids.is_ok()) return ids.status().with_context("completion");
+  TokenizedRow row;
+  row.input_ids = std::move(*ids);
+  row.trained.assign(row.input_ids.size(), 0);
+  for (size_t t = prompt_ids->size(); t < row.input_ids.size(); ++t) row.trained[t] = 1;
+  return row;
+}
+
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+int64_t TokenizedRow::trained_count() const {
+  int64_t n = 0;
+  for (uint8_t t : trained) n += t ? 1 : 0;
+  return n;
+}
+
+Result<std::vector<Example>> parse_jsonl(std::string_view text, const std::string& source) {
+  std::vector<Example> out;
+  int64_t line_no = 0;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(pos, end - pos);
+    ++line_no;
+    pos = end + 1;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) {
+      if (end == text.size()) break;
+      continue;
+    }
+    nlohmann::json row;
+    try {
+      row = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::parse_error& e) {
+      std::string what = e.what();
+      if (auto p = what.find("parse error"); p != std::string::npos) what = what.substr(p);
+      return invalid_argument(where(source, line_no) + "not valid JSON: " + what);
+    }
+    auto ex = parse_row(row);
+    if (!ex.is_ok()) return ex.status().with_context(source + ":" + std::to_string(line_no));
+    ex->line = line_no;
+    out.push_back(std::move(*ex));
+    if (end == text.size()) break;
+  }
+  if (out.empty()) return invalid_argument(source + ": no rows; a dataset is JSONL with one row per line");
+  return out;
+}
+
+Result<std::vector<Example>> read_jsonl(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return invalid_argument(path + ": cannot read the dataset file");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return parse_jsonl(ss.str(), path);
+}
+
+Result<TokenizedRow> tokenize_example(const Example& example, const text::Tokenizer& tokenizer,
+                                      const std::string& source) {
+  auto row = example.kind == Example::Kind::kChat ? tokenize_chat(example, tokenizer)
+                                                  : tokenize_prompt_completion(example, tokenizer);
+  if (!row.is_ok()) return row.status().with_context(source + ":" + std::to_string(example.line));
+  row->line = example.line;
+  return row;
+}
+
+FitCounts fit_rows(std::vector<TokenizedRow>& rows, int max_seq_length) {
+  FitCounts fit;
+  const size_t limit = static_cast<size_t>(std::max(max_seq_length, 1));
+  std::vector<TokenizedRow> kept;
+  kept.reserve(rows.size());
+  for (auto& row : rows) {
+    ++fit.rows;
+    if (row.input_ids.size() > limit) {
+      row.input_ids.resize(limit);
+      row.trained.resize(limit);
+      ++fit.truncated;
+    } else if (row.input_ids.size() == limit) {
+      ++fit.exact;
+    }
+    if (row.trained_count() == 0) {
+      ++fit.dropped;
+      continue;
+    }
+    kept.push_back(std::move(row));
+  }
+  rows = std::move(kept);
+  return fit;
+}
+
+Result<Dataset> load_dataset(const std::string& path, const text::Tokenizer& tokenizer, const LoadOptions& options) {
+  if (options.max_seq_length <= 0)
+    return invalid_argument("maxSeqLength: must be a positive integer, got " + std::to_string(options.max_seq_length));
+  auto examples = read_jsonl(path);
+  if (!examples.is_ok()) return examples.status();
+  const size_t n = examples->size();
+  std::vector<std::optional<Result<TokenizedRow>>> results(n);
+  std::atomic<size_t> next{0};
+  std::atomic<int64_t> done{0};
+  std::mutex progress_mu;  // serializes calls of options.progress
+  auto work = [&] {
+    for (size_t i = next++; i < n; i = next++) {
+      results[i].emplace(tokenize_example((*examples)[i], tokenizer, path));
+      const int64_t d = ++done;
+      if (options.progress) {
+        std::lock_guard<std::mutex> lock(progress_mu);
+        options.progress(d, static_cast<int64_t>(n));
+      }
+    }
+  };
+  const size_t threads = std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), std::max<size_t>(1, n / 64));
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& th : pool) th.join();
+
+  Dataset ds;
+  ds.rows.reserve(n);
+  ds.lengths.reserve(n);
+  for (auto& r : results) {
+    if (!r->is_ok()) return r->status();
+    ds.lengths.push_back(static_cast<int64_t>((*r)->input_ids.size()));
+    ds.rows.push_back(std::move(r->value()));
+  }
+  ds.fit = fit_rows(ds.rows, options.max_seq_length);
+  return ds;
+}
+
+std::vector<size_t> shuffled_order(size_t n, uint64_t seed, int64_t epoch) {
+  std::vector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = i;
+  uint64_t state = seed ^ (static_cast<uint64_t>(epoch) * 0xD1B54A32D192ED03ULL);
+  for (size_t i = n; i > 1; --i) {
+    const size_t j = static_cast<size_t>(splitmix64(state) % i);
+    std::swap(order[i - 1], order[j]);
+  }
+  return order;
+}
+
+Split split_validation(std::vector<TokenizedRow> rows, double share, uint64_t seed) {
+  Split split;
+  const size_t n = rows.size();
+  size_t held = 0;
+  if (share > 0 && n >= 2) {
+    held = static_cast<size_t>(std::llround(share * static_cast<double>(n)));
+    held = std::clamp<size_t>(held, 1, n - 1);
+  }
+  std::vector<uint8_t> is_validation(n, 0);
+  // A stream of its own (epoch -1), so the split does not repeat epoch 0's order.
+  const auto order = shuffled_order(n, seed, -1);
+  for (size_t k = 0; k < held; ++k) is_validation[order[k]] = 1;
+  for (size_t i = 0; i < n; ++i) (is_validation[i] ? split.validation : split.train).push_back(std::move(rows[i]));
+  return split;
+}
+
+std::vector<Sequence> plan_sequences(const std::vector<TokenizedRow>& rows, const std::vector<size_t>& order,
+                                     const SequenceOptions& options) {
+  std::vector<Sequence> out;
+  if (!options.packing) {
+    out.reserve(order.size());
+    for (size_t i : order) out.push_back({i});
+    return out;
+  }
+  const size_t capacity = static_cast<size_t>(std::max(options.max_seq_length, 1));
+  Sequence current;
+  size_t used = 0;
+  for (size_t i : order) {
+    const size_t len = rows[i].input_ids.size();
+    if (!current.empty() && used + len > capacity) {
+      out.push_back(std::move(current));
+      current.clear();
+      used = 0;
+    }
+    current.push_back(i);
+    used += len;
+  }
+  if (!current.empty()) out.push_back(std::move(current));
+  return out;
+}
+
+Batch make_batch(const std::vector<TokenizedRow>& rows, const std::vector<Sequence>& sequences, size_t first,
+                 size_t count, int32_t pad_id) {
+  Batch batch;
+  const size_t end = std::min(sequences.size(), first + count);
+  if (first >= end) return batch;
+  batch.rows = static_cast<int64_t>(end - first);
+  for (size_t s = first; s < end; ++s) {
+    int64_t len = 0;
+    for (size_t r : sequences[s]) len += static_cast<int64_t>(rows[r].input_ids.size());
+    batch.seq_len = std::max(batch.seq_len, len);
+  }
+  const size_t total = static_cast<size_t>(batch.rows * batch.seq_len);
+  batch.input_ids.assign(total, pad_id);
+  batch.labels.assign(total, kIgnoreIndex);
+  batch.attention_mask.assign(total, 0);
+  batch.position_ids.assign(total, 0);
+  batch.sequence_ids.assign(total, -1);
+  for (size_t s = first; s < end; ++s) {
+    size_t at = (s - first) * static_cast<size_t>(batch.seq_len);
+    int64_t k = 0;
+    for (size_t r : sequences[s]) {
+      const auto& row = rows[r];
+      for (size_t t = 0; t < row.input_ids.size(); ++t, ++at) {
+        batch.input_ids[at] = row.input_ids[t];
+        // The first token of a row is never a target: no loss crosses a packed-row boundary.
+        if (t > 0 && row.trained[t]) {
+          batch.labels[at] = row.input_ids[t];
+          ++batch.trained_tokens;
+        }
+        batch.attention_mask[at] = 1;
+        batch.position_ids[at] = static_cast<int64_t>(t);
+        batch.sequence_ids[at] = k;
+        ++batch.real_tokens;
+      }
+      ++k;
+      ++batch.examples;
+    }
+  }
+  batch.padding_tokens = batch.rows * batch.seq_len - batch.real_tokens;
+  return batch;
+}
+
+LengthStats length_stats(std::vector<int64_t> lengths) {
+  LengthStats s;
+  if (lengths.empty()) return s;
+  std::sort(lengths.begin(), lengths.end());
+  const size_t n = lengths.size();
+  s.rows = static_cast<int64_t>(n);
+  s.min_tokens = lengths.front();
+  s.max_tokens = lengths.back();
+  double sum = 0;
+  for (int64_t l : lengths) sum += static_cast<double>(l);
+  s.mean_tokens = sum / static_cast<double>(n);
+  auto rank = [&](double q) {
+    size_t k = static_cast<size_t>(std::ceil(q * static_cast<double>(n)));
+    k = std::clamp<size_t>(k, 1, n);
+    return lengths[k - 1];
+  };
+  s.p50 = rank(0.50);
+  s.p90 = rank(0.90);
+  s.p99 = rank(0.99);
+  return s;
+}
+
+}  // namespace trainer::engine::data

@@ -74,6 +74,7 @@ class ChatTemplate {
   friend class Tokenizer;
   std::shared_ptr<TextHandle> handle_;
   std::string source_;
+  nlohmann::json special_vars_ = nlohmann::json::object();  // bos_token, eos_token, ... as text
   bool has_generation_markers_ = false;
 };
 
