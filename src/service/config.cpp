@@ -16,13 +16,15 @@ Status check_keys(const json& obj, const std::string& where, const std::set<std:
   return Status::ok();
 }
 
-Result<int> non_negative_int(const json& obj, const std::string& key, const std::string& where, int fallback) {
+Result<int64_t> non_negative_int(const json& obj, const std::string& key, const std::string& where, int64_t fallback,
+                                 int64_t max = 1000000) {
   if (!obj.contains(key)) return fallback;
   const json& v = obj[key];
-  if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 1000000) {
-    return invalid_argument(where + key + ": must be a non-negative integer, got " + v.dump());
+  if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > max) {
+    return invalid_argument(where + key + ": must be an integer between 0 and " + std::to_string(max) + ", got " +
+                            v.dump());
   }
-  return static_cast<int>(v.get<int64_t>());
+  return v.get<int64_t>();
 }
 
 Result<std::string> string_field(const json& obj, const std::string& key, const std::string& where, bool required) {
@@ -95,10 +97,10 @@ Result<DeploymentConfig> parse_config(const std::string& text, const std::string
       auto declared = non_negative_int(p, "declared", where, -1);
       if (!declared.is_ok()) return fail(declared.status());
       if (*declared < 0) return fail(invalid_argument(where + "declared: required"));
-      pool.declared = *declared;
+      pool.declared = static_cast<int>(*declared);
       auto max_claim = non_negative_int(p, "maxClaim", where, pool.declared);
       if (!max_claim.is_ok()) return fail(max_claim.status());
-      pool.max_claim = *max_claim;
+      pool.max_claim = static_cast<int>(*max_claim);
       if (pool.max_claim > pool.declared) {
         return fail(invalid_argument(where + "maxClaim: " + std::to_string(pool.max_claim) +
                                      " is larger than declared " + std::to_string(pool.declared)));
@@ -117,13 +119,13 @@ Result<DeploymentConfig> parse_config(const std::string& text, const std::string
     if (!(st = check_keys(q, "quotas.", {"default", "workloads"})).is_ok()) return fail(st);
     auto d = non_negative_int(q, "default", "quotas.", c.default_workload_quota);
     if (!d.is_ok()) return fail(d.status());
-    c.default_workload_quota = *d;
+    c.default_workload_quota = static_cast<int>(*d);
     if (q.contains("workloads")) {
       if (!q["workloads"].is_object()) return fail(invalid_argument("quotas.workloads: must be an object"));
       for (const auto& [name, v] : q["workloads"].items()) {
         auto n = non_negative_int(q["workloads"], name, "quotas.workloads.", 0);
         if (!n.is_ok()) return fail(n.status());
-        c.workload_quotas[name] = *n;
+        c.workload_quotas[name] = static_cast<int>(*n);
       }
     }
   }
@@ -133,15 +135,18 @@ Result<DeploymentConfig> parse_config(const std::string& text, const std::string
     if (!(st = check_keys(l, "limits.", {"maxRequestBytes", "maxDatasetBytes", "cancelGraceSeconds"})).is_ok()) {
       return fail(st);
     }
-    auto a = non_negative_int(l, "maxRequestBytes", "limits.", static_cast<int>(c.limits.max_request_bytes));
+    const int64_t kMaxBytes = int64_t{1} << 34;
+    auto a = non_negative_int(l, "maxRequestBytes", "limits.", static_cast<int64_t>(c.limits.max_request_bytes),
+                              kMaxBytes);
     if (!a.is_ok()) return fail(a.status());
-    auto b = non_negative_int(l, "maxDatasetBytes", "limits.", static_cast<int>(c.limits.max_dataset_bytes));
+    auto b = non_negative_int(l, "maxDatasetBytes", "limits.", static_cast<int64_t>(c.limits.max_dataset_bytes),
+                              kMaxBytes);
     if (!b.is_ok()) return fail(b.status());
     auto g = non_negative_int(l, "cancelGraceSeconds", "limits.", c.limits.cancel_grace_seconds);
     if (!g.is_ok()) return fail(g.status());
     c.limits.max_request_bytes = static_cast<size_t>(*a);
     c.limits.max_dataset_bytes = static_cast<size_t>(*b);
-    c.limits.cancel_grace_seconds = *g;
+    c.limits.cancel_grace_seconds = static_cast<int>(*g);
   }
   if (doc.contains("jobBinary")) {
     auto j = string_field(doc, "jobBinary", "", true);

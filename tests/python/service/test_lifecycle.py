@@ -1,0 +1,127 @@
+"""A run's lifecycle through the HTTP API of a real trainerd: phases, progress, cost, metrics."""
+import re
+
+from service_helpers import plan
+
+
+def metric_value(text: str, name: str, **labels) -> float | None:
+    """The value of the series `name` whose labels include `labels` (summed over the rest)."""
+    total, seen = 0.0, False
+    for line in text.splitlines():
+        if not line.startswith(name + "{"):
+            continue
+        body = line[len(name) + 1:line.rindex("}")]
+        got = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', body))
+        if all(got.get(f"akka_optimize_training_{k}") == v for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+            seen = True
+    return total if seen else None
+
+
+def test_run_goes_through_every_applicable_phase_to_completed(start_trainerd, setup_basics, standin_behaviour):
+    standin_behaviour(queueSeconds=0.3, prepareSeconds=0.3, steps=4, stepSeconds=0.1)
+    d = start_trainerd()
+    setup_basics(d)
+    run = d.ok(d.post("/v1/runs", plan(steps=4)), 201)
+    assert run["phase"] == "SIZING_DATASET"
+    assert run["attempt"] == 1
+    assert re.fullmatch(r"[0-9a-f]{64}", run["settingsSha"])
+    done = d.wait_phase(run["runId"], {"COMPLETED", "FAILED", "CANCELLED"})
+    assert done["phase"] == "COMPLETED", done
+    assert done["outcome"] == "COMPLETED"
+    phases = [p["phase"] for p in done["phaseHistory"]]
+    # SFT deploys no grader and the claim was granted at once: those phases are skipped, not faked.
+    assert phases == ["SIZING_DATASET", "SUBMITTING", "QUEUED", "PREPARING", "TRAINING", "FINALIZING",
+                      "CLEANING_UP", "COMPLETED"]
+    assert done["progress"]["step"] == 4 and done["progress"]["totalSteps"] == 4
+    assert done["latest"]["loss"] == 0.5
+    assert done["cost"]["estimated"] is False and done["cost"]["gpuSeconds"] > 0
+    assert done["adapterPath"].endswith("/adapter")
+    assert "claim" not in done and d.claims_of(run["runId"]) == []
+    steps = d.ok(d.get(f"/v1/runs/{run['runId']}/metrics"), 200)["steps"]
+    assert [s["step"] for s in steps] == [1, 2, 3, 4]
+    assert steps[0]["loss"] == 2.0
+    events = d.ok(d.get(f"/v1/runs/{run['runId']}/events?after=0"), 200)["events"]
+    assert [e["phase"] for e in events if e["type"] == "phase"] == phases
+    assert events[-1]["type"] == "outcome" and events[-1]["outcome"] == "COMPLETED"
+    hp = d.ok(d.get(f"/v1/runs/{run['runId']}/hparams"), 200)
+    assert hp["sha"] == run["settingsSha"] and hp["hparams"]["config.hyperparams.lora.rank"] == 4
+
+    text = d.get("/metrics").raw.decode()
+    for phase in phases:
+        assert metric_value(text, "akka_optimize_training_run_phase_entries_total", run_phase=phase) == 1, phase
+    assert metric_value(text, "akka_optimize_training_run_duration_seconds_count", run_outcome="COMPLETED",
+                        run_method="SFT") == 1
+    assert metric_value(text, "akka_optimize_training_run_phase_duration_seconds_count", run_phase="TRAINING") == 1
+    assert metric_value(text, "akka_optimize_training_cost_gpu_time_seconds_total", workload="triage") > 0
+    assert metric_value(text, "akka_optimize_training_run_active", run_phase="TRAINING") == 0
+    assert metric_value(text, "akka_optimize_training_pool_devices_declared", pool_accelerator="cpu") == 1
+    assert metric_value(text, "akka_optimize_training_pool_claims", claim_state="GRANTED") == 0
+    assert metric_value(text, "akka_optimize_training_workload_devices_quota", workload="triage") == 8
+    # Every service series carries the instance attribute.
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            assert 'akka_optimize_training_instance="test-instance"' in line, line
+
+
+def test_cost_is_an_estimate_while_training(start_trainerd, setup_basics, standin_behaviour):
+    standin_behaviour(steps=200, stepSeconds=0.1)
+    d = start_trainerd()
+    setup_basics(d)
+    run = d.ok(d.post("/v1/runs", plan()), 201)
+    training = d.wait_phase(run["runId"], "TRAINING")
+    assert training["cost"]["estimated"] is True
+    assert training["claim"] == {"pool": "cpu", "devices": 1, "state": "GRANTED", "since": training["claim"]["since"]}
+    text = d.get("/metrics").raw.decode()
+    assert metric_value(text, "akka_optimize_training_run_active", run_phase="TRAINING") == 1
+    assert metric_value(text, "akka_optimize_training_pool_devices_claimed", claim_state="GRANTED") == 1
+    assert metric_value(text, "akka_optimize_training_workload_devices_claimed", workload="triage",
+                        claim_state="GRANTED") == 1
+    d.ok(d.post(f"/v1/runs/{run['runId']}/cancel"), 202)
+    d.wait_phase(run["runId"], "CANCELLED")
+
+
+def test_a_failing_job_fails_the_run_with_its_reason_first(start_trainerd, setup_basics, standin_behaviour):
+    standin_behaviour(failReason="dataset row 3 has no assistant message\ndetails follow")
+    d = start_trainerd()
+    setup_basics(d)
+    run = d.ok(d.post("/v1/runs", plan()), 201)
+    failed = d.wait_phase(run["runId"], {"FAILED", "COMPLETED"})
+    assert failed["phase"] == "FAILED" and failed["outcome"] == "FAILED"
+    assert failed["failureReason"].splitlines()[0] == "dataset row 3 has no assistant message"
+    assert d.claims_of(run["runId"]) == []
+    text = d.get("/metrics").raw.decode()
+    assert metric_value(text, "akka_optimize_training_run_failures_total", run_phase="TRAINING") == 1
+
+
+def test_a_job_that_exits_without_an_outcome_is_a_named_failure(start_trainerd, setup_basics, standin_behaviour):
+    standin_behaviour(exitCode=3)
+    d = start_trainerd()
+    setup_basics(d)
+    run = d.ok(d.post("/v1/runs", plan()), 201)
+    failed = d.wait_phase(run["runId"], {"FAILED", "COMPLETED"})
+    assert failed["phase"] == "FAILED"
+    assert failed["failureReason"].splitlines()[0] == \
+        "the training job exited with code 3 without reporting an outcome"
+    assert "exiting without an outcome" in failed["failureReason"]
+
+
+def test_submission_id_makes_a_repeated_submit_take_effect_once(start_trainerd, setup_basics):
+    d = start_trainerd()
+    setup_basics(d)
+    first = d.post("/v1/runs", plan(submissionId="sub-1"))
+    again = d.post("/v1/runs", plan(submissionId="sub-1"))
+    assert first.status == 201 and again.status == 200
+    assert again.json["runId"] == first.json["runId"]
+    other = d.post("/v1/runs", plan(submissionId="sub-1", description="another plan"))
+    assert other.status == 409 and other.json["error"]["field"] == "submissionId"
+    assert d.ok(d.get("/v1/runs"), 200)["total"] == 1
+
+
+def test_dry_run_resolves_and_creates_nothing(start_trainerd, setup_basics):
+    d = start_trainerd()
+    _, ds = setup_basics(d)
+    r = d.ok(d.post("/v1/runs?dryRun=true", plan()), 200)
+    assert r["plan"]["config"]["dataset"] == ds["hash"]
+    assert r["plan"]["config"]["hyperparams"]["optimizer"]["learningRate"] == 1e-4
+    assert d.ok(d.get("/v1/runs"), 200)["total"] == 0
