@@ -1,0 +1,133 @@
+"""trainerd killed with SIGKILL and restarted: no run is lost or stuck, no claim leaks."""
+import os
+import signal
+import time
+
+from conftest import Trainerd
+from service_helpers import plan
+
+
+def restart(d: Trainerd) -> Trainerd:
+    d.kill(signal.SIGKILL)
+    return d.start()
+
+
+def job_pid(d: Trainerd, run_id: str) -> int:
+    needle = str(d.data_dir / "runs" / run_id)
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmd = open(f"/proc/{entry}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if needle in cmd and " run " in cmd:
+                return int(entry)
+    raise AssertionError(f"no job process for {run_id}")
+
+
+def test_a_run_training_when_trainerd_is_killed_continues_after_restart(start_trainerd, setup_basics,
+                                                                         standin_behaviour):
+    standin_behaviour(steps=30, stepSeconds=0.1)
+    d = start_trainerd()
+    setup_basics(d)
+    run = d.ok(d.post("/v1/runs", plan(steps=30)), 201)
+    before = d.wait_phase(run["runId"], "TRAINING")
+    pid = job_pid(d, run["runId"])
+    d = restart(d)
+    assert job_pid(d, run["runId"]) == pid  # the same job, found again
+    info = d.ok(d.get("/v1/info"), 200)
+    step = next(s for s in info["startup"]["steps"] if s["name"] == "recover runs")
+    assert step["ok"] and "1 jobs found running" in step["message"]
+    done = d.wait_phase(run["runId"], {"COMPLETED", "FAILED", "CANCELLED"})
+    assert done["phase"] == "COMPLETED", done
+    assert done["attempt"] == 1 and done["progress"]["step"] == 30
+    history = [p["phase"] for p in done["phaseHistory"]]
+    assert history == ["SIZING_DATASET", "SUBMITTING", "QUEUED", "PREPARING", "TRAINING", "FINALIZING",
+                       "CLEANING_UP", "COMPLETED"]
+    steps = d.ok(d.get(f"/v1/runs/{run['runId']}/metrics"), 200)["steps"]
+    assert [s["step"] for s in steps] == list(range(1, 31))  # none lost, none twice
+    events = d.ok(d.get(f"/v1/runs/{run['runId']}/events"), 200)["events"]
+    assert len([e for e in events if e["type"] == "step"]) == 30
+    assert done["createdAt"] == before["createdAt"]
+    assert d.capacity()["claims"] == []
+
+
+def test_a_job_that_dies_while_trainerd_is_down_ends_with_a_named_failure(start_trainerd, setup_basics,
+                                                                         standin_behaviour):
+    standin_behaviour(steps=1000, stepSeconds=0.05)
+    d = start_trainerd()
+    setup_basics(d)
+    run = d.ok(d.post("/v1/runs", plan()), 201)
+    d.wait_phase(run["runId"], "TRAINING")
+    pid = job_pid(d, run["runId"])
+    d.kill(signal.SIGKILL)
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(0.3)
+    d.start()
+    failed = d.wait_phase(run["runId"], {"FAILED", "COMPLETED", "CANCELLED"})
+    assert failed["phase"] == "FAILED" and failed["outcome"] == "FAILED"
+    assert failed["failureReason"].splitlines()[0] == \
+        f"the training job (pid {pid}) ended while trainerd was not running and reported no outcome"
+    assert failed["cost"]["estimated"] is False and failed["cost"]["gpuSeconds"] > 0
+    assert d.capacity()["claims"] == []
+
+
+def test_a_run_that_completed_while_trainerd_was_down_is_completed(start_trainerd, setup_basics,
+                                                                   standin_behaviour):
+    standin_behaviour(steps=10, stepSeconds=0.1)
+    d = start_trainerd()
+    setup_basics(d)
+    run = d.ok(d.post("/v1/runs", plan(steps=10)), 201)
+    d.wait_phase(run["runId"], "TRAINING")
+    pid = job_pid(d, run["runId"])
+    d.kill(signal.SIGKILL)
+    deadline = time.time() + 30
+    while time.time() < deadline:  # wait for the job to finish on its own
+        try:
+            state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            break
+        if state == "Z":
+            break
+        time.sleep(0.1)
+    d.start()
+    done = d.wait_phase(run["runId"], {"COMPLETED", "FAILED", "CANCELLED"})
+    assert done["phase"] == "COMPLETED", done
+    assert done["progress"]["step"] == 10
+    assert d.capacity()["claims"] == []
+
+
+def test_queued_claims_survive_a_restart_and_are_admitted(start_trainerd, setup_basics, standin_behaviour):
+    standin_behaviour(steps=20, stepSeconds=0.1)
+    d = start_trainerd()
+    setup_basics(d)
+    first = d.ok(d.post("/v1/runs", plan()), 201)
+    second = d.ok(d.post("/v1/runs", plan()), 201)
+    d.wait_phase(second["runId"], "WAITING_FOR_DEVICES")
+    d = restart(d)
+    assert {c["owner"]: c["state"] for c in d.capacity()["claims"]} == \
+        {first["runId"]: "GRANTED", second["runId"]: "QUEUED"}
+    d.wait_phase(first["runId"], "COMPLETED")
+    d.wait_phase(second["runId"], "COMPLETED")
+    assert d.capacity()["claims"] == []
+
+
+def test_cancel_after_a_restart_stops_the_job_found_again(start_trainerd, setup_basics, standin_behaviour):
+    standin_behaviour(steps=1000, stepSeconds=0.05)
+    d = start_trainerd()
+    setup_basics(d)
+    run = d.ok(d.post("/v1/runs", plan()), 201)
+    d.wait_phase(run["runId"], "TRAINING")
+    pid = job_pid(d, run["runId"])
+    d = restart(d)
+    d.ok(d.post(f"/v1/runs/{run['runId']}/cancel"), 202)
+    d.wait_phase(run["runId"], "CANCELLED")
+    deadline = time.time() + 10
+    while time.time() < deadline and os.path.exists(f"/proc/{pid}"):
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] if os.path.exists(f"/proc/{pid}") else "X"
+        if state == "Z":
+            break
+        time.sleep(0.05)
+    assert not os.path.exists(f"/proc/{pid}") or \
+        open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+    assert d.capacity()["claims"] == []
