@@ -217,6 +217,19 @@ def attr_value_expr(reg: dict, attribute: dict, expr: str) -> str:
     return f"{expr}"
 
 
+def attr_ref_expr(attribute: dict, expr: str) -> str:
+    t = attribute["type"]
+    if t == "enum":
+        return f"AttributeValueRef(to_string({expr}))"
+    if t == "string":
+        return f"AttributeValueRef(std::string_view({expr}))"
+    if t == "int":
+        return f"AttributeValueRef(static_cast<int64_t>({expr}))"
+    if t == "double":
+        return f"AttributeValueRef(static_cast<double>({expr}))"
+    return f"AttributeValueRef(static_cast<bool>({expr}))"
+
+
 def kind_cpp(metric: dict) -> str:
     if metric["kind"] == "counter":
         return "InstrumentKind::kCounter"
@@ -312,6 +325,8 @@ def generate_header(reg: dict) -> str:
                 w(f"  std::optional<{attr_cpp_type(reg, attrs[k])}> {snake(short_name(reg, k))} = std::nullopt;  // {k}, when it applies")
             w("};")
             w(f"AttributeSet to_attribute_set(const {cls}Attributes& attributes);")
+            w(f"// The series of `attributes`, found without allocating once it exists.")
+            w(f"Series* series_for(Instrument& instrument, const {cls}Attributes& attributes);")
         w(f"class {cls} {{")
         w(" public:")
         if has_attrs:
@@ -322,15 +337,15 @@ def generate_header(reg: dict) -> str:
             if m["kind"] == "counter":
                 w(f"  void add({vt} value, const Attributes& attributes) {{ bind(attributes).add(static_cast<double>(value)); }}")
                 w("  // A handle for the hot path; the series is published (from zero) from now on.")
-                w("  CounterHandle bind(const Attributes& attributes) { return CounterHandle(instrument_->series(to_attribute_set(attributes))); }")
+                w("  CounterHandle bind(const Attributes& attributes) { return CounterHandle(series_for(*instrument_, attributes)); }")
             elif m["kind"] == "gauge":
                 w(f"  void set({vt} value, const Attributes& attributes) {{ bind(attributes).set(static_cast<double>(value)); }}")
                 w("  // Withdraws the series until the next set().")
                 w("  void clear(const Attributes& attributes) { bind(attributes).clear(); }")
-                w("  GaugeHandle bind(const Attributes& attributes) { return GaugeHandle(instrument_->series(to_attribute_set(attributes))); }")
+                w("  GaugeHandle bind(const Attributes& attributes) { return GaugeHandle(series_for(*instrument_, attributes)); }")
             else:
                 w(f"  void record({vt} value, const Attributes& attributes) {{ bind(attributes).record(static_cast<double>(value)); }}")
-                w("  HistogramHandle bind(const Attributes& attributes) { return HistogramHandle(instrument_->series(to_attribute_set(attributes))); }")
+                w("  HistogramHandle bind(const Attributes& attributes) { return HistogramHandle(series_for(*instrument_, attributes)); }")
             w("")
             w(" private:")
             w("  Instrument* instrument_;")
@@ -450,6 +465,18 @@ def generate_source(reg: dict) -> str:
                 f = snake(short_name(reg, k))
                 w(f"  if (attributes.{f}) list.push_back({{{cpp_string(k)}, {attr_value_expr(reg, attrs[k], f'*attributes.{f}')}}});")
             w("  return AttributeSet(std::move(list));")
+            w("}")
+            w("")
+            w(f"Series* series_for(Instrument& instrument, const {cls}Attributes& attributes) {{")
+            w(f"  AttributeRef refs[{len(keys) + len(optional)}];")
+            w("  size_t n = 0;")
+            for k in sorted(keys + optional):  # sorted by key, as Instrument::series requires
+                f = snake(short_name(reg, k))
+                if k in optional:
+                    w(f"  if (attributes.{f}) refs[n++] = {{{cpp_string(k)}, {attr_ref_expr(attrs[k], f'*attributes.{f}')}}};")
+                else:
+                    w(f"  refs[n++] = {{{cpp_string(k)}, {attr_ref_expr(attrs[k], f'attributes.{f}.get()')}}};")
+            w("  return instrument.series(std::span<const AttributeRef>(refs, n));")
             w("}")
     w("")
     w("}  // namespace metrics")

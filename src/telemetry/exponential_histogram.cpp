@@ -21,10 +21,15 @@ int32_t exponential_bucket_index(double value, int32_t scale) {
   }
   if (power_of_two) return ((exp - 1) << scale) - 1;
   const double scale_factor = std::ldexp(std::numbers::log2e, scale);
-  auto index = static_cast<int32_t>(std::ceil(std::log(value) * scale_factor)) - 1;
-  // Guard the logarithm's rounding near boundaries.
-  if (exponential_lower_boundary(index, scale) >= value) --index;
-  else if (exponential_lower_boundary(index + 1, scale) < value) ++index;
+  const double position = std::log(value) * scale_factor;  // log_base(value)
+  const double upper = std::ceil(position);
+  auto index = static_cast<int32_t>(upper) - 1;
+  // Near a boundary the logarithm's rounding may pick the neighbour: decide exactly there.
+  constexpr double kNearBoundary = 1e-6;
+  if (upper - position < kNearBoundary || position - (upper - 1) < kNearBoundary) {
+    if (exponential_lower_boundary(index, scale) >= value) --index;
+    else if (exponential_lower_boundary(index + 1, scale) < value) ++index;
+  }
   return index;
 }
 

@@ -102,9 +102,33 @@ struct Bucket {
   uint64_t count;
 };
 
+// Exponential histograms are exposed at this scale or coarser: buckets 2^(1/8), 9% wide, as
+// Prometheus's own native histograms default to (schema 3). A fixed scale keeps the set of
+// `le` values stable while the series' own scale moves, so rate() over buckets stays sound.
+constexpr int32_t kPrometheusMaxScale = 3;
+
+ExponentialBuckets coarsen(const ExponentialBuckets& buckets, int32_t shift) {
+  if (shift <= 0 || buckets.counts.empty()) return buckets;
+  ExponentialBuckets out;
+  out.offset = buckets.offset >> shift;
+  const int32_t last = (buckets.offset + static_cast<int32_t>(buckets.counts.size()) - 1) >> shift;
+  out.counts.assign(static_cast<size_t>(last - out.offset + 1), 0);
+  for (size_t i = 0; i < buckets.counts.size(); ++i) {
+    out.counts[static_cast<size_t>(((buckets.offset + static_cast<int32_t>(i)) >> shift) - out.offset)] +=
+        buckets.counts[i];
+  }
+  return out;
+}
+
 // Classic buckets of an exponential histogram: negative buckets (most negative first), zero,
 // positive buckets; each `le` is the bucket's upper boundary.
-std::vector<Bucket> classic_buckets(const ExponentialHistogramData& data) {
+std::vector<Bucket> classic_buckets(const ExponentialHistogramData& exact) {
+  ExponentialHistogramData data;
+  const int32_t shift = exact.scale - kPrometheusMaxScale;
+  data.scale = shift > 0 ? kPrometheusMaxScale : exact.scale;
+  data.zero_count = exact.zero_count;
+  data.positive = coarsen(exact.positive, shift);
+  data.negative = coarsen(exact.negative, shift);
   std::vector<Bucket> buckets;
   const auto& negative = data.negative;
   for (size_t i = negative.counts.size(); i-- > 0;) {

@@ -27,6 +27,39 @@ void atomic_max(std::atomic<double>& target, double value) {
   }
 }
 
+// Appends one attribute to a series key: the encoding AttributeSet::key() is made of.
+void append_key(std::string& out, std::string_view key, size_t index, std::string_view text) {
+  out += key;
+  out += '\x1f';
+  out += static_cast<char>('0' + index);
+  out += text;
+  out += '\x1e';
+}
+
+void append_key(std::string& out, const AttributeRef& attribute) {
+  char buffer[64];
+  std::string_view text;
+  switch (attribute.value.index()) {
+    case 0:
+      text = std::get<std::string_view>(attribute.value);
+      break;
+    case 1:
+      text = std::get<bool>(attribute.value) ? "true" : "false";
+      break;
+    case 2: {
+      auto result = std::to_chars(buffer, buffer + sizeof buffer, std::get<int64_t>(attribute.value));
+      text = std::string_view(buffer, static_cast<size_t>(result.ptr - buffer));
+      break;
+    }
+    default: {
+      auto result = std::to_chars(buffer, buffer + sizeof buffer, std::get<double>(attribute.value));
+      text = std::string_view(buffer, static_cast<size_t>(result.ptr - buffer));
+      break;
+    }
+  }
+  append_key(out, attribute.key, attribute.value.index(), text);
+}
+
 }  // namespace
 
 std::string attribute_value_text(const AttributeValue& value) {
@@ -54,11 +87,7 @@ AttributeSet::AttributeSet(std::vector<Attribute> attributes) {
     }
   }
   for (const auto& attribute : attributes_) {
-    key_ += attribute.key;
-    key_ += '\x1f';
-    key_ += static_cast<char>('0' + attribute.value.index());
-    key_ += attribute_value_text(attribute.value);
-    key_ += '\x1e';
+    append_key(key_, attribute.key, attribute.value.index(), attribute_value_text(attribute.value));
   }
 }
 
@@ -134,12 +163,13 @@ bool Series::snapshot(PointData* out) const {
 Instrument::Instrument(InstrumentDescriptor descriptor, std::function<uint64_t()> clock)
     : descriptor_(std::move(descriptor)), clock_(std::move(clock)) {}
 
-Series* Instrument::series(const AttributeSet& attributes) {
-  {
-    std::shared_lock lock(mu_);
-    auto it = series_.find(attributes.key());
-    if (it != series_.end()) return it->second.get();
-  }
+Series* Instrument::find(const std::string& key) const {
+  std::shared_lock lock(mu_);
+  auto it = series_.find(key);
+  return it == series_.end() ? nullptr : it->second.get();
+}
+
+Series* Instrument::insert(const AttributeSet& attributes) {
   std::unique_lock lock(mu_);
   auto [it, inserted] = series_.try_emplace(attributes.key());
   if (inserted) {
@@ -147,6 +177,31 @@ Series* Instrument::series(const AttributeSet& attributes) {
     order_.push_back(it->second.get());
   }
   return it->second.get();
+}
+
+Series* Instrument::series(const AttributeSet& attributes) {
+  if (Series* found = find(attributes.key())) return found;
+  return insert(attributes);
+}
+
+Series* Instrument::series(std::span<const AttributeRef> attributes) {
+  thread_local std::string key;  // reused: no allocation once it has grown
+  key.clear();
+  for (const auto& attribute : attributes) append_key(key, attribute);
+  if (Series* found = find(key)) return found;
+  std::vector<Attribute> owned;
+  owned.reserve(attributes.size());
+  for (const auto& attribute : attributes) {
+    AttributeValue value;
+    switch (attribute.value.index()) {
+      case 0: value = std::string(std::get<std::string_view>(attribute.value)); break;
+      case 1: value = std::get<bool>(attribute.value); break;
+      case 2: value = std::get<int64_t>(attribute.value); break;
+      default: value = std::get<double>(attribute.value); break;
+    }
+    owned.push_back({std::string(attribute.key), std::move(value)});
+  }
+  return insert(AttributeSet(std::move(owned)));
 }
 
 std::vector<PointData> Instrument::collect() const {

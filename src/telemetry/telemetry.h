@@ -25,6 +25,7 @@
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -67,6 +68,14 @@ class AttributeSet {
  private:
   std::vector<Attribute> attributes_;
   std::string key_;
+};
+
+// A borrowed attribute, for looking a series up without allocating. Same alternatives, in the
+// same order, as AttributeValue.
+using AttributeValueRef = std::variant<std::string_view, bool, int64_t, double>;
+struct AttributeRef {
+  std::string_view key;
+  AttributeValueRef value;
 };
 
 // Renders a value the way OpenTelemetry's Prometheus mapping does: strings as is,
@@ -130,7 +139,7 @@ class Series {
     std::atomic<double> min{std::numeric_limits<double>::infinity()};
     std::atomic<double> max{-std::numeric_limits<double>::infinity()};
   };
-  struct Exponential {
+  struct alignas(64) Exponential {  // a cache line of its own: series do not share one
     explicit Exponential(int32_t max_scale, int32_t max_size) : data(max_scale, max_size) {}
     mutable std::mutex mu;
     ExponentialHistogram data;  // guarded by mu
@@ -196,6 +205,9 @@ class Instrument {
 
   // The series of `attributes`, created on first use (a counter starts at zero, present).
   Series* series(const AttributeSet& attributes);
+  // The same for borrowed attributes, which must be sorted by key with no key repeated (the
+  // generated instruments pass them so); allocates only when the series is new.
+  Series* series(std::span<const AttributeRef> attributes);
 
   void add(double value, const AttributeSet& attributes) { series(attributes)->add(value); }
   void set(double value, const AttributeSet& attributes) { series(attributes)->set(value); }
@@ -209,6 +221,9 @@ class Instrument {
   const InstrumentDescriptor descriptor_;
   const std::function<uint64_t()> clock_;
   mutable std::shared_mutex mu_;
+  Series* find(const std::string& key) const;
+  Series* insert(const AttributeSet& attributes);
+
   std::unordered_map<std::string, std::unique_ptr<Series>> series_;  // guarded by mu_
   std::vector<Series*> order_;  // creation order, guarded by mu_
 };
@@ -281,7 +296,10 @@ inline constexpr const char* kPrometheusTextContentType = "text/plain; version=0
 
 // The text exposition format (0.0.4) of everything the provider holds: serve it at /metrics.
 // Exponential histograms are exposed as classic histograms whose `le` bounds are the
-// exponential buckets' upper boundaries, so histogram_quantile works on them.
+// exponential buckets' upper boundaries at scale 3 or coarser (buckets 9% wide; a stable set
+// of `le` values), so histogram_quantile works on them. (Prometheus 2.42 ingests native
+// histograms only from the protobuf scrape format behind a feature flag; classic buckets work
+// with every Prometheus and every PromQL function.)
 Exposition prometheus_exposition(const MeterProvider& provider);
 std::string prometheus_text(const MetricsSnapshot& snapshot);
 

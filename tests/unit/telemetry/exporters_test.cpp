@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
+
 #include "telemetry/telemetry.h"
 
 namespace trainer::telemetry {
@@ -112,6 +114,27 @@ TEST(OtlpPush, ReportsAnUnreachableCollectorAsUnavailable) {
                                                        .timeout = std::chrono::milliseconds(500)});
   EXPECT_EQ(status.code(), StatusCode::kUnavailable);
   EXPECT_EQ(status.message().rfind("OTLP push to http://127.0.0.1:9/v1/metrics failed: ", 0), 0u) << status.message();
+}
+
+}  // namespace
+}  // namespace trainer::telemetry
+
+namespace trainer::telemetry {
+namespace {
+
+TEST(PrometheusText, ExposesFineExponentialHistogramsAtScaleThree) {
+  MeterProvider provider(Resource{});
+  auto& histogram = provider.instrument(
+      {.name = "t.len", .description = "Length.", .unit = "{token}", .kind = InstrumentKind::kExponentialHistogram});
+  histogram.record(100, AttributeSet{});  // one value: the series stays at scale 20
+  const std::string text = prometheus_exposition(provider).body;
+  // At scale 3, 100 lies in (2^(53/8), 2^(54/8)] = (98.70, 107.63].
+  const std::string le = "t_len_bucket{le=\"";
+  const auto at = text.find(le);
+  ASSERT_NE(at, std::string::npos) << text;
+  const double upper = std::stod(text.substr(at + le.size()));
+  EXPECT_NEAR(upper, std::exp2(54.0 / 8), 1e-9) << text;
+  EXPECT_NE(text.find("t_len_bucket{le=\"+Inf\"} 1\n"), std::string::npos) << text;
 }
 
 }  // namespace
