@@ -1,0 +1,77 @@
+// The deployment configuration and the phase table.
+#include <gtest/gtest.h>
+
+#include "service/config.h"
+#include "service/phases.h"
+
+namespace trainer::service {
+namespace {
+
+TEST(DeploymentConfig, TheEmbeddedDefaultHasOneCpuPool) {
+  DeploymentConfig c = default_config();
+  ASSERT_EQ(c.pools.size(), 1u);
+  EXPECT_EQ(c.pools[0].accelerator, "cpu");
+  EXPECT_EQ(c.pools[0].declared, 1);
+  EXPECT_FALSE(c.pools[0].serving);
+  EXPECT_TRUE(c.base_models.empty());
+}
+
+TEST(DeploymentConfig, ParsesEveryField) {
+  auto c = parse_config(R"({
+    "baseModels": [{"name": "Qwen/Qwen3-0.6B", "path": "/models/qwen3"}],
+    "pools": [{"name": "training", "accelerator": "nvidia-h100-80gb", "declared": 8, "maxClaim": 4},
+              {"name": "serving", "accelerator": "nvidia-l4", "serving": true, "declared": 2}],
+    "quotas": {"default": 2, "workloads": {"triage": 4}},
+    "limits": {"maxRequestBytes": 1000, "maxDatasetBytes": 2000000000, "cancelGraceSeconds": 3},
+    "jobBinary": "/opt/trainer-job"})", "deploy.json");
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->base_models[0].path, "/models/qwen3");
+  EXPECT_EQ(c->pools[0].max_claim, 4);
+  EXPECT_EQ(c->pools[1].max_claim, 2);  // defaults to declared
+  EXPECT_TRUE(c->pools[1].serving);
+  EXPECT_EQ(c->default_workload_quota, 2);
+  EXPECT_EQ(c->workload_quotas.at("triage"), 4);
+  EXPECT_EQ(c->limits.max_dataset_bytes, 2000000000u);
+  EXPECT_EQ(c->job_binary, "/opt/trainer-job");
+  EXPECT_EQ(c->source, "deploy.json");
+}
+
+TEST(DeploymentConfig, ErrorsNameTheFileAndTheField) {
+  struct Case {
+    const char* text;
+    const char* message;
+  } cases[] = {
+      {R"({"pool": []})", "deploy.json: pool: unknown field"},
+      {R"({"pools": [{"name": "a", "declared": -1}]})",
+       "deploy.json: pools[0].declared: must be an integer between 0 and 1000000, got -1"},
+      {R"({"pools": [{"name": "a", "declared": 1, "maxClaim": 2}]})",
+       "deploy.json: pools[0].maxClaim: 2 is larger than declared 1"},
+      {R"({"baseModels": [{"name": "x"}]})", "deploy.json: baseModels[0].path: required"},
+      {R"({"baseModels": [{"name": "x", "path": "/a"}, {"name": "x", "path": "/b"}]})",
+       "deploy.json: baseModels[1].name: 'x' listed twice"},
+      {"not json", "deploy.json: not a JSON object"},
+  };
+  for (const auto& c : cases) {
+    auto r = parse_config(c.text, "deploy.json");
+    ASSERT_FALSE(r.is_ok()) << c.text;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(r.status().message(), c.message);
+  }
+}
+
+TEST(Phases, AreTheSpecificationsSixteenInLifecycleOrder) {
+  const char* expected[] = {"SIZING_DATASET", "WAITING_FOR_BASE_MODEL", "DEPLOYING_GRADER", "WAITING_FOR_GRADER",
+                            "WAITING_FOR_DEVICES", "SUBMITTING", "QUEUED", "PREPARING", "TRAINING", "PAUSING",
+                            "PAUSED", "FINALIZING", "CLEANING_UP", "COMPLETED", "FAILED", "CANCELLED"};
+  ASSERT_EQ(kPhaseCount, 16);
+  for (int i = 0; i < kPhaseCount; ++i) {
+    EXPECT_STREQ(phase_name(phase_at(i)), expected[i]);
+    EXPECT_EQ(parse_phase(expected[i]), phase_at(i));
+  }
+  EXPECT_FALSE(parse_phase("RUNNING").has_value());
+  EXPECT_TRUE(is_terminal(Phase::kCancelled));
+  EXPECT_FALSE(is_terminal(Phase::kPaused));
+}
+
+}  // namespace
+}  // namespace trainer::service

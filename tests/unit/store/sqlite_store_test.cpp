@@ -1,0 +1,187 @@
+// The SQLite store: migrations, durability settings, uniqueness, ordering, transactions.
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include <filesystem>
+
+#include "store/store.h"
+
+namespace trainer::store {
+namespace {
+
+namespace fs = std::filesystem;
+
+class SqliteStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("store-test-" + std::to_string(::getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    path_ = (dir_ / "state.db").string();
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::unique_ptr<Store> open() {
+    auto s = open_sqlite_store(path_);
+    EXPECT_TRUE(s.is_ok()) << s.status().to_string();
+    return std::move(*s);
+  }
+
+  static json run(const std::string& id, const std::string& phase, const std::string& workload = "w1") {
+    return {{"runId", id}, {"workload", {{"id", workload}, {"name", "n"}}}, {"phase", phase}, {"submissionId", nullptr}};
+  }
+
+  fs::path dir_;
+  std::string path_;
+};
+
+TEST_F(SqliteStoreTest, MigratesOnceAndRecordsTheSchemaVersion) {
+  EXPECT_EQ(open()->schema_version(), 1);
+  EXPECT_EQ(open()->schema_version(), 1);  // reopening applies nothing again
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  sqlite3_prepare_v2(db, "SELECT COUNT(*) FROM schema_migrations", -1, &st, nullptr);
+  ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int(st, 0), 1);
+  sqlite3_finalize(st);
+  sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, nullptr);
+  ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)), "wal");
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+}
+
+TEST_F(SqliteStoreTest, RefusesASchemaNewerThanItKnows) {
+  { auto s = open(); }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "INSERT INTO schema_migrations(version) VALUES (99)", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  auto s = open_sqlite_store(path_);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.status().message().find("schema version 99 is newer"), std::string::npos);
+}
+
+TEST_F(SqliteStoreTest, ASubmissionIdBelongsToOneRun) {
+  auto s = open();
+  json a = run("aa01", "QUEUED");
+  a["submissionId"] = "sub";
+  ASSERT_TRUE(s->insert_run(a).is_ok());
+  json b = run("bb02", "QUEUED");
+  b["submissionId"] = "sub";
+  Status st = s->insert_run(b);
+  EXPECT_EQ(st.code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(st.message(), "submissionId: already used by another run");
+  auto found = s->run_by_submission("sub");
+  ASSERT_TRUE(found.is_ok() && found->has_value());
+  EXPECT_EQ((**found)["runId"], "aa01");
+  EXPECT_FALSE(s->get_run("bb02")->has_value());
+}
+
+TEST_F(SqliteStoreTest, ListsRunsNewestFirstWithFiltersAndTotals) {
+  auto s = open();
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(s->insert_run(run("r" + std::to_string(i), i % 2 ? "TRAINING" : "COMPLETED", i < 3 ? "w1" : "w2")).is_ok());
+  }
+  RunFilter f;
+  f.limit = 2;
+  auto page = s->list_runs(f);
+  ASSERT_TRUE(page.is_ok());
+  EXPECT_EQ(page->total, 5);
+  ASSERT_EQ(page->runs.size(), 2u);
+  EXPECT_EQ(page->runs[0]["runId"], "r4");
+  EXPECT_EQ(page->runs[1]["runId"], "r3");
+  f.phases = {"TRAINING"};
+  f.limit = 50;
+  page = s->list_runs(f);
+  EXPECT_EQ(page->total, 2);
+  f.workload_id = "w2";
+  page = s->list_runs(f);
+  ASSERT_EQ(page->total, 1);
+  EXPECT_EQ(page->runs[0]["runId"], "r3");
+}
+
+TEST_F(SqliteStoreTest, ATransactionThatFailsLeavesNothingBehind) {
+  auto s = open();
+  Status st = s->transaction([&]() -> Status {
+    EXPECT_TRUE(s->insert_run(run("aa", "QUEUED")).is_ok());
+    ClaimRow c{"aa", "SFT", "w1", "cpu", 1, "QUEUED", "t", 0};
+    EXPECT_TRUE(s->insert_claim(c).is_ok());
+    return internal_error("boom");
+  });
+  EXPECT_EQ(st.message(), "boom");
+  EXPECT_FALSE(s->get_run("aa")->has_value());
+  EXPECT_TRUE(s->list_claims()->empty());
+}
+
+TEST_F(SqliteStoreTest, ClaimsKeepTheirAdmissionOrderAcrossReopen) {
+  {
+    auto s = open();
+    for (const char* owner : {"c", "a", "b"}) {
+      ClaimRow c{owner, "SFT", "w1", "cpu", 1, "QUEUED", "t", 0};
+      ASSERT_TRUE(s->insert_claim(c).is_ok());
+    }
+    ClaimRow again{"a", "SFT", "w1", "cpu", 1, "QUEUED", "t", 0};
+    EXPECT_EQ(s->insert_claim(again).code(), StatusCode::kAlreadyExists);
+    ClaimRow granted{"a", "SFT", "w1", "cpu", 1, "GRANTED", "t2", 0};
+    ASSERT_TRUE(s->update_claim(granted).is_ok());
+  }
+  auto s = open();
+  auto claims = s->list_claims();
+  ASSERT_TRUE(claims.is_ok());
+  ASSERT_EQ(claims->size(), 3u);
+  EXPECT_EQ((*claims)[0].owner, "c");
+  EXPECT_EQ((*claims)[1].owner, "a");
+  EXPECT_EQ((*claims)[1].state, "GRANTED");
+  EXPECT_EQ((*claims)[2].owner, "b");
+  ASSERT_TRUE(s->delete_claim("a").is_ok());
+  ASSERT_TRUE(s->delete_claim("a").is_ok());  // absent is fine
+  EXPECT_EQ(s->list_claims()->size(), 2u);
+}
+
+TEST_F(SqliteStoreTest, DatasetsAreInsertedOnceAndAliasesMove) {
+  auto s = open();
+  EXPECT_TRUE(*s->insert_dataset({{"hash", "abc1"}, {"rows", 1}}));
+  EXPECT_FALSE(*s->insert_dataset({{"hash", "abc1"}, {"rows", 1}}));
+  EXPECT_TRUE(*s->insert_dataset({{"hash", "abd2"}, {"rows", 2}}));
+  ASSERT_TRUE(s->set_alias("train", "abc1").is_ok());
+  ASSERT_TRUE(s->set_alias("train", "abd2").is_ok());
+  EXPECT_EQ(**s->get_alias("train"), "abd2");
+  EXPECT_EQ(s->datasets_with_prefix("ab")->size(), 2u);
+  EXPECT_EQ(s->datasets_with_prefix("abc")->size(), 1u);
+  EXPECT_EQ((*s->list_datasets())[0]["hash"], "abd2");  // newest first
+  EXPECT_EQ(s->set_alias("x", "nothing").code(), StatusCode::kInternal);  // a dangling alias is refused
+}
+
+TEST_F(SqliteStoreTest, EventsAreNumberedPerRunAndStepMetricsReplaceARepeatedStep) {
+  auto s = open();
+  EXPECT_EQ(*s->append_run_event("r1", {{"type", "phase"}}), 1);
+  EXPECT_EQ(*s->append_run_event("r1", {{"type", "step"}}), 2);
+  EXPECT_EQ(*s->append_run_event("r2", {{"type", "phase"}}), 1);
+  auto after = s->run_events("r1", 1, 10);
+  ASSERT_EQ(after->size(), 1u);
+  EXPECT_EQ((*after)[0]["seq"], 2);
+  ASSERT_TRUE(s->put_step_metrics("r1", 2, {{"step", 2}, {"loss", 1.0}}).is_ok());
+  ASSERT_TRUE(s->put_step_metrics("r1", 1, {{"step", 1}, {"loss", 2.0}}).is_ok());
+  ASSERT_TRUE(s->put_step_metrics("r1", 2, {{"step", 2}, {"loss", 0.5}}).is_ok());
+  auto steps = s->step_metrics("r1", 10);
+  ASSERT_EQ(steps->size(), 2u);
+  EXPECT_EQ((*steps)[0]["step"], 1);
+  EXPECT_EQ((*steps)[1]["loss"], 0.5);
+  EXPECT_EQ(s->step_metrics("r1", 1)->front()["step"], 2);  // the last N, ascending
+}
+
+TEST_F(SqliteStoreTest, WorkloadNamesAreUniqueAndFreedByRename) {
+  auto s = open();
+  ASSERT_TRUE(s->insert_workload({{"id", "i1"}, {"name", "a"}}).is_ok());
+  EXPECT_EQ(s->insert_workload({{"id", "i2"}, {"name", "a"}}).code(), StatusCode::kAlreadyExists);
+  ASSERT_TRUE(s->update_workload({{"id", "i1"}, {"name", "b"}}).is_ok());
+  ASSERT_TRUE(s->insert_workload({{"id", "i2"}, {"name", "a"}}).is_ok());
+  EXPECT_EQ((**s->workload_by_name("b"))["id"], "i1");
+}
+
+}  // namespace
+}  // namespace trainer::store
