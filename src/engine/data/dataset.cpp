@@ -10,6 +10,8 @@
 
 namespace trainer::engine::data {
 
+using text::Json;
+
 namespace {
 
 constexpr const char* kRoles[] = {"system", "user", "assistant", "tool"};
@@ -21,10 +23,10 @@ bool known_role(const std::string& role) {
 // "file:line: " prefix of every row error.
 std::string where(const std::string& source, int64_t line) { return source + ":" + std::to_string(line) + ": "; }
 
-std::string type_name(const nlohmann::json& v) { return v.type_name(); }
+std::string type_name(const Json& v) { return v.type_name(); }
 
 // Checks one message of a conversation; `path` is its dotted path ("messages[2]").
-Status check_message(const nlohmann::json& m, const std::string& path) {
+Status check_message(const Json& m, const std::string& path) {
   if (!m.is_object()) return invalid_argument(path + ": expected an object, got " + type_name(m));
   auto role = m.find("role");
   if (role == m.end()) return invalid_argument(path + ".role: missing");
@@ -62,7 +64,7 @@ Status check_message(const nlohmann::json& m, const std::string& path) {
   return invalid_argument(path + ".content: expected a string, got " + type_name(*content));
 }
 
-Status check_conversation(const nlohmann::json& messages, const std::string& field) {
+Status check_conversation(const Json& messages, const std::string& field) {
   if (!messages.is_array()) return invalid_argument(field + ": expected an array of messages, got " + type_name(messages));
   if (messages.empty()) return invalid_argument(field + ": empty; a conversation needs at least one message");
   for (size_t i = 0; i < messages.size(); ++i)
@@ -70,7 +72,7 @@ Status check_conversation(const nlohmann::json& messages, const std::string& fie
   return Status::ok();
 }
 
-Result<Example> parse_row(const nlohmann::json& row) {
+Result<Example> parse_row(const Json& row) {
   if (!row.is_object()) return invalid_argument("expected a JSON object, got " + type_name(row));
   Example ex;
   if (row.contains("messages")) {
@@ -149,7 +151,7 @@ Result<TokenizedRow> tokenize_chat(const Example& ex, const text::Tokenizer& tok
   // Where the prompt of a prompt/completion conversation ends: only later text is trained.
   int64_t trainable_from = 0;
   if (ex.prompt_messages > 0) {
-    nlohmann::json prompt(ex.messages.begin(), ex.messages.begin() + static_cast<std::ptrdiff_t>(ex.prompt_messages));
+    Json prompt(ex.messages.begin(), ex.messages.begin() + static_cast<std::ptrdiff_t>(ex.prompt_messages));
     auto rendered = tmpl.render(prompt, ex.tools, {.add_generation_prompt = true});
     if (!rendered.is_ok()) return rendered.status().with_context("prompt");
     if (!starts_with(full->text, *rendered))
@@ -168,7 +170,7 @@ Result<TokenizedRow> tokenize_chat(const Example& ex, const text::Tokenizer& tok
   for (size_t i = ex.prompt_messages; i < ex.messages.size(); ++i) {
     if (ex.messages[i]["role"] != "assistant") continue;
     const std::string field = "messages[" + std::to_string(i) + "]";
-    nlohmann::json before(ex.messages.begin(), ex.messages.begin() + static_cast<std::ptrdiff_t>(i));
+    Json before(ex.messages.begin(), ex.messages.begin() + static_cast<std::ptrdiff_t>(i));
     int64_t start = 0;
     if (i > 0) {
       auto prefix = tmpl.render(before, ex.tools, {.add_generation_prompt = true});
@@ -183,18 +185,27 @@ Result<TokenizedRow> tokenize_chat(const Example& ex, const text::Tokenizer& tok
     // The bound of this message: the conversation up to and including it, when the whole
     // conversation starts with that render; else the end of the text.
     int64_t limit = static_cast<int64_t>(full->text.size());
-    nlohmann::json upto(ex.messages.begin(), ex.messages.begin() + static_cast<std::ptrdiff_t>(i + 1));
+    Json upto(ex.messages.begin(), ex.messages.begin() + static_cast<std::ptrdiff_t>(i + 1));
     auto through = tmpl.render(upto, ex.tools, {});
     if (!through.is_ok()) return through.status().with_context(field);
     if (starts_with(full->text, *through) && static_cast<int64_t>(through->size()) > start)
       limit = static_cast<int64_t>(through->size());
-    // Train from the token covering `start` through the first special token (end of turn).
-    for (size_t t = 0; t < enc->ids.size(); ++t) {
+    // Train from the token covering `start` through the first special token (the end of turn)
+    // and the whitespace the template writes right after it, as TRL's training templates do.
+    size_t t = 0;
+    for (; t < enc->ids.size(); ++t) {
       const auto [b, e] = enc->offsets[t];
       if (e <= start) continue;
       if (b >= limit) break;
       row.trained[t] = 1;
       if (b >= start && tok.is_special(enc->ids[t])) break;
+    }
+    for (++t; t < enc->ids.size(); ++t) {
+      const auto [b, e] = enc->offsets[t];
+      if (b >= limit || e <= b || tok.is_special(enc->ids[t])) break;
+      const std::string_view piece = std::string_view(full->text).substr(static_cast<size_t>(b), static_cast<size_t>(e - b));
+      if (piece.find_first_not_of(" \t\r\n") != std::string_view::npos) break;
+      row.trained[t] = 1;
     }
   }
   return row;
@@ -246,10 +257,10 @@ Result<std::vector<Example>> parse_jsonl(std::string_view text, const std::strin
       if (end == text.size()) break;
       continue;
     }
-    nlohmann::json row;
+    Json row;
     try {
-      row = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
+      row = Json::parse(line);
+    } catch (const Json::parse_error& e) {
       std::string what = e.what();
       if (auto p = what.find("parse error"); p != std::string::npos) what = what.substr(p);
       return invalid_argument(where(source, line_no) + "not valid JSON: " + what);

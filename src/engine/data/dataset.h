@@ -28,8 +28,10 @@
 //   - otherwise, for each assistant message i: its tokens start where
 //     render(messages[:i], add_generation_prompt=True) ends (that render must be a prefix of the
 //     whole conversation's render), and end with the first special token after that point (the
-//     end-of-turn token: <|im_end|> for Qwen, <|eot_id|> for Llama 3), which is trained.
-//     The text is always the whole conversation rendered once, exactly as apply_chat_template.
+//     end-of-turn token: <|im_end|> for Qwen, <|eot_id|> for Llama 3), which is trained, plus
+//     the whitespace the template writes right after it within the turn (Qwen's "\n"): the
+//     tokens TRL's training templates put inside {% generation %}. The text is always the whole
+//     conversation rendered once, exactly as apply_chat_template renders it.
 //   - prompt/completion strings: text = prompt + completion (+ eos_token unless the completion
 //     already ends with it), encoded with special tokens; trained = tokens after the prompt's.
 //
@@ -60,8 +62,8 @@ inline constexpr int64_t kIgnoreIndex = -100;  // label of a token the loss skip
 struct Example {
   enum class Kind { kChat, kPromptCompletion };
   Kind kind = Kind::kChat;
-  nlohmann::json messages;     // kChat (and message-list prompt/completion: prompt + completion)
-  nlohmann::json tools;        // declared tools, or null
+  text::Json messages;         // kChat (and message-list prompt/completion: prompt + completion)
+  text::Json tools;            // declared tools, or null
   std::string prompt;          // kPromptCompletion with string fields
   std::string completion;
   size_t prompt_messages = 0;  // message-list prompt/completion: messages that are prompt only

@@ -60,11 +60,11 @@ Result<std::optional<std::string>> token_field(const nlohmann::json& config, con
 // ---------------------------------------------------------------------------------------------
 // ChatTemplate
 
-Result<Rendered> ChatTemplate::render_with_spans(const nlohmann::json& messages, const nlohmann::json& tools,
+Result<Rendered> ChatTemplate::render_with_spans(const Json& messages, const Json& tools,
                                                  const RenderOptions& options) const {
   if (!messages.is_array()) return invalid_argument("messages: must be an array of messages");
   if (!tools.is_null() && !tools.is_array()) return invalid_argument("tools: must be an array or null");
-  nlohmann::json context = nlohmann::json::object();
+  Json context = Json::object();
   context["messages"] = messages;
   context["tools"] = tools;
   context["documents"] = nullptr;
@@ -75,7 +75,7 @@ Result<Rendered> ChatTemplate::render_with_spans(const nlohmann::json& messages,
   } else if (!options.extra.is_null()) {
     return invalid_argument("template variables: must be an object");
   }
-  const std::string text = context.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  const std::string text = context.dump(-1, ' ', false, Json::error_handler_t::replace);
   TtString out{}, err{};
   TtSpans spans{};
   if (tt_template_render(handle_->chat_template, bytes(text), text.size(), &out, &spans, &err) != 0)
@@ -87,7 +87,7 @@ Result<Rendered> ChatTemplate::render_with_spans(const nlohmann::json& messages,
   return rendered;
 }
 
-Result<std::string> ChatTemplate::render(const nlohmann::json& messages, const nlohmann::json& tools,
+Result<std::string> ChatTemplate::render(const Json& messages, const Json& tools,
                                          const RenderOptions& options) const {
   auto rendered = render_with_spans(messages, tools, options);
   if (!rendered.is_ok()) return rendered.status();
@@ -150,7 +150,7 @@ Result<Tokenizer> Tokenizer::load(const std::string& dir) {
       {"pad_token", &tok.special_.pad, &tok.pad_id_},   {"cls_token", &cls, &unused_cls},
       {"mask_token", &mask, &unused_mask},
   };
-  nlohmann::json special_vars = nlohmann::json::object();
+  Json special_vars = Json::object();
   for (const auto& n : named) {
     auto value = token_field(config, n.field, config_file);
     if (!value.is_ok()) return value.status();

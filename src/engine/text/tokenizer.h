@@ -40,10 +40,14 @@ struct SpecialTokens {
   std::vector<std::string> additional;  // additional_special_tokens
 };
 
+// Messages, tools and template variables keep the key order they were written in (Python
+// dicts do, and `tojson` writes keys in that order), hence ordered_json.
+using Json = nlohmann::ordered_json;
+
 struct RenderOptions {
   bool add_generation_prompt = false;  // append the assistant header, as transformers' flag
   // Further template variables (e.g. {"enable_thinking": false}); an object or null.
-  nlohmann::json extra = nullptr;
+  Json extra = nullptr;
 };
 
 // A rendered conversation and, when the template has {% generation %} markers, the byte
@@ -62,10 +66,10 @@ class TextHandle;  // the Rust objects, owned
 class ChatTemplate {
  public:
   // messages: a JSON array of {role, content, tool_calls?, ...}; tools: array or null.
-  Result<std::string> render(const nlohmann::json& messages, const nlohmann::json& tools,
+  Result<std::string> render(const Json& messages, const Json& tools,
                              const RenderOptions& options = {}) const;
   // The same, also returning the {% generation %} spans (empty when the template has none).
-  Result<Rendered> render_with_spans(const nlohmann::json& messages, const nlohmann::json& tools,
+  Result<Rendered> render_with_spans(const Json& messages, const Json& tools,
                                      const RenderOptions& options = {}) const;
   bool has_generation_markers() const { return has_generation_markers_; }
   const std::string& source() const { return source_; }  // the template text
@@ -74,7 +78,7 @@ class ChatTemplate {
   friend class Tokenizer;
   std::shared_ptr<TextHandle> handle_;
   std::string source_;
-  nlohmann::json special_vars_ = nlohmann::json::object();  // bos_token, eos_token, ... as text
+  Json special_vars_ = Json::object();  // bos_token, eos_token, ... as text
   bool has_generation_markers_ = false;
 };
 

@@ -125,7 +125,7 @@ TEST(LossMask, Qwen3TrainsEveryAssistantTurnThroughItsEndOfTurnToken) {
       R"( {"role": "assistant", "content": "A1"}, {"role": "user", "content": "U2"},)"
       R"( {"role": "assistant", "content": "A2"}]})",
       qwen3());
-  EXPECT_EQ(trained_text(row, qwen3()), "A1<|im_end|>|<think>\n\n</think>\n\nA2<|im_end|>");
+  EXPECT_EQ(trained_text(row, qwen3()), "A1<|im_end|>\n|<think>\n\n</think>\n\nA2<|im_end|>\n");
 }
 
 TEST(LossMask, Qwen3ToolCallsAreTrainedToolResultsAreNot) {
@@ -135,8 +135,8 @@ TEST(LossMask, Qwen3ToolCallsAreTrainedToolResultsAreNot) {
       R"( {"role": "tool", "content": "6"}, {"role": "assistant", "content": "6."}]})",
       qwen3());
   EXPECT_EQ(trained_text(row, qwen3()),
-            "<tool_call>\n{\"name\": \"mul\", \"arguments\": {\"a\": 2, \"b\": 3}}\n</tool_call><|im_end|>|"
-            "<think>\n\n</think>\n\n6.<|im_end|>");
+            "<tool_call>\n{\"name\": \"mul\", \"arguments\": {\"a\": 2, \"b\": 3}}\n</tool_call><|im_end|>\n|"
+            "<think>\n\n</think>\n\n6.<|im_end|>\n");
 }
 
 TEST(LossMask, Llama3TrainsContentAndEotNotTheTrailingHeader) {

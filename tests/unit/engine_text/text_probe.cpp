@@ -20,7 +20,7 @@
 
 using trainer::engine::text::Tokenizer;
 namespace data = trainer::engine::data;
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 namespace {
 
