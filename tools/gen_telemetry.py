@@ -332,6 +332,7 @@ def generate_header(reg: dict) -> str:
         if has_attrs:
             w(f"  using Attributes = {cls}Attributes;")
         w("  static const InstrumentDescriptor& descriptor();")
+        w(f"  static constexpr std::string_view kPrometheusName = {cpp_string(prometheus_name(m))};")
         w(f"  explicit {cls}(MeterProvider& provider) : instrument_(&provider.instrument(descriptor())) {{}}")
         if has_attrs:
             if m["kind"] == "counter":
@@ -406,6 +407,8 @@ def generate_header(reg: dict) -> str:
     w("")
     w("// Every metric of the registry, in registry order.")
     w("const std::vector<const InstrumentDescriptor*>& all_metric_descriptors();")
+    w("// The Prometheus name of each, in the same order (as the reference document lists them).")
+    w("const std::vector<std::string_view>& all_metric_prometheus_names();")
     w("")
     w("}  // namespace trainer::telemetry")
     w("")
@@ -505,6 +508,14 @@ def generate_source(reg: dict) -> str:
     w("  static const std::vector<const InstrumentDescriptor*> kAll{")
     for m in reg["metrics"]:
         w(f"      &metrics::{camel(short_name(reg, m['name']))}::descriptor(),")
+    w("  };")
+    w("  return kAll;")
+    w("}")
+    w("")
+    w("const std::vector<std::string_view>& all_metric_prometheus_names() {")
+    w("  static const std::vector<std::string_view> kAll{")
+    for m in reg["metrics"]:
+        w(f"      metrics::{camel(short_name(reg, m['name']))}::kPrometheusName,")
     w("  };")
     w("  return kAll;")
     w("}")

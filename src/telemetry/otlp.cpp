@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdlib>
+
 #include "telemetry/telemetry.h"
 
 namespace trainer::telemetry {
@@ -140,6 +142,64 @@ std::string otlp_json(const MetricsSnapshot& snapshot) {
        json::array({{{"resource", {{"attributes", key_values(snapshot.resource.attributes)}}},
                      {"scopeMetrics", json::array({{{"scope", scope}, {"metrics", metrics}}})}}})}};
   return request.dump();
+}
+
+namespace {
+
+Result<std::chrono::milliseconds> milliseconds_variable(const char* name, const char* text,
+                                                       std::chrono::milliseconds fallback) {
+  if (text == nullptr || *text == '\0') return fallback;
+  char* end = nullptr;
+  const long long value = std::strtoll(text, &end, 10);
+  if (*end != '\0' || value <= 0) {
+    return invalid_argument(std::string(name) + "='" + text + "' is not a positive number of milliseconds");
+  }
+  return std::chrono::milliseconds(value);
+}
+
+}  // namespace
+
+Result<std::optional<OtlpOptions>> otlp_options_from_environment(
+    const std::function<const char*(const char*)>& getenv) {
+  auto value = [&](const char* name) -> std::string {
+    const char* text = getenv(name);
+    return text == nullptr ? "" : text;
+  };
+  OtlpOptions options;
+  const std::string metrics_endpoint = value("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT");
+  std::string base = value("OTEL_EXPORTER_OTLP_ENDPOINT");
+  if (!metrics_endpoint.empty()) {
+    options.endpoint = metrics_endpoint;
+  } else if (!base.empty()) {
+    while (!base.empty() && base.back() == '/') base.pop_back();
+    options.endpoint = base + "/v1/metrics";
+  } else {
+    return std::optional<OtlpOptions>();
+  }
+  auto endpoint = parse_endpoint(options.endpoint);
+  if (!endpoint.is_ok()) return endpoint.status();
+  auto interval = milliseconds_variable("OTEL_METRIC_EXPORT_INTERVAL", getenv("OTEL_METRIC_EXPORT_INTERVAL"),
+                                        std::chrono::milliseconds(60000));
+  if (!interval.is_ok()) return interval.status();
+  options.interval = interval.value();
+  auto timeout = milliseconds_variable("OTEL_EXPORTER_OTLP_TIMEOUT", getenv("OTEL_EXPORTER_OTLP_TIMEOUT"),
+                                       std::chrono::milliseconds(10000));
+  if (!timeout.is_ok()) return timeout.status();
+  options.timeout = timeout.value();
+  const std::string headers = value("OTEL_EXPORTER_OTLP_HEADERS");
+  size_t start = 0;
+  while (start < headers.size()) {
+    size_t end = headers.find(',', start);
+    if (end == std::string::npos) end = headers.size();
+    const std::string pair = headers.substr(start, end - start);
+    const size_t eq = pair.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return invalid_argument("OTEL_EXPORTER_OTLP_HEADERS: '" + pair + "' is not name=value");
+    }
+    options.headers.emplace_back(pair.substr(0, eq), pair.substr(eq + 1));
+    start = end + 1;
+  }
+  return std::optional<OtlpOptions>(std::move(options));
 }
 
 Status otlp_push(const MetricsSnapshot& snapshot, const OtlpOptions& options) {

@@ -24,6 +24,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <span>
 #include <string>
@@ -321,6 +322,17 @@ struct OtlpOptions {
   std::chrono::milliseconds timeout{5000};    // connect + read timeout of one push
   std::vector<std::pair<std::string, std::string>> headers = {};  // extra request headers
 };
+
+// OtlpOptions from OpenTelemetry's standard environment variables, or nullopt when neither
+// endpoint variable is set (OTLP export off):
+//   OTEL_EXPORTER_OTLP_METRICS_ENDPOINT   the full metrics URL, or else
+//   OTEL_EXPORTER_OTLP_ENDPOINT           the collector's base URL; "/v1/metrics" is appended
+//   OTEL_METRIC_EXPORT_INTERVAL           ms between pushes (default 60000)
+//   OTEL_EXPORTER_OTLP_TIMEOUT            ms per push (default 10000)
+//   OTEL_EXPORTER_OTLP_HEADERS            "name=value,name=value"
+// `getenv` is the seam (tests pass their own). InvalidArgument names a malformed variable.
+Result<std::optional<OtlpOptions>> otlp_options_from_environment(
+    const std::function<const char*(const char*)>& getenv);
 
 // One POST of `snapshot` to options.endpoint. Unavailable when the collector cannot be
 // reached or answers other than 2xx; InvalidArgument for an endpoint that is not http://.

@@ -3,6 +3,8 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <map>
+#include <memory>
 
 #include "telemetry/telemetry.h"
 
@@ -135,6 +137,50 @@ TEST(PrometheusText, ExposesFineExponentialHistogramsAtScaleThree) {
   const double upper = std::stod(text.substr(at + le.size()));
   EXPECT_NEAR(upper, std::exp2(54.0 / 8), 1e-9) << text;
   EXPECT_NE(text.find("t_len_bucket{le=\"+Inf\"} 1\n"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace trainer::telemetry
+
+namespace trainer::telemetry {
+namespace {
+
+std::function<const char*(const char*)> environment(std::map<std::string, std::string> values) {
+  auto held = std::make_shared<std::map<std::string, std::string>>(std::move(values));
+  return [held](const char* name) -> const char* {
+    auto it = held->find(name);
+    return it == held->end() ? nullptr : it->second.c_str();
+  };
+}
+
+TEST(OtlpOptionsFromEnvironment, IsOffWithoutAnEndpoint) {
+  auto options = otlp_options_from_environment(environment({}));
+  ASSERT_TRUE(options.is_ok());
+  EXPECT_FALSE(options.value().has_value());
+}
+
+TEST(OtlpOptionsFromEnvironment, ReadsTheStandardVariables) {
+  auto options = otlp_options_from_environment(environment({{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318/"},
+                                                            {"OTEL_METRIC_EXPORT_INTERVAL", "15000"},
+                                                            {"OTEL_EXPORTER_OTLP_HEADERS", "a=1,b=x=y"}}));
+  ASSERT_TRUE(options.is_ok()) << options.status().to_string();
+  ASSERT_TRUE(options.value().has_value());
+  const OtlpOptions& o = *options.value();
+  EXPECT_EQ(o.endpoint, "http://collector:4318/v1/metrics");
+  EXPECT_EQ(o.interval, std::chrono::milliseconds(15000));
+  EXPECT_EQ(o.timeout, std::chrono::milliseconds(10000));
+  EXPECT_EQ(o.headers, (std::vector<std::pair<std::string, std::string>>{{"a", "1"}, {"b", "x=y"}}));
+  auto metrics_only = otlp_options_from_environment(
+      environment({{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://a:1"}, {"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://b:2/m"}}));
+  EXPECT_EQ((*metrics_only.value()).endpoint, "http://b:2/m");
+}
+
+TEST(OtlpOptionsFromEnvironment, NamesAMalformedVariable) {
+  auto options = otlp_options_from_environment(
+      environment({{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"}, {"OTEL_METRIC_EXPORT_INTERVAL", "soon"}}));
+  ASSERT_FALSE(options.is_ok());
+  EXPECT_EQ(options.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(options.status().message(), "OTEL_METRIC_EXPORT_INTERVAL='soon' is not a positive number of milliseconds");
 }
 
 }  // namespace

@@ -82,3 +82,19 @@ TEST(Instruments, TrainingJobResourceCarriesTheRunIdentity) {
 
 }  // namespace
 }  // namespace trainer::telemetry
+
+namespace trainer::telemetry {
+namespace {
+
+TEST(Instruments, PrometheusNamesOfTheReferenceAreWhatTheExporterWrites) {
+  const auto& descriptors = all_metric_descriptors();
+  const auto& names = all_metric_prometheus_names();
+  ASSERT_EQ(descriptors.size(), names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    EXPECT_EQ(prometheus_name(*descriptors[i]), names[i]) << descriptors[i]->name;
+  }
+  EXPECT_EQ(metrics::RlStepCount::kPrometheusName, "akka_optimize_training_rl_step_count_total");
+}
+
+}  // namespace
+}  // namespace trainer::telemetry
