@@ -7,6 +7,9 @@
 #include <random>
 #include <thread>
 
+#include <signal.h>
+#include <unistd.h>
+
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
 #include "cli/format.h"
@@ -204,6 +207,10 @@ int runs_list(Context& ctx) {
 }
 
 int runs_get(Context& ctx) {
+  if (ctx.inv.has("exit-status") && !ctx.inv.has("follow")) {
+    return ctx.fail("--exit-status needs --follow on runs get", kExitUsage);
+  }
+  if (ctx.inv.has("follow")) return wait_for_run(ctx, ctx.inv.positionals[0]);
   auto run = ctx.get("/v1/runs/" + seg(ctx.inv.positionals[0]));
   if (!run) return ctx.last_failure_code();
   if (!ctx.text()) {
@@ -428,6 +435,14 @@ int exit_code_for(const Context& ctx, const std::string& phase) {
   return kExitOk;
 }
 
+// Ctrl-C while watching: end the redrawn line, say the run carries on, exit 130.
+void on_interrupt(int) {
+  static const char kMessage[] = "\ntrainer: stopped watching; the run carries on (Ctrl-C stops only the watching)\n";
+  ssize_t ignored = ::write(STDERR_FILENO, kMessage, sizeof kMessage - 1);
+  (void)ignored;
+  ::_exit(130);
+}
+
 int runs_wait(Context& ctx) { return wait_for_run(ctx, ctx.inv.positionals[0]); }
 
 }  // namespace
@@ -444,6 +459,7 @@ int wait_for_run(Context& ctx, const std::string& ref) {
   const auto start = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
 
+  ::signal(SIGINT, on_interrupt);
   auto first = ctx.get("/v1/runs/" + seg(ref));
   if (!first) return ctx.last_failure_code();
   json run = *first;
@@ -455,6 +471,14 @@ int wait_for_run(Context& ctx, const std::string& ref) {
 
   int64_t after = -1;
   int failures = 0;
+  if (!text && is_terminal_phase(run.value("phase", std::string()))) {
+    // Already over: the stream still carries the run's events before the terminal one.
+    Response r;
+    CallError e;
+    if (ctx.client.get("/v1/runs/" + seg(run_id) + "/events?waitSeconds=0", &r, &e)) {
+      for (const auto& ev : r.body.value("events", json::array())) out(ev.dump() + "\n");
+    }
+  }
   while (!is_terminal_phase(run.value("phase", std::string()))) {
     double poll = kLongPollSeconds;
     if (timeout_seconds > 0) {
@@ -543,7 +567,10 @@ Command runs_command() {
                          {"offset", 0, "N", "skip the first N runs"}},
                         {}, runs_list, 0, 0});
   g.children.push_back({"get", {}, "Show a run: state, progress, results, cost", "RUN",
-                        "RUN is a run id or any unambiguous prefix of one.", {}, {}, runs_get, 1, 1});
+                        "RUN is a run id or any unambiguous prefix of one.",
+                        {{"follow", 0, "", "keep the progress line live until the run ends (as `runs wait`)"},
+                         exit_status},
+                        {}, runs_get, 1, 1});
   g.children.push_back(
       {"wait", {"watch"}, "Follow a run live until it reaches COMPLETED, FAILED or CANCELLED", "RUN",
        "Exits 0 on any terminal phase unless --exit-status. Ctrl-C or --timeout stop the\n"

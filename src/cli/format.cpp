@@ -23,7 +23,10 @@ bool is_plain_yaml_string(const std::string& s) {
   }
   const char first = s.front();
   if (std::string_view("-?:,[]{}#&*!|>'\"%@` ").find(first) != std::string_view::npos) return false;
-  if (std::isdigit(static_cast<unsigned char>(first)) || first == '.' || first == '+') return false;
+  // A string that reads as a number must stay quoted; "53ffe62f" or a timestamp need not.
+  char* end = nullptr;
+  std::strtod(s.c_str(), &end);
+  if (end && *end == '\0') return false;
   if (s.back() == ' ') return false;
   if (s.find(": ") != std::string::npos || s.find(" #") != std::string::npos) return false;
   for (char c : s) {

@@ -100,6 +100,8 @@ TEST(Yaml, RendersNestedDocumentsInOrder) {
   EXPECT_EQ(to_yaml_text(nlohmann::json::parse(R"({"s":"true","t":"plain text","n":1e-4})")),
             "n: 0.0001\ns: \"true\"\nt: plain text\n");
   EXPECT_EQ(to_yaml_text(nlohmann::json::parse(R"([{"a":1,"b":2}])")), "- a: 1\n  b: 2\n");
+  EXPECT_EQ(to_yaml_text(nlohmann::json::parse(R"({"id":"53ffe62f","n":"1e5","t":"2026-11-30T05:45:13Z"})")),
+            "id: 53ffe62f\nn: \"1e5\"\nt: 2026-11-30T05:45:13Z\n");
 }
 
 TEST(Time, ParsesRfc3339) {
