@@ -1,151 +1,132 @@
 #include "service/metrics.h"
 
-#include <cmath>
-#include <cstdio>
-#include <sstream>
+#include <unistd.h>
+
+#include "common/version.h"
+#include "telemetry/instruments.h"
 
 namespace trainer::service {
-namespace metric {
-const MetricDef kPoolClaims{"akka_optimize_training_pool_claims", MetricKind::kGauge, "{claim}",
-                            "Number of active claims on a GPU pool, partitioned by claim state."};
-const MetricDef kPoolDevicesClaimed{
-    "akka_optimize_training_pool_devices_claimed", MetricKind::kGauge, "{device}",
-    "Number of devices the active claims on a GPU pool hold or are waiting for, partitioned by claim state."};
-const MetricDef kPoolDevicesDeclared{
-    "akka_optimize_training_pool_devices_declared", MetricKind::kGauge, "{device}",
-    "Number of devices the deployment declares a GPU pool holds, which is what work is admitted against."};
-const MetricDef kPoolDevicesObserved{"akka_optimize_training_pool_devices_observed", MetricKind::kGauge, "{device}",
-                                     "Number of devices the pool's cluster reported holding at its last "
-                                     "reading. Absent until the cluster has been read."};
-const MetricDef kWorkloadDevicesClaimed{"akka_optimize_training_workload_devices_claimed", MetricKind::kGauge,
-                                        "{device}",
-                                        "Number of devices a workload's active claims hold or are waiting for "
-                                        "across every pool, partitioned by claim state."};
-const MetricDef kWorkloadDevicesQuota{"akka_optimize_training_workload_devices_quota", MetricKind::kGauge, "{device}",
-                                      "Number of devices a workload may hold at once across every pool."};
-const MetricDef kGpuTime{"akka_optimize_training_cost_gpu_time_seconds_total", MetricKind::kCounter, "s",
-                         "Total GPU compute time consumed by training jobs."};
-const MetricDef kRunsActive{"akka_optimize_training_run_active", MetricKind::kGauge, "{run}",
-                            "Number of active training runs, partitioned by phase."};
-const MetricDef kRunDuration{"akka_optimize_training_run_duration_seconds", MetricKind::kHistogram, "s",
-                             "Total end-to-end execution duration of a training run."};
-const MetricDef kRunFailures{"akka_optimize_training_run_failures_total", MetricKind::kCounter, "{run}",
-                             "Total number of failed training runs, partitioned by the phase in which "
-                             "failure occurred."};
-const MetricDef kRunPhaseDuration{"akka_optimize_training_run_phase_duration_seconds", MetricKind::kHistogram, "s",
-                                  "Duration spent in a specific training run phase before transitioning."};
-const MetricDef kRunPhaseEntries{"akka_optimize_training_run_phase_entries_total", MetricKind::kCounter, "{entry}",
-                                 "Total number of times training runs have entered each lifecycle phase."};
-}  // namespace metric
+
+namespace tel = trainer::telemetry;
 
 namespace {
 
-// The explicit buckets telemetry/registry.yaml gives the run histograms.
-const double kBuckets[] = {1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 28800, 86400, 172800, 604800};
-constexpr size_t kBucketCount = sizeof(kBuckets) / sizeof(kBuckets[0]);
+tel::RunPhase run_phase(Phase p) { return static_cast<tel::RunPhase>(static_cast<int>(p)); }
 
-std::string escape(const std::string& v) {
-  std::string out;
-  for (char c : v) {
-    if (c == '\\' || c == '"') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out;
-}
-
-std::string label_text(const Labels& labels, const std::string& extra_key = "", const std::string& extra = "") {
-  std::string out = "{";
-  bool first = true;
-  for (const auto& [k, v] : labels) {
-    if (!first) out += ",";
-    first = false;
-    out += k + "=\"" + escape(v) + "\"";
-  }
-  if (!extra_key.empty()) {
-    if (!first) out += ",";
-    out += extra_key + "=\"" + extra + "\"";
-  }
-  return out + "}";
-}
-
-std::string number(double v) {
-  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
+tel::RunOutcome outcome_of(Phase p) {
+  return p == Phase::kCompleted ? tel::RunOutcome::kCompleted
+         : p == Phase::kFailed  ? tel::RunOutcome::kFailed
+                                : tel::RunOutcome::kCancelled;
 }
 
 }  // namespace
 
-MetricsRecorder::MetricsRecorder(std::string instance) : instance_(std::move(instance)) {}
+struct ServiceTelemetry::Impl {
+  explicit Impl(const std::string& instance)
+      : provider(tel::Resource{tel::AttributeSet({{"service.name", std::string("trainerd")},
+                                                  {"service.instance.id", instance}})},
+                 {.scope_version = version_string()}),
+        metrics(provider) {}
 
-MetricsRecorder::Family& MetricsRecorder::family(const MetricDef& def) {
-  Family& f = families_[def.name];
-  f.def = &def;
-  return f;
+  tel::MeterProvider provider;
+  tel::ServiceMetrics metrics;
+
+  std::mutex mu;  // guards the sets below: series published at the previous scrape
+  std::set<std::pair<std::string, bool>> pools;
+  std::set<std::string> workloads;
+};
+
+ServiceTelemetry::ServiceTelemetry(std::string instance)
+    : instance_(std::move(instance)), impl_(std::make_unique<Impl>(instance_)) {}
+
+ServiceTelemetry::~ServiceTelemetry() = default;
+
+void ServiceTelemetry::phase_entered(Phase phase) {
+  impl_->metrics.run_phase_entries.add(1, {.run_phase = run_phase(phase)});
 }
 
-void MetricsRecorder::add(const MetricDef& def, const Labels& labels, double value) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Labels l = labels;
-  l[attr::kInstance] = instance_;
-  family(def).values[l] += value;
+void ServiceTelemetry::phase_left(Phase phase, double seconds) {
+  impl_->metrics.run_phase_duration.record(seconds, {.run_phase = run_phase(phase)});
 }
 
-void MetricsRecorder::observe(const MetricDef& def, const Labels& labels, double value) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Labels l = labels;
-  l[attr::kInstance] = instance_;
-  Histogram& h = family(def).histograms[l];
-  if (h.counts.empty()) h.counts.assign(kBucketCount, 0);
-  for (size_t i = 0; i < kBucketCount; ++i) {
-    if (value <= kBuckets[i]) {
-      h.counts[i] += 1;
-      break;
+void ServiceTelemetry::run_failed(Phase failed_in) {
+  impl_->metrics.run_failures.add(1, {.run_phase = run_phase(failed_in)});
+}
+
+void ServiceTelemetry::run_ended(Phase terminal, const std::string& method, double seconds) {
+  impl_->metrics.run_duration.record(seconds, {.run_outcome = outcome_of(terminal), .run_method = method});
+}
+
+void ServiceTelemetry::gpu_time(const std::string& workload, const std::string& accelerator, double seconds) {
+  // Wall time of the job's process times its devices: derived, not a hardware reading.
+  impl_->metrics.cost_gpu_time.add(seconds,
+                                   {.workload = workload, .pool_accelerator = accelerator, .gpu_derived = true});
+}
+
+void ServiceTelemetry::set_pools(const std::vector<PoolGauge>& pools) {
+  // Pools of one accelerator and role share their series (the registry names no pool key).
+  std::map<std::pair<std::string, bool>, PoolGauge> merged;
+  for (const auto& p : pools) {
+    PoolGauge& m = merged[{p.accelerator, p.serving}];
+    m.declared += p.declared;
+    if (p.observed) m.observed = m.observed.value_or(0) + *p.observed;
+    m.granted_claims += p.granted_claims;
+    m.queued_claims += p.queued_claims;
+    m.granted_devices += p.granted_devices;
+    m.queued_devices += p.queued_devices;
+  }
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto& m = impl_->metrics;
+  for (const auto& [key, p] : merged) {
+    const std::string_view acc = key.first;
+    const bool serving = key.second;
+    m.pool_claims.set(p.granted_claims, {.claim_state = tel::ClaimState::kGranted, .instance = instance_,
+                                         .pool_accelerator = acc, .pool_serving = serving});
+    m.pool_claims.set(p.queued_claims, {.claim_state = tel::ClaimState::kQueued, .instance = instance_,
+                                        .pool_accelerator = acc, .pool_serving = serving});
+    m.pool_devices_claimed.set(p.granted_devices, {.claim_state = tel::ClaimState::kGranted, .instance = instance_,
+                                                   .pool_accelerator = acc, .pool_serving = serving});
+    m.pool_devices_claimed.set(p.queued_devices, {.claim_state = tel::ClaimState::kQueued, .instance = instance_,
+                                                  .pool_accelerator = acc, .pool_serving = serving});
+    m.pool_devices_declared.set(p.declared, {.instance = instance_, .pool_accelerator = acc, .pool_serving = serving});
+    if (p.observed) {
+      m.pool_devices_observed.set(*p.observed,
+                                  {.instance = instance_, .pool_accelerator = acc, .pool_serving = serving});
     }
-  }
-  h.sum += value;
-  h.count += 1;
-}
-
-void MetricsRecorder::set_gauge(const MetricDef& def, const std::vector<std::pair<Labels, double>>& series) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Family& f = family(def);
-  f.values.clear();
-  for (const auto& [labels, v] : series) {
-    Labels l = labels;
-    l[attr::kInstance] = instance_;
-    f.values[l] += v;  // pools sharing an accelerator and role add up
+    impl_->pools.insert(key);
   }
 }
 
-std::string MetricsRecorder::render() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::ostringstream out;
-  for (const auto& [name, f] : families_) {
-    const char* type = f.def->kind == MetricKind::kCounter ? "counter"
-                       : f.def->kind == MetricKind::kGauge ? "gauge"
-                                                           : "histogram";
-    out << "# HELP " << name << " " << f.def->help << " Unit: " << f.def->unit << ".\n";
-    out << "# TYPE " << name << " " << type << "\n";
-    for (const auto& [labels, v] : f.values) out << name << label_text(labels) << " " << number(v) << "\n";
-    for (const auto& [labels, h] : f.histograms) {
-      double cumulative = 0;
-      for (size_t i = 0; i < kBucketCount; ++i) {
-        cumulative += h.counts[i];
-        out << name << "_bucket" << label_text(labels, "le", number(kBuckets[i])) << " " << number(cumulative)
-            << "\n";
-      }
-      out << name << "_bucket" << label_text(labels, "le", "+Inf") << " " << number(h.count) << "\n";
-      out << name << "_sum" << label_text(labels) << " " << number(h.sum) << "\n";
-      out << name << "_count" << label_text(labels) << " " << number(h.count) << "\n";
-    }
+void ServiceTelemetry::set_workloads(const std::vector<WorkloadGauge>& workloads) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto& m = impl_->metrics;
+  std::set<std::string> now;
+  for (const auto& w : workloads) {
+    m.workload_devices_claimed.set(w.granted_devices,
+                                   {.workload = w.name, .claim_state = tel::ClaimState::kGranted, .instance = instance_});
+    m.workload_devices_claimed.set(w.queued_devices,
+                                   {.workload = w.name, .claim_state = tel::ClaimState::kQueued, .instance = instance_});
+    m.workload_devices_quota.set(w.quota, {.workload = w.name, .instance = instance_});
+    now.insert(w.name);
   }
-  return out.str();
+  // A renamed workload's old name stops being a series.
+  for (const auto& gone : impl_->workloads) {
+    if (now.count(gone)) continue;
+    m.workload_devices_claimed.clear({.workload = gone, .claim_state = tel::ClaimState::kGranted, .instance = instance_});
+    m.workload_devices_claimed.clear({.workload = gone, .claim_state = tel::ClaimState::kQueued, .instance = instance_});
+    m.workload_devices_quota.clear({.workload = gone, .instance = instance_});
+  }
+  impl_->workloads = std::move(now);
 }
+
+void ServiceTelemetry::set_runs_active(const std::map<Phase, int>& by_phase) {
+  for (const auto& [phase, n] : by_phase) {
+    impl_->metrics.run_active.set(n, {.run_phase = run_phase(phase), .instance = instance_});
+  }
+}
+
+std::string ServiceTelemetry::render() const { return tel::prometheus_exposition(impl_->provider).body; }
+
+std::string ServiceTelemetry::content_type() const { return tel::kPrometheusTextContentType; }
 
 }  // namespace trainer::service

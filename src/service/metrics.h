@@ -1,8 +1,9 @@
-// Service metrics: the run, pool, claim, quota and cost metrics of the specification.
+// Service metrics: the run, pool, claim, quota and cost metrics of the specification, recorded
+// through the telemetry SDK's typed instruments (telemetry/registry.yaml, docs/telemetry-usage.md).
 //
-// The service records through this small interface only. Counters and histograms accumulate
-// here; gauges are computed from durable state at each scrape and handed in with set_gauge().
-// render() writes the Prometheus text exposition; every series carries `instance`.
+// The service records through this small interface only, in its own words (a phase entered, a
+// run ended). Counters and histograms accumulate as things happen; gauges are computed from
+// durable state at each scrape and handed in whole. render() is the Prometheus exposition.
 //
 // Thread safety: all methods may be called concurrently.
 #pragma once
@@ -10,78 +11,55 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
+
+#include "service/phases.h"
 
 namespace trainer::service {
 
-using Labels = std::map<std::string, std::string>;
-
-enum class MetricKind { kCounter, kGauge, kHistogram };
-
-struct MetricDef {
-  const char* name;  // Prometheus name
-  MetricKind kind;
-  const char* unit;  // UCUM-ish unit, for the HELP line
-  const char* help;  // the specification's description
+// One pool's figures at a scrape.
+struct PoolGauge {
+  std::string accelerator;
+  bool serving = false;
+  int declared = 0;
+  std::optional<int> observed;  // absent until the cluster has been read
+  int granted_claims = 0, queued_claims = 0;
+  int granted_devices = 0, queued_devices = 0;
 };
 
-// Attribute names, as the Prometheus exporter writes telemetry/registry.yaml's attributes.
-namespace attr {
-inline constexpr const char* kInstance = "akka_optimize_training_instance";
-inline constexpr const char* kClaimState = "akka_optimize_training_claim_state";
-inline constexpr const char* kPoolAccelerator = "akka_optimize_training_pool_accelerator";
-inline constexpr const char* kPoolServing = "akka_optimize_training_pool_serving";
-inline constexpr const char* kWorkload = "akka_optimize_training_workload";
-inline constexpr const char* kRunPhase = "akka_optimize_training_run_phase";
-inline constexpr const char* kRunOutcome = "akka_optimize_training_run_outcome";
-inline constexpr const char* kRunMethod = "akka_optimize_training_run_method";
-inline constexpr const char* kGpuDerived = "akka_optimize_training_gpu_derived";
-}  // namespace attr
+// One workload's figures at a scrape.
+struct WorkloadGauge {
+  std::string name;
+  int quota = 0;
+  int granted_devices = 0, queued_devices = 0;
+};
 
-// The service metrics of telemetry/registry.yaml, by their Prometheus names.
-namespace metric {
-extern const MetricDef kPoolClaims;              // gauge {claim}: active claims by state
-extern const MetricDef kPoolDevicesClaimed;      // gauge {device}: devices held or awaited by state
-extern const MetricDef kPoolDevicesDeclared;     // gauge {device}
-extern const MetricDef kPoolDevicesObserved;     // gauge {device}: absent until read
-extern const MetricDef kWorkloadDevicesClaimed;  // gauge {device}: across pools, by state
-extern const MetricDef kWorkloadDevicesQuota;    // gauge {device}
-extern const MetricDef kGpuTime;                 // counter s: GPU compute time of training jobs
-extern const MetricDef kRunsActive;              // gauge {run}: by phase
-extern const MetricDef kRunDuration;             // histogram s: end to end
-extern const MetricDef kRunFailures;             // counter {run}: by the phase failure occurred in
-extern const MetricDef kRunPhaseDuration;        // histogram s: time spent in a phase
-extern const MetricDef kRunPhaseEntries;         // counter {entry}: entries into each phase
-}  // namespace metric
-
-class MetricsRecorder {
+class ServiceTelemetry {
  public:
-  explicit MetricsRecorder(std::string instance);
+  explicit ServiceTelemetry(std::string instance);
+  ~ServiceTelemetry();
 
-  void add(const MetricDef& def, const Labels& labels, double value);
-  void observe(const MetricDef& def, const Labels& labels, double value);
-  // Replaces every series of a gauge.
-  void set_gauge(const MetricDef& def, const std::vector<std::pair<Labels, double>>& series);
+  void phase_entered(Phase phase);
+  void phase_left(Phase phase, double seconds);
+  void run_failed(Phase failed_in);
+  void run_ended(Phase terminal, const std::string& method, double seconds);  // method "SFT", ...
+  void gpu_time(const std::string& workload, const std::string& accelerator, double seconds);
+
+  // Gauges: replace every series with these.
+  void set_pools(const std::vector<PoolGauge>& pools);
+  void set_workloads(const std::vector<WorkloadGauge>& workloads);
+  void set_runs_active(const std::map<Phase, int>& by_phase);
 
   std::string render() const;
+  std::string content_type() const;
 
  private:
-  struct Histogram {
-    std::vector<double> counts;  // per bucket in kBuckets, not cumulative
-    double sum = 0;
-    double count = 0;
-  };
-  struct Family {
-    const MetricDef* def = nullptr;
-    std::map<Labels, double> values;         // counters and gauges
-    std::map<Labels, Histogram> histograms;  // histograms
-  };
-  Family& family(const MetricDef& def);  // requires mu_
-
+  struct Impl;
   const std::string instance_;
-  mutable std::mutex mu_;
-  std::map<std::string, Family> families_;  // by name; guarded by mu_
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace trainer::service

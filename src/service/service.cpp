@@ -678,7 +678,7 @@ class ServiceImpl final : public Service {
       return seq.status();
     });
     if (!st.is_ok()) return st;
-    metrics_.add(metric::kRunPhaseEntries, phase_labels(run, Phase::kSizingDataset), 1);
+    metrics_.phase_entered(Phase::kSizingDataset);
     notify();
     return std::make_pair(present_run(run), true);
   }
@@ -1214,8 +1214,6 @@ class ServiceImpl final : public Service {
     return m;
   }
 
-  // run.phase.duration and run.phase.entries carry the phase only (telemetry/registry.yaml).
-  Labels phase_labels(const json& run, Phase phase) const { return {{attr::kRunPhase, phase_name(phase)}}; }
 
   // ---- transitions (called with mu_ held, inside a store transaction) -------------------------
 
@@ -1232,8 +1230,8 @@ class ServiceImpl final : public Service {
     json event = {{"time", rfc3339(now)}, {"type", "phase"}, {"phase", phase_name(to)}};
     auto seq = store_->append_run_event(run["runId"], event);
     if (!seq.is_ok()) return seq.status();
-    metrics_.observe(metric::kRunPhaseDuration, phase_labels(run, from), now - entered);
-    metrics_.add(metric::kRunPhaseEntries, phase_labels(run, to), 1);
+    metrics_.phase_left(from, now - entered);
+    metrics_.phase_entered(to);
     notify();
     return Status::ok();
   }
@@ -1248,18 +1246,14 @@ class ServiceImpl final : public Service {
     run["endedAt"] = rfc3339(now);
     if (terminal == Phase::kFailed) {
       std::string failed_in = run["_"].value("failedIn", run["phase"].get<std::string>());
-      metrics_.add(metric::kRunFailures,
-                   {{attr::kRunPhase, failed_in}},
-                   1);
+      metrics_.run_failed(*parse_phase(failed_in));
     }
     TRAINER_RETURN_IF_ERROR(transition(run, terminal));
     TRAINER_RETURN_IF_ERROR(store_->append_run_event(
                                 run["runId"], {{"time", rfc3339(now)}, {"type", "outcome"}, {"outcome", outcome},
                                                {"failureReason", run.value("failureReason", json(nullptr))}})
                                 .status());
-    metrics_.observe(metric::kRunDuration,
-                     {{attr::kRunOutcome, outcome}, {attr::kRunMethod, method_label(run)}},
-                     now - run["_"]["createdAt"].get<double>());
+    metrics_.run_ended(terminal, method_label(run), now - run["_"]["createdAt"].get<double>());
     return admit_locked();
   }
 
@@ -1273,12 +1267,7 @@ class ServiceImpl final : public Service {
       in["job"]["endedAt"] = end;
       in["accumulatedSeconds"] = in["accumulatedSeconds"].get<double>() + seconds;
       const PoolConfig* pool = pool_named(in["pool"]);
-      metrics_.add(metric::kGpuTime,
-                   {{attr::kWorkload, run["workload"]["name"].get<std::string>()},
-                    {attr::kPoolAccelerator, pool ? pool->accelerator : "unknown"},
-                    // Wall time of the job's process times its devices, not a hardware reading.
-                    {attr::kGpuDerived, "true"}},
-                   seconds);
+      metrics_.gpu_time(run["workload"]["name"].get<std::string>(), pool ? pool->accelerator : "unknown", seconds);
     }
     run["cost"] = {{"gpuSeconds", in["accumulatedSeconds"]}, {"estimated", false}};
   }
@@ -1699,9 +1688,6 @@ class ServiceImpl final : public Service {
     auto claims = store_->list_claims();
     auto workloads = store_->list_workloads();
     if (!claims.is_ok() || !workloads.is_ok()) return;
-    std::map<std::string, std::string> names;
-    for (const auto& w : *workloads) names[w["id"]] = w["name"];
-    std::vector<std::pair<Labels, double>> pc, pd, decl, obs, wc, wq;
     std::map<std::string, int> observed;
     bool read;
     {
@@ -1709,42 +1695,39 @@ class ServiceImpl final : public Service {
       observed = observed_;
       read = observed_read_;
     }
+    std::vector<PoolGauge> pools;
     for (const auto& p : opt_.config.pools) {
-      Labels base = {{attr::kPoolAccelerator, p.accelerator}, {attr::kPoolServing, p.serving ? "true" : "false"}};
-      for (const char* state : {"GRANTED", "QUEUED"}) {
-        int n = 0, d = 0;
-        for (const auto& c : *claims) {
-          if (c.pool == p.name && c.state == state) {
-            ++n;
-            d += c.devices;
-          }
+      PoolGauge g;
+      g.accelerator = p.accelerator;
+      g.serving = p.serving;
+      g.declared = p.declared;
+      if (read) g.observed = observed_for(p, observed);
+      for (const auto& c : *claims) {
+        if (c.pool != p.name) continue;
+        if (c.state == "GRANTED") {
+          ++g.granted_claims;
+          g.granted_devices += c.devices;
+        } else {
+          ++g.queued_claims;
+          g.queued_devices += c.devices;
         }
-        Labels l = base;
-        l[attr::kClaimState] = state;
-        pc.push_back({l, static_cast<double>(n)});
-        pd.push_back({l, static_cast<double>(d)});
       }
-      decl.push_back({base, static_cast<double>(p.declared)});
-      if (read) obs.push_back({base, static_cast<double>(observed_for(p, observed))});
+      pools.push_back(g);
     }
+    metrics_.set_pools(pools);
+    std::vector<WorkloadGauge> wg;
     for (const auto& w : *workloads) {
-      std::string name = w["name"];
-      for (const char* state : {"GRANTED", "QUEUED"}) {
-        int d = 0;
-        for (const auto& c : *claims) {
-          if (c.workload_id == w["id"] && c.state == state) d += c.devices;
-        }
-        wc.push_back({{{attr::kWorkload, name}, {attr::kClaimState, state}}, static_cast<double>(d)});
+      WorkloadGauge g;
+      g.name = w["name"];
+      g.quota = w["gpuQuota"];
+      for (const auto& c : *claims) {
+        if (c.workload_id != w["id"]) continue;
+        (c.state == "GRANTED" ? g.granted_devices : g.queued_devices) += c.devices;
       }
-      wq.push_back({{{attr::kWorkload, name}}, w["gpuQuota"].get<double>()});
+      wg.push_back(g);
     }
-    metrics_.set_gauge(metric::kPoolClaims, pc);
-    metrics_.set_gauge(metric::kPoolDevicesClaimed, pd);
-    metrics_.set_gauge(metric::kPoolDevicesDeclared, decl);
-    if (read) metrics_.set_gauge(metric::kPoolDevicesObserved, obs);
-    metrics_.set_gauge(metric::kWorkloadDevicesClaimed, wc);
-    metrics_.set_gauge(metric::kWorkloadDevicesQuota, wq);
-    std::vector<std::pair<Labels, double>> active;
+    metrics_.set_workloads(wg);
+    std::map<Phase, int> active;
     for (int i = 0; i < kPhaseCount; ++i) {
       Phase p = phase_at(i);
       if (is_terminal(p)) continue;
@@ -1753,9 +1736,9 @@ class ServiceImpl final : public Service {
       f.limit = 0;
       auto page = store_->list_runs(f);
       if (!page.is_ok()) return;
-      active.push_back({{{attr::kRunPhase, phase_name(p)}}, static_cast<double>(page->total)});
+      active[p] = static_cast<int>(page->total);
     }
-    metrics_.set_gauge(metric::kRunsActive, active);
+    metrics_.set_runs_active(active);
   }
 
   // ---- members ----------------------------------------------------------------------------
@@ -1764,7 +1747,7 @@ class ServiceImpl final : public Service {
   const ServiceOptions opt_;
   const std::unique_ptr<store::Store> store_;
   const std::unique_ptr<backend::Backend> backend_;
-  MetricsRecorder metrics_;  // thread-safe
+  ServiceTelemetry metrics_;  // thread-safe
 
   // Serialises every read-modify-write of durable state: submissions, the driver, cancels,
   // admission. Reads that need no consistency with a write go to the store directly.

@@ -1,4 +1,4 @@
-// The service metrics recorder and its Prometheus text.
+// The service's metrics through the telemetry SDK: names, attributes and the instance.
 #include <gtest/gtest.h>
 
 #include "service/metrics.h"
@@ -6,47 +6,55 @@
 namespace trainer::service {
 namespace {
 
-TEST(MetricsRecorder, EverySeriesCarriesTheInstance) {
-  MetricsRecorder m("pod-1");
-  m.add(metric::kRunPhaseEntries, {{attr::kRunPhase, "QUEUED"}}, 1);
-  m.add(metric::kRunPhaseEntries, {{attr::kRunPhase, "QUEUED"}}, 1);
-  std::string text = m.render();
-  EXPECT_NE(text.find("# TYPE akka_optimize_training_run_phase_entries_total counter"), std::string::npos);
-  EXPECT_NE(text.find("akka_optimize_training_run_phase_entries_total{akka_optimize_training_instance=\"pod-1\","
-                      "akka_optimize_training_run_phase=\"QUEUED\"} 2"),
-            std::string::npos)
+bool has(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
+
+TEST(ServiceTelemetry, CountsPhaseEntriesByPhase) {
+  ServiceTelemetry t("pod-1");
+  t.phase_entered(Phase::kQueued);
+  t.phase_entered(Phase::kQueued);
+  std::string text = t.render();
+  EXPECT_TRUE(has(text, "akka_optimize_training_run_phase_entries_total{akka_optimize_training_run_phase=\"QUEUED\"} 2"))
       << text;
 }
 
-TEST(MetricsRecorder, HistogramsUseTheRegistryBuckets) {
-  MetricsRecorder m("i");
-  m.observe(metric::kRunDuration, {{attr::kRunOutcome, "COMPLETED"}}, 3);
-  m.observe(metric::kRunDuration, {{attr::kRunOutcome, "COMPLETED"}}, 100);
-  std::string text = m.render();
-  const std::string series = "akka_optimize_training_run_duration_seconds_bucket{akka_optimize_training_instance=\"i\","
-                             "akka_optimize_training_run_outcome=\"COMPLETED\",le=\"";
-  EXPECT_NE(text.find(series + "1\"} 0"), std::string::npos) << text;
-  EXPECT_NE(text.find(series + "5\"} 1"), std::string::npos);
-  EXPECT_NE(text.find(series + "120\"} 2"), std::string::npos);
-  EXPECT_NE(text.find(series + "+Inf\"} 2"), std::string::npos);
-  EXPECT_NE(text.find("akka_optimize_training_run_duration_seconds_sum{akka_optimize_training_instance=\"i\","
-                      "akka_optimize_training_run_outcome=\"COMPLETED\"} 103"),
-            std::string::npos);
+TEST(ServiceTelemetry, RunDurationsAreHistogramsByOutcomeAndMethod) {
+  ServiceTelemetry t("i");
+  t.run_ended(Phase::kCompleted, "SFT", 3);
+  t.run_failed(Phase::kTraining);
+  std::string text = t.render();
+  EXPECT_TRUE(has(text, "akka_optimize_training_run_duration_seconds_count{akka_optimize_training_run_method=\"SFT\","
+                        "akka_optimize_training_run_outcome=\"COMPLETED\"} 1"))
+      << text;
+  EXPECT_TRUE(has(text, "akka_optimize_training_run_failures_total{akka_optimize_training_run_phase=\"TRAINING\"} 1"));
 }
 
-TEST(MetricsRecorder, GaugesAreReplacedAndPoolsOfOneKindAddUp) {
-  MetricsRecorder m("i");
-  m.set_gauge(metric::kPoolDevicesDeclared, {{{{attr::kPoolAccelerator, "cpu"}}, 1}, {{{attr::kPoolAccelerator, "cpu"}}, 2}});
-  EXPECT_NE(m.render().find("pool_accelerator=\"cpu\"} 3"), std::string::npos) << m.render();
-  m.set_gauge(metric::kPoolDevicesDeclared, {{{{attr::kPoolAccelerator, "gpu"}}, 4}});
-  std::string text = m.render();
-  EXPECT_EQ(text.find("pool_accelerator=\"cpu\""), std::string::npos);
-  EXPECT_NE(text.find("pool_accelerator=\"gpu\"} 4"), std::string::npos);
+TEST(ServiceTelemetry, PoolGaugesCarryTheInstanceAndObservedIsAbsentUntilRead) {
+  ServiceTelemetry t("pod-1");
+  PoolGauge p;
+  p.accelerator = "cpu";
+  p.declared = 2;
+  p.granted_claims = 1;
+  p.granted_devices = 1;
+  t.set_pools({p});
+  std::string text = t.render();
+  EXPECT_TRUE(has(text, "akka_optimize_training_pool_devices_declared{akka_optimize_training_instance=\"pod-1\","
+                        "akka_optimize_training_pool_accelerator=\"cpu\",akka_optimize_training_pool_serving=\"false\"} 2"))
+      << text;
+  EXPECT_FALSE(has(text, "akka_optimize_training_pool_devices_observed{"));
+  p.observed = 0;
+  t.set_pools({p});
+  EXPECT_TRUE(has(t.render(), "akka_optimize_training_pool_devices_observed{akka_optimize_training_instance=\"pod-1\""));
 }
 
-TEST(MetricsRecorder, AnObservedGaugeIsAbsentUntilSet) {
-  MetricsRecorder m("i");
-  EXPECT_EQ(m.render().find("akka_optimize_training_pool_devices_observed"), std::string::npos);
+TEST(ServiceTelemetry, ARenamedWorkloadsOldSeriesIsWithdrawn) {
+  ServiceTelemetry t("i");
+  t.set_workloads({{"old-name", 4, 1, 0}});
+  EXPECT_TRUE(has(t.render(), "akka_optimize_training_workload=\"old-name\""));
+  t.set_workloads({{"new-name", 4, 1, 0}});
+  std::string text = t.render();
+  EXPECT_FALSE(has(text, "akka_optimize_training_workload=\"old-name\"")) << text;
+  EXPECT_TRUE(has(text, "akka_optimize_training_workload_devices_quota{akka_optimize_training_instance=\"i\","
+                        "akka_optimize_training_workload=\"new-name\"} 4"));
 }
 
 }  // namespace
