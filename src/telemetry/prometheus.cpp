@@ -1,5 +1,7 @@
 // Prometheus text exposition (format 0.0.4) and OpenTelemetry -> Prometheus name translation.
+#include <algorithm>
 #include <charconv>
+#include <cstring>
 #include <cmath>
 #include <map>
 #include <regex>
@@ -73,10 +75,9 @@ std::string escape_help(std::string_view text) {
   return out;
 }
 
-// {a="x",b="y"} with an optional extra label (le) last; "" when there are no labels.
-std::string labels(const AttributeSet& attributes, const std::string& extra_name = "",
-                   const std::string& extra_value = "") {
-  // Two OpenTelemetry keys may map to one Prometheus label: their values are joined with ';'.
+// Prometheus labels of an attribute set. Two OpenTelemetry keys may map to one Prometheus
+// label: their values are joined with ';'.
+std::map<std::string, std::string> label_map(const AttributeSet& attributes) {
   std::map<std::string, std::string> merged;
   for (const auto& attribute : attributes.attributes()) {
     std::string name = sanitize(attribute.key);
@@ -84,6 +85,13 @@ std::string labels(const AttributeSet& attributes, const std::string& extra_name
     auto [it, inserted] = merged.try_emplace(name, value);
     if (!inserted) it->second += ";" + value;
   }
+  return merged;
+}
+
+// {a="x",b="y"} with an optional extra label (le); "" when there are no labels.
+std::string labels(const AttributeSet& attributes, const std::string& extra_name = "",
+                   const std::string& extra_value = "") {
+  std::map<std::string, std::string> merged = label_map(attributes);
   if (!extra_name.empty()) merged[extra_name] = extra_value;
   if (merged.empty()) return "";
   std::string out = "{";
@@ -158,7 +166,174 @@ void write_histogram(std::string& out, const std::string& name, const PointData&
   out += name + "_count" + labels(point.attributes) + " " + std::to_string(point.count) + "\n";
 }
 
+// ---- protobuf (io.prometheus.client.MetricFamily, length-delimited) ----------------------
+
+// A minimal protobuf writer: the few wire types metrics.proto needs.
+class ProtoWriter {
+ public:
+  void varint(uint64_t value) {
+    while (value >= 0x80) {
+      out_ += static_cast<char>((value & 0x7f) | 0x80);
+      value >>= 7;
+    }
+    out_ += static_cast<char>(value);
+  }
+  void tag(int field, int wire_type) { varint(static_cast<uint64_t>(field) << 3 | static_cast<uint64_t>(wire_type)); }
+  void uint64_field(int field, uint64_t value) {
+    tag(field, 0);
+    varint(value);
+  }
+  void sint_field(int field, int64_t value) {
+    tag(field, 0);
+    varint(zigzag(value));
+  }
+  void double_field(int field, double value) {
+    tag(field, 1);
+    uint64_t bits;
+    std::memcpy(&bits, &value, sizeof bits);
+    for (int i = 0; i < 8; ++i) out_ += static_cast<char>((bits >> (8 * i)) & 0xff);
+  }
+  void bytes_field(int field, std::string_view bytes) {
+    tag(field, 2);
+    varint(bytes.size());
+    out_ += bytes;
+  }
+  static uint64_t zigzag(int64_t value) {
+    return (static_cast<uint64_t>(value) << 1) ^ static_cast<uint64_t>(value >> 63);
+  }
+  const std::string& str() const { return out_; }
+
+ private:
+  std::string out_;
+};
+
+// metrics.proto field numbers.
+enum MetricType { kProtoCounter = 0, kProtoGauge = 1, kProtoHistogram = 4 };
+constexpr int32_t kNativeMaxSchema = 8;
+constexpr int32_t kNativeMinSchema = -4;
+
+void write_labels(ProtoWriter& metric, const AttributeSet& attributes) {
+  for (const auto& [name, value] : label_map(attributes)) {
+    ProtoWriter pair;
+    pair.bytes_field(1, name);
+    pair.bytes_field(2, value);
+    metric.bytes_field(1, pair.str());
+  }
+}
+
+// One span covering every bucket, zeros included; counts as deltas. Prometheus's bucket i at
+// schema s covers (base^(i-1), base^i]: OpenTelemetry's index + 1.
+void write_native_buckets(ProtoWriter& histogram, const ExponentialBuckets& buckets, int span_field,
+                          int delta_field) {
+  if (buckets.counts.empty()) return;
+  ProtoWriter span;
+  span.sint_field(1, buckets.offset + 1);
+  span.uint64_field(2, buckets.counts.size());
+  histogram.bytes_field(span_field, span.str());
+  ProtoWriter deltas;
+  int64_t previous = 0;
+  for (uint64_t count : buckets.counts) {
+    deltas.varint(ProtoWriter::zigzag(static_cast<int64_t>(count) - previous));
+    previous = static_cast<int64_t>(count);
+  }
+  histogram.bytes_field(delta_field, deltas.str());
+}
+
+std::string classic_histogram_proto(const PointData& point, const std::vector<Bucket>& buckets) {
+  ProtoWriter histogram;
+  histogram.uint64_field(1, point.count);
+  histogram.double_field(2, point.sum);
+  uint64_t cumulative = 0;
+  for (const auto& bucket : buckets) {
+    cumulative += bucket.count;
+    ProtoWriter b;
+    b.uint64_field(1, cumulative);
+    b.double_field(2, bucket.upper);
+    histogram.bytes_field(3, b.str());
+  }
+  return histogram.str();
+}
+
+std::string native_histogram_proto(const PointData& point) {
+  const ExponentialHistogramData& exact = point.exponential;
+  const int32_t shift = std::max(0, exact.scale - kNativeMaxSchema);
+  ProtoWriter histogram;
+  histogram.uint64_field(1, point.count);
+  histogram.double_field(2, point.sum);
+  histogram.sint_field(5, exact.scale - shift);
+  histogram.double_field(6, 0.0);  // zero_threshold: OpenTelemetry's zero bucket holds exact zeros
+  histogram.uint64_field(7, exact.zero_count);
+  write_native_buckets(histogram, coarsen(exact.negative, shift), 9, 10);
+  write_native_buckets(histogram, coarsen(exact.positive, shift), 12, 13);
+  return histogram.str();
+}
+
+void write_family(std::string& out, const std::string& name, const std::string& help, MetricType type,
+                  const std::vector<std::string>& metrics) {
+  ProtoWriter family;
+  family.bytes_field(1, name);
+  family.bytes_field(2, help);
+  family.uint64_field(3, type);
+  for (const auto& metric : metrics) family.bytes_field(4, metric);
+  ProtoWriter delimited;
+  delimited.varint(family.str().size());
+  out += delimited.str();
+  out += family.str();
+}
+
+bool accepts_protobuf(std::string_view accept) {
+  return accept.find("application/vnd.google.protobuf") != std::string_view::npos &&
+         accept.find("io.prometheus.client.MetricFamily") != std::string_view::npos;
+}
+
 }  // namespace
+
+std::string prometheus_protobuf(const MetricsSnapshot& snapshot) {
+  std::string out;
+  if (!snapshot.resource.attributes.empty()) {
+    ProtoWriter metric;
+    write_labels(metric, snapshot.resource.attributes);
+    ProtoWriter gauge;
+    gauge.double_field(1, 1.0);
+    metric.bytes_field(2, gauge.str());
+    write_family(out, "target_info", "Target metadata", kProtoGauge, {metric.str()});
+  }
+  for (const auto& data : snapshot.metrics) {
+    const auto& d = data.descriptor;
+    MetricType type = kProtoGauge;
+    if (d.kind == InstrumentKind::kCounter) type = kProtoCounter;
+    if (d.kind == InstrumentKind::kHistogram || d.kind == InstrumentKind::kExponentialHistogram) type = kProtoHistogram;
+    std::vector<std::string> metrics;
+    for (const auto& point : data.points) {
+      ProtoWriter metric;
+      write_labels(metric, point.attributes);
+      switch (d.kind) {
+        case InstrumentKind::kCounter:
+        case InstrumentKind::kGauge: {
+          ProtoWriter value;
+          value.double_field(1, point.value);
+          metric.bytes_field(d.kind == InstrumentKind::kCounter ? 3 : 2, value.str());
+          break;
+        }
+        case InstrumentKind::kHistogram: {
+          std::vector<Bucket> buckets;
+          for (size_t i = 0; i < point.bounds.size(); ++i) buckets.push_back({point.bounds[i], point.bucket_counts[i]});
+          metric.bytes_field(7, classic_histogram_proto(point, buckets));
+          break;
+        }
+        case InstrumentKind::kExponentialHistogram:
+          // Below schema -4 Prometheus has no native form: classic buckets instead.
+          metric.bytes_field(7, point.exponential.scale < kNativeMinSchema
+                                    ? classic_histogram_proto(point, classic_buckets(point.exponential))
+                                    : native_histogram_proto(point));
+          break;
+      }
+      metrics.push_back(metric.str());
+    }
+    write_family(out, prometheus_name(d), d.description, type, metrics);
+  }
+  return out;
+}
 
 std::string prometheus_name(const InstrumentDescriptor& descriptor) {
   std::string name = sanitize(descriptor.name);
@@ -216,7 +391,8 @@ std::string prometheus_text(const MetricsSnapshot& snapshot) {
   return out;
 }
 
-Exposition prometheus_exposition(const MeterProvider& provider) {
+Exposition prometheus_exposition(const MeterProvider& provider, std::string_view accept) {
+  if (accepts_protobuf(accept)) return {prometheus_protobuf(provider.collect()), kPrometheusProtobufContentType};
   return {prometheus_text(provider.collect()), kPrometheusTextContentType};
 }
 

@@ -294,15 +294,20 @@ struct Exposition {
 };
 
 inline constexpr const char* kPrometheusTextContentType = "text/plain; version=0.0.4; charset=utf-8";
+inline constexpr const char* kPrometheusProtobufContentType =
+    "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited";
 
-// The text exposition format (0.0.4) of everything the provider holds: serve it at /metrics.
-// Exponential histograms are exposed as classic histograms whose `le` bounds are the
+// Everything the provider holds, for /metrics. Pass the request's Accept header: a scraper
+// that asks for the protobuf format (Prometheus with --enable-feature=native-histograms) gets
+// it, with exponential histograms as native histograms at full resolution (scale capped at
+// 8); everyone else gets the text format (0.0.4).
+//
+// In the text format, exponential histograms are classic histograms whose `le` bounds are the
 // exponential buckets' upper boundaries at scale 3 or coarser (buckets 9% wide; a stable set
-// of `le` values), so histogram_quantile works on them. (Prometheus 2.42 ingests native
-// histograms only from the protobuf scrape format behind a feature flag; classic buckets work
-// with every Prometheus and every PromQL function.)
-Exposition prometheus_exposition(const MeterProvider& provider);
+// of `le` values), so histogram_quantile works on them with every Prometheus.
+Exposition prometheus_exposition(const MeterProvider& provider, std::string_view accept = "");
 std::string prometheus_text(const MetricsSnapshot& snapshot);
+std::string prometheus_protobuf(const MetricsSnapshot& snapshot);  // delimited MetricFamily messages
 
 // The Prometheus name OpenTelemetry's translation gives a metric: characters outside
 // [a-zA-Z0-9_:] become '_', the unit's suffix is appended ("s" -> "_seconds", "By" ->

@@ -1,5 +1,9 @@
 """Debian's real Prometheus scrapes the demo exporter's /metrics; PromQL through Prometheus's
-HTTP API returns what the exporter recorded (see tests/unit/telemetry/demo_exporter.cpp)."""
+HTTP API returns what the exporter recorded (see tests/unit/telemetry/demo_exporter.cpp).
+
+Twice: a default Prometheus, which scrapes the text format (exponential histograms as classic
+buckets), and one with native histograms enabled, which negotiates the protobuf format
+(exponential histograms as native histograms)."""
 import shutil
 import subprocess
 import time
@@ -24,8 +28,8 @@ def wait_for(what, predicate, timeout=45.0, interval=0.5):
     pytest.fail(f"timed out waiting for {what}; last: {last!r}")
 
 
-@pytest.fixture(scope="module")
-def prometheus(demo_exporter, tmp_path_factory):  # noqa: F811
+@pytest.fixture(scope="module", params=["text", "native"])
+def prometheus(request, demo_exporter, tmp_path_factory):  # noqa: F811
     binary = shutil.which("prometheus")
     if binary is None:
         pytest.fail("the prometheus server is not installed: run tools/setup (Debian package prometheus)")
@@ -47,8 +51,9 @@ scrape_configs:
 """)
     port = free_port()
     log = open(tmp / "prometheus.log", "w")
+    flags = ["--enable-feature=native-histograms"] if request.param == "native" else []
     server = subprocess.Popen([binary, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'data'}",
-                               f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+                               f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn", *flags],
                               stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -57,7 +62,7 @@ scrape_configs:
         # Enough scrapes for a rate over 5 s.
         wait_for("6 scrapes of the demo exporter",
                  lambda: query(url, 'count_over_time(up{job="demo"}[1m]) >= 6'), timeout=60)
-        yield url
+        yield request.param, url
     finally:
         server.terminate()
         exporter.terminate()
@@ -76,11 +81,13 @@ def query(url, promql):
 
 
 def test_the_target_is_up(prometheus):
+    _, prometheus = prometheus
     result = query(prometheus, 'up{job="demo"}')
     assert [float(r["value"][1]) for r in result] == [1.0]
 
 
 def test_counter_rate(prometheus):
+    _, prometheus = prometheus
     # The exporter adds 1 to sft.step.count every 100 ms.
     result = query(prometheus, "rate(akka_optimize_training_sft_step_count_total[5s])")
     assert len(result) == 1, result
@@ -90,6 +97,7 @@ def test_counter_rate(prometheus):
 
 
 def test_gauge_with_its_attributes(prometheus):
+    _, prometheus = prometheus
     result = query(prometheus, "akka_optimize_training_pool_claims")
     series = {r["metric"]["akka_optimize_training_claim_state"]: r for r in result}
     assert set(series) == {"GRANTED", "QUEUED"}
@@ -105,6 +113,7 @@ def test_gauge_with_its_attributes(prometheus):
 
 
 def test_explicit_histogram_quantile(prometheus):
+    _, prometheus = prometheus
     # 1000 step durations i/1000 s: the median is 0.5 s, the 90th percentile 0.9 s.
     for q, expected in ((0.5, 0.5), (0.9, 0.9)):
         result = query(prometheus, f"histogram_quantile({q}, "
@@ -116,16 +125,26 @@ def test_explicit_histogram_quantile(prometheus):
 
 def test_exponential_histogram_quantile(prometheus):
     # Completion lengths 1..1000 tokens on an exponential histogram (scale 3: buckets 9% wide).
+    mode, prometheus = prometheus
+    name = "akka_optimize_training_rl_completion_length"
+    if mode == "text":  # classic buckets
+        series = f"sum by (le) ({name}_bucket)"
+        count, total = f"{name}_count", f"{name}_sum"
+        assert query(prometheus, f"{name}_bucket"), "classic buckets expected in the text format"
+    else:  # a native histogram: no _bucket series
+        series = name
+        count, total = f"histogram_count({name})", f"histogram_sum({name})"
+        assert query(prometheus, f"{name}_bucket") == [], "the protobuf format carries a native histogram"
     for q, expected in ((0.5, 500), (0.99, 990)):
-        result = query(prometheus, f"histogram_quantile({q}, "
-                                   "sum by (le) (akka_optimize_training_rl_completion_length_bucket))")
+        result = query(prometheus, f"histogram_quantile({q}, {series})")
         value = float(result[0]["value"][1])
-        assert abs(value - expected) / expected < 0.09, (q, value)
-    total = query(prometheus, "akka_optimize_training_rl_completion_length_sum")
-    assert float(total[0]["value"][1]) == 500500
+        assert abs(value - expected) / expected < 0.09, (mode, q, value)
+    assert float(query(prometheus, count)[0]["value"][1]) == 1000
+    assert float(query(prometheus, total)[0]["value"][1]) == 500500
 
 
 def test_resource_attributes_as_target_info(prometheus):
+    _, prometheus = prometheus
     result = query(prometheus, "target_info")
     assert len(result) == 1
     labels = result[0]["metric"]

@@ -85,8 +85,8 @@ int main(int argc, char** argv) {
     rc = pusher.pushes_failed() == 0 ? 0 : 1;
   } else {
     httplib::Server server;
-    server.Get("/metrics", [&](const httplib::Request&, httplib::Response& response) {
-      auto exposition = tel::prometheus_exposition(provider);
+    server.Get("/metrics", [&](const httplib::Request& request, httplib::Response& response) {
+      auto exposition = tel::prometheus_exposition(provider, request.get_header_value("Accept"));
       response.set_content(exposition.body, exposition.content_type);
     });
     if (!server.bind_to_port("127.0.0.1", port)) {

@@ -185,3 +185,31 @@ TEST(OtlpOptionsFromEnvironment, NamesAMalformedVariable) {
 
 }  // namespace
 }  // namespace trainer::telemetry
+
+namespace trainer::telemetry {
+namespace {
+
+TEST(PrometheusExposition, ServesProtobufOnlyToAScraperThatAsksForIt) {
+  MeterProvider provider(Resource{});
+  provider.instrument({.name = "t.len", .description = "Length.", .unit = "{token}",
+                       .kind = InstrumentKind::kExponentialHistogram})
+      .record(100, AttributeSet{});
+  EXPECT_EQ(prometheus_exposition(provider).content_type, kPrometheusTextContentType);
+  EXPECT_EQ(prometheus_exposition(provider, "text/plain;version=0.0.4;q=0.5,*/*;q=0.1").content_type,
+            kPrometheusTextContentType);
+  // What Prometheus 2.42 sends with native histograms enabled.
+  const auto exposition = prometheus_exposition(
+      provider,
+      "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.7,"
+      "text/plain;version=0.0.4;q=0.3,*/*;q=0.2");
+  EXPECT_EQ(exposition.content_type, kPrometheusProtobufContentType);
+  // One length-delimited MetricFamily: length, then field 1 (name).
+  const std::string& body = exposition.body;
+  ASSERT_GE(body.size(), 3u);
+  EXPECT_EQ(static_cast<size_t>(static_cast<unsigned char>(body[0])), body.size() - 1);
+  EXPECT_EQ(body[1], 0x0a);
+  EXPECT_EQ(body.substr(3, 5), "t_len");
+}
+
+}  // namespace
+}  // namespace trainer::telemetry
