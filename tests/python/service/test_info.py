@@ -1,0 +1,52 @@
+"""trainerd's options, info, and the OpenAPI file kept in step with the routes it serves."""
+import re
+import subprocess
+
+import yaml
+
+from conftest import BUILD, REPO
+
+
+def test_help_documents_every_option():
+    out = subprocess.run([str(BUILD / "apps" / "trainerd"), "--help"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0
+    for option in ("--data-dir DIR", "--port N", "--config FILE", "--host ADDR", "--instance NAME",
+                   "--job-binary PATH", "--port-file FILE", "--version", "--help"):
+        assert option in out.stdout, option
+    assert "9001" in out.stdout and "trainer-data" in out.stdout
+
+
+def test_an_unknown_option_is_refused_by_name():
+    out = subprocess.run([str(BUILD / "apps" / "trainerd"), "--prot", "1"], capture_output=True, text=True,
+                         timeout=30)
+    assert out.returncode == 2 and "unknown option '--prot'" in out.stderr
+
+
+def test_info_reports_backend_build_configuration_and_startup(start_trainerd):
+    d = start_trainerd()
+    info = d.ok(d.get("/v1/info"), 200)
+    assert info["backend"] == "local"
+    assert re.fullmatch(r"\d+\.\d+\.\d+", info["build"]["version"])
+    assert info["configuration"]["pools"][0]["accelerator"] == "cpu"
+    assert info["startup"]["ready"] is True
+    names = [s["name"] for s in info["startup"]["steps"]]
+    assert names == ["open store", "load configuration", "resume base model preparation", "recover runs",
+                     "read capacity", "start run driver"]
+    assert all(s["ok"] for s in info["startup"]["steps"])
+    assert len(info["phases"]) == 16
+
+
+def test_every_openapi_route_is_served(start_trainerd, setup_basics):
+    d = start_trainerd()
+    setup_basics(d)
+    spec = yaml.safe_load((REPO / "docs" / "openapi.yaml").read_text())
+    for path, item in spec["paths"].items():
+        concrete = re.sub(r"\{which\}", "base", path)
+        concrete = re.sub(r"\{[^}]+\}", "0000", concrete)
+        for method in ("get", "post", "put", "patch"):
+            if method not in item:
+                continue
+            r = d.request(method.upper(), concrete, {} if method != "get" else None)
+            body = r.json or {}
+            assert not (r.status == 404 and "no route" in body.get("error", {}).get("message", "")), \
+                (method, path, r)
