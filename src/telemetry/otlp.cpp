@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 #include "telemetry/telemetry.h"
@@ -17,12 +19,19 @@ using nlohmann::json;
 
 constexpr int kAggregationTemporalityCumulative = 2;
 
+// Protobuf's JSON mapping writes non-finite doubles as strings (a NaN loss is worth sending).
+json number(double value) {
+  if (std::isnan(value)) return "NaN";
+  if (std::isinf(value)) return value > 0 ? "Infinity" : "-Infinity";
+  return value;
+}
+
 json any_value(const AttributeValue& value) {
   struct Visitor {
     json operator()(const std::string& s) const { return {{"stringValue", s}}; }
     json operator()(bool b) const { return {{"boolValue", b}}; }
     json operator()(int64_t i) const { return {{"intValue", std::to_string(i)}}; }
-    json operator()(double d) const { return {{"doubleValue", d}}; }
+    json operator()(double d) const { return {{"doubleValue", number(d)}}; }
   };
   return std::visit(Visitor{}, value);
 }
@@ -52,15 +61,15 @@ json number_point(const PointData& point, ValueType type) {
   if (type == ValueType::kInt) {
     out["asInt"] = std::to_string(static_cast<int64_t>(point.value));
   } else {
-    out["asDouble"] = point.value;
+    out["asDouble"] = number(point.value);
   }
   return out;
 }
 
 void add_min_max(json& out, const PointData& point) {
   if (point.count == 0) return;
-  out["min"] = point.min;
-  out["max"] = point.max;
+  out["min"] = number(point.min);
+  out["max"] = number(point.max);
 }
 
 json metric_json(const MetricData& metric) {
@@ -82,7 +91,7 @@ json metric_json(const MetricData& metric) {
       for (const auto& p : metric.points) {
         json point = point_base(p);
         point["count"] = std::to_string(p.count);
-        point["sum"] = p.sum;
+        point["sum"] = number(p.sum);
         point["bucketCounts"] = counts(p.bucket_counts);
         point["explicitBounds"] = p.bounds;
         add_min_max(point, p);
@@ -95,7 +104,7 @@ json metric_json(const MetricData& metric) {
         const auto& e = p.exponential;
         json point = point_base(p);
         point["count"] = std::to_string(p.count);
-        point["sum"] = p.sum;
+        point["sum"] = number(p.sum);
         point["scale"] = e.scale;
         point["zeroCount"] = std::to_string(e.zero_count);
         point["positive"] = {{"offset", e.positive.offset}, {"bucketCounts", counts(e.positive.counts)}};
@@ -234,6 +243,16 @@ OtlpPusher::~OtlpPusher() { stop(); }
 Status OtlpPusher::push_now() {
   Status status = otlp_push(provider_.collect(), options_);
   (status.is_ok() ? ok_ : failed_).fetch_add(1);
+  // Degraded mode: warn when pushes start failing and when they recover, not at every push.
+  const bool failing = !status.is_ok();
+  if (failing_.exchange(failing) != failing) {
+    if (failing) {
+      std::fprintf(stderr, "warning: telemetry: %s; retrying every %lld ms\n", status.message().c_str(),
+                   static_cast<long long>(options_.interval.count()));
+    } else {
+      std::fprintf(stderr, "telemetry: OTLP push to %s works again\n", options_.endpoint.c_str());
+    }
+  }
   return status;
 }
 

@@ -344,7 +344,8 @@ Result<std::optional<OtlpOptions>> otlp_options_from_environment(
 Status otlp_push(const MetricsSnapshot& snapshot, const OtlpOptions& options);
 
 // Pushes the provider's metrics every `interval` on a thread of its own, and once more when
-// destroyed or stopped. Failed pushes are counted and retried at the next interval.
+// destroyed or stopped. Failed pushes are counted and retried at the next interval; a
+// warning goes to stderr when pushes start failing and a line when they recover.
 class OtlpPusher {
  public:
   OtlpPusher(const MeterProvider& provider, OtlpOptions options);
@@ -364,6 +365,7 @@ class OtlpPusher {
   const OtlpOptions options_;
   std::atomic<uint64_t> ok_{0};
   std::atomic<uint64_t> failed_{0};
+  std::atomic<bool> failing_{false};  // the last push failed (a warning was written)
   std::mutex mu_;
   std::condition_variable wake_;
   bool stopping_ = false;  // guarded by mu_

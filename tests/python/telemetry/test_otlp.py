@@ -222,3 +222,12 @@ def test_exponential_histograms(requests_received):
     check_exponential(lengths.data_points[0], list(range(1, 1001)))
     signed = metrics["demo.signed"].exponential_histogram.data_points[0]
     check_exponential(signed, [-3.5, -1.0, 0.0, 0.0, 0.25, 2.0, 1e6])
+
+
+def test_gauges_without_attributes_and_a_nan(requests_received):
+    metrics = metrics_by_name(requests_received[-1])
+    (loss,) = metrics[P + "sft.loss"].gauge.data_points
+    assert loss.as_double == 1.25 and list(loss.attributes) == []
+    (validation,) = metrics[P + "sft.validation.loss"].gauge.data_points
+    assert math.isnan(validation.as_double)
+    assert P + "rl.step.count" not in metrics, "an SFT job publishes no RL metric it never used"

@@ -12,10 +12,12 @@
 // - rl.completion.length (exponential): 1..1000 tokens;
 // - rl.grader.tokens: 1234 input and 567 output tokens for term model:judge-4b;
 // - cost.gpu.time: 12.5 s for workload support-triage on nvidia-l4, not derived;
+// - sft.loss 1.25, sft.validation.loss NaN;
 // - demo.signed (exponential, not in the registry): -3.5, -1, 0, 0, 0.25, 2, 1e6.
 #include <httplib.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -60,6 +62,8 @@ int main(int argc, char** argv) {
   job.rl_grader_tokens.add(1234, {.rl_term = "model:judge-4b", .rl_grader_token_type = tel::RlGraderTokenType::kInput});
   job.rl_grader_tokens.add(567, {.rl_term = "model:judge-4b", .rl_grader_token_type = tel::RlGraderTokenType::kOutput});
   service.cost_gpu_time.add(12.5, {.workload = "support-triage", .pool_accelerator = "nvidia-l4", .gpu_derived = false});
+  job.sft_loss.set(1.25);
+  job.sft_validation_loss.set(std::nan(""));  // a diverged run: NaN must survive export
   auto& signed_values = provider.instrument({.name = "demo.signed", .description = "Signed test values.", .unit = "1",
                                              .kind = tel::InstrumentKind::kExponentialHistogram});
   for (double v : {-3.5, -1.0, 0.0, 0.0, 0.25, 2.0, 1e6}) signed_values.record(v, tel::AttributeSet{});

@@ -213,3 +213,17 @@ TEST(PrometheusExposition, ServesProtobufOnlyToAScraperThatAsksForIt) {
 
 }  // namespace
 }  // namespace trainer::telemetry
+
+namespace trainer::telemetry {
+namespace {
+
+TEST(OtlpJson, WritesNonFiniteValuesAsProtobufJsonStrings) {
+  MeterProvider provider(Resource{});
+  provider.instrument({.name = "t.loss", .description = "Loss.", .unit = "1"}).set(std::nan(""), AttributeSet{});
+  const auto request = nlohmann::json::parse(otlp_json(provider.collect()));
+  const auto& point = request["resourceMetrics"][0]["scopeMetrics"][0]["metrics"][0]["gauge"]["dataPoints"][0];
+  EXPECT_EQ(point.at("asDouble"), "NaN");
+}
+
+}  // namespace
+}  // namespace trainer::telemetry
