@@ -591,6 +591,17 @@ def generate_doc(reg: dict) -> str:
                 w(f"| `{v['value']}` | {cell(v['meaning'])} |")
         else:
             w(type_line(a))
+        carried = [f"`{m['name']}`" for m in reg["metrics"]
+                   if a["name"] in m["attributes"] or a["name"] in m.get("optional_attributes", [])]
+        resources = [r["name"] for r in reg.get("resources", [])
+                     if any(e["name"] == a["name"] for e in r["attributes"])]
+        w("")
+        if carried:
+            w(f"Carried by {', '.join(carried)}.")
+        if resources:
+            w(f"On the {', '.join(resources)}.")
+        if not carried and not resources:
+            w("Carried by no metric.")
         if a.get("origin") == "design":
             w("")
             w("Not in the specification's copy: added by design.")

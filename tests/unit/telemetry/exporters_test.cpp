@@ -1,6 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <nlohmann/json.hpp>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <map>
@@ -110,12 +114,21 @@ TEST(OtlpPush, RefusesAnEndpointThatIsNotHttp) {
 }
 
 TEST(OtlpPush, ReportsAnUnreachableCollectorAsUnavailable) {
+  // A loopback port held by a socket that does not listen: connecting is refused.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  socklen_t length = sizeof address;
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const std::string endpoint = "http://127.0.0.1:" + std::to_string(ntohs(address.sin_port)) + "/v1/metrics";
   MeterProvider provider(Resource{});
-  // Port 9 (discard) on loopback: nothing listens there in a test environment.
-  const Status status = otlp_push(provider.collect(), {.endpoint = "http://127.0.0.1:9/v1/metrics",
-                                                       .timeout = std::chrono::milliseconds(500)});
+  const Status status = otlp_push(provider.collect(), {.endpoint = endpoint, .timeout = std::chrono::milliseconds(500)});
+  ::close(fd);
   EXPECT_EQ(status.code(), StatusCode::kUnavailable);
-  EXPECT_EQ(status.message().rfind("OTLP push to http://127.0.0.1:9/v1/metrics failed: ", 0), 0u) << status.message();
+  EXPECT_EQ(status.message().rfind("OTLP push to " + endpoint + " failed: ", 0), 0u) << status.message();
 }
 
 }  // namespace
