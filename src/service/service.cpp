@@ -709,7 +709,11 @@ class ServiceImpl final : public Service {
     auto claims = claims_by_owner();
     if (!claims.is_ok()) return claims.status();
     json runs = json::array();
-    for (const auto& r : page->runs) runs.push_back(present_run(r, &*claims));
+    auto workloads = store_->list_workloads();
+    if (!workloads.is_ok()) return workloads.status();
+    std::map<std::string, std::string> names;
+    for (const auto& w : *workloads) names[w["id"].get<std::string>()] = w["name"].get<std::string>();
+    for (const auto& r : page->runs) runs.push_back(present_run(r, &*claims, &names));
     json out = {{"runs", runs}, {"total", page->total}};
     if (q.offset + static_cast<int64_t>(page->runs.size()) < page->total) {
       out["nextOffset"] = q.offset + static_cast<int64_t>(page->runs.size());
@@ -1159,8 +1163,18 @@ class ServiceImpl final : public Service {
     return out;
   }
 
-  json present_run(const json& run, const std::map<std::string, ClaimRow>* claims = nullptr) {
+  // The run as the API shows it: internals dropped, the cost estimated while a job runs, its
+  // claim, and its workload's current name (runs keep the workload's id across renames).
+  json present_run(const json& run, const std::map<std::string, ClaimRow>* claims = nullptr,
+                   const std::map<std::string, std::string>* workload_names = nullptr) {
     json out = public_view(run);
+    const std::string workload_id = run["workload"]["id"];
+    if (workload_names) {
+      auto it = workload_names->find(workload_id);
+      if (it != workload_names->end()) out["workload"]["name"] = it->second;
+    } else if (auto w = store_->get_workload(workload_id); w.is_ok() && w->has_value()) {
+      out["workload"]["name"] = (**w)["name"];
+    }
     const json& in = run["_"];
     // Cost: while a job runs, an estimate of elapsed time x devices on top of ended attempts.
     if (in.contains("job") && !in["job"].contains("endedAt")) {

@@ -12,7 +12,8 @@ def test_rename_keeps_the_id_and_frees_the_old_name(start_trainerd, setup_basics
     assert renamed["id"] == w["id"] and renamed["name"] == "support-triage"
     assert [h["change"] for h in renamed["history"]][-2:] == ["renamed from 'triage' to 'support-triage'",
                                                               "description: tickets"]
-    assert d.run(run["runId"])["workload"]["id"] == w["id"]
+    assert d.run(run["runId"])["workload"] == {"id": w["id"], "name": "support-triage"}
+    assert d.ok(d.get("/v1/runs"), 200)["runs"][0]["workload"]["name"] == "support-triage"
     assert d.ok(d.get(f"/v1/runs?workload={w['id']}"), 200)["total"] == 1
     assert d.ok(d.get("/v1/runs?workload=support-triage"), 200)["total"] == 1
     again = d.ok(d.post("/v1/workloads", {"name": "triage"}), 201)  # the old name is free
