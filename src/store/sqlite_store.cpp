@@ -289,22 +289,28 @@ class SqliteStore final : public Store {
       where += " AND workload_id = ?";
       args.push_back(f.workload_id);
     }
-    std::lock_guard<std::recursive_mutex> lock(mu_);
     RunPage page;
+    std::vector<std::string> texts;
     {
-      Stmt c(db_, ("SELECT COUNT(*) FROM runs" + where).c_str());
-      for (size_t i = 0; i < args.size(); ++i) c.bind(static_cast<int>(i + 1), args[i]);
-      if (c.step() != SQLITE_ROW) return db_error(db_, "counting runs");
-      page.total = c.integer(0);
+      std::lock_guard<std::recursive_mutex> lock(mu_);
+      {
+        Stmt c(db_, ("SELECT COUNT(*) FROM runs" + where).c_str());
+        for (size_t i = 0; i < args.size(); ++i) c.bind(static_cast<int>(i + 1), args[i]);
+        if (c.step() != SQLITE_ROW) return db_error(db_, "counting runs");
+        page.total = c.integer(0);
+      }
+      Stmt s(db_, ("SELECT doc FROM runs" + where + " ORDER BY seq DESC LIMIT ? OFFSET ?").c_str());
+      int i = 1;
+      for (const auto& a : args) s.bind(i++, a);
+      s.bind(i, f.limit);
+      s.bind(i + 1, f.offset);
+      int rc;
+      while ((rc = s.step()) == SQLITE_ROW) texts.push_back(s.text(0));
+      if (rc != SQLITE_DONE) return db_error(db_, "listing runs");
     }
-    Stmt s(db_, ("SELECT doc FROM runs" + where + " ORDER BY seq DESC LIMIT ? OFFSET ?").c_str());
-    int i = 1;
-    for (const auto& a : args) s.bind(i++, a);
-    s.bind(i, f.limit);
-    s.bind(i + 1, f.offset);
-    int rc;
-    while ((rc = s.step()) == SQLITE_ROW) page.runs.push_back(json::parse(s.text(0)));
-    if (rc != SQLITE_DONE) return db_error(db_, "listing runs");
+    // Parsing outside the lock lets concurrent readers use every core.
+    page.runs.reserve(texts.size());
+    for (const auto& t : texts) page.runs.push_back(json::parse(t));
     return page;
   }
 
@@ -410,13 +416,18 @@ class SqliteStore final : public Store {
     return Status::ok();
   }
   Result<std::vector<json>> docs(const char* sql, const std::vector<std::string>& args) {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
-    Stmt s(db_, sql);
-    for (size_t i = 0; i < args.size(); ++i) s.bind(static_cast<int>(i + 1), args[i]);
+    std::vector<std::string> texts;
+    {
+      std::lock_guard<std::recursive_mutex> lock(mu_);
+      Stmt s(db_, sql);
+      for (size_t i = 0; i < args.size(); ++i) s.bind(static_cast<int>(i + 1), args[i]);
+      int rc;
+      while ((rc = s.step()) == SQLITE_ROW) texts.push_back(s.text(0));
+      if (rc != SQLITE_DONE) return db_error(db_, "reading");
+    }
     std::vector<json> out;
-    int rc;
-    while ((rc = s.step()) == SQLITE_ROW) out.push_back(json::parse(s.text(0)));
-    if (rc != SQLITE_DONE) return db_error(db_, "reading");
+    out.reserve(texts.size());
+    for (const auto& t : texts) out.push_back(json::parse(t));
     return out;
   }
   Result<std::optional<json>> one(const char* sql, const std::vector<std::string>& args) {
