@@ -92,7 +92,10 @@ AttributeSet::AttributeSet(std::vector<Attribute> attributes) {
 }
 
 Series::Series(const InstrumentDescriptor& descriptor, AttributeSet attributes, uint64_t start_ns)
-    : descriptor_(descriptor), attributes_(std::move(attributes)), start_ns_(start_ns) {
+    : descriptor_(descriptor),
+      attributes_(std::move(attributes)),
+      start_ns_(start_ns),
+      integral_(descriptor.kind == InstrumentKind::kCounter && descriptor.value_type == ValueType::kInt) {
   switch (descriptor.kind) {
     case InstrumentKind::kCounter:
       present_.store(true);  // published from zero
@@ -132,7 +135,8 @@ bool Series::snapshot(PointData* out) const {
   switch (descriptor_.kind) {
     case InstrumentKind::kCounter:
     case InstrumentKind::kGauge:
-      out->value = value_.load(std::memory_order_relaxed);
+      out->value = integral_ ? static_cast<double>(int_value_.load(std::memory_order_relaxed))
+                             : value_.load(std::memory_order_relaxed);
       break;
     case InstrumentKind::kHistogram: {
       out->bounds = descriptor_.buckets;

@@ -113,9 +113,15 @@ class Series {
   Series(const Series&) = delete;
   Series& operator=(const Series&) = delete;
 
-  // Counter: adds `value` (must be >= 0; a negative increment is dropped).
+  // Counter: adds `value` (must be >= 0; a negative increment is dropped). An integer counter
+  // adds the value truncated toward zero.
   void add(double value) {
-    if (value >= 0) value_.fetch_add(value, std::memory_order_relaxed);
+    if (!(value >= 0)) return;
+    if (integral_) {
+      int_value_.fetch_add(static_cast<int64_t>(value), std::memory_order_relaxed);
+    } else {
+      value_.fetch_add(value, std::memory_order_relaxed);
+    }
   }
   // Gauge: the value now; marks the series present.
   void set(double value) {
@@ -150,7 +156,9 @@ class Series {
   const InstrumentDescriptor& descriptor_;
   const AttributeSet attributes_;
   const uint64_t start_ns_;
+  const bool integral_;  // an integer counter: counts in int_value_
   // Atomic.
+  std::atomic<int64_t> int_value_{0};
   std::atomic<double> value_{0};
   std::atomic<bool> present_{false};
   std::unique_ptr<ExplicitBuckets> explicit_;   // kHistogram only
