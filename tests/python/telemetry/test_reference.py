@@ -63,6 +63,9 @@ def test_every_spec_description_appears_in_the_reference_document(spec_path):
             texts.append(attribute.type_line)
         texts.append(f"### `{attribute.name}`")
     texts.extend(f"`{name}` ({condition})" for name, condition in spec.resource_conditional)
+    lines = spec_path.read_text(encoding="utf-8").split("\n")
+    texts.extend([f"# {lines[0]}", lines[1], lines[3]])  # title, introduction, the Emitter column
+    texts.extend(f"### {area}" for area in dict.fromkeys(m.area for m in spec.metrics))
     for text in texts:
         if text not in doc:
             missing.append(text)
