@@ -33,6 +33,7 @@ impl ChatTemplate {
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.set_formatter(python_formatter);
         env.add_filter("tojson", tojson_filter);
+        env.add_filter("attr", attr_filter);
         env.add_filter(GENERATION_FILTER, |s: String| format!("{GEN_OPEN}{s}{GEN_CLOSE}"));
         env.add_function("raise_exception", |message: String| -> Result<Value, Error> {
             Err(Error::new(ErrorKind::InvalidOperation, format!("{RAISED}{message}")))
@@ -143,6 +144,15 @@ fn rewrite_generation_tags(source: &str) -> (String, bool) {
     }
     out.push_str(rest);
     (out, found)
+}
+
+/// Jinja2's `attr` reads a Python attribute, never a dict key: on the plain dicts and lists a
+/// chat template sees it finds nothing (methods aside), so the result is undefined.
+fn attr_filter(value: Value, name: String) -> Result<Value, Error> {
+    match value.kind() {
+        ValueKind::Map | ValueKind::Seq | ValueKind::String => Ok(Value::UNDEFINED),
+        _ => value.get_attr(&name),
+    }
 }
 
 /// Removes the generation sentinels; returns the text and the byte ranges they enclosed.
