@@ -69,6 +69,18 @@ Status check_conversation(const Json& messages, const std::string& field) {
   if (messages.empty()) return invalid_argument(field + ": empty; a conversation needs at least one message");
   for (size_t i = 0; i < messages.size(); ++i)
     TRAINER_RETURN_IF_ERROR(check_message(messages[i], field + "[" + std::to_string(i) + "]"));
+  // A tool message answers the tool_calls of the assistant message before it (or continues the
+  // answers of the tool messages before it).
+  for (size_t i = 0; i < messages.size(); ++i) {
+    if (messages[i]["role"] != "tool") continue;
+    size_t j = i;
+    while (j > 0 && messages[j - 1]["role"] == "tool") --j;
+    const bool answered = j > 0 && messages[j - 1]["role"] == "assistant" && messages[j - 1].contains("tool_calls") &&
+                          messages[j - 1]["tool_calls"].is_array() && !messages[j - 1]["tool_calls"].empty();
+    if (!answered)
+      return invalid_argument(field + "[" + std::to_string(i) +
+                              "]: a tool message must follow an assistant message with tool_calls");
+  }
   return Status::ok();
 }
 

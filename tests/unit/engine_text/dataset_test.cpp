@@ -107,6 +107,12 @@ TEST(DatasetParse, MissingFieldsAreNamed) {
             "train.jsonl:1: tools: expected an array, got object");
 }
 
+TEST(DatasetParse, ToolMessageMustAnswerToolCalls) {
+  EXPECT_EQ(parse_error(R"({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},)"
+                        R"( {"role": "tool", "content": "6"}, {"role": "assistant", "content": "c"}]})"),
+            "train.jsonl:1: messages[2]: a tool message must follow an assistant message with tool_calls");
+}
+
 TEST(DatasetParse, ReadsChatAndPromptCompletionRows) {
   auto rows = data::parse_jsonl(
       "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}]}\n"
