@@ -7,8 +7,9 @@
 //                                                      {"text":S,"spans":[[b,e],...]}
 //   {"op":"row","row":{...}}                           {"input_ids":[...],"trained":[...]}
 //   {"op":"dataset","path":P,"max_seq_length":N,"packing":B,"batch_size":N,"seed":N,
-//    "validation_split":F}                             fit counts, lengths and every batch
+//    "validation_split":F,"no_batches":B}              fit counts, lengths, load time, batches
 // Failures answer {"error": message}.
+#include <chrono>
 #include <iostream>
 #include <map>
 #include <string>
@@ -84,13 +85,16 @@ json answer(const json& req, std::map<std::string, Tokenizer>& cache) {
   if (op == "dataset") {
     data::LoadOptions options;
     options.max_seq_length = req.value("max_seq_length", 2048);
+    const auto started = std::chrono::steady_clock::now();
     auto ds = data::load_dataset(req.at("path").get<std::string>(), tok, options);
     if (!ds.is_ok()) return {{"error", ds.status().message()}};
+    const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     const uint64_t seed = req.value("seed", 0);
     auto split = data::split_validation(std::move(ds->rows), req.value("validation_split", 0.0), seed);
     json out = {{"fit", {{"rows", ds->fit.rows}, {"truncated", ds->fit.truncated}, {"exact", ds->fit.exact},
                          {"dropped", ds->fit.dropped}}},
                 {"lengths", ds->lengths},
+                {"load_seconds", load_seconds},
                 {"train_lines", json::array()},
                 {"validation_lines", json::array()}};
     for (const auto& r : split.train) out["train_lines"].push_back(r.line);
@@ -104,6 +108,7 @@ json answer(const json& req, std::map<std::string, Tokenizer>& cache) {
     const auto seqs = data::plan_sequences(split.train, use, {.packing = req.value("packing", false),
                                                               .max_seq_length = options.max_seq_length});
     const size_t bs = req.value("batch_size", 2);
+    if (req.value("no_batches", false)) return out;
     out["batches"] = json::array();
     for (size_t b = 0; b < seqs.size(); b += bs)
       out["batches"].push_back(batch_json(data::make_batch(split.train, seqs, b, bs, tok.pad_id().value_or(0))));
