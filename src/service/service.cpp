@@ -386,7 +386,7 @@ class ServiceImpl final : public Service {
                                  "; wait until it is ready");
     }
     std::vector<std::string> args = {"analyze", "--model", (*m)["cachePath"].get<std::string>(), "--data",
-                                     (*d)["path"].get<std::string>()};
+                                     (*d)["path"].get<std::string>(), "-o", "json"};
     if (max_seq_length) {
       args.push_back("--max-seq-length");
       args.push_back(std::to_string(*max_seq_length));

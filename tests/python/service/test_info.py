@@ -4,7 +4,7 @@ import subprocess
 
 import yaml
 
-from conftest import BUILD, REPO
+from service_helpers import BUILD, REPO
 
 
 def test_help_documents_every_option():

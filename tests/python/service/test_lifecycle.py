@@ -1,21 +1,7 @@
 """A run's lifecycle through the HTTP API of a real trainerd: phases, progress, cost, metrics."""
 import re
 
-from service_helpers import plan
-
-
-def metric_value(text: str, name: str, **labels) -> float | None:
-    """The value of the series `name` whose labels include `labels` (summed over the rest)."""
-    total, seen = 0.0, False
-    for line in text.splitlines():
-        if not line.startswith(name + "{"):
-            continue
-        body = line[len(name) + 1:line.rindex("}")]
-        got = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', body))
-        if all(got.get(f"akka_optimize_training_{k}") == v for k, v in labels.items()):
-            total += float(line.rsplit(" ", 1)[1])
-            seen = True
-    return total if seen else None
+from service_helpers import metric_value, plan
 
 
 def test_run_goes_through_every_applicable_phase_to_completed(start_trainerd, setup_basics, standin_behaviour):
@@ -127,3 +113,18 @@ def test_dry_run_resolves_and_creates_nothing(start_trainerd, setup_basics):
     assert r["plan"]["config"]["dataset"] == ds["hash"]
     assert r["plan"]["config"]["hyperparams"]["optimizer"]["learningRate"] == 1e-4
     assert d.ok(d.get("/v1/runs"), 200)["total"] == 0
+
+
+def test_a_job_that_cannot_start_fails_the_run_by_name(start_trainerd, setup_basics, tmp_path):
+    d = start_trainerd(job=str(tmp_path / "no-such-trainer-job"))
+    setup_basics(d)
+    run = d.ok(d.post("/v1/runs", plan()), 201)
+    failed = d.wait_phase(run["runId"], {"FAILED", "COMPLETED"})
+    assert failed["phase"] == "FAILED"
+    lines = failed["failureReason"].splitlines()
+    assert lines[0] == "the backend could not start the training job"
+    assert "no-such-trainer-job is not executable" in lines[1]
+    assert [p["phase"] for p in failed["phaseHistory"]] == ["SIZING_DATASET", "SUBMITTING", "FAILED"]
+    assert d.claims_of(run["runId"]) == []
+    text = d.get("/metrics").raw.decode()
+    assert metric_value(text, "akka_optimize_training_run_failures_total", run_phase="SUBMITTING") == 1

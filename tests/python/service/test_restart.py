@@ -3,8 +3,7 @@ import os
 import signal
 import time
 
-from conftest import Trainerd
-from service_helpers import plan
+from service_helpers import Trainerd, plan
 
 
 def restart(d: Trainerd) -> Trainerd:
