@@ -76,6 +76,7 @@ class ChatTemplate {
 
  private:
   friend class Tokenizer;
+  ChatTemplate() = default;  // made by Tokenizer::load only
   std::shared_ptr<TextHandle> handle_;
   std::string source_;
   Json special_vars_ = Json::object();  // bos_token, eos_token, ... as text
@@ -114,6 +115,7 @@ class Tokenizer {
   const std::string& dir() const { return dir_; }
 
  private:
+  Tokenizer() = default;  // made by load() only
   std::shared_ptr<TextHandle> handle_;
   std::string dir_;
   SpecialTokens special_;
