@@ -253,6 +253,15 @@ std::optional<std::string> Tokenizer::id_to_token(int32_t id) const {
   return text;
 }
 
+Result<std::vector<int32_t>> Tokenizer::encode_chat(const Json& messages, const Json& tools,
+                                                    const RenderOptions& options) const {
+  if (!chat_template_)
+    return invalid_argument(dir_ + "/tokenizer_config.json: chat_template: missing; the model folder has no chat template");
+  auto text = chat_template_->render(messages, tools, options);
+  if (!text.is_ok()) return text.status();
+  return encode(*text, /*add_special_tokens=*/false);
+}
+
 bool Tokenizer::is_special(int32_t id) const {
   return std::binary_search(special_ids_.begin(), special_ids_.end(), id);
 }

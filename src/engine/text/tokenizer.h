@@ -108,6 +108,11 @@ class Tokenizer {
   // pad_token's id; falls back to eos when the config names no pad token (TRL does the same).
   std::optional<int32_t> pad_id() const { return pad_id_; }
 
+  // apply_chat_template(messages, tools=tools, tokenize=True, ...) of transformers: the rendered
+  // conversation encoded without added special tokens (the template writes them).
+  Result<std::vector<int32_t>> encode_chat(const Json& messages, const Json& tools,
+                                           const RenderOptions& options = {}) const;
+
   bool has_chat_template() const { return chat_template_.has_value(); }
   // Requires has_chat_template().
   const ChatTemplate& chat_template() const { return *chat_template_; }

@@ -1,5 +1,6 @@
 #include "engine/text/tokenizer.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -184,4 +185,16 @@ TEST(ChatTemplate, Qwen3RendersAConversation) {
   EXPECT_EQ(*text,
             "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
             "<|im_start|>assistant\n<think>\n\n</think>\n\nHello!<|im_end|>\n");
+}
+
+TEST(ChatTemplate, EncodeChatIsTheRenderedTextWithoutAddedSpecialTokens) {
+  auto tok = load(kLlama3);
+  const nlohmann::json msgs = {{{"role", "user"}, {"content", "Hi"}}};
+  auto ids = tok.encode_chat(msgs, nullptr, {.add_generation_prompt = true});
+  ASSERT_TRUE(ids.is_ok()) << ids.status().message();
+  EXPECT_EQ(ids->front(), 128000);  // <|begin_of_text|> written by the template, once
+  EXPECT_EQ(std::count(ids->begin(), ids->end(), 128000), 1);
+  EXPECT_EQ(*tok.decode(*ids, false),
+            "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
