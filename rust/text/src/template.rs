@@ -34,6 +34,10 @@ impl ChatTemplate {
         env.set_formatter(python_formatter);
         env.add_filter("tojson", tojson_filter);
         env.add_filter("attr", attr_filter);
+        env.add_filter("string", |v: Value| match v.kind() {
+            ValueKind::String => v,
+            _ => Value::from(python_str(&v)),
+        });
         env.add_filter(GENERATION_FILTER, |s: String| format!("{GEN_OPEN}{s}{GEN_CLOSE}"));
         env.add_function("raise_exception", |message: String| -> Result<Value, Error> {
             Err(Error::new(ErrorKind::InvalidOperation, format!("{RAISED}{message}")))

@@ -60,6 +60,8 @@ TEMPLATES = {
                                     "{{ add_generation_prompt }}|{{ tools is none }}",
     "set_block_and_macro": "{% macro render(m) %}[{{ m.role }}]{% endmacro %}{% set out %}{% for m in messages %}"
                            "{{ render(m) }}{% endfor %}{% endset %}{{ out | trim }}",
+    "string_filter": "{{ none | string }} {{ true | string }} {{ [1, 'a', none] | string }} {{ 'x' | string }} "
+                     "{{ 3 | string }} {{ 2.50 | string }} {{ {'k': false} | string }} {{ ('a' ~ 1 | string) }}",
     "dict_builtin": "{% set d = dict(a=1, b='x') %}{{ d | tojson }} {{ d.a }}",
     "unicode": "{{ messages[1].content | length }} {{ 'Zürich 🙂' | upper }} {{ 'Zürich 🙂' | tojson }}",
 }
