@@ -316,6 +316,25 @@ int datasets_measure(Context& ctx) {
 
 // ---- workloads ------------------------------------------------------------------------------
 
+// A field of the workload's evaluation settings ({evaluation: {dataset, grader}}).
+std::string evaluation_text(const json& w, const char* key) {
+  if (w.contains("evaluation") && w["evaluation"].is_object()) {
+    std::string v = str(w["evaluation"], key);
+    return std::string(key) == "dataset" ? short_id(v) : v;
+  }
+  return "";
+}
+
+// What a ref points at, in words: "base model tiny-qwen3 (53ffe62f226a)", "run 7d49... adapter".
+std::string ref_target_text(const json& target) {
+  if (target.is_null()) return "";
+  if (target.is_string()) return target.get<std::string>();
+  const std::string kind = str(target, "kind");
+  if (kind == "baseModel") return "base model " + str(target, "name") + " (" + short_id(str(target, "id")) + ")";
+  if (kind == "runAdapter") return "adapter of run " + str(target, "runId") + " at " + str(target, "adapterPath");
+  return target.dump();
+}
+
 int workloads_create(Context& ctx) {
   json body = {{"name", ctx.inv.positionals[0]}};
   if (auto v = ctx.inv.get("description")) body["description"] = *v;
@@ -352,7 +371,7 @@ int workloads_list(Context& ctx) {
   const double now = now_seconds();
   for (const auto& w : list) {
     rows.push_back({first_of(w, {"name"}), short_id(first_of(w, {"id", "workloadId"})),
-                    short_id(first_of(w, {"evaluationDataset"})), first_of(w, {"grader"}),
+                    evaluation_text(w, "dataset"), evaluation_text(w, "grader"),
                     first_of(w, {"gpuQuota"}), first_of(w, {"description"}),
                     age_text(first_of(w, {"createdAt"}), now)});
   }
@@ -409,8 +428,8 @@ int workloads_refs_get(Context& ctx) {
   if (!doc) return ctx.last_failure_code();
   if (!ctx.text()) ctx.print_json(*doc);
   else {
-    std::string target = first_of(*doc, {"target", "modelId", "id"});
-    out(target.empty() ? ref + " is not set\n" : target + "\n");
+    std::string target = ref_target_text(doc->value("target", json()));
+    out(target.empty() ? ref + " is not set\n" : ref + ": " + target + "\n");
   }
   return kExitOk;
 }
@@ -423,7 +442,7 @@ int workloads_refs_set(Context& ctx) {
   if (!doc) return ctx.last_failure_code();
   if (!ctx.text()) ctx.print_json(*doc);
   else out("Moved " + ref + " of workload " + ctx.inv.positionals[0] + " to " +
-           first_of(*doc, {"target", "modelId", "id"}) + "\n");
+           ref_target_text(doc->value("target", json())) + "\n");
   return kExitOk;
 }
 
@@ -445,8 +464,8 @@ int run_capacity(Context& ctx) {
   else {
     std::vector<std::vector<std::string>> rows;
     for (const auto& p : pools) {
-      std::string free;
-      if (p.contains("declared") && p["declared"].is_number() && p.contains("granted") && p["granted"].is_number()) {
+      std::string free = str(p, "free");
+      if (free.empty() && p.contains("declared") && p["declared"].is_number() && p.contains("granted") && p["granted"].is_number()) {
         free = std::to_string(p["declared"].get<long long>() - p["granted"].get<long long>());
       }
       rows.push_back({str(p, "name"), str(p, "accelerator"), str(p, "declared"), str(p, "observed"),

@@ -205,7 +205,11 @@ std::string run_detail(const json& run, const ViewStyle& style) {
     std::string precision = str(field(config, "model"), "precision");
     if (!precision.empty()) desc += ", " + precision;
     state.push_back({"Config", desc});
-    state.push_back({"Dataset", str(config, "dataset")});
+    const json& dataset = field(run, "dataset");
+    std::string ref = str(dataset, "ref");
+    std::string hash = str(dataset, "hash");
+    if (hash.empty()) hash = str(config, "dataset");
+    state.push_back({"Dataset", ref.empty() || ref == hash ? hash : ref + " (" + short_id(hash) + ")"});
   }
   if (!str(run, "configName").empty()) state.push_back({"Config name", str(run, "configName")});
   if (!str(run, "description").empty()) state.push_back({"Description", str(run, "description")});
