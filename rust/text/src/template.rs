@@ -34,6 +34,27 @@ impl ChatTemplate {
         env.set_formatter(python_formatter);
         env.add_filter("tojson", tojson_filter);
         env.add_filter("attr", attr_filter);
+        // Jinja2 turns any value into Python's str() before a string filter.
+        env.add_filter("upper", |v: Value| python_str(&v).to_uppercase());
+        env.add_filter("lower", |v: Value| python_str(&v).to_lowercase());
+        env.add_filter("trim", |v: Value, chars: Option<String>| {
+            let s = python_str(&v);
+            match chars {
+                Some(chars) => s.trim_matches(|c| chars.contains(c)).to_string(),
+                None => s.trim().to_string(),
+            }
+        });
+        // Python's idea of iterable and sequence: None, numbers and booleans are neither (Jinja2's
+        // Undefined iterates as empty).
+        env.add_test("iterable", |v: Value| {
+            matches!(
+                v.kind(),
+                ValueKind::Seq | ValueKind::Map | ValueKind::String | ValueKind::Iterable | ValueKind::Bytes | ValueKind::Undefined
+            )
+        });
+        env.add_test("sequence", |v: Value| {
+            matches!(v.kind(), ValueKind::Seq | ValueKind::Map | ValueKind::String | ValueKind::Bytes)
+        });
         env.add_filter("string", |v: Value| match v.kind() {
             ValueKind::String => v,
             _ => Value::from(python_str(&v)),
