@@ -41,14 +41,15 @@ class Trainerd:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
 
-def start_trainerd(bin_dir: pathlib.Path, tmp: pathlib.Path, config: dict) -> Trainerd:
+def start_trainerd(bin_dir: pathlib.Path, tmp: pathlib.Path, config: dict, port: int = 0) -> Trainerd:
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "trainerd.json").write_text(json.dumps(config))
     port_file = tmp / "port"
+    port_file.unlink(missing_ok=True)
     log = tmp / "trainerd.log"
-    with open(log, "wb") as out:
+    with open(log, "ab") as out:
         proc = subprocess.Popen(
-            [str(bin_dir / "trainerd"), "--data-dir", str(tmp / "data"), "--port", "0",
+            [str(bin_dir / "trainerd"), "--data-dir", str(tmp / "data"), "--port", str(port),
              "--port-file", str(port_file), "--config", str(tmp / "trainerd.json"),
              "--job-binary", str(bin_dir / "trainer-job")],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
