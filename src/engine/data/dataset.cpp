@@ -187,31 +187,61 @@ Result<TokenizedRow> tokenize_chat(const Example& ex, const text::Tokenizer& tok
     if (i > 0) {
       auto prefix = tmpl.render(before, ex.tools, {.add_generation_prompt = true});
       if (!prefix.is_ok()) return prefix.status().with_context(field);
-      if (!starts_with(full->text, *prefix))
-        return invalid_argument(field +
-                                ": the chat template renders the conversation before this assistant message differently "
-                                "from the whole conversation, so its tokens cannot be located; give the template "
-                                "{% generation %} markers");
-      start = static_cast<int64_t>(prefix->size());
+      if (starts_with(full->text, *prefix)) {
+        start = static_cast<int64_t>(prefix->size());
+      } else {
+        // Some templates prefill the generation prompt with text a finished turn does not
+        // have (DeepSeek-R1's "<think>\n"): the turn starts where the two renders part, as
+        // long as that is past the messages before it.
+        auto plain = tmpl.render(before, ex.tools, {});
+        if (!plain.is_ok()) return plain.status().with_context(field);
+        if (!starts_with(full->text, *plain))
+          return invalid_argument(field +
+                                  ": the chat template renders the conversation before this assistant message "
+                                  "differently from the whole conversation, so its tokens cannot be located; give the "
+                                  "template {% generation %} markers");
+        const auto parted = std::mismatch(prefix->begin(), prefix->end(), full->text.begin(), full->text.end());
+        start = std::max<int64_t>(static_cast<int64_t>(plain->size()), parted.first - prefix->begin());
+      }
     }
-    // The bound of this message: the conversation up to and including it, when the whole
-    // conversation starts with that render; else the end of the text.
+    // The bound of this message: where the conversation rendered up to and including it parts
+    // from the whole conversation (its end, or the text a template writes after the last
+    // message, like Phi-3's eos_token) when that is past `start`; else the end of the text
+    // (Qwen3 renders a last assistant turn with a thinking block, so the renders part at once).
     int64_t limit = static_cast<int64_t>(full->text.size());
     Json upto(ex.messages.begin(), ex.messages.begin() + static_cast<std::ptrdiff_t>(i + 1));
     auto through = tmpl.render(upto, ex.tools, {});
     if (!through.is_ok()) return through.status().with_context(field);
-    if (starts_with(full->text, *through) && static_cast<int64_t>(through->size()) > start)
-      limit = static_cast<int64_t>(through->size());
+    int64_t parted =
+        std::mismatch(through->begin(), through->end(), full->text.begin(), full->text.end()).first - through->begin();
+    // A part inside one of the conversation's tokens ("<t" shared by "<think>" and "<tool_call>")
+    // is a re-rendered turn, not its end: count from that token's start.
+    for (const auto& [b, e] : enc->offsets) {
+      if (b <= parted && parted < e) {
+        parted = b;
+        break;
+      }
+    }
+    const bool bounded = parted > start;
+    if (bounded) limit = parted;
     // Train from the token covering `start` through the first special token (the end of turn)
     // and the whitespace the template writes right after it, as TRL's training templates do.
     size_t t = 0;
+    bool ended = false;
     for (; t < enc->ids.size(); ++t) {
       const auto [b, e] = enc->offsets[t];
       if (e <= start) continue;
       if (b >= limit) break;
       row.trained[t] = 1;
-      if (b >= start && tok.is_special(enc->ids[t])) break;
+      if (b >= start && tok.is_special(enc->ids[t])) {
+        ended = true;
+        break;
+      }
     }
+    if (!ended && !bounded && i + 1 < ex.messages.size())
+      return invalid_argument(field +
+                              ": cannot find where this assistant turn ends: the chat template ends it with no special "
+                              "token of the tokenizer; give the template {% generation %} markers");
     for (++t; t < enc->ids.size(); ++t) {
       const auto [b, e] = enc->offsets[t];
       if (b >= limit || e <= b || tok.is_special(enc->ids[t])) break;

@@ -27,7 +27,9 @@
 //     apply_chat_template(return_assistant_tokens_mask=True) marks them;
 //   - otherwise, for each assistant message i: its tokens start where
 //     render(messages[:i], add_generation_prompt=True) ends (that render must be a prefix of the
-//     whole conversation's render), and end with the first special token after that point (the
+//     whole conversation's render; when the generation prompt prefills text a finished turn
+//     lacks, as DeepSeek-R1's "<think>\n", where the two renders part, but never before the end
+//     of render(messages[:i])), and end with the first special token after that point (the
 //     end-of-turn token: <|im_end|> for Qwen, <|eot_id|> for Llama 3), which is trained, plus
 //     the whitespace the template writes right after it within the turn (Qwen's "\n"): the
 //     tokens TRL's training templates put inside {% generation %}. The text is always the whole

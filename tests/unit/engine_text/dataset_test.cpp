@@ -1,7 +1,11 @@
 #include "engine/data/dataset.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <set>
+
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -62,6 +66,20 @@ data::TokenizedRow tokenize(const std::string& jsonl, const Tokenizer& tok) {
   auto row = data::tokenize_example(rows->front(), tok, "train.jsonl");
   EXPECT_TRUE(row.is_ok()) << row.status().message();
   return std::move(*row);
+}
+
+// Qwen3's tokenizer with another chat template, in a temporary model folder.
+Tokenizer with_template(const std::string& chat_template) {
+  namespace fs = std::filesystem;
+  static int next = 0;
+  const fs::path dir = fs::temp_directory_path() / ("dataset_test_" + std::to_string(::getpid()) + "_" + std::to_string(next++));
+  fs::create_directories(dir);
+  fs::copy_file(kNpm + "tokenizer-qwen3/models/tokenizer.json", dir / "tokenizer.json", fs::copy_options::overwrite_existing);
+  std::ofstream(dir / "tokenizer_config.json") << nlohmann::json{{"eos_token", "<|im_end|>"}, {"chat_template", chat_template}}.dump();
+  auto tok = Tokenizer::load(dir.string());
+  fs::remove_all(dir);
+  if (!tok.is_ok()) throw std::runtime_error(tok.status().message());
+  return std::move(*tok);
 }
 
 data::TokenizedRow synthetic(int64_t length, int64_t trained_from) {
@@ -149,6 +167,26 @@ TEST(LossMask, Llama3TrainsContentAndEotNotTheTrailingHeader) {
   const auto row = tokenize(
       R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]})", llama3());
   EXPECT_EQ(trained_text(row, llama3()), "Hello<|eot_id|>");
+}
+
+TEST(LossMask, GenerationPromptThatPrefillsTextStartsTheTurnWhereRendersPart) {
+  // As DeepSeek-R1: the generation prompt opens a thinking block a finished turn does not have.
+  const auto tok = with_template(
+      "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+      "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}");
+  const auto row = tokenize(R"({"messages": [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"}]})", tok);
+  EXPECT_EQ(trained_text(row, tok), "A<|im_end|>\n");
+}
+
+TEST(LossMask, TurnWithoutSpecialEndStopsWhereTheNextMessageStarts) {
+  // As Phi-3 under a tokenizer whose <|end|> is plain text: eos only after the last message.
+  const auto tok = with_template(
+      "{% for m in messages %}[{{ m.role }}]{{ m.content }}\n{% endfor %}"
+      "{% if add_generation_prompt %}[assistant]{% else %}{{ eos_token }}{% endif %}");
+  const auto row = tokenize(R"({"messages": [{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "A1"},)"
+                            R"( {"role": "user", "content": "Q2"}, {"role": "assistant", "content": "A2"}]})",
+                            tok);
+  EXPECT_EQ(trained_text(row, tok), "A1\n|A2\n<|im_end|>");
 }
 
 TEST(LossMask, PromptCompletionTrainsCompletionAndEos) {
