@@ -32,8 +32,11 @@
 //     of render(messages[:i])), and end with the first special token after that point (the
 //     end-of-turn token: <|im_end|> for Qwen, <|eot_id|> for Llama 3), which is trained, plus
 //     the whitespace the template writes right after it within the turn (Qwen's "\n"): the
-//     tokens TRL's training templates put inside {% generation %}. The text is always the whole
-//     conversation rendered once, exactly as apply_chat_template renders it.
+//     tokens TRL's training templates put inside {% generation %}. A turn never runs past the
+//     point, at a token boundary, where render(messages[:i+1]) parts from the whole render (its
+//     end, or Phi-3's eos written after a last message); a turn that neither locates is an error
+//     asking for {% generation %} markers. The text is always the whole conversation rendered
+//     once, exactly as apply_chat_template renders it.
 //   - prompt/completion strings: text = prompt + completion (+ eos_token unless the completion
 //     already ends with it), encoded with special tokens; trained = tokens after the prompt's.
 //
