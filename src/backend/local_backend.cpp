@@ -114,6 +114,9 @@ class LocalBackend final : public Backend {
     if (known != exited_.end() && known->second.first == handle.start_time) {
       return {JobState::kExited, known->second.second};
     }
+    // A process under this pid that started at another time is not the job: the pid was reused.
+    auto current = read_proc_stat(handle.pid);
+    if (current && current->start_time != handle.start_time) return {JobState::kGone, std::nullopt};
     int wstatus = 0;
     pid_t r = ::waitpid(static_cast<pid_t>(handle.pid), &wstatus, WNOHANG);
     if (r == handle.pid) {
