@@ -128,3 +128,20 @@ def test_a_job_that_cannot_start_fails_the_run_by_name(start_trainerd, setup_bas
     assert d.claims_of(run["runId"]) == []
     text = d.get("/metrics").raw.decode()
     assert metric_value(text, "akka_optimize_training_run_failures_total", run_phase="SUBMITTING") == 1
+
+
+def test_the_events_long_poll_returns_when_an_event_arrives(start_trainerd, setup_basics, standin_behaviour):
+    import time
+    standin_behaviour(queueSeconds=1.0, steps=1)
+    d = start_trainerd()
+    setup_basics(d)
+    run = d.ok(d.post("/v1/runs", plan(steps=1)), 201)
+    queued = d.wait_phase(run["runId"], "QUEUED")
+    seen = d.ok(d.get(f"/v1/runs/{run['runId']}/events"), 200)["events"]
+    started = time.time()
+    more = d.ok(d.get(f"/v1/runs/{run['runId']}/events?after={seen[-1]['seq']}&waitSeconds=30"), 200)
+    assert time.time() - started < 20
+    assert more["events"] and more["events"][0]["seq"] == seen[-1]["seq"] + 1
+    assert more["run"]["runId"] == queued["runId"]
+    bad = d.get(f"/v1/runs/{run['runId']}/events?waitSeconds=61")
+    assert bad.status == 400 and bad.json["error"]["field"] == "waitSeconds"

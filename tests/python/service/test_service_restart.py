@@ -130,3 +130,39 @@ def test_cancel_after_a_restart_stops_the_job_found_again(start_trainerd, setup_
     assert not os.path.exists(f"/proc/{pid}") or \
         open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
     assert d.capacity()["claims"] == []
+
+
+def test_sigkill_during_a_burst_of_submissions_loses_no_accepted_run(start_trainerd, setup_basics,
+                                                                     standin_behaviour):
+    import concurrent.futures
+    import urllib.error
+
+    standin_behaviour(steps=2, stepSeconds=0.05)
+    d = start_trainerd(pools=[{"name": "cpu", "accelerator": "cpu", "declared": 4, "maxClaim": 1}])
+    setup_basics(d)
+    accepted = []
+
+    def submit(i):
+        try:
+            r = d.post("/v1/runs", plan(submissionId=f"burst-{i}"))
+        except (urllib.error.URLError, ConnectionError, OSError):
+            return None  # trainerd died before answering: the client would retry with the same id
+        return (i, r.json["runId"]) if r.status == 201 else None
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        futures = [pool.submit(submit, i) for i in range(40)]
+        time.sleep(0.5)
+        d.kill(signal.SIGKILL)
+        accepted = [f.result() for f in futures if f.result()]
+    assert accepted, "no submission was answered before the kill"
+    d.start()
+    # Every acknowledged run exists; a retry with its submissionId reaches the same run.
+    for i, run_id in accepted:
+        again = d.post("/v1/runs", plan(submissionId=f"burst-{i}"))
+        assert again.status == 200 and again.json["runId"] == run_id
+    # Every run in the store is driven to an end; no claim is left behind.
+    everything = d.ok(d.get("/v1/runs?limit=1000"), 200)["runs"]
+    for run in everything:
+        done = d.wait_phase(run["runId"], {"COMPLETED", "FAILED", "CANCELLED"}, timeout=120)
+        assert done["phase"] == "COMPLETED", done
+    assert d.capacity()["claims"] == []
