@@ -14,7 +14,7 @@ ParseResult parse(std::vector<std::string> argv) {
   return parse_command_line(root, argv);
 }
 
-TEST(Args, FindsTheCommandItsFlagsAndArguments) {
+TEST(CliArgs, FindsTheCommandItsFlagsAndArguments) {
   auto r = parse({"runs", "wait", "7d49", "--exit-status", "--timeout", "90s", "-o", "json"});
   ASSERT_TRUE(r.invocation);
   EXPECT_EQ(r.invocation->path, (std::vector<std::string>{"runs", "wait"}));
@@ -24,7 +24,7 @@ TEST(Args, FindsTheCommandItsFlagsAndArguments) {
   EXPECT_EQ(r.invocation->get_or("output", ""), "json");
 }
 
-TEST(Args, AcceptsTheSingularAliasAndEqualsForm) {
+TEST(CliArgs, AcceptsTheSingularAliasAndEqualsForm) {
   auto r = parse({"run", "start", "-f", "-", "--trainer-url=http://h:1", "--force"});
   ASSERT_TRUE(r.invocation);
   EXPECT_EQ(r.invocation->path, (std::vector<std::string>{"runs", "start"}));
@@ -32,14 +32,14 @@ TEST(Args, AcceptsTheSingularAliasAndEqualsForm) {
   EXPECT_EQ(r.invocation->get_or("trainer-url", ""), "http://h:1");
 }
 
-TEST(Args, UnknownFlagIsAUsageErrorNamingIt) {
+TEST(CliArgs, UnknownFlagIsAUsageErrorNamingIt) {
   auto r = parse({"runs", "list", "--phse", "open"});
   EXPECT_FALSE(r.invocation);
   EXPECT_EQ(r.exit_code, kExitUsage);
   EXPECT_EQ(r.output, "trainer: unknown flag --phse for `trainer runs list`; see `trainer runs list --help`");
 }
 
-TEST(Args, MissingArgumentAndMissingValueAreNamed) {
+TEST(CliArgs, MissingArgumentAndMissingValueAreNamed) {
   auto r = parse({"runs", "get"});
   EXPECT_EQ(r.output, "trainer: missing argument RUN; see `trainer runs get --help`");
   r = parse({"runs", "wait", "x", "--timeout"});
@@ -48,14 +48,14 @@ TEST(Args, MissingArgumentAndMissingValueAreNamed) {
   EXPECT_EQ(r.output, "trainer: unexpected argument \"b\"; see `trainer runs get --help`");
 }
 
-TEST(Args, GroupWithoutCommandListsItsCommands) {
+TEST(CliArgs, GroupWithoutCommandListsItsCommands) {
   auto r = parse({"workloads"});
   EXPECT_EQ(r.exit_code, kExitUsage);
   EXPECT_NE(r.output.find("needs a command: create, list, get, rename, annotate, set-evaluation, refs"),
             std::string::npos);
 }
 
-TEST(Args, HelpOnEveryLevelListsFlagsFromTheTable) {
+TEST(CliArgs, HelpOnEveryLevelListsFlagsFromTheTable) {
   auto root = parse({"--help"});
   EXPECT_EQ(root.exit_code, 0);
   EXPECT_NE(root.output.find("runs"), std::string::npos);

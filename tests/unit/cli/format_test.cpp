@@ -6,7 +6,7 @@
 namespace trainer::cli {
 namespace {
 
-TEST(Duration, ParsesGoDurations) {
+TEST(CliDuration, ParsesGoDurations) {
   EXPECT_DOUBLE_EQ(*parse_duration("90s"), 90);
   EXPECT_DOUBLE_EQ(*parse_duration("15m0s"), 900);
   EXPECT_DOUBLE_EQ(*parse_duration("2h"), 7200);
@@ -16,7 +16,7 @@ TEST(Duration, ParsesGoDurations) {
   EXPECT_DOUBLE_EQ(*parse_duration("0"), 0);
 }
 
-TEST(Duration, RefusesWhatIsNotADuration) {
+TEST(CliDuration, RefusesWhatIsNotADuration) {
   EXPECT_FALSE(parse_duration(""));
   EXPECT_FALSE(parse_duration("90"));    // a bare number needs a unit
   EXPECT_FALSE(parse_duration("5x"));
@@ -25,7 +25,7 @@ TEST(Duration, RefusesWhatIsNotADuration) {
   EXPECT_FALSE(parse_duration("-5s"));
 }
 
-TEST(Duration, FormatsForPeople) {
+TEST(CliDuration, FormatsForPeople) {
   EXPECT_EQ(format_duration(0), "0s");
   EXPECT_EQ(format_duration(45.4), "45s");
   EXPECT_EQ(format_duration(185), "3m05s");
@@ -34,7 +34,7 @@ TEST(Duration, FormatsForPeople) {
   EXPECT_EQ(format_duration(-1), "?");
 }
 
-TEST(Numbers, ShortForColumns) {
+TEST(CliNumbers, ShortForColumns) {
   EXPECT_EQ(format_number(8), "8");
   EXPECT_EQ(format_number(1.23456), "1.235");
   EXPECT_EQ(format_number(0.0001), "0.0001");
@@ -47,7 +47,7 @@ TEST(Numbers, ShortForColumns) {
   EXPECT_EQ(format_gpu_seconds(11520), "3.20 GPU-h");
 }
 
-TEST(Table, AlignsColumnsByDisplayWidth) {
+TEST(CliTable, AlignsColumnsByDisplayWidth) {
   std::string table = render_table({"RUN", "PHASE", "LOSS"},
                                    {{"7d496e82c3a1", "TRAINING", "1.2"}, {"ab", "COMPLETED", ""}});
   EXPECT_EQ(table,
@@ -56,20 +56,20 @@ TEST(Table, AlignsColumnsByDisplayWidth) {
             "ab            COMPLETED\n");
 }
 
-TEST(Table, CountsUtf8AndColourCodesAsTheirVisibleWidth) {
+TEST(CliTable, CountsUtf8AndColourCodesAsTheirVisibleWidth) {
   EXPECT_EQ(display_width("█░░"), 3u);
   EXPECT_EQ(display_width("\033[32mok\033[0m"), 2u);
   std::string table = render_table({"A", "B"}, {{"██", "x"}});
   EXPECT_EQ(table, "A   B\n██  x\n");
 }
 
-TEST(Fields, AlignValues) {
+TEST(CliFields, AlignValues) {
   EXPECT_EQ(render_fields({{"Run", "abc"}, {"Base model", "qwen"}}),
             "Run:         abc\n"
             "Base model:  qwen\n");
 }
 
-TEST(ProgressBar, FillsInProportion) {
+TEST(CliProgressBar, FillsInProportion) {
   EXPECT_EQ(progress_bar(5, 10, 10, false), "[#####.....]");
   EXPECT_EQ(progress_bar(0, 10, 4, false), "[....]");
   EXPECT_EQ(progress_bar(12, 10, 4, false), "[####]");
@@ -79,7 +79,7 @@ TEST(ProgressBar, FillsInProportion) {
   EXPECT_EQ(display_width(progress_bar(7, 9, 24, true)), 24u);
 }
 
-TEST(Eta, ScalesElapsedTimeToTheStepsLeft) {
+TEST(CliEta, ScalesElapsedTimeToTheStepsLeft) {
   EXPECT_DOUBLE_EQ(*estimate_remaining(25, 100, 50), 150);
   EXPECT_DOUBLE_EQ(*estimate_remaining(100, 100, 50), 0);
   EXPECT_FALSE(estimate_remaining(0, 100, 50));
@@ -87,7 +87,7 @@ TEST(Eta, ScalesElapsedTimeToTheStepsLeft) {
   EXPECT_FALSE(estimate_remaining(10, 100, 0));
 }
 
-TEST(Yaml, RendersNestedDocumentsInOrder) {
+TEST(CliYaml, RendersNestedDocumentsInOrder) {
   std::string yaml = to_yaml_text(nlohmann::json::parse(R"({"a":{"b":[1,2],"c":"x: y","d":null,"e":{}}})"));
   EXPECT_EQ(yaml,
             "a:\n"
@@ -104,7 +104,7 @@ TEST(Yaml, RendersNestedDocumentsInOrder) {
             "id: 53ffe62f\nn: \"1e5\"\nt: 2026-11-30T05:45:13Z\n");
 }
 
-TEST(Time, ParsesRfc3339) {
+TEST(CliTime, ParsesRfc3339) {
   EXPECT_DOUBLE_EQ(*parse_rfc3339("1970-01-01T00:01:00Z"), 60);
   EXPECT_DOUBLE_EQ(*seconds_between("2026-11-30T05:28:45Z", "2026-11-30T05:30:00.5Z"), 75.5);
   EXPECT_DOUBLE_EQ(*parse_rfc3339("1970-01-01T01:00:00+01:00"), 0);

@@ -22,14 +22,14 @@ nlohmann::json training_run() {
   })");
 }
 
-TEST(RunView, TrainingLineShowsBarStepLossRateEtaAndCost) {
+TEST(CliRunView, TrainingLineShowsBarStepLossRateEtaAndCost) {
   // 40 steps in 80 s of training: 60 steps left take 120 s.
   EXPECT_EQ(run_progress_line(training_run(), ViewStyle{false, false, 10}),
             "TRAINING   [####......]  step 40/100  loss 1.235  812 tok/s  ETA 2m00s  cost 80 GPU-s (est.)");
   EXPECT_DOUBLE_EQ(*run_eta_seconds(training_run()), 120);
 }
 
-TEST(RunView, PreparingShowsRowsAndTerminalShowsTrainingTime) {
+TEST(CliRunView, PreparingShowsRowsAndTerminalShowsTrainingTime) {
   auto run = training_run();
   run["phase"] = "PREPARING";
   run["progress"] = {{"step", 0}, {"totalSteps", 0}, {"rowsDone", 50}, {"rowsTotal", 200}};
@@ -47,13 +47,13 @@ TEST(RunView, PreparingShowsRowsAndTerminalShowsTrainingTime) {
   EXPECT_FALSE(run_eta_seconds(done));
 }
 
-TEST(RunView, ColoursOnlyWhenAsked) {
+TEST(CliRunView, ColoursOnlyWhenAsked) {
   const std::string line = run_progress_line(training_run(), ViewStyle{true, true, 8});
   EXPECT_NE(line.find("\033[36mTRAINING"), std::string::npos);
   EXPECT_NE(line.find("███▏░░░░"), std::string::npos);
 }
 
-TEST(RunView, DetailHasStateResultsAndCostSections) {
+TEST(CliRunView, DetailHasStateResultsAndCostSections) {
   auto run = training_run();
   run["failureReason"] = "out of memory\ntraceback...";
   run["adapterPath"] = "/data/runs/7d/adapter";
@@ -66,7 +66,7 @@ TEST(RunView, DetailHasStateResultsAndCostSections) {
   EXPECT_NE(detail.find("Cost\n  GPU time:      80 GPU-s (est.)\n"), std::string::npos);
 }
 
-TEST(RunView, SummaryNamesAdapterAndFinalLoss) {
+TEST(CliRunView, SummaryNamesAdapterAndFinalLoss) {
   auto run = training_run();
   run["phase"] = "COMPLETED";
   run["progress"]["step"] = 100;
@@ -80,7 +80,7 @@ TEST(RunView, SummaryNamesAdapterAndFinalLoss) {
             "  adapter:     /d/adapter\n");
 }
 
-TEST(RunView, ListRowIsShortAndAged) {
+TEST(CliRunView, ListRowIsShortAndAged) {
   auto row = run_list_row(training_run(), *parse_rfc3339("2026-11-30T05:05:00Z"));
   EXPECT_EQ(row, (std::vector<std::string>{"7d496e82c3a1", "demo", "tiny-qwen3", "TRAINING", "40/100", "1.235", "",
                                            "5m ago"}));
