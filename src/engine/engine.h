@@ -1,10 +1,19 @@
 // The native training engine, C++ on libtorch: the public face used by trainer-job.
 //
 // Only this library's translation units include torch headers; nothing outside src/engine
-// does, so a change elsewhere never recompiles the engine.
+// does, so a change elsewhere never recompiles the engine. Every function here catches what
+// libtorch throws and returns a Status naming the file and field at fault.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
+#include <functional>
 #include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "plan/plan.h"
 
 namespace trainer::engine {
 
@@ -17,5 +26,66 @@ struct RuntimeInfo {
 };
 
 RuntimeInfo runtime_info();
+
+// Receives the job-protocol events of a run (docs/api.md), one JSON object each, in order:
+// phase, preparing, data_fit, resolved, phase TRAINING, step..., validation..., and finally
+// completed (or the caller reports failed/cancelled from the result). Step events carry every
+// SFT metric of the spec (see sft/sft.h for the fields). Called on the training thread.
+using EventSink = std::function<void(const nlohmann::json& event)>;
+
+struct TrainRequest {
+  plan::Plan plan;              // parsed and resolved (plan::parse_plan)
+  std::string output_dir;       // the adapter is written to output_dir/adapter
+  // Set from another thread or a signal handler to stop at the next step boundary.
+  const std::atomic<bool>* stop = nullptr;
+};
+
+struct TrainResult {
+  bool cancelled = false;       // stopped by `stop` before the last step; no adapter written
+  std::string adapter_dir;      // output_dir/adapter when completed
+  int64_t steps = 0;            // optimizer steps done
+  int64_t total_steps = 0;
+  double final_loss = 0;        // loss of the last step
+  double final_validation_loss = -1;  // -1 when there was no validation data
+};
+
+// LoRA SFT from plan.config on plan.baseModel (a model folder) and config.dataset (a JSONL
+// path). Trains on CUDA when execution.gpus > 0 and CUDA is available, else on the CPU.
+Result<TrainResult> train_sft(const TrainRequest& request, const EventSink& events);
+
+struct ScoreRequest {
+  std::string model_dir;        // Hugging Face model folder
+  std::string adapter_dir;      // PEFT LoRA adapter folder; empty = the base model
+  std::string data_path;        // chat or prompt/completion JSONL
+  int max_seq_length = 2048;    // rows are cut to this many tokens, as in training
+  plan::Precision precision = plan::Precision::kFp32;
+  int batch_size = 8;           // rows per forward pass
+};
+
+struct ScoreResult {
+  double mean_loss = 0;         // mean next-token cross-entropy over the trained tokens (nats)
+  int64_t tokens = 0;           // trained tokens scored
+  int64_t rows = 0;             // rows scored (rows with nothing to train are dropped)
+  double token_accuracy = 0;    // argmax == label over the trained tokens
+};
+
+Result<ScoreResult> score(const ScoreRequest& request);
+
+// Test hook (trainer-job's hidden `debug-forward`): one forward (and optionally backward) pass
+// on ids given as tensors, results written as safetensors for comparison with transformers.
+struct DebugForwardRequest {
+  std::string model_dir;
+  std::string adapter_dir;      // optional PEFT adapter, loaded with gradients enabled
+  // safetensors with input_ids [B,T] I64 and optionally labels [B,T], position_ids [B,T] and
+  // sequence_ids [B,T] (packed rows: attention stays within equal ids).
+  std::string inputs_path;
+  // safetensors written: logits [B,T,V] F32, loss [] F32 (mean over labels != -100), and with
+  // `grads` "grad.<PEFT key>" for every adapter tensor.
+  std::string output_path;
+  bool grads = false;
+  plan::Precision precision = plan::Precision::kFp32;
+};
+
+Status debug_forward(const DebugForwardRequest& request);
 
 }  // namespace trainer::engine

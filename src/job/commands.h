@@ -8,5 +8,7 @@ int cmd_run(int argc, char** argv);       // run --plan FILE --output DIR [--eve
 int cmd_score(int argc, char** argv);     // score --model DIR [--adapter DIR] --data FILE.jsonl
 int cmd_tokenize(int argc, char** argv);  // tokenize --tokenizer DIR  (text on stdin -> JSON ids)
 int cmd_analyze(int argc, char** argv);   // analyze --model DIR --data FILE.jsonl [--max-seq-length N]
+// Hidden test hook: one forward/backward pass on given ids, dumped as safetensors.
+int cmd_debug_forward(int argc, char** argv);
 
 }  // namespace trainer::job

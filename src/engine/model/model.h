@@ -1,0 +1,110 @@
+// Decoder-only causal language models of the Llama family (Llama 3.x, Qwen2, Qwen3) on ATen,
+// with optional LoRA adapters on their projections. Internal to the engine: includes torch.
+//
+// Errors are thrown as EngineError (engine/engine_error.h) and turned into a Status at the
+// engine's public boundary (engine.h).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/model/config.h"
+
+namespace trainer::engine::model {
+
+// A projection y = x W^T + b, plus (when `lora_A` is defined) the LoRA update
+// scale * B A dropout(x). Base weights never require grad.
+struct Linear {
+  at::Tensor weight;       // [out, in], the run's dtype, frozen
+  at::Tensor bias;         // [out] or undefined
+  at::Tensor lora_A;       // [r, in], fp32, requires grad; undefined when not adapted
+  at::Tensor lora_B;       // [out, r], fp32, requires grad
+  double lora_scale = 0;   // alpha / r
+  double lora_dropout = 0; // probability, applied to the adapter's input in training
+};
+
+struct DecoderLayer {
+  at::Tensor input_norm, post_attention_norm;  // RMSNorm weights [hidden]
+  at::Tensor q_norm, k_norm;                   // Qwen3 only: [head_dim]
+  Linear q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj;
+
+  // The projection called `name` ("q_proj", ..., "down_proj"); nullptr for another name.
+  Linear* projection(const std::string& name);
+};
+
+// Everything one forward pass needs about its batch.
+struct ForwardInput {
+  at::Tensor input_ids;     // [B, T] int64, on the model's device
+  at::Tensor position_ids;  // [B, T] int64: positions restart at 0 for every packed row
+  at::Tensor attn_mask;     // [B, 1, T, T] bool, true = may attend; undefined = causal only
+                            // (right padding needs no mask: real tokens never see the pads)
+};
+
+class CausalLM {
+ public:
+  // Loads `dir` (config.json + safetensors weights) in `dtype` on `device`. Weights whose file
+  // dtype already matches on the CPU are used in place from the read-only mapping.
+  static std::unique_ptr<CausalLM> load(const std::string& dir, at::ScalarType dtype, at::Device device);
+
+  const ModelConfig& config() const { return config_; }
+  const std::string& dir() const { return dir_; }
+  at::ScalarType dtype() const { return dtype_; }
+  at::Device device() const { return device_; }
+  std::vector<DecoderLayer>& layers() { return layers_; }
+
+  // Final-normed hidden states [B, T, hidden]. `training` enables LoRA dropout.
+  at::Tensor hidden_states(const ForwardInput& in, bool training);
+
+  // Logits in fp32 for hidden states [..., hidden] (the head runs in the model dtype, as
+  // transformers does, then upcasts).
+  at::Tensor logits(const at::Tensor& hidden);
+
+  // Bytes held by the base weights (for memory reports).
+  int64_t weight_bytes() const;
+
+ private:
+  CausalLM() : device_(at::kCPU) {}
+  at::Tensor project(const Linear& lin, const at::Tensor& x, bool training) const;
+  at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) const;
+  void ensure_rope_cache(int64_t positions);
+
+  std::string dir_;
+  ModelConfig config_;
+  at::ScalarType dtype_ = at::kFloat;
+  at::Device device_;
+  at::Tensor embed_tokens;  // [vocab, hidden]
+  at::Tensor final_norm;    // [hidden]
+  at::Tensor lm_head;       // [vocab, hidden]; the embedding when tied
+  std::vector<DecoderLayer> layers_;
+  at::Tensor inv_freq_;     // [head_dim/2] fp32
+  at::Tensor rope_cos_, rope_sin_;  // [positions, head_dim] fp32 tables
+};
+
+// Token-level cross-entropy of next-token prediction. `labels` [B, T] (-100 = not trained) are
+// the unshifted labels as in transformers: position t predicts labels[t+1]. Only the trained
+// positions go through the output head.
+struct LossParts {
+  at::Tensor loss_sum;  // scalar fp32 sum of the token losses (differentiable)
+  at::Tensor correct;   // scalar int64: argmax == label
+  int64_t tokens = 0;   // trained tokens
+};
+LossParts next_token_loss(CausalLM& model, const at::Tensor& hidden, const at::Tensor& labels);
+
+// Shifted labels: out[:, t] = labels[:, t+1], last column -100.
+at::Tensor shift_labels(const at::Tensor& labels);
+
+at::ScalarType scalar_type_of(const std::string& safetensors_dtype);  // kUndefined if unknown
+std::string safetensors_dtype_of(at::ScalarType t);
+
+}  // namespace trainer::engine::model
+
+namespace trainer::engine::model {
+
+// [B, 1, T, T] bool attention mask of packed rows: query i may attend key j when j <= i and
+// both carry the same sequence id (padding, id -1, only sees padding). Built once per batch.
+at::Tensor packed_attention_mask(const at::Tensor& sequence_ids);
+
+}  // namespace trainer::engine::model
