@@ -122,7 +122,7 @@ int runs_start(Context& ctx) {
       }
       return kExitOk;
     }
-    switch (confirm(ctx, "Start a " + plan_summary(resolved) + "?", *file == "-")) {
+    switch (confirm(ctx, "Start the " + plan_summary(resolved) + "?", *file == "-")) {
       case Confirmation::kYes:
         break;
       case Confirmation::kNo:

@@ -277,3 +277,35 @@ def test_wait_rides_out_a_restart_of_the_service(bin_dir, tiny_model, tmp_path):
         if waiter and waiter.poll() is None:
             waiter.kill()
         stop(service.proc)
+
+
+def answer_on_a_terminal(cli, answer: str, *args):
+    """Runs `trainer ARGS` with a pseudo-terminal on stdin, typing `answer` at the prompt."""
+    master, slave = os.openpty()
+    try:
+        proc = subprocess.Popen([str(cli.binary), *map(str, args), "--trainer-url", cli.url], stdin=slave,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        os.close(slave)
+        slave = None
+        os.write(master, answer.encode() + b"\n")
+        out, err = proc.communicate(timeout=60)
+        return proc.returncode, out, err
+    finally:
+        os.close(master)
+        if slave is not None:
+            os.close(slave)
+
+
+def test_start_and_cancel_ask_on_a_terminal(ready, tmp_path):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(plan_text(max_steps=LONG_RUN_STEPS, description="asked"))
+    before = len(ready.json("runs", "list", "--limit", "100")["runs"])
+    rc, out, err = answer_on_a_terminal(ready, "n", "runs", "start", "-f", plan)
+    assert rc == 1 and "Start the SFT run of workload cli-tests on tiny-qwen3" in err and "not started" in err
+    assert len(ready.json("runs", "list", "--limit", "100")["runs"]) == before
+    rc, out, err = answer_on_a_terminal(ready, "y", "runs", "start", "-f", plan)
+    assert rc == 0, err
+    run_id = re.search(r"Started run ([0-9a-f]+)", out).group(1)
+    rc, out, err = answer_on_a_terminal(ready, "y", "runs", "cancel", run_id)
+    assert rc == 0 and f"Cancel run {run_id}" in err, err
+    assert "Cancel requested" in out
