@@ -10,6 +10,11 @@
 //!   `tt_template_free`.
 //! - Panics never cross the boundary: they turn into errors.
 //! - Handles are immutable after creation and safe to use from several threads at once.
+//!
+//! Safety contract of every `unsafe extern "C"` function (the same for all, hence no per-function
+//! section): pointers are valid for the lengths given, handles come from this library and are
+//! not yet freed, and out-pointers point to writable storage.
+#![allow(clippy::missing_safety_doc)]
 
 mod template;
 
@@ -69,7 +74,7 @@ fn leak_vec<T>(v: Vec<T>) -> (*mut T, usize) {
 
 unsafe fn free_vec<T>(ptr: *mut T, len: usize) {
     if !ptr.is_null() {
-        drop(Box::from_raw(slice::from_raw_parts_mut(ptr, len)));
+        drop(Box::from_raw(ptr::slice_from_raw_parts_mut(ptr, len)));
     }
 }
 
@@ -126,7 +131,7 @@ pub extern "C" fn tt_spans_free(spans: TtSpans) {
 
 /// Parses the text of a tokenizer.json. On success `*out` owns a new handle.
 #[no_mangle]
-pub extern "C" fn tt_tokenizer_from_json(
+pub unsafe extern "C" fn tt_tokenizer_from_json(
     json: *const u8,
     len: usize,
     out: *mut *mut TtTokenizer,
@@ -141,14 +146,14 @@ pub extern "C" fn tt_tokenizer_from_json(
 }
 
 #[no_mangle]
-pub extern "C" fn tt_tokenizer_free(tok: *mut TtTokenizer) {
+pub unsafe extern "C" fn tt_tokenizer_free(tok: *mut TtTokenizer) {
     if !tok.is_null() {
         unsafe { drop(Box::from_raw(tok)) };
     }
 }
 
 #[no_mangle]
-pub extern "C" fn tt_tokenizer_encode(
+pub unsafe extern "C" fn tt_tokenizer_encode(
     tok: *const TtTokenizer,
     text: *const u8,
     len: usize,
@@ -175,7 +180,7 @@ pub extern "C" fn tt_tokenizer_encode(
 }
 
 #[no_mangle]
-pub extern "C" fn tt_tokenizer_decode(
+pub unsafe extern "C" fn tt_tokenizer_decode(
     tok: *const TtTokenizer,
     ids: *const i32,
     n: usize,
@@ -206,7 +211,7 @@ pub extern "C" fn tt_tokenizer_decode(
 
 /// The id of a token (vocabulary or added), or -1.
 #[no_mangle]
-pub extern "C" fn tt_tokenizer_token_to_id(tok: *const TtTokenizer, token: *const u8, len: usize) -> i64 {
+pub unsafe extern "C" fn tt_tokenizer_token_to_id(tok: *const TtTokenizer, token: *const u8, len: usize) -> i64 {
     let tok = unsafe { &*tok };
     match unsafe { str_arg(token, len, "token") } {
         Ok(t) => tok.inner.token_to_id(t).map(|id| id as i64).unwrap_or(-1),
@@ -216,7 +221,7 @@ pub extern "C" fn tt_tokenizer_token_to_id(tok: *const TtTokenizer, token: *cons
 
 /// The text of a token id; 0 and an empty string when the id is unknown.
 #[no_mangle]
-pub extern "C" fn tt_tokenizer_id_to_token(tok: *const TtTokenizer, id: i32, out: *mut TtString) -> i32 {
+pub unsafe extern "C" fn tt_tokenizer_id_to_token(tok: *const TtTokenizer, id: i32, out: *mut TtString) -> i32 {
     let tok = unsafe { &*tok };
     if id < 0 {
         unsafe { *out = empty_string() };
@@ -236,7 +241,7 @@ pub extern "C" fn tt_tokenizer_id_to_token(tok: *const TtTokenizer, id: i32, out
 
 /// len(tokenizer) of transformers: one past the highest id of the vocabulary and added tokens.
 #[no_mangle]
-pub extern "C" fn tt_tokenizer_vocab_size(tok: *const TtTokenizer) -> i64 {
+pub unsafe extern "C" fn tt_tokenizer_vocab_size(tok: *const TtTokenizer) -> i64 {
     let tok = unsafe { &*tok };
     let base = tok.inner.get_vocab_size(false) as i64;
     let added = tok.inner.get_added_tokens_decoder().keys().map(|&id| id as i64 + 1).max().unwrap_or(0);
@@ -245,7 +250,7 @@ pub extern "C" fn tt_tokenizer_vocab_size(tok: *const TtTokenizer) -> i64 {
 
 /// The added tokens as a JSON array of {"id", "content", "special"} sorted by id.
 #[no_mangle]
-pub extern "C" fn tt_tokenizer_added_tokens(tok: *const TtTokenizer, out: *mut TtString) {
+pub unsafe extern "C" fn tt_tokenizer_added_tokens(tok: *const TtTokenizer, out: *mut TtString) {
     let tok = unsafe { &*tok };
     let mut tokens: Vec<(u32, String, bool)> = tok
         .inner
@@ -267,7 +272,7 @@ pub extern "C" fn tt_tokenizer_added_tokens(tok: *const TtTokenizer, out: *mut T
 
 /// Compiles a chat template (the `chat_template` of tokenizer_config.json).
 #[no_mangle]
-pub extern "C" fn tt_template_new(
+pub unsafe extern "C" fn tt_template_new(
     source: *const u8,
     len: usize,
     out: *mut *mut TtTemplate,
@@ -282,7 +287,7 @@ pub extern "C" fn tt_template_new(
 }
 
 #[no_mangle]
-pub extern "C" fn tt_template_free(tpl: *mut TtTemplate) {
+pub unsafe extern "C" fn tt_template_free(tpl: *mut TtTemplate) {
     if !tpl.is_null() {
         unsafe { drop(Box::from_raw(tpl)) };
     }
@@ -290,7 +295,7 @@ pub extern "C" fn tt_template_free(tpl: *mut TtTemplate) {
 
 /// 1 when the template has {% generation %} markers.
 #[no_mangle]
-pub extern "C" fn tt_template_has_generation(tpl: *const TtTemplate) -> i32 {
+pub unsafe extern "C" fn tt_template_has_generation(tpl: *const TtTemplate) -> i32 {
     let tpl = unsafe { &*tpl };
     tpl.inner.has_generation() as i32
 }
@@ -300,7 +305,7 @@ pub extern "C" fn tt_template_has_generation(tpl: *const TtTemplate) -> i32 {
 /// message keys whose value is null are dropped and reasoning fields are aliased.
 /// `spans` (may be null) receives the byte ranges of {% generation %} blocks in the output.
 #[no_mangle]
-pub extern "C" fn tt_template_render(
+pub unsafe extern "C" fn tt_template_render(
     tpl: *const TtTemplate,
     context: *const u8,
     len: usize,

@@ -409,7 +409,7 @@ fn write_json(out: &mut String, value: &Value, style: &JsonStyle, depth: usize) 
                 return Ok(());
             }
             if style.sort_keys {
-                keys.sort_by(|a, b| json_key(a).cmp(&json_key(b)));
+                keys.sort_by_key(json_key);
             }
             out.push('{');
             for (i, key) in keys.iter().enumerate() {
