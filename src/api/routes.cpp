@@ -259,8 +259,10 @@ void install_routes(httplib::Server& server, Service& svc, const service::Limits
     if (failed(offset, res)) return;
     q.limit = *limit;
     q.offset = *offset;
-    auto r = svc.list_runs(q);
-    if (!failed(r, res)) write_json(res, 200, *r);
+    auto r = svc.list_runs_text(q);
+    if (failed(r, res)) return;
+    res.status = 200;
+    res.set_content(*r + "\n", "application/json");
   });
   server.Get(R"(/v1/runs/([^/]+)/events)", [&svc](const httplib::Request& req, httplib::Response& res) {
     auto after = int_param(req, "after", 0);

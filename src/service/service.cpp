@@ -683,7 +683,7 @@ class ServiceImpl final : public Service {
     return std::make_pair(present_run(run), true);
   }
 
-  Result<json> list_runs(const RunListQuery& q) override {
+  Result<std::string> list_runs_text(const RunListQuery& q) override {
     store::RunFilter f;
     if (q.phase == "open") {
       for (int i = 0; i < kPhaseCount; ++i) {
@@ -704,21 +704,51 @@ class ServiceImpl final : public Service {
     if (q.offset < 0) return invalid_argument("offset: must not be negative");
     f.limit = q.limit;
     f.offset = q.offset;
-    auto page = store_->list_runs(f);
+    auto page = store_->list_run_rows(f);
     if (!page.is_ok()) return page.status();
     auto claims = claims_by_owner();
     if (!claims.is_ok()) return claims.status();
-    json runs = json::array();
     auto workloads = store_->list_workloads();
     if (!workloads.is_ok()) return workloads.status();
     std::map<std::string, std::string> names;
     for (const auto& w : *workloads) names[w["id"].get<std::string>()] = w["name"].get<std::string>();
-    for (const auto& r : page->runs) runs.push_back(present_run(r, &*claims, &names));
-    json out = {{"runs", runs}, {"total", page->total}};
-    if (q.offset + static_cast<int64_t>(page->runs.size()) < page->total) {
-      out["nextOffset"] = q.offset + static_cast<int64_t>(page->runs.size());
+    // The response is assembled from each run's presented text; an ended run's text only changes
+    // when its document or its workload's name does, so it is made once and reused.
+    std::string body = "{\"runs\":[";
+    for (size_t k = 0; k < page->rows.size(); ++k) {
+      const store::RunRow& row = page->rows[k];
+      if (k) body += ',';
+      const bool ended = is_terminal(*parse_phase(row.phase));
+      const std::string workload = names.count(row.workload_id) ? names[row.workload_id] : "";
+      const size_t key = std::hash<std::string>{}(row.doc) ^ (std::hash<std::string>{}(workload) << 1);
+      if (ended) {
+        std::lock_guard<std::mutex> lock(presented_mu_);
+        auto it = presented_.find(row.id);
+        if (it != presented_.end() && it->second.first == key) {
+          body += it->second.second;
+          continue;
+        }
+      }
+      std::string text = present_run(json::parse(row.doc), &*claims, &names).dump(-1, ' ', false, json::error_handler_t::replace);
+      body += text;
+      if (ended) {
+        std::lock_guard<std::mutex> lock(presented_mu_);
+        if (presented_.size() > kPresentedCacheSize) presented_.clear();
+        presented_[row.id] = {key, std::move(text)};
+      }
     }
-    return out;
+    body += "],\"total\":" + std::to_string(page->total);
+    if (q.offset + static_cast<int64_t>(page->rows.size()) < page->total) {
+      body += ",\"nextOffset\":" + std::to_string(q.offset + static_cast<int64_t>(page->rows.size()));
+    }
+    body += "}";
+    return body;
+  }
+
+  Result<json> list_runs(const RunListQuery& q) override {
+    auto text = list_runs_text(q);
+    if (!text.is_ok()) return text.status();
+    return json::parse(*text);
   }
 
   Result<json> get_run(const std::string& ref) override {
@@ -1780,6 +1810,11 @@ class ServiceImpl final : public Service {
 
   std::mutex prep_mu_;
   std::vector<std::thread> preparers_;  // guarded by prep_mu_
+
+  // Presented text of ended runs, by run id, with the key of what it was made from.
+  static constexpr size_t kPresentedCacheSize = 20000;
+  std::mutex presented_mu_;
+  std::map<std::string, std::pair<size_t, std::string>> presented_;  // guarded by presented_mu_
 
   std::thread driver_;
   std::atomic<bool> stopping_{false};

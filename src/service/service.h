@@ -93,6 +93,8 @@ class Service {
   // submissionId was seen before). A dry run returns {plan: resolved} and creates nothing.
   virtual Result<std::pair<json, bool>> submit_run(const json& plan, bool dry_run) = 0;
   virtual Result<json> list_runs(const RunListQuery& query) = 0;
+  // The same answer as list_runs(), already serialised (the API's hot path).
+  virtual Result<std::string> list_runs_text(const RunListQuery& query) = 0;
   virtual Result<json> get_run(const std::string& ref) = 0;
   // Long poll: events after `after`, waiting up to `wait` for one to arrive.
   virtual Result<json> run_events(const std::string& ref, int64_t after, std::chrono::milliseconds wait) = 0;

@@ -147,7 +147,7 @@ class SqliteStore final : public Store {
   Status put_base_model(const json& doc) override {
     return write("INSERT INTO base_models(name, doc) VALUES (?, ?) "
                  "ON CONFLICT(name) DO UPDATE SET doc = excluded.doc",
-                 {doc.at("name").get<std::string>(), doc.dump()});
+                 {doc.at("name").get<std::string>(), doc.dump(-1, ' ', false, json::error_handler_t::replace)});
   }
   Result<std::vector<json>> list_base_models() override {
     return docs("SELECT doc FROM base_models ORDER BY name", {});
@@ -159,7 +159,7 @@ class SqliteStore final : public Store {
     Stmt s(db_, "INSERT INTO datasets(hash, created_seq, doc) VALUES (?, "
                 "(SELECT COALESCE(MAX(created_seq), 0) + 1 FROM datasets), ?) "
                 "ON CONFLICT(hash) DO NOTHING");
-    s.bind(1, doc.at("hash").get<std::string>()).bind(2, doc.dump());
+    s.bind(1, doc.at("hash").get<std::string>()).bind(2, doc.dump(-1, ' ', false, json::error_handler_t::replace));
     if (s.step() != SQLITE_DONE) return db_error(db_, "inserting dataset");
     return sqlite3_changes(db_) > 0;
   }
@@ -202,7 +202,7 @@ class SqliteStore final : public Store {
   Status insert_workload(const json& doc) override {
     std::lock_guard<std::recursive_mutex> lock(mu_);
     Stmt s(db_, "INSERT INTO workloads(id, name, doc) VALUES (?, ?, ?)");
-    s.bind(1, doc.at("id").get<std::string>()).bind(2, doc.at("name").get<std::string>()).bind(3, doc.dump());
+    s.bind(1, doc.at("id").get<std::string>()).bind(2, doc.at("name").get<std::string>()).bind(3, doc.dump(-1, ' ', false, json::error_handler_t::replace));
     int rc = s.step();
     if (rc == SQLITE_CONSTRAINT) {
       return already_exists("name: a workload named '" + doc.at("name").get<std::string>() + "' already exists");
@@ -213,7 +213,7 @@ class SqliteStore final : public Store {
   Status update_workload(const json& doc) override {
     std::lock_guard<std::recursive_mutex> lock(mu_);
     Stmt s(db_, "UPDATE workloads SET name = ?, doc = ? WHERE id = ?");
-    s.bind(1, doc.at("name").get<std::string>()).bind(2, doc.dump()).bind(3, doc.at("id").get<std::string>());
+    s.bind(1, doc.at("name").get<std::string>()).bind(2, doc.dump(-1, ' ', false, json::error_handler_t::replace)).bind(3, doc.at("id").get<std::string>());
     int rc = s.step();
     if (rc == SQLITE_CONSTRAINT) {
       return already_exists("name: a workload named '" + doc.at("name").get<std::string>() + "' already exists");
@@ -244,7 +244,7 @@ class SqliteStore final : public Store {
     } else {
       s.bind_null(4);
     }
-    s.bind(5, doc.dump());
+    s.bind(5, doc.dump(-1, ' ', false, json::error_handler_t::replace));
     int rc = s.step();
     if (rc == SQLITE_CONSTRAINT) return already_exists("submissionId: already used by another run");
     if (rc != SQLITE_DONE) return db_error(db_, "inserting run");
@@ -253,7 +253,7 @@ class SqliteStore final : public Store {
   Status update_run(const json& doc) override {
     std::lock_guard<std::recursive_mutex> lock(mu_);
     Stmt s(db_, "UPDATE runs SET phase = ?, doc = ? WHERE id = ?");
-    s.bind(1, doc.at("phase").get<std::string>()).bind(2, doc.dump()).bind(3, doc.at("runId").get<std::string>());
+    s.bind(1, doc.at("phase").get<std::string>()).bind(2, doc.dump(-1, ' ', false, json::error_handler_t::replace)).bind(3, doc.at("runId").get<std::string>());
     if (s.step() != SQLITE_DONE) return db_error(db_, "updating run");
     if (sqlite3_changes(db_) == 0) return not_found("run " + doc.at("runId").get<std::string>());
     return Status::ok();
@@ -275,6 +275,16 @@ class SqliteStore final : public Store {
     return one("SELECT doc FROM runs WHERE submission_id = ?", {submission_id});
   }
   Result<RunPage> list_runs(const RunFilter& f) override {
+    auto rows = list_run_rows(f);
+    if (!rows.is_ok()) return rows.status();
+    RunPage page;
+    page.total = rows->total;
+    page.runs.reserve(rows->rows.size());
+    // Parsing outside the lock lets concurrent readers use every core.
+    for (const auto& r : rows->rows) page.runs.push_back(json::parse(r.doc));
+    return page;
+  }
+  Result<RunRowPage> list_run_rows(const RunFilter& f) override {
     std::string where = " WHERE 1=1";
     std::vector<std::string> args;
     if (!f.phases.empty()) {
@@ -289,28 +299,22 @@ class SqliteStore final : public Store {
       where += " AND workload_id = ?";
       args.push_back(f.workload_id);
     }
-    RunPage page;
-    std::vector<std::string> texts;
+    RunRowPage page;
+    std::lock_guard<std::recursive_mutex> lock(mu_);
     {
-      std::lock_guard<std::recursive_mutex> lock(mu_);
-      {
-        Stmt c(db_, ("SELECT COUNT(*) FROM runs" + where).c_str());
-        for (size_t i = 0; i < args.size(); ++i) c.bind(static_cast<int>(i + 1), args[i]);
-        if (c.step() != SQLITE_ROW) return db_error(db_, "counting runs");
-        page.total = c.integer(0);
-      }
-      Stmt s(db_, ("SELECT doc FROM runs" + where + " ORDER BY seq DESC LIMIT ? OFFSET ?").c_str());
-      int i = 1;
-      for (const auto& a : args) s.bind(i++, a);
-      s.bind(i, f.limit);
-      s.bind(i + 1, f.offset);
-      int rc;
-      while ((rc = s.step()) == SQLITE_ROW) texts.push_back(s.text(0));
-      if (rc != SQLITE_DONE) return db_error(db_, "listing runs");
+      Stmt c(db_, ("SELECT COUNT(*) FROM runs" + where).c_str());
+      for (size_t i = 0; i < args.size(); ++i) c.bind(static_cast<int>(i + 1), args[i]);
+      if (c.step() != SQLITE_ROW) return db_error(db_, "counting runs");
+      page.total = c.integer(0);
     }
-    // Parsing outside the lock lets concurrent readers use every core.
-    page.runs.reserve(texts.size());
-    for (const auto& t : texts) page.runs.push_back(json::parse(t));
+    Stmt s(db_, ("SELECT id, workload_id, phase, doc FROM runs" + where + " ORDER BY seq DESC LIMIT ? OFFSET ?").c_str());
+    int i = 1;
+    for (const auto& a : args) s.bind(i++, a);
+    s.bind(i, f.limit);
+    s.bind(i + 1, f.offset);
+    int rc;
+    while ((rc = s.step()) == SQLITE_ROW) page.rows.push_back(RunRow{s.text(0), s.text(1), s.text(2), s.text(3)});
+    if (rc != SQLITE_DONE) return db_error(db_, "listing runs");
     return page;
   }
 
@@ -327,7 +331,7 @@ class SqliteStore final : public Store {
     json doc = event;
     doc["seq"] = seq;
     Stmt s(db_, "INSERT INTO run_events(run_id, seq, doc) VALUES (?, ?, ?)");
-    s.bind(1, run_id).bind(2, seq).bind(3, doc.dump());
+    s.bind(1, run_id).bind(2, seq).bind(3, doc.dump(-1, ' ', false, json::error_handler_t::replace));
     if (s.step() != SQLITE_DONE) return db_error(db_, "appending run event");
     return seq;
   }
@@ -347,7 +351,7 @@ class SqliteStore final : public Store {
     std::lock_guard<std::recursive_mutex> lock(mu_);
     Stmt s(db_, "INSERT INTO run_metrics(run_id, step, doc) VALUES (?, ?, ?) "
                 "ON CONFLICT(run_id, step) DO UPDATE SET doc = excluded.doc");
-    s.bind(1, run_id).bind(2, step).bind(3, doc.dump());
+    s.bind(1, run_id).bind(2, step).bind(3, doc.dump(-1, ' ', false, json::error_handler_t::replace));
     if (s.step() != SQLITE_DONE) return db_error(db_, "writing step metrics");
     return Status::ok();
   }

@@ -32,6 +32,19 @@ struct RunFilter {
   int64_t offset = 0;               // rows skipped, newest first
 };
 
+// A run as stored, unparsed: for readers that can reuse what they made of the same text.
+struct RunRow {
+  std::string id;
+  std::string workload_id;
+  std::string phase;
+  std::string doc;  // the JSON document
+};
+
+struct RunRowPage {
+  std::vector<RunRow> rows;  // newest first
+  int64_t total = 0;
+};
+
 struct RunPage {
   std::vector<json> runs;  // newest first
   int64_t total = 0;       // rows matching the filter, ignoring limit and offset
@@ -89,6 +102,7 @@ class Store {
   virtual Result<std::vector<std::string>> run_ids_with_prefix(const std::string& prefix, int limit) = 0;
   virtual Result<std::optional<json>> run_by_submission(const std::string& submission_id) = 0;
   virtual Result<RunPage> list_runs(const RunFilter& filter) = 0;
+  virtual Result<RunRowPage> list_run_rows(const RunFilter& filter) = 0;
 
   // ---- run events: append-only, seq from 1 per run
   virtual Result<int64_t> append_run_event(const std::string& run_id, const json& event) = 0;

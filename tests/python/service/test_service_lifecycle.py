@@ -145,3 +145,17 @@ def test_the_events_long_poll_returns_when_an_event_arrives(start_trainerd, setu
     assert more["run"]["runId"] == queued["runId"]
     bad = d.get(f"/v1/runs/{run['runId']}/events?waitSeconds=61")
     assert bad.status == 400 and bad.json["error"]["field"] == "waitSeconds"
+
+
+def test_annotating_or_renaming_shows_in_lists_of_ended_runs(start_trainerd, setup_basics):
+    d = start_trainerd()
+    setup_basics(d)
+    run = d.ok(d.post("/v1/runs", plan(description="first", configName="r4")), 201)
+    d.wait_phase(run["runId"], "COMPLETED")
+    assert d.ok(d.get("/v1/runs"), 200)["runs"][0]["description"] == "first"
+    d.ok(d.request("PATCH", f"/v1/runs/{run['runId']}", {"description": "second", "configName": ""}), 200)
+    listed = d.ok(d.get("/v1/runs?phase=COMPLETED"), 200)["runs"][0]
+    assert listed["description"] == "second" and "configName" not in listed
+    d.ok(d.request("PATCH", "/v1/workloads/triage", {"name": "renamed"}), 200)
+    assert d.ok(d.get("/v1/runs"), 200)["runs"][0]["workload"]["name"] == "renamed"
+    assert d.ok(d.get("/v1/runs"), 200)["runs"][0] == d.run(run["runId"])
