@@ -144,10 +144,14 @@ int base_models_list(Context& ctx) {
   }
   std::vector<std::vector<std::string>> rows;
   for (const auto& m : models) {
-    rows.push_back({first_of(m, {"name", "repository"}), model_status(m), str(m, "methods"),
-                    short_id(first_of(m, {"id", "baseModelId"})), first_of(m, {"path", "folder", "source"})});
+    std::string size;
+    if (m.contains("sizeBytes") && m["sizeBytes"].is_number()) {
+      size = format_number(m["sizeBytes"].get<double>() / (1024.0 * 1024.0)) + " MiB";
+    }
+    rows.push_back({first_of(m, {"name", "repository"}), model_status(m),
+                    short_id(first_of(m, {"id", "baseModelId"})), size, first_of(m, {"path", "folder", "source"})});
   }
-  out(render_table({"NAME", "STATUS", "METHODS", "ID", "SOURCE"}, rows));
+  out(render_table({"NAME", "STATUS", "ID", "SIZE", "SOURCE"}, rows));
   return kExitOk;
 }
 

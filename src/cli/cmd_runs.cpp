@@ -8,6 +8,7 @@
 #include <thread>
 
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "cli/commands.h"
@@ -367,6 +368,15 @@ int runs_hparams(Context& ctx) {
 
 // ---- wait -----------------------------------------------------------------------------------
 
+constexpr int kMinBarWidth = 8;
+constexpr size_t kDefaultColumns = 80;
+
+size_t terminal_columns() {
+  winsize ws{};
+  if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+  return kDefaultColumns;
+}
+
 // Draws the live view: a redrawn line on a terminal, plain lines otherwise.
 class LiveView {
  public:
@@ -374,7 +384,18 @@ class LiveView {
 
   void update(const json& run) {
     const std::string phase = run.value("phase", std::string());
-    const std::string line = run_progress_line(run, style_);
+    std::string line = run_progress_line(run, style_);
+    if (redraw_) {
+      // A redrawn line must not wrap: narrow the bar, then cut what still does not fit.
+      const size_t columns = terminal_columns();
+      const size_t width = display_width(line);
+      if (width >= columns) {
+        ViewStyle narrow = style_;
+        const int excess = static_cast<int>(width - columns) + 1;
+        narrow.bar_width = std::max(kMinBarWidth, style_.bar_width - excess);
+        line = truncate_to_width(run_progress_line(run, narrow), columns - 1);
+      }
+    }
     const auto now = std::chrono::steady_clock::now();
     const bool new_phase = phase != last_phase_;
     if (redraw_) {

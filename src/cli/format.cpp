@@ -153,6 +153,37 @@ size_t display_width(std::string_view s) {
   return width;
 }
 
+std::string truncate_to_width(std::string_view s, size_t width) {
+  std::string out;
+  size_t cells = 0;
+  bool escaped = false;
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c == 0x1b) {  // copy the whole escape sequence: ESC [ ... letter
+      size_t j = i + 1;
+      if (j < s.size() && s[j] == '[') {
+        ++j;
+        while (j < s.size() && !std::isalpha(static_cast<unsigned char>(s[j]))) ++j;
+        if (j < s.size()) ++j;
+      }
+      out.append(s.substr(i, j - i));
+      escaped = true;
+      i = j;
+      continue;
+    }
+    size_t len = 1;
+    if ((c & 0xE0) == 0xC0) len = 2;
+    else if ((c & 0xF0) == 0xE0) len = 3;
+    else if ((c & 0xF8) == 0xF0) len = 4;
+    if (cells == width) break;
+    out.append(s.substr(i, len));
+    ++cells;
+    i += len;
+  }
+  if (escaped && display_width(out) < display_width(s)) out += "\033[0m";
+  return out;
+}
+
 std::string render_table(const std::vector<std::string>& header,
                          const std::vector<std::vector<std::string>>& rows) {
   std::vector<size_t> widths(header.size(), 0);

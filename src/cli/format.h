@@ -52,6 +52,10 @@ std::string to_yaml_text(const nlohmann::json& doc, int indent = 0);
 // Display width of a UTF-8 string (one cell per code point; our output has no wide glyphs).
 size_t display_width(std::string_view s);
 
+// The first `width` display cells of `s`; ANSI escape sequences are kept whole (and reset at
+// the cut), UTF-8 sequences are never split.
+std::string truncate_to_width(std::string_view s, size_t width);
+
 // Seconds between two RFC 3339 UTC times ("2026-11-30T05:28:45Z", fractions allowed);
 // nullopt when either does not parse.
 std::optional<double> seconds_between(std::string_view from, std::string_view to);

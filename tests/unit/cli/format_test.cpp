@@ -63,6 +63,14 @@ TEST(CliTable, CountsUtf8AndColourCodesAsTheirVisibleWidth) {
   EXPECT_EQ(table, "A   B\n██  x\n");
 }
 
+TEST(CliTable, TruncatesToDisplayCellsKeepingColourCodesWhole) {
+  EXPECT_EQ(truncate_to_width("abcdef", 3), "abc");
+  EXPECT_EQ(truncate_to_width("ab", 5), "ab");
+  EXPECT_EQ(truncate_to_width("██░░", 3), "██░");
+  EXPECT_EQ(truncate_to_width("\033[36mTRAINING\033[0m  x", 4), "\033[36mTRAI\033[0m");
+  EXPECT_EQ(truncate_to_width("\033[36mab\033[0m", 2), "\033[36mab\033[0m");
+}
+
 TEST(CliFields, AlignValues) {
   EXPECT_EQ(render_fields({{"Run", "abc"}, {"Base model", "qwen"}}),
             "Run:         abc\n"
