@@ -56,7 +56,7 @@ def start_trainerd(bin_dir: pathlib.Path, tmp: pathlib.Path, config: dict, port:
     deadline = time.time() + 30
     while not (port_file.exists() and port_file.read_text().strip()):
         if proc.poll() is not None or time.time() > deadline:
-            stop(proc)
+            stop(proc, tmp / "data")
             pytest.fail(f"trainerd did not start (exit {proc.returncode}):\n{log.read_text()}")
         time.sleep(0.05)
     url = f"http://127.0.0.1:{port_file.read_text().strip()}"
@@ -68,21 +68,37 @@ def start_trainerd(bin_dir: pathlib.Path, tmp: pathlib.Path, config: dict, port:
         except (urllib.error.URLError, ConnectionError, json.JSONDecodeError):
             pass
         if proc.poll() is not None or time.time() > deadline:
-            stop(proc)
+            stop(proc, tmp / "data")
             pytest.fail(f"trainerd did not become ready:\n{log.read_text()}")
         time.sleep(0.1)
     return Trainerd(url=url, data_dir=tmp / "data", proc=proc, log=log)
 
 
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is not None:
+def stop(proc: subprocess.Popen, data_dir: pathlib.Path | None = None) -> None:
+    """Stops trainerd, then any job it left running under `data_dir` (trainerd leaves its jobs
+    running on purpose, for the next trainerd to find; a test must not)."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+    if data_dir is None:
         return
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
+    marker = str(data_dir).encode()
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"trainer-job" in cmdline and marker in cmdline:
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 @dataclasses.dataclass

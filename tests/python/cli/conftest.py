@@ -21,7 +21,7 @@ def trainerd(bin_dir, tiny_model, tmp_path_factory):
     service = start_trainerd(bin_dir, tmp_path_factory.mktemp("trainerd"),
                              {"baseModels": [{"name": MODEL_NAME, "path": str(tiny_model)}]})
     yield service
-    stop(service.proc)
+    stop(service.proc, service.data_dir)
 
 
 @pytest.fixture(scope="module")

@@ -276,7 +276,7 @@ def test_wait_rides_out_a_restart_of_the_service(bin_dir, tiny_model, tmp_path):
     finally:
         if waiter and waiter.poll() is None:
             waiter.kill()
-        stop(service.proc)
+        stop(service.proc, service.data_dir)
 
 
 def answer_on_a_terminal(cli, answer: str, *args):
