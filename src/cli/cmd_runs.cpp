@@ -393,7 +393,8 @@ class LiveView {
         ViewStyle narrow = style_;
         const int excess = static_cast<int>(width - columns) + 1;
         narrow.bar_width = std::max(kMinBarWidth, style_.bar_width - excess);
-        line = truncate_to_width(run_progress_line(run, narrow), columns - 1);
+        narrow.max_width = columns - 1;
+        line = run_progress_line(run, narrow);
       }
     }
     const auto now = std::chrono::steady_clock::now();

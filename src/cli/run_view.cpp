@@ -119,6 +119,8 @@ std::string progress_text(const json& run, const ViewStyle& style, bool with_pha
   const json& progress = field(run, "progress");
   const json& latest = field(run, "latest");
   std::vector<std::string> parts;
+  // Parts a narrow terminal drops first, in this order.
+  std::vector<size_t> droppable_cost, droppable_rate, droppable_val;
   char buf[64];
   // Pad the phase so the bar does not jump when the phase changes.
   if (with_phase) {
@@ -146,9 +148,13 @@ std::string progress_text(const json& run, const ViewStyle& style, bool with_pha
   }
   if (auto loss = num(latest, "loss")) parts.push_back("loss " + format_number(*loss));
   if (auto reward = num(latest, "reward")) parts.push_back("reward " + format_number(*reward));
-  if (auto vloss = num(latest, "validationLoss")) parts.push_back("val " + format_number(*vloss));
+  if (auto vloss = num(latest, "validationLoss")) {
+    droppable_val.push_back(parts.size());
+    parts.push_back("val " + format_number(*vloss));
+  }
   if (phase == "TRAINING") {
     if (auto tps = num(latest, "tokensPerSecond")) {
+      droppable_rate.push_back(parts.size());
       parts.push_back(format_thousands(static_cast<int64_t>(*tps + 0.5)) + " tok/s");
     }
     if (auto eta = run_eta_seconds(run)) parts.push_back("ETA " + format_duration(*eta));
@@ -158,11 +164,34 @@ std::string progress_text(const json& run, const ViewStyle& style, bool with_pha
     }
   }
   std::string cost = cost_text(run);
-  if (!cost.empty()) parts.push_back("cost " + cost);
+  if (!cost.empty()) {
+    droppable_cost.push_back(parts.size());
+    parts.push_back("cost " + cost);
+  }
+  if (style.max_width > 0) {
+    auto width_of = [&] {
+      size_t w = 0, shown = 0;
+      for (const auto& p : parts) {
+        if (p.empty()) continue;
+        w += display_width(p);
+        ++shown;
+      }
+      return shown ? w + 2 * (shown - 1) : 0;
+    };
+    for (const auto* group : {&droppable_cost, &droppable_rate, &droppable_val}) {
+      for (size_t index : *group) {
+        if (width_of() > style.max_width) parts[index].clear();
+      }
+    }
+  }
   std::string line;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    if (i) line += "  ";
-    line += parts[i];
+  for (const auto& part : parts) {
+    if (part.empty()) continue;
+    if (!line.empty()) line += "  ";
+    line += part;
+  }
+  if (style.max_width > 0 && display_width(line) > style.max_width) {
+    line = truncate_to_width(line, style.max_width);
   }
   return line;
 }

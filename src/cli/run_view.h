@@ -16,6 +16,8 @@ struct ViewStyle {
   bool unicode = false;  // block-character bar (terminals) instead of ASCII
   bool color = false;    // ANSI colours
   int bar_width = 24;    // cells of the progress bar
+  size_t max_width = 0;  // display cells the line may take (0: no limit); cost, tok/s and
+                         // validation loss are dropped, in that order, before the line is cut
 };
 
 bool is_terminal_phase(const std::string& phase);

@@ -47,6 +47,16 @@ TEST(CliRunView, PreparingShowsRowsAndTerminalShowsTrainingTime) {
   EXPECT_FALSE(run_eta_seconds(done));
 }
 
+TEST(CliRunView, NarrowLineDropsCostThenRateBeforeCutting) {
+  ViewStyle narrow{false, false, 10, 70};
+  EXPECT_EQ(run_progress_line(training_run(), narrow),
+            "TRAINING   [####......]  step 40/100  loss 1.235  812 tok/s  ETA 2m00s");
+  narrow.max_width = 60;
+  EXPECT_EQ(run_progress_line(training_run(), narrow), "TRAINING   [####......]  step 40/100  loss 1.235  ETA 2m00s");
+  narrow.max_width = 20;
+  EXPECT_EQ(run_progress_line(training_run(), narrow), "TRAINING   [####....");
+}
+
 TEST(CliRunView, ColoursOnlyWhenAsked) {
   const std::string line = run_progress_line(training_run(), ViewStyle{true, true, 8});
   EXPECT_NE(line.find("\033[36mTRAINING"), std::string::npos);
