@@ -38,7 +38,7 @@ model_dir, data, steps, out = sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.ar
 
 def emit(obj):
     obj["t"] = time.time() - T0
-    print(json.dumps(obj), flush=True)
+    print("BENCH " + json.dumps(obj), flush=True)
 
 class Probe(TrainerCallback):
     def on_step_end(self, args, state, control, **kw):
@@ -58,7 +58,7 @@ cfg = SFTConfig(output_dir=out, per_device_train_batch_size=4, gradient_accumula
                 disable_tqdm=True, model_init_kwargs={"dtype": torch.float32})
 lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, task_type="CAUSAL_LM",
                   target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
-trainer = SFTTrainer(model=model_dir, args=cfg, train_dataset=ds, peft_config=lora,
+trainer = SFTTrainer(model=model_dir, args=cfg, train_dataset=ds, peft_config=lora, callbacks=[Probe()],
                      processing_class=AutoTokenizer.from_pretrained(model_dir))
 trainer.train()
 '''
@@ -85,8 +85,13 @@ def run_timed(cmd, env=None):
     lines = []
     for line in proc.stdout:
         line = line.strip()
+        if line.startswith("BENCH "):
+            line = line[len("BENCH "):]
         if line.startswith("{"):
-            lines.append((time.time() - t0, json.loads(line)))
+            try:
+                lines.append((time.time() - t0, json.loads(line)))
+            except json.JSONDecodeError:
+                pass  # a library's own output
     err = proc.stderr.read()
     proc.wait()
     return t0, lines, err, proc.returncode
