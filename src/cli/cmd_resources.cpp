@@ -41,16 +41,6 @@ std::string str(const json& doc, const char* key) {
   return v.dump();
 }
 
-// The first of several keys that is present (the service's record shapes may name a field
-// one of a few ways; the CLI shows whichever it finds).
-std::string first_of(const json& doc, std::initializer_list<const char*> keys) {
-  for (const char* k : keys) {
-    std::string v = str(doc, k);
-    if (!v.empty()) return v;
-  }
-  return "";
-}
-
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -126,7 +116,7 @@ int run_info(Context& ctx) {
 
 // ---- base-models ----------------------------------------------------------------------------
 
-std::string model_status(const json& m) { return first_of(m, {"status", "selection", "state"}); }
+std::string model_status(const json& m) { return str(m, "status"); }
 
 int base_models_list(Context& ctx) {
   auto doc = ctx.get(ctx.inv.has("all") ? "/v1/base-models?all=true" : "/v1/base-models");
@@ -148,8 +138,8 @@ int base_models_list(Context& ctx) {
     if (m.contains("sizeBytes") && m["sizeBytes"].is_number()) {
       size = format_number(m["sizeBytes"].get<double>() / (1024.0 * 1024.0)) + " MiB";
     }
-    rows.push_back({first_of(m, {"name", "repository"}), model_status(m),
-                    short_id(first_of(m, {"id", "baseModelId"})), size, first_of(m, {"path", "folder", "source"})});
+    rows.push_back({str(m, "name"), model_status(m),
+                    short_id(str(m, "id")), size, str(m, "path")});
   }
   out(render_table({"NAME", "STATUS", "ID", "SIZE", "SOURCE"}, rows));
   return kExitOk;
@@ -174,13 +164,13 @@ int wait_for_base_model(Context& ctx, const std::string& name, double timeout_se
     for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     if (lower == "ready") {
       if (!ctx.text()) ctx.print_json(*doc);
-      else out("Base model " + first_of(*doc, {"name"}) + " is ready.\n");
+      else out("Base model " + str(*doc, "name") + " is ready.\n");
       return kExitOk;
     }
     if (lower == "not-selected" || lower == "failed" || lower == "refused" || lower == "unsupported" ||
         lower == "unavailable" || lower == "withdrawn") {
       if (!ctx.text()) ctx.print_json(*doc);
-      std::string reason = first_of(*doc, {"failureReason", "message", "reason"});
+      std::string reason = str(*doc, "failure");
       return ctx.fail("base model " + name + " is " + status + (reason.empty() ? "" : ": " + reason) +
                           (lower == "not-selected" ? "; select it with `trainer base-models select " + name + "`" : ""),
                       kExitError);
@@ -212,7 +202,7 @@ int base_models_select(Context& ctx) {
   if (!doc) return ctx.last_failure_code();
   if (!ctx.inv.has("wait")) {
     if (!ctx.text()) ctx.print_json(*doc);
-    else out("Selected base model " + first_of(*doc, {"name"}) + " (" + model_status(*doc) +
+    else out("Selected base model " + str(*doc, "name") + " (" + model_status(*doc) +
              "); runs can name it now. Follow it with `trainer base-models wait " + name + "`.\n");
     return kExitOk;
   }
@@ -229,9 +219,9 @@ int base_models_wait(Context& ctx) {
 // ---- datasets -------------------------------------------------------------------------------
 
 std::vector<std::string> dataset_row(const json& d, double now) {
-  return {first_of(d, {"name"}), short_id(first_of(d, {"hash", "datasetHash", "id"})),
-          first_of(d, {"rows", "rowCount"}), first_of(d, {"bytes", "sizeBytes"}),
-          age_text(first_of(d, {"createdAt"}), now)};
+  return {str(d, "name"), short_id(str(d, "hash")),
+          str(d, "rows"), str(d, "bytes"),
+          age_text(str(d, "createdAt"), now)};
 }
 
 int datasets_create(Context& ctx) {
@@ -251,10 +241,10 @@ int datasets_create(Context& ctx) {
     ctx.print_json(r.body);
     return kExitOk;
   }
-  const std::string hash = first_of(r.body, {"hash", "datasetHash", "id"});
-  const std::string name = first_of(r.body, {"name"});
+  const std::string hash = str(r.body, "hash");
+  const std::string name = str(r.body, "name");
   out(std::string(r.http_status == 200 ? "Already registered: dataset " : "Registered dataset ") +
-      (name.empty() ? "" : name + " ") + "(" + hash + ", " + first_of(r.body, {"rows", "rowCount"}) +
+      (name.empty() ? "" : name + " ") + "(" + hash + ", " + str(r.body, "rows") +
       " rows)\n");
   return kExitOk;
 }
@@ -355,7 +345,7 @@ int workloads_create(Context& ctx) {
   auto doc = ctx.post("/v1/workloads", body);
   if (!doc) return ctx.last_failure_code();
   if (!ctx.text()) ctx.print_json(*doc);
-  else out("Created workload " + first_of(*doc, {"name"}) + " (" + first_of(*doc, {"id", "workloadId"}) + ")\n");
+  else out("Created workload " + str(*doc, "name") + " (" + str(*doc, "id") + ")\n");
   return kExitOk;
 }
 
@@ -374,10 +364,10 @@ int workloads_list(Context& ctx) {
   std::vector<std::vector<std::string>> rows;
   const double now = now_seconds();
   for (const auto& w : list) {
-    rows.push_back({first_of(w, {"name"}), short_id(first_of(w, {"id", "workloadId"})),
+    rows.push_back({str(w, "name"), short_id(str(w, "id")),
                     evaluation_text(w, "dataset"), evaluation_text(w, "grader"),
-                    first_of(w, {"gpuQuota"}), first_of(w, {"description"}),
-                    age_text(first_of(w, {"createdAt"}), now)});
+                    str(w, "gpuQuota"), str(w, "description"),
+                    age_text(str(w, "createdAt"), now)});
   }
   out(render_table({"NAME", "ID", "EVAL DATASET", "GRADER", "GPU QUOTA", "DESCRIPTION", "CREATED"}, rows));
   return kExitOk;
@@ -394,7 +384,7 @@ int workloads_rename(Context& ctx) {
   auto doc = ctx.patch("/v1/workloads/" + seg(ctx.inv.positionals[0]), json{{"name", ctx.inv.positionals[1]}});
   if (!doc) return ctx.last_failure_code();
   if (!ctx.text()) ctx.print_json(*doc);
-  else out("Renamed workload " + ctx.inv.positionals[0] + " to " + first_of(*doc, {"name"}) + "\n");
+  else out("Renamed workload " + ctx.inv.positionals[0] + " to " + str(*doc, "name") + "\n");
   return kExitOk;
 }
 
@@ -404,8 +394,8 @@ int workloads_annotate(Context& ctx) {
   auto doc = ctx.patch("/v1/workloads/" + seg(ctx.inv.positionals[0]), json{{"description", *description}});
   if (!doc) return ctx.last_failure_code();
   if (!ctx.text()) ctx.print_json(*doc);
-  else out(description->empty() ? "Cleared the description of workload " + first_of(*doc, {"name"}) + "\n"
-                                 : "Annotated workload " + first_of(*doc, {"name"}) + "\n");
+  else out(description->empty() ? "Cleared the description of workload " + str(*doc, "name") + "\n"
+                                 : "Annotated workload " + str(*doc, "name") + "\n");
   return kExitOk;
 }
 
