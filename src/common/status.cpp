@@ -34,12 +34,21 @@ int http_status(StatusCode code) {
 
 Status Status::with_context(const std::string& context) const {
   if (is_ok()) return *this;
-  return Status(code_, context + ": " + message_);
+  return Status(code_, field_, context + ": " + message_);
+}
+
+std::string Status::describe() const { return field_.empty() ? message_ : field_ + ": " + message_; }
+
+Status Status::with_field(const std::string& field) const {
+  if (is_ok() || field.empty()) return *this;
+  if (field_.empty()) return Status(code_, field, message_);
+  const bool index = field_.front() == '[';
+  return Status(code_, field + (index ? "" : ".") + field_, message_);
 }
 
 std::string Status::to_string() const {
   if (is_ok()) return "ok";
-  return std::string(status_code_name(code_)) + ": " + message_;
+  return std::string(status_code_name(code_)) + ": " + describe();
 }
 
 }  // namespace trainer

@@ -30,11 +30,22 @@ class [[nodiscard]] Status {
  public:
   Status() = default;
   Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
+  // A status blaming one field of the input (a dotted path such as "config.learningRate" or
+  // "messages[2].role"); the message does not repeat it (to_string() and the API add it).
+  Status(StatusCode code, std::string field, std::string message)
+      : code_(code), message_(std::move(message)), field_(std::move(field)) {}
 
   static Status ok() { return {}; }
   bool is_ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }
   const std::string& message() const { return message_; }
+  // The input field this status blames; empty when it blames none.
+  const std::string& field() const { return field_; }
+  // "field: message" when a field is blamed, else the message.
+  std::string describe() const;
+  // Returns this status blaming `field` (kept when it already blames one deeper inside:
+  // with_field("plan") of a status blaming "config.lr" blames "plan.config.lr").
+  Status with_field(const std::string& field) const;
 
   // Returns this status with `context` prefixed to the message ("context: message").
   Status with_context(const std::string& context) const;
@@ -43,6 +54,7 @@ class [[nodiscard]] Status {
  private:
   StatusCode code_ = StatusCode::kOk;
   std::string message_;
+  std::string field_;
 };
 
 inline Status invalid_argument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
@@ -53,6 +65,10 @@ inline Status resource_exhausted(std::string m) { return {StatusCode::kResourceE
 inline Status unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
 inline Status internal_error(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 inline Status cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
+// Bad user input in one field: the API reports `field` separately from the message.
+inline Status invalid_field(std::string field, std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(field), std::move(m)};
+}
 
 // A value or the Status that explains why there is none.
 template <typename T>
@@ -83,3 +99,15 @@ class [[nodiscard]] Result {
     ::trainer::Status _st = (expr);          \
     if (!_st.is_ok()) return _st;            \
   } while (0)
+
+#define TRAINER_CONCAT_INNER_(a, b) a##b
+#define TRAINER_CONCAT_(a, b) TRAINER_CONCAT_INNER_(a, b)
+
+// `TRAINER_ASSIGN_OR_RETURN(auto x, expr);` evaluates `expr` (a Result<T>); on failure returns its
+// Status from the enclosing function, else moves the value into the declaration `lhs`.
+#define TRAINER_ASSIGN_OR_RETURN(lhs, expr) \
+  TRAINER_ASSIGN_OR_RETURN_IMPL_(TRAINER_CONCAT_(_trainer_result_, __LINE__), lhs, expr)
+#define TRAINER_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
+  auto tmp = (expr);                                  \
+  if (!tmp.is_ok()) return tmp.status();              \
+  lhs = std::move(tmp).value()

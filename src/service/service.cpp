@@ -781,6 +781,11 @@ class ServiceImpl final : public Service {
     }
   }
 
+  void subscribe_run_changes(std::function<void()> on_change) override {
+    std::lock_guard<std::mutex> lock(events_mu_);
+    subscribers_.push_back(std::move(on_change));
+  }
+
   Result<json> cancel_run(const std::string& ref) override {
     std::lock_guard<std::mutex> lock(mu_);
     auto r = resolve_run(ref, "run");
@@ -1375,11 +1380,14 @@ class ServiceImpl final : public Service {
   }
 
   void notify() {
+    std::vector<std::function<void()>> subscribers;
     {
       std::lock_guard<std::mutex> lock(events_mu_);
       ++events_version_;
+      subscribers = subscribers_;
     }
     events_cv_.notify_all();
+    for (const auto& on_change : subscribers) on_change();
   }
 
   // ---- the driver -------------------------------------------------------------------------
@@ -1800,6 +1808,7 @@ class ServiceImpl final : public Service {
   std::mutex events_mu_;
   std::condition_variable events_cv_;
   uint64_t events_version_ = 0;  // guarded by events_mu_: bumped on every run change
+  std::vector<std::function<void()>> subscribers_;  // guarded by events_mu_
 
   mutable std::mutex steps_mu_;
   std::vector<StartupStep> steps_;  // guarded by steps_mu_

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -96,8 +97,12 @@ class Service {
   // The same answer as list_runs(), already serialised (the API's hot path).
   virtual Result<std::string> list_runs_text(const RunListQuery& query) = 0;
   virtual Result<json> get_run(const std::string& ref) = 0;
-  // Long poll: events after `after`, waiting up to `wait` for one to arrive.
+  // Long poll: events after `after`, waiting up to `wait` for one to arrive (0: answer at once).
   virtual Result<json> run_events(const std::string& ref, int64_t after, std::chrono::milliseconds wait) = 0;
+  // Calls `on_change` after every change to any run (phase, progress, events), from the thread
+  // that made it; it must be quick and must not call back into the service. Lets a server park
+  // long polls without holding a thread each. Callbacks live as long as the service.
+  virtual void subscribe_run_changes(std::function<void()> on_change) = 0;
   virtual Result<json> cancel_run(const std::string& ref) = 0;
   virtual Result<json> annotate_run(const std::string& ref, const json& body) = 0;
   virtual Result<json> run_metrics(const std::string& ref, int64_t limit) = 0;
