@@ -26,8 +26,8 @@ void write_json(httplib::Response& res, int status, const json& body) {
 }
 
 void write_error(httplib::Response& res, const Status& st, int status_override = 0) {
-  json err = {{"code", status_code_name(st.code())}, {"message", st.message()}};
-  std::string field = field_of(st.message());
+  json err = {{"code", status_code_name(st.code())}, {"message", st.describe()}};
+  std::string field = st.field().empty() ? field_of(st.message()) : st.field();
   if (!field.empty()) err["field"] = field;
   write_json(res, status_override ? status_override : http_status(st.code()), {{"error", err}});
 }

@@ -174,7 +174,7 @@ int trainerd_main(int argc, char** argv) {
     text << in.rdbuf();
     auto parsed = service::parse_config(text.str(), opt.config_path);
     if (!parsed.is_ok()) {
-      std::fprintf(stderr, "trainerd: %s\n", parsed.status().message().c_str());
+      std::fprintf(stderr, "trainerd: %s\n", parsed.status().describe().c_str());
       return 2;
     }
     config = std::move(*parsed);
@@ -195,12 +195,17 @@ int trainerd_main(int argc, char** argv) {
     std::fprintf(stderr, "trainerd: %s\n", store.status().message().c_str());
     return 1;
   }
-  auto backend = backend::make_local_backend({config.job_binary});
+  config.compute.job_binary = config.job_binary;
+  auto backend = backend::make_backend(config.compute);
+  if (!backend.is_ok()) {
+    std::fprintf(stderr, "trainerd: %s\n", backend.status().describe().c_str());
+    return 2;
+  }
   service::ServiceOptions sopt;
   sopt.data_dir = opt.data_dir;
   sopt.config = config;
   sopt.instance = opt.instance;
-  auto svc = service::make_service(std::move(sopt), std::move(*store), std::move(backend));
+  auto svc = service::make_service(std::move(sopt), std::move(*store), std::move(*backend));
   if (!svc.is_ok()) {
     std::fprintf(stderr, "trainerd: %s\n", svc.status().message().c_str());
     return 1;

@@ -20,20 +20,37 @@
 
 namespace trainer::backend {
 
+// Who a job trains for: handed to the job as TRAINER_* environment variables
+// (docs/job-protocol.md, "Environment"). Empty fields are not passed.
+struct JobIdentity {
+  std::string workload;          // workload name (TRAINER_WORKLOAD)
+  std::string method;            // "sft" | "grpo" | "gspo" (TRAINER_METHOD)
+  std::string base_model;        // the user-facing base model name (TRAINER_BASE_MODEL)
+  std::string base_model_sha;    // content hash of the cached model (TRAINER_BASE_MODEL_SHA)
+  std::string profile;           // accelerator profile of the run's pool, e.g. "cpu" (TRAINER_PROFILE)
+  std::string otlp_endpoint;     // base URL the job pushes OTLP/HTTP JSON metrics to; "" = none
+  int otlp_interval_ms = 5000;   // export interval (TRAINER_OTLP_INTERVAL_MS)
+};
+
 // What one attempt of a run executes.
 struct JobSpec {
-  std::string run_id;
-  int attempt = 1;
+  std::string run_id;       // TRAINER_RUN_ID
+  int attempt = 1;          // 1-based (TRAINER_ATTEMPT)
+  JobIdentity identity;
   std::string plan_path;    // resolved plan (JSON), already written
   std::string output_dir;   // the job's --output folder
   std::string events_path;  // the job's --events file
   std::string log_path;     // where the job's stdout and stderr go
 };
 
-// Durable identity of a started job: enough to find it again after a service restart.
+// The environment variables of the service/job contract for `spec` (name, value), in a fixed order.
+std::vector<std::pair<std::string, std::string>> job_environment(const JobSpec& spec);
+
+// Durable identity of a started job: enough to find it again after a service restart. Opaque to
+// the service, which stores `value` as it is; each backend encodes and decodes its own (the local
+// backend: {"pid": N, "startTime": T} as JSON text).
 struct JobHandle {
-  int64_t pid = 0;         // process id (local backend)
-  int64_t start_time = 0;  // process start time in clock ticks since boot (/proc/PID/stat field 22)
+  std::string value;
 };
 
 enum class JobState {
@@ -51,6 +68,9 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;  // "local", "slurm", "ray"
+
+  // A short description of the job for messages ("pid 1234").
+  virtual std::string describe(const JobHandle& handle) const = 0;
 
   // Starts the job; returns once it is started (not finished).
   virtual Result<JobHandle> start(const JobSpec& spec) = 0;
@@ -82,5 +102,14 @@ struct LocalBackendOptions {
 
 // Runs each job as a child process of this service, in its own process group.
 std::unique_ptr<Backend> make_local_backend(const LocalBackendOptions& options);
+
+// The compute backend section of trainerd's configuration ({"compute": {"backend": "local"}}).
+struct ComputeConfig {
+  std::string backend = "local";  // "local" (the only one so far)
+  std::string job_binary;         // trainer-job; set by the wiring when the configuration names none
+};
+
+// The backend `config` names; invalid_field("compute.backend") for one this build does not have.
+Result<std::unique_ptr<Backend>> make_backend(const ComputeConfig& config);
 
 }  // namespace trainer::backend

@@ -17,9 +17,33 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "common/json_parse.h"
 
 namespace trainer::backend {
 namespace {
+
+using json = nlohmann::json;
+
+// What a local job handle holds: the process and when it started, so that a recycled pid is
+// never mistaken for the job.
+struct LocalHandle {
+  int64_t pid = 0;         // process id
+  int64_t start_time = 0;  // process start time in clock ticks since boot (/proc/PID/stat field 22)
+};
+
+JobHandle encode(const LocalHandle& h) { return JobHandle{json{{"pid", h.pid}, {"startTime", h.start_time}}.dump()}; }
+
+// A handle this backend did not write decodes to pid 0, which no operation touches.
+LocalHandle decode(const JobHandle& handle) {
+  auto doc = parse_json(handle.value, "local job handle", 4);
+  LocalHandle h;
+  if (!doc.is_ok() || !doc->is_object()) return h;
+  const json& d = *doc;
+  if (d.contains("pid") && d["pid"].is_number_integer()) h.pid = d["pid"].get<int64_t>();
+  if (d.contains("startTime") && d["startTime"].is_number_integer()) h.start_time = d["startTime"].get<int64_t>();
+  if (h.pid <= 0) h.pid = 0;
+  return h;
+}
 
 namespace fs = std::filesystem;
 
@@ -63,6 +87,10 @@ class LocalBackend final : public Backend {
 
   std::string name() const override { return "local"; }
 
+  std::string describe(const JobHandle& handle) const override {
+    return "pid " + std::to_string(decode(handle).pid);
+  }
+
   Result<JobHandle> start(const JobSpec& spec) override {
     if (::access(options_.job_binary.c_str(), X_OK) != 0) {
       return unavailable("local backend: job binary " + options_.job_binary + " is not executable: " +
@@ -77,6 +105,21 @@ class LocalBackend final : public Backend {
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
+    // The environment is built before fork: the child only calls async-signal-safe functions.
+    const auto contract = job_environment(spec);
+    std::vector<std::string> env_strings;
+    for (const auto& [k, v] : contract) env_strings.push_back(k + "=" + v);
+    std::vector<char*> envp;
+    for (char** e = environ; e && *e; ++e) {
+      std::string_view entry(*e);
+      bool overridden = false;
+      for (const auto& [k, v] : contract) {
+        if (entry.size() > k.size() && entry.compare(0, k.size(), k) == 0 && entry[k.size()] == '=') overridden = true;
+      }
+      if (!overridden) envp.push_back(*e);
+    }
+    for (auto& e : env_strings) envp.push_back(e.data());
+    envp.push_back(nullptr);
 
     pid_t pid = ::fork();
     if (pid < 0) {
@@ -97,18 +140,20 @@ class LocalBackend final : public Backend {
       sigemptyset(&none);
       ::sigprocmask(SIG_SETMASK, &none, nullptr);
       ::signal(SIGPIPE, SIG_DFL);
-      ::execv(argv[0], argv.data());
+      ::execve(argv[0], argv.data(), envp.data());
       _exit(127);
     }
     ::close(log_fd);
-    JobHandle h;
+    LocalHandle h;
     h.pid = pid;
     auto st = read_proc_stat(pid);
     h.start_time = st ? st->start_time : 0;
-    return h;
+    return encode(h);
   }
 
-  JobStatus poll(const JobHandle& handle) override {
+  JobStatus poll(const JobHandle& job) override {
+    const LocalHandle handle = decode(job);
+    if (handle.pid == 0) return {JobState::kGone, std::nullopt};
     std::lock_guard<std::mutex> lock(mu_);
     auto known = exited_.find(handle.pid);
     if (known != exited_.end() && known->second.first == handle.start_time) {
@@ -154,7 +199,7 @@ class LocalBackend final : public Backend {
       int64_t pid = std::stoll(name);
       auto st = read_proc_stat(pid);
       if (!st || st->state == 'Z') continue;
-      return JobHandle{pid, st->start_time};
+      return encode(LocalHandle{pid, st->start_time});
     }
     return std::nullopt;
   }
@@ -247,7 +292,9 @@ class LocalBackend final : public Backend {
   }
 
  private:
-  void signal_job(const JobHandle& handle, int sig) {
+  void signal_job(const JobHandle& job, int sig) {
+    const LocalHandle handle = decode(job);
+    if (handle.pid == 0) return;
     auto st = read_proc_stat(handle.pid);
     if (!st || st->start_time != handle.start_time) return;  // gone, or the pid was reused
     // The job leads its own process group: signal the group so its workers stop too.
@@ -263,6 +310,30 @@ class LocalBackend final : public Backend {
 
 std::unique_ptr<Backend> make_local_backend(const LocalBackendOptions& options) {
   return std::make_unique<LocalBackend>(options);
+}
+
+std::vector<std::pair<std::string, std::string>> job_environment(const JobSpec& spec) {
+  std::vector<std::pair<std::string, std::string>> env = {{"TRAINER_RUN_ID", spec.run_id},
+                                                          {"TRAINER_ATTEMPT", std::to_string(spec.attempt)}};
+  const JobIdentity& id = spec.identity;
+  auto add = [&](const char* name, const std::string& value) {
+    if (!value.empty()) env.emplace_back(name, value);
+  };
+  add("TRAINER_WORKLOAD", id.workload);
+  add("TRAINER_METHOD", id.method);
+  add("TRAINER_BASE_MODEL", id.base_model);
+  add("TRAINER_BASE_MODEL_SHA", id.base_model_sha);
+  add("TRAINER_PROFILE", id.profile);
+  if (!id.otlp_endpoint.empty()) {
+    add("TRAINER_OTLP_ENDPOINT", id.otlp_endpoint);
+    add("TRAINER_OTLP_INTERVAL_MS", std::to_string(id.otlp_interval_ms));
+  }
+  return env;
+}
+
+Result<std::unique_ptr<Backend>> make_backend(const ComputeConfig& config) {
+  if (config.backend == "local") return make_local_backend({config.job_binary});
+  return invalid_field("compute.backend", "'" + config.backend + "' is not a compute backend of this build; use local");
 }
 
 }  // namespace trainer::backend

@@ -2,6 +2,8 @@
 
 #include <set>
 
+#include "common/json_parse.h"
+
 namespace trainer::service {
 namespace {
 
@@ -47,14 +49,14 @@ DeploymentConfig default_config() {
 }
 
 Result<DeploymentConfig> parse_config(const std::string& text, const std::string& source) {
-  json doc = json::parse(text, nullptr, false);
-  if (doc.is_discarded() || !doc.is_object()) {
-    return invalid_argument(source + ": not a JSON object");
-  }
+  auto parsed = parse_json(text, source);
+  if (!parsed.is_ok()) return parsed.status();  // names the line and column
+  const json doc = std::move(*parsed);
+  if (!doc.is_object()) return invalid_argument(source + ": not a JSON object");
   DeploymentConfig c;
   c.source = source;
   auto fail = [&](const Status& st) { return st.with_context(source); };
-  Status st = check_keys(doc, "", {"baseModels", "pools", "quotas", "limits", "jobBinary"});
+  Status st = check_keys(doc, "", {"baseModels", "pools", "quotas", "limits", "jobBinary", "compute", "telemetry"});
   if (!st.is_ok()) return fail(st);
 
   if (doc.contains("baseModels")) {
@@ -153,6 +155,34 @@ Result<DeploymentConfig> parse_config(const std::string& text, const std::string
     if (!j.is_ok()) return fail(j.status());
     c.job_binary = *j;
   }
+  if (doc.contains("compute")) {
+    const json& cp = doc["compute"];
+    if (!cp.is_object()) return fail(invalid_argument("compute: must be an object"));
+    if (!(st = check_keys(cp, "compute.", {"backend"})).is_ok()) return fail(st);
+    auto b = string_field(cp, "backend", "compute.", false);
+    if (!b.is_ok()) return fail(b.status());
+    if (!b->empty()) c.compute.backend = *b;
+    if (c.compute.backend != "local") {
+      return fail(invalid_argument("compute.backend: '" + c.compute.backend +
+                                   "' is not a compute backend of this build; use local"));
+    }
+  }
+  if (doc.contains("telemetry")) {
+    const json& t = doc["telemetry"];
+    if (!t.is_object()) return fail(invalid_argument("telemetry: must be an object"));
+    if (!(st = check_keys(t, "telemetry.", {"otlpEndpoint", "otlpIntervalMs"})).is_ok()) return fail(st);
+    auto e = string_field(t, "otlpEndpoint", "telemetry.", false);
+    if (!e.is_ok()) return fail(e.status());
+    if (!e->empty() && e->rfind("http://", 0) != 0 && e->rfind("https://", 0) != 0) {
+      return fail(invalid_argument("telemetry.otlpEndpoint: '" + *e + "' must be an http:// or https:// URL"));
+    }
+    while (!e->empty() && e->back() == '/') e->pop_back();
+    c.telemetry.otlp_endpoint = *e;
+    auto i = non_negative_int(t, "otlpIntervalMs", "telemetry.", c.telemetry.otlp_interval_ms, 3600000);
+    if (!i.is_ok()) return fail(i.status());
+    if (*i == 0) return fail(invalid_argument("telemetry.otlpIntervalMs: must be at least 1"));
+    c.telemetry.otlp_interval_ms = static_cast<int>(*i);
+  }
   return c;
 }
 
@@ -174,6 +204,9 @@ nlohmann::json config_to_json(const DeploymentConfig& c) {
                    {"maxDatasetBytes", c.limits.max_dataset_bytes},
                    {"cancelGraceSeconds", c.limits.cancel_grace_seconds}};
   out["jobBinary"] = c.job_binary;
+  out["compute"] = {{"backend", c.compute.backend}};
+  out["telemetry"] = {{"otlpEndpoint", c.telemetry.otlp_endpoint.empty() ? json(nullptr) : json(c.telemetry.otlp_endpoint)},
+                      {"otlpIntervalMs", c.telemetry.otlp_interval_ms}};
   return out;
 }
 

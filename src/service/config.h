@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/backend.h"
 #include "common/status.h"
 
 namespace trainer::service {
@@ -37,6 +38,12 @@ struct Limits {
   int cancel_grace_seconds = 10;              // SIGTERM, then SIGKILL after this long
 };
 
+// Where jobs send their metrics when the operator runs a collector.
+struct TelemetryConfig {
+  std::string otlp_endpoint;     // base URL of an OTLP/HTTP collector; "" = trainerd's own route
+  int otlp_interval_ms = 5000;   // how often jobs push (TRAINER_OTLP_INTERVAL_MS), > 0
+};
+
 struct DeploymentConfig {
   std::vector<AllowedBaseModel> base_models;
   std::vector<PoolConfig> pools;
@@ -44,6 +51,8 @@ struct DeploymentConfig {
   std::map<std::string, int> workload_quotas; // per workload name, overriding the default at creation
   Limits limits;
   std::string job_binary;                     // trainer-job; "" = beside trainerd
+  backend::ComputeConfig compute;             // which compute backend runs jobs
+  TelemetryConfig telemetry;                  // where jobs push metrics
   std::string source = "embedded default";    // where this configuration came from
 };
 

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
+#include "common/clock.h"
 #include "common/status.h"
 #include "service/config.h"
 #include "store/store.h"
@@ -35,6 +36,11 @@ struct ServiceOptions {
   DeploymentConfig config;               // allowed base models, pools, quotas, limits
   std::string instance;                  // the `instance` attribute of every service metric
   std::chrono::milliseconds tick{100};   // how often the driver looks at open runs
+  // Every timestamp, deadline and duration the service reads (tests pass a ManualClock).
+  std::shared_ptr<Clock> clock = system_clock();
+  // Where jobs push their OTLP metrics (TRAINER_OTLP_ENDPOINT), set by the wiring to trainerd's
+  // own loopback route; "" = jobs get none. config.telemetry.otlp_endpoint takes precedence.
+  std::string job_otlp_endpoint;
 };
 
 // One startup step and how it went, for `info`.

@@ -1,6 +1,11 @@
+// The folder implementation of Storage, and the atomic file helpers it is built on.
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -11,6 +16,8 @@
 
 namespace trainer::storage {
 namespace {
+
+namespace fs = std::filesystem;
 
 Status errno_status(const std::string& what, const std::string& path) {
   return internal_error(what + " " + path + ": " + std::strerror(errno));
@@ -25,37 +32,238 @@ Status fsync_path(const std::string& path, int flags) {
   return Status::ok();
 }
 
+Status fsync_dir(const fs::path& dir) { return fsync_path(dir.empty() ? "." : dir.string(), O_RDONLY | O_DIRECTORY); }
+
+// A name beside `target` no other writer uses.
+fs::path temporary_beside(const fs::path& target) {
+  static std::atomic<uint64_t> counter{0};
+  return target.string() + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+}
+
+// Copies the regular file `from` to `to` and fsyncs it.
+Status copy_file_synced(const fs::path& from, const fs::path& to) {
+  int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
+  if (in < 0) return errno_status("cannot read", from.string());
+  int out = ::open(to.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (out < 0) {
+    Status st = errno_status("cannot create", to.string());
+    ::close(in);
+    return st;
+  }
+  std::vector<char> buf(1 << 20);
+  Status st;
+  while (st.is_ok()) {
+    ssize_t n = ::read(in, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      st = errno_status("cannot read", from.string());
+      break;
+    }
+    if (n == 0) break;
+    ssize_t done = 0;
+    while (done < n) {
+      ssize_t w = ::write(out, buf.data() + done, static_cast<size_t>(n - done));
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) {
+        st = errno_status("cannot write", to.string());
+        break;
+      }
+      done += w;
+    }
+  }
+  if (st.is_ok() && ::fsync(out) != 0) st = errno_status("cannot fsync", to.string());
+  ::close(in);
+  ::close(out);
+  return st;
+}
+
+// Copies the file or folder `from` to the new path `to`, every file fsynced. Only regular files
+// and folders are published: anything else (a socket, a device, a link) is refused by name.
+Status copy_tree(const fs::path& from, const fs::path& to) {
+  std::error_code ec;
+  auto status = fs::symlink_status(from, ec);
+  if (ec) return internal_error("cannot read " + from.string() + ": " + ec.message());
+  if (fs::is_regular_file(status)) return copy_file_synced(from, to);
+  if (!fs::is_directory(status)) {
+    return failed_precondition("cannot publish " + from.string() + ": not a regular file or folder");
+  }
+  fs::create_directory(to, ec);
+  if (ec) return internal_error("cannot create " + to.string() + ": " + ec.message());
+  std::vector<fs::path> entries;
+  for (auto it = fs::directory_iterator(from, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    entries.push_back(it->path());
+  }
+  if (ec) return internal_error("cannot read " + from.string() + ": " + ec.message());
+  std::sort(entries.begin(), entries.end());
+  for (const auto& e : entries) TRAINER_RETURN_IF_ERROR(copy_tree(e, to / e.filename()));
+  return fsync_dir(to);
+}
+
+class FolderStorage final : public Storage {
+ public:
+  explicit FolderStorage(fs::path root) : root_(std::move(root)) {}
+
+  std::string describe() const override { return "folder " + root_.string(); }
+
+  Status put(const std::string& key, const std::string& bytes) override {
+    TRAINER_RETURN_IF_ERROR(check_key(key));
+    const fs::path target = root_ / key;
+    TRAINER_RETURN_IF_ERROR(make_parent(target));
+    return write_file_atomic(target.string(), bytes);
+  }
+
+  Result<std::string> get(const std::string& key) override {
+    TRAINER_RETURN_IF_ERROR(check_key(key));
+    return read_file((root_ / key).string());
+  }
+
+  Result<std::vector<std::string>> list(const std::string& prefix) override {
+    if (!prefix.empty()) TRAINER_RETURN_IF_ERROR(check_key(prefix));
+    const fs::path base = prefix.empty() ? root_ : root_ / prefix;
+    std::vector<std::string> out;
+    std::error_code ec;
+    if (!fs::is_directory(base, ec)) return out;
+    for (auto it = fs::recursive_directory_iterator(base, ec); !ec && it != fs::recursive_directory_iterator();
+         it.increment(ec)) {
+      if (!it->is_regular_file()) continue;
+      const std::string rel = fs::relative(it->path(), root_).generic_string();
+      if (rel.find(".tmp.") != std::string::npos) continue;  // a publish in progress
+      out.push_back(rel);
+    }
+    if (ec) return internal_error("cannot list " + base.string() + ": " + ec.message());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  Status remove(const std::string& key) override {
+    TRAINER_RETURN_IF_ERROR(check_key(key));
+    const fs::path target = root_ / key;
+    std::error_code ec;
+    // Renamed aside first, so that readers never see half a deleted folder.
+    const fs::path aside = temporary_beside(target);
+    fs::rename(target, aside, ec);
+    if (ec == std::errc::no_such_file_or_directory) return Status::ok();
+    if (ec) return internal_error("cannot delete " + target.string() + ": " + ec.message());
+    fs::remove_all(aside, ec);
+    if (ec) return internal_error("cannot delete " + aside.string() + ": " + ec.message());
+    return fsync_dir(target.parent_path());
+  }
+
+  Result<bool> exists(const std::string& key) override {
+    TRAINER_RETURN_IF_ERROR(check_key(key));
+    std::error_code ec;
+    return fs::exists(root_ / key, ec);
+  }
+
+  Result<int64_t> size(const std::string& key) override {
+    TRAINER_RETURN_IF_ERROR(check_key(key));
+    const fs::path target = root_ / key;
+    std::error_code ec;
+    if (fs::is_regular_file(target, ec)) return static_cast<int64_t>(fs::file_size(target, ec));
+    if (!fs::is_directory(target, ec)) return not_found("no artifact under " + key);
+    int64_t total = 0;
+    for (auto it = fs::recursive_directory_iterator(target, ec); !ec && it != fs::recursive_directory_iterator();
+         it.increment(ec)) {
+      if (it->is_regular_file()) total += static_cast<int64_t>(it->file_size());
+    }
+    if (ec) return internal_error("cannot read " + target.string() + ": " + ec.message());
+    return total;
+  }
+
+  Status publish(const std::string& source, const std::string& key) override {
+    TRAINER_RETURN_IF_ERROR(check_key(key));
+    const fs::path target = root_ / key;
+    TRAINER_RETURN_IF_ERROR(make_parent(target));
+    const fs::path tmp = temporary_beside(target);
+    std::error_code ec;
+    Status st = copy_tree(source, tmp);
+    if (!st.is_ok()) {
+      fs::remove_all(tmp, ec);
+      return st;
+    }
+    // A folder cannot be renamed onto a non-empty one: the old one moves aside first.
+    const fs::path old = temporary_beside(target);
+    fs::rename(target, old, ec);
+    const bool had_old = !ec;
+    fs::rename(tmp, target, ec);
+    if (ec) {
+      Status failed = internal_error("cannot publish " + target.string() + ": " + ec.message());
+      if (had_old) fs::rename(old, target, ec);
+      fs::remove_all(tmp, ec);
+      return failed;
+    }
+    if (had_old) fs::remove_all(old, ec);
+    return fsync_dir(target.parent_path());
+  }
+
+  std::string local_path(const std::string& key) const override { return (root_ / key).string(); }
+
+ private:
+  Status make_parent(const fs::path& target) {
+    std::error_code ec;
+    fs::create_directories(target.parent_path(), ec);
+    if (ec) return internal_error("cannot create " + target.parent_path().string() + ": " + ec.message());
+    return Status::ok();
+  }
+
+  const fs::path root_;
+};
+
 }  // namespace
 
+Status check_key(const std::string& key) {
+  if (key.empty()) return invalid_field("key", "must not be empty");
+  if (key.front() == '/' || key.back() == '/') {
+    return invalid_field("key", "'" + key + "' must be a relative path without a leading or trailing '/'");
+  }
+  std::stringstream parts(key);
+  std::string part;
+  while (std::getline(parts, part, '/')) {
+    if (part.empty() || part == "." || part == "..") {
+      return invalid_field("key", "'" + key + "' must not hold empty, '.' or '..' parts");
+    }
+  }
+  if (key.find('\0') != std::string::npos) return invalid_field("key", "must not hold a NUL byte");
+  return Status::ok();
+}
+
+Result<std::unique_ptr<Storage>> make_folder_storage(const std::string& root) {
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec) return unavailable("cannot create the storage folder " + root + ": " + ec.message());
+  return std::unique_ptr<Storage>(new FolderStorage(fs::absolute(root, ec)));
+}
+
 Status write_file_atomic(const std::string& path, const std::string& bytes) {
-  namespace fs = std::filesystem;
   fs::path target(path);
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const std::string tmp = temporary_beside(target).string();
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return errno_status("cannot create", tmp);
   size_t written = 0;
   while (written < bytes.size()) {
     ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
     if (n < 0) {
       if (errno == EINTR) continue;
+      Status st = errno_status("cannot write", tmp);
       ::close(fd);
       ::unlink(tmp.c_str());
-      return errno_status("cannot write", tmp);
+      return st;
     }
     written += static_cast<size_t>(n);
   }
   if (::fsync(fd) != 0) {
+    Status st = errno_status("cannot fsync", tmp);
     ::close(fd);
     ::unlink(tmp.c_str());
-    return errno_status("cannot fsync", tmp);
+    return st;
   }
   ::close(fd);
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    Status st = errno_status("cannot rename onto", path);
     ::unlink(tmp.c_str());
-    return errno_status("cannot rename onto", path);
+    return st;
   }
-  std::string dir = target.has_parent_path() ? target.parent_path().string() : ".";
-  return fsync_path(dir, O_RDONLY | O_DIRECTORY);
+  return fsync_dir(target.parent_path());
 }
 
 Result<std::string> read_file(const std::string& path) {

@@ -4,6 +4,7 @@
 #include <mutex>
 #include <utility>
 
+#include "common/json_parse.h"
 #include "store/store.h"
 
 namespace trainer::store {
@@ -205,7 +206,8 @@ class SqliteStore final : public Store {
     s.bind(1, doc.at("id").get<std::string>()).bind(2, doc.at("name").get<std::string>()).bind(3, doc.dump(-1, ' ', false, json::error_handler_t::replace));
     int rc = s.step();
     if (rc == SQLITE_CONSTRAINT) {
-      return already_exists("name: a workload named '" + doc.at("name").get<std::string>() + "' already exists");
+      return Status(StatusCode::kAlreadyExists, "name",
+                    "a workload named '" + doc.at("name").get<std::string>() + "' already exists");
     }
     if (rc != SQLITE_DONE) return db_error(db_, "inserting workload");
     return Status::ok();
@@ -216,7 +218,8 @@ class SqliteStore final : public Store {
     s.bind(1, doc.at("name").get<std::string>()).bind(2, doc.dump(-1, ' ', false, json::error_handler_t::replace)).bind(3, doc.at("id").get<std::string>());
     int rc = s.step();
     if (rc == SQLITE_CONSTRAINT) {
-      return already_exists("name: a workload named '" + doc.at("name").get<std::string>() + "' already exists");
+      return Status(StatusCode::kAlreadyExists, "name",
+                    "a workload named '" + doc.at("name").get<std::string>() + "' already exists");
     }
     if (rc != SQLITE_DONE) return db_error(db_, "updating workload");
     if (sqlite3_changes(db_) == 0) return not_found("workload " + doc.at("id").get<std::string>());
@@ -246,7 +249,7 @@ class SqliteStore final : public Store {
     }
     s.bind(5, doc.dump(-1, ' ', false, json::error_handler_t::replace));
     int rc = s.step();
-    if (rc == SQLITE_CONSTRAINT) return already_exists("submissionId: already used by another run");
+    if (rc == SQLITE_CONSTRAINT) return Status(StatusCode::kAlreadyExists, "submissionId", "already used by another run");
     if (rc != SQLITE_DONE) return db_error(db_, "inserting run");
     return Status::ok();
   }
@@ -260,6 +263,15 @@ class SqliteStore final : public Store {
   }
   Result<std::optional<json>> get_run(const std::string& id) override {
     return one("SELECT doc FROM runs WHERE id = ?", {id});
+  }
+  Result<std::optional<std::string>> get_run_text(const std::string& id) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Stmt s(db_, "SELECT doc FROM runs WHERE id = ?");
+    s.bind(1, id);
+    int rc = s.step();
+    if (rc == SQLITE_ROW) return std::optional<std::string>(s.text(0));
+    if (rc != SQLITE_DONE) return db_error(db_, "reading run");
+    return std::optional<std::string>();
   }
   Result<std::vector<std::string>> run_ids_with_prefix(const std::string& prefix, int limit) override {
     std::lock_guard<std::recursive_mutex> lock(mu_);
@@ -281,7 +293,11 @@ class SqliteStore final : public Store {
     page.total = rows->total;
     page.runs.reserve(rows->rows.size());
     // Parsing outside the lock lets concurrent readers use every core.
-    for (const auto& r : rows->rows) page.runs.push_back(json::parse(r.doc));
+    for (const auto& r : rows->rows) {
+      auto doc = parse_json(r.doc, "stored run " + r.id);
+      if (!doc.is_ok()) return internal_error(doc.status().message());
+      page.runs.push_back(std::move(*doc));
+    }
     return page;
   }
   Result<RunRowPage> list_run_rows(const RunFilter& f) override {
@@ -341,7 +357,11 @@ class SqliteStore final : public Store {
     s.bind(1, run_id).bind(2, after).bind(3, limit);
     std::vector<json> out;
     int rc;
-    while ((rc = s.step()) == SQLITE_ROW) out.push_back(json::parse(s.text(0)));
+    while ((rc = s.step()) == SQLITE_ROW) {
+      auto doc = parse_json(s.text(0), "a stored event of run " + run_id);
+      if (!doc.is_ok()) return internal_error(doc.status().message());
+      out.push_back(std::move(*doc));
+    }
     if (rc != SQLITE_DONE) return db_error(db_, "reading run events");
     return out;
   }
@@ -363,7 +383,11 @@ class SqliteStore final : public Store {
     s.bind(1, run_id).bind(2, limit);
     std::vector<json> out;
     int rc;
-    while ((rc = s.step()) == SQLITE_ROW) out.push_back(json::parse(s.text(0)));
+    while ((rc = s.step()) == SQLITE_ROW) {
+      auto doc = parse_json(s.text(0), "stored step metrics of run " + run_id);
+      if (!doc.is_ok()) return internal_error(doc.status().message());
+      out.push_back(std::move(*doc));
+    }
     if (rc != SQLITE_DONE) return db_error(db_, "reading step metrics");
     return out;
   }
@@ -431,7 +455,12 @@ class SqliteStore final : public Store {
     }
     std::vector<json> out;
     out.reserve(texts.size());
-    for (const auto& t : texts) out.push_back(json::parse(t));
+    for (const auto& t : texts) {
+      // A damaged document is an error of the store, never an exception.
+      auto doc = parse_json(t, "a stored document");
+      if (!doc.is_ok()) return internal_error(doc.status().message());
+      out.push_back(std::move(*doc));
+    }
     return out;
   }
   Result<std::optional<json>> one(const char* sql, const std::vector<std::string>& args) {

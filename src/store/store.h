@@ -99,6 +99,8 @@ class Store {
   virtual Status insert_run(const json& doc) = 0;
   virtual Status update_run(const json& doc) = 0;
   virtual Result<std::optional<json>> get_run(const std::string& id) = 0;
+  // The stored document's text, unparsed (readers that validate it themselves).
+  virtual Result<std::optional<std::string>> get_run_text(const std::string& id) = 0;
   virtual Result<std::vector<std::string>> run_ids_with_prefix(const std::string& prefix, int limit) = 0;
   virtual Result<std::optional<json>> run_by_submission(const std::string& submission_id) = 0;
   virtual Result<RunPage> list_runs(const RunFilter& filter) = 0;

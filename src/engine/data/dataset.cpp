@@ -1,5 +1,7 @@
 #include "engine/data/dataset.h"
 
+#include "dataset/validator.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -14,123 +16,33 @@ using text::Json;
 
 namespace {
 
-constexpr const char* kRoles[] = {"system", "user", "assistant", "tool"};
-
-bool known_role(const std::string& role) {
-  return std::find(std::begin(kRoles), std::end(kRoles), role) != std::end(kRoles);
-}
-
 // "file:line: " prefix of every row error.
 std::string where(const std::string& source, int64_t line) { return source + ":" + std::to_string(line) + ": "; }
 
-std::string type_name(const Json& v) { return v.type_name(); }
-
-// Checks one message of a conversation; `path` is its dotted path ("messages[2]").
-Status check_message(const Json& m, const std::string& path) {
-  if (!m.is_object()) return invalid_argument(path + ": expected an object, got " + type_name(m));
-  auto role = m.find("role");
-  if (role == m.end()) return invalid_argument(path + ".role: missing");
-  if (!role->is_string()) return invalid_argument(path + ".role: expected a string, got " + type_name(*role));
-  const std::string r = role->get<std::string>();
-  if (!known_role(r))
-    return invalid_argument(path + ".role: unknown role \"" + r + "\" (expected system, user, assistant or tool)");
-  auto content = m.find("content");
-  const bool has_calls = m.contains("tool_calls") && !m["tool_calls"].is_null();
-  if (has_calls) {
-    if (r != "assistant") return invalid_argument(path + ".tool_calls: only assistant messages call tools");
-    const auto& calls = m["tool_calls"];
-    if (!calls.is_array()) return invalid_argument(path + ".tool_calls: expected an array, got " + type_name(calls));
-    for (size_t i = 0; i < calls.size(); ++i) {
-      const std::string cp = path + ".tool_calls[" + std::to_string(i) + "]";
-      if (!calls[i].is_object()) return invalid_argument(cp + ": expected an object, got " + type_name(calls[i]));
-      const auto& fn = calls[i].contains("function") ? calls[i]["function"] : calls[i];
-      if (!fn.is_object() || !fn.contains("name") || !fn["name"].is_string())
-        return invalid_argument(cp + ".function.name: missing");
-    }
-  }
-  if (content == m.end() || content->is_null()) {
-    if (r == "assistant" && has_calls) return Status::ok();
-    return invalid_argument(path + ".content: missing");
-  }
-  if (content->is_string()) return Status::ok();
-  if (content->is_array()) {
-    for (size_t i = 0; i < content->size(); ++i) {
-      const auto& part = (*content)[i];
-      if (!part.is_object() || !part.contains("type"))
-        return invalid_argument(path + ".content[" + std::to_string(i) + "].type: missing");
-    }
-    return Status::ok();
-  }
-  return invalid_argument(path + ".content: expected a string, got " + type_name(*content));
-}
-
-Status check_conversation(const Json& messages, const std::string& field) {
-  if (!messages.is_array()) return invalid_argument(field + ": expected an array of messages, got " + type_name(messages));
-  if (messages.empty()) return invalid_argument(field + ": empty; a conversation needs at least one message");
-  for (size_t i = 0; i < messages.size(); ++i)
-    TRAINER_RETURN_IF_ERROR(check_message(messages[i], field + "[" + std::to_string(i) + "]"));
-  // A tool message answers the tool_calls of the assistant message before it (or continues the
-  // answers of the tool messages before it).
-  for (size_t i = 0; i < messages.size(); ++i) {
-    if (messages[i]["role"] != "tool") continue;
-    size_t j = i;
-    while (j > 0 && messages[j - 1]["role"] == "tool") --j;
-    const bool answered = j > 0 && messages[j - 1]["role"] == "assistant" && messages[j - 1].contains("tool_calls") &&
-                          messages[j - 1]["tool_calls"].is_array() && !messages[j - 1]["tool_calls"].empty();
-    if (!answered)
-      return invalid_argument(field + "[" + std::to_string(i) +
-                              "]: a tool message must follow an assistant message with tool_calls");
-  }
-  return Status::ok();
-}
-
+// Builds the example of a row; the rules of which rows are valid live in dataset/validator.h,
+// shared with trainerd, so the engine trains exactly the rows the service accepted.
 Result<Example> parse_row(const Json& row) {
-  if (!row.is_object()) return invalid_argument("expected a JSON object, got " + type_name(row));
+  auto kind = dataset::check_row(row);
+  if (!kind.is_ok()) return invalid_argument(kind.status().describe());
   Example ex;
-  if (row.contains("messages")) {
-    const auto& messages = row["messages"];
-    TRAINER_RETURN_IF_ERROR(check_conversation(messages, "messages"));
-    const std::string last = messages.back()["role"].get<std::string>();
-    if (last != "assistant")
-      return invalid_argument("messages: the conversation must end with an assistant message (the last is \"" + last +
-                              "\")");
-    ex.kind = Example::Kind::kChat;
-    ex.messages = messages;
-  } else if (row.contains("prompt") || row.contains("completion")) {
-    if (!row.contains("prompt")) return invalid_argument("prompt: missing (prompt/completion rows need both)");
-    if (!row.contains("completion")) return invalid_argument("completion: missing (prompt/completion rows need both)");
-    const auto& p = row["prompt"];
-    const auto& c = row["completion"];
-    if (p.is_string() && c.is_string()) {
-      ex.kind = Example::Kind::kPromptCompletion;
-      ex.prompt = p.get<std::string>();
-      ex.completion = c.get<std::string>();
-    } else if (p.is_array() && c.is_array()) {
-      TRAINER_RETURN_IF_ERROR(check_conversation(p, "prompt"));
-      TRAINER_RETURN_IF_ERROR(check_conversation(c, "completion"));
-      const std::string last = c.back()["role"].get<std::string>();
-      if (last != "assistant")
-        return invalid_argument("completion: must end with an assistant message (the last is \"" + last + "\")");
+  switch (*kind) {
+    case dataset::RowKind::kChat:
       ex.kind = Example::Kind::kChat;
-      ex.messages = p;
-      for (const auto& m : c) ex.messages.push_back(m);
-      ex.prompt_messages = p.size();
-    } else {
-      return invalid_argument("prompt, completion: must both be strings or both be message lists (got " +
-                              type_name(p) + " and " + type_name(c) + ")");
-    }
-  } else {
-    return invalid_argument(
-        "messages: missing; a row is {\"messages\": [...]} (chat) or {\"prompt\": ..., \"completion\": ...}");
+      ex.messages = row["messages"];
+      break;
+    case dataset::RowKind::kPromptCompletionText:
+      ex.kind = Example::Kind::kPromptCompletion;
+      ex.prompt = row["prompt"].get<std::string>();
+      ex.completion = row["completion"].get<std::string>();
+      break;
+    case dataset::RowKind::kPromptCompletionMessages:
+      ex.kind = Example::Kind::kChat;
+      ex.messages = row["prompt"];
+      for (const auto& m : row["completion"]) ex.messages.push_back(m);
+      ex.prompt_messages = row["prompt"].size();
+      break;
   }
-  if (row.contains("tools") && !row["tools"].is_null()) {
-    const auto& tools = row["tools"];
-    if (!tools.is_array()) return invalid_argument("tools: expected an array, got " + type_name(tools));
-    for (size_t i = 0; i < tools.size(); ++i)
-      if (!tools[i].is_object())
-        return invalid_argument("tools[" + std::to_string(i) + "]: expected an object, got " + type_name(tools[i]));
-    ex.tools = tools;
-  }
+  if (row.contains("tools") && !row["tools"].is_null()) ex.tools = row["tools"];
   return ex;
 }
 

@@ -57,7 +57,7 @@ def start_trainerd(tmp_path, tiny_model, standin_behaviour):
     started: list[Trainerd] = []
 
     def start(pools=None, quotas=None, job: str = "standin", grace: int = 2, base_models=None,
-              data_dir: pathlib.Path | None = None) -> Trainerd:
+              data_dir: pathlib.Path | None = None, telemetry=None) -> Trainerd:
         config = {
             "baseModels": base_models or [{"name": "tiny/qwen3", "path": str(tiny_model)}],
             "pools": pools or [{"name": "cpu", "accelerator": "cpu", "declared": 1, "maxClaim": 1}],
@@ -65,6 +65,8 @@ def start_trainerd(tmp_path, tiny_model, standin_behaviour):
         }
         if quotas:
             config["quotas"] = quotas
+        if telemetry:
+            config["telemetry"] = telemetry
         jobs = {"standin": str(STANDIN_JOB), "real": str(BUILD / "apps" / "trainer-job")}
         config["jobBinary"] = jobs.get(job, job)
         d = Trainerd(data_dir or tmp_path / f"data{len(started)}", config,

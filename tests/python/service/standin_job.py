@@ -14,6 +14,7 @@ Behaviour comes from the JSON file named by $TRAINER_STANDIN_FILE, read when the
   ignoreTerm      ignore SIGTERM (trainerd must SIGKILL it after the grace period)
   exitCode        exit with this code after the steps, reporting no outcome
   failReason      report {"type":"failed"} with this reason, exit 1
+  envFile         write the TRAINER_* environment variables it was given to this file (JSON)
 """
 import json
 import os
@@ -35,6 +36,10 @@ def main() -> int:
     path = os.environ.get("TRAINER_STANDIN_FILE")
     if path and os.path.exists(path):
         behaviour = json.load(open(path))
+
+    if behaviour.get("envFile"):
+        with open(behaviour["envFile"], "w") as f:
+            json.dump({k: v for k, v in os.environ.items() if k.startswith("TRAINER_")}, f)
 
     stop = {"requested": False}
     if behaviour.get("ignoreTerm"):

@@ -94,9 +94,8 @@ def test_bad_dataset_rows_name_the_line(ready):
     d = ready
     before = snapshot(d)
     rows = jsonl(CHAT_ROWS[:2]) + '{"messages": [{"role": "user", "content": "no answer"}]}\n'
-    check(d, d.post("/v1/datasets", {"rows": rows}), 400, "invalid_argument", None, "rows: line 3",
-          "assistant")
-    check(d, d.post("/v1/datasets", {"rows": "not json\n"}), 400, "invalid_argument", None, "rows: line 1")
+    check(d, d.post("/v1/datasets", {"rows": rows}), 400, "invalid_argument", "rows", "line 3", "assistant")
+    check(d, d.post("/v1/datasets", {"rows": "not json\n"}), 400, "invalid_argument", "rows", "line 1")
     check(d, d.post("/v1/datasets", {"rows": ""}), 400, "invalid_argument", "rows")
     assert snapshot(d) == before
 

@@ -30,8 +30,8 @@ def test_info_reports_backend_build_configuration_and_startup(start_trainerd):
     assert info["configuration"]["pools"][0]["accelerator"] == "cpu"
     assert info["startup"]["ready"] is True
     names = [s["name"] for s in info["startup"]["steps"]]
-    assert names == ["open store", "load configuration", "resume base model preparation", "recover runs",
-                     "read capacity", "start run driver"]
+    assert names == ["open store", "load configuration", "check base model folders",
+                     "resume base model preparation", "recover runs", "read capacity", "start run driver"]
     assert all(s["ok"] for s in info["startup"]["steps"])
     assert len(info["phases"]) == 16
 
@@ -50,3 +50,14 @@ def test_every_openapi_route_is_served(start_trainerd, setup_basics):
             body = r.json or {}
             assert not (r.status == 404 and "no route" in body.get("error", {}).get("message", "")), \
                 (method, path, r)
+
+
+def test_a_base_model_folder_missing_at_startup_is_a_failed_step(start_trainerd, tiny_model, tmp_path):
+    d = start_trainerd(base_models=[{"name": "tiny/qwen3", "path": str(tiny_model)},
+                                    {"name": "gone", "path": str(tmp_path / "no-such-model")}])
+    info = d.ok(d.get("/v1/info"), 200)
+    step = next(s for s in info["startup"]["steps"] if s["name"] == "check base model folders")
+    assert step["ok"] is False
+    assert f"gone: {tmp_path / 'no-such-model'}" in step["message"], step
+    # The other base model still works.
+    d.select_ready("tiny/qwen3")

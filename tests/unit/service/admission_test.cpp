@@ -21,21 +21,24 @@ using json = nlohmann::json;
 class ScriptedBackend final : public backend::Backend {
  public:
   std::string name() const override { return "scripted"; }
+  std::string describe(const backend::JobHandle& h) const override { return "job " + h.value; }
   Result<backend::JobHandle> start(const backend::JobSpec& spec) override {
     std::lock_guard<std::mutex> lock(mu_);
     int64_t pid = next_pid_++;
     specs_[pid] = spec;
-    return backend::JobHandle{pid, 1};
+    return backend::JobHandle{std::to_string(pid)};
   }
   backend::JobStatus poll(const backend::JobHandle& h) override {
     std::lock_guard<std::mutex> lock(mu_);
-    if (exited_.count(h.pid)) return {backend::JobState::kExited, exited_[h.pid]};
+    const int64_t pid = std::stoll(h.value);
+    if (exited_.count(pid)) return {backend::JobState::kExited, exited_[pid]};
     return {backend::JobState::kRunning, std::nullopt};
   }
   void request_stop(const backend::JobHandle& h) override {
     std::lock_guard<std::mutex> lock(mu_);
-    std::ofstream(specs_[h.pid].events_path, std::ios::app) << R"({"type":"cancelled"})" << "\n";
-    exited_[h.pid] = 143;
+    const int64_t pid = std::stoll(h.value);
+    std::ofstream(specs_[pid].events_path, std::ios::app) << R"({"type":"cancelled"})" << "\n";
+    exited_[pid] = 143;
   }
   void kill(const backend::JobHandle& h) override { request_stop(h); }
   std::optional<backend::JobHandle> find(const backend::JobSpec&) override { return std::nullopt; }
@@ -153,7 +156,8 @@ TEST_F(AdmissionTest, ARunLargerThanEveryPoolIsRefusedAndNothingIsStored) {
                             false);
   ASSERT_FALSE(r.is_ok());
   EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(r.status().message(),
+  EXPECT_EQ(r.status().field(), "execution.gpus");
+  EXPECT_EQ(r.status().describe(),
             "execution.gpus: no GPU training pool can ever hold a claim of 2 devices (the deployment declares no "
             "such pool); ask for fewer devices");
   EXPECT_EQ((*svc_->list_runs({}))["total"], 0);

@@ -49,7 +49,11 @@ TEST(DeploymentConfig, ErrorsNameTheFileAndTheField) {
       {R"({"baseModels": [{"name": "x"}]})", "deploy.json: baseModels[0].path: required"},
       {R"({"baseModels": [{"name": "x", "path": "/a"}, {"name": "x", "path": "/b"}]})",
        "deploy.json: baseModels[1].name: 'x' listed twice"},
-      {"not json", "deploy.json: not a JSON object"},
+      {"[1, 2]", "deploy.json: not a JSON object"},
+      {R"({"compute": {"backend": "slurm"}})",
+       "deploy.json: compute.backend: 'slurm' is not a compute backend of this build; use local"},
+      {R"({"telemetry": {"otlpEndpoint": "collector:4318"}})",
+       "deploy.json: telemetry.otlpEndpoint: 'collector:4318' must be an http:// or https:// URL"},
   };
   for (const auto& c : cases) {
     auto r = parse_config(c.text, "deploy.json");
@@ -57,6 +61,26 @@ TEST(DeploymentConfig, ErrorsNameTheFileAndTheField) {
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
     EXPECT_EQ(r.status().message(), c.message);
   }
+}
+
+TEST(DeploymentConfig, ASyntaxErrorNamesLineAndColumn) {
+  auto r = parse_config("{\n  \"pools\": [,]\n}", "deploy.json");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("deploy.json: not valid JSON at line 2, column"), std::string::npos)
+      << r.status().message();
+}
+
+TEST(DeploymentConfig, ComputeAndTelemetrySections) {
+  auto r = parse_config(R"({"compute": {"backend": "local"},
+                            "telemetry": {"otlpEndpoint": "http://collector:4318/", "otlpIntervalMs": 1000}})",
+                        "deploy.json");
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->compute.backend, "local");
+  EXPECT_EQ(r->telemetry.otlp_endpoint, "http://collector:4318");
+  EXPECT_EQ(r->telemetry.otlp_interval_ms, 1000);
+  EXPECT_EQ(default_config().compute.backend, "local");
+  EXPECT_EQ(default_config().telemetry.otlp_endpoint, "");
 }
 
 TEST(Phases, AreTheSpecificationsSixteenInLifecycleOrder) {

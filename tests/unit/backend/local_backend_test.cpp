@@ -6,7 +6,10 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
 
@@ -14,6 +17,11 @@ namespace trainer::backend {
 namespace {
 
 namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+// The local backend's handle is JSON text {"pid", "startTime"}: opaque to the service, read here.
+int64_t pid_of(const JobHandle& h) { return json::parse(h.value).at("pid").get<int64_t>(); }
+int64_t start_time_of(const JobHandle& h) { return json::parse(h.value).at("startTime").get<int64_t>(); }
 
 class LocalBackendTest : public ::testing::Test {
  protected:
@@ -59,7 +67,8 @@ TEST_F(LocalBackendTest, ReportsTheExitCodeAndTheJobsOutputGoesToItsLog) {
   auto b = backend_running("echo \"args: $*\"; exit 3");
   auto h = b->start(spec());
   ASSERT_TRUE(h.is_ok()) << h.status().to_string();
-  EXPECT_GT(h->start_time, 0);
+  EXPECT_GT(start_time_of(*h), 0);
+  EXPECT_EQ(b->describe(*h), "pid " + std::to_string(pid_of(*h)));
   JobStatus s = wait_end(*b, *h);
   EXPECT_EQ(s.state, JobState::kExited);
   EXPECT_EQ(s.exit_code, 3);
@@ -100,15 +109,67 @@ TEST_F(LocalBackendTest, AnotherBackendFindsTheJobByItsEventsPathAndPidStartTime
   auto restarted = backend_running("exit 0");
   auto found = restarted->find(spec());
   ASSERT_TRUE(found.has_value());
-  EXPECT_EQ(found->pid, h->pid);
-  EXPECT_EQ(found->start_time, h->start_time);
+  EXPECT_EQ(pid_of(*found), pid_of(*h));
+  EXPECT_EQ(start_time_of(*found), start_time_of(*h));
   EXPECT_EQ(restarted->poll(*h).state, JobState::kRunning);
   // A recycled pid (same pid, other start time) is not the job.
-  EXPECT_EQ(restarted->poll({h->pid, h->start_time + 1}).state, JobState::kGone);
+  JobHandle recycled{json{{"pid", pid_of(*h)}, {"startTime", start_time_of(*h) + 1}}.dump()};
+  EXPECT_EQ(restarted->poll(recycled).state, JobState::kGone);
+  // A handle this backend did not write names no process.
+  EXPECT_EQ(restarted->poll(JobHandle{"not a handle"}).state, JobState::kGone);
   b->request_stop(*h);
   wait_end(*b, *h);
   EXPECT_EQ(restarted->poll(*h).state, JobState::kGone);
   EXPECT_FALSE(restarted->find(spec()).has_value());
+}
+
+TEST_F(LocalBackendTest, TheJobSeesItsRunIdentityInItsEnvironment) {
+  auto b = backend_running(
+      "env | grep -E '^TRAINER_(RUN_ID|ATTEMPT|WORKLOAD|METHOD|BASE_MODEL|BASE_MODEL_SHA|PROFILE|OTLP_ENDPOINT|"
+      "OTLP_INTERVAL_MS)=' | sort");
+  JobSpec s = spec();
+  s.attempt = 2;
+  s.identity.workload = "sentiment";
+  s.identity.method = "sft";
+  s.identity.base_model = "Qwen/Qwen3-0.6B";
+  s.identity.base_model_sha = "ab12";
+  s.identity.profile = "cpu";
+  s.identity.otlp_endpoint = "http://127.0.0.1:9001/otlp";
+  s.identity.otlp_interval_ms = 1000;
+  auto h = b->start(s);
+  ASSERT_TRUE(h.is_ok());
+  EXPECT_EQ(wait_end(*b, *h).exit_code, 0);
+  std::ifstream log(s.log_path);
+  std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text,
+            "TRAINER_ATTEMPT=2\n"
+            "TRAINER_BASE_MODEL=Qwen/Qwen3-0.6B\n"
+            "TRAINER_BASE_MODEL_SHA=ab12\n"
+            "TRAINER_METHOD=sft\n"
+            "TRAINER_OTLP_ENDPOINT=http://127.0.0.1:9001/otlp\n"
+            "TRAINER_OTLP_INTERVAL_MS=1000\n"
+            "TRAINER_PROFILE=cpu\n"
+            "TRAINER_RUN_ID=r1\n"
+            "TRAINER_WORKLOAD=sentiment\n");
+}
+
+TEST(JobEnvironment, WithoutAnEndpointNoOtlpVariableIsSet) {
+  JobSpec s;
+  s.run_id = "r1";
+  auto env = job_environment(s);
+  for (const auto& [k, v] : env) EXPECT_TRUE(k == "TRAINER_RUN_ID" || k == "TRAINER_ATTEMPT") << k;
+  EXPECT_EQ(env.size(), 2u);
+}
+
+TEST(MakeBackend, ChoosesLocalAndRefusesAnUnknownBackendByName) {
+  auto local = make_backend({"local", "/bin/true"});
+  ASSERT_TRUE(local.is_ok());
+  EXPECT_EQ((*local)->name(), "local");
+  auto slurm = make_backend({"slurm", "/bin/true"});
+  ASSERT_FALSE(slurm.is_ok());
+  EXPECT_EQ(slurm.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(slurm.status().field(), "compute.backend");
+  EXPECT_EQ(slurm.status().message(), "'slurm' is not a compute backend of this build; use local");
 }
 
 TEST_F(LocalBackendTest, AMissingJobBinaryIsANamedError) {

@@ -1,0 +1,36 @@
+// Admission applied to the store: the claims and quotas read, admission.h decides, the grants
+// written. Called with mu_ held, inside a store transaction.
+#include "service/admission.h"
+#include "service/service_state.h"
+
+namespace trainer::service {
+
+Status ServiceImpl::admit_locked() {
+  auto claims = store_->list_claims();
+  if (!claims.is_ok()) return claims.status();
+  auto workloads = store_->list_workloads();
+  if (!workloads.is_ok()) return workloads.status();
+  AdmissionInput input;
+  input.default_quota = opt_.config.default_workload_quota;
+  for (const auto& p : opt_.config.pools) input.pools[p.name] = AdmissionPool{p.declared, p.max_claim};
+  for (const auto& w : *workloads) {
+    if (w.contains("gpuQuota") && w["gpuQuota"].is_number_integer()) {
+      input.quotas[w.value("id", std::string())] = w["gpuQuota"].get<int>();
+    }
+  }
+  std::map<std::string, store::ClaimRow*> by_owner;
+  for (auto& c : *claims) {
+    input.claims.push_back(AdmissionClaim{c.owner, c.workload_id, c.pool, c.devices, c.state == "GRANTED"});
+    by_owner[c.owner] = &c;
+  }
+  const AdmissionResult result = admit(input);
+  for (const auto& owner : result.granted) {
+    store::ClaimRow& c = *by_owner[owner];
+    c.state = "GRANTED";
+    c.since = now_rfc3339();
+    TRAINER_RETURN_IF_ERROR(store_->update_claim(c));
+  }
+  return Status::ok();
+}
+
+}  // namespace trainer::service

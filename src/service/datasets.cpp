@@ -1,0 +1,156 @@
+// Datasets: content-addressed JSONL rows (validated by dataset/validator.h), movable names.
+#include <regex>
+
+#include "common/json_parse.h"
+#include "common/sha256.h"
+#include "dataset/validator.h"
+#include "service/service_state.h"
+
+namespace trainer::service {
+namespace {
+
+const std::regex kDatasetName("^[a-z0-9][a-z0-9._-]{0,127}$");
+const std::regex kLooksLikeId("^[0-9a-f]{8,}$");
+
+Status check_dataset_name(const std::string& name) {
+  if (!std::regex_match(name, kDatasetName) || name.find("..") != std::string::npos) {
+    return invalid_field("name", "'" + name +
+                                     "' is not a valid dataset name: use 1-128 of a-z, 0-9, '.', '_' and '-', "
+                                     "starting with a letter or digit, without '..'");
+  }
+  if (std::regex_match(name, kLooksLikeId)) {
+    return invalid_field("name", "'" + name + "' looks like a content hash; choose a name that does not");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+std::string ServiceImpl::dataset_key(const std::string& hash) { return "datasets/" + hash + ".jsonl"; }
+
+Result<std::pair<json, bool>> ServiceImpl::register_dataset(const std::optional<std::string>& name,
+                                                            const std::string& rows) {
+  if (name) TRAINER_RETURN_IF_ERROR(check_dataset_name(*name));
+  dataset::Validation checked = dataset::validate_jsonl(rows);
+  if (!checked.ok()) return checked.status("rows");
+  std::string text;
+  for (const auto& r : checked.rows) text += r + "\n";
+  const std::string hash = sha256_hex(text);
+  const std::string key = dataset_key(hash);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto existing = store_->get_dataset(hash);
+  if (!existing.is_ok()) return existing.status();
+  if (!existing->has_value()) {
+    // The bytes first: a committed row always has its file.
+    TRAINER_RETURN_IF_ERROR(storage_->put(key, text));
+  }
+  std::optional<std::string> moved_from;
+  if (name) {
+    auto before = store_->get_alias(*name);
+    if (!before.is_ok()) return before.status();
+    if (before->has_value() && **before != hash) moved_from = **before;
+  }
+  bool created = false;
+  json doc = {{"hash", hash},
+              {"rows", static_cast<int64_t>(checked.rows.size())},
+              {"bytes", static_cast<int64_t>(text.size())},
+              {"createdAt", now_rfc3339()},
+              {"path", storage_->local_path(key)}};
+  Status st = store_->transaction([&]() -> Status {
+    auto ins = store_->insert_dataset(doc);
+    if (!ins.is_ok()) return ins.status();
+    created = *ins;
+    if (name) TRAINER_RETURN_IF_ERROR(store_->set_alias(*name, hash));
+    return Status::ok();
+  });
+  if (!st.is_ok()) return st;
+  auto stored = store_->get_dataset(hash);
+  if (!stored.is_ok()) return stored.status();
+  if (!stored->has_value()) return internal_error("dataset " + hash + " vanished after it was registered");
+  auto out = present_dataset(**stored);
+  if (!out.is_ok()) return out.status();
+  if (moved_from) (*out)["movedFrom"] = *moved_from;
+  return std::make_pair(*out, created);
+}
+
+Result<json> ServiceImpl::list_datasets() {
+  auto rows = store_->list_datasets();
+  if (!rows.is_ok()) return rows.status();
+  json out = json::array();
+  for (const auto& d : *rows) {
+    auto p = present_dataset(d);
+    if (!p.is_ok()) return p.status();
+    out.push_back(*p);
+  }
+  return json{{"datasets", out}};
+}
+
+Result<json> ServiceImpl::get_dataset(const std::string& ref) {
+  auto d = resolve_dataset(ref, "dataset");
+  if (!d.is_ok()) return d.status();
+  return present_dataset(*d);
+}
+
+Result<json> ServiceImpl::measure_dataset(const std::string& ref, const std::string& base_model,
+                                          std::optional<int> max_seq_length) {
+  auto d = resolve_dataset(ref, "dataset");
+  if (!d.is_ok()) return d.status();
+  auto m = resolve_base_model(base_model, "baseModel");
+  if (!m.is_ok()) return m.status();
+  if ((*m)["status"] != "ready") {
+    return field_status(StatusCode::kFailedPrecondition, "baseModel",
+                        "'" + base_model + "' is " + m->value("status", std::string("unknown")) +
+                            "; wait until it is ready");
+  }
+  std::vector<std::string> args = {"analyze", "--model", m->value("cachePath", std::string()), "--data",
+                                   d->value("path", std::string()), "-o", "json"};
+  if (max_seq_length) {
+    args.push_back("--max-seq-length");
+    args.push_back(std::to_string(*max_seq_length));
+  }
+  auto out = backend_->run_tool(args, 120);
+  if (!out.is_ok()) return out.status();
+  auto result = parse_json(*out, "the output of trainer-job analyze");
+  if (!result.is_ok() || !result->is_object()) {
+    return internal_error("trainer-job analyze printed something other than a JSON object");
+  }
+  return *result;
+}
+
+Result<json> ServiceImpl::present_dataset(const json& d) {
+  auto names = store_->aliases_of(d.value("hash", std::string()));
+  if (!names.is_ok()) return names.status();
+  json out = json::object();
+  for (const auto& [k, v] : d.items()) {
+    if (!k.empty() && k[0] == '_') continue;
+    out[k] = v;
+  }
+  out["names"] = *names;
+  out["name"] = names->empty() ? json(nullptr) : json(names->front());
+  return out;
+}
+
+// A dataset by alias, full hash or unique hash prefix.
+Result<json> ServiceImpl::resolve_dataset(const std::string& ref, const std::string& field) {
+  if (ref.empty()) return invalid_field(field, "must not be empty");
+  auto alias = store_->get_alias(ref);
+  if (!alias.is_ok()) return alias.status();
+  std::string hash = alias->value_or(ref);
+  auto d = store_->get_dataset(hash);
+  if (!d.is_ok()) return d.status();
+  if (d->has_value()) return **d;
+  if (is_hex(ref) && ref.size() >= 4) {
+    auto matches = store_->datasets_with_prefix(ref);
+    if (!matches.is_ok()) return matches.status();
+    if (matches->size() == 1) return matches->front();
+    if (matches->size() > 1) {
+      std::string c;
+      for (const auto& m : *matches) c += (c.empty() ? "" : ", ") + m.value("hash", std::string()).substr(0, 16);
+      return invalid_field(field, "'" + ref + "' is an ambiguous hash prefix (candidates: " + c + ")");
+    }
+  }
+  return field_status(StatusCode::kNotFound, field,
+                      "no dataset named or hashed '" + ref + "'; register it first (trainer datasets create)");
+}
+
+}  // namespace trainer::service

@@ -1,0 +1,287 @@
+// The phase driver: every tick it steps each open run through its phases (phases.h) and applies
+// admission. Every step runs with mu_ held inside one store transaction; a run whose stored
+// document cannot be read is failed by name and the driver goes on.
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <filesystem>
+
+#include "plan/plan.h"
+#include "service/service_state.h"
+
+namespace trainer::service {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string upper(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+  return s;
+}
+
+}  // namespace
+
+Result<std::vector<ServiceImpl::OpenRun>> ServiceImpl::open_runs() {
+  store::RunFilter f;
+  for (int i = 0; i < kPhaseCount; ++i) {
+    Phase p = phase_at(i);
+    if (!is_terminal(p) && p != Phase::kPaused) f.phases.push_back(phase_name(p));
+  }
+  f.limit = 100000;
+  auto page = store_->list_run_rows(f);
+  if (!page.is_ok()) return page.status();
+  std::vector<OpenRun> out;
+  out.reserve(page->rows.size());
+  for (auto it = page->rows.rbegin(); it != page->rows.rend(); ++it) {  // oldest first
+    out.push_back(OpenRun{it->id, it->workload_id, std::move(it->doc)});
+  }
+  return out;
+}
+
+void ServiceImpl::drive_once() {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto open = open_runs();
+  if (!open.is_ok()) {
+    std::fprintf(stderr, "trainerd: listing open runs: %s\n", open.status().to_string().c_str());
+    return;
+  }
+  for (const auto& row : *open) {
+    auto record = parse_run_record(row.doc, row.id);
+    Status st;
+    if (!record.is_ok()) {
+      std::fprintf(stderr, "trainerd: warning: %s; failing the run\n", record.status().message().c_str());
+      ++driver_errors_;
+      st = store_->transaction([&]() -> Status { return fail_unreadable_run_locked(row, record.status()); });
+    } else {
+      RunRecord run = std::move(*record);
+      st = store_->transaction([&]() -> Status { return step_run(run); });
+    }
+    if (!st.is_ok()) std::fprintf(stderr, "trainerd: run %s: %s\n", row.id.c_str(), st.to_string().c_str());
+  }
+  Status st = store_->transaction([&]() -> Status { return admit_locked(); });
+  if (!st.is_ok()) std::fprintf(stderr, "trainerd: admission: %s\n", st.to_string().c_str());
+}
+
+// Replaces an unreadable document with a FAILED run naming why, and releases its claim. Its job,
+// if one runs, cannot be found without the document: the reason says so.
+Status ServiceImpl::fail_unreadable_run_locked(const OpenRun& row, const Status& why) {
+  const double t = now();
+  RunRecord run;
+  run.id = row.id;
+  run.workload_id = row.workload_id;
+  run.phase = Phase::kFailed;
+  run.outcome = "FAILED";
+  run.failure_reason = "trainerd could not read the stored document of run " + row.id + " (" + why.message() +
+                       "); the run was failed, and a job it may have started was not stopped";
+  run.created_at = t;
+  run.entered_at = t;
+  run.view = {{"createdAt", rfc3339(t)},
+              {"updatedAt", rfc3339(t)},
+              {"endedAt", rfc3339(t)},
+              {"phaseHistory", json::array({{{"phase", phase_name(Phase::kFailed)}, {"enteredAt", rfc3339(t)}}})},
+              {"progress", json::object()},
+              {"latest", json::object()},
+              {"cost", {{"gpuSeconds", 0.0}, {"estimated", true}}},
+              {"plan", json::object()}};
+  TRAINER_RETURN_IF_ERROR(store_->delete_claim(run.id));
+  TRAINER_RETURN_IF_ERROR(store_->update_run(run.to_json()));
+  TRAINER_RETURN_IF_ERROR(store_->append_run_event(run.id, {{"time", rfc3339(t)},
+                                                            {"type", "outcome"},
+                                                            {"outcome", "FAILED"},
+                                                            {"failureReason", *run.failure_reason}})
+                              .status());
+  notify();
+  return admit_locked();
+}
+
+Status ServiceImpl::step_run(RunRecord& run) {
+  switch (run.phase) {
+    case Phase::kSizingDataset: {
+      auto p = plan::plan_from_json(run.view["plan"], "plan");
+      if (p.is_ok()) run.view["progress"]["totalSteps"] = plan::total_steps(p->config, run.rows);
+      run.view["progress"]["rowsTotal"] = run.rows;
+      return after_dataset(run);
+    }
+    case Phase::kWaitingForBaseModel:
+      return after_dataset(run);
+    case Phase::kDeployingGrader:
+    case Phase::kWaitingForGrader:
+      return claim_devices(run);
+    case Phase::kWaitingForDevices: {
+      auto claims = claims_by_owner();
+      if (!claims.is_ok()) return claims.status();
+      auto it = claims->find(run.id);
+      if (it == claims->end()) return claim_devices(run);  // never lose a waiting run's claim
+      if (it->second.state == "GRANTED") return transition(run, Phase::kSubmitting);
+      return Status::ok();
+    }
+    case Phase::kSubmitting:
+      return submit_job(run);
+    case Phase::kQueued:
+    case Phase::kPreparing:
+    case Phase::kTraining:
+    case Phase::kCleaningUp:
+      return follow_job(run);
+    case Phase::kFinalizing:
+      return finalize(run);
+    case Phase::kPausing:  // no pause in this round: a run found here has nothing to stop
+      return fail(run, "the run was found pausing, which this trainerd does not support");
+    case Phase::kPaused:
+    case Phase::kCompleted:
+    case Phase::kFailed:
+    case Phase::kCancelled:
+      return Status::ok();
+  }
+  return Status::ok();
+}
+
+Status ServiceImpl::after_dataset(RunRecord& run) {
+  auto m = find_selected(run.base_model);
+  if (!m.is_ok()) return m.status();
+  if (!m->has_value()) return fail(run, "the base model " + run.base_model + " is no longer selected");
+  const json& model = **m;
+  const std::string status = model.value("status", std::string());
+  if (status == "failed") {
+    return fail(run, "the base model " + run.base_model + " failed to prepare\n" + model.value("failure", std::string()));
+  }
+  if (status != "ready") {
+    if (run.phase == Phase::kWaitingForBaseModel) return Status::ok();
+    return transition(run, Phase::kWaitingForBaseModel);
+  }
+  run.base_model_path = model.value("cachePath", std::string());
+  run.base_model_sha = model.value("contentHash", std::string());
+  run.view["baseModelHash"] = *run.base_model_sha;
+  // No judge in an SFT run: DEPLOYING_GRADER and AWAITING_GRADER do not apply.
+  return claim_devices(run);
+}
+
+// After the base model and before the job: claim devices (or wait for them).
+Status ServiceImpl::claim_devices(RunRecord& run) {
+  store::ClaimRow c;
+  c.owner = run.id;
+  c.kind = upper(run.method);
+  c.workload_id = run.workload_id;
+  c.pool = run.pool;
+  c.devices = run.devices;
+  c.state = "QUEUED";
+  c.since = now_rfc3339();
+  auto existing = claims_by_owner();
+  if (!existing.is_ok()) return existing.status();
+  if (!existing->count(c.owner)) TRAINER_RETURN_IF_ERROR(store_->insert_claim(c));
+  TRAINER_RETURN_IF_ERROR(admit_locked());
+  auto after = claims_by_owner();
+  if (!after.is_ok()) return after.status();
+  if ((*after)[c.owner].state == "GRANTED") return transition(run, Phase::kSubmitting);
+  return transition(run, Phase::kWaitingForDevices);
+}
+
+backend::JobSpec ServiceImpl::job_spec(const RunRecord& run) const {
+  fs::path dir = fs::path(opt_.data_dir) / "runs" / run.id / ("attempt-" + std::to_string(run.attempt));
+  backend::JobSpec spec;
+  spec.run_id = run.id;
+  spec.attempt = run.attempt;
+  spec.identity.workload = run.workload_name;
+  spec.identity.method = run.method;
+  spec.identity.base_model = run.base_model;
+  spec.identity.base_model_sha = run.base_model_sha.value_or("");
+  const PoolConfig* pool = pool_named(run.pool);
+  spec.identity.profile = pool ? pool->accelerator : "";
+  spec.identity.otlp_endpoint =
+      opt_.config.telemetry.otlp_endpoint.empty() ? opt_.job_otlp_endpoint : opt_.config.telemetry.otlp_endpoint;
+  spec.identity.otlp_interval_ms = opt_.config.telemetry.otlp_interval_ms;
+  spec.plan_path = (dir / "plan.json").string();
+  spec.output_dir = (dir / "output").string();
+  spec.events_path = (dir / "events.jsonl").string();
+  spec.log_path = (dir / "job.log").string();
+  return spec;
+}
+
+Status ServiceImpl::submit_job(RunRecord& run) {
+  backend::JobSpec spec = job_spec(run);
+  auto record_job = [&](backend::JobHandle handle) {
+    JobRecord job;
+    job.handle = std::move(handle);
+    job.started_at = now();
+    job.events_path = spec.events_path;
+    job.log_path = spec.log_path;
+    job.output_dir = spec.output_dir;
+    run.job = std::move(job);
+  };
+  // A job started before a crash whose handle was never committed: adopt it.
+  if (auto orphan = backend_->find(spec)) {
+    record_job(*orphan);
+    return transition(run, Phase::kQueued);
+  }
+  std::error_code ec;
+  fs::create_directories(spec.output_dir, ec);
+  if (ec) return fail(run, "could not create the run's folder " + spec.output_dir + ": " + ec.message());
+  json job_plan = run.view["plan"];
+  job_plan["baseModel"] = run.base_model_path.value_or("");
+  job_plan["config"]["dataset"] = run.dataset_path;
+  if (run.validation_path) job_plan["config"]["validationDataset"] = *run.validation_path;
+  Status st = storage::write_file_atomic(spec.plan_path, job_plan.dump(2) + "\n");
+  if (!st.is_ok()) return fail(run, "could not write the resolved plan\n" + st.message());
+  auto handle = backend_->start(spec);
+  if (!handle.is_ok()) return fail(run, "the backend could not start the training job\n" + handle.status().message());
+  record_job(std::move(*handle));
+  return transition(run, Phase::kQueued);
+}
+
+// Persists `run` moved into `to`, records the event and counts the metrics.
+Status ServiceImpl::transition(RunRecord& run, Phase to) {
+  const double t = now();
+  const Phase from = run.phase;
+  const double entered = run.entered_at;
+  run.phase = to;
+  run.view["updatedAt"] = rfc3339(t);
+  run.view["phaseHistory"].push_back({{"phase", phase_name(to)}, {"enteredAt", rfc3339(t)}});
+  run.entered_at = t;
+  TRAINER_RETURN_IF_ERROR(store_->update_run(run.to_json()));
+  json event = {{"time", rfc3339(t)}, {"type", "phase"}, {"phase", phase_name(to)}};
+  TRAINER_RETURN_IF_ERROR(store_->append_run_event(run.id, event).status());
+  metrics_.phase_left(from, t - entered);
+  metrics_.phase_entered(to);
+  notify();
+  return Status::ok();
+}
+
+// Ends the run in a terminal phase: releases its claim, settles its cost, records the outcome.
+Status ServiceImpl::finish(RunRecord& run, Phase terminal) {
+  const double t = now();
+  TRAINER_RETURN_IF_ERROR(store_->delete_claim(run.id));
+  settle_cost(run, t);
+  const std::string outcome = terminal == Phase::kCompleted ? "COMPLETED"
+                              : terminal == Phase::kFailed  ? "FAILED"
+                                                            : "CANCELLED";
+  run.outcome = outcome;
+  run.view["endedAt"] = rfc3339(t);
+  if (terminal == Phase::kFailed) metrics_.run_failed(run.failed_in.value_or(run.phase));
+  TRAINER_RETURN_IF_ERROR(transition(run, terminal));
+  TRAINER_RETURN_IF_ERROR(store_->append_run_event(run.id, {{"time", rfc3339(t)},
+                                                            {"type", "outcome"},
+                                                            {"outcome", outcome},
+                                                            {"failureReason", run.failure_reason
+                                                                                  ? json(*run.failure_reason)
+                                                                                  : json(nullptr)}})
+                              .status());
+  metrics_.run_ended(terminal, upper(run.method), t - run.created_at);
+  return admit_locked();
+}
+
+Status ServiceImpl::fail(RunRecord& run, const std::string& reason) {
+  run.failure_reason = reason;
+  run.failed_in = run.phase;
+  run.terminal = Phase::kFailed;
+  return finish(run, Phase::kFailed);
+}
+
+// A failure found while the job is followed: through CLEANING_UP to FAILED.
+Status ServiceImpl::fail_in_cleanup(RunRecord& run, const std::string& reason) {
+  run.failure_reason = reason;
+  run.failed_in = run.phase;
+  run.terminal = Phase::kFailed;
+  TRAINER_RETURN_IF_ERROR(transition(run, Phase::kCleaningUp));
+  return finish(run, Phase::kFailed);
+}
+
+}  // namespace trainer::service

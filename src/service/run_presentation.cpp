@@ -1,0 +1,226 @@
+// Runs out: one run, pages of runs (with the cache of ended runs' text), events (long poll),
+// step metrics and hyperparameters.
+#include <algorithm>
+
+#include "service/service_state.h"
+
+namespace trainer::service {
+namespace {
+
+std::string phase_list() {
+  std::string s;
+  for (int i = 0; i < kPhaseCount; ++i) s += std::string(i ? ", " : "") + phase_name(phase_at(i));
+  return s;
+}
+
+// What a list shows for a run whose stored document cannot be read (until the driver fails it).
+json unreadable_run(const store::RunRow& row, const Status& why) {
+  return {{"runId", row.id},
+          {"workload", {{"id", row.workload_id}}},
+          {"phase", row.phase},
+          {"failureReason", why.message()}};
+}
+
+}  // namespace
+
+Result<std::string> ServiceImpl::list_runs_text(const RunListQuery& q) {
+  store::RunFilter f;
+  if (q.phase == "open") {
+    for (int i = 0; i < kPhaseCount; ++i) {
+      if (!is_terminal(phase_at(i))) f.phases.push_back(phase_name(phase_at(i)));
+    }
+  } else if (!q.phase.empty()) {
+    if (!parse_phase(q.phase)) {
+      return invalid_field("phase", "'" + q.phase + "' is not a phase; use open or one of " + phase_list());
+    }
+    f.phases.push_back(q.phase);
+  }
+  if (!q.workload.empty()) {
+    auto w = resolve_workload(q.workload, "workload");
+    if (!w.is_ok()) return w.status();
+    f.workload_id = w->value("id", std::string());
+  }
+  if (q.limit < 1 || q.limit > 1000) return invalid_field("limit", "must be between 1 and 1000");
+  if (q.offset < 0) return invalid_field("offset", "must not be negative");
+  f.limit = q.limit;
+  f.offset = q.offset;
+  auto page = store_->list_run_rows(f);
+  if (!page.is_ok()) return page.status();
+  auto claims = claims_by_owner();
+  if (!claims.is_ok()) return claims.status();
+  auto workloads = store_->list_workloads();
+  if (!workloads.is_ok()) return workloads.status();
+  std::map<std::string, std::string> names;
+  for (const auto& w : *workloads) names[w.value("id", std::string())] = w.value("name", std::string());
+  // The response is assembled from each run's presented text; an ended run's text only changes
+  // when its document or its workload's name does, so it is made once and reused.
+  std::string body = "{\"runs\":[";
+  for (size_t k = 0; k < page->rows.size(); ++k) {
+    const store::RunRow& row = page->rows[k];
+    if (k) body += ',';
+    auto phase = parse_phase(row.phase);
+    const bool ended = phase && is_terminal(*phase);
+    const std::string workload = names.count(row.workload_id) ? names[row.workload_id] : "";
+    const size_t key = std::hash<std::string>{}(row.doc) ^ (std::hash<std::string>{}(workload) << 1);
+    if (ended) {
+      std::lock_guard<std::mutex> lock(presented_mu_);
+      auto it = presented_.find(row.id);
+      if (it != presented_.end() && it->second.first == key) {
+        body += it->second.second;
+        continue;
+      }
+    }
+    auto record = parse_run_record(row.doc, row.id);
+    json shown = record.is_ok() ? present_run(*record, &*claims, &names) : unreadable_run(row, record.status());
+    std::string text = shown.dump(-1, ' ', false, json::error_handler_t::replace);
+    body += text;
+    if (ended && record.is_ok()) {
+      std::lock_guard<std::mutex> lock(presented_mu_);
+      if (presented_.size() > kPresentedCacheSize) presented_.clear();
+      presented_[row.id] = {key, std::move(text)};
+    }
+  }
+  body += "],\"total\":" + std::to_string(page->total);
+  if (q.offset + static_cast<int64_t>(page->rows.size()) < page->total) {
+    body += ",\"nextOffset\":" + std::to_string(q.offset + static_cast<int64_t>(page->rows.size()));
+  }
+  body += "}";
+  return body;
+}
+
+Result<json> ServiceImpl::list_runs(const RunListQuery& q) {
+  auto text = list_runs_text(q);
+  if (!text.is_ok()) return text.status();
+  return json::parse(*text);  // our own text, written just above
+}
+
+Result<json> ServiceImpl::get_run(const std::string& ref) {
+  auto r = resolve_run(ref, "run");
+  if (!r.is_ok()) return r.status();
+  return present_run(*r);
+}
+
+// Long polls wait in real time (a request's deadline), not on the service's clock.
+Result<json> ServiceImpl::run_events(const std::string& ref, int64_t after, std::chrono::milliseconds wait) {
+  auto r = resolve_run(ref, "run");
+  if (!r.is_ok()) return r.status();
+  const std::string id = r->id;
+  auto deadline = std::chrono::steady_clock::now() + wait;
+  while (true) {
+    uint64_t version;
+    {
+      std::lock_guard<std::mutex> lock(events_mu_);
+      version = events_version_;
+    }
+    auto events = store_->run_events(id, after, 1000);
+    if (!events.is_ok()) return events.status();
+    if (!events->empty() || std::chrono::steady_clock::now() >= deadline || stopping_) {
+      auto run = resolve_run(id, "run");
+      if (!run.is_ok()) return run.status();
+      return json{{"events", *events}, {"run", present_run(*run)}};
+    }
+    std::unique_lock<std::mutex> lock(events_mu_);
+    events_cv_.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(1)),
+                          [&] { return events_version_ != version; });
+  }
+}
+
+void ServiceImpl::subscribe_run_changes(std::function<void()> on_change) {
+  std::lock_guard<std::mutex> lock(events_mu_);
+  subscribers_.push_back(std::move(on_change));
+}
+
+void ServiceImpl::notify() {
+  std::vector<std::function<void()>> subscribers;
+  {
+    std::lock_guard<std::mutex> lock(events_mu_);
+    ++events_version_;
+    subscribers = subscribers_;
+  }
+  events_cv_.notify_all();
+  for (const auto& on_change : subscribers) on_change();
+}
+
+Result<json> ServiceImpl::run_metrics(const std::string& ref, int64_t limit) {
+  if (limit < 1 || limit > 100000) return invalid_field("limit", "must be between 1 and 100000");
+  auto r = resolve_run(ref, "run");
+  if (!r.is_ok()) return r.status();
+  auto steps = store_->step_metrics(r->id, limit);
+  if (!steps.is_ok()) return steps.status();
+  return json{{"steps", *steps}};
+}
+
+Result<json> ServiceImpl::run_hparams(const std::string& ref) {
+  auto r = resolve_run(ref, "run");
+  if (!r.is_ok()) return r.status();
+  json config = r->view["plan"].value("config", json::object());
+  json flat = json::object();
+  flatten(config, "config", flat);
+  return json{{"sha", r->view.value("settingsSha", json(nullptr))}, {"hparams", flat}};
+}
+
+Result<RunRecord> ServiceImpl::resolve_run(const std::string& ref, const std::string& field) {
+  if (!is_hex(ref)) {
+    return field_status(StatusCode::kNotFound, field, "no run with id '" + ref + "' (run ids are lowercase hex)");
+  }
+  std::string id = ref;
+  auto exact = store_->run_ids_with_prefix(ref, 10);
+  if (!exact.is_ok()) return exact.status();
+  const auto& ids = *exact;
+  if (std::find(ids.begin(), ids.end(), ref) == ids.end()) {
+    if (ids.size() > 1) {
+      std::string c;
+      for (const auto& i : ids) c += (c.empty() ? "" : ", ") + i;
+      return invalid_field(field, "'" + ref + "' is an ambiguous id prefix (candidates: " + c + ")");
+    }
+    if (ids.empty()) return field_status(StatusCode::kNotFound, field, "no run with id '" + ref + "'");
+    id = ids.front();
+  }
+  auto rows = store_->get_run_text(id);
+  if (!rows.is_ok()) return rows.status();
+  if (!rows->has_value()) return field_status(StatusCode::kNotFound, field, "no run with id '" + ref + "'");
+  return parse_run_record(**rows, id);
+}
+
+Result<std::map<std::string, store::ClaimRow>> ServiceImpl::claims_by_owner() {
+  auto claims = store_->list_claims();
+  if (!claims.is_ok()) return claims.status();
+  std::map<std::string, store::ClaimRow> out;
+  for (auto& c : *claims) out[c.owner] = c;
+  return out;
+}
+
+// The run as the API shows it: the cost estimated while a job runs, its claim, and its
+// workload's current name (runs keep the workload's id across renames).
+json ServiceImpl::present_run(const RunRecord& run, const std::map<std::string, store::ClaimRow>* claims,
+                              const std::map<std::string, std::string>* workload_names) {
+  json out = run.public_json();
+  if (workload_names) {
+    auto it = workload_names->find(run.workload_id);
+    if (it != workload_names->end()) out["workload"]["name"] = it->second;
+  } else if (auto w = store_->get_workload(run.workload_id); w.is_ok() && w->has_value()) {
+    out["workload"]["name"] = (**w).value("name", run.workload_name);
+  }
+  // Cost: while a job runs, an estimate of elapsed time x devices on top of ended attempts.
+  if (run.job && !run.job->ended_at) {
+    double elapsed = std::max(0.0, now() - run.job->started_at);
+    out["cost"] = {{"gpuSeconds", run.accumulated_seconds + elapsed * run.devices}, {"estimated", true}};
+  }
+  std::optional<store::ClaimRow> claim;
+  if (claims) {
+    auto it = claims->find(run.id);
+    if (it != claims->end()) claim = it->second;
+  } else {
+    auto all = claims_by_owner();
+    if (all.is_ok()) {
+      auto it = all->find(run.id);
+      if (it != all->end()) claim = it->second;
+    }
+  }
+  if (claim) {
+    out["claim"] = {{"pool", claim->pool}, {"devices", claim->devices}, {"state", claim->state}, {"since", claim->since}};
+  }
+  return out;
+}
+
+}  // namespace trainer::service

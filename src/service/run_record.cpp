@@ -1,0 +1,264 @@
+#include "service/run_record.h"
+
+#include "common/json_parse.h"
+
+namespace trainer::service {
+namespace {
+
+using json = nlohmann::json;
+
+// Reads typed fields of one object of a stored document; errors name "prefix.key".
+class FieldReader {
+ public:
+  FieldReader(const json& obj, std::string prefix) : obj_(obj), prefix_(std::move(prefix)) {}
+
+  bool has(const char* key) const { return obj_.contains(key) && !obj_[key].is_null(); }
+
+  Status str(const char* key, std::string* out, bool required = true) const {
+    if (!has(key)) return required ? missing(key) : Status::ok();
+    if (!obj_[key].is_string()) return wrong(key, "a string");
+    *out = obj_[key].get<std::string>();
+    return Status::ok();
+  }
+  Status opt_str(const char* key, std::optional<std::string>* out) const {
+    if (!has(key)) return Status::ok();
+    if (!obj_[key].is_string()) return wrong(key, "a string");
+    *out = obj_[key].get<std::string>();
+    return Status::ok();
+  }
+  Status number(const char* key, double* out, bool required = true) const {
+    if (!has(key)) return required ? missing(key) : Status::ok();
+    if (!obj_[key].is_number()) return wrong(key, "a number");
+    *out = obj_[key].get<double>();
+    return Status::ok();
+  }
+  Status opt_number(const char* key, std::optional<double>* out) const {
+    if (!has(key)) return Status::ok();
+    if (!obj_[key].is_number()) return wrong(key, "a number");
+    *out = obj_[key].get<double>();
+    return Status::ok();
+  }
+  Status integer(const char* key, int64_t* out, bool required = true) const {
+    if (!has(key)) return required ? missing(key) : Status::ok();
+    if (!obj_[key].is_number_integer()) return wrong(key, "an integer");
+    *out = obj_[key].get<int64_t>();
+    return Status::ok();
+  }
+  Status boolean(const char* key, bool* out) const {
+    if (!has(key)) return Status::ok();
+    if (!obj_[key].is_boolean()) return wrong(key, "true or false");
+    *out = obj_[key].get<bool>();
+    return Status::ok();
+  }
+  Status phase(const char* key, std::optional<Phase>* out, bool required) const {
+    std::optional<std::string> name;
+    TRAINER_RETURN_IF_ERROR(opt_str(key, &name));
+    if (!name) return required ? missing(key) : Status::ok();
+    auto p = parse_phase(*name);
+    if (!p) return invalid_field(path(key), "'" + *name + "' is not a phase");
+    *out = *p;
+    return Status::ok();
+  }
+  std::string path(const char* key) const { return prefix_.empty() ? key : prefix_ + "." + key; }
+
+ private:
+  Status missing(const char* key) const { return invalid_field(path(key), "missing"); }
+  Status wrong(const char* key, const char* what) const {
+    return invalid_field(path(key), std::string("must be ") + what + ", got " + obj_[key].type_name());
+  }
+
+  const json& obj_;
+  std::string prefix_;
+};
+
+std::optional<JobOutcome> parse_outcome(const std::string& s) {
+  if (s.empty()) return JobOutcome::kNone;
+  if (s == "completed") return JobOutcome::kCompleted;
+  if (s == "failed") return JobOutcome::kFailed;
+  if (s == "cancelled") return JobOutcome::kCancelled;
+  return std::nullopt;
+}
+
+Result<JobRecord> job_from_json(const json& j) {
+  if (!j.is_object()) return invalid_field("_.job", "must be an object");
+  FieldReader r(j, "_.job");
+  JobRecord job;
+  if (r.has("handle")) {
+    TRAINER_RETURN_IF_ERROR(r.str("handle", &job.handle.value));
+  } else if (r.has("pid")) {
+    // Written before handles were opaque: the local backend's pid and start time.
+    int64_t pid = 0, start = 0;
+    TRAINER_RETURN_IF_ERROR(r.integer("pid", &pid));
+    TRAINER_RETURN_IF_ERROR(r.integer("startTime", &start, false));
+    job.handle.value = json{{"pid", pid}, {"startTime", start}}.dump();
+  } else {
+    return invalid_field("_.job.handle", "missing");
+  }
+  TRAINER_RETURN_IF_ERROR(r.number("startedAt", &job.started_at));
+  TRAINER_RETURN_IF_ERROR(r.str("eventsPath", &job.events_path));
+  TRAINER_RETURN_IF_ERROR(r.str("logPath", &job.log_path));
+  TRAINER_RETURN_IF_ERROR(r.str("outputDir", &job.output_dir));
+  TRAINER_RETURN_IF_ERROR(r.integer("offset", &job.offset, false));
+  if (job.offset < 0) return invalid_field("_.job.offset", "must not be negative");
+  TRAINER_RETURN_IF_ERROR(r.opt_number("endedAt", &job.ended_at));
+  TRAINER_RETURN_IF_ERROR(r.opt_number("endGuess", &job.end_guess));
+  if (r.has("exitCode")) {
+    int64_t code = 0;
+    TRAINER_RETURN_IF_ERROR(r.integer("exitCode", &code));
+    job.exit_code = static_cast<int>(code);
+  }
+  return job;
+}
+
+json job_to_json(const JobRecord& job) {
+  json j = {{"handle", job.handle.value}, {"startedAt", job.started_at}, {"eventsPath", job.events_path},
+            {"logPath", job.log_path},     {"outputDir", job.output_dir}, {"offset", job.offset}};
+  if (job.ended_at) j["endedAt"] = *job.ended_at;
+  if (job.end_guess) j["endGuess"] = *job.end_guess;
+  if (job.exit_code) j["exitCode"] = *job.exit_code;
+  return j;
+}
+
+}  // namespace
+
+const char* job_outcome_name(JobOutcome outcome) {
+  switch (outcome) {
+    case JobOutcome::kNone: return "";
+    case JobOutcome::kCompleted: return "completed";
+    case JobOutcome::kFailed: return "failed";
+    case JobOutcome::kCancelled: return "cancelled";
+  }
+  return "";
+}
+
+json RunRecord::public_json() const {
+  json out = view;
+  out["runId"] = id;
+  out["workload"] = {{"id", workload_id}, {"name", workload_name}};
+  out["baseModel"] = base_model;
+  out["method"] = method;
+  out["phase"] = phase_name(phase);
+  out["attempt"] = attempt;
+  if (outcome) out["outcome"] = *outcome;
+  else out.erase("outcome");
+  if (failure_reason) out["failureReason"] = *failure_reason;
+  else out.erase("failureReason");
+  out.erase("_");
+  return out;
+}
+
+json RunRecord::to_json() const {
+  json out = public_json();
+  json in = {{"request", request},
+             {"pool", pool},
+             {"devices", devices},
+             {"createdAt", created_at},
+             {"enteredAt", entered_at},
+             {"datasetPath", dataset_path},
+             {"validationPath", validation_path ? json(*validation_path) : json(nullptr)},
+             {"rows", rows},
+             {"accumulatedSeconds", accumulated_seconds},
+             {"jobSettingsSha", job_settings_sha},
+             {"cancelRequested", cancel_requested},
+             {"killSent", kill_sent}};
+  if (base_model_path) in["baseModelPath"] = *base_model_path;
+  if (base_model_sha) in["baseModelSha"] = *base_model_sha;
+  if (job) in["job"] = job_to_json(*job);
+  if (job_outcome != JobOutcome::kNone) in["jobOutcome"] = job_outcome_name(job_outcome);
+  if (!job_reason.empty()) in["jobReason"] = job_reason;
+  if (adapter_dir) in["adapterDir"] = *adapter_dir;
+  if (stop_sent_at) in["stopSentAt"] = *stop_sent_at;
+  if (failed_in) in["failedIn"] = phase_name(*failed_in);
+  if (terminal) in["terminal"] = phase_name(*terminal);
+  out["_"] = std::move(in);
+  return out;
+}
+
+Result<RunRecord> RunRecord::from_json(const json& doc) {
+  if (!doc.is_object()) return invalid_field("run", "must be a JSON object");
+  RunRecord r;
+  FieldReader top(doc, "");
+  TRAINER_RETURN_IF_ERROR(top.str("runId", &r.id));
+  if (!doc.contains("workload") || !doc["workload"].is_object()) return invalid_field("workload", "must be an object");
+  FieldReader w(doc["workload"], "workload");
+  TRAINER_RETURN_IF_ERROR(w.str("id", &r.workload_id));
+  TRAINER_RETURN_IF_ERROR(w.str("name", &r.workload_name, false));
+  TRAINER_RETURN_IF_ERROR(top.str("baseModel", &r.base_model, false));
+  TRAINER_RETURN_IF_ERROR(top.str("method", &r.method, false));
+  std::optional<Phase> phase;
+  TRAINER_RETURN_IF_ERROR(top.phase("phase", &phase, true));
+  r.phase = *phase;
+  int64_t attempt = 1;
+  TRAINER_RETURN_IF_ERROR(top.integer("attempt", &attempt, false));
+  if (attempt < 1) return invalid_field("attempt", "must be at least 1");
+  r.attempt = static_cast<int>(attempt);
+  TRAINER_RETURN_IF_ERROR(top.opt_str("outcome", &r.outcome));
+  TRAINER_RETURN_IF_ERROR(top.opt_str("failureReason", &r.failure_reason));
+  // The presentation fields the service updates must have their shapes.
+  for (const char* key : {"progress", "latest", "cost", "plan"}) {
+    if (doc.contains(key) && !doc[key].is_object()) return invalid_field(key, "must be an object");
+  }
+  if (doc.contains("phaseHistory") && !doc["phaseHistory"].is_array()) {
+    return invalid_field("phaseHistory", "must be a list");
+  }
+  r.view = doc;
+  r.view.erase("_");
+  if (!r.view.contains("progress")) r.view["progress"] = json::object();
+  if (!r.view.contains("latest")) r.view["latest"] = json::object();
+  if (!r.view.contains("phaseHistory")) r.view["phaseHistory"] = json::array();
+  if (!r.view.contains("plan")) r.view["plan"] = json::object();
+
+  if (!doc.contains("_") || !doc["_"].is_object()) return invalid_field("_", "must be an object");
+  const json& in = doc["_"];
+  FieldReader b(in, "_");
+  TRAINER_RETURN_IF_ERROR(b.str("request", &r.request, false));
+  TRAINER_RETURN_IF_ERROR(b.str("pool", &r.pool));
+  int64_t devices = 1;
+  TRAINER_RETURN_IF_ERROR(b.integer("devices", &devices));
+  if (devices < 1 || devices > 1000000) return invalid_field("_.devices", "must be between 1 and 1000000");
+  r.devices = static_cast<int>(devices);
+  TRAINER_RETURN_IF_ERROR(b.number("createdAt", &r.created_at));
+  r.entered_at = r.created_at;
+  TRAINER_RETURN_IF_ERROR(b.number("enteredAt", &r.entered_at, false));
+  TRAINER_RETURN_IF_ERROR(b.str("datasetPath", &r.dataset_path));
+  TRAINER_RETURN_IF_ERROR(b.opt_str("validationPath", &r.validation_path));
+  TRAINER_RETURN_IF_ERROR(b.integer("rows", &r.rows));
+  TRAINER_RETURN_IF_ERROR(b.number("accumulatedSeconds", &r.accumulated_seconds, false));
+  TRAINER_RETURN_IF_ERROR(b.opt_str("baseModelPath", &r.base_model_path));
+  TRAINER_RETURN_IF_ERROR(b.opt_str("baseModelSha", &r.base_model_sha));
+  if (!r.base_model_sha && doc.contains("baseModelHash") && doc["baseModelHash"].is_string()) {
+    r.base_model_sha = doc["baseModelHash"].get<std::string>();
+  }
+  if (b.has("job")) {
+    auto job = job_from_json(in["job"]);
+    if (!job.is_ok()) return job.status();
+    r.job = std::move(*job);
+  }
+  std::string outcome;
+  TRAINER_RETURN_IF_ERROR(b.str("jobOutcome", &outcome, false));
+  auto parsed = parse_outcome(outcome);
+  if (!parsed) return invalid_field("_.jobOutcome", "'" + outcome + "' is not an outcome");
+  r.job_outcome = *parsed;
+  TRAINER_RETURN_IF_ERROR(b.str("jobReason", &r.job_reason, false));
+  TRAINER_RETURN_IF_ERROR(b.opt_str("adapterDir", &r.adapter_dir));
+  r.job_settings_sha = in.value("jobSettingsSha", json(nullptr));
+  TRAINER_RETURN_IF_ERROR(b.boolean("cancelRequested", &r.cancel_requested));
+  TRAINER_RETURN_IF_ERROR(b.opt_number("stopSentAt", &r.stop_sent_at));
+  if (r.stop_sent_at && *r.stop_sent_at == 0.0) r.stop_sent_at.reset();
+  TRAINER_RETURN_IF_ERROR(b.boolean("killSent", &r.kill_sent));
+  TRAINER_RETURN_IF_ERROR(b.phase("failedIn", &r.failed_in, false));
+  TRAINER_RETURN_IF_ERROR(b.phase("terminal", &r.terminal, false));
+  return r;
+}
+
+Result<RunRecord> parse_run_record(const std::string& text, const std::string& id) {
+  const std::string what = "the stored document of run " + id;
+  auto doc = parse_json(text, what);
+  if (!doc.is_ok()) return internal_error(doc.status().message());
+  auto r = RunRecord::from_json(*doc);
+  if (!r.is_ok()) return internal_error(what + ": " + r.status().describe());
+  if (r->id != id) return internal_error(what + ": runId: '" + r->id + "' is not the run's id");
+  return r;
+}
+
+}  // namespace trainer::service

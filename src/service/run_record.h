@@ -1,0 +1,88 @@
+// The typed run record: what the service stores for one run, and how it reads it back.
+//
+// The stored document is the run as the API shows it (docs/api.md, "Run") plus the service's
+// bookkeeping under "_" (never shown). from_json() validates every field the service reads, so
+// a damaged document is a Status naming the field, never an exception in the driver.
+// Internal to src/service.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/backend.h"
+#include "common/status.h"
+#include "service/phases.h"
+
+namespace trainer::service {
+
+// How the job of the current attempt said it ended (its last outcome event), if it did.
+enum class JobOutcome { kNone, kCompleted, kFailed, kCancelled };
+
+// The job of the current attempt, as the driver follows it.
+struct JobRecord {
+  backend::JobHandle handle;         // the backend's opaque handle, stored as it is
+  double started_at = 0;             // wall seconds when it was started (or adopted)
+  std::string events_path;           // the job's events file
+  std::string log_path;              // its stdout and stderr
+  std::string output_dir;            // its --output folder
+  int64_t offset = 0;                // bytes of the events file already applied
+  std::optional<double> ended_at;    // wall seconds; set once its time is settled into the cost
+  std::optional<double> end_guess;   // a job that ended while trainerd was down: its events file's mtime
+  std::optional<int> exit_code;      // how it exited, when known
+};
+
+struct RunRecord {
+  // ---- what the service decides on (also in the public document)
+  std::string id;                              // runId: lowercase hex
+  std::string workload_id;                     // workload.id (runs keep it across renames)
+  std::string workload_name;                   // workload.name when the run was submitted
+  std::string base_model;                      // the base model's user-facing name
+  std::string method = "sft";                  // "sft" | "grpo" | "gspo"
+  Phase phase = Phase::kSizingDataset;
+  int attempt = 1;                             // 1-based
+  std::optional<std::string> outcome;          // "COMPLETED" | "FAILED" | "CANCELLED" once ended
+  std::optional<std::string> failure_reason;   // FAILED: why, for a person
+  // The rest of the public document (plan, progress, latest, cost, phaseHistory, ...), kept as
+  // the API shows it; to_json() writes the typed fields above over it.
+  nlohmann::json view = nlohmann::json::object();
+
+  // ---- bookkeeping (stored under "_", never shown)
+  std::string request;                         // the submitted plan's text (submissionId replays)
+  std::string pool;                            // pool the run claims devices from
+  int devices = 1;                             // devices it claims
+  double created_at = 0;                       // wall seconds at submission
+  double entered_at = 0;                       // wall seconds when it entered its phase
+  std::string dataset_path;                    // the training rows' file
+  std::optional<std::string> validation_path;  // the validation rows' file
+  int64_t rows = 0;                            // rows of the training dataset
+  double accumulated_seconds = 0;              // device-seconds of ended attempts
+  std::optional<std::string> base_model_path;  // the model cache folder, once ready
+  std::optional<std::string> base_model_sha;   // its content hash
+  std::optional<JobRecord> job;                // the current attempt's job, once started
+  JobOutcome job_outcome = JobOutcome::kNone;
+  std::string job_reason;                      // kFailed: the job's reason
+  std::optional<std::string> adapter_dir;      // kCompleted: where the job wrote the adapter
+  nlohmann::json job_settings_sha;             // the job's settings hash (resolved event), or null
+  bool cancel_requested = false;
+  std::optional<double> stop_sent_at;          // wall seconds when the stop request went out
+  bool kill_sent = false;
+  std::optional<Phase> failed_in;              // the phase a failed run failed in
+  std::optional<Phase> terminal;               // the terminal phase CLEANING_UP leads to
+
+  // The stored document.
+  nlohmann::json to_json() const;
+  // The document as the API shows it (no bookkeeping).
+  nlohmann::json public_json() const;
+  // Reads a stored document; a missing or mistyped field is invalid_field naming it.
+  static Result<RunRecord> from_json(const nlohmann::json& doc);
+};
+
+// Parses and validates a stored run document's text (bounded nesting). Errors name the run.
+Result<RunRecord> parse_run_record(const std::string& text, const std::string& id);
+
+const char* job_outcome_name(JobOutcome outcome);
+
+}  // namespace trainer::service

@@ -1,0 +1,229 @@
+// Runs in: a plan validated and resolved into a new run (or a replay of a submissionId);
+// cancelling and annotating a run.
+#include <algorithm>
+#include <cctype>
+
+#include "plan/plan.h"
+#include "service/service_state.h"
+
+namespace trainer::service {
+namespace {
+
+bool is_field_path(const std::string& s) {
+  if (s.empty() || !std::isalpha(static_cast<unsigned char>(s[0]))) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '[' || c == ']';
+  });
+}
+
+// The plan parser's error, blaming the plan's field (without the "plan" source).
+Status plan_error(const Status& st) {
+  if (!st.field().empty()) {
+    std::string field = st.field();
+    if (field.rfind("plan.", 0) == 0) field = field.substr(5);
+    return Status(st.code(), field, st.message());
+  }
+  // The plan parser still writes "plan: FIELD: message" (until it reports fields as Status fields).
+  std::string msg = st.message();
+  if (msg.rfind("plan: ", 0) == 0) msg = msg.substr(6);
+  const size_t colon = msg.find(": ");
+  if (colon != std::string::npos && is_field_path(msg.substr(0, colon))) {
+    return Status(st.code(), msg.substr(0, colon), msg.substr(colon + 2));
+  }
+  return Status(st.code(), msg);
+}
+
+}  // namespace
+
+Result<std::pair<json, bool>> ServiceImpl::submit_run(const json& body, bool dry_run) {
+  if (!body.is_object()) return invalid_field("plan", "must be a JSON object");
+  auto parsed = plan::plan_from_json(body, "plan");
+  if (!parsed.is_ok()) return plan_error(parsed.status());
+  plan::Plan p = std::move(*parsed);
+  if (p.kind != "run") return invalid_field("kind", "must be \"run\", got \"" + p.kind + "\"");
+  if (p.grader) TRAINER_RETURN_IF_ERROR(check_grader("grader", *p.grader));
+
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string request = body.dump();
+  if (p.submissionId) {
+    if (p.submissionId->empty() || p.submissionId->size() > 255) {
+      return invalid_field("submissionId", "must be 1-255 characters");
+    }
+    auto seen = store_->run_by_submission(*p.submissionId);
+    if (!seen.is_ok()) return seen.status();
+    if (seen->has_value()) {
+      auto run = RunRecord::from_json(**seen);
+      if (!run.is_ok()) return internal_error("the run of submissionId '" + *p.submissionId + "' cannot be read: " +
+                                              run.status().describe());
+      if (run->request != request) {
+        return field_status(StatusCode::kAlreadyExists, "submissionId",
+                            "'" + *p.submissionId + "' was used by run " + run->id +
+                                " with a different plan; use a new submissionId");
+      }
+      return std::make_pair(present_run(*run), false);
+    }
+  }
+
+  auto w = resolve_workload(p.workload, "workload");
+  if (!w.is_ok()) return w.status();
+  std::string base_ref;
+  const json base = w->contains("refs") && (*w)["refs"].is_object() ? (*w)["refs"].value("base", json(nullptr)) : json();
+  if (p.baseModel) {
+    base_ref = *p.baseModel;
+  } else if (base.is_object() && base.contains("name") && base["name"].is_string()) {
+    base_ref = base["name"].get<std::string>();
+  } else {
+    return invalid_field("baseModel", "required: the plan names none and workload '" +
+                                          w->value("name", std::string()) + "' has no base ref");
+  }
+  auto m = resolve_base_model(base_ref, "baseModel");
+  if (!m.is_ok()) return m.status();
+  if ((*m)["status"] == "failed") {
+    return field_status(StatusCode::kFailedPrecondition, "baseModel",
+                        "'" + base_ref + "' failed to prepare: " + m->value("failure", std::string("unknown")) +
+                            "; select it again");
+  }
+  auto d = resolve_dataset(p.config.dataset, "config.dataset");
+  if (!d.is_ok()) return d.status();
+  std::optional<json> v;
+  if (p.config.validationDataset) {
+    auto vd = resolve_dataset(*p.config.validationDataset, "config.validationDataset");
+    if (!vd.is_ok()) return vd.status();
+    v = *vd;
+  }
+  // Devices: a CPU run (execution.gpus 0) takes one device of a CPU pool.
+  const int devices = p.execution.gpus > 0 ? p.execution.gpus : 1;
+  auto pool = choose_pool(p.execution.gpus, devices);
+  if (!pool.is_ok()) return pool.status();
+  const int quota = w->value("gpuQuota", 0);
+  if (devices > quota) {
+    return field_status(StatusCode::kFailedPrecondition, "execution.gpus",
+                        "the run needs " + std::to_string(devices) + " devices, more than workload '" +
+                            w->value("name", std::string()) + "' may ever hold (gpuQuota " + std::to_string(quota) +
+                            "); raise its quota");
+  }
+
+  // The resolved plan: names resolved to what was admitted.
+  json resolved = plan::to_json(p);
+  resolved["workload"] = (*w)["name"];
+  resolved["baseModel"] = (*m)["name"];
+  resolved["config"]["dataset"] = (*d)["hash"];
+  if (v) resolved["config"]["validationDataset"] = (*v)["hash"];
+  if (dry_run) return std::make_pair(json{{"plan", resolved}}, false);
+
+  const double t = now();
+  RunRecord run;
+  run.id = random_hex(16);
+  run.workload_id = (*w)["id"].get<std::string>();
+  run.workload_name = (*w)["name"].get<std::string>();
+  run.base_model = (*m)["name"].get<std::string>();
+  run.method = plan::method_name(p.config.method);
+  run.phase = Phase::kSizingDataset;
+  run.attempt = 1;
+  run.view = {
+      {"submissionId", p.submissionId ? json(*p.submissionId) : json(nullptr)},
+      {"settingsSha", plan::settings_sha(p.config, (*d)["hash"].get<std::string>())},
+      {"dataset", {{"hash", (*d)["hash"]}, {"ref", p.config.dataset}}},
+      {"createdAt", rfc3339(t)},
+      {"updatedAt", rfc3339(t)},
+      {"phaseHistory", json::array({{{"phase", phase_name(Phase::kSizingDataset)}, {"enteredAt", rfc3339(t)}}})},
+      {"progress", {{"step", 0}, {"totalSteps", nullptr}}},
+      {"latest", json::object()},
+      {"cost", {{"gpuSeconds", 0.0}, {"estimated", false}}},
+      {"grader", p.grader ? json(*p.grader) : w->value("evaluation", json::object()).value("grader", json(kDefaultGrader))},
+      {"plan", resolved},
+  };
+  if (p.description) run.view["description"] = *p.description;
+  if (p.configName) run.view["configName"] = *p.configName;
+  run.request = request;
+  run.pool = (*pool)->name;
+  run.devices = devices;
+  run.created_at = t;
+  run.entered_at = t;
+  run.dataset_path = (*d)["path"].get<std::string>();
+  if (v) run.validation_path = (*v)["path"].get<std::string>();
+  run.rows = (*d)["rows"].get<int64_t>();
+  Status st = store_->transaction([&]() -> Status {
+    TRAINER_RETURN_IF_ERROR(store_->insert_run(run.to_json()));
+    auto seq = store_->append_run_event(
+        run.id, {{"time", rfc3339(t)}, {"type", "phase"}, {"phase", phase_name(Phase::kSizingDataset)}});
+    return seq.status();
+  });
+  if (!st.is_ok()) return st;
+  metrics_.phase_entered(Phase::kSizingDataset);
+  notify();
+  return std::make_pair(present_run(run), true);
+}
+
+Result<const PoolConfig*> ServiceImpl::choose_pool(int gpus, int devices) {
+  const PoolConfig* best = nullptr;
+  std::string seen;
+  for (const auto& p : opt_.config.pools) {
+    if (p.serving) continue;
+    bool cpu_pool = p.accelerator == "cpu";
+    if ((gpus == 0) != cpu_pool) continue;
+    seen += (seen.empty() ? "" : ", ") + p.name + " (maxClaim " + std::to_string(p.max_claim) + ", declared " +
+            std::to_string(p.declared) + ")";
+    if (devices <= p.max_claim && devices <= p.declared && (!best || p.declared > best->declared)) best = &p;
+  }
+  if (best) return best;
+  std::string kind = gpus == 0 ? "CPU" : "GPU";
+  return field_status(StatusCode::kFailedPrecondition, "execution.gpus",
+                      "no " + kind + " training pool can ever hold a claim of " + std::to_string(devices) + " device" +
+                          (devices == 1 ? "" : "s") +
+                          (seen.empty() ? std::string(" (the deployment declares no such pool)")
+                                        : " (pools: " + seen + ")") +
+                          "; ask for fewer devices");
+}
+
+Result<json> ServiceImpl::cancel_run(const std::string& ref) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto r = resolve_run(ref, "run");
+  if (!r.is_ok()) return r.status();
+  RunRecord run = std::move(*r);
+  if (is_terminal(run.phase)) {
+    return failed_precondition("run " + run.id + " already ended " + phase_name(run.phase) +
+                               "; there is nothing to cancel");
+  }
+  if (run.phase == Phase::kFinalizing) {
+    return failed_precondition("run " + run.id +
+                               " has finished training and is being registered; it can no longer be cancelled");
+  }
+  // Already on its way out: a repeated cancel has its effect once.
+  if (run.phase == Phase::kCleaningUp) return present_run(run);
+  run.cancel_requested = true;
+  run.terminal = Phase::kCancelled;
+  if (run.job) {
+    // A job may be running: persist the decision, then signal it.
+    run.stop_sent_at = now();
+    TRAINER_RETURN_IF_ERROR(store_->transaction([&]() -> Status { return transition(run, Phase::kCleaningUp); }));
+    backend_->request_stop(run.job->handle);
+  } else {
+    TRAINER_RETURN_IF_ERROR(store_->transaction([&]() -> Status { return finish(run, Phase::kCancelled); }));
+  }
+  notify();
+  return present_run(run);
+}
+
+Result<json> ServiceImpl::annotate_run(const std::string& ref, const json& body) {
+  TRAINER_RETURN_IF_ERROR(check_fields(body, {"description", "configName"}));
+  std::lock_guard<std::mutex> lock(mu_);
+  auto r = resolve_run(ref, "run");
+  if (!r.is_ok()) return r.status();
+  RunRecord run = std::move(*r);
+  for (const char* key : {"description", "configName"}) {
+    if (!body.contains(key)) continue;
+    auto v = optional_string(body, key);
+    if (!v.is_ok()) return v.status();
+    if (!*v || (*v)->empty()) {
+      run.view.erase(key);
+    } else {
+      run.view[key] = **v;
+    }
+  }
+  run.view["updatedAt"] = now_rfc3339();
+  TRAINER_RETURN_IF_ERROR(store_->update_run(run.to_json()));
+  return present_run(run);
+}
+
+}  // namespace trainer::service

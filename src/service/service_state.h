@@ -1,0 +1,204 @@
+// The service's implementation: one class behind the Service facade, its state, and the
+// locking contract every file of src/service follows. Each concern lives in its own file:
+//
+//   service.cpp           construction, start/stop, startup steps, info
+//   base_models.cpp       allowed base models, selection, preparation into the model cache
+//   datasets.cpp          registration (via dataset/validator.h), listing, measuring
+//   workloads.cpp         workloads, their evaluation and refs
+//   run_submission.cpp    plans in: validation, resolution, the new run; cancel, annotate
+//   run_presentation.cpp  runs out: get, list (with its cache), events, metrics, hparams
+//   driver.cpp            the driver thread and the phase machine (transitions, finish)
+//   job_events.cpp        following a job: its events file, its exit, finalizing
+//   admission_glue.cpp    claims: admission (admission.h's pure function) applied to the store
+//   capacity.cpp          capacity, cost settlement and the gauges of /metrics
+//
+// Locking contract:
+//   - mu_ serialises every read-modify-write of durable state (submissions, the driver's steps,
+//     cancels, admission, dataset and workload changes). Methods named *_locked and every
+//     method taking a RunRecord& to change it run with mu_ held, inside a store transaction.
+//   - Reads that need no consistency with a write go to the store without mu_.
+//   - The small mutexes below guard only the members listed under them and are never held
+//     while taking mu_ or calling the store (lock order: mu_, then any one of them).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "service/metrics.h"
+#include "service/phases.h"
+#include "service/run_record.h"
+#include "service/service.h"
+#include "service/util.h"
+#include "storage/storage.h"
+
+namespace trainer::service {
+
+class ServiceImpl final : public Service {
+ public:
+  ServiceImpl(ServiceOptions options, std::unique_ptr<store::Store> store, std::unique_ptr<backend::Backend> backend,
+              std::unique_ptr<storage::Storage> storage);
+  ~ServiceImpl() override;
+
+  Status start() override;
+  void stop() override;
+  bool ready() const override { return ready_; }
+  std::vector<StartupStep> startup_steps() const override;
+  json info() const override;
+
+  Result<json> list_base_models(bool all) override;
+  Result<json> get_base_model(const std::string& ref) override;
+  Result<json> select_base_model(const std::string& name) override;
+
+  Result<std::pair<json, bool>> register_dataset(const std::optional<std::string>& name,
+                                                 const std::string& rows) override;
+  Result<json> list_datasets() override;
+  Result<json> get_dataset(const std::string& ref) override;
+  Result<json> measure_dataset(const std::string& ref, const std::string& base_model,
+                               std::optional<int> max_seq_length) override;
+
+  Result<json> create_workload(const json& body) override;
+  Result<json> list_workloads() override;
+  Result<json> get_workload(const std::string& ref) override;
+  Result<json> update_workload(const std::string& ref, const json& body) override;
+  Result<json> set_evaluation(const std::string& ref, const json& body) override;
+  Result<json> get_ref(const std::string& ref, const std::string& which) override;
+  Result<json> set_ref(const std::string& ref, const std::string& which, const json& body) override;
+
+  Result<std::pair<json, bool>> submit_run(const json& plan, bool dry_run) override;
+  Result<json> list_runs(const RunListQuery& query) override;
+  Result<std::string> list_runs_text(const RunListQuery& query) override;
+  Result<json> get_run(const std::string& ref) override;
+  Result<json> run_events(const std::string& ref, int64_t after, std::chrono::milliseconds wait) override;
+  void subscribe_run_changes(std::function<void()> on_change) override;
+  Result<json> cancel_run(const std::string& ref) override;
+  Result<json> annotate_run(const std::string& ref, const json& body) override;
+  Result<json> run_metrics(const std::string& ref, int64_t limit) override;
+  Result<json> run_hparams(const std::string& ref) override;
+
+  Result<json> capacity() override;
+  std::string metrics_text() override;
+
+  // Runs one pass of the driver over every open run (the driver thread calls it every tick;
+  // tests call it directly to step without a thread).
+  void drive_once();
+
+ private:
+  // ---- time (through the injected clock)
+  double now() const { return opt_.clock->now_seconds(); }
+  std::string now_rfc3339() const { return rfc3339(now()); }
+
+  // ---- startup (service.cpp)
+  void add_step(const std::string& name, bool ok, const std::string& message);
+  Status recover_runs(std::string* summary);
+  void drive();
+
+  // ---- base models (base_models.cpp)
+  static std::string base_model_id(const std::string& name);
+  const AllowedBaseModel* find_allowed(const std::string& name) const;
+  std::string not_allowed_message(const std::string& name) const;
+  Result<std::optional<json>> find_selected(const std::string& name);
+  Result<json> resolve_base_model(const std::string& ref, const std::string& field);
+  Status resume_base_models();
+  void start_preparation(const std::string& name);
+  void prepare_base_model(const std::string& name);
+
+  // ---- datasets (datasets.cpp)
+  static std::string dataset_key(const std::string& hash);
+  Result<json> present_dataset(const json& d);
+  Result<json> resolve_dataset(const std::string& ref, const std::string& field);
+
+  // ---- workloads (workloads.cpp)
+  Result<json> resolve_workload(const std::string& ref, const std::string& field);
+
+  // ---- runs (run_presentation.cpp)
+  Result<RunRecord> resolve_run(const std::string& ref, const std::string& field);
+  Result<std::map<std::string, store::ClaimRow>> claims_by_owner();
+  json present_run(const RunRecord& run, const std::map<std::string, store::ClaimRow>* claims = nullptr,
+                   const std::map<std::string, std::string>* workload_names = nullptr);
+  Result<const PoolConfig*> choose_pool(int gpus, int devices);
+  void notify();
+
+  // ---- the phase machine (driver.cpp); mu_ held, inside a store transaction
+  struct OpenRun {
+    std::string id;
+    std::string workload_id;
+    std::string doc;
+  };
+  Result<std::vector<OpenRun>> open_runs();
+  Status step_run(RunRecord& run);
+  Status fail_unreadable_run_locked(const OpenRun& row, const Status& why);
+  Status after_dataset(RunRecord& run);
+  Status claim_devices(RunRecord& run);
+  backend::JobSpec job_spec(const RunRecord& run) const;
+  Status submit_job(RunRecord& run);
+  Status transition(RunRecord& run, Phase to);
+  Status finish(RunRecord& run, Phase terminal);
+  Status fail(RunRecord& run, const std::string& reason);
+  Status fail_in_cleanup(RunRecord& run, const std::string& reason);
+
+  // ---- the job (job_events.cpp); mu_ held, inside a store transaction
+  Status follow_job(RunRecord& run);
+  Status read_events(RunRecord& run);
+  Status apply_event(RunRecord& run, const json& event);
+  Status finalize(RunRecord& run);
+
+  // ---- claims, cost and gauges (admission_glue.cpp, capacity.cpp)
+  Status admit_locked();
+  const PoolConfig* pool_named(const std::string& name) const;
+  void settle_cost(RunRecord& run, double now);
+  void read_capacity();
+  static int observed_for(const PoolConfig& p, const std::map<std::string, int>& observed);
+  void refresh_gauges();
+
+  // ---- members
+
+  // Constant after construction.
+  const ServiceOptions opt_;
+  const std::unique_ptr<store::Store> store_;
+  const std::unique_ptr<backend::Backend> backend_;
+  const std::unique_ptr<storage::Storage> storage_;
+  ServiceTelemetry metrics_;  // thread-safe
+
+  // Serialises every read-modify-write of durable state (see the contract above).
+  std::mutex mu_;
+
+  std::mutex events_mu_;
+  std::condition_variable events_cv_;
+  uint64_t events_version_ = 0;                     // guarded by events_mu_: bumped on every run change
+  std::vector<std::function<void()>> subscribers_;  // guarded by events_mu_
+
+  mutable std::mutex steps_mu_;
+  std::vector<StartupStep> steps_;  // guarded by steps_mu_
+
+  std::mutex observed_mu_;
+  std::map<std::string, int> observed_;  // guarded by observed_mu_
+  bool observed_read_ = false;           // guarded by observed_mu_
+
+  std::mutex prep_mu_;
+  std::vector<std::thread> preparers_;  // guarded by prep_mu_
+
+  // Presented text of ended runs, by run id, with the key of what it was made from.
+  static constexpr size_t kPresentedCacheSize = 20000;
+  std::mutex presented_mu_;
+  std::map<std::string, std::pair<size_t, std::string>> presented_;  // guarded by presented_mu_
+
+  std::thread driver_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> ready_{false};
+  std::atomic<int64_t> driver_errors_{0};  // errors caught at the driver thread's edge
+};
+
+// The grader every workload has unless it names another.
+inline constexpr const char* kDefaultGrader = "json-label-match";
+
+// invalid_field(field) unless `grader` is json-label-match, model:X, http:X or bundle:X.
+Status check_grader(const std::string& field, const std::string& grader);
+
+}  // namespace trainer::service

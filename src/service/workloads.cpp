@@ -1,0 +1,232 @@
+// Workloads: the tasks runs specialise a model for, their evaluation and refs.
+#include <regex>
+
+#include "service/service_state.h"
+
+namespace trainer::service {
+namespace {
+
+const std::regex kWorkloadName("^[a-z0-9][a-z0-9-]{0,63}$");
+const std::regex kLooksLikeId("^[0-9a-f]{8,}$");
+constexpr int64_t kMaxQuota = 100000;
+
+Status check_workload_name(const std::string& field, const std::string& name) {
+  if (!std::regex_match(name, kWorkloadName)) {
+    return invalid_field(field, "'" + name +
+                                    "' is not a valid workload name: use 1-64 of a-z, 0-9 and '-', starting with a "
+                                    "letter or digit");
+  }
+  if (std::regex_match(name, kLooksLikeId)) {
+    return invalid_field(field, "'" + name + "' looks like an id; choose a name with a letter beyond a-f or a '-'");
+  }
+  return Status::ok();
+}
+
+Result<int> quota_value(const json& v) {
+  if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > kMaxQuota) {
+    return invalid_field("gpuQuota", "must be a non-negative integer, got " + v.dump());
+  }
+  return static_cast<int>(v.get<int64_t>());
+}
+
+Status check_ref_name(const std::string& which) {
+  if (which == "base" || which == "candidate" || which == "champion") return Status::ok();
+  return invalid_field("ref", "'" + which + "' is not a ref; use base, candidate or champion");
+}
+
+}  // namespace
+
+Status check_grader(const std::string& field, const std::string& grader) {
+  if (grader == kDefaultGrader || grader.rfind("model:", 0) == 0 || grader.rfind("http:", 0) == 0 ||
+      grader.rfind("bundle:", 0) == 0) {
+    if (grader != kDefaultGrader && grader.find(':') == grader.size() - 1) {
+      return invalid_field(field, "'" + grader + "' names nothing after the ':'");
+    }
+    return Status::ok();
+  }
+  return invalid_field(field,
+                       "'" + grader + "' is not a grader; use json-label-match, model:MODEL_ID, http:URL or bundle:REF");
+}
+
+Result<json> ServiceImpl::create_workload(const json& body) {
+  TRAINER_RETURN_IF_ERROR(check_fields(body, {"name", "description", "evaluationDataset", "grader", "gpuQuota"}));
+  if (!body.contains("name")) return invalid_field("name", "required");
+  if (!body["name"].is_string()) return invalid_field("name", "must be a string, got " + body["name"].dump());
+  std::string name = body["name"].get<std::string>();
+  TRAINER_RETURN_IF_ERROR(check_workload_name("name", name));
+  auto description = optional_string(body, "description");
+  if (!description.is_ok()) return description.status();
+  auto grader = optional_string(body, "grader");
+  if (!grader.is_ok()) return grader.status();
+  if (*grader) TRAINER_RETURN_IF_ERROR(check_grader("grader", **grader));
+  int quota = opt_.config.default_workload_quota;
+  auto q = opt_.config.workload_quotas.find(name);
+  if (q != opt_.config.workload_quotas.end()) quota = q->second;
+  if (body.contains("gpuQuota")) {
+    auto v = quota_value(body["gpuQuota"]);
+    if (!v.is_ok()) return v.status();
+    quota = *v;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  json evaluation = {{"dataset", nullptr}, {"grader", grader->value_or(kDefaultGrader)}};
+  auto eval_ref = optional_string(body, "evaluationDataset");
+  if (!eval_ref.is_ok()) return eval_ref.status();
+  if (*eval_ref) {
+    auto d = resolve_dataset(**eval_ref, "evaluationDataset");
+    if (!d.is_ok()) return d.status();
+    evaluation["dataset"] = (*d)["hash"];
+  }
+  std::string now = now_rfc3339();
+  json doc = {{"id", random_hex(16)},
+              {"name", name},
+              {"description", description->value_or("")},
+              {"evaluation", evaluation},
+              {"refs", {{"base", nullptr}, {"candidate", nullptr}, {"champion", nullptr}}},
+              {"gpuQuota", quota},
+              {"createdAt", now},
+              {"updatedAt", now},
+              {"history", json::array({{{"time", now}, {"change", "created as '" + name + "'"}}})}};
+  TRAINER_RETURN_IF_ERROR(store_->insert_workload(doc));
+  return doc;
+}
+
+Result<json> ServiceImpl::list_workloads() {
+  auto rows = store_->list_workloads();
+  if (!rows.is_ok()) return rows.status();
+  return json{{"workloads", *rows}};
+}
+
+Result<json> ServiceImpl::get_workload(const std::string& ref) { return resolve_workload(ref, "workload"); }
+
+Result<json> ServiceImpl::update_workload(const std::string& ref, const json& body) {
+  TRAINER_RETURN_IF_ERROR(check_fields(body, {"name", "description", "gpuQuota"}));
+  std::lock_guard<std::mutex> lock(mu_);
+  auto w = resolve_workload(ref, "workload");
+  if (!w.is_ok()) return w.status();
+  json doc = *w;
+  if (!doc.contains("history") || !doc["history"].is_array()) doc["history"] = json::array();
+  std::string now = now_rfc3339();
+  if (body.contains("name")) {
+    if (!body["name"].is_string()) return invalid_field("name", "must be a string, got " + body["name"].dump());
+    std::string name = body["name"].get<std::string>();
+    TRAINER_RETURN_IF_ERROR(check_workload_name("name", name));
+    const std::string old = doc.value("name", std::string());
+    if (name != old) {
+      doc["history"].push_back({{"time", now}, {"change", "renamed from '" + old + "' to '" + name + "'"}});
+      doc["name"] = name;
+    }
+  }
+  if (body.contains("description")) {
+    auto d = optional_string(body, "description");
+    if (!d.is_ok()) return d.status();
+    doc["history"].push_back({{"time", now}, {"change", "description: " + d->value_or("")}});
+    doc["description"] = d->value_or("");
+  }
+  if (body.contains("gpuQuota")) {
+    auto v = quota_value(body["gpuQuota"]);
+    if (!v.is_ok()) return v.status();
+    doc["history"].push_back({{"time", now}, {"change", "gpuQuota: " + std::to_string(*v)}});
+    doc["gpuQuota"] = *v;
+  }
+  doc["updatedAt"] = now;
+  Status st = store_->transaction([&]() -> Status {
+    TRAINER_RETURN_IF_ERROR(store_->update_workload(doc));
+    return admit_locked();  // a larger quota may admit queued claims
+  });
+  if (!st.is_ok()) return st;
+  return doc;
+}
+
+Result<json> ServiceImpl::set_evaluation(const std::string& ref, const json& body) {
+  TRAINER_RETURN_IF_ERROR(check_fields(body, {"dataset", "grader"}));
+  std::lock_guard<std::mutex> lock(mu_);
+  auto w = resolve_workload(ref, "workload");
+  if (!w.is_ok()) return w.status();
+  auto ds = optional_string(body, "dataset");
+  if (!ds.is_ok()) return ds.status();
+  if (!*ds) return invalid_field("dataset", "required");
+  auto d = resolve_dataset(**ds, "dataset");
+  if (!d.is_ok()) return d.status();
+  auto grader = optional_string(body, "grader");
+  if (!grader.is_ok()) return grader.status();
+  if (*grader) TRAINER_RETURN_IF_ERROR(check_grader("grader", **grader));
+  json doc = *w;
+  if (!doc.contains("history") || !doc["history"].is_array()) doc["history"] = json::array();
+  std::string now = now_rfc3339();
+  doc["evaluation"] = {{"dataset", (*d)["hash"]}, {"grader", grader->value_or(kDefaultGrader)}};
+  doc["history"].push_back({{"time", now}, {"change", "evaluation: " + doc["evaluation"].dump()}});
+  doc["updatedAt"] = now;
+  TRAINER_RETURN_IF_ERROR(store_->update_workload(doc));
+  return doc;
+}
+
+Result<json> ServiceImpl::get_ref(const std::string& ref, const std::string& which) {
+  TRAINER_RETURN_IF_ERROR(check_ref_name(which));
+  auto w = resolve_workload(ref, "workload");
+  if (!w.is_ok()) return w.status();
+  json target = w->contains("refs") && (*w)["refs"].is_object() ? (*w)["refs"].value(which, json(nullptr)) : json(nullptr);
+  return json{{"workload", {{"id", (*w)["id"]}, {"name", (*w)["name"]}}}, {"ref", which}, {"target", target}};
+}
+
+Result<json> ServiceImpl::set_ref(const std::string& ref, const std::string& which, const json& body) {
+  TRAINER_RETURN_IF_ERROR(check_ref_name(which));
+  TRAINER_RETURN_IF_ERROR(check_fields(body, {"target"}));
+  auto target = optional_string(body, "target");
+  if (!target.is_ok()) return target.status();
+  if (!*target) return invalid_field("target", "required");
+  std::lock_guard<std::mutex> lock(mu_);
+  auto w = resolve_workload(ref, "workload");
+  if (!w.is_ok()) return w.status();
+  json value;
+  if (which == "base") {
+    auto m = resolve_base_model(**target, "target");
+    if (!m.is_ok()) return m.status();
+    value = {{"kind", "baseModel"}, {"name", (*m)["name"]}, {"id", (*m)["id"]}};
+  } else {
+    // Until the model registry lands (round 2), a candidate or champion is the final adapter
+    // of a completed run of this workload.
+    auto r = resolve_run(**target, "target");
+    if (!r.is_ok()) return r.status();
+    if (r->workload_id != (*w)["id"]) return invalid_field("target", "run " + r->id + " belongs to another workload");
+    if (r->phase != Phase::kCompleted) {
+      return field_status(StatusCode::kFailedPrecondition, "target",
+                          "run " + r->id + " is " + phase_name(r->phase) +
+                              "; only a completed run's adapter can be a " + which);
+    }
+    value = {{"kind", "runAdapter"}, {"runId", r->id}, {"adapterPath", r->view.value("adapterPath", json(nullptr))}};
+  }
+  json doc = *w;
+  if (!doc.contains("history") || !doc["history"].is_array()) doc["history"] = json::array();
+  std::string now = now_rfc3339();
+  doc["refs"][which] = value;
+  doc["history"].push_back({{"time", now}, {"change", "ref " + which + " -> " + value.dump()}});
+  doc["updatedAt"] = now;
+  TRAINER_RETURN_IF_ERROR(store_->update_workload(doc));
+  return json{{"workload", {{"id", doc["id"]}, {"name", doc["name"]}}}, {"ref", which}, {"target", value}};
+}
+
+Result<json> ServiceImpl::resolve_workload(const std::string& ref, const std::string& field) {
+  auto by_name = store_->workload_by_name(ref);
+  if (!by_name.is_ok()) return by_name.status();
+  if (by_name->has_value()) return **by_name;
+  auto by_id = store_->get_workload(ref);
+  if (!by_id.is_ok()) return by_id.status();
+  if (by_id->has_value()) return **by_id;
+  if (is_hex(ref) && ref.size() >= 4) {
+    auto all = store_->list_workloads();
+    if (!all.is_ok()) return all.status();
+    std::vector<json> matches;
+    for (const auto& w : *all) {
+      if (w.value("id", std::string()).rfind(ref, 0) == 0) matches.push_back(w);
+    }
+    if (matches.size() == 1) return matches[0];
+    if (matches.size() > 1) {
+      std::string c;
+      for (const auto& m : matches) c += (c.empty() ? "" : ", ") + m.value("id", std::string());
+      return invalid_field(field, "'" + ref + "' is an ambiguous id prefix (candidates: " + c + ")");
+    }
+  }
+  return field_status(StatusCode::kNotFound, field, "no workload named or with id '" + ref + "'");
+}
+
+}  // namespace trainer::service

@@ -1,0 +1,68 @@
+// Admission as a pure function, driven by the cases in admission_cases.json (kept as data, the
+// way duckdb keeps its test cases): each case names its pools, quotas and queue, and what must be
+// granted and what must stay queued.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "service/admission.h"
+
+namespace trainer::service {
+namespace {
+
+using json = nlohmann::json;
+
+json load_cases() {
+  std::ifstream in(TRAINER_ADMISSION_CASES);
+  std::stringstream text;
+  text << in.rdbuf();
+  return json::parse(text.str());
+}
+
+AdmissionInput input_of(const json& c) {
+  AdmissionInput in;
+  for (const auto& [name, p] : c.at("pools").items()) {
+    in.pools[name] = AdmissionPool{p.at("declared").get<int>(), p.at("maxClaim").get<int>()};
+  }
+  if (c.contains("quotas")) {
+    for (const auto& [w, q] : c["quotas"].items()) in.quotas[w] = q.get<int>();
+  }
+  in.default_quota = c.at("defaultQuota").get<int>();
+  for (const auto& row : c.at("claims")) {
+    in.claims.push_back(AdmissionClaim{row.at(0).get<std::string>(), row.at(1).get<std::string>(),
+                                       row.at(2).get<std::string>(), row.at(3).get<int>(), row.at(4).get<bool>()});
+  }
+  return in;
+}
+
+TEST(Admission, EveryCaseOfTheTable) {
+  const json cases = load_cases().at("cases");
+  ASSERT_GE(cases.size(), 10u);
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.at("name").get<std::string>());
+    AdmissionResult r = admit(input_of(c));
+    EXPECT_EQ(r.granted, c.at("granted").get<std::vector<std::string>>());
+    EXPECT_EQ(r.queued, c.at("queued").get<std::vector<std::string>>());
+  }
+}
+
+TEST(Admission, GrantingIsStable) {
+  // Applying the grants and admitting again grants nothing more and keeps the same queue.
+  for (const auto& c : load_cases().at("cases")) {
+    SCOPED_TRACE(c.at("name").get<std::string>());
+    AdmissionInput in = input_of(c);
+    AdmissionResult first = admit(in);
+    for (auto& claim : in.claims) {
+      for (const auto& g : first.granted) claim.granted = claim.granted || claim.owner == g;
+    }
+    AdmissionResult second = admit(in);
+    EXPECT_TRUE(second.granted.empty());
+    EXPECT_EQ(second.queued, first.queued);
+  }
+}
+
+}  // namespace
+}  // namespace trainer::service

@@ -1,0 +1,113 @@
+// The typed run record: what the service stores for a run, read back and validated.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "service/run_record.h"
+
+namespace trainer::service {
+namespace {
+
+using json = nlohmann::json;
+
+RunRecord sample() {
+  RunRecord r;
+  r.id = "0123456789abcdef";
+  r.workload_id = "w1";
+  r.workload_name = "sentiment";
+  r.base_model = "tiny";
+  r.phase = Phase::kTraining;
+  r.attempt = 2;
+  r.view = {{"progress", {{"step", 3}}}, {"latest", json::object()}, {"plan", {{"kind", "run"}}},
+            {"phaseHistory", json::array()}};
+  r.request = "{}";
+  r.pool = "cpu";
+  r.devices = 1;
+  r.created_at = 100.5;
+  r.entered_at = 101.0;
+  r.dataset_path = "/d/x.jsonl";
+  r.rows = 12;
+  JobRecord job;
+  job.handle.value = R"({"pid":42,"startTime":7})";
+  job.started_at = 102;
+  job.events_path = "/r/events.jsonl";
+  job.log_path = "/r/job.log";
+  job.output_dir = "/r/output";
+  job.offset = 99;
+  r.job = job;
+  r.cancel_requested = true;
+  r.stop_sent_at = 103.0;
+  r.terminal = Phase::kCancelled;
+  return r;
+}
+
+TEST(RunRecord, RoundTripsThroughItsStoredDocument) {
+  RunRecord r = sample();
+  auto back = parse_run_record(r.to_json().dump(), r.id);
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->to_json(), r.to_json());
+  EXPECT_EQ(back->phase, Phase::kTraining);
+  EXPECT_EQ(back->job->handle.value, R"({"pid":42,"startTime":7})");
+  EXPECT_EQ(back->job->offset, 99);
+  EXPECT_EQ(*back->terminal, Phase::kCancelled);
+}
+
+TEST(RunRecord, ThePublicDocumentHidesTheBookkeeping) {
+  json shown = sample().public_json();
+  EXPECT_FALSE(shown.contains("_"));
+  EXPECT_EQ(shown["phase"], "TRAINING");
+  EXPECT_EQ(shown["workload"], json({{"id", "w1"}, {"name", "sentiment"}}));
+  EXPECT_EQ(shown["progress"]["step"], 3);
+}
+
+TEST(RunRecord, ReadsADocumentWrittenBeforeHandlesWereOpaque) {
+  json doc = sample().to_json();
+  doc["_"]["job"].erase("handle");
+  doc["_"]["job"]["pid"] = 42;
+  doc["_"]["job"]["startTime"] = 7;
+  auto back = RunRecord::from_json(doc);
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(json::parse(back->job->handle.value), json({{"pid", 42}, {"startTime", 7}}));
+}
+
+TEST(RunRecord, ADamagedDocumentIsAnErrorNamingTheField) {
+  struct Case {
+    const char* path;
+    json value;
+    const char* field;
+  } cases[] = {
+      {"/phase", "RUNNING", "phase"},
+      {"/phase", 3, "phase"},
+      {"/workload", "w1", "workload"},
+      {"/_/devices", "one", "_.devices"},
+      {"/_/job/offset", -1, "_.job.offset"},
+      {"/_/job/eventsPath", nullptr, "_.job.eventsPath"},
+      {"/_/jobOutcome", "exploded", "_.jobOutcome"},
+      {"/progress", json::array(), "progress"},
+      {"/_", json::array(), "_"},
+  };
+  for (const auto& c : cases) {
+    json doc = sample().to_json();
+    doc[json::json_pointer(c.path)] = c.value;
+    auto r = RunRecord::from_json(doc);
+    ASSERT_FALSE(r.is_ok()) << c.path;
+    EXPECT_EQ(r.status().field(), c.field) << r.status().to_string();
+  }
+}
+
+TEST(RunRecord, ATextThatIsNotARunNamesTheRun) {
+  auto garbage = parse_run_record("garbage", "0123456789abcdef");
+  ASSERT_FALSE(garbage.is_ok());
+  EXPECT_NE(garbage.status().message().find("the stored document of run 0123456789abcdef"), std::string::npos);
+  std::string deep(10000, '[');
+  deep += std::string(10000, ']');
+  auto nested = parse_run_record(deep, "0123456789abcdef");
+  ASSERT_FALSE(nested.is_ok());
+  EXPECT_NE(nested.status().message().find("nested more than"), std::string::npos) << nested.status().message();
+  auto other = parse_run_record(sample().to_json().dump(), "fedcba9876543210");
+  ASSERT_FALSE(other.is_ok());
+  EXPECT_NE(other.status().message().find("is not the run's id"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace trainer::service
