@@ -75,6 +75,7 @@ TEST(ServiceClock, CancelGraceRunsOnTheInjectedClockThenTheJobIsKilled) {
   auto clock = std::make_shared<ManualClock>(1'800'000'000.0);
   ServiceOptions o;
   o.data_dir = (dir / "data").string();
+  o.config = default_config();  // one CPU pool of one device
   o.config.base_models = {{"tiny", (dir / "model").string()}};
   o.config.limits.cancel_grace_seconds = 10;
   o.instance = "test";
