@@ -100,12 +100,12 @@ protocol::StepMemory StepMeter::end_step(int64_t gradient_bytes) {
     const int64_t reserved_peak = stats.reserved_bytes[0].peak;
     process_reserved_peak_ = std::max(process_reserved_peak_, reserved_peak);
     out.reserved_peak_bytes = process_reserved_peak_;
-    const auto [free, total] = at::accelerator::getMemoryInfo(device_.index());
-    const int64_t in_use = static_cast<int64_t>(total) - static_cast<int64_t>(free);
+    const auto [free_bytes, total_bytes] = at::accelerator::getMemoryInfo(device_.index());
+    const int64_t in_use = static_cast<int64_t>(total_bytes) - static_cast<int64_t>(free_bytes);
     const int64_t outside = std::max<int64_t>(0, in_use - stats.reserved_bytes[0].current);
     u.allocator_cache = std::max<int64_t>(0, reserved_peak - step_peak);
     u.outside_allocator = outside;
-    u.free = std::max<int64_t>(0, static_cast<int64_t>(total) - reserved_peak - outside);
+    u.free = std::max<int64_t>(0, static_cast<int64_t>(total_bytes) - reserved_peak - outside);
   } else {
     step_peak = cpu_peak_bytes() + parts_.uncounted;
   }

@@ -126,10 +126,18 @@ Status common_point(const json& p, const std::string& path, PointData* out) {
 }
 
 Status histogram_summary(const json& p, const std::string& path, PointData* out) {
-  if (auto c = p.find("count"); c != p.end()) TRAINER_ASSIGN_OR_RETURN(out->count, unsigned_value(*c, at(path, "count")));
-  if (auto s = p.find("sum"); s != p.end()) TRAINER_ASSIGN_OR_RETURN(out->sum, double_value(*s, at(path, "sum")));
-  if (auto m = p.find("min"); m != p.end()) TRAINER_ASSIGN_OR_RETURN(out->min, double_value(*m, at(path, "min")));
-  if (auto m = p.find("max"); m != p.end()) TRAINER_ASSIGN_OR_RETURN(out->max, double_value(*m, at(path, "max")));
+  if (auto c = p.find("count"); c != p.end()) {
+    TRAINER_ASSIGN_OR_RETURN(out->count, unsigned_value(*c, at(path, "count")));
+  }
+  if (auto s = p.find("sum"); s != p.end()) {
+    TRAINER_ASSIGN_OR_RETURN(out->sum, double_value(*s, at(path, "sum")));
+  }
+  if (auto m = p.find("min"); m != p.end()) {
+    TRAINER_ASSIGN_OR_RETURN(out->min, double_value(*m, at(path, "min")));
+  }
+  if (auto m = p.find("max"); m != p.end()) {
+    TRAINER_ASSIGN_OR_RETURN(out->max, double_value(*m, at(path, "max")));
+  }
   return Status::ok();
 }
 
