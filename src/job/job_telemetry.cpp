@@ -107,7 +107,7 @@ void JobTelemetry::record_devices(const protocol::Devices& devices) {
   int64_t accelerators = 0;
   for (const auto& d : devices_.devices) {
     if (d.kind != "cpu") ++accelerators;
-    tel::JobWorkerInfoAttributes a{.job_rank = d.index, .job_role = tel::JobRole::kTrainer};
+    tel::metrics::JobWorkerInfoAttributes a{.job_rank = d.index, .job_role = tel::JobRole::kTrainer};
     if (!d.uuid.empty()) a.hw_id = d.uuid;
     m.job_worker_info.set(1, a);
   }
@@ -118,7 +118,7 @@ void JobTelemetry::record_devices(const protocol::Devices& devices) {
 void JobTelemetry::end_workers() {
   tel::JobMetrics& m = *metrics_;
   for (const auto& d : devices_.devices) {
-    tel::JobWorkerInfoAttributes a{.job_rank = d.index, .job_role = tel::JobRole::kTrainer};
+    tel::metrics::JobWorkerInfoAttributes a{.job_rank = d.index, .job_role = tel::JobRole::kTrainer};
     if (!d.uuid.empty()) a.hw_id = d.uuid;
     m.job_worker_info.clear(a);
   }

@@ -38,18 +38,18 @@ inline constexpr size_t kMaxEventLineBytes = 1 << 20;
 // "hello": the first line of a stream: the protocol and who writes it.
 struct Hello {
   int protocol_version = kProtocolVersion;
-  std::string job_version;  // "trainer-job 0.1.0"
-  std::string run_id;       // TRAINER_RUN_ID; empty for a local run
+  std::string job_version = {};  // "trainer-job 0.1.0"
+  std::string run_id = {};       // TRAINER_RUN_ID; empty for a local run
   int64_t attempt = 0;      // TRAINER_ATTEMPT; 0 for a local run
 };
 
 // "phase": the job entered a phase. PREPARING (loading model and data), TRAINING (the loop;
 // the optional fields are set), EXPORTING (writing the final adapter after the last step).
 struct Phase {
-  std::string phase;
-  std::optional<int64_t> total_steps;     // TRAINING: optimizer steps the run will take
-  std::optional<std::string> device;      // TRAINING: the device it trains on, "cpu", "cuda:0"
-  std::optional<double> startup_seconds;  // TRAINING: from job start to the first step
+  std::string phase = {};
+  std::optional<int64_t> total_steps = {};     // TRAINING: optimizer steps the run will take
+  std::optional<std::string> device = {};      // TRAINING: the device it trains on, "cpu", "cuda:0"
+  std::optional<double> startup_seconds = {};  // TRAINING: from job start to the first step
 };
 
 // "preparing": rows of the dataset tokenized so far (about every 5%, and at the end).
@@ -76,42 +76,42 @@ struct DataSplit {
 // One device the job holds.
 struct Device {
   int64_t index = 0;     // position among the job's devices (the worker rank)
-  std::string kind;      // "cpu" | "cuda"
-  std::string name;      // product name ("NVIDIA H100 80GB HBM3"); empty when unknown
-  std::string uuid;      // the GPU's UUID as NVML reports it; empty when unknown
+  std::string kind = {};      // "cpu" | "cuda"
+  std::string name = {};      // product name ("NVIDIA H100 80GB HBM3"); empty when unknown
+  std::string uuid = {};      // the GPU's UUID as NVML reports it; empty when unknown
 };
 
 // "devices": the devices the job trains on, once chosen (PREPARING).
 struct Devices {
-  std::vector<Device> devices;
+  std::vector<Device> devices = {};
 };
 
 // "resolved": the configuration the job trains with, every default filled in.
 struct Resolved {
-  nlohmann::json config;    // plan::config_to_json of the resolved RunConfig
-  std::string settings_sha; // plan::settings_sha over the config and the dataset's content
+  nlohmann::json config = {};    // plan::config_to_json of the resolved RunConfig
+  std::string settings_sha = {}; // plan::settings_sha over the config and the dataset's content
 };
 
 // What held the device's memory at the peak of a step (telemetry memory.component). Each part
 // is absent when not measured (see docs/telemetry-usage.md for what each device kind reports).
 struct MemoryUsage {
-  std::optional<int64_t> weights;            // frozen base weights and buffers
-  std::optional<int64_t> adapter;            // trainable LoRA weights
-  std::optional<int64_t> gradients;          // gradients of the trainable weights
-  std::optional<int64_t> optimizer_state;    // AdamW's two moments
-  std::optional<int64_t> activations;        // the step's peak above what it began with
-  std::optional<int64_t> other_tensors;      // tensors at step start that are none of the above
-  std::optional<int64_t> allocator_cache;    // reserved and not allocated (CUDA)
-  std::optional<int64_t> outside_allocator;  // device memory in use outside the allocator (CUDA)
-  std::optional<int64_t> free;               // device memory free at the end of the step (CUDA)
+  std::optional<int64_t> weights = {};            // frozen base weights and buffers
+  std::optional<int64_t> adapter = {};            // trainable LoRA weights
+  std::optional<int64_t> gradients = {};          // gradients of the trainable weights
+  std::optional<int64_t> optimizer_state = {};    // AdamW's two moments
+  std::optional<int64_t> activations = {};        // the step's peak above what it began with
+  std::optional<int64_t> other_tensors = {};      // tensors at step start that are none of the above
+  std::optional<int64_t> allocator_cache = {};    // reserved and not allocated (CUDA)
+  std::optional<int64_t> outside_allocator = {};  // device memory in use outside the allocator (CUDA)
+  std::optional<int64_t> free = {};               // device memory free at the end of the step (CUDA)
   bool operator==(const MemoryUsage&) const = default;
 };
 
 // Memory figures of a step.
 struct StepMemory {
-  std::optional<int64_t> allocated_peak_bytes;  // most bytes held in tensors at once since start
-  std::optional<int64_t> reserved_peak_bytes;   // most bytes the caching allocator held (CUDA)
-  MemoryUsage usage;                            // breakdown at this step's peak
+  std::optional<int64_t> allocated_peak_bytes = {};  // most bytes held in tensors at once since start
+  std::optional<int64_t> reserved_peak_bytes = {};   // most bytes the caching allocator held (CUDA)
+  MemoryUsage usage = {};                            // breakdown at this step's peak
   bool operator==(const StepMemory&) const = default;
 };
 
@@ -131,9 +131,9 @@ struct Step {
   double input_seconds = 0;      // collating and moving the batches (before the step)
   double forward_backward_seconds = 0;
   double optimizer_seconds = 0;
-  std::optional<double> padding_share;  // absent when packed
-  std::optional<double> mfu;            // absent without a known device peak
-  std::optional<StepMemory> memory;
+  std::optional<double> padding_share = {};  // absent when packed
+  std::optional<double> mfu = {};            // absent without a known device peak
+  std::optional<StepMemory> memory = {};
 };
 
 // "validation": one pass over the validation rows.
@@ -147,27 +147,27 @@ struct Validation {
 // "checkpoint": an intermediate adapter written (execution.saveEvery).
 struct Checkpoint {
   int64_t step = 0;
-  std::string adapter_dir;
+  std::string adapter_dir = {};
   double checkpoint_seconds = 0;
 };
 
 // "completed": the final adapter is written; the last event of a successful run.
 struct Completed {
-  std::string adapter_dir;
+  std::string adapter_dir = {};
   double final_loss = 0;
   int64_t steps = 0;
-  std::optional<double> final_validation_loss;
+  std::optional<double> final_validation_loss = {};
   double export_seconds = 0;  // writing the final adapter (phase EXPORTING)
 };
 
 // "failed": the job stops with an error; the last event.
 struct Failed {
-  std::string reason;
+  std::string reason = {};
 };
 
 // "cancelled": stopped by SIGTERM/SIGINT at a step boundary; the last event.
 struct Cancelled {
-  std::optional<int64_t> steps;  // steps done before stopping
+  std::optional<int64_t> steps = {};  // steps done before stopping
 };
 
 using Event = std::variant<Hello, Phase, Preparing, DataFit, DataSplit, Devices, Resolved, Step, Validation,

@@ -205,7 +205,8 @@ class Receiver {
     });
     port_ = server_.bind_to_any_port("127.0.0.1");
     thread_ = std::thread([this] { server_.listen_after_bind(); });
-    server_.wait_until_ready();
+    // A push made before the server listens is retried by the next one; the socket is bound,
+    // so the connection waits in the backlog meanwhile.
   }
   ~Receiver() {
     server_.stop();
