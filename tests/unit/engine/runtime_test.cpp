@@ -18,7 +18,9 @@ TEST(EngineRuntime, ReportsTheLinkedLibtorch) {
 
 TEST(EngineRuntime, AskingForNoGpuTrainsOnTheCpu) {
   EXPECT_TRUE(pick_device(0).is_cpu());
-  if (!runtime_info().cuda_available) EXPECT_TRUE(pick_device(1).is_cpu());
+  if (!runtime_info().cuda_available) {
+    EXPECT_TRUE(pick_device(1).is_cpu());
+  }
 }
 
 TEST(EngineGuard, AnEngineErrorKeepsItsCodeAndMessage) {
