@@ -588,7 +588,8 @@ def generate_doc(reg: dict) -> str:
             w("| Value | Meaning |")
             w("|---|---|")
             for v in a["values"]:
-                w(f"| `{v['value']}` | {cell(v['meaning'])} |")
+                design = " Not in the specification's copy: added by design." if v.get("origin") == "design" else ""
+                w(f"| `{v['value']}` | {cell(v['meaning'])}{design} |")
         else:
             w(type_line(a))
         carried = [f"`{m['name']}`" for m in reg["metrics"]

@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import pathlib
+import resource
 import subprocess
 import sys
 import tempfile
@@ -141,7 +142,9 @@ def main():
     ours_tps = sum(e["batchTokens"] for e in timed) / sum(e["stepSeconds"] for e in timed)
     t_steps = [t for t, e in lines if e["type"] == "step"]
     ours_wall_tps = sum(e["batchTokens"] for e in timed) / (t_steps[-1] - t_steps[args.skip - 1])
-    ours_peak = steps[-1]["memory"]["rssPeakBytes"]
+    # The process's RSS high-water mark, as TRL's is measured (the job's own memory figures count
+    # tensors, not the process): the first child waited for is ours.
+    ours_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
 
     # --- TRL
     t0 = time.time()

@@ -71,7 +71,7 @@ def main() -> int:
         config = json.loads((tokenizer_dir(args.tokenizer) / "tokenizer_config.json").read_text())
         (folder / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": template}))
 
-        probe = Probe(build / "tests" / "unit" / "engine_text" / "text_probe")
+        probe = Probe(build / "tests" / "unit" / "engine" / "text" / "text_probe")
         probe.ok(op="info", dir=str(folder))  # load the tokenizer outside the timing
         for label, d in (("own template", str(tokenizer_dir(args.tokenizer))), ("generation markers", str(folder))):
             probe.ok(op="info", dir=d)

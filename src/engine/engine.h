@@ -10,10 +10,9 @@
 #include <functional>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
 #include "common/status.h"
 #include "plan/plan.h"
+#include "protocol/job_protocol.h"
 
 namespace trainer::engine {
 
@@ -27,11 +26,12 @@ struct RuntimeInfo {
 
 RuntimeInfo runtime_info();
 
-// Receives the job-protocol events of a run (docs/api.md), one JSON object each, in order:
-// phase, preparing, data_fit, resolved, phase TRAINING, step..., validation..., and finally
-// completed (or the caller reports failed/cancelled from the result). Step events carry every
-// SFT metric of the spec (see sft/sft.h for the fields). Called on the training thread.
-using EventSink = std::function<void(const nlohmann::json& event)>;
+// Receives the job-protocol events of a run (protocol/job_protocol.h, docs/job-protocol.md), in
+// order: phase PREPARING, devices, preparing..., data_fit, data_split, resolved, phase TRAINING,
+// step..., validation..., checkpoint..., phase EXPORTING, completed. A failed or cancelled run
+// ends without completed; the caller reports failed/cancelled from the result. Called on the
+// training thread.
+using EventSink = std::function<void(const protocol::Event& event)>;
 
 struct TrainRequest {
   plan::Plan plan;              // parsed and resolved (plan::parse_plan)

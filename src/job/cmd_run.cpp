@@ -1,18 +1,23 @@
-// trainer-job run: trains a resolved plan locally (the job protocol of docs/api.md).
+// trainer-job run: trains a resolved plan locally (the job protocol, docs/job-protocol.md).
 //
-// Events go to --events FILE (stdout when absent) as JSON lines; human progress to stderr.
-// The SFT metrics are recorded through the telemetry SDK as well (job_telemetry.h).
-// SIGTERM (or SIGINT) stops the engine at the next step boundary: {"type":"cancelled"}, exit 143.
+// Events go to --events FILE (stdout when absent) as JSON lines, `hello` first; human progress
+// to stderr. The SFT metrics are recorded through the telemetry SDK as well (job_telemetry.h).
+// SIGTERM (or SIGINT) stops the engine at the next step boundary: {"type":"cancelled"}, exit
+// 143; the metrics are pushed at once when the signal arrives, and again at exit.
+#include <pthread.h>
+
 #include <atomic>
-#include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
+#include <thread>
 
-#include <nlohmann/json.hpp>
-
+#include "common/sha256.h"
+#include "common/version.h"
 #include "engine/engine.h"
 #include "job/args.h"
 #include "job/commands.h"
@@ -29,8 +34,65 @@ constexpr const char* kUsage =
     "and config.dataset a JSONL file. Job-protocol events (JSON lines) go to --events or stdout;\n"
     "progress goes to stderr. SIGTERM stops at the next step boundary (exit 143).\n";
 
-std::atomic<bool> g_stop{false};
-extern "C" void on_stop_signal(int) { g_stop.store(true); }
+constexpr int kExitCancelled = 143;
+// Sent by StopSignals to its own thread to end it.
+constexpr int kQuitSignal = SIGUSR2;
+
+sigset_t stop_signal_set() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, kQuitSignal);
+  return set;
+}
+
+// Blocks SIGTERM and SIGINT in the calling thread, and so in every thread it starts later
+// (the exporter's, libtorch's): call it before starting any, so that only StopSignals takes them.
+void block_stop_signals() {
+  const sigset_t set = stop_signal_set();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+// SIGTERM and SIGINT, taken on a thread of their own (sigwait) rather than in a handler, so
+// that their consequences may do more than set a flag (push the metrics). The signals must be
+// blocked already (block_stop_signals).
+class StopSignals {
+ public:
+  explicit StopSignals(std::function<void()> on_signal) : on_signal_(std::move(on_signal)), set_(stop_signal_set()) {
+    thread_ = std::thread([this] {
+      while (true) {
+        int signal = 0;
+        if (sigwait(&set_, &signal) != 0 || signal == kQuitSignal) return;
+        on_signal_();
+      }
+    });
+  }
+  ~StopSignals() {
+    pthread_kill(thread_.native_handle(), kQuitSignal);
+    thread_.join();
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  std::function<void()> on_signal_;
+  sigset_t set_;
+  std::thread thread_;
+};
+
+// The run's settings hash as the engine reports it in `resolved` (empty when the dataset
+// cannot be read: the engine then fails and says why).
+std::string settings_sha_of(const plan::Plan& plan) {
+  std::ifstream in(plan.config.dataset, std::ios::binary);
+  if (!in) return "";
+  Sha256 h;
+  std::string buffer(1 << 16, '\0');
+  while (in.read(buffer.data(), static_cast<std::streamsize>(buffer.size())) || in.gcount() > 0) {
+    h.update(std::string_view(buffer.data(), static_cast<size_t>(in.gcount())));
+  }
+  return plan::settings_sha(plan.config, h.hex_digest());
+}
 
 }  // namespace
 
@@ -44,16 +106,25 @@ int cmd_run(int argc, char** argv) {
     std::fprintf(stderr, "trainer-job run: %s\n%s", args.error.empty() ? "--plan and --output are required" : args.error.c_str(), kUsage);
     return 2;
   }
+  block_stop_signals();
   EventWriter writer;
   if (Status st = writer.open(args.get("events")); !st.is_ok()) {
     std::fprintf(stderr, "trainer-job run: %s\n", st.message().c_str());
     return 1;
   }
+  auto identity = RunIdentity::from_environment(std::getenv);
+  protocol::Hello hello{.job_version = std::string("trainer-job ") + version_string()};
+  if (identity.is_ok() && identity->run_id != "local") {
+    hello.run_id = identity->run_id;
+    hello.attempt = identity->attempt;
+  }
+  writer.write(hello);
   auto fail = [&](const std::string& reason) {
-    writer.write({{"type", "failed"}, {"reason", reason}});
+    writer.write(protocol::Failed{reason});
     std::fprintf(stderr, "trainer-job run: failed: %s\n", reason.c_str());
     return 1;
   };
+  if (!identity.is_ok()) return fail(identity.status().describe());
   const std::string plan_path = args.get("plan");
   std::ifstream in(plan_path);
   if (!in) return fail(plan_path + ": cannot read the plan file");
@@ -62,29 +133,38 @@ int cmd_run(int argc, char** argv) {
   auto plan = plan::parse_plan(text.str(), plan_path);
   if (!plan.is_ok()) return fail(plan.status().message());
 
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGINT, &sa, nullptr);
+  std::atomic<bool> stop{false};
+  auto export_options = export_options_from_environment(std::getenv);
+  if (!export_options.is_ok()) {
+    std::fprintf(stderr, "trainer-job: telemetry export off: %s\n", export_options.status().describe().c_str());
+  }
+  JobTelemetry telemetry(*plan, *identity, settings_sha_of(*plan),
+                         export_options.is_ok() ? *export_options : std::nullopt);
+  StopSignals signals([&] {
+    stop.store(true);
+    telemetry.request_export();
+  });
 
   engine::TrainRequest req;
   req.plan = std::move(plan).value();
   req.output_dir = args.get("output");
-  req.stop = &g_stop;
+  req.stop = &stop;
   ProgressPrinter progress;
-  JobTelemetry telemetry(req.plan, RunIdentity::from_environment());
-  auto result = engine::train_sft(req, [&](const nlohmann::json& ev) {
+  auto report = [&](const protocol::Event& ev) {
     writer.write(ev);
     progress.on_event(ev);
     telemetry.on_event(ev);
-  });
-  if (!result.is_ok()) return fail(result.status().message());
+  };
+  auto result = engine::train_sft(req, report);
+  if (!result.is_ok()) {
+    telemetry.on_event(protocol::Failed{result.status().message()});
+    return fail(result.status().message());
+  }
   if (result->cancelled) {
-    writer.write({{"type", "cancelled"}});
+    report(protocol::Cancelled{.steps = result->steps});
     std::fprintf(stderr, "trainer-job run: cancelled after step %lld of %lld\n", static_cast<long long>(result->steps),
                  static_cast<long long>(result->total_steps));
-    return 143;
+    return kExitCancelled;
   }
   return 0;
 }

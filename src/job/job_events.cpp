@@ -22,10 +22,10 @@ Status EventWriter::open(const std::string& path) {
   return Status::ok();
 }
 
-void EventWriter::write(const nlohmann::json& event) {
+void EventWriter::write(const protocol::Event& event) {
+  const std::string line = protocol::to_line(event) + "\n";
   std::lock_guard<std::mutex> lock(mu_);
   if (out_ == nullptr) return;
-  const std::string line = event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   std::fwrite(line.data(), 1, line.size(), out_);
   std::fflush(out_);
 }
@@ -44,30 +44,31 @@ std::string format_duration(double seconds) {
   return buf;
 }
 
-void ProgressPrinter::on_event(const nlohmann::json& ev) {
-  const std::string type = ev.value("type", "");
-  if (type == "phase") {
-    const std::string phase = ev.value("phase", "");
-    std::fprintf(stderr, "[%s]%s\n", phase.c_str(),
-                 ev.contains("device") ? (" on " + ev["device"].get<std::string>()).c_str() : "");
-    if (phase == "TRAINING") {
+void ProgressPrinter::on_event(const protocol::Event& event) {
+  if (const auto* e = std::get_if<protocol::Phase>(&event)) {
+    std::fprintf(out_, "[%s]%s\n", e->phase.c_str(), e->device ? (" on " + *e->device).c_str() : "");
+    if (e->phase == "TRAINING") {
       training_ = true;
       training_start_ = std::chrono::steady_clock::now();
     }
-  } else if (type == "data_fit") {
-    std::fprintf(stderr, "data: %lld rows, %lld cut to maxSeqLength, %lld exactly at it, %lld dropped (nothing to train)\n",
-                 ev.value("rows", 0LL), ev.value("truncated", 0LL), ev.value("exact", 0LL), ev.value("dropped", 0LL));
-  } else if (type == "step" && training_) {
+  } else if (const auto* e = std::get_if<protocol::DataFit>(&event)) {
+    std::fprintf(out_, "data: %lld rows, %lld cut to maxSeqLength, %lld exactly at it, %lld dropped (nothing to train)\n",
+                 static_cast<long long>(e->rows), static_cast<long long>(e->truncated),
+                 static_cast<long long>(e->exact), static_cast<long long>(e->dropped));
+  } else if (const auto* e = std::get_if<protocol::DataSplit>(&event)) {
+    std::fprintf(out_, "data: training on %lld rows, validating on %lld%s\n", static_cast<long long>(e->train_rows),
+                 static_cast<long long>(e->validation_rows), e->held_out ? " held out" : "");
+  } else if (const auto* e = std::get_if<protocol::Step>(&event); e != nullptr && training_) {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - training_start_).count();
-    const long long step = ev.value("step", 0LL), total = ev.value("totalSteps", 0LL);
-    const double eta = step > 0 ? elapsed / static_cast<double>(step) * static_cast<double>(total - step) : 0.0;
-    std::fprintf(stderr, "step %lld/%lld  loss %.4f  lr %.2e  grad %.3f  %.0f tok/s  ETA %s\n", step, total,
-                 ev.value("loss", 0.0), ev.value("learningRate", 0.0), ev.value("gradNorm", 0.0),
-                 ev.value("tokensPerSecond", 0.0), format_duration(eta).c_str());
-  } else if (type == "validation") {
-    std::fprintf(stderr, "validation at step %lld: loss %.4f\n", ev.value("step", 0LL), ev.value("validationLoss", 0.0));
-  } else if (type == "completed") {
-    std::fprintf(stderr, "done: adapter in %s (final loss %.4f)\n", ev.value("adapterDir", "").c_str(), ev.value("finalLoss", 0.0));
+    const double eta =
+        e->step > 0 ? elapsed / static_cast<double>(e->step) * static_cast<double>(e->total_steps - e->step) : 0.0;
+    std::fprintf(out_, "step %lld/%lld  loss %.4f  lr %.2e  grad %.3f  %.0f tok/s  ETA %s\n",
+                 static_cast<long long>(e->step), static_cast<long long>(e->total_steps), e->loss, e->learning_rate,
+                 e->grad_norm, e->tokens_per_second, format_duration(eta).c_str());
+  } else if (const auto* e = std::get_if<protocol::Validation>(&event)) {
+    std::fprintf(out_, "validation at step %lld: loss %.4f\n", static_cast<long long>(e->step), e->validation_loss);
+  } else if (const auto* e = std::get_if<protocol::Completed>(&event)) {
+    std::fprintf(out_, "done: adapter in %s (final loss %.4f)\n", e->adapter_dir.c_str(), e->final_loss);
   }
 }
 

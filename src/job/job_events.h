@@ -1,4 +1,5 @@
-// Writing job-protocol events (JSON lines) and printing human progress from them.
+// Writing job-protocol events (JSON lines, protocol/job_protocol.h) and printing human progress
+// from them.
 #pragma once
 
 #include <chrono>
@@ -6,13 +7,12 @@
 #include <mutex>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
 #include "common/status.h"
+#include "protocol/job_protocol.h"
 
 namespace trainer::job {
 
-// One JSON object per line to a file or stdout, flushed after each line. Thread-safe.
+// One event per line to a file or stdout, flushed after each line. Thread-safe.
 class EventWriter {
  public:
   EventWriter() = default;
@@ -22,7 +22,7 @@ class EventWriter {
 
   // `path` empty: stdout.
   Status open(const std::string& path);
-  void write(const nlohmann::json& event);
+  void write(const protocol::Event& event);
 
  private:
   std::mutex mu_;
@@ -34,9 +34,11 @@ class EventWriter {
 // lr 1.0e-04 3,456 tok/s ETA 1m02s"; validation losses; the adapter's folder at the end.
 class ProgressPrinter {
  public:
-  void on_event(const nlohmann::json& event);
+  explicit ProgressPrinter(FILE* out = stderr) : out_(out) {}
+  void on_event(const protocol::Event& event);
 
  private:
+  FILE* out_;
   std::chrono::steady_clock::time_point training_start_;
   bool training_ = false;
 };

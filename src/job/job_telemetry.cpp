@@ -1,111 +1,191 @@
 #include "job/job_telemetry.h"
 
-#include <cstdio>
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 
 namespace trainer::job {
 namespace tel = trainer::telemetry;
 
-RunIdentity RunIdentity::from_environment() {
+namespace {
+
+constexpr int64_t kDefaultIntervalMs = 5000;
+constexpr int64_t kMaxPushTimeoutMs = 5000;
+
+std::string env(const Getenv& getenv, const char* name) {
+  const char* v = getenv(name);
+  return v == nullptr ? "" : v;
+}
+
+Result<int64_t> positive_integer(const std::string& text, const char* name) {
+  char* end = nullptr;
+  const long long value = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || value <= 0) {
+    return invalid_field(name, "'" + text + "' is not a positive integer");
+  }
+  return static_cast<int64_t>(value);
+}
+
+std::string upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+}  // namespace
+
+Result<RunIdentity> RunIdentity::from_environment(const Getenv& getenv) {
   RunIdentity id;
-  if (const char* v = std::getenv("TRAINER_RUN_ID"); v != nullptr && *v) id.run_id = v;
-  if (const char* v = std::getenv("TRAINER_RUN_ATTEMPT"); v != nullptr && *v) id.attempt = std::atoll(v);
-  if (const char* v = std::getenv("TRAINER_PROFILE"); v != nullptr && *v) id.profile = v;
+  if (auto v = env(getenv, "TRAINER_RUN_ID"); !v.empty()) id.run_id = v;
+  if (auto v = env(getenv, "TRAINER_ATTEMPT"); !v.empty()) {
+    TRAINER_ASSIGN_OR_RETURN(id.attempt, positive_integer(v, "TRAINER_ATTEMPT"));
+  }
+  id.workload = env(getenv, "TRAINER_WORKLOAD");
+  id.method = env(getenv, "TRAINER_METHOD");
+  id.base_model = env(getenv, "TRAINER_BASE_MODEL");
+  id.base_model_sha = env(getenv, "TRAINER_BASE_MODEL_SHA");
+  if (auto v = env(getenv, "TRAINER_PROFILE"); !v.empty()) id.profile = v;
   return id;
 }
 
-JobTelemetry::JobTelemetry(const plan::Plan& plan, RunIdentity identity) : plan_(plan), identity_(std::move(identity)) {}
+Result<std::optional<tel::OtlpOptions>> export_options_from_environment(const Getenv& getenv) {
+  std::string base = env(getenv, "TRAINER_OTLP_ENDPOINT");
+  if (base.empty()) return tel::otlp_options_from_environment(getenv);
+  while (!base.empty() && base.back() == '/') base.pop_back();
+  tel::OtlpOptions options;
+  options.endpoint = base + "/v1/metrics";
+  int64_t interval = kDefaultIntervalMs;
+  if (auto v = env(getenv, "TRAINER_OTLP_INTERVAL_MS"); !v.empty()) {
+    TRAINER_ASSIGN_OR_RETURN(interval, positive_integer(v, "TRAINER_OTLP_INTERVAL_MS"));
+  }
+  options.interval = std::chrono::milliseconds(interval);
+  options.timeout = std::chrono::milliseconds(std::min(interval, kMaxPushTimeoutMs));
+  if (base.rfind("http://", 0) != 0) {
+    return invalid_field("TRAINER_OTLP_ENDPOINT", "'" + base + "' must start with http://");
+  }
+  return std::optional<tel::OtlpOptions>(std::move(options));
+}
+
+JobTelemetry::JobTelemetry(const plan::Plan& plan, const RunIdentity& identity, const std::string& settings_sha,
+                           std::optional<tel::OtlpOptions> export_options)
+    : run_id_(identity.run_id),
+      workload_(identity.workload.empty() ? plan.workload : identity.workload),
+      method_(upper(identity.method.empty() ? plan::method_name(plan.config.method) : identity.method)),
+      base_model_(identity.base_model.empty() ? plan.baseModel.value_or("") : identity.base_model),
+      base_model_sha_(identity.base_model_sha),
+      settings_sha_(settings_sha),
+      submission_id_(plan.submissionId.value_or(identity.run_id + "-" + std::to_string(identity.attempt))),
+      profile_(identity.profile) {
+  tel::TrainingJobResource resource{.run_id = run_id_,
+                                    .run_attempt = identity.attempt,
+                                    .workload = workload_,
+                                    .run_method = method_,
+                                    .run_engine = "native",
+                                    .run_base_model = base_model_,
+                                    .run_settings_sha = settings_sha_,
+                                    .run_lora_rank = plan.config.lora.rank,
+                                    .run_learning_rate = plan.config.optimizer.learningRate,
+                                    .job_submission_id = submission_id_,
+                                    .profile = profile_};
+  if (!base_model_sha_.empty()) resource.run_base_model_sha = base_model_sha_;
+  provider_ = std::make_unique<tel::MeterProvider>(resource.to_resource("trainer-job"));
+  metrics_ = std::make_unique<tel::JobMetrics>(*provider_);
+  if (export_options) pusher_ = std::make_unique<tel::OtlpPusher>(*provider_, std::move(*export_options));
+}
 
 JobTelemetry::~JobTelemetry() {
   if (pusher_) pusher_->stop();
   pusher_.reset();
 }
 
-void JobTelemetry::start(const std::string& settings_sha) {
-  settings_sha_ = settings_sha;
-  base_model_ = plan_.baseModel.value_or("");
-  submission_id_ = plan_.submissionId.value_or(identity_.run_id + "-" + std::to_string(identity_.attempt));
-  tel::TrainingJobResource resource{.run_id = identity_.run_id,
-                                    .run_attempt = identity_.attempt,
-                                    .workload = plan_.workload,
-                                    .run_method = "SFT",
-                                    .run_engine = "native",
-                                    .run_base_model = base_model_,
-                                    .run_settings_sha = settings_sha_,
-                                    .run_lora_rank = plan_.config.lora.rank,
-                                    .run_learning_rate = plan_.config.optimizer.learningRate,
-                                    .job_submission_id = submission_id_,
-                                    .profile = identity_.profile};
-  provider_ = std::make_unique<tel::MeterProvider>(resource.to_resource("trainer-job"));
-  metrics_ = std::make_unique<tel::JobMetrics>(*provider_);
-  auto options = tel::otlp_options_from_environment(std::getenv);
-  if (!options.is_ok()) {
-    std::fprintf(stderr, "trainer-job: telemetry export off: %s\n", options.status().message().c_str());
-  } else if (*options) {
-    pusher_ = std::make_unique<tel::OtlpPusher>(*provider_, **options);
-  }
+void JobTelemetry::request_export() {
+  if (pusher_) pusher_->request_push();
 }
 
-void JobTelemetry::on_event(const nlohmann::json& event) {
-  const std::string type = event.value("type", "");
-  if (type == "resolved" && !provider_) {
-    start(event.value("settingsSha", ""));
-    for (const auto& e : pending_) record(e);
-    pending_.clear();
-  }
-  if (!provider_) {
-    pending_.push_back(event);
-    return;
-  }
-  record(event);
-}
-
-void JobTelemetry::record(const nlohmann::json& e) {
-  const std::string type = e.value("type", "");
+void JobTelemetry::record_devices(const protocol::Devices& devices) {
   tel::JobMetrics& m = *metrics_;
-  auto phase = [&](tel::SftStepPhase p, const char* field) {
-    if (e.contains(field)) m.sft_step_phase_duration.set(e[field].get<double>(), {.sft_step_phase = p});
-  };
-  if (type == "data_fit") {
-    m.sft_data_rows.set(e.value("rows", int64_t{0}), {.sft_data_fit = tel::SftDataFit::kAll});
-    m.sft_data_rows.set(e.value("truncated", int64_t{0}), {.sft_data_fit = tel::SftDataFit::kTruncated});
-    m.sft_data_rows.set(e.value("exact", int64_t{0}), {.sft_data_fit = tel::SftDataFit::kAtLimit});
-    m.sft_data_rows.set(e.value("dropped", int64_t{0}), {.sft_data_fit = tel::SftDataFit::kDropped});
-  } else if (type == "phase" && e.value("phase", "") == "TRAINING") {
-    m.sft_step_count.add(0);  // published from zero, so a stalled loop is visible
-  } else if (type == "step") {
-    const int64_t step = e.value("step", int64_t{0});
-    if (step > last_step_) {
+  devices_ = devices;
+  int64_t accelerators = 0;
+  for (const auto& d : devices_.devices) {
+    if (d.kind != "cpu") ++accelerators;
+    tel::metrics::JobWorkerInfoAttributes a{.job_rank = d.index, .job_role = tel::JobRole::kTrainer};
+    if (!d.uuid.empty()) a.hw_id = d.uuid;
+    m.job_worker_info.set(1, a);
+  }
+  m.job_devices.set(accelerators);
+}
+
+// The job is ending: its workers' series end and it holds no device.
+void JobTelemetry::end_workers() {
+  tel::JobMetrics& m = *metrics_;
+  for (const auto& d : devices_.devices) {
+    tel::metrics::JobWorkerInfoAttributes a{.job_rank = d.index, .job_role = tel::JobRole::kTrainer};
+    if (!d.uuid.empty()) a.hw_id = d.uuid;
+    m.job_worker_info.clear(a);
+  }
+  if (!devices_.devices.empty()) m.job_devices.set(0);
+}
+
+void JobTelemetry::on_event(const protocol::Event& event) {
+  tel::JobMetrics& m = *metrics_;
+  auto phase = [&](tel::SftStepPhase p, double seconds) { m.sft_step_phase_duration.set(seconds, {.sft_step_phase = p}); };
+  if (const auto* e = std::get_if<protocol::Phase>(&event)) {
+    if (e->phase == "TRAINING") m.sft_step_count.add(0);  // published from zero, so a stalled loop is visible
+    request_export();
+  } else if (const auto* e = std::get_if<protocol::Devices>(&event)) {
+    record_devices(*e);
+  } else if (const auto* e = std::get_if<protocol::DataFit>(&event)) {
+    m.sft_data_rows.set(e->truncated, {.sft_data_fit = tel::SftDataFit::kTruncated});
+    m.sft_data_rows.set(e->exact, {.sft_data_fit = tel::SftDataFit::kAtLimit});
+    m.sft_data_rows.set(e->dropped, {.sft_data_fit = tel::SftDataFit::kDropped});
+  } else if (const auto* e = std::get_if<protocol::DataSplit>(&event)) {
+    m.sft_data_rows.set(e->train_rows, {.sft_data_fit = tel::SftDataFit::kAll});
+    m.sft_data_rows.set(e->held_out ? e->validation_rows : 0, {.sft_data_fit = tel::SftDataFit::kHeldOut});
+  } else if (const auto* e = std::get_if<protocol::Step>(&event)) {
+    if (e->step > last_step_) {
       m.sft_step_count.add(1);
-      last_step_ = step;
+      last_step_ = e->step;
     }
-    m.sft_step_duration.record(e.value("stepSeconds", 0.0));
-    m.sft_loss.set(e.value("loss", 0.0));
-    m.sft_learning_rate.set(e.value("learningRate", 0.0));
-    m.sft_grad_norm.set(e.value("gradNorm", 0.0));
-    m.sft_token_accuracy.set(e.value("tokenAccuracy", 0.0));
-    m.sft_throughput.set(e.value("tokensPerSecond", 0.0));
-    m.sft_batch_tokens.set(e.value("batchTokens", int64_t{0}));
-    if (e.contains("paddingShare")) m.sft_padding_ratio.set(e["paddingShare"].get<double>());
-    if (e.contains("mfu")) m.sft_mfu.set(e["mfu"].get<double>());
-    if (e.contains("memory")) {
-      const auto& mem = e["memory"];
-      if (mem.contains("deviceAllocatedPeakBytes")) {
-        m.sft_memory_allocated_peak.set(mem["deviceAllocatedPeakBytes"].get<int64_t>());
-        m.sft_memory_reserved_peak.set(mem.value("deviceReservedPeakBytes", int64_t{0}));
-      } else if (mem.contains("rssPeakBytes")) {
-        m.sft_memory_allocated_peak.set(mem["rssPeakBytes"].get<int64_t>());  // CPU: the process's RSS high-water mark
-      }
+    m.sft_step_duration.record(e->step_seconds);
+    m.sft_loss.set(e->loss);
+    m.sft_learning_rate.set(e->learning_rate);
+    m.sft_grad_norm.set(e->grad_norm);
+    m.sft_token_accuracy.set(e->token_accuracy);
+    m.sft_throughput.set(e->tokens_per_second);
+    m.sft_batch_tokens.set(e->batch_tokens);
+    if (e->padding_share) m.sft_padding_ratio.set(*e->padding_share);
+    if (e->mfu) m.sft_mfu.set(*e->mfu);
+    if (e->memory) {
+      const protocol::StepMemory& mem = *e->memory;
+      if (mem.allocated_peak_bytes) m.sft_memory_allocated_peak.set(*mem.allocated_peak_bytes);
+      if (mem.reserved_peak_bytes) m.sft_memory_reserved_peak.set(*mem.reserved_peak_bytes);
+      const protocol::MemoryUsage& u = mem.usage;
+      auto part = [&](tel::MemoryComponent c, const std::optional<int64_t>& bytes) {
+        if (bytes) m.memory_usage.set(*bytes, {.memory_component = c});
+      };
+      part(tel::MemoryComponent::kWeights, u.weights);
+      part(tel::MemoryComponent::kAdapter, u.adapter);
+      part(tel::MemoryComponent::kGradients, u.gradients);
+      part(tel::MemoryComponent::kOptimizerState, u.optimizer_state);
+      part(tel::MemoryComponent::kActivations, u.activations);
+      part(tel::MemoryComponent::kOtherTensors, u.other_tensors);
+      part(tel::MemoryComponent::kAllocatorCache, u.allocator_cache);
+      part(tel::MemoryComponent::kOutsideAllocator, u.outside_allocator);
+      part(tel::MemoryComponent::kFree, u.free);
     }
-    phase(tel::SftStepPhase::kInput, "inputSeconds");
-    phase(tel::SftStepPhase::kForwardBackward, "forwardBackwardSeconds");
-    phase(tel::SftStepPhase::kOptimizer, "optimizerSeconds");
-    phase(tel::SftStepPhase::kStep, "stepSeconds");
-  } else if (type == "validation") {
-    m.sft_validation_loss.set(e.value("validationLoss", 0.0));
-    phase(tel::SftStepPhase::kEvaluation, "evaluationSeconds");
-  } else if (type == "checkpoint" || type == "completed") {
-    phase(tel::SftStepPhase::kCheckpoint, "checkpointSeconds");
+    phase(tel::SftStepPhase::kInput, e->input_seconds);
+    phase(tel::SftStepPhase::kForwardBackward, e->forward_backward_seconds);
+    phase(tel::SftStepPhase::kOptimizer, e->optimizer_seconds);
+    phase(tel::SftStepPhase::kStep, e->step_seconds);
+  } else if (const auto* e = std::get_if<protocol::Validation>(&event)) {
+    m.sft_validation_loss.set(e->validation_loss);
+    phase(tel::SftStepPhase::kEvaluation, e->evaluation_seconds);
+  } else if (const auto* e = std::get_if<protocol::Checkpoint>(&event)) {
+    phase(tel::SftStepPhase::kCheckpoint, e->checkpoint_seconds);
+  } else if (const auto* e = std::get_if<protocol::Completed>(&event)) {
+    phase(tel::SftStepPhase::kExport, e->export_seconds);
+    end_workers();
+  } else if (std::holds_alternative<protocol::Failed>(event) || std::holds_alternative<protocol::Cancelled>(event)) {
+    end_workers();
   }
 }
 

@@ -1,60 +1,76 @@
-// The job's SFT metrics (telemetry/registry.yaml), recorded from the engine's job-protocol
-// events, so the events and the metrics always carry the same measurements.
+// The job's metrics (telemetry/registry.yaml), recorded from the engine's job-protocol events,
+// so the events and the metrics always carry the same measurements.
 //
-// The resource (run id, settings hash, ...) is known once the engine reports the resolved
-// configuration; the provider is created then, and values seen before it are replayed.
-// Export: OTLP push when OTEL_EXPORTER_OTLP_[METRICS_]ENDPOINT is set (final push at exit).
+// Identity: the resource names the run as the service passes it in the environment
+// (RunIdentity::from_environment; docs/job-protocol.md). Export: OTLP/HTTP JSON push to
+// ${TRAINER_OTLP_ENDPOINT}/v1/metrics every TRAINER_OTLP_INTERVAL_MS (default 5000) when the
+// service gives an endpoint, else as the OTEL_* variables say (off when they name none). Besides
+// the interval, a push goes out at every phase change, when request_export() is called (the
+// job calls it on SIGTERM/SIGINT) and when the object is destroyed (the job's exit), so a job
+// stopped early has delivered what it measured.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
-#include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 #include "plan/plan.h"
+#include "protocol/job_protocol.h"
 #include "telemetry/instruments.h"
 
 namespace trainer::job {
 
-// Identity of the run as the service passes it (TRAINER_RUN_ID, TRAINER_RUN_ATTEMPT,
-// TRAINER_PROFILE); local runs get "local", 1, "local".
+using Getenv = std::function<const char*(const char*)>;
+
+// Who the job trains for, from the environment the service gives it. Absent variables leave
+// the defaults of a local run: run id "local", attempt 1, profile "local", and the plan's
+// workload, method and base model.
 struct RunIdentity {
-  std::string run_id = "local";
-  int64_t attempt = 1;
-  std::string profile = "local";
-  static RunIdentity from_environment();
+  std::string run_id = "local";  // TRAINER_RUN_ID
+  int64_t attempt = 1;           // TRAINER_ATTEMPT (1-based)
+  std::string workload;          // TRAINER_WORKLOAD; empty: the plan's
+  std::string method;            // TRAINER_METHOD (sft | grpo | gspo); empty: the plan's
+  std::string base_model;        // TRAINER_BASE_MODEL, the user-facing name; empty: the plan's
+  std::string base_model_sha;    // TRAINER_BASE_MODEL_SHA; empty: not reported
+  std::string profile = "local"; // TRAINER_PROFILE
+  // InvalidArgument names a malformed variable (TRAINER_ATTEMPT not a positive integer).
+  static Result<RunIdentity> from_environment(const Getenv& getenv);
 };
+
+// Where and how often to push: TRAINER_OTLP_ENDPOINT (+ "/v1/metrics") every
+// TRAINER_OTLP_INTERVAL_MS (default 5000); without it, the OTEL_* variables; nullopt: no export.
+Result<std::optional<telemetry::OtlpOptions>> export_options_from_environment(const Getenv& getenv);
 
 class JobTelemetry {
  public:
-  JobTelemetry(const plan::Plan& plan, RunIdentity identity);
-  ~JobTelemetry();
+  // `settings_sha`: the run's settings hash (plan::settings_sha over the config and dataset).
+  JobTelemetry(const plan::Plan& plan, const RunIdentity& identity, const std::string& settings_sha,
+               std::optional<telemetry::OtlpOptions> export_options);
+  ~JobTelemetry();  // final push
   JobTelemetry(const JobTelemetry&) = delete;
   JobTelemetry& operator=(const JobTelemetry&) = delete;
 
-  // Records what `event` measured. Not thread-safe: called on the training thread.
-  void on_event(const nlohmann::json& event);
+  // Records what `event` measured. Called on one thread at a time (the training thread).
+  void on_event(const protocol::Event& event);
+  // Pushes at once on the exporter's thread, without waiting. Thread-safe; no-op without export.
+  void request_export();
 
-  // Null until the "resolved" event.
-  telemetry::MeterProvider* provider() { return provider_.get(); }
+  telemetry::MeterProvider& provider() { return *provider_; }
 
  private:
-  void start(const std::string& settings_sha);
-  void record(const nlohmann::json& event);
+  void record_devices(const protocol::Devices& devices);
+  void end_workers();
 
-  // Constant after construction.
-  plan::Plan plan_;
-  RunIdentity identity_;
-  // Set by start(): strings the resource refers to, the provider, its metrics, the exporter.
-  std::string settings_sha_, base_model_, submission_id_;
+  // Constant after construction: strings the resource refers to, the provider, its metrics.
+  std::string run_id_, workload_, method_, base_model_, base_model_sha_, settings_sha_, submission_id_, profile_;
   std::unique_ptr<telemetry::MeterProvider> provider_;
   std::unique_ptr<telemetry::JobMetrics> metrics_;
   std::unique_ptr<telemetry::OtlpPusher> pusher_;  // destroyed before the provider
-  std::vector<nlohmann::json> pending_;            // events before the provider existed
-  int64_t last_step_ = 0;                          // a step reported twice counts once
+  // Training thread only.
+  protocol::Devices devices_;  // the devices the worker series name
+  int64_t last_step_ = 0;      // a step reported twice counts once
 };
 
 }  // namespace trainer::job

@@ -267,10 +267,20 @@ void OtlpPusher::stop() {
   (void)push_now();
 }
 
+void OtlpPusher::request_push() {
+  {
+    std::lock_guard lock(mu_);
+    push_requested_ = true;
+  }
+  wake_.notify_all();
+}
+
 void OtlpPusher::loop() {
   std::unique_lock lock(mu_);
   while (!stopping_) {
-    if (wake_.wait_for(lock, options_.interval, [this] { return stopping_; })) break;
+    wake_.wait_for(lock, options_.interval, [this] { return stopping_ || push_requested_; });
+    if (stopping_) break;
+    push_requested_ = false;
     lock.unlock();
     (void)push_now();
     lock.lock();

@@ -362,6 +362,9 @@ class OtlpPusher {
   OtlpPusher& operator=(const OtlpPusher&) = delete;
 
   Status push_now();  // one push, now, on the caller's thread
+  // Asks the pusher's thread to push at once (a phase change, a termination signal) without
+  // waiting for it; safe from any thread, never blocks on the network.
+  void request_push();
   void stop();        // final push, then the thread ends; idempotent
   uint64_t pushes_ok() const { return ok_.load(); }
   uint64_t pushes_failed() const { return failed_.load(); }
@@ -376,7 +379,8 @@ class OtlpPusher {
   std::atomic<bool> failing_{false};  // the last push failed (a warning was written)
   std::mutex mu_;
   std::condition_variable wake_;
-  bool stopping_ = false;  // guarded by mu_
+  bool stopping_ = false;        // guarded by mu_
+  bool push_requested_ = false;  // guarded by mu_
   std::thread thread_;
 };
 

@@ -183,14 +183,20 @@ void CausalLM::ensure_rope_cache(int64_t positions) {
   rope_sin_ = emb.sin().to(device_);
 }
 
-int64_t CausalLM::weight_bytes() const {
-  int64_t total = embed_tokens.nbytes() + final_norm.nbytes();
-  if (!config_.tie_word_embeddings) total += lm_head.nbytes();
+int64_t CausalLM::weight_bytes(const std::function<bool(const at::Tensor&)>& include) const {
+  int64_t total = 0;
+  auto add = [&](const at::Tensor& t) {
+    if (t.defined() && (!include || include(t))) total += static_cast<int64_t>(t.nbytes());
+  };
+  add(embed_tokens);
+  add(final_norm);
+  if (!config_.tie_word_embeddings) add(lm_head);
   for (const auto& L : layers_) {
     for (const Linear* l : {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.gate_proj, &L.up_proj, &L.down_proj}) {
-      total += l->weight.nbytes() + (l->bias.defined() ? l->bias.nbytes() : 0);
+      add(l->weight);
+      add(l->bias);
     }
-    total += L.input_norm.nbytes() + L.post_attention_norm.nbytes();
+    for (const at::Tensor* t : {&L.input_norm, &L.post_attention_norm, &L.q_norm, &L.k_norm}) add(*t);
   }
   return total;
 }

@@ -7,6 +7,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -62,8 +63,9 @@ class CausalLM {
   // transformers does, then upcasts).
   at::Tensor logits(const at::Tensor& hidden);
 
-  // Bytes held by the base weights (for memory reports).
-  int64_t weight_bytes() const;
+  // Bytes held by the base weights and norms (for memory reports); with `include`, only of the
+  // tensors it accepts.
+  int64_t weight_bytes(const std::function<bool(const at::Tensor&)>& include = nullptr) const;
 
  private:
   CausalLM() : device_(at::kCPU) {}

@@ -36,6 +36,13 @@ void AdamW::step(double lr) {
   }
 }
 
+int64_t AdamW::state_bytes() const {
+  int64_t total = 0;
+  for (const auto& t : exp_avg_) total += static_cast<int64_t>(t.nbytes());
+  for (const auto& t : exp_avg_sq_) total += static_cast<int64_t>(t.nbytes());
+  return total;
+}
+
 void AdamW::zero_grad() {
   for (auto& p : params_) p.mutable_grad().reset();
 }

@@ -14,9 +14,12 @@
 
 #include "common/sha256.h"
 #include "engine/data/dataset.h"
+#include "engine/device/gpu_info.h"
+#include "engine/device/peak_flops.h"
 #include "engine/engine.h"
 #include "engine/engine_internal.h"
 #include "engine/lora/lora.h"
+#include "engine/memory.h"
 #include "engine/sft/batch_tensors.h"
 #include "engine/sft/schedule.h"
 #include "storage/storage.h"
@@ -34,34 +37,24 @@ void synchronize(const at::Device& device) {
   if (device.is_cuda()) at::accelerator::synchronizeDevice(device.index());
 }
 
-// VmHWM of /proc/self/status in bytes: the resident-set high-water mark; 0 when unreadable.
-int64_t rss_peak_bytes() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+// The job's devices as the protocol names them; `gpu` is the CUDA device's NVML record.
+protocol::Devices devices_of(const at::Device& device, const std::optional<device::GpuInfo>& gpu) {
+  protocol::Device d;
+  d.index = 0;
+  d.kind = device.is_cuda() ? "cuda" : "cpu";
+  if (gpu) {
+    d.name = gpu->name;
+    d.uuid = gpu->uuid;
   }
-  return 0;
+  return protocol::Devices{{d}};
 }
 
-// Dense bf16 peak FLOP/s of the CUDA device, from the driver's model name; nullopt if unknown.
-std::optional<double> device_peak_flops(const at::Device& device) {
-  if (!device.is_cuda()) return std::nullopt;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator("/proc/driver/nvidia/gpus", ec)) {
-    std::ifstream in(entry.path() / "information");
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.rfind("Model:", 0) != 0) continue;
-      if (line.find("H100") != std::string::npos || line.find("H200") != std::string::npos ||
-          line.find("H800") != std::string::npos || line.find("H20") != std::string::npos) {
-        return 989e12;
-      }
-      if (line.find("A100") != std::string::npos || line.find("A800") != std::string::npos) return 312e12;
-      if (line.find("L40S") != std::string::npos) return 362e12;
-    }
+int64_t gradient_bytes(const std::vector<at::Tensor>& params) {
+  int64_t total = 0;
+  for (const auto& p : params) {
+    if (p.grad().defined()) total += static_cast<int64_t>(p.grad().nbytes());
   }
-  return std::nullopt;
+  return total;
 }
 
 std::string file_sha256(const std::string& path) {
@@ -113,9 +106,13 @@ TrainResult run(const TrainRequest& request, const EventSink& emit) {
   if (!plan.baseModel || plan.baseModel->empty()) {
     throw EngineError(StatusCode::kInvalidArgument, "baseModel: required: the model folder to adapt");
   }
-  emit({{"type", "phase"}, {"phase", "PREPARING"}});
+  emit(protocol::Phase{.phase = "PREPARING"});
   at::manual_seed(tr.seed);
   const at::Device device = pick_device(plan.execution.gpus);
+  if (!device.is_cuda()) memory::install_cpu_meter();  // before the model: its tensors are counted
+  const std::optional<device::GpuInfo> gpu =
+      device.is_cuda() ? device::gpu_info(device.index()) : std::nullopt;
+  emit(devices_of(device, gpu));
   auto model = model::CausalLM::load(*plan.baseModel, dtype_of(cfg.precision), device);
   text::Tokenizer tok = load_tokenizer_for(*plan.baseModel, model->config());
 
@@ -125,13 +122,13 @@ TrainResult run(const TrainRequest& request, const EventSink& emit) {
   lo.progress = [&](int64_t done, int64_t total) {
     const int64_t every = std::max<int64_t>(1, total / 20);
     if (done == total || done - last_reported >= every) {
-      emit({{"type", "preparing"}, {"rowsDone", done}, {"rowsTotal", total}});
+      emit(protocol::Preparing{.rows_done = done, .rows_total = total});
       last_reported = done;
     }
   };
   data::Dataset ds = value_or_throw(data::load_dataset(cfg.dataset, tok, lo));
-  emit({{"type", "data_fit"}, {"rows", ds.fit.rows}, {"truncated", ds.fit.truncated}, {"exact", ds.fit.exact},
-        {"dropped", ds.fit.dropped}});
+  emit(protocol::DataFit{
+      .rows = ds.fit.rows, .truncated = ds.fit.truncated, .exact = ds.fit.exact, .dropped = ds.fit.dropped});
   std::vector<data::TokenizedRow> train_rows, validation_rows;
   if (cfg.validationDataset) {
     data::LoadOptions vo;
@@ -148,9 +145,11 @@ TrainResult run(const TrainRequest& request, const EventSink& emit) {
                       "config.dataset: " + cfg.dataset + ": no row left to train on (" + std::to_string(ds.fit.rows) +
                           " read, " + std::to_string(ds.fit.dropped) + " with nothing to train within maxSeqLength)");
   }
-  emit({{"type", "resolved"},
-        {"config", plan::config_to_json(cfg)},
-        {"settingsSha", plan::settings_sha(cfg, file_sha256(cfg.dataset))}});
+  emit(protocol::DataSplit{.train_rows = static_cast<int64_t>(train_rows.size()),
+                           .validation_rows = static_cast<int64_t>(validation_rows.size()),
+                           .held_out = !cfg.validationDataset && !validation_rows.empty()});
+  emit(protocol::Resolved{.config = plan::config_to_json(cfg),
+                          .settings_sha = plan::settings_sha(cfg, file_sha256(cfg.dataset))});
 
   data::SequenceOptions so;
   so.packing = tr.packing;
@@ -167,12 +166,27 @@ TrainResult run(const TrainRequest& request, const EventSink& emit) {
   for (auto& [name, p] : lora::named_parameters(*model)) params.push_back(p);
   AdamW optimizer(params, cfg.optimizer);
   const int32_t pad = tok.pad_id().value_or(0);
-  const std::optional<double> peak_flops = device_peak_flops(device);
-  const double flops_per_token = 6.0 * static_cast<double>(model->config().linear_parameters());
+  // MFU against the device's dense bf16 peak, as the specification's sft.mfu defines it.
+  std::optional<double> peak_flops;
+  if (gpu) {
+    if (auto peak = device::peak_flops(gpu->name)) peak_flops = peak->bf16;
+  }
+  const double flops_per_token =
+      device::training_flops_per_token(static_cast<double>(model->config().linear_parameters()));
+  memory::StaticParts parts;
+  parts.weights = model->weight_bytes();
+  for (const auto& p : params) parts.adapter += static_cast<int64_t>(p.nbytes());
+  parts.optimizer_state = optimizer.state_bytes();
+  if (!device.is_cuda()) {
+    parts.uncounted = model->weight_bytes([](const at::Tensor& t) { return !memory::counted_by_cpu_meter(t); });
+  }
+  memory::StepMeter meter(device, parts);
   const std::string base_model_name = *plan.baseModel;
 
-  emit({{"type", "phase"}, {"phase", "TRAINING"}, {"totalSteps", total}, {"device", device.str()},
-        {"startupSeconds", seconds_since(start)}});
+  emit(protocol::Phase{.phase = "TRAINING",
+                       .total_steps = total,
+                       .device = device.str(),
+                       .startup_seconds = seconds_since(start)});
   TrainResult result;
   result.total_steps = total;
   int64_t epoch = 0;
@@ -186,8 +200,10 @@ TrainResult run(const TrainRequest& request, const EventSink& emit) {
     const auto t0 = Clock::now();
     Evaluation e = evaluate(*model, validation_rows, tr.batchSize, cfg.maxSeqLength, pad);
     result.final_validation_loss = e.loss;
-    emit({{"type", "validation"}, {"step", step}, {"validationLoss", e.loss}, {"tokens", e.tokens},
-          {"evaluationSeconds", seconds_since(t0)}});
+    emit(protocol::Validation{.step = step,
+                              .validation_loss = e.loss,
+                              .tokens = e.tokens,
+                              .evaluation_seconds = seconds_since(t0)});
   };
   auto save_checkpoint = [&](int64_t step) {
     const auto t0 = Clock::now();
@@ -205,7 +221,7 @@ TrainResult run(const TrainRequest& request, const EventSink& emit) {
     std::sort(existing.begin(), existing.end());
     const size_t keep = static_cast<size_t>(std::max(1, plan.execution.keepAdapters));
     for (size_t i = 0; i + keep < existing.size(); ++i) fs::remove_all(existing[i]);
-    emit({{"type", "checkpoint"}, {"step", step}, {"adapterDir", dir}, {"checkpointSeconds", seconds_since(t0)}});
+    emit(protocol::Checkpoint{.step = step, .adapter_dir = dir, .checkpoint_seconds = seconds_since(t0)});
   };
 
   for (int64_t step = 0; step < total; ++step) {
@@ -239,6 +255,7 @@ TrainResult run(const TrainRequest& request, const EventSink& emit) {
 
     // Forward and backward, loss normalised over the update's trained tokens (as transformers
     // does with num_items_in_batch), then clipping.
+    meter.begin_step();
     const auto t_step = Clock::now();
     at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
     at::Tensor correct = at::zeros({}, at::TensorOptions().dtype(at::kLong).device(device));
@@ -251,6 +268,7 @@ TrainResult run(const TrainRequest& request, const EventSink& emit) {
       correct += parts.correct;
     }
     const double grad_norm = clip_grad_norm(params, cfg.optimizer.maxGradNorm);
+    const int64_t grads_held = gradient_bytes(params);
     const double fb_seconds = seconds_since(t_step);
 
     const auto t_opt = Clock::now();
@@ -265,30 +283,23 @@ TrainResult run(const TrainRequest& request, const EventSink& emit) {
     const double accuracy = static_cast<double>(correct.item<int64_t>()) / norm;
     result.steps = step + 1;
     result.final_loss = loss;
-    nlohmann::json ev = {{"type", "step"},
-                         {"step", step + 1},
-                         {"totalSteps", total},
-                         {"epoch", epoch},
-                         {"loss", loss},
-                         {"learningRate", lr},
-                         {"gradNorm", grad_norm},
-                         {"tokenAccuracy", accuracy},
-                         {"tokensPerSecond", static_cast<double>(real) / step_seconds},
-                         {"batchTokens", real},
-                         {"trainedTokens", trained},
-                         {"stepSeconds", step_seconds},
-                         {"inputSeconds", input_seconds},
-                         {"forwardBackwardSeconds", fb_seconds},
-                         {"optimizerSeconds", opt_seconds}};
-    if (!tr.packing && positions > 0) ev["paddingShare"] = static_cast<double>(padding) / static_cast<double>(positions);
-    if (device.is_cuda()) {
-      auto stats = at::accelerator::getDeviceStats(device.index());
-      ev["memory"] = {{"deviceAllocatedPeakBytes", stats.allocated_bytes[0].peak},
-                      {"deviceReservedPeakBytes", stats.reserved_bytes[0].peak}};
-    } else {
-      ev["memory"] = {{"rssPeakBytes", rss_peak_bytes()}};
-    }
-    if (peak_flops) ev["mfu"] = flops_per_token * static_cast<double>(real) / step_seconds / *peak_flops;
+    protocol::Step ev{.step = step + 1,
+                      .total_steps = total,
+                      .epoch = epoch,
+                      .loss = loss,
+                      .learning_rate = lr,
+                      .grad_norm = grad_norm,
+                      .token_accuracy = accuracy,
+                      .tokens_per_second = static_cast<double>(real) / step_seconds,
+                      .batch_tokens = real,
+                      .trained_tokens = trained,
+                      .step_seconds = step_seconds,
+                      .input_seconds = input_seconds,
+                      .forward_backward_seconds = fb_seconds,
+                      .optimizer_seconds = opt_seconds};
+    if (!tr.packing && positions > 0) ev.padding_share = static_cast<double>(padding) / static_cast<double>(positions);
+    ev.memory = meter.end_step(grads_held);
+    if (peak_flops) ev.mfu = flops_per_token * static_cast<double>(real) / step_seconds / *peak_flops;
     emit(ev);
 
     const bool last = step + 1 == total;
@@ -298,16 +309,17 @@ TrainResult run(const TrainRequest& request, const EventSink& emit) {
     }
   }
   run_validation(result.steps);
+  // The final adapter: its own phase, not a checkpoint.
+  emit(protocol::Phase{.phase = "EXPORTING"});
   const auto t_save = Clock::now();
   fs::create_directories(request.output_dir);
   result.adapter_dir = (fs::path(request.output_dir) / "adapter").string();
   lora::save_peft_folder(*model, cfg.lora, base_model_name, result.adapter_dir);
-  nlohmann::json done = {{"type", "completed"},
-                         {"adapterDir", result.adapter_dir},
-                         {"finalLoss", result.final_loss},
-                         {"steps", result.steps},
-                         {"checkpointSeconds", seconds_since(t_save)}};
-  if (result.final_validation_loss >= 0) done["finalValidationLoss"] = result.final_validation_loss;
+  protocol::Completed done{.adapter_dir = result.adapter_dir,
+                           .final_loss = result.final_loss,
+                           .steps = result.steps,
+                           .export_seconds = seconds_since(t_save)};
+  if (result.final_validation_loss >= 0) done.final_validation_loss = result.final_validation_loss;
   emit(done);
   return result;
 }

@@ -1,12 +1,6 @@
 // The LoRA SFT loop (engine::train_sft in engine.h). Internal pieces exposed for tests.
 //
-// Step event fields (job protocol "step", docs/api.md, plus the spec's other SFT metrics):
-//   step, totalSteps, loss (token mean over the update's micro-batches), learningRate,
-//   gradNorm (before clipping), tokenAccuracy, tokensPerSecond (non-padding tokens per second
-//   of the step phase, per device), batchTokens (non-padding tokens), trainedTokens,
-//   stepSeconds, inputSeconds, forwardBackwardSeconds, optimizerSeconds, paddingShare (absent
-//   when packed), memory {rssPeakBytes | deviceAllocatedPeakBytes, deviceReservedPeakBytes},
-//   mfu (absent without a known device peak), epoch.
+// Its events are the job protocol's (protocol/job_protocol.h).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -26,6 +20,8 @@ class AdamW {
   void step(double lr);
   void zero_grad();
   int64_t steps() const { return step_; }
+  // Bytes of the moments (the optimizer state).
+  int64_t state_bytes() const;
 
  private:
   std::vector<at::Tensor> params_, exp_avg_, exp_avg_sq_;

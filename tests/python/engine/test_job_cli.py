@@ -40,6 +40,7 @@ def test_run_with_a_missing_model_folder_fails_with_its_path(job, tmp_path):
     out = job("run", "--plan", plan, "--output", tmp_path / "out", check=False)
     assert out.returncode == 1
     events = [json.loads(line) for line in out.stdout.splitlines()]
-    assert events[0] == {"type": "phase", "phase": "PREPARING"}
+    assert events[0]["type"] == "hello" and events[0]["protocolVersion"] == 1
+    assert events[1] == {"type": "phase", "phase": "PREPARING"}
     assert events[-1] == {"type": "failed", "reason": f"{tmp_path / 'missing'}: no such model folder"}
     assert not (tmp_path / "out" / "adapter").exists()

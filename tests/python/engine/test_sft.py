@@ -97,11 +97,18 @@ def test_same_seed_gives_identical_losses(trained):
 def test_events_follow_the_job_protocol(trained):
     events = trained["first"][1]
     kinds = [e["type"] for e in events]
-    assert kinds[0] == "phase" and events[0]["phase"] == "PREPARING"
-    assert kinds.index("data_fit") < kinds.index("resolved") < kinds.index("step")
-    assert kinds[-1] == "completed"
+    assert events[0] == {"type": "hello", "protocolVersion": 1, "jobVersion": events[0]["jobVersion"]}
+    assert events[0]["jobVersion"].startswith("trainer-job ")
+    assert kinds[1] == "phase" and events[1]["phase"] == "PREPARING"
+    assert of_type(events, "devices")[0]["devices"] == [{"index": 0, "kind": "cpu"}]
+    assert kinds.index("data_fit") < kinds.index("data_split") < kinds.index("resolved") < kinds.index("step")
+    assert kinds[-1] == "completed" and kinds[-2] == "phase" and events[-2]["phase"] == "EXPORTING"
+    assert [e["phase"] for e in of_type(events, "phase")] == ["PREPARING", "TRAINING", "EXPORTING"]
     fit = of_type(events, "data_fit")[0]
     assert fit == {"type": "data_fit", "rows": 64, "truncated": 0, "exact": 0, "dropped": 0}
+    # validationSplit 0.25 of 64 rows: 16 held out, 48 trained on.
+    assert of_type(events, "data_split")[0] == {"type": "data_split", "trainRows": 48, "validationRows": 16,
+                                                "heldOut": True}
     resolved = of_type(events, "resolved")[0]
     assert len(resolved["settingsSha"]) == 64
     assert resolved["config"]["hyperparams"]["lora"]["rank"] == 8
@@ -112,9 +119,48 @@ def test_events_follow_the_job_protocol(trained):
         assert field in step, field
     assert step["learningRate"] == 0.0  # first warmup step, as transformers' LambdaLR
     assert of_type(events, "step")[1]["learningRate"] == pytest.approx(0.01)
-    assert step["memory"]["rssPeakBytes"] > 0
     assert "mfu" not in step  # no known peak on a CPU
     assert 0 <= step["paddingShare"] < 1
+    done = events[-1]
+    assert done["steps"] == 24 and done["exportSeconds"] >= 0 and "checkpointSeconds" not in done
+
+
+def test_step_memory_is_the_engines_own_accounting(trained):
+    steps = of_type(trained["first"][1], "step")
+    model = trained["model"]
+    from safetensors import safe_open
+    weight_bytes = 0
+    for f in pathlib.Path(model).glob("*.safetensors"):
+        with safe_open(str(f), "pt") as st:
+            for k in st.keys():
+                if "embed_tokens" in k or "norm" in k or "proj" in k or "lm_head" in k:
+                    t = st.get_tensor(k)
+                    weight_bytes += t.numel() * 4  # trained in FP32
+    adapter = load_adapter_bytes(trained["first"][0] / "adapter")
+    for step in steps:
+        mem = step["memory"]
+        usage = mem["usage"]
+        # Counted from the tensors: the base weights in FP32, the LoRA weights, their
+        # gradients (FP32, as the weights), AdamW's two moments.
+        assert usage["weights"] == weight_bytes
+        assert usage["adapter"] == adapter
+        assert usage["gradients"] == adapter
+        assert usage["optimizerState"] == 2 * adapter
+        assert usage["activations"] > 0
+        # Only what a CPU has: no caching allocator, no driver figures.
+        assert set(usage) == {"weights", "adapter", "gradients", "optimizerState", "activations", "otherTensors"}
+        assert "reservedPeakBytes" not in mem
+        # The parts of a step's peak never exceed the peak held since the start.
+        assert sum(usage.values()) <= mem["allocatedPeakBytes"]
+    peaks = [s["memory"]["allocatedPeakBytes"] for s in steps]
+    assert peaks == sorted(peaks)  # a high-water mark never falls
+    first = steps[0]["memory"]
+    assert first["allocatedPeakBytes"] >= sum(first["usage"][k] for k in ("weights", "adapter", "optimizerState"))
+
+
+def load_adapter_bytes(adapter):
+    from safetensors.torch import load_file
+    return sum(t.numel() * 4 for t in load_file(str(adapter / "adapter_model.safetensors")).values())
 
 
 def test_saved_adapter_loads_in_peft_and_reproduces_our_logits(trained, job, tmp_path):
@@ -188,5 +234,5 @@ def test_sigterm_stops_at_a_step_boundary(tiny_models, job, bin_dir, tmp_path):
     proc.communicate(timeout=60)
     assert proc.returncode == 143
     events = [json.loads(line) for line in events_path.read_text().splitlines()]
-    assert events[-1] == {"type": "cancelled"}
+    assert events[-1]["type"] == "cancelled" and events[-1]["steps"] >= 1
     assert not (tmp_path / "out" / "adapter").exists()

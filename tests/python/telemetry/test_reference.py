@@ -44,7 +44,8 @@ def test_every_spec_attribute_is_in_the_registry_with_its_words_type_and_meaning
         assert actual["description"] == expected.description, expected.name
         if expected.type_line is None:
             assert actual["type"] == "enum", expected.name
-            assert [v["meaning"] for v in actual["values"]] == expected.meanings, expected.name
+            spec_values = [v for v in actual["values"] if v.get("origin") != "design"]
+            assert [v["meaning"] for v in spec_values] == expected.meanings, expected.name
         else:
             examples = actual.get("examples") or []
             line = f"Type {actual['type']}" + (f", for example {', '.join(examples)}" if examples else "") + "."

@@ -19,7 +19,7 @@ TOKENIZERS = ("qwen3", "llama3")
 
 
 class Probe:
-    """A running text_probe (tests/unit/engine_text/text_probe.cpp): one JSON request per line."""
+    """A running text_probe (tests/unit/engine/text/text_probe.cpp): one JSON request per line."""
 
     def __init__(self, path: pathlib.Path):
         self.proc = subprocess.Popen([str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -45,7 +45,7 @@ class Probe:
 
 @pytest.fixture(scope="session")
 def probe():
-    path = BUILD / "tests" / "unit" / "engine_text" / "text_probe"
+    path = BUILD / "tests" / "unit" / "engine" / "text" / "text_probe"
     if not path.exists():
         pytest.fail(f"{path} not built: run tools/setup (or cmake --build {BUILD} --target text_probe)")
     p = Probe(path)

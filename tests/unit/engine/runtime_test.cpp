@@ -1,8 +1,11 @@
-// Proves the engine links against the wheel's libtorch and trains on the CPU.
+// The engine's boundary helpers (src/engine/runtime.cpp): what libtorch it reports, where it
+// trains, and how exceptions become a Status.
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+
+#include <ATen/ATen.h>
 
 #include "engine/engine.h"
+#include "engine/engine_internal.h"
 
 namespace trainer::engine {
 namespace {
@@ -13,35 +16,27 @@ TEST(EngineRuntime, ReportsTheLinkedLibtorch) {
   EXPECT_GE(info.cpu_threads, 1);
 }
 
-TEST(EngineRuntime, ForwardBackwardOnCpuMatchesAnalyticGradient) {
-  torch::manual_seed(0);
-  // y = x W^T + b, loss = mean(y^2): dL/dW = 2/N * y^T x.
-  torch::nn::Linear layer(4, 3);
-  torch::Tensor x = torch::randn({5, 4});
-  torch::Tensor y = layer(x);
-  torch::Tensor loss = y.pow(2).mean();
-  loss.backward();
-  torch::Tensor expected = (2.0 / y.numel()) * y.detach().t().matmul(x);
-  EXPECT_TRUE(torch::allclose(layer->weight.grad(), expected, 1e-5, 1e-6));
+TEST(EngineRuntime, AskingForNoGpuTrainsOnTheCpu) {
+  EXPECT_TRUE(pick_device(0).is_cpu());
+  if (!runtime_info().cuda_available) {
+    EXPECT_TRUE(pick_device(1).is_cpu());
+  }
 }
 
-TEST(EngineRuntime, AdamWStepsLowerALoss) {
-  torch::manual_seed(0);
-  torch::nn::Linear layer(8, 1);
-  torch::Tensor x = torch::randn({64, 8});
-  torch::Tensor target = x.sum(1, true);
-  torch::optim::AdamW opt(layer->parameters(), torch::optim::AdamWOptions(0.05));
-  double first = 0, last = 0;
-  for (int step = 0; step < 50; ++step) {
-    opt.zero_grad();
-    torch::Tensor loss = torch::mse_loss(layer(x), target);
-    loss.backward();
-    opt.step();
-    if (step == 0) first = loss.item<double>();
-    last = loss.item<double>();
-  }
-  EXPECT_LT(last, first * 0.2);
+TEST(EngineGuard, AnEngineErrorKeepsItsCodeAndMessage) {
+  Status st = guard([] { throw EngineError(StatusCode::kInvalidArgument, "config.dataset: no rows"); }, "ignored");
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(), "config.dataset: no rows");
 }
+
+TEST(EngineGuard, ALibtorchErrorBecomesAnInternalErrorWithItsContext) {
+  Status st = guard([] { (void)at::ones({2}).view({3}); }, "model.safetensors");
+  EXPECT_EQ(st.code(), StatusCode::kInternal);
+  EXPECT_EQ(st.message().rfind("model.safetensors: ", 0), 0u) << st.message();
+  EXPECT_NE(st.message().find("shape"), std::string::npos) << st.message();
+}
+
+TEST(EngineGuard, NothingThrownIsOk) { EXPECT_TRUE(guard([] {}, "x").is_ok()); }
 
 }  // namespace
 }  // namespace trainer::engine

@@ -1,0 +1,181 @@
+// The job protocol (src/protocol/job_protocol.h): every event survives a round trip through its
+// line; readers skip what they do not know and refuse what is malformed or nested too deep.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <set>
+#include <string>
+
+#include "protocol/job_protocol.h"
+
+namespace trainer::protocol {
+namespace {
+
+using nlohmann::json;
+
+Step full_step() {
+  Step s{.step = 3, .total_steps = 10, .epoch = 1, .loss = 1.25, .learning_rate = 1e-4, .grad_norm = 0.5,
+         .token_accuracy = 0.75, .tokens_per_second = 1234.5, .batch_tokens = 96, .trained_tokens = 40,
+         .step_seconds = 0.5, .input_seconds = 0.01, .forward_backward_seconds = 0.4, .optimizer_seconds = 0.09};
+  s.padding_share = 0.125;
+  s.mfu = 0.31;
+  StepMemory m;
+  m.allocated_peak_bytes = 1 << 30;
+  m.reserved_peak_bytes = 3 << 29;
+  m.usage.weights = 1000;
+  m.usage.adapter = 10;
+  m.usage.gradients = 10;
+  m.usage.optimizer_state = 20;
+  m.usage.activations = 500;
+  m.usage.other_tensors = 5;
+  m.usage.allocator_cache = 7;
+  m.usage.outside_allocator = 300;
+  m.usage.free = 80000;
+  s.memory = m;
+  return s;
+}
+
+// Every event type, its optional fields set.
+std::vector<Event> every_event() {
+  return {
+      Hello{.protocol_version = 1, .job_version = "trainer-job 0.1.0", .run_id = "run-1", .attempt = 2},
+      Phase{.phase = "TRAINING", .total_steps = 10, .device = "cuda:0", .startup_seconds = 2.5},
+      Phase{.phase = "PREPARING"},
+      Preparing{.rows_done = 5, .rows_total = 64},
+      DataFit{.rows = 64, .truncated = 2, .exact = 1, .dropped = 3},
+      DataSplit{.train_rows = 55, .validation_rows = 6, .held_out = true},
+      Devices{{Device{.index = 0, .kind = "cuda", .name = "NVIDIA H100 PCIe", .uuid = "GPU-1234"},
+               Device{.index = 1, .kind = "cpu"}}},
+      Resolved{.config = json{{"method", "sft"}, {"lora", {{"rank", 8}}}}, .settings_sha = "abc"},
+      full_step(),
+      Validation{.step = 3, .validation_loss = 1.5, .tokens = 400, .evaluation_seconds = 0.2},
+      Checkpoint{.step = 3, .adapter_dir = "/out/checkpoints/step-00000003/adapter", .checkpoint_seconds = 0.1},
+      Completed{.adapter_dir = "/out/adapter", .final_loss = 0.9, .steps = 10, .final_validation_loss = 1.1,
+                .export_seconds = 0.3},
+      Failed{.reason = "config.dataset: no rows"},
+      Cancelled{.steps = 4},
+  };
+}
+
+TEST(JobProtocol, EveryEventRoundTripsThroughItsLine) {
+  for (const Event& event : every_event()) {
+    const std::string line = to_line(event);
+    auto back = decode_event(line);
+    ASSERT_TRUE(back.is_ok()) << line << ": " << back.status().describe();
+    ASSERT_TRUE(back->has_value()) << line;
+    EXPECT_EQ(event_type(**back), event_type(event));
+    EXPECT_EQ(to_json(**back), to_json(event)) << line;
+  }
+}
+
+TEST(JobProtocol, EveryEventTypeIsCovered) {
+  // A new alternative of Event needs a case in every_event().
+  std::set<std::string_view> types;
+  for (const Event& event : every_event()) types.insert(event_type(event));
+  EXPECT_EQ(types.size(), std::variant_size_v<Event>);
+}
+
+TEST(JobProtocol, StepFieldsKeepTheirNamesAndValues) {
+  const json j = to_json(Event(full_step()));
+  EXPECT_EQ(j["type"], "step");
+  EXPECT_EQ(j["step"], 3);
+  EXPECT_EQ(j["totalSteps"], 10);
+  EXPECT_EQ(j["learningRate"], 1e-4);
+  EXPECT_EQ(j["forwardBackwardSeconds"], 0.4);
+  EXPECT_EQ(j["memory"]["allocatedPeakBytes"], 1 << 30);
+  EXPECT_EQ(j["memory"]["usage"]["optimizerState"], 20);
+  EXPECT_EQ(j["memory"]["usage"]["outsideAllocator"], 300);
+  auto back = parse_event(j.dump());
+  ASSERT_TRUE(back);
+  EXPECT_EQ(std::get<Step>(*back).memory, full_step().memory);
+}
+
+TEST(JobProtocol, OptionalFieldsAreLeftOutWhenAbsent) {
+  EXPECT_EQ(to_json(Event(Phase{.phase = "PREPARING"})), json({{"type", "phase"}, {"phase", "PREPARING"}}));
+  EXPECT_EQ(to_json(Event(Cancelled{})), json({{"type", "cancelled"}}));
+  Step bare{.step = 1, .loss = 2};
+  const json j = to_json(Event(bare));
+  EXPECT_FALSE(j.contains("mfu"));
+  EXPECT_FALSE(j.contains("paddingShare"));
+  EXPECT_FALSE(j.contains("memory"));
+}
+
+TEST(JobProtocol, AnUnknownTypeIsSkippedNotAnError) {
+  auto decoded = decode_event(R"({"type":"gpu_temperature","celsius":71})");
+  ASSERT_TRUE(decoded.is_ok()) << decoded.status().describe();
+  EXPECT_FALSE(decoded->has_value());
+  EXPECT_FALSE(parse_event(R"({"type":"gpu_temperature"})"));
+}
+
+TEST(JobProtocol, UnknownFieldsOfAKnownTypeAreIgnored) {
+  auto e = parse_event(R"({"type":"validation","step":4,"validationLoss":0.5,"perplexity":1.6})");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(std::get<Validation>(*e).step, 4);
+}
+
+TEST(JobProtocol, MalformedLinesAreSkippedAndTheirErrorNamesTheField) {
+  EXPECT_FALSE(parse_event("{\"type\":\"step\",\"step\":"));  // cut short
+  EXPECT_FALSE(parse_event("[1,2]"));
+  EXPECT_FALSE(parse_event(""));
+  EXPECT_FALSE(parse_event(R"({"phase":"TRAINING"})"));  // no type
+
+  auto no_type = decode_event(R"({"phase":"TRAINING"})");
+  ASSERT_FALSE(no_type.is_ok());
+  EXPECT_EQ(no_type.status().field(), "type");
+
+  auto bad_field = decode_event(R"({"type":"step","step":"three","loss":1})");
+  ASSERT_FALSE(bad_field.is_ok());
+  EXPECT_EQ(bad_field.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad_field.status().field(), "step.step");
+  EXPECT_EQ(bad_field.status().message(), "must be an integer");
+
+  auto missing = decode_event(R"({"type":"checkpoint","step":2})");
+  ASSERT_FALSE(missing.is_ok());
+  EXPECT_EQ(missing.status().field(), "checkpoint.adapterDir");
+
+  auto bad_device = decode_event(R"({"type":"devices","devices":[{"index":0}]})");
+  ASSERT_FALSE(bad_device.is_ok());
+  EXPECT_EQ(bad_device.status().field(), "devices.devices[0].kind");
+}
+
+TEST(JobProtocol, DeepNestingIsRefusedBeforeItIsBuilt) {
+  std::string deep = R"({"type":"resolved","settingsSha":"x","config":)";
+  for (int i = 0; i < 100000; ++i) deep += "[";
+  for (int i = 0; i < 100000; ++i) deep += "]";
+  deep += "}";
+  auto decoded = decode_event(deep);
+  ASSERT_FALSE(decoded.is_ok());
+  EXPECT_NE(decoded.status().message().find("nest"), std::string::npos) << decoded.status().message();
+  EXPECT_FALSE(parse_event(deep));
+}
+
+TEST(JobProtocol, AnOverlongLineIsRefused) {
+  std::string line = R"({"type":"failed","reason":")" + std::string(kMaxEventLineBytes, 'x') + "\"}";
+  EXPECT_FALSE(decode_event(line).is_ok());
+}
+
+TEST(JobProtocol, ANonFiniteLossIsWrittenAsNullAndReadAsNan) {
+  Step s{.step = 1, .loss = std::numeric_limits<double>::quiet_NaN()};
+  auto back = parse_event(to_line(s));
+  ASSERT_TRUE(back);
+  EXPECT_TRUE(std::isnan(std::get<Step>(*back).loss));
+}
+
+TEST(JobProtocol, AStreamWithoutHelloIsVersionOneAndNewerVersionsAreRecognised) {
+  EXPECT_TRUE(supported_protocol_version(1));
+  EXPECT_FALSE(supported_protocol_version(kProtocolVersion + 1));
+  EXPECT_FALSE(supported_protocol_version(0));
+  auto hello = parse_event(R"({"type":"hello","protocolVersion":2,"jobVersion":"trainer-job 9"})");
+  ASSERT_TRUE(hello);
+  EXPECT_EQ(std::get<Hello>(*hello).protocol_version, 2);
+}
+
+TEST(JobProtocol, AFailureWithoutReasonStillSaysSo) {
+  auto e = parse_event(R"({"type":"failed"})");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(std::get<Failed>(*e).reason, "the job reported a failure without a reason");
+}
+
+}  // namespace
+}  // namespace trainer::protocol
