@@ -4,11 +4,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
-#include <set>
+#include <cassert>
 
+#include "common/json_parse.h"
 #include "common/sha256.h"
+#include "common/spelling.h"
 
 namespace trainer::plan {
 namespace {
@@ -58,10 +61,97 @@ json yaml_to_json(const YAML::Node& node) {
   return nullptr;
 }
 
+// A bound as a person writes it: "4096", "0.5", "1e+06".
+std::string number_text(double v) {
+  if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 1e15) {
+    return std::to_string(static_cast<int64_t>(v));
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+// ---- the field table ----------------------------------------------------------------------
+
+constexpr double kMaxInt = std::numeric_limits<int>::max();
+constexpr double kNoLimit = std::numeric_limits<double>::infinity();
+
+using FT = FieldType;
+
+// The one list of plan fields. Ranges are what the parser enforces; defaults are those of the
+// structs in plan.h, rendered by to_json().
+const std::vector<FieldSpec> kFields = {
+    {"kind", FT::kEnum, 0, 0, false, false, "run", "what the document is. Required"},
+    {"workload", FT::kString, 0, 0, false, false, "", "the workload (name or id) the run belongs to. Required"},
+    {"baseModel", FT::kString, 0, 0, false, false, "",
+     "the base model to adapt: a name the deployment allows (`trainer base-models list --all`)"},
+    {"config", FT::kObject, 0, 0, false, false, "", "what determines the trained model. Required"},
+    {"config.dataset", FT::kString, 0, 0, false, false, "",
+     "training rows: a dataset name or hash (`trainer datasets list`). Required"},
+    {"config.validationDataset", FT::kString, 0, 0, false, false, "",
+     "held-out rows for the validation loss; absent: validationSplit decides"},
+    {"config.method", FT::kEnum, 0, 0, false, false, "sft, grpo, gspo",
+     "training method (this release trains sft)"},
+    {"config.hyperparams", FT::kObject, 0, 0, false, false, "", "LoRA, optimizer and training settings"},
+    {"config.hyperparams.lora", FT::kObject, 0, 0, false, false, "", "the adapter"},
+    {"config.hyperparams.lora.rank", FT::kInteger, 1, 4096, false, false, "", "adapter rank r"},
+    {"config.hyperparams.lora.alpha", FT::kNumber, 0, 1e6, true, false, "", "scale of the update is alpha / rank"},
+    {"config.hyperparams.lora.dropout", FT::kNumber, 0, 1, false, true, "", "dropout on the adapter's input"},
+    {"config.hyperparams.lora.targetModules", FT::kStringList, 0, 0, false, false,
+     "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj", "the projections that get an adapter"},
+    {"config.hyperparams.optimizer", FT::kObject, 0, 0, false, false, "", "AdamW and its schedule"},
+    {"config.hyperparams.optimizer.learningRate", FT::kNumber, 0, 1, true, false, "", "peak learning rate"},
+    {"config.hyperparams.optimizer.weightDecay", FT::kNumber, 0, 1e3, false, false, "", "decoupled weight decay"},
+    {"config.hyperparams.optimizer.beta1", FT::kNumber, 0, 1, false, true, "", "AdamW beta1"},
+    {"config.hyperparams.optimizer.beta2", FT::kNumber, 0, 1, false, true, "", "AdamW beta2"},
+    {"config.hyperparams.optimizer.epsilon", FT::kNumber, 0, 1, true, false, "", "AdamW epsilon"},
+    {"config.hyperparams.optimizer.maxGradNorm", FT::kNumber, 0, 1e9, false, false, "",
+     "clip the total gradient norm to this; 0 disables clipping"},
+    {"config.hyperparams.optimizer.schedule", FT::kEnum, 0, 0, false, false, "linear, cosine, constant",
+     "learning-rate decay after warmup"},
+    {"config.hyperparams.optimizer.warmupSteps", FT::kInteger, 0, kMaxInt, false, false, "",
+     "linear warmup, in optimizer steps"},
+    {"config.hyperparams.optimizer.warmupRatio", FT::kNumber, 0, 1, false, true, "",
+     "warmup as a share of all steps, used when warmupSteps is 0"},
+    {"config.hyperparams.training", FT::kObject, 0, 0, false, false, "", "how long and in what batches"},
+    {"config.hyperparams.training.epochs", FT::kInteger, 1, 10000, false, false, "",
+     "passes over the dataset (ignored when maxSteps is set)"},
+    {"config.hyperparams.training.maxSteps", FT::kInteger, 1, kMaxInt, false, false, "",
+     "optimizer steps; overrides epochs. Absent: epochs decide"},
+    {"config.hyperparams.training.batchSize", FT::kInteger, 1, 65536, false, false, "",
+     "rows per micro-batch per device"},
+    {"config.hyperparams.training.gradientAccumulation", FT::kInteger, 1, 65536, false, false, "",
+     "micro-batches per optimizer step"},
+    {"config.hyperparams.training.validationFrequencySteps", FT::kInteger, 0, kMaxInt, false, false, "",
+     "validate every N optimizer steps; 0 validates only at the end"},
+    {"config.hyperparams.training.validationSplit", FT::kNumber, 0, 1, false, true, "",
+     "share of rows held out for validation when there is no validationDataset"},
+    {"config.hyperparams.training.packing", FT::kBoolean, 0, 0, false, false, "",
+     "pack several rows into each maxSeqLength sequence"},
+    {"config.hyperparams.training.seed", FT::kInteger, 0, kNoLimit, false, false, "",
+     "seeds initialisation, dropout and shuffling"},
+    {"config.maxSeqLength", FT::kInteger, 8, 1 << 20, false, false, "",
+     "tokens per row after the chat template; longer rows are cut (`trainer datasets measure`)"},
+    {"config.model", FT::kObject, 0, 0, false, false, "", "how the base model is loaded"},
+    {"config.model.precision", FT::kEnum, 0, 0, false, false, "BF16, FP32",
+     "weights and compute precision (either case)"},
+    {"execution", FT::kObject, 0, 0, false, false, "", "where and how the run executes"},
+    {"execution.gpus", FT::kInteger, 0, 1024, false, false, "", "devices the run holds; 0 trains on the CPU"},
+    {"execution.saveEvery", FT::kInteger, 1, kMaxInt, false, false, "",
+     "save the adapter every N optimizer steps. Absent: only at the end, so a cancelled run keeps none"},
+    {"execution.keepAdapters", FT::kInteger, 1, 1000, false, false, "", "saved adapters kept, newest first"},
+    {"grader", FT::kString, 0, 0, false, false, "", "overrides the workload's grader"},
+    {"description", FT::kString, 0, 0, false, false, "", "free text"},
+    {"configName", FT::kString, 0, 0, false, false, "", "label of this configuration in score tables"},
+    {"submissionId", FT::kString, 0, 0, false, false, "",
+     "idempotency key: resubmitting the same plan with it reaches the same run. Absent: the CLI generates one"},
+};
+
 // ---- a strict reader over one JSON object ---------------------------------------------------
 
 // Reads the fields of one object of the plan; every field read is remembered so that the
-// remaining ones can be refused by name. Errors carry the dotted path of the field.
+// remaining ones can be refused by name. Ranges come from the field table; errors blame the
+// dotted path of the field.
 class ObjectReader {
  public:
   ObjectReader(const json& obj, std::string path) : obj_(obj), path_(std::move(path)) {}
@@ -69,72 +159,76 @@ class ObjectReader {
   std::string field_path(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
 
   const json* find(const std::string& key) {
-    seen_.insert(key);
+    seen_.push_back(key);
     auto it = obj_.find(key);
     if (it == obj_.end() || it->is_null()) return nullptr;
     return &*it;
   }
 
+  Status fail(const std::string& key, std::string message) const {
+    return invalid_field(field_path(key), std::move(message));
+  }
+
   Status read_string(const std::string& key, std::string* out, bool required) {
     const json* v = find(key);
-    if (!v) return required ? invalid_argument(field_path(key) + ": required field is missing") : Status::ok();
-    if (!v->is_string()) return invalid_argument(field_path(key) + ": must be a string, got " + v->dump());
+    if (!v) return required ? fail(key, "required field is missing") : Status::ok();
+    if (!v->is_string()) return fail(key, "must be a string, got " + v->dump());
     *out = v->get<std::string>();
-    if (required && out->empty()) return invalid_argument(field_path(key) + ": must not be empty");
+    if (required && out->empty()) return fail(key, "must not be empty");
     return Status::ok();
   }
 
   Status read_optional_string(const std::string& key, std::optional<std::string>* out) {
     const json* v = find(key);
     if (!v) return Status::ok();
-    if (!v->is_string()) return invalid_argument(field_path(key) + ": must be a string, got " + v->dump());
+    if (!v->is_string()) return fail(key, "must be a string, got " + v->dump());
     *out = v->get<std::string>();
     return Status::ok();
   }
 
-  Status read_int(const std::string& key, int64_t lo, int64_t hi, int64_t* out, bool* present = nullptr) {
+  Status read_int(const std::string& key, int64_t* out, bool* present = nullptr) {
+    const FieldSpec& spec = spec_of(key);
     const json* v = find(key);
     if (present) *present = v != nullptr;
     if (!v) return Status::ok();
-    if (!v->is_number_integer()) {
-      return invalid_argument(field_path(key) + ": must be an integer, got " + v->dump());
-    }
-    int64_t x = v->get<int64_t>();
-    if (x < lo || x > hi) {
-      return invalid_argument(field_path(key) + ": must be between " + std::to_string(lo) + " and " +
-                              std::to_string(hi) + ", got " + std::to_string(x));
+    if (!v->is_number_integer()) return fail(key, "must be an integer, got " + v->dump());
+    const int64_t x = v->get<int64_t>();
+    const bool below = static_cast<double>(x) < spec.lo;
+    const bool above = std::isfinite(spec.hi) && static_cast<double>(x) > spec.hi;
+    if (below || above) {
+      return fail(key, (std::isfinite(spec.hi) ? "must be between " + number_text(spec.lo) + " and " + number_text(spec.hi)
+                                               : "must be at least " + number_text(spec.lo)) +
+                           ", got " + std::to_string(x));
     }
     *out = x;
     return Status::ok();
   }
 
   template <typename Int>
-  Status read_int_as(const std::string& key, int64_t lo, int64_t hi, Int* out) {
+  Status read_int_as(const std::string& key, Int* out) {
     int64_t x = static_cast<int64_t>(*out);
-    TRAINER_RETURN_IF_ERROR(read_int(key, lo, hi, &x));
+    TRAINER_RETURN_IF_ERROR(read_int(key, &x));
     *out = static_cast<Int>(x);
     return Status::ok();
   }
 
-  Status read_optional_int(const std::string& key, int64_t lo, int64_t hi, std::optional<int>* out) {
+  Status read_optional_int(const std::string& key, std::optional<int>* out) {
     int64_t x = 0;
     bool present = false;
-    TRAINER_RETURN_IF_ERROR(read_int(key, lo, hi, &x, &present));
+    TRAINER_RETURN_IF_ERROR(read_int(key, &x, &present));
     if (present) *out = static_cast<int>(x);
     return Status::ok();
   }
 
-  // lo_open / hi_open: whether the bound itself is excluded.
-  Status read_double(const std::string& key, double lo, bool lo_open, double hi, bool hi_open, double* out) {
+  Status read_double(const std::string& key, double* out) {
+    const FieldSpec& spec = spec_of(key);
     const json* v = find(key);
     if (!v) return Status::ok();
-    if (!v->is_number()) return invalid_argument(field_path(key) + ": must be a number, got " + v->dump());
-    double x = v->get<double>();
-    bool ok = std::isfinite(x) && (lo_open ? x > lo : x >= lo) && (hi_open ? x < hi : x <= hi);
-    if (!ok) {
-      return invalid_argument(field_path(key) + ": must be in " + (lo_open ? "(" : "[") + json(lo).dump() + ", " +
-                              json(hi).dump() + (hi_open ? ")" : "]") + ", got " + v->dump());
-    }
+    if (!v->is_number()) return fail(key, "must be a number, got " + v->dump());
+    const double x = v->get<double>();
+    const bool ok = std::isfinite(x) && (spec.lo_open ? x > spec.lo : x >= spec.lo) &&
+                    (spec.hi_open ? x < spec.hi : x <= spec.hi);
+    if (!ok) return fail(key, "must be in " + field_range_text(spec) + ", got " + v->dump());
     *out = x;
     return Status::ok();
   }
@@ -142,7 +236,7 @@ class ObjectReader {
   Status read_bool(const std::string& key, bool* out) {
     const json* v = find(key);
     if (!v) return Status::ok();
-    if (!v->is_boolean()) return invalid_argument(field_path(key) + ": must be true or false, got " + v->dump());
+    if (!v->is_boolean()) return fail(key, "must be true or false, got " + v->dump());
     *out = v->get<bool>();
     return Status::ok();
   }
@@ -155,25 +249,35 @@ class ObjectReader {
       *out = &kEmpty;
       return Status::ok();
     }
-    if (!v->is_object()) return invalid_argument(field_path(key) + ": must be an object, got " + v->dump());
+    if (!v->is_object()) return fail(key, "must be an object, got " + v->dump());
     *out = v;
     return Status::ok();
   }
 
-  // Refuses the first field that no read asked for.
+  // Refuses the first field that no read asked for, suggesting the nearest one that is.
   Status refuse_unknown() const {
     for (auto it = obj_.begin(); it != obj_.end(); ++it) {
-      if (!seen_.count(it.key())) {
-        return invalid_argument(field_path(it.key()) + ": unknown field");
+      if (std::find(seen_.begin(), seen_.end(), it.key()) != seen_.end()) continue;
+      if (auto near = nearest_name(it.key(), seen_)) {
+        return fail(it.key(), "unknown field; did you mean " + *near + "?");
       }
+      std::string known;
+      for (const auto& k : seen_) known += (known.empty() ? "" : ", ") + k;
+      return fail(it.key(), "unknown field; " + (path_.empty() ? std::string("a plan") : path_) + " takes " + known);
     }
     return Status::ok();
   }
 
  private:
+  const FieldSpec& spec_of(const std::string& key) const {
+    const FieldSpec* spec = find_field(field_path(key));
+    assert(spec && "every field the parser reads is in kFields");
+    return *spec;
+  }
+
   const json& obj_;
   std::string path_;
-  std::set<std::string> seen_;
+  std::vector<std::string> seen_;  // in reading order, which is the documented order
 };
 
 template <typename Enum, size_t N>
@@ -194,7 +298,7 @@ Status read_enum(ObjectReader& r, const std::string& key, const std::pair<const 
     }
     allowed += (allowed.empty() ? "" : ", ") + std::string("\"") + name + "\"";
   }
-  return invalid_argument(r.field_path(key) + ": must be one of " + allowed + ", got \"" + *text + "\"");
+  return r.fail(key, "must be one of " + allowed + ", got \"" + *text + "\"");
 }
 
 constexpr std::pair<const char*, Method> kMethods[] = {
@@ -203,24 +307,25 @@ constexpr std::pair<const char*, Precision> kPrecisions[] = {{"BF16", Precision:
 constexpr std::pair<const char*, Schedule> kSchedules[] = {
     {"linear", Schedule::kLinear}, {"cosine", Schedule::kCosine}, {"constant", Schedule::kConstant}};
 
-constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
-
 Status read_lora(const json& obj, const std::string& path, LoraSettings* lora) {
   ObjectReader r(obj, path);
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("rank", 1, 4096, &lora->rank));
-  TRAINER_RETURN_IF_ERROR(r.read_double("alpha", 0, true, 1e6, false, &lora->alpha));
-  TRAINER_RETURN_IF_ERROR(r.read_double("dropout", 0, false, 1, true, &lora->dropout));
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("rank", &lora->rank));
+  TRAINER_RETURN_IF_ERROR(r.read_double("alpha", &lora->alpha));
+  TRAINER_RETURN_IF_ERROR(r.read_double("dropout", &lora->dropout));
   if (const json* mods = r.find("targetModules")) {
-    std::string field = r.field_path("targetModules");
     if (!mods->is_array() || mods->empty()) {
-      return invalid_argument(field + ": must be a non-empty list of module names, got " + mods->dump());
+      return r.fail("targetModules", "must be a non-empty list of module names, got " + mods->dump());
     }
     lora->targetModules.clear();
     for (const json& m : *mods) {
       if (!m.is_string() ||
           std::find(kKnownModules.begin(), kKnownModules.end(), m.get<std::string>()) == kKnownModules.end()) {
-        return invalid_argument(field + ": unknown module " + m.dump() +
-                                "; choose among q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj");
+        std::string hint;
+        if (m.is_string()) {
+          if (auto near = nearest_name(m.get<std::string>(), kKnownModules)) hint = " (did you mean " + *near + "?)";
+        }
+        return r.fail("targetModules", "unknown module " + m.dump() + hint +
+                                           "; choose among q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj");
       }
       if (std::find(lora->targetModules.begin(), lora->targetModules.end(), m.get<std::string>()) ==
           lora->targetModules.end()) {
@@ -233,28 +338,28 @@ Status read_lora(const json& obj, const std::string& path, LoraSettings* lora) {
 
 Status read_optimizer(const json& obj, const std::string& path, OptimizerSettings* opt) {
   ObjectReader r(obj, path);
-  TRAINER_RETURN_IF_ERROR(r.read_double("learningRate", 0, true, 1, false, &opt->learningRate));
-  TRAINER_RETURN_IF_ERROR(r.read_double("weightDecay", 0, false, 1e3, false, &opt->weightDecay));
-  TRAINER_RETURN_IF_ERROR(r.read_double("beta1", 0, false, 1, true, &opt->beta1));
-  TRAINER_RETURN_IF_ERROR(r.read_double("beta2", 0, false, 1, true, &opt->beta2));
-  TRAINER_RETURN_IF_ERROR(r.read_double("epsilon", 0, true, 1, false, &opt->epsilon));
-  TRAINER_RETURN_IF_ERROR(r.read_double("maxGradNorm", 0, false, 1e9, false, &opt->maxGradNorm));
+  TRAINER_RETURN_IF_ERROR(r.read_double("learningRate", &opt->learningRate));
+  TRAINER_RETURN_IF_ERROR(r.read_double("weightDecay", &opt->weightDecay));
+  TRAINER_RETURN_IF_ERROR(r.read_double("beta1", &opt->beta1));
+  TRAINER_RETURN_IF_ERROR(r.read_double("beta2", &opt->beta2));
+  TRAINER_RETURN_IF_ERROR(r.read_double("epsilon", &opt->epsilon));
+  TRAINER_RETURN_IF_ERROR(r.read_double("maxGradNorm", &opt->maxGradNorm));
   TRAINER_RETURN_IF_ERROR(read_enum(r, "schedule", kSchedules, false, &opt->schedule));
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("warmupSteps", 0, kMaxInt, &opt->warmupSteps));
-  TRAINER_RETURN_IF_ERROR(r.read_double("warmupRatio", 0, false, 1, true, &opt->warmupRatio));
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("warmupSteps", &opt->warmupSteps));
+  TRAINER_RETURN_IF_ERROR(r.read_double("warmupRatio", &opt->warmupRatio));
   return r.refuse_unknown();
 }
 
 Status read_training(const json& obj, const std::string& path, TrainingSettings* t) {
   ObjectReader r(obj, path);
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("epochs", 1, 10000, &t->epochs));
-  TRAINER_RETURN_IF_ERROR(r.read_optional_int("maxSteps", 1, kMaxInt, &t->maxSteps));
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("batchSize", 1, 65536, &t->batchSize));
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("gradientAccumulation", 1, 65536, &t->gradientAccumulation));
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("validationFrequencySteps", 0, kMaxInt, &t->validationFrequencySteps));
-  TRAINER_RETURN_IF_ERROR(r.read_double("validationSplit", 0, false, 1, true, &t->validationSplit));
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("epochs", &t->epochs));
+  TRAINER_RETURN_IF_ERROR(r.read_optional_int("maxSteps", &t->maxSteps));
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("batchSize", &t->batchSize));
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("gradientAccumulation", &t->gradientAccumulation));
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("validationFrequencySteps", &t->validationFrequencySteps));
+  TRAINER_RETURN_IF_ERROR(r.read_double("validationSplit", &t->validationSplit));
   TRAINER_RETURN_IF_ERROR(r.read_bool("packing", &t->packing));
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("seed", 0, std::numeric_limits<int64_t>::max(), &t->seed));
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("seed", &t->seed));
   return r.refuse_unknown();
 }
 
@@ -276,7 +381,7 @@ Status read_config(const json& obj, RunConfig* c) {
     TRAINER_RETURN_IF_ERROR(read_training(*sub, "config.hyperparams.training", &c->training));
     TRAINER_RETURN_IF_ERROR(h.refuse_unknown());
   }
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("maxSeqLength", 8, 1 << 20, &c->maxSeqLength));
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("maxSeqLength", &c->maxSeqLength));
   const json* model = nullptr;
   TRAINER_RETURN_IF_ERROR(r.read_object("model", &model));
   {
@@ -286,17 +391,17 @@ Status read_config(const json& obj, RunConfig* c) {
   }
   TRAINER_RETURN_IF_ERROR(r.refuse_unknown());
   if (c->method != Method::kSft) {
-    return invalid_argument(std::string("config.method: \"") + method_name(c->method) +
-                            "\" is not available yet in this release; use \"sft\"");
+    return invalid_field("config.method", std::string("\"") + method_name(c->method) +
+                                              "\" is not available yet in this release; use \"sft\"");
   }
   return Status::ok();
 }
 
 Status read_execution(const json& obj, ExecutionSettings* e) {
   ObjectReader r(obj, "execution");
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("gpus", 0, 1024, &e->gpus));
-  TRAINER_RETURN_IF_ERROR(r.read_optional_int("saveEvery", 1, kMaxInt, &e->saveEvery));
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("keepAdapters", 1, 1000, &e->keepAdapters));
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("gpus", &e->gpus));
+  TRAINER_RETURN_IF_ERROR(r.read_optional_int("saveEvery", &e->saveEvery));
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("keepAdapters", &e->keepAdapters));
   return r.refuse_unknown();
 }
 
@@ -333,30 +438,26 @@ const char* schedule_name(Schedule s) {
 }
 
 Result<Plan> plan_from_json(const nlohmann::json& doc, std::string_view source) {
-  auto fail = [&](const Status& st) { return st.with_context(std::string(source)); };
-  if (!doc.is_object()) return fail(invalid_argument("a plan must be an object with kind: run, got " + doc.dump()));
+  if (!doc.is_object()) {
+    return invalid_argument(std::string(source) + ": a plan must be an object with kind: run, got " + doc.dump());
+  }
   Plan plan;
   ObjectReader r(doc, "");
-  Status st = [&]() -> Status {
-    TRAINER_RETURN_IF_ERROR(r.read_string("kind", &plan.kind, true));
-    if (plan.kind != "run") {
-      return invalid_argument("kind: must be \"run\", got \"" + plan.kind + "\"");
-    }
-    TRAINER_RETURN_IF_ERROR(r.read_string("workload", &plan.workload, true));
-    TRAINER_RETURN_IF_ERROR(r.read_optional_string("baseModel", &plan.baseModel));
-    const json* obj = nullptr;
-    TRAINER_RETURN_IF_ERROR(r.read_object("config", &obj));
-    if (obj->empty()) return invalid_argument("config: required field is missing");
-    TRAINER_RETURN_IF_ERROR(read_config(*obj, &plan.config));
-    TRAINER_RETURN_IF_ERROR(r.read_object("execution", &obj));
-    TRAINER_RETURN_IF_ERROR(read_execution(*obj, &plan.execution));
-    TRAINER_RETURN_IF_ERROR(r.read_optional_string("grader", &plan.grader));
-    TRAINER_RETURN_IF_ERROR(r.read_optional_string("description", &plan.description));
-    TRAINER_RETURN_IF_ERROR(r.read_optional_string("configName", &plan.configName));
-    TRAINER_RETURN_IF_ERROR(r.read_optional_string("submissionId", &plan.submissionId));
-    return r.refuse_unknown();
-  }();
-  if (!st.is_ok()) return fail(st);
+  TRAINER_RETURN_IF_ERROR(r.read_string("kind", &plan.kind, true));
+  if (plan.kind != "run") return invalid_field("kind", "must be \"run\", got \"" + plan.kind + "\"");
+  TRAINER_RETURN_IF_ERROR(r.read_string("workload", &plan.workload, true));
+  TRAINER_RETURN_IF_ERROR(r.read_optional_string("baseModel", &plan.baseModel));
+  const json* obj = nullptr;
+  TRAINER_RETURN_IF_ERROR(r.read_object("config", &obj));
+  if (obj->empty()) return invalid_field("config", "required field is missing");
+  TRAINER_RETURN_IF_ERROR(read_config(*obj, &plan.config));
+  TRAINER_RETURN_IF_ERROR(r.read_object("execution", &obj));
+  TRAINER_RETURN_IF_ERROR(read_execution(*obj, &plan.execution));
+  TRAINER_RETURN_IF_ERROR(r.read_optional_string("grader", &plan.grader));
+  TRAINER_RETURN_IF_ERROR(r.read_optional_string("description", &plan.description));
+  TRAINER_RETURN_IF_ERROR(r.read_optional_string("configName", &plan.configName));
+  TRAINER_RETURN_IF_ERROR(r.read_optional_string("submissionId", &plan.submissionId));
+  TRAINER_RETURN_IF_ERROR(r.refuse_unknown());
   return plan;
 }
 
@@ -367,20 +468,139 @@ Result<Plan> parse_plan(std::string_view text, std::string_view source) {
   }
   json doc;
   if (text[first] == '{') {
-    try {
-      doc = json::parse(text);
-    } catch (const json::parse_error& e) {
-      return invalid_argument(std::string(source) + ": not valid JSON: " + e.what());
-    }
+    TRAINER_ASSIGN_OR_RETURN(doc, parse_json(text, source));
   } else {
     try {
       doc = yaml_to_json(YAML::Load(std::string(text)));
     } catch (const YAML::Exception& e) {
-      return invalid_argument(std::string(source) + ": not valid YAML: line " + std::to_string(e.mark.line + 1) +
-                              ": " + e.msg);
+      return invalid_argument(std::string(source) + ":" + std::to_string(e.mark.line + 1) + ":" +
+                              std::to_string(e.mark.column + 1) + ": not valid YAML: " + e.msg);
     }
   }
   return plan_from_json(doc, source);
+}
+
+std::optional<TextPosition> locate_field(std::string_view text, std::string_view field) {
+  // "a.b[2].c" -> {"a", "b", "[2]", "c"}
+  std::vector<std::string> parts;
+  std::string cur;
+  for (char c : field) {
+    if (c == '.' || c == '[') {
+      if (!cur.empty()) parts.push_back(cur);
+      cur = c == '[' ? "[" : "";
+    } else {
+      cur += c;
+    }
+  }
+  if (!cur.empty()) parts.push_back(cur);
+  try {
+    YAML::Node node = YAML::Load(std::string(text));
+    std::optional<YAML::Mark> found;
+    for (const auto& part : parts) {
+      if (part.front() == '[') {
+        const size_t index = std::strtoul(part.c_str() + 1, nullptr, 10);
+        if (!node.IsSequence() || index >= node.size()) break;
+        const YAML::Node& seq = node;
+        node.reset(seq[index]);  // reset() rebinds; operator= would write into the document
+        found = node.Mark();
+        continue;
+      }
+      if (!node.IsMap()) break;
+      bool matched = false;
+      for (const auto& kv : node) {
+        if (kv.first.IsScalar() && kv.first.Scalar() == part) {
+          found = kv.first.Mark();
+          node.reset(kv.second);
+          matched = true;
+          break;
+        }
+      }
+      if (!matched) break;
+    }
+    if (!found || found->is_null()) return std::nullopt;
+    return TextPosition{found->line + 1, found->column + 1};
+  } catch (const YAML::Exception&) {
+    return std::nullopt;
+  }
+}
+
+const std::vector<FieldSpec>& plan_fields() { return kFields; }
+
+const FieldSpec* find_field(std::string_view path) {
+  for (const auto& f : kFields) {
+    if (f.path == path) return &f;
+  }
+  return nullptr;
+}
+
+std::string field_default_text(const FieldSpec& spec) {
+  if (spec.path == "kind" || spec.help.find("Required") != std::string_view::npos) return "required";
+  if (spec.type == FieldType::kObject) return "";
+  json value = to_json(Plan{});
+  for (size_t start = 0; start <= spec.path.size();) {
+    size_t dot = spec.path.find('.', start);
+    std::string key(spec.path.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start));
+    if (!value.is_object() || !value.contains(key)) return "";
+    value = value[key];
+    if (dot == std::string_view::npos) break;
+    start = dot + 1;
+  }
+  if (value.is_null()) return "absent";
+  if (value.is_array()) {
+    std::string list;
+    for (const auto& v : value) list += (list.empty() ? "" : ", ") + (v.is_string() ? v.get<std::string>() : v.dump());
+    return list;
+  }
+  if (value.is_string()) return value.get<std::string>();
+  return value.dump();
+}
+
+std::string field_range_text(const FieldSpec& spec) {
+  auto number = number_text;
+  switch (spec.type) {
+    case FieldType::kInteger:
+      if (!std::isfinite(spec.hi)) return number(spec.lo) + " or more";
+      return number(spec.lo) + " to " + number(spec.hi);
+    case FieldType::kNumber:
+      return std::string(spec.lo_open ? "(" : "[") + number(spec.lo) + ", " + number(spec.hi) +
+             (spec.hi_open ? ")" : "]");
+    case FieldType::kEnum:
+      return std::string(spec.values);
+    case FieldType::kStringList:
+      return "some of " + std::string(spec.values);
+    case FieldType::kBoolean:
+      return "true, false";
+    case FieldType::kString:
+    case FieldType::kObject:
+      return "";
+  }
+  return "";
+}
+
+std::string fields_reference_markdown() {
+  auto type_name = [](FieldType t) {
+    switch (t) {
+      case FieldType::kString: return "string";
+      case FieldType::kInteger: return "integer";
+      case FieldType::kNumber: return "number";
+      case FieldType::kBoolean: return "boolean";
+      case FieldType::kEnum: return "string";
+      case FieldType::kStringList: return "list of strings";
+      case FieldType::kObject: return "object";
+    }
+    return "";
+  };
+  auto code = [](const std::string& s) { return s.empty() ? std::string() : "`" + s + "`"; };
+  std::string out = "| field | type | default | allowed | meaning |\n|---|---|---|---|---|\n";
+  for (const auto& f : kFields) {
+    std::string def = field_default_text(f);
+    if (def == "required" || def == "absent") def = "*" + def + "*";
+    else def = code(def);
+    const std::string range = field_range_text(f);
+    out += "| `" + std::string(f.path) + "` | " + type_name(f.type) + " | " + def + " | " + range + " | " +
+           std::string(f.help) + " |\n";
+  }
+  return out;
 }
 
 nlohmann::json config_to_json(const RunConfig& c) {
