@@ -236,6 +236,11 @@ ParseResult parse_command_line(const Command& root, const std::vector<std::strin
     inv.positionals.push_back(arg);
   }
 
+  if (help_mode && want_help && cmd == &root) {
+    // `trainer help --help`: the page of `help` itself, as `trainer help help` shows it.
+    cmd = find_child(root, kHelpCommand);
+    help_path.push_back(kHelpCommand);
+  }
   if (want_help || help_mode) {
     result.output = help_text(*cmd, help_path);
     result.exit_code = kExitOk;

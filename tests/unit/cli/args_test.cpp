@@ -71,6 +71,8 @@ TEST(CliArgs, HelpCommandPrintsWhatDashDashHelpPrints) {
     EXPECT_EQ(a.exit_code, kExitOk);
     EXPECT_EQ(a.output, b.output);
   }
+  EXPECT_EQ(parse({"help", "--help"}).output, parse({"help", "help"}).output);
+  EXPECT_NE(parse({"help", "help"}).output.find("trainer help runs start"), std::string::npos);
   auto bad = parse({"help", "runs", "strat"});
   EXPECT_EQ(bad.exit_code, kExitUsage);
   EXPECT_NE(bad.output.find("did you mean `trainer runs start`?"), std::string::npos) << bad.output;
