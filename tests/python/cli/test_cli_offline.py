@@ -31,7 +31,7 @@ def test_plan_errors_name_the_field_before_anything_is_sent(bin_dir, tmp_path):
                                        "optimizer: {learningRate: 0.003}\n    lora: {rank: -1}"))
     out = cli("runs", "start", "-f", bad, "--dry-run")
     assert out.returncode == 1
-    assert out.stderr.startswith(f"trainer: {bad}:8:11: config.hyperparams.lora.rank: "), out.stderr
+    assert out.stderr.startswith(f"trainer: {bad}:8:12: config.hyperparams.lora.rank: "), out.stderr
     unknown = plan_text() + "config2: 1\n"
     out = cli("runs", "start", "-f", "-", "--dry-run", input=unknown)
     assert out.returncode == 1
