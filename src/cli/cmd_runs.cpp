@@ -386,8 +386,8 @@ int runs_metrics(Context& ctx) {
       auto near = nearest_name(f, known);
       std::string list;
       for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
-      return ctx.fail("--fields: no metric named \"" + f + "\"" + (near ? "; did you mean " + *near + "?" : "") +
-                          " The steps of this run carry: " + list,
+      return ctx.fail("--fields: no metric named \"" + f + "\"" + (near ? " (did you mean " + *near + "?)" : "") +
+                          "; the steps of this run carry: " + list,
                       kExitUsage);
     }
   }
