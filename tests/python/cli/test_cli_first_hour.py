@@ -332,3 +332,13 @@ def test_a_terminal_narrowed_mid_run_keeps_no_stale_progress_line_and_ctrl_c_say
     assert f"stopped watching run {short}" in message, message
     assert f"`trainer runs wait {short}` follows it again" in message, message
     assert f"`trainer runs cancel {short}` stops it" in message, message
+
+
+def test_measure_says_what_to_do_when_rows_have_nothing_to_train(ready):
+    out = ready("datasets", "measure", DATASET_NAME, "--base-model", MODEL_NAME, "--max-seq-length", "8")
+    assert out.returncode == 0, out.stderr
+    hint = [line for line in out.stdout.splitlines() if line.startswith("Hint: ")]
+    assert hint, out.stdout
+    assert "maxSeqLength 8" in hint[0] and "raise config.maxSeqLength" in hint[0], hint[0]
+    fits = ready("datasets", "measure", DATASET_NAME, "--base-model", MODEL_NAME, "--max-seq-length", "4096")
+    assert fits.returncode == 0 and "Hint:" not in fits.stdout
