@@ -2,6 +2,7 @@
 
 #include "cli/exit_codes.h"
 #include "cli/format.h"
+#include "common/spelling.h"
 
 namespace trainer::cli {
 namespace {
@@ -14,6 +15,8 @@ std::string join(const std::vector<std::string>& parts, const std::string& sep) 
   }
   return out;
 }
+
+constexpr const char* kHelpCommand = "help";
 
 const Command* find_child(const Command& parent, const std::string& word) {
   for (const auto& child : parent.children) {
@@ -50,8 +53,31 @@ void append_flag_block(std::string& out, const std::string& title, const std::ve
   for (const auto& f : flags) width = std::max(width, flag_column(f).size());
   for (const auto& f : flags) {
     std::string col = flag_column(f);
-    out += "  " + col + std::string(width - col.size() + 3, ' ') + f.help + "\n";
+    std::string help = f.help;
+    if (!f.requires_flag.empty()) help += " (needs --" + f.requires_flag + ")";
+    out += "  " + col + std::string(width - col.size() + 3, ' ') + help + "\n";
   }
+}
+
+// The names (and aliases) a word could have meant among `parent`'s children.
+std::vector<std::string> child_names(const Command& parent) {
+  std::vector<std::string> names;
+  for (const auto& c : parent.children) {
+    names.push_back(c.name);
+    for (const auto& a : c.aliases) names.push_back(a);
+  }
+  return names;
+}
+
+// " (did you mean X?)"-style suffix for a misspelt command word; the list of commands otherwise.
+std::string unknown_command_hint(const Command& parent, const std::string& word, const std::string& parent_path) {
+  std::vector<std::string> names;
+  for (const auto& c : parent.children) names.push_back(c.name);
+  if (auto near = nearest_name(word, child_names(parent))) {
+    const Command* child = find_child(parent, *near);
+    return " (did you mean `" + parent_path + " " + (child ? child->name : *near) + "`?)";
+  }
+  return " (commands: " + join(names, ", ") + ")";
 }
 
 }  // namespace
@@ -71,10 +97,10 @@ std::string Invocation::command_line() const { return "trainer " + join(path, " 
 
 const std::vector<Flag>& global_flags() {
   static const std::vector<Flag> kFlags = {
-      {"trainer-url", 0, "URL", "address of trainerd (default: $TRAINER_URL, else http://localhost:9001)"},
-      {"output", 'o', "FORMAT", "output format: text (default), json, json-compact"},
-      {"no-color", 0, "", "no colours and no redrawn progress line (as NO_COLOR does)"},
-      {"help", 'h', "", "show help for this command"},
+      {"trainer-url", 0, "URL", "address of trainerd (default: $TRAINER_URL, else http://localhost:9001)", ""},
+      {"output", 'o', "FORMAT", "output format: text (default), json, json-compact", ""},
+      {"no-color", 0, "", "no colours and no redrawn progress line (as NO_COLOR does)", ""},
+      {"help", 'h', "", "show help for this command", ""},
   };
   return kFlags;
 }
@@ -101,8 +127,17 @@ std::string help_text(const Command& command, const std::vector<std::string>& pa
   }
   append_flag_block(out, "Flags", command.flags);
   append_flag_block(out, "Global flags", global_flags());
+  if (!command.examples.empty()) {
+    out += "\nExamples:\n";
+    for (size_t i = 0; i < command.examples.size(); ++i) {
+      if (i) out += "\n";
+      out += "  # " + command.examples[i].what + "\n  " + command.examples[i].line + "\n";
+    }
+  }
   if (!command.children.empty()) {
-    out += "\nRun `" + name + " COMMAND --help` for a command's flags.\n";
+    out += "\nRun `" + name + " COMMAND --help` (or `trainer help " +
+           (path.size() > 1 ? join(std::vector<std::string>(path.begin() + 1, path.end()), " ") + " " : "") +
+           "COMMAND`) for a command's flags and examples.\n";
   }
   return out;
 }
@@ -113,6 +148,7 @@ ParseResult parse_command_line(const Command& root, const std::vector<std::strin
   const Command* cmd = &root;
   std::vector<std::string> help_path = {"trainer"};
   bool want_help = false;
+  bool help_mode = false;  // `trainer help COMMAND [SUB]`: the words name the page to show
   bool only_positionals = false;
 
   auto usage_error = [&](const std::string& message) {
@@ -150,8 +186,17 @@ ParseResult parse_command_line(const Command& root, const std::vector<std::strin
         }
       }
       const Flag* flag = find_flag({&cmd->flags, &global_flags()}, name, short_name);
+      if (!flag && help_mode) continue;
       if (!flag) {
-        return usage_error("unknown flag " + arg + " for `" + join(help_path, " ") + "`");
+        std::string hint;
+        if (!name.empty()) {
+          std::vector<std::string> names;
+          for (const auto* set : {&cmd->flags, &global_flags()}) {
+            for (const auto& f : *set) names.push_back(f.name);
+          }
+          if (auto near = nearest_name(name, names)) hint = " (did you mean --" + *near + "?)";
+        }
+        return usage_error("unknown flag " + arg + " for `" + join(help_path, " ") + "`" + hint);
       }
       if (flag->value_name.empty()) {
         if (has_value) return usage_error("flag --" + flag->name + " takes no value");
@@ -172,21 +217,31 @@ ParseResult parse_command_line(const Command& root, const std::vector<std::strin
     if (!cmd->children.empty() && inv.positionals.empty()) {
       const Command* child = find_child(*cmd, arg);
       if (!child) {
-        if (want_help) break;
-        std::vector<std::string> names;
-        for (const auto& c : cmd->children) names.push_back(c.name);
-        return usage_error("unknown command \"" + arg + "\" for `" + join(help_path, " ") +
-                           "` (commands: " + join(names, ", ") + ")");
+        if (want_help && !help_mode) break;
+        return usage_error("unknown command \"" + arg + "\" for `" + join(help_path, " ") + "`" +
+                           unknown_command_hint(*cmd, arg, join(help_path, " ")));
+      }
+      if (cmd == &root && child->name == kHelpCommand && !help_mode) {
+        help_mode = true;  // the next words name the page; stay at the root
+        continue;
       }
       cmd = child;
       inv.path.push_back(child->name);
       help_path.push_back(child->name);
       continue;
     }
+    if (help_mode) {
+      return usage_error("`" + join(help_path, " ") + "` has no subcommand \"" + arg + "\"");
+    }
     inv.positionals.push_back(arg);
   }
 
-  if (want_help) {
+  if (help_mode && want_help && cmd == &root) {
+    // `trainer help --help`: the page of `help` itself, as `trainer help help` shows it.
+    cmd = find_child(root, kHelpCommand);
+    help_path.push_back(kHelpCommand);
+  }
+  if (want_help || help_mode) {
     result.output = help_text(*cmd, help_path);
     result.exit_code = kExitOk;
     return result;
@@ -207,6 +262,14 @@ ParseResult parse_command_line(const Command& root, const std::vector<std::strin
   }
   if (cmd->max_args >= 0 && n > cmd->max_args) {
     return usage_error("unexpected argument \"" + inv.positionals[cmd->max_args] + "\"");
+  }
+  // A flag that only works with another one (the table says which; --help shows it).
+  for (const auto* set : {&cmd->flags, &global_flags()}) {
+    for (const auto& f : *set) {
+      if (!f.requires_flag.empty() && inv.has(f.name) && !inv.has(f.requires_flag)) {
+        return usage_error("--" + f.name + " needs --" + f.requires_flag);
+      }
+    }
   }
   inv.command = cmd;
   result.invocation = std::move(inv);

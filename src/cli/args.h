@@ -18,6 +18,14 @@ struct Flag {
   char short_name = 0;       // one-letter alias ('f' for -f), 0 when none
   std::string value_name;    // empty for a boolean flag; else how --help names the value ("FILE")
   std::string help;          // one line
+  std::string requires_flag;  // another flag this one only works with ("wait"); --help says so and
+                              // the parser refuses it alone
+};
+
+// One line of a command's Examples section: a runnable command line and what it does.
+struct Example {
+  std::string what;          // "check a plan and print every default" (shown as a # comment)
+  std::string line;          // "trainer runs start -f examples/sentiment/run.yaml --dry-run"
 };
 
 class Context;
@@ -34,6 +42,7 @@ struct Command {
   Handler run;                       // null for a group
   int min_args = 0;                  // positional arguments required
   int max_args = 0;                  // positional arguments allowed (-1 = any)
+  std::vector<Example> examples;     // the Examples section of --help (every command has some)
 };
 
 // What the parser found: the command path, its flags and positional arguments.
@@ -62,6 +71,7 @@ struct ParseResult {
   int exit_code = 0;
 };
 
+// `trainer help COMMAND [SUB]` prints what `trainer COMMAND [SUB] --help` prints.
 ParseResult parse_command_line(const Command& root, const std::vector<std::string>& argv);
 
 // The --help text of `command`, reached by `path` ({"trainer", "runs", "wait"}).

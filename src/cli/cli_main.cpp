@@ -23,10 +23,22 @@ Command build_command_tree() {
       "3 the run ended FAILED and 4 CANCELLED (with --exit-status); 5 --timeout passed;\n"
       "6 the service did not answer.\n"
       "\n"
-      "Start here: trainer info; trainer runs start -f plan.yaml --wait; trainer runs list.";
-  root.flags = {{"version", 0, "", "print the version and exit"}};
-  root.children = {info_command(),      base_models_command(), datasets_command(),
-                   workloads_command(), runs_command(),        capacity_command()};
+      "Start here: trainer info; trainer runs start -f plan.yaml --wait; trainer runs list.\n"
+      "Run plans: `trainer help runs start` shows one; docs/plans.md lists every field.";
+  root.flags = {{"version", 0, "", "print the version and exit", ""}};
+  Command help;
+  help.name = "help";
+  help.summary = "Show the help of a command (as COMMAND --help does)";
+  help.args = "[COMMAND [SUBCOMMAND]]";
+  help.examples = {{"how to start a run, with a short plan", "trainer help runs start"},
+                   {"the commands of a noun", "trainer help datasets"}};
+  // The parser answers `trainer help ...` itself; this entry lists it and carries its help.
+  root.children = {info_command(),      base_models_command(), datasets_command(), workloads_command(),
+                   runs_command(),      capacity_command(),    help};
+  root.examples = {{"is the service up?", "trainer info"},
+                   {"check the demo's plan and see every default",
+                    "trainer runs start -f examples/sentiment/run.yaml --dry-run --show-resolved"},
+                   {"start it and follow it live", "trainer runs start -f examples/sentiment/run.yaml --wait"}};
   return root;
 }
 

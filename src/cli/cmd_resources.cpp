@@ -13,6 +13,7 @@
 #include "cli/exit_codes.h"
 #include "cli/format.h"
 #include "cli/run_view.h"
+#include <algorithm>
 
 namespace trainer::cli {
 namespace {
@@ -67,7 +68,7 @@ int run_info(Context& ctx) {
   CallError e;
   const bool ok = ctx.client.get("/v1/info", &r, &e);
   if (!ok && (e.transport || !r.body.is_object() || !r.body.contains("startup"))) {
-    return ctx.fail(e.status.message(), e.transport ? kExitUnreachable : kExitError);
+    return ctx.fail(describe_failure(e), e.transport ? kExitUnreachable : kExitError);
   }
   const json& info = r.body;
   const json& startup = info.contains("startup") ? info["startup"] : json::object();
@@ -146,9 +147,59 @@ int base_models_list(Context& ctx) {
 }
 
 int base_models_get(Context& ctx) {
-  auto doc = ctx.get("/v1/base-models/" + seg(ctx.inv.positionals[0]));
+  const std::string ref = ctx.inv.positionals[0];
+  auto doc = ctx.get("/v1/base-models/" + seg(ref));
   if (!doc) return ctx.last_failure_code();
-  ctx.print_document(*doc);
+  if (!ctx.text()) {
+    ctx.print_json(*doc);
+    return kExitOk;
+  }
+  const json& m = *doc;
+  const std::string name = str(m, "name");
+  const std::string status = model_status(m);
+  FieldRows state = {{"Name", name}, {"Status", status}};
+  if (!str(m, "id").empty()) state.push_back({"Id", str(m, "id")});
+  if (!str(m, "failure").empty()) state.push_back({"Failure", str(m, "failure")});
+  if (!str(m, "selectedAt").empty()) state.push_back({"Selected", str(m, "selectedAt")});
+  FieldRows weights;
+  if (!str(m, "path").empty()) weights.push_back({"Source", str(m, "path")});
+  if (m.contains("sizeBytes") && m["sizeBytes"].is_number()) {
+    weights.push_back({"Size", format_number(m["sizeBytes"].get<double>() / (1024.0 * 1024.0)) + " MiB"});
+  }
+  if (!str(m, "contentHash").empty()) weights.push_back({"Content hash", str(m, "contentHash")});
+  // Whatever else the service says about it, so nothing is hidden in text mode.
+  FieldRows other;
+  for (auto it = m.begin(); it != m.end(); ++it) {
+    static const char* kShown[] = {"name", "status", "id", "failure", "selectedAt", "path", "sizeBytes", "contentHash"};
+    if (std::find(std::begin(kShown), std::end(kShown), it.key()) != std::end(kShown)) continue;
+    other.push_back({it.key(), it->is_string() ? it->get<std::string>() : it->dump()});
+  }
+  // What the deployment admits: whether the model is on its list, and what runs can do with it.
+  FieldRows deployment;
+  Response all;
+  CallError e;
+  if (ctx.client.get("/v1/base-models?all=true", &all, &e)) {
+    bool allowed = false;
+    for (const auto& a : all.body.value("baseModels", json::array())) {
+      if (str(a, "name") == name) allowed = true;
+    }
+    deployment.push_back({"Allowed", allowed ? "yes, on this deployment's list (`trainerd --config`, baseModels)"
+                                             : "no; an operator adds it under baseModels in `trainerd --config`"});
+  }
+  std::string lower = status;
+  for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "ready") {
+    deployment.push_back({"Runs", "can name it now (baseModel: " + name + ")"});
+  } else if (lower == "not-selected") {
+    deployment.push_back({"Runs", "cannot name it until it is selected: `trainer base-models select " + name + "`"});
+  } else if (lower == "failed") {
+    deployment.push_back({"Runs", "cannot name it; select it again once the cause is fixed: `trainer base-models select " +
+                                      name + "`"});
+  } else {
+    deployment.push_back({"Runs", "can name it; they start once it is ready (`trainer base-models wait " + name + "`)"});
+  }
+  out(render_sections({{"State", state}, {"Weights", weights}, {"Deployment", deployment}, {"Other", other}},
+                      ctx.color));
   return kExitOk;
 }
 
@@ -192,9 +243,6 @@ int wait_for_base_model(Context& ctx, const std::string& name, double timeout_se
 
 int base_models_select(Context& ctx) {
   const std::string name = ctx.inv.positionals[0];
-  if (ctx.inv.has("timeout") && !ctx.inv.has("wait")) {
-    return ctx.fail("--timeout needs --wait", kExitUsage);
-  }
   int code = kExitOk;
   auto timeout = timeout_flag(ctx, kDefaultSelectTimeoutSeconds, &code);
   if (!timeout) return code;
@@ -235,7 +283,7 @@ int datasets_create(Context& ctx) {
   Response r;
   CallError e;
   if (!ctx.client.post("/v1/datasets", body, &r, &e)) {
-    return ctx.fail(e.status.message(), e.transport ? kExitUnreachable : kExitError);
+    return ctx.fail(describe_failure(e), e.transport ? kExitUnreachable : kExitError);
   }
   if (!ctx.text()) {
     ctx.print_json(r.body);
@@ -246,6 +294,12 @@ int datasets_create(Context& ctx) {
   out(std::string(r.http_status == 200 ? "Already registered: dataset " : "Registered dataset ") +
       (name.empty() ? "" : name + " ") + "(" + hash + ", " + str(r.body, "rows") +
       " rows)\n");
+  // A name is a movable alias: say when this registration moved it off other rows.
+  const std::string moved_from = str(r.body, "movedFrom");
+  if (!name.empty() && !moved_from.empty() && moved_from != hash) {
+    out("The name " + name + " moved from dataset " + short_id(moved_from) + " to " + short_id(hash) +
+        "; plans naming " + name + " now train on the new rows (the old ones stay registered under their hash).\n");
+  }
   return kExitOk;
 }
 
@@ -305,138 +359,15 @@ int datasets_measure(Context& ctx) {
       {"Nothing to train", str(m, "rowsWithNothingToTrain") + " rows (no assistant tokens left)"},
   };
   out(render_fields(rows));
-  return kExitOk;
-}
-
-// ---- workloads ------------------------------------------------------------------------------
-
-// A field of the workload's evaluation settings ({evaluation: {dataset, grader}}).
-std::string evaluation_text(const json& w, const char* key) {
-  if (w.contains("evaluation") && w["evaluation"].is_object()) {
-    std::string v = str(w["evaluation"], key);
-    return std::string(key) == "dataset" ? short_id(v) : v;
+  // Rows with nothing left to train make a run fail in PREPARING: say so, and what fixes it.
+  const double nothing = m.value("rowsWithNothingToTrain", 0.0);
+  if (!str(m, "hint").empty()) {
+    out("Hint: " + str(m, "hint") + "\n");
+  } else if (nothing > 0) {
+    out("Hint: " + format_number(nothing) + " of " + str(m, "rows") + " rows have no assistant token left at maxSeqLength " +
+        str(m, "maxSeqLength") + "; a run with it trains on the others only, or fails when none is left. Rows need up to " +
+        str(m, "maxTokens") + " tokens: raise config.maxSeqLength (`--max-seq-length N` checks a length).\n");
   }
-  return "";
-}
-
-// What a ref points at, in words: "base model tiny-qwen3 (53ffe62f226a)", "run 7d49... adapter".
-std::string ref_target_text(const json& target) {
-  if (target.is_null()) return "";
-  if (target.is_string()) return target.get<std::string>();
-  const std::string kind = str(target, "kind");
-  if (kind == "baseModel") return "base model " + str(target, "name") + " (" + short_id(str(target, "id")) + ")";
-  if (kind == "runAdapter") return "adapter of run " + str(target, "runId") + " at " + str(target, "adapterPath");
-  return target.dump();
-}
-
-int workloads_create(Context& ctx) {
-  json body = {{"name", ctx.inv.positionals[0]}};
-  if (auto v = ctx.inv.get("description")) body["description"] = *v;
-  if (auto v = ctx.inv.get("dataset")) body["evaluationDataset"] = *v;
-  if (auto v = ctx.inv.get("grader")) body["grader"] = *v;
-  if (auto v = ctx.inv.get("gpu-quota")) {
-    char* end = nullptr;
-    long long q = std::strtoll(v->c_str(), &end, 10);
-    if (v->empty() || *end || q < 0) {
-      return ctx.fail("--gpu-quota must be a non-negative integer, got \"" + *v + "\"", kExitUsage);
-    }
-    body["gpuQuota"] = q;
-  }
-  auto doc = ctx.post("/v1/workloads", body);
-  if (!doc) return ctx.last_failure_code();
-  if (!ctx.text()) ctx.print_json(*doc);
-  else out("Created workload " + str(*doc, "name") + " (" + str(*doc, "id") + ")\n");
-  return kExitOk;
-}
-
-int workloads_list(Context& ctx) {
-  auto doc = ctx.get("/v1/workloads");
-  if (!doc) return ctx.last_failure_code();
-  if (!ctx.text()) {
-    ctx.print_json(*doc);
-    return kExitOk;
-  }
-  const json list = doc->value("workloads", json::array());
-  if (list.empty()) {
-    out("No workloads yet; create one with `trainer workloads create NAME`.\n");
-    return kExitOk;
-  }
-  std::vector<std::vector<std::string>> rows;
-  const double now = now_seconds();
-  for (const auto& w : list) {
-    rows.push_back({str(w, "name"), short_id(str(w, "id")),
-                    evaluation_text(w, "dataset"), evaluation_text(w, "grader"),
-                    str(w, "gpuQuota"), str(w, "description"),
-                    age_text(str(w, "createdAt"), now)});
-  }
-  out(render_table({"NAME", "ID", "EVAL DATASET", "GRADER", "GPU QUOTA", "DESCRIPTION", "CREATED"}, rows));
-  return kExitOk;
-}
-
-int workloads_get(Context& ctx) {
-  auto doc = ctx.get("/v1/workloads/" + seg(ctx.inv.positionals[0]));
-  if (!doc) return ctx.last_failure_code();
-  ctx.print_document(*doc);
-  return kExitOk;
-}
-
-int workloads_rename(Context& ctx) {
-  auto doc = ctx.patch("/v1/workloads/" + seg(ctx.inv.positionals[0]), json{{"name", ctx.inv.positionals[1]}});
-  if (!doc) return ctx.last_failure_code();
-  if (!ctx.text()) ctx.print_json(*doc);
-  else out("Renamed workload " + ctx.inv.positionals[0] + " to " + str(*doc, "name") + "\n");
-  return kExitOk;
-}
-
-int workloads_annotate(Context& ctx) {
-  auto description = ctx.inv.get("description");
-  if (!description) return ctx.fail("workloads annotate needs --description TEXT (\"\" clears it)", kExitUsage);
-  auto doc = ctx.patch("/v1/workloads/" + seg(ctx.inv.positionals[0]), json{{"description", *description}});
-  if (!doc) return ctx.last_failure_code();
-  if (!ctx.text()) ctx.print_json(*doc);
-  else out(description->empty() ? "Cleared the description of workload " + str(*doc, "name") + "\n"
-                                 : "Annotated workload " + str(*doc, "name") + "\n");
-  return kExitOk;
-}
-
-int workloads_set_evaluation(Context& ctx) {
-  auto dataset = ctx.inv.get("dataset");
-  if (!dataset) return ctx.fail("workloads set-evaluation needs --dataset NAME_OR_HASH", kExitUsage);
-  json body = {{"dataset", *dataset}};
-  if (auto g = ctx.inv.get("grader")) body["grader"] = *g;
-  auto doc = ctx.put("/v1/workloads/" + seg(ctx.inv.positionals[0]) + "/evaluation", body);
-  if (!doc) return ctx.last_failure_code();
-  if (!ctx.text()) ctx.print_json(*doc);
-  else out("Workload " + ctx.inv.positionals[0] + " now evaluates on " + *dataset + "\n");
-  return kExitOk;
-}
-
-bool valid_ref_name(const std::string& ref) {
-  return ref == "base" || ref == "candidate" || ref == "champion";
-}
-
-int workloads_refs_get(Context& ctx) {
-  const std::string& ref = ctx.inv.positionals[1];
-  if (!valid_ref_name(ref)) return ctx.fail("REF must be base, candidate or champion, got \"" + ref + "\"", kExitUsage);
-  auto doc = ctx.get("/v1/workloads/" + seg(ctx.inv.positionals[0]) + "/refs/" + ref);
-  if (!doc) return ctx.last_failure_code();
-  if (!ctx.text()) ctx.print_json(*doc);
-  else {
-    std::string target = ref_target_text(doc->value("target", json()));
-    out(target.empty() ? ref + " is not set\n" : ref + ": " + target + "\n");
-  }
-  return kExitOk;
-}
-
-int workloads_refs_set(Context& ctx) {
-  const std::string& ref = ctx.inv.positionals[1];
-  if (!valid_ref_name(ref)) return ctx.fail("REF must be base, candidate or champion, got \"" + ref + "\"", kExitUsage);
-  auto doc = ctx.put("/v1/workloads/" + seg(ctx.inv.positionals[0]) + "/refs/" + ref,
-                     json{{"target", ctx.inv.positionals[2]}});
-  if (!doc) return ctx.last_failure_code();
-  if (!ctx.text()) ctx.print_json(*doc);
-  else out("Moved " + ref + " of workload " + ctx.inv.positionals[0] + " to " +
-           ref_target_text(doc->value("target", json())) + "\n");
   return kExitOk;
 }
 
@@ -548,6 +479,9 @@ Command info_command() {
       "Use it as a readiness probe: it exits 0 only when the service answers and its startup\n"
       "completed; otherwise it names the step that failed.";
   c.run = run_info;
+  c.examples = {{"is the service up, and how is it configured?", "trainer info"},
+                {"a readiness probe against another address", "trainer info --trainer-url http://trainer.internal:9001"},
+                {"the answer as JSON", "trainer info -o json"}};
   return c;
 }
 
@@ -556,19 +490,36 @@ Command base_models_command() {
   g.name = "base-models";
   g.aliases = {"base-model"};
   g.summary = "The base models this deployment allows, and which are selected";
-  g.children.push_back({"list", {}, "List selected base models (every allowed one with --all)", "", "",
-                        {{"all", 0, "", "list every allowed model, selected or not"}}, {}, base_models_list, 0, 0});
-  g.children.push_back({"get", {}, "Show a base model's selection state and what it admits", "BASE_MODEL", "", {}, {},
-                        base_models_get, 1, 1});
-  g.children.push_back({"select", {}, "Select a base model (registers it and caches its weights)", "BASE_MODEL",
-                        "Returns once accepted; runs can name the model at once.",
-                        {{"wait", 0, "", "wait until the selection is ready"},
-                         {"timeout", 0, "DURATION", "with --wait: how long to wait (default 30m0s)"}},
-                        {}, base_models_select, 1, 1});
-  g.children.push_back({"wait", {}, "Wait until a base model's selection is ready", "BASE_MODEL",
-                        "Exits non-zero when the model is not selected or its selection was refused.",
-                        {{"timeout", 0, "DURATION", "give up after this long (default: no deadline)"}}, {},
-                        base_models_wait, 1, 1});
+  g.examples = {{"the models an operator allows here", "trainer base-models list --all"},
+                {"select one so runs can name it, and wait until it is ready",
+                 "trainer base-models select tiny-qwen3 --wait"}};
+  Command list{"list", {}, "List selected base models (every allowed one with --all)", "", "",
+               {{"all", 0, "", "list every allowed model, selected or not", ""}}, {}, base_models_list, 0, 0, {}};
+  list.examples = {{"the selected models", "trainer base-models list"},
+                   {"every model the deployment allows", "trainer base-models list --all"}};
+  Command get{"get", {}, "Show a base model's selection state and what it admits", "BASE_MODEL",
+              "Sections: State, Weights (where they come from, size, content hash) and Deployment\n"
+              "(whether this deployment allows it, and whether runs can name it now).",
+              {}, {}, base_models_get, 1, 1, {}};
+  get.examples = {{"one model", "trainer base-models get tiny-qwen3"},
+                  {"as JSON", "trainer base-models get tiny-qwen3 -o json"}};
+  Command select{"select", {}, "Select a base model (registers it and caches its weights)", "BASE_MODEL",
+                 "Returns once accepted; runs can name the model at once. Only models on the deployment's\n"
+                 "list can be selected (`trainer base-models list --all`); an operator adds others under\n"
+                 "baseModels in `trainerd --config`.",
+                 {{"wait", 0, "", "wait until the selection is ready", ""},
+                  {"timeout", 0, "DURATION", "how long to wait (default 30m0s)", "wait"}},
+                 {}, base_models_select, 1, 1, {}};
+  select.examples = {{"select a model and return at once", "trainer base-models select tiny-qwen3"},
+                     {"select it and wait at most 10 minutes until it is ready",
+                      "trainer base-models select tiny-qwen3 --wait --timeout 10m"}};
+  Command wait{"wait", {}, "Wait until a base model's selection is ready", "BASE_MODEL",
+               "Exits non-zero when the model is not selected or its selection was refused.",
+               {{"timeout", 0, "DURATION", "give up after this long (default: no deadline)", ""}}, {},
+               base_models_wait, 1, 1, {}};
+  wait.examples = {{"wait until runs can use it", "trainer base-models wait tiny-qwen3"},
+                   {"give up after 5 minutes (exit 5)", "trainer base-models wait tiny-qwen3 --timeout 5m"}};
+  g.children = {list, get, select, wait};
   return g;
 }
 
@@ -577,53 +528,32 @@ Command datasets_command() {
   g.name = "datasets";
   g.aliases = {"dataset"};
   g.summary = "Chat-format JSONL datasets, identified by the hash of their rows";
-  g.children.push_back({"create", {}, "Register a dataset (registering the same rows again returns it)", "",
-                        "", {{"file", 'f', "FILE", "chat-format JSONL file; - reads stdin"},
-                             {"name", 0, "NAME", "a name for it (a movable alias)"}},
-                        {}, datasets_create, 0, 0});
-  g.children.push_back({"list", {}, "List datasets, newest first", "", "", {}, {}, datasets_list, 0, 0});
-  g.children.push_back({"get", {}, "Show one dataset", "DATASET", "", {}, {}, datasets_get, 1, 1});
-  g.children.push_back({"measure", {"analyze"}, "Token lengths of a dataset's rows under a base model", "DATASET",
-                        "Counts tokens after the base model's chat template and reports how many rows\n"
-                        "a maxSeqLength would cut. Needs no GPU.",
-                        {{"base-model", 0, "NAME", "base model whose tokenizer and template to use (required)"},
-                         {"max-seq-length", 0, "N", "count rows cut at this length (default: the plan default)"}},
-                        {}, datasets_measure, 1, 1});
-  return g;
-}
-
-Command workloads_command() {
-  Command g;
-  g.name = "workloads";
-  g.aliases = {"workload"};
-  g.summary = "Workloads: one task each, with its evaluation dataset, grader and refs";
-  g.children.push_back({"create", {}, "Create a workload", "NAME", "",
-                        {{"description", 0, "TEXT", "free text"},
-                         {"dataset", 0, "DATASET", "evaluation dataset (name or hash)"},
-                         {"grader", 0, "GRADER", "json-label-match (default), model:MODEL or http:URL"},
-                         {"gpu-quota", 0, "N", "devices its runs may hold at once"}},
-                        {}, workloads_create, 1, 1});
-  g.children.push_back({"list", {}, "List workloads, newest first", "", "", {}, {}, workloads_list, 0, 0});
-  g.children.push_back({"get", {}, "Show a workload: evaluation settings and refs", "WORKLOAD", "", {}, {},
-                        workloads_get, 1, 1});
-  g.children.push_back({"rename", {}, "Rename a workload (its id never changes)", "WORKLOAD NAME", "", {}, {},
-                        workloads_rename, 2, 2});
-  g.children.push_back({"annotate", {}, "Set a workload's description", "WORKLOAD", "",
-                        {{"description", 0, "TEXT", "the new description (\"\" clears it)"}}, {},
-                        workloads_annotate, 1, 1});
-  g.children.push_back({"set-evaluation", {}, "Change a workload's evaluation dataset and grader", "WORKLOAD", "",
-                        {{"dataset", 0, "DATASET", "evaluation dataset (name or hash, required)"},
-                         {"grader", 0, "GRADER", "json-label-match, model:MODEL or http:URL"}},
-                        {}, workloads_set_evaluation, 1, 1});
-  Command refs;
-  refs.name = "refs";
-  refs.summary = "Read or move a workload's base, candidate and champion refs";
-  refs.children.push_back({"get", {}, "Show what a ref points at", "WORKLOAD REF", "REF is base, candidate or champion.",
-                           {}, {}, workloads_refs_get, 2, 2});
-  refs.children.push_back({"set", {}, "Move a ref (roll back by setting an earlier id)", "WORKLOAD REF TARGET",
-                           "REF is base, candidate or champion; base must point at a base model.", {}, {},
-                           workloads_refs_set, 3, 3});
-  g.children.push_back(refs);
+  g.examples = {{"register the bundled dataset under a name", "trainer datasets create -f examples/sentiment/train.jsonl --name sentiment-train"},
+                {"how long its rows are under a base model", "trainer datasets measure sentiment-train --base-model tiny-qwen3"}};
+  Command create{"create", {}, "Register a dataset (registering the same rows again returns it)", "",
+                 "A name is a movable alias: registering other rows under a name moves it to them (and says\n"
+                 "from which dataset); the old rows stay registered under their hash.",
+                 {{"file", 'f', "FILE", "chat-format JSONL file; - reads stdin", ""},
+                  {"name", 0, "NAME", "a name for it (a movable alias)", ""}},
+                 {}, datasets_create, 0, 0, {}};
+  create.examples = {{"register a file under a name", "trainer datasets create -f examples/sentiment/train.jsonl --name sentiment-train"},
+                     {"register rows piped on stdin, by hash only", "cat examples/sentiment/train.jsonl | trainer datasets create -f -"}};
+  Command list{"list", {}, "List datasets, newest first", "", "", {}, {}, datasets_list, 0, 0, {}};
+  list.examples = {{"names, hashes and sizes", "trainer datasets list"}, {"as JSON", "trainer datasets list -o json"}};
+  Command get{"get", {}, "Show one dataset", "DATASET", "DATASET is a name, a hash or a hash prefix.", {}, {},
+              datasets_get, 1, 1, {}};
+  get.examples = {{"a dataset by name", "trainer datasets get sentiment-train"},
+                  {"its hash alone", "trainer datasets get sentiment-train -o json"}};
+  Command measure{"measure", {"analyze"}, "Token lengths of a dataset's rows under a base model", "DATASET",
+                  "Counts tokens after the base model's chat template and reports how many rows\n"
+                  "a maxSeqLength would cut. Needs no GPU.",
+                  {{"base-model", 0, "NAME", "base model whose tokenizer and template to use (required)", ""},
+                   {"max-seq-length", 0, "N", "count rows cut at this length (default: the plan default)", ""}},
+                  {}, datasets_measure, 1, 1, {}};
+  measure.examples = {{"lengths under a model's template", "trainer datasets measure sentiment-train --base-model tiny-qwen3"},
+                      {"how many rows a plan's maxSeqLength: 128 would cut",
+                       "trainer datasets measure sentiment-train --base-model tiny-qwen3 --max-seq-length 128"}};
+  g.children = {create, list, get, measure};
   return g;
 }
 
@@ -633,6 +563,7 @@ Command capacity_command() {
   c.summary = "Show GPU pools, claims and quotas";
   c.description = "Pools: FREE + GRANTED = DECLARED. A claim holds devices (GRANTED) or waits for them (QUEUED).";
   c.run = run_capacity;
+  c.examples = {{"pools, claims and quotas", "trainer capacity"}, {"as JSON", "trainer capacity -o json"}};
   return c;
 }
 

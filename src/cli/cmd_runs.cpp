@@ -5,16 +5,12 @@
 #include <cstdio>
 #include <iterator>
 #include <random>
-#include <thread>
-
-#include <signal.h>
-#include <sys/ioctl.h>
-#include <unistd.h>
 
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
 #include "cli/format.h"
 #include "cli/run_view.h"
+#include "common/spelling.h"
 #include "plan/plan.h"
 
 namespace trainer::cli {
@@ -22,12 +18,6 @@ namespace {
 
 using nlohmann::json;
 
-// A dropped stream is retried this many times in a row, waiting these seconds before each
-// (about two minutes in all), before `runs wait` gives up.
-constexpr int kRetryDelaysSeconds[] = {1, 2, 4, 8, 15, 30, 30, 30};
-constexpr int kLongPollSeconds = 15;
-// Without a terminal, a progress line is printed at most this often (phase changes always).
-constexpr double kPlainLineSeconds = 2.0;
 constexpr int kSubmissionIdBytes = 8;
 
 void out(const std::string& text) {
@@ -61,7 +51,8 @@ ViewStyle view_style(const Context& ctx) {
 
 // ---- start ----------------------------------------------------------------------------------
 
-std::string plan_summary(const json& plan) {
+// `written`: the plan as the user wrote it (names); `plan`: as the service resolved it (hashes).
+std::string plan_summary(const json& plan, const json& written = json::object()) {
   const json config = plan.value("config", json::object());
   std::string method = config.value("method", "sft");
   for (auto& c : method) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -70,7 +61,15 @@ std::string plan_summary(const json& plan) {
     text += " on " + plan["baseModel"].get<std::string>();
   }
   if (config.contains("dataset") && config["dataset"].is_string()) {
-    text += ", dataset " + config["dataset"].get<std::string>();
+    const std::string resolved = config["dataset"].get<std::string>();
+    std::string name;
+    if (written.contains("config") && written["config"].is_object() && written["config"].contains("dataset") &&
+        written["config"]["dataset"].is_string()) {
+      name = written["config"]["dataset"].get<std::string>();
+    }
+    if (name.empty() || name == resolved) text += ", dataset " + short_id(resolved);
+    else if (resolved.rfind(name, 0) == 0) text += ", dataset " + short_id(resolved);  // a hash prefix
+    else text += ", dataset " + name + " (" + short_id(resolved) + ")";
   }
   const json execution = plan.value("execution", json::object());
   if (execution.contains("gpus") && execution["gpus"].is_number()) {
@@ -80,26 +79,33 @@ std::string plan_summary(const json& plan) {
   return text;
 }
 
+// A warning object of a dry run: {"field": "config.maxSeqLength", "message": "..."}.
+std::string describe_warning(const json& w) {
+  const std::string field = w.value("field", std::string());
+  const std::string message = w.value("message", w.dump());
+  return field.empty() || message.rfind(field, 0) == 0 ? message : field + ": " + message;
+}
+
 int runs_start(Context& ctx) {
   auto file = ctx.inv.get("file");
   if (!file) return ctx.fail("runs start needs -f PLAN (a JSON or YAML run plan; - reads stdin)", kExitUsage);
   const bool dry_run = ctx.inv.has("dry-run");
-  if (ctx.inv.has("show-resolved") && !dry_run) {
-    return ctx.fail("--show-resolved works with --dry-run only", kExitUsage);
-  }
-  if (ctx.inv.has("exit-status") && !ctx.inv.has("wait")) {
-    return ctx.fail("--exit-status needs --wait on runs start", kExitUsage);
-  }
-  if (ctx.inv.has("timeout") && !ctx.inv.has("wait")) {
-    return ctx.fail("--timeout needs --wait on runs start", kExitUsage);
-  }
   if (dry_run && ctx.inv.has("wait")) return ctx.fail("--dry-run starts nothing to wait for; drop --wait", kExitUsage);
   std::string error;
   auto text = read_input(*file, &error);
   if (!text) return ctx.fail(error, kExitError);
   const std::string source = *file == "-" ? "stdin" : *file;
+  // "plan.yaml:7:5" for a field the plan parser or the service blames.
+  ctx.locate_field = [&](const std::string& field) {
+    auto at = plan::locate_field(*text, field);
+    return at ? source + ":" + std::to_string(at->line) + ":" + std::to_string(at->column) : source;
+  };
   auto parsed = plan::parse_plan(*text, source);
-  if (!parsed.is_ok()) return ctx.fail(parsed.status().message(), kExitError);
+  if (!parsed.is_ok()) {
+    const Status& st = parsed.status();
+    if (st.field().empty()) return ctx.fail(st.message(), kExitError);
+    return ctx.fail(ctx.locate_field(st.field()) + ": " + st.describe(), kExitError);
+  }
   plan::Plan plan = std::move(parsed.value());
   const bool generated_id = !plan.submissionId.has_value();
   if (generated_id && !dry_run) plan.submissionId = generate_submission_id();
@@ -110,11 +116,19 @@ int runs_start(Context& ctx) {
     auto checked = ctx.post("/v1/runs?dryRun=true", body);
     if (!checked) return ctx.last_failure_code();
     const json resolved = checked->contains("plan") ? (*checked)["plan"] : *checked;
+    // What the service found worth saying about a plan it accepts (rows it would cut, ...).
+    if (ctx.text() && checked->contains("warnings") && (*checked)["warnings"].is_array()) {
+      for (const auto& w : (*checked)["warnings"]) {
+        const std::string line = w.is_string() ? w.get<std::string>()
+                                               : (w.is_object() ? describe_warning(w) : w.dump());
+        std::fprintf(stderr, "Warning: %s\n", line.c_str());
+      }
+    }
     if (dry_run) {
       if (!ctx.text()) {
         ctx.print_json(*checked);
       } else {
-        out("Plan is valid: " + plan_summary(resolved) + ".\n");
+        out("Plan is valid: " + plan_summary(resolved, body) + ".\n");
         if (ctx.inv.has("show-resolved")) {
           out("\nResolved plan (every default filled in):\n" + to_yaml_text(resolved, 2));
         } else {
@@ -123,7 +137,7 @@ int runs_start(Context& ctx) {
       }
       return kExitOk;
     }
-    switch (confirm(ctx, "Start the " + plan_summary(resolved) + "?", *file == "-")) {
+    switch (confirm(ctx, "Start the " + plan_summary(resolved, body) + "?", *file == "-")) {
       case Confirmation::kYes:
         break;
       case Confirmation::kNo:
@@ -136,7 +150,11 @@ int runs_start(Context& ctx) {
   Response r;
   CallError e;
   if (!ctx.client.post("/v1/runs", body, &r, &e)) {
-    std::string message = e.status.message();
+    std::string message = describe_failure(e);
+    if (!e.transport) {
+      message += next_step(ctx, e, "/v1/runs", &body);
+      if (!e.field.empty()) message = ctx.locate_field(e.field) + ": " + message;
+    }
     if (e.transport && plan.submissionId) {
       message += " (the run may have been accepted: resubmit with submissionId: " + *plan.submissionId +
                  " in the plan to reach the same run)";
@@ -151,12 +169,15 @@ int runs_start(Context& ctx) {
     out("Submission " + plan.submissionId.value_or("") + " was already accepted: run " + run_id + " (" +
         run.value("phase", std::string()) + ").\n");
   } else {
-    out("Started run " + run_id + " (submission " + plan.submissionId.value_or("") + ").\n");
+    const json stored = run.contains("plan") && run["plan"].is_object() ? run["plan"] : body;
+    out("Started run " + run_id + ": the " + plan_summary(stored, body) + " (submission " +
+        plan.submissionId.value_or("") + ").\n");
     if (!ctx.inv.has("wait")) {
       out("Follow it with `trainer runs wait " + short_id(run_id) + "`.\n");
     }
   }
   std::fflush(stdout);
+  ctx.locate_field = nullptr;  // from here on, errors are about the run, not the plan file
   if (ctx.inv.has("wait")) return wait_for_run(ctx, run_id);
   return kExitOk;
 }
@@ -208,9 +229,6 @@ int runs_list(Context& ctx) {
 }
 
 int runs_get(Context& ctx) {
-  if (ctx.inv.has("exit-status") && !ctx.inv.has("follow")) {
-    return ctx.fail("--exit-status needs --follow on runs get", kExitUsage);
-  }
   if (ctx.inv.has("follow")) return wait_for_run(ctx, ctx.inv.positionals[0]);
   auto run = ctx.get("/v1/runs/" + seg(ctx.inv.positionals[0]));
   if (!run) return ctx.last_failure_code();
@@ -232,6 +250,13 @@ int runs_cancel(Context& ctx) {
   if (is_terminal_phase(phase)) {
     return ctx.fail("run " + run_id + " has already ended (" + phase + "); there is nothing to cancel", kExitError);
   }
+  // A plan without execution.saveEvery saves its adapter only at the end: cancelling keeps none.
+  const json& plan = run->contains("plan") ? (*run)["plan"] : json();
+  const bool keeps_nothing = plan.is_object() && plan.contains("execution") && plan["execution"].is_object() &&
+                             (!plan["execution"].contains("saveEvery") || plan["execution"]["saveEvery"].is_null());
+  const std::string nothing_kept =
+      "its plan saves the adapter only at the end (execution.saveEvery is unset), so nothing it trained is kept";
+  if (keeps_nothing && ctx.text()) std::fprintf(stderr, "Note: %s.\n", nothing_kept.c_str());
   switch (confirm(ctx, "Cancel run " + run_id + " (" + phase + ") and free its devices?", false)) {
     case Confirmation::kYes:
       break;
@@ -244,7 +269,8 @@ int runs_cancel(Context& ctx) {
   if (!after) return ctx.last_failure_code();
   if (!ctx.text()) ctx.print_json(*after);
   else out("Cancel requested for run " + run_id + "; `trainer runs wait " + short_id(run_id) +
-           "` shows it reach CANCELLED.\n");
+           "` shows it reach CANCELLED." + (keeps_nothing ? " No adapter is kept: " + nothing_kept + "." : "") +
+           "\n");
   return kExitOk;
 }
 
@@ -296,21 +322,83 @@ std::string cell(const json& row, const std::string& key) {
   return v->dump();
 }
 
+// The metric names of recorded steps: top-level figures and those under `measured`.
+std::vector<std::string> metric_names(const json& steps) {
+  std::vector<std::string> names;
+  auto add = [&](const std::string& n) {
+    if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+  };
+  for (const auto& c : kDefaultMetricColumns) add(c.key);
+  for (const auto& s : steps) {
+    if (!s.is_object()) continue;
+    for (auto it = s.begin(); it != s.end(); ++it) {
+      if (it.key() == "measured" && it->is_object()) {
+        for (auto m = it->begin(); m != it->end(); ++m) add(m.key());
+      } else if (!it->is_object() && !it->is_array()) {
+        add(it.key());
+      }
+    }
+  }
+  return names;
+}
+
+std::vector<std::string> split_fields(const std::string& text) {
+  std::vector<std::string> fields;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = text.find(',', start);
+    std::string f = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!f.empty()) fields.push_back(f);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return fields;
+}
+
 int runs_metrics(Context& ctx) {
-  std::string path = "/v1/runs/" + seg(ctx.inv.positionals[0]) + "/metrics";
+  const std::string ref = ctx.inv.positionals[0];
+  std::string path = "/v1/runs/" + seg(ref) + "/metrics";
   int code = kExitOk;
   auto limit = int_flag(ctx, "limit", &code);
   if (code != kExitOk) return code;
   if (limit) append_query(&path, "limit", std::to_string(*limit));
   auto doc = ctx.get(path);
   if (!doc) return ctx.last_failure_code();
+  const json steps = doc->value("steps", json::array());
+  const std::vector<std::string> requested = split_fields(ctx.inv.get_or("fields", ""));
+  if (!requested.empty() && !steps.empty()) {
+    // A name no step carries would print an empty column: refuse it, naming the valid ones.
+    const std::vector<std::string> known = metric_names(steps);
+    for (const auto& f : requested) {
+      if (std::find(known.begin(), known.end(), f) != known.end()) continue;
+      auto near = nearest_name(f, known);
+      std::string list;
+      for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+      return ctx.fail("--fields: no metric named \"" + f + "\"" + (near ? " (did you mean " + *near + "?)" : "") +
+                          "; the steps of this run carry: " + list,
+                      kExitUsage);
+    }
+  }
   if (!ctx.text()) {
     ctx.print_json(*doc);
     return kExitOk;
   }
-  const json steps = doc->value("steps", json::array());
   if (steps.empty()) {
-    out("No steps recorded yet.\n");
+    // Say why there are none: a run that ended without a step is not "yet" going to have any.
+    auto run = ctx.get("/v1/runs/" + seg(ref));
+    if (!run) return ctx.last_failure_code();
+    const std::string phase = run->value("phase", std::string());
+    const std::string id = short_id(run->value("runId", ref));
+    if (phase == "FAILED") {
+      std::string reason = run->value("failureReason", std::string());
+      reason = reason.substr(0, reason.find('\n'));
+      out("No steps recorded: run " + id + " FAILED before its first step" + (reason.empty() ? "" : ": " + reason) +
+          "\nSee `trainer runs get " + id + "` for its phases.\n");
+    } else if (is_terminal_phase(phase)) {
+      out("No steps recorded: run " + id + " ended " + phase + " before its first step.\n");
+    } else {
+      out("No steps recorded yet: run " + id + " is " + phase + "; follow it with `trainer runs wait " + id + "`.\n");
+    }
     return kExitOk;
   }
   std::vector<std::string> keys, header;
@@ -323,20 +411,12 @@ int runs_metrics(Context& ctx) {
     keys.push_back(c.key);
     header.push_back(c.header);
   }
-  if (auto fields = ctx.inv.get("fields")) {
-    size_t start = 0;
-    while (start <= fields->size()) {
-      size_t comma = fields->find(',', start);
-      std::string f = fields->substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-      if (!f.empty() && std::find(keys.begin(), keys.end(), f) == keys.end()) {
-        keys.push_back(f);
-        std::string h = f;
-        for (auto& ch : h) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-        header.push_back(h);
-      }
-      if (comma == std::string::npos) break;
-      start = comma + 1;
-    }
+  for (const auto& f : requested) {
+    if (std::find(keys.begin(), keys.end(), f) != keys.end()) continue;
+    keys.push_back(f);
+    std::string h = f;
+    for (auto& ch : h) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    header.push_back(h);
   }
   std::vector<std::vector<std::string>> rows;
   for (const auto& s : steps) {
@@ -366,252 +446,129 @@ int runs_hparams(Context& ctx) {
   return kExitOk;
 }
 
-// ---- wait -----------------------------------------------------------------------------------
-
-constexpr int kMinBarWidth = 8;
-constexpr size_t kDefaultColumns = 80;
-
-size_t terminal_columns() {
-  winsize ws{};
-  if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
-  return kDefaultColumns;
-}
-
-// Draws the live view: a redrawn line on a terminal, plain lines otherwise.
-class LiveView {
- public:
-  explicit LiveView(const Context& ctx) : redraw_(ctx.redraw), style_(view_style(ctx)) {}
-
-  void update(const json& run) {
-    const std::string phase = run.value("phase", std::string());
-    std::string line = run_progress_line(run, style_);
-    if (redraw_) {
-      // A redrawn line must not wrap: narrow the bar, then cut what still does not fit.
-      const size_t columns = terminal_columns();
-      const size_t width = display_width(line);
-      if (width >= columns) {
-        ViewStyle narrow = style_;
-        const int excess = static_cast<int>(width - columns) + 1;
-        narrow.bar_width = std::max(kMinBarWidth, style_.bar_width - excess);
-        narrow.max_width = columns - 1;
-        line = run_progress_line(run, narrow);
-      }
-    }
-    const auto now = std::chrono::steady_clock::now();
-    const bool new_phase = phase != last_phase_;
-    if (redraw_) {
-      if (new_phase && open_line_) out("\n");
-      out("\r\033[K" + line);
-      open_line_ = true;
-      std::fflush(stdout);
-    } else {
-      const double since = std::chrono::duration<double>(now - last_print_).count();
-      const int64_t step = run.contains("progress") ? run["progress"].value("step", int64_t{0}) : 0;
-      if (new_phase || (line != last_line_ && since >= kPlainLineSeconds) ||
-          (is_terminal_phase(phase) && line != last_line_) || (step != last_step_ && since >= kPlainLineSeconds)) {
-        out(line + "\n");
-        std::fflush(stdout);
-        last_print_ = now;
-        last_line_ = line;
-        last_step_ = step;
-      }
-    }
-    last_phase_ = phase;
-  }
-
-  void finish() {
-    if (redraw_ && open_line_) out("\n");
-    open_line_ = false;
-    std::fflush(stdout);
-  }
-
-  void note(const std::string& text) {
-    finish();
-    out(text + "\n");
-    std::fflush(stdout);
-  }
-
- private:
-  bool redraw_;
-  ViewStyle style_;
-  bool open_line_ = false;
-  std::string last_phase_;
-  std::string last_line_;
-  int64_t last_step_ = -1;
-  std::chrono::steady_clock::time_point last_print_{};
-};
-
-json terminal_event(const json& run) {
-  json ev = {{"type", "terminal"}, {"runId", run.value("runId", std::string())},
-             {"phase", run.value("phase", std::string())}};
-  for (const char* k : {"outcome", "failureReason", "adapterPath"}) {
-    if (run.contains(k)) ev[k] = run[k];
-  }
-  return ev;
-}
-
-int exit_code_for(const Context& ctx, const std::string& phase) {
-  if (!ctx.inv.has("exit-status")) return kExitOk;
-  if (phase == "FAILED") return kExitRunFailed;
-  if (phase == "CANCELLED") return kExitRunCancelled;
-  return kExitOk;
-}
-
-// Ctrl-C while watching: end the redrawn line, say the run carries on, exit 130.
-void on_interrupt(int) {
-  static const char kMessage[] = "\ntrainer: stopped watching; the run carries on (Ctrl-C stops only the watching)\n";
-  ssize_t ignored = ::write(STDERR_FILENO, kMessage, sizeof kMessage - 1);
-  (void)ignored;
-  ::_exit(130);
-}
-
 int runs_wait(Context& ctx) { return wait_for_run(ctx, ctx.inv.positionals[0]); }
 
 }  // namespace
-
-int wait_for_run(Context& ctx, const std::string& ref) {
-  double timeout_seconds = 0;  // 0 = no deadline
-  if (auto t = ctx.inv.get("timeout")) {
-    auto parsed = parse_duration(*t);
-    if (!parsed) {
-      return ctx.fail("--timeout \"" + *t + "\" is not a duration; write it like 90s, 15m0s or 2h", kExitUsage);
-    }
-    timeout_seconds = *parsed;
-  }
-  const auto start = std::chrono::steady_clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
-
-  ::signal(SIGINT, on_interrupt);
-  auto first = ctx.get("/v1/runs/" + seg(ref));
-  if (!first) return ctx.last_failure_code();
-  json run = *first;
-  const std::string run_id = run.value("runId", ref);
-  LiveView view(ctx);
-  const bool text = ctx.text();
-  const bool compact = ctx.format == OutputFormat::kJsonCompact;
-  if (text) view.update(run);
-
-  int64_t after = -1;
-  int failures = 0;
-  if (!text && is_terminal_phase(run.value("phase", std::string()))) {
-    // Already over: the stream still carries the run's events before the terminal one.
-    Response r;
-    CallError e;
-    if (ctx.client.get("/v1/runs/" + seg(run_id) + "/events?waitSeconds=0", &r, &e)) {
-      for (const auto& ev : r.body.value("events", json::array())) out(ev.dump() + "\n");
-    }
-  }
-  while (!is_terminal_phase(run.value("phase", std::string()))) {
-    double poll = kLongPollSeconds;
-    if (timeout_seconds > 0) {
-      const double left = timeout_seconds - elapsed();
-      if (left <= 0) {
-        if (text) view.finish();
-        return ctx.fail("stopped waiting after " + format_duration(elapsed()) + "; run " + run_id + " is still " +
-                            run.value("phase", std::string()) + " (follow it again with `trainer runs wait " +
-                            short_id(run_id) + "`)",
-                        kExitTimeout);
-      }
-      poll = std::min(poll, std::max(1.0, std::ceil(left)));
-    }
-    std::string path = "/v1/runs/" + seg(run_id) + "/events?waitSeconds=" + std::to_string(static_cast<int>(poll));
-    if (after >= 0) path += "&after=" + std::to_string(after);
-    Response r;
-    CallError e;
-    if (!ctx.client.get(path, &r, &e, static_cast<int>(poll) + 30)) {
-      if (!e.transport) {
-        if (text) view.finish();
-        return ctx.fail(e.status.message(), kExitError);
-      }
-      if (failures >= static_cast<int>(std::size(kRetryDelaysSeconds))) {
-        if (text) view.finish();
-        return ctx.fail(e.status.message() + "; gave up following run " + run_id + " after " +
-                            std::to_string(failures) + " retries (the run itself carries on)",
-                        kExitUnreachable);
-      }
-      const int delay = kRetryDelaysSeconds[failures++];
-      if (text) {
-        view.note("connection to " + ctx.client.base_url() + " lost; retry " + std::to_string(failures) + " of " +
-                  std::to_string(std::size(kRetryDelaysSeconds)) + " in " + std::to_string(delay) + "s");
-      }
-      std::this_thread::sleep_for(std::chrono::seconds(delay));
-      continue;
-    }
-    failures = 0;
-    const json events = r.body.value("events", json::array());
-    for (const auto& ev : events) {
-      if (ev.contains("seq") && ev["seq"].is_number()) after = std::max(after, ev["seq"].get<int64_t>());
-      if (!text) {
-        std::string line = ev.dump();
-        out(line + "\n");
-      }
-    }
-    if (!text) std::fflush(stdout);
-    if (r.body.contains("run") && r.body["run"].is_object()) run = r.body["run"];
-    if (text) view.update(run);
-  }
-
-  const std::string phase = run.value("phase", std::string());
-  if (text) {
-    view.finish();
-    out(run_summary(run));
-  } else {
-    out(terminal_event(run).dump() + "\n");
-    out((compact ? run.dump() : run.dump(2)) + "\n");
-  }
-  std::fflush(stdout);
-  return exit_code_for(ctx, phase);
-}
 
 Command runs_command() {
   Command g;
   g.name = "runs";
   g.aliases = {"run"};
   g.summary = "Training runs: start them from a plan, follow, cancel and inspect them";
-  const Flag wait_flag{"wait", 0, "", "follow the run to a terminal phase (as `runs wait` does)"};
-  const Flag exit_status{"exit-status", 0, "", "exit non-zero when the run ends FAILED (3) or CANCELLED (4)"};
-  const Flag timeout{"timeout", 0, "DURATION", "stop watching after this long (90s, 15m0s, 2h); exits 5, the run carries on"};
-  const Flag force{"force", 0, "", "do not ask for confirmation"};
-  g.children.push_back(
-      {"start", {}, "Start a run from a JSON or YAML plan", "",
-       "The plan is checked by the service first; then you are asked to confirm, unless --force.\n"
-       "A plan without submissionId gets a generated one; resubmitting a plan with the same\n"
-       "submissionId reaches the same run instead of starting another.",
-       {{"file", 'f', "PLAN", "the run plan (JSON or YAML); - reads stdin"},
-        {"dry-run", 0, "", "check the plan with the service, start nothing"},
-        {"show-resolved", 0, "", "with --dry-run: print the plan with every default filled in"},
-        wait_flag, exit_status, timeout, force},
-       {}, runs_start, 0, 0});
-  g.children.push_back({"list", {}, "List runs, newest first", "", "",
-                        {{"phase", 0, "PHASE", "open (every unfinished run) or a phase: QUEUED, TRAINING, COMPLETED, ..."},
-                         {"workload", 0, "WORKLOAD", "only this workload's runs"},
-                         {"limit", 0, "N", "at most N runs (service default 50, max 100)"},
-                         {"offset", 0, "N", "skip the first N runs"}},
-                        {}, runs_list, 0, 0});
-  g.children.push_back({"get", {}, "Show a run: state, progress, results, cost", "RUN",
-                        "RUN is a run id or any unambiguous prefix of one.",
-                        {{"follow", 0, "", "keep the progress line live until the run ends (as `runs wait`)"},
-                         exit_status},
-                        {}, runs_get, 1, 1});
-  g.children.push_back(
-      {"wait", {"watch"}, "Follow a run live until it reaches COMPLETED, FAILED or CANCELLED", "RUN",
-       "Exits 0 on any terminal phase unless --exit-status. Ctrl-C or --timeout stop the\n"
-       "watching only; the run carries on. A dropped connection is retried 8 times over about\n"
-       "two minutes. With -o json: one event per line, a terminal event, then the full record.",
-       {exit_status, timeout}, {}, runs_wait, 1, 1});
-  g.children.push_back({"cancel", {}, "Cancel a run and free its devices (asks first unless --force)", "RUN",
-                        "Returns once the service accepted the request; `runs wait` shows CANCELLED.", {force}, {},
-                        runs_cancel, 1, 1});
-  g.children.push_back({"annotate", {}, "Set a run's description and/or config name", "RUN", "",
-                        {{"description", 0, "TEXT", "free text (\"\" clears it)"},
-                         {"config-name", 0, "NAME", "label of this configuration in score tables (\"\" clears it)"}},
-                        {}, runs_annotate, 1, 1});
-  g.children.push_back({"metrics", {}, "Show a run's per-step metrics", "RUN", "",
-                        {{"limit", 0, "N", "only the last N steps"},
-                         {"fields", 0, "A,B", "extra columns by metric name (e.g. batchTokens,stepSeconds)"}},
-                        {}, runs_metrics, 1, 1});
-  g.children.push_back({"hparams", {}, "Show a run's recorded hyperparameters, flattened, and their sha", "RUN", "",
-                        {}, {}, runs_hparams, 1, 1});
+  g.examples = {{"check a plan, then start it and follow it to the end",
+                 "trainer runs start -f examples/sentiment/run.yaml --dry-run --show-resolved"},
+                {"start it and follow it; exit 3 if it fails", "trainer runs start -f examples/sentiment/run.yaml --wait --exit-status"},
+                {"see what ran", "trainer runs list --phase open"}};
+  const Flag wait_flag{"wait", 0, "", "follow the run to a terminal phase (as `runs wait` does)", ""};
+  const Flag exit_status{"exit-status", 0, "", "exit non-zero when the run ends FAILED (3) or CANCELLED (4)", ""};
+  const Flag timeout{"timeout", 0, "DURATION", "stop watching after this long (90s, 15m0s, 2h); exits 5, the run carries on", ""};
+  const Flag force{"force", 0, "", "do not ask for confirmation", ""};
+  Flag start_exit_status = exit_status;
+  start_exit_status.requires_flag = "wait";
+  Flag start_timeout = timeout;
+  start_timeout.requires_flag = "wait";
+  Flag get_exit_status = exit_status;
+  get_exit_status.requires_flag = "follow";
+
+  Command start{"start", {}, "Start a run from a JSON or YAML plan", "",
+                "The plan is checked on this machine, then by the service; then you are asked to confirm,\n"
+                "unless --force. A plan without submissionId gets a generated one; resubmitting a plan with\n"
+                "the same submissionId reaches the same run instead of starting another.\n"
+                "\n"
+                "A short plan (every field not written takes its default):\n"
+                "\n"
+                "  kind: run\n"
+                "  workload: sentiment-demo          # trainer workloads create sentiment-demo\n"
+                "  baseModel: tiny-qwen3             # trainer base-models list --all\n"
+                "  config:\n"
+                "    dataset: sentiment-train        # trainer datasets create -f FILE --name sentiment-train\n"
+                "    hyperparams:\n"
+                "      optimizer: {learningRate: 0.003}\n"
+                "      training: {maxSteps: 60, batchSize: 8}\n"
+                "    maxSeqLength: 128\n"
+                "  execution: {gpus: 0}              # 0 trains on the CPU\n"
+                "\n"
+                "A complete one is examples/sentiment/run.yaml. `--dry-run --show-resolved` prints a plan\n"
+                "with every default filled in; docs/plans.md lists every field with its default and range.",
+                {{"file", 'f', "PLAN", "the run plan (JSON or YAML); - reads stdin", ""},
+                 {"dry-run", 0, "", "check the plan with the service, start nothing", ""},
+                 {"show-resolved", 0, "", "print the plan with every default filled in", "dry-run"},
+                 wait_flag, start_exit_status, start_timeout, force},
+                {}, runs_start, 0, 0, {}};
+  start.examples = {
+      {"check a plan and print every default; starts nothing",
+       "trainer runs start -f examples/sentiment/run.yaml --dry-run --show-resolved"},
+      {"start it without asking, follow it live, exit 3 if it fails",
+       "trainer runs start -f examples/sentiment/run.yaml --force --wait --exit-status"},
+      {"start a plan piped on stdin (no prompt can be asked: --force) and print the run as JSON",
+       "cat examples/sentiment/run.yaml | trainer runs start -f - --force -o json"}};
+  g.children.push_back(start);
+
+  Command list{"list", {}, "List runs, newest first", "", "",
+               {{"phase", 0, "PHASE", "open (every unfinished run) or a phase: QUEUED, TRAINING, COMPLETED, ...", ""},
+                {"workload", 0, "WORKLOAD", "only this workload's runs", ""},
+                {"limit", 0, "N", "at most N runs (service default 50, max 100)", ""},
+                {"offset", 0, "N", "skip the first N runs", ""}},
+               {}, runs_list, 0, 0, {}};
+  list.examples = {{"every run, newest first", "trainer runs list"},
+                   {"the unfinished ones of one workload", "trainer runs list --phase open --workload sentiment-demo"},
+                   {"the next page of 20", "trainer runs list --limit 20 --offset 20"}};
+  g.children.push_back(list);
+
+  Command get{"get", {}, "Show a run: state, progress, results, cost", "RUN",
+              "RUN is a run id or any unambiguous prefix of one (`trainer runs list` shows them).",
+              {{"follow", 0, "", "keep the progress line live until the run ends (as `runs wait`)", ""},
+               get_exit_status},
+              {}, runs_get, 1, 1, {}};
+  get.examples = {{"a run by an id prefix", "trainer runs get 7d496e82"},
+                  {"the whole record as JSON", "trainer runs get 7d496e82 -o json"},
+                  {"follow it live; exit 3 if it fails", "trainer runs get 7d496e82 --follow --exit-status"}};
+  g.children.push_back(get);
+
+  Command wait{"wait", {"watch"}, "Follow a run live until it reaches COMPLETED, FAILED or CANCELLED", "RUN",
+               "Exits 0 on any terminal phase unless --exit-status. Ctrl-C or --timeout stop the\n"
+               "watching only; the run carries on. A dropped connection is retried 8 times over about\n"
+               "two minutes. With -o json: one event per line, a terminal event, then the full record.",
+               {exit_status, timeout}, {}, runs_wait, 1, 1, {}};
+  wait.examples = {{"follow a run to its end", "trainer runs wait 7d496e82"},
+                   {"in a script: at most 2 hours, non-zero unless it completed",
+                    "trainer runs wait 7d496e82 --timeout 2h --exit-status"},
+                   {"its events, one JSON object per line", "trainer runs wait 7d496e82 -o json-compact"}};
+  g.children.push_back(wait);
+
+  Command cancel{"cancel", {}, "Cancel a run and free its devices (asks first unless --force)", "RUN",
+                 "Returns once the service accepted the request; `runs wait` shows CANCELLED. A run whose plan\n"
+                 "sets no execution.saveEvery saves its adapter only at the end: cancelling it keeps none.",
+                 {force}, {}, runs_cancel, 1, 1, {}};
+  cancel.examples = {{"cancel a run (asks first)", "trainer runs cancel 7d496e82"},
+                     {"in a script", "trainer runs cancel 7d496e82 --force"}};
+  g.children.push_back(cancel);
+
+  Command annotate{"annotate", {}, "Set a run's description and/or config name", "RUN", "",
+                   {{"description", 0, "TEXT", "free text (\"\" clears it)", ""},
+                    {"config-name", 0, "NAME", "label of this configuration in score tables (\"\" clears it)", ""}},
+                   {}, runs_annotate, 1, 1, {}};
+  annotate.examples = {{"describe a run", "trainer runs annotate 7d496e82 --description \"rank 16, lr 3e-3\""},
+                       {"label its configuration, clear the description",
+                        "trainer runs annotate 7d496e82 --config-name r16-lr3e-3 --description \"\""}};
+  g.children.push_back(annotate);
+
+  Command metrics{"metrics", {}, "Show a run's per-step metrics", "RUN",
+                  "--fields adds columns by the names the steps carry; a name no step carries is refused\n"
+                  "with the list of those it does.",
+                  {{"limit", 0, "N", "only the last N steps", ""},
+                   {"fields", 0, "A,B", "extra columns by metric name (e.g. batchTokens,stepSeconds)", ""}},
+                  {}, runs_metrics, 1, 1, {}};
+  metrics.examples = {{"every step's loss, learning rate and rate", "trainer runs metrics 7d496e82"},
+                      {"the last 5 steps with two more columns",
+                       "trainer runs metrics 7d496e82 --limit 5 --fields batchTokens,stepSeconds"}};
+  g.children.push_back(metrics);
+
+  Command hparams{"hparams", {}, "Show a run's recorded hyperparameters, flattened, and their sha", "RUN", "",
+                  {}, {}, runs_hparams, 1, 1, {}};
+  hparams.examples = {{"the settings a run trained with", "trainer runs hparams 7d496e82"},
+                      {"as JSON, to compare two runs", "trainer runs hparams 7d496e82 -o json"}};
+  g.children.push_back(hparams);
   return g;
 }
 

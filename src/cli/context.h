@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdio>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -31,6 +32,10 @@ class Context {
 
   bool text() const { return format == OutputFormat::kText; }
 
+  // When set, names where a field the service blames is written ("plan.yaml:7:5"); failed
+  // calls then start their line with it. `runs start` sets it to the plan file's position.
+  std::function<std::string(const std::string& field)> locate_field;
+
   // Calls the service; on failure prints the one-line error and returns nullopt.
   std::optional<nlohmann::json> get(const std::string& path, int read_timeout_seconds = 30);
   std::optional<nlohmann::json> post(const std::string& path, const nlohmann::json& body);
@@ -51,11 +56,19 @@ class Context {
   std::string paint(const std::string& text, const char* code) const;
 
  private:
-  std::optional<nlohmann::json> finish(bool ok, Response& response, CallError& error);
+  std::optional<nlohmann::json> finish(bool ok, Response& response, CallError& error, const std::string& path,
+                                      const nlohmann::json* body);
   int last_failure_code_ = 1;
 };
 
-// The one line for a failed call, with a hint for the usual causes.
+// The one line for a failed call: "field: message" when the service blamed a field its message
+// does not already start with.
 std::string describe_failure(const CallError& error);
+
+// What to do next after a failed call, as a sentence to append ("; did you mean cli-tests?
+// Create it with ..."): for a name the service does not know, the nearest known one and the
+// command that lists or creates them; empty when there is nothing to add. `path` and `body`
+// are the request's (the name looked up is read from them, never from the message).
+std::string next_step(Context& ctx, const CallError& error, const std::string& path, const nlohmann::json* body);
 
 }  // namespace trainer::cli

@@ -95,15 +95,18 @@ std::string format_duration(double seconds) {
   return buf;
 }
 
-std::string format_gpu_seconds(double gpu_seconds) {
-  if (!std::isfinite(gpu_seconds) || gpu_seconds < 0) return "?";
+std::string format_gpu_seconds(double gpu_seconds) { return format_device_seconds(gpu_seconds, "GPU"); }
+
+std::string format_device_seconds(double device_seconds, std::string_view device) {
+  if (!std::isfinite(device_seconds) || device_seconds < 0) return "?";
+  const std::string unit(device);
   char buf[48];
-  if (gpu_seconds < 100) {
-    std::snprintf(buf, sizeof buf, "%.0f GPU-s", gpu_seconds);
-  } else if (gpu_seconds < 100 * kMinute) {
-    std::snprintf(buf, sizeof buf, "%.1f GPU-min", gpu_seconds / kMinute);
+  if (device_seconds < 100) {
+    std::snprintf(buf, sizeof buf, "%.0f %s-s", device_seconds, unit.c_str());
+  } else if (device_seconds < 100 * kMinute) {
+    std::snprintf(buf, sizeof buf, "%.1f %s-min", device_seconds / kMinute, unit.c_str());
   } else {
-    std::snprintf(buf, sizeof buf, "%.2f GPU-h", gpu_seconds / kHour);
+    std::snprintf(buf, sizeof buf, "%.2f %s-h", device_seconds / kHour, unit.c_str());
   }
   return buf;
 }
@@ -220,6 +223,22 @@ std::string render_fields(const std::vector<std::pair<std::string, std::string>>
     out.append(width - display_width(k) - 1 + 2, ' ');
     out += v;
     out += '\n';
+  }
+  return out;
+}
+
+std::string render_sections(const std::vector<std::pair<std::string, FieldRows>>& sections, bool color) {
+  size_t width = 0;
+  for (const auto& [title, rows] : sections) {
+    for (const auto& [k, v] : rows) width = std::max(width, display_width(k));
+  }
+  std::string out;
+  for (const auto& [title, rows] : sections) {
+    if (rows.empty()) continue;
+    out += (color ? "\033[1m" + title + "\033[0m" : title) + "\n";
+    for (const auto& [k, v] : rows) {
+      out += "  " + k + ":" + std::string(width - display_width(k) + 2, ' ') + v + "\n";
+    }
   }
   return out;
 }

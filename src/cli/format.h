@@ -25,6 +25,9 @@ std::string format_duration(double seconds);
 // GPU time in the unit that keeps it short: "0 GPU-s", "42 GPU-s", "12.5 GPU-min", "3.20 GPU-h".
 std::string format_gpu_seconds(double gpu_seconds);
 
+// The same for any device: `device` names the unit ("GPU", "CPU"): "42 CPU-s", "3.20 CPU-h".
+std::string format_device_seconds(double device_seconds, std::string_view device);
+
 // A number shortened for a column: integers as is, others with up to 4 significant digits
 // ("1.234", "0.0001", "1.5e-05"), large rates with thousands separators ("12,345").
 std::string format_number(double value);
@@ -37,6 +40,11 @@ std::string render_table(const std::vector<std::string>& header,
 
 // "KEY: value" lines with the values aligned after the longest key.
 std::string render_fields(const std::vector<std::pair<std::string, std::string>>& fields);
+
+// Titled sections of "Key:  value" rows, values aligned across all sections (as `runs get`
+// shows a run); empty sections are left out. `color` makes the titles bold.
+using FieldRows = std::vector<std::pair<std::string, std::string>>;
+std::string render_sections(const std::vector<std::pair<std::string, FieldRows>>& sections, bool color);
 
 // A bar of `width` cells filled to done/total: "[#######.......]" in ASCII, or with block
 // characters when `unicode` ("████▌░░░░"). total <= 0 renders an empty bar.

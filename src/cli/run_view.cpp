@@ -54,11 +54,17 @@ std::string workload_name(const json& run) {
   return name.empty() ? str(w, "id") : name;
 }
 
+// "CPU" for a run that trains on the CPU (execution.gpus: 0), else "GPU".
+std::string device_kind(const json& run) {
+  auto gpus = num(field(field(run, "plan"), "execution"), "gpus");
+  return gpus && *gpus == 0 ? "CPU" : "GPU";
+}
+
 std::string cost_text(const json& run) {
   const json& cost = field(run, "cost");
   auto gpu_seconds = num(cost, "gpuSeconds");
   if (!gpu_seconds) return "";
-  std::string text = format_gpu_seconds(*gpu_seconds);
+  std::string text = format_device_seconds(*gpu_seconds, device_kind(run));
   if (cost.is_object() && cost.value("estimated", false)) text += " (est.)";
   return text;
 }
@@ -253,23 +259,26 @@ std::string run_detail(const json& run, const ViewStyle& style) {
   if (!str(run, "adapterPath").empty()) results.push_back({"Adapter", str(run, "adapterPath")});
 
   std::vector<std::pair<std::string, std::string>> cost;
-  if (!cost_text(run).empty()) cost.push_back({"GPU time", cost_text(run)});
+  if (!cost_text(run).empty()) cost.push_back({device_kind(run) + " time", cost_text(run)});
   const json& claim = field(run, "claim");
   if (claim.is_object()) {
     std::string devices = claim.contains("devices") ? claim["devices"].dump() : "";
     cost.push_back({"Claim", str(claim, "state") + " " + devices + " in pool " + str(claim, "pool")});
   }
-  cost.push_back({"Created", str(run, "createdAt")});
-  cost.push_back({"Updated", str(run, "updatedAt")});
-  if (!str(run, "submissionId").empty()) cost.push_back({"Submission", str(run, "submissionId")});
-  if (!str(run, "settingsSha").empty()) cost.push_back({"Settings sha", str(run, "settingsSha")});
+
+  // What identifies the record, apart from what it costs.
+  std::vector<std::pair<std::string, std::string>> record;
+  record.push_back({"Created", str(run, "createdAt")});
+  record.push_back({"Updated", str(run, "updatedAt")});
+  if (!str(run, "submissionId").empty()) record.push_back({"Submission", str(run, "submissionId")});
+  if (!str(run, "settingsSha").empty()) record.push_back({"Settings sha", str(run, "settingsSha")});
 
   // One alignment across all sections, so the values line up.
   std::string out;
   auto section = [&](const char* title, const std::vector<std::pair<std::string, std::string>>& rows) {
     if (rows.empty()) return;
     size_t width = 0;
-    for (const auto& s : {state, results, cost}) {
+    for (const auto& s : {state, results, cost, record}) {
       for (const auto& [k, v] : s) width = std::max(width, k.size());
     }
     out += paint(title, "1", style.color) + "\n";
@@ -280,6 +289,7 @@ std::string run_detail(const json& run, const ViewStyle& style) {
   section("State", state);
   section("Results", results);
   section("Cost", cost);
+  section("Record", record);
   return out;
 }
 
@@ -333,6 +343,14 @@ std::vector<std::string> run_list_row(const json& run, double now_epoch_seconds)
           loss ? format_number(*loss) : "",
           str(run, "configName"),
           age_text(str(run, "createdAt"), now_epoch_seconds)};
+}
+
+std::string erase_drawn_line(size_t drawn_width, size_t columns) {
+  std::string out = "\r\033[K";
+  if (columns == 0 || drawn_width <= columns) return out;
+  const size_t rows = (drawn_width + columns - 1) / columns;
+  for (size_t i = 1; i < rows; ++i) out += "\033[A\033[K";
+  return out;
 }
 
 std::string age_text(const std::string& time, double now_epoch_seconds) {

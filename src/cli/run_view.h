@@ -41,6 +41,11 @@ std::string run_summary(const nlohmann::json& run);
 std::vector<std::string> run_list_header();
 std::vector<std::string> run_list_row(const nlohmann::json& run, double now_epoch_seconds);
 
+// The escape sequence that clears a progress line of `drawn_width` cells drawn on a terminal
+// now `columns` wide, leaving the cursor at the start of its first row: after narrowing, the
+// line has wrapped onto ceil(width / columns) rows and each row above the cursor is cleared.
+std::string erase_drawn_line(size_t drawn_width, size_t columns);
+
 // "12s ago", "3m ago", "2h ago", "4d ago" (empty when `time` does not parse).
 std::string age_text(const std::string& time, double now_epoch_seconds);
 

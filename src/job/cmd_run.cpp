@@ -131,7 +131,10 @@ int cmd_run(int argc, char** argv) {
   std::stringstream text;
   text << in.rdbuf();
   auto plan = plan::parse_plan(text.str(), plan_path);
-  if (!plan.is_ok()) return fail(plan.status().message());
+  if (!plan.is_ok()) {
+    const Status& st = plan.status();
+    return fail(st.field().empty() ? st.message() : plan_path + ": " + st.describe());
+  }
 
   std::atomic<bool> stop{false};
   auto export_options = export_options_from_environment(std::getenv);

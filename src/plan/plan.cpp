@@ -4,11 +4,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
-#include <set>
+#include <cassert>
 
+#include "common/json_parse.h"
+#include "plan/bounds.h"
 #include "common/sha256.h"
+#include "common/spelling.h"
 
 namespace trainer::plan {
 namespace {
@@ -61,7 +65,8 @@ json yaml_to_json(const YAML::Node& node) {
 // ---- a strict reader over one JSON object ---------------------------------------------------
 
 // Reads the fields of one object of the plan; every field read is remembered so that the
-// remaining ones can be refused by name. Errors carry the dotted path of the field.
+// remaining ones can be refused by name. Ranges come from the field table; errors blame the
+// dotted path of the field.
 class ObjectReader {
  public:
   ObjectReader(const json& obj, std::string path) : obj_(obj), path_(std::move(path)) {}
@@ -69,72 +74,76 @@ class ObjectReader {
   std::string field_path(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
 
   const json* find(const std::string& key) {
-    seen_.insert(key);
+    seen_.push_back(key);
     auto it = obj_.find(key);
     if (it == obj_.end() || it->is_null()) return nullptr;
     return &*it;
   }
 
+  Status fail(const std::string& key, std::string message) const {
+    return invalid_field(field_path(key), std::move(message));
+  }
+
   Status read_string(const std::string& key, std::string* out, bool required) {
     const json* v = find(key);
-    if (!v) return required ? invalid_argument(field_path(key) + ": required field is missing") : Status::ok();
-    if (!v->is_string()) return invalid_argument(field_path(key) + ": must be a string, got " + v->dump());
+    if (!v) return required ? fail(key, "required field is missing") : Status::ok();
+    if (!v->is_string()) return fail(key, "must be a string, got " + v->dump());
     *out = v->get<std::string>();
-    if (required && out->empty()) return invalid_argument(field_path(key) + ": must not be empty");
+    if (required && out->empty()) return fail(key, "must not be empty");
     return Status::ok();
   }
 
   Status read_optional_string(const std::string& key, std::optional<std::string>* out) {
     const json* v = find(key);
     if (!v) return Status::ok();
-    if (!v->is_string()) return invalid_argument(field_path(key) + ": must be a string, got " + v->dump());
+    if (!v->is_string()) return fail(key, "must be a string, got " + v->dump());
     *out = v->get<std::string>();
     return Status::ok();
   }
 
-  Status read_int(const std::string& key, int64_t lo, int64_t hi, int64_t* out, bool* present = nullptr) {
+  Status read_int(const std::string& key, int64_t* out, bool* present = nullptr) {
+    const FieldSpec& spec = spec_of(key);
     const json* v = find(key);
     if (present) *present = v != nullptr;
     if (!v) return Status::ok();
-    if (!v->is_number_integer()) {
-      return invalid_argument(field_path(key) + ": must be an integer, got " + v->dump());
-    }
-    int64_t x = v->get<int64_t>();
-    if (x < lo || x > hi) {
-      return invalid_argument(field_path(key) + ": must be between " + std::to_string(lo) + " and " +
-                              std::to_string(hi) + ", got " + std::to_string(x));
+    if (!v->is_number_integer()) return fail(key, "must be an integer, got " + v->dump());
+    const int64_t x = v->get<int64_t>();
+    const bool below = static_cast<double>(x) < spec.lo;
+    const bool above = std::isfinite(spec.hi) && static_cast<double>(x) > spec.hi;
+    if (below || above) {
+      return fail(key, (std::isfinite(spec.hi) ? "must be between " + field_bound_text(spec.lo) + " and " + field_bound_text(spec.hi)
+                                               : "must be at least " + field_bound_text(spec.lo)) +
+                           ", got " + std::to_string(x));
     }
     *out = x;
     return Status::ok();
   }
 
   template <typename Int>
-  Status read_int_as(const std::string& key, int64_t lo, int64_t hi, Int* out) {
+  Status read_int_as(const std::string& key, Int* out) {
     int64_t x = static_cast<int64_t>(*out);
-    TRAINER_RETURN_IF_ERROR(read_int(key, lo, hi, &x));
+    TRAINER_RETURN_IF_ERROR(read_int(key, &x));
     *out = static_cast<Int>(x);
     return Status::ok();
   }
 
-  Status read_optional_int(const std::string& key, int64_t lo, int64_t hi, std::optional<int>* out) {
+  Status read_optional_int(const std::string& key, std::optional<int>* out) {
     int64_t x = 0;
     bool present = false;
-    TRAINER_RETURN_IF_ERROR(read_int(key, lo, hi, &x, &present));
+    TRAINER_RETURN_IF_ERROR(read_int(key, &x, &present));
     if (present) *out = static_cast<int>(x);
     return Status::ok();
   }
 
-  // lo_open / hi_open: whether the bound itself is excluded.
-  Status read_double(const std::string& key, double lo, bool lo_open, double hi, bool hi_open, double* out) {
+  Status read_double(const std::string& key, double* out) {
+    const FieldSpec& spec = spec_of(key);
     const json* v = find(key);
     if (!v) return Status::ok();
-    if (!v->is_number()) return invalid_argument(field_path(key) + ": must be a number, got " + v->dump());
-    double x = v->get<double>();
-    bool ok = std::isfinite(x) && (lo_open ? x > lo : x >= lo) && (hi_open ? x < hi : x <= hi);
-    if (!ok) {
-      return invalid_argument(field_path(key) + ": must be in " + (lo_open ? "(" : "[") + json(lo).dump() + ", " +
-                              json(hi).dump() + (hi_open ? ")" : "]") + ", got " + v->dump());
-    }
+    if (!v->is_number()) return fail(key, "must be a number, got " + v->dump());
+    const double x = v->get<double>();
+    const bool ok = std::isfinite(x) && (spec.lo_open ? x > spec.lo : x >= spec.lo) &&
+                    (spec.hi_open ? x < spec.hi : x <= spec.hi);
+    if (!ok) return fail(key, "must be in " + field_range_text(spec) + ", got " + v->dump());
     *out = x;
     return Status::ok();
   }
@@ -142,7 +151,7 @@ class ObjectReader {
   Status read_bool(const std::string& key, bool* out) {
     const json* v = find(key);
     if (!v) return Status::ok();
-    if (!v->is_boolean()) return invalid_argument(field_path(key) + ": must be true or false, got " + v->dump());
+    if (!v->is_boolean()) return fail(key, "must be true or false, got " + v->dump());
     *out = v->get<bool>();
     return Status::ok();
   }
@@ -155,25 +164,35 @@ class ObjectReader {
       *out = &kEmpty;
       return Status::ok();
     }
-    if (!v->is_object()) return invalid_argument(field_path(key) + ": must be an object, got " + v->dump());
+    if (!v->is_object()) return fail(key, "must be an object, got " + v->dump());
     *out = v;
     return Status::ok();
   }
 
-  // Refuses the first field that no read asked for.
+  // Refuses the first field that no read asked for, suggesting the nearest one that is.
   Status refuse_unknown() const {
     for (auto it = obj_.begin(); it != obj_.end(); ++it) {
-      if (!seen_.count(it.key())) {
-        return invalid_argument(field_path(it.key()) + ": unknown field");
+      if (std::find(seen_.begin(), seen_.end(), it.key()) != seen_.end()) continue;
+      if (auto near = nearest_name(it.key(), seen_)) {
+        return fail(it.key(), "unknown field; did you mean " + *near + "?");
       }
+      std::string known;
+      for (const auto& k : seen_) known += (known.empty() ? "" : ", ") + k;
+      return fail(it.key(), "unknown field; " + (path_.empty() ? std::string("a plan") : path_) + " takes " + known);
     }
     return Status::ok();
   }
 
  private:
+  const FieldSpec& spec_of(const std::string& key) const {
+    const FieldSpec* spec = find_field(field_path(key));
+    assert(spec && "every field the parser reads is in kFields");
+    return *spec;
+  }
+
   const json& obj_;
   std::string path_;
-  std::set<std::string> seen_;
+  std::vector<std::string> seen_;  // in reading order, which is the documented order
 };
 
 template <typename Enum, size_t N>
@@ -194,7 +213,7 @@ Status read_enum(ObjectReader& r, const std::string& key, const std::pair<const 
     }
     allowed += (allowed.empty() ? "" : ", ") + std::string("\"") + name + "\"";
   }
-  return invalid_argument(r.field_path(key) + ": must be one of " + allowed + ", got \"" + *text + "\"");
+  return r.fail(key, "must be one of " + allowed + ", got \"" + *text + "\"");
 }
 
 constexpr std::pair<const char*, Method> kMethods[] = {
@@ -203,24 +222,25 @@ constexpr std::pair<const char*, Precision> kPrecisions[] = {{"BF16", Precision:
 constexpr std::pair<const char*, Schedule> kSchedules[] = {
     {"linear", Schedule::kLinear}, {"cosine", Schedule::kCosine}, {"constant", Schedule::kConstant}};
 
-constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
-
 Status read_lora(const json& obj, const std::string& path, LoraSettings* lora) {
   ObjectReader r(obj, path);
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("rank", 1, 4096, &lora->rank));
-  TRAINER_RETURN_IF_ERROR(r.read_double("alpha", 0, true, 1e6, false, &lora->alpha));
-  TRAINER_RETURN_IF_ERROR(r.read_double("dropout", 0, false, 1, true, &lora->dropout));
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("rank", &lora->rank));
+  TRAINER_RETURN_IF_ERROR(r.read_double("alpha", &lora->alpha));
+  TRAINER_RETURN_IF_ERROR(r.read_double("dropout", &lora->dropout));
   if (const json* mods = r.find("targetModules")) {
-    std::string field = r.field_path("targetModules");
     if (!mods->is_array() || mods->empty()) {
-      return invalid_argument(field + ": must be a non-empty list of module names, got " + mods->dump());
+      return r.fail("targetModules", "must be a non-empty list of module names, got " + mods->dump());
     }
     lora->targetModules.clear();
     for (const json& m : *mods) {
       if (!m.is_string() ||
           std::find(kKnownModules.begin(), kKnownModules.end(), m.get<std::string>()) == kKnownModules.end()) {
-        return invalid_argument(field + ": unknown module " + m.dump() +
-                                "; choose among q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj");
+        std::string hint;
+        if (m.is_string()) {
+          if (auto near = nearest_name(m.get<std::string>(), kKnownModules)) hint = " (did you mean " + *near + "?)";
+        }
+        return r.fail("targetModules", "unknown module " + m.dump() + hint +
+                                           "; choose among q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj");
       }
       if (std::find(lora->targetModules.begin(), lora->targetModules.end(), m.get<std::string>()) ==
           lora->targetModules.end()) {
@@ -233,28 +253,28 @@ Status read_lora(const json& obj, const std::string& path, LoraSettings* lora) {
 
 Status read_optimizer(const json& obj, const std::string& path, OptimizerSettings* opt) {
   ObjectReader r(obj, path);
-  TRAINER_RETURN_IF_ERROR(r.read_double("learningRate", 0, true, 1, false, &opt->learningRate));
-  TRAINER_RETURN_IF_ERROR(r.read_double("weightDecay", 0, false, 1e3, false, &opt->weightDecay));
-  TRAINER_RETURN_IF_ERROR(r.read_double("beta1", 0, false, 1, true, &opt->beta1));
-  TRAINER_RETURN_IF_ERROR(r.read_double("beta2", 0, false, 1, true, &opt->beta2));
-  TRAINER_RETURN_IF_ERROR(r.read_double("epsilon", 0, true, 1, false, &opt->epsilon));
-  TRAINER_RETURN_IF_ERROR(r.read_double("maxGradNorm", 0, false, 1e9, false, &opt->maxGradNorm));
+  TRAINER_RETURN_IF_ERROR(r.read_double("learningRate", &opt->learningRate));
+  TRAINER_RETURN_IF_ERROR(r.read_double("weightDecay", &opt->weightDecay));
+  TRAINER_RETURN_IF_ERROR(r.read_double("beta1", &opt->beta1));
+  TRAINER_RETURN_IF_ERROR(r.read_double("beta2", &opt->beta2));
+  TRAINER_RETURN_IF_ERROR(r.read_double("epsilon", &opt->epsilon));
+  TRAINER_RETURN_IF_ERROR(r.read_double("maxGradNorm", &opt->maxGradNorm));
   TRAINER_RETURN_IF_ERROR(read_enum(r, "schedule", kSchedules, false, &opt->schedule));
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("warmupSteps", 0, kMaxInt, &opt->warmupSteps));
-  TRAINER_RETURN_IF_ERROR(r.read_double("warmupRatio", 0, false, 1, true, &opt->warmupRatio));
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("warmupSteps", &opt->warmupSteps));
+  TRAINER_RETURN_IF_ERROR(r.read_double("warmupRatio", &opt->warmupRatio));
   return r.refuse_unknown();
 }
 
 Status read_training(const json& obj, const std::string& path, TrainingSettings* t) {
   ObjectReader r(obj, path);
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("epochs", 1, 10000, &t->epochs));
-  TRAINER_RETURN_IF_ERROR(r.read_optional_int("maxSteps", 1, kMaxInt, &t->maxSteps));
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("batchSize", 1, 65536, &t->batchSize));
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("gradientAccumulation", 1, 65536, &t->gradientAccumulation));
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("validationFrequencySteps", 0, kMaxInt, &t->validationFrequencySteps));
-  TRAINER_RETURN_IF_ERROR(r.read_double("validationSplit", 0, false, 1, true, &t->validationSplit));
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("epochs", &t->epochs));
+  TRAINER_RETURN_IF_ERROR(r.read_optional_int("maxSteps", &t->maxSteps));
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("batchSize", &t->batchSize));
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("gradientAccumulation", &t->gradientAccumulation));
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("validationFrequencySteps", &t->validationFrequencySteps));
+  TRAINER_RETURN_IF_ERROR(r.read_double("validationSplit", &t->validationSplit));
   TRAINER_RETURN_IF_ERROR(r.read_bool("packing", &t->packing));
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("seed", 0, std::numeric_limits<int64_t>::max(), &t->seed));
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("seed", &t->seed));
   return r.refuse_unknown();
 }
 
@@ -276,7 +296,7 @@ Status read_config(const json& obj, RunConfig* c) {
     TRAINER_RETURN_IF_ERROR(read_training(*sub, "config.hyperparams.training", &c->training));
     TRAINER_RETURN_IF_ERROR(h.refuse_unknown());
   }
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("maxSeqLength", 8, 1 << 20, &c->maxSeqLength));
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("maxSeqLength", &c->maxSeqLength));
   const json* model = nullptr;
   TRAINER_RETURN_IF_ERROR(r.read_object("model", &model));
   {
@@ -286,17 +306,17 @@ Status read_config(const json& obj, RunConfig* c) {
   }
   TRAINER_RETURN_IF_ERROR(r.refuse_unknown());
   if (c->method != Method::kSft) {
-    return invalid_argument(std::string("config.method: \"") + method_name(c->method) +
-                            "\" is not available yet in this release; use \"sft\"");
+    return invalid_field("config.method", std::string("\"") + method_name(c->method) +
+                                              "\" is not available yet in this release; use \"sft\"");
   }
   return Status::ok();
 }
 
 Status read_execution(const json& obj, ExecutionSettings* e) {
   ObjectReader r(obj, "execution");
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("gpus", 0, 1024, &e->gpus));
-  TRAINER_RETURN_IF_ERROR(r.read_optional_int("saveEvery", 1, kMaxInt, &e->saveEvery));
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("keepAdapters", 1, 1000, &e->keepAdapters));
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("gpus", &e->gpus));
+  TRAINER_RETURN_IF_ERROR(r.read_optional_int("saveEvery", &e->saveEvery));
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("keepAdapters", &e->keepAdapters));
   return r.refuse_unknown();
 }
 
@@ -333,30 +353,26 @@ const char* schedule_name(Schedule s) {
 }
 
 Result<Plan> plan_from_json(const nlohmann::json& doc, std::string_view source) {
-  auto fail = [&](const Status& st) { return st.with_context(std::string(source)); };
-  if (!doc.is_object()) return fail(invalid_argument("a plan must be an object with kind: run, got " + doc.dump()));
+  if (!doc.is_object()) {
+    return invalid_argument(std::string(source) + ": a plan must be an object with kind: run, got " + doc.dump());
+  }
   Plan plan;
   ObjectReader r(doc, "");
-  Status st = [&]() -> Status {
-    TRAINER_RETURN_IF_ERROR(r.read_string("kind", &plan.kind, true));
-    if (plan.kind != "run") {
-      return invalid_argument("kind: must be \"run\", got \"" + plan.kind + "\"");
-    }
-    TRAINER_RETURN_IF_ERROR(r.read_string("workload", &plan.workload, true));
-    TRAINER_RETURN_IF_ERROR(r.read_optional_string("baseModel", &plan.baseModel));
-    const json* obj = nullptr;
-    TRAINER_RETURN_IF_ERROR(r.read_object("config", &obj));
-    if (obj->empty()) return invalid_argument("config: required field is missing");
-    TRAINER_RETURN_IF_ERROR(read_config(*obj, &plan.config));
-    TRAINER_RETURN_IF_ERROR(r.read_object("execution", &obj));
-    TRAINER_RETURN_IF_ERROR(read_execution(*obj, &plan.execution));
-    TRAINER_RETURN_IF_ERROR(r.read_optional_string("grader", &plan.grader));
-    TRAINER_RETURN_IF_ERROR(r.read_optional_string("description", &plan.description));
-    TRAINER_RETURN_IF_ERROR(r.read_optional_string("configName", &plan.configName));
-    TRAINER_RETURN_IF_ERROR(r.read_optional_string("submissionId", &plan.submissionId));
-    return r.refuse_unknown();
-  }();
-  if (!st.is_ok()) return fail(st);
+  TRAINER_RETURN_IF_ERROR(r.read_string("kind", &plan.kind, true));
+  if (plan.kind != "run") return invalid_field("kind", "must be \"run\", got \"" + plan.kind + "\"");
+  TRAINER_RETURN_IF_ERROR(r.read_string("workload", &plan.workload, true));
+  TRAINER_RETURN_IF_ERROR(r.read_optional_string("baseModel", &plan.baseModel));
+  const json* obj = nullptr;
+  TRAINER_RETURN_IF_ERROR(r.read_object("config", &obj));
+  if (obj->empty()) return invalid_field("config", "required field is missing");
+  TRAINER_RETURN_IF_ERROR(read_config(*obj, &plan.config));
+  TRAINER_RETURN_IF_ERROR(r.read_object("execution", &obj));
+  TRAINER_RETURN_IF_ERROR(read_execution(*obj, &plan.execution));
+  TRAINER_RETURN_IF_ERROR(r.read_optional_string("grader", &plan.grader));
+  TRAINER_RETURN_IF_ERROR(r.read_optional_string("description", &plan.description));
+  TRAINER_RETURN_IF_ERROR(r.read_optional_string("configName", &plan.configName));
+  TRAINER_RETURN_IF_ERROR(r.read_optional_string("submissionId", &plan.submissionId));
+  TRAINER_RETURN_IF_ERROR(r.refuse_unknown());
   return plan;
 }
 
@@ -367,20 +383,60 @@ Result<Plan> parse_plan(std::string_view text, std::string_view source) {
   }
   json doc;
   if (text[first] == '{') {
-    try {
-      doc = json::parse(text);
-    } catch (const json::parse_error& e) {
-      return invalid_argument(std::string(source) + ": not valid JSON: " + e.what());
-    }
+    TRAINER_ASSIGN_OR_RETURN(doc, parse_json(text, source));
   } else {
     try {
       doc = yaml_to_json(YAML::Load(std::string(text)));
     } catch (const YAML::Exception& e) {
-      return invalid_argument(std::string(source) + ": not valid YAML: line " + std::to_string(e.mark.line + 1) +
-                              ": " + e.msg);
+      return invalid_argument(std::string(source) + ":" + std::to_string(e.mark.line + 1) + ":" +
+                              std::to_string(e.mark.column + 1) + ": not valid YAML: " + e.msg);
     }
   }
   return plan_from_json(doc, source);
+}
+
+std::optional<TextPosition> locate_field(std::string_view text, std::string_view field) {
+  // "a.b[2].c" -> {"a", "b", "[2]", "c"}
+  std::vector<std::string> parts;
+  std::string cur;
+  for (char c : field) {
+    if (c == '.' || c == '[') {
+      if (!cur.empty()) parts.push_back(cur);
+      cur = c == '[' ? "[" : "";
+    } else {
+      cur += c;
+    }
+  }
+  if (!cur.empty()) parts.push_back(cur);
+  try {
+    YAML::Node node = YAML::Load(std::string(text));
+    std::optional<YAML::Mark> found;
+    for (const auto& part : parts) {
+      if (part.front() == '[') {
+        const size_t index = std::strtoul(part.c_str() + 1, nullptr, 10);
+        if (!node.IsSequence() || index >= node.size()) break;
+        const YAML::Node& seq = node;
+        node.reset(seq[index]);  // reset() rebinds; operator= would write into the document
+        found = node.Mark();
+        continue;
+      }
+      if (!node.IsMap()) break;
+      bool matched = false;
+      for (const auto& kv : node) {
+        if (kv.first.IsScalar() && kv.first.Scalar() == part) {
+          found = kv.first.Mark();
+          node.reset(kv.second);
+          matched = true;
+          break;
+        }
+      }
+      if (!matched) break;
+    }
+    if (!found || found->is_null()) return std::nullopt;
+    return TextPosition{found->line + 1, found->column + 1};
+  } catch (const YAML::Exception&) {
+    return std::nullopt;
+  }
 }
 
 nlohmann::json config_to_json(const RunConfig& c) {

@@ -84,9 +84,12 @@ struct Plan {
   std::optional<std::string> submissionId;   // submissionId: idempotency key of the submission
 };
 
-// Parses a plan written in JSON or YAML (detected from the text). `source` names the input in
-// messages ("plan.yaml", "-"). Errors are kInvalidArgument and name the dotted field path,
-// e.g. "plan.yaml: config.hyperparams.lora.rank: must be a positive integer, got -1".
+// Parses a plan written in JSON or YAML (detected from the text). Errors are kInvalidArgument.
+// One that blames a field carries its dotted path (st.field(): "config.hyperparams.lora.rank")
+// and a message that does not repeat it ("must be between 1 and 4096, got -1"); an unknown
+// field's message suggests the nearest valid one ("unknown field; did you mean learningRate?").
+// Callers name the file and, with locate_field(), the line. Errors of the text itself (empty,
+// not JSON, not YAML) blame no field and name `source` ("plan.yaml", "stdin") in the message.
 Result<Plan> parse_plan(std::string_view text, std::string_view source);
 
 // The same, from an already-parsed JSON document.
@@ -110,6 +113,52 @@ nlohmann::json flatten_config(const RunConfig& config, const std::string& datase
 
 // Total optimizer steps for `rows` training rows (after packing, if any) under `config`.
 int64_t total_steps(const RunConfig& config, int64_t rows);
+
+// Where a field is written in a plan's text: 1-based line and column.
+struct TextPosition {
+  int line = 0;
+  int column = 0;
+};
+
+// The position of the dotted `field` ("config.hyperparams.lora.rank", "a.b[2].c") in the plan
+// `text` (YAML or JSON): its key, or the deepest enclosing key that is written when the field
+// itself is absent (a missing required field). nullopt when the text does not parse or no
+// part of the path is written.
+std::optional<TextPosition> locate_field(std::string_view text, std::string_view field);
+
+// ---- the field table: every plan field, its type, range and meaning --------------------------
+
+enum class FieldType { kString, kInteger, kNumber, kBoolean, kEnum, kStringList, kObject };
+
+// One field of the plan. The parser takes its ranges and allowed values from here, and
+// docs/plans.md is generated from it (fields_reference_markdown()), so neither can drift.
+struct FieldSpec {
+  std::string_view path;  // dotted path: "config.hyperparams.lora.rank"
+  FieldType type;
+  double lo = 0;          // numbers: the allowed range [lo, hi], bounds excluded when *_open
+  double hi = 0;
+  bool lo_open = false;
+  bool hi_open = false;
+  std::string_view values;  // enums and lists: the allowed values, ", "-separated
+  std::string_view help;    // what it means; what its absence means
+};
+
+// Every field, in the order of the resolved plan.
+const std::vector<FieldSpec>& plan_fields();
+
+// The spec of `path`; nullptr when the plan has no such field.
+const FieldSpec* find_field(std::string_view path);
+
+// The default of a field as the resolved plan writes it ("8", "\"linear\"", "absent",
+// "required").
+std::string field_default_text(const FieldSpec& spec);
+
+// The allowed values in words: "1 to 4096", "(0, 1]", "sft, grpo, gspo", "any".
+std::string field_range_text(const FieldSpec& spec);
+
+// The Markdown table of every field (field, type, default, range, meaning) that
+// docs/plans.md carries between its generated-table markers.
+std::string fields_reference_markdown();
 
 const char* method_name(Method m);        // "sft", "grpo", "gspo"
 const char* precision_name(Precision p);  // "BF16", "FP32"

@@ -31,14 +31,15 @@ def test_plan_errors_name_the_field_before_anything_is_sent(bin_dir, tmp_path):
                                        "optimizer: {learningRate: 0.003}\n    lora: {rank: -1}"))
     out = cli("runs", "start", "-f", bad, "--dry-run")
     assert out.returncode == 1
-    assert out.stderr.startswith(f"trainer: {bad}: config.hyperparams.lora.rank: ")
+    assert out.stderr.startswith(f"trainer: {bad}:8:12: config.hyperparams.lora.rank: "), out.stderr
     unknown = plan_text() + "config2: 1\n"
     out = cli("runs", "start", "-f", "-", "--dry-run", input=unknown)
     assert out.returncode == 1
     assert "config2" in out.stderr and "unknown field" in out.stderr
+    assert out.stderr.startswith("trainer: stdin:12:1: config2: unknown field; did you mean config?"), out.stderr
     typo = plan_text().replace("maxSeqLength", "maxSeqLen")
     out = cli("runs", "start", "-f", "-", "--dry-run", input=typo)
-    assert "config.maxSeqLen" in out.stderr, out.stderr
+    assert "config.maxSeqLen: unknown field; did you mean maxSeqLength?" in out.stderr, out.stderr
 
 
 def test_usage_errors_say_where_to_look(bin_dir):

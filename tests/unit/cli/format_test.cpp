@@ -45,6 +45,8 @@ TEST(CliNumbers, ShortForColumns) {
   EXPECT_EQ(format_gpu_seconds(42), "42 GPU-s");
   EXPECT_EQ(format_gpu_seconds(750), "12.5 GPU-min");
   EXPECT_EQ(format_gpu_seconds(11520), "3.20 GPU-h");
+  EXPECT_EQ(format_device_seconds(42, "CPU"), "42 CPU-s");
+  EXPECT_EQ(format_device_seconds(11520, "CPU"), "3.20 CPU-h");
 }
 
 TEST(CliTable, AlignsColumnsByDisplayWidth) {

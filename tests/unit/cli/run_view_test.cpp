@@ -76,6 +76,42 @@ TEST(CliRunView, DetailHasStateResultsAndCostSections) {
   EXPECT_NE(detail.find("Cost\n  GPU time:      80 GPU-s (est.)\n"), std::string::npos);
 }
 
+TEST(CliRunView, RecordKeepsCreatedSubmissionAndSettingsOutOfCost) {
+  const std::string detail = run_detail(training_run(), ViewStyle{});
+  const size_t cost = detail.find("Cost\n");
+  const size_t record = detail.find("Record\n");
+  ASSERT_NE(cost, std::string::npos);
+  ASSERT_NE(record, std::string::npos);
+  EXPECT_LT(cost, record);
+  const std::string cost_section = detail.substr(cost, record - cost);
+  for (const char* key : {"Created:", "Updated:", "Submission:", "Settings sha:"}) {
+    EXPECT_EQ(cost_section.find(key), std::string::npos) << key << " is in Cost:\n" << cost_section;
+    EXPECT_NE(detail.find(key, record), std::string::npos) << key << " is not in Record";
+  }
+}
+
+TEST(CliRunView, ACpuRunShowsCpuSecondsNotGpuSeconds) {
+  auto run = training_run();
+  run["plan"] = {{"execution", {{"gpus", 0}}}};
+  EXPECT_NE(run_progress_line(run, ViewStyle{false, false, 10}).find("cost 80 CPU-s (est.)"), std::string::npos);
+  const std::string detail = run_detail(run, ViewStyle{});
+  EXPECT_NE(detail.find("  CPU time:      80 CPU-s (est.)\n"), std::string::npos) << detail;
+  EXPECT_EQ(detail.find("GPU"), std::string::npos) << detail;
+  EXPECT_NE(run_summary(run).find("cost:        80 CPU-s (est.)"), std::string::npos);
+  run["plan"]["execution"]["gpus"] = 2;
+  EXPECT_NE(run_detail(run, ViewStyle{}).find("GPU time:"), std::string::npos);
+}
+
+TEST(CliRunView, ErasingALineThatWrappedAfterNarrowingClearsEveryRowItTakes) {
+  // Fits: clear this row only.
+  EXPECT_EQ(erase_drawn_line(79, 80), "\r\033[K");
+  // A 79-cell line on a terminal narrowed to 40 columns takes 2 rows: clear both.
+  EXPECT_EQ(erase_drawn_line(79, 40), "\r\033[K\033[A\033[K");
+  // ... and 4 rows at 20 columns.
+  EXPECT_EQ(erase_drawn_line(79, 20), "\r\033[K\033[A\033[K\033[A\033[K\033[A\033[K");
+  EXPECT_EQ(erase_drawn_line(0, 20), "\r\033[K");
+}
+
 TEST(CliRunView, SummaryNamesAdapterAndFinalLoss) {
   auto run = training_run();
   run["phase"] = "COMPLETED";

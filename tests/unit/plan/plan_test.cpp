@@ -2,6 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <functional>
+#include <fstream>
+#include <sstream>
+
 namespace trainer::plan {
 namespace {
 
@@ -55,39 +61,146 @@ TEST(Plan, UnknownFieldsAreRefusedByTheirPath) {
       R"({"kind":"run","workload":"w","config":{"dataset":"d","hyperparams":{"lora":{"rnak":8}}}})", "plan.json");
   ASSERT_FALSE(p.is_ok());
   EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(p.status().message(), "plan.json: config.hyperparams.lora.rnak: unknown field");
+  EXPECT_EQ(p.status().field(), "config.hyperparams.lora.rnak");
+  EXPECT_EQ(p.status().message(), "unknown field; did you mean rank?");
 
   Result<Plan> top = parse_plan("kind: run\nworkload: w\nconfig: {dataset: d}\nretries: 3\n", "p.yaml");
   ASSERT_FALSE(top.is_ok());
-  EXPECT_EQ(top.status().message(), "p.yaml: retries: unknown field");
+  EXPECT_EQ(top.status().describe(),
+            "retries: unknown field; a plan takes kind, workload, baseModel, config, execution, grader, description, "
+            "configName, submissionId");
+}
+
+TEST(Plan, AMisspeltFieldSuggestsTheNearestValidOne) {
+  Result<Plan> p = parse_plan(
+      "kind: run\nworkload: w\nconfig:\n  dataset: d\n  hyperparams:\n    optimizer: {learningRat: 0.1}\n", "p.yaml");
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_EQ(p.status().describe(), "config.hyperparams.optimizer.learningRat: unknown field; did you mean learningRate?");
+  Result<Plan> seq = parse_plan("kind: run\nworkload: w\nconfig: {dataset: d, maxSeqLen: 64}\n", "p.yaml");
+  ASSERT_FALSE(seq.is_ok());
+  EXPECT_EQ(seq.status().describe(), "config.maxSeqLen: unknown field; did you mean maxSeqLength?");
+  Result<Plan> mod = parse_plan("kind: run\nworkload: w\nconfig: {dataset: d, hyperparams: {lora: {targetModules: [q_prj]}}}\n", "p");
+  ASSERT_FALSE(mod.is_ok());
+  EXPECT_NE(mod.status().message().find("(did you mean q_proj?)"), std::string::npos) << mod.status().message();
+}
+
+TEST(Plan, LocateFieldGivesLineAndColumnOfTheKey) {
+  const std::string yaml =
+      "kind: run\n"
+      "workload: w\n"
+      "config:\n"
+      "  dataset: d\n"
+      "  hyperparams:\n"
+      "    optimizer:\n"
+      "      learningRat: 0.1\n";
+  auto at = locate_field(yaml, "config.hyperparams.optimizer.learningRat");
+  ASSERT_TRUE(at.has_value());
+  EXPECT_EQ(at->line, 7);
+  EXPECT_EQ(at->column, 7);
+  // A missing field points at the deepest enclosing key that is written.
+  auto missing = locate_field(yaml, "config.hyperparams.lora.rank");
+  ASSERT_TRUE(missing.has_value());
+  EXPECT_EQ(missing->line, 5);
+  // Flow style and JSON text too.
+  auto flow = locate_field("{\"kind\": \"run\",\n \"workload\": \"w\"}", "workload");
+  ASSERT_TRUE(flow.has_value());
+  EXPECT_EQ(flow->line, 2);
+  EXPECT_EQ(flow->column, 2);
+  EXPECT_FALSE(locate_field(yaml, "nothing.here").has_value());
+  EXPECT_FALSE(locate_field("key: [unclosed", "key").has_value());
+}
+
+// Every field the parser reads is in the table, with the range the parser enforces.
+TEST(PlanFields, TheTableCoversEveryFieldOfTheResolvedPlan) {
+  nlohmann::json resolved = to_json(Plan{});
+  std::vector<std::string> leaves;
+  std::function<void(const nlohmann::json&, const std::string&)> walk = [&](const nlohmann::json& v,
+                                                                          const std::string& path) {
+    if (!path.empty()) leaves.push_back(path);
+    if (v.is_object()) {
+      for (auto it = v.begin(); it != v.end(); ++it) walk(it.value(), path.empty() ? it.key() : path + "." + it.key());
+    }
+  };
+  walk(resolved, "");
+  for (const auto& path : leaves) EXPECT_NE(find_field(path), nullptr) << path << " is not in the field table";
+  for (const auto& spec : plan_fields()) {
+    EXPECT_NE(std::find(leaves.begin(), leaves.end(), std::string(spec.path)), leaves.end())
+        << spec.path << " is in the table but not in the resolved plan";
+  }
+  EXPECT_EQ(plan_fields().size(), leaves.size());
+}
+
+TEST(PlanFields, RangesAreTheOnesTheParserEnforces) {
+  const FieldSpec* rank = find_field("config.hyperparams.lora.rank");
+  ASSERT_NE(rank, nullptr);
+  EXPECT_EQ(field_range_text(*rank), "1 to 4096");
+  EXPECT_EQ(field_default_text(*rank), "8");
+  EXPECT_EQ(field_range_text(*find_field("config.hyperparams.optimizer.learningRate")), "(0, 1]");
+  EXPECT_EQ(field_default_text(*find_field("config.hyperparams.training.maxSteps")), "absent");
+  EXPECT_EQ(field_default_text(*find_field("config.dataset")), "required");
+  EXPECT_EQ(field_default_text(*find_field("config.hyperparams.optimizer.schedule")), "linear");
+  auto over = parse_plan("kind: run\nworkload: w\nconfig: {dataset: d, hyperparams: {lora: {rank: 4097}}}\n", "p");
+  ASSERT_FALSE(over.is_ok());
+  EXPECT_EQ(over.status().message(), "must be between 1 and 4096, got 4097");
+  auto at_max = parse_plan("kind: run\nworkload: w\nconfig: {dataset: d, hyperparams: {lora: {rank: 4096}}}\n", "p");
+  EXPECT_TRUE(at_max.is_ok());
+}
+
+// docs/plans.md carries the generated table; regenerate it with TRAINER_UPDATE_DOCS=1.
+TEST(PlanFields, DocsPlansMdCarriesTheGeneratedTable) {
+  const std::string path = std::string(TRAINER_SOURCE_DIR) + "/docs/plans.md";
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << "cannot read " << path;
+  std::stringstream buf;
+  buf << in.rdbuf();
+  std::string doc = buf.str();
+  const std::string begin = "<!-- BEGIN generated from src/plan/plan.cpp (plan_fields) -->\n";
+  const std::string end = "<!-- END generated -->";
+  const size_t a = doc.find(begin);
+  const size_t b = doc.find(end);
+  ASSERT_NE(a, std::string::npos) << "docs/plans.md lost its BEGIN marker";
+  ASSERT_NE(b, std::string::npos) << "docs/plans.md lost its END marker";
+  const std::string expected = fields_reference_markdown();
+  const std::string actual = doc.substr(a + begin.size(), b - a - begin.size());
+  if (actual != expected && std::getenv("TRAINER_UPDATE_DOCS")) {
+    doc.replace(a + begin.size(), b - a - begin.size(), expected);
+    std::ofstream(path) << doc;
+    return;
+  }
+  EXPECT_EQ(actual, expected) << "docs/plans.md is out of date: run plan_test with TRAINER_UPDATE_DOCS=1";
 }
 
 TEST(Plan, BadValuesNameTheFieldAndTheValue) {
   Result<Plan> p = parse_plan(
       R"({"kind":"run","workload":"w","config":{"dataset":"d","hyperparams":{"lora":{"rank":-1}}}})", "plan.json");
   ASSERT_FALSE(p.is_ok());
-  EXPECT_EQ(p.status().message(), "plan.json: config.hyperparams.lora.rank: must be between 1 and 4096, got -1");
+  EXPECT_EQ(p.status().field(), "config.hyperparams.lora.rank");
+  EXPECT_EQ(p.status().message(), "must be between 1 and 4096, got -1");
 
   Result<Plan> prec = parse_plan("kind: run\nworkload: w\nconfig: {dataset: d, model: {precision: fp16}}\n", "p");
   ASSERT_FALSE(prec.is_ok());
-  EXPECT_EQ(prec.status().message(), "p: config.model.precision: must be one of \"BF16\", \"FP32\", got \"fp16\"");
+  EXPECT_EQ(prec.status().describe(), "config.model.precision: must be one of \"BF16\", \"FP32\", got \"fp16\"");
 
   Result<Plan> no_ds = parse_plan("kind: run\nworkload: w\nconfig: {method: sft}\n", "p");
   ASSERT_FALSE(no_ds.is_ok());
-  EXPECT_EQ(no_ds.status().message(), "p: config.dataset: required field is missing");
+  EXPECT_EQ(no_ds.status().describe(), "config.dataset: required field is missing");
 
   Result<Plan> lr = parse_plan("kind: run\nworkload: w\nconfig: {dataset: d, hyperparams: {optimizer: {learningRate: \"fast\"}}}\n", "p");
   ASSERT_FALSE(lr.is_ok());
-  EXPECT_EQ(lr.status().message(), "p: config.hyperparams.optimizer.learningRate: must be a number, got \"fast\"");
+  EXPECT_EQ(lr.status().describe(), "config.hyperparams.optimizer.learningRate: must be a number, got \"fast\"");
 }
 
 TEST(Plan, MalformedTextIsRefusedWithItsSource) {
   Result<Plan> p = parse_plan("{\"kind\": ", "broken.json");
   ASSERT_FALSE(p.is_ok());
-  EXPECT_NE(p.status().message().find("broken.json: not valid JSON"), std::string::npos);
+  EXPECT_NE(p.status().message().find("broken.json"), std::string::npos) << p.status().message();
+  EXPECT_TRUE(p.status().field().empty());
+  Result<Plan> y = parse_plan("kind: run\nworkload: [w\n", "broken.yaml");
+  ASSERT_FALSE(y.is_ok());
+  EXPECT_EQ(y.status().message().rfind("broken.yaml:", 0), 0u) << y.status().message();
   Result<Plan> k = parse_plan("kind: pipeline\nworkload: w\n", "p.yaml");
   ASSERT_FALSE(k.is_ok());
-  EXPECT_EQ(k.status().message(), "p.yaml: kind: must be \"run\", got \"pipeline\"");
+  EXPECT_EQ(k.status().describe(), "kind: must be \"run\", got \"pipeline\"");
 }
 
 TEST(Plan, ResolvedPlanShowsEveryDefault) {

@@ -1,0 +1,230 @@
+// `trainer workloads ...`: create, list, get, rename, annotate, set-evaluation, refs.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+#include "cli/commands.h"
+#include "cli/exit_codes.h"
+#include "cli/format.h"
+#include "cli/run_view.h"
+
+namespace trainer::cli {
+namespace {
+
+using nlohmann::json;
+
+void out(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
+
+std::string str(const json& doc, const char* key) {
+  if (!doc.is_object() || !doc.contains(key)) return "";
+  const json& v = doc[key];
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_null()) return "";
+  if (v.is_array()) {
+    std::string joined;
+    for (const auto& item : v) {
+      if (!joined.empty()) joined += ",";
+      joined += item.is_string() ? item.get<std::string>() : item.dump();
+    }
+    return joined;
+  }
+  if (v.is_number()) return format_number(v.get<double>());
+  return v.dump();
+}
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string seg(const std::string& s) { return Client::escape(s); }
+
+// ---- workloads ------------------------------------------------------------------------------
+
+// A field of the workload's evaluation settings ({evaluation: {dataset, grader}}).
+std::string evaluation_text(const json& w, const char* key) {
+  if (w.contains("evaluation") && w["evaluation"].is_object()) {
+    std::string v = str(w["evaluation"], key);
+    return std::string(key) == "dataset" ? short_id(v) : v;
+  }
+  return "";
+}
+
+// What a ref points at, in words: "base model tiny-qwen3 (53ffe62f226a)", "run 7d49... adapter".
+std::string ref_target_text(const json& target) {
+  if (target.is_null()) return "";
+  if (target.is_string()) return target.get<std::string>();
+  const std::string kind = str(target, "kind");
+  if (kind == "baseModel") return "base model " + str(target, "name") + " (" + short_id(str(target, "id")) + ")";
+  if (kind == "runAdapter") return "adapter of run " + str(target, "runId") + " at " + str(target, "adapterPath");
+  return target.dump();
+}
+
+int workloads_create(Context& ctx) {
+  json body = {{"name", ctx.inv.positionals[0]}};
+  if (auto v = ctx.inv.get("description")) body["description"] = *v;
+  if (auto v = ctx.inv.get("dataset")) body["evaluationDataset"] = *v;
+  if (auto v = ctx.inv.get("grader")) body["grader"] = *v;
+  if (auto v = ctx.inv.get("gpu-quota")) {
+    char* end = nullptr;
+    long long q = std::strtoll(v->c_str(), &end, 10);
+    if (v->empty() || *end || q < 0) {
+      return ctx.fail("--gpu-quota must be a non-negative integer, got \"" + *v + "\"", kExitUsage);
+    }
+    body["gpuQuota"] = q;
+  }
+  auto doc = ctx.post("/v1/workloads", body);
+  if (!doc) return ctx.last_failure_code();
+  if (!ctx.text()) ctx.print_json(*doc);
+  else out("Created workload " + str(*doc, "name") + " (" + str(*doc, "id") + ")\n");
+  return kExitOk;
+}
+
+int workloads_list(Context& ctx) {
+  auto doc = ctx.get("/v1/workloads");
+  if (!doc) return ctx.last_failure_code();
+  if (!ctx.text()) {
+    ctx.print_json(*doc);
+    return kExitOk;
+  }
+  const json list = doc->value("workloads", json::array());
+  if (list.empty()) {
+    out("No workloads yet; create one with `trainer workloads create NAME`.\n");
+    return kExitOk;
+  }
+  std::vector<std::vector<std::string>> rows;
+  const double now = now_seconds();
+  for (const auto& w : list) {
+    rows.push_back({str(w, "name"), short_id(str(w, "id")),
+                    evaluation_text(w, "dataset"), evaluation_text(w, "grader"),
+                    str(w, "gpuQuota"), str(w, "description"),
+                    age_text(str(w, "createdAt"), now)});
+  }
+  out(render_table({"NAME", "ID", "EVAL DATASET", "GRADER", "GPU QUOTA", "DESCRIPTION", "CREATED"}, rows));
+  return kExitOk;
+}
+
+int workloads_get(Context& ctx) {
+  auto doc = ctx.get("/v1/workloads/" + seg(ctx.inv.positionals[0]));
+  if (!doc) return ctx.last_failure_code();
+  ctx.print_document(*doc);
+  return kExitOk;
+}
+
+int workloads_rename(Context& ctx) {
+  auto doc = ctx.patch("/v1/workloads/" + seg(ctx.inv.positionals[0]), json{{"name", ctx.inv.positionals[1]}});
+  if (!doc) return ctx.last_failure_code();
+  if (!ctx.text()) ctx.print_json(*doc);
+  else out("Renamed workload " + ctx.inv.positionals[0] + " to " + str(*doc, "name") + "\n");
+  return kExitOk;
+}
+
+int workloads_annotate(Context& ctx) {
+  auto description = ctx.inv.get("description");
+  if (!description) return ctx.fail("workloads annotate needs --description TEXT (\"\" clears it)", kExitUsage);
+  auto doc = ctx.patch("/v1/workloads/" + seg(ctx.inv.positionals[0]), json{{"description", *description}});
+  if (!doc) return ctx.last_failure_code();
+  if (!ctx.text()) ctx.print_json(*doc);
+  else out(description->empty() ? "Cleared the description of workload " + str(*doc, "name") + "\n"
+                                 : "Annotated workload " + str(*doc, "name") + "\n");
+  return kExitOk;
+}
+
+int workloads_set_evaluation(Context& ctx) {
+  auto dataset = ctx.inv.get("dataset");
+  if (!dataset) return ctx.fail("workloads set-evaluation needs --dataset NAME_OR_HASH", kExitUsage);
+  json body = {{"dataset", *dataset}};
+  if (auto g = ctx.inv.get("grader")) body["grader"] = *g;
+  auto doc = ctx.put("/v1/workloads/" + seg(ctx.inv.positionals[0]) + "/evaluation", body);
+  if (!doc) return ctx.last_failure_code();
+  if (!ctx.text()) ctx.print_json(*doc);
+  else out("Workload " + ctx.inv.positionals[0] + " now evaluates on " + *dataset + "\n");
+  return kExitOk;
+}
+
+bool valid_ref_name(const std::string& ref) {
+  return ref == "base" || ref == "candidate" || ref == "champion";
+}
+
+int workloads_refs_get(Context& ctx) {
+  const std::string& ref = ctx.inv.positionals[1];
+  if (!valid_ref_name(ref)) return ctx.fail("REF must be base, candidate or champion, got \"" + ref + "\"", kExitUsage);
+  auto doc = ctx.get("/v1/workloads/" + seg(ctx.inv.positionals[0]) + "/refs/" + ref);
+  if (!doc) return ctx.last_failure_code();
+  if (!ctx.text()) ctx.print_json(*doc);
+  else {
+    std::string target = ref_target_text(doc->value("target", json()));
+    out(target.empty() ? ref + " is not set\n" : ref + ": " + target + "\n");
+  }
+  return kExitOk;
+}
+
+int workloads_refs_set(Context& ctx) {
+  const std::string& ref = ctx.inv.positionals[1];
+  if (!valid_ref_name(ref)) return ctx.fail("REF must be base, candidate or champion, got \"" + ref + "\"", kExitUsage);
+  auto doc = ctx.put("/v1/workloads/" + seg(ctx.inv.positionals[0]) + "/refs/" + ref,
+                     json{{"target", ctx.inv.positionals[2]}});
+  if (!doc) return ctx.last_failure_code();
+  if (!ctx.text()) ctx.print_json(*doc);
+  else out("Moved " + ref + " of workload " + ctx.inv.positionals[0] + " to " +
+           ref_target_text(doc->value("target", json())) + "\n");
+  return kExitOk;
+}
+}  // namespace
+
+Command workloads_command() {
+  Command g;
+  g.name = "workloads";
+  g.aliases = {"workload"};
+  g.summary = "Workloads: one task each, with its evaluation dataset, grader and refs";
+  g.examples = {{"create the workload a plan names", "trainer workloads create sentiment-demo"},
+                {"list them", "trainer workloads list"}};
+  Command create{"create", {}, "Create a workload", "NAME", "",
+                 {{"description", 0, "TEXT", "free text", ""},
+                  {"dataset", 0, "DATASET", "evaluation dataset (name or hash)", ""},
+                  {"grader", 0, "GRADER", "json-label-match (default), model:MODEL or http:URL", ""},
+                  {"gpu-quota", 0, "N", "devices its runs may hold at once", ""}},
+                 {}, workloads_create, 1, 1, {}};
+  create.examples = {{"a workload with defaults", "trainer workloads create sentiment-demo"},
+                     {"with an evaluation dataset and a quota of 2 devices",
+                      "trainer workloads create sentiment-demo --dataset sentiment-train --gpu-quota 2"}};
+  Command list{"list", {}, "List workloads, newest first", "", "", {}, {}, workloads_list, 0, 0, {}};
+  list.examples = {{"every workload", "trainer workloads list"}, {"as JSON", "trainer workloads list -o json"}};
+  Command get{"get", {}, "Show a workload: evaluation settings and refs", "WORKLOAD", "", {}, {}, workloads_get, 1, 1, {}};
+  get.examples = {{"one workload", "trainer workloads get sentiment-demo"},
+                  {"as JSON", "trainer workloads get sentiment-demo -o json"}};
+  Command rename{"rename", {}, "Rename a workload (its id never changes)", "WORKLOAD NAME", "", {}, {},
+                 workloads_rename, 2, 2, {}};
+  rename.examples = {{"give a workload a new name", "trainer workloads rename sentiment-demo sentiment"},
+                     {"and back", "trainer workloads rename sentiment sentiment-demo"}};
+  Command annotate{"annotate", {}, "Set a workload's description", "WORKLOAD", "",
+                   {{"description", 0, "TEXT", "the new description (\"\" clears it)", ""}}, {}, workloads_annotate,
+                   1, 1, {}};
+  annotate.examples = {{"describe it", "trainer workloads annotate sentiment-demo --description \"review sentiment as JSON\""},
+                       {"clear the description", "trainer workloads annotate sentiment-demo --description \"\""}};
+  Command set_eval{"set-evaluation", {}, "Change a workload's evaluation dataset and grader", "WORKLOAD", "",
+                   {{"dataset", 0, "DATASET", "evaluation dataset (name or hash, required)", ""},
+                    {"grader", 0, "GRADER", "json-label-match, model:MODEL or http:URL", ""}},
+                   {}, workloads_set_evaluation, 1, 1, {}};
+  set_eval.examples = {{"evaluate on a dataset", "trainer workloads set-evaluation sentiment-demo --dataset sentiment-train"},
+                       {"and with a named grader",
+                        "trainer workloads set-evaluation sentiment-demo --dataset sentiment-train --grader json-label-match"}};
+  Command refs;
+  refs.name = "refs";
+  refs.summary = "Read or move a workload's base, candidate and champion refs";
+  refs.examples = {{"what the champion is", "trainer workloads refs get sentiment-demo champion"},
+                   {"point base at a base model", "trainer workloads refs set sentiment-demo base tiny-qwen3"}};
+  Command refs_get{"get", {}, "Show what a ref points at", "WORKLOAD REF", "REF is base, candidate or champion.", {},
+                   {}, workloads_refs_get, 2, 2, {}};
+  refs_get.examples = {{"the base ref", "trainer workloads refs get sentiment-demo base"},
+                       {"the champion, as JSON", "trainer workloads refs get sentiment-demo champion -o json"}};
+  Command refs_set{"set", {}, "Move a ref (roll back by setting an earlier id)", "WORKLOAD REF TARGET",
+                   "REF is base, candidate or champion; base must point at a base model.", {}, {},
+                   workloads_refs_set, 3, 3, {}};
+  refs_set.examples = {{"point base at a base model", "trainer workloads refs set sentiment-demo base tiny-qwen3"},
+                       {"make a run's adapter the candidate", "trainer workloads refs set sentiment-demo candidate 7d496e82"}};
+  refs.children = {refs_get, refs_set};
+  g.children = {create, list, get, rename, annotate, set_eval, refs};
+  return g;
+}
+
+}  // namespace trainer::cli

@@ -1,0 +1,185 @@
+// The field table of run plans: every field's type, range and meaning (plan.h), and the
+// Markdown reference generated from it (docs/plans.md).
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "plan/plan.h"
+#include "plan/bounds.h"
+
+namespace trainer::plan {
+namespace {
+
+using json = nlohmann::json;
+
+}  // namespace
+
+std::string field_bound_text(double v) {
+  if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 1e15) {
+    return std::to_string(static_cast<int64_t>(v));
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+namespace {
+
+// ---- the field table ----------------------------------------------------------------------
+
+constexpr double kMaxInt = std::numeric_limits<int>::max();
+constexpr double kNoLimit = std::numeric_limits<double>::infinity();
+
+using FT = FieldType;
+
+// The one list of plan fields. Ranges are what the parser enforces; defaults are those of the
+// structs in plan.h, rendered by to_json().
+const std::vector<FieldSpec> kFields = {
+    {"kind", FT::kEnum, 0, 0, false, false, "run", "what the document is. Required"},
+    {"workload", FT::kString, 0, 0, false, false, "", "the workload (name or id) the run belongs to. Required"},
+    {"baseModel", FT::kString, 0, 0, false, false, "",
+     "the base model to adapt: a name the deployment allows (`trainer base-models list --all`)"},
+    {"config", FT::kObject, 0, 0, false, false, "", "what determines the trained model. Required"},
+    {"config.dataset", FT::kString, 0, 0, false, false, "",
+     "training rows: a dataset name or hash (`trainer datasets list`). Required"},
+    {"config.validationDataset", FT::kString, 0, 0, false, false, "",
+     "held-out rows for the validation loss; absent: validationSplit decides"},
+    {"config.method", FT::kEnum, 0, 0, false, false, "sft, grpo, gspo",
+     "training method (this release trains sft)"},
+    {"config.hyperparams", FT::kObject, 0, 0, false, false, "", "LoRA, optimizer and training settings"},
+    {"config.hyperparams.lora", FT::kObject, 0, 0, false, false, "", "the adapter"},
+    {"config.hyperparams.lora.rank", FT::kInteger, 1, 4096, false, false, "", "adapter rank r"},
+    {"config.hyperparams.lora.alpha", FT::kNumber, 0, 1e6, true, false, "", "scale of the update is alpha / rank"},
+    {"config.hyperparams.lora.dropout", FT::kNumber, 0, 1, false, true, "", "dropout on the adapter's input"},
+    {"config.hyperparams.lora.targetModules", FT::kStringList, 0, 0, false, false,
+     "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj", "the projections that get an adapter"},
+    {"config.hyperparams.optimizer", FT::kObject, 0, 0, false, false, "", "AdamW and its schedule"},
+    {"config.hyperparams.optimizer.learningRate", FT::kNumber, 0, 1, true, false, "", "peak learning rate"},
+    {"config.hyperparams.optimizer.weightDecay", FT::kNumber, 0, 1e3, false, false, "", "decoupled weight decay"},
+    {"config.hyperparams.optimizer.beta1", FT::kNumber, 0, 1, false, true, "", "AdamW beta1"},
+    {"config.hyperparams.optimizer.beta2", FT::kNumber, 0, 1, false, true, "", "AdamW beta2"},
+    {"config.hyperparams.optimizer.epsilon", FT::kNumber, 0, 1, true, false, "", "AdamW epsilon"},
+    {"config.hyperparams.optimizer.maxGradNorm", FT::kNumber, 0, 1e9, false, false, "",
+     "clip the total gradient norm to this; 0 disables clipping"},
+    {"config.hyperparams.optimizer.schedule", FT::kEnum, 0, 0, false, false, "linear, cosine, constant",
+     "learning-rate decay after warmup"},
+    {"config.hyperparams.optimizer.warmupSteps", FT::kInteger, 0, kMaxInt, false, false, "",
+     "linear warmup, in optimizer steps"},
+    {"config.hyperparams.optimizer.warmupRatio", FT::kNumber, 0, 1, false, true, "",
+     "warmup as a share of all steps, used when warmupSteps is 0"},
+    {"config.hyperparams.training", FT::kObject, 0, 0, false, false, "", "how long and in what batches"},
+    {"config.hyperparams.training.epochs", FT::kInteger, 1, 10000, false, false, "",
+     "passes over the dataset (ignored when maxSteps is set)"},
+    {"config.hyperparams.training.maxSteps", FT::kInteger, 1, kMaxInt, false, false, "",
+     "optimizer steps; overrides epochs. Absent: epochs decide"},
+    {"config.hyperparams.training.batchSize", FT::kInteger, 1, 65536, false, false, "",
+     "rows per micro-batch per device"},
+    {"config.hyperparams.training.gradientAccumulation", FT::kInteger, 1, 65536, false, false, "",
+     "micro-batches per optimizer step"},
+    {"config.hyperparams.training.validationFrequencySteps", FT::kInteger, 0, kMaxInt, false, false, "",
+     "validate every N optimizer steps; 0 validates only at the end"},
+    {"config.hyperparams.training.validationSplit", FT::kNumber, 0, 1, false, true, "",
+     "share of rows held out for validation when there is no validationDataset"},
+    {"config.hyperparams.training.packing", FT::kBoolean, 0, 0, false, false, "",
+     "pack several rows into each maxSeqLength sequence"},
+    {"config.hyperparams.training.seed", FT::kInteger, 0, kNoLimit, false, false, "",
+     "seeds initialisation, dropout and shuffling"},
+    {"config.maxSeqLength", FT::kInteger, 8, 1 << 20, false, false, "",
+     "tokens per row after the chat template; longer rows are cut (`trainer datasets measure`)"},
+    {"config.model", FT::kObject, 0, 0, false, false, "", "how the base model is loaded"},
+    {"config.model.precision", FT::kEnum, 0, 0, false, false, "BF16, FP32",
+     "weights and compute precision (either case)"},
+    {"execution", FT::kObject, 0, 0, false, false, "", "where and how the run executes"},
+    {"execution.gpus", FT::kInteger, 0, 1024, false, false, "", "devices the run holds; 0 trains on the CPU"},
+    {"execution.saveEvery", FT::kInteger, 1, kMaxInt, false, false, "",
+     "save the adapter every N optimizer steps. Absent: only at the end, so a cancelled run keeps none"},
+    {"execution.keepAdapters", FT::kInteger, 1, 1000, false, false, "", "saved adapters kept, newest first"},
+    {"grader", FT::kString, 0, 0, false, false, "", "overrides the workload's grader"},
+    {"description", FT::kString, 0, 0, false, false, "", "free text"},
+    {"configName", FT::kString, 0, 0, false, false, "", "label of this configuration in score tables"},
+    {"submissionId", FT::kString, 0, 0, false, false, "",
+     "idempotency key: resubmitting the same plan with it reaches the same run. Absent: the CLI generates one"},
+};
+
+}  // namespace
+
+const std::vector<FieldSpec>& plan_fields() { return kFields; }
+
+const FieldSpec* find_field(std::string_view path) {
+  for (const auto& f : kFields) {
+    if (f.path == path) return &f;
+  }
+  return nullptr;
+}
+
+std::string field_default_text(const FieldSpec& spec) {
+  if (spec.path == "kind" || spec.help.find("Required") != std::string_view::npos) return "required";
+  if (spec.type == FieldType::kObject) return "";
+  json value = to_json(Plan{});
+  for (size_t start = 0; start <= spec.path.size();) {
+    size_t dot = spec.path.find('.', start);
+    std::string key(spec.path.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start));
+    if (!value.is_object() || !value.contains(key)) return "";
+    value = value[key];
+    if (dot == std::string_view::npos) break;
+    start = dot + 1;
+  }
+  if (value.is_null()) return "absent";
+  if (value.is_array()) {
+    std::string list;
+    for (const auto& v : value) list += (list.empty() ? "" : ", ") + (v.is_string() ? v.get<std::string>() : v.dump());
+    return list;
+  }
+  if (value.is_string()) return value.get<std::string>();
+  return value.dump();
+}
+
+std::string field_range_text(const FieldSpec& spec) {
+  auto number = field_bound_text;
+  switch (spec.type) {
+    case FieldType::kInteger:
+      if (!std::isfinite(spec.hi)) return number(spec.lo) + " or more";
+      return number(spec.lo) + " to " + number(spec.hi);
+    case FieldType::kNumber:
+      return std::string(spec.lo_open ? "(" : "[") + number(spec.lo) + ", " + number(spec.hi) +
+             (spec.hi_open ? ")" : "]");
+    case FieldType::kEnum:
+      return std::string(spec.values);
+    case FieldType::kStringList:
+      return "some of " + std::string(spec.values);
+    case FieldType::kBoolean:
+      return "true, false";
+    case FieldType::kString:
+    case FieldType::kObject:
+      return "";
+  }
+  return "";
+}
+
+std::string fields_reference_markdown() {
+  auto type_name = [](FieldType t) {
+    switch (t) {
+      case FieldType::kString: return "string";
+      case FieldType::kInteger: return "integer";
+      case FieldType::kNumber: return "number";
+      case FieldType::kBoolean: return "boolean";
+      case FieldType::kEnum: return "string";
+      case FieldType::kStringList: return "list of strings";
+      case FieldType::kObject: return "object";
+    }
+    return "";
+  };
+  auto code = [](const std::string& s) { return s.empty() ? std::string() : "`" + s + "`"; };
+  std::string out = "| field | type | default | allowed | meaning |\n|---|---|---|---|---|\n";
+  for (const auto& f : kFields) {
+    std::string def = field_default_text(f);
+    if (def == "required" || def == "absent") def = "*" + def + "*";
+    else def = code(def);
+    const std::string range = field_range_text(f);
+    out += "| `" + std::string(f.path) + "` | " + type_name(f.type) + " | " + def + " | " + range + " | " +
+           std::string(f.help) + " |\n";
+  }
+  return out;
+}
+
+}  // namespace trainer::plan
