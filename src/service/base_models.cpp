@@ -1,6 +1,8 @@
 // Base models: the deployment's allowed list, selection, and preparation into the model cache
 // (hash the folder, publish a copy under models/HASH through Storage).
 #include <algorithm>
+#include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -144,7 +146,16 @@ Status ServiceImpl::resume_base_models() {
 
 void ServiceImpl::start_preparation(const std::string& name) {
   std::lock_guard<std::mutex> lock(prep_mu_);
-  preparers_.emplace_back([this, name] { prepare_base_model(name); });
+  // Nothing escapes the thread: an exception is logged and counted, and the model stays preparing
+  // until the next start resumes it.
+  preparers_.emplace_back([this, name] {
+    try {
+      prepare_base_model(name);
+    } catch (const std::exception& e) {
+      ++driver_errors_;
+      std::fprintf(stderr, "trainerd: warning: preparing base model %s: %s\n", name.c_str(), e.what());
+    }
+  });
 }
 
 // Hashes the folder's files, then publishes a copy into the model cache under that hash.

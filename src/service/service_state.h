@@ -192,7 +192,7 @@ class ServiceImpl final : public Service {
   std::thread driver_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> ready_{false};
-  std::atomic<int64_t> driver_errors_{0};  // errors caught at the driver thread's edge
+  std::atomic<int64_t> driver_errors_{0};  // errors caught at the edge of the driver and preparer threads
 };
 
 // The grader every workload has unless it names another.

@@ -74,7 +74,8 @@ TEST_F(SqliteStoreTest, ASubmissionIdBelongsToOneRun) {
   b["submissionId"] = "sub";
   Status st = s->insert_run(b);
   EXPECT_EQ(st.code(), StatusCode::kAlreadyExists);
-  EXPECT_EQ(st.message(), "submissionId: already used by another run");
+  EXPECT_EQ(st.field(), "submissionId");
+  EXPECT_EQ(st.describe(), "submissionId: already used by another run");
   auto found = s->run_by_submission("sub");
   ASSERT_TRUE(found.is_ok() && found->has_value());
   EXPECT_EQ((**found)["runId"], "aa01");
