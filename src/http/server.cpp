@@ -23,10 +23,12 @@ namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
 using tcp = asio::ip::tcp;
 
-// After an answer that closes the connection, the unread rest of the request is drained for at
-// most this long and this many bytes, so that the client reads the answer instead of a reset.
-constexpr std::chrono::milliseconds kLingerTime{1000};
-constexpr size_t kLingerBytes = 1 << 20;
+// After an answer that closes the connection, the unread rest of the request is drained (read
+// and dropped) for at most this long in all, this long without a byte, and this many bytes, so
+// that a client still sending its body reads the answer instead of a reset.
+constexpr std::chrono::milliseconds kLingerTime{5000};
+constexpr std::chrono::milliseconds kLingerIdle{1000};
+constexpr size_t kLingerBytes = 16 << 20;
 // Connections refused past max_connections that may be answering their 503 at once.
 constexpr size_t kMaxRefusing = 256;
 
@@ -68,6 +70,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   asio::steady_timer park_timer_;
   std::array<char, 16 * 1024> drain_buf_{};
   size_t drained_ = 0;
+  std::chrono::steady_clock::time_point linger_until_;
 };
 
 class ServerImpl : public Server {
@@ -434,11 +437,14 @@ void Connection::close_after_write() {
   stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
   if (ec) return close();
   drained_ = 0;
+  linger_until_ = std::chrono::steady_clock::now() + kLingerTime;
   drain();
 }
 
 void Connection::drain() {
-  stream_.expires_after(kLingerTime);
+  auto now = std::chrono::steady_clock::now();
+  if (now >= linger_until_) return close();
+  stream_.expires_after(std::min<std::chrono::steady_clock::duration>(kLingerIdle, linger_until_ - now));
   stream_.async_read_some(asio::buffer(drain_buf_), [self = shared_from_this()](beast::error_code ec, size_t n) {
     self->drained_ += n;
     if (ec || self->drained_ > kLingerBytes) return self->close();
