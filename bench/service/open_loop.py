@@ -200,11 +200,11 @@ def main():
     results = {b: measure(b, data, ids, args, env, config, tmp) for b in args.builds}
     print(f"\nvegeta at {args.rate} requests/s for {args.seconds}s each, {len(ids)} runs stored "
           f"(machine: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f})")
-    print(f"{'build':28s} {'route':40s} {'p50 ms':>8s} {'p90 ms':>8s} {'p99 ms':>8s} {'max ms':>9s} {'2xx':>6s}")
+    print(f"{'build':28s} {'route':40s} {'p50 ms':>8s} {'p90 ms':>8s} {'p99 ms':>8s} {'max ms':>9s} {'2xx':>6s}  codes")
     for b, res in results.items():
         for name, r in res.items():
             print(f"{b[-28:]:28s} {name:40s} {r['p50']:8.2f} {r['p90']:8.2f} {r['p99']:8.2f} {r['max']:9.1f} "
-                  f"{r['ok'] * 100:5.1f}%")
+                  f"{r['ok'] * 100:5.1f}%  {r['codes']}")
     print(f"(data and logs in {tmp})")
 
 
