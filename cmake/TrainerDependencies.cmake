@@ -4,6 +4,8 @@ find_package(nlohmann_json 3.11 REQUIRED)
 find_package(SQLite3 REQUIRED)
 find_package(yaml-cpp REQUIRED)
 find_package(GTest REQUIRED)
+# Boost.Beast and Boost.Asio (header-only) for trainerd's HTTP server.
+find_package(Boost 1.74 REQUIRED)
 include(GoogleTest)
 
 # cpp-httplib ships as a shared library with pkg-config only.

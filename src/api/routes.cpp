@@ -1,302 +1,260 @@
 // The routes of docs/api.md. Each handler parses and checks the request, calls the service,
 // and writes its result or its Status as the JSON error body. Handlers never throw.
-#include <regex>
+#include <charconv>
 #include <string>
 
 #include "api/api.h"
+#include "common/json_parse.h"
 
 namespace trainer::api {
 namespace {
 
 using json = nlohmann::json;
 using service::Service;
+using http::Outcome;
+using http::Request;
+using http::Response;
 
-// The field a message blames: the text before the first ": " when it is a dotted path.
-std::string field_of(const std::string& message) {
-  static const std::regex kPath("^[A-Za-z][A-Za-z0-9_]*(\\.[A-Za-z0-9_]+|\\[[0-9]+\\])*$");
-  size_t colon = message.find(": ");
-  if (colon == std::string::npos) return "";
-  std::string head = message.substr(0, colon);
-  return std::regex_match(head, kPath) ? head : "";
+constexpr int64_t kMaxWaitSeconds = 60;  // the events long poll's longest wait
+
+Response json_response(int status, const json& body) {
+  Response r;
+  r.status = status;
+  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  return r;
 }
 
-void write_json(httplib::Response& res, int status, const json& body) {
-  res.status = status;
-  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace) + "\n", "application/json");
-}
-
-void write_error(httplib::Response& res, const Status& st, int status_override = 0) {
-  json err = {{"code", status_code_name(st.code())}, {"message", st.describe()}};
-  std::string field = st.field().empty() ? field_of(st.message()) : st.field();
-  if (!field.empty()) err["field"] = field;
-  write_json(res, status_override ? status_override : http_status(st.code()), {{"error", err}});
-}
-
-template <typename T>
-bool failed(const Result<T>& r, httplib::Response& res) {
-  if (r.is_ok()) return false;
-  write_error(res, r.status());
-  return true;
-}
-
-// Parses the body as a JSON object within `limit` bytes.
-Result<json> body_json(const httplib::Request& req, size_t limit) {
-  if (req.body.size() > limit) {
-    return resource_exhausted("body: " + std::to_string(req.body.size()) + " bytes is over the limit of " +
-                              std::to_string(limit) + " bytes");
+// Parses the body as a JSON object (nested at most kMaxJsonDepth levels). The server already
+// refused bodies over the route's limit while reading.
+Result<json> body_json(const Request& req) {
+  if (req.body.empty()) return invalid_field("body", "empty; send a JSON object");
+  static const std::string kWhat = "body";
+  auto doc = parse_json(req.body, kWhat);
+  if (!doc.is_ok()) {
+    // parse_json names what it parsed first ("body: ..."); the field carries it here.
+    std::string message = doc.status().message();
+    if (message.rfind(kWhat + ": ", 0) == 0) message = message.substr(kWhat.size() + 2);
+    return invalid_field("body", message);
   }
-  if (req.body.empty()) return invalid_argument("body: empty; send a JSON object");
-  json doc = json::parse(req.body, nullptr, false);
-  if (doc.is_discarded()) {
-    try {
-      json ignored = json::parse(req.body);
-      (void)ignored;
-    } catch (const json::parse_error& e) {
-      return invalid_argument(std::string("body: not valid JSON: ") + e.what());
-    }
-    return invalid_argument("body: not valid JSON");
+  if (!doc->is_object()) return invalid_field("body", "must be a JSON object, got " + std::string(doc->type_name()));
+  return std::move(*doc);
+}
+
+Result<int64_t> int_param(const Request& req, const std::string& name, int64_t fallback) {
+  if (!req.has_query(name)) return fallback;
+  std::string v = req.query_value(name);
+  int64_t out = 0;
+  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (v.empty() || v.size() > 13 || ec != std::errc() || end != v.data() + v.size()) {
+    return invalid_field(name, "must be an integer, got '" + v + "'");
   }
-  if (!doc.is_object()) return invalid_argument("body: must be a JSON object, got " + std::string(doc.type_name()));
-  return doc;
+  return out;
 }
 
-void reply_body_error(httplib::Response& res, const Status& st) {
-  write_error(res, st, st.code() == StatusCode::kResourceExhausted ? 413 : 0);
-}
-
-Result<int64_t> int_param(const httplib::Request& req, const std::string& name, int64_t fallback) {
-  if (!req.has_param(name.c_str())) return fallback;
-  std::string v = req.get_param_value(name.c_str());
-  static const std::regex kInt("^-?[0-9]{1,12}$");
-  if (!std::regex_match(v, kInt)) return invalid_argument(name + ": must be an integer, got '" + v + "'");
-  return std::stoll(v);
-}
-
-Result<bool> bool_param(const httplib::Request& req, const std::string& name) {
-  if (!req.has_param(name.c_str())) return false;
-  std::string v = req.get_param_value(name.c_str());
+Result<bool> bool_param(const Request& req, const std::string& name) {
+  if (!req.has_query(name)) return false;
+  std::string v = req.query_value(name);
   if (v == "true" || v == "1" || v.empty()) return true;
   if (v == "false" || v == "0") return false;
-  return invalid_argument(name + ": must be true or false, got '" + v + "'");
+  return invalid_field(name, "must be true or false, got '" + v + "'");
+}
+
+// Answers `r`'s value with `status`, or its error.
+template <typename T>
+Response reply(const Result<T>& r, int status) {
+  if (!r.is_ok()) return error_response(r.status());
+  return json_response(status, *r);
 }
 
 }  // namespace
 
-void install_routes(httplib::Server& server, Service& svc, const service::Limits& limits) {
+Response error_response(const Status& st, int http_status_override) {
+  json err = {{"code", status_code_name(st.code())}, {"message", st.message()}};
+  if (!st.field().empty()) err["field"] = st.field();
+  return json_response(http_status_override ? http_status_override : http_status(st.code()), {{"error", err}});
+}
+
+void install_routes(http::Router& router, Service& svc, const service::Limits& limits) {
   const size_t max_request = limits.max_request_bytes;
   const size_t max_dataset = limits.max_dataset_bytes;
 
-  server.set_pre_routing_handler([&svc](const httplib::Request& req, httplib::Response& res) {
-    if (svc.ready() || req.path == "/v1/info" || req.path == "/metrics") return httplib::Server::HandlerResponse::Unhandled;
-    write_error(res, unavailable("trainerd is starting; not ready yet (see GET /v1/info)"));
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  // httplib answers some errors itself (no route, body over its limit): give them our body.
-  server.set_error_handler(httplib::Server::HandlerWithResponse([max_dataset](const httplib::Request& req,
-                                                                             httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    if (res.status == 404) {
-      write_error(res, not_found("path: no route " + req.method + " " + req.path + " (see docs/api.md)"));
-    } else if (res.status == 413) {
-      write_error(res, resource_exhausted("body: over the limit of " + std::to_string(max_dataset) + " bytes"), 413);
-    } else if (res.status == 405) {
-      write_error(res, invalid_argument("method: " + req.method + " is not allowed on " + req.path), 405);
-    } else {
-      write_error(res, invalid_argument("request: could not be read (HTTP " + std::to_string(res.status) + ")"),
-                  res.status);
-    }
-    return httplib::Server::HandlerResponse::Handled;
-  }));
-  server.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string what = "unknown";
-    try {
-      if (ep) std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    write_error(res, internal_error("unexpected error: " + what));
+  router.set_error_renderer([](int status, const Status& st) { return error_response(st, status); });
+  router.set_gate([&svc](const Request& req) -> std::optional<Response> {
+    if (svc.ready() || req.path == "/v1/info" || req.path == "/metrics") return std::nullopt;
+    return error_response(unavailable("trainerd is starting; not ready yet (see GET /v1/info)"));
   });
 
   // ---- info and telemetry
-  server.Get("/v1/info", [&svc](const httplib::Request&, httplib::Response& res) {
-    write_json(res, svc.ready() ? 200 : 503, svc.info());
+  router.add("GET", "/v1/info", max_request, [&svc](const Request&) -> Outcome {
+    return json_response(svc.ready() ? 200 : 503, svc.info());
   });
-  server.Get("/metrics", [&svc](const httplib::Request&, httplib::Response& res) {
-    res.set_content(svc.metrics_text(), "text/plain; version=0.0.4");
+  router.add("GET", "/metrics", max_request, [&svc](const Request&) -> Outcome {
+    Response r;
+    r.content_type = "text/plain; version=0.0.4";
+    r.body = svc.metrics_text();
+    return r;
   });
-  server.Get("/v1/capacity", [&svc](const httplib::Request&, httplib::Response& res) {
-    auto r = svc.capacity();
-    if (!failed(r, res)) write_json(res, 200, *r);
-  });
+  router.add("GET", "/v1/capacity", max_request, [&svc](const Request&) -> Outcome { return reply(svc.capacity(), 200); });
 
   // ---- base models
-  server.Get("/v1/base-models", [&svc](const httplib::Request& req, httplib::Response& res) {
+  router.add("GET", "/v1/base-models", max_request, [&svc](const Request& req) -> Outcome {
     auto all = bool_param(req, "all");
-    if (failed(all, res)) return;
-    auto r = svc.list_base_models(*all);
-    if (!failed(r, res)) write_json(res, 200, *r);
+    if (!all.is_ok()) return error_response(all.status());
+    return reply(svc.list_base_models(*all), 200);
   });
-  server.Post("/v1/base-models/select", [&svc, max_request](const httplib::Request& req, httplib::Response& res) {
-    auto body = body_json(req, max_request);
-    if (!body.is_ok()) return reply_body_error(res, body.status());
+  router.add("POST", "/v1/base-models/select", max_request, [&svc](const Request& req) -> Outcome {
+    auto body = body_json(req);
+    if (!body.is_ok()) return error_response(body.status());
     for (const auto& [k, v] : body->items()) {
-      if (k != "name") return write_error(res, invalid_argument(k + ": unknown field"));
+      if (k != "name") return error_response(invalid_field(k, "unknown field"));
     }
     if (!body->contains("name") || !(*body)["name"].is_string()) {
-      return write_error(res, invalid_argument("name: required: the base model to select"));
+      return error_response(invalid_field("name", "required: the base model to select"));
     }
-    auto r = svc.select_base_model((*body)["name"].get<std::string>());
-    if (!failed(r, res)) write_json(res, 202, *r);
+    return reply(svc.select_base_model((*body)["name"].get<std::string>()), 202);
   });
-  server.Get(R"(/v1/base-models/(.+))", [&svc](const httplib::Request& req, httplib::Response& res) {
-    auto r = svc.get_base_model(req.matches[1]);
-    if (!failed(r, res)) write_json(res, 200, *r);
-  });
+  router.add("GET", "/v1/base-models/{name...}", max_request,
+             [&svc](const Request& req) -> Outcome { return reply(svc.get_base_model(req.params[0]), 200); });
 
   // ---- datasets
-  server.Post("/v1/datasets", [&svc, max_dataset](const httplib::Request& req, httplib::Response& res) {
-    auto body = body_json(req, max_dataset);
-    if (!body.is_ok()) return reply_body_error(res, body.status());
+  router.add("POST", "/v1/datasets", max_dataset, [&svc](const Request& req) -> Outcome {
+    auto body = body_json(req);
+    if (!body.is_ok()) return error_response(body.status());
     for (const auto& [k, v] : body->items()) {
-      if (k != "name" && k != "rows") return write_error(res, invalid_argument(k + ": unknown field"));
+      if (k != "name" && k != "rows") return error_response(invalid_field(k, "unknown field"));
     }
     if (!body->contains("rows") || !(*body)["rows"].is_string()) {
-      return write_error(res, invalid_argument("rows: required: the dataset's chat JSONL as one string"));
+      return error_response(invalid_field("rows", "required: the dataset's chat JSONL as one string"));
     }
     std::optional<std::string> name;
     if (body->contains("name") && !(*body)["name"].is_null()) {
-      if (!(*body)["name"].is_string()) return write_error(res, invalid_argument("name: must be a string"));
+      if (!(*body)["name"].is_string()) return error_response(invalid_field("name", "must be a string"));
       name = (*body)["name"].get<std::string>();
     }
     auto r = svc.register_dataset(name, (*body)["rows"].get<std::string>());
-    if (!failed(r, res)) write_json(res, r->second ? 201 : 200, r->first);
+    if (!r.is_ok()) return error_response(r.status());
+    return json_response(r->second ? 201 : 200, r->first);
   });
-  server.Get("/v1/datasets", [&svc](const httplib::Request&, httplib::Response& res) {
-    auto r = svc.list_datasets();
-    if (!failed(r, res)) write_json(res, 200, *r);
-  });
-  server.Post(R"(/v1/datasets/([^/]+)/measure)", [&svc, max_request](const httplib::Request& req, httplib::Response& res) {
-    auto body = body_json(req, max_request);
-    if (!body.is_ok()) return reply_body_error(res, body.status());
+  router.add("GET", "/v1/datasets", max_request,
+             [&svc](const Request&) -> Outcome { return reply(svc.list_datasets(), 200); });
+  router.add("POST", "/v1/datasets/{ref}/measure", max_request, [&svc](const Request& req) -> Outcome {
+    auto body = body_json(req);
+    if (!body.is_ok()) return error_response(body.status());
     for (const auto& [k, v] : body->items()) {
-      if (k != "baseModel" && k != "maxSeqLength") return write_error(res, invalid_argument(k + ": unknown field"));
+      if (k != "baseModel" && k != "maxSeqLength") return error_response(invalid_field(k, "unknown field"));
     }
     if (!body->contains("baseModel") || !(*body)["baseModel"].is_string()) {
-      return write_error(res, invalid_argument("baseModel: required: the base model whose tokenizer measures"));
+      return error_response(invalid_field("baseModel", "required: the base model whose tokenizer measures"));
     }
     std::optional<int> max_len;
     if (body->contains("maxSeqLength")) {
       const json& v = (*body)["maxSeqLength"];
       if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > 1048576) {
-        return write_error(res, invalid_argument("maxSeqLength: must be an integer between 1 and 1048576"));
+        return error_response(invalid_field("maxSeqLength", "must be an integer between 1 and 1048576"));
       }
       max_len = static_cast<int>(v.get<int64_t>());
     }
-    auto r = svc.measure_dataset(req.matches[1], (*body)["baseModel"].get<std::string>(), max_len);
-    if (!failed(r, res)) write_json(res, 200, *r);
+    return reply(svc.measure_dataset(req.params[0], (*body)["baseModel"].get<std::string>(), max_len), 200);
   });
-  server.Get(R"(/v1/datasets/([^/]+))", [&svc](const httplib::Request& req, httplib::Response& res) {
-    auto r = svc.get_dataset(req.matches[1]);
-    if (!failed(r, res)) write_json(res, 200, *r);
-  });
+  router.add("GET", "/v1/datasets/{ref}", max_request,
+             [&svc](const Request& req) -> Outcome { return reply(svc.get_dataset(req.params[0]), 200); });
 
   // ---- workloads
-  server.Post("/v1/workloads", [&svc, max_request](const httplib::Request& req, httplib::Response& res) {
-    auto body = body_json(req, max_request);
-    if (!body.is_ok()) return reply_body_error(res, body.status());
-    auto r = svc.create_workload(*body);
-    if (!failed(r, res)) write_json(res, 201, *r);
+  router.add("POST", "/v1/workloads", max_request, [&svc](const Request& req) -> Outcome {
+    auto body = body_json(req);
+    if (!body.is_ok()) return error_response(body.status());
+    return reply(svc.create_workload(*body), 201);
   });
-  server.Get("/v1/workloads", [&svc](const httplib::Request&, httplib::Response& res) {
-    auto r = svc.list_workloads();
-    if (!failed(r, res)) write_json(res, 200, *r);
+  router.add("GET", "/v1/workloads", max_request,
+             [&svc](const Request&) -> Outcome { return reply(svc.list_workloads(), 200); });
+  router.add("GET", "/v1/workloads/{ref}", max_request,
+             [&svc](const Request& req) -> Outcome { return reply(svc.get_workload(req.params[0]), 200); });
+  router.add("PATCH", "/v1/workloads/{ref}", max_request, [&svc](const Request& req) -> Outcome {
+    auto body = body_json(req);
+    if (!body.is_ok()) return error_response(body.status());
+    return reply(svc.update_workload(req.params[0], *body), 200);
   });
-  server.Get(R"(/v1/workloads/([^/]+))", [&svc](const httplib::Request& req, httplib::Response& res) {
-    auto r = svc.get_workload(req.matches[1]);
-    if (!failed(r, res)) write_json(res, 200, *r);
+  router.add("PUT", "/v1/workloads/{ref}/evaluation", max_request, [&svc](const Request& req) -> Outcome {
+    auto body = body_json(req);
+    if (!body.is_ok()) return error_response(body.status());
+    return reply(svc.set_evaluation(req.params[0], *body), 200);
   });
-  server.Patch(R"(/v1/workloads/([^/]+))", [&svc, max_request](const httplib::Request& req, httplib::Response& res) {
-    auto body = body_json(req, max_request);
-    if (!body.is_ok()) return reply_body_error(res, body.status());
-    auto r = svc.update_workload(req.matches[1], *body);
-    if (!failed(r, res)) write_json(res, 200, *r);
+  router.add("GET", "/v1/workloads/{ref}/refs/{which}", max_request, [&svc](const Request& req) -> Outcome {
+    return reply(svc.get_ref(req.params[0], req.params[1]), 200);
   });
-  server.Put(R"(/v1/workloads/([^/]+)/evaluation)", [&svc, max_request](const httplib::Request& req, httplib::Response& res) {
-    auto body = body_json(req, max_request);
-    if (!body.is_ok()) return reply_body_error(res, body.status());
-    auto r = svc.set_evaluation(req.matches[1], *body);
-    if (!failed(r, res)) write_json(res, 200, *r);
-  });
-  server.Get(R"(/v1/workloads/([^/]+)/refs/([^/]+))", [&svc](const httplib::Request& req, httplib::Response& res) {
-    auto r = svc.get_ref(req.matches[1], req.matches[2]);
-    if (!failed(r, res)) write_json(res, 200, *r);
-  });
-  server.Put(R"(/v1/workloads/([^/]+)/refs/([^/]+))", [&svc, max_request](const httplib::Request& req, httplib::Response& res) {
-    auto body = body_json(req, max_request);
-    if (!body.is_ok()) return reply_body_error(res, body.status());
-    auto r = svc.set_ref(req.matches[1], req.matches[2], *body);
-    if (!failed(r, res)) write_json(res, 200, *r);
+  router.add("PUT", "/v1/workloads/{ref}/refs/{which}", max_request, [&svc](const Request& req) -> Outcome {
+    auto body = body_json(req);
+    if (!body.is_ok()) return error_response(body.status());
+    return reply(svc.set_ref(req.params[0], req.params[1], *body), 200);
   });
 
   // ---- runs
-  server.Post("/v1/runs", [&svc, max_request](const httplib::Request& req, httplib::Response& res) {
+  router.add("POST", "/v1/runs", max_request, [&svc](const Request& req) -> Outcome {
     auto dry = bool_param(req, "dryRun");
-    if (failed(dry, res)) return;
-    auto body = body_json(req, max_request);
-    if (!body.is_ok()) return reply_body_error(res, body.status());
+    if (!dry.is_ok()) return error_response(dry.status());
+    auto body = body_json(req);
+    if (!body.is_ok()) return error_response(body.status());
     auto r = svc.submit_run(*body, *dry);
-    if (failed(r, res)) return;
-    write_json(res, *dry ? 200 : (r->second ? 201 : 200), r->first);
+    if (!r.is_ok()) return error_response(r.status());
+    return json_response(*dry ? 200 : (r->second ? 201 : 200), r->first);
   });
-  server.Get("/v1/runs", [&svc](const httplib::Request& req, httplib::Response& res) {
+  router.add("GET", "/v1/runs", max_request, [&svc](const Request& req) -> Outcome {
     service::RunListQuery q;
-    q.phase = req.get_param_value("phase");
-    q.workload = req.get_param_value("workload");
+    q.phase = req.query_value("phase");
+    q.workload = req.query_value("workload");
     auto limit = int_param(req, "limit", 50);
-    if (failed(limit, res)) return;
+    if (!limit.is_ok()) return error_response(limit.status());
     auto offset = int_param(req, "offset", 0);
-    if (failed(offset, res)) return;
+    if (!offset.is_ok()) return error_response(offset.status());
     q.limit = *limit;
     q.offset = *offset;
     auto r = svc.list_runs_text(q);
-    if (failed(r, res)) return;
-    res.status = 200;
-    res.set_content(*r + "\n", "application/json");
+    if (!r.is_ok()) return error_response(r.status());
+    Response out;
+    out.body = *r + "\n";
+    return out;
   });
-  server.Get(R"(/v1/runs/([^/]+)/events)", [&svc](const httplib::Request& req, httplib::Response& res) {
+  // The long poll: answers at once when events exist, else parks until a run changes or the
+  // wait ends (no thread is held meanwhile).
+  router.add("GET", "/v1/runs/{ref}/events", max_request, [&svc](const Request& req) -> Outcome {
     auto after = int_param(req, "after", 0);
-    if (failed(after, res)) return;
+    if (!after.is_ok()) return error_response(after.status());
     auto wait = int_param(req, "waitSeconds", 0);
-    if (failed(wait, res)) return;
-    if (*wait < 0 || *wait > 60) return write_error(res, invalid_argument("waitSeconds: must be between 0 and 60"));
-    auto r = svc.run_events(req.matches[1], *after, std::chrono::seconds(*wait));
-    if (!failed(r, res)) write_json(res, 200, *r);
+    if (!wait.is_ok()) return error_response(wait.status());
+    if (*wait < 0 || *wait > kMaxWaitSeconds) {
+      return error_response(invalid_field("waitSeconds", "must be between 0 and " + std::to_string(kMaxWaitSeconds)));
+    }
+    const std::string ref = req.params[0];
+    const int64_t from = *after;
+    auto now = svc.run_events(ref, from, std::chrono::milliseconds(0));
+    if (!now.is_ok()) return error_response(now.status());
+    if (*wait == 0 || !(*now)["events"].empty()) return json_response(200, *now);
+    http::Park park;
+    park.until = std::chrono::steady_clock::now() + std::chrono::seconds(*wait);
+    park.poll = [&svc, ref, from](bool final) -> std::optional<Response> {
+      auto r = svc.run_events(ref, from, std::chrono::milliseconds(0));
+      if (!r.is_ok()) return error_response(r.status());
+      if (final || !(*r)["events"].empty()) return json_response(200, *r);
+      return std::nullopt;
+    };
+    return park;
   });
-  server.Post(R"(/v1/runs/([^/]+)/cancel)", [&svc](const httplib::Request& req, httplib::Response& res) {
-    auto r = svc.cancel_run(req.matches[1]);
-    if (!failed(r, res)) write_json(res, 202, *r);
-  });
-  server.Get(R"(/v1/runs/([^/]+)/metrics)", [&svc](const httplib::Request& req, httplib::Response& res) {
+  router.add("POST", "/v1/runs/{ref}/cancel", max_request,
+             [&svc](const Request& req) -> Outcome { return reply(svc.cancel_run(req.params[0]), 202); });
+  router.add("GET", "/v1/runs/{ref}/metrics", max_request, [&svc](const Request& req) -> Outcome {
     auto limit = int_param(req, "limit", 100000);
-    if (failed(limit, res)) return;
-    auto r = svc.run_metrics(req.matches[1], *limit);
-    if (!failed(r, res)) write_json(res, 200, *r);
+    if (!limit.is_ok()) return error_response(limit.status());
+    return reply(svc.run_metrics(req.params[0], *limit), 200);
   });
-  server.Get(R"(/v1/runs/([^/]+)/hparams)", [&svc](const httplib::Request& req, httplib::Response& res) {
-    auto r = svc.run_hparams(req.matches[1]);
-    if (!failed(r, res)) write_json(res, 200, *r);
+  router.add("GET", "/v1/runs/{ref}/hparams", max_request,
+             [&svc](const Request& req) -> Outcome { return reply(svc.run_hparams(req.params[0]), 200); });
+  router.add("PATCH", "/v1/runs/{ref}", max_request, [&svc](const Request& req) -> Outcome {
+    auto body = body_json(req);
+    if (!body.is_ok()) return error_response(body.status());
+    return reply(svc.annotate_run(req.params[0], *body), 200);
   });
-  server.Patch(R"(/v1/runs/([^/]+))", [&svc, max_request](const httplib::Request& req, httplib::Response& res) {
-    auto body = body_json(req, max_request);
-    if (!body.is_ok()) return reply_body_error(res, body.status());
-    auto r = svc.annotate_run(req.matches[1], *body);
-    if (!failed(r, res)) write_json(res, 200, *r);
-  });
-  server.Get(R"(/v1/runs/([^/]+))", [&svc](const httplib::Request& req, httplib::Response& res) {
-    auto r = svc.get_run(req.matches[1]);
-    if (!failed(r, res)) write_json(res, 200, *r);
-  });
+  router.add("GET", "/v1/runs/{ref}", max_request,
+             [&svc](const Request& req) -> Outcome { return reply(svc.get_run(req.params[0]), 200); });
 }
 
 }  // namespace trainer::api

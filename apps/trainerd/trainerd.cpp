@@ -1,8 +1,12 @@
-// trainerd: parses its options, opens the store, builds the service and serves the API.
+// trainerd's wiring: parses its options, opens the store, builds the backend and the service,
+// installs the API's routes on the HTTP server (src/http), and stops on SIGTERM or SIGINT.
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <memory>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -10,17 +14,17 @@
 #include <functional>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "api/api.h"
 #include "backend/backend.h"
 #include "common/version.h"
+#include "http/server.h"
 #include "service/config.h"
 #include "service/service.h"
 #include "store/store.h"
 
-namespace trainer::api {
+namespace trainer::apps {
 namespace {
 
 namespace fs = std::filesystem;
@@ -33,6 +37,7 @@ struct Options {
   std::string instance;     // --instance
   std::string job_binary;   // --job-binary
   std::string port_file;    // --port-file
+  http::ServerOptions http; // --max-connections, --header-timeout, --body-timeout, ...
 };
 
 std::string default_data_dir() {
@@ -54,6 +59,23 @@ struct OptionSpec {
   const char* help;
   std::function<bool(Options&, const std::string&)> apply;
 };
+
+// A positive number of seconds (fractions allowed) as milliseconds.
+bool parse_seconds(const std::string& v, std::chrono::milliseconds& out) {
+  char* end = nullptr;
+  double s = std::strtod(v.c_str(), &end);
+  if (!end || *end || !(s > 0) || s > 86400) return false;
+  out = std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+  return out.count() > 0;
+}
+
+bool parse_count(const std::string& v, size_t& out, size_t most) {
+  char* end = nullptr;
+  long long n = std::strtoll(v.c_str(), &end, 10);
+  if (!end || *end || n < 1 || static_cast<unsigned long long>(n) > most) return false;
+  out = static_cast<size_t>(n);
+  return true;
+}
 
 bool parse_port(Options& o, const std::string& v) {
   char* end = nullptr;
@@ -85,6 +107,28 @@ const std::vector<OptionSpec>& option_table() {
        [](Options& o, const std::string& v) { o.job_binary = v; return !v.empty(); }},
       {"--port-file", "FILE", "write the port the API listens on into FILE once it listens",
        [](Options& o, const std::string& v) { o.port_file = v; return !v.empty(); }},
+      {"--max-connections", "N",
+       "open HTTP connections served at once (long polls included); past it a new connection gets 503 and "
+       "is closed; default 1024",
+       [](Options& o, const std::string& v) { return parse_count(v, o.http.max_connections, 1 << 20); }},
+      {"--header-timeout", "SECONDS",
+       "a client must send a request's line and headers within this long (also how long an idle keep-alive "
+       "connection stays open); default 10",
+       [](Options& o, const std::string& v) { return parse_seconds(v, o.http.header_timeout); }},
+      {"--body-timeout", "SECONDS", "a client must send a request's body within this long once its headers are in; "
+       "default 60",
+       [](Options& o, const std::string& v) { return parse_seconds(v, o.http.body_timeout); }},
+      {"--max-header-bytes", "N", "the request line and headers may take at most N bytes (else 431); default 16384",
+       [](Options& o, const std::string& v) { return parse_count(v, o.http.max_header_bytes, 1 << 24); }},
+      {"--max-headers", "N", "a request may carry at most N header fields (else 431); default 100",
+       [](Options& o, const std::string& v) { return parse_count(v, o.http.max_header_count, 1 << 16); }},
+      {"--http-workers", "N", "threads that run request handlers; default 8",
+       [](Options& o, const std::string& v) {
+         size_t n = 0;
+         if (!parse_count(v, n, 256)) return false;
+         o.http.worker_threads = static_cast<int>(n);
+         return true;
+       }},
       {"--version", nullptr, "print the version and exit", nullptr},
       {"--help", nullptr, "print this help and exit", nullptr},
   };
@@ -212,30 +256,23 @@ int trainerd_main(int argc, char** argv) {
   }
   service::Service& service = **svc;
 
-  httplib::Server server;
-  // Long polls hold a thread each; size the pool for them (httplib owns what it returns).
-  server.new_task_queue = [] { return new httplib::ThreadPool(64); };
-  // httplib's own limit is the largest body any route accepts; routes check their own.
-  server.set_payload_max_length(std::max(config.limits.max_dataset_bytes, config.limits.max_request_bytes));
-  server.set_read_timeout(30, 0);
-  // Headers and body go out in separate writes: without this, Nagle and delayed ACKs add ~40 ms
-  // to every keep-alive request.
-  server.set_tcp_nodelay(true);
-  install_routes(server, service, config.limits);
-
-  int port = opt.port;
-  if (port == 0) {
-    port = server.bind_to_any_port(opt.host);
-    if (port < 0) {
-      std::fprintf(stderr, "trainerd: cannot listen on %s\n", opt.host.c_str());
-      return 1;
-    }
-  } else if (!server.bind_to_port(opt.host, port)) {
-    std::fprintf(stderr, "trainerd: cannot listen on %s:%d (in use? pick another with --port)\n", opt.host.c_str(),
-                 port);
+  http::Router router;
+  api::install_routes(router, service, config.limits);
+  opt.http.host = opt.host;
+  opt.http.port = opt.port;
+  auto served = http::serve(opt.http, router);
+  if (!served.is_ok()) {
+    std::fprintf(stderr, "trainerd: %s (in use? pick another with --port)\n", served.status().message().c_str());
     return 1;
   }
-  std::thread http([&server] { server.listen_after_bind(); });
+  std::unique_ptr<http::Server> server = std::move(*served);
+  // Parked long polls look again after every run change. The callback lives as long as the
+  // service; it stops reaching the server before the server goes.
+  auto wake_target = std::make_shared<std::atomic<http::Server*>>(server.get());
+  service.subscribe_run_changes([wake_target] {
+    if (http::Server* s = wake_target->load()) s->wake();
+  });
+  const int port = server->port();
   if (!opt.port_file.empty()) {
     std::ofstream(opt.port_file + ".tmp") << port << "\n";
     fs::rename(opt.port_file + ".tmp", opt.port_file, ec);
@@ -258,10 +295,10 @@ int trainerd_main(int argc, char** argv) {
   sigwait(&signals, &sig);
   std::fprintf(stderr, "trainerd: stopping on signal %d; running jobs keep running and are found again on restart\n",
                sig);
-  server.stop();
-  http.join();
+  wake_target->store(nullptr);
+  server->stop();
   service.stop();
   return 0;
 }
 
-}  // namespace trainer::api
+}  // namespace trainer::apps

@@ -1,0 +1,212 @@
+#!/usr/bin/env python3
+"""API latency at a fixed request rate (open loop), with 10,000 runs stored, and with followers.
+
+    TRAINER_BUILD_DIR=build .venv/bin/python bench/service/open_loop.py \\
+        [--builds /work/main/build build] [--runs 10000] [--rate 1000] [--seconds 10] [--followers 500]
+
+Fills one data folder once through the API (runs submitted while one run holds the only
+device, then cancelled: real run records with phase history, events and claims), then for each
+build given: starts its trainerd on a copy of that folder and measures, with vegeta at a fixed
+rate (open loop: requests leave on schedule whether or not earlier ones were answered, so a
+stall shows as latency instead of as fewer requests):
+  - GET /v1/runs/{id} (random ids of the stored runs)
+  - GET /v1/runs?limit=50
+  - GET /v1/runs/{id} again while `--followers` clients are parked on the events long poll of
+    an open run (GET /v1/runs/{id}/events?after=LAST&waitSeconds=60).
+Prints p50/p90/p99/max and the share of 2xx answers for each. vegeta comes from the Go module
+proxy: `go install github.com/tsenart/vegeta/v12@latest` (put ~/go/bin on PATH or pass
+--vegeta). Run by hand; nothing here asserts a speed.
+"""
+import argparse
+import concurrent.futures
+import json
+import os
+import pathlib
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "python"))
+sys.path.insert(0, str(REPO / "tests" / "python" / "service"))
+
+
+def call(url, method="GET", body=None, timeout=60):
+    req = urllib.request.Request(url, data=json.dumps(body).encode() if body is not None else None, method=method,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+class Daemon:
+    def __init__(self, build, data, config, env, log):
+        port_file = data.parent / (data.name + ".port")
+        if port_file.exists():
+            port_file.unlink()
+        self.proc = subprocess.Popen([str(pathlib.Path(build) / "apps" / "trainerd"), "--data-dir", str(data),
+                                      "--port", "0", "--port-file", str(port_file), "--config", str(config)],
+                                     stdout=log, stderr=log, env=env)
+        while not port_file.exists() or not port_file.read_text().strip():
+            if self.proc.poll() is not None:
+                raise RuntimeError("trainerd exited")
+            time.sleep(0.05)
+        self.port = int(port_file.read_text().strip())
+        self.url = f"http://127.0.0.1:{self.port}"
+        while True:
+            try:
+                if call(self.url + "/v1/info")["startup"]["ready"]:
+                    break
+            except Exception:
+                time.sleep(0.05)
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def vegeta(binary, targets, rate, seconds, tmp):
+    path = tmp / "targets.txt"
+    path.write_text("".join(f"GET {t}\n\n" for t in targets))
+    attack = subprocess.run([binary, "attack", f"-rate={rate}/s", f"-duration={seconds}s", f"-targets={path}",
+                             "-timeout=30s", "-keepalive=true"], capture_output=True, timeout=seconds + 120)
+    report = subprocess.run([binary, "report", "-type=json"], input=attack.stdout, capture_output=True,
+                            timeout=60)
+    doc = json.loads(report.stdout)
+    lat = doc["latencies"]
+    return {"p50": lat["50th"] / 1e6, "p90": lat["90th"] / 1e6, "p99": lat["99th"] / 1e6, "max": lat["max"] / 1e6,
+            "ok": doc["success"], "requests": doc["requests"], "codes": doc.get("status_codes", {})}
+
+
+def fill(build, tmp, runs, env, config):
+    from service_helpers import CHAT_ROWS, jsonl, plan
+    data = tmp / "filled"
+    d = Daemon(build, data, config, env, open(tmp / "fill.log", "wb"))
+    try:
+        url = d.url
+        call(url + "/v1/base-models/select", "POST", {"name": "tiny/qwen3"})
+        while call(url + "/v1/base-models/tiny/qwen3")["status"] != "ready":
+            time.sleep(0.05)
+        call(url + "/v1/workloads", "POST", {"name": "bench"})
+        call(url + "/v1/datasets", "POST", {"name": "train", "rows": jsonl(CHAT_ROWS)})
+        holder = call(url + "/v1/runs", "POST", plan(workload="bench"))["runId"]
+        started = time.time()
+
+        def one(i):
+            run = call(url + "/v1/runs", "POST", plan(workload="bench", description=f"bench run {i}"))
+            call(url + f"/v1/runs/{run['runId']}/cancel", "POST")
+            return run["runId"]
+
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            ids = list(pool.map(one, range(runs)))
+        call(url + f"/v1/runs/{holder}/cancel", "POST")
+        deadline = time.time() + 30
+        while time.time() < deadline and call(url + f"/v1/runs/{holder}")["phase"] != "CANCELLED":
+            time.sleep(0.2)
+        print(f"filled {call(url + '/v1/runs?limit=1')['total']} runs in {time.time() - started:.0f}s", flush=True)
+    finally:
+        d.stop()
+    return data, ids
+
+
+def follow(port, run_id, after, n):
+    socks = []
+    req = (f"GET /v1/runs/{run_id}/events?after={after}&waitSeconds=60 HTTP/1.1\r\nHost: x\r\n\r\n").encode()
+    for _ in range(n):
+        s = socket.create_connection(("127.0.0.1", port), timeout=60)
+        s.sendall(req)
+        socks.append(s)
+    return socks
+
+
+def measure(build, data_src, ids, args, env, config, tmp):
+    from service_helpers import plan
+    data = tmp / ("data-" + str(abs(hash(str(build)))))
+    if data.exists():
+        shutil.rmtree(data)
+    shutil.copytree(data_src, data)
+    d = Daemon(build, data, config, env, open(tmp / f"{data.name}.log", "wb"))
+    out = {}
+    try:
+        sample = random.Random(0).sample(ids, min(2000, len(ids)))
+        gets = [f"{d.url}/v1/runs/{i}" for i in sample]
+        # Warm up (page cache, connections), then measure.
+        vegeta(args.vegeta, gets, 200, 2, tmp)
+        out["GET /v1/runs/{id}"] = vegeta(args.vegeta, gets, args.rate, args.seconds, tmp)
+        out["GET /v1/runs?limit=50"] = vegeta(args.vegeta, [f"{d.url}/v1/runs?limit=50"], args.rate, args.seconds,
+                                              tmp)
+        # An open run (it holds the device: queued for an hour) and followers parked on it.
+        open_run = call(d.url + "/v1/runs", "POST", plan(workload="bench"))["runId"]
+        deadline = time.time() + 30
+        while time.time() < deadline and call(d.url + f"/v1/runs/{open_run}")["phase"] != "QUEUED":
+            time.sleep(0.1)
+        last = call(d.url + f"/v1/runs/{open_run}/events")["events"][-1]["seq"]
+        socks = follow(d.port, open_run, last, args.followers)
+        time.sleep(1)
+        try:
+            out[f"GET /v1/runs/{{id}} + {args.followers} followers"] = vegeta(args.vegeta, gets, args.rate,
+                                                                              args.seconds, tmp)
+        finally:
+            for s in socks:
+                s.close()
+        try:
+            call(d.url + f"/v1/runs/{open_run}/cancel", "POST", timeout=90)
+        except Exception:
+            pass
+    finally:
+        d.stop()
+        from service_helpers import kill_jobs_under
+        kill_jobs_under(data)  # the stand-in job of the open run, by pid
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--builds", nargs="+", default=[os.environ.get("TRAINER_BUILD_DIR", str(REPO / "build"))])
+    ap.add_argument("--runs", type=int, default=10000)
+    ap.add_argument("--rate", type=int, default=1000)
+    ap.add_argument("--seconds", type=int, default=10)
+    ap.add_argument("--followers", type=int, default=500)
+    ap.add_argument("--vegeta", default=shutil.which("vegeta") or str(pathlib.Path.home() / "go" / "bin" / "vegeta"))
+    ap.add_argument("--data", help="reuse a filled data folder (from an earlier run) instead of filling one")
+    args = ap.parse_args()
+
+    from models import make_tiny_model
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="trainerd-openloop-"))
+    model = make_tiny_model(tmp / "model", arch="qwen3", tokenizer="qwen3", seed=0)
+    behaviour = tmp / "standin.json"
+    behaviour.write_text(json.dumps({"queueSeconds": 3600}))
+    config = tmp / "config.json"
+    config.write_text(json.dumps({"baseModels": [{"name": "tiny/qwen3", "path": str(model)}],
+                                  "pools": [{"name": "cpu", "accelerator": "cpu", "declared": 1, "maxClaim": 1}],
+                                  "limits": {"cancelGraceSeconds": 1},
+                                  "jobBinary": str(REPO / "tests" / "python" / "service" / "standin_job.py")}))
+    env = dict(os.environ, TRAINER_STANDIN_FILE=str(behaviour))
+    if args.data:
+        data = pathlib.Path(args.data)
+        ids = json.loads((data.parent / "ids.json").read_text())
+    else:
+        data, ids = fill(args.builds[0], tmp, args.runs, env, config)
+        (data.parent / "ids.json").write_text(json.dumps(ids))
+    results = {b: measure(b, data, ids, args, env, config, tmp) for b in args.builds}
+    print(f"\nvegeta at {args.rate} requests/s for {args.seconds}s each, {len(ids)} runs stored "
+          f"(machine: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f})")
+    print(f"{'build':28s} {'route':40s} {'p50 ms':>8s} {'p90 ms':>8s} {'p99 ms':>8s} {'max ms':>9s} {'2xx':>6s}  codes")
+    for b, res in results.items():
+        for name, r in res.items():
+            print(f"{b[-28:]:28s} {name:40s} {r['p50']:8.2f} {r['p90']:8.2f} {r['p99']:8.2f} {r['max']:9.1f} "
+                  f"{r['ok'] * 100:5.1f}%  {r['codes']}")
+    print(f"(data and logs in {tmp})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,472 @@
+// The server of server.h on Boost.Beast (HTTP/1.1 parsing) and Boost.Asio (sockets, timers,
+// the worker pool).
+//
+// Threads: `io_threads` threads run the io_context; each connection lives on its own strand, so
+// its callbacks never run concurrently. Handlers and parked polls run on `workers_`; their
+// answers are posted back to the connection's strand to be written.
+#include "http/server.h"
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+namespace trainer::http {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using tcp = asio::ip::tcp;
+
+// After an answer that closes the connection, the unread rest of the request is drained (read
+// and dropped) for at most this long in all, this long without a byte, and this many bytes, so
+// that a client still sending its body reads the answer instead of a reset.
+constexpr std::chrono::milliseconds kLingerTime{5000};
+constexpr std::chrono::milliseconds kLingerIdle{1000};
+constexpr size_t kLingerBytes = 16 << 20;
+// Connections refused past max_connections that may be answering their 503 at once.
+constexpr size_t kMaxRefusing = 256;
+
+class ServerImpl;
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  // `refused`: answer 503 (too many connections) and close, without reading a request.
+  Connection(ServerImpl& server, tcp::socket socket, bool refused);
+  ~Connection();
+  void start();
+  // Writes `response` (from any thread) and goes on with the next request.
+  void send(Response response);
+  // Arms the deadline of parked request `id` (from any thread).
+  void arm_park(uint64_t id, std::chrono::steady_clock::time_point until);
+
+ private:
+  void read_head();
+  void on_head(beast::error_code ec);
+  void read_body();
+  void on_body(beast::error_code ec);
+  void dispatch();
+  void fail(int http_status, const Status& status);
+  void write(Response response);
+  void close_after_write();
+  void drain();
+  void close();
+
+  ServerImpl& server_;
+  beast::tcp_stream stream_;
+  const bool refused_;
+  beast::flat_buffer buffer_;
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  Request request_;
+  bool keep_alive_ = false;
+  bool body_pending_ = false;  // the request's body has not been read (or not all of it)
+  size_t body_limit_ = 0;      // the route's body limit, in bytes
+  std::shared_ptr<bhttp::response<bhttp::string_body>> out_;
+  asio::steady_timer park_timer_;
+  std::array<char, 16 * 1024> drain_buf_{};
+  size_t drained_ = 0;
+  std::chrono::steady_clock::time_point linger_until_;
+};
+
+class ServerImpl : public Server {
+ public:
+  ServerImpl(const ServerOptions& options, const Router& router)
+      : options_(options), router_(router), workers_(static_cast<size_t>(std::max(1, options.worker_threads))) {}
+
+  ~ServerImpl() override { stop(); }
+
+  Status listen() {
+    beast::error_code ec;
+    auto address = asio::ip::make_address(options_.host, ec);
+    if (ec) return invalid_argument("host: '" + options_.host + "' is not an IP address: " + ec.message());
+    tcp::endpoint endpoint(address, static_cast<unsigned short>(options_.port));
+    acceptor_.open(endpoint.protocol(), ec);
+    if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) acceptor_.bind(endpoint, ec);
+    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) {
+      return unavailable("cannot listen on " + options_.host + ":" + std::to_string(options_.port) + ": " +
+                         ec.message());
+    }
+    port_ = acceptor_.local_endpoint().port();
+    accept();
+    for (int i = 0; i < std::max(1, options_.io_threads); ++i) {
+      io_threads_.emplace_back([this] { ioc_.run(); });
+    }
+    return Status::ok();
+  }
+
+  int port() const override { return port_; }
+
+  void wake() override {
+    if (sweep_pending_.exchange(true)) return;
+    asio::post(workers_, [this] { sweep(); });
+  }
+
+  void stop() override {
+    std::call_once(stopped_, [this] {
+      asio::post(acceptor_.get_executor(), [this] {
+        beast::error_code ec;
+        acceptor_.close(ec);
+      });
+      ioc_.stop();
+      for (auto& t : io_threads_) t.join();
+      workers_.stop();
+      workers_.join();
+      std::lock_guard<std::mutex> lock(park_mu_);
+      parked_.clear();
+    });
+  }
+
+  // ---- for connections
+  const ServerOptions& options() const { return options_; }
+  const Router& router() const { return router_; }
+  asio::thread_pool& workers() { return workers_; }
+
+  void park(const std::shared_ptr<Connection>& conn, Park park) {
+    uint64_t id;
+    {
+      std::lock_guard<std::mutex> lock(park_mu_);
+      id = next_park_id_++;
+      parked_[id] = std::make_shared<Parked>(Parked{conn, std::move(park.poll)});
+    }
+    conn->arm_park(id, park.until);
+    // A change may have come between the handler's look and the parking: look once more.
+    wake();
+  }
+
+  // The deadline of parked request `id` passed: answer it with poll(true).
+  void expire(uint64_t id) {
+    std::shared_ptr<Parked> p = take(id);
+    if (!p) return;
+    asio::post(workers_, [p] { p->conn->send(run_poll(*p, true).value()); });
+  }
+
+  void connection_closed(bool refused) {
+    if (refused) {
+      refusing_.fetch_sub(1);
+    } else {
+      connections_.fetch_sub(1);
+    }
+  }
+
+ private:
+  struct Parked {
+    std::shared_ptr<Connection> conn;
+    std::function<std::optional<Response>(bool)> poll;
+  };
+
+  static std::optional<Response> run_poll(const Parked& p, bool final) {
+    try {
+      auto r = p.poll(final);
+      if (r || !final) return r;
+      Response fallback;
+      fallback.status = 500;
+      fallback.body = "{\"error\":{\"code\":\"internal\",\"message\":\"a parked request ended without an answer\"}}\n";
+      return fallback;
+    } catch (...) {
+      Response fallback;
+      fallback.status = 500;
+      fallback.body = "{\"error\":{\"code\":\"internal\",\"message\":\"unexpected error while waiting\"}}\n";
+      return fallback;
+    }
+  }
+
+  std::shared_ptr<Parked> take(uint64_t id) {
+    std::lock_guard<std::mutex> lock(park_mu_);
+    auto it = parked_.find(id);
+    if (it == parked_.end()) return nullptr;
+    auto p = std::move(it->second);
+    parked_.erase(it);
+    return p;
+  }
+
+  void sweep() {
+    sweep_pending_.store(false);
+    std::vector<std::pair<uint64_t, std::shared_ptr<Parked>>> all;
+    {
+      std::lock_guard<std::mutex> lock(park_mu_);
+      all.assign(parked_.begin(), parked_.end());
+    }
+    for (auto& [id, p] : all) {
+      auto r = run_poll(*p, false);
+      if (!r) continue;
+      if (take(id)) p->conn->send(std::move(*r));
+    }
+  }
+
+  void accept() {
+    acceptor_.async_accept(asio::make_strand(ioc_), [this](beast::error_code ec, tcp::socket socket) {
+      if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
+      if (!ec) {
+        beast::error_code ignored;
+        socket.set_option(tcp::no_delay(true), ignored);
+        if (connections_.fetch_add(1) < options_.max_connections) {
+          std::make_shared<Connection>(*this, std::move(socket), false)->start();
+        } else {
+          connections_.fetch_sub(1);
+          if (refusing_.fetch_add(1) < kMaxRefusing) {
+            std::make_shared<Connection>(*this, std::move(socket), true)->start();
+          } else {
+            refusing_.fetch_sub(1);
+            socket.close(ignored);
+          }
+        }
+      }
+      accept();
+    });
+  }
+
+  // Constant after construction.
+  const ServerOptions options_;
+  const Router& router_;
+  int port_ = 0;
+
+  std::atomic<size_t> connections_{0};  // open connections being served
+  std::atomic<size_t> refusing_{0};     // connections being answered 503
+  std::atomic<bool> sweep_pending_{false};
+  std::mutex park_mu_;
+  uint64_t next_park_id_ = 1;                                 // guarded by park_mu_
+  std::map<uint64_t, std::shared_ptr<Parked>> parked_;       // guarded by park_mu_
+  std::once_flag stopped_;
+
+  // Destroyed before the counters above: pending handlers hold connections.
+  asio::io_context ioc_;
+  tcp::acceptor acceptor_{asio::make_strand(ioc_)};
+  asio::thread_pool workers_;
+  std::vector<std::thread> io_threads_;
+};
+
+Connection::Connection(ServerImpl& server, tcp::socket socket, bool refused)
+    : server_(server), stream_(std::move(socket)), refused_(refused), park_timer_(stream_.get_executor()) {}
+
+Connection::~Connection() { server_.connection_closed(refused_); }
+
+void Connection::start() {
+  auto self = shared_from_this();
+  asio::dispatch(stream_.get_executor(), [self] {
+    if (self->refused_) {
+      self->keep_alive_ = false;
+      self->body_pending_ = true;  // the request was not read
+      self->fail(503, unavailable("trainerd is serving its maximum of " +
+                                  std::to_string(self->server_.options().max_connections) +
+                                  " connections; retry later"));
+      return;
+    }
+    self->read_head();
+  });
+}
+
+void Connection::read_head() {
+  parser_.emplace();
+  parser_->header_limit(static_cast<std::uint32_t>(server_.options().max_header_bytes));
+  parser_->body_limit(server_.router().max_body_bytes());
+  request_ = Request{};
+  body_pending_ = false;
+  stream_.expires_after(server_.options().header_timeout);
+  bhttp::async_read_header(stream_, buffer_, *parser_,
+                           [self = shared_from_this()](beast::error_code ec, size_t) { self->on_head(ec); });
+}
+
+void Connection::on_head(beast::error_code ec) {
+  if (ec == bhttp::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::operation_aborted ||
+      ec == asio::error::connection_reset || ec == asio::error::eof) {
+    return close();
+  }
+  keep_alive_ = false;
+  body_pending_ = true;
+  if (ec == bhttp::error::header_limit) {
+    return fail(431, invalid_field("headers", "the request line and headers are over the limit of " +
+                                                 std::to_string(server_.options().max_header_bytes) + " bytes"));
+  }
+  if (ec == bhttp::error::body_limit) {
+    return fail(413, Status(StatusCode::kResourceExhausted, "body",
+                                "over the limit of " + std::to_string(server_.router().max_body_bytes()) + " bytes"));
+  }
+  if (ec) return fail(400, invalid_field("request", "not valid HTTP/1.1: " + ec.message()));
+
+  const auto& head = parser_->get();
+  size_t count = 0;
+  for (const auto& field : head) {
+    ++count;
+    request_.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
+  }
+  if (count > server_.options().max_header_count) {
+    return fail(431, invalid_field("headers", std::to_string(count) + " header fields are over the limit of " +
+                                                 std::to_string(server_.options().max_header_count)));
+  }
+  request_.method = std::string(head.method_string());
+  std::string target(head.target());
+  size_t q = target.find('?');
+  request_.path = url_decode(target.substr(0, q), false);
+  if (q != std::string::npos) {
+    std::string query = target.substr(q + 1);
+    size_t start = 0;
+    while (start <= query.size()) {
+      size_t amp = query.find('&', start);
+      if (amp == std::string::npos) amp = query.size();
+      std::string item = query.substr(start, amp - start);
+      if (!item.empty()) {
+        size_t eq = item.find('=');
+        request_.query.emplace_back(url_decode(item.substr(0, eq), true),
+                                    eq == std::string::npos ? "" : url_decode(item.substr(eq + 1), true));
+      }
+      start = amp + 1;
+    }
+  }
+
+  // The route decides how large a body may be.
+  auto match = server_.router().match(request_.method, request_.path);
+  size_t limit = match.handler ? match.max_body_bytes : 0;
+  auto length = parser_->content_length();
+  if (length && *length > limit) {
+    return fail(413, Status(StatusCode::kResourceExhausted, "body",
+                                std::to_string(*length) + " bytes is over the limit of " + std::to_string(limit) +
+                                    " bytes for " + request_.method + " " + request_.path));
+  }
+  if (!match.handler && !parser_->is_done()) {
+    // Not worth reading: answer (404 or 405) and close.
+    // (With no handler, dispatch answers the error at once.)
+    Outcome answer = server_.router().dispatch(request_);
+    Response r = std::holds_alternative<Response>(answer) ? std::get<Response>(std::move(answer))
+                                                          : server_.router().error(500, internal_error("no route"));
+    r.close = true;
+    return write(std::move(r));
+  }
+  parser_->body_limit(limit);
+  body_limit_ = limit;
+  keep_alive_ = head.keep_alive();
+  if (parser_->is_done()) {
+    body_pending_ = false;
+    return dispatch();
+  }
+  auto expect = head.find(bhttp::field::expect);
+  if (expect != head.end() && beast::iequals(expect->value(), "100-continue")) {
+    static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    stream_.expires_after(server_.options().body_timeout);
+    asio::async_write(stream_, asio::buffer(kContinue), [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (ec) return self->close();
+      self->read_body();
+    });
+    return;
+  }
+  read_body();
+}
+
+void Connection::read_body() {
+  stream_.expires_after(server_.options().body_timeout);
+  bhttp::async_read(stream_, buffer_, *parser_,
+                    [self = shared_from_this()](beast::error_code ec, size_t) { self->on_body(ec); });
+}
+
+void Connection::on_body(beast::error_code ec) {
+  if (ec == bhttp::error::body_limit) {
+    keep_alive_ = false;
+    return fail(413, Status(StatusCode::kResourceExhausted, "body",
+                                "over the limit of " + std::to_string(body_limit_) + " bytes for " + request_.method +
+                                    " " + request_.path));
+  }
+  if (ec == beast::error::timeout || ec == asio::error::operation_aborted || ec == asio::error::connection_reset ||
+      ec == asio::error::eof || ec == bhttp::error::end_of_stream || ec == bhttp::error::partial_message) {
+    return close();
+  }
+  if (ec) {
+    keep_alive_ = false;
+    return fail(400, invalid_field("body", "could not be read: " + ec.message()));
+  }
+  body_pending_ = false;
+  dispatch();
+}
+
+void Connection::dispatch() {
+  request_.body = std::move(parser_->get().body());
+  asio::post(server_.workers(), [self = shared_from_this()] {
+    Outcome outcome = self->server_.router().dispatch(self->request_);
+    if (auto* park = std::get_if<Park>(&outcome)) {
+      self->server_.park(self, std::move(*park));
+    } else {
+      self->send(std::move(std::get<Response>(outcome)));
+    }
+  });
+}
+
+void Connection::fail(int http_status, const Status& status) {
+  Response r = server_.router().error(http_status, status);
+  r.close = true;
+  write(std::move(r));
+}
+
+void Connection::send(Response response) {
+  asio::post(stream_.get_executor(),
+             [self = shared_from_this(), response = std::move(response)]() mutable { self->write(std::move(response)); });
+}
+
+void Connection::arm_park(uint64_t id, std::chrono::steady_clock::time_point until) {
+  asio::post(stream_.get_executor(), [self = shared_from_this(), id, until] {
+    self->park_timer_.expires_at(until);
+    self->park_timer_.async_wait([self, id](beast::error_code ec) {
+      if (!ec) self->server_.expire(id);
+    });
+  });
+}
+
+void Connection::write(Response response) {
+  bool keep = keep_alive_ && !response.close && !body_pending_;
+  out_ = std::make_shared<bhttp::response<bhttp::string_body>>(static_cast<bhttp::status>(response.status), 11);
+  out_->set(bhttp::field::content_type, response.content_type);
+  for (const auto& [name, value] : response.headers) out_->set(name, value);
+  out_->body() = std::move(response.body);
+  out_->keep_alive(keep);
+  out_->prepare_payload();
+  stream_.expires_after(server_.options().body_timeout);
+  bhttp::async_write(stream_, *out_, [self = shared_from_this(), keep](beast::error_code ec, size_t) {
+    self->out_.reset();
+    if (ec) return self->close();
+    if (keep) return self->read_head();
+    self->close_after_write();
+  });
+}
+
+void Connection::close_after_write() {
+  beast::error_code ec;
+  stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+  if (ec) return close();
+  drained_ = 0;
+  linger_until_ = std::chrono::steady_clock::now() + kLingerTime;
+  drain();
+}
+
+void Connection::drain() {
+  auto now = std::chrono::steady_clock::now();
+  if (now >= linger_until_) return close();
+  stream_.expires_after(std::min<std::chrono::steady_clock::duration>(kLingerIdle, linger_until_ - now));
+  stream_.async_read_some(asio::buffer(drain_buf_), [self = shared_from_this()](beast::error_code ec, size_t n) {
+    self->drained_ += n;
+    if (ec || self->drained_ > kLingerBytes) return self->close();
+    self->drain();
+  });
+}
+
+void Connection::close() {
+  beast::error_code ec;
+  park_timer_.cancel();
+  stream_.socket().close(ec);
+}
+
+}  // namespace
+
+// ---- serve
+
+Result<std::unique_ptr<Server>> serve(const ServerOptions& options, const Router& router) {
+  auto server = std::make_unique<ServerImpl>(options, router);
+  Status st = server->listen();
+  if (!st.is_ok()) return st;
+  return std::unique_ptr<Server>(std::move(server));
+}
+
+}  // namespace trainer::http

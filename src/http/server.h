@@ -1,0 +1,130 @@
+// trainerd's HTTP/1.1 server: our own Request, Response and Router, served asynchronously.
+//
+// The implementation (server.cpp) uses Boost.Beast and Boost.Asio; nothing of them shows here.
+// A few I/O threads read and write every connection; handlers run on a small worker pool, so a
+// slow handler never holds up reading or writing. A handler may answer later instead of at once
+// (Park): the request then waits without a thread until Server::wake() or its deadline.
+//
+// What a hostile client meets (ServerOptions): a deadline to send the request head and another
+// for the body, a bound on header bytes and header count (431), a body limit per route enforced
+// while reading, Content-Length or chunked (413, without reading the rest), and a bound on open
+// connections (past it: 503 and close).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "common/status.h"
+
+namespace trainer::http {
+
+struct Request {
+  std::string method;                                       // "GET", "POST", ...
+  std::string path;                                         // percent-decoded, without the query
+  std::vector<std::pair<std::string, std::string>> query;   // decoded, in order
+  std::vector<std::pair<std::string, std::string>> headers; // names as sent
+  std::vector<std::string> params;                          // the route's {placeholders}, in order
+  std::string body;
+
+  bool has_query(const std::string& name) const;
+  // The first value of query parameter `name`; "" when absent.
+  std::string query_value(const std::string& name) const;
+};
+
+struct Response {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;  // extra headers
+  bool close = false;  // close the connection after this answer
+};
+
+// A request that waits for something to happen. The server calls `poll(false)` after each
+// Server::wake() (never on an I/O thread) and answers with what it returns, if anything; when
+// `until` passes first it calls `poll(true)`, which must answer. `poll` may run on several
+// threads at once and after the client has gone.
+struct Park {
+  std::chrono::steady_clock::time_point until;
+  std::function<std::optional<Response>(bool final)> poll;
+};
+
+using Outcome = std::variant<Response, Park>;
+using Handler = std::function<Outcome(const Request&)>;
+// Renders an error answer (the server's own: 404, 405, 408, 413, 431, 503, ...).
+using ErrorRenderer = std::function<Response(int http_status, const Status& status)>;
+
+// Routes by method and path pattern. A pattern is a path whose segments may be `{name}` (one
+// non-empty segment) or, as the last segment, `{name...}` (the rest of the path, slashes
+// included). Routes are tried in the order added.
+class Router {
+ public:
+  Router();
+  // `max_body_bytes`: requests with a larger body get 413 before their body is read.
+  void add(const std::string& method, const std::string& pattern, size_t max_body_bytes, Handler handler);
+  void set_error_renderer(ErrorRenderer renderer);
+  // Runs on every request before routing; an answer it gives ends the request there.
+  void set_gate(std::function<std::optional<Response>(const Request&)> gate);
+
+  struct Match {
+    const Handler* handler = nullptr;  // null: no route (see status)
+    int status = 0;                    // 404 (no path matches) or 405 (path matches, method does not)
+    size_t max_body_bytes = 0;
+    std::vector<std::string> params;
+  };
+  Match match(const std::string& method, const std::string& path) const;
+  // Routes `request` (its params filled from the match) and runs the handler; never throws.
+  Outcome dispatch(Request& request) const;
+  Response error(int http_status, const Status& status) const;
+  // The largest body any route accepts.
+  size_t max_body_bytes() const;
+
+ private:
+  struct Route {
+    std::string method;
+    std::vector<std::string> segments;
+    bool rest = false;  // the last segment is {name...}
+    size_t max_body_bytes = 0;
+    Handler handler;
+  };
+  std::vector<Route> routes_;
+  ErrorRenderer render_;
+  std::function<std::optional<Response>(const Request&)> gate_;
+};
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";                        // address to listen on
+  int port = 0;                                          // 0: any free port
+  int io_threads = 2;                                    // threads that read and write sockets
+  int worker_threads = 8;                                // threads that run handlers
+  size_t max_connections = 1024;                         // open connections; past it 503 and close
+  size_t max_header_bytes = 16 * 1024;                   // request line and headers, in bytes
+  size_t max_header_count = 100;                         // header fields per request
+  std::chrono::milliseconds header_timeout{10'000};      // to send the request head (and idle keep-alive)
+  std::chrono::milliseconds body_timeout{60'000};        // to send the body, once the head is in
+};
+
+class Server {
+ public:
+  virtual ~Server() = default;
+  // The port it listens on.
+  virtual int port() const = 0;
+  // Re-polls every parked request soon (on a worker). Cheap and safe from any thread.
+  virtual void wake() = 0;
+  // Stops accepting, closes every connection and joins every thread. Idempotent.
+  virtual void stop() = 0;
+};
+
+// Binds and starts serving `router` (not owned; must outlive the server).
+Result<std::unique_ptr<Server>> serve(const ServerOptions& options, const Router& router);
+
+// Percent-decodes `text`; `plus_is_space` for query strings.
+std::string url_decode(const std::string& text, bool plus_is_space);
+
+}  // namespace trainer::http

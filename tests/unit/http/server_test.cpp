@@ -1,0 +1,127 @@
+// The HTTP server part: routing by pattern, and a real server on loopback answering at once,
+// answering a parked request when woken, and refusing an oversized body from its head.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "http/server.h"
+
+namespace trainer::http {
+namespace {
+
+Handler answer(std::string text) {
+  return [text](const Request& req) -> Outcome {
+    Response r;
+    r.body = text;
+    for (const auto& p : req.params) r.body += "|" + p;
+    return r;
+  };
+}
+
+TEST(Router, MatchesPlaceholdersAndTheRestOfThePath) {
+  Router router;
+  router.add("GET", "/v1/runs/{id}/events", 10, answer("events"));
+  router.add("GET", "/v1/runs/{id}", 10, answer("run"));
+  router.add("GET", "/v1/base-models/{name...}", 10, answer("model"));
+  Request req;
+  req.method = "GET";
+  req.path = "/v1/runs/abc/events";
+  EXPECT_EQ(std::get<Response>(router.dispatch(req)).body, "events|abc");
+  req.path = "/v1/base-models/tiny/qwen3";
+  EXPECT_EQ(std::get<Response>(router.dispatch(req)).body, "model|tiny/qwen3");
+  req.path = "/v1/runs/";
+  EXPECT_EQ(std::get<Response>(router.dispatch(req)).status, 404);
+  req.method = "DELETE";
+  req.path = "/v1/runs/abc";
+  EXPECT_EQ(std::get<Response>(router.dispatch(req)).status, 405);
+}
+
+TEST(Router, AThrowingHandlerBecomes500) {
+  Router router;
+  router.add("GET", "/boom", 10, [](const Request&) -> Outcome { throw std::runtime_error("boom"); });
+  Request req;
+  req.method = "GET";
+  req.path = "/boom";
+  EXPECT_EQ(std::get<Response>(router.dispatch(req)).status, 500);
+}
+
+TEST(UrlDecode, DecodesPercentAndPlusOnlyInQueries) {
+  EXPECT_EQ(url_decode("tiny%2Fqwen3", false), "tiny/qwen3");
+  EXPECT_EQ(url_decode("a+b", false), "a+b");
+  EXPECT_EQ(url_decode("a+b", true), "a b");
+  EXPECT_EQ(url_decode("bad%zz", false), "bad%zz");
+}
+
+// Sends `raw` to 127.0.0.1:port and returns everything read until the server closes or the
+// first answer is complete (Content-Length framed).
+std::string exchange(int port, const std::string& raw) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  timeval tv{20, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return "connect failed";
+  (void)!::write(fd, raw.data(), raw.size());
+  std::string got;
+  char buf[4096];
+  while (true) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    got.append(buf, static_cast<size_t>(n));
+    size_t head = got.find("\r\n\r\n");
+    size_t cl = got.find("Content-Length: ");
+    if (head != std::string::npos && cl != std::string::npos &&
+        got.size() >= head + 4 + std::stoul(got.substr(cl + 16))) {
+      break;
+    }
+  }
+  ::close(fd);
+  return got;
+}
+
+TEST(Server, AnswersParksUntilWokenAndRefusesOversizedBodies) {
+  Router router;
+  std::atomic<bool> ready{false};
+  router.add("GET", "/now", 64, answer("now"));
+  router.add("GET", "/later", 64, [&ready](const Request&) -> Outcome {
+    Park park;
+    park.until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    park.poll = [&ready](bool final) -> std::optional<Response> {
+      if (!ready.load() && !final) return std::nullopt;
+      Response r;
+      r.body = ready.load() ? "woken" : "timed out";
+      return r;
+    };
+    return park;
+  });
+  router.add("POST", "/small", 64, answer("small"));
+  auto server = serve(ServerOptions{}, router);
+  ASSERT_TRUE(server.is_ok()) << server.status().to_string();
+  int port = (*server)->port();
+
+  EXPECT_NE(exchange(port, "GET /now HTTP/1.1\r\nHost: x\r\n\r\n").find("\r\n\r\nnow"), std::string::npos);
+
+  std::string later;
+  std::thread follower([&] { later = exchange(port, "GET /later HTTP/1.1\r\nHost: x\r\n\r\n"); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ready = true;
+  (*server)->wake();
+  follower.join();
+  EXPECT_NE(later.find("\r\n\r\nwoken"), std::string::npos) << later;
+
+  std::string refused = exchange(port, "POST /small HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{");
+  EXPECT_EQ(refused.rfind("HTTP/1.1 413", 0), 0u) << refused;
+  (*server)->stop();
+}
+
+}  // namespace
+}  // namespace trainer::http
