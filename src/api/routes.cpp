@@ -69,7 +69,7 @@ Response reply(const Result<T>& r, int status) {
 }  // namespace
 
 Response error_response(const Status& st, int http_status_override) {
-  json err = {{"code", status_code_name(st.code())}, {"message", st.message()}};
+  json err = {{"code", status_code_name(st.code())}, {"message", st.describe()}};
   if (!st.field().empty()) err["field"] = st.field();
   return json_response(http_status_override ? http_status_override : http_status(st.code()), {{"error", err}});
 }
