@@ -273,6 +273,15 @@ int trainerd_main(int argc, char** argv) {
     if (http::Server* s = wake_target->load()) s->wake();
   });
   const int port = server->port();
+  // Jobs push their metrics to this trainerd, which serves them on /metrics (unless the
+  // operator's telemetry.otlpEndpoint sends them to a collector instead).
+  {
+    std::string host = opt.host;
+    if (host.empty() || host == "0.0.0.0" || host == "localhost") host = "127.0.0.1";
+    if (host == "::") host = "::1";
+    if (host.find(':') != std::string::npos) host = "[" + host + "]";
+    service.set_job_otlp_endpoint("http://" + host + ":" + std::to_string(port) + "/otlp");
+  }
   if (!opt.port_file.empty()) {
     std::ofstream(opt.port_file + ".tmp") << port << "\n";
     fs::rename(opt.port_file + ".tmp", opt.port_file, ec);

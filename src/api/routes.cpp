@@ -80,7 +80,10 @@ void install_routes(http::Router& router, Service& svc, const service::Limits& l
 
   router.set_error_renderer([](int status, const Status& st) { return error_response(st, status); });
   router.set_gate([&svc](const Request& req) -> std::optional<Response> {
-    if (svc.ready() || req.path == "/v1/info" || req.path == "/metrics") return std::nullopt;
+    // Telemetry passes while starting: a job that outlived a restart keeps pushing its metrics.
+    if (svc.ready() || req.path == "/v1/info" || req.path == "/metrics" || req.path == "/otlp/v1/metrics") {
+      return std::nullopt;
+    }
     return error_response(unavailable("trainerd is starting; not ready yet (see GET /v1/info)"));
   });
 
@@ -93,6 +96,15 @@ void install_routes(http::Router& router, Service& svc, const service::Limits& l
     r.content_type = "text/plain; version=0.0.4";
     r.body = svc.metrics_text();
     return r;
+  });
+  // A job's OTLP/HTTP JSON metrics (TRAINER_OTLP_ENDPOINT + /v1/metrics), served on /metrics.
+  router.add("POST", "/otlp/v1/metrics", service::kMaxOtlpBodyBytes, [&svc](const Request& req) -> Outcome {
+    if (req.body.empty()) return error_response(invalid_field("body", "empty; send an ExportMetricsServiceRequest"));
+    // A malformed body is a 400 naming its field (body.resourceMetrics[0]...); a push past the
+    // relay's series bound is a 429.
+    Status st = svc.ingest_job_metrics(req.body);
+    if (!st.is_ok()) return error_response(st.with_field("body"));
+    return json_response(200, json::object());  // an ExportMetricsServiceResponse with nothing rejected
   });
   router.add("GET", "/v1/capacity", max_request, [&svc](const Request&) -> Outcome { return reply(svc.capacity(), 200); });
 

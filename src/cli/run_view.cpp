@@ -202,6 +202,42 @@ std::string progress_text(const json& run, const ViewStyle& style, bool with_pha
   return line;
 }
 
+// "512 B", "3.4 MiB", "1.25 GiB".
+std::string format_bytes(double bytes) {
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  while (bytes >= 1024 && unit < 4) {
+    bytes /= 1024;
+    ++unit;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, unit == 0 ? "%.0f %s" : bytes < 10 ? "%.2f %s" : "%.1f %s", bytes, kUnits[unit]);
+  return buf;
+}
+
+// The run's latest memory figures (its job's step.memory): peaks, then what held the memory.
+std::vector<std::pair<std::string, std::string>> memory_rows(const json& run) {
+  std::vector<std::pair<std::string, std::string>> rows;
+  const json& memory = field(run, "memory");
+  if (!memory.is_object()) return rows;
+  if (auto v = num(memory, "allocatedPeakBytes")) rows.push_back({"Allocated peak", format_bytes(*v)});
+  if (auto v = num(memory, "reservedPeakBytes")) rows.push_back({"Reserved peak", format_bytes(*v)});
+  static const std::pair<const char*, const char*> kParts[] = {
+      {"weights", "Weights"},           {"adapter", "Adapter"},
+      {"gradients", "Gradients"},       {"optimizerState", "Optimizer state"},
+      {"activations", "Activations"},   {"otherTensors", "Other tensors"},
+      {"allocatorCache", "Allocator cache"}, {"outsideAllocator", "Outside allocator"},
+      {"free", "Free"}};
+  const json& usage = field(memory, "usage");
+  for (const auto& [key, label] : kParts) {
+    if (auto v = num(usage, key)) rows.push_back({label, format_bytes(*v)});
+  }
+  if (!rows.empty()) {
+    if (auto step = num(memory, "step")) rows.push_back({"At step", format_number(*step)});
+  }
+  return rows;
+}
+
 }  // namespace
 
 std::string run_progress_line(const json& run, const ViewStyle& style) {
@@ -257,6 +293,16 @@ std::string run_detail(const json& run, const ViewStyle& style) {
     results.push_back({"Tokens/s", format_thousands(static_cast<int64_t>(*t + 0.5))});
   }
   if (!str(run, "adapterPath").empty()) results.push_back({"Adapter", str(run, "adapterPath")});
+  const json& split = field(run, "dataSplit");
+  if (auto trained = num(split, "trainRows")) {
+    std::string rows = format_thousands(static_cast<int64_t>(*trained)) + " trained";
+    if (auto held = num(split, "validationRows"); held && *held > 0) {
+      rows += ", " + format_thousands(static_cast<int64_t>(*held)) +
+              (split.value("heldOut", false) ? " held out for validation" : " validated");
+    }
+    results.push_back({"Rows", rows});
+  }
+  const auto memory = memory_rows(run);
 
   std::vector<std::pair<std::string, std::string>> cost;
   if (!cost_text(run).empty()) cost.push_back({device_kind(run) + " time", cost_text(run)});
@@ -278,7 +324,7 @@ std::string run_detail(const json& run, const ViewStyle& style) {
   auto section = [&](const char* title, const std::vector<std::pair<std::string, std::string>>& rows) {
     if (rows.empty()) return;
     size_t width = 0;
-    for (const auto& s : {state, results, cost, record}) {
+    for (const auto& s : {state, results, memory, cost, record}) {
       for (const auto& [k, v] : s) width = std::max(width, k.size());
     }
     out += paint(title, "1", style.color) + "\n";
@@ -288,6 +334,7 @@ std::string run_detail(const json& run, const ViewStyle& style) {
   };
   section("State", state);
   section("Results", results);
+  section("Memory", memory);
   section("Cost", cost);
   section("Record", record);
   return out;

@@ -1,5 +1,8 @@
-// Capacity (pools, claims, quotas), cost settlement, and the gauges of /metrics.
+// Capacity (pools, claims, quotas), cost settlement, and the gauges of /metrics (with the
+// series jobs push to the relay).
 #include <algorithm>
+#include <set>
+#include <sstream>
 
 #include "service/service_state.h"
 
@@ -12,17 +15,38 @@ const PoolConfig* ServiceImpl::pool_named(const std::string& name) const {
   return nullptr;
 }
 
-// Moves the time of an ended job into the run's cost.
+namespace {
+
+std::string attempt_key(const RunRecord& run) { return run.id + "/" + std::to_string(run.attempt); }
+
+}  // namespace
+
+// cost.gpu.time is "GPU compute time": the devices of a GPU pool's claim, from the job's start,
+// estimated from timestamps (gpu.derived=true). A CPU pool's device-seconds are not GPU time
+// and count nowhere in it. Called on every driver tick while the job runs, and when it ends.
+void ServiceImpl::publish_gpu_time(const RunRecord& run, double upto) {
+  if (!run.job || run.job->ended_at) return;
+  const PoolConfig* pool = pool_named(run.pool);
+  if (!pool || pool->accelerator == "cpu") return;
+  const double total = std::max(0.0, upto - run.job->started_at) * run.devices;
+  double& done = gpu_published_[attempt_key(run)];
+  if (total <= done) return;
+  metrics_.gpu_time(run.workload_name, pool->accelerator, total - done);
+  done = total;
+}
+
+// Moves the time of an ended job into the run's cost, and tells the relay the run ended.
 void ServiceImpl::settle_cost(RunRecord& run, double t) {
   if (run.job && !run.job->ended_at) {
     const double end = run.job->end_guess.value_or(t);
     const double seconds = std::max(0.0, end - run.job->started_at) * run.devices;
+    publish_gpu_time(run, end);
+    gpu_published_.erase(attempt_key(run));
     run.job->ended_at = end;
     run.accumulated_seconds += seconds;
-    const PoolConfig* pool = pool_named(run.pool);
-    metrics_.gpu_time(run.workload_name, pool ? pool->accelerator : "unknown", seconds);
   }
   run.view["cost"] = {{"gpuSeconds", run.accumulated_seconds}, {"estimated", false}};
+  relay_.run_ended(run.id, run.attempt, t);
 }
 
 void ServiceImpl::read_capacity() {
@@ -96,10 +120,54 @@ Result<json> ServiceImpl::capacity() {
   return json{{"pools", pools}, {"claims", cl}, {"quotas", quotas}};
 }
 
+namespace {
+
+// The family names of a text exposition (its "# TYPE name kind" lines).
+std::set<std::string> family_names(const std::string& text) {
+  std::set<std::string> names;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("# TYPE ", 0) != 0) continue;
+    const size_t end = line.find(' ', 7);
+    names.insert(line.substr(7, end == std::string::npos ? std::string::npos : end - 7));
+  }
+  return names;
+}
+
+// `text` without the families named in `drop` (each family is its HELP and TYPE lines and the
+// samples after them): a job cannot add a second family of a name the service emits.
+std::string without_families(const std::string& text, const std::set<std::string>& drop) {
+  std::string out;
+  out.reserve(text.size());
+  bool skipping = false;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    if (nl == std::string::npos) nl = text.size() - 1;
+    std::string_view line(text.data() + pos, nl + 1 - pos);
+    if (line.rfind("# HELP ", 0) == 0 || line.rfind("# TYPE ", 0) == 0) {
+      std::string_view rest = line.substr(7);
+      const size_t end = rest.find_first_of(" \n");
+      skipping = drop.count(std::string(rest.substr(0, end))) > 0;
+    }
+    if (!skipping) out.append(line);
+    pos = nl + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string ServiceImpl::metrics_text() {
   refresh_gauges();
-  return metrics_.render();
+  std::string own = metrics_.render();
+  const std::string jobs = relay_.render_prometheus(now());
+  if (!jobs.empty()) own += without_families(jobs, family_names(own));
+  return own;
 }
+
+Status ServiceImpl::ingest_job_metrics(std::string_view otlp_json) { return relay_.ingest(otlp_json, now()); }
 
 void ServiceImpl::refresh_gauges() {
   auto claims = store_->list_claims();

@@ -170,7 +170,9 @@ Result<DeploymentConfig> parse_config(const std::string& text, const std::string
   if (doc.contains("telemetry")) {
     const json& t = doc["telemetry"];
     if (!t.is_object()) return fail(invalid_argument("telemetry: must be an object"));
-    if (!(st = check_keys(t, "telemetry.", {"otlpEndpoint", "otlpIntervalMs"})).is_ok()) return fail(st);
+    if (!(st = check_keys(t, "telemetry.", {"otlpEndpoint", "otlpIntervalMs", "jobSeriesRetentionSeconds"})).is_ok()) {
+      return fail(st);
+    }
     auto e = string_field(t, "otlpEndpoint", "telemetry.", false);
     if (!e.is_ok()) return fail(e.status());
     if (!e->empty() && e->rfind("http://", 0) != 0 && e->rfind("https://", 0) != 0) {
@@ -182,6 +184,10 @@ Result<DeploymentConfig> parse_config(const std::string& text, const std::string
     if (!i.is_ok()) return fail(i.status());
     if (*i == 0) return fail(invalid_argument("telemetry.otlpIntervalMs: must be at least 1"));
     c.telemetry.otlp_interval_ms = static_cast<int>(*i);
+    auto r = non_negative_int(t, "jobSeriesRetentionSeconds", "telemetry.",
+                              static_cast<int64_t>(c.telemetry.job_series_retention_seconds), 7 * 86400);
+    if (!r.is_ok()) return fail(r.status());
+    c.telemetry.job_series_retention_seconds = static_cast<double>(*r);
   }
   return c;
 }
@@ -206,7 +212,8 @@ nlohmann::json config_to_json(const DeploymentConfig& c) {
   out["jobBinary"] = c.job_binary;
   out["compute"] = {{"backend", c.compute.backend}};
   out["telemetry"] = {{"otlpEndpoint", c.telemetry.otlp_endpoint.empty() ? json(nullptr) : json(c.telemetry.otlp_endpoint)},
-                      {"otlpIntervalMs", c.telemetry.otlp_interval_ms}};
+                      {"otlpIntervalMs", c.telemetry.otlp_interval_ms},
+                      {"jobSeriesRetentionSeconds", c.telemetry.job_series_retention_seconds}};
   return out;
 }
 

@@ -42,6 +42,8 @@ struct Limits {
 struct TelemetryConfig {
   std::string otlp_endpoint;     // base URL of an OTLP/HTTP collector; "" = trainerd's own route
   int otlp_interval_ms = 5000;   // how often jobs push (TRAINER_OTLP_INTERVAL_MS), > 0
+  // How long a job's series stay on trainerd's /metrics after its run ended (embedded relay).
+  double job_series_retention_seconds = 300;
 };
 
 struct DeploymentConfig {

@@ -187,7 +187,7 @@ backend::JobSpec ServiceImpl::job_spec(const RunRecord& run) const {
   const PoolConfig* pool = pool_named(run.pool);
   spec.identity.profile = pool ? pool->accelerator : "";
   spec.identity.otlp_endpoint =
-      opt_.config.telemetry.otlp_endpoint.empty() ? opt_.job_otlp_endpoint : opt_.config.telemetry.otlp_endpoint;
+      opt_.config.telemetry.otlp_endpoint.empty() ? job_otlp_endpoint_ : opt_.config.telemetry.otlp_endpoint;
   spec.identity.otlp_interval_ms = opt_.config.telemetry.otlp_interval_ms;
   spec.plan_path = (dir / "plan.json").string();
   spec.output_dir = (dir / "output").string();

@@ -3,8 +3,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <variant>
 
 #include "common/json_parse.h"
+#include "protocol/job_protocol.h"
 #include "service/service_state.h"
 
 namespace trainer::service {
@@ -25,6 +27,7 @@ Status ServiceImpl::follow_job(RunRecord& run) {
   TRAINER_RETURN_IF_ERROR(read_events(run));
   const Phase phase = run.phase;
   if (status.state == backend::JobState::kRunning) {
+    publish_gpu_time(run, now());
     if (run.cancel_requested) {
       if (!run.stop_sent_at) {
         run.stop_sent_at = now();
@@ -77,7 +80,7 @@ Status ServiceImpl::follow_job(RunRecord& run) {
   return fail_in_cleanup(run, reason);
 }
 
-// Applies new complete lines of the job's events file.
+// Applies new complete lines of the job's events file (the job protocol, src/protocol).
 Status ServiceImpl::read_events(RunRecord& run) {
   JobRecord& job = *run.job;
   std::ifstream in(job.events_path, std::ios::binary);
@@ -91,10 +94,14 @@ Status ServiceImpl::read_events(RunRecord& run) {
     if (nl == std::string::npos) break;  // a partial last line waits for its end
     std::string_view line(chunk.data() + consumed, nl - consumed);
     consumed = nl + 1;
-    // A line that is not an event object (damaged, too deep, unknown shape) is skipped.
-    auto ev = parse_json(line, "job event");
-    if (!ev.is_ok() || !ev->is_object() || !ev->contains("type") || !(*ev)["type"].is_string()) continue;
-    TRAINER_RETURN_IF_ERROR(apply_event(run, *ev));
+    // A line that is not an event this reader knows (damaged, too long or deep, an unknown
+    // type, a bad field) is skipped: a newer job may add events.
+    if (line.size() > protocol::kMaxEventLineBytes) continue;
+    auto doc = parse_json(line, "job event", protocol::kMaxEventDepth);
+    if (!doc.is_ok() || !doc->is_object()) continue;
+    auto event = protocol::event_from_json(*doc);
+    if (!event.is_ok() || !event->has_value()) continue;
+    TRAINER_RETURN_IF_ERROR(apply_event(run, **event, *doc));
   }
   if (consumed > 0) {
     run.job->offset = offset + static_cast<int64_t>(consumed);
@@ -105,66 +112,71 @@ Status ServiceImpl::read_events(RunRecord& run) {
   return Status::ok();
 }
 
-Status ServiceImpl::apply_event(RunRecord& run, const json& ev) {
-  const std::string type = ev["type"].get<std::string>();
+// Applies one event. `doc` is the event's line as written: stored step metrics and run events
+// keep the job's own fields, as before the protocol was typed.
+Status ServiceImpl::apply_event(RunRecord& run, const protocol::Event& event, const json& doc) {
   const Phase phase = run.phase;
   const bool live = phase == Phase::kQueued || phase == Phase::kPreparing || phase == Phase::kTraining;
-  auto num = [&](const char* k) { return ev.contains(k) && ev[k].is_number(); };
   json& progress = run.view["progress"];
   json& latest = run.view["latest"];
-  if (type == "phase" && ev.contains("phase") && ev["phase"].is_string()) {
-    auto to = parse_phase(ev["phase"].get<std::string>());
+  if (const auto* e = std::get_if<protocol::Phase>(&event)) {
+    auto to = parse_phase(e->phase);
     if (live && to && (*to == Phase::kPreparing || *to == Phase::kTraining) && *to > phase) {
       return transition(run, *to);
     }
-  } else if (type == "preparing") {
-    if (num("rowsDone")) progress["rowsDone"] = ev["rowsDone"];
-    if (num("rowsTotal")) progress["rowsTotal"] = ev["rowsTotal"];
+  } else if (const auto* e = std::get_if<protocol::Preparing>(&event)) {
+    progress["rowsDone"] = e->rows_done;
+    progress["rowsTotal"] = e->rows_total;
     if (live && phase == Phase::kQueued) return transition(run, Phase::kPreparing);
-  } else if (type == "data_fit") {
-    json fit = ev;
-    fit.erase("type");
-    run.view["dataFit"] = fit;
-  } else if (type == "resolved") {
-    if (ev.contains("settingsSha")) run.job_settings_sha = ev["settingsSha"];
-  } else if (type == "step" && ev.contains("step") && ev["step"].is_number_integer()) {
-    json m = ev;
+  } else if (const auto* e = std::get_if<protocol::DataFit>(&event)) {
+    run.view["dataFit"] = json(*e);
+  } else if (const auto* e = std::get_if<protocol::DataSplit>(&event)) {
+    run.view["dataSplit"] = json(*e);
+  } else if (const auto* e = std::get_if<protocol::Resolved>(&event)) {
+    if (!e->settings_sha.empty()) run.job_settings_sha = e->settings_sha;
+  } else if (const auto* e = std::get_if<protocol::Step>(&event)) {
+    json m = doc;
     m.erase("type");
     m["time"] = now_rfc3339();
-    TRAINER_RETURN_IF_ERROR(store_->put_step_metrics(run.id, ev["step"].get<int64_t>(), m));
-    progress["step"] = ev["step"];
-    if (num("totalSteps")) progress["totalSteps"] = ev["totalSteps"];
-    for (const char* k : {"loss", "learningRate", "gradNorm", "tokenAccuracy", "tokensPerSecond"}) {
-      if (num(k)) latest[k] = ev[k];
+    TRAINER_RETURN_IF_ERROR(store_->put_step_metrics(run.id, e->step, m));
+    progress["step"] = e->step;
+    if (doc.contains("totalSteps")) progress["totalSteps"] = e->total_steps;
+    latest["loss"] = e->loss;
+    if (doc.contains("learningRate")) latest["learningRate"] = e->learning_rate;
+    if (doc.contains("gradNorm")) latest["gradNorm"] = e->grad_norm;
+    if (doc.contains("tokenAccuracy")) latest["tokenAccuracy"] = e->token_accuracy;
+    if (doc.contains("tokensPerSecond")) latest["tokensPerSecond"] = e->tokens_per_second;
+    // The latest memory figures: the peak so far and what held the device at this step's peak.
+    if (e->memory) {
+      json mem = *e->memory;
+      mem["step"] = e->step;
+      run.view["memory"] = std::move(mem);
     }
-    json e = m;
-    e["type"] = "step";
-    TRAINER_RETURN_IF_ERROR(store_->append_run_event(run.id, e).status());
+    json ev = m;
+    ev["type"] = "step";
+    TRAINER_RETURN_IF_ERROR(store_->append_run_event(run.id, ev).status());
     if (live && phase < Phase::kTraining) return transition(run, Phase::kTraining);
-  } else if (type == "validation" && num("validationLoss")) {
-    latest["validationLoss"] = ev["validationLoss"];
-    if (ev.contains("step") && ev["step"].is_number_integer()) {
-      auto rows = store_->step_metrics(run.id, 1000000);
-      if (!rows.is_ok()) return rows.status();
-      json m = {{"step", ev["step"]}};
-      for (const auto& r : *rows) {
-        if (r.value("step", json()) == ev["step"]) m = r;
-      }
-      m["validationLoss"] = ev["validationLoss"];
-      TRAINER_RETURN_IF_ERROR(store_->put_step_metrics(run.id, ev["step"].get<int64_t>(), m));
+  } else if (const auto* e = std::get_if<protocol::Validation>(&event)) {
+    latest["validationLoss"] = e->validation_loss;
+    auto rows = store_->step_metrics(run.id, 1000000);
+    if (!rows.is_ok()) return rows.status();
+    json m = {{"step", e->step}};
+    for (const auto& r : *rows) {
+      if (r.value("step", json()) == json(e->step)) m = r;
     }
-    json e = ev;
-    e["time"] = now_rfc3339();
-    TRAINER_RETURN_IF_ERROR(store_->append_run_event(run.id, e).status());
-  } else if (type == "completed") {
+    m["validationLoss"] = e->validation_loss;
+    TRAINER_RETURN_IF_ERROR(store_->put_step_metrics(run.id, e->step, m));
+    json ev = doc;
+    ev["time"] = now_rfc3339();
+    TRAINER_RETURN_IF_ERROR(store_->append_run_event(run.id, ev).status());
+  } else if (const auto* e = std::get_if<protocol::Completed>(&event)) {
     run.job_outcome = JobOutcome::kCompleted;
-    if (ev.contains("adapterDir") && ev["adapterDir"].is_string()) run.adapter_dir = ev["adapterDir"].get<std::string>();
-    if (num("finalLoss")) latest["loss"] = ev["finalLoss"];
-  } else if (type == "failed") {
+    if (!e->adapter_dir.empty()) run.adapter_dir = e->adapter_dir;
+    if (doc.contains("finalLoss")) latest["loss"] = e->final_loss;
+  } else if (const auto* e = std::get_if<protocol::Failed>(&event)) {
     run.job_outcome = JobOutcome::kFailed;
-    run.job_reason = ev.contains("reason") && ev["reason"].is_string() ? ev["reason"].get<std::string>()
-                                                                        : "the job reported a failure without a reason";
-  } else if (type == "cancelled") {
+    run.job_reason = e->reason.empty() ? "the job reported a failure without a reason" : e->reason;
+  } else if (std::get_if<protocol::Cancelled>(&event)) {
     run.job_outcome = JobOutcome::kCancelled;
   }
   return Status::ok();

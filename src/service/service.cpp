@@ -1,6 +1,7 @@
 // Construction, startup and shutdown of the service; the driver thread's loop.
 #include "service/service.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
@@ -21,13 +22,29 @@ json all_phase_names() {
 
 }  // namespace
 
+namespace {
+
+// A job's series go jobSeriesRetentionSeconds after its run ended, and live at least that long
+// (and a few export intervals) after its last push while the run has not ended.
+telemetry::RelayOptions relay_options(const TelemetryConfig& t) {
+  telemetry::RelayOptions o;
+  o.after_end_seconds = t.job_series_retention_seconds;
+  o.retention_seconds = std::max({t.job_series_retention_seconds, 300.0, 3 * t.otlp_interval_ms / 1000.0});
+  o.max_body_bytes = kMaxOtlpBodyBytes;
+  return o;
+}
+
+}  // namespace
+
 ServiceImpl::ServiceImpl(ServiceOptions options, std::unique_ptr<store::Store> store,
                          std::unique_ptr<backend::Backend> backend, std::unique_ptr<storage::Storage> storage)
     : opt_(std::move(options)),
       store_(std::move(store)),
       backend_(std::move(backend)),
       storage_(std::move(storage)),
-      metrics_(opt_.instance) {}
+      metrics_(opt_.instance),
+      job_otlp_endpoint_(opt_.job_otlp_endpoint),
+      relay_(relay_options(opt_.config.telemetry)) {}
 
 ServiceImpl::~ServiceImpl() { stop(); }
 

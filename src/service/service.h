@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -43,6 +44,9 @@ struct ServiceOptions {
   std::string job_otlp_endpoint;
 };
 
+// Largest OTLP push trainerd's relay takes from a job (POST /otlp/v1/metrics).
+inline constexpr size_t kMaxOtlpBodyBytes = size_t{4} << 20;
+
 // One startup step and how it went, for `info`.
 struct StartupStep {
   std::string name;
@@ -68,6 +72,9 @@ class Service {
   virtual void stop() = 0;
   virtual bool ready() const = 0;
   virtual std::vector<StartupStep> startup_steps() const = 0;
+  // Replaces ServiceOptions::job_otlp_endpoint (the wiring knows trainerd's port only once its
+  // server listens). Call before start().
+  virtual void set_job_otlp_endpoint(const std::string& url) = 0;
   // `info`: backend, build, configuration (without secrets), startup.
   virtual json info() const = 0;
 
@@ -116,8 +123,12 @@ class Service {
 
   // ---- capacity and telemetry
   virtual Result<json> capacity() = 0;
-  // Prometheus text exposition of every service metric.
+  // Prometheus text exposition of every service metric, followed by the series jobs pushed to
+  // ingest_job_metrics() (a family the service emits itself is never repeated from a job).
   virtual std::string metrics_text() = 0;
+  // One OTLP/HTTP JSON push of a job's metrics (POST /otlp/v1/metrics). InvalidArgument naming
+  // the field of a malformed body, ResourceExhausted past the relay's series bound.
+  virtual Status ingest_job_metrics(std::string_view otlp_json) = 0;
 };
 
 // Builds the service on `store` and `backend` (both owned). Creates the data folders.

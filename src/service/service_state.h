@@ -35,8 +35,10 @@
 #include "service/phases.h"
 #include "service/run_record.h"
 #include "service/service.h"
+#include "protocol/job_protocol.h"
 #include "service/util.h"
 #include "storage/storage.h"
+#include "telemetry/relay.h"
 
 namespace trainer::service {
 
@@ -50,6 +52,7 @@ class ServiceImpl final : public Service {
   void stop() override;
   bool ready() const override { return ready_; }
   std::vector<StartupStep> startup_steps() const override;
+  void set_job_otlp_endpoint(const std::string& url) override { job_otlp_endpoint_ = url; }
   json info() const override;
 
   Result<json> list_base_models(bool all) override;
@@ -84,6 +87,7 @@ class ServiceImpl final : public Service {
 
   Result<json> capacity() override;
   std::string metrics_text() override;
+  Status ingest_job_metrics(std::string_view otlp_json) override;
 
   // Runs one pass of the driver over every open run (the driver thread calls it every tick;
   // tests call it directly to step without a thread).
@@ -146,13 +150,15 @@ class ServiceImpl final : public Service {
   // ---- the job (job_events.cpp); mu_ held, inside a store transaction
   Status follow_job(RunRecord& run);
   Status read_events(RunRecord& run);
-  Status apply_event(RunRecord& run, const json& event);
+  Status apply_event(RunRecord& run, const protocol::Event& event, const json& doc);
   Status finalize(RunRecord& run);
 
   // ---- claims, cost and gauges (admission_glue.cpp, capacity.cpp)
   Status admit_locked();
   const PoolConfig* pool_named(const std::string& name) const;
   void settle_cost(RunRecord& run, double now);
+  // Adds the GPU time of a GPU pool's claim up to `upto` to cost.gpu.time (not yet counted).
+  void publish_gpu_time(const RunRecord& run, double upto);
   void read_capacity();
   static int observed_for(const PoolConfig& p, const std::map<std::string, int>& observed);
   void refresh_gauges();
@@ -165,9 +171,16 @@ class ServiceImpl final : public Service {
   const std::unique_ptr<backend::Backend> backend_;
   const std::unique_ptr<storage::Storage> storage_;
   ServiceTelemetry metrics_;  // thread-safe
+  // ServiceOptions::job_otlp_endpoint, or what the wiring set before start(); read by the driver.
+  std::string job_otlp_endpoint_;
+  // The jobs' OTLP pushes, served on /metrics after the service's own series (thread-safe).
+  telemetry::TelemetryRelay relay_;
 
   // Serialises every read-modify-write of durable state (see the contract above).
   std::mutex mu_;
+
+  // GPU seconds of each open run's current job already added to cost.gpu.time; guarded by mu_.
+  std::map<std::string, double> gpu_published_;
 
   std::mutex events_mu_;
   std::condition_variable events_cv_;

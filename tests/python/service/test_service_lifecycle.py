@@ -39,7 +39,8 @@ def test_run_goes_through_every_applicable_phase_to_completed(start_trainerd, se
     assert metric_value(text, "akka_optimize_training_run_duration_seconds_count", run_outcome="COMPLETED",
                         run_method="SFT") == 1
     assert metric_value(text, "akka_optimize_training_run_phase_duration_seconds_count", run_phase="TRAINING") == 1
-    assert metric_value(text, "akka_optimize_training_cost_gpu_time_seconds_total", workload="triage") > 0
+    # A CPU pool's device-seconds are not GPU time (issue 15): cost.gpu.time has no CPU series.
+    assert (metric_value(text, "akka_optimize_training_cost_gpu_time_seconds_total", workload="triage") or 0) == 0
     assert metric_value(text, "akka_optimize_training_run_active", run_phase="TRAINING") == 0
     assert metric_value(text, "akka_optimize_training_pool_devices_declared", pool_accelerator="cpu") == 1
     assert metric_value(text, "akka_optimize_training_pool_claims", claim_state="GRANTED") == 0
