@@ -102,8 +102,20 @@ Result<json> ServiceImpl::measure_dataset(const std::string& ref, const std::str
                         "'" + base_model + "' is " + m->value("status", std::string("unknown")) +
                             "; wait until it is ready");
   }
-  std::vector<std::string> args = {"analyze", "--model", m->value("cachePath", std::string()), "--data",
-                                   d->value("path", std::string()), "-o", "json"};
+  return measure_cached(*d, *m, max_seq_length);
+}
+
+Result<json> ServiceImpl::measure_cached(const json& dataset, const json& model, std::optional<int> max_seq_length) {
+  const std::string model_path = model.value("cachePath", std::string());
+  const std::string key = dataset.value("hash", std::string()) + '\n' + model_path + '\n' +
+                          (max_seq_length ? std::to_string(*max_seq_length) : std::string("-"));
+  {
+    std::lock_guard<std::mutex> lock(measured_mu_);
+    auto it = measured_.find(key);
+    if (it != measured_.end()) return it->second;
+  }
+  std::vector<std::string> args = {"analyze", "--model", model_path, "--data", dataset.value("path", std::string()),
+                                   "-o", "json"};
   if (max_seq_length) {
     args.push_back("--max-seq-length");
     args.push_back(std::to_string(*max_seq_length));
@@ -114,6 +126,9 @@ Result<json> ServiceImpl::measure_dataset(const std::string& ref, const std::str
   if (!result.is_ok() || !result->is_object()) {
     return internal_error("trainer-job analyze printed something other than a JSON object");
   }
+  std::lock_guard<std::mutex> lock(measured_mu_);
+  if (measured_.size() >= kMeasuredCacheSize) measured_.clear();
+  measured_[key] = *result;
   return *result;
 }
 
