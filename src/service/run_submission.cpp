@@ -70,7 +70,7 @@ Status check_fit(const json& m, int max_seq_length, json& warnings) {
 
 }  // namespace
 
-Result<std::optional<json>> ServiceImpl::measure_plan(const plan::Plan& p) {
+std::optional<json> ServiceImpl::measure_plan(const plan::Plan& p) {
   auto w = resolve_workload(p.workload, "workload");
   if (!w.is_ok()) return std::optional<json>();
   std::string base_ref;
@@ -85,8 +85,10 @@ Result<std::optional<json>> ServiceImpl::measure_plan(const plan::Plan& p) {
   if (!m.is_ok() || (*m)["status"] != "ready") return std::optional<json>();
   auto d = resolve_dataset(p.config.dataset, "config.dataset");
   if (!d.is_ok()) return std::optional<json>();
+  // A job binary that cannot measure (or a measurement that fails) leaves the check to the
+  // run's own sizing step, which reports the same thing later.
   auto fit = measure_cached(*d, *m, p.config.maxSeqLength);
-  if (!fit.is_ok()) return fit.status().with_context("measuring config.dataset under its base model");
+  if (!fit.is_ok()) return std::optional<json>();
   return std::optional<json>(*fit);
 }
 
@@ -101,7 +103,6 @@ Result<std::pair<json, bool>> ServiceImpl::submit_run(const json& body, bool dry
   // The plan's fit to its dataset, measured before the lock: trainer-job analyze takes a while
   // the first time a dataset, model and length meet (then it is cached).
   auto fit = measure_plan(p);
-  if (!fit.is_ok()) return fit.status();
 
   std::lock_guard<std::mutex> lock(mu_);
   const std::string request = body.dump();
@@ -164,7 +165,7 @@ Result<std::pair<json, bool>> ServiceImpl::submit_run(const json& body, bool dry
   }
 
   json warnings = json::array();
-  if (*fit) TRAINER_RETURN_IF_ERROR(check_fit(**fit, p.config.maxSeqLength, warnings));
+  if (fit) TRAINER_RETURN_IF_ERROR(check_fit(*fit, p.config.maxSeqLength, warnings));
 
   // The resolved plan: names resolved to what was admitted.
   json resolved = plan::to_json(p);

@@ -70,8 +70,8 @@ class ServiceImpl final : public Service {
   // model cache path and length (datasets and cached models never change under their names).
   Result<json> measure_cached(const json& dataset, const json& model, std::optional<int> max_seq_length);
   // measure_cached() of a plan's dataset, base model and maxSeqLength; none when a name does not
-  // resolve (submit_run() reports that) or the model is not ready yet.
-  Result<std::optional<json>> measure_plan(const plan::Plan& p);
+  // resolve (submit_run() reports that), the model is not ready yet or the measurement fails.
+  std::optional<json> measure_plan(const plan::Plan& p);
 
   Result<json> create_workload(const json& body) override;
   Result<json> list_workloads() override;
