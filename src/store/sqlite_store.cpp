@@ -95,6 +95,11 @@ class SqliteStore final : public Store {
     TRAINER_RETURN_IF_ERROR(exec("PRAGMA journal_mode=WAL"));
     TRAINER_RETURN_IF_ERROR(exec("PRAGMA synchronous=FULL"));
     TRAINER_RETURN_IF_ERROR(exec("PRAGMA foreign_keys=ON"));
+    // Reads from a memory map and a 64 MiB page cache instead of a read() per page: a page of
+    // runs deep in the list walks thousands of rows (profiled: most of a list's time was the
+    // kernel copying pages).
+    TRAINER_RETURN_IF_ERROR(exec("PRAGMA mmap_size=1073741824"));
+    TRAINER_RETURN_IF_ERROR(exec("PRAGMA cache_size=-65536"));
     sqlite3_busy_timeout(db_, 5000);
     TRAINER_RETURN_IF_ERROR(exec(
         "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
