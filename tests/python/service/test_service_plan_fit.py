@@ -11,10 +11,10 @@ def measured(d, length):
 def test_a_length_that_leaves_no_row_to_train_is_refused_on_dry_run_and_submission(start_trainerd, setup_basics):
     d = start_trainerd(job="real")
     setup_basics(d)
-    m = measured(d, 4)
+    m = measured(d, 8)
     assert m["rowsWithNothingToTrain"] == m["rows"] == 8, m
     for path in ("/v1/runs?dryRun=true", "/v1/runs"):
-        r = d.post(path, plan() | {"config": plan()["config"] | {"maxSeqLength": 4}})
+        r = d.post(path, plan() | {"config": plan()["config"] | {"maxSeqLength": 8}})
         assert r.status == 400, r
         err = r.json["error"]
         assert err["field"] == "config.maxSeqLength", err
@@ -29,7 +29,7 @@ def test_rows_that_would_be_cut_are_warned_about_with_the_numbers(start_trainerd
     d = start_trainerd(job="real")
     setup_basics(d)
     whole = measured(d, 512)
-    length = whole["minTokens"]  # the longer rows are cut, the shortest fit exactly
+    length = whole["maxTokens"] - 1  # the longest rows lose their last token
     m = measured(d, length)
     cut = m["rowsOverMaxSeqLength"] - m["rowsWithNothingToTrain"]
     assert 0 < cut and m["rowsWithNothingToTrain"] < m["rows"], m
