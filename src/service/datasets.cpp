@@ -1,4 +1,5 @@
 // Datasets: content-addressed JSONL rows (validated by dataset/validator.h), movable names.
+#include <chrono>
 #include <regex>
 
 #include "common/json_parse.h"
@@ -102,18 +103,51 @@ Result<json> ServiceImpl::measure_dataset(const std::string& ref, const std::str
                         "'" + base_model + "' is " + m->value("status", std::string("unknown")) +
                             "; wait until it is ready");
   }
-  std::vector<std::string> args = {"analyze", "--model", m->value("cachePath", std::string()), "--data",
-                                   d->value("path", std::string()), "-o", "json"};
+  return measure_cached(*d, *m, max_seq_length);
+}
+
+Result<json> ServiceImpl::measure_cached(const json& dataset, const json& model, std::optional<int> max_seq_length) {
+  const std::string model_path = model.value("cachePath", std::string());
+  const std::string key = dataset.value("hash", std::string()) + '\n' + model_path + '\n' +
+                          (max_seq_length ? std::to_string(*max_seq_length) : std::string("-"));
+  // A failed measurement is remembered for a minute (real time): a job binary that cannot
+  // measure is not asked again on every submission.
+  const double real_now =
+      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  {
+    std::lock_guard<std::mutex> lock(measured_mu_);
+    auto it = measured_.find(key);
+    if (it != measured_.end()) {
+      if (!it->second.contains("_failedUntil")) return it->second;
+      if (real_now < it->second["_failedUntil"].get<double>()) {
+        return Status(static_cast<StatusCode>(it->second.value("_code", static_cast<int>(StatusCode::kInternal))),
+                      it->second.value("_failure", std::string("measuring failed")));
+      }
+    }
+  }
+  auto remember = [&](json result) {
+    std::lock_guard<std::mutex> lock(measured_mu_);
+    if (measured_.size() >= kMeasuredCacheSize) measured_.clear();
+    measured_[key] = std::move(result);
+  };
+  std::vector<std::string> args = {"analyze", "--model", model_path, "--data", dataset.value("path", std::string()),
+                                   "-o", "json"};
   if (max_seq_length) {
     args.push_back("--max-seq-length");
     args.push_back(std::to_string(*max_seq_length));
   }
   auto out = backend_->run_tool(args, 120);
-  if (!out.is_ok()) return out.status();
+  if (!out.is_ok()) {
+    remember({{"_failedUntil", real_now + 60},
+              {"_code", static_cast<int>(out.status().code())},
+              {"_failure", out.status().message()}});
+    return out.status();
+  }
   auto result = parse_json(*out, "the output of trainer-job analyze");
   if (!result.is_ok() || !result->is_object()) {
     return internal_error("trainer-job analyze printed something other than a JSON object");
   }
+  remember(*result);
   return *result;
 }
 

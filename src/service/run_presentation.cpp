@@ -35,13 +35,24 @@ Result<std::string> ServiceImpl::list_runs_text(const RunListQuery& q) {
     }
     f.phases.push_back(q.phase);
   }
+  if (q.limit < 1 || q.limit > 1000) return invalid_field("limit", "must be between 1 and 1000");
+  if (q.offset < 0) return invalid_field("offset", "must not be negative");
+  // A page shows only what the store's runs_version() covers (runs, workloads, claims), except
+  // the estimated cost of a running job, which moves with the clock: pages without one are
+  // kept until the version changes, so a repeated list costs a lookup.
+  const uint64_t version = store_->runs_version();
+  const std::string page_key = q.phase + '\n' + q.workload + '\n' + std::to_string(q.limit) + '\n' +
+                               std::to_string(q.offset);
+  {
+    std::lock_guard<std::mutex> lock(pages_mu_);
+    auto it = pages_.find(page_key);
+    if (it != pages_.end() && it->second.first == version) return it->second.second;
+  }
   if (!q.workload.empty()) {
     auto w = resolve_workload(q.workload, "workload");
     if (!w.is_ok()) return w.status();
     f.workload_id = w->value("id", std::string());
   }
-  if (q.limit < 1 || q.limit > 1000) return invalid_field("limit", "must be between 1 and 1000");
-  if (q.offset < 0) return invalid_field("offset", "must not be negative");
   f.limit = q.limit;
   f.offset = q.offset;
   auto page = store_->list_run_rows(f);
@@ -54,6 +65,7 @@ Result<std::string> ServiceImpl::list_runs_text(const RunListQuery& q) {
   for (const auto& w : *workloads) names[w.value("id", std::string())] = w.value("name", std::string());
   // The response is assembled from each run's presented text; an ended run's text only changes
   // when its document or its workload's name does, so it is made once and reused.
+  bool timeless = true;  // no running job's estimated cost on the page
   std::string body = "{\"runs\":[";
   for (size_t k = 0; k < page->rows.size(); ++k) {
     const store::RunRow& row = page->rows[k];
@@ -71,6 +83,7 @@ Result<std::string> ServiceImpl::list_runs_text(const RunListQuery& q) {
       }
     }
     auto record = parse_run_record(row.doc, row.id);
+    if (record.is_ok() && record->job && !record->job->ended_at) timeless = false;
     json shown = record.is_ok() ? present_run(*record, &*claims, &names) : unreadable_run(row, record.status());
     std::string text = shown.dump(-1, ' ', false, json::error_handler_t::replace);
     body += text;
@@ -85,6 +98,11 @@ Result<std::string> ServiceImpl::list_runs_text(const RunListQuery& q) {
     body += ",\"nextOffset\":" + std::to_string(q.offset + static_cast<int64_t>(page->rows.size()));
   }
   body += "}";
+  if (timeless) {
+    std::lock_guard<std::mutex> lock(pages_mu_);
+    if (pages_.size() >= kPagesCacheSize) pages_.clear();
+    pages_[page_key] = {version, body};
+  }
   return body;
 }
 

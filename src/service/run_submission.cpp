@@ -33,7 +33,64 @@ Status plan_error(const Status& st) {
   return Status(st.code(), msg);
 }
 
+int64_t count(const json& m, const char* key) {
+  auto it = m.find(key);
+  return it != m.end() && it->is_number() ? it->get<int64_t>() : 0;
+}
+
+// How the dataset's rows fit config.maxSeqLength, from trainer-job analyze's answer: an error
+// when no row would keep anything to train, warnings when rows would be cut or dropped.
+Status check_fit(const json& m, int max_seq_length, json& warnings) {
+  const int64_t rows = count(m, "rows");
+  const int64_t nothing = count(m, "rowsWithNothingToTrain");
+  const int64_t cut = std::max<int64_t>(0, count(m, "rowsOverMaxSeqLength") - nothing);
+  const std::string len = std::to_string(max_seq_length);
+  const std::string need = "the rows are up to " + std::to_string(count(m, "maxTokens")) + " tokens long (p90 " +
+                           std::to_string(count(m, "p90")) + ", p99 " + std::to_string(count(m, "p99")) + ")";
+  if (rows > 0 && nothing >= rows) {
+    return invalid_field("config.maxSeqLength",
+                         len + " tokens leaves all " + std::to_string(rows) +
+                             " rows of the dataset with nothing to train (the prompt fills the whole length); " +
+                             need + ": raise config.maxSeqLength to at least " + std::to_string(count(m, "maxTokens")) +
+                             " to keep every row whole");
+  }
+  if (nothing > 0) {
+    warnings.push_back({{"field", "config.maxSeqLength"},
+                        {"message", std::to_string(nothing) + " of " + std::to_string(rows) +
+                                        " rows would have nothing left to train within " + len +
+                                        " tokens and would be dropped; " + need}});
+  }
+  if (cut > 0) {
+    warnings.push_back({{"field", "config.maxSeqLength"},
+                        {"message", std::to_string(cut) + " of " + std::to_string(rows) + " rows are longer than " +
+                                        len + " tokens and would be cut; " + need}});
+  }
+  return Status::ok();
+}
+
 }  // namespace
+
+std::optional<json> ServiceImpl::measure_plan(const plan::Plan& p) {
+  auto w = resolve_workload(p.workload, "workload");
+  if (!w.is_ok()) return std::optional<json>();
+  std::string base_ref;
+  const json base = w->contains("refs") && (*w)["refs"].is_object() ? (*w)["refs"].value("base", json(nullptr)) : json();
+  if (p.baseModel) {
+    base_ref = *p.baseModel;
+  } else if (base.is_object() && base.contains("name") && base["name"].is_string()) {
+    base_ref = base["name"].get<std::string>();
+  }
+  auto m = resolve_base_model(base_ref, "baseModel");
+  // A model still preparing cannot be measured yet: the run's own sizing step measures it.
+  if (!m.is_ok() || (*m)["status"] != "ready") return std::optional<json>();
+  auto d = resolve_dataset(p.config.dataset, "config.dataset");
+  if (!d.is_ok()) return std::optional<json>();
+  // A job binary that cannot measure (or a measurement that fails) leaves the check to the
+  // run's own sizing step, which reports the same thing later.
+  auto fit = measure_cached(*d, *m, p.config.maxSeqLength);
+  if (!fit.is_ok()) return std::optional<json>();
+  return std::optional<json>(*fit);
+}
 
 Result<std::pair<json, bool>> ServiceImpl::submit_run(const json& body, bool dry_run) {
   if (!body.is_object()) return invalid_field("plan", "must be a JSON object");
@@ -42,6 +99,10 @@ Result<std::pair<json, bool>> ServiceImpl::submit_run(const json& body, bool dry
   plan::Plan p = std::move(*parsed);
   if (p.kind != "run") return invalid_field("kind", "must be \"run\", got \"" + p.kind + "\"");
   if (p.grader) TRAINER_RETURN_IF_ERROR(check_grader("grader", *p.grader));
+
+  // The plan's fit to its dataset, measured before the lock: trainer-job analyze takes a while
+  // the first time a dataset, model and length meet (then it is cached).
+  auto fit = measure_plan(p);
 
   std::lock_guard<std::mutex> lock(mu_);
   const std::string request = body.dump();
@@ -103,13 +164,20 @@ Result<std::pair<json, bool>> ServiceImpl::submit_run(const json& body, bool dry
                             "); raise its quota");
   }
 
+  json warnings = json::array();
+  if (fit) TRAINER_RETURN_IF_ERROR(check_fit(*fit, p.config.maxSeqLength, warnings));
+
   // The resolved plan: names resolved to what was admitted.
   json resolved = plan::to_json(p);
   resolved["workload"] = (*w)["name"];
   resolved["baseModel"] = (*m)["name"];
   resolved["config"]["dataset"] = (*d)["hash"];
   if (v) resolved["config"]["validationDataset"] = (*v)["hash"];
-  if (dry_run) return std::make_pair(json{{"plan", resolved}}, false);
+  if (dry_run) {
+    json answer = {{"plan", resolved}};
+    if (!warnings.empty()) answer["warnings"] = warnings;
+    return std::make_pair(answer, false);
+  }
 
   const double t = now();
   RunRecord run;
@@ -152,7 +220,9 @@ Result<std::pair<json, bool>> ServiceImpl::submit_run(const json& body, bool dry
   if (!st.is_ok()) return st;
   metrics_.phase_entered(Phase::kSizingDataset);
   notify();
-  return std::make_pair(present_run(run), true);
+  json shown = present_run(run);
+  if (!warnings.empty()) shown["warnings"] = warnings;
+  return std::make_pair(shown, true);
 }
 
 Result<const PoolConfig*> ServiceImpl::choose_pool(int gpus, int devices) {

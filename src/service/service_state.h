@@ -40,6 +40,10 @@
 #include "storage/storage.h"
 #include "telemetry/relay.h"
 
+namespace trainer::plan {
+struct Plan;
+}
+
 namespace trainer::service {
 
 class ServiceImpl final : public Service {
@@ -65,6 +69,12 @@ class ServiceImpl final : public Service {
   Result<json> get_dataset(const std::string& ref) override;
   Result<json> measure_dataset(const std::string& ref, const std::string& base_model,
                                std::optional<int> max_seq_length) override;
+  // trainer-job analyze of a stored dataset under a ready base model, cached by dataset hash,
+  // model cache path and length (datasets and cached models never change under their names).
+  Result<json> measure_cached(const json& dataset, const json& model, std::optional<int> max_seq_length);
+  // measure_cached() of a plan's dataset, base model and maxSeqLength; none when a name does not
+  // resolve (submit_run() reports that), the model is not ready yet or the measurement fails.
+  std::optional<json> measure_plan(const plan::Plan& p);
 
   Result<json> create_workload(const json& body) override;
   Result<json> list_workloads() override;
@@ -201,6 +211,16 @@ class ServiceImpl final : public Service {
   static constexpr size_t kPresentedCacheSize = 20000;
   std::mutex presented_mu_;
   std::map<std::string, std::pair<size_t, std::string>> presented_;  // guarded by presented_mu_
+
+  // Pages of runs as listed, by query, with the store's runs_version() they were made at.
+  static constexpr size_t kPagesCacheSize = 256;
+  std::mutex pages_mu_;
+  std::map<std::string, std::pair<uint64_t, std::string>> pages_;  // guarded by pages_mu_
+
+  // measure_cached()'s answers by key.
+  static constexpr size_t kMeasuredCacheSize = 1024;
+  std::mutex measured_mu_;
+  std::map<std::string, json> measured_;  // guarded by measured_mu_
 
   std::thread driver_;
   std::atomic<bool> stopping_{false};

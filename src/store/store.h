@@ -95,6 +95,12 @@ class Store {
   virtual Result<std::optional<json>> workload_by_name(const std::string& name) = 0;
   virtual Result<std::vector<json>> list_workloads() = 0;
 
+  // A number that grows whenever a run, a workload or a claim is written (not run events nor
+  // step metrics): what a reader derived from those tables stays true while it is unchanged.
+  // It grows before the write is visible, so a reader that reads it, then reads the tables,
+  // never files old data under the new number. Not durable: it starts again on opening.
+  virtual uint64_t runs_version() const = 0;
+
   // ---- runs: keyed by doc["runId"]; unique doc["submissionId"] when present
   virtual Status insert_run(const json& doc) = 0;
   virtual Status update_run(const json& doc) = 0;

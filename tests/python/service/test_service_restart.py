@@ -140,6 +140,9 @@ def test_sigkill_during_a_burst_of_submissions_loses_no_accepted_run(start_train
     standin_behaviour(steps=2, stepSeconds=0.05)
     d = start_trainerd(pools=[{"name": "cpu", "accelerator": "cpu", "declared": 4, "maxClaim": 1}])
     setup_basics(d)
+    # The first plan on a dataset, model and length is measured (trainer-job analyze); do that
+    # before the burst, which must be answered within its first half second.
+    d.post("/v1/runs?dryRun=true", plan())
     accepted = []
 
     def submit(i):

@@ -184,5 +184,37 @@ TEST_F(SqliteStoreTest, WorkloadNamesAreUniqueAndFreedByRename) {
   EXPECT_EQ((**s->workload_by_name("b"))["id"], "i1");
 }
 
+TEST_F(SqliteStoreTest, TheRunsVersionGrowsWithRunsWorkloadsAndClaimsOnly) {
+  auto s = open();
+  uint64_t v = s->runs_version();
+  auto grew = [&] {
+    uint64_t now = s->runs_version();
+    bool g = now > v;
+    v = now;
+    return g;
+  };
+  ASSERT_TRUE(s->insert_run(run("aa", "QUEUED")).is_ok());
+  EXPECT_TRUE(grew()) << "insert_run";
+  ASSERT_TRUE(s->update_run(run("aa", "RUNNING")).is_ok());
+  EXPECT_TRUE(grew()) << "update_run";
+  ASSERT_TRUE(s->insert_workload({{"id", "i1"}, {"name", "a"}}).is_ok());
+  EXPECT_TRUE(grew()) << "insert_workload";
+  ASSERT_TRUE(s->update_workload({{"id", "i1"}, {"name", "b"}}).is_ok());
+  EXPECT_TRUE(grew()) << "update_workload";
+  ClaimRow c{"aa", "SFT", "i1", "cpu", 1, "QUEUED", "t", 0};
+  ASSERT_TRUE(s->insert_claim(c).is_ok());
+  EXPECT_TRUE(grew()) << "insert_claim";
+  c.state = "GRANTED";
+  ASSERT_TRUE(s->update_claim(c).is_ok());
+  EXPECT_TRUE(grew()) << "update_claim";
+  ASSERT_TRUE(s->delete_claim("aa").is_ok());
+  EXPECT_TRUE(grew()) << "delete_claim";
+  // What a list of runs does not show leaves it alone, and so do reads.
+  ASSERT_TRUE(s->append_run_event("aa", {{"type", "x"}}).is_ok());
+  ASSERT_TRUE(s->put_step_metrics("aa", 1, {{"loss", 1.0}}).is_ok());
+  ASSERT_TRUE(s->list_run_rows(RunFilter{}).is_ok());
+  EXPECT_FALSE(grew());
+}
+
 }  // namespace
 }  // namespace trainer::store
