@@ -145,3 +145,19 @@ def plan_text(max_steps: int = 3, **extra_top: str) -> str:
     ]
     lines += [f"{k}: {v}" for k, v in extra_top.items()]
     return "\n".join(lines) + "\n"
+
+
+def kill_job_of(run_id: str, timeout: float = 120.0) -> None:
+    """Fails a run for real: SIGKILLs its trainer-job once it runs, as the kernel's OOM killer
+    would. (A plan that cannot train is now refused at submission, so a run that fails must fail
+    while it runs.)"""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        found = subprocess.run(["pgrep", "-f", f"trainer-job run .*{run_id}"], capture_output=True, text=True)
+        pids = [int(p) for p in found.stdout.split()]
+        if pids:
+            for pid in pids:
+                os.kill(pid, signal.SIGKILL)
+            return
+        time.sleep(0.2)
+    pytest.fail(f"no trainer-job process of run {run_id} appeared within {timeout:.0f}s")

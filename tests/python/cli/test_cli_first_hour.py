@@ -14,7 +14,7 @@ import subprocess
 import termios
 import time
 
-from cli_support import DATASET_NAME, EXAMPLES, MODEL_NAME, WORKLOAD, Cli, free_port, plan_text
+from cli_support import DATASET_NAME, EXAMPLES, MODEL_NAME, WORKLOAD, Cli, free_port, kill_job_of, plan_text
 
 LONG_RUN_STEPS = 100000
 COMMANDS = [[], ["info"], ["base-models"], ["base-models", "list"], ["base-models", "get"],
@@ -138,7 +138,8 @@ def test_metrics_fields_refuses_a_name_no_step_carries(ready):
 
 
 def test_metrics_of_a_failed_run_says_it_failed_and_why(ready):
-    run = start(ready, plan_text().replace("maxSeqLength: 128", "maxSeqLength: 8"))
+    run = start(ready, plan_text(max_steps=LONG_RUN_STEPS))
+    kill_job_of(run["runId"])
     ready("runs", "wait", run["runId"], "--timeout", "5m", check=True)
     out = ready("runs", "metrics", run["runId"])
     assert out.returncode == 0, out.stderr

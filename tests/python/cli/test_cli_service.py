@@ -8,7 +8,7 @@ import signal
 import subprocess
 import time
 
-from cli_support import (DATASET_NAME, EXAMPLES, MODEL_NAME, WORKLOAD, Cli, plan_text, start_trainerd,
+from cli_support import (DATASET_NAME, kill_job_of, EXAMPLES, MODEL_NAME, WORKLOAD, Cli, plan_text, start_trainerd,
                          stop)
 
 LONG_RUN_STEPS = 100000
@@ -122,8 +122,9 @@ def test_cancel_asks_first_and_wait_exit_status_reports_cancelled(ready):
 
 
 def test_wait_exit_status_reports_failed(ready):
-    # Every row is longer than 8 tokens of prompt: nothing is left to train, so the run fails.
-    run = start(ready, plan_text().replace("maxSeqLength: 128", "maxSeqLength: 8"))
+    # Its job is killed from outside (as the OOM killer would): the run fails.
+    run = start(ready, plan_text(max_steps=LONG_RUN_STEPS))
+    kill_job_of(run["runId"])
     plain = ready("runs", "wait", run["runId"], timeout=180)
     assert plain.returncode == 0, plain.stderr
     assert "FAILED" in plain.stdout
