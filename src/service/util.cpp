@@ -57,6 +57,7 @@ std::string read_text(const std::string& path) {
 std::string last_lines(const std::string& path, int n) {
   std::string text = read_text(path);
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  if (text.empty()) return "(the log is empty)";  // e.g. a job killed before it wrote a line
   size_t pos = text.size();
   for (int i = 0; i < n && pos != std::string::npos && pos > 0; ++i) pos = text.rfind('\n', pos - 1);
   if (pos == std::string::npos) return text;
