@@ -11,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
+#include "cli/command_support.h"
 #include "cli/format.h"
 #include "cli/run_view.h"
 #include <algorithm>
@@ -23,30 +24,9 @@ using nlohmann::json;
 constexpr double kDefaultSelectTimeoutSeconds = 30 * 60;
 constexpr int kPollMillis = 1000;
 
-void out(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
 
-std::string str(const json& doc, const char* key) {
-  if (!doc.is_object() || !doc.contains(key)) return "";
-  const json& v = doc[key];
-  if (v.is_string()) return v.get<std::string>();
-  if (v.is_null()) return "";
-  if (v.is_array()) {
-    std::string joined;
-    for (const auto& item : v) {
-      if (!joined.empty()) joined += ",";
-      joined += item.is_string() ? item.get<std::string>() : item.dump();
-    }
-    return joined;
-  }
-  if (v.is_number()) return format_number(v.get<double>());
-  return v.dump();
-}
 
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
-std::string seg(const std::string& s) { return Client::escape(s); }
 
 // Reads --timeout as a Go duration; `fallback` when absent. nullopt (after printing) when bad.
 std::optional<double> timeout_flag(Context& ctx, double fallback, int* exit_code) {

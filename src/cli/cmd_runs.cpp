@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
+#include "cli/command_support.h"
 #include "cli/format.h"
 #include "cli/run_view.h"
 #include "common/spelling.h"
@@ -20,15 +21,8 @@ using nlohmann::json;
 
 constexpr int kSubmissionIdBytes = 8;
 
-void out(const std::string& text) {
-  std::fwrite(text.data(), 1, text.size(), stdout);
-}
 
-std::string seg(const std::string& s) { return Client::escape(s); }
 
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 std::string generate_submission_id() {
   std::random_device rd;

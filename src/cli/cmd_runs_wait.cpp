@@ -14,6 +14,7 @@
 
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
+#include "cli/command_support.h"
 #include "cli/format.h"
 #include "cli/run_view.h"
 
@@ -29,9 +30,7 @@ constexpr int kLongPollSeconds = 15;
 // Without a terminal, a progress line is printed at most this often (phase changes always).
 constexpr double kPlainLineSeconds = 2.0;
 
-void out(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
 
-std::string seg(const std::string& s) { return Client::escape(s); }
 
 ViewStyle view_style(const Context& ctx) {
   ViewStyle style;

@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
+#include "cli/command_support.h"
 #include "cli/format.h"
 #include "cli/run_view.h"
 
@@ -13,30 +14,9 @@ namespace {
 
 using nlohmann::json;
 
-void out(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
 
-std::string str(const json& doc, const char* key) {
-  if (!doc.is_object() || !doc.contains(key)) return "";
-  const json& v = doc[key];
-  if (v.is_string()) return v.get<std::string>();
-  if (v.is_null()) return "";
-  if (v.is_array()) {
-    std::string joined;
-    for (const auto& item : v) {
-      if (!joined.empty()) joined += ",";
-      joined += item.is_string() ? item.get<std::string>() : item.dump();
-    }
-    return joined;
-  }
-  if (v.is_number()) return format_number(v.get<double>());
-  return v.dump();
-}
 
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
-std::string seg(const std::string& s) { return Client::escape(s); }
 
 // ---- workloads ------------------------------------------------------------------------------
 
