@@ -68,18 +68,21 @@ Status check_fit(const json& m, int max_seq_length, json& warnings) {
   return Status::ok();
 }
 
+// The base model a plan trains: the one it names, else its workload's `base` ref; "" when neither.
+std::string base_model_ref(const plan::Plan& p, const json& workload) {
+  if (p.baseModel) return *p.baseModel;
+  const json base =
+      workload.contains("refs") && workload["refs"].is_object() ? workload["refs"].value("base", json(nullptr)) : json();
+  if (base.is_object() && base.contains("name") && base["name"].is_string()) return base["name"].get<std::string>();
+  return "";
+}
+
 }  // namespace
 
 std::optional<json> ServiceImpl::measure_plan(const plan::Plan& p) {
   auto w = resolve_workload(p.workload, "workload");
   if (!w.is_ok()) return std::optional<json>();
-  std::string base_ref;
-  const json base = w->contains("refs") && (*w)["refs"].is_object() ? (*w)["refs"].value("base", json(nullptr)) : json();
-  if (p.baseModel) {
-    base_ref = *p.baseModel;
-  } else if (base.is_object() && base.contains("name") && base["name"].is_string()) {
-    base_ref = base["name"].get<std::string>();
-  }
+  const std::string base_ref = base_model_ref(p, *w);
   auto m = resolve_base_model(base_ref, "baseModel");
   // A model still preparing cannot be measured yet: the run's own sizing step measures it.
   if (!m.is_ok() || (*m)["status"] != "ready") return std::optional<json>();
@@ -127,13 +130,8 @@ Result<std::pair<json, bool>> ServiceImpl::submit_run(const json& body, bool dry
 
   auto w = resolve_workload(p.workload, "workload");
   if (!w.is_ok()) return w.status();
-  std::string base_ref;
-  const json base = w->contains("refs") && (*w)["refs"].is_object() ? (*w)["refs"].value("base", json(nullptr)) : json();
-  if (p.baseModel) {
-    base_ref = *p.baseModel;
-  } else if (base.is_object() && base.contains("name") && base["name"].is_string()) {
-    base_ref = base["name"].get<std::string>();
-  } else {
+  const std::string base_ref = base_model_ref(p, *w);
+  if (base_ref.empty()) {
     return invalid_field("baseModel", "required: the plan names none and workload '" +
                                           w->value("name", std::string()) + "' has no base ref");
   }
