@@ -230,7 +230,7 @@ def run_audit(audit: Audit, d, prom: Prometheus, capture: OtlpCapture, run_id, r
                     float(sample.labels["le"]) not in [float(b) for b in declared["buckets"]]:
                 problems.append(f"bound {sample.labels['le']}")
         audit.check(name, "(declaration)", "; ".join(sorted(set(problems))) or "as registered", "as registered",
-                    "telemetry/registry.yaml: TYPE, label keys, bounds (trainerd /metrics)")
+                    "telemetry/registry.yaml: TYPE, label keys, bounds (trainerd /metrics)", covers=False)
 
     # ---- service: pools, claims, quotas, runs by phase against the CLI ----------------------------
     for when, (cap, runs, text) in (("during TRAINING", during), ("after the run", after)):
@@ -346,7 +346,7 @@ def run_audit(audit: Audit, d, prom: Prometheus, capture: OtlpCapture, run_id, r
             elif [float(b) for b in p["explicitBounds"]] != [float(b) for b in declared["buckets"]]:
                 problems.append("bounds")
         audit.check(name, "(declaration)", "; ".join(sorted(set(problems))) or "as registered", "as registered",
-                    "telemetry/registry.yaml: kind, unit, value type, attribute keys, bounds")
+                    "telemetry/registry.yaml: kind, unit, value type, attribute keys, bounds", covers=False)
 
     # ---- job: the resource names the run -------------------------------------------------------------
     resource = capture.resource_of(pushes[-1][1])
@@ -535,7 +535,7 @@ def run_audit(audit: Audit, d, prom: Prometheus, capture: OtlpCapture, run_id, r
             mismatched.append((s.name, s.labels, s.value, values))
     audit.check(PREFIX + "sft.loss", "(every job series) Prometheus = trainerd /metrics",
                 f"{len(job_samples) - len(mismatched)}/{len(job_samples)} agree" if not mismatched else mismatched[:3],
-                f"{len(job_samples)}/{len(job_samples)} agree", "Prometheus last_over_time of each series")
+                f"{len(job_samples)}/{len(job_samples)} agree", "Prometheus last_over_time of each series", covers=False)
 
     # ---- nothing emitted escapes the audit -----------------------------------------------------------
     for name, where in sorted(emitted.items()):
