@@ -28,6 +28,8 @@ Figures (2026-12-01, 2 shared CPUs under load 6-8 from other builds; 10,001 runs
                                                                       phase's backlog still draining)
 With the page cache and the store's memory map (wt-perf; figures in README.md): lists p50 0.84 ms,
 p99 8.9 ms, 100% 200; gets p99 3.0 ms; gets + 500 followers p50 0.95 ms, p99 462 ms, 100% 200.
+With parked polls off the workers and one poll per run (issue 9, README.md): gets + 500 followers
+p99 4.1-398 ms, 100% 200, where main in the same rounds answered 25-87% with a p99 of 1.6-8.4 s.
 """
 import argparse
 import json
