@@ -243,6 +243,7 @@ void install_routes(http::Router& router, Service& svc, const service::Limits& l
     if (*wait == 0 || !(*now)["events"].empty()) return json_response(200, *now);
     http::Park park;
     park.until = std::chrono::steady_clock::now() + std::chrono::seconds(*wait);
+    park.key = "events\n" + ref + "\n" + std::to_string(from);  // the poll depends on these only
     park.poll = [&svc, ref, from](bool final) -> std::optional<Response> {
       auto r = svc.run_events(ref, from, std::chrono::milliseconds(0));
       if (!r.is_ok()) return error_response(r.status());
