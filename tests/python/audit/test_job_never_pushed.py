@@ -115,8 +115,14 @@ def test_a_job_killed_before_any_event_shows_zero_steps(trainerd):
                 and run_id.encode() in _cmdline(p) and b"standin_job" in _cmdline(p)]
         time.sleep(0.05)
     assert pids, "the run's job never started"
+    killed = 0
     for pid in pids:
-        os.kill(pid, signal.SIGKILL)
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed += 1
+        except ProcessLookupError:  # a process of the listing that has ended since (e.g. a launcher)
+            pass
+    assert killed, f"every process of the run's job ended before it could be killed: {pids}"
     run = d.wait_phase(run_id, {"COMPLETED", "FAILED", "CANCELLED"}, timeout=120)
     assert run["phase"] == "FAILED", run
     series = job_series(d, run_id)
