@@ -86,8 +86,13 @@ class RayBackend final : public Backend {
                  {"entrypoint_num_cpus", options_.cpus_per_job},
                  {"metadata", {{"trainerRunId", spec.run_id}, {"trainerAttempt", std::to_string(spec.attempt)}}}};
     if (spec.gpus > 0) body["entrypoint_num_gpus"] = spec.gpus;
-    Answer a = request("POST", "/api/jobs/", body.dump());
+    // A submission starts Ray's job agent on first use, which can take longer than a status
+    // call: it gets a longer timeout, and one that times out is looked up before it counts as failed.
+    Answer a = request("POST", "/api/jobs/", body.dump(), 6 * options_.request_timeout_s);
     if (a.status == 200) return encode(RayHandle{id, spec.log_path});
+    if (a.status == 0 && request("GET", "/api/jobs/" + id, "").status == 200) {
+      return encode(RayHandle{id, spec.log_path});
+    }
     // A submission id Ray already holds (Ray 2.60 answers 500 "... already exists"): the job was
     // submitted before; follow it rather than start it twice.
     if (a.body.find("already exists") != std::string::npos) return encode(RayHandle{id, spec.log_path});
@@ -225,11 +230,13 @@ class RayBackend final : public Backend {
     out << (*doc)["logs"].get<std::string>();
   }
 
-  Answer request(const std::string& method, const std::string& path, const std::string& body) const {
+  Answer request(const std::string& method, const std::string& path, const std::string& body,
+                 int timeout_s = 0) const {
+    if (timeout_s <= 0) timeout_s = options_.request_timeout_s;
     httplib::Client client(options_.address);
     client.set_connection_timeout(options_.request_timeout_s, 0);
-    client.set_read_timeout(options_.request_timeout_s, 0);
-    client.set_write_timeout(options_.request_timeout_s, 0);
+    client.set_read_timeout(timeout_s, 0);
+    client.set_write_timeout(timeout_s, 0);
     httplib::Result r = method == "POST" ? client.Post(path, body, "application/json") : client.Get(path);
     Answer a;
     if (!r) {

@@ -89,8 +89,19 @@ class Service:
         with urllib.request.urlopen(f"{self.daemon.url}/v1/runs/{run_id}/events?after=0", timeout=30) as r:
             return json.load(r)["events"]
 
+    def first_step_seconds(self, run_id: str) -> float:
+        """Seconds from the run's creation (trainer runs start) to its first training step event."""
+        from datetime import datetime
+
+        run = self.get(run_id)
+        step = next(e for e in self.events(run_id) if e["type"] == "step")
+        parse = lambda t: datetime.fromisoformat(t.replace("Z", "+00:00")).timestamp()  # noqa: E731
+        return parse(step["time"]) - parse(run["createdAt"])
+
     def metrics(self, run_id: str) -> list:
-        return self.cli.json("runs", "metrics", run_id)
+        """The run's per-step metrics, as `trainer runs metrics -o json` gives them."""
+        doc = self.cli.json("runs", "metrics", run_id)
+        return doc["steps"] if isinstance(doc, dict) else doc
 
 
 def job_environment(run_id: str, timeout: float = 120) -> dict:

@@ -67,6 +67,7 @@ def test_a_cpu_run_sees_no_gpu(bin_dir, tiny_model, tmp_path):
     try:
         run_id = svc.start(max_steps=LONG)["runId"]
         svc.wait_step(run_id)
+        print(f"\nlocal: trainer runs start -> first training step: {svc.first_step_seconds(run_id):.1f} s")
         assert job_environment(run_id)["CUDA_VISIBLE_DEVICES"] == ""
         run = svc.get(run_id)
         assert run["claim"]["deviceIds"] == [0] and run["placement"]["gpus"] == 0

@@ -42,7 +42,8 @@ def test_a_run_trains_as_a_slurm_batch_job(service, slurm):
     assert job["NumCPUs"] == "1"
     events = service.events(run_id)
     assert [e["step"] for e in events if e["type"] == "step"] == [1, 2, 3]
-    assert len(service.metrics(run_id)["metrics"]) == 3
+    assert [m["step"] for m in service.metrics(run_id)] == [1, 2, 3]
+    print(f"\nslurm: trainer runs start -> first training step: {service.first_step_seconds(run_id):.1f} s")
     assert done["progress"]["step"] == 3 and done["adapterPath"]
 
 
