@@ -5,7 +5,9 @@
 // output) are on a folder the cluster's nodes share with trainerd.
 #include <httplib.h>
 
+#include <chrono>
 #include <cstdio>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -88,7 +90,13 @@ class RayBackend final : public Backend {
     if (spec.gpus > 0) body["entrypoint_num_gpus"] = spec.gpus;
     // A submission starts Ray's job agent on first use, which can take longer than a status
     // call: it gets a longer timeout, and one that times out is looked up before it counts as failed.
-    Answer a = request("POST", "/api/jobs/", body.dump(), 6 * options_.request_timeout_s);
+    Answer a;
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      a = request("POST", "/api/jobs/", body.dump(), 6 * options_.request_timeout_s);
+      // A head whose job agent is not up yet says "try again later": it does, briefly.
+      if (a.body.find("try again later") == std::string::npos) break;
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+    }
     if (a.status == 200) return encode(RayHandle{id, spec.log_path});
     if (a.status == 0 && request("GET", "/api/jobs/" + id, "").status == 200) {
       return encode(RayHandle{id, spec.log_path});

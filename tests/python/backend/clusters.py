@@ -212,16 +212,26 @@ class RayHead:
         if out.returncode != 0:
             head.stop()
             pytest.fail(f"ray start failed:\n{out.stdout}\n{out.stderr}")
-        deadline = time.time() + 120
+        # Ready when a probe job went through: the dashboard answers and its job agent is up.
+        deadline = time.time() + 180
+        probe = f"probe-{os.getpid()}-{int(time.time() * 1000)}"
+        submitted = False
         while time.time() < deadline:
             try:
-                with urllib.request.urlopen(head.address + "/api/jobs/", timeout=5) as r:
-                    json.load(r)
+                if not submitted:
+                    req = urllib.request.Request(
+                        head.address + "/api/jobs/", method="POST", headers={"Content-Type": "application/json"},
+                        data=json.dumps({"entrypoint": "true", "submission_id": probe}).encode())
+                    with urllib.request.urlopen(req, timeout=60) as r:
+                        json.load(r)
+                    submitted = True
+                if head.job(probe)["status"] == "SUCCEEDED":
                     return head
             except (urllib.error.URLError, ConnectionError, json.JSONDecodeError, OSError):
-                time.sleep(0.5)
+                pass
+            time.sleep(0.5)
         head.stop()
-        pytest.fail("Ray's Jobs API did not answer within 120 s")
+        pytest.fail("Ray's head did not run a probe job within 180 s")
 
     def pids(self) -> list[int]:
         """The processes of this head: those whose command line names its own temporary folder."""
