@@ -8,7 +8,8 @@ For each model shape (random weights, Qwen3 architecture, the real Qwen3 vocabul
            with trainer-job and with a plain transformers + PEFT training loop on the same device:
            tokens/s over the steps after the warm-up, peak device memory, and MFU = 6 x linear
            parameters x tokens/s / the device's dense bf16 peak (the engine's own sft.mfu formula).
---device cpu is the smoke mode: tiny shapes, few steps, no MFU (no CPU peak table).
+--device cpu is the smoke mode: tiny shapes, few steps, fp32 (bf16 on this CPU is slow), no MFU
+(no CPU peak table).
 """
 from __future__ import annotations
 
@@ -64,7 +65,7 @@ def engine_run(job: str, work: pathlib.Path, model: pathlib.Path, data: pathlib.
                        "hyperparams": {"lora": {"rank": 16, "alpha": 32, "dropout": 0.0},
                                        "optimizer": {"learningRate": 1e-4, "schedule": "linear"},
                                        "training": {"maxSteps": steps, "batchSize": batch, "seed": 42}},
-                       "maxSeqLength": seq, "model": {"precision": "BF16"}},
+                       "maxSeqLength": seq, "model": {"precision": "BF16" if device == "cuda" else "FP32"}},
             "execution": {"gpus": 1 if device == "cuda" else 0}}
     (work / "plan.json").write_text(json.dumps(plan))
     events = work / "events.jsonl"
@@ -83,7 +84,8 @@ def hf_run(model_dir: pathlib.Path, data: pathlib.Path, steps: int, batch: int, 
     import transformers
 
     tok = transformers.AutoTokenizer.from_pretrained(model_dir)
-    model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).to(device)
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device)
     model = peft.get_peft_model(model, peft.LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0,
                                                        target_modules=TARGETS, task_type="CAUSAL_LM"))
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
@@ -144,9 +146,10 @@ def main() -> int:
         work.mkdir(parents=True)
         cfg = SHAPES[shape]
         model_dir = models.make_tiny_model(work / "model", arch="qwen3", tokenizer="qwen3", seed=0,
-                                           dtype="bfloat16", **cfg)
+                                           dtype="float32" if cpu else "bfloat16", **cfg)
         vocab = json.loads((model_dir / "config.json").read_text())["vocab_size"]
         n_lin = linear_parameters(cfg, vocab)
+        print(f"[{shape}] model written; parity step", file=sys.stderr, flush=True)
         # Parity: one step over exactly one batch of rows (whatever order the engine takes them in).
         pwork = work / "parity"
         pwork.mkdir()
@@ -155,6 +158,8 @@ def main() -> int:
         ours_first = next(e for e in engine_run(args.job, pwork, model_dir, pdata, 1, batch, args.device, seq)
                           if e.get("type") == "step")["loss"]
         hf_first, _, _ = hf_run(model_dir, pdata, 1, batch, args.device, seq)
+        print(f"[{shape}] parity: engine {ours_first:.4f}, transformers {hf_first:.4f}; speed runs", file=sys.stderr,
+              flush=True)
         data = work / "train.jsonl"
         make_rows(data, batch * steps, words)
         t = time.time()
@@ -176,9 +181,9 @@ def main() -> int:
                             peak_engine=ours_peak, peak_hf=hf_peak, mfu_engine=mfu(ours_tps), mfu_hf=mfu(hf_tps),
                             engine_wall_s=engine_wall))
         del marks
-    print(f"device: {name}; bf16; batch {batch} rows of ~{words * 4 // 3} tokens (max {seq}); {steps} steps, "
+    print(f"device: {name}; {'fp32' if cpu else 'bf16'}; batch {batch} rows of ~{words * 4 // 3} tokens (max {seq}); {steps} steps, "
           f"the first {args.skip} left out; LoRA r16 on 7 modules")
-    fmt = lambda v, f: "n/a" if v is None else format(v, f)  # noqa: E731
+    fmt = lambda v, f: format("n/a", f.rstrip("%").split(".")[0] + "s") if v is None else format(v, f)  # noqa: E731
     head = f"{'shape':12}{'loss eng':>10}{'loss hf':>10}{'rel':>9}{'tok/s eng':>11}{'tok/s hf':>10}" \
            f"{'mem eng GiB':>12}{'mem hf GiB':>11}{'MFU eng':>9}{'MFU hf':>8}"
     print(head)

@@ -83,7 +83,10 @@ def test_a_job_the_cluster_lost_fails_the_run_by_name(bin_dir, tiny_model, tmp_p
         run_id = svc.start(max_steps=LONG)["runId"]
         sid = submission_id(svc.wait_step(run_id))
         first.stop()
-        second = RayHead.start(repo, pathlib.Path(tempfile.mkdtemp(prefix="ray-b-", dir="/tmp")), ports=first.ports)
+        # The new head serves the same dashboard address (a fresh GCS port: the old one may linger).
+        from clusters import free_port
+        second = RayHead.start(repo, pathlib.Path(tempfile.mkdtemp(prefix="ray-b-", dir="/tmp")),
+                               ports=(free_port(), first.ports[1]))
         failed = svc.wait_phase(run_id, "FAILED")
         assert f"no longer knows job {sid}" in failed["failureReason"], failed["failureReason"]
     finally:
