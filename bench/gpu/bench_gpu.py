@@ -183,7 +183,7 @@ def main() -> int:
         del marks
     print(f"device: {name}; {'fp32' if cpu else 'bf16'}; batch {batch} rows of ~{words * 4 // 3} tokens (max {seq}); {steps} steps, "
           f"the first {args.skip} left out; LoRA r16 on 7 modules")
-    fmt = lambda v, f: format("n/a", f.rstrip("%").split(".")[0] + "s") if v is None else format(v, f)  # noqa: E731
+    fmt = lambda v, f: format("n/a", ">" + f.split(".")[0] + "s") if v is None else format(v, f)  # noqa: E731
     head = f"{'shape':12}{'loss eng':>10}{'loss hf':>10}{'rel':>9}{'tok/s eng':>11}{'tok/s hf':>10}" \
            f"{'mem eng GiB':>12}{'mem hf GiB':>11}{'MFU eng':>9}{'MFU hf':>8}"
     print(head)
