@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "service/admission.h"
 #include "service/service_state.h"
 #include "telemetry/instruments.h"
 
@@ -166,13 +167,21 @@ Result<json> ServiceImpl::capacity() {
   json pools = json::array();
   for (const auto& p : opt_.config.pools) {
     int granted = 0, queued = 0;
+    std::set<int> held;
     for (const auto& c : *claims) {
       if (c.pool != p.name) continue;
       (c.state == "GRANTED" ? granted : queued) += c.devices;
+      if (c.state == "GRANTED") held.insert(c.device_ids.begin(), c.device_ids.end());
+    }
+    const std::vector<int> ids = pool_device_ids(AdmissionPool{p.declared, p.max_claim, p.device_ids});
+    std::vector<int> free_ids;
+    for (int id : ids) {
+      if (!held.count(id)) free_ids.push_back(id);
     }
     json pj = {{"name", p.name},         {"accelerator", p.accelerator}, {"serving", p.serving},
                {"declared", p.declared}, {"maxClaim", p.max_claim},      {"granted", granted},
-               {"queued", queued},       {"free", std::max(0, p.declared - granted)}};
+               {"queued", queued},       {"free", std::max(0, p.declared - granted)},
+               {"deviceIds", ids},       {"freeDeviceIds", free_ids}};
     if (read) pj["observed"] = observed_for(p, observed);
     pools.push_back(pj);
   }
@@ -185,7 +194,8 @@ Result<json> ServiceImpl::capacity() {
                   {"devices", c.devices},
                   {"pool", c.pool},
                   {"state", c.state},
-                  {"since", c.since}});
+                  {"since", c.since},
+                  {"deviceIds", c.device_ids}});
     auto& pw = per_workload[c.workload_id];
     (c.state == "GRANTED" ? pw.first : pw.second) += c.devices;
   }

@@ -30,6 +30,9 @@ struct PoolConfig {
   bool serving = false;             // true: serving endpoints draw from it; runs never do
   int declared = 0;                 // devices admitted against (>= 0)
   int max_claim = 0;                // largest single claim it accepts (> 0; <= declared)
+  // The device indices it grants from (CUDA_VISIBLE_DEVICES values on the local backend), one
+  // per declared device; empty = 0..declared-1.
+  std::vector<int> device_ids = {};
 };
 
 struct Limits {

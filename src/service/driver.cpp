@@ -193,6 +193,16 @@ backend::JobSpec ServiceImpl::job_spec(const RunRecord& run) const {
   spec.output_dir = (dir / "output").string();
   spec.events_path = (dir / "events.jsonl").string();
   spec.log_path = (dir / "job.log").string();
+  // The claim's grant: GPUs of a GPU pool (a CPU pool's device is a slot, not a GPU).
+  const bool gpu_pool = pool && pool->accelerator != "cpu";
+  spec.gpus = gpu_pool ? run.devices : 0;
+  spec.cpus = 1;
+  auto claims = store_->list_claims();
+  if (claims.is_ok()) {
+    for (const auto& c : *claims) {
+      if (c.owner == run.id && c.state == "GRANTED") spec.device_ids = c.device_ids;
+    }
+  }
   return spec;
 }
 
@@ -206,6 +216,13 @@ Status ServiceImpl::submit_job(RunRecord& run) {
     job.log_path = spec.log_path;
     job.output_dir = spec.output_dir;
     run.job = std::move(job);
+    // Where the attempt runs, kept after the claim is released (runs get).
+    run.view["placement"] = {{"pool", run.pool},
+                             {"backend", backend_->name()},
+                             {"attempt", run.attempt},
+                             {"gpus", spec.gpus},
+                             {"deviceIds", spec.device_ids},
+                             {"job", backend_->describe(run.job->handle)}};
   };
   // A job started before a crash whose handle was never committed: adopt it.
   if (auto orphan = backend_->find(spec)) {

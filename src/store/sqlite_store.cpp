@@ -43,7 +43,33 @@ CREATE TABLE claims (
   state TEXT NOT NULL,
   since TEXT NOT NULL);
 )sql",
+    // 2: a granted claim holds specific device indices of its pool ("0,1"; "" while queued).
+    R"sql(
+ALTER TABLE claims ADD COLUMN device_ids TEXT NOT NULL DEFAULT '';
+)sql",
 };
+
+// Device indices as stored in claims.device_ids ("0,1").
+std::string ids_text(const std::vector<int>& ids) {
+  std::string out;
+  for (int id : ids) out += (out.empty() ? "" : ",") + std::to_string(id);
+  return out;
+}
+
+std::vector<int> ids_of(const std::string& text) {
+  std::vector<int> out;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t comma = text.find(',', pos);
+    if (comma == std::string::npos) comma = text.size();
+    const std::string item = text.substr(pos, comma - pos);
+    if (!item.empty() && item.find_first_not_of("0123456789") == std::string::npos && item.size() < 7) {
+      out.push_back(std::stoi(item));
+    }
+    pos = comma + 1;
+  }
+  return out;
+}
 
 class Stmt {
  public:
@@ -407,10 +433,10 @@ class SqliteStore final : public Store {
   Status insert_claim(ClaimRow& c) override {
     std::lock_guard<std::recursive_mutex> lock(mu_);
     bump();
-    Stmt s(db_, "INSERT INTO claims(owner, kind, workload_id, pool, devices, state, since) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)");
+    Stmt s(db_, "INSERT INTO claims(owner, kind, workload_id, pool, devices, state, since, device_ids) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
     s.bind(1, c.owner).bind(2, c.kind).bind(3, c.workload_id).bind(4, c.pool)
-        .bind(5, static_cast<int64_t>(c.devices)).bind(6, c.state).bind(7, c.since);
+        .bind(5, static_cast<int64_t>(c.devices)).bind(6, c.state).bind(7, c.since).bind(8, ids_text(c.device_ids));
     int rc = s.step();
     if (rc == SQLITE_CONSTRAINT) return already_exists("claim for " + c.owner + " exists");
     if (rc != SQLITE_DONE) return db_error(db_, "inserting claim");
@@ -420,8 +446,8 @@ class SqliteStore final : public Store {
   Status update_claim(const ClaimRow& c) override {
     std::lock_guard<std::recursive_mutex> lock(mu_);
     bump();
-    return write("UPDATE claims SET state = ?, since = ?, pool = ?, devices = ? WHERE owner = ?",
-                 {c.state, c.since, c.pool, std::to_string(c.devices), c.owner});
+    return write("UPDATE claims SET state = ?, since = ?, pool = ?, devices = ?, device_ids = ? WHERE owner = ?",
+                 {c.state, c.since, c.pool, std::to_string(c.devices), ids_text(c.device_ids), c.owner});
   }
   Status delete_claim(const std::string& owner) override {
     std::lock_guard<std::recursive_mutex> lock(mu_);
@@ -430,12 +456,13 @@ class SqliteStore final : public Store {
   }
   Result<std::vector<ClaimRow>> list_claims() override {
     std::lock_guard<std::recursive_mutex> lock(mu_);
-    Stmt s(db_, "SELECT owner, kind, workload_id, pool, devices, state, since, seq FROM claims ORDER BY seq");
+    Stmt s(db_, "SELECT owner, kind, workload_id, pool, devices, state, since, seq, device_ids FROM claims "
+                "ORDER BY seq");
     std::vector<ClaimRow> out;
     int rc;
     while ((rc = s.step()) == SQLITE_ROW) {
       out.push_back(ClaimRow{s.text(0), s.text(1), s.text(2), s.text(3), static_cast<int>(s.integer(4)),
-                             s.text(5), s.text(6), s.integer(7)});
+                             s.text(5), s.text(6), s.integer(7), ids_of(s.text(8))});
     }
     if (rc != SQLITE_DONE) return db_error(db_, "listing claims");
     return out;

@@ -60,6 +60,7 @@ struct ClaimRow {
   std::string state;        // "GRANTED" | "QUEUED"
   std::string since;        // RFC 3339: when it entered its state
   int64_t seq = 0;          // admission order (assigned by the store on insert)
+  std::vector<int> device_ids = {};  // GRANTED: the pool's device indices it holds (admission.h)
 };
 
 class Store {

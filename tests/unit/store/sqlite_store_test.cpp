@@ -37,14 +37,14 @@ class SqliteStoreTest : public ::testing::Test {
 };
 
 TEST_F(SqliteStoreTest, MigratesOnceAndRecordsTheSchemaVersion) {
-  EXPECT_EQ(open()->schema_version(), 1);
-  EXPECT_EQ(open()->schema_version(), 1);  // reopening applies nothing again
+  EXPECT_EQ(open()->schema_version(), 2);
+  EXPECT_EQ(open()->schema_version(), 2);  // reopening applies nothing again
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
   sqlite3_stmt* st = nullptr;
   sqlite3_prepare_v2(db, "SELECT COUNT(*) FROM schema_migrations", -1, &st, nullptr);
   ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
-  EXPECT_EQ(sqlite3_column_int(st, 0), 1);
+  EXPECT_EQ(sqlite3_column_int(st, 0), 2);
   sqlite3_finalize(st);
   sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, nullptr);
   ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
@@ -127,7 +127,7 @@ TEST_F(SqliteStoreTest, ClaimsKeepTheirAdmissionOrderAcrossReopen) {
     }
     ClaimRow again{"a", "SFT", "w1", "cpu", 1, "QUEUED", "t", 0};
     EXPECT_EQ(s->insert_claim(again).code(), StatusCode::kAlreadyExists);
-    ClaimRow granted{"a", "SFT", "w1", "cpu", 1, "GRANTED", "t2", 0};
+    ClaimRow granted{"a", "SFT", "w1", "cpu", 2, "GRANTED", "t2", 0, {3, 10}};
     ASSERT_TRUE(s->update_claim(granted).is_ok());
   }
   auto s = open();
@@ -137,6 +137,8 @@ TEST_F(SqliteStoreTest, ClaimsKeepTheirAdmissionOrderAcrossReopen) {
   EXPECT_EQ((*claims)[0].owner, "c");
   EXPECT_EQ((*claims)[1].owner, "a");
   EXPECT_EQ((*claims)[1].state, "GRANTED");
+  EXPECT_EQ((*claims)[1].device_ids, (std::vector<int>{3, 10}));  // the grant's device indices
+  EXPECT_TRUE((*claims)[0].device_ids.empty());
   EXPECT_EQ((*claims)[2].owner, "b");
   ASSERT_TRUE(s->delete_claim("a").is_ok());
   ASSERT_TRUE(s->delete_claim("a").is_ok());  // absent is fine
