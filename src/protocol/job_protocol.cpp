@@ -161,6 +161,7 @@ struct TypeName {
   std::string_view operator()(const Completed&) const { return "completed"; }
   std::string_view operator()(const Failed&) const { return "failed"; }
   std::string_view operator()(const Cancelled&) const { return "cancelled"; }
+  std::string_view operator()(const Paused&) const { return "paused"; }
 };
 
 // The memory parts in JSON, in the order the telemetry registry lists them.
@@ -274,6 +275,8 @@ void to_json(json& out, const Cancelled& e) {
   out = json::object();
   put(out, "steps", e.steps);
 }
+
+void to_json(json& out, const Paused& e) { out = {{"step", e.step}, {"snapshotId", e.snapshot_id}}; }
 
 json to_json(const Event& event) {
   json body;
@@ -421,6 +424,13 @@ Status from_json(const json& in, Cancelled* e) {
   return f.status();
 }
 
+Status from_json(const json& in, Paused* e) {
+  Fields f(in);
+  f.req("step", &e->step);
+  f.req("snapshotId", &e->snapshot_id);
+  return f.status();
+}
+
 Result<std::optional<Event>> event_from_json(const json& in) {
   if (!in.is_object()) return invalid_argument("event: must be a JSON object");
   auto type_it = in.find("type");
@@ -440,6 +450,7 @@ Result<std::optional<Event>> event_from_json(const json& in) {
   else if (type == "completed") out = decode_as<Completed>(in);
   else if (type == "failed") out = decode_as<Failed>(in);
   else if (type == "cancelled") out = decode_as<Cancelled>(in);
+  else if (type == "paused") out = decode_as<Paused>(in);
   if (!out.is_ok()) return out.status().with_field(type);
   return out;
 }
