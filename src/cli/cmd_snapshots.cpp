@@ -89,7 +89,8 @@ int snapshots_get(Context& ctx) {
       {"Base model sha", doc->value("baseModelSha", std::string())},
       {"Held by", held_by(*doc)},
       {"Created", doc->value("createdAt", std::string())}};
-  for (const auto& [kind, k] : doc->value("kinds", json::object()).items()) {
+  const json kinds = doc->value("kinds", json::object());
+  for (const auto& [kind, k] : kinds.items()) {
     rows.push_back({kind, k.value("state", std::string()) + ", manifest " + k.value("manifestDigest", std::string()) +
                               ", " + format_bytes(k.value("bytes", int64_t{0})) + ", at " +
                               k.value("location", std::string())});

@@ -24,7 +24,8 @@ json present_snapshot(const json& doc) {
   json out = doc;
   json artifacts = json::array();
   int64_t bytes = 0;
-  for (const auto& [kind, k] : doc.value("kinds", json::object()).items()) {
+  const json kinds = doc.value("kinds", json::object());
+  for (const auto& [kind, k] : kinds.items()) {
     if (k.value("state", std::string()) != "committed") continue;
     artifacts.push_back(kind);
     bytes += k.value("bytes", int64_t{0});
