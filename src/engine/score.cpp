@@ -8,7 +8,7 @@
 #include "engine/engine.h"
 #include "engine/engine_internal.h"
 #include "engine/lora/lora.h"
-#include "engine/sft/batch_tensors.h"
+#include "engine/train/batch_tensors.h"
 
 namespace trainer::engine {
 
@@ -43,7 +43,7 @@ Result<ScoreResult> score(const ScoreRequest& request) {
     int64_t correct = 0;
     for (size_t b = 0; b < seqs.size(); b += request.batch_size) {
       data::Batch batch = data::make_batch(ds.rows, seqs, b, request.batch_size, pad);
-      auto t = sft::to_tensors(batch, model->device(), false);
+      auto t = train::to_tensors(batch, model->device(), false);
       at::Tensor hidden = model->hidden_states(t.input, false);
       auto parts = model::next_token_loss(*model, hidden, t.labels);
       loss_sum += parts.loss_sum.item<double>();

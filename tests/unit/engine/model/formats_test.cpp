@@ -9,7 +9,7 @@
 
 #include "engine/model/config.h"
 #include "engine/model/safetensors.h"
-#include "engine/sft/schedule.h"
+#include "engine/optim/schedule.h"
 
 namespace trainer::engine {
 namespace {
@@ -159,21 +159,21 @@ TEST(ModelConfig, MissingWeightsAndMissingShardsAreNamed) {
 TEST(LearningRateSchedule, MatchesTransformersWithWarmup) {
   const double linear[] = {0.0, 0.5, 1.0, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25, 0.125, 0.0};
   for (int s = 0; s <= 10; ++s) {
-    EXPECT_NEAR(sft::lr_multiplier(plan::Schedule::kLinear, s, 2, 10), linear[s], 1e-12) << s;
+    EXPECT_NEAR(optim::lr_multiplier(plan::Schedule::kLinear, s, 2, 10), linear[s], 1e-12) << s;
     const double progress = (s - 2) / 8.0;
     const double cosine = s < 2 ? s / 2.0 : 0.5 * (1 + std::cos(M_PI * progress));
-    EXPECT_NEAR(sft::lr_multiplier(plan::Schedule::kCosine, s, 2, 10), cosine, 1e-12) << s;
-    EXPECT_NEAR(sft::lr_multiplier(plan::Schedule::kConstant, s, 2, 10), s < 2 ? s / 2.0 : 1.0, 1e-12) << s;
+    EXPECT_NEAR(optim::lr_multiplier(plan::Schedule::kCosine, s, 2, 10), cosine, 1e-12) << s;
+    EXPECT_NEAR(optim::lr_multiplier(plan::Schedule::kConstant, s, 2, 10), s < 2 ? s / 2.0 : 1.0, 1e-12) << s;
   }
-  EXPECT_DOUBLE_EQ(sft::lr_multiplier(plan::Schedule::kLinear, 0, 0, 10), 1.0);
+  EXPECT_DOUBLE_EQ(optim::lr_multiplier(plan::Schedule::kLinear, 0, 0, 10), 1.0);
 }
 
 TEST(LearningRateSchedule, WarmupRatioRoundsUpAsTransformers) {
   plan::OptimizerSettings s;
   s.warmupRatio = 0.1;
-  EXPECT_EQ(sft::warmup_steps(s, 25), 3);
+  EXPECT_EQ(optim::warmup_steps(s, 25), 3);
   s.warmupSteps = 5;
-  EXPECT_EQ(sft::warmup_steps(s, 25), 5);
+  EXPECT_EQ(optim::warmup_steps(s, 25), 5);
 }
 
 }  // namespace

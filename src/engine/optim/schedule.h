@@ -6,7 +6,7 @@
 
 #include "plan/plan.h"
 
-namespace trainer::engine::sft {
+namespace trainer::engine::optim {
 
 // Warmup length in optimizer steps: warmupSteps when > 0, else ceil(warmupRatio * total), as
 // transformers' TrainingArguments.get_warmup_steps.
@@ -15,4 +15,4 @@ int64_t warmup_steps(const plan::OptimizerSettings& settings, int64_t total_step
 // Multiplier of the peak rate at optimizer step `step` (0-based).
 double lr_multiplier(plan::Schedule schedule, int64_t step, int64_t warmup, int64_t total_steps);
 
-}  // namespace trainer::engine::sft
+}  // namespace trainer::engine::optim

@@ -1,9 +1,9 @@
-#include "engine/sft/schedule.h"
+#include "engine/optim/schedule.h"
 
 #include <algorithm>
 #include <cmath>
 
-namespace trainer::engine::sft {
+namespace trainer::engine::optim {
 
 int64_t warmup_steps(const plan::OptimizerSettings& settings, int64_t total_steps) {
   if (settings.warmupSteps > 0) return settings.warmupSteps;
@@ -27,4 +27,4 @@ double lr_multiplier(plan::Schedule schedule, int64_t step, int64_t warmup, int6
   return 1.0;
 }
 
-}  // namespace trainer::engine::sft
+}  // namespace trainer::engine::optim

@@ -7,7 +7,7 @@
 #include "engine/data/dataset.h"
 #include "engine/model/model.h"
 
-namespace trainer::engine::sft {
+namespace trainer::engine::train {
 
 struct BatchTensors {
   model::ForwardInput input;
@@ -28,4 +28,4 @@ inline BatchTensors to_tensors(const data::Batch& b, at::Device device, bool pac
   return t;
 }
 
-}  // namespace trainer::engine::sft
+}  // namespace trainer::engine::train

@@ -3,9 +3,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "engine/sft/sft.h"
+#include "engine/optim/adamw.h"
 
-namespace trainer::engine::sft {
+namespace trainer::engine::optim {
 namespace {
 
 TEST(AdamW, MatchesTorchOptimAdamWOverSeveralSteps) {
@@ -47,4 +47,4 @@ TEST(ClipGradNorm, ReturnsTheNormBeforeClippingAndScalesToMaxNorm) {
 }
 
 }  // namespace
-}  // namespace trainer::engine::sft
+}  // namespace trainer::engine::optim

@@ -1,12 +1,12 @@
-// AdamW and gradient clipping with torch.optim's numerics (declared in sft/sft.h).
+// AdamW and gradient clipping with torch.optim's numerics (declared in optim/adamw.h).
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
 #include <cmath>
 
-#include "engine/sft/sft.h"
+#include "engine/optim/adamw.h"
 
-namespace trainer::engine::sft {
+namespace trainer::engine::optim {
 
 AdamW::AdamW(std::vector<at::Tensor> params, const plan::OptimizerSettings& settings)
     : params_(std::move(params)), settings_(settings) {
@@ -63,4 +63,4 @@ double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm) {
   return total.item<double>();
 }
 
-}  // namespace trainer::engine::sft
+}  // namespace trainer::engine::optim

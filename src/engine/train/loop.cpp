@@ -1,0 +1,197 @@
+// The training loop shared by the methods (declared in train/loop.h).
+#include "engine/train/loop.h"
+
+#include <ATen/ATen.h>
+#include <ATen/DeviceAccelerator.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "common/sha256.h"
+#include "engine/device/peak_flops.h"
+#include "engine/engine_internal.h"
+#include "engine/lora/lora.h"
+#include "engine/optim/schedule.h"
+
+namespace trainer::engine::train {
+namespace fs = std::filesystem;
+
+double seconds_since(SteadyClock::time_point t) {
+  return std::chrono::duration<double>(SteadyClock::now() - t).count();
+}
+
+void synchronize(const at::Device& device) {
+  if (device.is_cuda()) at::accelerator::synchronizeDevice(device.index());
+}
+
+std::string file_sha256(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  Sha256 h;
+  std::vector<char> buf(1 << 16);
+  while (in.read(buf.data(), static_cast<std::streamsize>(buf.size())) || in.gcount() > 0) {
+    h.update(std::string_view(buf.data(), static_cast<size_t>(in.gcount())));
+  }
+  return h.hex_digest();
+}
+
+namespace {
+
+// The job's devices as the protocol names them; `gpu` is the CUDA device's NVML record.
+protocol::Devices devices_of(const at::Device& device, const std::optional<device::GpuInfo>& gpu) {
+  protocol::Device d;
+  d.index = 0;
+  d.kind = device.is_cuda() ? "cuda" : "cpu";
+  if (gpu) {
+    d.name = gpu->name;
+    d.uuid = gpu->uuid;
+  }
+  return protocol::Devices{{d}};
+}
+
+std::vector<at::Tensor> attach_adapter(model::CausalLM& model, const plan::LoraSettings& lora, uint64_t seed) {
+  lora::attach(model, lora, seed);
+  std::vector<at::Tensor> params;
+  for (auto& [name, p] : lora::named_parameters(model)) params.push_back(p);
+  return params;
+}
+
+}  // namespace
+
+Setup prepare(const plan::Plan& plan, const EventSink& emit) {
+  Setup s;
+  s.start = SteadyClock::now();
+  if (!plan.baseModel || plan.baseModel->empty()) {
+    throw EngineError(StatusCode::kInvalidArgument, "baseModel: required: the model folder to adapt");
+  }
+  emit(protocol::Phase{.phase = "PREPARING"});
+  at::manual_seed(plan.config.training.seed);
+  s.device = pick_device(plan.execution.gpus);
+  if (!s.device.is_cuda()) memory::install_cpu_meter();  // before the model: its tensors are counted
+  if (s.device.is_cuda()) s.gpu = device::gpu_info(s.device.index());
+  emit(devices_of(s.device, s.gpu));
+  s.model = model::CausalLM::load(*plan.baseModel, dtype_of(plan.config.precision), s.device);
+  s.tokenizer = std::make_unique<text::Tokenizer>(load_tokenizer_for(*plan.baseModel, s.model->config()));
+  return s;
+}
+
+Updater::Updater(model::CausalLM& model, const plan::LoraSettings& lora, const plan::OptimizerSettings& optimizer,
+                 uint64_t seed, int64_t total_steps)
+    : params_(attach_adapter(model, lora, seed)),
+      settings_(optimizer),
+      optimizer_(params_, optimizer),
+      total_(total_steps),
+      warmup_(optim::warmup_steps(optimizer, total_steps)) {}
+
+double Updater::clip() {
+  const double norm = optim::clip_grad_norm(params_, settings_.maxGradNorm);
+  gradient_bytes_ = 0;
+  for (const auto& p : params_) {
+    if (p.grad().defined()) gradient_bytes_ += static_cast<int64_t>(p.grad().nbytes());
+  }
+  return norm;
+}
+
+double Updater::learning_rate(int64_t step) const {
+  return settings_.learningRate * optim::lr_multiplier(settings_.schedule, step, warmup_, total_);
+}
+
+double Updater::apply(int64_t step) {
+  const double lr = learning_rate(step);
+  optimizer_.step(lr);
+  optimizer_.zero_grad();
+  return lr;
+}
+
+TrainResult run(Method& method, Setup& setup, Updater& updater, const LoopOptions& options, const EventSink& emit,
+                const CheckpointHook& on_checkpoint) {
+  model::CausalLM& model = *setup.model;
+  const at::Device device = setup.device;
+  // MFU against the device's dense bf16 peak, as the specification's sft.mfu defines it.
+  std::optional<double> peak_flops;
+  if (setup.gpu) {
+    if (auto peak = device::peak_flops(setup.gpu->name)) peak_flops = peak->bf16;
+  }
+  memory::StaticParts parts;
+  parts.weights = model.weight_bytes();
+  for (const auto& p : updater.params()) parts.adapter += static_cast<int64_t>(p.nbytes());
+  parts.optimizer_state = updater.optimizer().state_bytes();
+  if (!device.is_cuda()) {
+    parts.uncounted = model.weight_bytes([](const at::Tensor& t) { return !memory::counted_by_cpu_meter(t); });
+  }
+  memory::StepMeter meter(device, parts);
+  const int64_t total = updater.total_steps();
+
+  emit(protocol::Phase{.phase = "TRAINING",
+                       .total_steps = total,
+                       .device = device.str(),
+                       .startup_seconds = seconds_since(setup.start)});
+  TrainResult result;
+  result.total_steps = total;
+
+  auto run_validation = [&](int64_t step) {
+    std::optional<protocol::Validation> v = method.validate(step);
+    if (!v) return;
+    result.final_validation_loss = v->validation_loss;
+    emit(*v);
+  };
+  auto save_checkpoint = [&](int64_t step) {
+    const auto t0 = SteadyClock::now();
+    const fs::path root = fs::path(options.output_dir) / "checkpoints";
+    fs::create_directories(root);
+    char name[32];
+    std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(step));
+    const fs::path folder = root / name;
+    const std::string dir = (folder / "adapter").string();
+    fs::create_directories(folder);
+    lora::save_peft_folder(model, options.lora, options.base_model, dir);
+    if (on_checkpoint) on_checkpoint(step, folder.string());
+    std::vector<fs::path> existing;
+    for (const auto& e : fs::directory_iterator(root)) {
+      if (e.is_directory() && e.path().filename().string().rfind("step-", 0) == 0) existing.push_back(e.path());
+    }
+    std::sort(existing.begin(), existing.end());
+    const size_t keep = static_cast<size_t>(std::max(1, options.keep_checkpoints));
+    for (size_t i = 0; i + keep < existing.size(); ++i) fs::remove_all(existing[i]);
+    emit(protocol::Checkpoint{.step = step, .adapter_dir = dir, .checkpoint_seconds = seconds_since(t0)});
+  };
+
+  const double flops_per_token = method.flops_per_token();
+  for (int64_t step = 0; step < total; ++step) {
+    if (options.stop != nullptr && options.stop->load()) {
+      result.cancelled = true;
+      return result;
+    }
+    meter.begin_step();
+    protocol::Step ev = method.step(step, updater);
+    ev.step = step + 1;
+    ev.total_steps = total;
+    ev.memory = meter.end_step(updater.gradient_bytes());
+    if (peak_flops && flops_per_token > 0 && ev.step_seconds > 0) {
+      ev.mfu = flops_per_token * static_cast<double>(ev.batch_tokens) / ev.step_seconds / *peak_flops;
+    }
+    result.steps = step + 1;
+    result.final_loss = ev.loss;
+    emit(ev);
+
+    const bool last = step + 1 == total;
+    if (!last && options.validation_every > 0 && (step + 1) % options.validation_every == 0) run_validation(step + 1);
+    if (!last && options.save_every > 0 && (step + 1) % options.save_every == 0) save_checkpoint(step + 1);
+  }
+  run_validation(result.steps);
+  // The final adapter: its own phase, not a checkpoint.
+  emit(protocol::Phase{.phase = "EXPORTING"});
+  const auto t_save = SteadyClock::now();
+  fs::create_directories(options.output_dir);
+  result.adapter_dir = (fs::path(options.output_dir) / "adapter").string();
+  lora::save_peft_folder(model, options.lora, options.base_model, result.adapter_dir);
+  protocol::Completed done{.adapter_dir = result.adapter_dir,
+                           .final_loss = result.final_loss,
+                           .steps = result.steps,
+                           .export_seconds = seconds_since(t_save)};
+  if (result.final_validation_loss >= 0) done.final_validation_loss = result.final_validation_loss;
+  emit(done);
+  return result;
+}
+
+}  // namespace trainer::engine::train

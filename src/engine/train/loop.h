@@ -1,0 +1,113 @@
+// The training loop every method shares (SFT in engine/sft, GRPO/GSPO in engine/rl): preparing
+// the device, model and tokenizer; the trainable adapter with its optimizer and schedule; the
+// step loop with stop requests, metrics (step events, memory, MFU), validation cadence,
+// intermediate checkpoints and the final adapter. A method supplies only what one optimizer step
+// and one validation pass are. Internal to the engine (includes torch).
+//
+// Events are the job protocol's (protocol/job_protocol.h), in the order engine.h documents.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/device/gpu_info.h"
+#include "engine/engine.h"
+#include "engine/memory.h"
+#include "engine/model/model.h"
+#include "engine/optim/adamw.h"
+#include "engine/text/tokenizer.h"
+#include "plan/plan.h"
+
+namespace trainer::engine::train {
+
+using SteadyClock = std::chrono::steady_clock;
+double seconds_since(SteadyClock::time_point t);
+// Waits for the device's queued work (CUDA), so that timings cover it.
+void synchronize(const at::Device& device);
+// Hex SHA-256 of a file's bytes.
+std::string file_sha256(const std::string& path);
+
+// What every method starts from.
+struct Setup {
+  SteadyClock::time_point start;
+  at::Device device{at::kCPU};
+  std::optional<device::GpuInfo> gpu;
+  std::unique_ptr<model::CausalLM> model;
+  std::unique_ptr<text::Tokenizer> tokenizer;
+};
+
+// Checks baseModel, seeds torch with training.seed, emits phase PREPARING and devices, and
+// loads the model (in config.precision, on the plan's device) and its tokenizer.
+Setup prepare(const plan::Plan& plan, const EventSink& emit);
+
+// The trainable LoRA parameters (attached by the constructor), AdamW and the learning-rate
+// schedule over `total_steps` optimizer steps.
+class Updater {
+ public:
+  Updater(model::CausalLM& model, const plan::LoraSettings& lora, const plan::OptimizerSettings& optimizer,
+          uint64_t seed, int64_t total_steps);
+  const std::vector<at::Tensor>& params() const { return params_; }
+  optim::AdamW& optimizer() { return optimizer_; }
+  const plan::OptimizerSettings& settings() const { return settings_; }
+  int64_t total_steps() const { return total_; }
+
+  // Clips the accumulated gradients (optimizer.maxGradNorm); returns the norm before clipping.
+  // Records the bytes the gradients held for the step's memory report.
+  double clip();
+  // The scheduled rate of optimizer step `step` (0-based).
+  double learning_rate(int64_t step) const;
+  // One optimizer step at learning_rate(step), then the gradients are dropped; returns the rate.
+  double apply(int64_t step);
+  int64_t gradient_bytes() const { return gradient_bytes_; }
+
+ private:
+  std::vector<at::Tensor> params_;
+  plan::OptimizerSettings settings_;
+  optim::AdamW optimizer_;
+  int64_t total_ = 0, warmup_ = 0;
+  int64_t gradient_bytes_ = 0;
+};
+
+// A training method: what one optimizer step and one validation pass are.
+class Method {
+ public:
+  virtual ~Method() = default;
+  // Optimizer step `step` (0-based): its forward and backward passes (all micro-batches of the
+  // gradient accumulation), then updater.clip() and updater.apply(step). Returns the step event;
+  // the loop fills step, total_steps, memory and (with a known device peak) mfu.
+  virtual protocol::Step step(int64_t step, Updater& updater) = 0;
+  // One pass over the held-out data after optimizer step `step`; nullopt when there is none.
+  virtual std::optional<protocol::Validation> validate(int64_t /*step*/) { return std::nullopt; }
+  // Training FLOPs per token of the step's batch_tokens (for MFU); 0 = not reported.
+  virtual double flops_per_token() const { return 0; }
+};
+
+struct LoopOptions {
+  std::string output_dir;                       // adapter in output_dir/adapter, checkpoints beside
+  const std::atomic<bool>* stop = nullptr;      // checked at every step boundary
+  int64_t validation_every = 0;                 // steps between validations; 0 = only at the end
+  int64_t save_every = 0;                       // steps between checkpoints; 0 = none
+  int keep_checkpoints = 1;                     // newest checkpoints kept
+  plan::LoraSettings lora;                      // written into every adapter folder
+  std::string base_model;                       // base_model_name_or_path of the adapters
+};
+
+// Called after an intermediate checkpoint's adapter is written into `checkpoint_dir`/adapter
+// (checkpoint_dir = output_dir/checkpoints/step-NNNNNNNN), before older checkpoints are pruned:
+// where a method or the job adds training state (optimizer moments, data position, RNG).
+using CheckpointHook = std::function<void(int64_t step, const std::string& checkpoint_dir)>;
+
+// Emits phase TRAINING, runs `updater.total_steps()` steps of `method` with the memory meter,
+// validation and checkpoints, then the final validation, phase EXPORTING, the final adapter and
+// completed. Returns early with cancelled = true when `stop` is set.
+TrainResult run(Method& method, Setup& setup, Updater& updater, const LoopOptions& options, const EventSink& emit,
+                const CheckpointHook& on_checkpoint = nullptr);
+
+}  // namespace trainer::engine::train
