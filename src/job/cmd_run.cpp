@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -26,6 +27,7 @@
 #include "job/job_events.h"
 #include "job/job_telemetry.h"
 #include "job/snapshot_publisher.h"
+#include "job/snapshot_restore.h"
 #include "plan/plan.h"
 #include "storage/storage.h"
 
@@ -91,6 +93,13 @@ class StopSignals {
 
 // The run's settings hash as the engine reports it in `resolved` (empty when the dataset
 // cannot be read: the engine then fails and says why).
+// The artifact kinds of a checkpoint the engine reported.
+std::map<std::string, std::string> kinds_of(const std::string& adapter_dir, const std::optional<std::string>& state_dir) {
+  std::map<std::string, std::string> kinds = {{protocol::kWeightsKind, adapter_dir}};
+  if (state_dir) kinds[protocol::kTrainingStateKind] = *state_dir;
+  return kinds;
+}
+
 std::string settings_sha_of(const plan::Plan& plan) {
   std::ifstream in(plan.config.dataset, std::ios::binary);
   if (!in) return "";
@@ -153,8 +162,11 @@ int cmd_run(int argc, char** argv) {
   JobTelemetry telemetry(*plan, *identity, settings_sha_of(*plan),
                          export_options.is_ok() ? *export_options : std::nullopt);
   StopSignals signals([&](int signal) {
-    if (signal == kPauseSignal) pause_requested.store(true);
-    stop.store(true);
+    if (signal == kPauseSignal) {
+      pause_requested.store(true);  // the engine saves at the next step boundary, then stops
+    } else {
+      stop.store(true);
+    }
     telemetry.request_export();
   });
 
@@ -162,6 +174,7 @@ int cmd_run(int argc, char** argv) {
   req.plan = std::move(plan).value();
   req.output_dir = args.get("output");
   req.stop = &stop;
+  req.pause = &pause_requested;
 
   // Snapshots: published when the service names its catalog and artifact storage.
   std::unique_ptr<storage::Storage> artifacts;
@@ -182,6 +195,22 @@ int cmd_run(int argc, char** argv) {
     publisher = std::make_unique<SnapshotPublisher>(po, *artifacts, *catalog, telemetry.provider());
   }
 
+  // A resumed attempt restores the snapshot its pause stopped against, validated before use.
+  if (const char* resume = std::getenv("TRAINER_RESUME_SNAPSHOT"); resume != nullptr && *resume != '\0') {
+    if (!publisher) return fail("TRAINER_RESUME_SNAPSHOT needs TRAINER_CATALOG_URL and TRAINER_ARTIFACT_ROOT");
+    auto restored = restore_snapshot(*catalog, *artifacts, resume, {protocol::kWeightsKind, protocol::kTrainingStateKind},
+                                     (std::filesystem::path(req.output_dir) / "restore").string(),
+                                     telemetry::CheckpointRestoreMode::kResume, telemetry.provider());
+    if (!restored.is_ok()) return fail("restoring snapshot " + std::string(resume) + ": " + restored.status().message());
+    if (restored->run_id != identity->run_id) {
+      return fail("restoring snapshot " + std::string(resume) + ": it belongs to run " + restored->run_id);
+    }
+    req.resume_weights_dir = restored->dirs.at(protocol::kWeightsKind);
+    req.resume_state_dir = restored->dirs.at(protocol::kTrainingStateKind);
+    std::fprintf(stderr, "trainer-job run: resuming from snapshot %s (step %lld of attempt %lld)\n", resume,
+                 static_cast<long long>(restored->step), static_cast<long long>(restored->attempt));
+  }
+
   ProgressPrinter progress;
   int64_t epoch = 0;
   std::optional<Status> publication_failed;
@@ -195,14 +224,14 @@ int cmd_run(int argc, char** argv) {
     if (publisher) {
       if (const auto* e = std::get_if<protocol::Checkpoint>(&ev)) {
         // Staged at once (the engine may prune its folder later); published in the background.
-        auto staged = publisher->stage(e->step, epoch, {{protocol::kWeightsKind, e->adapter_dir}});
+        auto staged = publisher->stage(e->step, epoch, kinds_of(e->adapter_dir, e->state_dir));
         if (!staged.is_ok()) {
           std::fprintf(stderr, "trainer-job run: staging the checkpoint of step %lld failed: %s\n",
                        static_cast<long long>(e->step), staged.status().message().c_str());
         }
       } else if (const auto* e = std::get_if<protocol::Completed>(&ev)) {
         // A completed run leaves a final snapshot: staged, then every publication awaited.
-        auto staged = publisher->stage(e->steps, epoch, {{protocol::kWeightsKind, e->adapter_dir}});
+        auto staged = publisher->stage(e->steps, epoch, kinds_of(e->adapter_dir, e->state_dir));
         Status st = staged.is_ok() ? publisher->drain() : staged.status();
         if (!st.is_ok()) {
           publication_failed = st;
@@ -221,12 +250,20 @@ int cmd_run(int argc, char** argv) {
     telemetry.on_event(protocol::Failed{publication_failed->message()});
     return fail("the final snapshot was not published: " + publication_failed->message());
   }
-  if (result->cancelled && pause_requested.load()) {
-    // Saving the full training state on request needs the engine's side of issue 11; until it
-    // exists the save is refused, by name, rather than reported as a pause that restores nothing.
-    if (publisher) (void)publisher->drain();
-    return fail("asked to save its training state and pause, but this trainer-job cannot save training state "
-                "on request yet; the run stopped after step " + std::to_string(result->steps));
+  if (result->paused) {
+    // The pause's checkpoint was staged when the engine reported it: await its commit.
+    if (!publisher) return fail("asked to pause, but no snapshot catalog was given (TRAINER_CATALOG_URL)");
+    Status st = publisher->drain();
+    if (!st.is_ok()) return fail("the pause's snapshot was not published: " + st.message());
+    for (const auto& r : publisher->results()) {
+      if (r.step == result->steps && r.status.is_ok()) {
+        report(protocol::Paused{.step = r.step, .snapshot_id = r.snapshot_id});
+        std::fprintf(stderr, "trainer-job run: paused after step %lld (snapshot %s)\n",
+                     static_cast<long long>(r.step), r.snapshot_id.c_str());
+        return 0;
+      }
+    }
+    return fail("the pause's checkpoint of step " + std::to_string(result->steps) + " was not staged");
   }
   if (result->cancelled) {
     report(protocol::Cancelled{.steps = result->steps});

@@ -261,12 +261,14 @@ void to_json(json& out, const Validation& e) {
 
 void to_json(json& out, const Checkpoint& e) {
   out = {{"step", e.step}, {"adapterDir", e.adapter_dir}, {"checkpointSeconds", e.checkpoint_seconds}};
+  put(out, "stateDir", e.state_dir);
 }
 
 void to_json(json& out, const Completed& e) {
   out = {{"adapterDir", e.adapter_dir}, {"finalLoss", e.final_loss}, {"steps", e.steps},
          {"exportSeconds", e.export_seconds}};
   put(out, "finalValidationLoss", e.final_validation_loss);
+  put(out, "stateDir", e.state_dir);
 }
 
 void to_json(json& out, const Failed& e) { out = {{"reason", e.reason}}; }
@@ -398,6 +400,7 @@ Status from_json(const json& in, Checkpoint* e) {
   f.req("step", &e->step);
   f.req("adapterDir", &e->adapter_dir);
   f.def("checkpointSeconds", &e->checkpoint_seconds);
+  f.opt("stateDir", &e->state_dir);
   return f.status();
 }
 
@@ -408,6 +411,7 @@ Status from_json(const json& in, Completed* e) {
   f.def("steps", &e->steps);
   f.opt("finalValidationLoss", &e->final_validation_loss);
   f.def("exportSeconds", &e->export_seconds);
+  f.opt("stateDir", &e->state_dir);
   return f.status();
 }
 

@@ -149,6 +149,7 @@ struct Checkpoint {
   int64_t step = 0;
   std::string adapter_dir = {};
   double checkpoint_seconds = 0;
+  std::optional<std::string> state_dir = {};  // the training state saved with it (resuming needs it)
 };
 
 // "completed": the final adapter is written; the last event of a successful run.
@@ -158,6 +159,7 @@ struct Completed {
   int64_t steps = 0;
   std::optional<double> final_validation_loss = {};
   double export_seconds = 0;  // writing the final adapter (phase EXPORTING)
+  std::optional<std::string> state_dir = {};  // the final training state, beside the adapter
 };
 
 // "failed": the job stops with an error; the last event.
