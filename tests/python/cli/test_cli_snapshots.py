@@ -58,16 +58,19 @@ def test_each_save_and_the_end_leave_a_committed_snapshot(ready, trainerd):
     assert steps == [5, 4, 2], listed  # every saveEvery, and the final one; newest first
     assert listed["total"] == 3
     for s in listed["snapshots"]:
-        assert s["artifacts"] == ["weights"] and s["status"] == "Available", s
-        # The stored manifest is the one committed, and the id derives from it.
-        kind = s["kinds"]["weights"]
-        manifest_bytes = (trainerd.data_dir / kind["location"] / "manifest.json").read_bytes()
-        assert hashlib.sha256(manifest_bytes).hexdigest() == kind["manifestDigest"]
-        assert s["snapshotId"] == snapshot_id(run_id, s["savedStep"], {"weights": kind["manifestDigest"]})
-        manifest = json.loads(manifest_bytes)
-        for f in manifest["files"]:
-            payload = (trainerd.data_dir / kind["location"] / f["path"]).read_bytes()
-            assert len(payload) == f["bytes"] and hashlib.sha256(payload).hexdigest() == f["sha256"]
+        # Weights and training state, each committed.
+        assert sorted(s["artifacts"]) == ["trainingState", "weights"] and s["status"] == "Available", s
+        digests = {}
+        for name, kind in s["kinds"].items():
+            # The stored manifest is the one committed, and the id derives from them.
+            manifest_bytes = (trainerd.data_dir / kind["location"] / "manifest.json").read_bytes()
+            assert hashlib.sha256(manifest_bytes).hexdigest() == kind["manifestDigest"]
+            digests[name] = kind["manifestDigest"]
+            manifest = json.loads(manifest_bytes)
+            for f in manifest["files"]:
+                payload = (trainerd.data_dir / kind["location"] / f["path"]).read_bytes()
+                assert len(payload) == f["bytes"] and hashlib.sha256(payload).hexdigest() == f["sha256"]
+        assert s["snapshotId"] == snapshot_id(run_id, s["savedStep"], digests)
     # The final snapshot holds the final adapter's bytes.
     final = listed["snapshots"][0]
     final_dir = trainerd.data_dir / final["kinds"]["weights"]["location"]
@@ -87,8 +90,9 @@ def test_each_save_and_the_end_leave_a_committed_snapshot(ready, trainerd):
     missing = ready("snapshots", "get", "ffffffffffff")
     assert missing.returncode == 1 and "no snapshot" in missing.stderr
 
-    # The run shows its newest snapshot; the job's checkpoint metrics reached /metrics.
-    assert ready.json("runs", "get", run_id)["latestSnapshot"]["snapshotId"] == final["snapshotId"]
+    # The run shows its newest snapshot and restorable state; the job's checkpoint metrics reached /metrics.
+    got_run = ready.json("runs", "get", run_id)
+    assert got_run["latestSnapshot"]["snapshotId"] == final["snapshotId"] and got_run["savedStep"] == 5
     with urllib.request.urlopen(trainerd.url + "/metrics", timeout=30) as r:
         metrics = r.read().decode()
     assert 'akka_optimize_training_checkpoint_duration_seconds_count{' in metrics
