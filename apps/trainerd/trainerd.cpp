@@ -282,6 +282,7 @@ int trainerd_main(int argc, char** argv) {
     if (host == "::") host = "::1";
     if (host.find(':') != std::string::npos) host = "[" + host + "]";
     service.set_job_otlp_endpoint("http://" + host + ":" + std::to_string(port) + "/otlp");
+    service.set_catalog_url("http://" + host + ":" + std::to_string(port));
   }
   if (!opt.port_file.empty()) {
     std::ofstream(opt.port_file + ".tmp") << port << "\n";

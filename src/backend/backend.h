@@ -30,6 +30,8 @@ struct JobIdentity {
   std::string profile;           // accelerator profile of the run's pool, e.g. "cpu" (TRAINER_PROFILE)
   std::string otlp_endpoint;     // base URL the job pushes OTLP/HTTP JSON metrics to; "" = none
   int otlp_interval_ms = 5000;   // export interval (TRAINER_OTLP_INTERVAL_MS)
+  std::string catalog_url;       // trainerd's API base URL for the snapshot catalog's callbacks (TRAINER_CATALOG_URL)
+  std::string artifact_root;     // the artifact storage folder snapshots are published to (TRAINER_ARTIFACT_ROOT)
 };
 
 // What one attempt of a run executes.
@@ -47,6 +49,7 @@ struct JobSpec {
   int gpus = 0;                  // GPUs the claim holds (0: a CPU run)
   int cpus = 1;                  // CPUs a CPU run asks for
   std::vector<int> device_ids = {};  // the pool's device indices the claim was granted
+  std::string resume_snapshot;  // the snapshot this attempt restores (TRAINER_RESUME_SNAPSHOT); "" = none
 };
 
 // The environment variables of the service/job contract for `spec` (name, value), in a fixed order.
@@ -87,6 +90,10 @@ class Backend {
   virtual JobStatus poll(const JobHandle& handle) = 0;
   // Asks the job to stop at its next step boundary (SIGTERM locally).
   virtual void request_stop(const JobHandle& handle) = 0;
+  // Asks the job to save its full state at the next step boundary, publish it, then stop
+  // (trainer-job: SIGUSR1). Backends that cannot deliver it say so with supports_pause().
+  virtual bool supports_pause() const { return false; }
+  virtual void request_pause(const JobHandle& handle) { (void)handle; }
   // Stops it now (SIGKILL locally).
   virtual void kill(const JobHandle& handle) = 0;
 

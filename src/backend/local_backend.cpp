@@ -189,6 +189,8 @@ class LocalBackend final : public Backend {
   }
 
   void request_stop(const JobHandle& handle) override { signal_job(handle, SIGTERM); }
+  bool supports_pause() const override { return true; }
+  void request_pause(const JobHandle& handle) override { signal_job(handle, SIGUSR1); }
   void kill(const JobHandle& handle) override { signal_job(handle, SIGKILL); }
 
   std::optional<JobHandle> find(const JobSpec& spec) override {
@@ -337,6 +339,9 @@ std::vector<std::pair<std::string, std::string>> job_environment(const JobSpec& 
     add("TRAINER_OTLP_ENDPOINT", id.otlp_endpoint);
     add("TRAINER_OTLP_INTERVAL_MS", std::to_string(id.otlp_interval_ms));
   }
+  add("TRAINER_CATALOG_URL", id.catalog_url);
+  add("TRAINER_ARTIFACT_ROOT", id.artifact_root);
+  add("TRAINER_RESUME_SNAPSHOT", spec.resume_snapshot);
   return env;
 }
 

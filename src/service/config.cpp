@@ -155,7 +155,7 @@ Result<DeploymentConfig> parse_config(const std::string& text, const std::string
   if (doc.contains("limits")) {
     const json& l = doc["limits"];
     if (!l.is_object()) return fail(invalid_argument("limits: must be an object"));
-    if (!(st = check_keys(l, "limits.", {"maxRequestBytes", "maxDatasetBytes", "cancelGraceSeconds"})).is_ok()) {
+    if (!(st = check_keys(l, "limits.", {"maxRequestBytes", "maxDatasetBytes", "cancelGraceSeconds", "pauseDeadlineSeconds"})).is_ok()) {
       return fail(st);
     }
     const int64_t kMaxBytes = int64_t{1} << 34;
@@ -170,6 +170,9 @@ Result<DeploymentConfig> parse_config(const std::string& text, const std::string
     c.limits.max_request_bytes = static_cast<size_t>(*a);
     c.limits.max_dataset_bytes = static_cast<size_t>(*b);
     c.limits.cancel_grace_seconds = static_cast<int>(*g);
+    auto p = non_negative_int(l, "pauseDeadlineSeconds", "limits.", c.limits.pause_deadline_seconds);
+    if (!p.is_ok()) return fail(p.status());
+    c.limits.pause_deadline_seconds = static_cast<int>(*p);
   }
   if (doc.contains("jobBinary")) {
     auto j = string_field(doc, "jobBinary", "", true);
@@ -302,7 +305,8 @@ nlohmann::json config_to_json(const DeploymentConfig& c) {
   out["quotas"] = {{"default", c.default_workload_quota}, {"workloads", c.workload_quotas}};
   out["limits"] = {{"maxRequestBytes", c.limits.max_request_bytes},
                    {"maxDatasetBytes", c.limits.max_dataset_bytes},
-                   {"cancelGraceSeconds", c.limits.cancel_grace_seconds}};
+                   {"cancelGraceSeconds", c.limits.cancel_grace_seconds},
+                   {"pauseDeadlineSeconds", c.limits.pause_deadline_seconds}};
   out["jobBinary"] = c.job_binary;
   out["compute"] = {{"backend", c.compute.backend}};
   if (c.compute.backend == "slurm") {

@@ -124,8 +124,8 @@ Status ServiceImpl::step_run(RunRecord& run) {
       return follow_job(run);
     case Phase::kFinalizing:
       return finalize(run);
-    case Phase::kPausing:  // no pause in this round: a run found here has nothing to stop
-      return fail(run, "the run was found pausing, which this trainerd does not support");
+    case Phase::kPausing:
+      return step_pausing(run);
     case Phase::kPaused:
     case Phase::kCompleted:
     case Phase::kFailed:
@@ -189,6 +189,8 @@ backend::JobSpec ServiceImpl::job_spec(const RunRecord& run) const {
   spec.identity.otlp_endpoint =
       opt_.config.telemetry.otlp_endpoint.empty() ? job_otlp_endpoint_ : opt_.config.telemetry.otlp_endpoint;
   spec.identity.otlp_interval_ms = opt_.config.telemetry.otlp_interval_ms;
+  spec.identity.catalog_url = catalog_url_;
+  spec.identity.artifact_root = storage_->local_path(".");
   spec.plan_path = (dir / "plan.json").string();
   spec.output_dir = (dir / "output").string();
   spec.events_path = (dir / "events.jsonl").string();
@@ -203,6 +205,7 @@ backend::JobSpec ServiceImpl::job_spec(const RunRecord& run) const {
       if (c.owner == run.id && c.state == "GRANTED") spec.device_ids = c.device_ids;
     }
   }
+  spec.resume_snapshot = run.resume_from.value_or("");
   return spec;
 }
 

@@ -182,6 +182,10 @@ Status ServiceImpl::apply_event(RunRecord& run, const protocol::Event& event, co
     run.job_reason = e->reason.empty() ? "the job reported a failure without a reason" : e->reason;
   } else if (std::get_if<protocol::Cancelled>(&event)) {
     run.job_outcome = JobOutcome::kCancelled;
+  } else if (const auto* e = std::get_if<protocol::Paused>(&event)) {
+    run.job_outcome = JobOutcome::kPaused;
+    run.paused_step = e->step;
+    run.paused_snapshot = e->snapshot_id;
   }
   return Status::ok();
 }

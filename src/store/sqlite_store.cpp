@@ -47,6 +47,16 @@ CREATE TABLE claims (
     R"sql(
 ALTER TABLE claims ADD COLUMN device_ids TEXT NOT NULL DEFAULT '';
 )sql",
+    // 3: the snapshot catalog.
+    R"sql(
+CREATE TABLE snapshots (
+  id TEXT PRIMARY KEY,
+  run_id TEXT NOT NULL,
+  step INTEGER NOT NULL,
+  state TEXT NOT NULL,
+  doc TEXT NOT NULL);
+CREATE INDEX snapshots_by_run ON snapshots(run_id, step);
+)sql",
 };
 
 // Device indices as stored in claims.device_ids ("0,1").
@@ -489,6 +499,65 @@ class SqliteStore final : public Store {
     if (s.step() != SQLITE_DONE) return db_error(db_, "writing");
     return Status::ok();
   }
+  // ---- snapshots
+  Status insert_snapshot(const json& doc) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Stmt s(db_, "INSERT INTO snapshots(id, run_id, step, state, doc) VALUES (?, ?, ?, ?, ?)");
+    s.bind(1, doc.at("snapshotId").get<std::string>())
+        .bind(2, doc.at("runId").get<std::string>())
+        .bind(3, doc.at("savedStep").get<int64_t>())
+        .bind(4, doc.at("state").get<std::string>())
+        .bind(5, doc.dump(-1, ' ', false, json::error_handler_t::replace));
+    int rc = s.step();
+    if (rc == SQLITE_CONSTRAINT) {
+      return already_exists("snapshot " + doc.at("snapshotId").get<std::string>() + " is already in the catalog");
+    }
+    if (rc != SQLITE_DONE) return db_error(db_, "inserting snapshot");
+    return Status::ok();
+  }
+  Status update_snapshot(const json& doc) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Stmt s(db_, "UPDATE snapshots SET state = ?, doc = ? WHERE id = ?");
+    s.bind(1, doc.at("state").get<std::string>())
+        .bind(2, doc.dump(-1, ' ', false, json::error_handler_t::replace))
+        .bind(3, doc.at("snapshotId").get<std::string>());
+    if (s.step() != SQLITE_DONE) return db_error(db_, "updating snapshot");
+    if (sqlite3_changes(db_) == 0) return not_found("snapshot " + doc.at("snapshotId").get<std::string>());
+    return Status::ok();
+  }
+  Result<std::optional<json>> get_snapshot(const std::string& id) override {
+    return one("SELECT doc FROM snapshots WHERE id = ?", {id});
+  }
+  Result<std::vector<std::string>> snapshot_ids_with_prefix(const std::string& prefix, int limit) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Stmt s(db_, "SELECT id FROM snapshots WHERE substr(id, 1, length(?1)) = ?1 ORDER BY id LIMIT ?2");
+    s.bind(1, prefix).bind(2, static_cast<int64_t>(limit));
+    std::vector<std::string> out;
+    int rc;
+    while ((rc = s.step()) == SQLITE_ROW) out.push_back(s.text(0));
+    if (rc != SQLITE_DONE) return db_error(db_, "reading snapshot ids");
+    return out;
+  }
+  Result<SnapshotPage> list_snapshots(const std::string& run_id, const std::string& state, int64_t limit,
+                                      int64_t offset) override {
+    SnapshotPage page;
+    {
+      std::lock_guard<std::recursive_mutex> lock(mu_);
+      Stmt c(db_, "SELECT COUNT(*) FROM snapshots WHERE run_id = ?1 AND (?2 = '' OR state = ?2)");
+      c.bind(1, run_id).bind(2, state);
+      if (c.step() != SQLITE_ROW) return db_error(db_, "counting snapshots");
+      page.total = c.integer(0);
+    }
+    std::vector<std::string> args = {run_id, state, std::to_string(limit), std::to_string(offset)};
+    auto rows = docs(
+        "SELECT doc FROM snapshots WHERE run_id = ?1 AND (?2 = '' OR state = ?2) ORDER BY step DESC, id "
+        "LIMIT CAST(?3 AS INTEGER) OFFSET CAST(?4 AS INTEGER)",
+        args);
+    if (!rows.is_ok()) return rows.status();
+    page.snapshots = std::move(*rows);
+    return page;
+  }
+
   Result<std::vector<json>> docs(const char* sql, const std::vector<std::string>& args) {
     std::vector<std::string> texts;
     {
