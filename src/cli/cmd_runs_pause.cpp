@@ -70,7 +70,7 @@ Command runs_resume_command() {
             "A new attempt of the same run: same id, metrics and snapshots, the same device count;\n"
             "its cost adds to the run's.",
             {}, {}, runs_resume, 1, 1, {}};
-  c.examples = {{"resume, then follow it", "trainer runs resume 7d496e82 && trainer runs wait 7d496e82"}};
+  c.examples = {{"resume a paused run (then follow it with `trainer runs wait`)", "trainer runs resume 7d496e82"}};
   return c;
 }
 

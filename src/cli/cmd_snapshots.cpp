@@ -113,7 +113,7 @@ Command runs_snapshots_command() {
             "Weights and trainingState commit separately: ARTIFACTS names those committed.",
             page_flags(), {}, runs_snapshots, 1, 1, {}};
   c.examples = {{"a run's snapshots", "trainer runs snapshots 7d496e82"},
-                {"their ids", "trainer runs snapshots 7d496e82 -o json --jq '.snapshots[].snapshotId'"}};
+                {"as JSON, for scripts", "trainer runs snapshots 7d496e82 -o json"}};
   return c;
 }
 
@@ -121,12 +121,12 @@ Command snapshots_command() {
   Command g;
   g.name = "snapshots";
   g.summary = "Snapshots: immutable saves of a run that the catalog has verified and committed";
-  g.examples = {{"a run's snapshots", "trainer runs snapshots 7d496e82"},
+  g.examples = {{"a run's snapshots", "trainer snapshots list 7d496e82"},
                 {"one of them", "trainer snapshots get 3f2a9c71bd04"}};
   Command get{"get", {}, "Show one snapshot: origin, artifact kinds, manifest digests, size", "SNAPSHOT",
               "SNAPSHOT is an id or any unambiguous prefix of one.", {}, {}, snapshots_get, 1, 1, {}};
   get.examples = {{"a snapshot by prefix", "trainer snapshots get 3f2a9c71bd04"},
-                  {"its manifest digests", "trainer snapshots get 3f2a9c71bd04 -o json --jq '.kinds'"}};
+                  {"its manifest digests, as JSON", "trainer snapshots get 3f2a9c71bd04 -o json"}};
   g.children.push_back(get);
   Command list{"list", {}, "List a run's committed snapshots (as `runs snapshots RUN`)", "RUN", "", page_flags(), {},
                runs_snapshots, 1, 1, {}};

@@ -149,6 +149,7 @@ def test_every_metric_of_a_short_sft_run_agrees_with_an_independent_figure(bin_d
         steps = cli.json("runs", "metrics", run_id)["steps"]
         after_cap, after_runs = cli.json("capacity"), cli.json("runs", "list")
         dataset = cli.json("datasets", "get", DATASET)
+        snapshots = cli.json("runs", "snapshots", run_id)["snapshots"]
         model = cli.json("base-models", "get", MODEL)
         after_text = get_text(d.url + "/metrics")
         events = [json.loads(line) for line in
@@ -159,7 +160,7 @@ def test_every_metric_of_a_short_sft_run_agrees_with_an_independent_figure(bin_d
                                     'akka_optimize_training_run_phase="COMPLETED"} == 1'), timeout=60)
 
         run_audit(audit, d, prom, capture, run_id, run, steps, during, (after_cap, after_runs, after_text), dataset,
-                  model, events, tiny_model)
+                  model, events, tiny_model, snapshots)
     finally:
         table = audit.markdown()
         print("\n" + table)
@@ -175,7 +176,7 @@ def test_every_metric_of_a_short_sft_run_agrees_with_an_independent_figure(bin_d
 
 
 def run_audit(audit: Audit, d, prom: Prometheus, capture: OtlpCapture, run_id, run, steps, during, after, dataset,
-              model, events, model_dir):
+              model, events, model_dir, snapshots):
     instance = socket.gethostname()
     plan = run["plan"]
     hp = plan["config"]["hyperparams"]
@@ -329,7 +330,10 @@ def run_audit(audit: Audit, d, prom: Prometheus, capture: OtlpCapture, run_id, r
             continue
         kind = otlp_kind(metric)
         problems = []
-        if kind != declared["kind"]:
+        declared_kind = declared["kind"]
+        if declared_kind == "histogram" and declared.get("histogram") == "exponential":
+            declared_kind = "histogram(exponential)"
+        if kind != declared_kind:
             problems.append(f"kind {kind}")
         if metric.get("unit") != declared["unit"]:
             problems.append(f"unit {metric.get('unit')!r}")
@@ -339,7 +343,9 @@ def run_audit(audit: Audit, d, prom: Prometheus, capture: OtlpCapture, run_id, r
             keys = set(point_attrs(p))
             if not required <= keys <= allowed:
                 problems.append(f"attributes {sorted(keys)}")
-            if kind != "histogram":
+            if kind == "histogram(exponential)":
+                pass  # no bounds to compare; OTLP carries an exponential histogram's sum as a double
+            elif kind != "histogram":
                 int_typed = "asInt" in p
                 if int_typed != (declared["value_type"] == "int"):
                     problems.append("value type " + ("int" if int_typed else "double"))
@@ -520,6 +526,62 @@ def run_audit(audit: Audit, d, prom: Prometheus, capture: OtlpCapture, run_id, r
     audit.check(PREFIX + "job.worker.info", "after the job ended (/metrics)", len(end_workers) or None, None,
                 "a worker that exits ends its series (the job's last push has none)",
                 not end_workers and pushed("job.worker.info") is None)
+
+    _, samples_after = parse_exposition(after[2])
+    # ---- snapshots: the final snapshot's publication against the catalog and the storage folder ----
+    # The run has no saveEvery: its one snapshot is the final one, both kinds, published before the
+    # job reported completion.
+    committed = {(sn["snapshotId"], kind) for sn in snapshots for kind, k in sn.get("kinds", {}).items()
+                 if k.get("state", "committed") == "committed"}
+    audit.check(PREFIX + "checkpoint.publication.pending", "at the end", pv("checkpoint.publication.pending"), 0,
+                f"`trainer runs snapshots`: {len(snapshots)} snapshot(s) committed, nothing left to publish")
+    for kind in sorted({k for _, k in committed}):
+        on_disk = sum(f.stat().st_size for sn in snapshots if kind in sn.get("kinds", {})
+                      for f in (d.data_dir / sn["kinds"][kind]["location"]).rglob("*") if f.is_file())
+        p = pushed("checkpoint.transfer.size", checkpoint__operation="upload", checkpoint__outcome="success",
+                   checkpoint__artifact__kind=kind, checkpoint__storage__mode="shared_filesystem")
+        observed = (int(p["count"]), int(round(float(p["sum"])))) if p else None
+        audit.check(PREFIX + "checkpoint.transfer.size", f"upload, success, {kind}", observed,
+                    (sum(1 for _, k in committed if k == kind), on_disk),
+                    "`trainer runs snapshots` committed kinds; bytes of their files (payload + manifest) in the "
+                    "storage folder")
+    durations = {}
+    for point in otlp_points(last.get(PREFIX + "checkpoint.duration") or {}):
+        a = point_attrs(point)
+        key = (a.get("checkpoint.operation"), a.get("checkpoint.outcome"))  # summed over artifact kinds
+        count, total = durations.get(key, (0, 0.0))
+        durations[key] = (count + int(point["count"]), total + float(point["sum"]))
+    outcomes = sorted({o for _, o in durations})
+    audit.check(PREFIX + "checkpoint.duration", "outcomes", outcomes, ["success"] if durations else [],
+                "the run completed and its snapshot is committed: no failed operation")
+    per_kind = {"stage": len(snapshots), "reserve": len(snapshots), "publish": len(snapshots),
+                "upload": len(committed), "acknowledge": len(committed)}
+    counts = {op: durations.get((op, "success"), (0, 0.0))[0] for op in per_kind}
+    audit.check(PREFIX + "checkpoint.duration", "count per operation", counts, per_kind,
+                "`trainer runs snapshots`: one stage, reservation and publication per snapshot; one upload and "
+                "acknowledgement per committed kind")
+    publish_seconds = durations.get(("publish", "success"), (0, 0.0))[1]
+    phases_end = {h["phase"]: rfc(h["enteredAt"]) for h in history}
+    window = phases_end["CLEANING_UP"] - phases_end["TRAINING"]
+    audit.check(PREFIX + "checkpoint.duration", "publish: sum ≤ TRAINING + FINALIZING wall time",
+                round(publish_seconds, 3), f"≤ {window:.3f}", "`trainer runs get`: TRAINING → CLEANING_UP",
+                0 < publish_seconds <= window)
+    attempts = [s for s in samples_after if s.name == prom_name(PREFIX + "service.operation.attempts")
+                and s.labels.get("service_operation") == "commit_snapshot"]
+    by_stage = collections.Counter()
+    for s in attempts:
+        by_stage[f'{s.labels.get("service_stage")}/{s.labels.get("service_outcome")}'] += s.value
+    audit.check(PREFIX + "service.operation.attempts", "commit_snapshot, by stage/outcome", dict(by_stage),
+                {stage: float(len(committed)) for stage in by_stage} if by_stage and
+                all(k.endswith("/success") for k in by_stage) else "every stage: one success per committed kind",
+                "`trainer runs snapshots`: each stage of a catalog commit succeeds once per committed kind")
+    dur_count = select(samples_after, prom_name(PREFIX + "service.operation.duration") + "_count",
+                       service_operation="commit_snapshot", service_outcome="success")
+    dur_sum = select(samples_after, prom_name(PREFIX + "service.operation.duration") + "_sum",
+                     service_operation="commit_snapshot", service_outcome="success")
+    audit.check(PREFIX + "service.operation.duration", "commit_snapshot, success: count; sum ≤ TRAINING → CLEANING_UP",
+                (sum(x.value for x in dur_count), bool(dur_sum) and 0 < sum(x.value for x in dur_sum) <= window),
+                (float(len(committed)), True), "`trainer runs snapshots` committed kinds; the run's phase timestamps")
 
     # Trainerd serves what the job pushed last, and Prometheus scraped the same.
     mismatched = []

@@ -64,7 +64,8 @@ def test_cost_is_an_estimate_while_training(start_trainerd, setup_basics, standi
     run = d.ok(d.post("/v1/runs", plan()), 201)
     training = d.wait_phase(run["runId"], "TRAINING")
     assert training["cost"]["estimated"] is True
-    assert training["claim"] == {"pool": "cpu", "devices": 1, "state": "GRANTED", "since": training["claim"]["since"]}
+    assert training["claim"] == {"pool": "cpu", "devices": 1, "state": "GRANTED", "since": training["claim"]["since"],
+                                 "deviceIds": [0]}
     text = d.get("/metrics").raw.decode()
     assert metric_value(text, "akka_optimize_training_run_active", run_phase="TRAINING") == 1
     assert metric_value(text, "akka_optimize_training_pool_devices_claimed", claim_state="GRANTED") == 1
