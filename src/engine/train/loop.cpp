@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 
 #include "common/sha256.h"
 #include "engine/device/peak_flops.h"
@@ -14,6 +15,7 @@
 #include "engine/lora/lora.h"
 #include "engine/train/state.h"
 #include "engine/optim/schedule.h"
+#include "storage/storage.h"
 
 namespace trainer::engine::train {
 namespace fs = std::filesystem;
@@ -37,6 +39,16 @@ std::string file_sha256(const std::string& path) {
 }
 
 namespace {
+
+// Removes all but the newest `keep` checkpoint folders (keys step-NNNNNNNN) of `checkpoints`.
+void prune_checkpoints(storage::Storage& checkpoints, size_t keep) {
+  std::vector<std::string> steps;
+  for (const std::string& file : value_or_throw(checkpoints.list(""))) {
+    const std::string top = file.substr(0, file.find('/'));
+    if (top.rfind("step-", 0) == 0 && (steps.empty() || steps.back() != top)) steps.push_back(top);
+  }
+  for (size_t i = 0; i + keep < steps.size(); ++i) throw_if_error(checkpoints.remove(steps[i]));
+}
 
 // The job's devices as the protocol names them; `gpu` is the CUDA device's NVML record.
 protocol::Devices devices_of(const at::Device& device, const std::optional<device::GpuInfo>& gpu) {
@@ -136,27 +148,27 @@ TrainResult run(Method& method, Setup& setup, Updater& updater, const LoopOption
     result.final_validation_loss = v->validation_loss;
     emit(*v);
   };
+  // Checkpoints are artifacts of a storage rooted at DIR/checkpoints, one folder per save under
+  // the key step-NNNNNNNN: written in a working folder, published whole, the oldest removed by key.
+  const fs::path checkpoint_root = fs::path(options.output_dir) / "checkpoints";
+  std::unique_ptr<storage::Storage> checkpoints;
   // A checkpoint: the adapter and the training state; returns its folder.
   auto save_checkpoint = [&](int64_t step) {
     const auto t0 = SteadyClock::now();
-    const fs::path root = fs::path(options.output_dir) / "checkpoints";
-    fs::create_directories(root);
+    if (!checkpoints) checkpoints = value_or_throw(storage::make_folder_storage(checkpoint_root.string()));
     char name[32];
     std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(step));
-    const fs::path folder = root / name;
+    const fs::path work = checkpoint_root / (std::string(".writing-") + name);
+    fs::remove_all(work);
+    lora::save_peft_folder(model, options.lora, options.base_model, (work / "adapter").string());
+    save_training_state((work / kTrainingStateDir).string(), updater, step, method.data_state(), device);
+    throw_if_error(checkpoints->publish(work.string(), name));
+    fs::remove_all(work);
+    const fs::path folder = checkpoint_root / name;
     const std::string dir = (folder / "adapter").string();
-    fs::create_directories(folder);
-    lora::save_peft_folder(model, options.lora, options.base_model, dir);
     const std::string state_dir = (folder / kTrainingStateDir).string();
-    save_training_state(state_dir, updater, step, method.data_state(), device);
     if (on_checkpoint) on_checkpoint(step, folder.string());
-    std::vector<fs::path> existing;
-    for (const auto& e : fs::directory_iterator(root)) {
-      if (e.is_directory() && e.path().filename().string().rfind("step-", 0) == 0) existing.push_back(e.path());
-    }
-    std::sort(existing.begin(), existing.end());
-    const size_t keep = static_cast<size_t>(std::max(1, options.keep_checkpoints));
-    for (size_t i = 0; i + keep < existing.size(); ++i) fs::remove_all(existing[i]);
+    prune_checkpoints(*checkpoints, static_cast<size_t>(std::max(1, options.keep_checkpoints)));
     emit(protocol::Checkpoint{
         .step = step, .adapter_dir = dir, .checkpoint_seconds = seconds_since(t0), .state_dir = state_dir});
   };
