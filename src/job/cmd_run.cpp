@@ -158,7 +158,7 @@ int cmd_run(int argc, char** argv) {
     progress.on_event(ev);
     telemetry.on_event(ev);
   };
-  auto result = engine::train_sft(req, report);
+  auto result = engine::run_training(req, report);
   if (!result.is_ok()) {
     telemetry.on_event(protocol::Failed{result.status().message()});
     return fail(result.status().message());

@@ -1,0 +1,90 @@
+// GRPO/GSPO losses (declared in rl/loss.h).
+#include "engine/rl/loss.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <algorithm>
+
+namespace trainer::engine::rl {
+
+at::Tensor advantages(const at::Tensor& rewards, int64_t group_size, plan::ScaleRewards scale) {
+  at::Tensor r = rewards.to(at::kFloat);
+  at::Tensor grouped = r.view({-1, group_size});
+  at::Tensor mean = grouped.mean(1).repeat_interleave(group_size);
+  at::Tensor adv = r - mean;
+  // Bessel-corrected standard deviations, as torch.std (NaN-free: one sample gives 0).
+  auto std_of = [](const at::Tensor& x, int64_t dim) {
+    const int64_t n = x.size(dim);
+    if (n < 2) return at::zeros_like(x.select(dim, 0));
+    return ((x - x.mean(dim, true)).pow(2).sum(dim) / static_cast<double>(n - 1)).sqrt();
+  };
+  if (scale == plan::ScaleRewards::kGroup) {
+    adv = adv / (std_of(grouped, 1).repeat_interleave(group_size) + 1e-4);
+  } else if (scale == plan::ScaleRewards::kBatch) {
+    adv = adv / (std_of(r, 0) + 1e-4);
+  }
+  return adv;
+}
+
+at::Tensor token_logps(const at::Tensor& logits, const at::Tensor& targets, double temperature, at::Tensor* entropy) {
+  at::Tensor scaled = temperature != 1.0 ? logits / temperature : logits;
+  at::Tensor logp = at::log_softmax(scaled, -1);
+  if (entropy != nullptr) {
+    at::NoGradGuard no_grad;
+    *entropy = -(logp.exp() * logp).sum(-1);
+  }
+  return logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1);
+}
+
+LossOutput policy_loss(const LossInputs& in, const LossSettings& s) {
+  const at::Tensor& logps = in.logps;
+  const at::Tensor& mask = in.mask;
+  at::Tensor old = in.old_logps.defined() ? in.old_logps : logps.detach();
+  at::Tensor adv = in.advantages.dim() == 1 ? in.advantages.unsqueeze(1) : in.advantages;
+  at::Tensor log_ratio = logps - old;
+  at::Tensor log_w = s.sequence_level ? ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp_min(1.0)).unsqueeze(-1)
+                                      : log_ratio;
+  at::Tensor coef_1 = at::exp(log_w);
+  at::Tensor coef_2 = at::clamp(coef_1, 1 - s.clip_low, 1 + s.clip_high);
+  at::Tensor per_token = -at::min(coef_1 * adv, coef_2 * adv);
+  at::Tensor kl;
+  if (s.beta != 0.0) {
+    at::Tensor d = in.ref_logps - logps;
+    kl = at::exp(d) - d - 1;
+    per_token = per_token + s.beta * kl;
+  }
+  const double micro = static_cast<double>(std::max<int64_t>(1, in.micro_batches));
+  at::Tensor masked = per_token * mask;
+  LossOutput out;
+  switch (s.aggregation) {
+    case plan::LossAggregation::kGrpo:
+      out.loss = (masked.sum(-1) / mask.sum(-1).clamp_min(1.0)).mean() / micro;
+      break;
+    case plan::LossAggregation::kBnpo:
+      out.loss = masked.sum() / mask.sum().clamp_min(1.0) / micro;
+      break;
+    case plan::LossAggregation::kDrGrpo:
+      out.loss = masked.sum() / static_cast<double>(per_token.size(0) * s.max_completion_length) / micro;
+      break;
+    case plan::LossAggregation::kDapo:
+      out.loss = masked.sum() / std::max(1.0, in.active_tokens);
+      break;
+  }
+  at::NoGradGuard no_grad;
+  const double tokens = mask.sum().item<double>();
+  out.tokens = tokens;
+  auto masked_mean = [&](const at::Tensor& x) {
+    at::Tensor full = x.size(1) == 1 ? x.expand_as(mask) : x;
+    return tokens > 0 ? (full * mask).sum().item<double>() / tokens : 0.0;
+  };
+  at::Tensor low = ((coef_1 < 1 - s.clip_low) & (adv < 0)).to(at::kFloat);
+  at::Tensor high = ((coef_1 > 1 + s.clip_high) & (adv > 0)).to(at::kFloat);
+  out.clip_low = masked_mean(low);
+  out.clip_high = masked_mean(high);
+  out.clip_region = masked_mean((low + high).clamp_max(1.0));
+  if (kl.defined()) out.kl = masked_mean(kl.detach());
+  return out;
+}
+
+}  // namespace trainer::engine::rl
