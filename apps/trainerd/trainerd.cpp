@@ -139,7 +139,8 @@ void print_help() {
   std::printf(
       "usage: trainerd [OPTIONS]\n\n"
       "The trainer service: HTTP/JSON API (docs/api.md), durable state in SQLite, run lifecycle, GPU\n"
-      "pools, claims and quotas, training jobs as local processes. With no options it starts on the\n"
+      "pools, claims and quotas, training jobs as local processes, Slurm batch jobs or Ray jobs\n"
+      "(compute.backend). With no options it starts on the\n"
       "embedded default: SQLite in the data folder, the local backend, port 9001, a CPU pool.\n\n"
       "options:\n");
   for (const auto& o : option_table()) {
@@ -281,13 +282,15 @@ int trainerd_main(int argc, char** argv) {
     if (host == "::") host = "::1";
     if (host.find(':') != std::string::npos) host = "[" + host + "]";
     service.set_job_otlp_endpoint("http://" + host + ":" + std::to_string(port) + "/otlp");
+    service.set_catalog_url("http://" + host + ":" + std::to_string(port));
   }
   if (!opt.port_file.empty()) {
     std::ofstream(opt.port_file + ".tmp") << port << "\n";
     fs::rename(opt.port_file + ".tmp", opt.port_file, ec);
   }
-  std::fprintf(stderr, "trainerd %s: listening on http://%s:%d (data %s, backend local, instance %s)\n",
-               version_string(), opt.host.c_str(), port, opt.data_dir.c_str(), opt.instance.c_str());
+  std::fprintf(stderr, "trainerd %s: listening on http://%s:%d (data %s, backend %s, instance %s)\n",
+               version_string(), opt.host.c_str(), port, opt.data_dir.c_str(), config.compute.backend.c_str(),
+               opt.instance.c_str());
 
   Status st = service.start();
   for (const auto& step : service.startup_steps()) {

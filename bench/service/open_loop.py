@@ -28,62 +28,21 @@ Figures (2026-12-01, 2 shared CPUs under load 6-8 from other builds; 10,001 runs
                                                                       phase's backlog still draining)
 With the page cache and the store's memory map (wt-perf; figures in README.md): lists p50 0.84 ms,
 p99 8.9 ms, 100% 200; gets p99 3.0 ms; gets + 500 followers p50 0.95 ms, p99 462 ms, 100% 200.
+With parked polls off the workers and one poll per run (issue 9, README.md): gets + 500 followers
+p99 4.1-398 ms, 100% 200, where main in the same rounds answered 25-87% with a p99 of 1.6-8.4 s.
 """
 import argparse
-import concurrent.futures
 import json
 import os
 import pathlib
 import random
 import shutil
-import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "python"))
-sys.path.insert(0, str(REPO / "tests" / "python" / "service"))
-
-
-def call(url, method="GET", body=None, timeout=60):
-    req = urllib.request.Request(url, data=json.dumps(body).encode() if body is not None else None, method=method,
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        return json.loads(r.read())
-
-
-class Daemon:
-    def __init__(self, build, data, config, env, log):
-        port_file = data.parent / (data.name + ".port")
-        if port_file.exists():
-            port_file.unlink()
-        self.proc = subprocess.Popen([str(pathlib.Path(build) / "apps" / "trainerd"), "--data-dir", str(data),
-                                      "--port", "0", "--port-file", str(port_file), "--config", str(config)],
-                                     stdout=log, stderr=log, env=env)
-        while not port_file.exists() or not port_file.read_text().strip():
-            if self.proc.poll() is not None:
-                raise RuntimeError("trainerd exited")
-            time.sleep(0.05)
-        self.port = int(port_file.read_text().strip())
-        self.url = f"http://127.0.0.1:{self.port}"
-        while True:
-            try:
-                if call(self.url + "/v1/info")["startup"]["ready"]:
-                    break
-            except Exception:
-                time.sleep(0.05)
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+from bench_support import REPO, Daemon, call, fill, setup
 
 
 def vegeta(binary, targets, rate, seconds, tmp):
@@ -97,37 +56,6 @@ def vegeta(binary, targets, rate, seconds, tmp):
     lat = doc["latencies"]
     return {"p50": lat["50th"] / 1e6, "p90": lat["90th"] / 1e6, "p99": lat["99th"] / 1e6, "max": lat["max"] / 1e6,
             "ok": doc["success"], "requests": doc["requests"], "codes": doc.get("status_codes", {})}
-
-
-def fill(build, tmp, runs, env, config):
-    from service_helpers import CHAT_ROWS, jsonl, plan
-    data = tmp / "filled"
-    d = Daemon(build, data, config, env, open(tmp / "fill.log", "wb"))
-    try:
-        url = d.url
-        call(url + "/v1/base-models/select", "POST", {"name": "tiny/qwen3"})
-        while call(url + "/v1/base-models/tiny/qwen3")["status"] != "ready":
-            time.sleep(0.05)
-        call(url + "/v1/workloads", "POST", {"name": "bench"})
-        call(url + "/v1/datasets", "POST", {"name": "train", "rows": jsonl(CHAT_ROWS)})
-        holder = call(url + "/v1/runs", "POST", plan(workload="bench"))["runId"]
-        started = time.time()
-
-        def one(i):
-            run = call(url + "/v1/runs", "POST", plan(workload="bench", description=f"bench run {i}"))
-            call(url + f"/v1/runs/{run['runId']}/cancel", "POST")
-            return run["runId"]
-
-        with concurrent.futures.ThreadPoolExecutor(8) as pool:
-            ids = list(pool.map(one, range(runs)))
-        call(url + f"/v1/runs/{holder}/cancel", "POST")
-        deadline = time.time() + 30
-        while time.time() < deadline and call(url + f"/v1/runs/{holder}")["phase"] != "CANCELLED":
-            time.sleep(0.2)
-        print(f"filled {call(url + '/v1/runs?limit=1')['total']} runs in {time.time() - started:.0f}s", flush=True)
-    finally:
-        d.stop()
-    return data, ids
 
 
 def follow(port, run_id, after, n):
@@ -192,17 +120,8 @@ def main():
     ap.add_argument("--data", help="reuse a filled data folder (from an earlier run) instead of filling one")
     args = ap.parse_args()
 
-    from models import make_tiny_model
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="trainerd-openloop-"))
-    model = make_tiny_model(tmp / "model", arch="qwen3", tokenizer="qwen3", seed=0)
-    behaviour = tmp / "standin.json"
-    behaviour.write_text(json.dumps({"queueSeconds": 3600}))
-    config = tmp / "config.json"
-    config.write_text(json.dumps({"baseModels": [{"name": "tiny/qwen3", "path": str(model)}],
-                                  "pools": [{"name": "cpu", "accelerator": "cpu", "declared": 1, "maxClaim": 1}],
-                                  "limits": {"cancelGraceSeconds": 1},
-                                  "jobBinary": str(REPO / "tests" / "python" / "service" / "standin_job.py")}))
-    env = dict(os.environ, TRAINER_STANDIN_FILE=str(behaviour))
+    config, env = setup(tmp)
     if args.data:
         data = pathlib.Path(args.data)
         ids = json.loads((data.parent / "ids.json").read_text())

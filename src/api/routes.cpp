@@ -243,6 +243,7 @@ void install_routes(http::Router& router, Service& svc, const service::Limits& l
     if (*wait == 0 || !(*now)["events"].empty()) return json_response(200, *now);
     http::Park park;
     park.until = std::chrono::steady_clock::now() + std::chrono::seconds(*wait);
+    park.key = "events\n" + ref + "\n" + std::to_string(from);  // the poll depends on these only
     park.poll = [&svc, ref, from](bool final) -> std::optional<Response> {
       auto r = svc.run_events(ref, from, std::chrono::milliseconds(0));
       if (!r.is_ok()) return error_response(r.status());
@@ -253,6 +254,13 @@ void install_routes(http::Router& router, Service& svc, const service::Limits& l
   });
   router.add("POST", "/v1/runs/{ref}/cancel", max_request,
              [&svc](const Request& req) -> Outcome { return reply(svc.cancel_run(req.params[0]), 202); });
+  router.add("POST", "/v1/runs/{ref}/pause", max_request, [&svc](const Request& req) -> Outcome {
+    auto body = body_json(req);
+    if (!body.is_ok()) return error_response(body.status());
+    return reply(svc.pause_run(req.params[0], *body), 202);
+  });
+  router.add("POST", "/v1/runs/{ref}/resume", max_request,
+             [&svc](const Request& req) -> Outcome { return reply(svc.resume_run(req.params[0]), 202); });
   router.add("GET", "/v1/runs/{ref}/metrics", max_request, [&svc](const Request& req) -> Outcome {
     auto limit = int_param(req, "limit", 100000);
     if (!limit.is_ok()) return error_response(limit.status());
@@ -267,6 +275,29 @@ void install_routes(http::Router& router, Service& svc, const service::Limits& l
   });
   router.add("GET", "/v1/runs/{ref}", max_request,
              [&svc](const Request& req) -> Outcome { return reply(svc.get_run(req.params[0]), 200); });
+
+  // ---- the snapshot catalog: the job's callbacks (reserve, commit) and the users' reads
+  router.add("POST", "/v1/runs/{ref}/snapshots", max_request, [&svc](const Request& req) -> Outcome {
+    auto body = body_json(req);
+    if (!body.is_ok()) return error_response(body.status());
+    auto r = svc.reserve_snapshot(req.params[0], *body);
+    if (!r.is_ok()) return error_response(r.status());
+    return json_response(r->second ? 201 : 200, r->first);
+  });
+  router.add("GET", "/v1/runs/{ref}/snapshots", max_request, [&svc](const Request& req) -> Outcome {
+    auto limit = int_param(req, "limit", 50);
+    if (!limit.is_ok()) return error_response(limit.status());
+    auto offset = int_param(req, "offset", 0);
+    if (!offset.is_ok()) return error_response(offset.status());
+    return reply(svc.list_run_snapshots(req.params[0], *limit, *offset), 200);
+  });
+  router.add("POST", "/v1/snapshots/{ref}/commit", max_request, [&svc](const Request& req) -> Outcome {
+    auto body = body_json(req);
+    if (!body.is_ok()) return error_response(body.status());
+    return reply(svc.commit_snapshot(req.params[0], *body), 200);
+  });
+  router.add("GET", "/v1/snapshots/{ref}", max_request,
+             [&svc](const Request& req) -> Outcome { return reply(svc.get_snapshot(req.params[0]), 200); });
 }
 
 }  // namespace trainer::api

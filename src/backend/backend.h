@@ -30,6 +30,8 @@ struct JobIdentity {
   std::string profile;           // accelerator profile of the run's pool, e.g. "cpu" (TRAINER_PROFILE)
   std::string otlp_endpoint;     // base URL the job pushes OTLP/HTTP JSON metrics to; "" = none
   int otlp_interval_ms = 5000;   // export interval (TRAINER_OTLP_INTERVAL_MS)
+  std::string catalog_url;       // trainerd's API base URL for the snapshot catalog's callbacks (TRAINER_CATALOG_URL)
+  std::string artifact_root;     // the artifact storage folder snapshots are published to (TRAINER_ARTIFACT_ROOT)
 };
 
 // What one attempt of a run executes.
@@ -41,6 +43,13 @@ struct JobSpec {
   std::string output_dir;   // the job's --output folder
   std::string events_path;  // the job's --events file
   std::string log_path;     // where the job's stdout and stderr go
+  // The resources of the run's claim. The local backend shows the job exactly `device_ids`
+  // (CUDA_VISIBLE_DEVICES); a cluster backend asks its scheduler for `gpus` GPUs, or for
+  // `cpus` CPUs when `gpus` is 0, and its scheduler picks the devices.
+  int gpus = 0;                  // GPUs the claim holds (0: a CPU run)
+  int cpus = 1;                  // CPUs a CPU run asks for
+  std::vector<int> device_ids = {};  // the pool's device indices the claim was granted
+  std::string resume_snapshot;  // the snapshot this attempt restores (TRAINER_RESUME_SNAPSHOT); "" = none
 };
 
 // The environment variables of the service/job contract for `spec` (name, value), in a fixed order.
@@ -62,6 +71,9 @@ enum class JobState {
 struct JobStatus {
   JobState state = JobState::kRunning;
   std::optional<int> exit_code;  // kExited: exit code, or 128 + signal number
+  // Ended: what the cluster says ended it when it was not the job itself ("Slurm ended job 12:
+  // NODE_FAIL", "the Ray cluster lost job ..."); "" when the job ended on its own.
+  std::string reason = {};
 };
 
 class Backend {
@@ -78,6 +90,10 @@ class Backend {
   virtual JobStatus poll(const JobHandle& handle) = 0;
   // Asks the job to stop at its next step boundary (SIGTERM locally).
   virtual void request_stop(const JobHandle& handle) = 0;
+  // Asks the job to save its full state at the next step boundary, publish it, then stop
+  // (trainer-job: SIGUSR1). Backends that cannot deliver it say so with supports_pause().
+  virtual bool supports_pause() const { return false; }
+  virtual void request_pause(const JobHandle& handle) { (void)handle; }
   // Stops it now (SIGKILL locally).
   virtual void kill(const JobHandle& handle) = 0;
 
@@ -103,11 +119,40 @@ struct LocalBackendOptions {
 // Runs each job as a child process of this service, in its own process group.
 std::unique_ptr<Backend> make_local_backend(const LocalBackendOptions& options);
 
+// The Slurm backend ({"compute": {"backend": "slurm", "slurm": {...}}}): jobs are batch jobs of a
+// Slurm cluster whose nodes share trainerd's data folder and see trainer-job at the same path.
+struct SlurmOptions {
+  std::string partition;                // --partition; "" = the cluster's default partition
+  std::string slurm_conf;               // SLURM_CONF for every Slurm command; "" = Slurm's default
+  std::string bin_dir;                  // folder of sbatch, squeue, ...; "" = found in PATH
+  std::string gres_name = "gpu";        // a GPU run asks for --gres=NAME:N
+  int cpus_per_task = 1;                // --cpus-per-task of a CPU run
+  int cpus_per_gpu = 1;                 // --cpus-per-task of a GPU run, per GPU
+  std::string job_name_prefix = "trainer";  // jobs are named PREFIX-RUN-ATTEMPT (found again by name)
+  std::vector<std::string> extra_args;  // more sbatch arguments (e.g. "--account=ml")
+};
+
+// The Ray backend ({"compute": {"backend": "ray", "ray": {...}}}): jobs are Ray jobs submitted
+// through the Jobs REST API of a cluster whose nodes share trainerd's data folder.
+struct RayOptions {
+  std::string address;                  // the dashboard's URL, e.g. "http://127.0.0.1:8265"
+  double cpus_per_job = 1;              // entrypoint_num_cpus of every job
+  std::string submission_prefix = "trainer";  // submission ids are PREFIX-RUN-ATTEMPT
+  int request_timeout_s = 10;           // one REST call
+};
+
 // The compute backend section of trainerd's configuration ({"compute": {"backend": "local"}}).
 struct ComputeConfig {
-  std::string backend = "local";  // "local" (the only one so far)
+  std::string backend = "local";  // "local", "slurm" or "ray"
   std::string job_binary;         // trainer-job; set by the wiring when the configuration names none
+  SlurmOptions slurm = {};        // backend "slurm"
+  RayOptions ray = {};            // backend "ray"
 };
+
+// Submits each job to Slurm with sbatch; `job_binary` is trainer-job's path on the nodes.
+std::unique_ptr<Backend> make_slurm_backend(const std::string& job_binary, const SlurmOptions& options);
+// Submits each job to a Ray cluster's Jobs REST API.
+std::unique_ptr<Backend> make_ray_backend(const std::string& job_binary, const RayOptions& options);
 
 // The backend `config` names; invalid_field("compute.backend") for one this build does not have.
 Result<std::unique_ptr<Backend>> make_backend(const ComputeConfig& config);

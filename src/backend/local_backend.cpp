@@ -81,6 +81,13 @@ std::string profile_name(std::string model) {
   return out;
 }
 
+// "0,1": device indices as CUDA_VISIBLE_DEVICES lists them.
+std::string device_list(const std::vector<int>& ids) {
+  std::string out;
+  for (int id : ids) out += (out.empty() ? "" : ",") + std::to_string(id);
+  return out;
+}
+
 class LocalBackend final : public Backend {
  public:
   explicit LocalBackend(LocalBackendOptions options) : options_(std::move(options)) {}
@@ -106,7 +113,9 @@ class LocalBackend final : public Backend {
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     // The environment is built before fork: the child only calls async-signal-safe functions.
-    const auto contract = job_environment(spec);
+    // The job sees exactly the devices its claim was granted (none for a CPU run).
+    auto contract = job_environment(spec);
+    contract.emplace_back("CUDA_VISIBLE_DEVICES", spec.gpus > 0 ? device_list(spec.device_ids) : "");
     std::vector<std::string> env_strings;
     for (const auto& [k, v] : contract) env_strings.push_back(k + "=" + v);
     std::vector<char*> envp;
@@ -153,33 +162,35 @@ class LocalBackend final : public Backend {
 
   JobStatus poll(const JobHandle& job) override {
     const LocalHandle handle = decode(job);
-    if (handle.pid == 0) return {JobState::kGone, std::nullopt};
+    if (handle.pid == 0) return {JobState::kGone, std::nullopt, ""};
     std::lock_guard<std::mutex> lock(mu_);
     auto known = exited_.find(handle.pid);
     if (known != exited_.end() && known->second.first == handle.start_time) {
-      return {JobState::kExited, known->second.second};
+      return {JobState::kExited, known->second.second, ""};
     }
     // A process under this pid that started at another time is not the job: the pid was reused.
     auto current = read_proc_stat(handle.pid);
-    if (current && current->start_time != handle.start_time) return {JobState::kGone, std::nullopt};
+    if (current && current->start_time != handle.start_time) return {JobState::kGone, std::nullopt, ""};
     int wstatus = 0;
     pid_t r = ::waitpid(static_cast<pid_t>(handle.pid), &wstatus, WNOHANG);
     if (r == handle.pid) {
       int code = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
       exited_[handle.pid] = {handle.start_time, code};
-      return {JobState::kExited, code};
+      return {JobState::kExited, code, ""};
     }
-    if (r == 0) return {JobState::kRunning, std::nullopt};
+    if (r == 0) return {JobState::kRunning, std::nullopt, ""};
     // Not our child (a job started before a restart): judge by /proc, matching the start time
     // so that a recycled pid is not mistaken for the job.
     auto st = read_proc_stat(handle.pid);
     if (st && st->start_time == handle.start_time && st->state != 'Z' && st->state != 'X') {
-      return {JobState::kRunning, std::nullopt};
+      return {JobState::kRunning, std::nullopt, ""};
     }
-    return {JobState::kGone, std::nullopt};
+    return {JobState::kGone, std::nullopt, ""};
   }
 
   void request_stop(const JobHandle& handle) override { signal_job(handle, SIGTERM); }
+  bool supports_pause() const override { return true; }
+  void request_pause(const JobHandle& handle) override { signal_job(handle, SIGUSR1); }
   void kill(const JobHandle& handle) override { signal_job(handle, SIGKILL); }
 
   std::optional<JobHandle> find(const JobSpec& spec) override {
@@ -328,12 +339,21 @@ std::vector<std::pair<std::string, std::string>> job_environment(const JobSpec& 
     add("TRAINER_OTLP_ENDPOINT", id.otlp_endpoint);
     add("TRAINER_OTLP_INTERVAL_MS", std::to_string(id.otlp_interval_ms));
   }
+  add("TRAINER_CATALOG_URL", id.catalog_url);
+  add("TRAINER_ARTIFACT_ROOT", id.artifact_root);
+  add("TRAINER_RESUME_SNAPSHOT", spec.resume_snapshot);
   return env;
 }
 
 Result<std::unique_ptr<Backend>> make_backend(const ComputeConfig& config) {
   if (config.backend == "local") return make_local_backend({config.job_binary});
-  return invalid_field("compute.backend", "'" + config.backend + "' is not a compute backend of this build; use local");
+  if (config.backend == "slurm") return make_slurm_backend(config.job_binary, config.slurm);
+  if (config.backend == "ray") {
+    if (config.ray.address.empty()) return invalid_field("compute.ray.address", "required for the ray backend");
+    return make_ray_backend(config.job_binary, config.ray);
+  }
+  return invalid_field("compute.backend",
+                       "'" + config.backend + "' is not a compute backend of this build; use local, slurm or ray");
 }
 
 }  // namespace trainer::backend

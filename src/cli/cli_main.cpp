@@ -34,7 +34,8 @@ Command build_command_tree() {
                    {"the commands of a noun", "trainer help datasets"}};
   // The parser answers `trainer help ...` itself; this entry lists it and carries its help.
   root.children = {info_command(),      base_models_command(), datasets_command(), workloads_command(),
-                   runs_command(),      capacity_command(),    help};
+                   runs_command(),      snapshots_command(),   capacity_command(),
+                   help};
   root.examples = {{"is the service up?", "trainer info"},
                    {"check the demo's plan and see every default",
                     "trainer runs start -f examples/sentiment/run.yaml --dry-run --show-resolved"},

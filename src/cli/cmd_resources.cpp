@@ -353,6 +353,17 @@ int datasets_measure(Context& ctx) {
 
 // ---- capacity -------------------------------------------------------------------------------
 
+// "0,1" for a claim's granted device indices; "-" while it has none.
+std::string device_ids_text(const json& claim) {
+  std::string out;
+  if (claim.contains("deviceIds") && claim["deviceIds"].is_array()) {
+    for (const auto& id : claim["deviceIds"]) {
+      if (id.is_number_integer()) out += (out.empty() ? "" : ",") + std::to_string(id.get<long long>());
+    }
+  }
+  return out.empty() ? "-" : out;
+}
+
 int run_capacity(Context& ctx) {
   auto doc = ctx.get("/v1/capacity");
   if (!doc) return ctx.last_failure_code();
@@ -386,9 +397,9 @@ int run_capacity(Context& ctx) {
     std::vector<std::vector<std::string>> rows;
     for (const auto& c : claims) {
       rows.push_back({str(c, "kind"), short_id(str(c, "owner")), str(c, "workload"), str(c, "devices"),
-                      str(c, "pool"), str(c, "state"), age_text(str(c, "since"), now)});
+                      device_ids_text(c), str(c, "pool"), str(c, "state"), age_text(str(c, "since"), now)});
     }
-    out(render_table({"KIND", "OWNER", "WORKLOAD", "DEVICES", "POOL", "STATE", "SINCE"}, rows));
+    out(render_table({"KIND", "OWNER", "WORKLOAD", "DEVICES", "DEVICE IDS", "POOL", "STATE", "SINCE"}, rows));
   }
   out("\n" + ctx.paint("Quotas", "1") + "\n");
   if (quotas.empty()) out("  (none set)\n");

@@ -563,6 +563,9 @@ Command runs_command() {
   hparams.examples = {{"the settings a run trained with", "trainer runs hparams 7d496e82"},
                       {"as JSON, to compare two runs", "trainer runs hparams 7d496e82 -o json"}};
   g.children.push_back(hparams);
+  g.children.push_back(runs_pause_command());
+  g.children.push_back(runs_resume_command());
+  g.children.push_back(runs_snapshots_command());
   return g;
 }
 

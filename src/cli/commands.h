@@ -18,6 +18,12 @@ Command datasets_command();
 Command workloads_command();
 Command runs_command();
 Command capacity_command();
+Command snapshots_command();
+// `runs snapshots RUN` (a child of runs_command()).
+Command runs_snapshots_command();
+// `runs pause RUN` and `runs resume RUN` (children of runs_command()).
+Command runs_pause_command();
+Command runs_resume_command();
 
 // Reads FILE, or stdin for "-". On failure returns nullopt and sets `error` to a line naming
 // the file and the reason.

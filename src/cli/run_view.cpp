@@ -311,6 +311,16 @@ std::string run_detail(const json& run, const ViewStyle& style) {
     std::string devices = claim.contains("devices") ? claim["devices"].dump() : "";
     cost.push_back({"Claim", str(claim, "state") + " " + devices + " in pool " + str(claim, "pool")});
   }
+  // The device indices the current attempt was granted, kept after its claim is released.
+  const json& placement = field(run, "placement");
+  if (placement.is_object()) {
+    std::string ids;
+    if (placement.contains("deviceIds") && placement["deviceIds"].is_array()) {
+      for (const auto& id : placement["deviceIds"]) ids += (ids.empty() ? "" : ",") + id.dump();
+    }
+    cost.push_back({"Placement", str(placement, "backend") + " " + str(placement, "job") + ", pool " +
+                                     str(placement, "pool") + (ids.empty() ? "" : ", devices " + ids)});
+  }
 
   // What identifies the record, apart from what it costs.
   std::vector<std::pair<std::string, std::string>> record;

@@ -38,10 +38,18 @@ struct TrainRequest {
   std::string output_dir;       // the adapter is written to output_dir/adapter
   // Set from another thread or a signal handler to stop at the next step boundary.
   const std::atomic<bool>* stop = nullptr;
+  // Set to save a full checkpoint (adapter and training state) at the next step boundary and
+  // stop (TrainResult.paused). Checked before `stop`.
+  const std::atomic<bool>* pause = nullptr;
+  // Continue a run from a checkpoint: its adapter folder and its training state folder
+  // (train/state.h); both empty = start from a fresh adapter.
+  std::string resume_weights_dir;
+  std::string resume_state_dir;
 };
 
 struct TrainResult {
   bool cancelled = false;       // stopped by `stop` before the last step; no adapter written
+  bool paused = false;          // stopped by `pause` after saving a checkpoint (its event was emitted)
   std::string adapter_dir;      // output_dir/adapter when completed
   int64_t steps = 0;            // optimizer steps done
   int64_t total_steps = 0;

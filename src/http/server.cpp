@@ -2,8 +2,10 @@
 // the worker pool).
 //
 // Threads: `io_threads` threads run the io_context; each connection lives on its own strand, so
-// its callbacks never run concurrently. Handlers and parked polls run on `workers_`; their
-// answers are posted back to the connection's strand to be written.
+// its callbacks never run concurrently. Handlers run on `workers_`; every poll of a parked
+// request (its first look, the sweeps after wake(), its final poll at the deadline) runs on the
+// one `poller_` thread, so however many requests are parked, the workers stay free for other
+// requests. Answers are posted back to the connection's strand to be written.
 #include "http/server.h"
 
 #include <atomic>
@@ -76,7 +78,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
 class ServerImpl : public Server {
  public:
   ServerImpl(const ServerOptions& options, const Router& router)
-      : options_(options), router_(router), workers_(static_cast<size_t>(std::max(1, options.worker_threads))) {}
+      : options_(options),
+        router_(router),
+        workers_(static_cast<size_t>(std::max(1, options.worker_threads))),
+        poller_(1) {}
 
   ~ServerImpl() override { stop(); }
 
@@ -103,9 +108,11 @@ class ServerImpl : public Server {
 
   int port() const override { return port_; }
 
+  // One sweep at a time (one poller thread); wakes while one is queued add nothing, and a wake
+  // during a sweep queues exactly one more (the sweep may have looked before the change).
   void wake() override {
     if (sweep_pending_.exchange(true)) return;
-    asio::post(workers_, [this] { sweep(); });
+    asio::post(poller_, [this] { sweep(); });
   }
 
   void stop() override {
@@ -118,6 +125,8 @@ class ServerImpl : public Server {
       for (auto& t : io_threads_) t.join();
       workers_.stop();
       workers_.join();
+      poller_.stop();
+      poller_.join();
       std::lock_guard<std::mutex> lock(park_mu_);
       parked_.clear();
     });
@@ -133,18 +142,25 @@ class ServerImpl : public Server {
     {
       std::lock_guard<std::mutex> lock(park_mu_);
       id = next_park_id_++;
-      parked_[id] = std::make_shared<Parked>(Parked{conn, std::move(park.poll)});
+      parked_[id] = std::make_shared<Parked>(Parked{conn, std::move(park.poll), std::move(park.key)});
     }
     conn->arm_park(id, park.until);
-    // A change may have come between the handler's look and the parking: look once more.
-    wake();
+    // A change may have come between the handler's look and the parking: look once more at
+    // this request alone (a sweep of every parked request per new one would cost n² polls
+    // while n followers arrive).
+    asio::post(poller_, [this, id] {
+      std::shared_ptr<Parked> p = find(id);
+      if (!p) return;
+      auto r = run_poll(*p, false);
+      if (r && take(id)) p->conn->send(std::move(*r));
+    });
   }
 
   // The deadline of parked request `id` passed: answer it with poll(true).
   void expire(uint64_t id) {
     std::shared_ptr<Parked> p = take(id);
     if (!p) return;
-    asio::post(workers_, [p] { p->conn->send(run_poll(*p, true).value()); });
+    asio::post(poller_, [p] { p->conn->send(run_poll(*p, true).value()); });
   }
 
   void connection_closed(bool refused) {
@@ -159,6 +175,7 @@ class ServerImpl : public Server {
   struct Parked {
     std::shared_ptr<Connection> conn;
     std::function<std::optional<Response>(bool)> poll;
+    std::string key;  // Park::key
   };
 
   static std::optional<Response> run_poll(const Parked& p, bool final) {
@@ -177,6 +194,12 @@ class ServerImpl : public Server {
     }
   }
 
+  std::shared_ptr<Parked> find(uint64_t id) {
+    std::lock_guard<std::mutex> lock(park_mu_);
+    auto it = parked_.find(id);
+    return it == parked_.end() ? nullptr : it->second;
+  }
+
   std::shared_ptr<Parked> take(uint64_t id) {
     std::lock_guard<std::mutex> lock(park_mu_);
     auto it = parked_.find(id);
@@ -193,8 +216,17 @@ class ServerImpl : public Server {
       std::lock_guard<std::mutex> lock(park_mu_);
       all.assign(parked_.begin(), parked_.end());
     }
+    // Parked requests of one key share one poll's answer.
+    std::map<std::string, std::optional<Response>> by_key;
     for (auto& [id, p] : all) {
-      auto r = run_poll(*p, false);
+      std::optional<Response> r;
+      if (p->key.empty()) {
+        r = run_poll(*p, false);
+      } else {
+        auto it = by_key.find(p->key);
+        if (it == by_key.end()) it = by_key.emplace(p->key, run_poll(*p, false)).first;
+        r = it->second;
+      }
       if (!r) continue;
       if (take(id)) p->conn->send(std::move(*r));
     }
@@ -239,6 +271,7 @@ class ServerImpl : public Server {
   asio::io_context ioc_;
   tcp::acceptor acceptor_{asio::make_strand(ioc_)};
   asio::thread_pool workers_;
+  asio::thread_pool poller_;  // every poll of a parked request, one at a time
   std::vector<std::thread> io_threads_;
 };
 

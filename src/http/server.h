@@ -3,7 +3,8 @@
 // The implementation (server.cpp) uses Boost.Beast and Boost.Asio; nothing of them shows here.
 // A few I/O threads read and write every connection; handlers run on a small worker pool, so a
 // slow handler never holds up reading or writing. A handler may answer later instead of at once
-// (Park): the request then waits without a thread until Server::wake() or its deadline.
+// (Park): the request then waits without a thread until Server::wake() or its deadline, and
+// is looked at again on a poller thread of its own, away from the handlers' workers.
 //
 // What a hostile client meets (ServerOptions): a deadline to send the request head and another
 // for the body, a bound on header bytes and header count (431), a body limit per route enforced
@@ -46,13 +47,18 @@ struct Response {
   bool close = false;  // close the connection after this answer
 };
 
-// A request that waits for something to happen. The server calls `poll(false)` after each
-// Server::wake() (never on an I/O thread) and answers with what it returns, if anything; when
-// `until` passes first it calls `poll(true)`, which must answer. `poll` may run on several
-// threads at once and after the client has gone.
+// A request that waits for something to happen. The server calls `poll(false)` once when it is
+// parked and after each Server::wake(), and answers with what it returns, if anything; when
+// `until` passes first it calls `poll(true)`, which must answer. Polls run on the server's own
+// poller thread, never on an I/O thread nor on the workers that run handlers, so parked requests
+// (however many) never delay other requests; `poll` may run after the client has gone.
+// Requests parked under the same non-empty `key` wait for the same thing (their poll depends on
+// the key only): after a wake one of them is polled and its answer goes to all of them, so 500
+// followers of one run cost one poll per change, not 500.
 struct Park {
   std::chrono::steady_clock::time_point until;
   std::function<std::optional<Response>(bool final)> poll;
+  std::string key;
 };
 
 using Outcome = std::variant<Response, Park>;
@@ -115,7 +121,8 @@ class Server {
   virtual ~Server() = default;
   // The port it listens on.
   virtual int port() const = 0;
-  // Re-polls every parked request soon (on a worker). Cheap and safe from any thread.
+  // Re-polls every parked request soon (on the poller thread; wakes that come during a sweep
+  // make one more sweep, not one each). Cheap and safe from any thread.
   virtual void wake() = 0;
   // Stops accepting, closes every connection and joins every thread. Idempotent.
   virtual void stop() = 0;

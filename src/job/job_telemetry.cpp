@@ -73,7 +73,9 @@ JobTelemetry::JobTelemetry(const plan::Plan& plan, const RunIdentity& identity, 
       base_model_(identity.base_model.empty() ? plan.baseModel.value_or("") : identity.base_model),
       base_model_sha_(identity.base_model_sha),
       settings_sha_(settings_sha),
-      submission_id_(plan.submissionId.value_or(identity.run_id + "-" + std::to_string(identity.attempt))),
+      // One per attempt, as the specification's job.submission_id is: the run id and attempt
+      // (the plan's submissionId is the API's idempotency key, the same for every attempt).
+      submission_id_(identity.run_id + "-" + std::to_string(identity.attempt)),
       profile_(identity.profile) {
   tel::TrainingJobResource resource{.run_id = run_id_,
                                     .run_attempt = identity.attempt,

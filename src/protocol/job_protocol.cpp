@@ -161,6 +161,7 @@ struct TypeName {
   std::string_view operator()(const Completed&) const { return "completed"; }
   std::string_view operator()(const Failed&) const { return "failed"; }
   std::string_view operator()(const Cancelled&) const { return "cancelled"; }
+  std::string_view operator()(const Paused&) const { return "paused"; }
 };
 
 // The memory parts in JSON, in the order the telemetry registry lists them.
@@ -261,12 +262,14 @@ void to_json(json& out, const Validation& e) {
 
 void to_json(json& out, const Checkpoint& e) {
   out = {{"step", e.step}, {"adapterDir", e.adapter_dir}, {"checkpointSeconds", e.checkpoint_seconds}};
+  put(out, "stateDir", e.state_dir);
 }
 
 void to_json(json& out, const Completed& e) {
   out = {{"adapterDir", e.adapter_dir}, {"finalLoss", e.final_loss}, {"steps", e.steps},
          {"exportSeconds", e.export_seconds}};
   put(out, "finalValidationLoss", e.final_validation_loss);
+  put(out, "stateDir", e.state_dir);
 }
 
 void to_json(json& out, const Failed& e) { out = {{"reason", e.reason}}; }
@@ -275,6 +278,8 @@ void to_json(json& out, const Cancelled& e) {
   out = json::object();
   put(out, "steps", e.steps);
 }
+
+void to_json(json& out, const Paused& e) { out = {{"step", e.step}, {"snapshotId", e.snapshot_id}}; }
 
 json to_json(const Event& event) {
   json body;
@@ -397,6 +402,7 @@ Status from_json(const json& in, Checkpoint* e) {
   f.req("step", &e->step);
   f.req("adapterDir", &e->adapter_dir);
   f.def("checkpointSeconds", &e->checkpoint_seconds);
+  f.opt("stateDir", &e->state_dir);
   return f.status();
 }
 
@@ -407,6 +413,7 @@ Status from_json(const json& in, Completed* e) {
   f.def("steps", &e->steps);
   f.opt("finalValidationLoss", &e->final_validation_loss);
   f.def("exportSeconds", &e->export_seconds);
+  f.opt("stateDir", &e->state_dir);
   return f.status();
 }
 
@@ -420,6 +427,13 @@ Status from_json(const json& in, Failed* e) {
 Status from_json(const json& in, Cancelled* e) {
   Fields f(in);
   f.opt("steps", &e->steps);
+  return f.status();
+}
+
+Status from_json(const json& in, Paused* e) {
+  Fields f(in);
+  f.req("step", &e->step);
+  f.req("snapshotId", &e->snapshot_id);
   return f.status();
 }
 
@@ -442,6 +456,7 @@ Result<std::optional<Event>> event_from_json(const json& in) {
   else if (type == "completed") out = decode_as<Completed>(in);
   else if (type == "failed") out = decode_as<Failed>(in);
   else if (type == "cancelled") out = decode_as<Cancelled>(in);
+  else if (type == "paused") out = decode_as<Paused>(in);
   if (!out.is_ok()) return out.status().with_field(type);
   return out;
 }

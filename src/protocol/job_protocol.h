@@ -152,6 +152,7 @@ struct Checkpoint {
   int64_t step = 0;
   std::string adapter_dir = {};
   double checkpoint_seconds = 0;
+  std::optional<std::string> state_dir = {};  // the training state saved with it (resuming needs it)
 };
 
 // "completed": the final adapter is written; the last event of a successful run.
@@ -161,6 +162,7 @@ struct Completed {
   int64_t steps = 0;
   std::optional<double> final_validation_loss = {};
   double export_seconds = 0;  // writing the final adapter (phase EXPORTING)
+  std::optional<std::string> state_dir = {};  // the final training state, beside the adapter
 };
 
 // "failed": the job stops with an error; the last event.
@@ -173,8 +175,15 @@ struct Cancelled {
   std::optional<int64_t> steps = {};  // steps done before stopping
 };
 
+// "paused": asked to pause (SIGUSR1), the job saved its full state at a step boundary, the
+// snapshot is committed in the catalog, and it stops; the last event (exit 0).
+struct Paused {
+  int64_t step = 0;              // optimizer updates done when saved
+  std::string snapshot_id = {};  // the committed snapshot a resume starts from
+};
+
 using Event = std::variant<Hello, Phase, Preparing, DataFit, DataSplit, Devices, Resolved, Step, Validation,
-                           Checkpoint, Completed, Failed, Cancelled>;
+                           Checkpoint, Completed, Failed, Cancelled, Paused>;
 
 // The event's "type" value, e.g. "step".
 std::string_view event_type(const Event& event);
@@ -193,6 +202,7 @@ void to_json(nlohmann::json& out, const Checkpoint& e);
 void to_json(nlohmann::json& out, const Completed& e);
 void to_json(nlohmann::json& out, const Failed& e);
 void to_json(nlohmann::json& out, const Cancelled& e);
+void to_json(nlohmann::json& out, const Paused& e);
 void to_json(nlohmann::json& out, const StepMemory& e);
 nlohmann::json to_json(const Event& event);  // with "type"
 std::string to_line(const Event& event);     // compact JSON, no trailing newline
@@ -212,6 +222,7 @@ Status from_json(const nlohmann::json& in, Checkpoint* e);
 Status from_json(const nlohmann::json& in, Completed* e);
 Status from_json(const nlohmann::json& in, Failed* e);
 Status from_json(const nlohmann::json& in, Cancelled* e);
+Status from_json(const nlohmann::json& in, Paused* e);
 Status from_json(const nlohmann::json& in, StepMemory* e);
 
 // A whole event object: nullopt for an unknown "type" (skip it); an error for an object

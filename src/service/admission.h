@@ -1,5 +1,6 @@
-// Admission: which queued claims get their devices. A pure function of the claims, the pools'
-// capacity and the workloads' quotas; the service applies its answer to the store.
+// Admission: which queued claims get their devices, and which devices. A pure function of the
+// claims, the pools' capacity and the workloads' quotas; the service applies its answer to the
+// store.
 //
 // Rules, in queue order (the order claims were made):
 //   - a claim is granted when its pool has the devices free (declared - granted) and its
@@ -10,6 +11,11 @@
 //   - a claim over its workload's quota waits without holding back others;
 //   - a claim on a pool the configuration does not declare, or larger than the pool's
 //     max_claim, can never be granted: it stays queued and holds back nothing.
+//
+// Placement: a granted claim holds specific device indices of its pool (the pool's listed
+// indices, or 0..declared-1), the lowest ones no other granted claim of the pool holds. Two
+// granted claims never share an index. A claim granted before placement existed (granted, no
+// indices) is placed first, in queue order, so that what it holds is known from then on.
 #pragma once
 
 #include <map>
@@ -19,16 +25,18 @@
 namespace trainer::service {
 
 struct AdmissionClaim {
-  std::string owner;        // run id
-  std::string workload_id;  // whose quota it counts against
-  std::string pool;         // pool name
-  int devices = 0;          // devices it holds or waits for
-  bool granted = false;     // true: holds them already
+  std::string owner;            // run id
+  std::string workload_id;      // whose quota it counts against
+  std::string pool;             // pool name
+  int devices = 0;              // devices it holds or waits for
+  bool granted = false;         // true: holds them already
+  std::vector<int> device_ids = {};  // granted: the device indices it holds (empty: not yet placed)
 };
 
 struct AdmissionPool {
-  int declared = 0;   // devices admitted against
-  int max_claim = 0;  // largest single claim it accepts
+  int declared = 0;             // devices admitted against
+  int max_claim = 0;            // largest single claim it accepts
+  std::vector<int> device_ids = {};  // the pool's device indices; empty = 0..declared-1
 };
 
 struct AdmissionInput {
@@ -41,8 +49,13 @@ struct AdmissionInput {
 struct AdmissionResult {
   std::vector<std::string> granted;  // owners granted now, in queue order
   std::vector<std::string> queued;   // owners still waiting, in queue order
+  // The device indices of every claim granted now, and of every granted claim that had none.
+  std::map<std::string, std::vector<int>> placed;
 };
 
 AdmissionResult admit(const AdmissionInput& input);
+
+// The device indices of `pool` (its listed ones, or 0..declared-1).
+std::vector<int> pool_device_ids(const AdmissionPool& pool);
 
 }  // namespace trainer::service

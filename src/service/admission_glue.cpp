@@ -12,7 +12,7 @@ Status ServiceImpl::admit_locked() {
   if (!workloads.is_ok()) return workloads.status();
   AdmissionInput input;
   input.default_quota = opt_.config.default_workload_quota;
-  for (const auto& p : opt_.config.pools) input.pools[p.name] = AdmissionPool{p.declared, p.max_claim};
+  for (const auto& p : opt_.config.pools) input.pools[p.name] = AdmissionPool{p.declared, p.max_claim, p.device_ids};
   for (const auto& w : *workloads) {
     if (w.contains("gpuQuota") && w["gpuQuota"].is_number_integer()) {
       input.quotas[w.value("id", std::string())] = w["gpuQuota"].get<int>();
@@ -20,7 +20,8 @@ Status ServiceImpl::admit_locked() {
   }
   std::map<std::string, store::ClaimRow*> by_owner;
   for (auto& c : *claims) {
-    input.claims.push_back(AdmissionClaim{c.owner, c.workload_id, c.pool, c.devices, c.state == "GRANTED"});
+    input.claims.push_back(
+        AdmissionClaim{c.owner, c.workload_id, c.pool, c.devices, c.state == "GRANTED", c.device_ids});
     by_owner[c.owner] = &c;
   }
   const AdmissionResult result = admit(input);
@@ -28,6 +29,14 @@ Status ServiceImpl::admit_locked() {
     store::ClaimRow& c = *by_owner[owner];
     c.state = "GRANTED";
     c.since = now_rfc3339();
+    c.device_ids = result.placed.at(owner);
+    TRAINER_RETURN_IF_ERROR(store_->update_claim(c));
+  }
+  // Claims granted before placement existed: their indices, written once.
+  for (const auto& [owner, ids] : result.placed) {
+    store::ClaimRow& c = *by_owner[owner];
+    if (c.state != "GRANTED" || !c.device_ids.empty()) continue;
+    c.device_ids = ids;
     TRAINER_RETURN_IF_ERROR(store_->update_claim(c));
   }
   return Status::ok();

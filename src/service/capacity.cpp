@@ -1,10 +1,15 @@
 // Capacity (pools, claims, quotas), cost settlement, and the gauges of /metrics (with the
 // series jobs push to the relay).
 #include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <optional>
 #include <set>
 #include <sstream>
 
+#include "service/admission.h"
 #include "service/service_state.h"
+#include "telemetry/instruments.h"
 
 namespace trainer::service {
 
@@ -18,6 +23,73 @@ const PoolConfig* ServiceImpl::pool_named(const std::string& name) const {
 namespace {
 
 std::string attempt_key(const RunRecord& run) { return run.id + "/" + std::to_string(run.attempt); }
+
+std::string upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// What the service knows of a job that never pushed its metrics (killed or crashed before its
+// first export, or a job binary that exports nothing), as the push that job would have made at
+// its end: the resource the service gave the job (the identity of docs/job-protocol.md), and the
+// series the service holds the figures of from the job's events file. sft.step.count is the steps
+// the job reported (0 for a job that died before training: a dead loop is visible, not absent);
+// job.devices is 0 (it holds nothing now); the most recent step's loss, learning rate, gradient
+// norm, token accuracy and throughput, the validation loss and the row counts when the job
+// reported them. Nothing is made up: a figure the job never reported is not published.
+std::string what_the_service_knows(const RunRecord& run, const std::string& profile) {
+  namespace tel = trainer::telemetry;
+  const json empty = json::object();
+  const json& plan = run.view.contains("plan") && run.view["plan"].is_object() ? run.view["plan"] : empty;
+  const json config = plan.value("config", json::object());
+  const json hyper = config.is_object() ? config.value("hyperparams", json::object()) : json::object();
+  auto number = [](const json& doc, const char* section, const char* key) -> std::optional<double> {
+    if (!doc.is_object() || !doc.contains(section) || !doc[section].is_object()) return std::nullopt;
+    const json& v = doc[section].value(key, json());
+    return v.is_number() ? std::optional<double>(v.get<double>()) : std::nullopt;
+  };
+  const std::string method = upper(run.method);
+  const std::string settings =
+      run.view.contains("settingsSha") && run.view["settingsSha"].is_string() ? run.view["settingsSha"].get<std::string>() : "";
+  const std::string submission = run.id + "-" + std::to_string(run.attempt);
+  tel::TrainingJobResource resource{.run_id = run.id,
+                                    .run_attempt = run.attempt,
+                                    .workload = run.workload_name,
+                                    .run_method = method,
+                                    .run_engine = "native",
+                                    .run_base_model = run.base_model,
+                                    .run_settings_sha = settings,
+                                    .run_lora_rank = static_cast<int64_t>(number(hyper, "lora", "rank").value_or(0)),
+                                    .run_learning_rate = number(hyper, "optimizer", "learningRate").value_or(0),
+                                    .job_submission_id = submission,
+                                    .profile = profile};
+  if (run.base_model_sha) resource.run_base_model_sha = *run.base_model_sha;
+  tel::MeterProvider provider(resource.to_resource("trainer-job"));
+  tel::JobMetrics m(provider);
+  m.job_devices.set(0);
+  if (run.method == "sft") {
+    const auto step = number(run.view, "progress", "step");
+    m.sft_step_count.add(static_cast<int64_t>(step.value_or(0)));
+    if (auto v = number(run.view, "latest", "loss")) m.sft_loss.set(*v);
+    if (auto v = number(run.view, "latest", "learningRate")) m.sft_learning_rate.set(*v);
+    if (auto v = number(run.view, "latest", "gradNorm")) m.sft_grad_norm.set(*v);
+    if (auto v = number(run.view, "latest", "tokenAccuracy")) m.sft_token_accuracy.set(*v);
+    if (auto v = number(run.view, "latest", "tokensPerSecond")) m.sft_throughput.set(*v);
+    if (auto v = number(run.view, "latest", "validationLoss")) m.sft_validation_loss.set(*v);
+    auto rows = [&](tel::SftDataFit fit, std::optional<double> v) {
+      if (v) m.sft_data_rows.set(static_cast<int64_t>(*v), {.sft_data_fit = fit});
+    };
+    rows(tel::SftDataFit::kTruncated, number(run.view, "dataFit", "truncated"));
+    rows(tel::SftDataFit::kAtLimit, number(run.view, "dataFit", "exact"));
+    rows(tel::SftDataFit::kDropped, number(run.view, "dataFit", "dropped"));
+    if (auto train = number(run.view, "dataSplit", "trainRows")) {
+      rows(tel::SftDataFit::kAll, train);
+      const bool held = run.view["dataSplit"].value("heldOut", false);
+      rows(tel::SftDataFit::kHeldOut, held ? number(run.view, "dataSplit", "validationRows") : 0.0);
+    }
+  }
+  return tel::otlp_json(provider.collect());
+}
 
 }  // namespace
 
@@ -44,6 +116,15 @@ void ServiceImpl::settle_cost(RunRecord& run, double t) {
     gpu_published_.erase(attempt_key(run));
     run.job->ended_at = end;
     run.accumulated_seconds += seconds;
+    // With the embedded relay, a job that never pushed still leaves its series on /metrics.
+    if (opt_.config.telemetry.otlp_endpoint.empty() && !relay_.holds(run.id, run.attempt)) {
+      const PoolConfig* pool = pool_named(run.pool);
+      Status st = relay_.ingest(what_the_service_knows(run, pool ? pool->accelerator : ""), t);
+      if (!st.is_ok()) {
+        std::fprintf(stderr, "trainerd: run %s: its job's series could not be published: %s\n", run.id.c_str(),
+                     st.describe().c_str());
+      }
+    }
   }
   run.view["cost"] = {{"gpuSeconds", run.accumulated_seconds}, {"estimated", false}};
   relay_.run_ended(run.id, run.attempt, t);
@@ -86,13 +167,21 @@ Result<json> ServiceImpl::capacity() {
   json pools = json::array();
   for (const auto& p : opt_.config.pools) {
     int granted = 0, queued = 0;
+    std::set<int> held;
     for (const auto& c : *claims) {
       if (c.pool != p.name) continue;
       (c.state == "GRANTED" ? granted : queued) += c.devices;
+      if (c.state == "GRANTED") held.insert(c.device_ids.begin(), c.device_ids.end());
+    }
+    const std::vector<int> ids = pool_device_ids(AdmissionPool{p.declared, p.max_claim, p.device_ids});
+    std::vector<int> free_ids;
+    for (int id : ids) {
+      if (!held.count(id)) free_ids.push_back(id);
     }
     json pj = {{"name", p.name},         {"accelerator", p.accelerator}, {"serving", p.serving},
                {"declared", p.declared}, {"maxClaim", p.max_claim},      {"granted", granted},
-               {"queued", queued},       {"free", std::max(0, p.declared - granted)}};
+               {"queued", queued},       {"free", std::max(0, p.declared - granted)},
+               {"deviceIds", ids},       {"freeDeviceIds", free_ids}};
     if (read) pj["observed"] = observed_for(p, observed);
     pools.push_back(pj);
   }
@@ -105,7 +194,8 @@ Result<json> ServiceImpl::capacity() {
                   {"devices", c.devices},
                   {"pool", c.pool},
                   {"state", c.state},
-                  {"since", c.since}});
+                  {"since", c.since},
+                  {"deviceIds", c.device_ids}});
     auto& pw = per_workload[c.workload_id];
     (c.state == "GRANTED" ? pw.first : pw.second) += c.devices;
   }

@@ -82,7 +82,8 @@ Result<DeploymentConfig> parse_config(const std::string& text, const std::string
       const json& p = doc["pools"][i];
       std::string where = "pools[" + std::to_string(i) + "].";
       if (!p.is_object()) return fail(invalid_argument(where.substr(0, where.size() - 1) + ": must be an object"));
-      if (!(st = check_keys(p, where, {"name", "accelerator", "serving", "declared", "maxClaim"})).is_ok()) {
+      if (!(st = check_keys(p, where, {"name", "accelerator", "serving", "declared", "maxClaim", "deviceIds"}))
+               .is_ok()) {
         return fail(st);
       }
       PoolConfig pool;
@@ -106,6 +107,26 @@ Result<DeploymentConfig> parse_config(const std::string& text, const std::string
       if (pool.max_claim > pool.declared) {
         return fail(invalid_argument(where + "maxClaim: " + std::to_string(pool.max_claim) +
                                      " is larger than declared " + std::to_string(pool.declared)));
+      }
+      if (p.contains("deviceIds")) {
+        const json& ids = p["deviceIds"];
+        if (!ids.is_array()) return fail(invalid_argument(where + "deviceIds: must be a list of device indices"));
+        std::set<int> seen;
+        for (size_t k = 0; k < ids.size(); ++k) {
+          const json& v = ids[k];
+          const std::string at = where + "deviceIds[" + std::to_string(k) + "]";
+          if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 4095) {
+            return fail(invalid_argument(at + ": must be a device index between 0 and 4095, got " + v.dump()));
+          }
+          if (!seen.insert(v.get<int>()).second) {
+            return fail(invalid_argument(at + ": device " + v.dump() + " listed twice"));
+          }
+          pool.device_ids.push_back(v.get<int>());
+        }
+        if (static_cast<int>(pool.device_ids.size()) != pool.declared) {
+          return fail(invalid_argument(where + "deviceIds: lists " + std::to_string(pool.device_ids.size()) +
+                                       " devices but declared is " + std::to_string(pool.declared)));
+        }
       }
       if (!names.insert(pool.name).second) {
         return fail(invalid_argument(where + "name: '" + pool.name + "' listed twice"));
@@ -134,7 +155,7 @@ Result<DeploymentConfig> parse_config(const std::string& text, const std::string
   if (doc.contains("limits")) {
     const json& l = doc["limits"];
     if (!l.is_object()) return fail(invalid_argument("limits: must be an object"));
-    if (!(st = check_keys(l, "limits.", {"maxRequestBytes", "maxDatasetBytes", "cancelGraceSeconds"})).is_ok()) {
+    if (!(st = check_keys(l, "limits.", {"maxRequestBytes", "maxDatasetBytes", "cancelGraceSeconds", "pauseDeadlineSeconds"})).is_ok()) {
       return fail(st);
     }
     const int64_t kMaxBytes = int64_t{1} << 34;
@@ -149,6 +170,9 @@ Result<DeploymentConfig> parse_config(const std::string& text, const std::string
     c.limits.max_request_bytes = static_cast<size_t>(*a);
     c.limits.max_dataset_bytes = static_cast<size_t>(*b);
     c.limits.cancel_grace_seconds = static_cast<int>(*g);
+    auto p = non_negative_int(l, "pauseDeadlineSeconds", "limits.", c.limits.pause_deadline_seconds);
+    if (!p.is_ok()) return fail(p.status());
+    c.limits.pause_deadline_seconds = static_cast<int>(*p);
   }
   if (doc.contains("jobBinary")) {
     auto j = string_field(doc, "jobBinary", "", true);
@@ -158,13 +182,85 @@ Result<DeploymentConfig> parse_config(const std::string& text, const std::string
   if (doc.contains("compute")) {
     const json& cp = doc["compute"];
     if (!cp.is_object()) return fail(invalid_argument("compute: must be an object"));
-    if (!(st = check_keys(cp, "compute.", {"backend"})).is_ok()) return fail(st);
+    if (!(st = check_keys(cp, "compute.", {"backend", "slurm", "ray"})).is_ok()) return fail(st);
     auto b = string_field(cp, "backend", "compute.", false);
     if (!b.is_ok()) return fail(b.status());
     if (!b->empty()) c.compute.backend = *b;
-    if (c.compute.backend != "local") {
+    if (c.compute.backend != "local" && c.compute.backend != "slurm" && c.compute.backend != "ray") {
       return fail(invalid_argument("compute.backend: '" + c.compute.backend +
-                                   "' is not a compute backend of this build; use local"));
+                                   "' is not a compute backend of this build; use local, slurm or ray"));
+    }
+    for (const char* section : {"slurm", "ray"}) {
+      if (cp.contains(section) && c.compute.backend != section) {
+        return fail(invalid_argument(std::string("compute.") + section + ": set, but compute.backend is " +
+                                     c.compute.backend));
+      }
+    }
+    if (cp.contains("slurm")) {
+      const json& sl = cp["slurm"];
+      const std::string where = "compute.slurm.";
+      if (!sl.is_object()) return fail(invalid_argument("compute.slurm: must be an object"));
+      if (!(st = check_keys(sl, where, {"partition", "slurmConf", "binDir", "gresName", "cpusPerTask", "cpusPerGpu",
+                                        "jobNamePrefix", "extraArgs"}))
+               .is_ok()) {
+        return fail(st);
+      }
+      backend::SlurmOptions& o = c.compute.slurm;
+      for (auto [key, field] : {std::pair{"partition", &o.partition}, std::pair{"slurmConf", &o.slurm_conf},
+                                std::pair{"binDir", &o.bin_dir}, std::pair{"gresName", &o.gres_name},
+                                std::pair{"jobNamePrefix", &o.job_name_prefix}}) {
+        auto v = string_field(sl, key, where, false);
+        if (!v.is_ok()) return fail(v.status());
+        if (!v->empty()) *field = *v;
+      }
+      auto cpt = non_negative_int(sl, "cpusPerTask", where, o.cpus_per_task, 4096);
+      if (!cpt.is_ok()) return fail(cpt.status());
+      auto cpg = non_negative_int(sl, "cpusPerGpu", where, o.cpus_per_gpu, 4096);
+      if (!cpg.is_ok()) return fail(cpg.status());
+      if (*cpt == 0) return fail(invalid_argument(where + "cpusPerTask: must be at least 1"));
+      if (*cpg == 0) return fail(invalid_argument(where + "cpusPerGpu: must be at least 1"));
+      o.cpus_per_task = static_cast<int>(*cpt);
+      o.cpus_per_gpu = static_cast<int>(*cpg);
+      if (sl.contains("extraArgs")) {
+        const json& ea = sl["extraArgs"];
+        if (!ea.is_array()) return fail(invalid_argument(where + "extraArgs: must be a list of sbatch arguments"));
+        for (size_t i = 0; i < ea.size(); ++i) {
+          if (!ea[i].is_string() || ea[i].get<std::string>().rfind("--", 0) != 0) {
+            return fail(invalid_argument(where + "extraArgs[" + std::to_string(i) +
+                                         "]: must be an sbatch option starting with --, got " + ea[i].dump()));
+          }
+          o.extra_args.push_back(ea[i].get<std::string>());
+        }
+      }
+    }
+    if (c.compute.backend == "ray") {
+      const std::string where = "compute.ray.";
+      if (!cp.contains("ray") || !cp["ray"].is_object()) {
+        return fail(invalid_argument("compute.ray: required for the ray backend (an object with address)"));
+      }
+      const json& ry = cp["ray"];
+      if (!(st = check_keys(ry, where, {"address", "cpusPerJob", "submissionPrefix", "requestTimeoutSeconds"}))
+               .is_ok()) {
+        return fail(st);
+      }
+      backend::RayOptions& o = c.compute.ray;
+      auto addr = string_field(ry, "address", where, true);
+      if (!addr.is_ok()) return fail(addr.status());
+      if (addr->rfind("http://", 0) != 0 && addr->rfind("https://", 0) != 0) {
+        return fail(invalid_argument(where + "address: '" + *addr +
+                                     "' must be the dashboard's http:// URL, e.g. http://127.0.0.1:8265"));
+      }
+      o.address = *addr;
+      auto prefix = string_field(ry, "submissionPrefix", where, false);
+      if (!prefix.is_ok()) return fail(prefix.status());
+      if (!prefix->empty()) o.submission_prefix = *prefix;
+      auto cpus = non_negative_int(ry, "cpusPerJob", where, 1, 4096);
+      if (!cpus.is_ok()) return fail(cpus.status());
+      o.cpus_per_job = static_cast<double>(*cpus);
+      auto timeout = non_negative_int(ry, "requestTimeoutSeconds", where, o.request_timeout_s, 600);
+      if (!timeout.is_ok()) return fail(timeout.status());
+      if (*timeout == 0) return fail(invalid_argument(where + "requestTimeoutSeconds: must be at least 1"));
+      o.request_timeout_s = static_cast<int>(*timeout);
     }
   }
   if (doc.contains("telemetry")) {
@@ -203,14 +299,30 @@ nlohmann::json config_to_json(const DeploymentConfig& c) {
                             {"accelerator", p.accelerator},
                             {"serving", p.serving},
                             {"declared", p.declared},
-                            {"maxClaim", p.max_claim}});
+                            {"maxClaim", p.max_claim},
+                            {"deviceIds", p.device_ids.empty() ? json(nullptr) : json(p.device_ids)}});
   }
   out["quotas"] = {{"default", c.default_workload_quota}, {"workloads", c.workload_quotas}};
   out["limits"] = {{"maxRequestBytes", c.limits.max_request_bytes},
                    {"maxDatasetBytes", c.limits.max_dataset_bytes},
-                   {"cancelGraceSeconds", c.limits.cancel_grace_seconds}};
+                   {"cancelGraceSeconds", c.limits.cancel_grace_seconds},
+                   {"pauseDeadlineSeconds", c.limits.pause_deadline_seconds}};
   out["jobBinary"] = c.job_binary;
   out["compute"] = {{"backend", c.compute.backend}};
+  if (c.compute.backend == "slurm") {
+    const auto& o = c.compute.slurm;
+    out["compute"]["slurm"] = {{"partition", o.partition},         {"slurmConf", o.slurm_conf},
+                               {"binDir", o.bin_dir},              {"gresName", o.gres_name},
+                               {"cpusPerTask", o.cpus_per_task},   {"cpusPerGpu", o.cpus_per_gpu},
+                               {"jobNamePrefix", o.job_name_prefix}, {"extraArgs", o.extra_args}};
+  }
+  if (c.compute.backend == "ray") {
+    const auto& o = c.compute.ray;
+    out["compute"]["ray"] = {{"address", o.address},
+                             {"cpusPerJob", o.cpus_per_job},
+                             {"submissionPrefix", o.submission_prefix},
+                             {"requestTimeoutSeconds", o.request_timeout_s}};
+  }
   out["telemetry"] = {{"otlpEndpoint", c.telemetry.otlp_endpoint.empty() ? json(nullptr) : json(c.telemetry.otlp_endpoint)},
                       {"otlpIntervalMs", c.telemetry.otlp_interval_ms},
                       {"jobSeriesRetentionSeconds", c.telemetry.job_series_retention_seconds}};

@@ -30,12 +30,16 @@ struct PoolConfig {
   bool serving = false;             // true: serving endpoints draw from it; runs never do
   int declared = 0;                 // devices admitted against (>= 0)
   int max_claim = 0;                // largest single claim it accepts (> 0; <= declared)
+  // The device indices it grants from (CUDA_VISIBLE_DEVICES values on the local backend), one
+  // per declared device; empty = 0..declared-1.
+  std::vector<int> device_ids = {};
 };
 
 struct Limits {
   size_t max_request_bytes = 1 << 20;         // any JSON body except dataset uploads
   size_t max_dataset_bytes = 64 << 20;        // a dataset upload's body
   int cancel_grace_seconds = 10;              // SIGTERM, then SIGKILL after this long
+  int pause_deadline_seconds = 900;           // a pause's save, publication and release must end within this
 };
 
 // Where jobs send their metrics when the operator runs a collector.

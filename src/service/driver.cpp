@@ -124,8 +124,8 @@ Status ServiceImpl::step_run(RunRecord& run) {
       return follow_job(run);
     case Phase::kFinalizing:
       return finalize(run);
-    case Phase::kPausing:  // no pause in this round: a run found here has nothing to stop
-      return fail(run, "the run was found pausing, which this trainerd does not support");
+    case Phase::kPausing:
+      return step_pausing(run);
     case Phase::kPaused:
     case Phase::kCompleted:
     case Phase::kFailed:
@@ -189,10 +189,23 @@ backend::JobSpec ServiceImpl::job_spec(const RunRecord& run) const {
   spec.identity.otlp_endpoint =
       opt_.config.telemetry.otlp_endpoint.empty() ? job_otlp_endpoint_ : opt_.config.telemetry.otlp_endpoint;
   spec.identity.otlp_interval_ms = opt_.config.telemetry.otlp_interval_ms;
+  spec.identity.catalog_url = catalog_url_;
+  spec.identity.artifact_root = storage_->local_path(".");
   spec.plan_path = (dir / "plan.json").string();
   spec.output_dir = (dir / "output").string();
   spec.events_path = (dir / "events.jsonl").string();
   spec.log_path = (dir / "job.log").string();
+  // The claim's grant: GPUs of a GPU pool (a CPU pool's device is a slot, not a GPU).
+  const bool gpu_pool = pool && pool->accelerator != "cpu";
+  spec.gpus = gpu_pool ? run.devices : 0;
+  spec.cpus = 1;
+  auto claims = store_->list_claims();
+  if (claims.is_ok()) {
+    for (const auto& c : *claims) {
+      if (c.owner == run.id && c.state == "GRANTED") spec.device_ids = c.device_ids;
+    }
+  }
+  spec.resume_snapshot = run.resume_from.value_or("");
   return spec;
 }
 
@@ -206,6 +219,13 @@ Status ServiceImpl::submit_job(RunRecord& run) {
     job.log_path = spec.log_path;
     job.output_dir = spec.output_dir;
     run.job = std::move(job);
+    // Where the attempt runs, kept after the claim is released (runs get).
+    run.view["placement"] = {{"pool", run.pool},
+                             {"backend", backend_->name()},
+                             {"attempt", run.attempt},
+                             {"gpus", spec.gpus},
+                             {"deviceIds", spec.device_ids},
+                             {"job", backend_->describe(run.job->handle)}};
   };
   // A job started before a crash whose handle was never committed: adopt it.
   if (auto orphan = backend_->find(spec)) {

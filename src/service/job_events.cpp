@@ -69,6 +69,10 @@ Status ServiceImpl::follow_job(RunRecord& run) {
     reason = run.job_reason;
   } else if (run.job_outcome == JobOutcome::kCancelled) {
     reason = "the training job stopped on a signal trainerd did not send (it reported cancelled)";
+    if (!status.reason.empty()) reason += ": " + status.reason;
+  } else if (!status.reason.empty()) {
+    // The cluster ended it, or lost it: say so by name.
+    reason = status.reason + "\nlast lines of its log:\n" + last_lines(run.job->log_path, 10);
   } else if (status.state == backend::JobState::kGone) {
     reason = "the training job (" + backend_->describe(handle) +
              ") ended while trainerd was not running and reported no outcome\nlast lines of its log:\n" +
@@ -178,6 +182,10 @@ Status ServiceImpl::apply_event(RunRecord& run, const protocol::Event& event, co
     run.job_reason = e->reason.empty() ? "the job reported a failure without a reason" : e->reason;
   } else if (std::get_if<protocol::Cancelled>(&event)) {
     run.job_outcome = JobOutcome::kCancelled;
+  } else if (const auto* e = std::get_if<protocol::Paused>(&event)) {
+    run.job_outcome = JobOutcome::kPaused;
+    run.paused_step = e->step;
+    run.paused_snapshot = e->snapshot_id;
   }
   return Status::ok();
 }

@@ -57,6 +57,23 @@ void ServiceTelemetry::run_ended(Phase terminal, const std::string& method, doub
   impl_->metrics.run_duration.record(seconds, {.run_outcome = outcome_of(terminal), .run_method = method});
 }
 
+void ServiceTelemetry::operation_attempt(const OperationAttempt& a) {
+  impl_->metrics.service_operation_attempts.add(1, {.service_operation = a.operation,
+                                                    .service_stage = a.stage,
+                                                    .service_outcome = a.outcome,
+                                                    .service_failure_reason = a.reason,
+                                                    .pause_policy = a.pause_policy});
+}
+
+void ServiceTelemetry::operation_ended(tel::ServiceOperation operation, tel::ServiceOutcome outcome, double seconds,
+                                       std::optional<tel::ServiceFailureReason> reason,
+                                       std::optional<tel::PausePolicy> pause_policy) {
+  impl_->metrics.service_operation_duration.record(seconds, {.service_operation = operation,
+                                                             .service_outcome = outcome,
+                                                             .service_failure_reason = reason,
+                                                             .pause_policy = pause_policy});
+}
+
 void ServiceTelemetry::gpu_time(const std::string& workload, const std::string& accelerator, double seconds) {
   // Wall time of the job's process times its devices: derived, not a hardware reading.
   impl_->metrics.cost_gpu_time.add(seconds,

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "service/phases.h"
+#include "telemetry/instruments.h"
 
 namespace trainer::service {
 
@@ -47,6 +48,20 @@ class ServiceTelemetry {
   void run_failed(Phase failed_in);
   void run_ended(Phase terminal, const std::string& method, double seconds);  // method "SFT", ...
   void gpu_time(const std::string& workload, const std::string& accelerator, double seconds);
+
+  // Durable operations (service.operation.attempts and .duration), in the registry's words.
+  struct OperationAttempt {
+    telemetry::ServiceOperation operation;
+    telemetry::ServiceStage stage;
+    telemetry::ServiceOutcome outcome;
+    std::optional<telemetry::ServiceFailureReason> reason = std::nullopt;
+    std::optional<telemetry::PausePolicy> pause_policy = std::nullopt;
+  };
+  void operation_attempt(const OperationAttempt& a);
+  // An operation's end: `seconds` from its durable acceptance.
+  void operation_ended(telemetry::ServiceOperation operation, telemetry::ServiceOutcome outcome, double seconds,
+                       std::optional<telemetry::ServiceFailureReason> reason = std::nullopt,
+                       std::optional<telemetry::PausePolicy> pause_policy = std::nullopt);
 
   // Gauges: replace every series with these.
   void set_pools(const std::vector<PoolGauge>& pools);

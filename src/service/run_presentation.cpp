@@ -236,7 +236,8 @@ json ServiceImpl::present_run(const RunRecord& run, const std::map<std::string, 
     }
   }
   if (claim) {
-    out["claim"] = {{"pool", claim->pool}, {"devices", claim->devices}, {"state", claim->state}, {"since", claim->since}};
+    out["claim"] = {{"pool", claim->pool},   {"devices", claim->devices},      {"state", claim->state},
+                    {"since", claim->since}, {"deviceIds", claim->device_ids}};
   }
   return out;
 }

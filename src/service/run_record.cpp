@@ -76,6 +76,7 @@ std::optional<JobOutcome> parse_outcome(const std::string& s) {
   if (s == "completed") return JobOutcome::kCompleted;
   if (s == "failed") return JobOutcome::kFailed;
   if (s == "cancelled") return JobOutcome::kCancelled;
+  if (s == "paused") return JobOutcome::kPaused;
   return std::nullopt;
 }
 
@@ -127,6 +128,7 @@ const char* job_outcome_name(JobOutcome outcome) {
     case JobOutcome::kCompleted: return "completed";
     case JobOutcome::kFailed: return "failed";
     case JobOutcome::kCancelled: return "cancelled";
+    case JobOutcome::kPaused: return "paused";
   }
   return "";
 }
@@ -170,6 +172,9 @@ json RunRecord::to_json() const {
   if (stop_sent_at) in["stopSentAt"] = *stop_sent_at;
   if (failed_in) in["failedIn"] = phase_name(*failed_in);
   if (terminal) in["terminal"] = phase_name(*terminal);
+  if (paused_step) in["pausedStep"] = *paused_step;
+  if (paused_snapshot) in["pausedSnapshot"] = *paused_snapshot;
+  if (resume_from) in["resumeFrom"] = *resume_from;
   out["_"] = std::move(in);
   return out;
 }
@@ -248,6 +253,13 @@ Result<RunRecord> RunRecord::from_json(const json& doc) {
   TRAINER_RETURN_IF_ERROR(b.boolean("killSent", &r.kill_sent));
   TRAINER_RETURN_IF_ERROR(b.phase("failedIn", &r.failed_in, false));
   TRAINER_RETURN_IF_ERROR(b.phase("terminal", &r.terminal, false));
+  if (b.has("pausedStep")) {
+    int64_t step = 0;
+    TRAINER_RETURN_IF_ERROR(b.integer("pausedStep", &step));
+    r.paused_step = step;
+  }
+  TRAINER_RETURN_IF_ERROR(b.opt_str("pausedSnapshot", &r.paused_snapshot));
+  TRAINER_RETURN_IF_ERROR(b.opt_str("resumeFrom", &r.resume_from));
   return r;
 }
 

@@ -19,7 +19,7 @@
 namespace trainer::service {
 
 // How the job of the current attempt said it ended (its last outcome event), if it did.
-enum class JobOutcome { kNone, kCompleted, kFailed, kCancelled };
+enum class JobOutcome { kNone, kCompleted, kFailed, kCancelled, kPaused };
 
 // The job of the current attempt, as the driver follows it.
 struct JobRecord {
@@ -71,6 +71,9 @@ struct RunRecord {
   bool kill_sent = false;
   std::optional<Phase> failed_in;              // the phase a failed run failed in
   std::optional<Phase> terminal;               // the terminal phase CLEANING_UP leads to
+  std::optional<int64_t> paused_step;          // kPaused: the step the job saved at
+  std::optional<std::string> paused_snapshot;  // kPaused: the snapshot it committed
+  std::optional<std::string> resume_from;      // the snapshot the current attempt restores, if any
 
   // The stored document.
   nlohmann::json to_json() const;

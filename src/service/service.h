@@ -75,6 +75,9 @@ class Service {
   // Replaces ServiceOptions::job_otlp_endpoint (the wiring knows trainerd's port only once its
   // server listens). Call before start().
   virtual void set_job_otlp_endpoint(const std::string& url) = 0;
+  // trainerd's own API base URL ("http://127.0.0.1:9001"), which jobs call back for the snapshot
+  // catalog (TRAINER_CATALOG_URL). Call before start(); empty: jobs publish no snapshots.
+  virtual void set_catalog_url(const std::string& url) = 0;
   // `info`: backend, build, configuration (without secrets), startup.
   virtual json info() const = 0;
 
@@ -118,8 +121,27 @@ class Service {
   virtual void subscribe_run_changes(std::function<void()> on_change) = 0;
   virtual Result<json> cancel_run(const std::string& ref) = 0;
   virtual Result<json> annotate_run(const std::string& ref, const json& body) = 0;
+  // Pauses an active run ({checkpoint: save|latest}); returns once accepted (PAUSING). The run's
+  // `pause` object reports the save and the release; the phase becomes PAUSED.
+  virtual Result<json> pause_run(const std::string& ref, const json& body) = 0;
+  // Resumes a PAUSED run as a new attempt from the snapshot its pause stopped against.
+  virtual Result<json> resume_run(const std::string& ref) = 0;
   virtual Result<json> run_metrics(const std::string& ref, int64_t limit) = 0;
   virtual Result<json> run_hparams(const std::string& ref) = 0;
+
+  // ---- the snapshot catalog (protocol/snapshot.h)
+  // The job's callback before uploading: reserves the snapshot (body: protocol::Reservation).
+  // Returns it and whether it is new; the same reservation again returns it unchanged (the id
+  // derives from the content, so the same id is the same content).
+  virtual Result<std::pair<json, bool>> reserve_snapshot(const std::string& run_ref, const json& body) = 0;
+  // The job's callback after uploading one kind ({kind}): verifies the upload against the
+  // reservation (manifest digest, identity, every file's size and digest) and commits it. Returns
+  // once the commit is durable; committing a committed kind again returns it unchanged.
+  virtual Result<json> commit_snapshot(const std::string& snapshot_ref, const json& body) = 0;
+  // A run's committed snapshots, newest saved step first: {runId, snapshots, total, nextOffset?}.
+  virtual Result<json> list_run_snapshots(const std::string& run_ref, int64_t limit, int64_t offset) = 0;
+  // One committed snapshot by id or unambiguous prefix.
+  virtual Result<json> get_snapshot(const std::string& ref) = 0;
 
   // ---- capacity and telemetry
   virtual Result<json> capacity() = 0;

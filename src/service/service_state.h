@@ -11,6 +11,8 @@
 //   job_events.cpp        following a job: its events file, its exit, finalizing
 //   admission_glue.cpp    claims: admission (admission.h's pure function) applied to the store
 //   capacity.cpp          capacity, cost settlement and the gauges of /metrics
+//   pause.cpp             pause (PAUSING, PAUSED) and resume (a new attempt from the snapshot)
+//   snapshots.cpp         the snapshot catalog: the job's reserve and commit callbacks, listing
 //
 // Locking contract:
 //   - mu_ serialises every read-modify-write of durable state (submissions, the driver's steps,
@@ -57,6 +59,7 @@ class ServiceImpl final : public Service {
   bool ready() const override { return ready_; }
   std::vector<StartupStep> startup_steps() const override;
   void set_job_otlp_endpoint(const std::string& url) override { job_otlp_endpoint_ = url; }
+  void set_catalog_url(const std::string& url) override { catalog_url_ = url; }
   json info() const override;
 
   Result<json> list_base_models(bool all) override;
@@ -95,6 +98,13 @@ class ServiceImpl final : public Service {
   Result<json> run_metrics(const std::string& ref, int64_t limit) override;
   Result<json> run_hparams(const std::string& ref) override;
 
+  Result<std::pair<json, bool>> reserve_snapshot(const std::string& run_ref, const json& body) override;
+  Result<json> commit_snapshot(const std::string& snapshot_ref, const json& body) override;
+  Result<json> list_run_snapshots(const std::string& run_ref, int64_t limit, int64_t offset) override;
+  Result<json> get_snapshot(const std::string& ref) override;
+  Result<json> pause_run(const std::string& ref, const json& body) override;
+  Result<json> resume_run(const std::string& ref) override;
+
   Result<json> capacity() override;
   std::string metrics_text() override;
   Status ingest_job_metrics(std::string_view otlp_json) override;
@@ -127,6 +137,15 @@ class ServiceImpl final : public Service {
   static std::string dataset_key(const std::string& hash);
   Result<json> present_dataset(const json& d);
   Result<json> resolve_dataset(const std::string& ref, const std::string& field);
+
+  // ---- the snapshot catalog (snapshots.cpp)
+  Result<std::string> resolve_snapshot_id(const std::string& ref, const std::string& field);
+  Status verify_snapshot_kind(const json& doc, const std::string& kind);
+
+  // ---- pause and resume (pause.cpp); mu_ held, inside a store transaction
+  Status signal_pause(RunRecord& run);
+  Status step_pausing(RunRecord& run);
+  Status finish_pause(RunRecord& run, std::optional<telemetry::ServiceFailureReason> failed);
 
   // ---- workloads (workloads.cpp)
   Result<json> resolve_workload(const std::string& ref, const std::string& field);
@@ -183,6 +202,8 @@ class ServiceImpl final : public Service {
   ServiceTelemetry metrics_;  // thread-safe
   // ServiceOptions::job_otlp_endpoint, or what the wiring set before start(); read by the driver.
   std::string job_otlp_endpoint_;
+  // set_catalog_url()'s URL, set before start(); read by the driver.
+  std::string catalog_url_;
   // The jobs' OTLP pushes, served on /metrics after the service's own series (thread-safe).
   telemetry::TelemetryRelay relay_;
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -193,6 +194,28 @@ class FolderStorage final : public Storage {
       return failed;
     }
     if (had_old) fs::remove_all(old, ec);
+    return fsync_dir(target.parent_path());
+  }
+
+  Status publish_new(const std::string& source, const std::string& key) override {
+    TRAINER_RETURN_IF_ERROR(check_key(key));
+    const fs::path target = root_ / key;
+    TRAINER_RETURN_IF_ERROR(make_parent(target));
+    std::error_code ec;
+    if (fs::exists(target, ec)) return already_exists("an artifact already exists under " + key);
+    const fs::path tmp = temporary_beside(target);
+    Status st = copy_tree(source, tmp);
+    if (!st.is_ok()) {
+      fs::remove_all(tmp, ec);
+      return st;
+    }
+    // RENAME_NOREPLACE: the kernel refuses when the destination appeared meanwhile.
+    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, target.c_str(), RENAME_NOREPLACE) != 0) {
+      const int err = errno;
+      fs::remove_all(tmp, ec);
+      if (err == EEXIST || err == ENOTEMPTY) return already_exists("an artifact already exists under " + key);
+      return internal_error("cannot publish " + target.string() + ": " + std::strerror(err));
+    }
     return fsync_dir(target.parent_path());
   }
 

@@ -41,6 +41,11 @@ class Storage {
   // On failure nothing is left under `key` that was not there before, and no temporary remains.
   virtual Status publish(const std::string& source, const std::string& key) = 0;
 
+  // Publishes `source` under `key` only when nothing is there yet (an immutable destination):
+  // already_exists when `key` holds an artifact, whatever its bytes (the caller compares them).
+  // Atomic like publish(): of two concurrent callers, one publishes and the other is refused.
+  virtual Status publish_new(const std::string& source, const std::string& key) = 0;
+
   // A path on this host where processes read the artifact under `key` (the folder
   // implementation: root/key). Jobs read datasets and models through it.
   virtual std::string local_path(const std::string& key) const = 0;

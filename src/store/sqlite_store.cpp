@@ -43,7 +43,43 @@ CREATE TABLE claims (
   state TEXT NOT NULL,
   since TEXT NOT NULL);
 )sql",
+    // 2: a granted claim holds specific device indices of its pool ("0,1"; "" while queued).
+    R"sql(
+ALTER TABLE claims ADD COLUMN device_ids TEXT NOT NULL DEFAULT '';
+)sql",
+    // 3: the snapshot catalog.
+    R"sql(
+CREATE TABLE snapshots (
+  id TEXT PRIMARY KEY,
+  run_id TEXT NOT NULL,
+  step INTEGER NOT NULL,
+  state TEXT NOT NULL,
+  doc TEXT NOT NULL);
+CREATE INDEX snapshots_by_run ON snapshots(run_id, step);
+)sql",
 };
+
+// Device indices as stored in claims.device_ids ("0,1").
+std::string ids_text(const std::vector<int>& ids) {
+  std::string out;
+  for (int id : ids) out += (out.empty() ? "" : ",") + std::to_string(id);
+  return out;
+}
+
+std::vector<int> ids_of(const std::string& text) {
+  std::vector<int> out;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t comma = text.find(',', pos);
+    if (comma == std::string::npos) comma = text.size();
+    const std::string item = text.substr(pos, comma - pos);
+    if (!item.empty() && item.find_first_not_of("0123456789") == std::string::npos && item.size() < 7) {
+      out.push_back(std::stoi(item));
+    }
+    pos = comma + 1;
+  }
+  return out;
+}
 
 class Stmt {
  public:
@@ -407,10 +443,10 @@ class SqliteStore final : public Store {
   Status insert_claim(ClaimRow& c) override {
     std::lock_guard<std::recursive_mutex> lock(mu_);
     bump();
-    Stmt s(db_, "INSERT INTO claims(owner, kind, workload_id, pool, devices, state, since) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)");
+    Stmt s(db_, "INSERT INTO claims(owner, kind, workload_id, pool, devices, state, since, device_ids) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
     s.bind(1, c.owner).bind(2, c.kind).bind(3, c.workload_id).bind(4, c.pool)
-        .bind(5, static_cast<int64_t>(c.devices)).bind(6, c.state).bind(7, c.since);
+        .bind(5, static_cast<int64_t>(c.devices)).bind(6, c.state).bind(7, c.since).bind(8, ids_text(c.device_ids));
     int rc = s.step();
     if (rc == SQLITE_CONSTRAINT) return already_exists("claim for " + c.owner + " exists");
     if (rc != SQLITE_DONE) return db_error(db_, "inserting claim");
@@ -420,8 +456,8 @@ class SqliteStore final : public Store {
   Status update_claim(const ClaimRow& c) override {
     std::lock_guard<std::recursive_mutex> lock(mu_);
     bump();
-    return write("UPDATE claims SET state = ?, since = ?, pool = ?, devices = ? WHERE owner = ?",
-                 {c.state, c.since, c.pool, std::to_string(c.devices), c.owner});
+    return write("UPDATE claims SET state = ?, since = ?, pool = ?, devices = ?, device_ids = ? WHERE owner = ?",
+                 {c.state, c.since, c.pool, std::to_string(c.devices), ids_text(c.device_ids), c.owner});
   }
   Status delete_claim(const std::string& owner) override {
     std::lock_guard<std::recursive_mutex> lock(mu_);
@@ -430,12 +466,13 @@ class SqliteStore final : public Store {
   }
   Result<std::vector<ClaimRow>> list_claims() override {
     std::lock_guard<std::recursive_mutex> lock(mu_);
-    Stmt s(db_, "SELECT owner, kind, workload_id, pool, devices, state, since, seq FROM claims ORDER BY seq");
+    Stmt s(db_, "SELECT owner, kind, workload_id, pool, devices, state, since, seq, device_ids FROM claims "
+                "ORDER BY seq");
     std::vector<ClaimRow> out;
     int rc;
     while ((rc = s.step()) == SQLITE_ROW) {
       out.push_back(ClaimRow{s.text(0), s.text(1), s.text(2), s.text(3), static_cast<int>(s.integer(4)),
-                             s.text(5), s.text(6), s.integer(7)});
+                             s.text(5), s.text(6), s.integer(7), ids_of(s.text(8))});
     }
     if (rc != SQLITE_DONE) return db_error(db_, "listing claims");
     return out;
@@ -462,6 +499,65 @@ class SqliteStore final : public Store {
     if (s.step() != SQLITE_DONE) return db_error(db_, "writing");
     return Status::ok();
   }
+  // ---- snapshots
+  Status insert_snapshot(const json& doc) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Stmt s(db_, "INSERT INTO snapshots(id, run_id, step, state, doc) VALUES (?, ?, ?, ?, ?)");
+    s.bind(1, doc.at("snapshotId").get<std::string>())
+        .bind(2, doc.at("runId").get<std::string>())
+        .bind(3, doc.at("savedStep").get<int64_t>())
+        .bind(4, doc.at("state").get<std::string>())
+        .bind(5, doc.dump(-1, ' ', false, json::error_handler_t::replace));
+    int rc = s.step();
+    if (rc == SQLITE_CONSTRAINT) {
+      return already_exists("snapshot " + doc.at("snapshotId").get<std::string>() + " is already in the catalog");
+    }
+    if (rc != SQLITE_DONE) return db_error(db_, "inserting snapshot");
+    return Status::ok();
+  }
+  Status update_snapshot(const json& doc) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Stmt s(db_, "UPDATE snapshots SET state = ?, doc = ? WHERE id = ?");
+    s.bind(1, doc.at("state").get<std::string>())
+        .bind(2, doc.dump(-1, ' ', false, json::error_handler_t::replace))
+        .bind(3, doc.at("snapshotId").get<std::string>());
+    if (s.step() != SQLITE_DONE) return db_error(db_, "updating snapshot");
+    if (sqlite3_changes(db_) == 0) return not_found("snapshot " + doc.at("snapshotId").get<std::string>());
+    return Status::ok();
+  }
+  Result<std::optional<json>> get_snapshot(const std::string& id) override {
+    return one("SELECT doc FROM snapshots WHERE id = ?", {id});
+  }
+  Result<std::vector<std::string>> snapshot_ids_with_prefix(const std::string& prefix, int limit) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Stmt s(db_, "SELECT id FROM snapshots WHERE substr(id, 1, length(?1)) = ?1 ORDER BY id LIMIT ?2");
+    s.bind(1, prefix).bind(2, static_cast<int64_t>(limit));
+    std::vector<std::string> out;
+    int rc;
+    while ((rc = s.step()) == SQLITE_ROW) out.push_back(s.text(0));
+    if (rc != SQLITE_DONE) return db_error(db_, "reading snapshot ids");
+    return out;
+  }
+  Result<SnapshotPage> list_snapshots(const std::string& run_id, const std::string& state, int64_t limit,
+                                      int64_t offset) override {
+    SnapshotPage page;
+    {
+      std::lock_guard<std::recursive_mutex> lock(mu_);
+      Stmt c(db_, "SELECT COUNT(*) FROM snapshots WHERE run_id = ?1 AND (?2 = '' OR state = ?2)");
+      c.bind(1, run_id).bind(2, state);
+      if (c.step() != SQLITE_ROW) return db_error(db_, "counting snapshots");
+      page.total = c.integer(0);
+    }
+    std::vector<std::string> args = {run_id, state, std::to_string(limit), std::to_string(offset)};
+    auto rows = docs(
+        "SELECT doc FROM snapshots WHERE run_id = ?1 AND (?2 = '' OR state = ?2) ORDER BY step DESC, id "
+        "LIMIT CAST(?3 AS INTEGER) OFFSET CAST(?4 AS INTEGER)",
+        args);
+    if (!rows.is_ok()) return rows.status();
+    page.snapshots = std::move(*rows);
+    return page;
+  }
+
   Result<std::vector<json>> docs(const char* sql, const std::vector<std::string>& args) {
     std::vector<std::string> texts;
     {

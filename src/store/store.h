@@ -60,6 +60,13 @@ struct ClaimRow {
   std::string state;        // "GRANTED" | "QUEUED"
   std::string since;        // RFC 3339: when it entered its state
   int64_t seq = 0;          // admission order (assigned by the store on insert)
+  std::vector<int> device_ids = {};  // GRANTED: the pool's device indices it holds (admission.h)
+};
+
+// A page of a run's snapshots.
+struct SnapshotPage {
+  std::vector<json> snapshots;  // newest saved step first
+  int64_t total = 0;            // rows matching, ignoring limit and offset
 };
 
 class Store {
@@ -125,6 +132,17 @@ class Store {
   virtual Status update_claim(const ClaimRow& claim) = 0;
   virtual Status delete_claim(const std::string& owner) = 0;  // ok when absent
   virtual Result<std::vector<ClaimRow>> list_claims() = 0;    // by seq ascending
+
+  // ---- the snapshot catalog: keyed by doc["snapshotId"]; doc["runId"], doc["savedStep"] and
+  // doc["state"] ("reserved" | "committed") are kept as columns
+  virtual Status insert_snapshot(const json& doc) = 0;  // already_exists when the id exists
+  virtual Status update_snapshot(const json& doc) = 0;  // not_found when the id is absent
+  virtual Result<std::optional<json>> get_snapshot(const std::string& id) = 0;
+  // Ids starting with `prefix`, at most `limit`, sorted.
+  virtual Result<std::vector<std::string>> snapshot_ids_with_prefix(const std::string& prefix, int limit) = 0;
+  // A run's snapshots in `state` ("" = any), newest saved step first.
+  virtual Result<SnapshotPage> list_snapshots(const std::string& run_id, const std::string& state, int64_t limit,
+                                              int64_t offset) = 0;
 };
 
 // Opens (creating and migrating as needed) the SQLite store at `path`.

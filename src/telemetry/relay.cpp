@@ -323,53 +323,40 @@ Status TelemetryRelay::ingest(std::string_view body, double now) {
   TRAINER_ASSIGN_OR_RETURN(json parsed, parse_json(body, "OTLP body", options_.max_depth));
   TRAINER_ASSIGN_OR_RETURN(std::vector<ParsedJob> jobs, parse_request(parsed));
 
-  std::lock_guard lock(mu_);
-  // Count the series this body adds before changing anything.
-  size_t added = 0;
-  std::unordered_map<std::string, size_t> seen;  // new series keys of this body
-  for (const auto& job : jobs) {
-    const std::string key = job_key(job.run_id, job.attempt);
-    auto existing = jobs_.find(key);
-    for (const auto& metric : job.metrics) {
-      for (const auto& point : metric.points) {
-        bool known = false;
-        if (existing != jobs_.end()) {
-          auto m = existing->second.metrics.find(metric.descriptor.name);
-          known = m != existing->second.metrics.end() && m->second.points.count(point.attributes.key()) != 0;
-        }
-        if (!known && seen.emplace(key + '\x1e' + metric.descriptor.name + '\x1e' + point.attributes.key(), 0).second) {
-          ++added;
-        }
-      }
-    }
-  }
-  if (series_ + added > options_.max_series) {
-    return resource_exhausted("OTLP body adds " + std::to_string(added) + " series to the relay's " +
-                              std::to_string(series_) + "; it holds at most " + std::to_string(options_.max_series));
-  }
+  // A push is its job's whole state (cumulative temporality: every series the job holds now),
+  // so it replaces what the relay held of that job: a series the job withdrew (the worker series
+  // of a job that ended) leaves /metrics with the job's next push instead of staying at its last
+  // value. Several resources of one job in one body add up.
+  std::map<std::string, Job> incoming;
   for (auto& job : jobs) {
-    Job& held = jobs_[job_key(job.run_id, job.attempt)];
+    Job& held = incoming[job_key(job.run_id, job.attempt)];
     held.labels = job.labels;
-    held.last_push = now;
     for (auto& metric : job.metrics) {
       Metric& m = held.metrics[metric.descriptor.name];
-      if (m.descriptor.kind != metric.descriptor.kind && !m.points.empty()) {
-        // One name, another kind: the new kind replaces the old series.
-        held.series -= m.points.size();
-        series_ -= m.points.size();
-        m.points.clear();
-      }
+      if (m.descriptor.kind != metric.descriptor.kind && !m.points.empty()) m.points.clear();  // another kind wins
       m.descriptor = metric.descriptor;
-      for (auto& point : metric.points) {
-        auto [it, inserted] = m.points.insert_or_assign(point.attributes.key(), std::move(point));
-        (void)it;
-        if (inserted) {
-          ++held.series;
-          ++series_;
-        }
-      }
+      for (auto& point : metric.points) m.points.insert_or_assign(point.attributes.key(), std::move(point));
     }
   }
+  std::lock_guard lock(mu_);
+  // Count the series after this body before changing anything.
+  size_t after = series_;
+  for (auto& [key, job] : incoming) {
+    for (const auto& [name, metric] : job.metrics) job.series += metric.points.size();
+    auto existing = jobs_.find(key);
+    after = after - (existing == jobs_.end() ? 0 : existing->second.series) + job.series;
+  }
+  if (after > options_.max_series) {
+    return resource_exhausted("OTLP body brings the relay to " + std::to_string(after) + " series; it holds at most " +
+                              std::to_string(options_.max_series));
+  }
+  for (auto& [key, job] : incoming) {
+    Job& held = jobs_[key];
+    job.ended_at = held.ended_at;  // the run's end, as the service said it, outlives the push
+    job.last_push = now;
+    held = std::move(job);
+  }
+  series_ = after;
   return Status::ok();
 }
 
@@ -377,6 +364,12 @@ void TelemetryRelay::run_ended(std::string_view run_id, int64_t attempt, double 
   std::lock_guard lock(mu_);
   auto it = jobs_.find(job_key(run_id, std::to_string(attempt)));
   if (it != jobs_.end() && it->second.ended_at < 0) it->second.ended_at = now;
+}
+
+bool TelemetryRelay::holds(std::string_view run_id, int64_t attempt) const {
+  std::lock_guard lock(mu_);
+  auto it = jobs_.find(job_key(run_id, std::to_string(attempt)));
+  return it != jobs_.end() && it->second.series > 0;
 }
 
 void TelemetryRelay::expire_locked(double now) {

@@ -2,9 +2,10 @@
 // jobs' latest values on its own /metrics (the embedded default of docs/telemetry-usage.md).
 //
 // ingest() takes an ExportMetricsServiceRequest body as otlp_json() writes it (gauges, sums,
-// histograms, exponential histograms; cumulative temporality). The relay keeps the latest point
-// of each series, keyed by the pushing job (its resource's run.id and run.attempt) and the
-// metric and point attributes. render_prometheus() writes them in the text exposition with the
+// histograms, exponential histograms; cumulative temporality). A push is the pushing job's whole
+// state: the relay keeps, for each job (its resource's run.id and run.attempt), the series of its
+// latest push, keyed by metric and point attributes; a series missing from a job's newer push
+// (a gauge the job withdrew) is gone. render_prometheus() writes them in the text exposition with the
 // names prometheus_name() gives local metrics, each series labelled with its job's resource
 // attributes (service.* left out), so `{akka_optimize_training_run_id="..."}` selects a run.
 //
@@ -40,11 +41,15 @@ class TelemetryRelay {
 
   // One push at `now` (Unix seconds). InvalidArgument names the field of a malformed body (a
   // dotted path such as "resourceMetrics[0].scopeMetrics[0].metrics[3].gauge.dataPoints[0]");
-  // ResourceExhausted when its new series would pass max_series. A refused body changes nothing.
+  // ResourceExhausted when the relay would hold more than max_series after it. A refused body
+  // changes nothing. The body's jobs' earlier series are replaced by the body's.
   Status ingest(std::string_view body, double now);
 
   // The service's word that a run's attempt ended: its series go `after_end_seconds` from `now`.
   void run_ended(std::string_view run_id, int64_t attempt, double now);
+
+  // Whether the relay holds series of that run's attempt (it pushed, and they have not expired).
+  bool holds(std::string_view run_id, int64_t attempt) const;
 
   // Drops the series whose time is up at `now`.
   void expire(double now);

@@ -45,6 +45,9 @@ Result<TrainResult> train_rl(const TrainRequest& request, const EventSink& event
         train::LoopOptions options;
         options.output_dir = request.output_dir;
         options.stop = request.stop;
+        options.pause = request.pause;
+        options.resume_weights_dir = request.resume_weights_dir;
+        options.resume_state_dir = request.resume_state_dir;
         options.save_every = plan.execution.saveEvery.value_or(0);
         options.keep_checkpoints = plan.execution.keepAdapters;
         options.lora = cfg.lora;

@@ -161,11 +161,37 @@ class GrpoMethod : public train::Method {
 
   int64_t total_steps() const { return total_; }
 
+  // The prompt order is shuffled_order(seed, epoch), so an epoch and a cursor say where the data
+  // stands: after the current generation batch once its last iteration is taken, else where it
+  // began (a run resumed inside a batch samples it again).
+  nlohmann::json data_state() const override {
+    if (batch_done_) return {{"epoch", epoch_}, {"cursor", cursor_}};
+    return {{"epoch", batch_epoch_}, {"cursor", batch_cursor_}};
+  }
+  void restore_data_state(const nlohmann::json& state) override {
+    if (!state.contains("epoch") || !state.contains("cursor")) return;  // a fresh run's empty state
+    epoch_ = state.at("epoch").get<int64_t>();
+    cursor_ = state.at("cursor").get<size_t>();
+    order_ = data::shuffled_order(prompts_.size(), cfg_.training.seed, epoch_);
+    if (cursor_ > order_.size()) {
+      throw EngineError(StatusCode::kFailedPrecondition, "training state: the data cursor " + std::to_string(cursor_) +
+                                                             " is past the " + std::to_string(order_.size()) +
+                                                             " prompts of the dataset");
+    }
+    batch_epoch_ = epoch_;
+    batch_cursor_ = cursor_;
+  }
+
   protocol::Step step(int64_t step, train::Updater& updater) override {
     const auto t_step = SteadyClock::now();
     RlStep rl;
-    if (step % rl_.iterationsPerBatch == 0) rollout(step, &rl);
+    // A resumed run that stopped inside a generation batch samples that batch again (with the
+    // batch's seed and prompts, from the policy as it now is).
+    const int64_t batch_start = step - step % rl_.iterationsPerBatch;
+    const bool fresh = step == batch_start || !batch_.ids.defined();
+    if (fresh) rollout(batch_start, &rl);
     else rl = last_rollout_;
+    batch_done_ = (step + 1) % rl_.iterationsPerBatch == 0;
     // Old log-probabilities are only needed when the batch is reused (ratio != 1).
     const int64_t N = batch_.ids.size(0);
     const int64_t mb = rl_.microBatchSize > 0 ? std::min<int64_t>(rl_.microBatchSize, N) : N;
@@ -208,7 +234,7 @@ class GrpoMethod : public train::Method {
     rl.clip_ratio = clip_region / t;
     rl.entropy = entropy / t;
     rl.actor_update_seconds = update_seconds;
-    if (step % rl_.iterationsPerBatch != 0) {
+    if (!fresh) {
       rl.generation_seconds = 0;
       rl.reward_seconds = 0;
       rl.old_logprob_seconds = 0;
@@ -234,6 +260,8 @@ class GrpoMethod : public train::Method {
   // Samples, scores and prepares a new generation batch.
   void rollout(int64_t step, RlStep* rl) {
     at::NoGradGuard no_grad;
+    batch_epoch_ = epoch_;
+    batch_cursor_ = cursor_;
     // The prompts of this batch, in the epoch's shuffled order.
     std::vector<std::vector<int64_t>> prompts;
     std::vector<size_t> which;
@@ -373,6 +401,9 @@ class GrpoMethod : public train::Method {
   std::vector<size_t> order_;
   size_t cursor_ = 0;
   int64_t epoch_ = 0, total_ = 0;
+  size_t batch_cursor_ = 0;  // cursor_ and epoch_ where the current generation batch began
+  int64_t batch_epoch_ = 0;
+  bool batch_done_ = false;  // the last step taken was the generation batch's last iteration
   int64_t pad_ = 0;
   std::vector<int64_t> stop_ids_;
   LossSettings loss_;

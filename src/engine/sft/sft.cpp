@@ -93,6 +93,24 @@ class SftMethod : public train::Method {
   int64_t total_steps() const { return total_; }
   double flops_per_token() const override { return flops_per_token_; }
 
+  // The epoch being read and the cursor into its seeded order (the order itself derives from
+  // training.seed and the epoch, so these two place the data exactly).
+  nlohmann::json data_state() const override {
+    return {{"epoch", epoch_}, {"cursor", static_cast<int64_t>(cursor_)}, {"seed", tr_.seed}};
+  }
+  void restore_data_state(const nlohmann::json& state) override {
+    if (!state.is_object() || !state.contains("epoch") || !state["epoch"].is_number_integer() ||
+        !state.contains("cursor") || !state["cursor"].is_number_integer()) {
+      throw EngineError(StatusCode::kInvalidArgument, "training state: field 'data' must hold integer epoch and cursor");
+    }
+    if (state.value("seed", tr_.seed) != tr_.seed) {
+      throw EngineError(StatusCode::kInvalidArgument, "training state: field 'data.seed' differs from training.seed");
+    }
+    epoch_ = state["epoch"].get<int64_t>();
+    seqs_ = plan_epoch(epoch_);
+    cursor_ = static_cast<size_t>(state["cursor"].get<int64_t>());
+  }
+
   protocol::Step step(int64_t step, train::Updater& updater) override {
     // Input: the micro-batches of this update, on the device.
     const auto t_input = SteadyClock::now();
@@ -214,6 +232,9 @@ Result<TrainResult> train_sft(const TrainRequest& request, const EventSink& even
         train::LoopOptions options;
         options.output_dir = request.output_dir;
         options.stop = request.stop;
+        options.pause = request.pause;
+        options.resume_weights_dir = request.resume_weights_dir;
+        options.resume_state_dir = request.resume_state_dir;
         options.validation_every = cfg.training.validationFrequencySteps;
         options.save_every = plan.execution.saveEvery.value_or(0);
         options.keep_checkpoints = plan.execution.keepAdapters;

@@ -12,6 +12,7 @@
 #include "engine/device/peak_flops.h"
 #include "engine/engine_internal.h"
 #include "engine/lora/lora.h"
+#include "engine/train/state.h"
 #include "engine/optim/schedule.h"
 
 namespace trainer::engine::train {
@@ -135,6 +136,7 @@ TrainResult run(Method& method, Setup& setup, Updater& updater, const LoopOption
     result.final_validation_loss = v->validation_loss;
     emit(*v);
   };
+  // A checkpoint: the adapter and the training state; returns its folder.
   auto save_checkpoint = [&](int64_t step) {
     const auto t0 = SteadyClock::now();
     const fs::path root = fs::path(options.output_dir) / "checkpoints";
@@ -145,6 +147,8 @@ TrainResult run(Method& method, Setup& setup, Updater& updater, const LoopOption
     const std::string dir = (folder / "adapter").string();
     fs::create_directories(folder);
     lora::save_peft_folder(model, options.lora, options.base_model, dir);
+    const std::string state_dir = (folder / kTrainingStateDir).string();
+    save_training_state(state_dir, updater, step, method.data_state(), device);
     if (on_checkpoint) on_checkpoint(step, folder.string());
     std::vector<fs::path> existing;
     for (const auto& e : fs::directory_iterator(root)) {
@@ -153,11 +157,33 @@ TrainResult run(Method& method, Setup& setup, Updater& updater, const LoopOption
     std::sort(existing.begin(), existing.end());
     const size_t keep = static_cast<size_t>(std::max(1, options.keep_checkpoints));
     for (size_t i = 0; i + keep < existing.size(); ++i) fs::remove_all(existing[i]);
-    emit(protocol::Checkpoint{.step = step, .adapter_dir = dir, .checkpoint_seconds = seconds_since(t0)});
+    emit(protocol::Checkpoint{
+        .step = step, .adapter_dir = dir, .checkpoint_seconds = seconds_since(t0), .state_dir = state_dir});
   };
 
+  // A resumed run: the adapter, the optimizer, the RNG and the data position as saved.
+  int64_t first = 0;
+  if (!options.resume_state_dir.empty()) {
+    load_adapter_weights(options.resume_weights_dir, model);
+    LoadedState loaded = load_training_state(options.resume_state_dir, updater, device);
+    if (loaded.engine_step < 0 || loaded.engine_step > total) {
+      throw EngineError(StatusCode::kInvalidArgument, options.resume_state_dir + ": engine step " +
+                                                          std::to_string(loaded.engine_step) + " is outside the run's " +
+                                                          std::to_string(total) + " steps");
+    }
+    method.restore_data_state(loaded.data);
+    first = loaded.engine_step;
+    result.steps = first;
+  }
+
   const double flops_per_token = method.flops_per_token();
-  for (int64_t step = 0; step < total; ++step) {
+  for (int64_t step = first; step < total; ++step) {
+    if (options.pause != nullptr && options.pause->load()) {
+      if (step > first || first > 0) save_checkpoint(step);
+      result.paused = step > first || first > 0;
+      result.cancelled = !result.paused;  // nothing trained yet: nothing to save
+      return result;
+    }
     if (options.stop != nullptr && options.stop->load()) {
       result.cancelled = true;
       return result;
@@ -185,10 +211,13 @@ TrainResult run(Method& method, Setup& setup, Updater& updater, const LoopOption
   fs::create_directories(options.output_dir);
   result.adapter_dir = (fs::path(options.output_dir) / "adapter").string();
   lora::save_peft_folder(model, options.lora, options.base_model, result.adapter_dir);
+  const std::string state_dir = (fs::path(options.output_dir) / kTrainingStateDir).string();
+  save_training_state(state_dir, updater, result.steps, method.data_state(), device);
   protocol::Completed done{.adapter_dir = result.adapter_dir,
                            .final_loss = result.final_loss,
                            .steps = result.steps,
-                           .export_seconds = seconds_since(t_save)};
+                           .export_seconds = seconds_since(t_save),
+                           .state_dir = state_dir};
   if (result.final_validation_loss >= 0) done.final_validation_loss = result.final_validation_loss;
   emit(done);
   return result;

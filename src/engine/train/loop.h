@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/device/gpu_info.h"
 #include "engine/engine.h"
 #include "engine/memory.h"
@@ -87,6 +89,10 @@ class Method {
   virtual std::optional<protocol::Validation> validate(int64_t /*step*/) { return std::nullopt; }
   // Training FLOPs per token of the step's batch_tokens (for MFU); 0 = not reported.
   virtual double flops_per_token() const { return 0; }
+  // The data order and position after the last step taken (saved in the training state), and
+  // its restoration before the first step of a resumed run.
+  virtual nlohmann::json data_state() const { return nlohmann::json::object(); }
+  virtual void restore_data_state(const nlohmann::json& /*state*/) {}
 };
 
 struct LoopOptions {
@@ -97,9 +103,15 @@ struct LoopOptions {
   int keep_checkpoints = 1;                     // newest checkpoints kept
   plan::LoraSettings lora;                      // written into every adapter folder
   std::string base_model;                       // base_model_name_or_path of the adapters
+  // Checked at every step boundary before `stop`: save a full checkpoint, then return paused.
+  const std::atomic<bool>* pause = nullptr;
+  std::string resume_weights_dir;  // continue from this adapter folder ...
+  std::string resume_state_dir;    // ... and this training state (train/state.h); "" = fresh
 };
 
-// Called after an intermediate checkpoint's adapter is written into `checkpoint_dir`/adapter
+// Every checkpoint holds the adapter (checkpoint_dir/adapter) and the training state
+// (checkpoint_dir/training_state); the final adapter gets its training state beside it
+// (output_dir/training_state). Called after an intermediate checkpoint's adapter is written into `checkpoint_dir`/adapter
 // (checkpoint_dir = output_dir/checkpoints/step-NNNNNNNN), before older checkpoints are pruned:
 // where a method or the job adds training state (optimizer moments, data position, RNG).
 using CheckpointHook = std::function<void(int64_t step, const std::string& checkpoint_dir)>;

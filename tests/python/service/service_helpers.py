@@ -63,13 +63,14 @@ class Trainerd:
         self.url = ""
         self.log_path = data_dir.parent / (data_dir.name + "-trainerd.log")
 
-    def start(self, timeout: float = 30.0) -> "Trainerd":
+    def start(self, timeout: float = 30.0, port: int = 0) -> "Trainerd":
+        """Starts trainerd; `port` 0 picks a free one (a restart may ask for the previous one)."""
         port_file = self.data_dir.parent / (self.data_dir.name + ".port")
         if port_file.exists():
             port_file.unlink()
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [str(BUILD / "apps" / "trainerd"), "--data-dir", str(self.data_dir), "--port", "0",
+            [str(BUILD / "apps" / "trainerd"), "--data-dir", str(self.data_dir), "--port", str(port),
              "--port-file", str(port_file), "--config", str(self.config_path), "--instance", "test-instance"],
             stdout=log, stderr=log, env=self.env)
         deadline = time.time() + timeout

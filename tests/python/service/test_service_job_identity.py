@@ -31,11 +31,11 @@ def test_an_unknown_compute_backend_is_refused_by_name(tmp_path):
     import subprocess
     from service_helpers import BUILD
     config = tmp_path / "config.json"
-    config.write_text(json.dumps({"compute": {"backend": "slurm"}}))
+    config.write_text(json.dumps({"compute": {"backend": "pbs"}}))
     out = subprocess.run([str(BUILD / "apps" / "trainerd"), "--data-dir", str(tmp_path / "data"), "--port", "0",
                           "--config", str(config)], capture_output=True, text=True, timeout=30)
     assert out.returncode == 2, out
-    assert "compute.backend: 'slurm' is not a compute backend of this build; use local" in out.stderr
+    assert "compute.backend: 'pbs' is not a compute backend of this build; use local, slurm or ray" in out.stderr
 
 
 def test_a_json_error_in_the_configuration_names_line_and_column(tmp_path):

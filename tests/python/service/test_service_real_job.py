@@ -36,8 +36,11 @@ def test_trainerd_killed_while_a_real_job_trains_finds_it_again(start_trainerd, 
     setup_basics(d)
     run = d.ok(d.post("/v1/runs", plan(steps=40)), 201)
     d.wait_phase(run["runId"], "TRAINING", timeout=600)
+    # Restarted where it was, as a service manager does: the job publishes its snapshots to the
+    # catalog at trainerd's address and retries while trainerd is down.
+    port = int(d.url.rsplit(":", 1)[1])
     d.kill(signal.SIGKILL)
-    d.start()
+    d.start(port=port)
     done = d.wait_phase(run["runId"], {"COMPLETED", "FAILED", "CANCELLED"}, timeout=600)
     assert done["phase"] == "COMPLETED", json.dumps(done, indent=1)[:3000]
     steps = d.ok(d.get(f"/v1/runs/{run['runId']}/metrics"), 200)["steps"]

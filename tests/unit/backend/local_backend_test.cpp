@@ -161,15 +161,64 @@ TEST(JobEnvironment, WithoutAnEndpointNoOtlpVariableIsSet) {
   EXPECT_EQ(env.size(), 2u);
 }
 
-TEST(MakeBackend, ChoosesLocalAndRefusesAnUnknownBackendByName) {
-  auto local = make_backend({"local", "/bin/true"});
-  ASSERT_TRUE(local.is_ok());
-  EXPECT_EQ((*local)->name(), "local");
-  auto slurm = make_backend({"slurm", "/bin/true"});
-  ASSERT_FALSE(slurm.is_ok());
-  EXPECT_EQ(slurm.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(slurm.status().field(), "compute.backend");
-  EXPECT_EQ(slurm.status().message(), "'slurm' is not a compute backend of this build; use local");
+TEST(MakeBackend, ChoosesTheNamedBackendAndRefusesAnUnknownOneByName) {
+  ComputeConfig c;
+  c.job_binary = "/bin/true";
+  for (const char* name : {"local", "slurm"}) {
+    c.backend = name;
+    auto b = make_backend(c);
+    ASSERT_TRUE(b.is_ok()) << name;
+    EXPECT_EQ((*b)->name(), name);
+  }
+  c.backend = "ray";
+  auto ray = make_backend(c);
+  ASSERT_FALSE(ray.is_ok());  // a Ray backend needs the cluster's address
+  EXPECT_EQ(ray.status().field(), "compute.ray.address");
+  c.ray.address = "http://127.0.0.1:1";
+  ray = make_backend(c);
+  ASSERT_TRUE(ray.is_ok());
+  EXPECT_EQ((*ray)->name(), "ray");
+  c.backend = "pbs";
+  auto pbs = make_backend(c);
+  ASSERT_FALSE(pbs.is_ok());
+  EXPECT_EQ(pbs.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(pbs.status().field(), "compute.backend");
+  EXPECT_EQ(pbs.status().message(), "'pbs' is not a compute backend of this build; use local, slurm or ray");
+}
+
+TEST_F(LocalBackendTest, TheJobSeesExactlyTheDevicesItWasGranted) {
+  auto b = backend_running("echo \"cuda=[$CUDA_VISIBLE_DEVICES] set=${CUDA_VISIBLE_DEVICES+yes}\"");
+  JobSpec s = spec();
+  s.gpus = 2;
+  s.device_ids = {3, 1};
+  auto h = b->start(s);
+  ASSERT_TRUE(h.is_ok()) << h.status().to_string();
+  EXPECT_EQ(wait_end(*b, *h).exit_code, 0);
+  s.gpus = 0;  // a CPU run: no GPU at all (the variable set, and empty)
+  s.device_ids = {0};
+  h = b->start(s);
+  ASSERT_TRUE(h.is_ok());
+  EXPECT_EQ(wait_end(*b, *h).exit_code, 0);
+  std::ifstream log(spec().log_path);
+  std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "cuda=[3,1] set=yes\ncuda=[] set=yes\n");
+}
+
+TEST_F(LocalBackendTest, AClusterBackendReportsAJobItCannotReachAsRunning) {
+  // No Slurm controller and no Ray dashboard answer: the state is unknown, so the job is not
+  // declared ended (a controller restart must not fail every run).
+  ComputeConfig c;
+  c.job_binary = "/bin/true";
+  c.backend = "ray";
+  c.ray.address = "http://127.0.0.1:1";
+  c.ray.request_timeout_s = 1;
+  auto ray = make_backend(c);
+  ASSERT_TRUE(ray.is_ok());
+  JobHandle handle{R"({"raySubmissionId": "trainer-r1-1", "log": ""})"};
+  EXPECT_EQ((*ray)->poll(handle).state, JobState::kRunning);
+  EXPECT_EQ((*ray)->describe(handle), "Ray job trainer-r1-1");
+  // A handle no backend wrote is gone, not a crash.
+  EXPECT_EQ((*ray)->poll(JobHandle{"not json"}).state, JobState::kGone);
 }
 
 TEST_F(LocalBackendTest, AMissingJobBinaryIsANamedError) {

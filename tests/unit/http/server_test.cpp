@@ -6,8 +6,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -120,6 +123,88 @@ TEST(Server, AnswersParksUntilWokenAndRefusesOversizedBodies) {
 
   std::string refused = exchange(port, "POST /small HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{");
   EXPECT_EQ(refused.rfind("HTTP/1.1 413", 0), 0u) << refused;
+  (*server)->stop();
+}
+
+// Followers of one thing park under one key: each is looked at once when it parks, and a wake
+// polls one of them for all (not one poll each, and not a sweep of everyone per new follower).
+TEST(Server, ParkedRequestsOfOneKeyShareOnePollPerWake) {
+  Router router;
+  std::atomic<bool> ready{false};
+  std::atomic<int> polls{0};
+  router.add("GET", "/follow", 64, [&](const Request&) -> Outcome {
+    Park park;
+    park.until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    park.key = "one run";
+    park.poll = [&](bool final) -> std::optional<Response> {
+      polls.fetch_add(1);
+      if (!ready.load() && !final) return std::nullopt;
+      Response r;
+      r.body = ready.load() ? "woken" : "timed out";
+      return r;
+    };
+    return park;
+  });
+  auto server = serve(ServerOptions{}, router);
+  ASSERT_TRUE(server.is_ok()) << server.status().to_string();
+  const int port = (*server)->port();
+  constexpr int kFollowers = 20;
+  std::vector<std::string> answers(kFollowers);
+  std::vector<std::thread> followers;
+  for (int i = 0; i < kFollowers; ++i) {
+    followers.emplace_back([&, i] { answers[i] = exchange(port, "GET /follow HTTP/1.1\r\nHost: x\r\n\r\n"); });
+  }
+  while (polls.load() < kFollowers) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(polls.load(), kFollowers);  // one first look each
+  ready = true;
+  (*server)->wake();
+  for (auto& f : followers) f.join();
+  for (const auto& a : answers) EXPECT_NE(a.find("\r\n\r\nwoken"), std::string::npos) << a;
+  EXPECT_EQ(polls.load(), kFollowers + 1);  // the wake's one poll answered all of them
+  (*server)->stop();
+}
+
+// A poll that takes long holds the poller thread, never a handler's worker: with one worker,
+// other requests are answered while it runs.
+TEST(Server, ASlowParkedPollDoesNotHoldUpOtherRequests) {
+  Router router;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool polling = false, release = false;
+  router.add("GET", "/now", 64, answer("now"));
+  router.add("GET", "/slow", 64, [&](const Request&) -> Outcome {
+    Park park;
+    park.until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    park.poll = [&](bool) -> std::optional<Response> {
+      std::unique_lock<std::mutex> lock(mu);
+      polling = true;
+      cv.notify_all();
+      cv.wait(lock, [&] { return release; });
+      Response r;
+      r.body = "slow";
+      return r;
+    };
+    return park;
+  });
+  ServerOptions options;
+  options.worker_threads = 1;
+  auto server = serve(options, router);
+  ASSERT_TRUE(server.is_ok()) << server.status().to_string();
+  const int port = (*server)->port();
+  std::string slow;
+  std::thread follower([&] { slow = exchange(port, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n"); });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return polling; });
+  }
+  EXPECT_NE(exchange(port, "GET /now HTTP/1.1\r\nHost: x\r\n\r\n").find("\r\n\r\nnow"), std::string::npos);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  follower.join();
+  EXPECT_NE(slow.find("\r\n\r\nslow"), std::string::npos) << slow;
   (*server)->stop();
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "protocol/job_protocol.h"
+#include "protocol/snapshot.h"
 
 namespace trainer::protocol {
 namespace {
@@ -55,6 +56,7 @@ std::vector<Event> every_event() {
                 .export_seconds = 0.3},
       Failed{.reason = "config.dataset: no rows"},
       Cancelled{.steps = 4},
+      Paused{.step = 6, .snapshot_id = std::string(64, 'a')},
   };
 }
 
@@ -175,6 +177,30 @@ TEST(JobProtocol, AFailureWithoutReasonStillSaysSo) {
   auto e = parse_event(R"({"type":"failed"})");
   ASSERT_TRUE(e);
   EXPECT_EQ(std::get<Failed>(*e).reason, "the job reported a failure without a reason");
+}
+
+TEST(SnapshotProtocol, TheIdDerivesFromRunStepAndDigestsAndManifestsRoundTrip) {
+  const std::string d1(64, '1'), d2(64, '2');
+  const std::string id = snapshot_id("run", 4, {{"weights", d1}});
+  EXPECT_EQ(id.size(), 64u);
+  EXPECT_EQ(id, snapshot_id("run", 4, {{"weights", d1}}));
+  EXPECT_NE(id, snapshot_id("run", 5, {{"weights", d1}}));
+  EXPECT_NE(id, snapshot_id("other", 4, {{"weights", d1}}));
+  EXPECT_NE(id, snapshot_id("run", 4, {{"weights", d2}}));
+  EXPECT_NE(id, snapshot_id("run", 4, {{"weights", d1}, {"trainingState", d2}}));
+  Manifest m{.kind = "weights", .run_id = "run", .engine_step = 4, .epoch = 1, .base_model_sha = "abc"};
+  m.files = {{.path = "a.safetensors", .bytes = 10, .sha256 = d1}};
+  auto back = parse_manifest(manifest_text(m));
+  ASSERT_TRUE(back.is_ok()) << back.status().describe();
+  EXPECT_EQ(manifest_text(*back), manifest_text(m));
+  auto bad = parse_manifest(R"({"format":1,"kind":"weights","runId":"r","engineStep":1,"epoch":0,"baseModelSha":"",)"
+                            R"("files":[{"path":"../x","bytes":1,"sha256":")" + d1 + R"("}]})");
+  EXPECT_EQ(bad.status().field(), "files[0].path");
+  auto kind = parse_manifest(R"({"format":1,"kind":"optimizer","runId":"r","engineStep":1,"epoch":0,"baseModelSha":"","files":[]})");
+  EXPECT_EQ(kind.status().field(), "kind");
+  auto r = parse_reservation(json{{"snapshotId", id}, {"attempt", 0}, {"step", 4}, {"epoch", 0},
+                                  {"kinds", {{"weights", {{"manifestDigest", d1}, {"bytes", 3}}}}}});
+  EXPECT_EQ(r.status().field(), "attempt");
 }
 
 }  // namespace

@@ -3,7 +3,9 @@
 // granted and what must stay queued.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -25,7 +27,8 @@ json load_cases() {
 AdmissionInput input_of(const json& c) {
   AdmissionInput in;
   for (const auto& [name, p] : c.at("pools").items()) {
-    in.pools[name] = AdmissionPool{p.at("declared").get<int>(), p.at("maxClaim").get<int>()};
+    in.pools[name] = AdmissionPool{p.at("declared").get<int>(), p.at("maxClaim").get<int>(),
+                                   p.value("deviceIds", std::vector<int>{})};
   }
   if (c.contains("quotas")) {
     for (const auto& [w, q] : c["quotas"].items()) in.quotas[w] = q.get<int>();
@@ -33,7 +36,8 @@ AdmissionInput input_of(const json& c) {
   in.default_quota = c.at("defaultQuota").get<int>();
   for (const auto& row : c.at("claims")) {
     in.claims.push_back(AdmissionClaim{row.at(0).get<std::string>(), row.at(1).get<std::string>(),
-                                       row.at(2).get<std::string>(), row.at(3).get<int>(), row.at(4).get<bool>()});
+                                       row.at(2).get<std::string>(), row.at(3).get<int>(), row.at(4).get<bool>(),
+                                       row.size() > 5 ? row.at(5).get<std::vector<int>>() : std::vector<int>{}});
   }
   return in;
 }
@@ -46,6 +50,34 @@ TEST(Admission, EveryCaseOfTheTable) {
     AdmissionResult r = admit(input_of(c));
     EXPECT_EQ(r.granted, c.at("granted").get<std::vector<std::string>>());
     EXPECT_EQ(r.queued, c.at("queued").get<std::vector<std::string>>());
+    if (c.contains("placed")) {
+      EXPECT_EQ(r.placed, (c.at("placed").get<std::map<std::string, std::vector<int>>>()));
+    }
+  }
+}
+
+TEST(Admission, EveryGrantHoldsItsOwnDevices) {
+  // Whatever the case, after admission no two granted claims of a pool share a device index,
+  // each holds as many as it claimed, and each index is one of the pool's.
+  for (const auto& c : load_cases().at("cases")) {
+    SCOPED_TRACE(c.at("name").get<std::string>());
+    AdmissionInput in = input_of(c);
+    AdmissionResult r = admit(in);
+    std::map<std::string, std::set<int>> held;
+    for (const auto& claim : in.claims) {
+      const bool now = std::count(r.granted.begin(), r.granted.end(), claim.owner) > 0;
+      if (!claim.granted && !now) {
+        EXPECT_EQ(r.placed.count(claim.owner), 0u);
+        continue;
+      }
+      const std::vector<int> ids = r.placed.count(claim.owner) ? r.placed.at(claim.owner) : claim.device_ids;
+      if (in.pools.count(claim.pool) && now) {
+        EXPECT_EQ(static_cast<int>(ids.size()), claim.devices) << claim.owner;
+        const auto pool_ids = pool_device_ids(in.pools.at(claim.pool));
+        for (int id : ids) EXPECT_TRUE(std::count(pool_ids.begin(), pool_ids.end(), id)) << claim.owner << " " << id;
+      }
+      for (int id : ids) EXPECT_TRUE(held[claim.pool].insert(id).second) << "device " << id << " shared";
+    }
   }
 }
 
@@ -57,9 +89,11 @@ TEST(Admission, GrantingIsStable) {
     AdmissionResult first = admit(in);
     for (auto& claim : in.claims) {
       for (const auto& g : first.granted) claim.granted = claim.granted || claim.owner == g;
+      if (first.placed.count(claim.owner)) claim.device_ids = first.placed.at(claim.owner);
     }
     AdmissionResult second = admit(in);
     EXPECT_TRUE(second.granted.empty());
+    for (const auto& [owner, ids] : second.placed) EXPECT_TRUE(ids.empty()) << owner << " placed again";
     EXPECT_EQ(second.queued, first.queued);
   }
 }

@@ -19,7 +19,8 @@ TEST(DeploymentConfig, TheEmbeddedDefaultHasOneCpuPool) {
 TEST(DeploymentConfig, ParsesEveryField) {
   auto c = parse_config(R"({
     "baseModels": [{"name": "Qwen/Qwen3-0.6B", "path": "/models/qwen3"}],
-    "pools": [{"name": "training", "accelerator": "nvidia-h100-80gb", "declared": 8, "maxClaim": 4},
+    "pools": [{"name": "training", "accelerator": "nvidia-h100-80gb", "declared": 8, "maxClaim": 4,
+               "deviceIds": [7, 6, 5, 4, 3, 2, 1, 0]},
               {"name": "serving", "accelerator": "nvidia-l4", "serving": true, "declared": 2}],
     "quotas": {"default": 2, "workloads": {"triage": 4}},
     "limits": {"maxRequestBytes": 1000, "maxDatasetBytes": 2000000000, "cancelGraceSeconds": 3},
@@ -28,6 +29,8 @@ TEST(DeploymentConfig, ParsesEveryField) {
   EXPECT_EQ(c->base_models[0].path, "/models/qwen3");
   EXPECT_EQ(c->pools[0].max_claim, 4);
   EXPECT_EQ(c->pools[1].max_claim, 2);  // defaults to declared
+  EXPECT_EQ(c->pools[0].device_ids, (std::vector<int>{7, 6, 5, 4, 3, 2, 1, 0}));
+  EXPECT_TRUE(c->pools[1].device_ids.empty());  // 0..declared-1
   EXPECT_TRUE(c->pools[1].serving);
   EXPECT_EQ(c->default_workload_quota, 2);
   EXPECT_EQ(c->workload_quotas.at("triage"), 4);
@@ -50,8 +53,24 @@ TEST(DeploymentConfig, ErrorsNameTheFileAndTheField) {
       {R"({"baseModels": [{"name": "x", "path": "/a"}, {"name": "x", "path": "/b"}]})",
        "deploy.json: baseModels[1].name: 'x' listed twice"},
       {"[1, 2]", "deploy.json: not a JSON object"},
-      {R"({"compute": {"backend": "slurm"}})",
-       "deploy.json: compute.backend: 'slurm' is not a compute backend of this build; use local"},
+      {R"({"pools": [{"name": "g", "declared": 2, "deviceIds": [0]}]})",
+       "deploy.json: pools[0].deviceIds: lists 1 devices but declared is 2"},
+      {R"({"pools": [{"name": "g", "declared": 2, "deviceIds": [1, 1]}]})",
+       "deploy.json: pools[0].deviceIds[1]: device 1 listed twice"},
+      {R"({"pools": [{"name": "g", "declared": 1, "deviceIds": [-1]}]})",
+       "deploy.json: pools[0].deviceIds[0]: must be a device index between 0 and 4095, got -1"},
+      {R"({"compute": {"backend": "pbs"}})",
+       "deploy.json: compute.backend: 'pbs' is not a compute backend of this build; use local, slurm or ray"},
+      {R"({"compute": {"backend": "ray"}})",
+       "deploy.json: compute.ray: required for the ray backend (an object with address)"},
+      {R"({"compute": {"backend": "ray", "ray": {"address": "127.0.0.1:8265"}}})",
+       "deploy.json: compute.ray.address: '127.0.0.1:8265' must be the dashboard's http:// URL, e.g. "
+       "http://127.0.0.1:8265"},
+      {R"({"compute": {"backend": "local", "slurm": {}}})", "deploy.json: compute.slurm: set, but compute.backend is local"},
+      {R"({"compute": {"backend": "slurm", "slurm": {"extraArgs": ["-A x"]}}})",
+       "deploy.json: compute.slurm.extraArgs[0]: must be an sbatch option starting with --, got \"-A x\""},
+      {R"({"compute": {"backend": "slurm", "slurm": {"partitions": "x"}}})",
+       "deploy.json: compute.slurm.partitions: unknown field"},
       {R"({"telemetry": {"otlpEndpoint": "collector:4318"}})",
        "deploy.json: telemetry.otlpEndpoint: 'collector:4318' must be an http:// or https:// URL"},
   };
@@ -80,6 +99,18 @@ TEST(DeploymentConfig, ComputeAndTelemetrySections) {
   EXPECT_EQ(r->telemetry.otlp_endpoint, "http://collector:4318");
   EXPECT_EQ(r->telemetry.otlp_interval_ms, 1000);
   EXPECT_EQ(default_config().compute.backend, "local");
+  auto slurm = parse_config(R"({"compute": {"backend": "slurm", "slurm": {"partition": "gpu", "slurmConf": "/etc/s.conf",
+                                "cpusPerGpu": 8, "extraArgs": ["--account=ml"]}}})", "deploy.json");
+  ASSERT_TRUE(slurm.is_ok()) << slurm.status().to_string();
+  EXPECT_EQ(slurm->compute.slurm.partition, "gpu");
+  EXPECT_EQ(slurm->compute.slurm.slurm_conf, "/etc/s.conf");
+  EXPECT_EQ(slurm->compute.slurm.cpus_per_gpu, 8);
+  EXPECT_EQ(slurm->compute.slurm.extra_args, std::vector<std::string>{"--account=ml"});
+  auto ray = parse_config(R"({"compute": {"backend": "ray", "ray": {"address": "http://10.0.0.1:8265/", "cpusPerJob": 2}}})",
+                          "deploy.json");
+  ASSERT_TRUE(ray.is_ok()) << ray.status().to_string();
+  EXPECT_EQ(ray->compute.ray.address, "http://10.0.0.1:8265/");
+  EXPECT_EQ(ray->compute.ray.cpus_per_job, 2);
   EXPECT_EQ(default_config().telemetry.otlp_endpoint, "");
 }
 

@@ -116,5 +116,19 @@ TEST_F(FolderStorageTest, PublishesASingleFile) {
   EXPECT_FALSE(*storage_->exists("runs/r1/nope"));
 }
 
+TEST_F(FolderStorageTest, PublishNewRefusesAnOccupiedDestinationAndLeavesItsBytesAlone) {
+  const fs::path src = dir_ / "src";
+  fs::create_directories(src);
+  std::ofstream(src / "a.bin") << "first";
+  ASSERT_TRUE(storage_->publish_new(src.string(), "snapshots/x/weights").is_ok());
+  std::ofstream(src / "a.bin") << "second";
+  Status again = storage_->publish_new(src.string(), "snapshots/x/weights");
+  EXPECT_EQ(again.code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(*storage_->get("snapshots/x/weights/a.bin"), "first");
+  // No temporary is left beside the destination.
+  EXPECT_EQ(entries("snapshots/x"), std::vector<std::string>{"weights"});
+  EXPECT_EQ(storage_->publish_new(src.string(), "../out").code(), StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace trainer::storage

@@ -37,14 +37,14 @@ class SqliteStoreTest : public ::testing::Test {
 };
 
 TEST_F(SqliteStoreTest, MigratesOnceAndRecordsTheSchemaVersion) {
-  EXPECT_EQ(open()->schema_version(), 1);
-  EXPECT_EQ(open()->schema_version(), 1);  // reopening applies nothing again
+  EXPECT_EQ(open()->schema_version(), 3);
+  EXPECT_EQ(open()->schema_version(), 3);  // reopening applies nothing again
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
   sqlite3_stmt* st = nullptr;
   sqlite3_prepare_v2(db, "SELECT COUNT(*) FROM schema_migrations", -1, &st, nullptr);
   ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
-  EXPECT_EQ(sqlite3_column_int(st, 0), 1);
+  EXPECT_EQ(sqlite3_column_int(st, 0), 3);
   sqlite3_finalize(st);
   sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, nullptr);
   ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
@@ -127,7 +127,7 @@ TEST_F(SqliteStoreTest, ClaimsKeepTheirAdmissionOrderAcrossReopen) {
     }
     ClaimRow again{"a", "SFT", "w1", "cpu", 1, "QUEUED", "t", 0};
     EXPECT_EQ(s->insert_claim(again).code(), StatusCode::kAlreadyExists);
-    ClaimRow granted{"a", "SFT", "w1", "cpu", 1, "GRANTED", "t2", 0};
+    ClaimRow granted{"a", "SFT", "w1", "cpu", 2, "GRANTED", "t2", 0, {3, 10}};
     ASSERT_TRUE(s->update_claim(granted).is_ok());
   }
   auto s = open();
@@ -137,6 +137,8 @@ TEST_F(SqliteStoreTest, ClaimsKeepTheirAdmissionOrderAcrossReopen) {
   EXPECT_EQ((*claims)[0].owner, "c");
   EXPECT_EQ((*claims)[1].owner, "a");
   EXPECT_EQ((*claims)[1].state, "GRANTED");
+  EXPECT_EQ((*claims)[1].device_ids, (std::vector<int>{3, 10}));  // the grant's device indices
+  EXPECT_TRUE((*claims)[0].device_ids.empty());
   EXPECT_EQ((*claims)[2].owner, "b");
   ASSERT_TRUE(s->delete_claim("a").is_ok());
   ASSERT_TRUE(s->delete_claim("a").is_ok());  // absent is fine
@@ -214,6 +216,39 @@ TEST_F(SqliteStoreTest, TheRunsVersionGrowsWithRunsWorkloadsAndClaimsOnly) {
   ASSERT_TRUE(s->put_step_metrics("aa", 1, {{"loss", 1.0}}).is_ok());
   ASSERT_TRUE(s->list_run_rows(RunFilter{}).is_ok());
   EXPECT_FALSE(grew());
+}
+
+TEST_F(SqliteStoreTest, SnapshotCatalogKeepsOneRowPerIdAndListsARunsCommittedSnapshotsNewestFirst) {
+  auto s = open();
+  auto snap = [](const std::string& id, const std::string& run, int64_t step, const std::string& state) {
+    return json{{"snapshotId", id}, {"runId", run}, {"savedStep", step}, {"state", state}};
+  };
+  ASSERT_TRUE(s->insert_snapshot(snap("aa01", "r1", 2, "committed")).is_ok());
+  ASSERT_TRUE(s->insert_snapshot(snap("aa02", "r1", 4, "reserved")).is_ok());
+  ASSERT_TRUE(s->insert_snapshot(snap("bb01", "r1", 6, "committed")).is_ok());
+  ASSERT_TRUE(s->insert_snapshot(snap("cc01", "r2", 2, "committed")).is_ok());
+  EXPECT_EQ(s->insert_snapshot(snap("aa01", "r1", 2, "reserved")).code(), StatusCode::kAlreadyExists);
+
+  auto committed = s->list_snapshots("r1", "committed", 50, 0);
+  ASSERT_TRUE(committed.is_ok());
+  ASSERT_EQ(committed->total, 2);
+  EXPECT_EQ(committed->snapshots[0]["snapshotId"], "bb01");
+  EXPECT_EQ(committed->snapshots[1]["snapshotId"], "aa01");
+  auto any = s->list_snapshots("r1", "", 1, 1);
+  ASSERT_TRUE(any.is_ok());
+  EXPECT_EQ(any->total, 3);
+  ASSERT_EQ(any->snapshots.size(), 1u);
+  EXPECT_EQ(any->snapshots[0]["snapshotId"], "aa02");
+
+  ASSERT_TRUE(s->update_snapshot(snap("aa02", "r1", 4, "committed")).is_ok());
+  EXPECT_EQ(s->list_snapshots("r1", "committed", 50, 0)->total, 3);
+  EXPECT_EQ(s->update_snapshot(snap("zz", "r1", 4, "committed")).code(), StatusCode::kNotFound);
+
+  auto ids = s->snapshot_ids_with_prefix("aa", 10);
+  ASSERT_TRUE(ids.is_ok());
+  EXPECT_EQ(*ids, (std::vector<std::string>{"aa01", "aa02"}));
+  EXPECT_EQ((*s->get_snapshot("cc01"))->at("runId"), "r2");
+  EXPECT_FALSE(s->get_snapshot("nope")->has_value());
 }
 
 }  // namespace

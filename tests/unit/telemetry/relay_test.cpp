@@ -107,6 +107,29 @@ TEST(TelemetryRelay, TheLatestPushWins) {
   EXPECT_EQ(relay.series_count(), 1u);
 }
 
+// A push is the job's whole state: a gauge the job withdrew (its worker series when it ends)
+// leaves with the next push instead of staying at its last value; the run's end, said before,
+// still counts.
+TEST(TelemetryRelay, ASeriesMissingFromTheNextPushIsGone) {
+  FakeJob job("run-a");
+  TelemetryRelay relay;
+  const metrics::JobWorkerInfoAttributes worker{.job_rank = 0, .job_role = JobRole::kTrainer};
+  job.metrics.job_worker_info.set(1, worker);
+  job.metrics.sft_loss.set(3.0);
+  ASSERT_TRUE(relay.ingest(job.body(), 10).is_ok());
+  EXPECT_EQ(relay.series_count(), 2u);
+  EXPECT_NE(line_of(relay.render_prometheus(10), "akka_optimize_training_job_worker_info", "run-a"), "");
+  relay.run_ended("run-a", 1, 11);
+  job.metrics.job_worker_info.clear(worker);
+  ASSERT_TRUE(relay.ingest(job.body(), 12).is_ok());
+  const std::string text = relay.render_prometheus(12);
+  EXPECT_EQ(line_of(text, "akka_optimize_training_job_worker_info", "run-a"), "") << text;
+  EXPECT_NE(line_of(text, "akka_optimize_training_sft_loss", "run-a"), "") << text;
+  EXPECT_EQ(relay.series_count(), 1u);
+  relay.expire(11 + 300);  // the end said at 11 still ends the series, though it pushed at 12
+  EXPECT_EQ(relay.series_count(), 0u);
+}
+
 TEST(TelemetryRelay, AnotherAttemptIsAnotherJob) {
   FakeJob first("run-a", 1), second("run-a", 2);
   first.metrics.sft_loss.set(1);

@@ -1,0 +1,269 @@
+// The Ray backend: each run attempt is one Ray job, submitted through the Jobs REST API of the
+// cluster's dashboard (POST /api/jobs/, GET /api/jobs/ID, POST /api/jobs/ID/stop). The
+// submission id is derived from the run and the attempt, so a resubmission after a trainerd
+// restart finds the job instead of starting it twice. The job's files (plan, events, log,
+// output) are on a folder the cluster's nodes share with trainerd.
+#include <httplib.h>
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "backend/backend.h"
+#include "backend/command.h"
+#include "common/json_parse.h"
+
+namespace trainer::backend {
+namespace {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+struct RayHandle {
+  std::string submission_id;  // PREFIX-RUN-ATTEMPT
+  std::string log_path;       // the job's log, where Ray's own log of it goes when the job wrote none
+};
+
+JobHandle encode(const RayHandle& h) {
+  return JobHandle{json{{"raySubmissionId", h.submission_id}, {"log", h.log_path}}.dump()};
+}
+
+RayHandle decode(const JobHandle& handle) {
+  RayHandle h;
+  auto doc = parse_json(handle.value, "Ray job handle", 4);
+  if (!doc.is_ok() || !doc->is_object()) return h;
+  const json& d = *doc;
+  if (d.contains("raySubmissionId") && d["raySubmissionId"].is_string()) h.submission_id = d["raySubmissionId"].get<std::string>();
+  if (d.contains("log") && d["log"].is_string()) h.log_path = d["log"].get<std::string>();
+  for (char c : h.submission_id) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') return RayHandle{};
+  }
+  return h;
+}
+
+// An answer of the REST API: its HTTP status and body, or why there was none.
+struct Answer {
+  int status = 0;       // 0: no answer (the cluster did not respond)
+  std::string body;
+  std::string error;    // why there was no answer
+};
+
+class RayBackend final : public Backend {
+ public:
+  RayBackend(std::string job_binary, RayOptions options)
+      : job_binary_(std::move(job_binary)), options_(std::move(options)) {
+    while (!options_.address.empty() && options_.address.back() == '/') options_.address.pop_back();
+  }
+
+  std::string name() const override { return "ray"; }
+
+  std::string describe(const JobHandle& handle) const override {
+    return "Ray job " + decode(handle).submission_id;
+  }
+
+  Result<JobHandle> start(const JobSpec& spec) override {
+    const std::string id = submission_id(spec);
+    const fs::path script = fs::path(spec.plan_path).parent_path() / "ray-job.sh";
+    std::string text = "#!/bin/sh\n# Written by trainerd: one attempt of run " + spec.run_id + ".\n";
+    for (const auto& [k, v] : job_environment(spec)) text += "export " + k + "=" + shell_quote(v) + "\n";
+    // A CPU run sees no GPU; a GPU run sees the ones Ray assigned it (it sets CUDA_VISIBLE_DEVICES).
+    if (spec.gpus == 0) text += "export CUDA_VISIBLE_DEVICES=''\n";
+    text += "exec " + shell_quote(job_binary_) + " run --plan " + shell_quote(spec.plan_path) + " --output " +
+            shell_quote(spec.output_dir) + " --events " + shell_quote(spec.events_path) + " >> " +
+            shell_quote(spec.log_path) + " 2>&1\n";
+    {
+      const std::string tmp = script.string() + ".tmp";
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+      out << text;
+      out.close();
+      if (!out || std::rename(tmp.c_str(), script.c_str()) != 0) {
+        return internal_error("Ray backend: cannot write the job script " + script.string());
+      }
+    }
+    json body = {{"entrypoint", "sh " + shell_quote(script.string())},
+                 {"submission_id", id},
+                 {"entrypoint_num_cpus", options_.cpus_per_job},
+                 {"metadata", {{"trainerRunId", spec.run_id}, {"trainerAttempt", std::to_string(spec.attempt)}}}};
+    if (spec.gpus > 0) body["entrypoint_num_gpus"] = spec.gpus;
+    // A submission starts Ray's job agent on first use, which can take longer than a status
+    // call: it gets a longer timeout, and one that times out is looked up before it counts as failed.
+    Answer a;
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      a = request("POST", "/api/jobs/", body.dump(), 6 * options_.request_timeout_s);
+      // A head whose job agent is not up yet says "try again later": it does, briefly.
+      if (a.body.find("try again later") == std::string::npos) break;
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+    }
+    if (a.status == 200) return encode(RayHandle{id, spec.log_path});
+    if (a.status == 0 && request("GET", "/api/jobs/" + id, "").status == 200) {
+      return encode(RayHandle{id, spec.log_path});
+    }
+    // A submission id Ray already holds (Ray 2.60 answers 500 "... already exists"): the job was
+    // submitted before; follow it rather than start it twice.
+    if (a.body.find("already exists") != std::string::npos) return encode(RayHandle{id, spec.log_path});
+    if (a.status == 0) return unavailable("Ray backend: the cluster at " + options_.address + " did not answer: " + a.error);
+    return unavailable("Ray backend: the cluster refused the job (HTTP " + std::to_string(a.status) +
+                       "): " + a.body.substr(0, 500));
+  }
+
+  JobStatus poll(const JobHandle& job) override {
+    const RayHandle h = decode(job);
+    if (h.submission_id.empty()) return {JobState::kGone, std::nullopt, "not a Ray job handle"};
+    Answer a = request("GET", "/api/jobs/" + h.submission_id, "");
+    // No answer: the cluster's state is unknown, so the job is taken to run on.
+    if (a.status == 0 || a.status >= 500) return {JobState::kRunning, std::nullopt, ""};
+    if (a.status == 404) {
+      return {JobState::kGone, std::nullopt,
+              "the Ray cluster at " + options_.address + " no longer knows job " + h.submission_id +
+                  " (the cluster lost it, e.g. its head restarted)"};
+    }
+    auto doc = parse_json(a.body, "Ray job status", 16);
+    if (!doc.is_ok() || !doc->is_object() || !(*doc).contains("status") || !(*doc)["status"].is_string()) {
+      return {JobState::kRunning, std::nullopt, ""};
+    }
+    const std::string status = (*doc)["status"].get<std::string>();
+    const std::string message = (*doc).value("message", std::string());
+    if (status == "PENDING" || status == "RUNNING") return {JobState::kRunning, std::nullopt, ""};
+    save_ray_log(h);
+    if (status == "SUCCEEDED") return {JobState::kExited, 0, ""};
+    if (status == "STOPPED") return {JobState::kExited, 128 + 15, "Ray job " + h.submission_id + " was stopped"};
+    // FAILED: the entrypoint's own failure has its exit code; anything else is the cluster's.
+    if ((*doc).contains("driver_exit_code") && (*doc)["driver_exit_code"].is_number_integer()) {
+      const int code = (*doc)["driver_exit_code"].get<int>();
+      return {JobState::kExited, code < 0 ? 128 - code : code, ""};
+    }
+    const size_t at = message.find("exit code ");
+    if (at != std::string::npos) {
+      int code = 1;
+      try {
+        code = std::stoi(message.substr(at + 10));
+      } catch (const std::exception&) {
+      }
+      return {JobState::kExited, code < 0 ? 128 - code : code, ""};
+    }
+    return {JobState::kExited, 1, "the Ray cluster failed job " + h.submission_id + ": " + message};
+  }
+
+  void request_stop(const JobHandle& handle) override { stop(handle); }
+  // Ray's stop is SIGTERM, then SIGKILL after the cluster's RAY_JOB_STOP_WAIT_TIME_S: asking again is all there is.
+  void kill(const JobHandle& handle) override { stop(handle); }
+
+  std::optional<JobHandle> find(const JobSpec& spec) override {
+    const std::string id = submission_id(spec);
+    Answer a = request("GET", "/api/jobs/" + id, "");
+    if (a.status != 200) return std::nullopt;
+    return encode(RayHandle{id, spec.log_path});
+  }
+
+  Result<std::string> run_tool(const std::vector<std::string>& args, int timeout_s) override {
+    // Tools read files trainerd holds and run for seconds: they run beside trainerd, not as jobs.
+    std::vector<std::string> argv = {job_binary_};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto r = run_command(argv, {}, timeout_s);
+    if (!r.is_ok()) return unavailable("trainer-job " + args[0] + ": " + r.status().message());
+    if (r->exit_code != 0) {
+      std::string err = trim(r->err);
+      return failed_precondition("trainer-job " + args[0] + " failed: " + (err.empty() ? "no message" : err));
+    }
+    return r->out;
+  }
+
+  std::map<std::string, int> observed_devices() override {
+    std::map<std::string, int> out;
+    Answer a = request("GET", "/nodes?view=summary", "");
+    if (a.status != 200) return out;
+    auto doc = parse_json(a.body, "Ray nodes", 64);
+    if (!doc.is_ok()) return out;
+    const json* summary = nullptr;
+    if (doc->contains("data") && (*doc)["data"].is_object() && (*doc)["data"].contains("summary")) {
+      summary = &(*doc)["data"]["summary"];
+    }
+    if (summary == nullptr || !summary->is_array()) return out;
+    for (const auto& node : *summary) {
+      if (!node.is_object() || !node.contains("raylet") || !node["raylet"].is_object()) continue;
+      const json& raylet = node["raylet"];
+      if (raylet.value("state", std::string()) != "ALIVE") continue;
+      out["cpu"] += 1;  // one CPU device per node, as on one host
+      if (!raylet.contains("resourcesTotal") || !raylet["resourcesTotal"].is_object()) continue;
+      const json& resources = raylet["resourcesTotal"];
+      for (const auto& [key, value] : resources.items()) {
+        if (!value.is_number()) continue;
+        // "GPU" counts the node's GPUs; "accelerator_type:H100" names their kind.
+        if (key == "GPU") {
+          std::string profile = "gpu";
+          for (const auto& [k2, v2] : resources.items()) {
+            if (k2.rfind("accelerator_type:", 0) == 0) profile = "nvidia-" + lower(k2.substr(17));
+          }
+          out[profile] += static_cast<int>(value.get<double>());
+        }
+      }
+    }
+    return out;
+  }
+
+  std::string observed_source() const override {
+    return "Ray: the alive nodes of the cluster at " + options_.address +
+           " (one CPU device each) and their GPU resources";
+  }
+
+ private:
+  static std::string lower(std::string s) {
+    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  }
+
+  std::string submission_id(const JobSpec& spec) const {
+    return options_.submission_prefix + "-" + spec.run_id + "-" + std::to_string(spec.attempt);
+  }
+
+  void stop(const JobHandle& handle) {
+    const RayHandle h = decode(handle);
+    if (!h.submission_id.empty()) (void)request("POST", "/api/jobs/" + h.submission_id + "/stop", "");
+  }
+
+  // A job that ended without writing its own log (its entrypoint failed before trainer-job ran):
+  // Ray's log of it goes where the service reads the job's log.
+  void save_ray_log(const RayHandle& h) {
+    if (h.log_path.empty()) return;
+    std::error_code ec;
+    if (fs::exists(h.log_path, ec) && fs::file_size(h.log_path, ec) > 0) return;
+    Answer a = request("GET", "/api/jobs/" + h.submission_id + "/logs", "");
+    if (a.status != 200) return;
+    auto doc = parse_json(a.body, "Ray job logs", 4);
+    if (!doc.is_ok() || !doc->is_object() || !doc->contains("logs") || !(*doc)["logs"].is_string()) return;
+    std::ofstream out(h.log_path, std::ios::app);
+    out << (*doc)["logs"].get<std::string>();
+  }
+
+  Answer request(const std::string& method, const std::string& path, const std::string& body,
+                 int timeout_s = 0) const {
+    if (timeout_s <= 0) timeout_s = options_.request_timeout_s;
+    httplib::Client client(options_.address);
+    client.set_connection_timeout(options_.request_timeout_s, 0);
+    client.set_read_timeout(timeout_s, 0);
+    client.set_write_timeout(timeout_s, 0);
+    httplib::Result r = method == "POST" ? client.Post(path, body, "application/json") : client.Get(path);
+    Answer a;
+    if (!r) {
+      a.error = httplib::to_string(r.error());
+      return a;
+    }
+    a.status = r->status;
+    a.body = r->body;
+    return a;
+  }
+
+  const std::string job_binary_;
+  RayOptions options_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_ray_backend(const std::string& job_binary, const RayOptions& options) {
+  return std::make_unique<RayBackend>(job_binary, options);
+}
+
+}  // namespace trainer::backend

@@ -1,0 +1,227 @@
+// The snapshot catalog: the job's callbacks (reserve before upload, commit each uploaded kind
+// after verifying it) and the catalog as users read it. Only committed snapshots are listed;
+// bytes from an interrupted upload stay a reservation, never a snapshot.
+//
+// Stored document (store.h's snapshots table): {snapshotId, runId, attempt, savedStep, epoch,
+// state: reserved|committed, createdAt, kinds: {KIND: {manifestDigest, bytes, state, committedAt,
+// location}}}. The snapshot is "committed" once any kind is; weights and trainingState commit
+// separately.
+#include <algorithm>
+
+#include "common/sha256.h"
+#include "protocol/snapshot.h"
+#include "service/service_state.h"
+
+namespace trainer::service {
+namespace {
+
+namespace tel = trainer::telemetry;
+
+constexpr int64_t kMaxSnapshotPage = 100;
+
+// The catalog document as users see it: the stored one plus what it implies.
+json present_snapshot(const json& doc) {
+  json out = doc;
+  json artifacts = json::array();
+  int64_t bytes = 0;
+  const json kinds = doc.value("kinds", json::object());
+  for (const auto& [kind, k] : kinds.items()) {
+    if (k.value("state", std::string()) != "committed") continue;
+    artifacts.push_back(kind);
+    bytes += k.value("bytes", int64_t{0});
+  }
+  out["artifacts"] = artifacts;
+  out["sizeBytes"] = bytes;
+  out["status"] = doc.value("state", std::string()) == "committed" ? "Available" : "Reserved";
+  out["heldBy"] = json::array();
+  return out;
+}
+
+}  // namespace
+
+Result<std::pair<json, bool>> ServiceImpl::reserve_snapshot(const std::string& run_ref, const json& body) {
+  TRAINER_ASSIGN_OR_RETURN(protocol::Reservation r, protocol::parse_reservation(body));
+  std::lock_guard<std::mutex> lock(mu_);
+  auto run = resolve_run(run_ref, "run");
+  if (!run.is_ok()) return run.status();
+  if (is_terminal(run->phase)) {
+    return failed_precondition("run " + run->id + " has ended (" + std::string(phase_name(run->phase)) +
+                               "); it takes no new snapshots");
+  }
+  std::map<std::string, std::string> digests;
+  for (const auto& [kind, k] : r.kinds) digests[kind] = k.manifest_digest;
+  const std::string expected = protocol::snapshot_id(run->id, r.step, digests);
+  if (expected != r.snapshot_id) {
+    return invalid_field("snapshotId", "does not derive from the run, the step and the manifest digests (expected " +
+                                           expected + ")");
+  }
+  json kinds = json::object();
+  for (const auto& [kind, k] : r.kinds) {
+    kinds[kind] = {{"manifestDigest", k.manifest_digest},
+                   {"bytes", k.bytes},
+                   {"state", "reserved"},
+                   {"location", protocol::snapshot_key(r.snapshot_id, kind)}};
+  }
+  auto existing = store_->get_snapshot(r.snapshot_id);
+  if (!existing.is_ok()) return existing.status();
+  if (existing->has_value()) {
+    // The id covers the run, the step and every digest: the same id is the same content.
+    return std::make_pair(present_snapshot(**existing), false);
+  }
+  json doc = {{"snapshotId", r.snapshot_id}, {"runId", run->id},   {"attempt", r.attempt},
+              {"savedStep", r.step},         {"epoch", r.epoch},   {"state", "reserved"},
+              {"createdAt", now_rfc3339()},  {"kinds", kinds}};
+  TRAINER_RETURN_IF_ERROR(store_->insert_snapshot(doc));
+  return std::make_pair(present_snapshot(doc), true);
+}
+
+Result<std::string> ServiceImpl::resolve_snapshot_id(const std::string& ref, const std::string& field) {
+  if (ref.empty() || !is_hex(ref)) {
+    return field_status(StatusCode::kNotFound, field, "no snapshot with id '" + ref + "' (snapshot ids are lowercase hex)");
+  }
+  auto ids = store_->snapshot_ids_with_prefix(ref, 10);
+  if (!ids.is_ok()) return ids.status();
+  if (std::find(ids->begin(), ids->end(), ref) != ids->end()) return ref;
+  if (ids->size() > 1) {
+    std::string c;
+    for (const auto& i : *ids) c += (c.empty() ? "" : ", ") + i;
+    return invalid_field(field, "'" + ref + "' is an ambiguous id prefix (candidates: " + c + ")");
+  }
+  if (ids->empty()) {
+    return field_status(StatusCode::kNotFound, field,
+                        "no snapshot with id '" + ref + "'; list a run's snapshots with: trainer runs snapshots RUN");
+  }
+  return ids->front();
+}
+
+// Reads the uploaded kind back from storage and checks it against the reservation: the
+// manifest's digest, its identity (run, step, kind) and every payload file's size and digest.
+Status ServiceImpl::verify_snapshot_kind(const json& doc, const std::string& kind) {
+  const json& k = doc["kinds"][kind];
+  const std::string key = k.value("location", std::string());
+  auto text = storage_->get(key + "/" + protocol::kManifestFile);
+  if (!text.is_ok()) return invalid_field("kind", "no uploaded manifest under " + key + ": " + text.status().message());
+  if (sha256_hex(*text) != k.value("manifestDigest", std::string())) {
+    return invalid_field("kind", "the uploaded manifest of " + kind + " does not match the reserved digest");
+  }
+  auto manifest = protocol::parse_manifest(*text);
+  if (!manifest.is_ok()) return manifest.status().with_field("manifest");
+  if (manifest->kind != kind || manifest->run_id != doc.value("runId", std::string()) ||
+      manifest->engine_step != doc.value("savedStep", int64_t{-1})) {
+    return invalid_field("manifest", "declares kind " + manifest->kind + ", run " + manifest->run_id + ", step " +
+                                         std::to_string(manifest->engine_step) + ", not what was reserved");
+  }
+  for (const auto& f : manifest->files) {
+    auto bytes = storage_->get(key + "/" + f.path);
+    if (!bytes.is_ok()) return invalid_field("manifest", "payload file " + f.path + " is missing");
+    if (static_cast<int64_t>(bytes->size()) != f.bytes) {
+      return invalid_field("manifest", "payload file " + f.path + " has " + std::to_string(bytes->size()) +
+                                           " bytes, the manifest declares " + std::to_string(f.bytes));
+    }
+    if (sha256_hex(*bytes) != f.sha256) return invalid_field("manifest", "payload file " + f.path + " fails its digest");
+  }
+  return Status::ok();
+}
+
+Result<json> ServiceImpl::commit_snapshot(const std::string& snapshot_ref, const json& body) {
+  const double started = now();
+  auto kind_it = body.find("kind");
+  if (kind_it == body.end() || !kind_it->is_string()) return invalid_field("kind", "required: weights or trainingState");
+  const std::string kind = kind_it->get<std::string>();
+  TRAINER_RETURN_IF_ERROR(protocol::check_artifact_kind(kind, "kind"));
+  auto attempt = [&](tel::ServiceStage stage, tel::ServiceOutcome outcome,
+                     std::optional<tel::ServiceFailureReason> reason = std::nullopt) {
+    metrics_.operation_attempt(
+        {.operation = tel::ServiceOperation::kCommitSnapshot, .stage = stage, .outcome = outcome, .reason = reason});
+  };
+  auto ended = [&](tel::ServiceOutcome outcome, std::optional<tel::ServiceFailureReason> reason = std::nullopt) {
+    metrics_.operation_ended(tel::ServiceOperation::kCommitSnapshot, outcome, now() - started, reason);
+  };
+  std::lock_guard<std::mutex> lock(mu_);
+  auto id = resolve_snapshot_id(snapshot_ref, "snapshot");
+  if (!id.is_ok()) return id.status();
+  auto found = store_->get_snapshot(*id);
+  if (!found.is_ok()) return found.status();
+  if (!found->has_value()) return not_found("no snapshot with id '" + *id + "'");
+  json doc = std::move(**found);
+  if (!doc["kinds"].contains(kind)) {
+    return invalid_field("kind", "snapshot " + *id + " reserved no " + kind + " artifact");
+  }
+  if (doc["kinds"][kind].value("state", std::string()) == "committed") return present_snapshot(doc);  // once
+  if (Status st = verify_snapshot_kind(doc, kind); !st.is_ok()) {
+    attempt(tel::ServiceStage::kVerify, tel::ServiceOutcome::kRejected, tel::ServiceFailureReason::kValidation);
+    ended(tel::ServiceOutcome::kRejected, tel::ServiceFailureReason::kValidation);
+    return st;
+  }
+  attempt(tel::ServiceStage::kVerify, tel::ServiceOutcome::kSuccess);
+  const std::string t = now_rfc3339();
+  doc["kinds"][kind]["state"] = "committed";
+  doc["kinds"][kind]["committedAt"] = t;
+  doc["state"] = "committed";
+  Status st = store_->transaction([&]() -> Status {
+    TRAINER_RETURN_IF_ERROR(store_->update_snapshot(doc));
+    auto run = resolve_run(doc.value("runId", std::string()), "run");
+    if (!run.is_ok()) return run.status();
+    const int64_t step = doc.value("savedStep", int64_t{0});
+    json& latest = run->view["latestSnapshot"];
+    if (!latest.is_object() || latest.value("savedStep", int64_t{-1}) <= step) {
+      latest = {{"snapshotId", *id}, {"savedStep", step}};
+    }
+    if (kind == protocol::kTrainingStateKind && run->view.value("savedStep", int64_t{-1}) < step) {
+      run->view["savedStep"] = step;  // the newest restorable state
+      run->view["savedSnapshot"] = *id;
+    }
+    return store_->update_run(run->to_json());
+  });
+  if (!st.is_ok()) {
+    attempt(tel::ServiceStage::kCommit, tel::ServiceOutcome::kFailure, tel::ServiceFailureReason::kCatalog);
+    ended(tel::ServiceOutcome::kFailure, tel::ServiceFailureReason::kCatalog);
+    return st;
+  }
+  attempt(tel::ServiceStage::kCommit, tel::ServiceOutcome::kSuccess);
+  ended(tel::ServiceOutcome::kSuccess);
+  notify();
+  return present_snapshot(doc);
+}
+
+Result<json> ServiceImpl::list_run_snapshots(const std::string& run_ref, int64_t limit, int64_t offset) {
+  if (limit < 1 || limit > kMaxSnapshotPage) {
+    return invalid_field("limit", "must be between 1 and " + std::to_string(kMaxSnapshotPage));
+  }
+  if (offset < 0) return invalid_field("offset", "must not be negative");
+  auto run = resolve_run(run_ref, "run");
+  if (!run.is_ok()) return run.status();
+  auto page = store_->list_snapshots(run->id, "committed", limit, offset);
+  if (!page.is_ok()) return page.status();
+  json snapshots = json::array();
+  for (const auto& s : page->snapshots) snapshots.push_back(present_snapshot(s));
+  json out = {{"runId", run->id}, {"snapshots", snapshots}, {"total", page->total}};
+  if (offset + static_cast<int64_t>(page->snapshots.size()) < page->total) {
+    out["nextOffset"] = offset + static_cast<int64_t>(page->snapshots.size());
+  }
+  return out;
+}
+
+Result<json> ServiceImpl::get_snapshot(const std::string& ref) {
+  auto id = resolve_snapshot_id(ref, "snapshot");
+  if (!id.is_ok()) return id.status();
+  auto found = store_->get_snapshot(*id);
+  if (!found.is_ok()) return found.status();
+  if (!found->has_value() || (**found).value("state", std::string()) != "committed") {
+    return field_status(StatusCode::kNotFound, "snapshot", "no committed snapshot with id '" + ref + "'");
+  }
+  json out = present_snapshot(**found);
+  // Provenance from the committed manifests: the writing engine and the base model.
+  for (auto& [kind, k] : out["kinds"].items()) {
+    if (k.value("state", std::string()) != "committed") continue;
+    auto text = storage_->get(k.value("location", std::string()) + "/" + protocol::kManifestFile);
+    if (!text.is_ok()) continue;
+    auto m = protocol::parse_manifest(*text);
+    if (!m.is_ok()) continue;
+    k["files"] = static_cast<int64_t>(m->files.size());
+    out["baseModelSha"] = m->base_model_sha;
+  }
+  return out;
+}
+
+}  // namespace trainer::service

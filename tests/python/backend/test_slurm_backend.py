@@ -1,0 +1,95 @@
+"""The Slurm backend against a real Slurm (Debian's slurmctld + slurmd, one node, started by the
+`slurm` fixture): real training jobs submitted with sbatch through `trainer runs start`, followed
+with squeue/scontrol, cancelled with scancel, and found again by a restarted trainerd."""
+from __future__ import annotations
+
+import urllib.request
+
+import pytest
+
+from backend_support import Service
+
+LONG = 100000
+
+
+@pytest.fixture
+def service(bin_dir, tiny_model, tmp_path, slurm):
+    svc = Service(bin_dir, tmp_path, tiny_model, {
+        "compute": {"backend": "slurm", "slurm": {"slurmConf": str(slurm.conf)}},
+        "pools": [{"name": "cpu", "accelerator": "cpu", "declared": 2, "maxClaim": 1}],
+    }).ready()
+    yield svc
+    svc.close()
+
+
+def slurm_job_id(run: dict) -> str:
+    job = run["placement"]["job"]
+    assert job.startswith("Slurm job "), job
+    return job.split()[-1]
+
+
+def test_a_run_trains_as_a_slurm_batch_job(service, slurm):
+    run_id = service.start(max_steps=3)["runId"]
+    done = service.wait_phase(run_id, "COMPLETED")
+    phases = [p["phase"] for p in done["phaseHistory"]]
+    assert phases[-4:] == ["QUEUED", "PREPARING", "TRAINING", "FINALIZING"] or "TRAINING" in phases, phases
+    assert phases[-1] == "COMPLETED"
+    assert done["placement"]["backend"] == "slurm"
+    job = slurm.job(slurm_job_id(done))
+    # Named after the run and attempt (how a restarted trainerd finds it), ended well, CPUs asked.
+    assert job["JobName"] == f"trainer-{run_id}-1"
+    assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0"
+    assert job["NumCPUs"] == "1"
+    events = service.events(run_id)
+    assert [e["step"] for e in events if e["type"] == "step"] == [1, 2, 3]
+    assert [m["step"] for m in service.metrics(run_id)] == [1, 2, 3]
+    print(f"\nslurm: trainer runs start -> first training step: {service.first_step_seconds(run_id):.1f} s")
+    assert done["progress"]["step"] == 3 and done["adapterPath"]
+
+
+def test_cancel_stops_the_slurm_job(service, slurm):
+    run_id = service.start(max_steps=LONG)["runId"]
+    running = service.wait_step(run_id)
+    job_id = slurm_job_id(running)
+    assert slurm.job(job_id)["JobState"] == "RUNNING"
+    service.cancel(run_id)
+    cancelled = service.wait_phase(run_id, "CANCELLED")
+    assert cancelled["outcome"] == "CANCELLED"
+    state = slurm.job(job_id)["JobState"]
+    assert state in ("COMPLETED", "CANCELLED", "FAILED"), state  # no longer running
+    assert any(e.get("outcome") == "CANCELLED" for e in service.events(run_id) if e["type"] == "outcome")
+
+
+def test_a_job_slurm_cancels_fails_the_run_with_the_reason(service, slurm):
+    run_id = service.start(max_steps=LONG)["runId"]
+    job_id = slurm_job_id(service.wait_step(run_id))
+    # The cluster's operator cancels it with SIGKILL (no chance for the job to report).
+    out = slurm.run("scancel", "--full", "--signal=KILL", job_id)
+    assert out.returncode == 0, out.stderr
+    slurm.run("scancel", job_id)
+    failed = service.wait_phase(run_id, "FAILED")
+    assert f"job {job_id}" in failed["failureReason"], failed["failureReason"]
+
+
+def test_trainerd_killed_and_restarted_follows_its_slurm_job(service, slurm):
+    run_id = service.start(max_steps=40)["runId"]
+    job_id = slurm_job_id(service.wait_step(run_id))
+    service.restart(kill=True)
+    done = service.wait_phase(run_id, "COMPLETED")
+    assert slurm_job_id(done) == job_id  # the same job, followed, not a second one
+    out = slurm.run("squeue", "-h", "--states=all", f"--name=trainer-{run_id}-1", "-o", "%i")
+    assert out.stdout.split() == [job_id]
+    assert done["progress"]["step"] == 40
+
+
+def test_capacity_observes_the_slurm_node(service, slurm):
+    cap = service.cli.json("capacity")
+    pool = cap["pools"][0]
+    assert pool["observed"] == 1  # one node up, one CPU device per node
+    info = service.cli.json("info")
+    assert "Slurm" in str(info), info
+    # The spec's observed-devices series, for the pool.
+    with urllib.request.urlopen(service.daemon.url + "/metrics", timeout=30) as r:
+        text = r.read().decode()
+    observed = [line for line in text.splitlines() if line.startswith("akka_optimize_training_pool_devices_observed")]
+    assert observed and observed[0].rstrip().endswith(" 1"), observed

@@ -1,0 +1,176 @@
+"""Snapshots end to end: the real job stages and publishes each save through the real trainerd's
+catalog into its artifact folder; `trainer runs snapshots` and `trainer snapshots get` read it."""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import urllib.error
+import urllib.request
+
+from cli_support import DATASET_NAME, MODEL_NAME, WORKLOAD
+
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED"}
+
+
+def plan(max_steps: int, save_every: int | None = None) -> str:
+    execution = "{gpus: 0" + (f", saveEvery: {save_every}" if save_every else "") + "}"
+    return "\n".join([
+        "kind: run", f"workload: {WORKLOAD}", f"baseModel: {MODEL_NAME}", "config:",
+        f"  dataset: {DATASET_NAME}", "  hyperparams:", "    optimizer: {learningRate: 0.003}",
+        f"    training: {{maxSteps: {max_steps}, batchSize: 4}}", "  maxSeqLength: 128",
+        "  model: {precision: FP32}", f"execution: {execution}"]) + "\n"
+
+
+def start(cli, text: str, *flags) -> dict:
+    """Starts the plan; with "--wait", follows the run to its end and returns its final record."""
+    wait = "--wait" in flags
+    out = cli("runs", "start", "-f", "-", "--force", "-o", "json", *[f for f in flags if f != "--wait"], input=text)
+    assert out.returncode == 0, out.stderr
+    run = json.loads(out.stdout)
+    if not wait:
+        return run
+    cli("runs", "wait", run["runId"], "--timeout", "15m", timeout=1000)
+    return cli.json("runs", "get", run["runId"])
+
+
+def call(url: str, method: str = "GET", body: dict | None = None) -> tuple[int, dict]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.load(r)
+    except urllib.error.HTTPError as e:
+        return e.code, json.load(e)
+
+
+def snapshot_id(run_id: str, step: int, digests: dict[str, str]) -> str:
+    text = f"trainer-snapshot-v1\n{run_id}\n{step}\n" + "".join(f"{k}={d}\n" for k, d in sorted(digests.items()))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_each_save_and_the_end_leave_a_committed_snapshot(ready, trainerd):
+    run = start(ready, plan(5, save_every=2), "--wait")
+    assert run["phase"] == "COMPLETED", run
+    run_id = run["runId"]
+    listed = ready.json("runs", "snapshots", run_id[:8])
+    steps = [s["savedStep"] for s in listed["snapshots"]]
+    assert steps == [5, 4, 2], listed  # every saveEvery, and the final one; newest first
+    assert listed["total"] == 3
+    for s in listed["snapshots"]:
+        # Weights and training state, each committed.
+        assert sorted(s["artifacts"]) == ["trainingState", "weights"] and s["status"] == "Available", s
+        digests = {}
+        for name, kind in s["kinds"].items():
+            # The stored manifest is the one committed, and the id derives from them.
+            manifest_bytes = (trainerd.data_dir / kind["location"] / "manifest.json").read_bytes()
+            assert hashlib.sha256(manifest_bytes).hexdigest() == kind["manifestDigest"]
+            digests[name] = kind["manifestDigest"]
+            manifest = json.loads(manifest_bytes)
+            for f in manifest["files"]:
+                payload = (trainerd.data_dir / kind["location"] / f["path"]).read_bytes()
+                assert len(payload) == f["bytes"] and hashlib.sha256(payload).hexdigest() == f["sha256"]
+        assert s["snapshotId"] == snapshot_id(run_id, s["savedStep"], digests)
+    # The final snapshot holds the final adapter's bytes.
+    final = listed["snapshots"][0]
+    final_dir = trainerd.data_dir / final["kinds"]["weights"]["location"]
+    assert (final_dir / "adapter_model.safetensors").read_bytes() == \
+        (trainerd.data_dir / "runs" / run_id / "attempt-1" / "output" / "adapter" /
+         "adapter_model.safetensors").read_bytes()
+
+    text = ready("runs", "snapshots", run_id[:8], check=True).stdout
+    assert "SAVED STEP" in text and "HELD BY" in text and final["snapshotId"][:12] in text
+    paged = ready.json("runs", "snapshots", run_id, "--limit", "1", "--offset", "1")
+    assert [s["savedStep"] for s in paged["snapshots"]] == [4] and paged["nextOffset"] == 2
+
+    got = ready.json("snapshots", "get", final["snapshotId"][:12])
+    assert got["snapshotId"] == final["snapshotId"] and got["runId"] == run_id and got["savedStep"] == 5
+    assert got["kinds"]["weights"]["state"] == "committed"
+    assert "Saved step" in ready("snapshots", "get", final["snapshotId"][:12], check=True).stdout
+    missing = ready("snapshots", "get", "ffffffffffff")
+    assert missing.returncode == 1 and "no snapshot" in missing.stderr
+
+    # The run shows its newest snapshot and restorable state; the job's checkpoint metrics reached /metrics.
+    got_run = ready.json("runs", "get", run_id)
+    assert got_run["latestSnapshot"]["snapshotId"] == final["snapshotId"] and got_run["savedStep"] == 5
+    with urllib.request.urlopen(trainerd.url + "/metrics", timeout=30) as r:
+        metrics = r.read().decode()
+    assert 'akka_optimize_training_checkpoint_duration_seconds_count{' in metrics
+    for op in ("stage", "reserve", "upload", "acknowledge", "publish"):
+        assert f'akka_optimize_training_checkpoint_operation="{op}"' in metrics, op
+    assert "akka_optimize_training_checkpoint_publication_pending" in metrics
+    assert "akka_optimize_training_checkpoint_transfer_size_bytes" in metrics
+    assert 'akka_optimize_training_service_operation="commit_snapshot"' in metrics
+
+
+def test_the_catalog_refuses_a_tampered_upload_and_lists_no_reservation(ready, trainerd):
+    """The job's callbacks, driven by hand against a running run: a manifest or payload that
+    does not match the reservation is refused at verification; a reservation is never listed."""
+    run = start(ready, plan(100000))
+    run_id = run["runId"]
+    try:
+        payload = b"adapter bytes"
+        manifest = {"format": 1, "kind": "weights", "runId": run_id, "engineStep": 7, "epoch": 0,
+                    "baseModelSha": "", "files": [{"path": "a.bin", "bytes": len(payload),
+                                                   "sha256": hashlib.sha256(payload).hexdigest()}]}
+        text = json.dumps(manifest, separators=(",", ":"), sort_keys=True).encode()
+        digest = hashlib.sha256(text).hexdigest()
+        sid = snapshot_id(run_id, 7, {"weights": digest})
+        body = {"snapshotId": sid, "attempt": 1, "step": 7, "epoch": 0,
+                "kinds": {"weights": {"manifestDigest": digest, "bytes": len(payload)}}}
+        bad = dict(body, snapshotId="0" * 64)
+        status, err = call(f"{trainerd.url}/v1/runs/{run_id}/snapshots", "POST", bad)
+        assert status == 400 and err["error"]["field"] == "snapshotId", err
+        status, reserved = call(f"{trainerd.url}/v1/runs/{run_id}/snapshots", "POST", body)
+        assert status == 201 and reserved["status"] == "Reserved", reserved
+        status, again = call(f"{trainerd.url}/v1/runs/{run_id}/snapshots", "POST", body)
+        assert status == 200 and again["snapshotId"] == sid  # idempotent
+
+        folder = trainerd.data_dir / "snapshots" / sid / "weights"
+        folder.mkdir(parents=True)
+        (folder / "a.bin").write_bytes(b"adapter bytez")  # corrupted payload, same size
+        (folder / "manifest.json").write_bytes(text)
+        status, err = call(f"{trainerd.url}/v1/snapshots/{sid}/commit", "POST", {"kind": "weights"})
+        assert status == 400 and "fails its digest" in err["error"]["message"], err
+        (folder / "manifest.json").write_bytes(text.replace(b'"engineStep":7', b'"engineStep":8'))
+        status, err = call(f"{trainerd.url}/v1/snapshots/{sid}/commit", "POST", {"kind": "weights"})
+        assert status == 400 and "reserved digest" in err["error"]["message"], err
+        assert ready.json("runs", "snapshots", run_id)["snapshots"] == []
+        assert ready("snapshots", "get", sid).returncode == 1
+
+        (folder / "manifest.json").write_bytes(text)
+        (folder / "a.bin").write_bytes(payload)
+        status, committed = call(f"{trainerd.url}/v1/snapshots/{sid}/commit", "POST", {"kind": "weights"})
+        assert status == 200 and committed["artifacts"] == ["weights"], committed
+        status, twice = call(f"{trainerd.url}/v1/snapshots/{sid}/commit", "POST", {"kind": "weights"})
+        assert status == 200 and twice == committed
+        assert [s["snapshotId"] for s in ready.json("runs", "snapshots", run_id)["snapshots"]] == [sid]
+        status, err = call(f"{trainerd.url}/v1/snapshots/{sid}/commit", "POST", {"kind": "trainingState"})
+        assert status == 400 and err["error"]["field"] == "kind"
+    finally:
+        ready("runs", "cancel", run_id, "--force")
+        deadline = time.time() + 120
+        while ready.json("runs", "get", run_id)["phase"] not in TERMINAL and time.time() < deadline:
+            time.sleep(0.5)
+    status, err = call(f"{trainerd.url}/v1/runs/{run_id}/snapshots", "POST", body)
+    assert status == 409, err  # an ended run takes no new snapshots
+
+
+def test_pause_and_resume_refuse_what_they_cannot_do(ready):
+    missing = ready("runs", "pause", "abc")
+    assert missing.returncode == 2 and "--checkpoint is required" in missing.stderr
+    wrong = ready("runs", "pause", "abc", "--checkpoint", "now")
+    assert wrong.returncode == 2 and "save or latest" in wrong.stderr
+    run = start(ready, plan(100000))
+    run_id = run["runId"]
+    try:
+        # No committed training state yet: `latest` would restart from the base model.
+        latest = ready("runs", "pause", run_id, "--checkpoint", "latest")
+        assert latest.returncode == 1 and "no committed snapshot with training state" in latest.stderr, latest.stderr
+        resume = ready("runs", "resume", run_id)
+        assert resume.returncode == 1 and "not PAUSED" in resume.stderr, resume.stderr
+    finally:
+        ready("runs", "cancel", run_id, "--force")
+    done = start(ready, plan(1), "--wait")
+    ended = ready("runs", "pause", done["runId"], "--checkpoint", "save")
+    assert ended.returncode == 1 and "only an active run can pause" in ended.stderr, ended.stderr
