@@ -52,6 +52,9 @@ LossOutput policy_loss(const LossInputs& in, const LossSettings& s) {
   if (s.beta != 0.0) {
     at::Tensor d = in.ref_logps - logps;
     kl = at::exp(d) - d - 1;
+    // TRL's use_bias_correction_kl (its default): weighting by the importance ratio makes the
+    // KL gradient the unbiased reverse-KL gradient when the batch is off-policy.
+    if (s.kl_bias_correction) kl = kl * coef_1;
     per_token = per_token + s.beta * kl;
   }
   const double micro = static_cast<double>(std::max<int64_t>(1, in.micro_batches));
@@ -74,9 +77,11 @@ LossOutput policy_loss(const LossInputs& in, const LossSettings& s) {
   at::NoGradGuard no_grad;
   const double tokens = mask.sum().item<double>();
   out.tokens = tokens;
+  // As TRL logs them: a per-sequence figure [B, 1] (GSPO) is averaged over sequences, a
+  // per-token one [B, T] over the completion tokens.
   auto masked_mean = [&](const at::Tensor& x) {
-    at::Tensor full = x.size(1) == 1 ? x.expand_as(mask) : x;
-    return tokens > 0 ? (full * mask).sum().item<double>() / tokens : 0.0;
+    if (x.size(1) == 1) return x.size(0) > 0 ? x.sum().item<double>() / static_cast<double>(x.size(0)) : 0.0;
+    return tokens > 0 ? (x * mask).sum().item<double>() / tokens : 0.0;
   };
   at::Tensor low = ((coef_1 < 1 - s.clip_low) & (adv < 0)).to(at::kFloat);
   at::Tensor high = ((coef_1 > 1 + s.clip_high) & (adv > 0)).to(at::kFloat);

@@ -25,6 +25,7 @@ struct LossSettings {
   double clip_low = 0.2;         // epsilon_low
   double clip_high = 0.2;        // epsilon_high
   double beta = 0.0;             // KL weight
+  bool kl_bias_correction = true;  // KL term times the importance ratio (TRL's use_bias_correction_kl)
   plan::LossAggregation aggregation = plan::LossAggregation::kDapo;
   int64_t max_completion_length = 256;  // dr_grpo's fixed length
 };
