@@ -106,9 +106,10 @@ Status debug_forward(const DebugForwardRequest& request);
 
 // Test and benchmark hook (trainer-job's hidden `debug-generate`): sampling with the engine's
 // generator. `request_path` is JSON {"prompts": [[ids]], "maxNewTokens", "greedy", "temperature",
-// "topP", "topK", "groupSize", "seed", "stopIds": [ids], "padId", "repeat"}; `output_path` gets
-// {"completions": [[ids]], "lengths", "terminated", "generatedTokens", "seconds" (the last of
-// `repeat` runs), "tokensPerSecond"}.
+// "topP", "topK", "groupSize", "seed", "stopIds": [ids], "padId", "repeat", "logprobs"};
+// `output_path` gets {"completions": [[ids]], "lengths", "terminated", "generatedTokens",
+// "seconds" (the last of `repeat` runs), "tokensPerSecond", and with "logprobs": true
+// "logprobs": [[each sampled token's log-probability under logits / temperature]]}.
 struct DebugGenerateRequest {
   std::string model_dir;
   std::string adapter_dir;      // optional PEFT adapter

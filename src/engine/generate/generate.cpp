@@ -119,8 +119,14 @@ Generation generate(model::CausalLM& model, const std::vector<std::vector<int64_
   std::vector<bool> done(static_cast<size_t>(N), false);
   int64_t live = N;
   at::Tensor pad_col = at::full({N}, o.pad_id, at::kLong);
+  std::vector<at::Tensor> step_logps;  // [N] per generated position, when o.logprobs
   for (int64_t t = 0; t < C && live > 0; ++t) {
     at::Tensor next = sample(last, o, gen);  // [N] on the CPU
+    if (o.logprobs) {
+      at::Tensor scaled = !o.greedy && o.temperature != 1.0 ? last / o.temperature : last;
+      step_logps.push_back(
+          at::log_softmax(scaled.to(at::kFloat), -1).gather(-1, next.to(last.device()).unsqueeze(1)).squeeze(1).cpu());
+    }
     const int64_t* nx = next.data_ptr<int64_t>();
     at::Tensor alive = at::zeros({N}, at::kBool);
     bool* al = alive.data_ptr<bool>();
@@ -155,6 +161,13 @@ Generation generate(model::CausalLM& model, const std::vector<std::vector<int64_
   for (const auto& t : tokens) width = std::max<int64_t>(width, static_cast<int64_t>(t.size()));
   out.completion_ids = at::full({N, width}, o.pad_id, at::kLong);
   out.completion_mask = at::zeros({N, width}, at::kBool);
+  if (o.logprobs) {
+    out.completion_logps = at::zeros({N, width}, at::kFloat);
+    if (!step_logps.empty()) {
+      const int64_t steps = static_cast<int64_t>(step_logps.size());
+      out.completion_logps.narrow(1, 0, steps).copy_(at::stack(step_logps, 1));
+    }
+  }
   auto ci = out.completion_ids.accessor<int64_t, 2>();
   auto cm = out.completion_mask.accessor<bool, 2>();
   for (int64_t i = 0; i < N; ++i) {
@@ -163,6 +176,7 @@ Generation generate(model::CausalLM& model, const std::vector<std::vector<int64_
       ci[i][static_cast<int64_t>(j)] = t[j];
       cm[i][static_cast<int64_t>(j)] = true;
     }
+    if (o.logprobs) out.completion_logps[i].narrow(0, static_cast<int64_t>(t.size()), width - static_cast<int64_t>(t.size())).zero_();
     out.lengths.push_back(static_cast<int64_t>(t.size()));
     out.generated_tokens += static_cast<int64_t>(t.size());
   }

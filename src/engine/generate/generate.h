@@ -26,6 +26,9 @@ struct SamplingOptions {
   uint64_t seed = 0;           // seeds the sampler's generator
   std::vector<int64_t> stop_ids;  // end-of-sequence ids: a completion ends after emitting one
   int64_t pad_id = 0;          // written after a completion ended
+  // Also return each sampled token's log-probability under logits / temperature (the whole
+  // distribution, before top-k/top-p; plain logits when greedy): what the policy assigns it.
+  bool logprobs = false;
   // Stop strings: a completion ends once decode(its tokens) contains one of them (checked with
   // `decode`, which must be given when stop_strings is not empty). The tokens are kept.
   std::vector<std::string> stop_strings;
@@ -38,6 +41,7 @@ struct Generation {
   at::Tensor prompt_mask;      // [N, P] bool: real prompt tokens
   at::Tensor completion_ids;   // [N, C] int64 on the CPU, right-padded with pad_id (C <= max_new_tokens)
   at::Tensor completion_mask;  // [N, C] bool: tokens of the completion (the stop token included)
+  at::Tensor completion_logps; // [N, C] float on the CPU when options.logprobs (0 at padding), else undefined
   std::vector<int64_t> lengths;   // completion tokens per row
   std::vector<bool> terminated;   // ended by a stop id or stop string (not by max_new_tokens)
   int64_t generated_tokens = 0;   // sum of lengths

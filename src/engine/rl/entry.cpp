@@ -79,6 +79,7 @@ Status debug_generate(const DebugGenerateRequest& request) {
     o.seed = req.value("seed", uint64_t{0});
     o.stop_ids = req.value("stopIds", std::vector<int64_t>{});
     o.pad_id = req.value("padId", int64_t{0});
+    o.logprobs = req.value("logprobs", false);
     const int repeat = std::max(1, req.value("repeat", 1));
     generate::Generation g;
     for (int i = 0; i < repeat; ++i) g = generate::generate(*model, prompts, o);
@@ -89,6 +90,14 @@ Status debug_generate(const DebugGenerateRequest& request) {
       completions.emplace_back(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel());
     }
     out["completions"] = completions;
+    if (o.logprobs) {
+      std::vector<std::vector<double>> logps;
+      for (int64_t i = 0; i < g.completion_logps.size(0); ++i) {
+        at::Tensor row = g.completion_logps[i].narrow(0, 0, g.lengths[static_cast<size_t>(i)]).to(at::kDouble).contiguous();
+        logps.emplace_back(row.data_ptr<double>(), row.data_ptr<double>() + row.numel());
+      }
+      out["logprobs"] = logps;
+    }
     out["lengths"] = g.lengths;
     out["terminated"] = g.terminated;
     out["generatedTokens"] = g.generated_tokens;

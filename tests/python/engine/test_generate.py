@@ -84,3 +84,42 @@ def test_sampling_is_seeded_grouped_and_stops_at_stop_ids(tiny_models, job, tmp_
         assert (stop in comp) == term
         if term:
             assert comp[-1] == stop and comp.count(stop) == 1
+
+
+def hf_completion_logps(model, prompt, completion, temperature):
+    import torch
+
+    ids = torch.tensor([prompt + completion])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1: len(prompt) + len(completion) - 1].float()
+    logp = torch.log_softmax(logits / temperature, -1)
+    return logp.gather(-1, torch.tensor(completion).unsqueeze(1)).squeeze(1)
+
+
+@pytest.mark.parametrize("arch,lora", [("qwen3", False), ("qwen3", True), ("llama", False), ("llama", True)])
+def test_sampled_token_logprobs_equal_transformers(arch, lora, tiny_models, job, tmp_path):
+    """The log-probability the generator reports for each token it sampled (batched, left-padded,
+    through the key/value cache, group repeated) equals transformers' on the unpadded sequence."""
+    import torch
+
+    folder = tiny_models(arch, sharp=True)
+    model = load_hf(folder)
+    adapter = None
+    if lora:
+        model = make_peft(model)
+        adapter = tmp_path / "adapter"
+        model.save_pretrained(adapter)
+    model.eval()
+    temperature = 0.7
+    req = {"prompts": PROMPTS, "maxNewTokens": 10, "temperature": temperature, "groupSize": 2, "seed": 11,
+           "logprobs": True}
+    got = ours_generate(job, tmp_path, folder, req, adapter=adapter)
+    assert len(got["logprobs"]) == len(PROMPTS) * 2
+    for i, (completion, logps) in enumerate(zip(got["completions"], got["logprobs"])):
+        assert len(logps) == len(completion) == 10
+        want = hf_completion_logps(model, PROMPTS[i // 2], completion, temperature)
+        torch.testing.assert_close(torch.tensor(logps, dtype=torch.float32), want, rtol=1e-4, atol=1e-4,
+                                   msg=f"row {i}")
+    if lora:
+        base = ours_generate(job, tmp_path, folder, req, name="base")
+        assert base["logprobs"] != got["logprobs"], "the adapter changed nothing: it was not applied"
