@@ -79,3 +79,36 @@ def test_rl_rows_without_a_gold_answer_are_refused_by_line(tiny_models, job, tmp
     proc, events = run_plan(job, tmp_path, "bad", rl_plan(tiny_models("qwen3"), data))
     assert proc.returncode != 0
     assert "bad.jsonl:2" in proc.stderr and "gold answer" in proc.stderr, proc.stderr
+
+
+def test_grpo_raises_the_mean_reward_on_a_toy_task_reproducibly(tmp_path_factory, job, tmp_path):
+    """On the toy task of rl_toy.py (a tiny model that answers JSON with a label drawn by chance),
+    GRPO with json-label-match lifts the mean reward clearly in 24 steps on the CPU, and the same
+    seed gives the same rewards (a second, shorter run repeats the first one's opening steps:
+    the constant schedule makes the learning rate independent of the step count)."""
+    from rl_toy import make_toy_policy, toy_rows
+
+    model = make_toy_policy(tmp_path_factory.mktemp("toy-policy"))
+    data = write_jsonl(tmp_path / "toy.jsonl", toy_rows(32))
+    plan = {"kind": "run", "workload": "engine-test", "baseModel": str(model),
+            "config": {"dataset": str(data), "method": "grpo", "maxSeqLength": 64, "model": {"precision": "FP32"},
+                       "hyperparams": {"lora": {"rank": 8, "alpha": 16}, "training": {"maxSteps": 24, "seed": 3}},
+                       "reward": {"terms": [{"kind": "json-label-match"}]},
+                       "rlHyperparams": {"groupSize": 8, "promptsPerStep": 4, "maxCompletionLength": 10,
+                                         "microBatchSize": 32,
+                                         "optimizer": {"learningRate": 6e-3, "schedule": "constant"}}},
+            "execution": {"gpus": 0}}
+    proc, events = run_plan(job, tmp_path, "toy", plan)
+    assert proc.returncode == 0, proc.stderr
+    rewards = [s["rl"]["rewardMean"] for s in events if s["type"] == "step"]
+    assert len(rewards) == 24
+    first, last = sum(rewards[:4]) / 4, sum(rewards[-4:]) / 4
+    assert last >= first + 0.2 and last >= 0.5, rewards
+
+    plan["config"]["hyperparams"]["training"]["maxSteps"] = 4
+    proc, again = run_plan(job, tmp_path, "toy-again", plan)
+    assert proc.returncode == 0, proc.stderr
+    steps = [s for s in events if s["type"] == "step"][:4]
+    steps_again = [s for s in again if s["type"] == "step"]
+    assert [s["rl"]["rewards"] for s in steps_again] == [s["rl"]["rewards"] for s in steps]
+    assert [s["rl"]["rollouts"] for s in steps_again] == [s["rl"]["rollouts"] for s in steps]
