@@ -86,7 +86,7 @@ def test_grpo_raises_the_mean_reward_on_a_toy_task_reproducibly(tmp_path_factory
     GRPO with json-label-match lifts the mean reward clearly in 24 steps on the CPU, and the same
     seed gives the same rewards (a second, shorter run repeats the first one's opening steps:
     the constant schedule makes the learning rate independent of the step count)."""
-    from rl_toy import make_toy_policy, toy_rows
+    from rl_toy import make_toy_policy, toy_rows  # tests/python/rl_toy.py
 
     model = make_toy_policy(tmp_path_factory.mktemp("toy-policy"))
     data = write_jsonl(tmp_path / "toy.jsonl", toy_rows(32))
