@@ -124,7 +124,7 @@ Status debug_generate(const DebugGenerateRequest& request);
 // its LoRA gradients. `inputs_path` is safetensors with prompt_ids, prompt_mask, completion_ids,
 // completion_mask [B, *] I64, advantages [B] F32 and optionally old_logps, ref_logps [B, C] F32;
 // `settings_path` is JSON {"method": "grpo"|"gspo", "lossAggregation", "clipLow", "clipHigh",
-// "klBeta", "temperature", "maxCompletionLength"}. Writes loss [] F32, logps [B, C] F32 and
+// "klBeta", "temperature", "maxCompletionLength"}. Writes loss [] F32, logps and entropy [B, C] F32 and
 // "grad.<PEFT key>" for every adapter tensor.
 struct DebugRlLossRequest {
   std::string model_dir;

@@ -130,7 +130,8 @@ Status debug_rl_loss(const DebugRlLossRequest& request) {
     fi.attn_mask = generate::attention_mask(mask, P + C);
     const double temperature = s.value("temperature", 1.0);
     at::Tensor hidden = model->hidden_states(fi, false);
-    at::Tensor logps = rl::token_logps(model->logits(hidden.narrow(1, P - 1, C)), completion_ids, temperature);
+    at::Tensor entropy;
+    at::Tensor logps = rl::token_logps(model->logits(hidden.narrow(1, P - 1, C)), completion_ids, temperature, &entropy);
     rl::LossInputs li;
     li.logps = logps;
     li.old_logps = get("old_logps");
@@ -152,16 +153,18 @@ Status debug_rl_loss(const DebugRlLossRequest& request) {
     ls.max_completion_length = s.value("maxCompletionLength", C);
     rl::LossOutput out = rl::policy_loss(li, ls);
     out.loss.backward();
-    std::vector<at::Tensor> keep = {out.loss.detach().reshape({}).contiguous(), logps.detach().contiguous()};
+    std::vector<at::Tensor> keep = {out.loss.detach().reshape({}).contiguous(), logps.detach().contiguous(),
+                                    entropy.contiguous()};
     std::vector<model::TensorToWrite> tensors = {
         {"loss", "F32", {}, keep[0].data_ptr(), static_cast<size_t>(keep[0].nbytes())},
         {"logps", "F32", keep[1].sizes().vec(), keep[1].data_ptr(), static_cast<size_t>(keep[1].nbytes())},
+        {"entropy", "F32", keep[2].sizes().vec(), keep[2].data_ptr(), static_cast<size_t>(keep[2].nbytes())},
     };
     for (auto& [name, p] : lora::named_parameters(*model)) {
       at::Tensor g = p.grad().defined() ? p.grad().contiguous() : at::zeros_like(p);
       keep.push_back(g);
     }
-    size_t k = 2;
+    size_t k = 3;
     for (auto& [name, p] : lora::named_parameters(*model)) {
       const at::Tensor& g = keep[k++];
       tensors.push_back({"grad." + name, "F32", g.sizes().vec(), g.data_ptr(), static_cast<size_t>(g.nbytes())});

@@ -1,7 +1,8 @@
 """GRPO and GSPO losses and LoRA gradients of the engine (src/engine/rl/loss.cpp, through
 trainer-job's hidden debug-rl-loss) against TRL 1.16's own GRPOTrainer._compute_loss, called in
 the test on the same tiny model, PEFT adapter and fixed batch (prompts, completions, advantages,
-old and reference log-probabilities): TRL is run, not re-derived. Every loss aggregation TRL
+old and reference log-probabilities): TRL is run, not re-derived. The per-token log-probabilities
+and entropies are checked too. Every loss aggregation TRL
 names (dapo, bnpo, grpo, dr_grpo), token-level (GRPO) and sequence-level (GSPO) importance
 ratios, with and without the KL term, off-policy (old log-probabilities differ, so the ratio
 and the clipping matter)."""
@@ -73,7 +74,8 @@ def test_loss_and_lora_gradients_equal_trl(agg, method, beta, tiny_models, job, 
     with torch.no_grad():
         ids = torch.cat([prompt_ids, completion_ids], 1)
         mask = torch.cat([prompt_mask, completion_mask], 1)
-        cur, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, mask, completion_ids.size(1))
+        cur, entropies, _ = trainer._get_per_token_logps_and_entropies(model, ids, mask, completion_ids.size(1),
+                                                                       compute_entropy=True)
     old = cur + 0.3 * torch.randn(cur.shape, generator=g)
     ref = cur + 0.2 * torch.randn(cur.shape, generator=g)
     inputs = {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completion_ids,
@@ -99,6 +101,7 @@ def test_loss_and_lora_gradients_equal_trl(agg, method, beta, tiny_models, job, 
     ours = safetensors.torch.load_file(tmp_path / "out.safetensors")
     m = completion_mask.bool()  # padded completion positions are masked out of every loss
     torch.testing.assert_close(ours["logps"][m], cur[m], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(ours["entropy"][m], entropies[m], rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(ours["loss"], want.detach().float(), rtol=1e-4, atol=1e-6)
     assert want_grads, "TRL produced no LoRA gradient"
     for name, grad in want_grads.items():
