@@ -2,7 +2,7 @@
 """GRPO side by side on this machine: the native engine (trainer-job run, method grpo) and TRL's
 GRPOTrainer + PEFT, with the same random Qwen3-architecture model, prompts, group size,
 completion length, steps, threads and json-label-match-style reward. Prints seconds per step,
-generation tokens/s and the generation share of a step for each. Run by hand (not in CI):
+generation tokens/s, the generation share of a step and peak memory for each. Run by hand (not in CI):
 
     TRAINER_BUILD_DIR=build .venv/bin/python bench/rl/bench_grpo.py [--steps 4] [--layers 4]
 
@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import pathlib
+import resource
 import subprocess
 import sys
 import tempfile
@@ -52,9 +53,19 @@ lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, task_type="CAUSAL_LM",
                   target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
 tr = GRPOTrainer(model=model, reward_funcs=[reward], args=cfg, train_dataset=ds, processing_class=tok,
                  peft_config=lora, callbacks=[Probe()])
+gen_seconds, gen_tokens = [], []
+generate = tr._generate
+def timed_generate(prompts):  # TRL's whole generation phase of a step (tokenising, generate, decoding)
+    t0 = time.perf_counter()
+    out = generate(prompts)
+    gen_seconds.append(time.perf_counter() - t0)
+    gen_tokens.append(sum(len(ids) for ids in out[1]))
+    return out
+tr._generate = timed_generate
 tr.train()
 hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]
-print("BENCH " + json.dumps({"step_seconds": times, "rss_peak_bytes": int(hwm) * 1024}))
+print("BENCH " + json.dumps({"step_seconds": times, "generation_seconds": gen_seconds, "generation_tokens": gen_tokens,
+                             "rss_peak_bytes": int(hwm) * 1024}))
 '''
 
 
@@ -93,14 +104,16 @@ def main() -> None:
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
     subprocess.run([str(job), "run", "--plan", str(tmp / "plan.json"), "--output", str(tmp / "ours"), "--events",
                     str(tmp / "ours.events")], check=True, env=env, capture_output=True)
+    # Peak RSS of the finished trainer-job: the largest of the waited-for children so far (KiB on Linux).
+    ours_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
     steps = [json.loads(l) for l in (tmp / "ours.events").read_text().splitlines() if '"type":"step"' in l.replace(" ", "")]
     ours_s = [s["stepSeconds"] for s in steps][1:] or [steps[0]["stepSeconds"]]
     ours_gen = [s["rl"]["generationSeconds"] for s in steps][1:] or [steps[0]["rl"]["generationSeconds"]]
     ours_tps = [s["rl"]["generationTokensPerSecond"] for s in steps][1:] or [steps[0]["rl"]["generationTokensPerSecond"]]
     ours_mem = max((s.get("memory") or {}).get("allocatedPeakBytes", 0) for s in steps)
 
-    (tmp / "trl.py").write_text(TRL_SCRIPT)
-    p = subprocess.run([sys.executable, str(tmp / "trl.py"), str(folder), str(data), str(a.steps), str(tmp / "trl"),
+    (tmp / "trl_grpo.py").write_text(TRL_SCRIPT)  # not trl.py: it would shadow the trl package
+    p = subprocess.run([sys.executable, str(tmp / "trl_grpo.py"), str(folder), str(data), str(a.steps), str(tmp / "trl"),
                         str(a.threads), str(a.new_tokens), str(a.group), str(a.prompts)], capture_output=True, text=True,
                        env=env)
     line = [l for l in p.stdout.splitlines() if l.startswith("BENCH ")]
@@ -108,6 +121,8 @@ def main() -> None:
         raise SystemExit("TRL run failed:\n" + p.stderr[-3000:])
     trl = json.loads(line[-1][6:])
     trl_s = trl["step_seconds"][1:] or trl["step_seconds"]
+    trl_gen = trl["generation_seconds"][1:] or trl["generation_seconds"]
+    trl_tok = trl["generation_tokens"][1:] or trl["generation_tokens"]
     mean = lambda xs: sum(xs) / len(xs)
     print(json.dumps({"model": f"qwen3 hidden={a.hidden} layers={a.layers} vocab=151k fp32, LoRA r16",
                       "batch": f"{a.prompts} prompts x {a.group}, {a.new_tokens} new tokens, {a.steps} steps (first skipped)",
@@ -115,7 +130,10 @@ def main() -> None:
                       "ours_generation_share": round(mean(ours_gen) / mean(ours_s), 3),
                       "ours_generation_tokens_per_s": round(mean(ours_tps), 1),
                       "ours_allocated_peak_mb": round(ours_mem / 2**20, 1),
+                      "ours_rss_peak_mb": round(ours_rss / 2**20, 1),
                       "trl_seconds_per_step": round(mean(trl_s), 3),
+                      "trl_generation_share": round(mean(trl_gen) / mean(trl_s), 3),
+                      "trl_generation_tokens_per_s": round(sum(trl_tok) / sum(trl_gen), 1),
                       "trl_rss_peak_mb": round(trl["rss_peak_bytes"] / 2**20, 1),
                       "steps_per_second_ratio": round(mean(trl_s) / mean(ours_s), 2)}, indent=1))
 
