@@ -1,10 +1,13 @@
 """A GRPO run through the product: the real `trainer` CLI against a real trainerd, which accepts
 the RL plan (its defaults shown by --dry-run --show-resolved), runs the real job and records
-every step's RL figures; on the toy task of rl_toy.py the mean reward rises."""
+every step's RL figures; on the toy task of rl_toy.py the mean reward rises; paused and resumed,
+the run trains exactly as uninterrupted."""
 from __future__ import annotations
 
 import json
+import pathlib
 import re
+import time
 
 import pytest
 
@@ -56,15 +59,56 @@ def test_the_service_shows_an_rl_plans_defaults(rl_cli):
     assert out.returncode != 0 and "config.hyperparams.optimizer" in out.stderr, out.stdout + out.stderr
 
 
-def test_a_grpo_run_started_with_wait_raises_the_reward(rl_cli, tmp_path):
-    plan = tmp_path / "rl.yaml"
+@pytest.fixture(scope="module")
+def completed(rl_cli, tmp_path_factory):
+    """A GRPO run started with --wait: its record and step metrics."""
+    plan = tmp_path_factory.mktemp("plans") / "rl.yaml"
     plan.write_text(rl_plan())
     out = rl_cli("runs", "start", "-f", plan, "--force", "--wait", "--exit-status", timeout=900)
     assert out.returncode == 0, out.stdout + out.stderr
     assert re.search(rf"Run [0-9a-f]+ COMPLETED after {STEPS}/{STEPS} steps", out.stdout), out.stdout
     run_id = re.search(r"Started run ([0-9a-f]+)", out.stdout).group(1)
-    steps = rl_cli.json("runs", "metrics", run_id)["steps"]
+    return rl_cli.json("runs", "get", run_id), rl_cli.json("runs", "metrics", run_id)["steps"]
+
+
+def test_a_grpo_run_started_with_wait_raises_the_reward(completed):
+    _, steps = completed
     assert [s["step"] for s in steps] == list(range(1, STEPS + 1))
     rewards = [s["rl"]["rewardMean"] for s in steps]
     first, last = sum(rewards[:4]) / 4, sum(rewards[-4:]) / 4
     assert last >= first + 0.2 and last >= 0.5, rewards
+
+
+def test_a_grpo_run_paused_and_resumed_trains_exactly_as_uninterrupted(rl_cli, completed):
+    """Pause (save) after step 5 and resume: the prompt order's position and the optimizer come
+    back from the training state, so every step's rewards and loss, and the final adapter, are
+    those of the uninterrupted run (fp32 on the CPU, bit for bit)."""
+    ref_run, ref_steps = completed
+    out = rl_cli("runs", "start", "-f", "-", "--force", "-o", "json", input=rl_plan())
+    assert out.returncode == 0, out.stderr
+    run_id = json.loads(out.stdout)["runId"]
+
+    def wait_for(predicate, what, timeout=300.0):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            value = predicate()
+            if value:
+                return value
+            time.sleep(0.2)
+        raise AssertionError(f"timed out waiting for {what}")
+
+    get = lambda: rl_cli.json("runs", "get", run_id)
+    wait_for(lambda: get()["progress"].get("step", 0) >= 5, "step 5")
+    out = rl_cli("runs", "pause", run_id, "--checkpoint", "save")
+    assert out.returncode == 0, out.stdout + out.stderr
+    run = wait_for(lambda: (r := get())["phase"] == "PAUSED" and r["pause"]["resourcesReleased"] and r, "PAUSED")
+    assert 5 <= run["pause"]["savedStep"] < STEPS
+    rl_cli("runs", "resume", run_id, check=True)
+    done = wait_for(lambda: (r := get())["phase"] in ("COMPLETED", "FAILED") and r, "the end")
+    assert done["phase"] == "COMPLETED", done.get("failureReason")
+    steps = rl_cli.json("runs", "metrics", run_id)["steps"]
+    assert [s["step"] for s in steps] == list(range(1, STEPS + 1))
+    assert [s["rl"]["rewards"] for s in steps] == [s["rl"]["rewards"] for s in ref_steps]
+    assert [s["loss"] for s in steps] == [s["loss"] for s in ref_steps]
+    adapter = lambda r: (pathlib.Path(r["adapterPath"]) / "adapter_model.safetensors").read_bytes()
+    assert adapter(done) == adapter(ref_run)
