@@ -61,6 +61,14 @@ struct TrainResult {
 // path). Trains on CUDA when execution.gpus > 0 and CUDA is available, else on the CPU.
 Result<TrainResult> train_sft(const TrainRequest& request, const EventSink& events);
 
+// GRPO/GSPO with LoRA from plan.config (method grpo or gspo) on plan.baseModel and the RL rows
+// of config.dataset (chat rows whose final assistant message is the gold answer). Events as
+// train_sft's; each step event carries the RL figures in `rl`.
+Result<TrainResult> train_rl(const TrainRequest& request, const EventSink& events);
+
+// train_sft or train_rl, by plan.config.method.
+Result<TrainResult> run_training(const TrainRequest& request, const EventSink& events);
+
 struct ScoreRequest {
   std::string model_dir;        // Hugging Face model folder
   std::string adapter_dir;      // PEFT LoRA adapter folder; empty = the base model
@@ -95,5 +103,37 @@ struct DebugForwardRequest {
 };
 
 Status debug_forward(const DebugForwardRequest& request);
+
+// Test and benchmark hook (trainer-job's hidden `debug-generate`): sampling with the engine's
+// generator. `request_path` is JSON {"prompts": [[ids]], "maxNewTokens", "greedy", "temperature",
+// "topP", "topK", "groupSize", "seed", "stopIds": [ids], "padId", "repeat", "logprobs"};
+// `output_path` gets {"completions": [[ids]], "lengths", "terminated", "generatedTokens",
+// "seconds" (the last of `repeat` runs), "tokensPerSecond", and with "logprobs": true
+// "logprobs": [[each sampled token's log-probability under logits / temperature]]}.
+struct DebugGenerateRequest {
+  std::string model_dir;
+  std::string adapter_dir;      // optional PEFT adapter
+  std::string request_path;
+  std::string output_path;
+  plan::Precision precision = plan::Precision::kFp32;
+};
+
+Status debug_generate(const DebugGenerateRequest& request);
+
+// Test hook (trainer-job's hidden `debug-rl-loss`): the GRPO/GSPO loss of one micro-batch and
+// its LoRA gradients. `inputs_path` is safetensors with prompt_ids, prompt_mask, completion_ids,
+// completion_mask [B, *] I64, advantages [B] F32 and optionally old_logps, ref_logps [B, C] F32;
+// `settings_path` is JSON {"method": "grpo"|"gspo", "lossAggregation", "clipLow", "clipHigh",
+// "klBeta", "temperature", "maxCompletionLength"}. Writes loss [] F32, logps and entropy [B, C] F32 and
+// "grad.<PEFT key>" for every adapter tensor.
+struct DebugRlLossRequest {
+  std::string model_dir;
+  std::string adapter_dir;
+  std::string inputs_path;
+  std::string settings_path;
+  std::string output_path;
+};
+
+Status debug_rl_loss(const DebugRlLossRequest& request);
 
 }  // namespace trainer::engine

@@ -241,7 +241,7 @@ int cmd_run(int argc, char** argv) {
     }
     emit(ev);
   };
-  auto result = engine::train_sft(req, report);
+  auto result = engine::run_training(req, report);
   if (!result.is_ok()) {
     telemetry.on_event(protocol::Failed{result.status().message()});
     return fail(result.status().message());

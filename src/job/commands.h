@@ -10,5 +10,7 @@ int cmd_tokenize(int argc, char** argv);  // tokenize --tokenizer DIR  (text on 
 int cmd_analyze(int argc, char** argv);   // analyze --model DIR --data FILE.jsonl [--max-seq-length N]
 // Hidden test hook: one forward/backward pass on given ids, dumped as safetensors.
 int cmd_debug_forward(int argc, char** argv);
+int cmd_debug_generate(int argc, char** argv);
+int cmd_debug_rl_loss(int argc, char** argv);
 
 }  // namespace trainer::job

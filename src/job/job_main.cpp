@@ -32,6 +32,8 @@ constexpr Command kCommands[] = {
     {"tokenize", cmd_tokenize},
     {"analyze", cmd_analyze},
     {"debug-forward", cmd_debug_forward},
+    {"debug-generate", cmd_debug_generate},
+    {"debug-rl-loss", cmd_debug_rl_loss},
 };
 
 }  // namespace

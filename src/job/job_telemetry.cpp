@@ -85,7 +85,7 @@ JobTelemetry::JobTelemetry(const plan::Plan& plan, const RunIdentity& identity, 
                                     .run_base_model = base_model_,
                                     .run_settings_sha = settings_sha_,
                                     .run_lora_rank = plan.config.lora.rank,
-                                    .run_learning_rate = plan.config.optimizer.learningRate,
+                                    .run_learning_rate = plan.config.active_optimizer().learningRate,
                                     .job_submission_id = submission_id_,
                                     .profile = profile_};
   if (!base_model_sha_.empty()) resource.run_base_model_sha = base_model_sha_;
@@ -127,11 +127,78 @@ void JobTelemetry::end_workers() {
   if (!devices_.devices.empty()) m.job_devices.set(0);
 }
 
+// A GRPO/GSPO step: the rl.* series from the step's `rl` object (engine/rl/grpo.cpp).
+void JobTelemetry::record_rl_step(const protocol::Step& e) {
+  tel::JobMetrics& m = *metrics_;
+  const nlohmann::json& rl = e.rl;
+  auto num = [&](const char* key) { return rl.value(key, 0.0); };
+  if (e.step > last_step_) {
+    m.rl_step_count.add(e.step - std::max<int64_t>(last_step_, 0));
+    last_step_ = e.step;
+  }
+  m.rl_step_duration.record(e.step_seconds);
+  m.rl_loss_policy.set(e.loss);
+  m.rl_learning_rate.set(e.learning_rate);
+  m.rl_grad_norm.set(e.grad_norm);
+  m.rl_batch_tokens.set(e.batch_tokens);
+  m.rl_throughput.set(e.tokens_per_second);
+  if (e.mfu) m.rl_mfu.set(*e.mfu);
+  if (e.memory) {
+    if (e.memory->allocated_peak_bytes) m.rl_memory_allocated_peak.set(*e.memory->allocated_peak_bytes);
+    if (e.memory->reserved_peak_bytes) m.rl_memory_reserved_peak.set(*e.memory->reserved_peak_bytes);
+  }
+  m.rl_reward_mean.set(num("rewardMean"));
+  m.rl_reward_std.set(num("rewardStd"));
+  m.rl_reward_zero_ratio.set(num("rewardZeroShare"));
+  m.rl_group_zero_std_ratio.set(num("zeroStdGroupShare"));
+  m.rl_kl.set(num("kl"));
+  m.rl_clip_ratio.set(num("clipRatio"));
+  m.rl_clip_ratio_low.set(num("clipRatioLow"));
+  m.rl_clip_ratio_high.set(num("clipRatioHigh"));
+  m.rl_entropy.set(num("entropy"));
+  m.rl_completion_scored.set(rl.value("completionsScored", int64_t{0}));
+  m.rl_completion_length_mean.set(num("completionLengthMean"));
+  m.rl_completion_length_min.set(rl.value("completionLengthMin", int64_t{0}));
+  m.rl_completion_length_max.set(rl.value("completionLengthMax", int64_t{0}));
+  m.rl_completion_length_terminated_mean.set(num("completionLengthTerminatedMean"));
+  m.rl_completion_truncated_ratio.set(num("truncatedShare"));
+  if (const auto it = rl.find("completionLengths"); it != rl.end() && it->is_array()) {
+    for (const auto& v : *it) {
+      if (v.is_number_integer()) m.rl_completion_length.record(v.get<int64_t>());
+    }
+  }
+  if (const auto it = rl.find("rewards"); it != rl.end() && it->is_array()) {
+    for (const auto& v : *it) {
+      if (v.is_number()) m.rl_rollout_reward.record(v.get<double>(), {.rl_term = "total"});
+    }
+  }
+  if (const auto it = rl.find("terms"); it != rl.end() && it->is_array()) {
+    for (const auto& t : *it) {
+      if (!t.is_object() || !t.contains("name") || !t["name"].is_string()) continue;
+      const std::string name = t["name"].get<std::string>();
+      m.rl_reward_term_mean.set(t.value("mean", 0.0), {.rl_term = name});
+      m.rl_reward_term_std.set(t.value("std", 0.0), {.rl_term = name});
+      m.rl_reward_term_duration.record(t.value("seconds", 0.0), {.rl_term = name});
+    }
+  }
+  auto phase = [&](std::string_view name, double seconds) {
+    m.rl_step_phase_duration.set(seconds, {.rl_step_phase = name});
+  };
+  phase("gen", num("generationSeconds"));
+  phase("reward", num("rewardSeconds"));
+  phase("old_log_prob", num("oldLogprobSeconds"));
+  phase("update_actor", num("actorUpdateSeconds"));
+  phase("step", e.step_seconds);
+}
+
 void JobTelemetry::on_event(const protocol::Event& event) {
   tel::JobMetrics& m = *metrics_;
   auto phase = [&](tel::SftStepPhase p, double seconds) { m.sft_step_phase_duration.set(seconds, {.sft_step_phase = p}); };
   if (const auto* e = std::get_if<protocol::Phase>(&event)) {
-    if (e->phase == "TRAINING") m.sft_step_count.add(0);  // published from zero, so a stalled loop is visible
+    if (e->phase == "TRAINING") {  // published from zero, so a stalled loop is visible
+      if (method_ == "SFT") m.sft_step_count.add(0);
+      else m.rl_step_count.add(0);
+    }
     request_export();
   } else if (const auto* e = std::get_if<protocol::Devices>(&event)) {
     record_devices(*e);
@@ -142,6 +209,8 @@ void JobTelemetry::on_event(const protocol::Event& event) {
   } else if (const auto* e = std::get_if<protocol::DataSplit>(&event)) {
     m.sft_data_rows.set(e->train_rows, {.sft_data_fit = tel::SftDataFit::kAll});
     m.sft_data_rows.set(e->held_out ? e->validation_rows : 0, {.sft_data_fit = tel::SftDataFit::kHeldOut});
+  } else if (const auto* e = std::get_if<protocol::Step>(&event); e != nullptr && e->rl.is_object()) {
+    record_rl_step(*e);
   } else if (const auto* e = std::get_if<protocol::Step>(&event)) {
     if (e->step > last_step_) {
       m.sft_step_count.add(1);

@@ -61,6 +61,7 @@ class JobTelemetry {
 
  private:
   void record_devices(const protocol::Devices& devices);
+  void record_rl_step(const protocol::Step& step);
   void end_workers();
 
   // Constant after construction: strings the resource refers to, the provider, its metrics.

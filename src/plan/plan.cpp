@@ -11,7 +11,6 @@
 
 #include "common/json_parse.h"
 #include "plan/bounds.h"
-#include "common/sha256.h"
 #include "common/spelling.h"
 
 namespace trainer::plan {
@@ -221,6 +220,18 @@ constexpr std::pair<const char*, Method> kMethods[] = {
 constexpr std::pair<const char*, Precision> kPrecisions[] = {{"BF16", Precision::kBf16}, {"FP32", Precision::kFp32}};
 constexpr std::pair<const char*, Schedule> kSchedules[] = {
     {"linear", Schedule::kLinear}, {"cosine", Schedule::kCosine}, {"constant", Schedule::kConstant}};
+constexpr std::pair<const char*, LossAggregation> kAggregations[] = {{"dapo", LossAggregation::kDapo},
+                                                                     {"bnpo", LossAggregation::kBnpo},
+                                                                     {"grpo", LossAggregation::kGrpo},
+                                                                     {"dr_grpo", LossAggregation::kDrGrpo}};
+constexpr std::pair<const char*, ScaleRewards> kScaleRewards[] = {
+    {"group", ScaleRewards::kGroup}, {"batch", ScaleRewards::kBatch}, {"none", ScaleRewards::kNone}};
+// Reward term kinds the engine scores.
+const std::vector<std::string> kRewardKinds = {"json-label-match"};
+// Fields of an RL plan (method grpo/gspo) that an SFT plan refuses, and SFT fields an RL plan refuses.
+const std::vector<std::string> kRlFields = {"reward", "klBeta", "rlHyperparams"};
+const std::vector<std::string> kSftOnlyTraining = {"batchSize", "gradientAccumulation", "validationFrequencySteps",
+                                                   "validationSplit", "packing"};
 
 Status read_lora(const json& obj, const std::string& path, LoraSettings* lora) {
   ObjectReader r(obj, path);
@@ -278,11 +289,114 @@ Status read_training(const json& obj, const std::string& path, TrainingSettings*
   return r.refuse_unknown();
 }
 
+Status read_reward(const json& obj, std::vector<RewardTermSpec>* terms) {
+  ObjectReader r(obj, "config.reward");
+  if (const json* list = r.find("terms")) {
+    if (!list->is_array() || list->empty()) {
+      return r.fail("terms", "must be a non-empty list of {kind, weight}, got " + list->dump());
+    }
+    terms->clear();
+    for (size_t i = 0; i < list->size(); ++i) {
+      const std::string at = "config.reward.terms[" + std::to_string(i) + "]";
+      const json& t = (*list)[i];
+      if (!t.is_object()) return invalid_field(at, "must be an object {kind, weight}, got " + t.dump());
+      RewardTermSpec spec;
+      for (auto it = t.begin(); it != t.end(); ++it) {
+        const std::string& k = it.key();
+        if (k == "kind") {
+          if (!it->is_string()) return invalid_field(at + ".kind", "must be a string, got " + it->dump());
+          spec.kind = it->get<std::string>();
+        } else if (k == "weight") {
+          if (!it->is_number() || !std::isfinite(it->get<double>())) {
+            return invalid_field(at + ".weight", "must be a number, got " + it->dump());
+          }
+          spec.weight = it->get<double>();
+        } else if (k == "name") {
+          if (!it->is_string() || it->get<std::string>().empty()) {
+            return invalid_field(at + ".name", "must be a non-empty string, got " + it->dump());
+          }
+          spec.name = it->get<std::string>();
+        } else {
+          const std::vector<std::string> known = {"kind", "weight", "name"};
+          auto near = nearest_name(k, known);
+          return invalid_field(at + "." + k, near ? "unknown field; did you mean " + *near + "?"
+                                                  : std::string("unknown field; a reward term takes kind, weight, name"));
+        }
+      }
+      if (spec.kind.empty()) return invalid_field(at + ".kind", "required field is missing");
+      if (std::find(kRewardKinds.begin(), kRewardKinds.end(), spec.kind) == kRewardKinds.end()) {
+        const bool later = spec.kind.rfind("rule", 0) == 0 || spec.kind.rfind("bundle:", 0) == 0 ||
+                           spec.kind.rfind("http:", 0) == 0 || spec.kind.rfind("model:", 0) == 0;
+        return invalid_field(at + ".kind", "\"" + spec.kind + "\"" +
+                                               (later ? " is not available yet in this release"
+                                                      : " is not a reward term kind") +
+                                               "; this release scores json-label-match");
+      }
+      for (const auto& other : *terms) {
+        const std::string a = other.name.empty() ? other.kind : other.name, b = spec.name.empty() ? spec.kind : spec.name;
+        if (a == b) return invalid_field(at + ".name", "two terms are named \"" + a + "\"; give each a distinct name");
+      }
+      terms->push_back(std::move(spec));
+    }
+  }
+  return r.refuse_unknown();
+}
+
+Status read_rl(const json& obj, RlSettings* rl) {
+  ObjectReader r(obj, "config.rlHyperparams");
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("groupSize", &rl->groupSize));
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("promptsPerStep", &rl->promptsPerStep));
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("maxCompletionLength", &rl->maxCompletionLength));
+  TRAINER_RETURN_IF_ERROR(r.read_double("temperature", &rl->temperature));
+  TRAINER_RETURN_IF_ERROR(r.read_double("topP", &rl->topP));
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("topK", &rl->topK));
+  TRAINER_RETURN_IF_ERROR(r.read_double("clipLow", &rl->clipLow));
+  TRAINER_RETURN_IF_ERROR(r.read_double("clipHigh", &rl->clipHigh));
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("iterationsPerBatch", &rl->iterationsPerBatch));
+  TRAINER_RETURN_IF_ERROR(read_enum(r, "lossAggregation", kAggregations, false, &rl->lossAggregation));
+  TRAINER_RETURN_IF_ERROR(read_enum(r, "scaleRewards", kScaleRewards, false, &rl->scaleRewards));
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("microBatchSize", &rl->microBatchSize));
+  const json* sub = nullptr;
+  TRAINER_RETURN_IF_ERROR(r.read_object("optimizer", &sub));
+  TRAINER_RETURN_IF_ERROR(read_optimizer(*sub, "config.rlHyperparams.optimizer", &rl->optimizer));
+  return r.refuse_unknown();
+}
+
 Status read_config(const json& obj, RunConfig* c) {
   ObjectReader r(obj, "config");
   TRAINER_RETURN_IF_ERROR(r.read_string("dataset", &c->dataset, /*required=*/true));
-  TRAINER_RETURN_IF_ERROR(r.read_optional_string("validationDataset", &c->validationDataset));
   TRAINER_RETURN_IF_ERROR(read_enum(r, "method", kMethods, false, &c->method));
+  const bool rl = c->is_rl();
+  const std::string method = std::string("\"") + method_name(c->method) + "\"";
+  // Fields that belong to the other kind of method are refused as such, before anything else.
+  if (!rl) {
+    for (const auto& key : kRlFields) {
+      if (obj.contains(key)) {
+        return r.fail(key, "a reinforcement-learning field: it applies when config.method is \"grpo\" or \"gspo\", "
+                           "and this plan's method is \"sft\"");
+      }
+    }
+  } else {
+    if (obj.contains("validationDataset")) {
+      return r.fail("validationDataset", "an SFT field: a " + method + " run has no validation loss");
+    }
+    const json* hp_in = obj.contains("hyperparams") && obj["hyperparams"].is_object() ? &obj["hyperparams"] : nullptr;
+    if (hp_in != nullptr && hp_in->contains("optimizer")) {
+      return invalid_field("config.hyperparams.optimizer",
+                           "an SFT field: a " + method + " run sets its optimizer under config.rlHyperparams.optimizer");
+    }
+    if (hp_in != nullptr && hp_in->contains("training") && (*hp_in)["training"].is_object()) {
+      for (const auto& key : kSftOnlyTraining) {
+        if ((*hp_in)["training"].contains(key)) {
+          return invalid_field("config.hyperparams.training." + key,
+                               "an SFT field: a " + method +
+                                   " run sizes its batches with config.rlHyperparams (promptsPerStep, groupSize, "
+                                   "microBatchSize) and has no validation");
+        }
+      }
+    }
+  }
+  if (!rl) TRAINER_RETURN_IF_ERROR(r.read_optional_string("validationDataset", &c->validationDataset));
   const json* hp = nullptr;
   TRAINER_RETURN_IF_ERROR(r.read_object("hyperparams", &hp));
   {
@@ -304,11 +418,20 @@ Status read_config(const json& obj, RunConfig* c) {
     TRAINER_RETURN_IF_ERROR(read_enum(m, "precision", kPrecisions, true, &c->precision));
     TRAINER_RETURN_IF_ERROR(m.refuse_unknown());
   }
-  TRAINER_RETURN_IF_ERROR(r.refuse_unknown());
-  if (c->method != Method::kSft) {
-    return invalid_field("config.method", std::string("\"") + method_name(c->method) +
-                                              "\" is not available yet in this release; use \"sft\"");
+  if (rl) {
+    const json* sub = nullptr;
+    TRAINER_RETURN_IF_ERROR(r.read_object("reward", &sub));
+    TRAINER_RETURN_IF_ERROR(read_reward(*sub, &c->rewardTerms));
+    TRAINER_RETURN_IF_ERROR(r.read_double("klBeta", &c->klBeta));
+    TRAINER_RETURN_IF_ERROR(r.read_object("rlHyperparams", &sub));
+    TRAINER_RETURN_IF_ERROR(read_rl(*sub, &c->rl));
+    if (c->rl.maxCompletionLength >= c->maxSeqLength) {
+      return invalid_field("config.rlHyperparams.maxCompletionLength",
+                           "must be below config.maxSeqLength (" + std::to_string(c->maxSeqLength) +
+                               "), which also holds the prompt; got " + std::to_string(c->rl.maxCompletionLength));
+    }
   }
+  TRAINER_RETURN_IF_ERROR(r.refuse_unknown());
   return Status::ok();
 }
 
@@ -320,16 +443,6 @@ Status read_execution(const json& obj, ExecutionSettings* e) {
   return r.refuse_unknown();
 }
 
-void flatten(const json& value, const std::string& prefix, json* out) {
-  if (value.is_object()) {
-    for (auto it = value.begin(); it != value.end(); ++it) {
-      flatten(it.value(), prefix.empty() ? it.key() : prefix + "." + it.key(), out);
-    }
-  } else {
-    (*out)[prefix] = value;
-  }
-}
-
 }  // namespace
 
 const char* method_name(Method m) {
@@ -339,6 +452,20 @@ const char* method_name(Method m) {
     case Method::kGspo: return "gspo";
   }
   return "sft";
+}
+
+const char* loss_aggregation_name(LossAggregation a) {
+  for (const auto& [name, value] : kAggregations) {
+    if (value == a) return name;
+  }
+  return "dapo";
+}
+
+const char* scale_rewards_name(ScaleRewards s) {
+  for (const auto& [name, value] : kScaleRewards) {
+    if (value == s) return name;
+  }
+  return "group";
 }
 
 const char* precision_name(Precision p) { return p == Precision::kBf16 ? "BF16" : "FP32"; }
@@ -439,71 +566,13 @@ std::optional<TextPosition> locate_field(std::string_view text, std::string_view
   }
 }
 
-nlohmann::json config_to_json(const RunConfig& c) {
-  json training = {{"epochs", c.training.epochs},
-                   {"maxSteps", c.training.maxSteps ? json(*c.training.maxSteps) : json(nullptr)},
-                   {"batchSize", c.training.batchSize},
-                   {"gradientAccumulation", c.training.gradientAccumulation},
-                   {"validationFrequencySteps", c.training.validationFrequencySteps},
-                   {"validationSplit", c.training.validationSplit},
-                   {"packing", c.training.packing},
-                   {"seed", c.training.seed}};
-  return {{"dataset", c.dataset},
-          {"validationDataset", c.validationDataset ? json(*c.validationDataset) : json(nullptr)},
-          {"method", method_name(c.method)},
-          {"hyperparams",
-           {{"lora",
-             {{"rank", c.lora.rank},
-              {"alpha", c.lora.alpha},
-              {"dropout", c.lora.dropout},
-              {"targetModules", c.lora.targetModules}}},
-            {"optimizer",
-             {{"learningRate", c.optimizer.learningRate},
-              {"weightDecay", c.optimizer.weightDecay},
-              {"beta1", c.optimizer.beta1},
-              {"beta2", c.optimizer.beta2},
-              {"epsilon", c.optimizer.epsilon},
-              {"maxGradNorm", c.optimizer.maxGradNorm},
-              {"schedule", schedule_name(c.optimizer.schedule)},
-              {"warmupSteps", c.optimizer.warmupSteps},
-              {"warmupRatio", c.optimizer.warmupRatio}}},
-            {"training", training}}},
-          {"maxSeqLength", c.maxSeqLength},
-          {"model", {{"precision", precision_name(c.precision)}}}};
-}
-
-nlohmann::json to_json(const Plan& p) {
-  auto opt = [](const std::optional<std::string>& s) { return s ? json(*s) : json(nullptr); };
-  return {{"kind", p.kind},
-          {"workload", p.workload},
-          {"baseModel", opt(p.baseModel)},
-          {"config", config_to_json(p.config)},
-          {"execution",
-           {{"gpus", p.execution.gpus},
-            {"saveEvery", p.execution.saveEvery ? json(*p.execution.saveEvery) : json(nullptr)},
-            {"keepAdapters", p.execution.keepAdapters}}},
-          {"grader", opt(p.grader)},
-          {"description", opt(p.description)},
-          {"configName", opt(p.configName)},
-          {"submissionId", opt(p.submissionId)}};
-}
-
-nlohmann::json flatten_config(const RunConfig& config, const std::string& dataset_hash) {
-  json cfg = config_to_json(config);
-  cfg["dataset"] = dataset_hash;
-  json flat = json::object();
-  flatten(cfg, "config", &flat);
-  return flat;
-}
-
-std::string settings_sha(const RunConfig& config, const std::string& dataset_hash) {
-  // nlohmann::json objects keep keys sorted, so the dump is canonical.
-  return sha256_hex(flatten_config(config, dataset_hash).dump());
-}
-
 int64_t total_steps(const RunConfig& config, int64_t rows) {
   if (config.training.maxSteps) return *config.training.maxSteps;
   if (rows <= 0) return 0;
+  if (config.is_rl()) {
+    const int64_t batches = (rows + config.rl.promptsPerStep - 1) / config.rl.promptsPerStep;
+    return batches * config.training.epochs * config.rl.iterationsPerBatch;
+  }
   int64_t batches = (rows + config.training.batchSize - 1) / config.training.batchSize;
   int64_t per_epoch = (batches + config.training.gradientAccumulation - 1) / config.training.gradientAccumulation;
   return per_epoch * config.training.epochs;

@@ -23,6 +23,10 @@ namespace trainer::plan {
 enum class Method { kSft, kGrpo, kGspo };
 enum class Precision { kBf16, kFp32 };
 enum class Schedule { kLinear, kCosine, kConstant };
+// How the per-token policy loss of RL is averaged, with TRL's names (loss_type).
+enum class LossAggregation { kDapo, kBnpo, kGrpo, kDrGrpo };
+// What the group-centred rewards are divided by (TRL's scale_rewards).
+enum class ScaleRewards { kGroup, kBatch, kNone };
 
 struct LoraSettings {
   int rank = 8;                  // hyperparams.lora.rank: adapter rank r (> 0)
@@ -55,6 +59,30 @@ struct TrainingSettings {
   uint64_t seed = 42;                  // hyperparams.training.seed: seeds init, dropout, shuffling
 };
 
+// One weighted reward term of an RL run (config.reward.terms[]).
+struct RewardTermSpec {
+  std::string kind = {};  // config.reward.terms[].kind: "json-label-match"
+  double weight = 1.0;   // config.reward.terms[].weight: the term's share of the total reward
+  std::string name = {};  // config.reward.terms[].name: the term's label in metrics; empty = kind
+};
+
+// Settings of GRPO/GSPO runs (config.rlHyperparams). TRL's GRPOConfig names in brackets.
+struct RlSettings {
+  int groupSize = 8;              // config.rlHyperparams.groupSize: completions per prompt (num_generations)
+  int promptsPerStep = 4;         // config.rlHyperparams.promptsPerStep: prompts of one generation batch
+  int maxCompletionLength = 256;  // config.rlHyperparams.maxCompletionLength: new tokens per completion
+  double temperature = 1.0;       // config.rlHyperparams.temperature: sampling temperature
+  double topP = 1.0;              // config.rlHyperparams.topP: nucleus sampling; 1 = off
+  int topK = 0;                   // config.rlHyperparams.topK: sample among the k likeliest; 0 = off
+  double clipLow = 0.2;           // config.rlHyperparams.clipLow: lower clip bound epsilon (epsilon)
+  double clipHigh = 0.2;          // config.rlHyperparams.clipHigh: upper clip bound epsilon (epsilon_high)
+  int iterationsPerBatch = 1;     // config.rlHyperparams.iterationsPerBatch: optimizer steps per generation batch (num_iterations)
+  LossAggregation lossAggregation = LossAggregation::kDapo;  // config.rlHyperparams.lossAggregation (loss_type)
+  ScaleRewards scaleRewards = ScaleRewards::kGroup;          // config.rlHyperparams.scaleRewards (scale_rewards)
+  int microBatchSize = 8;         // config.rlHyperparams.microBatchSize: completions per forward/backward pass
+  OptimizerSettings optimizer = {.learningRate = 1e-5};  // config.rlHyperparams.optimizer: AdamW of RL runs
+};
+
 struct RunConfig {
   std::string dataset;                       // config.dataset: name, hash, or (local runs) a JSONL path. Required
   std::optional<std::string> validationDataset;  // config.validationDataset: held-out rows for validation loss
@@ -64,6 +92,14 @@ struct RunConfig {
   TrainingSettings training;
   int maxSeqLength = 2048;                   // config.maxSeqLength: tokens per row after the chat template (> 0)
   Precision precision = Precision::kBf16;    // config.model.precision: "BF16" | "FP32"
+  // Reinforcement runs only (method grpo/gspo); refused on an SFT plan.
+  std::vector<RewardTermSpec> rewardTerms = {{.kind = "json-label-match"}};  // config.reward.terms
+  double klBeta = 0.0;                       // config.klBeta: weight of the KL to the base model
+  RlSettings rl;                             // config.rlHyperparams
+
+  bool is_rl() const { return method != Method::kSft; }
+  // The optimizer the run trains with: rl.optimizer for RL runs, else `optimizer`.
+  const OptimizerSettings& active_optimizer() const { return is_rl() ? rl.optimizer : optimizer; }
 };
 
 struct ExecutionSettings {
@@ -163,5 +199,7 @@ std::string fields_reference_markdown();
 const char* method_name(Method m);        // "sft", "grpo", "gspo"
 const char* precision_name(Precision p);  // "BF16", "FP32"
 const char* schedule_name(Schedule s);    // "linear", "cosine", "constant"
+const char* loss_aggregation_name(LossAggregation a);  // "dapo", "bnpo", "grpo", "dr_grpo"
+const char* scale_rewards_name(ScaleRewards s);        // "group", "batch", "none"
 
 }  // namespace trainer::plan

@@ -45,7 +45,7 @@ const std::vector<FieldSpec> kFields = {
     {"config.validationDataset", FT::kString, 0, 0, false, false, "",
      "held-out rows for the validation loss; absent: validationSplit decides"},
     {"config.method", FT::kEnum, 0, 0, false, false, "sft, grpo, gspo",
-     "training method (this release trains sft)"},
+     "training method: supervised fine-tuning, or reinforcement with GRPO (token-level ratio) or GSPO (sequence-level ratio)"},
     {"config.hyperparams", FT::kObject, 0, 0, false, false, "", "LoRA, optimizer and training settings"},
     {"config.hyperparams.lora", FT::kObject, 0, 0, false, false, "", "the adapter"},
     {"config.hyperparams.lora.rank", FT::kInteger, 1, 4096, false, false, "", "adapter rank r"},
@@ -89,6 +89,48 @@ const std::vector<FieldSpec> kFields = {
     {"config.model", FT::kObject, 0, 0, false, false, "", "how the base model is loaded"},
     {"config.model.precision", FT::kEnum, 0, 0, false, false, "BF16, FP32",
      "weights and compute precision (either case)"},
+    {"config.reward", FT::kObject, 0, 0, false, false, "", "RL runs (grpo, gspo): how completions are scored"},
+    {"config.reward.terms", FT::kObject, 0, 0, false, false, "",
+     "list of weighted terms {kind, weight, name}, summed into the total reward"},
+    {"config.reward.terms[].kind", FT::kEnum, 0, 0, false, false, "json-label-match",
+     "json-label-match: per-field exact match of the completion's JSON against the gold answer's"},
+    {"config.reward.terms[].weight", FT::kNumber, -1e9, 1e9, false, false, "", "the term's weight in the total (default 1)"},
+    {"config.reward.terms[].name", FT::kString, 0, 0, false, false, "", "the term's label in metrics (default: its kind)"},
+    {"config.klBeta", FT::kNumber, 0, 1e3, false, false, "",
+     "RL runs: weight of the KL penalty to the base model (adapter disabled); 0 computes no reference"},
+    {"config.rlHyperparams", FT::kObject, 0, 0, false, false, "", "RL runs (grpo, gspo): sampling, loss and optimizer"},
+    {"config.rlHyperparams.groupSize", FT::kInteger, 2, 1024, false, false, "", "completions sampled per prompt"},
+    {"config.rlHyperparams.promptsPerStep", FT::kInteger, 1, 65536, false, false, "", "prompts of one generation batch"},
+    {"config.rlHyperparams.maxCompletionLength", FT::kInteger, 1, 1 << 20, false, false, "",
+     "new tokens per completion at most (below maxSeqLength, which also holds the prompt)"},
+    {"config.rlHyperparams.temperature", FT::kNumber, 0, 100, true, false, "", "sampling temperature"},
+    {"config.rlHyperparams.topP", FT::kNumber, 0, 1, true, false, "", "nucleus sampling; 1 samples from all tokens"},
+    {"config.rlHyperparams.topK", FT::kInteger, 0, kMaxInt, false, false, "", "sample among the k likeliest tokens; 0 = all"},
+    {"config.rlHyperparams.clipLow", FT::kNumber, 0, 1, false, false, "", "lower clip bound: the ratio is kept above 1 - clipLow"},
+    {"config.rlHyperparams.clipHigh", FT::kNumber, 0, 100, false, false, "", "upper clip bound: the ratio is kept below 1 + clipHigh"},
+    {"config.rlHyperparams.iterationsPerBatch", FT::kInteger, 1, 1024, false, false, "",
+     "optimizer steps on each generation batch (old log-probabilities are kept when above 1)"},
+    {"config.rlHyperparams.lossAggregation", FT::kEnum, 0, 0, false, false, "dapo, bnpo, grpo, dr_grpo",
+     "averaging of the token losses, as TRL names it: dapo token-level over the batch, bnpo token-level per "
+     "micro-batch, grpo mean of per-sequence means, dr_grpo over a fixed maxCompletionLength"},
+    {"config.rlHyperparams.scaleRewards", FT::kEnum, 0, 0, false, false, "group, batch, none",
+     "divide group-centred rewards by the group's std, the batch's, or not at all (Dr. GRPO)"},
+    {"config.rlHyperparams.microBatchSize", FT::kInteger, 1, 65536, false, false, "",
+     "completions per forward/backward pass (gradients accumulate over the batch)"},
+    {"config.rlHyperparams.optimizer", FT::kObject, 0, 0, false, false, "", "AdamW and its schedule of RL runs (grpo, gspo)"},
+    {"config.rlHyperparams.optimizer.learningRate", FT::kNumber, 0, 1, true, false, "", "peak learning rate"},
+    {"config.rlHyperparams.optimizer.weightDecay", FT::kNumber, 0, 1e3, false, false, "", "decoupled weight decay"},
+    {"config.rlHyperparams.optimizer.beta1", FT::kNumber, 0, 1, false, true, "", "AdamW beta1"},
+    {"config.rlHyperparams.optimizer.beta2", FT::kNumber, 0, 1, false, true, "", "AdamW beta2"},
+    {"config.rlHyperparams.optimizer.epsilon", FT::kNumber, 0, 1, true, false, "", "AdamW epsilon"},
+    {"config.rlHyperparams.optimizer.maxGradNorm", FT::kNumber, 0, 1e9, false, false, "",
+     "clip the total gradient norm to this; 0 disables clipping"},
+    {"config.rlHyperparams.optimizer.schedule", FT::kEnum, 0, 0, false, false, "linear, cosine, constant",
+     "learning-rate decay after warmup"},
+    {"config.rlHyperparams.optimizer.warmupSteps", FT::kInteger, 0, kMaxInt, false, false, "",
+     "linear warmup, in optimizer steps"},
+    {"config.rlHyperparams.optimizer.warmupRatio", FT::kNumber, 0, 1, false, true, "",
+     "warmup as a share of all steps, used when warmupSteps is 0"},
     {"execution", FT::kObject, 0, 0, false, false, "", "where and how the run executes"},
     {"execution.gpus", FT::kInteger, 0, 1024, false, false, "", "devices the run holds; 0 trains on the CPU"},
     {"execution.saveEvery", FT::kInteger, 1, kMaxInt, false, false, "",
@@ -115,7 +157,12 @@ const FieldSpec* find_field(std::string_view path) {
 std::string field_default_text(const FieldSpec& spec) {
   if (spec.path == "kind" || spec.help.find("Required") != std::string_view::npos) return "required";
   if (spec.type == FieldType::kObject) return "";
-  json value = to_json(Plan{});
+  Plan defaults;
+  if (spec.path.rfind("config.reward", 0) == 0 || spec.path.rfind("config.klBeta", 0) == 0 ||
+      spec.path.rfind("config.rlHyperparams", 0) == 0) {
+    defaults.config.method = Method::kGrpo;  // the RL fields resolve only on an RL plan
+  }
+  json value = to_json(defaults);
   for (size_t start = 0; start <= spec.path.size();) {
     size_t dot = spec.path.find('.', start);
     std::string key(spec.path.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start));

@@ -250,6 +250,7 @@ void to_json(json& out, const Step& e) {
   put(out, "paddingShare", e.padding_share);
   put(out, "mfu", e.mfu);
   put(out, "memory", e.memory);
+  if (e.rl.is_object()) out["rl"] = e.rl;
 }
 
 void to_json(json& out, const Validation& e) {
@@ -383,6 +384,7 @@ Status from_json(const json& in, Step* e) {
   f.opt("paddingShare", &e->padding_share);
   f.opt("mfu", &e->mfu);
   f.opt("memory", &e->memory);
+  if (auto rl = in.find("rl"); rl != in.end() && rl->is_object()) e->rl = *rl;
   return f.status();
 }
 

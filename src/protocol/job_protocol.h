@@ -134,6 +134,9 @@ struct Step {
   std::optional<double> padding_share = {};  // absent when packed
   std::optional<double> mfu = {};            // absent without a known device peak
   std::optional<StepMemory> memory = {};
+  // GRPO/GSPO runs: the step's RL figures (rewards by term, completion lengths, KL, clip ratios,
+  // phase seconds, rollouts), an object as docs/job-protocol.md describes; null for SFT.
+  nlohmann::json rl = nullptr;
 };
 
 // "validation": one pass over the validation rows.

@@ -65,9 +65,6 @@ Result<json> ServiceImpl::pause_run(const std::string& ref, const json& body) {
       return failed_precondition("the " + backend_->name() + " backend cannot ask a job to save and stop; use "
                                  "--checkpoint latest");
     }
-    if (run.method != "sft") {
-      return failed_precondition("--checkpoint save is not supported for " + run.method + " runs yet");
-    }
     if (!has_job) {
       return failed_precondition("run " + run.id + " is " + phase_name(run.phase) +
                                  " and has no training job to save yet; use --checkpoint latest once it has saved, "

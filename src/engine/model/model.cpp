@@ -211,7 +211,7 @@ at::Tensor CausalLM::rms_norm(const at::Tensor& x, const at::Tensor& weight) con
 
 at::Tensor CausalLM::project(const Linear& lin, const at::Tensor& x, bool training) const {
   at::Tensor y = at::linear(x, lin.weight, lin.bias);
-  if (!lin.lora_A.defined()) return y;
+  if (!lin.lora_A.defined() || !adapters_enabled_) return y;
   at::Tensor xa = (training && lin.lora_dropout > 0) ? at::dropout(x, lin.lora_dropout, true) : x;
   at::Tensor A = lin.lora_A, B = lin.lora_B;
   if (A.scalar_type() != x.scalar_type()) {
@@ -221,7 +221,24 @@ at::Tensor CausalLM::project(const Linear& lin, const at::Tensor& x, bool traini
   return y + at::linear(at::linear(xa, A), B) * lin.lora_scale;
 }
 
-at::Tensor CausalLM::hidden_states(const ForwardInput& in, bool training) {
+KVCache KVCache::allocate(const CausalLM& model, int64_t batch, int64_t capacity) {
+  const ModelConfig& c = model.config();
+  KVCache cache;
+  const auto opts = at::TensorOptions().dtype(model.dtype()).device(model.device());
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    cache.k.push_back(at::zeros({batch, c.num_key_value_heads, capacity, c.head_dim}, opts));
+    cache.v.push_back(at::zeros({batch, c.num_key_value_heads, capacity, c.head_dim}, opts));
+  }
+  return cache;
+}
+
+void KVCache::repeat_interleave(int64_t times) {
+  if (times == 1) return;
+  for (auto& t : k) t = t.repeat_interleave(times, 0);
+  for (auto& t : v) t = t.repeat_interleave(times, 0);
+}
+
+at::Tensor CausalLM::hidden_states(const ForwardInput& in, bool training, KVCache* cache) {
   const ModelConfig& c = config_;
   const int64_t B = in.input_ids.size(0), T = in.input_ids.size(1);
   const int64_t nh = c.num_attention_heads, nkv = c.num_key_value_heads, hd = c.head_dim;
@@ -231,6 +248,11 @@ at::Tensor CausalLM::hidden_states(const ForwardInput& in, bool training) {
   at::Tensor cos = rope_cos_.index_select(0, flat_pos).view({B, 1, T, hd}).to(dtype_);
   at::Tensor sin = rope_sin_.index_select(0, flat_pos).view({B, 1, T, hd}).to(dtype_);
   const bool causal_only = !in.attn_mask.defined();
+  if (cache != nullptr && causal_only) {
+    throw EngineError(StatusCode::kInternal, "hidden_states: a cached pass needs an attention mask");
+  }
+  const int64_t past = cache != nullptr ? cache->length : 0;
+  size_t layer = 0;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
 
   at::Tensor h = at::embedding(embed_tokens, in.input_ids);
@@ -247,6 +269,13 @@ at::Tensor CausalLM::hidden_states(const ForwardInput& in, bool training) {
     k = k.transpose(1, 2);
     q = q * cos + rotate_half(q) * sin;
     k = k * cos + rotate_half(k) * sin;
+    if (cache != nullptr) {
+      cache->k[layer].narrow(2, past, T).copy_(k);
+      cache->v[layer].narrow(2, past, T).copy_(v);
+      k = cache->k[layer].narrow(2, 0, past + T);
+      v = cache->v[layer].narrow(2, 0, past + T);
+      ++layer;
+    }
     at::Tensor attn = at::scaled_dot_product_attention(q, k, v, causal_only ? std::optional<at::Tensor>() : in.attn_mask,
                                                        0.0, causal_only, scale, /*enable_gqa=*/nkv != nh);
     attn = attn.transpose(1, 2).reshape({B, T, nh * hd});
@@ -255,6 +284,7 @@ at::Tensor CausalLM::hidden_states(const ForwardInput& in, bool training) {
     at::Tensor mlp = at::silu(project(L.gate_proj, r, training)) * project(L.up_proj, r, training);
     h = h + project(L.down_proj, mlp, training);
   }
+  if (cache != nullptr) cache->length = past + T;
   return rms_norm(h, final_norm);
 }
 

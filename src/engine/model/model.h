@@ -44,6 +44,18 @@ struct ForwardInput {
                             // (right padding needs no mask: real tokens never see the pads)
 };
 
+class CausalLM;
+
+// Keys and values of the positions seen so far, per layer, for incremental decoding.
+struct KVCache {
+  std::vector<at::Tensor> k, v;  // per layer [B, kv_heads, capacity, head_dim], the model's dtype
+  int64_t length = 0;            // positions filled
+  // An empty cache for `batch` rows of up to `capacity` positions on the model's device.
+  static KVCache allocate(const CausalLM& model, int64_t batch, int64_t capacity);
+  // Repeats every row `times` times (row i becomes rows i*times .. i*times+times-1).
+  void repeat_interleave(int64_t times);
+};
+
 class CausalLM {
  public:
   // Loads `dir` (config.json + safetensors weights) in `dtype` on `device`. Weights whose file
@@ -56,8 +68,16 @@ class CausalLM {
   at::Device device() const { return device_; }
   std::vector<DecoderLayer>& layers() { return layers_; }
 
-  // Final-normed hidden states [B, T, hidden]. `training` enables LoRA dropout.
-  at::Tensor hidden_states(const ForwardInput& in, bool training);
+  // Final-normed hidden states [B, T, hidden]. `training` enables LoRA dropout. With `cache`,
+  // the T positions follow the cache's `length` earlier ones: their keys and values are written
+  // into it (length grows by T) and attention covers all of them; in.attn_mask [B, 1, T,
+  // length + T] is then required.
+  at::Tensor hidden_states(const ForwardInput& in, bool training, KVCache* cache = nullptr);
+
+  // Whether the LoRA adapters take part in forward passes (on by default). Off, the model is
+  // the base model: the reference policy of RL without a second copy of the weights.
+  void set_adapters_enabled(bool enabled) { adapters_enabled_ = enabled; }
+  bool adapters_enabled() const { return adapters_enabled_; }
 
   // Logits in fp32 for hidden states [..., hidden] (the head runs in the model dtype, as
   // transformers does, then upcasts).
@@ -83,6 +103,7 @@ class CausalLM {
   std::vector<DecoderLayer> layers_;
   at::Tensor inv_freq_;     // [head_dim/2] fp32
   at::Tensor rope_cos_, rope_sin_;  // [positions, head_dim] fp32 tables
+  bool adapters_enabled_ = true;
 };
 
 // Token-level cross-entropy of next-token prediction. `labels` [B, T] (-100 = not trained) are

@@ -110,18 +110,27 @@ TEST(Plan, LocateFieldGivesLineAndColumnOfTheKey) {
   EXPECT_FALSE(locate_field("key: [unclosed", "key").has_value());
 }
 
-// Every field the parser reads is in the table, with the range the parser enforces.
+// Every field the parser reads is in the table, with the range the parser enforces. The RL
+// fields appear only in an RL plan's resolved form, so both an SFT and a GRPO plan are walked;
+// the fields of an array's object elements are walked as `path[].field`.
 TEST(PlanFields, TheTableCoversEveryFieldOfTheResolvedPlan) {
-  nlohmann::json resolved = to_json(Plan{});
+  Plan rl;
+  rl.config.method = Method::kGrpo;
   std::vector<std::string> leaves;
   std::function<void(const nlohmann::json&, const std::string&)> walk = [&](const nlohmann::json& v,
                                                                           const std::string& path) {
-    if (!path.empty()) leaves.push_back(path);
+    if (!path.empty() && std::find(leaves.begin(), leaves.end(), path) == leaves.end()) leaves.push_back(path);
     if (v.is_object()) {
       for (auto it = v.begin(); it != v.end(); ++it) walk(it.value(), path.empty() ? it.key() : path + "." + it.key());
+    } else if (v.is_array()) {  // the fields of object elements, as `path[].field`
+      for (const auto& element : v) {
+        if (!element.is_object()) continue;
+        for (auto it = element.begin(); it != element.end(); ++it) walk(it.value(), path + "[]." + it.key());
+      }
     }
   };
-  walk(resolved, "");
+  walk(to_json(Plan{}), "");
+  walk(to_json(rl), "");
   for (const auto& path : leaves) EXPECT_NE(find_field(path), nullptr) << path << " is not in the field table";
   for (const auto& spec : plan_fields()) {
     EXPECT_NE(std::find(leaves.begin(), leaves.end(), std::string(spec.path)), leaves.end())

@@ -1,0 +1,424 @@
+// GRPO/GSPO on the shared training loop (declared in rl/grpo.h).
+#include "engine/rl/grpo.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+
+#include "engine/data/dataset.h"
+#include "engine/engine_internal.h"
+#include "engine/generate/generate.h"
+#include "engine/rl/loss.h"
+#include "engine/rl/rewards.h"
+
+namespace trainer::engine::rl {
+namespace {
+
+using train::seconds_since;
+using train::SteadyClock;
+
+// The RL figures of a step (job event step's `rl` object; docs/job-protocol.md).
+struct RlTermStep {
+  std::string name;
+  double mean = 0, std = 0, seconds = 0;
+  int64_t failures = 0;
+};
+struct Rollout {
+  int64_t prompt_index = 0;
+  std::string completion;
+  double reward = 0;
+};
+struct RlStep {
+  double reward_mean = 0, reward_std = 0, reward_zero_share = 0, reward_full_share = 0, zero_std_group_share = 0;
+  std::vector<RlTermStep> terms;
+  std::vector<double> rewards;
+  int64_t completions_scored = 0, generated_tokens = 0;
+  std::vector<int64_t> completion_lengths;
+  double completion_length_mean = 0, completion_length_terminated_mean = 0, truncated_share = 0;
+  int64_t completion_length_min = 0, completion_length_max = 0;
+  double kl = 0, clip_ratio = 0, clip_ratio_low = 0, clip_ratio_high = 0, entropy = 0;
+  double generation_seconds = 0, reward_seconds = 0, old_logprob_seconds = 0, actor_update_seconds = 0;
+  double generation_tokens_per_second = 0;
+  std::vector<Rollout> rollouts;
+};
+
+nlohmann::json to_json(const RlStep& r) {
+  nlohmann::json terms = nlohmann::json::array();
+  for (const auto& t : r.terms) {
+    terms.push_back({{"name", t.name}, {"mean", t.mean}, {"std", t.std}, {"seconds", t.seconds}, {"failures", t.failures}});
+  }
+  nlohmann::json rollouts = nlohmann::json::array();
+  for (const auto& x : r.rollouts) {
+    rollouts.push_back({{"promptIndex", x.prompt_index}, {"completion", x.completion.substr(0, 2000)}, {"reward", x.reward}});
+  }
+  return {{"rewardMean", r.reward_mean},
+          {"rewardStd", r.reward_std},
+          {"rewardZeroShare", r.reward_zero_share},
+          {"rewardFullShare", r.reward_full_share},
+          {"zeroStdGroupShare", r.zero_std_group_share},
+          {"terms", terms},
+          {"rewards", r.rewards},
+          {"completionsScored", r.completions_scored},
+          {"generatedTokens", r.generated_tokens},
+          {"completionLengths", r.completion_lengths},
+          {"completionLengthMean", r.completion_length_mean},
+          {"completionLengthMin", r.completion_length_min},
+          {"completionLengthMax", r.completion_length_max},
+          {"completionLengthTerminatedMean", r.completion_length_terminated_mean},
+          {"truncatedShare", r.truncated_share},
+          {"kl", r.kl},
+          {"clipRatio", r.clip_ratio},
+          {"clipRatioLow", r.clip_ratio_low},
+          {"clipRatioHigh", r.clip_ratio_high},
+          {"entropy", r.entropy},
+          {"generationSeconds", r.generation_seconds},
+          {"rewardSeconds", r.reward_seconds},
+          {"oldLogprobSeconds", r.old_logprob_seconds},
+          {"actorUpdateSeconds", r.actor_update_seconds},
+          {"generationTokensPerSecond", r.generation_tokens_per_second},
+          {"rollouts", rollouts}};
+}
+
+// Prompt + completion rows of a generation batch as one forward pass's input.
+struct RolloutBatch {
+  at::Tensor ids;              // [N, P + C] on the device
+  at::Tensor mask;             // [N, P + C] bool
+  at::Tensor completion_ids;   // [N, C] on the device
+  at::Tensor completion_mask;  // [N, C] float on the device
+  int64_t prompt_len = 0;
+};
+
+// Per-token log-probabilities [n, C] of rows [begin, begin+n) of `b` under the model as it is
+// (adapter enabled or not), optionally with their entropies.
+at::Tensor completion_logps(model::CausalLM& model, const RolloutBatch& b, int64_t begin, int64_t n, double temperature,
+                            bool training, at::Tensor* entropy = nullptr) {
+  const int64_t P = b.prompt_len, C = b.completion_ids.size(1);
+  at::Tensor mask = b.mask.narrow(0, begin, n);
+  model::ForwardInput in;
+  in.input_ids = b.ids.narrow(0, begin, n);
+  in.position_ids = generate::positions_of(mask);
+  in.attn_mask = generate::attention_mask(mask, P + C);
+  at::Tensor hidden = model.hidden_states(in, training);
+  at::Tensor logits = model.logits(hidden.narrow(1, P - 1, C));
+  return token_logps(logits, b.completion_ids.narrow(0, begin, n), temperature, entropy);
+}
+
+class GrpoMethod : public train::Method {
+ public:
+  GrpoMethod(const plan::Plan& plan, train::Setup& setup, const EventSink& emit)
+      : cfg_(plan.config), rl_(cfg_.rl), model_(*setup.model), tok_(*setup.tokenizer), device_(setup.device) {
+    std::vector<RlRow> rows = value_or_throw(read_rl_rows(cfg_.dataset));
+    const int64_t budget = cfg_.maxSeqLength - rl_.maxCompletionLength;
+    int64_t dropped = 0, done = 0;
+    const int64_t total_rows = static_cast<int64_t>(rows.size());
+    for (auto& r : rows) {
+      text::RenderOptions ro;
+      ro.add_generation_prompt = true;
+      auto ids = tok_.encode_chat(text::Json::parse(r.messages.dump()), text::Json::parse(r.tools.dump()), ro);
+      if (!ids.is_ok()) {
+        throw EngineError(StatusCode::kInvalidArgument, "config.dataset: " + cfg_.dataset + ":" + std::to_string(r.line) +
+                                                            ": " + ids.status().message());
+      }
+      ++done;
+      if (done == total_rows || done % std::max<int64_t>(1, total_rows / 20) == 0) {
+        emit(protocol::Preparing{.rows_done = done, .rows_total = total_rows});
+      }
+      if (static_cast<int64_t>(ids->size()) > budget) {
+        ++dropped;  // the prompt leaves no room for a completion within maxSeqLength
+        continue;
+      }
+      prompts_.emplace_back(ids->begin(), ids->end());
+      golds_.push_back(r.gold);
+    }
+    emit(protocol::DataFit{.rows = total_rows, .truncated = 0, .exact = 0, .dropped = dropped});
+    if (prompts_.empty()) {
+      throw EngineError(StatusCode::kInvalidArgument,
+                        "config.dataset: " + cfg_.dataset + ": no prompt fits maxSeqLength - rlHyperparams.maxCompletionLength (" +
+                            std::to_string(budget) + " tokens)");
+    }
+    emit(protocol::DataSplit{.train_rows = static_cast<int64_t>(prompts_.size()), .validation_rows = 0, .held_out = false});
+    emit(protocol::Resolved{.config = plan::config_to_json(cfg_),
+                            .settings_sha = plan::settings_sha(cfg_, train::file_sha256(cfg_.dataset))});
+    for (const auto& t : cfg_.rewardTerms) terms_.push_back({t.name.empty() ? t.kind : t.name, t.kind, t.weight});
+    const int64_t batches_per_epoch =
+        (static_cast<int64_t>(prompts_.size()) + rl_.promptsPerStep - 1) / rl_.promptsPerStep;
+    total_ = cfg_.training.maxSteps ? *cfg_.training.maxSteps
+                                    : batches_per_epoch * cfg_.training.epochs * rl_.iterationsPerBatch;
+    order_ = data::shuffled_order(prompts_.size(), cfg_.training.seed, 0);
+    pad_ = tok_.pad_id().value_or(0);
+    if (auto eos = tok_.eos_id()) stop_ids_.push_back(*eos);
+    loss_.sequence_level = cfg_.method == plan::Method::kGspo;
+    loss_.clip_low = rl_.clipLow;
+    loss_.clip_high = rl_.clipHigh;
+    loss_.beta = cfg_.klBeta;
+    loss_.aggregation = rl_.lossAggregation;
+    loss_.max_completion_length = rl_.maxCompletionLength;
+  }
+
+  int64_t total_steps() const { return total_; }
+
+  // The prompt order is shuffled_order(seed, epoch), so an epoch and a cursor say where the data
+  // stands: after the current generation batch once its last iteration is taken, else where it
+  // began (a run resumed inside a batch samples it again).
+  nlohmann::json data_state() const override {
+    if (batch_done_) return {{"epoch", epoch_}, {"cursor", cursor_}};
+    return {{"epoch", batch_epoch_}, {"cursor", batch_cursor_}};
+  }
+  void restore_data_state(const nlohmann::json& state) override {
+    if (!state.contains("epoch") || !state.contains("cursor")) return;  // a fresh run's empty state
+    epoch_ = state.at("epoch").get<int64_t>();
+    cursor_ = state.at("cursor").get<size_t>();
+    order_ = data::shuffled_order(prompts_.size(), cfg_.training.seed, epoch_);
+    if (cursor_ > order_.size()) {
+      throw EngineError(StatusCode::kFailedPrecondition, "training state: the data cursor " + std::to_string(cursor_) +
+                                                             " is past the " + std::to_string(order_.size()) +
+                                                             " prompts of the dataset");
+    }
+    batch_epoch_ = epoch_;
+    batch_cursor_ = cursor_;
+  }
+
+  protocol::Step step(int64_t step, train::Updater& updater) override {
+    const auto t_step = SteadyClock::now();
+    RlStep rl;
+    // A resumed run that stopped inside a generation batch samples that batch again (with the
+    // batch's seed and prompts, from the policy as it now is).
+    const int64_t batch_start = step - step % rl_.iterationsPerBatch;
+    const bool fresh = step == batch_start || !batch_.ids.defined();
+    if (fresh) rollout(batch_start, &rl);
+    else rl = last_rollout_;
+    batch_done_ = (step + 1) % rl_.iterationsPerBatch == 0;
+    // Old log-probabilities are only needed when the batch is reused (ratio != 1).
+    const int64_t N = batch_.ids.size(0);
+    const int64_t mb = rl_.microBatchSize > 0 ? std::min<int64_t>(rl_.microBatchSize, N) : N;
+    const int64_t micro = (N + mb - 1) / mb;
+    const double active = batch_.completion_mask.sum().item<double>();
+    const auto t_update = SteadyClock::now();
+    double loss_sum = 0, kl = 0, clip_low = 0, clip_high = 0, clip_region = 0, entropy = 0, tokens = 0;
+    for (int64_t b = 0; b < N; b += mb) {
+      const int64_t n = std::min(mb, N - b);
+      at::Tensor ent;
+      LossInputs in;
+      in.logps = completion_logps(model_, batch_, b, n, rl_.temperature, true, &ent);
+      if (old_logps_.defined()) in.old_logps = old_logps_.narrow(0, b, n);
+      if (ref_logps_.defined()) in.ref_logps = ref_logps_.narrow(0, b, n);
+      in.advantages = advantages_.narrow(0, b, n);
+      in.mask = batch_.completion_mask.narrow(0, b, n);
+      in.active_tokens = active;
+      in.micro_batches = micro;
+      LossOutput out = policy_loss(in, loss_);
+      out.loss.backward();
+      loss_sum += out.loss.item<double>();
+      kl += out.kl * out.tokens;
+      clip_low += out.clip_low * out.tokens;
+      clip_high += out.clip_high * out.tokens;
+      clip_region += out.clip_region * out.tokens;
+      entropy += (ent * in.mask).sum().item<double>();
+      tokens += out.tokens;
+    }
+    const double grad_norm = updater.clip();
+    const auto t_opt = SteadyClock::now();
+    const double lr = updater.apply(step);
+    train::synchronize(device_);
+    const double opt_seconds = seconds_since(t_opt);
+    const double update_seconds = seconds_since(t_update);
+    const double step_seconds = seconds_since(t_step);
+    const double t = std::max(tokens, 1.0);
+    rl.kl = kl / t;
+    rl.clip_ratio_low = clip_low / t;
+    rl.clip_ratio_high = clip_high / t;
+    rl.clip_ratio = clip_region / t;
+    rl.entropy = entropy / t;
+    rl.actor_update_seconds = update_seconds;
+    if (!fresh) {
+      rl.generation_seconds = 0;
+      rl.reward_seconds = 0;
+      rl.old_logprob_seconds = 0;
+    }
+    const int64_t batch_tokens = static_cast<int64_t>(batch_.mask.sum().item<double>());
+    protocol::Step ev{.epoch = epoch_,
+                      .loss = loss_sum,
+                      .learning_rate = lr,
+                      .grad_norm = grad_norm,
+                      .token_accuracy = 0,
+                      .tokens_per_second = static_cast<double>(batch_tokens) / step_seconds,
+                      .batch_tokens = batch_tokens,
+                      .trained_tokens = static_cast<int64_t>(tokens),
+                      .step_seconds = step_seconds,
+                      .input_seconds = 0,
+                      .forward_backward_seconds = update_seconds - opt_seconds,
+                      .optimizer_seconds = opt_seconds};
+    ev.rl = to_json(rl);
+    return ev;
+  }
+
+ private:
+  // Samples, scores and prepares a new generation batch.
+  void rollout(int64_t step, RlStep* rl) {
+    at::NoGradGuard no_grad;
+    batch_epoch_ = epoch_;
+    batch_cursor_ = cursor_;
+    // The prompts of this batch, in the epoch's shuffled order.
+    std::vector<std::vector<int64_t>> prompts;
+    std::vector<size_t> which;
+    for (int i = 0; i < rl_.promptsPerStep; ++i) {
+      if (cursor_ >= order_.size()) {
+        order_ = data::shuffled_order(prompts_.size(), cfg_.training.seed, ++epoch_);
+        cursor_ = 0;
+      }
+      which.push_back(order_[cursor_++]);
+      const auto& p = prompts_[which.back()];
+      prompts.emplace_back(p.begin(), p.end());
+    }
+    const int64_t G = rl_.groupSize;
+    generate::SamplingOptions so;
+    so.max_new_tokens = rl_.maxCompletionLength;
+    so.temperature = rl_.temperature;
+    so.top_p = rl_.topP;
+    so.top_k = rl_.topK;
+    so.group_size = G;
+    so.seed = cfg_.training.seed * 1000003ULL + static_cast<uint64_t>(step);
+    so.stop_ids = stop_ids_;
+    so.pad_id = pad_;
+    generate::Generation gen = generate::generate(model_, prompts, so);
+    rl->generation_seconds = gen.seconds;
+    rl->generated_tokens = gen.generated_tokens;
+    rl->generation_tokens_per_second = gen.seconds > 0 ? static_cast<double>(gen.generated_tokens) / gen.seconds : 0;
+
+    // Rewards.
+    const auto t_reward = SteadyClock::now();
+    const int64_t N = gen.completion_ids.size(0);
+    std::vector<std::string> completions, golds;
+    for (int64_t i = 0; i < N; ++i) {
+      at::Tensor row = gen.completion_ids[i].narrow(0, 0, gen.lengths[static_cast<size_t>(i)]);
+      std::vector<int32_t> ids(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel());
+      completions.push_back(value_or_throw(tok_.decode(ids, true)));
+      golds.push_back(golds_[which[static_cast<size_t>(i / G)]]);
+    }
+    std::vector<double> total(static_cast<size_t>(N), 0.0);
+    rl->terms.clear();
+    for (const auto& term : terms_) {
+      const auto t0 = SteadyClock::now();
+      TermScores s = score_term(term, completions, golds);
+      RlTermStep ts;
+      ts.name = term.name;
+      ts.seconds = seconds_since(t0);
+      double sum = 0, sq = 0;
+      for (size_t i = 0; i < s.raw.size(); ++i) {
+        const double w = term.weight * s.raw[i];
+        total[i] += w;
+        sum += w;
+        sq += w * w;
+        if (s.failed[i]) ++ts.failures;
+      }
+      ts.mean = sum / static_cast<double>(N);
+      ts.std = N > 1 ? std::sqrt(std::max(0.0, (sq - sum * sum / static_cast<double>(N)) / static_cast<double>(N - 1))) : 0.0;
+      rl->terms.push_back(ts);
+    }
+    rl->reward_seconds = seconds_since(t_reward);
+    at::Tensor rewards = at::tensor(total, at::kDouble).to(at::kFloat);
+    advantages_ = advantages(rewards, G, rl_.scaleRewards).to(device_);
+    rl->reward_mean = rewards.mean().item<double>();
+    rl->reward_std = N > 1 ? ((rewards - rewards.mean()).pow(2).sum() / static_cast<double>(N - 1)).sqrt().item<double>() : 0.0;
+    rl->reward_zero_share = (rewards == 0).to(at::kFloat).mean().item<double>();
+    rl->reward_full_share = (rewards >= 1.0 - 1e-9).to(at::kFloat).mean().item<double>();
+    at::Tensor grouped = rewards.view({-1, G});
+    at::Tensor group_std = (grouped - grouped.mean(1, true)).pow(2).sum(1).sqrt();  // zero iff all equal
+    rl->zero_std_group_share = (group_std.abs() < 1e-8).to(at::kFloat).mean().item<double>();
+    rl->completions_scored = N;
+    rl->rewards.assign(total.begin(), total.end());
+
+    // Completion lengths.
+    int64_t mn = INT64_MAX, mx = 0, term_sum = 0, term_n = 0, truncated = 0;
+    for (size_t i = 0; i < gen.lengths.size(); ++i) {
+      mn = std::min(mn, gen.lengths[i]);
+      mx = std::max(mx, gen.lengths[i]);
+      if (gen.terminated[i]) {
+        term_sum += gen.lengths[i];
+        ++term_n;
+      } else {
+        ++truncated;
+      }
+    }
+    rl->completion_lengths = gen.lengths;
+    rl->completion_length_mean = static_cast<double>(gen.generated_tokens) / static_cast<double>(N);
+    rl->completion_length_min = mn;
+    rl->completion_length_max = mx;
+    rl->completion_length_terminated_mean = term_n > 0 ? static_cast<double>(term_sum) / static_cast<double>(term_n) : 0.0;
+    rl->truncated_share = static_cast<double>(truncated) / static_cast<double>(N);
+
+    // The batch on the device.
+    batch_.prompt_len = gen.prompt_ids.size(1);
+    batch_.ids = at::cat({gen.prompt_ids, gen.completion_ids}, 1).to(device_);
+    batch_.mask = at::cat({gen.prompt_mask, gen.completion_mask}, 1).to(device_);
+    batch_.completion_ids = gen.completion_ids.to(device_);
+    batch_.completion_mask = gen.completion_mask.to(device_, at::kFloat);
+
+    // Old (sampling-policy) and reference log-probabilities, without gradients.
+    const auto t_old = SteadyClock::now();
+    old_logps_ = at::Tensor();
+    ref_logps_ = at::Tensor();
+    const int64_t mb = rl_.microBatchSize > 0 ? std::min<int64_t>(rl_.microBatchSize, N) : N;
+    auto all_logps = [&]() {
+      std::vector<at::Tensor> parts;
+      for (int64_t b = 0; b < N; b += mb) {
+        parts.push_back(completion_logps(model_, batch_, b, std::min(mb, N - b), rl_.temperature, false));
+      }
+      return at::cat(parts, 0);
+    };
+    if (rl_.iterationsPerBatch > 1) old_logps_ = all_logps();
+    if (cfg_.klBeta != 0.0) {
+      model_.set_adapters_enabled(false);
+      ref_logps_ = all_logps();
+      model_.set_adapters_enabled(true);
+    }
+    rl->old_logprob_seconds = seconds_since(t_old);
+
+    // Rollouts worth showing (`runs rollouts`): prompt text is left to the reader of the rows.
+    rl->rollouts.clear();
+    for (int64_t i = 0; i < N; ++i) {
+      Rollout r;
+      r.prompt_index = static_cast<int64_t>(which[static_cast<size_t>(i / G)]);
+      r.completion = completions[static_cast<size_t>(i)];
+      r.reward = total[static_cast<size_t>(i)];
+      rl->rollouts.push_back(std::move(r));
+    }
+    last_rollout_ = *rl;
+  }
+
+  const plan::RunConfig& cfg_;
+  const plan::RlSettings& rl_;
+  model::CausalLM& model_;
+  text::Tokenizer& tok_;
+  const at::Device device_;
+  std::vector<std::vector<int32_t>> prompts_;
+  std::vector<std::string> golds_;
+  std::vector<RewardTerm> terms_;
+  std::vector<size_t> order_;
+  size_t cursor_ = 0;
+  int64_t epoch_ = 0, total_ = 0;
+  size_t batch_cursor_ = 0;  // cursor_ and epoch_ where the current generation batch began
+  int64_t batch_epoch_ = 0;
+  bool batch_done_ = false;  // the last step taken was the generation batch's last iteration
+  int64_t pad_ = 0;
+  std::vector<int64_t> stop_ids_;
+  LossSettings loss_;
+  RolloutBatch batch_;
+  at::Tensor advantages_, old_logps_, ref_logps_;
+  RlStep last_rollout_;
+};
+
+}  // namespace
+
+std::unique_ptr<train::Method> make_method(const plan::Plan& plan, train::Setup& setup, const EventSink& emit,
+                                           int64_t* total_steps) {
+  auto m = std::make_unique<GrpoMethod>(plan, setup, emit);
+  *total_steps = m->total_steps();
+  return m;
+}
+
+}  // namespace trainer::engine::rl

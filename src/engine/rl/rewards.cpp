@@ -1,0 +1,135 @@
+// Reward terms and RL rows (declared in rl/rewards.h).
+#include "engine/rl/rewards.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "common/json_parse.h"
+
+namespace trainer::engine::rl {
+namespace {
+
+using json = nlohmann::json;
+
+std::string trim(std::string_view s) {
+  const size_t a = s.find_first_not_of(" \t\r\n");
+  if (a == std::string_view::npos) return "";
+  const size_t b = s.find_last_not_of(" \t\r\n");
+  return std::string(s.substr(a, b - a + 1));
+}
+
+// The end (exclusive) of the balanced bracket group starting at `start`, skipping strings;
+// npos when unbalanced.
+size_t balanced_end(std::string_view s, size_t start) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (size_t i = start; i < s.size(); ++i) {
+    const char c = s[i];
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    else if (c == '{' || c == '[') ++depth;
+    else if (c == '}' || c == ']') {
+      if (--depth == 0) return i + 1;
+    }
+  }
+  return std::string_view::npos;
+}
+
+std::optional<json> first_balanced(std::string_view text) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '{' && text[i] != '[') continue;
+    const size_t end = balanced_end(text, i);
+    if (end == std::string_view::npos) continue;
+    auto parsed = parse_json(text.substr(i, end - i), "completion");
+    if (parsed.is_ok() && (parsed->is_object() || parsed->is_array())) return *parsed;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<json> extract_json(std::string_view text) {
+  // A fenced block: ```json ... ``` or ``` ... ```.
+  for (size_t at = text.find("```"); at != std::string_view::npos; at = text.find("```", at + 3)) {
+    size_t body = text.find('\n', at + 3);
+    if (body == std::string_view::npos) break;
+    const size_t close = text.find("```", body);
+    if (close == std::string_view::npos) break;
+    if (auto j = first_balanced(text.substr(body, close - body))) return j;
+    at = close;
+  }
+  return first_balanced(text);
+}
+
+double json_label_match(std::string_view completion, std::string_view gold) {
+  std::optional<json> want = extract_json(gold);
+  if (!want) return trim(completion) == trim(gold) ? 1.0 : 0.0;
+  std::optional<json> got = extract_json(completion);
+  if (!got) return 0.0;
+  if (!want->is_object()) return *got == *want ? 1.0 : 0.0;
+  if (want->empty()) return got->is_object() && got->empty() ? 1.0 : 0.0;
+  if (!got->is_object()) return 0.0;
+  int matched = 0;
+  for (auto it = want->begin(); it != want->end(); ++it) {
+    auto g = got->find(it.key());
+    if (g != got->end() && *g == it.value()) ++matched;
+  }
+  return static_cast<double>(matched) / static_cast<double>(want->size());
+}
+
+Result<std::vector<RlRow>> read_rl_rows(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return invalid_field("config.dataset", path + ": cannot be read");
+  std::vector<RlRow> rows;
+  std::string line;
+  int64_t n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (trim(line).empty()) continue;
+    const std::string where = path + ":" + std::to_string(n);
+    auto doc = parse_json(line, where);
+    if (!doc.is_ok()) return invalid_field("config.dataset", doc.status().message());
+    if (!doc->is_object() || !doc->contains("messages") || !(*doc)["messages"].is_array()) {
+      return invalid_field("config.dataset", where + ": field 'messages': an RL row is a chat row with a messages list");
+    }
+    const json& msgs = (*doc)["messages"];
+    if (msgs.size() < 2) {
+      return invalid_field("config.dataset",
+                           where + ": field 'messages': an RL row needs a prompt and a final assistant message (the gold answer)");
+    }
+    const json& last = msgs.back();
+    if (!last.is_object() || last.value("role", "") != "assistant" || !last.contains("content") ||
+        !last["content"].is_string()) {
+      return invalid_field("config.dataset", where + ": field 'messages[" + std::to_string(msgs.size() - 1) +
+                                                 "]': the final message must be the assistant's gold answer (role \"assistant\", string content)");
+    }
+    RlRow row;
+    row.messages = json::array();
+    for (size_t i = 0; i + 1 < msgs.size(); ++i) row.messages.push_back(msgs[i]);
+    row.tools = doc->contains("tools") ? (*doc)["tools"] : json(nullptr);
+    row.gold = last["content"].get<std::string>();
+    row.line = n;
+    rows.push_back(std::move(row));
+  }
+  if (rows.empty()) return invalid_field("config.dataset", path + ": no RL row (chat rows ending with the gold answer)");
+  return rows;
+}
+
+TermScores score_term(const RewardTerm& term, const std::vector<std::string>& completions,
+                      const std::vector<std::string>& golds) {
+  TermScores s;
+  s.raw.resize(completions.size(), 0.0);
+  s.failed.resize(completions.size(), false);
+  for (size_t i = 0; i < completions.size(); ++i) {
+    if (term.kind == "json-label-match") s.raw[i] = json_label_match(completions[i], golds[i]);
+    else s.failed[i] = true;
+  }
+  return s;
+}
+
+}  // namespace trainer::engine::rl

@@ -1,0 +1,60 @@
+// Reward terms of reinforcement runs (config.reward.terms[]) and the RL rows they score.
+// Torch-free.
+//
+// json-label-match: the JSON object in the completion against the gold answer's JSON (the RL
+// row's final assistant message), field by field, exact match. JSON is found inside ```json
+// fences or surrounding prose. The score is the share of the gold object's fields the
+// completion reproduces exactly; a gold answer that is not an object scores 1 when equal; a
+// completion with no JSON scores 0. A gold answer with no JSON scores exact text equality
+// (trimmed).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "plan/plan.h"
+
+namespace trainer::engine::rl {
+
+// The first JSON object or array in `text`: a fenced ```json block first, else the first
+// balanced {...} or [...] that parses. nullopt when there is none.
+std::optional<nlohmann::json> extract_json(std::string_view text);
+
+// json-label-match score of `completion` against `gold` in [0, 1].
+double json_label_match(std::string_view completion, std::string_view gold);
+
+// An RL row: the prompt messages (everything before the final assistant message) and the gold
+// answer (that message's content).
+struct RlRow {
+  nlohmann::json messages;  // prompt conversation (system/user/... before the gold answer)
+  nlohmann::json tools;     // declared tools, or null
+  std::string gold;         // the final assistant message's content
+  int64_t line = 0;         // 1-based line in the source file
+};
+
+// Reads chat rows from a JSONL file; each must end with an assistant message (the gold answer)
+// after at least one other message. Errors name the file, line and field.
+Result<std::vector<RlRow>> read_rl_rows(const std::string& path);
+
+// One weighted term as the run scores it.
+struct RewardTerm {
+  std::string name;   // metric label (plan term name, else its kind)
+  std::string kind;   // "json-label-match"
+  double weight = 1;
+};
+
+struct TermScores {
+  std::vector<double> raw;        // per completion, unweighted, in [0, 1]
+  std::vector<bool> failed;       // per completion: the term produced no score (counted, scored 0)
+};
+
+// Scores every completion with one term. `golds[i]` is completion i's gold answer.
+TermScores score_term(const RewardTerm& term, const std::vector<std::string>& completions,
+                      const std::vector<std::string>& golds);
+
+}  // namespace trainer::engine::rl

@@ -1,0 +1,134 @@
+// The resolved form of a plan (declared in plan/plan.h): to_json, config_to_json, and the
+// flattened config and settings hash derived from it.
+#include <string>
+
+#include "common/sha256.h"
+#include "plan/plan.h"
+
+namespace trainer::plan {
+
+using json = nlohmann::json;
+
+namespace {
+
+void flatten(const json& value, const std::string& prefix, json* out) {
+  if (value.is_object()) {
+    for (auto it = value.begin(); it != value.end(); ++it) {
+      flatten(it.value(), prefix.empty() ? it.key() : prefix + "." + it.key(), out);
+    }
+  } else {
+    (*out)[prefix] = value;
+  }
+}
+
+json optimizer_json(const OptimizerSettings& o) {
+  return {{"learningRate", o.learningRate}, {"weightDecay", o.weightDecay}, {"beta1", o.beta1},
+          {"beta2", o.beta2},               {"epsilon", o.epsilon},         {"maxGradNorm", o.maxGradNorm},
+          {"schedule", schedule_name(o.schedule)}, {"warmupSteps", o.warmupSteps}, {"warmupRatio", o.warmupRatio}};
+}
+
+// The resolved config of a GRPO/GSPO run: no SFT-only field, the RL ones added.
+json rl_config_to_json(const RunConfig& c) {
+  json terms = json::array();
+  for (const auto& t : c.rewardTerms) {
+    terms.push_back({{"kind", t.kind}, {"weight", t.weight}, {"name", t.name.empty() ? t.kind : t.name}});
+  }
+  const RlSettings& r = c.rl;
+  return {{"dataset", c.dataset},
+          {"method", method_name(c.method)},
+          {"hyperparams",
+           {{"lora",
+             {{"rank", c.lora.rank},
+              {"alpha", c.lora.alpha},
+              {"dropout", c.lora.dropout},
+              {"targetModules", c.lora.targetModules}}},
+            {"training",
+             {{"epochs", c.training.epochs},
+              {"maxSteps", c.training.maxSteps ? json(*c.training.maxSteps) : json(nullptr)},
+              {"seed", c.training.seed}}}}},
+          {"maxSeqLength", c.maxSeqLength},
+          {"model", {{"precision", precision_name(c.precision)}}},
+          {"reward", {{"terms", terms}}},
+          {"klBeta", c.klBeta},
+          {"rlHyperparams",
+           {{"groupSize", r.groupSize},
+            {"promptsPerStep", r.promptsPerStep},
+            {"maxCompletionLength", r.maxCompletionLength},
+            {"temperature", r.temperature},
+            {"topP", r.topP},
+            {"topK", r.topK},
+            {"clipLow", r.clipLow},
+            {"clipHigh", r.clipHigh},
+            {"iterationsPerBatch", r.iterationsPerBatch},
+            {"lossAggregation", loss_aggregation_name(r.lossAggregation)},
+            {"scaleRewards", scale_rewards_name(r.scaleRewards)},
+            {"microBatchSize", r.microBatchSize},
+            {"optimizer", optimizer_json(r.optimizer)}}}};
+}
+
+}  // namespace
+
+nlohmann::json config_to_json(const RunConfig& c) {
+  if (c.is_rl()) return rl_config_to_json(c);
+  json training = {{"epochs", c.training.epochs},
+                   {"maxSteps", c.training.maxSteps ? json(*c.training.maxSteps) : json(nullptr)},
+                   {"batchSize", c.training.batchSize},
+                   {"gradientAccumulation", c.training.gradientAccumulation},
+                   {"validationFrequencySteps", c.training.validationFrequencySteps},
+                   {"validationSplit", c.training.validationSplit},
+                   {"packing", c.training.packing},
+                   {"seed", c.training.seed}};
+  return {{"dataset", c.dataset},
+          {"validationDataset", c.validationDataset ? json(*c.validationDataset) : json(nullptr)},
+          {"method", method_name(c.method)},
+          {"hyperparams",
+           {{"lora",
+             {{"rank", c.lora.rank},
+              {"alpha", c.lora.alpha},
+              {"dropout", c.lora.dropout},
+              {"targetModules", c.lora.targetModules}}},
+            {"optimizer",
+             {{"learningRate", c.optimizer.learningRate},
+              {"weightDecay", c.optimizer.weightDecay},
+              {"beta1", c.optimizer.beta1},
+              {"beta2", c.optimizer.beta2},
+              {"epsilon", c.optimizer.epsilon},
+              {"maxGradNorm", c.optimizer.maxGradNorm},
+              {"schedule", schedule_name(c.optimizer.schedule)},
+              {"warmupSteps", c.optimizer.warmupSteps},
+              {"warmupRatio", c.optimizer.warmupRatio}}},
+            {"training", training}}},
+          {"maxSeqLength", c.maxSeqLength},
+          {"model", {{"precision", precision_name(c.precision)}}}};
+}
+
+nlohmann::json to_json(const Plan& p) {
+  auto opt = [](const std::optional<std::string>& s) { return s ? json(*s) : json(nullptr); };
+  return {{"kind", p.kind},
+          {"workload", p.workload},
+          {"baseModel", opt(p.baseModel)},
+          {"config", config_to_json(p.config)},
+          {"execution",
+           {{"gpus", p.execution.gpus},
+            {"saveEvery", p.execution.saveEvery ? json(*p.execution.saveEvery) : json(nullptr)},
+            {"keepAdapters", p.execution.keepAdapters}}},
+          {"grader", opt(p.grader)},
+          {"description", opt(p.description)},
+          {"configName", opt(p.configName)},
+          {"submissionId", opt(p.submissionId)}};
+}
+
+nlohmann::json flatten_config(const RunConfig& config, const std::string& dataset_hash) {
+  json cfg = config_to_json(config);
+  cfg["dataset"] = dataset_hash;
+  json flat = json::object();
+  flatten(cfg, "config", &flat);
+  return flat;
+}
+
+std::string settings_sha(const RunConfig& config, const std::string& dataset_hash) {
+  // nlohmann::json objects keep keys sorted, so the dump is canonical.
+  return sha256_hex(flatten_config(config, dataset_hash).dump());
+}
+
+}  // namespace trainer::plan

@@ -1,0 +1,104 @@
+// Plans of reinforcement runs (config.method grpo/gspo): their fields, defaults, and the
+// refusal by name of unknown fields, SFT fields on an RL plan and RL fields on an SFT plan.
+#include <gtest/gtest.h>
+
+#include "plan/plan.h"
+
+namespace trainer::plan {
+namespace {
+
+Result<Plan> parse(const std::string& config) {
+  return parse_plan(R"({"kind": "run", "workload": "w", "baseModel": "m", "config": )" + config + "}", "plan.json");
+}
+
+TEST(RlPlan, ParsesGrpoFieldsAndFillsDefaults) {
+  Result<Plan> p = parse(R"({"dataset": "d", "method": "gspo", "klBeta": 0.04,
+      "reward": {"terms": [{"kind": "json-label-match", "weight": 0.5, "name": "labels"}]},
+      "rlHyperparams": {"groupSize": 4, "lossAggregation": "dr_grpo", "clipHigh": 0.28,
+                        "optimizer": {"learningRate": 0.0002}},
+      "hyperparams": {"training": {"maxSteps": 3}}})");
+  ASSERT_TRUE(p.is_ok()) << p.status().describe();
+  const RunConfig& c = p->config;
+  EXPECT_EQ(c.method, Method::kGspo);
+  EXPECT_DOUBLE_EQ(c.klBeta, 0.04);
+  ASSERT_EQ(c.rewardTerms.size(), 1u);
+  EXPECT_EQ(c.rewardTerms[0].name, "labels");
+  EXPECT_DOUBLE_EQ(c.rewardTerms[0].weight, 0.5);
+  EXPECT_EQ(c.rl.groupSize, 4);
+  EXPECT_EQ(c.rl.promptsPerStep, 4);  // default
+  EXPECT_EQ(c.rl.lossAggregation, LossAggregation::kDrGrpo);
+  EXPECT_DOUBLE_EQ(c.rl.clipLow, 0.2);
+  EXPECT_DOUBLE_EQ(c.rl.clipHigh, 0.28);
+  EXPECT_DOUBLE_EQ(c.rl.optimizer.learningRate, 2e-4);
+  EXPECT_DOUBLE_EQ(c.active_optimizer().learningRate, 2e-4);
+  // The resolved config shows every RL default and no SFT-only field.
+  nlohmann::json j = config_to_json(c);
+  EXPECT_EQ(j["rlHyperparams"]["scaleRewards"], "group");
+  EXPECT_EQ(j["rlHyperparams"]["maxCompletionLength"], 256);
+  EXPECT_EQ(j["rlHyperparams"]["optimizer"]["schedule"], "linear");
+  EXPECT_EQ(j["reward"]["terms"][0]["kind"], "json-label-match");
+  EXPECT_FALSE(j["hyperparams"].contains("optimizer"));
+  EXPECT_FALSE(j["hyperparams"]["training"].contains("batchSize"));
+}
+
+TEST(RlPlan, AGrpoPlanWithoutRlFieldsGetsTheDefaultRewardTerm) {
+  Result<Plan> p = parse(R"({"dataset": "d", "method": "grpo"})");
+  ASSERT_TRUE(p.is_ok()) << p.status().describe();
+  ASSERT_EQ(p->config.rewardTerms.size(), 1u);
+  EXPECT_EQ(p->config.rewardTerms[0].kind, "json-label-match");
+  EXPECT_DOUBLE_EQ(p->config.klBeta, 0.0);
+}
+
+TEST(RlPlan, AnRlFieldOnAnSftPlanIsRefusedAsSuch) {
+  for (const char* field : {"reward", "klBeta", "rlHyperparams"}) {
+    Result<Plan> p = parse(std::string(R"({"dataset": "d", ")") + field + R"(": {}})");
+    ASSERT_FALSE(p.is_ok()) << field;
+    EXPECT_EQ(p.status().field(), std::string("config.") + field);
+    EXPECT_NE(p.status().message().find("reinforcement-learning field"), std::string::npos) << p.status().message();
+  }
+}
+
+TEST(RlPlan, SftFieldsOnAnRlPlanAreRefusedAsSuch) {
+  Result<Plan> p = parse(R"({"dataset": "d", "method": "grpo", "hyperparams": {"optimizer": {"learningRate": 0.1}}})");
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_EQ(p.status().field(), "config.hyperparams.optimizer");
+  EXPECT_NE(p.status().message().find("config.rlHyperparams.optimizer"), std::string::npos);
+  p = parse(R"({"dataset": "d", "method": "grpo", "hyperparams": {"training": {"batchSize": 2}}})");
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_EQ(p.status().field(), "config.hyperparams.training.batchSize");
+  p = parse(R"({"dataset": "d", "method": "gspo", "validationDataset": "v"})");
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_EQ(p.status().field(), "config.validationDataset");
+}
+
+TEST(RlPlan, UnknownAndBadRlFieldsAreRefusedByName) {
+  Result<Plan> p = parse(R"({"dataset": "d", "method": "grpo", "rlHyperparams": {"groupSise": 4}})");
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_EQ(p.status().field(), "config.rlHyperparams.groupSise");
+  EXPECT_NE(p.status().message().find("groupSize"), std::string::npos);
+  p = parse(R"({"dataset": "d", "method": "grpo", "reward": {"terms": [{"kind": "json-label-match", "wieght": 1}]}})");
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_EQ(p.status().field(), "config.reward.terms[0].wieght");
+  p = parse(R"({"dataset": "d", "method": "grpo", "reward": {"terms": [{"kind": "exact"}]}})");
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_EQ(p.status().field(), "config.reward.terms[0].kind");
+  p = parse(R"({"dataset": "d", "method": "grpo", "rlHyperparams": {"groupSize": 1}})");
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_EQ(p.status().field(), "config.rlHyperparams.groupSize");
+  p = parse(R"({"dataset": "d", "method": "grpo", "rlHyperparams": {"lossAggregation": "mean"}})");
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_EQ(p.status().field(), "config.rlHyperparams.lossAggregation");
+  p = parse(R"({"dataset": "d", "method": "grpo", "maxSeqLength": 64, "rlHyperparams": {"maxCompletionLength": 64}})");
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_EQ(p.status().field(), "config.rlHyperparams.maxCompletionLength");
+}
+
+TEST(RlPlan, StepsCountGenerationBatchesTimesIterations) {
+  Result<Plan> p = parse(R"({"dataset": "d", "method": "grpo", "hyperparams": {"training": {"epochs": 2}},
+      "rlHyperparams": {"promptsPerStep": 3, "iterationsPerBatch": 2}})");
+  ASSERT_TRUE(p.is_ok()) << p.status().describe();
+  EXPECT_EQ(total_steps(p->config, 10), 4 * 2 * 2);
+}
+
+}  // namespace
+}  // namespace trainer::plan
