@@ -520,8 +520,22 @@ def run_audit(audit: Audit, d, prom: Prometheus, capture: OtlpCapture, run_id, r
                          f'{{akka_optimize_training_run_id="{run_id}"}}[30m])')
     shown = sorted((w["metric"].get("akka_optimize_training_job_rank"), w["metric"].get("akka_optimize_training_job_role"),
                     w["metric"].get("akka_optimize_training_hw_id"), float(w["value"][1])) for w in workers)
-    audit.check(PREFIX + "job.worker.info", "during the run (Prometheus)", shown, [("0", "trainer", None, 1.0)],
+    # The worker's series lives from the job's devices event to its exit, about a second here:
+    # what the job emitted is read from its pushes (every one it made); Prometheus, scraping
+    # every second, may or may not have caught that second, and must agree when it did.
+    from_pushes = set()
+    for _, push in capture.pushes:
+        metric = capture.metrics_of_push(push).get(PREFIX + "job.worker.info")
+        for p in (otlp_points(metric) if metric else []):
+            a = point_attrs(p)
+            rank = a.get("job.rank")
+            from_pushes.add((None if rank is None else str(rank), a.get("job.role"), a.get("hw.id"),
+                             float(point_value(p))))
+    want_workers = [("0", "trainer", None, 1.0)]
+    audit.check(PREFIX + "job.worker.info", "during the run (the job's pushes)", sorted(from_pushes), want_workers,
                 "the job's devices event: one CPU device, rank 0, no GPU id")
+    audit.check(PREFIX + "job.worker.info", "during the run (Prometheus, when a scrape fell in the worker's life)",
+                shown, want_workers, "the same series as the job pushed, or none scraped", shown in ([], want_workers))
     end_workers = [s for s in job_samples if s.name == prom_name(PREFIX + "job.worker.info")]
     audit.check(PREFIX + "job.worker.info", "after the job ended (/metrics)", len(end_workers) or None, None,
                 "a worker that exits ends its series (the job's last push has none)",
