@@ -6,121 +6,16 @@
 #include <utility>
 
 #include "common/json_parse.h"
+#include "store/sqlite_support.h"
 #include "store/store.h"
 
 namespace trainer::store {
 namespace {
 
-// Schema migrations, applied in order; index + 1 is the version recorded in schema_migrations.
-// Never edit an applied entry: append a new one.
-const char* const kMigrations[] = {
-    // 1: the round-1 nouns.
-    R"sql(
-CREATE TABLE base_models (name TEXT PRIMARY KEY, doc TEXT NOT NULL);
-CREATE TABLE datasets (hash TEXT PRIMARY KEY, created_seq INTEGER NOT NULL, doc TEXT NOT NULL);
-CREATE TABLE dataset_aliases (name TEXT PRIMARY KEY, hash TEXT NOT NULL REFERENCES datasets(hash));
-CREATE TABLE workloads (id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, doc TEXT NOT NULL);
-CREATE TABLE runs (
-  seq INTEGER PRIMARY KEY AUTOINCREMENT,
-  id TEXT NOT NULL UNIQUE,
-  workload_id TEXT NOT NULL,
-  phase TEXT NOT NULL,
-  submission_id TEXT UNIQUE,
-  doc TEXT NOT NULL);
-CREATE INDEX runs_by_phase ON runs(phase, seq);
-CREATE INDEX runs_by_workload ON runs(workload_id, seq);
-CREATE TABLE run_events (run_id TEXT NOT NULL, seq INTEGER NOT NULL, doc TEXT NOT NULL,
-  PRIMARY KEY (run_id, seq));
-CREATE TABLE run_metrics (run_id TEXT NOT NULL, step INTEGER NOT NULL, doc TEXT NOT NULL,
-  PRIMARY KEY (run_id, step));
-CREATE TABLE claims (
-  seq INTEGER PRIMARY KEY AUTOINCREMENT,
-  owner TEXT NOT NULL UNIQUE,
-  kind TEXT NOT NULL,
-  workload_id TEXT NOT NULL,
-  pool TEXT NOT NULL,
-  devices INTEGER NOT NULL,
-  state TEXT NOT NULL,
-  since TEXT NOT NULL);
-)sql",
-    // 2: a granted claim holds specific device indices of its pool ("0,1"; "" while queued).
-    R"sql(
-ALTER TABLE claims ADD COLUMN device_ids TEXT NOT NULL DEFAULT '';
-)sql",
-    // 3: the snapshot catalog.
-    R"sql(
-CREATE TABLE snapshots (
-  id TEXT PRIMARY KEY,
-  run_id TEXT NOT NULL,
-  step INTEGER NOT NULL,
-  state TEXT NOT NULL,
-  doc TEXT NOT NULL);
-CREATE INDEX snapshots_by_run ON snapshots(run_id, step);
-)sql",
-};
-
-// Device indices as stored in claims.device_ids ("0,1").
-std::string ids_text(const std::vector<int>& ids) {
-  std::string out;
-  for (int id : ids) out += (out.empty() ? "" : ",") + std::to_string(id);
-  return out;
-}
-
-std::vector<int> ids_of(const std::string& text) {
-  std::vector<int> out;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t comma = text.find(',', pos);
-    if (comma == std::string::npos) comma = text.size();
-    const std::string item = text.substr(pos, comma - pos);
-    if (!item.empty() && item.find_first_not_of("0123456789") == std::string::npos && item.size() < 7) {
-      out.push_back(std::stoi(item));
-    }
-    pos = comma + 1;
-  }
-  return out;
-}
-
-class Stmt {
- public:
-  Stmt(sqlite3* db, const char* sql) : db_(db) {
-    rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
-  }
-  ~Stmt() { sqlite3_finalize(stmt_); }
-  Stmt(const Stmt&) = delete;
-  Stmt& operator=(const Stmt&) = delete;
-
-  bool ok() const { return rc_ == SQLITE_OK; }
-  Stmt& bind(int i, const std::string& s) {
-    sqlite3_bind_text(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT);
-    return *this;
-  }
-  Stmt& bind(int i, int64_t v) {
-    sqlite3_bind_int64(stmt_, i, v);
-    return *this;
-  }
-  Stmt& bind_null(int i) {
-    sqlite3_bind_null(stmt_, i);
-    return *this;
-  }
-  // SQLITE_ROW, SQLITE_DONE or an error code.
-  int step() { return sqlite3_step(stmt_); }
-  std::string text(int col) const {
-    const unsigned char* p = sqlite3_column_text(stmt_, col);
-    return p ? std::string(reinterpret_cast<const char*>(p), sqlite3_column_bytes(stmt_, col)) : "";
-  }
-  int64_t integer(int col) const { return sqlite3_column_int64(stmt_, col); }
-  std::string error() const { return sqlite3_errmsg(db_); }
-
- private:
-  sqlite3* db_;
-  sqlite3_stmt* stmt_ = nullptr;
-  int rc_;
-};
-
-Status db_error(sqlite3* db, const std::string& what) {
-  return internal_error("store: " + what + ": " + sqlite3_errmsg(db));
-}
+using sqlite::db_error;
+using sqlite::ids_of;
+using sqlite::ids_text;
+using sqlite::Stmt;
 
 class SqliteStore final : public Store {
  public:
@@ -143,7 +38,8 @@ class SqliteStore final : public Store {
     Stmt q(db_, "SELECT COALESCE(MAX(version), 0) FROM schema_migrations");
     if (!q.ok() || q.step() != SQLITE_ROW) return db_error(db_, "reading schema version");
     version_ = static_cast<int>(q.integer(0));
-    const int known = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));
+    const auto migrations = sqlite::migrations();
+    const int known = static_cast<int>(migrations.size());
     if (version_ > known) {
       return failed_precondition("store: schema version " + std::to_string(version_) +
                                  " is newer than this trainerd knows (" + std::to_string(known) +
@@ -151,7 +47,7 @@ class SqliteStore final : public Store {
     }
     for (int v = version_ + 1; v <= known; ++v) {
       Status st = transaction([&]() -> Status {
-        TRAINER_RETURN_IF_ERROR(exec(kMigrations[v - 1]));
+        TRAINER_RETURN_IF_ERROR(exec(migrations[v - 1]));
         Stmt ins(db_, "INSERT INTO schema_migrations(version) VALUES (?)");
         ins.bind(1, static_cast<int64_t>(v));
         if (ins.step() != SQLITE_DONE) return db_error(db_, "recording migration");

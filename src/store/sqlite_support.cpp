@@ -1,0 +1,83 @@
+// SQLite plumbing of the store (declared in store/sqlite_support.h).
+#include "store/sqlite_support.h"
+
+namespace trainer::store::sqlite {
+namespace {
+
+// Applied in order; index + 1 is the schema version. Never edit an applied entry: append a new one.
+const char* const kMigrations[] = {
+    // 1: the round-1 nouns.
+    R"sql(
+CREATE TABLE base_models (name TEXT PRIMARY KEY, doc TEXT NOT NULL);
+CREATE TABLE datasets (hash TEXT PRIMARY KEY, created_seq INTEGER NOT NULL, doc TEXT NOT NULL);
+CREATE TABLE dataset_aliases (name TEXT PRIMARY KEY, hash TEXT NOT NULL REFERENCES datasets(hash));
+CREATE TABLE workloads (id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, doc TEXT NOT NULL);
+CREATE TABLE runs (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  id TEXT NOT NULL UNIQUE,
+  workload_id TEXT NOT NULL,
+  phase TEXT NOT NULL,
+  submission_id TEXT UNIQUE,
+  doc TEXT NOT NULL);
+CREATE INDEX runs_by_phase ON runs(phase, seq);
+CREATE INDEX runs_by_workload ON runs(workload_id, seq);
+CREATE TABLE run_events (run_id TEXT NOT NULL, seq INTEGER NOT NULL, doc TEXT NOT NULL,
+  PRIMARY KEY (run_id, seq));
+CREATE TABLE run_metrics (run_id TEXT NOT NULL, step INTEGER NOT NULL, doc TEXT NOT NULL,
+  PRIMARY KEY (run_id, step));
+CREATE TABLE claims (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  owner TEXT NOT NULL UNIQUE,
+  kind TEXT NOT NULL,
+  workload_id TEXT NOT NULL,
+  pool TEXT NOT NULL,
+  devices INTEGER NOT NULL,
+  state TEXT NOT NULL,
+  since TEXT NOT NULL);
+)sql",
+    // 2: a granted claim holds specific device indices of its pool ("0,1"; "" while queued).
+    R"sql(
+ALTER TABLE claims ADD COLUMN device_ids TEXT NOT NULL DEFAULT '';
+)sql",
+    // 3: the snapshot catalog.
+    R"sql(
+CREATE TABLE snapshots (
+  id TEXT PRIMARY KEY,
+  run_id TEXT NOT NULL,
+  step INTEGER NOT NULL,
+  state TEXT NOT NULL,
+  doc TEXT NOT NULL);
+CREATE INDEX snapshots_by_run ON snapshots(run_id, step);
+)sql",
+};
+
+}  // namespace
+
+std::span<const char* const> migrations() { return kMigrations; }
+
+std::string ids_text(const std::vector<int>& ids) {
+  std::string out;
+  for (int id : ids) out += (out.empty() ? "" : ",") + std::to_string(id);
+  return out;
+}
+
+std::vector<int> ids_of(const std::string& text) {
+  std::vector<int> out;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t comma = text.find(',', pos);
+    if (comma == std::string::npos) comma = text.size();
+    const std::string item = text.substr(pos, comma - pos);
+    if (!item.empty() && item.find_first_not_of("0123456789") == std::string::npos && item.size() < 7) {
+      out.push_back(std::stoi(item));
+    }
+    pos = comma + 1;
+  }
+  return out;
+}
+
+Status db_error(sqlite3* db, const std::string& what) {
+  return internal_error("store: " + what + ": " + sqlite3_errmsg(db));
+}
+
+}  // namespace trainer::store::sqlite
