@@ -21,6 +21,10 @@ void flatten(const json& value, const std::string& prefix, json* out) {
   }
 }
 
+json lora_json(const LoraSettings& l) {
+  return {{"rank", l.rank}, {"alpha", l.alpha}, {"dropout", l.dropout}, {"targetModules", l.targetModules}};
+}
+
 json optimizer_json(const OptimizerSettings& o) {
   return {{"learningRate", o.learningRate}, {"weightDecay", o.weightDecay}, {"beta1", o.beta1},
           {"beta2", o.beta2},               {"epsilon", o.epsilon},         {"maxGradNorm", o.maxGradNorm},
@@ -37,11 +41,7 @@ json rl_config_to_json(const RunConfig& c) {
   return {{"dataset", c.dataset},
           {"method", method_name(c.method)},
           {"hyperparams",
-           {{"lora",
-             {{"rank", c.lora.rank},
-              {"alpha", c.lora.alpha},
-              {"dropout", c.lora.dropout},
-              {"targetModules", c.lora.targetModules}}},
+           {{"lora", lora_json(c.lora)},
             {"training",
              {{"epochs", c.training.epochs},
               {"maxSteps", c.training.maxSteps ? json(*c.training.maxSteps) : json(nullptr)},
@@ -82,21 +82,8 @@ nlohmann::json config_to_json(const RunConfig& c) {
           {"validationDataset", c.validationDataset ? json(*c.validationDataset) : json(nullptr)},
           {"method", method_name(c.method)},
           {"hyperparams",
-           {{"lora",
-             {{"rank", c.lora.rank},
-              {"alpha", c.lora.alpha},
-              {"dropout", c.lora.dropout},
-              {"targetModules", c.lora.targetModules}}},
-            {"optimizer",
-             {{"learningRate", c.optimizer.learningRate},
-              {"weightDecay", c.optimizer.weightDecay},
-              {"beta1", c.optimizer.beta1},
-              {"beta2", c.optimizer.beta2},
-              {"epsilon", c.optimizer.epsilon},
-              {"maxGradNorm", c.optimizer.maxGradNorm},
-              {"schedule", schedule_name(c.optimizer.schedule)},
-              {"warmupSteps", c.optimizer.warmupSteps},
-              {"warmupRatio", c.optimizer.warmupRatio}}},
+           {{"lora", lora_json(c.lora)},
+            {"optimizer", optimizer_json(c.optimizer)},
             {"training", training}}},
           {"maxSeqLength", c.maxSeqLength},
           {"model", {{"precision", precision_name(c.precision)}}}};
