@@ -229,17 +229,8 @@ Result<TrainResult> train_sft(const TrainRequest& request, const EventSink& even
         int64_t total = 0;
         std::unique_ptr<train::Method> method = sft::make_method(plan, setup, events, &total);
         train::Updater updater(*setup.model, cfg.lora, cfg.optimizer, cfg.training.seed, total);
-        train::LoopOptions options;
-        options.output_dir = request.output_dir;
-        options.stop = request.stop;
-        options.pause = request.pause;
-        options.resume_weights_dir = request.resume_weights_dir;
-        options.resume_state_dir = request.resume_state_dir;
+        train::LoopOptions options = train::loop_options(request);
         options.validation_every = cfg.training.validationFrequencySteps;
-        options.save_every = plan.execution.saveEvery.value_or(0);
-        options.keep_checkpoints = plan.execution.keepAdapters;
-        options.lora = cfg.lora;
-        options.base_model = *plan.baseModel;
         result = train::run(*method, setup, updater, options, events);
       },
       "");

@@ -116,6 +116,21 @@ double Updater::apply(int64_t step) {
   return lr;
 }
 
+LoopOptions loop_options(const TrainRequest& request) {
+  const plan::Plan& plan = request.plan;
+  LoopOptions options;
+  options.output_dir = request.output_dir;
+  options.stop = request.stop;
+  options.pause = request.pause;
+  options.resume_weights_dir = request.resume_weights_dir;
+  options.resume_state_dir = request.resume_state_dir;
+  options.save_every = plan.execution.saveEvery.value_or(0);
+  options.keep_checkpoints = plan.execution.keepAdapters;
+  options.lora = plan.config.lora;
+  options.base_model = *plan.baseModel;
+  return options;
+}
+
 TrainResult run(Method& method, Setup& setup, Updater& updater, const LoopOptions& options, const EventSink& emit,
                 const CheckpointHook& on_checkpoint) {
   model::CausalLM& model = *setup.model;

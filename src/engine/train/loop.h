@@ -109,6 +109,11 @@ struct LoopOptions {
   std::string resume_state_dir;    // ... and this training state (train/state.h); "" = fresh
 };
 
+// The options every method shares, from the request: output folder, stop and pause flags, the
+// state to resume from, checkpoint cadence and count, and the adapter's LoRA settings and base
+// model. A method adds its own (validation_every).
+LoopOptions loop_options(const TrainRequest& request);
+
 // Every checkpoint holds the adapter (checkpoint_dir/adapter) and the training state
 // (checkpoint_dir/training_state); the final adapter gets its training state beside it
 // (output_dir/training_state). Called after an intermediate checkpoint's adapter is written into `checkpoint_dir`/adapter
