@@ -24,6 +24,17 @@ DATASET_NAME = "sentiment-train"
 WORKLOAD = "cli-tests"
 
 
+def wait_for(predicate, timeout: float = 300.0, what: str = "condition"):
+    """Polls `predicate` every 0.2 s; returns its first truthy value, or fails naming `what`."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from cli_support import DATASET_NAME, EXAMPLES, MODEL_NAME, WORKLOAD, Cli, start_trainerd, stop
+from cli_support import DATASET_NAME, EXAMPLES, MODEL_NAME, WORKLOAD, Cli, start_trainerd, stop, wait_for
 
 STEPS = 24
 SAVE_EVERY = 4
@@ -38,16 +38,6 @@ def start(cli, text: str, *flags) -> dict:
         return run
     cli("runs", "wait", run["runId"], "--timeout", "15m", timeout=1000)
     return cli.json("runs", "get", run["runId"])
-
-
-def wait_for(predicate, timeout: float = 300.0, what: str = "condition"):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def get(cli, run_id) -> dict:

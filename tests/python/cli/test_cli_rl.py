@@ -7,11 +7,10 @@ from __future__ import annotations
 import json
 import pathlib
 import re
-import time
 
 import pytest
 
-from cli_support import Cli, start_trainerd, stop
+from cli_support import Cli, start_trainerd, stop, wait_for
 from rl_toy import make_toy_policy, toy_rows
 
 MODEL = "toy-policy"
@@ -88,23 +87,14 @@ def test_a_grpo_run_paused_and_resumed_trains_exactly_as_uninterrupted(rl_cli, c
     assert out.returncode == 0, out.stderr
     run_id = json.loads(out.stdout)["runId"]
 
-    def wait_for(predicate, what, timeout=300.0):
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            value = predicate()
-            if value:
-                return value
-            time.sleep(0.2)
-        raise AssertionError(f"timed out waiting for {what}")
-
     get = lambda: rl_cli.json("runs", "get", run_id)
-    wait_for(lambda: get()["progress"].get("step", 0) >= 5, "step 5")
+    wait_for(lambda: get()["progress"].get("step", 0) >= 5, what="step 5")
     out = rl_cli("runs", "pause", run_id, "--checkpoint", "save")
     assert out.returncode == 0, out.stdout + out.stderr
-    run = wait_for(lambda: (r := get())["phase"] == "PAUSED" and r["pause"]["resourcesReleased"] and r, "PAUSED")
+    run = wait_for(lambda: (r := get())["phase"] == "PAUSED" and r["pause"]["resourcesReleased"] and r, what="PAUSED")
     assert 5 <= run["pause"]["savedStep"] < STEPS
     rl_cli("runs", "resume", run_id, check=True)
-    done = wait_for(lambda: (r := get())["phase"] in ("COMPLETED", "FAILED") and r, "the end")
+    done = wait_for(lambda: (r := get())["phase"] in ("COMPLETED", "FAILED") and r, what="the end")
     assert done["phase"] == "COMPLETED", done.get("failureReason")
     steps = rl_cli.json("runs", "metrics", run_id)["steps"]
     assert [s["step"] for s in steps] == list(range(1, STEPS + 1))

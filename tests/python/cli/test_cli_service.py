@@ -8,7 +8,7 @@ import signal
 import subprocess
 import time
 
-from cli_support import (DATASET_NAME, kill_job_of, EXAMPLES, MODEL_NAME, WORKLOAD, Cli, plan_text, start_trainerd,
+from cli_support import (DATASET_NAME, wait_for, kill_job_of, EXAMPLES, MODEL_NAME, WORKLOAD, Cli, plan_text, start_trainerd,
                          stop)
 
 LONG_RUN_STEPS = 100000
@@ -19,16 +19,6 @@ def start(cli, plan: str, *flags) -> dict:
     out = cli("runs", "start", "-f", "-", "--force", "-o", "json", *flags, input=plan)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
-
-
-def wait_until(predicate, timeout=60.0, what="condition"):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def cancel(cli, run_id):
@@ -170,7 +160,7 @@ def test_lists_are_newest_first_and_page_with_limit_and_offset(ready):
     assert all(r["phase"] not in TERMINAL for r in open_runs)
     cancel(ready, first["runId"])
     cancel(ready, second["runId"])
-    wait_until(lambda: ready.json("runs", "get", second["runId"])["phase"] in TERMINAL, what="cancel")
+    wait_for(lambda: ready.json("runs", "get", second["runId"])["phase"] in TERMINAL, timeout=60, what="cancel")
     cancelled = ready.json("runs", "list", "--phase", "CANCELLED")["runs"]
     assert second["runId"] in {r["runId"] for r in cancelled}
 
