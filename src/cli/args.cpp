@@ -99,6 +99,10 @@ const std::vector<Flag>& global_flags() {
   static const std::vector<Flag> kFlags = {
       {"trainer-url", 0, "URL", "address of trainerd (default: $TRAINER_URL, else http://localhost:9001)", ""},
       {"output", 'o', "FORMAT", "output format: text (default), json, json-compact", ""},
+      {"jq", 0, "EXPR", "filter the JSON answer with a jq program; strings print raw (implies -o json)", ""},
+      {"json", 0, "FIELDS", "keep only these fields, of each item for a list (runId,phase); --json= lists them", ""},
+      {"quiet", 'q', "", "waits print no progress, only their outcome", ""},
+      {"timeout", 0, "DURATION", "bound each call to the service (30s, 2m; default 30s, 60s for changes)", ""},
       {"no-color", 0, "", "no colours and no redrawn progress line (as NO_COLOR does)", ""},
       {"help", 'h', "", "show help for this command", ""},
   };
@@ -126,7 +130,14 @@ std::string help_text(const Command& command, const std::vector<std::string>& pa
     }
   }
   append_flag_block(out, "Flags", command.flags);
-  append_flag_block(out, "Global flags", global_flags());
+  // A command's own flag of the same name (a wait's --timeout) takes the place of the global one.
+  std::vector<Flag> globals;
+  for (const auto& g : global_flags()) {
+    bool shadowed = false;
+    for (const auto& f : command.flags) shadowed = shadowed || f.name == g.name;
+    if (!shadowed) globals.push_back(g);
+  }
+  append_flag_block(out, "Global flags", globals);
   if (!command.examples.empty()) {
     out += "\nExamples:\n";
     for (size_t i = 0; i < command.examples.size(); ++i) {

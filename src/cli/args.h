@@ -2,7 +2,8 @@
 //
 // One table is the single source of each command's flags: the parser reads them, and the
 // `--help` text is generated from them. Flags may come anywhere after the command words;
-// global flags (--trainer-url, -o, --no-color, --help) are accepted on every level.
+// global flags (--trainer-url, -o, --jq, --json, -q, --timeout, --no-color, --help) are accepted
+// on every level; a command's own flag of the same name (a wait's --timeout) takes precedence.
 #pragma once
 
 #include <functional>

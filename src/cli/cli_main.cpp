@@ -23,7 +23,10 @@ Command build_command_tree() {
       "3 the run ended FAILED and 4 CANCELLED (with --exit-status); 5 --timeout passed;\n"
       "6 the service did not answer.\n"
       "\n"
-      "Start here: trainer info; trainer runs start -f plan.yaml --wait; trainer runs list.\n"
+      "Scripting: --jq EXPR filters the JSON answer (strings print raw), --json FIELDS keeps fields,\n"
+      "-q silences a wait's progress, --timeout bounds each call.\n"
+      "\n"
+      "Start here: trainer status; trainer runs start -f plan.yaml --wait; trainer runs list.\n"
       "Run plans: `trainer help runs start` shows one; docs/plans.md lists every field.";
   root.flags = {{"version", 0, "", "print the version and exit", ""}};
   Command help;
@@ -33,10 +36,11 @@ Command build_command_tree() {
   help.examples = {{"how to start a run, with a short plan", "trainer help runs start"},
                    {"the commands of a noun", "trainer help datasets"}};
   // The parser answers `trainer help ...` itself; this entry lists it and carries its help.
-  root.children = {info_command(),      base_models_command(), datasets_command(), workloads_command(),
+  root.children = {info_command(),      status_command(),      base_models_command(), datasets_command(), workloads_command(),
                    runs_command(),      snapshots_command(),   capacity_command(),
                    help};
-  root.examples = {{"is the service up?", "trainer info"},
+  root.examples = {{"which service am I talking to, and is it up?", "trainer status"},
+                   {"is the service ready, and how is it configured?", "trainer info"},
                    {"check the demo's plan and see every default",
                     "trainer runs start -f examples/sentiment/run.yaml --dry-run --show-resolved"},
                    {"start it and follow it live", "trainer runs start -f examples/sentiment/run.yaml --wait"}};
@@ -62,8 +66,8 @@ int cli_main(int argc, char** argv) {
     return kExitOk;
   }
   Context ctx(inv);
-  if (!ctx.format_error.empty()) return ctx.fail(ctx.format_error, kExitUsage);
-  return inv.command->run(ctx);
+  if (!ctx.usage_error.empty()) return ctx.fail(ctx.usage_error, kExitUsage);
+  return ctx.exit_code(inv.command->run(ctx));
 }
 
 }  // namespace trainer::cli

@@ -1,6 +1,8 @@
 #include "cli/client.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
@@ -11,11 +13,23 @@
 #include <unistd.h>
 #include <fcntl.h>
 
+#include "cli/format.h"
+
 namespace trainer::cli {
 namespace {
 
 constexpr int kConnectTimeoutSeconds = 5;
 constexpr int kProbeTimeoutMillis = 2000;
+constexpr double kDefaultReadTimeoutSeconds = 30;
+constexpr double kDefaultWriteTimeoutSeconds = 60;
+// A read error after this share of the read timeout is the timeout itself.
+constexpr double kTimedOutFraction = 0.9;
+
+// {whole seconds, microseconds} of `seconds`, as httplib takes its timeouts.
+std::pair<time_t, time_t> split_seconds(double seconds) {
+  const auto whole = static_cast<time_t>(seconds);
+  return {whole, static_cast<time_t>((seconds - static_cast<double>(whole)) * 1e6)};
+}
 
 // Splits "http://host:port/prefix" into host and port for the reachability probe.
 bool host_and_port(const std::string& url, std::string* host, std::string* port) {
@@ -83,18 +97,47 @@ std::string probe_reason(const std::string& url) {
 
 }  // namespace
 
-std::string resolve_trainer_url(const std::string& flag_value, bool flag_given) {
-  if (flag_given && !flag_value.empty()) return flag_value;
+ServiceAddress resolve_trainer_address(const std::string& flag_value, bool flag_given) {
+  if (flag_given && !flag_value.empty()) return {flag_value, "--trainer-url"};
   const char* env = std::getenv("TRAINER_URL");
-  if (env && *env) return env;
-  return "http://localhost:9001";
+  if (env && *env) return {env, "TRAINER_URL"};
+  return {"http://localhost:9001", "default"};
+}
+
+std::vector<std::string> resolve_addresses(const std::string& url, std::string* error) {
+  std::vector<std::string> out;
+  std::string host, port;
+  if (!host_and_port(url, &host, &port)) {
+    *error = "not a valid URL";
+    return out;
+  }
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &found);
+  if (rc != 0 || !found) {
+    *error = "no such host " + host + " (" + gai_strerror(rc) + ")";
+    return out;
+  }
+  for (addrinfo* ai = found; ai; ai = ai->ai_next) {
+    char name[NI_MAXHOST] = {0};
+    char service[NI_MAXSERV] = {0};
+    if (getnameinfo(ai->ai_addr, ai->ai_addrlen, name, sizeof name, service, sizeof service,
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+      continue;
+    }
+    const std::string text = ai->ai_family == AF_INET6 ? "[" + std::string(name) + "]:" + service
+                                                        : std::string(name) + ":" + service;
+    if (std::find(out.begin(), out.end(), text) == out.end()) out.push_back(text);
+  }
+  freeaddrinfo(found);
+  return out;
 }
 
 Client::Client(std::string base_url) : base_url_(std::move(base_url)) {
   while (!base_url_.empty() && base_url_.back() == '/') base_url_.pop_back();
   if (base_url_.find("://") == std::string::npos) base_url_ = "http://" + base_url_;
   http_ = std::make_unique<httplib::Client>(base_url_);
-  http_->set_connection_timeout(kConnectTimeoutSeconds, 0);
   http_->set_keep_alive(true);
 }
 
@@ -121,21 +164,31 @@ std::string Client::unreachable_message(const std::string& reason) const {
 }
 
 bool Client::get(const std::string& path, Response* out, CallError* err, int read_timeout_seconds) {
-  return call("GET", path, nullptr, out, err, read_timeout_seconds);
+  const double timeout = read_timeout_seconds > 0 ? read_timeout_seconds
+                         : call_timeout_seconds_ > 0 ? call_timeout_seconds_
+                                                     : kDefaultReadTimeoutSeconds;
+  return call("GET", path, nullptr, out, err, timeout);
 }
 bool Client::post(const std::string& path, const nlohmann::json& body, Response* out, CallError* err) {
-  return call("POST", path, &body, out, err, 60);
+  return call("POST", path, &body, out, err, call_timeout_seconds_ > 0 ? call_timeout_seconds_ : kDefaultWriteTimeoutSeconds);
 }
 bool Client::put(const std::string& path, const nlohmann::json& body, Response* out, CallError* err) {
-  return call("PUT", path, &body, out, err, 60);
+  return call("PUT", path, &body, out, err, call_timeout_seconds_ > 0 ? call_timeout_seconds_ : kDefaultWriteTimeoutSeconds);
 }
 bool Client::patch(const std::string& path, const nlohmann::json& body, Response* out, CallError* err) {
-  return call("PATCH", path, &body, out, err, 60);
+  return call("PATCH", path, &body, out, err, call_timeout_seconds_ > 0 ? call_timeout_seconds_ : kDefaultWriteTimeoutSeconds);
 }
 
 bool Client::call(const std::string& method, const std::string& path, const nlohmann::json* body,
-                  Response* out, CallError* err, int read_timeout_seconds) {
-  http_->set_read_timeout(read_timeout_seconds, 0);
+                  Response* out, CallError* err, double read_timeout_seconds) {
+  const auto [seconds, micros] = split_seconds(read_timeout_seconds);
+  http_->set_read_timeout(seconds, micros);
+  http_->set_write_timeout(seconds, micros);
+  const double connect = call_timeout_seconds_ > 0 ? std::min<double>(call_timeout_seconds_, kConnectTimeoutSeconds)
+                                                   : kConnectTimeoutSeconds;
+  const auto [connect_seconds, connect_micros] = split_seconds(connect);
+  http_->set_connection_timeout(connect_seconds, connect_micros);
+  const auto started = std::chrono::steady_clock::now();
   const std::string content_type = "application/json";
   const std::string text = body ? body->dump() : std::string();
   httplib::Headers headers = {{"Accept", "application/json"}};
@@ -147,6 +200,17 @@ bool Client::call(const std::string& method, const std::string& path, const nloh
     err->transport = true;
     const httplib::Error e = res.error();
     std::string reason;
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    if (e == httplib::Error::Read && waited >= read_timeout_seconds * kTimedOutFraction) {
+      // httplib reports a read that timed out as a read error: the time waited tells them apart.
+      err->status = unavailable("no answer from " + base_url_ + " to " + method + " " + path + " within " +
+                                format_duration(read_timeout_seconds) + " (the client timeout" +
+                                (call_timeout_seconds_ > 0 ? ", --timeout" : "") +
+                                "); the service may be stuck or overloaded: `trainer status` checks it, "
+                                "--timeout waits longer");
+      err->timed_out = true;
+      return false;
+    }
     if (e == httplib::Error::Connection || e == httplib::Error::ConnectionTimeout) {
       reason = probe_reason(base_url_);
     } else if (e == httplib::Error::Read) {

@@ -7,7 +7,9 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -30,6 +32,7 @@ struct Response {
 struct CallError {
   Status status;
   bool transport = false;  // no HTTP answer: refused, dropped, timed out
+  bool timed_out = false;  // no answer within the call's timeout (also `transport`)
   std::string field;       // from the error body, when one field is to blame
 };
 
@@ -43,8 +46,17 @@ class Client {
 
   const std::string& base_url() const { return base_url_; }
 
-  // `read_timeout_seconds` bounds the wait for the answer (long polls pass more).
-  bool get(const std::string& path, Response* out, CallError* err, int read_timeout_seconds = 30);
+  // Bounds each call (connecting, sending, waiting for the answer) to `seconds` (> 0), as
+  // `--timeout` asks. Unset, reads wait 30 s and changes 60 s for their answer.
+  void set_call_timeout(double seconds) { call_timeout_seconds_ = seconds; }
+  // The --timeout given, or nullopt when none was.
+  std::optional<double> call_timeout() const {
+    return call_timeout_seconds_ > 0 ? std::optional<double>(call_timeout_seconds_) : std::nullopt;
+  }
+
+  // `read_timeout_seconds` bounds the wait for the answer; long polls pass more than their wait.
+  // Left at -1, the call timeout applies.
+  bool get(const std::string& path, Response* out, CallError* err, int read_timeout_seconds = -1);
   bool post(const std::string& path, const nlohmann::json& body, Response* out, CallError* err);
   bool put(const std::string& path, const nlohmann::json& body, Response* out, CallError* err);
   bool patch(const std::string& path, const nlohmann::json& body, Response* out, CallError* err);
@@ -54,14 +66,28 @@ class Client {
 
  private:
   bool call(const std::string& method, const std::string& path, const nlohmann::json* body,
-            Response* out, CallError* err, int read_timeout_seconds);
+            Response* out, CallError* err, double read_timeout_seconds);
   std::string unreachable_message(const std::string& reason) const;
 
   std::string base_url_;
+  double call_timeout_seconds_ = 0;  // 0: the defaults (30 s reads, 60 s changes)
   std::unique_ptr<httplib::Client> http_;
 };
 
+// The service address and where it came from: "--trainer-url", "TRAINER_URL" or "default".
+struct ServiceAddress {
+  std::string url;
+  std::string source;
+};
+
 // The service address from --trainer-url, else $TRAINER_URL, else http://localhost:9001.
-std::string resolve_trainer_url(const std::string& flag_value, bool flag_given);
+ServiceAddress resolve_trainer_address(const std::string& flag_value, bool flag_given);
+inline std::string resolve_trainer_url(const std::string& flag_value, bool flag_given) {
+  return resolve_trainer_address(flag_value, flag_given).url;
+}
+
+// The numeric addresses ("127.0.0.1:9001", "[::1]:9001") a call to `url` tries, in order;
+// empty when the host does not resolve (`error` then says why).
+std::vector<std::string> resolve_addresses(const std::string& url, std::string* error);
 
 }  // namespace trainer::cli

@@ -206,7 +206,7 @@ int wait_for_base_model(Context& ctx, const std::string& name, double timeout_se
                           (lower == "not-selected" ? "; select it with `trainer base-models select " + name + "`" : ""),
                       kExitError);
     }
-    if (ctx.text() && status != last_status) {
+    if (ctx.text() && !ctx.quiet && status != last_status) {
       out("Base model " + name + ": " + status + "\n");
       std::fflush(stdout);
     }

@@ -183,12 +183,13 @@ int wait_for_run(Context& ctx, const std::string& ref) {
   ::signal(SIGINT, on_interrupt);
   LiveView view(ctx);
   const bool text = ctx.text();
-  const bool compact = ctx.format == OutputFormat::kJsonCompact;
-  if (text) view.update(run);
+  const bool live = text && !ctx.quiet;        // the progress view (-q: none)
+  const bool stream = ctx.stream_events();     // JSON lines of events before the record
+  if (live) view.update(run);
 
   int64_t after = -1;
   int failures = 0;
-  if (!text && is_terminal_phase(run.value("phase", std::string()))) {
+  if (stream && is_terminal_phase(run.value("phase", std::string()))) {
     // Already over: the stream still carries the run's events before the terminal one.
     Response r;
     CallError e;
@@ -233,7 +234,7 @@ int wait_for_run(Context& ctx, const std::string& ref) {
                         kExitUnreachable);
       }
       const int delay = kRetryDelaysSeconds[failures++];
-      if (text) {
+      if (live) {
         view.note("connection to " + ctx.client.base_url() + " lost; retry " + std::to_string(failures) + " of " +
                   std::to_string(std::size(kRetryDelaysSeconds)) + " in " + std::to_string(delay) + "s");
       }
@@ -244,14 +245,11 @@ int wait_for_run(Context& ctx, const std::string& ref) {
     const json events = r.body.value("events", json::array());
     for (const auto& ev : events) {
       if (ev.contains("seq") && ev["seq"].is_number()) after = std::max(after, ev["seq"].get<int64_t>());
-      if (!text) {
-        std::string line = ev.dump();
-        out(line + "\n");
-      }
+      if (stream) out(ev.dump() + "\n");
     }
-    if (!text) std::fflush(stdout);
+    if (stream) std::fflush(stdout);
     if (r.body.contains("run") && r.body["run"].is_object()) run = r.body["run"];
-    if (text) view.update(run);
+    if (live) view.update(run);
   }
 
   const std::string phase = run.value("phase", std::string());
@@ -259,8 +257,8 @@ int wait_for_run(Context& ctx, const std::string& ref) {
     view.finish();
     out(run_summary(run));
   } else {
-    out(terminal_event(run).dump() + "\n");
-    out((compact ? run.dump() : run.dump(2)) + "\n");
+    if (stream) out(terminal_event(run).dump() + "\n");
+    ctx.print_json(run);  // through --json and --jq
   }
   std::fflush(stdout);
   return exit_code_for(ctx, phase);

@@ -5,18 +5,22 @@
 
 #include "cli/exit_codes.h"
 #include "cli/format.h"
+#include "cli/json_fields.h"
 #include "common/spelling.h"
 
 namespace trainer::cli {
 
 Context::Context(Invocation& invocation)
     : inv(invocation),
-      client(resolve_trainer_url(invocation.get_or("trainer-url", ""), invocation.has("trainer-url"))) {
+      address(resolve_trainer_address(invocation.get_or("trainer-url", ""), invocation.has("trainer-url"))),
+      client(address.url) {
   const std::string output = inv.get_or("output", "text");
   if (output == "text") format = OutputFormat::kText;
   else if (output == "json") format = OutputFormat::kJson;
   else if (output == "json-compact") format = OutputFormat::kJsonCompact;
-  else format_error = "unknown output format \"" + output + "\" for -o; use text, json or json-compact";
+  else usage_error = "unknown output format \"" + output + "\" for -o; use text, json or json-compact";
+  quiet = inv.has("quiet");
+  if (usage_error.empty()) read_output_flags();
   const char* no_color = std::getenv("NO_COLOR");
   const bool colours_off = inv.has("no-color") || (no_color && *no_color);
   const char* term = std::getenv("TERM");
@@ -25,6 +29,60 @@ Context::Context(Invocation& invocation)
   color = tty && !colours_off && !dumb;
   redraw = tty && !colours_off && !dumb;
   stdin_tty = ::isatty(STDIN_FILENO) == 1;
+}
+
+namespace {
+
+bool declares_flag(const Command* command, const std::string& name) {
+  if (!command) return false;
+  for (const auto& f : command->flags) {
+    if (f.name == name) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void Context::read_output_flags() {
+  const bool filtered = inv.has("jq") || inv.has("json");
+  if (filtered && text()) {
+    if (inv.has("output")) {
+      usage_error = std::string(inv.has("jq") ? "--jq" : "--json") + " prints JSON; drop -o text";
+      return;
+    }
+    format = OutputFormat::kJson;
+  }
+  // A wait declares its own --timeout, which bounds the watching; the global one bounds each call.
+  if (auto t = inv.get("timeout"); t && !declares_flag(inv.command, "timeout")) {
+    auto seconds = parse_duration(*t);
+    if (!seconds || *seconds <= 0) {
+      usage_error = "--timeout \"" + *t + "\" is not a duration above zero; write it like 500ms, 30s or 2m";
+      return;
+    }
+    client.set_call_timeout(*seconds);
+  }
+  if (auto fields = inv.get("json")) {
+    std::string error;
+    json_fields_ = parse_field_list(*fields, &error);
+    if (!json_fields_) {
+      usage_error = error;
+      return;
+    }
+  }
+  if (auto expr = inv.get("jq")) {
+    std::string error;
+    jq_ = JqFilter::compile(*expr, &error);
+    if (!jq_) usage_error = "--jq \"" + *expr + "\" does not compile: " + error;
+  }
+}
+
+bool Context::refuse_change(const std::string& method, const std::string& path) {
+  if (!json_fields_ || !json_fields_->empty()) return false;
+  last_failure_code_ = kExitUsage;
+  fail("--json= lists the fields of an answer, and `" + inv.command_line() + "` would change something (" + method +
+           " " + path + "), which was not sent. Name the fields (--json runId,phase) or use -o json",
+       kExitUsage);
+  return true;
 }
 
 std::string describe_failure(const CallError& error) {
@@ -58,6 +116,7 @@ std::optional<nlohmann::json> Context::get(const std::string& path, int read_tim
 }
 
 std::optional<nlohmann::json> Context::post(const std::string& path, const nlohmann::json& body) {
+  if (refuse_change("POST", path)) return std::nullopt;
   Response r;
   CallError e;
   bool ok = client.post(path, body, &r, &e);
@@ -65,6 +124,7 @@ std::optional<nlohmann::json> Context::post(const std::string& path, const nlohm
 }
 
 std::optional<nlohmann::json> Context::put(const std::string& path, const nlohmann::json& body) {
+  if (refuse_change("PUT", path)) return std::nullopt;
   Response r;
   CallError e;
   bool ok = client.put(path, body, &r, &e);
@@ -72,6 +132,7 @@ std::optional<nlohmann::json> Context::put(const std::string& path, const nlohma
 }
 
 std::optional<nlohmann::json> Context::patch(const std::string& path, const nlohmann::json& body) {
+  if (refuse_change("PATCH", path)) return std::nullopt;
   Response r;
   CallError e;
   bool ok = client.patch(path, body, &r, &e);
@@ -193,9 +254,40 @@ std::string next_step(Context& ctx, const CallError& error, const std::string& p
 }
 
 void Context::print_json(const nlohmann::json& doc) {
-  const std::string text = format == OutputFormat::kJsonCompact ? doc.dump() : doc.dump(2);
+  const bool compact = format == OutputFormat::kJsonCompact;
+  const nlohmann::json* shown = &doc;
+  nlohmann::json selected;
+  if (json_fields_) {
+    std::string error;
+    if (json_fields_->empty()) {  // --json= : the fields this answer offers, one a line
+      const auto names = offered_fields(doc, list_keys_for(inv.path));
+      if (names.empty()) {
+        output_failure_ = fail("--json=: this answer has no fields to list (an empty list?)", kExitError);
+      }
+      for (const auto& name : names) std::printf("%s\n", name.c_str());
+      return;
+    }
+    auto picked = select_fields(doc, *json_fields_, list_keys_for(inv.path), &error);
+    if (!picked) {
+      output_failure_ = fail(error, kExitUsage);
+      return;
+    }
+    selected = std::move(*picked);
+    shown = &selected;
+  }
+  std::string text;
+  if (jq_) {
+    std::string error;
+    auto filtered = jq_->run(*shown, compact, &error);
+    if (!filtered) {
+      output_failure_ = fail("--jq \"" + jq_->expression() + "\": " + error, kExitError);
+      return;
+    }
+    text = std::move(*filtered);
+  } else {
+    text = (compact ? shown->dump() : shown->dump(2)) + "\n";
+  }
   std::fwrite(text.data(), 1, text.size(), stdout);
-  std::fputc('\n', stdout);
 }
 
 void Context::print_document(const nlohmann::json& doc) {

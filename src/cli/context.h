@@ -4,13 +4,16 @@
 
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/args.h"
 #include "cli/client.h"
+#include "cli/jq_filter.h"
 #include "common/status.h"
 
 namespace trainer::cli {
@@ -19,18 +22,28 @@ enum class OutputFormat { kText, kJson, kJsonCompact };
 
 class Context {
  public:
-  // Reads the global flags of `inv`; `format_error` is set when -o is not a known format.
+  // Reads the global flags of `inv`; `usage_error` is set when one of them is wrong (an unknown
+  // -o format, a --timeout that is not a duration, a --jq program that does not compile, ...):
+  // the command must then not run, so nothing reaches the service.
   explicit Context(Invocation& inv);
 
   Invocation& inv;
+  ServiceAddress address;   // the service's URL and where it came from
   Client client;
-  OutputFormat format = OutputFormat::kText;
+  OutputFormat format = OutputFormat::kText;  // --jq and --json imply json
   bool color = false;       // ANSI colours on stdout
   bool redraw = false;      // stdout is a terminal that takes a redrawn progress line
   bool stdin_tty = false;
-  std::string format_error;
+  bool quiet = false;       // -q: waits print no progress, only their outcome
+  std::string usage_error;
 
   bool text() const { return format == OutputFormat::kText; }
+  // Whether a wait streams its events as JSON lines before the final document: with -o json,
+  // unless -q, --jq or --json ask for the final document alone.
+  bool stream_events() const { return !text() && !quiet && !jq_ && !json_fields_; }
+  // The exit code after the command returned `code`: a failure to print its output (--jq failed
+  // on the answer, --json named a field it lacks) turns success into that failure.
+  int exit_code(int code) const { return code == 0 && output_failure_ ? output_failure_ : code; }
 
   // When set, names where a field the service blames is written ("plan.yaml:7:5"); failed
   // calls then start their line with it. `runs start` sets it to the plan file's position.
@@ -50,6 +63,8 @@ class Context {
   // Prints `doc` as the -o format asks (text mode prints it as YAML-like text).
   void print_document(const nlohmann::json& doc);
   // Prints `doc` in JSON (pretty or compact by -o); for text mode callers print themselves.
+  // Every JSON document a command prints goes through here: --json selects its fields, then
+  // --jq filters it.
   void print_json(const nlohmann::json& doc);
 
   // Wraps `text` in the ANSI colour `code` ("1" bold, "32" green, ...) when colours are on.
@@ -58,7 +73,13 @@ class Context {
  private:
   std::optional<nlohmann::json> finish(bool ok, Response& response, CallError& error, const std::string& path,
                                       const nlohmann::json* body);
+  void read_output_flags();
+  // Before a call that changes something: `--json=` lists fields and must change nothing.
+  bool refuse_change(const std::string& method, const std::string& path);
   int last_failure_code_ = 1;
+  int output_failure_ = 0;
+  std::unique_ptr<JqFilter> jq_;                       // --jq
+  std::optional<std::vector<std::string>> json_fields_;  // --json (empty: list the fields)
 };
 
 // The one line for a failed call: "field: message" when the service blamed a field its message
