@@ -13,6 +13,7 @@ namespace trainer::cli {
 Command build_command_tree();
 
 Command info_command();
+Command status_command();
 Command base_models_command();
 Command datasets_command();
 Command workloads_command();
