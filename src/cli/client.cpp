@@ -181,6 +181,11 @@ bool Client::patch(const std::string& path, const nlohmann::json& body, Response
 
 bool Client::call(const std::string& method, const std::string& path, const nlohmann::json* body,
                   Response* out, CallError* err, double read_timeout_seconds) {
+  if (method != "GET" && !refuse_changes_.empty()) {
+    err->transport = false;
+    err->status = invalid_argument(refuse_changes_);
+    return false;
+  }
   const auto [seconds, micros] = split_seconds(read_timeout_seconds);
   http_->set_read_timeout(seconds, micros);
   http_->set_write_timeout(seconds, micros);

@@ -49,6 +49,8 @@ class Client {
   // Bounds each call (connecting, sending, waiting for the answer) to `seconds` (> 0), as
   // `--timeout` asks. Unset, reads wait 30 s and changes 60 s for their answer.
   void set_call_timeout(double seconds) { call_timeout_seconds_ = seconds; }
+  // When set, every change (POST, PUT, PATCH) fails with this message and is not sent.
+  void refuse_changes(std::string message) { refuse_changes_ = std::move(message); }
   // The --timeout given, or nullopt when none was.
   std::optional<double> call_timeout() const {
     return call_timeout_seconds_ > 0 ? std::optional<double>(call_timeout_seconds_) : std::nullopt;
@@ -70,7 +72,8 @@ class Client {
   std::string unreachable_message(const std::string& reason) const;
 
   std::string base_url_;
-  double call_timeout_seconds_ = 0;  // 0: the defaults (30 s reads, 60 s changes)
+  double call_timeout_seconds_ = 0;
+  std::string refuse_changes_;  // 0: the defaults (30 s reads, 60 s changes)
   std::unique_ptr<httplib::Client> http_;
 };
 

@@ -68,6 +68,11 @@ void Context::read_output_flags() {
       usage_error = error;
       return;
     }
+    if (json_fields_->empty()) {
+      client.refuse_changes("--json= lists the fields of an answer, and `" + inv.command_line() +
+                            "` would change something, which was not sent. Name the fields (--json runId,phase) "
+                            "or use -o json");
+    }
   }
   if (auto expr = inv.get("jq")) {
     std::string error;

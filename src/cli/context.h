@@ -50,7 +50,7 @@ class Context {
   std::function<std::string(const std::string& field)> locate_field;
 
   // Calls the service; on failure prints the one-line error and returns nullopt.
-  std::optional<nlohmann::json> get(const std::string& path, int read_timeout_seconds = 30);
+  std::optional<nlohmann::json> get(const std::string& path, int read_timeout_seconds = -1);  // -1: the call timeout
   std::optional<nlohmann::json> post(const std::string& path, const nlohmann::json& body);
   std::optional<nlohmann::json> put(const std::string& path, const nlohmann::json& body);
   std::optional<nlohmann::json> patch(const std::string& path, const nlohmann::json& body);
