@@ -17,7 +17,7 @@ import time
 from cli_support import DATASET_NAME, EXAMPLES, MODEL_NAME, WORKLOAD, Cli, free_port, kill_job_of, plan_text
 
 LONG_RUN_STEPS = 100000
-COMMANDS = [[], ["info"], ["base-models"], ["base-models", "list"], ["base-models", "get"],
+COMMANDS = [[], ["info"], ["status"], ["base-models"], ["base-models", "list"], ["base-models", "get"],
             ["base-models", "select"], ["base-models", "wait"], ["datasets"], ["datasets", "create"],
             ["datasets", "list"], ["datasets", "get"], ["datasets", "measure"], ["workloads"],
             ["workloads", "create"], ["workloads", "list"], ["workloads", "get"], ["workloads", "rename"],
