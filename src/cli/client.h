@@ -72,8 +72,8 @@ class Client {
   std::string unreachable_message(const std::string& reason) const;
 
   std::string base_url_;
-  double call_timeout_seconds_ = 0;
-  std::string refuse_changes_;  // 0: the defaults (30 s reads, 60 s changes)
+  double call_timeout_seconds_ = 0;  // 0: the defaults (30 s reads, 60 s changes)
+  std::string refuse_changes_;       // non-empty: changes fail with this message, unsent
   std::unique_ptr<httplib::Client> http_;
 };
 
