@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
 #include <c10/core/GradMode.h>
 
 #include <algorithm>
@@ -46,10 +47,44 @@ at::Tensor attention_mask(const at::Tensor& key_mask, int64_t queries) {
 
 namespace {
 
-// Next tokens [B] (int64, on the CPU) from last-position logits [B, V] fp32.
-at::Tensor sample(const at::Tensor& logits, const SamplingOptions& o, at::Generator& gen) {
-  if (o.greedy) return logits.argmax(-1).cpu();
-  at::Tensor scores = o.temperature != 1.0 ? logits / o.temperature : logits;
+// Inverse-CDF draw over each row of `weights` [B, K] (non-negative, fp32, contiguous, on the
+// CPU): with u_b uniform in [0, 1), row b picks the first k whose running sum (in double, left
+// to right) reaches u_b times the row's total. The same pick as counting the entries of
+// `weights.double().cumsum(-1)` below the target, without the [B, K] double temporaries (which
+// cost as much as the output projection at a 151k vocabulary).
+std::vector<int64_t> inverse_cdf(const at::Tensor& weights, const at::Tensor& u) {
+  const int64_t B = weights.size(0), K = weights.size(1);
+  const float* w = weights.data_ptr<float>();
+  const double* uu = u.data_ptr<double>();
+  std::vector<int64_t> picks(static_cast<size_t>(B), 0);
+  at::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      const float* row = w + b * K;
+      double total = 0;
+      for (int64_t k = 0; k < K; ++k) total += static_cast<double>(row[k]);
+      const double target = uu[b] * total;
+      double running = 0;
+      int64_t k = 0;
+      for (; k < K; ++k) {
+        running += static_cast<double>(row[k]);
+        if (!(running < target)) break;
+      }
+      picks[static_cast<size_t>(b)] = std::min(k, K - 1);
+    }
+  });
+  return picks;
+}
+
+// Next tokens [B] (int64, on the CPU) from last-position logits [B, V] fp32. With `logps`,
+// also each pick's log-probability under logits / temperature (the whole distribution, before
+// top-k/top-p; plain logits when greedy) [B] fp32 on the CPU.
+at::Tensor sample(const at::Tensor& logits, const SamplingOptions& o, at::Generator& gen, at::Tensor* logps) {
+  at::Tensor scores = !o.greedy && o.temperature != 1.0 ? logits / o.temperature : logits;
+  if (o.greedy) {
+    at::Tensor pick = logits.argmax(-1);
+    if (logps != nullptr) *logps = at::log_softmax(scores, -1).gather(-1, pick.unsqueeze(1)).squeeze(1).cpu();
+    return pick.cpu();
+  }
   const int64_t V = scores.size(-1);
   at::Tensor probs, index;  // candidate probabilities [B, K] (descending when sorted) and their ids
   if (o.top_k > 0 && o.top_k < V) {
@@ -68,13 +103,25 @@ at::Tensor sample(const at::Tensor& logits, const SamplingOptions& o, at::Genera
     at::Tensor before = probs.cumsum(-1) - probs;
     probs = probs.masked_fill(before >= o.top_p, 0.0);
   }
-  // Inverse-CDF sampling with one uniform draw per row from the CPU generator.
-  at::Tensor u = at::rand({probs.size(0), 1}, gen, at::kDouble).to(probs.device());
-  at::Tensor cdf = probs.to(at::kDouble).cumsum(-1);
-  at::Tensor target = u * cdf.select(-1, cdf.size(-1) - 1).unsqueeze(1);
-  at::Tensor pick = (cdf < target).sum(-1, true).clamp_max(probs.size(-1) - 1);  // [B, 1]
-  if (index.defined()) pick = index.gather(-1, pick);
-  return pick.squeeze(1).cpu();
+  // One uniform draw per row from the CPU generator.
+  at::Tensor u = at::rand({probs.size(0)}, gen, at::kDouble);
+  at::Tensor host = probs.to(at::kCPU, at::kFloat).contiguous();
+  const std::vector<int64_t> picks = inverse_cdf(host, u);
+  at::Tensor pick = at::tensor(picks, at::kLong);  // [B] positions among the candidates
+  at::Tensor chosen = index.defined() ? index.gather(-1, pick.to(index.device()).unsqueeze(1)).squeeze(1).cpu() : pick;
+  if (logps != nullptr) {
+    if (!index.defined()) {
+      // probs is the whole distribution: log p of the pick, unless it underflowed to zero.
+      at::Tensor p = host.gather(-1, pick.unsqueeze(1)).squeeze(1);
+      *logps = p.log();
+      if (!(p > 0).all().item<bool>()) {
+        *logps = at::log_softmax(scores, -1).gather(-1, chosen.to(scores.device()).unsqueeze(1)).squeeze(1).cpu();
+      }
+    } else {
+      *logps = at::log_softmax(scores, -1).gather(-1, chosen.to(scores.device()).unsqueeze(1)).squeeze(1).cpu();
+    }
+  }
+  return chosen;
 }
 
 }  // namespace
@@ -121,12 +168,9 @@ Generation generate(model::CausalLM& model, const std::vector<std::vector<int64_
   at::Tensor pad_col = at::full({N}, o.pad_id, at::kLong);
   std::vector<at::Tensor> step_logps;  // [N] per generated position, when o.logprobs
   for (int64_t t = 0; t < C && live > 0; ++t) {
-    at::Tensor next = sample(last, o, gen);  // [N] on the CPU
-    if (o.logprobs) {
-      at::Tensor scaled = !o.greedy && o.temperature != 1.0 ? last / o.temperature : last;
-      step_logps.push_back(
-          at::log_softmax(scaled.to(at::kFloat), -1).gather(-1, next.to(last.device()).unsqueeze(1)).squeeze(1).cpu());
-    }
+    at::Tensor logps;
+    at::Tensor next = sample(last, o, gen, o.logprobs ? &logps : nullptr);  // [N] on the CPU
+    if (o.logprobs) step_logps.push_back(logps);
     const int64_t* nx = next.data_ptr<int64_t>();
     at::Tensor alive = at::zeros({N}, at::kBool);
     bool* al = alive.data_ptr<bool>();
