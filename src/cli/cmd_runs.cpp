@@ -1,4 +1,5 @@
-// `trainer runs ...`: start, list, get, wait, cancel, annotate, metrics, hparams.
+// `trainer runs ...`: start, list, get, wait, cancel, annotate, metrics, hparams (compare, pause,
+// resume and snapshots have files of their own).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -566,6 +567,7 @@ Command runs_command() {
   g.children.push_back(runs_pause_command());
   g.children.push_back(runs_resume_command());
   g.children.push_back(runs_snapshots_command());
+  g.children.push_back(runs_compare_command());
   return g;
 }
 
