@@ -178,7 +178,27 @@ void JobTelemetry::record_rl_step(const protocol::Step& e) {
       const std::string name = t["name"].get<std::string>();
       m.rl_reward_term_mean.set(t.value("mean", 0.0), {.rl_term = name});
       m.rl_reward_term_std.set(t.value("std", 0.0), {.rl_term = name});
-      m.rl_reward_term_duration.record(t.value("seconds", 0.0), {.rl_term = name});
+      // One duration per rollout scored (callSeconds); a step without them records the term's.
+      if (const auto calls = t.find("callSeconds"); calls != t.end() && calls->is_array()) {
+        for (const auto& s : *calls) {
+          if (s.is_number()) m.rl_reward_term_duration.record(s.get<double>(), {.rl_term = name});
+        }
+      } else {
+        m.rl_reward_term_duration.record(t.value("seconds", 0.0), {.rl_term = name});
+      }
+      if (const auto causes = t.find("failuresByCause"); causes != t.end() && causes->is_object()) {
+        for (const tel::RlGraderFailureCause cause :
+             {tel::RlGraderFailureCause::kTimeout, tel::RlGraderFailureCause::kUnreachable,
+              tel::RlGraderFailureCause::kNoVerdict, tel::RlGraderFailureCause::kGoldNotLabel}) {
+          const int64_t n = causes->value(std::string(tel::to_string(cause)), int64_t{0});
+          if (n > 0) m.rl_grader_failures.add(n, {.rl_term = name, .rl_grader_failure_cause = cause});
+        }
+      }
+      if (const auto tokens = t.find("judgeTokens"); tokens != t.end() && tokens->is_object()) {
+        const int64_t in = tokens->value("input", int64_t{0}), out = tokens->value("output", int64_t{0});
+        if (in > 0) m.rl_grader_tokens.add(in, {.rl_term = name, .rl_grader_token_type = tel::RlGraderTokenType::kInput});
+        if (out > 0) m.rl_grader_tokens.add(out, {.rl_term = name, .rl_grader_token_type = tel::RlGraderTokenType::kOutput});
+      }
     }
   }
   auto phase = [&](std::string_view name, double seconds) {

@@ -68,7 +68,10 @@ json yaml_to_json(const YAML::Node& node) {
 // dotted path of the field.
 class ObjectReader {
  public:
-  ObjectReader(const json& obj, std::string path) : obj_(obj), path_(std::move(path)) {}
+  // `spec_path` is the path the field table knows the object by when it differs from the one
+  // messages blame ("config.reward.terms[]" for "config.reward.terms[2]").
+  ObjectReader(const json& obj, std::string path, std::string spec_path = {})
+      : obj_(obj), path_(std::move(path)), spec_path_(std::move(spec_path)) {}
 
   std::string field_path(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
 
@@ -184,13 +187,14 @@ class ObjectReader {
 
  private:
   const FieldSpec& spec_of(const std::string& key) const {
-    const FieldSpec* spec = find_field(field_path(key));
+    const FieldSpec* spec = find_field(spec_path_.empty() ? field_path(key) : spec_path_ + "." + key);
     assert(spec && "every field the parser reads is in kFields");
     return *spec;
   }
 
   const json& obj_;
   std::string path_;
+  std::string spec_path_;
   std::vector<std::string> seen_;  // in reading order, which is the documented order
 };
 
@@ -226,8 +230,10 @@ constexpr std::pair<const char*, LossAggregation> kAggregations[] = {{"dapo", Lo
                                                                      {"dr_grpo", LossAggregation::kDrGrpo}};
 constexpr std::pair<const char*, ScaleRewards> kScaleRewards[] = {
     {"group", ScaleRewards::kGroup}, {"batch", ScaleRewards::kBatch}, {"none", ScaleRewards::kNone}};
-// Reward term kinds the engine scores.
-const std::vector<std::string> kRewardKinds = {"json-label-match"};
+// Reward term kinds and the prefixes that introduce the external ones.
+constexpr std::pair<const char*, TermKind> kTermPrefixes[] = {
+    {"rule:", TermKind::kRule}, {"bundle:", TermKind::kBundle}, {"http:", TermKind::kHttp}, {"model:", TermKind::kModel}};
+constexpr const char* kLabelMatch = "json-label-match";
 // Fields of an RL plan (method grpo/gspo) that an SFT plan refuses, and SFT fields an RL plan refuses.
 const std::vector<std::string> kRlFields = {"reward", "klBeta", "rlHyperparams"};
 const std::vector<std::string> kSftOnlyTraining = {"batchSize", "gradientAccumulation", "validationFrequencySteps",
@@ -289,6 +295,82 @@ Status read_training(const json& obj, const std::string& path, TrainingSettings*
   return r.refuse_unknown();
 }
 
+// The checks of one term's kind: a known prefix, and something after it that can work.
+Status check_term_kind(const std::string& at, const std::string& kind) {
+  const std::optional<TermKind> k = term_kind(kind);
+  if (!k) {
+    return invalid_field(at + ".kind", "\"" + kind +
+                                           "\" is not a reward term kind; use json-label-match, rule:PATH, "
+                                           "bundle:PATH, http:URL or model:NAME");
+  }
+  const std::string target = term_target(kind);
+  if (*k != TermKind::kLabelMatch && target.empty()) {
+    return invalid_field(at + ".kind", "\"" + kind + "\" names nothing after the colon");
+  }
+  if (*k == TermKind::kHttp && target.rfind("http://", 0) != 0) {
+    return invalid_field(at + ".kind", "\"" + kind + "\" does not name an http:// URL; write http:http://HOST:PORT/PATH");
+  }
+  if (*k == TermKind::kBundle) {
+    const size_t hash = target.find('#');
+    if (hash != std::string::npos && (hash == 0 || hash + 1 == target.size())) {
+      return invalid_field(at + ".kind", "\"" + kind + "\": a bundle is bundle:FILE.py or bundle:FOLDER#MODULE");
+    }
+  }
+  return Status::ok();
+}
+
+Status read_judge(const json& obj, const std::string& at, JudgeEndpoint* judge) {
+  // Not in the field table: trainerd writes it into the job's plan (docs/graders.md).
+  ObjectReader r(obj, at);
+  TRAINER_RETURN_IF_ERROR(r.read_string("url", &judge->url, /*required=*/true));
+  TRAINER_RETURN_IF_ERROR(r.read_string("model", &judge->model, false));
+  TRAINER_RETURN_IF_ERROR(r.read_string("apiKeyEnv", &judge->apiKeyEnv, false));
+  return r.refuse_unknown();
+}
+
+Status read_term(const json& t, const std::string& at, RewardTermSpec* spec) {
+  if (!t.is_object()) return invalid_field(at, "must be an object {kind, weight}, got " + t.dump());
+  ObjectReader r(t, at, "config.reward.terms[]");
+  TRAINER_RETURN_IF_ERROR(r.read_string("kind", &spec->kind, /*required=*/true));
+  TRAINER_RETURN_IF_ERROR(check_term_kind(at, spec->kind));
+  const TermKind kind = *term_kind(spec->kind);
+  if (const json* w = r.find("weight")) {
+    if (!w->is_number() || !std::isfinite(w->get<double>())) return r.fail("weight", "must be a number, got " + w->dump());
+    spec->weight = w->get<double>();
+  }
+  if (const json* n = r.find("name")) {
+    if (!n->is_string() || n->get<std::string>().empty()) return r.fail("name", "must be a non-empty string, got " + n->dump());
+    spec->name = n->get<std::string>();
+  }
+  // Fields that only some kinds take are refused, by name, on the others.
+  auto only = [&](const char* key, bool applies, const char* kinds) -> Status {
+    if (applies || !t.contains(key)) return Status::ok();
+    return r.fail(key, std::string("applies to ") + kinds + " terms, and this term is " + spec->kind);
+  };
+  const bool external = kind != TermKind::kLabelMatch;
+  const bool remote = kind == TermKind::kHttp || kind == TermKind::kModel;
+  TRAINER_RETURN_IF_ERROR(only("timeoutSeconds", external, "rule, bundle, http and model"));
+  TRAINER_RETURN_IF_ERROR(only("maxConsecutiveFailures", external, "rule, bundle, http and model"));
+  TRAINER_RETURN_IF_ERROR(only("retries", remote, "http and model"));
+  TRAINER_RETURN_IF_ERROR(only("concurrency", remote, "http and model"));
+  TRAINER_RETURN_IF_ERROR(only("graderInstructions", kind == TermKind::kModel, "model"));
+  TRAINER_RETURN_IF_ERROR(only("judge", kind == TermKind::kModel, "model"));
+  TRAINER_RETURN_IF_ERROR(r.read_double("timeoutSeconds", &spec->timeoutSeconds));
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("maxConsecutiveFailures", &spec->maxConsecutiveFailures));
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("retries", &spec->retries));
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("concurrency", &spec->concurrency));
+  TRAINER_RETURN_IF_ERROR(r.read_optional_string("graderInstructions", &spec->graderInstructions));
+  if (spec->graderInstructions && spec->graderInstructions->empty()) {
+    return r.fail("graderInstructions", "must not be empty; leave it out for the built-in instructions");
+  }
+  if (const json* j = r.find("judge")) {
+    if (!j->is_object()) return r.fail("judge", "must be an object {url, model, apiKeyEnv}, got " + j->dump());
+    spec->judge.emplace();
+    TRAINER_RETURN_IF_ERROR(read_judge(*j, at + ".judge", &*spec->judge));
+  }
+  return r.refuse_unknown();
+}
+
 Status read_reward(const json& obj, std::vector<RewardTermSpec>* terms) {
   ObjectReader r(obj, "config.reward");
   if (const json* list = r.find("terms")) {
@@ -298,42 +380,10 @@ Status read_reward(const json& obj, std::vector<RewardTermSpec>* terms) {
     terms->clear();
     for (size_t i = 0; i < list->size(); ++i) {
       const std::string at = "config.reward.terms[" + std::to_string(i) + "]";
-      const json& t = (*list)[i];
-      if (!t.is_object()) return invalid_field(at, "must be an object {kind, weight}, got " + t.dump());
       RewardTermSpec spec;
-      for (auto it = t.begin(); it != t.end(); ++it) {
-        const std::string& k = it.key();
-        if (k == "kind") {
-          if (!it->is_string()) return invalid_field(at + ".kind", "must be a string, got " + it->dump());
-          spec.kind = it->get<std::string>();
-        } else if (k == "weight") {
-          if (!it->is_number() || !std::isfinite(it->get<double>())) {
-            return invalid_field(at + ".weight", "must be a number, got " + it->dump());
-          }
-          spec.weight = it->get<double>();
-        } else if (k == "name") {
-          if (!it->is_string() || it->get<std::string>().empty()) {
-            return invalid_field(at + ".name", "must be a non-empty string, got " + it->dump());
-          }
-          spec.name = it->get<std::string>();
-        } else {
-          const std::vector<std::string> known = {"kind", "weight", "name"};
-          auto near = nearest_name(k, known);
-          return invalid_field(at + "." + k, near ? "unknown field; did you mean " + *near + "?"
-                                                  : std::string("unknown field; a reward term takes kind, weight, name"));
-        }
-      }
-      if (spec.kind.empty()) return invalid_field(at + ".kind", "required field is missing");
-      if (std::find(kRewardKinds.begin(), kRewardKinds.end(), spec.kind) == kRewardKinds.end()) {
-        const bool later = spec.kind.rfind("rule", 0) == 0 || spec.kind.rfind("bundle:", 0) == 0 ||
-                           spec.kind.rfind("http:", 0) == 0 || spec.kind.rfind("model:", 0) == 0;
-        return invalid_field(at + ".kind", "\"" + spec.kind + "\"" +
-                                               (later ? " is not available yet in this release"
-                                                      : " is not a reward term kind") +
-                                               "; this release scores json-label-match");
-      }
+      TRAINER_RETURN_IF_ERROR(read_term((*list)[i], at, &spec));
       for (const auto& other : *terms) {
-        const std::string a = other.name.empty() ? other.kind : other.name, b = spec.name.empty() ? spec.kind : spec.name;
+        const std::string a = term_label(other), b = term_label(spec);
         if (a == b) return invalid_field(at + ".name", "two terms are named \"" + a + "\"; give each a distinct name");
       }
       terms->push_back(std::move(spec));
@@ -459,6 +509,38 @@ const char* loss_aggregation_name(LossAggregation a) {
     if (value == a) return name;
   }
   return "dapo";
+}
+
+std::optional<TermKind> term_kind(std::string_view kind) {
+  if (kind == kLabelMatch) return TermKind::kLabelMatch;
+  for (const auto& [prefix, k] : kTermPrefixes) {
+    if (kind.rfind(prefix, 0) == 0) return k;
+  }
+  return std::nullopt;
+}
+
+std::string term_target(std::string_view kind) {
+  // http: terms name a URL, written after the prefix or as the whole kind ("http://HOST/PATH").
+  if (kind.rfind("http://", 0) == 0) return std::string(kind);
+  for (const auto& [prefix, k] : kTermPrefixes) {
+    const std::string_view p(prefix);
+    if (kind.rfind(p, 0) == 0) return std::string(kind.substr(p.size()));
+  }
+  return "";
+}
+
+std::string term_label(const RewardTermSpec& term) {
+  if (!term.name.empty()) return term.name;
+  const std::optional<TermKind> k = term_kind(term.kind);
+  if (k == TermKind::kRule || k == TermKind::kBundle) {
+    std::string target = term_target(term.kind);
+    const size_t hash = target.find('#');
+    if (hash != std::string::npos) return (k == TermKind::kRule ? "rule:" : "bundle:") + target.substr(hash + 1);
+    const size_t slash = target.find_last_of('/');
+    if (slash != std::string::npos) target = target.substr(slash + 1);
+    return (k == TermKind::kRule ? "rule:" : "bundle:") + target;
+  }
+  return term.kind;
 }
 
 const char* scale_rewards_name(ScaleRewards s) {

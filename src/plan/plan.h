@@ -59,12 +59,48 @@ struct TrainingSettings {
   uint64_t seed = 42;                  // hyperparams.training.seed: seeds init, dropout, shuffling
 };
 
+// The kinds of reward term (config.reward.terms[].kind, docs/graders.md).
+enum class TermKind {
+  kLabelMatch,  // "json-label-match": built in
+  kRule,        // "rule:PATH": compute_score() of the Python file PATH, in a worker process
+  kBundle,      // "bundle:PATH" or "bundle:DIR#MODULE": the same, from a file or a package
+  kHttp,        // "http:URL": an evaluator the user runs, POSTed {input, output, expected}
+  kModel,       // "model:NAME": a judge of trainerd's configuration (OpenAI chat completions)
+};
+
+// Where a model: term's judge answers. trainerd fills it from its `judges` configuration into
+// the plan it writes for the job; a plan submitted to trainerd leaves it out.
+struct JudgeEndpoint {
+  std::string url;        // config.reward.terms[].judge.url: base URL (POSTs go to url + "/v1/chat/completions")
+  std::string model;      // config.reward.terms[].judge.model: the request's `model`; "" = the judge's name
+  std::string apiKeyEnv;  // config.reward.terms[].judge.apiKeyEnv: variable holding a bearer token; "" = none
+};
+
 // One weighted reward term of an RL run (config.reward.terms[]).
 struct RewardTermSpec {
-  std::string kind = {};  // config.reward.terms[].kind: "json-label-match"
+  std::string kind = {};  // config.reward.terms[].kind: "json-label-match", "rule:PATH", "http:URL", ...
   double weight = 1.0;   // config.reward.terms[].weight: the term's share of the total reward
-  std::string name = {};  // config.reward.terms[].name: the term's label in metrics; empty = kind
+  std::string name = {};  // config.reward.terms[].name: the term's label in metrics; empty = term_label()
+  // External terms only (rule, bundle, http, model); refused on json-label-match.
+  double timeoutSeconds = 30;       // config.reward.terms[].timeoutSeconds: one call's limit, seconds
+  int maxConsecutiveFailures = 20;  // config.reward.terms[].maxConsecutiveFailures: unscored calls in a row that stop the job
+  // http and model terms only.
+  int retries = 1;      // config.reward.terms[].retries: further attempts of a call that produced no score
+  int concurrency = 4;  // config.reward.terms[].concurrency: calls in flight at once
+  // model terms only.
+  std::optional<std::string> graderInstructions = {};  // config.reward.terms[].graderInstructions: the judge's system prompt; absent = built-in
+  std::optional<JudgeEndpoint> judge = {};             // config.reward.terms[].judge: filled by trainerd
 };
+
+// The kind of `kind` ("rule:x.py" -> kRule); nullopt for an unknown kind.
+std::optional<TermKind> term_kind(std::string_view kind);
+// What follows the kind's prefix: the path, URL or judge name ("" for json-label-match). An
+// http: term's URL may be written after the prefix or alone: "http:http://h/p" and "http://h/p"
+// both give "http://h/p".
+std::string term_target(std::string_view kind);
+// The term's label in metrics and events (the registry's rl.term): its name, else
+// "rule:FILE" / "bundle:FILE" by file name, else the kind as written.
+std::string term_label(const RewardTermSpec& term);
 
 // Settings of GRPO/GSPO runs (config.rlHyperparams). TRL's GRPOConfig names in brackets.
 struct RlSettings {

@@ -31,12 +31,26 @@ json optimizer_json(const OptimizerSettings& o) {
           {"schedule", schedule_name(o.schedule)}, {"warmupSteps", o.warmupSteps}, {"warmupRatio", o.warmupRatio}};
 }
 
+// A reward term with the defaults of its kind. The judge's endpoint is the deployment's, not the
+// plan's: it is left out (it is not part of what determines the trained model).
+json term_json(const RewardTermSpec& t) {
+  json out = {{"kind", t.kind}, {"weight", t.weight}, {"name", term_label(t)}};
+  const std::optional<TermKind> k = term_kind(t.kind);
+  if (!k || *k == TermKind::kLabelMatch) return out;
+  out["timeoutSeconds"] = t.timeoutSeconds;
+  out["maxConsecutiveFailures"] = t.maxConsecutiveFailures;
+  if (*k == TermKind::kHttp || *k == TermKind::kModel) {
+    out["retries"] = t.retries;
+    out["concurrency"] = t.concurrency;
+  }
+  if (*k == TermKind::kModel) out["graderInstructions"] = t.graderInstructions ? json(*t.graderInstructions) : json(nullptr);
+  return out;
+}
+
 // The resolved config of a GRPO/GSPO run: no SFT-only field, the RL ones added.
 json rl_config_to_json(const RunConfig& c) {
   json terms = json::array();
-  for (const auto& t : c.rewardTerms) {
-    terms.push_back({{"kind", t.kind}, {"weight", t.weight}, {"name", t.name.empty() ? t.kind : t.name}});
-  }
+  for (const auto& t : c.rewardTerms) terms.push_back(term_json(t));
   const RlSettings& r = c.rl;
   return {{"dataset", c.dataset},
           {"method", method_name(c.method)},

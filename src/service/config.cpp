@@ -40,6 +40,42 @@ Result<std::string> string_field(const json& obj, const std::string& key, const 
   return obj[key].get<std::string>();
 }
 
+// judges: [{name, url, model?, apiKeyEnv?, readyTimeoutSeconds?}]
+Result<std::vector<JudgeConfig>> parse_judges(const json& list) {
+  if (!list.is_array()) return invalid_argument("judges: must be a list of {name, url, model, apiKeyEnv}");
+  std::vector<JudgeConfig> out;
+  std::set<std::string> names;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const json& j = list[i];
+    const std::string where = "judges[" + std::to_string(i) + "].";
+    if (!j.is_object()) return invalid_argument(where.substr(0, where.size() - 1) + ": must be an object");
+    TRAINER_RETURN_IF_ERROR(check_keys(j, where, {"name", "url", "model", "apiKeyEnv", "readyTimeoutSeconds"}));
+    JudgeConfig judge;
+    auto name = string_field(j, "name", where, true);
+    if (!name.is_ok()) return name.status();
+    auto url = string_field(j, "url", where, true);
+    if (!url.is_ok()) return url.status();
+    if (url->rfind("http://", 0) != 0) {
+      return invalid_argument(where + "url: '" + *url + "' must be an http:// URL (this build calls judges over plain HTTP)");
+    }
+    auto model = string_field(j, "model", where, false);
+    if (!model.is_ok()) return model.status();
+    auto key = string_field(j, "apiKeyEnv", where, false);
+    if (!key.is_ok()) return key.status();
+    auto ready = non_negative_int(j, "readyTimeoutSeconds", where, judge.ready_timeout_seconds, 86400);
+    if (!ready.is_ok()) return ready.status();
+    if (*ready == 0) return invalid_argument(where + "readyTimeoutSeconds: must be at least 1");
+    if (!names.insert(*name).second) return invalid_argument(where + "name: '" + *name + "' listed twice");
+    judge.name = *name;
+    judge.url = *url;
+    judge.model = *model;
+    judge.api_key_env = *key;
+    judge.ready_timeout_seconds = static_cast<int>(*ready);
+    out.push_back(std::move(judge));
+  }
+  return out;
+}
+
 }  // namespace
 
 DeploymentConfig default_config() {
@@ -56,7 +92,7 @@ Result<DeploymentConfig> parse_config(const std::string& text, const std::string
   DeploymentConfig c;
   c.source = source;
   auto fail = [&](const Status& st) { return st.with_context(source); };
-  Status st = check_keys(doc, "", {"baseModels", "pools", "quotas", "limits", "jobBinary", "compute", "telemetry"});
+  Status st = check_keys(doc, "", {"baseModels", "pools", "quotas", "limits", "jobBinary", "compute", "telemetry", "judges"});
   if (!st.is_ok()) return fail(st);
 
   if (doc.contains("baseModels")) {
@@ -285,7 +321,19 @@ Result<DeploymentConfig> parse_config(const std::string& text, const std::string
     if (!r.is_ok()) return fail(r.status());
     c.telemetry.job_series_retention_seconds = static_cast<double>(*r);
   }
+  if (doc.contains("judges")) {
+    auto judges = parse_judges(doc["judges"]);
+    if (!judges.is_ok()) return fail(judges.status());
+    c.judges = std::move(*judges);
+  }
   return c;
+}
+
+const JudgeConfig* find_judge(const DeploymentConfig& config, const std::string& name) {
+  for (const auto& j : config.judges) {
+    if (j.name == name) return &j;
+  }
+  return nullptr;
 }
 
 nlohmann::json config_to_json(const DeploymentConfig& c) {
@@ -322,6 +370,14 @@ nlohmann::json config_to_json(const DeploymentConfig& c) {
                              {"cpusPerJob", o.cpus_per_job},
                              {"submissionPrefix", o.submission_prefix},
                              {"requestTimeoutSeconds", o.request_timeout_s}};
+  }
+  out["judges"] = json::array();
+  for (const auto& j : c.judges) {
+    out["judges"].push_back({{"name", j.name},
+                             {"url", j.url},
+                             {"model", j.model.empty() ? j.name : j.model},
+                             {"apiKeyEnv", j.api_key_env.empty() ? json(nullptr) : json(j.api_key_env)},
+                             {"readyTimeoutSeconds", j.ready_timeout_seconds}});
   }
   out["telemetry"] = {{"otlpEndpoint", c.telemetry.otlp_endpoint.empty() ? json(nullptr) : json(c.telemetry.otlp_endpoint)},
                       {"otlpIntervalMs", c.telemetry.otlp_interval_ms},

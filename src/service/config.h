@@ -50,6 +50,16 @@ struct TelemetryConfig {
   double job_series_retention_seconds = 300;
 };
 
+// A judge model:NAME reward terms may use: any OpenAI-compatible /v1/chat/completions.
+struct JudgeConfig {
+  std::string name;         // what plans write after "model:"
+  std::string url;          // base URL, http://HOST:PORT[/PREFIX]; calls go to url + "/v1/chat/completions"
+  std::string model;        // the request's `model`; "" = name
+  std::string api_key_env;  // the jobs' environment variable holding its bearer token; "" = none
+  // How long a run waits in WAITING_FOR_GRADER for the judge to answer before it fails (> 0).
+  int ready_timeout_seconds = 300;
+};
+
 struct DeploymentConfig {
   std::vector<AllowedBaseModel> base_models;
   std::vector<PoolConfig> pools;
@@ -59,6 +69,7 @@ struct DeploymentConfig {
   std::string job_binary;                     // trainer-job; "" = beside trainerd
   backend::ComputeConfig compute;             // which compute backend runs jobs
   TelemetryConfig telemetry;                  // where jobs push metrics
+  std::vector<JudgeConfig> judges;            // judges of model: reward terms, by name
   std::string source = "embedded default";    // where this configuration came from
 };
 
@@ -67,6 +78,9 @@ DeploymentConfig default_config();
 
 // Parses the JSON configuration file's text. `source` names it in messages.
 Result<DeploymentConfig> parse_config(const std::string& text, const std::string& source);
+
+// The judge called `name`; nullptr when the configuration declares none of that name.
+const JudgeConfig* find_judge(const DeploymentConfig& config, const std::string& name);
 
 // The configuration as `info` shows it.
 nlohmann::json config_to_json(const DeploymentConfig& config);

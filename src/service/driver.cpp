@@ -105,8 +105,10 @@ Status ServiceImpl::step_run(RunRecord& run) {
     case Phase::kWaitingForBaseModel:
       return after_dataset(run);
     case Phase::kDeployingGrader:
+      // Judges are declared by URL (trainerd's `judges`): nothing to deploy, wait for them.
+      return transition(run, Phase::kWaitingForGrader);
     case Phase::kWaitingForGrader:
-      return claim_devices(run);
+      return wait_for_judges(run);
     case Phase::kWaitingForDevices: {
       auto claims = claims_by_owner();
       if (!claims.is_ok()) return claims.status();
@@ -151,7 +153,32 @@ Status ServiceImpl::after_dataset(RunRecord& run) {
   run.base_model_path = model.value("cachePath", std::string());
   run.base_model_sha = model.value("contentHash", std::string());
   run.view["baseModelHash"] = *run.base_model_sha;
-  // No judge in an SFT run: DEPLOYING_GRADER and AWAITING_GRADER do not apply.
+  // A run with a judge (a model: reward term) has it answer before it claims devices.
+  std::string missing;
+  if (!judges_of(run.view["plan"], opt_.config, &missing).empty() || !missing.empty()) {
+    return transition(run, Phase::kDeployingGrader);
+  }
+  return claim_devices(run);
+}
+
+// WAITING_FOR_GRADER: every judge of the run answers, then devices are claimed; a judge that has
+// not answered within its readyTimeoutSeconds fails the run, naming it.
+Status ServiceImpl::wait_for_judges(RunRecord& run) {
+  std::string missing;
+  const std::vector<const JudgeConfig*> judges = judges_of(run.view["plan"], opt_.config, &missing);
+  if (!missing.empty()) {
+    return fail(run, "judge '" + missing + "' of a model: reward term is no longer declared by trainerd's configuration");
+  }
+  for (const JudgeConfig* j : judges) {
+    std::string why;
+    if (judge_probes_.answers(*j, &why)) continue;
+    if (now() - run.entered_at > j->ready_timeout_seconds) {
+      return fail(run, "judge '" + j->name + "' at " + j->url + " did not answer within " +
+                           std::to_string(j->ready_timeout_seconds) + " s (readyTimeoutSeconds)" +
+                           (why.empty() ? std::string() : ": " + why));
+    }
+    return Status::ok();
+  }
   return claim_devices(run);
 }
 
@@ -239,6 +266,7 @@ Status ServiceImpl::submit_job(RunRecord& run) {
   job_plan["baseModel"] = run.base_model_path.value_or("");
   job_plan["config"]["dataset"] = run.dataset_path;
   if (run.validation_path) job_plan["config"]["validationDataset"] = *run.validation_path;
+  fill_judges(job_plan, opt_.config);
   Status st = storage::write_file_atomic(spec.plan_path, job_plan.dump(2) + "\n");
   if (!st.is_ok()) return fail(run, "could not write the resolved plan\n" + st.message());
   auto handle = backend_->start(spec);

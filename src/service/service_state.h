@@ -33,6 +33,7 @@
 #include <thread>
 #include <vector>
 
+#include "service/judges.h"
 #include "service/metrics.h"
 #include "service/phases.h"
 #include "service/run_record.h"
@@ -169,6 +170,7 @@ class ServiceImpl final : public Service {
   Status fail_unreadable_run_locked(const OpenRun& row, const Status& why);
   Status after_dataset(RunRecord& run);
   Status claim_devices(RunRecord& run);
+  Status wait_for_judges(RunRecord& run);
   backend::JobSpec job_spec(const RunRecord& run) const;
   Status submit_job(RunRecord& run);
   Status transition(RunRecord& run, Phase to);
@@ -242,6 +244,9 @@ class ServiceImpl final : public Service {
   static constexpr size_t kMeasuredCacheSize = 1024;
   std::mutex measured_mu_;
   std::map<std::string, json> measured_;  // guarded by measured_mu_
+
+  // Whether the judges of model: reward terms answer (WAITING_FOR_GRADER); thread-safe.
+  JudgeProbes judge_probes_;
 
   std::thread driver_;
   std::atomic<bool> stopping_{false};

@@ -5,13 +5,17 @@
 #include <c10/core/GradMode.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <filesystem>
 #include <numeric>
 
 #include "engine/data/dataset.h"
 #include "engine/engine_internal.h"
 #include "engine/generate/generate.h"
+#include "engine/rl/graders/scorer.h"
 #include "engine/rl/loss.h"
 #include "engine/rl/rewards.h"
 
@@ -22,10 +26,16 @@ using train::seconds_since;
 using train::SteadyClock;
 
 // The RL figures of a step (job event step's `rl` object; docs/job-protocol.md).
+// The failure causes a step counts (FailureCause without kNone, in the registry's order).
+constexpr std::array<FailureCause, 4> kCauses = {FailureCause::kTimeout, FailureCause::kUnreachable,
+                                                 FailureCause::kNoVerdict, FailureCause::kGoldNotLabel};
 struct RlTermStep {
   std::string name;
   double mean = 0, std = 0, seconds = 0;
   int64_t failures = 0;
+  std::array<int64_t, kCauses.size()> failures_by_cause = {};  // in kCauses' order
+  std::vector<double> call_seconds;                            // per completion
+  int64_t input_tokens = 0, output_tokens = 0;                 // judge tokens
 };
 struct Rollout {
   int64_t prompt_index = 0;
@@ -49,7 +59,16 @@ struct RlStep {
 nlohmann::json to_json(const RlStep& r) {
   nlohmann::json terms = nlohmann::json::array();
   for (const auto& t : r.terms) {
-    terms.push_back({{"name", t.name}, {"mean", t.mean}, {"std", t.std}, {"seconds", t.seconds}, {"failures", t.failures}});
+    nlohmann::json causes = nlohmann::json::object();
+    for (size_t c = 0; c < kCauses.size(); ++c) causes[failure_cause_name(kCauses[c])] = t.failures_by_cause[c];
+    terms.push_back({{"name", t.name},
+                     {"mean", t.mean},
+                     {"std", t.std},
+                     {"seconds", t.seconds},
+                     {"failures", t.failures},
+                     {"failuresByCause", causes},
+                     {"callSeconds", t.call_seconds},
+                     {"judgeTokens", {{"input", t.input_tokens}, {"output", t.output_tokens}}}});
   }
   nlohmann::json rollouts = nlohmann::json::array();
   for (const auto& x : r.rollouts) {
@@ -107,6 +126,16 @@ at::Tensor completion_logps(model::CausalLM& model, const RolloutBatch& b, int64
   return token_logps(logits, b.completion_ids.narrow(0, begin, n), temperature, entropy);
 }
 
+// The text of the last user message of a prompt conversation ("" when there is none).
+std::string last_user_text(const nlohmann::json& messages) {
+  for (auto it = messages.rbegin(); it != messages.rend(); ++it) {
+    if (it->is_object() && it->value("role", "") == "user" && it->contains("content") && (*it)["content"].is_string()) {
+      return (*it)["content"].get<std::string>();
+    }
+  }
+  return "";
+}
+
 class GrpoMethod : public train::Method {
  public:
   GrpoMethod(const plan::Plan& plan, train::Setup& setup, const EventSink& emit)
@@ -133,6 +162,8 @@ class GrpoMethod : public train::Method {
       }
       prompts_.emplace_back(ids->begin(), ids->end());
       golds_.push_back(r.gold);
+      inputs_.push_back(last_user_text(r.messages));
+      lines_.push_back(r.line);
     }
     emit(protocol::DataFit{.rows = total_rows, .truncated = 0, .exact = 0, .dropped = dropped});
     if (prompts_.empty()) {
@@ -143,7 +174,10 @@ class GrpoMethod : public train::Method {
     emit(protocol::DataSplit{.train_rows = static_cast<int64_t>(prompts_.size()), .validation_rows = 0, .held_out = false});
     emit(protocol::Resolved{.config = plan::config_to_json(cfg_),
                             .settings_sha = plan::settings_sha(cfg_, train::file_sha256(cfg_.dataset))});
-    for (const auto& t : cfg_.rewardTerms) terms_.push_back({t.name.empty() ? t.kind : t.name, t.kind, t.weight});
+    GraderContext graders;
+    if (const char* py = std::getenv("TRAINER_REWARD_PYTHON"); py != nullptr && *py != '\0') graders.python = py;
+    graders.data_source = std::filesystem::path(cfg_.dataset).filename().string();
+    scorer_ = value_or_throw(Scorer::create(cfg_.rewardTerms, graders));
     const int64_t batches_per_epoch =
         (static_cast<int64_t>(prompts_.size()) + rl_.promptsPerStep - 1) / rl_.promptsPerStep;
     total_ = cfg_.training.maxSteps ? *cfg_.training.maxSteps
@@ -292,28 +326,38 @@ class GrpoMethod : public train::Method {
     // Rewards.
     const auto t_reward = SteadyClock::now();
     const int64_t N = gen.completion_ids.size(0);
-    std::vector<std::string> completions, golds;
+    std::vector<std::string> completions;
+    std::vector<GradeItem> items;
     for (int64_t i = 0; i < N; ++i) {
       at::Tensor row = gen.completion_ids[i].narrow(0, 0, gen.lengths[static_cast<size_t>(i)]);
       std::vector<int32_t> ids(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel());
       completions.push_back(value_or_throw(tok_.decode(ids, true)));
-      golds.push_back(golds_[which[static_cast<size_t>(i / G)]]);
+      const size_t p = which[static_cast<size_t>(i / G)];
+      items.push_back({.input = inputs_[p], .output = completions.back(), .expected = golds_[p], .row = lines_[p]});
     }
     std::vector<double> total(static_cast<size_t>(N), 0.0);
     rl->terms.clear();
-    for (const auto& term : terms_) {
+    for (size_t k = 0; k < scorer_->size(); ++k) {
       const auto t0 = SteadyClock::now();
-      TermScores s = score_term(term, completions, golds);
+      TermScores s = value_or_throw(scorer_->score(k, items));
       RlTermStep ts;
-      ts.name = term.name;
+      ts.name = scorer_->label(k);
       ts.seconds = seconds_since(t0);
+      ts.call_seconds = s.call_seconds;
+      ts.input_tokens = s.input_tokens;
+      ts.output_tokens = s.output_tokens;
       double sum = 0, sq = 0;
       for (size_t i = 0; i < s.raw.size(); ++i) {
-        const double w = term.weight * s.raw[i];
+        const double w = scorer_->weight(k) * s.raw[i];
         total[i] += w;
         sum += w;
         sq += w * w;
-        if (s.failed[i]) ++ts.failures;
+        for (size_t c = 0; c < kCauses.size(); ++c) {
+          if (s.failures[i] == kCauses[c]) {
+            ++ts.failures;
+            ++ts.failures_by_cause[c];
+          }
+        }
       }
       ts.mean = sum / static_cast<double>(N);
       ts.std = N > 1 ? std::sqrt(std::max(0.0, (sq - sum * sum / static_cast<double>(N)) / static_cast<double>(N - 1))) : 0.0;
@@ -397,7 +441,9 @@ class GrpoMethod : public train::Method {
   const at::Device device_;
   std::vector<std::vector<int32_t>> prompts_;
   std::vector<std::string> golds_;
-  std::vector<RewardTerm> terms_;
+  std::vector<std::string> inputs_;  // per prompt: its last user message, what graders see as the input
+  std::vector<int64_t> lines_;       // per prompt: its row's line in the dataset file
+  std::unique_ptr<Scorer> scorer_;
   std::vector<size_t> order_;
   size_t cursor_ = 0;
   int64_t epoch_ = 0, total_ = 0;

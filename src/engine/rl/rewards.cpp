@@ -120,16 +120,4 @@ Result<std::vector<RlRow>> read_rl_rows(const std::string& path) {
   return rows;
 }
 
-TermScores score_term(const RewardTerm& term, const std::vector<std::string>& completions,
-                      const std::vector<std::string>& golds) {
-  TermScores s;
-  s.raw.resize(completions.size(), 0.0);
-  s.failed.resize(completions.size(), false);
-  for (size_t i = 0; i < completions.size(); ++i) {
-    if (term.kind == "json-label-match") s.raw[i] = json_label_match(completions[i], golds[i]);
-    else s.failed[i] = true;
-  }
-  return s;
-}
-
 }  // namespace trainer::engine::rl

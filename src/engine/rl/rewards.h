@@ -6,7 +6,8 @@
 // fences or surrounding prose. The score is the share of the gold object's fields the
 // completion reproduces exactly; a gold answer that is not an object scores 1 when equal; a
 // completion with no JSON scores 0. A gold answer with no JSON scores exact text equality
-// (trimmed).
+// (trimmed); as a reward term, such a row is an unscored call instead (gold_not_label,
+// graders/grader.h). The other term kinds are in graders/.
 #pragma once
 
 #include <optional>
@@ -17,7 +18,6 @@
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
-#include "plan/plan.h"
 
 namespace trainer::engine::rl {
 
@@ -40,21 +40,5 @@ struct RlRow {
 // Reads chat rows from a JSONL file; each must end with an assistant message (the gold answer)
 // after at least one other message. Errors name the file, line and field.
 Result<std::vector<RlRow>> read_rl_rows(const std::string& path);
-
-// One weighted term as the run scores it.
-struct RewardTerm {
-  std::string name;   // metric label (plan term name, else its kind)
-  std::string kind;   // "json-label-match"
-  double weight = 1;
-};
-
-struct TermScores {
-  std::vector<double> raw;        // per completion, unweighted, in [0, 1]
-  std::vector<bool> failed;       // per completion: the term produced no score (counted, scored 0)
-};
-
-// Scores every completion with one term. `golds[i]` is completion i's gold answer.
-TermScores score_term(const RewardTerm& term, const std::vector<std::string>& completions,
-                      const std::vector<std::string>& golds);
 
 }  // namespace trainer::engine::rl

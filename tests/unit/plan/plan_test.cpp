@@ -116,6 +116,8 @@ TEST(Plan, LocateFieldGivesLineAndColumnOfTheKey) {
 TEST(PlanFields, TheTableCoversEveryFieldOfTheResolvedPlan) {
   Plan rl;
   rl.config.method = Method::kGrpo;
+  // Terms of every kind, so that every kind's fields are resolved.
+  rl.config.rewardTerms = {{.kind = "json-label-match"}, {.kind = "rule:/r.py"}, {.kind = "model:judge"}};
   std::vector<std::string> leaves;
   std::function<void(const nlohmann::json&, const std::string&)> walk = [&](const nlohmann::json& v,
                                                                           const std::string& path) {

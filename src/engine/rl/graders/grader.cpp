@@ -1,0 +1,64 @@
+// The built-in json-label-match grader, and the choice of grader by term kind (declared in
+// graders/grader.h).
+#include "engine/rl/graders/grader.h"
+
+#include "engine/rl/rewards.h"
+
+namespace trainer::engine::rl {
+namespace {
+
+class LabelMatchGrader final : public Grader {
+ public:
+  Result<std::vector<Verdict>> grade(const std::vector<GradeItem>& items) override {
+    std::vector<Verdict> out(items.size());
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (!extract_json(items[i].expected)) {
+        out[i].failure = FailureCause::kGoldNotLabel;
+        out[i].detail = "row " + std::to_string(items[i].row) + ": the gold answer holds no JSON label";
+        continue;
+      }
+      out[i].score = json_label_match(items[i].output, items[i].expected);
+    }
+    return out;
+  }
+};
+
+}  // namespace
+
+const char* failure_cause_name(FailureCause c) {
+  switch (c) {
+    case FailureCause::kNone:
+      return "";
+    case FailureCause::kTimeout:
+      return "timeout";
+    case FailureCause::kUnreachable:
+      return "unreachable";
+    case FailureCause::kNoVerdict:
+      return "no_verdict";
+    case FailureCause::kGoldNotLabel:
+      return "gold_not_label";
+  }
+  return "";
+}
+
+std::unique_ptr<Grader> make_label_match_grader() { return std::make_unique<LabelMatchGrader>(); }
+
+Result<std::unique_ptr<Grader>> make_grader(const plan::RewardTermSpec& term, const std::string& at,
+                                            const GraderContext& ctx) {
+  const std::optional<plan::TermKind> kind = plan::term_kind(term.kind);
+  if (!kind) return Status(StatusCode::kInvalidArgument, at + ".kind: \"" + term.kind + "\" is not a reward term kind");
+  switch (*kind) {
+    case plan::TermKind::kLabelMatch:
+      return make_label_match_grader();
+    case plan::TermKind::kRule:
+    case plan::TermKind::kBundle:
+      return make_rule_grader(term, at, ctx);
+    case plan::TermKind::kHttp:
+      return make_http_grader(term, at);
+    case plan::TermKind::kModel:
+      return make_judge_grader(term, at);
+  }
+  return Status(StatusCode::kInvalidArgument, at + ".kind: \"" + term.kind + "\" is not a reward term kind");
+}
+
+}  // namespace trainer::engine::rl

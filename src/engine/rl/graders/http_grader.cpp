@@ -1,0 +1,59 @@
+// http: terms (declared in graders/grader.h): an evaluator the user runs. Each completion is
+// POSTed as {input, output, expected}; the reply's `score` in [0, 1], or its boolean `ok` or
+// `passed`, is the verdict (graders/verdict.h).
+#include "common/json_parse.h"
+#include "engine/rl/graders/remote_grader.h"
+#include "engine/rl/graders/verdict.h"
+
+namespace trainer::engine::rl {
+namespace {
+
+using json = nlohmann::json;
+
+class HttpGrader final : public RemoteGrader {
+ public:
+  HttpGrader(const plan::RewardTermSpec& term, std::string at)
+      : RemoteGrader(term, std::move(at)), url_(plan::term_target(term.kind)), timeout_(term.timeoutSeconds) {}
+
+ protected:
+  Attempt call(const GradeItem& item) const override {
+    Attempt a;
+    const json envelope = {{"input", item.input}, {"output", item.output}, {"expected", item.expected}};
+    HttpAnswer r = post_json(url_, envelope.dump(-1, ' ', false, json::error_handler_t::replace), timeout_);
+    Verdict& v = a.verdict;
+    if (r.transport != FailureCause::kNone) {
+      v.failure = r.transport;
+      v.detail = r.detail;
+      return a;
+    }
+    if (is_refusal(r.status)) {
+      a.refusal = "the evaluator answered HTTP " + std::to_string(r.status) + ": " + r.body.substr(0, 300);
+      return a;
+    }
+    auto reply = parse_json(r.body, "the evaluator's reply");
+    if (r.status < 200 || r.status >= 300 || !reply.is_ok() || !reply->is_object()) {
+      v.failure = FailureCause::kUnreachable;
+      v.detail = "the evaluator answered HTTP " + std::to_string(r.status) + " " + r.body.substr(0, 200);
+      return a;
+    }
+    if (auto score = evaluator_score(*reply)) {
+      v.score = *score;
+      return a;
+    }
+    v.failure = FailureCause::kNoVerdict;
+    v.detail = "the evaluator's reply has no score in [0, 1] and no boolean ok or passed: " + r.body.substr(0, 200);
+    return a;
+  }
+
+ private:
+  const std::string url_;
+  const double timeout_;
+};
+
+}  // namespace
+
+std::unique_ptr<Grader> make_http_grader(const plan::RewardTermSpec& term, const std::string& at) {
+  return std::make_unique<HttpGrader>(term, at);
+}
+
+}  // namespace trainer::engine::rl

@@ -1,0 +1,52 @@
+// What http: evaluators and model: judges share (graders/http_grader.cpp, judge_grader.cpp):
+// a POST with a deadline whose transport failures are told apart, and a grader that runs its
+// calls `concurrency` at a time, retries a call that produced no score, and stops everything on
+// a refusal. Internal to graders/.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/rl/graders/grader.h"
+
+namespace trainer::engine::rl {
+
+// The answer to one POST.
+struct HttpAnswer {
+  int status = 0;       // the HTTP status; 0 when none came
+  std::string body;
+  FailureCause transport = FailureCause::kNone;  // kTimeout or kUnreachable when no answer came
+  std::string detail;   // the transport error in words
+};
+
+// POSTs `body` (application/json) to `url` ("http://host:port/path") within `timeout_seconds`.
+HttpAnswer post_json(const std::string& url, const std::string& body, double timeout_seconds,
+                     const std::vector<std::pair<std::string, std::string>>& headers = {});
+
+// One attempt at one item.
+struct Attempt {
+  Verdict verdict;                      // its outcome (seconds are filled by the caller)
+  std::optional<std::string> refusal;   // set: the grader refused the call; the job stops
+};
+
+// A refusal is an answer the grader will give again: HTTP 400-class but 408 and 429.
+bool is_refusal(int status);
+
+class RemoteGrader : public Grader {
+ public:
+  RemoteGrader(const plan::RewardTermSpec& term, std::string at)
+      : at_(std::move(at)), kind_(term.kind), retries_(term.retries), concurrency_(term.concurrency) {}
+  Result<std::vector<Verdict>> grade(const std::vector<GradeItem>& items) final;
+
+ protected:
+  // One call for `item`. Thread-safe: calls run `concurrency` at a time.
+  virtual Attempt call(const GradeItem& item) const = 0;
+
+ private:
+  const std::string at_, kind_;
+  const int retries_, concurrency_;
+};
+
+}  // namespace trainer::engine::rl

@@ -1,0 +1,155 @@
+// rule: and bundle: terms (declared in graders/grader.h): the user's compute_score() in one
+// persistent Python worker per term (reward_worker.py, built into the binary), spoken to in JSON
+// lines. A call that hangs past the term's timeout kills the worker, which is started again for
+// the items left; so does a worker that exits.
+#include <chrono>
+
+#include "common/json_parse.h"
+#include "common/subprocess.h"
+#include "engine/rl/graders/grader.h"
+#include "engine/rl/graders/reward_worker_source.h"
+
+namespace trainer::engine::rl {
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// How long a worker may take to import the user's module before it is given up on.
+constexpr double kLoadSeconds = 60;
+
+double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+Clock::time_point after(double seconds) {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+class RuleGrader final : public Grader {
+ public:
+  RuleGrader(std::string at, std::string kind, std::vector<std::string> argv, double timeout)
+      : at_(std::move(at)), kind_(std::move(kind)), argv_(std::move(argv)), timeout_(timeout) {}
+
+  Status start() {
+    if (worker_.running()) return Status::ok();
+    Status st = worker_.start(argv_, {{"PYTHONDONTWRITEBYTECODE", "1"}, {"PYTHONUNBUFFERED", "1"}});
+    if (!st.is_ok()) return refused("the reward worker could not start (" + st.message() + "); set TRAINER_REWARD_PYTHON to a Python 3 interpreter");
+    std::string line;
+    switch (worker_.read_line(after(kLoadSeconds), &line)) {
+      case Subprocess::ReadResult::kTimeout:
+        worker_.kill();
+        return refused("the module did not load within " + std::to_string(static_cast<int>(kLoadSeconds)) + " s");
+      case Subprocess::ReadResult::kClosed:
+        worker_.kill();
+        return refused("the reward worker exited while loading the module (is " + argv_[0] +
+                       " a Python 3 interpreter? set TRAINER_REWARD_PYTHON); see the job's log");
+      case Subprocess::ReadResult::kLine:
+        break;
+    }
+    auto hello = parse_json(line, "the reward worker's first line");
+    if (hello.is_ok() && hello->is_object() && hello->value("ready", false)) return Status::ok();
+    worker_.kill();
+    if (hello.is_ok() && hello->is_object() && hello->contains("loadError")) {
+      return refused("the module could not be loaded: " + (*hello)["loadError"].get<std::string>());
+    }
+    return refused("the reward worker answered " + line.substr(0, 200) + " instead of {\"ready\": true}");
+  }
+
+  Result<std::vector<Verdict>> grade(const std::vector<GradeItem>& items) override {
+    std::vector<Verdict> out(items.size());
+    size_t next = 0;
+    while (next < items.size()) {
+      TRAINER_RETURN_IF_ERROR(start());
+      json request = {{"items", json::array()}};
+      for (size_t i = next; i < items.size(); ++i) {
+        request["items"].push_back({{"data_source", data_source_},
+                                    {"solution_str", items[i].output},
+                                    {"ground_truth", items[i].expected},
+                                    {"extra_info", {{"row", items[i].row}, {"prompt", items[i].input}}}});
+      }
+      if (!worker_.write_line(request.dump(-1, ' ', false, json::error_handler_t::replace)).is_ok()) {
+        worker_.kill();  // it died between batches: start it again and resend
+        TRAINER_RETURN_IF_ERROR(start());
+        TRAINER_RETURN_IF_ERROR(worker_.write_line(request.dump(-1, ' ', false, json::error_handler_t::replace)));
+      }
+      const size_t first = next;
+      for (size_t i = first; i < items.size(); ++i) {
+        const auto t0 = Clock::now();
+        std::string line;
+        const Subprocess::ReadResult got = worker_.read_line(after(timeout_), &line);
+        Verdict& v = out[i];
+        next = i + 1;
+        if (got == Subprocess::ReadResult::kLine) {
+          v = read_answer(line);
+          v.seconds = seconds_between(t0, Clock::now());
+          continue;
+        }
+        v.failure = got == Subprocess::ReadResult::kTimeout ? FailureCause::kTimeout : FailureCause::kUnreachable;
+        v.detail = got == Subprocess::ReadResult::kTimeout
+                       ? "compute_score did not return within " + json(timeout_).dump() + " s; the worker was restarted"
+                       : "the reward worker exited (see the job's log); it was restarted";
+        worker_.kill();
+        v.seconds = seconds_between(t0, Clock::now());
+        break;  // the rest go to a new worker
+      }
+    }
+    return out;
+  }
+
+  void set_data_source(std::string s) { data_source_ = std::move(s); }
+
+ private:
+  Status refused(const std::string& why) const {
+    return Status(StatusCode::kFailedPrecondition, at_ + ".kind: " + kind_ + ": " + why);
+  }
+
+  // One answer line of the worker (reward_worker.py's protocol).
+  static Verdict read_answer(const std::string& line) {
+    Verdict v;
+    auto a = parse_json(line, "the reward worker's answer");
+    if (!a.is_ok() || !a->is_object()) {
+      v.failure = FailureCause::kUnreachable;
+      v.detail = "the reward worker wrote " + line.substr(0, 200);
+      return v;
+    }
+    if (auto s = a->find("score"); s != a->end() && s->is_number()) {
+      const double x = s->get<double>();
+      if (x >= 0.0 && x <= 1.0) {
+        v.score = x;
+        return v;
+      }
+      v.failure = FailureCause::kNoVerdict;
+      v.detail = "compute_score returned " + s->dump() + ", outside [0, 1]";
+      return v;
+    }
+    v.failure = FailureCause::kNoVerdict;
+    if (auto e = a->find("error"); e != a->end() && e->is_string()) {
+      v.detail = "compute_score raised " + e->get<std::string>();
+    } else if (auto r = a->find("answer"); r != a->end() && r->is_string()) {
+      v.detail = "compute_score returned " + r->get<std::string>() + ", not a number or a dict with a score";
+    } else {
+      v.detail = "the reward worker wrote " + line.substr(0, 200);
+    }
+    return v;
+  }
+
+  const std::string at_, kind_;
+  const std::vector<std::string> argv_;
+  const double timeout_;
+  std::string data_source_;
+  Subprocess worker_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Grader>> make_rule_grader(const plan::RewardTermSpec& term, const std::string& at,
+                                                 const GraderContext& ctx) {
+  std::string target = plan::term_target(term.kind);
+  std::string function = "compute_score";
+  std::vector<std::string> argv = {ctx.python, "-c", kRewardWorkerSource, target, function};
+  auto g = std::make_unique<RuleGrader>(at, term.kind, std::move(argv), term.timeoutSeconds);
+  g->set_data_source(ctx.data_source);
+  TRAINER_RETURN_IF_ERROR(g->start());  // a module that does not load stops the job before its first step
+  return std::unique_ptr<Grader>(std::move(g));
+}
+
+}  // namespace trainer::engine::rl

@@ -1,0 +1,237 @@
+"""Reward terms beyond json-label-match through the product: `trainer runs start` against a real
+trainerd whose configuration declares judges served by a real local HTTP server
+(graders_support.py), an http: evaluator on the same server, and rule:/bundle: Python modules run
+in the job's reward worker. Every unscored call is counted by cause in the step's rl.terms and
+scored zero; a refusal or a run of failures stops the job with an error naming the term; a rule
+reward rises on the toy task (rl_toy.py), the same with the same seed."""
+from __future__ import annotations
+
+import json
+import re
+import sys
+import urllib.request
+
+import pytest
+
+from cli_support import Cli, free_port, start_trainerd, stop
+from graders_support import GraderServer
+from rl_toy import make_toy_policy, toy_rows
+
+MODEL = "toy-policy"
+DATASET = "toy-tickets"
+WORKLOAD = "grader-tests"
+JUDGES = ["good", "cycle", "refuser", "broken"]
+
+
+@pytest.fixture(scope="module")
+def graders():
+    server = GraderServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def cli(bin_dir, tmp_path_factory, graders):
+    model = make_toy_policy(tmp_path_factory.mktemp("models") / MODEL)
+    offline = {"name": "offline", "url": f"http://127.0.0.1:{free_port()}", "readyTimeoutSeconds": 3}
+    config = {"baseModels": [{"name": MODEL, "path": str(model)}],
+              "judges": [{"name": n, "url": f"{graders.url}/{n}", "readyTimeoutSeconds": 60} for n in JUDGES] + [offline]}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TRAINER_REWARD_PYTHON", sys.executable)  # trainerd's environment reaches its jobs
+        service = start_trainerd(bin_dir, tmp_path_factory.mktemp("trainerd"), config)
+    cli = Cli(bin_dir / "trainer", service.url)
+    data = tmp_path_factory.mktemp("data") / "toy.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in toy_rows(32)))
+    cli("base-models", "select", MODEL, "--wait", "--timeout", "2m", check=True)
+    cli("datasets", "create", "-f", data, "--name", DATASET, check=True)
+    cli("workloads", "create", WORKLOAD, check=True)
+    cli.service = service
+    yield cli
+    stop(service.proc, service.data_dir)
+
+
+def plan(term: str, steps: int = 2, group: int = 2, prompts: int = 2, length: int = 8, lr: float = 0.006) -> str:
+    """An RL plan with the one reward term `term` (a YAML flow mapping)."""
+    return "\n".join([
+        "kind: run", f"workload: {WORKLOAD}", f"baseModel: {MODEL}", "config:", f"  dataset: {DATASET}",
+        "  method: grpo", "  maxSeqLength: 64", "  model: {precision: FP32}",
+        "  hyperparams:", "    lora: {rank: 8, alpha: 16}", f"    training: {{maxSteps: {steps}, seed: 3}}",
+        f"  reward: {{terms: [{term}]}}",
+        "  rlHyperparams:", f"    groupSize: {group}", f"    promptsPerStep: {prompts}",
+        f"    maxCompletionLength: {length}", "    microBatchSize: 32",
+        f"    optimizer: {{learningRate: {lr}, schedule: constant}}",
+        "execution: {gpus: 0}"]) + "\n"
+
+
+def run_to_end(cli, text: str, tmp_path, expect: str = "COMPLETED"):
+    """Starts `text` with --wait; returns (run, steps)."""
+    f = tmp_path / "plan.yaml"
+    f.write_text(text)
+    out = cli("runs", "start", "-f", f, "--force", "--wait", timeout=900)
+    match = re.search(r"Started run ([0-9a-f]+)", out.stdout)
+    assert match, out.stdout + out.stderr
+    run = cli.json("runs", "get", match.group(1))
+    assert run["phase"] == expect, (run["phase"], run.get("failureReason"), out.stdout, out.stderr)
+    return run, cli.json("runs", "metrics", run["runId"])["steps"]
+
+
+def term_totals(steps, key):
+    """Sums one term's `key` object ({cause: n} or {input, output}) over the steps."""
+    totals: dict[str, int] = {}
+    for s in steps:
+        for k, v in s["rl"]["terms"][0][key].items():
+            totals[k] = totals.get(k, 0) + v
+    return totals
+
+
+def phases(run):
+    return [p["phase"] for p in run["phaseHistory"]]
+
+
+def test_a_judge_scores_through_its_phases_and_its_tokens_are_counted(cli, graders, tmp_path):
+    instructions = "Grade the ticket label. Reply with JSON {\"score\": 0..1}."
+    run, steps = run_to_end(cli, plan(f"{{kind: 'model:good', graderInstructions: '{instructions}'}}"), tmp_path)
+    # The judge had to answer before devices were claimed.
+    p = phases(run)
+    assert p.index("DEPLOYING_GRADER") < p.index("WAITING_FOR_GRADER") < p.index("SUBMITTING"), p
+    assert graders.probes["good"] >= 1
+    calls = graders.requests["good"]
+    assert len(calls) == 2 * 2 * 2  # steps x prompts x group, no failure so no retry
+    for body in calls:
+        assert body["model"] == "good"
+        assert body["messages"][0] == {"role": "system", "content": instructions}
+        request, answer = body["messages"][1]["content"].split("\n\nThe assistant's answer:\n")
+        assert request.startswith("The user's request:\nTicket ")
+        assert "label" not in request  # the gold answer ({"label": ...}) is never sent
+    for s in steps:
+        term = s["rl"]["terms"][0]
+        assert term["name"] == "model:good" and term["failures"] == 0
+        assert len(term["callSeconds"]) == 4
+        assert all(r in (1.0, 0.25) for r in s["rl"]["rewards"]), s["rl"]["rewards"]
+    assert term_totals(steps, "judgeTokens") == {"input": 30 * 8, "output": 5 * 8}
+    # Job telemetry: the judge's tokens under the registry's names, relayed on trainerd's /metrics.
+    metrics = urllib.request.urlopen(cli.service.url + "/metrics", timeout=10).read().decode()
+    tokens = [line for line in metrics.splitlines()
+              if line.startswith("akka_optimize_training_rl_grader_tokens_total{") and 'rl_term="model:good"' in line
+              and run["runId"] in line]
+    assert any('token_type="input"' in t and float(t.rsplit(" ", 1)[1]) == 240 for t in tokens), tokens
+
+
+def test_judge_timeouts_and_replies_without_a_verdict_score_zero_and_are_counted(cli, graders, tmp_path):
+    term = "{kind: 'model:cycle', timeoutSeconds: 1, retries: 0, concurrency: 1}"
+    run, steps = run_to_end(cli, plan(term, steps=2), tmp_path)
+    # 8 calls: k % 3 == 0 scored 0.5, == 1 no verdict, == 2 past the timeout.
+    assert len(graders.requests["cycle"]) == 8
+    assert term_totals(steps, "failuresByCause") == {"timeout": 2, "unreachable": 0, "no_verdict": 3, "gold_not_label": 0}
+    rewards = sorted(r for s in steps for r in s["rl"]["rewards"])
+    assert rewards == [0.0] * 5 + [0.5] * 3
+    assert sum(s["rl"]["terms"][0]["failures"] for s in steps) == 5
+    # A timed-out call costs its timeout, and no more.
+    slow = [x for s in steps for x in s["rl"]["terms"][0]["callSeconds"] if x >= 1.0]
+    assert len(slow) == 2 and all(x < 2.9 for x in slow), slow
+
+
+def test_a_refused_judge_call_stops_the_job_naming_the_term(cli, graders, tmp_path):
+    run, _ = run_to_end(cli, plan("{kind: 'model:refuser'}"), tmp_path, expect="FAILED")
+    reason = run["failureReason"]
+    assert "config.reward.terms[0] (model:refuser) was refused" in reason and "HTTP 401" in reason, reason
+
+
+def test_a_judge_failing_too_many_calls_in_a_row_stops_the_job(cli, graders, tmp_path):
+    run, _ = run_to_end(cli, plan("{kind: 'model:broken', maxConsecutiveFailures: 3, retries: 0}"), tmp_path,
+                        expect="FAILED")
+    reason = run["failureReason"]
+    assert "config.reward.terms[0] (model:broken) produced no score in 3 calls in a row" in reason, reason
+    assert "unreachable" in reason and "HTTP 500" in reason, reason
+
+
+def test_a_judge_that_does_not_answer_fails_the_run_before_devices_are_claimed(cli, tmp_path):
+    run, steps = run_to_end(cli, plan("{kind: 'model:offline'}"), tmp_path, expect="FAILED")
+    assert phases(run)[-2:] == ["WAITING_FOR_GRADER", "FAILED"], phases(run)
+    assert "judge 'offline' at http://127.0.0.1:" in run["failureReason"], run["failureReason"]
+    assert "did not answer within 3 s (readyTimeoutSeconds)" in run["failureReason"], run["failureReason"]
+    assert steps == []
+
+
+def test_an_unknown_judge_is_refused_at_submission_by_name(cli):
+    out = cli("runs", "start", "-f", "-", "--dry-run", input=plan("{kind: 'model:nobody'}"))
+    assert out.returncode != 0
+    assert "config.reward.terms[0].kind" in out.stderr and "judge 'nobody' is not declared" in out.stderr, out.stderr
+    assert "good, cycle, refuser, broken, offline" in out.stderr, out.stderr
+
+
+def test_an_http_evaluator_is_called_with_the_envelope_and_its_failures_counted(cli, graders, tmp_path):
+    term = f"{{kind: 'http:{graders.url}/eval-cycle/evaluate', retries: 0, concurrency: 1}}"
+    run, steps = run_to_end(cli, plan(term), tmp_path)
+    calls = graders.requests["eval-cycle"]
+    assert len(calls) == 8
+    assert all(set(c) == {"input", "output", "expected"} and c["expected"] == '{"label": "billing"}' for c in calls)
+    assert term_totals(steps, "failuresByCause") == {"timeout": 0, "unreachable": 2, "no_verdict": 3, "gold_not_label": 0}
+    assert sorted(r for s in steps for r in s["rl"]["rewards"]) == [0.0] * 5 + [1.0] * 3
+
+
+def test_a_refused_http_evaluator_stops_the_job(cli, graders, tmp_path):
+    term = f"{{kind: '{graders.url}/eval-refuser/evaluate'}}"
+    run, _ = run_to_end(cli, plan(term), tmp_path, expect="FAILED")
+    assert "was refused" in run["failureReason"] and "HTTP 403" in run["failureReason"], run["failureReason"]
+
+
+BAD_BUNDLE = '''
+import pathlib, time
+COUNTER = pathlib.Path(__file__).with_name("calls.txt")  # survives the worker's restarts
+
+def compute_score(data_source, solution_str, ground_truth, extra_info):
+    k = int(COUNTER.read_text()) if COUNTER.exists() else 0
+    COUNTER.write_text(str(k + 1))
+    if k % 4 == 1:
+        raise RuntimeError("the scorer broke")
+    if k % 4 == 2:
+        time.sleep(30)
+    if k % 4 == 3:
+        return {"verdict": "great"}
+    return 1.0
+'''
+
+
+def test_a_bundle_that_raises_hangs_or_returns_garbage_is_counted_and_bounded(cli, tmp_path):
+    module = tmp_path / "bad_scorer.py"
+    module.write_text(BAD_BUNDLE)
+    run, steps = run_to_end(cli, plan(f"{{kind: 'bundle:{module}', timeoutSeconds: 1}}"), tmp_path)
+    assert (tmp_path / "calls.txt").read_text() == "8"
+    assert steps[0]["rl"]["terms"][0]["name"] == "bundle:bad_scorer.py"
+    assert term_totals(steps, "failuresByCause") == {"timeout": 2, "unreachable": 0, "no_verdict": 4, "gold_not_label": 0}
+    assert sorted(r for s in steps for r in s["rl"]["rewards"]) == [0.0] * 6 + [1.0] * 2
+    hung = [x for s in steps for x in s["rl"]["terms"][0]["callSeconds"] if x >= 1.0]
+    assert len(hung) == 2 and all(x < 10 for x in hung), hung
+
+
+def test_a_rule_that_does_not_load_or_is_not_on_the_host_is_refused(cli, tmp_path):
+    out = cli("runs", "start", "-f", "-", "--dry-run", input=plan("{kind: 'rule:/no/such/score.py'}"))
+    assert out.returncode != 0 and "config.reward.terms[0].kind" in out.stderr and "no such file" in out.stderr, out.stderr
+    broken = tmp_path / "broken.py"
+    broken.write_text("import not_a_module_anywhere\n")
+    run, _ = run_to_end(cli, plan(f"{{kind: 'rule:{broken}'}}"), tmp_path, expect="FAILED")
+    assert "config.reward.terms[0].kind: rule:" in run["failureReason"], run["failureReason"]
+    assert "No module named 'not_a_module_anywhere'" in run["failureReason"], run["failureReason"]
+
+
+RULE = '''
+def compute_score(data_source, solution_str, ground_truth, extra_info):
+    """1 when the answer names the gold label, billing; verl's convention."""
+    return {"score": 1.0 if '"billing"' in solution_str else 0.0}
+'''
+RISE_STEPS = 24
+
+
+def test_a_rule_reward_rises_on_the_toy_task_reproducibly(cli, tmp_path):
+    rule = tmp_path / "score.py"
+    rule.write_text(RULE)
+    term = f"{{kind: 'rule:{rule}'}}"
+    _, steps = run_to_end(cli, plan(term, steps=RISE_STEPS, group=8, prompts=4, length=10), tmp_path)
+    assert steps[0]["rl"]["terms"][0]["name"] == "rule:score.py"
+    rewards = [s["rl"]["rewardMean"] for s in steps]
+    first, last = sum(rewards[:4]) / 4, sum(rewards[-4:]) / 4
+    assert last >= first + 0.2 and last >= 0.5, rewards
+    # The same seed gives the same rollouts and rewards.
+    _, again = run_to_end(cli, plan(term, steps=4, group=8, prompts=4, length=10), tmp_path)
+    assert [s["rl"]["rewards"] for s in again] == [s["rl"]["rewards"] for s in steps[:4]]
