@@ -1,5 +1,6 @@
-// Data parallelism's collectives over c10d (declared in dist/group.h and dist/world.h). Built
-// with USE_C10D_GLOO and Debian's Gloo headers (libgloo-dev); the symbols are the torch wheel's.
+// Data parallelism's collectives over c10d's Gloo process group (declared in dist/group.h and
+// dist/world.h). Built with USE_C10D_GLOO and Debian's Gloo headers (libgloo-dev); the symbols
+// are the torch wheel's. Without the headers, group_unavailable.cpp stands in.
 #include "engine/dist/group.h"
 
 #include <ATen/ATen.h>
@@ -7,7 +8,6 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <chrono>
-#include <cstdlib>
 #include <string>
 
 #include "engine/engine_error.h"
@@ -19,17 +19,6 @@ namespace {
 // died closes its connections at once, so this bounds only a rank that hangs.
 constexpr std::chrono::minutes kTimeout{10};
 
-Result<int> integer_var(const std::function<const char*(const char*)>& getenv, const char* name, int min) {
-  const char* v = getenv(name);
-  const std::string text = v == nullptr ? "" : v;
-  char* end = nullptr;
-  const long value = std::strtol(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || value < min || value > 65535) {
-    return invalid_field(name, "'" + text + "' is not an integer from " + std::to_string(min) + " to 65535");
-  }
-  return static_cast<int>(value);
-}
-
 }  // namespace
 
 class Rendezvous {
@@ -37,20 +26,6 @@ class Rendezvous {
   explicit Rendezvous(c10::intrusive_ptr<c10d::TCPStore> store) : store(std::move(store)) {}
   c10::intrusive_ptr<c10d::TCPStore> store;
 };
-
-Result<World> world_from_environment(const std::function<const char*(const char*)>& getenv) {
-  World w;
-  const char* rank = getenv(kRankVar);
-  if (rank == nullptr || *rank == '\0') return w;
-  TRAINER_ASSIGN_OR_RETURN(w.rank, integer_var(getenv, kRankVar, 0));
-  TRAINER_ASSIGN_OR_RETURN(w.size, integer_var(getenv, kWorldSizeVar, 1));
-  if (w.rank >= w.size) {
-    return invalid_field(kRankVar, std::to_string(w.rank) + " is not below WORLD_SIZE " + std::to_string(w.size));
-  }
-  if (const char* addr = getenv(kMasterAddrVar); addr != nullptr && *addr != '\0') w.master_addr = addr;
-  TRAINER_ASSIGN_OR_RETURN(w.master_port, integer_var(getenv, kMasterPortVar, 1));
-  return w;
-}
 
 Result<std::shared_ptr<Rendezvous>> host_rendezvous(int world_size) {
   try {
