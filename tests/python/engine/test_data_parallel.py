@@ -112,25 +112,47 @@ def alive(pid):
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def test_a_rank_killed_with_sigkill_fails_the_job_naming_it(tiny_models, bin_dir, tmp_path):
+def start_training(tiny_models, bin_dir, tmp_path, ranks):
+    """A long `trainer-job run` on `ranks` ranks, once it has trained a step: (process, events
+    file, {rank: pid} of the other ranks)."""
     model = tiny_models("qwen3")
     data = write_jsonl(tmp_path / "train.jsonl", task_rows(40))
-    plan = dp_plan(model, data, 3, maxSteps=100000)
+    plan = dp_plan(model, data, ranks, maxSteps=100000)
     plan_path = tmp_path / "plan.json"
     plan_path.write_text(json.dumps(plan))
     events_path = tmp_path / "events"
     proc = subprocess.Popen([str(bin_dir / "trainer-job"), "run", "--plan", str(plan_path), "--output",
                              str(tmp_path / "out"), "--events", str(events_path)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        if events_path.exists() and '"type":"step"' in events_path.read_text().replace(" ", ""):
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.stderr.read()
+    others = {rank_of(p): p for p in children_of(proc.pid)}
+    assert sorted(others) == list(range(1, ranks)), others
+    return proc, events_path, others
+
+
+def test_sigterm_stops_every_rank_at_the_same_step(tiny_models, bin_dir, tmp_path):
+    proc, events_path, others = start_training(tiny_models, bin_dir, tmp_path, 2)
     try:
-        deadline = time.time() + 240
-        while time.time() < deadline and proc.poll() is None:
-            if events_path.exists() and '"type":"step"' in events_path.read_text().replace(" ", ""):
-                break
-            time.sleep(0.2)
-        assert proc.poll() is None, proc.stderr.read()
-        ranks = {rank_of(p): p for p in children_of(proc.pid)}
-        assert sorted(ranks) == [1, 2], ranks
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143, stderr
+    events = [json.loads(line) for line in events_path.read_text().splitlines()]
+    assert events[-1]["type"] == "cancelled" and events[-1]["steps"] == of_type(events, "step")[-1]["step"]
+    assert not alive(others[1])  # it stopped with rank 0 (rank 0 waited for it)
+
+
+def test_a_rank_killed_with_sigkill_fails_the_job_naming_it(tiny_models, bin_dir, tmp_path):
+    proc, events_path, ranks = start_training(tiny_models, bin_dir, tmp_path, 3)
+    try:
         os.kill(ranks[1], signal.SIGKILL)
         _, stderr = proc.communicate(timeout=120)
     finally:

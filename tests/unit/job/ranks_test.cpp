@@ -1,12 +1,16 @@
 // The other ranks of a data-parallel job (src/job/ranks.h): started, watched, and named when one
-// fails. The ranks here are small shell programs in place of trainer-job.
+// fails. The ranks here are small shell programs in place of trainer-job. And the world a rank
+// reads from its environment (src/engine/dist/world.h).
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
 
 #include <csignal>
 #include <future>
+#include <map>
+#include <memory>
 
+#include "engine/dist/world.h"
 #include "job/ranks.h"
 
 namespace trainer::job {
@@ -59,3 +63,44 @@ TEST(Ranks, ARankFailingWhileRankZeroIsStuckIsReportedByTheWatcher) {
 
 }  // namespace
 }  // namespace trainer::job
+
+namespace trainer::engine::dist {
+namespace {
+
+std::function<const char*(const char*)> env_of(std::map<std::string, std::string> values) {
+  auto shared = std::make_shared<std::map<std::string, std::string>>(std::move(values));
+  return [shared](const char* name) -> const char* {
+    auto it = shared->find(name);
+    return it == shared->end() ? nullptr : it->second.c_str();
+  };
+}
+
+TEST(World, WithoutRankTheProcessTrainsAlone) {
+  auto w = world_from_environment(env_of({{"WORLD_SIZE", "4"}}));
+  ASSERT_TRUE(w.is_ok());
+  EXPECT_EQ(w->rank, 0);
+  EXPECT_EQ(w->size, 1);
+  EXPECT_FALSE(w->distributed());
+}
+
+TEST(World, AStartedRankReadsItsWorld) {
+  auto w = world_from_environment(
+      env_of({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29400"}}));
+  ASSERT_TRUE(w.is_ok()) << w.status().describe();
+  EXPECT_EQ(w->rank, 1);
+  EXPECT_EQ(w->size, 2);
+  EXPECT_EQ(w->master_port, 29400);
+  EXPECT_TRUE(w->distributed());
+}
+
+TEST(World, AMalformedVariableIsNamed) {
+  auto w = world_from_environment(env_of({{"RANK", "2"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "29400"}}));
+  ASSERT_FALSE(w.is_ok());
+  EXPECT_EQ(w.status().describe(), "RANK: 2 is not below WORLD_SIZE 2");
+  w = world_from_environment(env_of({{"RANK", "1"}, {"WORLD_SIZE", "2"}}));
+  ASSERT_FALSE(w.is_ok());
+  EXPECT_EQ(w.status().describe(), "MASTER_PORT: '' is not an integer from 1 to 65535");
+}
+
+}  // namespace
+}  // namespace trainer::engine::dist
