@@ -167,3 +167,17 @@ def test_a_rank_killed_with_sigkill_fails_the_job_naming_it(tiny_models, bin_dir
     assert reason in stderr
     # The other rank did not outlive the job.
     assert not alive(ranks[2])
+
+
+def test_an_rl_plan_with_several_gpus_trains_on_one_device_and_says_so(tiny_models, job, tmp_path):
+    from test_rl_run import rl_plan, rl_rows
+
+    data = write_jsonl(tmp_path / "rl.jsonl", rl_rows(8))
+    plan = rl_plan(tiny_models("qwen3"), data)
+    plan["config"]["hyperparams"]["training"]["maxSteps"] = 1
+    plan["execution"] = {"gpus": 2}
+    _, events, stderr = run_job(job, tmp_path, "rl", plan)
+    assert "warning: execution.gpus is 2, but grpo trains on one device (data parallelism is SFT only" in stderr
+    assert "data parallel over" not in stderr
+    assert len(of_type(events, "devices")[0]["devices"]) == 1
+    assert of_type(events, "completed")[0]["steps"] == 1
