@@ -59,12 +59,17 @@ DeviceWatch::~DeviceWatch() {
 void DeviceWatch::publish(const Nvml::Gpu& g, const GpuReading& r) {
   tel::JobMetrics& m = metrics_;
   const std::string_view id = g.uuid, name = g.name;
-  if (r.sm_clock_hz) m.gpu_clock_frequency.set(*r.sm_clock_hz, {.hw_id = id, .hw_name = name, .gpu_clock_domain = tel::GpuClockDomain::kSm});
+  if (r.sm_clock_hz) {
+    m.gpu_clock_frequency.set(*r.sm_clock_hz,
+                              {.hw_id = id, .hw_name = name, .gpu_clock_domain = tel::GpuClockDomain::kSm});
+  }
   if (r.memory_clock_hz) {
     m.gpu_clock_frequency.set(*r.memory_clock_hz,
                               {.hw_id = id, .hw_name = name, .gpu_clock_domain = tel::GpuClockDomain::kMemory});
   }
-  if (r.clock_event_reasons) m.gpu_clock_event_reasons.set(static_cast<int64_t>(*r.clock_event_reasons), {.hw_id = id, .hw_name = name});
+  if (r.clock_event_reasons) {
+    m.gpu_clock_event_reasons.set(static_cast<int64_t>(*r.clock_event_reasons), {.hw_id = id, .hw_name = name});
+  }
   if (r.memory_utilization) m.gpu_memory_utilization.set(*r.memory_utilization, {.hw_id = id, .hw_name = name});
   auto by_type = [&](auto& gauge, const std::optional<int64_t>& corrected, const std::optional<int64_t>& uncorrected) {
     if (corrected) gauge.set(*corrected, {.hw_id = id, .hw_name = name, .error_type = tel::ErrorType::kCorrected});

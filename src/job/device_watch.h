@@ -37,7 +37,9 @@ class GpuWindow {
       sum += *v;
       ++n;
     }
-    std::optional<double> value() const { return n > 0 ? std::optional<double>(sum / static_cast<double>(n)) : std::nullopt; }
+    std::optional<double> value() const {
+      return n > 0 ? std::optional<double>(sum / static_cast<double>(n)) : std::nullopt;
+    }
   };
   Mean sm_, memory_clock_, memory_utilization_;
   std::optional<uint64_t> reasons_;

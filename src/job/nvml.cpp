@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <type_traits>
 
 namespace trainer::job {
 namespace {
@@ -88,7 +89,9 @@ Result<std::unique_ptr<Nvml>> Nvml::load(const std::string& library) {
     return Status(StatusCode::kUnavailable, "NVML not available: " + (why != nullptr ? std::string(why) : library));
   }
   auto api = std::make_unique<Api>();
-  auto sym = [&](auto& fn, const char* name) { fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name)); };
+  auto sym = [&](auto& fn, const char* name) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
+  };
   sym(api->init, "nvmlInit_v2");
   sym(api->shutdown, "nvmlShutdown");
   sym(api->by_index, "nvmlDeviceGetHandleByIndex_v2");
@@ -139,7 +142,9 @@ Result<Nvml::Gpu> Nvml::gpu(const std::string& uuid_or_index) {
     }
     rc = api_->by_index(static_cast<unsigned>(index), &g.handle);
   }
-  if (rc != kSuccess) return Status(StatusCode::kNotFound, "NVML has no GPU " + uuid_or_index + " (" + std::to_string(rc) + ")");
+  if (rc != kSuccess) {
+    return Status(StatusCode::kNotFound, "NVML has no GPU " + uuid_or_index + " (" + std::to_string(rc) + ")");
+  }
   char text[kStringBytes] = {};
   if (api_->uuid(g.handle, text, kStringBytes) == kSuccess) g.uuid = text;
   text[0] = '\0';
@@ -175,7 +180,9 @@ GpuReading Nvml::read(const Gpu& gpu) {
     r.remapped_rows_corrected = corrected;
     r.remapped_rows_uncorrected = uncorrected;
   }
-  if (retire_known || remap_known) r.repair_pending = (retire_known && retire_pending != 0) || (remap_known && remap_pending != 0);
+  if (retire_known || remap_known) {
+    r.repair_pending = (retire_known && retire_pending != 0) || (remap_known && remap_pending != 0);
+  }
   return r;
 }
 
