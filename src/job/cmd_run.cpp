@@ -273,9 +273,14 @@ int cmd_run(int argc, char** argv) {
   }
   auto result = engine::run_training(req, report);
   if (other_ranks) {
-    // A rank that failed is the cause of rank 0's failure (its collectives broke): named first.
-    std::optional<std::string> failed =
-        result.is_ok() ? other_ranks->wait() : other_ranks->failure(kOtherRankGrace);
+    // Rank 0's collectives broke (Unavailable): the rank that failed is the cause, named first.
+    // Rank 0's own error (bad data, memory) is the job's, whatever it then did to the others.
+    std::optional<std::string> failed;
+    if (result.is_ok()) {
+      failed = other_ranks->wait();
+    } else if (result.status().code() == StatusCode::kUnavailable) {
+      failed = other_ranks->failure(kOtherRankGrace);
+    }
     if (failed) {
       const std::string reason = result.is_ok() ? *failed : *failed + "; rank 0: " + result.status().message();
       telemetry.on_event(protocol::Failed{reason});

@@ -26,6 +26,7 @@ class Group {
   int rank() const { return world_.rank; }
   int size() const { return world_.size; }
 
+  // The collectives throw EngineError kUnavailable when another rank is gone.
   // Sums `tensors` across the ranks, in place (one flat float32 buffer on the wire; each tensor
   // keeps its dtype and device). Undefined tensors are not allowed.
   void sum(const std::vector<at::Tensor>& tensors);

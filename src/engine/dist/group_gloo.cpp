@@ -44,14 +44,22 @@ Result<std::shared_ptr<Rendezvous>> host_rendezvous(int world_size) {
 int rendezvous_port(const Rendezvous& rendezvous) { return rendezvous.store->getPort(); }
 
 struct Group::Impl {
+  int rank = 0;
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo;
 
+  // A broken collective (a rank died, or hangs past the timeout) is Unavailable: the job then
+  // looks for the rank that caused it (job/ranks.h).
   void allreduce(at::Tensor& flat, c10d::ReduceOp op) {
     std::vector<at::Tensor> one{flat};
     c10d::AllreduceOptions options;
     options.reduceOp = op;
-    gloo->allreduce(one, options)->wait();
+    try {
+      gloo->allreduce(one, options)->wait();
+    } catch (const std::exception& e) {
+      throw EngineError(StatusCode::kUnavailable,
+                        "rank " + std::to_string(rank) + ": a collective with the other ranks failed: " + e.what());
+    }
   }
 };
 
@@ -60,6 +68,7 @@ Group::~Group() = default;
 
 std::unique_ptr<Group> Group::join(const World& world, std::shared_ptr<Rendezvous> hosted) {
   auto impl = std::make_unique<Impl>();
+  impl->rank = world.rank;
   const std::string where = world.master_addr + ":" + std::to_string(world.master_port);
   try {
     if (hosted) {
