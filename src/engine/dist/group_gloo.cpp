@@ -44,7 +44,6 @@ Result<std::shared_ptr<Rendezvous>> host_rendezvous(int world_size) {
 int rendezvous_port(const Rendezvous& rendezvous) { return rendezvous.store->getPort(); }
 
 struct Group::Impl {
-  int rank = 0;
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo;
 
@@ -57,8 +56,7 @@ struct Group::Impl {
     try {
       gloo->allreduce(one, options)->wait();
     } catch (const std::exception& e) {
-      throw EngineError(StatusCode::kUnavailable,
-                        "rank " + std::to_string(rank) + ": a collective with the other ranks failed: " + e.what());
+      throw EngineError(StatusCode::kUnavailable, "a collective with the other ranks failed: " + std::string(e.what()));
     }
   }
 };
@@ -68,7 +66,6 @@ Group::~Group() = default;
 
 std::unique_ptr<Group> Group::join(const World& world, std::shared_ptr<Rendezvous> hosted) {
   auto impl = std::make_unique<Impl>();
-  impl->rank = world.rank;
   const std::string where = world.master_addr + ":" + std::to_string(world.master_port);
   try {
     if (hosted) {
