@@ -8,9 +8,11 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "common/status.h"
+#include "engine/dist/world.h"
 #include "plan/plan.h"
 #include "protocol/job_protocol.h"
 
@@ -45,6 +47,12 @@ struct TrainRequest {
   // (train/state.h); both empty = start from a fresh adapter.
   std::string resume_weights_dir;
   std::string resume_state_dir;
+  // Data-parallel SFT (docs/data-parallel.md): this process's rank of `world`. Rank 0 passes the
+  // rendezvous it hosts (dist::host_rendezvous) and alone emits events and writes files; the
+  // other ranks join it at world.master_addr:master_port and emit nothing. A world of one
+  // trains alone.
+  dist::World world;
+  std::shared_ptr<dist::Rendezvous> rendezvous;
 };
 
 struct TrainResult {

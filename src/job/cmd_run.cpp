@@ -1,10 +1,12 @@
 // trainer-job run: trains a resolved plan locally (the job protocol, docs/job-protocol.md).
+// An SFT plan with execution.gpus N > 1 trains data-parallel: this process is rank 0 and starts
+// ranks 1..N-1 as copies of itself (job/ranks.h, docs/data-parallel.md).
 //
 // Events go to --events FILE (stdout when absent) as JSON lines, `hello` first; human progress
 // to stderr. The SFT metrics are recorded through the telemetry SDK as well (job_telemetry.h).
 // SIGTERM (or SIGINT) stops the engine at the next step boundary: {"type":"cancelled"}, exit
 // 143; the metrics are pushed at once when the signal arrives, and again at exit.
-#include <pthread.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <csignal>
@@ -26,70 +28,25 @@
 #include "job/commands.h"
 #include "job/job_events.h"
 #include "job/job_telemetry.h"
+#include "job/rank_worker.h"
+#include "job/ranks.h"
 #include "job/snapshot_publisher.h"
 #include "job/snapshot_restore.h"
+#include "job/stop_signals.h"
 #include "plan/plan.h"
 #include "storage/storage.h"
 
 namespace trainer::job {
 namespace {
 
+// How long rank 0, failed, waits to learn whether another rank's failure caused its own.
+constexpr std::chrono::seconds kOtherRankGrace{5};
+
 constexpr const char* kUsage =
     "usage: trainer-job run --plan FILE --output DIR [--events FILE]\n"
     "Trains the plan's LoRA adapter into DIR/adapter. In a local plan, baseModel is a model folder\n"
     "and config.dataset a JSONL file. Job-protocol events (JSON lines) go to --events or stdout;\n"
     "progress goes to stderr. SIGTERM stops at the next step boundary (exit 143).\n";
-
-constexpr int kExitCancelled = 143;
-// Sent by StopSignals to its own thread to end it.
-constexpr int kQuitSignal = SIGUSR2;
-// A pause with --checkpoint save (docs/job-protocol.md, "Signals").
-constexpr int kPauseSignal = SIGUSR1;
-
-sigset_t stop_signal_set() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, kPauseSignal);
-  sigaddset(&set, kQuitSignal);
-  return set;
-}
-
-// Blocks SIGTERM and SIGINT in the calling thread, and so in every thread it starts later
-// (the exporter's, libtorch's): call it before starting any, so that only StopSignals takes them.
-void block_stop_signals() {
-  const sigset_t set = stop_signal_set();
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-}
-
-// SIGTERM and SIGINT, taken on a thread of their own (sigwait) rather than in a handler, so
-// that their consequences may do more than set a flag (push the metrics). The signals must be
-// blocked already (block_stop_signals).
-class StopSignals {
- public:
-  explicit StopSignals(std::function<void(int)> on_signal)
-      : on_signal_(std::move(on_signal)), set_(stop_signal_set()) {
-    thread_ = std::thread([this] {
-      while (true) {
-        int signal = 0;
-        if (sigwait(&set_, &signal) != 0 || signal == kQuitSignal) return;
-        on_signal_(signal);
-      }
-    });
-  }
-  ~StopSignals() {
-    pthread_kill(thread_.native_handle(), kQuitSignal);
-    thread_.join();
-  }
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
-
- private:
-  std::function<void(int)> on_signal_;
-  sigset_t set_;
-  std::thread thread_;
-};
 
 // The run's settings hash as the engine reports it in `resolved` (empty when the dataset
 // cannot be read: the engine then fails and says why).
@@ -111,6 +68,41 @@ std::string settings_sha_of(const plan::Plan& plan) {
   return plan::settings_sha(plan.config, h.hex_digest());
 }
 
+// The ranks a plan trains on: execution.gpus for SFT; GRPO/GSPO train on one device.
+int data_parallel_ranks(const plan::Plan& plan) {
+  if (plan.execution.gpus <= 1) return 1;
+  if (plan.config.method != plan::Method::kSft) {
+    std::fprintf(stderr,
+                 "trainer-job run: warning: execution.gpus is %d, but %s trains on one device (data parallelism "
+                 "is SFT only; docs/data-parallel.md)\n",
+                 plan.execution.gpus, plan::method_name(plan.config.method));
+    return 1;
+  }
+  return plan.execution.gpus;
+}
+
+// A rank other than 0, started by rank 0 with the same arguments.
+int run_other_rank(const Args& args, const engine::dist::World& world) {
+  const std::string plan_path = args.get("plan");
+  std::ifstream in(plan_path);
+  std::stringstream text;
+  text << in.rdbuf();
+  auto plan = plan::parse_plan(text.str(), plan_path);
+  if (!in || !plan.is_ok()) {
+    std::fprintf(stderr, "trainer-job rank %d: %s: cannot read the plan\n", world.rank, plan_path.c_str());
+    return 1;
+  }
+  return run_rank(std::move(plan).value(), args.get("output"), world);
+}
+
+// This executable, for the other ranks.
+std::string self_executable() {
+  std::string path(4096, '\0');
+  const ssize_t n = ::readlink("/proc/self/exe", path.data(), path.size() - 1);
+  path.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  return path;
+}
+
 }  // namespace
 
 int cmd_run(int argc, char** argv) {
@@ -124,6 +116,8 @@ int cmd_run(int argc, char** argv) {
     return 2;
   }
   block_stop_signals();
+  auto world = engine::dist::world_from_environment(std::getenv);
+  if (world.is_ok() && world->rank > 0) return run_other_rank(args, *world);
   EventWriter writer;
   if (Status st = writer.open(args.get("events")); !st.is_ok()) {
     std::fprintf(stderr, "trainer-job run: %s\n", st.message().c_str());
@@ -142,6 +136,7 @@ int cmd_run(int argc, char** argv) {
     return 1;
   };
   if (!identity.is_ok()) return fail(identity.status().describe());
+  if (!world.is_ok()) return fail(world.status().describe());
   const std::string plan_path = args.get("plan");
   std::ifstream in(plan_path);
   if (!in) return fail(plan_path + ": cannot read the plan file");
@@ -161,12 +156,15 @@ int cmd_run(int argc, char** argv) {
   }
   JobTelemetry telemetry(*plan, *identity, settings_sha_of(*plan),
                          export_options.is_ok() ? *export_options : std::nullopt);
+  std::unique_ptr<Ranks> other_ranks;  // destroyed after `signals`, which forwards to them
+  std::atomic<Ranks*> forward_to{nullptr};
   StopSignals signals([&](int signal) {
     if (signal == kPauseSignal) {
       pause_requested.store(true);  // the engine saves at the next step boundary, then stops
     } else {
       stop.store(true);
     }
+    if (Ranks* r = forward_to.load()) r->signal(signal);
     telemetry.request_export();
   });
 
@@ -241,7 +239,54 @@ int cmd_run(int argc, char** argv) {
     }
     emit(ev);
   };
+  // Data parallelism: the rendezvous hosted here, then the other ranks started.
+  if (const int ranks = data_parallel_ranks(req.plan); ranks > 1) {
+    auto rendezvous = engine::dist::host_rendezvous(ranks);
+    if (!rendezvous.is_ok()) return fail(rendezvous.status().message());
+    req.rendezvous = *rendezvous;
+    req.world = engine::dist::World{.rank = 0,
+                                    .size = ranks,
+                                    .master_addr = engine::dist::kLoopback,
+                                    .master_port = engine::dist::rendezvous_port(**rendezvous)};
+    RanksOptions ro;
+    ro.executable = self_executable();
+    ro.args = {"run", "--plan", plan_path, "--output", req.output_dir};
+    ro.world_size = ranks;
+    ro.master_addr = req.world.master_addr;
+    ro.master_port = req.world.master_port;
+    if (!req.resume_state_dir.empty()) {
+      ro.env[kRankResumeWeightsVar] = req.resume_weights_dir;
+      ro.env[kRankResumeStateVar] = req.resume_state_dir;
+    }
+    // Rank 0 stuck where no collective notices the failed rank: report it and exit.
+    ro.on_abandon = [&writer](const std::string& failure) {
+      writer.write(protocol::Failed{failure});
+      std::fprintf(stderr, "trainer-job run: failed: %s\n", failure.c_str());
+      std::_Exit(1);
+    };
+    auto started = Ranks::start(std::move(ro));
+    if (!started.is_ok()) return fail(started.status().message());
+    other_ranks = std::move(*started);
+    forward_to.store(other_ranks.get());
+    std::fprintf(stderr, "trainer-job run: data parallel over %d ranks (rendezvous %s:%d)\n", ranks,
+                 req.world.master_addr.c_str(), req.world.master_port);
+  }
   auto result = engine::run_training(req, report);
+  if (other_ranks) {
+    // Rank 0's collectives broke (Unavailable): the rank that failed is the cause, named first.
+    // Rank 0's own error (bad data, memory) is the job's, whatever it then did to the others.
+    std::optional<std::string> failed;
+    if (result.is_ok()) {
+      failed = other_ranks->wait();
+    } else if (result.status().code() == StatusCode::kUnavailable) {
+      failed = other_ranks->failure(kOtherRankGrace);
+    }
+    if (failed) {
+      const std::string reason = result.is_ok() ? *failed : *failed + "; rank 0: " + result.status().message();
+      telemetry.on_event(protocol::Failed{reason});
+      return fail(reason);
+    }
+  }
   if (!result.is_ok()) {
     telemetry.on_event(protocol::Failed{result.status().message()});
     return fail(result.status().message());

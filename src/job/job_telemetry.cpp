@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <cstdlib>
 
 namespace trainer::job {
@@ -91,10 +92,15 @@ JobTelemetry::JobTelemetry(const plan::Plan& plan, const RunIdentity& identity, 
   if (!base_model_sha_.empty()) resource.run_base_model_sha = base_model_sha_;
   provider_ = std::make_unique<tel::MeterProvider>(resource.to_resource("trainer-job"));
   metrics_ = std::make_unique<tel::JobMetrics>(*provider_);
-  if (export_options) pusher_ = std::make_unique<tel::OtlpPusher>(*provider_, std::move(*export_options));
+  if (export_options) {
+    export_interval_ = export_options->interval;
+    pusher_ = std::make_unique<tel::OtlpPusher>(*provider_, std::move(*export_options));
+  }
+  log_ = [](const std::string& line) { std::fprintf(stderr, "trainer-job: %s\n", line.c_str()); };
 }
 
 JobTelemetry::~JobTelemetry() {
+  watch_.reset();
   if (pusher_) pusher_->stop();
   pusher_.reset();
 }
@@ -114,6 +120,30 @@ void JobTelemetry::record_devices(const protocol::Devices& devices) {
     m.job_worker_info.set(1, a);
   }
   m.job_devices.set(accelerators);
+  watch_devices(devices);
+}
+
+void JobTelemetry::watch_devices(const protocol::Devices& devices) {
+  if (devices_watched_) return;
+  devices_watched_ = true;
+  const char* library = std::getenv(kNvmlLibraryVar);
+  auto nvml = Nvml::load(library != nullptr && *library != '\0' ? library : kNvmlLibrary);
+  if (!nvml.is_ok()) {
+    log_("device health: " + nvml.status().message() + "; no gpu.* metrics are recorded");
+    return;
+  }
+  std::vector<std::string> gpus;
+  for (const auto& d : devices.devices) {
+    if (d.kind == "cuda") gpus.push_back(d.uuid.empty() ? std::to_string(d.index) : d.uuid);
+  }
+  if (gpus.empty()) return;  // a CPU job on a machine with NVML: nothing to watch
+  auto watch = DeviceWatch::start(std::move(*nvml), gpus, *metrics_,
+                                  DeviceWatchOptions{.interval = std::chrono::seconds(1), .window = export_interval_});
+  if (!watch.is_ok()) {
+    log_("device health: " + watch.status().message() + "; no gpu.* metrics are recorded");
+    return;
+  }
+  watch_ = std::move(*watch);
 }
 
 // The job is ending: its workers' series end and it holds no device.
@@ -125,6 +155,7 @@ void JobTelemetry::end_workers() {
     m.job_worker_info.clear(a);
   }
   if (!devices_.devices.empty()) m.job_devices.set(0);
+  watch_.reset();
 }
 
 // A GRPO/GSPO step: the rl.* series from the step's `rl` object (engine/rl/grpo.cpp).

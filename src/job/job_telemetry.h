@@ -16,6 +16,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "job/device_watch.h"
 #include "plan/plan.h"
 #include "protocol/job_protocol.h"
 #include "telemetry/instruments.h"
@@ -39,6 +40,9 @@ struct RunIdentity {
   static Result<RunIdentity> from_environment(const Getenv& getenv);
 };
 
+// NVML's library, TRAINER_NVML_LIBRARY overriding the default (libnvidia-ml.so.1).
+inline constexpr const char* kNvmlLibraryVar = "TRAINER_NVML_LIBRARY";
+
 // Where and how often to push: TRAINER_OTLP_ENDPOINT (+ "/v1/metrics") every
 // TRAINER_OTLP_INTERVAL_MS (default 5000); without it, the OTEL_* variables; nullopt: no export.
 Result<std::optional<telemetry::OtlpOptions>> export_options_from_environment(const Getenv& getenv);
@@ -58,9 +62,14 @@ class JobTelemetry {
   void request_export();
 
   telemetry::MeterProvider& provider() { return *provider_; }
+  // Where the job's one-line notices go (stderr by default): "device health: NVML not available".
+  void set_log(std::function<void(const std::string&)> log) { log_ = std::move(log); }
 
  private:
   void record_devices(const protocol::Devices& devices);
+  // At the first devices event: the device watch over the job's CUDA devices, or one notice
+  // saying why there is none.
+  void watch_devices(const protocol::Devices& devices);
   void record_rl_step(const protocol::Step& step);
   void end_workers();
 
@@ -69,9 +78,13 @@ class JobTelemetry {
   std::unique_ptr<telemetry::MeterProvider> provider_;
   std::unique_ptr<telemetry::JobMetrics> metrics_;
   std::unique_ptr<telemetry::OtlpPusher> pusher_;  // destroyed before the provider
+  std::chrono::milliseconds export_interval_{5000};  // the device watch's averaging window
+  std::function<void(const std::string&)> log_;
   // Training thread only.
   protocol::Devices devices_;  // the devices the worker series name
   int64_t last_step_ = 0;      // a step reported twice counts once
+  bool devices_watched_ = false;  // the device watch was started, or its absence said
+  std::unique_ptr<DeviceWatch> watch_;  // records into metrics_: destroyed before it
 };
 
 }  // namespace trainer::job

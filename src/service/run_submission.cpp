@@ -151,7 +151,7 @@ Result<std::pair<json, bool>> ServiceImpl::submit_run(const json& body, bool dry
     if (!vd.is_ok()) return vd.status();
     v = *vd;
   }
-  // Devices: a CPU run (execution.gpus 0) takes one device of a CPU pool.
+  // Devices: a CPU run (execution.gpus 0) takes one device of a CPU pool; see choose_pool.
   const int devices = p.execution.gpus > 0 ? p.execution.gpus : 1;
   auto pool = choose_pool(p.execution.gpus, devices);
   if (!pool.is_ok()) return pool.status();
@@ -224,19 +224,26 @@ Result<std::pair<json, bool>> ServiceImpl::submit_run(const json& body, bool dry
   return std::make_pair(shown, true);
 }
 
+// A run with execution.gpus N > 0 goes to a GPU pool. Where the deployment declares no GPU
+// training pool, it goes to a CPU pool, whose declared devices are CPU slots: it holds N of them
+// and trains as N data-parallel ranks on the CPU (docs/data-parallel.md). A CPU run (gpus 0)
+// holds one slot.
 Result<const PoolConfig*> ServiceImpl::choose_pool(int gpus, int devices) {
+  bool gpu_pools = false;
+  for (const auto& p : opt_.config.pools) gpu_pools = gpu_pools || (!p.serving && p.accelerator != "cpu");
+  const bool on_cpu = gpus == 0 || !gpu_pools;
   const PoolConfig* best = nullptr;
   std::string seen;
   for (const auto& p : opt_.config.pools) {
     if (p.serving) continue;
     bool cpu_pool = p.accelerator == "cpu";
-    if ((gpus == 0) != cpu_pool) continue;
+    if (on_cpu != cpu_pool) continue;
     seen += (seen.empty() ? "" : ", ") + p.name + " (maxClaim " + std::to_string(p.max_claim) + ", declared " +
             std::to_string(p.declared) + ")";
     if (devices <= p.max_claim && devices <= p.declared && (!best || p.declared > best->declared)) best = &p;
   }
   if (best) return best;
-  std::string kind = gpus == 0 ? "CPU" : "GPU";
+  std::string kind = on_cpu ? "CPU" : "GPU";
   return field_status(StatusCode::kFailedPrecondition, "execution.gpus",
                       "no " + kind + " training pool can ever hold a claim of " + std::to_string(devices) + " device" +
                           (devices == 1 ? "" : "s") +

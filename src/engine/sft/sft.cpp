@@ -1,5 +1,7 @@
 // LoRA SFT on the shared training loop: data, micro-batches with gradient accumulation, the
-// next-token loss normalised over the update's trained tokens, validation loss.
+// next-token loss normalised over the update's trained tokens, validation loss. With several
+// ranks (docs/data-parallel.md), each takes its share of every micro-batch; the token counts,
+// losses and gradients are summed over the ranks.
 #include "engine/sft/sft.h"
 
 #include <ATen/ATen.h>
@@ -47,7 +49,7 @@ Evaluation evaluate(model::CausalLM& model, const std::vector<data::TokenizedRow
 class SftMethod : public train::Method {
  public:
   SftMethod(const plan::Plan& plan, train::Setup& setup, const EventSink& emit)
-      : cfg_(plan.config), tr_(cfg_.training), model_(*setup.model), device_(setup.device) {
+      : cfg_(plan.config), tr_(cfg_.training), model_(*setup.model), device_(setup.device), group_(setup.group.get()) {
     text::Tokenizer& tok = *setup.tokenizer;
     data::LoadOptions lo;
     lo.max_seq_length = cfg_.maxSeqLength;
@@ -117,15 +119,19 @@ class SftMethod : public train::Method {
     batches_.clear();
     tensors_.clear();
     const size_t bs = static_cast<size_t>(tr_.batchSize);
+    // This rank's share of every micro-batch: its slice of the micro-batch's sequences.
+    const size_t ranks = group_ != nullptr ? static_cast<size_t>(group_->size()) : 1;
+    const size_t rank = group_ != nullptr ? static_cast<size_t>(group_->rank()) : 0;
+    const size_t share_first = bs * rank / ranks, share_end = bs * (rank + 1) / ranks;
     for (int m = 0; m < tr_.gradientAccumulation; ++m) {
       if (cursor_ >= seqs_.size()) {
         if (m > 0) break;  // the epoch's last update takes the micro-batches that are left
         seqs_ = plan_epoch(++epoch_);
         cursor_ = 0;
       }
-      batches_.push_back(data::make_batch(train_rows_, seqs_, cursor_, bs, pad_));
+      batches_.push_back(data::make_batch(train_rows_, seqs_, cursor_ + share_first, share_end - share_first, pad_));
       cursor_ += bs;
-      tensors_.push_back(train::to_tensors(batches_.back(), device_, tr_.packing));
+      if (batches_.back().rows > 0) tensors_.push_back(train::to_tensors(batches_.back(), device_, tr_.packing));
     }
     int64_t trained = 0, real = 0, padding = 0, positions = 0;
     for (const auto& b : batches_) {
@@ -133,6 +139,15 @@ class SftMethod : public train::Method {
       real += b.real_tokens;
       padding += b.padding_tokens;
       positions += b.rows * b.seq_len;
+    }
+    if (group_ != nullptr) {  // the whole update's figures
+      const std::vector<double> all = group_->sum(std::vector<double>{
+          static_cast<double>(trained), static_cast<double>(real), static_cast<double>(padding),
+          static_cast<double>(positions)});
+      trained = static_cast<int64_t>(all[0]);
+      real = static_cast<int64_t>(all[1]);
+      padding = static_cast<int64_t>(all[2]);
+      positions = static_cast<int64_t>(all[3]);
     }
     train::synchronize(device_);
     const double input_seconds = seconds_since(t_input);
@@ -150,7 +165,14 @@ class SftMethod : public train::Method {
       loss_sum += parts.loss_sum.detach().to(at::kDouble);
       correct += parts.correct;
     }
-    const double grad_norm = updater.clip();
+    double loss_total = loss_sum.item<double>();
+    double correct_total = static_cast<double>(correct.item<int64_t>());
+    if (group_ != nullptr) {
+      const std::vector<double> all = group_->sum(std::vector<double>{loss_total, correct_total});
+      loss_total = all[0];
+      correct_total = all[1];
+    }
+    const double grad_norm = updater.clip();  // sums the ranks' gradients first
     const double fb_seconds = seconds_since(t_step);
 
     const auto t_opt = SteadyClock::now();
@@ -160,10 +182,10 @@ class SftMethod : public train::Method {
     const double step_seconds = seconds_since(t_step);
 
     protocol::Step ev{.epoch = epoch_,
-                      .loss = loss_sum.item<double>() / norm,
+                      .loss = loss_total / norm,
                       .learning_rate = lr,
                       .grad_norm = grad_norm,
-                      .token_accuracy = static_cast<double>(correct.item<int64_t>()) / norm,
+                      .token_accuracy = correct_total / norm,
                       .tokens_per_second = static_cast<double>(real) / step_seconds,
                       .batch_tokens = real,
                       .trained_tokens = trained,
@@ -192,6 +214,7 @@ class SftMethod : public train::Method {
   const plan::TrainingSettings& tr_;
   model::CausalLM& model_;
   const at::Device device_;
+  dist::Group* const group_;  // the ranks' collectives (owned by the Setup); null = one rank
   std::vector<data::TokenizedRow> train_rows_, validation_rows_;
   data::SequenceOptions so_;
   std::vector<data::Sequence> seqs_;
@@ -225,10 +248,11 @@ Result<TrainResult> train_sft(const TrainRequest& request, const EventSink& even
                             std::string("config.method: the native engine trains \"sft\"; got \"") +
                                 plan::method_name(cfg.method) + "\"");
         }
-        train::Setup setup = train::prepare(plan, events);
+        train::Setup setup = train::prepare(plan, events, request.world, request.rendezvous);
         int64_t total = 0;
         std::unique_ptr<train::Method> method = sft::make_method(plan, setup, events, &total);
         train::Updater updater(*setup.model, cfg.lora, cfg.optimizer, cfg.training.seed, total);
+        updater.set_group(setup.group.get());
         train::LoopOptions options = train::loop_options(request);
         options.validation_every = cfg.training.validationFrequencySteps;
         result = train::run(*method, setup, updater, options, events);

@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/DeviceAccelerator.h>
+#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -50,16 +51,23 @@ void prune_checkpoints(storage::Storage& checkpoints, size_t keep) {
   for (size_t i = 0; i + keep < steps.size(); ++i) throw_if_error(checkpoints.remove(steps[i]));
 }
 
-// The job's devices as the protocol names them; `gpu` is the CUDA device's NVML record.
-protocol::Devices devices_of(const at::Device& device, const std::optional<device::GpuInfo>& gpu) {
-  protocol::Device d;
-  d.index = 0;
-  d.kind = device.is_cuda() ? "cuda" : "cpu";
-  if (gpu) {
-    d.name = gpu->name;
-    d.uuid = gpu->uuid;
+// The job's devices as the protocol names them, one per rank (the rank's index); a CUDA device's
+// name and UUID from NVML where it answers.
+protocol::Devices devices_of(const at::Device& device, int ranks) {
+  protocol::Devices out;
+  for (int r = 0; r < ranks; ++r) {
+    protocol::Device d;
+    d.index = r;
+    d.kind = device.is_cuda() ? "cuda" : "cpu";
+    if (device.is_cuda()) {
+      if (auto gpu = device::gpu_info(r)) {
+        d.name = gpu->name;
+        d.uuid = gpu->uuid;
+      }
+    }
+    out.devices.push_back(std::move(d));
   }
-  return protocol::Devices{{d}};
+  return out;
 }
 
 std::vector<at::Tensor> attach_adapter(model::CausalLM& model, const plan::LoraSettings& lora, uint64_t seed) {
@@ -71,18 +79,35 @@ std::vector<at::Tensor> attach_adapter(model::CausalLM& model, const plan::LoraS
 
 }  // namespace
 
-Setup prepare(const plan::Plan& plan, const EventSink& emit) {
+Setup prepare(const plan::Plan& plan, const EventSink& emit, const dist::World& world,
+              std::shared_ptr<dist::Rendezvous> rendezvous) {
   Setup s;
   s.start = SteadyClock::now();
+  s.world = world;
   if (!plan.baseModel || plan.baseModel->empty()) {
     throw EngineError(StatusCode::kInvalidArgument, "baseModel: required: the model folder to adapt");
   }
   emit(protocol::Phase{.phase = "PREPARING"});
   at::manual_seed(plan.config.training.seed);
   s.device = pick_device(plan.execution.gpus);
+  if (world.distributed()) {
+    if (s.device.is_cuda()) {
+      if (world.rank >= at::accelerator::deviceCount()) {
+        throw EngineError(StatusCode::kFailedPrecondition,
+                          "execution.gpus: rank " + std::to_string(world.rank) + " of " + std::to_string(world.size) +
+                              " trains on CUDA device " + std::to_string(world.rank) + ", but this process sees " +
+                              std::to_string(at::accelerator::deviceCount()) + " (CUDA_VISIBLE_DEVICES)");
+      }
+      s.device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(world.rank));
+    } else {
+      // The ranks share the host's cores.
+      at::set_num_threads(std::max(1, at::get_num_threads() / world.size));
+    }
+    s.group = dist::Group::join(world, std::move(rendezvous));
+  }
   if (!s.device.is_cuda()) memory::install_cpu_meter();  // before the model: its tensors are counted
   if (s.device.is_cuda()) s.gpu = device::gpu_info(s.device.index());
-  emit(devices_of(s.device, s.gpu));
+  emit(devices_of(s.device, world.size));
   s.model = model::CausalLM::load(*plan.baseModel, dtype_of(plan.config.precision), s.device);
   s.tokenizer = std::make_unique<text::Tokenizer>(load_tokenizer_for(*plan.baseModel, s.model->config()));
   return s;
@@ -97,6 +122,15 @@ Updater::Updater(model::CausalLM& model, const plan::LoraSettings& lora, const p
       warmup_(optim::warmup_steps(optimizer, total_steps)) {}
 
 double Updater::clip() {
+  if (group_ != nullptr) {
+    // A rank whose share of the update was empty holds no gradient: it adds zeros.
+    std::vector<at::Tensor> grads;
+    for (auto& p : params_) {
+      if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+      grads.push_back(p.grad());
+    }
+    group_->sum(grads);
+  }
   const double norm = optim::clip_grad_norm(params_, settings_.maxGradNorm);
   gradient_bytes_ = 0;
   for (const auto& p : params_) {
@@ -138,7 +172,7 @@ TrainResult run(Method& method, Setup& setup, Updater& updater, const LoopOption
   // MFU against the device's dense bf16 peak, as the specification's sft.mfu defines it.
   std::optional<double> peak_flops;
   if (setup.gpu) {
-    if (auto peak = device::peak_flops(setup.gpu->name)) peak_flops = peak->bf16;
+    if (auto peak = device::peak_flops(setup.gpu->name)) peak_flops = peak->bf16 * setup.world.size;
   }
   memory::StaticParts parts;
   parts.weights = model.weight_bytes();
@@ -158,6 +192,7 @@ TrainResult run(Method& method, Setup& setup, Updater& updater, const LoopOption
   result.total_steps = total;
 
   auto run_validation = [&](int64_t step) {
+    if (!setup.writes()) return;
     std::optional<protocol::Validation> v = method.validate(step);
     if (!v) return;
     result.final_validation_loss = v->validation_loss;
@@ -203,15 +238,23 @@ TrainResult run(Method& method, Setup& setup, Updater& updater, const LoopOption
     result.steps = first;
   }
 
+  // Pause and stop as requested of this rank, or of any rank where there are several.
+  auto requests = [&] {
+    std::vector<bool> flags{options.pause != nullptr && options.pause->load(),
+                            options.stop != nullptr && options.stop->load()};
+    if (setup.group) flags = setup.group->any(flags);
+    return flags;
+  };
   const double flops_per_token = method.flops_per_token();
   for (int64_t step = first; step < total; ++step) {
-    if (options.pause != nullptr && options.pause->load()) {
-      if (step > first || first > 0) save_checkpoint(step);
+    const std::vector<bool> requested = requests();
+    if (requested[0]) {
+      if ((step > first || first > 0) && setup.writes()) save_checkpoint(step);
       result.paused = step > first || first > 0;
       result.cancelled = !result.paused;  // nothing trained yet: nothing to save
       return result;
     }
-    if (options.stop != nullptr && options.stop->load()) {
+    if (requested[1]) {
       result.cancelled = true;
       return result;
     }
@@ -229,8 +272,11 @@ TrainResult run(Method& method, Setup& setup, Updater& updater, const LoopOption
 
     const bool last = step + 1 == total;
     if (!last && options.validation_every > 0 && (step + 1) % options.validation_every == 0) run_validation(step + 1);
-    if (!last && options.save_every > 0 && (step + 1) % options.save_every == 0) save_checkpoint(step + 1);
+    if (!last && options.save_every > 0 && (step + 1) % options.save_every == 0 && setup.writes()) {
+      save_checkpoint(step + 1);
+    }
   }
+  if (!setup.writes()) return result;  // rank 0 validates and exports
   run_validation(result.steps);
   // The final adapter: its own phase, not a checkpoint.
   emit(protocol::Phase{.phase = "EXPORTING"});

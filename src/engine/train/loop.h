@@ -20,6 +20,8 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/device/gpu_info.h"
+#include "engine/dist/group.h"
+#include "engine/dist/world.h"
 #include "engine/engine.h"
 #include "engine/memory.h"
 #include "engine/model/model.h"
@@ -43,11 +45,17 @@ struct Setup {
   std::optional<device::GpuInfo> gpu;
   std::unique_ptr<model::CausalLM> model;
   std::unique_ptr<text::Tokenizer> tokenizer;
+  dist::World world;                    // this process's rank; a world of one trains alone
+  std::unique_ptr<dist::Group> group;   // the ranks' collectives; null in a world of one
+  bool writes() const { return world.rank == 0; }  // rank 0 alone validates and writes files
 };
 
 // Checks baseModel, seeds torch with training.seed, emits phase PREPARING and devices, and
-// loads the model (in config.precision, on the plan's device) and its tokenizer.
-Setup prepare(const plan::Plan& plan, const EventSink& emit);
+// loads the model (in config.precision, on the plan's device) and its tokenizer. In a world of
+// several ranks, joins them first (rank 0 with the rendezvous it hosts); rank r trains on CUDA
+// device r, or on the CPU with its share of the intra-op threads.
+Setup prepare(const plan::Plan& plan, const EventSink& emit, const dist::World& world = {},
+              std::shared_ptr<dist::Rendezvous> rendezvous = nullptr);
 
 // The trainable LoRA parameters (attached by the constructor), AdamW and the learning-rate
 // schedule over `total_steps` optimizer steps.
@@ -60,6 +68,10 @@ class Updater {
   const plan::OptimizerSettings& settings() const { return settings_; }
   int64_t total_steps() const { return total_; }
 
+  // Data parallelism: clip() first sums the gradients over the ranks of `group` (not owned; null
+  // = one rank). A method scales its losses by the whole update's token count, so the sum is
+  // the gradient of the single-device run.
+  void set_group(dist::Group* group) { group_ = group; }
   // Clips the accumulated gradients (optimizer.maxGradNorm); returns the norm before clipping.
   // Records the bytes the gradients held for the step's memory report.
   double clip();
@@ -75,6 +87,7 @@ class Updater {
   optim::AdamW optimizer_;
   int64_t total_ = 0, warmup_ = 0;
   int64_t gradient_bytes_ = 0;
+  dist::Group* group_ = nullptr;
 };
 
 // A training method: what one optimizer step and one validation pass are.
@@ -123,7 +136,9 @@ using CheckpointHook = std::function<void(int64_t step, const std::string& check
 
 // Emits phase TRAINING, runs `updater.total_steps()` steps of `method` with the memory meter,
 // validation and checkpoints, then the final validation, phase EXPORTING, the final adapter and
-// completed. Returns early with cancelled = true when `stop` is set.
+// completed. Returns early with cancelled = true when `stop` is set. With several ranks, stop and
+// pause take effect when any rank's flag is set, on every rank at the same step; only rank 0
+// validates and writes checkpoints and the adapter.
 TrainResult run(Method& method, Setup& setup, Updater& updater, const LoopOptions& options, const EventSink& emit,
                 const CheckpointHook& on_checkpoint = nullptr);
 

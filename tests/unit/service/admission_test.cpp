@@ -158,8 +158,8 @@ TEST_F(AdmissionTest, ARunLargerThanEveryPoolIsRefusedAndNothingIsStored) {
   EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(r.status().field(), "execution.gpus");
   EXPECT_EQ(r.status().describe(),
-            "execution.gpus: no GPU training pool can ever hold a claim of 2 devices (the deployment declares no "
-            "such pool); ask for fewer devices");
+            "execution.gpus: no CPU training pool can ever hold a claim of 2 devices (pools: cpu (maxClaim 1, "
+            "declared 1)); ask for fewer devices");
   EXPECT_EQ((*svc_->list_runs({}))["total"], 0);
 }
 
