@@ -26,8 +26,12 @@ Clock::time_point after(double seconds) {
 
 class RuleGrader final : public Grader {
  public:
-  RuleGrader(std::string at, std::string kind, std::vector<std::string> argv, double timeout)
-      : at_(std::move(at)), kind_(std::move(kind)), argv_(std::move(argv)), timeout_(timeout) {}
+  RuleGrader(std::string at, std::string kind, std::vector<std::string> argv, double timeout, std::string data_source)
+      : at_(std::move(at)),
+        kind_(std::move(kind)),
+        argv_(std::move(argv)),
+        timeout_(timeout),
+        data_source_(std::move(data_source)) {}
 
   Status start() {
     if (worker_.running()) return Status::ok();
@@ -71,8 +75,7 @@ class RuleGrader final : public Grader {
         TRAINER_RETURN_IF_ERROR(start());
         TRAINER_RETURN_IF_ERROR(worker_.write_line(request.dump(-1, ' ', false, json::error_handler_t::replace)));
       }
-      const size_t first = next;
-      for (size_t i = first; i < items.size(); ++i) {
+      for (size_t i = next; i < items.size(); ++i) {
         const auto t0 = Clock::now();
         std::string line;
         const Subprocess::ReadResult got = worker_.read_line(after(timeout_), &line);
@@ -94,8 +97,6 @@ class RuleGrader final : public Grader {
     }
     return out;
   }
-
-  void set_data_source(std::string s) { data_source_ = std::move(s); }
 
  private:
   Status refused(const std::string& why) const {
@@ -134,20 +135,18 @@ class RuleGrader final : public Grader {
 
   const std::string at_, kind_;
   const std::vector<std::string> argv_;
-  const double timeout_;
-  std::string data_source_;
-  Subprocess worker_;
+  const double timeout_;  // seconds one compute_score call may take
+  const std::string data_source_;
+  Subprocess worker_;  // the worker; restarted after a timeout or an exit
 };
 
 }  // namespace
 
 Result<std::unique_ptr<Grader>> make_rule_grader(const plan::RewardTermSpec& term, const std::string& at,
                                                  const GraderContext& ctx) {
-  std::string target = plan::term_target(term.kind);
-  std::string function = "compute_score";
-  std::vector<std::string> argv = {ctx.python, "-c", kRewardWorkerSource, target, function};
-  auto g = std::make_unique<RuleGrader>(at, term.kind, std::move(argv), term.timeoutSeconds);
-  g->set_data_source(ctx.data_source);
+  const std::string target = plan::term_target(term.kind);
+  std::vector<std::string> argv = {ctx.python, "-c", kRewardWorkerSource, target, "compute_score"};
+  auto g = std::make_unique<RuleGrader>(at, term.kind, std::move(argv), term.timeoutSeconds, ctx.data_source);
   TRAINER_RETURN_IF_ERROR(g->start());  // a module that does not load stops the job before its first step
   return std::unique_ptr<Grader>(std::move(g));
 }
