@@ -64,7 +64,10 @@ def test_the_api_conforms_to_its_openapi_schema_under_fuzzing(serve, tmp_path):
     config.write_text("\n".join(lines))
     cmd = [str(SCHEMATHESIS), "--config-file", str(config), "run", str(REPO / "docs" / "openapi.yaml"),
            "--url", d.url, "--checks", CHECKS, "--exclude-path", "/v1/datasets/{ref}/measure",
-           "--phases", "examples,coverage,fuzzing", "--workers", "2", "--no-color",
+           "--phases", "examples,coverage,fuzzing", "--no-color",
+           # One worker: with two threads, CPython 3.11.7's ast module can fail with "SystemError: AST
+           # constructor recursion depth mismatch" inside schemathesis (a race of that Python, seen here).
+           "--workers", "1",
            # A fixed seed keeps CI reproducible; set TRAINER_FUZZ_SEED to explore other inputs.
            "--seed", os.environ.get("TRAINER_FUZZ_SEED", "20261201"), "--max-failures", "5"]
     try:
