@@ -31,7 +31,10 @@ struct JobIdentity {
   std::string otlp_endpoint;     // base URL the job pushes OTLP/HTTP JSON metrics to; "" = none
   int otlp_interval_ms = 5000;   // export interval (TRAINER_OTLP_INTERVAL_MS)
   std::string catalog_url;       // trainerd's API base URL for the snapshot catalog's callbacks (TRAINER_CATALOG_URL)
-  std::string artifact_root;     // the artifact storage folder snapshots are published to (TRAINER_ARTIFACT_ROOT)
+  std::string artifact_root;     // where snapshots are published: a folder, or s3://BUCKET[/PREFIX] (TRAINER_ARTIFACT_ROOT)
+  // What the job needs to reach an S3 artifact store (TRAINER_S3_ENDPOINT, AWS_REGION and the
+  // keys, from trainerd's own environment); empty for a folder.
+  std::vector<std::pair<std::string, std::string>> artifact_env;
 };
 
 // What one attempt of a run executes.

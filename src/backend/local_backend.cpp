@@ -341,6 +341,7 @@ std::vector<std::pair<std::string, std::string>> job_environment(const JobSpec& 
   }
   add("TRAINER_CATALOG_URL", id.catalog_url);
   add("TRAINER_ARTIFACT_ROOT", id.artifact_root);
+  for (const auto& [name, value] : id.artifact_env) add(name.c_str(), value);
   add("TRAINER_RESUME_SNAPSHOT", spec.resume_snapshot);
   return env;
 }

@@ -34,6 +34,7 @@
 #include "job/snapshot_restore.h"
 #include "job/stop_signals.h"
 #include "plan/plan.h"
+#include "storage/s3_storage.h"
 #include "storage/storage.h"
 
 namespace trainer::job {
@@ -181,7 +182,7 @@ int cmd_run(int argc, char** argv) {
   const char* catalog_url = std::getenv("TRAINER_CATALOG_URL");
   const char* artifact_root = std::getenv("TRAINER_ARTIFACT_ROOT");
   if (catalog_url != nullptr && *catalog_url != '\0' && artifact_root != nullptr && *artifact_root != '\0') {
-    auto st = storage::make_folder_storage(artifact_root);
+    auto st = storage::open_storage(artifact_root);  // a folder, or s3://BUCKET[/PREFIX]
     if (!st.is_ok()) return fail("TRAINER_ARTIFACT_ROOT: " + st.status().message());
     artifacts = std::move(*st);
     catalog = make_http_catalog(catalog_url, identity->run_id);

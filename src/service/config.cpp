@@ -92,7 +92,8 @@ Result<DeploymentConfig> parse_config(const std::string& text, const std::string
   DeploymentConfig c;
   c.source = source;
   auto fail = [&](const Status& st) { return st.with_context(source); };
-  Status st = check_keys(doc, "", {"baseModels", "pools", "quotas", "limits", "jobBinary", "compute", "telemetry", "judges"});
+  Status st = check_keys(doc, "", {"baseModels", "pools", "quotas", "limits", "jobBinary", "compute", "telemetry", "judges",
+                                     "artifactStore"});
   if (!st.is_ok()) return fail(st);
 
   if (doc.contains("baseModels")) {
@@ -326,6 +327,32 @@ Result<DeploymentConfig> parse_config(const std::string& text, const std::string
     if (!judges.is_ok()) return fail(judges.status());
     c.judges = std::move(*judges);
   }
+  if (doc.contains("artifactStore")) {
+    const json& a = doc["artifactStore"];
+    const std::string where = "artifactStore.";
+    if (!a.is_object()) return fail(invalid_argument("artifactStore: must be an object"));
+    if (!(st = check_keys(a, where, {"uri", "endpoint", "region", "accessKeyEnv", "secretKeyEnv"})).is_ok()) return fail(st);
+    ArtifactStoreConfig& s = c.artifact_store;
+    auto uri = string_field(a, "uri", where, true);
+    if (!uri.is_ok()) return fail(uri.status());
+    if (uri->rfind("s3://", 0) != 0 || uri->size() < 8) {
+      return fail(invalid_argument(where + "uri: '" + *uri + "' must be s3://BUCKET[/PREFIX] (leave artifactStore out "
+                                   "for the data directory's folder)"));
+    }
+    s.uri = *uri;
+    auto endpoint = string_field(a, "endpoint", where, true);
+    if (!endpoint.is_ok()) return fail(endpoint.status());
+    if (endpoint->rfind("http://", 0) != 0 && endpoint->rfind("https://", 0) != 0) {
+      return fail(invalid_argument(where + "endpoint: '" + *endpoint + "' must be an http:// or https:// URL"));
+    }
+    s.endpoint = *endpoint;
+    for (auto [key, target] : {std::pair{"region", &s.region}, std::pair{"accessKeyEnv", &s.access_key_env},
+                               std::pair{"secretKeyEnv", &s.secret_key_env}}) {
+      auto v = string_field(a, key, where, false);
+      if (!v.is_ok()) return fail(v.status());
+      if (!v->empty()) *target = *v;
+    }
+  }
   return c;
 }
 
@@ -378,6 +405,13 @@ nlohmann::json config_to_json(const DeploymentConfig& c) {
                              {"model", j.model.empty() ? j.name : j.model},
                              {"apiKeyEnv", j.api_key_env.empty() ? json(nullptr) : json(j.api_key_env)},
                              {"readyTimeoutSeconds", j.ready_timeout_seconds}});
+  }
+  if (!c.artifact_store.uri.empty()) {
+    out["artifactStore"] = {{"uri", c.artifact_store.uri}, {"endpoint", c.artifact_store.endpoint},
+                            {"region", c.artifact_store.region}, {"accessKeyEnv", c.artifact_store.access_key_env},
+                            {"secretKeyEnv", c.artifact_store.secret_key_env}};
+  } else {
+    out["artifactStore"] = {{"uri", nullptr}};
   }
   out["telemetry"] = {{"otlpEndpoint", c.telemetry.otlp_endpoint.empty() ? json(nullptr) : json(c.telemetry.otlp_endpoint)},
                       {"otlpIntervalMs", c.telemetry.otlp_interval_ms},

@@ -60,6 +60,18 @@ struct JudgeConfig {
   int ready_timeout_seconds = 300;
 };
 
+// Where jobs publish snapshots and restore them from (docs/api.md, "Artifact store"): "" = the
+// folder of trainerd's data directory; "s3://BUCKET[/PREFIX]" = an S3-compatible object store.
+// The keys are read from trainerd's own environment, from the variables named here, and
+// handed to the job in its environment; the configuration file never holds them.
+struct ArtifactStoreConfig {
+  std::string uri;                                   // "" or "s3://bucket/prefix"
+  std::string endpoint;                              // http(s)://HOST:PORT of the S3 API
+  std::string region = "us-east-1";
+  std::string access_key_env = "AWS_ACCESS_KEY_ID";  // variables of trainerd's environment
+  std::string secret_key_env = "AWS_SECRET_ACCESS_KEY";
+};
+
 struct DeploymentConfig {
   std::vector<AllowedBaseModel> base_models;
   std::vector<PoolConfig> pools;
@@ -70,6 +82,7 @@ struct DeploymentConfig {
   backend::ComputeConfig compute;             // which compute backend runs jobs
   TelemetryConfig telemetry;                  // where jobs push metrics
   std::vector<JudgeConfig> judges;            // judges of model: reward terms, by name
+  ArtifactStoreConfig artifact_store;         // where snapshots are published
   std::string source = "embedded default";    // where this configuration came from
 };
 

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "plan/plan.h"
+#include "service/artifact_store.h"
 #include "service/service_state.h"
 
 namespace trainer::service {
@@ -218,6 +219,10 @@ backend::JobSpec ServiceImpl::job_spec(const RunRecord& run) const {
   spec.identity.otlp_interval_ms = opt_.config.telemetry.otlp_interval_ms;
   spec.identity.catalog_url = catalog_url_;
   spec.identity.artifact_root = storage_->local_path(".");
+  if (!opt_.config.artifact_store.uri.empty()) {
+    spec.identity.artifact_root = opt_.config.artifact_store.uri;
+    spec.identity.artifact_env = artifact_store_job_env(opt_.config.artifact_store);
+  }
   spec.plan_path = (dir / "plan.json").string();
   spec.output_dir = (dir / "output").string();
   spec.events_path = (dir / "events.jsonl").string();

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "common/version.h"
+#include "service/artifact_store.h"
 #include "service/service_state.h"
 
 namespace trainer::service {
@@ -62,6 +63,14 @@ Status ServiceImpl::start() {
   add_step("check base model folders", missing.empty(),
            missing.empty() ? std::to_string(opt_.config.base_models.size()) + " found"
                            : "folders that do not exist on this host (selecting these fails): " + missing);
+  if (!opt_.config.artifact_store.uri.empty()) {
+    // Jobs publish every snapshot there: an artifact store that refuses us stops the start.
+    auto store = open_artifact_store(opt_.config.artifact_store);
+    add_step("connect artifact store", store.is_ok(),
+             store.is_ok() ? (*store)->describe() : store.status().describe());
+    if (!store.is_ok()) return store.status();
+    artifact_store_ = std::move(*store);
+  }
   Status st = resume_base_models();
   add_step("resume base model preparation", st.is_ok(), st.is_ok() ? "ok" : st.describe());
   if (!st.is_ok()) return st;
@@ -107,6 +116,7 @@ json ServiceImpl::info() const {
           {"instance", opt_.instance},
           {"dataDir", opt_.data_dir},
           {"storage", storage_->describe()},
+          {"artifactStore", artifact_store_ ? artifact_store_->describe() : storage_->describe()},
           {"configuration", configuration},
           {"phases", all_phase_names()},
           {"driver", {{"errors", driver_errors_.load()}}},

@@ -201,6 +201,10 @@ class ServiceImpl final : public Service {
   const std::unique_ptr<store::Store> store_;
   const std::unique_ptr<backend::Backend> backend_;
   const std::unique_ptr<storage::Storage> storage_;
+  // The snapshots' store when artifactStore names one (set by start(), before the driver runs);
+  // else null and snapshots live in storage_. See artifacts().
+  std::unique_ptr<storage::Storage> artifact_store_;
+  storage::Storage& artifacts() { return artifact_store_ ? *artifact_store_ : *storage_; }
   ServiceTelemetry metrics_;  // thread-safe
   // ServiceOptions::job_otlp_endpoint, or what the wiring set before start(); read by the driver.
   std::string job_otlp_endpoint_;

@@ -99,7 +99,7 @@ Result<std::string> ServiceImpl::resolve_snapshot_id(const std::string& ref, con
 Status ServiceImpl::verify_snapshot_kind(const json& doc, const std::string& kind) {
   const json& k = doc["kinds"][kind];
   const std::string key = k.value("location", std::string());
-  auto text = storage_->get(key + "/" + protocol::kManifestFile);
+  auto text = artifacts().get(key + "/" + protocol::kManifestFile);
   if (!text.is_ok()) return invalid_field("kind", "no uploaded manifest under " + key + ": " + text.status().message());
   if (sha256_hex(*text) != k.value("manifestDigest", std::string())) {
     return invalid_field("kind", "the uploaded manifest of " + kind + " does not match the reserved digest");
@@ -112,7 +112,7 @@ Status ServiceImpl::verify_snapshot_kind(const json& doc, const std::string& kin
                                          std::to_string(manifest->engine_step) + ", not what was reserved");
   }
   for (const auto& f : manifest->files) {
-    auto bytes = storage_->get(key + "/" + f.path);
+    auto bytes = artifacts().get(key + "/" + f.path);
     if (!bytes.is_ok()) return invalid_field("manifest", "payload file " + f.path + " is missing");
     if (static_cast<int64_t>(bytes->size()) != f.bytes) {
       return invalid_field("manifest", "payload file " + f.path + " has " + std::to_string(bytes->size()) +
@@ -214,7 +214,7 @@ Result<json> ServiceImpl::get_snapshot(const std::string& ref) {
   // Provenance from the committed manifests: the writing engine and the base model.
   for (auto& [kind, k] : out["kinds"].items()) {
     if (k.value("state", std::string()) != "committed") continue;
-    auto text = storage_->get(k.value("location", std::string()) + "/" + protocol::kManifestFile);
+    auto text = artifacts().get(k.value("location", std::string()) + "/" + protocol::kManifestFile);
     if (!text.is_ok()) continue;
     auto m = protocol::parse_manifest(*text);
     if (!m.is_ok()) continue;

@@ -52,7 +52,9 @@ class Trainerd:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
 
-def start_trainerd(bin_dir: pathlib.Path, tmp: pathlib.Path, config: dict, port: int = 0) -> Trainerd:
+def start_trainerd(bin_dir: pathlib.Path, tmp: pathlib.Path, config: dict, port: int = 0,
+                   wait_ready: bool = True) -> Trainerd:
+    """Starts trainerd and waits until it answers and (with `wait_ready`) its startup completed."""
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "trainerd.json").write_text(json.dumps(config))
     port_file = tmp / "port"
@@ -74,8 +76,16 @@ def start_trainerd(bin_dir: pathlib.Path, tmp: pathlib.Path, config: dict, port:
     while True:
         try:
             with urllib.request.urlopen(url + "/v1/info", timeout=5) as r:
-                if json.load(r).get("startup", {}).get("ready", True):
-                    break
+                startup = json.load(r).get("startup", {})
+            if startup.get("ready", True) or (not wait_ready and any(not s["ok"] for s in startup.get("steps", []))):
+                break
+        except urllib.error.HTTPError as e:  # a failed startup answers info with an error status
+            try:
+                startup = json.loads(e.read()).get("startup", {})
+            except (json.JSONDecodeError, AttributeError):
+                startup = {}
+            if not wait_ready and any(not s["ok"] for s in startup.get("steps", [])):
+                break
         except (urllib.error.URLError, ConnectionError, json.JSONDecodeError):
             pass
         if proc.poll() is not None or time.time() > deadline:
