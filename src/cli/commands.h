@@ -25,6 +25,8 @@ Command runs_snapshots_command();
 // `runs pause RUN` and `runs resume RUN` (children of runs_command()).
 Command runs_pause_command();
 Command runs_resume_command();
+// `runs rollouts RUN` (a child of runs_command()).
+Command runs_rollouts_command();
 
 // Reads FILE, or stdin for "-". On failure returns nullopt and sets `error` to a line naming
 // the file and the reason.

@@ -226,6 +226,9 @@ constexpr std::pair<const char*, LossAggregation> kAggregations[] = {{"dapo", Lo
                                                                      {"dr_grpo", LossAggregation::kDrGrpo}};
 constexpr std::pair<const char*, ScaleRewards> kScaleRewards[] = {
     {"group", ScaleRewards::kGroup}, {"batch", ScaleRewards::kBatch}, {"none", ScaleRewards::kNone}};
+// Bounds of rlHyperparams.stopStrings (each is looked for after every sampled token).
+constexpr size_t kMaxStopStrings = 32;
+constexpr size_t kMaxStopStringBytes = 256;
 // Reward term kinds the engine scores.
 const std::vector<std::string> kRewardKinds = {"json-label-match"};
 // Fields of an RL plan (method grpo/gspo) that an SFT plan refuses, and SFT fields an RL plan refuses.
@@ -356,6 +359,22 @@ Status read_rl(const json& obj, RlSettings* rl) {
   TRAINER_RETURN_IF_ERROR(read_enum(r, "lossAggregation", kAggregations, false, &rl->lossAggregation));
   TRAINER_RETURN_IF_ERROR(read_enum(r, "scaleRewards", kScaleRewards, false, &rl->scaleRewards));
   TRAINER_RETURN_IF_ERROR(r.read_int_as("microBatchSize", &rl->microBatchSize));
+  if (const json* stops = r.find("stopStrings")) {
+    if (!stops->is_array() || stops->size() > kMaxStopStrings) {
+      return r.fail("stopStrings", "must be a list of at most " + std::to_string(kMaxStopStrings) +
+                                       " strings, got " + stops->dump());
+    }
+    rl->stopStrings.clear();
+    for (size_t i = 0; i < stops->size(); ++i) {
+      const json& s = (*stops)[i];
+      if (!s.is_string() || s.get<std::string>().empty() || s.get<std::string>().size() > kMaxStopStringBytes) {
+        return invalid_field("config.rlHyperparams.stopStrings[" + std::to_string(i) + "]",
+                             "must be a non-empty string of at most " + std::to_string(kMaxStopStringBytes) +
+                                 " bytes, got " + s.dump());
+      }
+      rl->stopStrings.push_back(s.get<std::string>());
+    }
+  }
   const json* sub = nullptr;
   TRAINER_RETURN_IF_ERROR(r.read_object("optimizer", &sub));
   TRAINER_RETURN_IF_ERROR(read_optimizer(*sub, "config.rlHyperparams.optimizer", &rl->optimizer));

@@ -80,6 +80,9 @@ struct RlSettings {
   LossAggregation lossAggregation = LossAggregation::kDapo;  // config.rlHyperparams.lossAggregation (loss_type)
   ScaleRewards scaleRewards = ScaleRewards::kGroup;          // config.rlHyperparams.scaleRewards (scale_rewards)
   int microBatchSize = 8;         // config.rlHyperparams.microBatchSize: completions per forward/backward pass
+  // config.rlHyperparams.stopStrings: a completion ends once its text contains one (it keeps the
+  // tokens up to and including the one that completed it), as transformers' stop_strings.
+  std::vector<std::string> stopStrings = {};
   OptimizerSettings optimizer = {.learningRate = 1e-5};  // config.rlHyperparams.optimizer: AdamW of RL runs
 };
 

@@ -117,6 +117,8 @@ const std::vector<FieldSpec> kFields = {
      "divide group-centred rewards by the group's std, the batch's, or not at all (Dr. GRPO)"},
     {"config.rlHyperparams.microBatchSize", FT::kInteger, 1, 65536, false, false, "",
      "completions per forward/backward pass (gradients accumulate over the batch)"},
+    {"config.rlHyperparams.stopStrings", FT::kStringList, 0, 0, false, false, "",
+     "a completion ends once its text contains one of these (at most 32, each 1 to 256 bytes); it keeps the token that completed it"},
     {"config.rlHyperparams.optimizer", FT::kObject, 0, 0, false, false, "", "AdamW and its schedule of RL runs (grpo, gspo)"},
     {"config.rlHyperparams.optimizer.learningRate", FT::kNumber, 0, 1, true, false, "", "peak learning rate"},
     {"config.rlHyperparams.optimizer.weightDecay", FT::kNumber, 0, 1e3, false, false, "", "decoupled weight decay"},
@@ -173,6 +175,7 @@ std::string field_default_text(const FieldSpec& spec) {
   }
   if (value.is_null()) return "absent";
   if (value.is_array()) {
+    if (value.empty()) return "[]";
     std::string list;
     for (const auto& v : value) list += (list.empty() ? "" : ", ") + (v.is_string() ? v.get<std::string>() : v.dump());
     return list;
@@ -193,7 +196,7 @@ std::string field_range_text(const FieldSpec& spec) {
     case FieldType::kEnum:
       return std::string(spec.values);
     case FieldType::kStringList:
-      return "some of " + std::string(spec.values);
+      return spec.values.empty() ? "any" : "some of " + std::string(spec.values);
     case FieldType::kBoolean:
       return "true, false";
     case FieldType::kString:

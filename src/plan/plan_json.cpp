@@ -63,6 +63,7 @@ json rl_config_to_json(const RunConfig& c) {
             {"lossAggregation", loss_aggregation_name(r.lossAggregation)},
             {"scaleRewards", scale_rewards_name(r.scaleRewards)},
             {"microBatchSize", r.microBatchSize},
+            {"stopStrings", r.stopStrings},
             {"optimizer", optimizer_json(r.optimizer)}}}};
 }
 

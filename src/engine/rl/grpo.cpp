@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <fstream>
+#include <functional>
 #include <numeric>
 
 #include "engine/data/dataset.h"
@@ -31,6 +33,10 @@ struct Rollout {
   int64_t prompt_index = 0;
   std::string completion;
   double reward = 0;
+  std::vector<double> raw;   // per reward term (terms_ order): its unweighted score
+  std::vector<bool> failed;  // per reward term: it produced no score (scored 0)
+  int64_t length = 0;        // completion tokens
+  bool terminated = false;   // ended by a stop token or string, not by maxCompletionLength
 };
 struct RlStep {
   double reward_mean = 0, reward_std = 0, reward_zero_share = 0, reward_full_share = 0, zero_std_group_share = 0;
@@ -43,6 +49,9 @@ struct RlStep {
   double kl = 0, clip_ratio = 0, clip_ratio_low = 0, clip_ratio_high = 0, entropy = 0;
   double generation_seconds = 0, reward_seconds = 0, old_logprob_seconds = 0, actor_update_seconds = 0;
   double generation_tokens_per_second = 0;
+  // Shares of the step each role of the colocated loop waited: the trainer while completions
+  // were generated and scored, the generator while they were not being generated.
+  double trainer_idle = 0, rollout_idle = 0;
   std::vector<Rollout> rollouts;
 };
 
@@ -80,6 +89,8 @@ nlohmann::json to_json(const RlStep& r) {
           {"oldLogprobSeconds", r.old_logprob_seconds},
           {"actorUpdateSeconds", r.actor_update_seconds},
           {"generationTokensPerSecond", r.generation_tokens_per_second},
+          {"trainerIdle", r.trainer_idle},
+          {"rolloutIdle", r.rollout_idle},
           {"rollouts", rollouts}};
 }
 
@@ -109,8 +120,13 @@ at::Tensor completion_logps(model::CausalLM& model, const RolloutBatch& b, int64
 
 class GrpoMethod : public train::Method {
  public:
-  GrpoMethod(const plan::Plan& plan, train::Setup& setup, const EventSink& emit)
-      : cfg_(plan.config), rl_(cfg_.rl), model_(*setup.model), tok_(*setup.tokenizer), device_(setup.device) {
+  GrpoMethod(const plan::Plan& plan, train::Setup& setup, const EventSink& emit, const std::string& output_dir)
+      : cfg_(plan.config),
+        rl_(cfg_.rl),
+        model_(*setup.model),
+        tok_(*setup.tokenizer),
+        device_(setup.device),
+        rollouts_path_(output_dir.empty() ? "" : output_dir + "/rollouts.jsonl") {
     std::vector<RlRow> rows = value_or_throw(read_rl_rows(cfg_.dataset));
     const int64_t budget = cfg_.maxSeqLength - rl_.maxCompletionLength;
     int64_t dropped = 0, done = 0;
@@ -133,6 +149,7 @@ class GrpoMethod : public train::Method {
       }
       prompts_.emplace_back(ids->begin(), ids->end());
       golds_.push_back(r.gold);
+      prompt_texts_.push_back(prompt_text(r.messages));
     }
     emit(protocol::DataFit{.rows = total_rows, .truncated = 0, .exact = 0, .dropped = dropped});
     if (prompts_.empty()) {
@@ -191,6 +208,7 @@ class GrpoMethod : public train::Method {
     const bool fresh = step == batch_start || !batch_.ids.defined();
     if (fresh) rollout(batch_start, &rl);
     else rl = last_rollout_;
+    if (fresh) write_rollouts(batch_start + 1, rl);
     batch_done_ = (step + 1) % rl_.iterationsPerBatch == 0;
     // Old log-probabilities are only needed when the batch is reused (ratio != 1).
     const int64_t N = batch_.ids.size(0);
@@ -239,6 +257,10 @@ class GrpoMethod : public train::Method {
       rl.reward_seconds = 0;
       rl.old_logprob_seconds = 0;
     }
+    if (step_seconds > 0) {
+      rl.trainer_idle = std::clamp((rl.generation_seconds + rl.reward_seconds) / step_seconds, 0.0, 1.0);
+      rl.rollout_idle = std::clamp(1.0 - rl.generation_seconds / step_seconds, 0.0, 1.0);
+    }
     const int64_t batch_tokens = static_cast<int64_t>(batch_.mask.sum().item<double>());
     protocol::Step ev{.epoch = epoch_,
                       .loss = loss_sum,
@@ -257,6 +279,55 @@ class GrpoMethod : public train::Method {
   }
 
  private:
+  // Token ids to text as stop strings see it: special tokens included (transformers matches
+  // stop strings against the tokens' own text).
+  std::function<std::string(const std::vector<int64_t>&)> decoder() const {
+    return [this](const std::vector<int64_t>& ids) {
+      const std::vector<int32_t> narrow(ids.begin(), ids.end());
+      return value_or_throw(tok_.decode(narrow, false));
+    };
+  }
+
+  // What `runs rollouts` shows as a rollout's prompt: the last user message's text (the whole
+  // last message when no user message has text).
+  static std::string prompt_text(const nlohmann::json& messages) {
+    if (!messages.is_array() || messages.empty()) return "";
+    for (auto it = messages.rbegin(); it != messages.rend(); ++it) {
+      if (it->value("role", std::string()) == "user" && it->contains("content") && (*it)["content"].is_string()) {
+        return (*it)["content"].get<std::string>();
+      }
+    }
+    const nlohmann::json& last = messages.back();
+    return last.contains("content") && last["content"].is_string() ? last["content"].get<std::string>() : last.dump();
+  }
+
+  // Appends the generation batch's rollouts to output_dir/rollouts.jsonl, one line each
+  // (docs/rl.md, "Rollouts"), flushed before the step's event: `step` is the batch's first
+  // (1-based) optimizer step.
+  void write_rollouts(int64_t step, const RlStep& rl) {
+    if (rollouts_path_.empty()) return;
+    std::ofstream out(rollouts_path_, std::ios::app | std::ios::binary);
+    if (!out) throw EngineError(StatusCode::kInternal, rollouts_path_ + ": cannot be opened for appending");
+    for (const auto& r : rl.rollouts) {
+      nlohmann::json terms = nlohmann::json::array();
+      for (size_t k = 0; k < terms_.size() && k < r.raw.size(); ++k) {
+        terms.push_back({{"name", terms_[k].name}, {"weight", terms_[k].weight}, {"raw", r.raw[k]},
+                         {"failed", static_cast<bool>(r.failed[k])}});
+      }
+      const nlohmann::json line = {{"step", step},
+                                   {"promptIndex", r.prompt_index},
+                                   {"prompt", prompt_texts_[static_cast<size_t>(r.prompt_index)]},
+                                   {"completion", r.completion},
+                                   {"reward", r.reward},
+                                   {"terms", terms},
+                                   {"completionTokens", r.length},
+                                   {"terminated", r.terminated}};
+      out << line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+    }
+    out.flush();
+    if (!out) throw EngineError(StatusCode::kInternal, rollouts_path_ + ": writing the rollouts failed");
+  }
+
   // Samples, scores and prepares a new generation batch.
   void rollout(int64_t step, RlStep* rl) {
     at::NoGradGuard no_grad;
@@ -284,6 +355,8 @@ class GrpoMethod : public train::Method {
     so.seed = cfg_.training.seed * 1000003ULL + static_cast<uint64_t>(step);
     so.stop_ids = stop_ids_;
     so.pad_id = pad_;
+    so.stop_strings = rl_.stopStrings;
+    if (!so.stop_strings.empty()) so.decode = decoder();
     generate::Generation gen = generate::generate(model_, prompts, so);
     rl->generation_seconds = gen.seconds;
     rl->generated_tokens = gen.generated_tokens;
@@ -300,6 +373,7 @@ class GrpoMethod : public train::Method {
       golds.push_back(golds_[which[static_cast<size_t>(i / G)]]);
     }
     std::vector<double> total(static_cast<size_t>(N), 0.0);
+    std::vector<TermScores> scores;
     rl->terms.clear();
     for (const auto& term : terms_) {
       const auto t0 = SteadyClock::now();
@@ -318,6 +392,7 @@ class GrpoMethod : public train::Method {
       ts.mean = sum / static_cast<double>(N);
       ts.std = N > 1 ? std::sqrt(std::max(0.0, (sq - sum * sum / static_cast<double>(N)) / static_cast<double>(N - 1))) : 0.0;
       rl->terms.push_back(ts);
+      scores.push_back(std::move(s));
     }
     rl->reward_seconds = seconds_since(t_reward);
     at::Tensor rewards = at::tensor(total, at::kDouble).to(at::kFloat);
@@ -378,13 +453,19 @@ class GrpoMethod : public train::Method {
     }
     rl->old_logprob_seconds = seconds_since(t_old);
 
-    // Rollouts worth showing (`runs rollouts`): prompt text is left to the reader of the rows.
+    // The rollouts `runs rollouts` shows (written by write_rollouts()).
     rl->rollouts.clear();
     for (int64_t i = 0; i < N; ++i) {
       Rollout r;
       r.prompt_index = static_cast<int64_t>(which[static_cast<size_t>(i / G)]);
       r.completion = completions[static_cast<size_t>(i)];
       r.reward = total[static_cast<size_t>(i)];
+      for (const auto& ts : scores) {
+        r.raw.push_back(ts.raw[static_cast<size_t>(i)]);
+        r.failed.push_back(ts.failed[static_cast<size_t>(i)]);
+      }
+      r.length = gen.lengths[static_cast<size_t>(i)];
+      r.terminated = gen.terminated[static_cast<size_t>(i)];
       rl->rollouts.push_back(std::move(r));
     }
     last_rollout_ = *rl;
@@ -395,8 +476,10 @@ class GrpoMethod : public train::Method {
   model::CausalLM& model_;
   text::Tokenizer& tok_;
   const at::Device device_;
+  const std::string rollouts_path_;  // output_dir/rollouts.jsonl; "" = not written
   std::vector<std::vector<int32_t>> prompts_;
   std::vector<std::string> golds_;
+  std::vector<std::string> prompt_texts_;  // per prompt: what `runs rollouts` shows of it
   std::vector<RewardTerm> terms_;
   std::vector<size_t> order_;
   size_t cursor_ = 0;
@@ -415,8 +498,8 @@ class GrpoMethod : public train::Method {
 }  // namespace
 
 std::unique_ptr<train::Method> make_method(const plan::Plan& plan, train::Setup& setup, const EventSink& emit,
-                                           int64_t* total_steps) {
-  auto m = std::make_unique<GrpoMethod>(plan, setup, emit);
+                                           const std::string& output_dir, int64_t* total_steps) {
+  auto m = std::make_unique<GrpoMethod>(plan, setup, emit, output_dir);
   *total_steps = m->total_steps();
   return m;
 }

@@ -93,6 +93,29 @@ TEST(RlPlan, UnknownAndBadRlFieldsAreRefusedByName) {
   EXPECT_EQ(p.status().field(), "config.rlHyperparams.maxCompletionLength");
 }
 
+TEST(RlPlan, StopStringsAreAListOfNonEmptyStringsRefusedByIndex) {
+  Result<Plan> p = parse(R"({"dataset": "d", "method": "grpo", "rlHyperparams": {"stopStrings": ["</answer>", "\n\n"]}})");
+  ASSERT_TRUE(p.is_ok()) << p.status().describe();
+  EXPECT_EQ(p->config.rl.stopStrings, (std::vector<std::string>{"</answer>", "\n\n"}));
+  EXPECT_EQ(config_to_json(p->config)["rlHyperparams"]["stopStrings"][0], "</answer>");
+  EXPECT_TRUE(parse(R"({"dataset": "d", "method": "grpo"})")->config.rl.stopStrings.empty());  // default: none
+  p = parse(R"({"dataset": "d", "method": "grpo", "rlHyperparams": {"stopStrings": ["ok", ""]}})");
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_EQ(p.status().field(), "config.rlHyperparams.stopStrings[1]");
+  EXPECT_NE(p.status().message().find("non-empty string"), std::string::npos) << p.status().message();
+  p = parse(R"({"dataset": "d", "method": "grpo", "rlHyperparams": {"stopStrings": [3]}})");
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_EQ(p.status().field(), "config.rlHyperparams.stopStrings[0]");
+  p = parse(R"({"dataset": "d", "method": "grpo", "rlHyperparams": {"stopStrings": "</answer>"}})");
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_EQ(p.status().field(), "config.rlHyperparams.stopStrings");
+  EXPECT_NE(p.status().message().find("list"), std::string::npos) << p.status().message();
+  // On an SFT plan it is an RL field.
+  p = parse(R"({"dataset": "d", "rlHyperparams": {"stopStrings": ["x"]}})");
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_NE(p.status().field().find("rlHyperparams"), std::string::npos) << p.status().field();
+}
+
 TEST(RlPlan, StepsCountGenerationBatchesTimesIterations) {
   Result<Plan> p = parse(R"({"dataset": "d", "method": "grpo", "hyperparams": {"training": {"epochs": 2}},
       "rlHyperparams": {"promptsPerStep": 3, "iterationsPerBatch": 2}})");
