@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <numeric>
@@ -306,6 +307,8 @@ class GrpoMethod : public train::Method {
   // (1-based) optimizer step.
   void write_rollouts(int64_t step, const RlStep& rl) {
     if (rollouts_path_.empty()) return;
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(rollouts_path_).parent_path(), ec);
     std::ofstream out(rollouts_path_, std::ios::app | std::ios::binary);
     if (!out) throw EngineError(StatusCode::kInternal, rollouts_path_ + ": cannot be opened for appending");
     for (const auto& r : rl.rollouts) {
