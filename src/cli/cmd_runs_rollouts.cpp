@@ -60,6 +60,11 @@ std::string rollout_block(const json& r) {
   if (!terms.empty()) head += "  [" + terms + "]";
   head += "  " + std::to_string(r.value("completionTokens", int64_t{0})) + " tokens";
   if (!r.value("terminated", true)) head += ", cut at maxCompletionLength";
+  if (r.contains("toolCalls")) {
+    const int64_t calls = r.value("toolCalls", int64_t{0}), failed = r.value("toolFailures", int64_t{0});
+    head += ", " + std::to_string(calls) + (calls == 1 ? " tool call" : " tool calls");
+    if (failed > 0) head += " (" + std::to_string(failed) + " failed)";
+  }
   std::string block = head + "\n";
   block += "  prompt:     " + shown_text(r.value("prompt", std::string()), pad) + "\n";
   block += "  completion: " + shown_text(r.value("completion", std::string()), pad) + "\n";

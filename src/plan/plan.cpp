@@ -375,6 +375,16 @@ Status read_rl(const json& obj, RlSettings* rl) {
       rl->stopStrings.push_back(s.get<std::string>());
     }
   }
+  if (const json* tools = r.find("tools"); tools && !tools->is_null()) {
+    if (!tools->is_object()) return r.fail("tools", "must be an object {command, timeoutSeconds, maxCalls}, got " + tools->dump());
+    ObjectReader t(*tools, "config.rlHyperparams.tools");
+    ToolSettings ts;
+    TRAINER_RETURN_IF_ERROR(t.read_string("command", &ts.command, true));
+    TRAINER_RETURN_IF_ERROR(t.read_double("timeoutSeconds", &ts.timeoutSeconds));
+    TRAINER_RETURN_IF_ERROR(t.read_int_as("maxCalls", &ts.maxCalls));
+    TRAINER_RETURN_IF_ERROR(t.refuse_unknown());
+    rl->tools = std::move(ts);
+  }
   const json* sub = nullptr;
   TRAINER_RETURN_IF_ERROR(r.read_object("optimizer", &sub));
   TRAINER_RETURN_IF_ERROR(read_optimizer(*sub, "config.rlHyperparams.optimizer", &rl->optimizer));

@@ -11,12 +11,17 @@
 #include <fstream>
 #include <functional>
 #include <numeric>
+#include <optional>
+
+#include <unistd.h>
 
 #include "engine/data/dataset.h"
 #include "engine/engine_internal.h"
 #include "engine/generate/generate.h"
 #include "engine/rl/loss.h"
 #include "engine/rl/rewards.h"
+#include "engine/rl/tool_rollouts.h"
+#include "engine/rl/tools.h"
 
 namespace trainer::engine::rl {
 namespace {
@@ -38,6 +43,7 @@ struct Rollout {
   std::vector<bool> failed;  // per reward term: it produced no score (scored 0)
   int64_t length = 0;        // completion tokens
   bool terminated = false;   // ended by a stop token or string, not by maxCompletionLength
+  int64_t tool_calls = 0, tool_failures = 0;  // runs with tools: calls it made, and failed
 };
 struct RlStep {
   double reward_mean = 0, reward_std = 0, reward_zero_share = 0, reward_full_share = 0, zero_std_group_share = 0;
@@ -53,6 +59,9 @@ struct RlStep {
   // Shares of the step each role of the colocated loop waited: the trainer while completions
   // were generated and scored, the generator while they were not being generated.
   double trainer_idle = 0, rollout_idle = 0;
+  // Runs with tools (absent otherwise): tool calls per completion, and the failed share of them.
+  std::optional<double> tool_calls_mean, tool_failure_share;
+  int64_t tool_calls = 0;
   std::vector<Rollout> rollouts;
 };
 
@@ -93,6 +102,14 @@ nlohmann::json to_json(const RlStep& r) {
           {"trainerIdle", r.trainer_idle},
           {"rolloutIdle", r.rollout_idle},
           {"rollouts", rollouts}};
+}
+
+// The tool figures of a step's `rl` object, for runs with tools.
+void add_tool_figures(const RlStep& r, nlohmann::json* out) {
+  if (!r.tool_calls_mean) return;
+  (*out)["toolCallsMean"] = *r.tool_calls_mean;
+  (*out)["toolCallFailureShare"] = r.tool_failure_share.value_or(0.0);
+  (*out)["toolCalls"] = r.tool_calls;
 }
 
 // Prompt + completion rows of a generation batch as one forward pass's input.
@@ -151,6 +168,11 @@ class GrpoMethod : public train::Method {
       prompts_.emplace_back(ids->begin(), ids->end());
       golds_.push_back(r.gold);
       prompt_texts_.push_back(prompt_text(r.messages));
+      if (rl_.tools) {
+        prompt_messages_.push_back(text::Json::parse(r.messages.dump()));
+        prompt_tools_.push_back(text::Json::parse(r.tools.dump()));
+        declared_tools_.push_back(declared_tool_names(r.tools));
+      }
     }
     emit(protocol::DataFit{.rows = total_rows, .truncated = 0, .exact = 0, .dropped = dropped});
     if (prompts_.empty()) {
@@ -162,6 +184,10 @@ class GrpoMethod : public train::Method {
     emit(protocol::Resolved{.config = plan::config_to_json(cfg_),
                             .settings_sha = plan::settings_sha(cfg_, train::file_sha256(cfg_.dataset))});
     for (const auto& t : cfg_.rewardTerms) terms_.push_back({t.name.empty() ? t.kind : t.name, t.kind, t.weight});
+    if (rl_.tools && ::access(rl_.tools->command.c_str(), X_OK) != 0) {
+      throw EngineError(StatusCode::kInvalidArgument, "config.rlHyperparams.tools.command: " + rl_.tools->command +
+                                                          " is not an executable file on the job's host");
+    }
     const int64_t batches_per_epoch =
         (static_cast<int64_t>(prompts_.size()) + rl_.promptsPerStep - 1) / rl_.promptsPerStep;
     total_ = cfg_.training.maxSteps ? *cfg_.training.maxSteps
@@ -262,7 +288,8 @@ class GrpoMethod : public train::Method {
       rl.trainer_idle = std::clamp((rl.generation_seconds + rl.reward_seconds) / step_seconds, 0.0, 1.0);
       rl.rollout_idle = std::clamp(1.0 - rl.generation_seconds / step_seconds, 0.0, 1.0);
     }
-    const int64_t batch_tokens = static_cast<int64_t>(batch_.mask.sum().item<double>());
+    // Tokens of tool answers inside completions are not the model's: they are not counted.
+    const int64_t batch_tokens = static_cast<int64_t>(batch_.mask.sum().item<double>()) - tool_tokens_;
     protocol::Step ev{.epoch = epoch_,
                       .loss = loss_sum,
                       .learning_rate = lr,
@@ -276,6 +303,7 @@ class GrpoMethod : public train::Method {
                       .forward_backward_seconds = update_seconds - opt_seconds,
                       .optimizer_seconds = opt_seconds};
     ev.rl = to_json(rl);
+    add_tool_figures(rl, &ev.rl);
     return ev;
   }
 
@@ -317,7 +345,7 @@ class GrpoMethod : public train::Method {
         terms.push_back({{"name", terms_[k].name}, {"weight", terms_[k].weight}, {"raw", r.raw[k]},
                          {"failed", static_cast<bool>(r.failed[k])}});
       }
-      const nlohmann::json line = {{"step", step},
+      nlohmann::json line = {{"step", step},
                                    {"promptIndex", r.prompt_index},
                                    {"prompt", prompt_texts_[static_cast<size_t>(r.prompt_index)]},
                                    {"completion", r.completion},
@@ -325,10 +353,44 @@ class GrpoMethod : public train::Method {
                                    {"terms", terms},
                                    {"completionTokens", r.length},
                                    {"terminated", r.terminated}};
+      if (rl_.tools) {
+        line["toolCalls"] = r.tool_calls;
+        line["toolFailures"] = r.tool_failures;
+      }
       out << line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
     }
     out.flush();
     if (!out) throw EngineError(StatusCode::kInternal, rollouts_path_ + ": writing the rollouts failed");
+  }
+
+  // The tool loop of a generation batch of the prompts `which` (rlHyperparams.tools).
+  ToolLoop tool_loop(const std::vector<size_t>& which) const {
+    ToolLoop loop;
+    loop.command = rl_.tools->command;
+    loop.timeout_seconds = rl_.tools->timeoutSeconds;
+    loop.max_calls = rl_.tools->maxCalls;
+    for (size_t p : which) loop.declared.push_back(declared_tools_[p]);
+    // The template's own tool turn: the conversation with the call's assistant turn (a marker
+    // for its text) and the answer in the tool role, rendered with the generation prompt; what
+    // follows the marker closes the call's turn, shows the answer and opens the next turn.
+    loop.tool_turn = [this, which](size_t prompt, const std::string& answer) {
+      static const std::string kMarker = "\x1e\x1ftool-call-turn\x1f\x1e";
+      const size_t p = which[prompt];
+      text::Json messages = prompt_messages_[p];
+      messages.push_back({{"role", "assistant"}, {"content", kMarker}});
+      messages.push_back({{"role", "tool"}, {"content", answer}});
+      text::RenderOptions ro;
+      ro.add_generation_prompt = true;
+      const std::string text = value_or_throw(tok_.chat_template().render(messages, prompt_tools_[p], ro));
+      const size_t at = text.rfind(kMarker);
+      if (at == std::string::npos) {
+        throw EngineError(StatusCode::kInvalidArgument, "the chat template drops the assistant's tool call text; "
+                                                        "it cannot show a tool's answer");
+      }
+      std::vector<int32_t> ids = value_or_throw(tok_.encode(text.substr(at + kMarker.size()), false));
+      return std::vector<int64_t>(ids.begin(), ids.end());
+    };
+    return loop;
   }
 
   // Samples, scores and prepares a new generation batch.
@@ -359,8 +421,15 @@ class GrpoMethod : public train::Method {
     so.stop_ids = stop_ids_;
     so.pad_id = pad_;
     so.stop_strings = rl_.stopStrings;
-    if (!so.stop_strings.empty()) so.decode = decoder();
-    generate::Generation gen = generate::generate(model_, prompts, so);
+    if (!so.stop_strings.empty() || rl_.tools) so.decode = decoder();
+    generate::Generation gen;
+    ToolGeneration tools;
+    if (rl_.tools) {
+      tools = generate_with_tools(model_, prompts, so, tool_loop(which));
+      gen = std::move(tools.gen);
+    } else {
+      gen = generate::generate(model_, prompts, so);
+    }
     rl->generation_seconds = gen.seconds;
     rl->generated_tokens = gen.generated_tokens;
     rl->generation_tokens_per_second = gen.seconds > 0 ? static_cast<double>(gen.generated_tokens) / gen.seconds : 0;
@@ -368,11 +437,19 @@ class GrpoMethod : public train::Method {
     // Rewards.
     const auto t_reward = SteadyClock::now();
     const int64_t N = gen.completion_ids.size(0);
-    std::vector<std::string> completions, golds;
+    // What the terms score: the completion, or with tools its answer after the last tool turn;
+    // what `runs rollouts` shows: the whole completion.
+    std::vector<std::string> completions, shown, golds;
     for (int64_t i = 0; i < N; ++i) {
       at::Tensor row = gen.completion_ids[i].narrow(0, 0, gen.lengths[static_cast<size_t>(i)]);
       std::vector<int32_t> ids(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel());
-      completions.push_back(value_or_throw(tok_.decode(ids, true)));
+      shown.push_back(value_or_throw(tok_.decode(ids, true)));
+      if (rl_.tools) {
+        const auto from = static_cast<std::ptrdiff_t>(tools.answer_start[static_cast<size_t>(i)]);
+        completions.push_back(value_or_throw(tok_.decode(std::vector<int32_t>(ids.begin() + from, ids.end()), true)));
+      } else {
+        completions.push_back(shown.back());
+      }
       golds.push_back(golds_[which[static_cast<size_t>(i / G)]]);
     }
     std::vector<double> total(static_cast<size_t>(N), 0.0);
@@ -434,7 +511,20 @@ class GrpoMethod : public train::Method {
     batch_.ids = at::cat({gen.prompt_ids, gen.completion_ids}, 1).to(device_);
     batch_.mask = at::cat({gen.prompt_mask, gen.completion_mask}, 1).to(device_);
     batch_.completion_ids = gen.completion_ids.to(device_);
-    batch_.completion_mask = gen.completion_mask.to(device_, at::kFloat);
+    // Tool turns are attended to but not trained on.
+    at::Tensor trained = rl_.tools ? gen.completion_mask & tools.tool_mask.logical_not() : gen.completion_mask;
+    batch_.completion_mask = trained.to(device_, at::kFloat);
+    tool_tokens_ = rl_.tools ? tools.tool_mask.sum().item<int64_t>() : 0;
+    if (rl_.tools) {
+      int64_t calls = 0, failures = 0;
+      for (int64_t i = 0; i < N; ++i) {
+        calls += tools.calls[static_cast<size_t>(i)];
+        failures += tools.failures[static_cast<size_t>(i)];
+      }
+      rl->tool_calls = calls;
+      rl->tool_calls_mean = static_cast<double>(calls) / static_cast<double>(N);
+      rl->tool_failure_share = calls > 0 ? static_cast<double>(failures) / static_cast<double>(calls) : 0.0;
+    }
 
     // Old (sampling-policy) and reference log-probabilities, without gradients.
     const auto t_old = SteadyClock::now();
@@ -461,7 +551,7 @@ class GrpoMethod : public train::Method {
     for (int64_t i = 0; i < N; ++i) {
       Rollout r;
       r.prompt_index = static_cast<int64_t>(which[static_cast<size_t>(i / G)]);
-      r.completion = completions[static_cast<size_t>(i)];
+      r.completion = shown[static_cast<size_t>(i)];
       r.reward = total[static_cast<size_t>(i)];
       for (const auto& ts : scores) {
         r.raw.push_back(ts.raw[static_cast<size_t>(i)]);
@@ -469,6 +559,10 @@ class GrpoMethod : public train::Method {
       }
       r.length = gen.lengths[static_cast<size_t>(i)];
       r.terminated = gen.terminated[static_cast<size_t>(i)];
+      if (rl_.tools) {
+        r.tool_calls = tools.calls[static_cast<size_t>(i)];
+        r.tool_failures = tools.failures[static_cast<size_t>(i)];
+      }
       rl->rollouts.push_back(std::move(r));
     }
     last_rollout_ = *rl;
@@ -483,6 +577,10 @@ class GrpoMethod : public train::Method {
   std::vector<std::vector<int32_t>> prompts_;
   std::vector<std::string> golds_;
   std::vector<std::string> prompt_texts_;  // per prompt: what `runs rollouts` shows of it
+  // Runs with tools, per prompt: its conversation, its declared tools and their names.
+  std::vector<text::Json> prompt_messages_, prompt_tools_;
+  std::vector<std::vector<std::string>> declared_tools_;
+  int64_t tool_tokens_ = 0;  // tokens of tool turns in the current generation batch
   std::vector<RewardTerm> terms_;
   std::vector<size_t> order_;
   size_t cursor_ = 0;
