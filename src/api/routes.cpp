@@ -266,6 +266,20 @@ void install_routes(http::Router& router, Service& svc, const service::Limits& l
     if (!limit.is_ok()) return error_response(limit.status());
     return reply(svc.run_metrics(req.params[0], *limit), 200);
   });
+  router.add("GET", "/v1/runs/{ref}/rollouts", max_request, [&svc](const Request& req) -> Outcome {
+    service::RolloutQuery q;
+    for (const char* name : {"step", "best", "worst", "limit"}) {
+      if (!req.has_query(name)) continue;
+      auto v = int_param(req, name, 0);
+      if (!v.is_ok()) return error_response(v.status());
+      const std::string n = name;
+      if (n == "step") q.step = *v;
+      else if (n == "best") q.best = *v;
+      else if (n == "worst") q.worst = *v;
+      else q.limit = *v;
+    }
+    return reply(svc.run_rollouts(req.params[0], q), 200);
+  });
   router.add("GET", "/v1/runs/{ref}/hparams", max_request,
              [&svc](const Request& req) -> Outcome { return reply(svc.run_hparams(req.params[0]), 200); });
   router.add("PATCH", "/v1/runs/{ref}", max_request, [&svc](const Request& req) -> Outcome {

@@ -1,11 +1,13 @@
-// `trainer runs ...`: start, list, get, wait, cancel, annotate, metrics, hparams (compare, pause,
-// resume and snapshots have files of their own).
+// `trainer runs ...`: start, list, get, wait, cancel, annotate, metrics, hparams (compare, rollouts,
+// pause, resume and snapshots have files of their own).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <iterator>
 #include <random>
+#include <span>
+#include <string_view>
 
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
@@ -301,9 +303,34 @@ constexpr MetricColumn kDefaultMetricColumns[] = {
     {"validationLoss", "VAL LOSS"},
 };
 
+// Reinforcement runs: the reward, and the shares of groups whose rewards do not spread (they
+// teach nothing) and of rollouts scored zero and full.
+constexpr MetricColumn kRlMetricColumns[] = {
+    {"step", "STEP"},
+    {"reward", "REWARD"},
+    {"zeroSpreadGroupShare", "ZERO-SPREAD GROUPS"},
+    {"zeroRewardShare", "SCORED 0"},
+    {"fullRewardShare", "SCORED 1"},
+    {"learningRate", "LR"},
+    {"gradNorm", "GRAD NORM"},
+    {"tokensPerSecond", "TOK/S"},
+};
+
+constexpr std::string_view kTermPrefix = "terms:";
+
+bool is_rl_steps(const json& steps) {
+  return std::any_of(steps.begin(), steps.end(), [](const json& s) { return s.is_object() && s.contains("reward"); });
+}
+
+// A step's figure by the name --fields takes: top level, under `measured`, or terms:NAME.
 std::string cell(const json& row, const std::string& key) {
   const json* v = nullptr;
-  if (row.contains(key)) {
+  if (key.rfind(kTermPrefix, 0) == 0) {
+    const std::string term = key.substr(kTermPrefix.size());
+    if (row.contains("rewardTerms") && row["rewardTerms"].is_object() && row["rewardTerms"].contains(term)) {
+      v = &row["rewardTerms"][term];
+    }
+  } else if (row.contains(key)) {
     v = &row[key];
   } else if (row.contains("measured") && row["measured"].is_object() && row["measured"].contains(key)) {
     v = &row["measured"][key];
@@ -317,18 +344,25 @@ std::string cell(const json& row, const std::string& key) {
   return v->dump();
 }
 
-// The metric names of recorded steps: top-level figures and those under `measured`.
+// The metric names of recorded steps: top-level figures, those under `measured`, and
+// terms:NAME for each reward term.
 std::vector<std::string> metric_names(const json& steps) {
   std::vector<std::string> names;
   auto add = [&](const std::string& n) {
     if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
   };
-  for (const auto& c : kDefaultMetricColumns) add(c.key);
+  if (is_rl_steps(steps)) {
+    for (const auto& c : kRlMetricColumns) add(c.key);
+  } else {
+    for (const auto& c : kDefaultMetricColumns) add(c.key);
+  }
   for (const auto& s : steps) {
     if (!s.is_object()) continue;
     for (auto it = s.begin(); it != s.end(); ++it) {
       if (it.key() == "measured" && it->is_object()) {
         for (auto m = it->begin(); m != it->end(); ++m) add(m.key());
+      } else if (it.key() == "rewardTerms" && it->is_object()) {
+        for (auto m = it->begin(); m != it->end(); ++m) add(std::string(kTermPrefix) + m.key());
       } else if (!it->is_object() && !it->is_array()) {
         add(it.key());
       }
@@ -397,7 +431,8 @@ int runs_metrics(Context& ctx) {
     return kExitOk;
   }
   std::vector<std::string> keys, header;
-  for (const auto& c : kDefaultMetricColumns) {
+  const bool rl = is_rl_steps(steps);
+  for (const auto& c : rl ? std::span<const MetricColumn>(kRlMetricColumns) : std::span<const MetricColumn>(kDefaultMetricColumns)) {
     // Validation loss only when some step has it.
     if (std::string(c.key) == "validationLoss" &&
         std::none_of(steps.begin(), steps.end(), [](const json& s) { return s.contains("validationLoss"); })) {
@@ -409,7 +444,7 @@ int runs_metrics(Context& ctx) {
   for (const auto& f : requested) {
     if (std::find(keys.begin(), keys.end(), f) != keys.end()) continue;
     keys.push_back(f);
-    std::string h = f;
+    std::string h = f.rfind(kTermPrefix, 0) == 0 ? f.substr(kTermPrefix.size()) : f;
     for (auto& ch : h) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
     header.push_back(h);
   }
@@ -549,14 +584,21 @@ Command runs_command() {
   g.children.push_back(annotate);
 
   Command metrics{"metrics", {}, "Show a run's per-step metrics", "RUN",
-                  "--fields adds columns by the names the steps carry; a name no step carries is refused\n"
-                  "with the list of those it does.",
+                  "Supervised runs show the loss; reinforcement (grpo, gspo) runs show the mean reward, the\n"
+                  "share of groups whose rewards did not spread (they teach nothing), and the shares of\n"
+                  "rollouts scored 0 and 1.\n"
+                  "--fields adds columns by the names the steps carry: any figure (batchTokens, stepSeconds,\n"
+                  "entropy, clipRatio, ...), kl, maxMemoryGb, maxMemoryReservedGb, maxDeviceMemoryGb,\n"
+                  "trainerIdle, rolloutIdle, and terms:NAME for a reward term's weighted mean (terms:total\n"
+                  "is the reward). A name no step carries is refused with the list of those it does.",
                   {{"limit", 0, "N", "only the last N steps", ""},
-                   {"fields", 0, "A,B", "extra columns by metric name (e.g. batchTokens,stepSeconds)", ""}},
+                   {"fields", 0, "A,B", "extra columns by metric name (e.g. batchTokens,kl,terms:json-label-match)", ""}},
                   {}, runs_metrics, 1, 1, {}};
   metrics.examples = {{"every step's loss, learning rate and rate", "trainer runs metrics 7d496e82"},
                       {"the last 5 steps with two more columns",
-                       "trainer runs metrics 7d496e82 --limit 5 --fields batchTokens,stepSeconds"}};
+                       "trainer runs metrics 7d496e82 --limit 5 --fields batchTokens,stepSeconds"},
+                      {"a reinforcement run's KL, idle fractions and one reward term",
+                       "trainer runs metrics 7d496e82 --fields kl,trainerIdle,rolloutIdle,terms:json-label-match"}};
   g.children.push_back(metrics);
 
   Command hparams{"hparams", {}, "Show a run's recorded hyperparameters, flattened, and their sha", "RUN", "",
@@ -564,6 +606,7 @@ Command runs_command() {
   hparams.examples = {{"the settings a run trained with", "trainer runs hparams 7d496e82"},
                       {"as JSON, to compare two runs", "trainer runs hparams 7d496e82 -o json"}};
   g.children.push_back(hparams);
+  g.children.push_back(runs_rollouts_command());
   g.children.push_back(runs_pause_command());
   g.children.push_back(runs_resume_command());
   g.children.push_back(runs_snapshots_command());

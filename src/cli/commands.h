@@ -27,6 +27,8 @@ Command runs_pause_command();
 Command runs_resume_command();
 // `runs compare RUN --baseline RUN2` (a child of runs_command()).
 Command runs_compare_command();
+// `runs rollouts RUN` (a child of runs_command()).
+Command runs_rollouts_command();
 
 // Reads FILE, or stdin for "-". On failure returns nullopt and sets `error` to a line naming
 // the file and the reason.

@@ -152,8 +152,9 @@ std::string progress_text(const json& run, const ViewStyle& style, bool with_pha
     std::string pool = str(claim, "pool");
     parts.push_back(pool.empty() ? "waiting for devices" : "waiting for devices in pool " + pool);
   }
-  if (auto loss = num(latest, "loss")) parts.push_back("loss " + format_number(*loss));
+  // A reinforcement run shows its mean reward instead of the policy loss.
   if (auto reward = num(latest, "reward")) parts.push_back("reward " + format_number(*reward));
+  else if (auto loss = num(latest, "loss")) parts.push_back("loss " + format_number(*loss));
   if (auto vloss = num(latest, "validationLoss")) {
     droppable_val.push_back(parts.size());
     parts.push_back("val " + format_number(*vloss));
@@ -287,6 +288,7 @@ std::string run_detail(const json& run, const ViewStyle& style) {
 
   std::vector<std::pair<std::string, std::string>> results;
   const json& latest = field(run, "latest");
+  if (auto reward = num(latest, "reward")) results.push_back({"Reward", format_number(*reward)});
   if (auto loss = num(latest, "loss")) results.push_back({"Loss", format_number(*loss)});
   if (auto v = num(latest, "validationLoss")) results.push_back({"Validation loss", format_number(*v)});
   if (auto t = num(latest, "tokensPerSecond")) {
@@ -362,7 +364,8 @@ std::string run_summary(const json& run) {
   out += "\n";
   std::vector<std::pair<std::string, std::string>> rows;
   const json& latest = field(run, "latest");
-  if (auto loss = num(latest, "loss")) rows.push_back({"final loss", format_number(*loss)});
+  if (auto reward = num(latest, "reward")) rows.push_back({"final reward", format_number(*reward)});
+  else if (auto loss = num(latest, "loss")) rows.push_back({"final loss", format_number(*loss)});
   if (auto v = num(latest, "validationLoss")) rows.push_back({"validation loss", format_number(*v)});
   if (auto t = num(latest, "tokensPerSecond")) {
     rows.push_back({"tokens/s", format_thousands(static_cast<int64_t>(*t + 0.5))});

@@ -240,6 +240,12 @@ void JobTelemetry::record_rl_step(const protocol::Step& e) {
   phase("old_log_prob", num("oldLogprobSeconds"));
   phase("update_actor", num("actorUpdateSeconds"));
   phase("step", e.step_seconds);
+  if (rl.contains("toolCallsMean")) {  // only runs with tools record them
+    m.rl_tool_calls_mean.set(num("toolCallsMean"));
+    m.rl_tool_calls_failure_ratio.set(num("toolCallFailureShare"));
+  }
+  m.rl_role_idle_ratio.set(num("trainerIdle"), {.rl_role = tel::RlRole::kTrainer});
+  m.rl_role_idle_ratio.set(num("rolloutIdle"), {.rl_role = tel::RlRole::kRollout});
 }
 
 void JobTelemetry::on_event(const protocol::Event& event) {

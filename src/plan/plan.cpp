@@ -234,6 +234,9 @@ constexpr std::pair<const char*, ScaleRewards> kScaleRewards[] = {
 constexpr std::pair<const char*, TermKind> kTermPrefixes[] = {
     {"rule:", TermKind::kRule}, {"bundle:", TermKind::kBundle}, {"http:", TermKind::kHttp}, {"model:", TermKind::kModel}};
 constexpr const char* kLabelMatch = "json-label-match";
+// Bounds of rlHyperparams.stopStrings (each is looked for after every sampled token).
+constexpr size_t kMaxStopStrings = 32;
+constexpr size_t kMaxStopStringBytes = 256;
 // Fields of an RL plan (method grpo/gspo) that an SFT plan refuses, and SFT fields an RL plan refuses.
 const std::vector<std::string> kRlFields = {"reward", "klBeta", "rlHyperparams"};
 const std::vector<std::string> kSftOnlyTraining = {"batchSize", "gradientAccumulation", "validationFrequencySteps",
@@ -406,6 +409,32 @@ Status read_rl(const json& obj, RlSettings* rl) {
   TRAINER_RETURN_IF_ERROR(read_enum(r, "lossAggregation", kAggregations, false, &rl->lossAggregation));
   TRAINER_RETURN_IF_ERROR(read_enum(r, "scaleRewards", kScaleRewards, false, &rl->scaleRewards));
   TRAINER_RETURN_IF_ERROR(r.read_int_as("microBatchSize", &rl->microBatchSize));
+  if (const json* stops = r.find("stopStrings")) {
+    if (!stops->is_array() || stops->size() > kMaxStopStrings) {
+      return r.fail("stopStrings", "must be a list of at most " + std::to_string(kMaxStopStrings) +
+                                       " strings, got " + stops->dump());
+    }
+    rl->stopStrings.clear();
+    for (size_t i = 0; i < stops->size(); ++i) {
+      const json& s = (*stops)[i];
+      if (!s.is_string() || s.get<std::string>().empty() || s.get<std::string>().size() > kMaxStopStringBytes) {
+        return invalid_field("config.rlHyperparams.stopStrings[" + std::to_string(i) + "]",
+                             "must be a non-empty string of at most " + std::to_string(kMaxStopStringBytes) +
+                                 " bytes, got " + s.dump());
+      }
+      rl->stopStrings.push_back(s.get<std::string>());
+    }
+  }
+  if (const json* tools = r.find("tools"); tools && !tools->is_null()) {
+    if (!tools->is_object()) return r.fail("tools", "must be an object {command, timeoutSeconds, maxCalls}, got " + tools->dump());
+    ObjectReader t(*tools, "config.rlHyperparams.tools");
+    ToolSettings ts;
+    TRAINER_RETURN_IF_ERROR(t.read_string("command", &ts.command, true));
+    TRAINER_RETURN_IF_ERROR(t.read_double("timeoutSeconds", &ts.timeoutSeconds));
+    TRAINER_RETURN_IF_ERROR(t.read_int_as("maxCalls", &ts.maxCalls));
+    TRAINER_RETURN_IF_ERROR(t.refuse_unknown());
+    rl->tools = std::move(ts);
+  }
   const json* sub = nullptr;
   TRAINER_RETURN_IF_ERROR(r.read_object("optimizer", &sub));
   TRAINER_RETURN_IF_ERROR(read_optimizer(*sub, "config.rlHyperparams.optimizer", &rl->optimizer));

@@ -102,6 +102,14 @@ std::string term_target(std::string_view kind);
 // "rule:FILE" / "bundle:FILE" by file name, else the kind as written.
 std::string term_label(const RewardTermSpec& term);
 
+// The tool executable of an RL run whose rows declare tools (config.rlHyperparams.tools): a
+// completion's tool calls are run with it during generation (docs/rl.md, "Tools").
+struct ToolSettings {
+  std::string command = {};     // config.rlHyperparams.tools.command: path of the executable (no shell). Required
+  double timeoutSeconds = 10;   // config.rlHyperparams.tools.timeoutSeconds: a call running longer fails
+  int maxCalls = 4;             // config.rlHyperparams.tools.maxCalls: tool calls run per completion
+};
+
 // Settings of GRPO/GSPO runs (config.rlHyperparams). TRL's GRPOConfig names in brackets.
 struct RlSettings {
   int groupSize = 8;              // config.rlHyperparams.groupSize: completions per prompt (num_generations)
@@ -116,6 +124,10 @@ struct RlSettings {
   LossAggregation lossAggregation = LossAggregation::kDapo;  // config.rlHyperparams.lossAggregation (loss_type)
   ScaleRewards scaleRewards = ScaleRewards::kGroup;          // config.rlHyperparams.scaleRewards (scale_rewards)
   int microBatchSize = 8;         // config.rlHyperparams.microBatchSize: completions per forward/backward pass
+  // config.rlHyperparams.stopStrings: a completion ends once its text contains one (it keeps the
+  // tokens up to and including the one that completed it), as transformers' stop_strings.
+  std::vector<std::string> stopStrings = {};
+  std::optional<ToolSettings> tools = {};  // config.rlHyperparams.tools: absent = no tool is run
   OptimizerSettings optimizer = {.learningRate = 1e-5};  // config.rlHyperparams.optimizer: AdamW of RL runs
 };
 

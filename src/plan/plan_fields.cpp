@@ -129,6 +129,16 @@ const std::vector<FieldSpec> kFields = {
      "divide group-centred rewards by the group's std, the batch's, or not at all (Dr. GRPO)"},
     {"config.rlHyperparams.microBatchSize", FT::kInteger, 1, 65536, false, false, "",
      "completions per forward/backward pass (gradients accumulate over the batch)"},
+    {"config.rlHyperparams.stopStrings", FT::kStringList, 0, 0, false, false, "",
+     "a completion ends once its text contains one of these (at most 32, each 1 to 256 bytes); it keeps the token that completed it"},
+    {"config.rlHyperparams.tools", FT::kObject, 0, 0, false, false, "",
+     "the executable that runs the tool calls of rows that declare tools; absent: no tool is run"},
+    {"config.rlHyperparams.tools.command", FT::kString, 0, 0, false, false, "",
+     "path of the tool executable (run without a shell; one JSON request on stdin, one JSON answer on stdout). Required"},
+    {"config.rlHyperparams.tools.timeoutSeconds", FT::kNumber, 0, 3600, true, false, "",
+     "a call running longer is stopped and fails (default 10)"},
+    {"config.rlHyperparams.tools.maxCalls", FT::kInteger, 1, 64, false, false, "",
+     "tool calls run per completion; a call past them ends the completion (default 4)"},
     {"config.rlHyperparams.optimizer", FT::kObject, 0, 0, false, false, "", "AdamW and its schedule of RL runs (grpo, gspo)"},
     {"config.rlHyperparams.optimizer.learningRate", FT::kNumber, 0, 1, true, false, "", "peak learning rate"},
     {"config.rlHyperparams.optimizer.weightDecay", FT::kNumber, 0, 1e3, false, false, "", "decoupled weight decay"},
@@ -185,6 +195,7 @@ std::string field_default_text(const FieldSpec& spec) {
   }
   if (value.is_null()) return "absent";
   if (value.is_array()) {
+    if (value.empty()) return "[]";
     std::string list;
     for (const auto& v : value) list += (list.empty() ? "" : ", ") + (v.is_string() ? v.get<std::string>() : v.dump());
     return list;
@@ -205,7 +216,7 @@ std::string field_range_text(const FieldSpec& spec) {
     case FieldType::kEnum:
       return std::string(spec.values);
     case FieldType::kStringList:
-      return "some of " + std::string(spec.values);
+      return spec.values.empty() ? "any" : "some of " + std::string(spec.values);
     case FieldType::kBoolean:
       return "true, false";
     case FieldType::kString:

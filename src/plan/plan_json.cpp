@@ -77,6 +77,11 @@ json rl_config_to_json(const RunConfig& c) {
             {"lossAggregation", loss_aggregation_name(r.lossAggregation)},
             {"scaleRewards", scale_rewards_name(r.scaleRewards)},
             {"microBatchSize", r.microBatchSize},
+            {"stopStrings", r.stopStrings},
+            {"tools", r.tools ? json{{"command", r.tools->command},
+                                     {"timeoutSeconds", r.tools->timeoutSeconds},
+                                     {"maxCalls", r.tools->maxCalls}}
+                              : json(nullptr)},
             {"optimizer", optimizer_json(r.optimizer)}}}};
 }
 

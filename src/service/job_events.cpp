@@ -146,6 +146,10 @@ Status ServiceImpl::apply_event(RunRecord& run, const protocol::Event& event, co
     progress["step"] = e->step;
     if (doc.contains("totalSteps")) progress["totalSteps"] = e->total_steps;
     latest["loss"] = e->loss;
+    // Reinforcement steps: the mean reward is what a person follows (the policy loss is not).
+    if (e->rl.is_object() && e->rl.contains("rewardMean") && e->rl["rewardMean"].is_number()) {
+      latest["reward"] = e->rl["rewardMean"];
+    }
     if (doc.contains("learningRate")) latest["learningRate"] = e->learning_rate;
     if (doc.contains("gradNorm")) latest["gradNorm"] = e->grad_norm;
     if (doc.contains("tokenAccuracy")) latest["tokenAccuracy"] = e->token_accuracy;

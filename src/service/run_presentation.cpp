@@ -1,6 +1,8 @@
 // Runs out: one run, pages of runs (with the cache of ended runs' text), events (long poll),
 // step metrics and hyperparameters.
 #include <algorithm>
+#include <optional>
+#include <utility>
 
 #include "service/service_state.h"
 
@@ -19,6 +21,58 @@ json unreadable_run(const store::RunRow& row, const Status& why) {
           {"workload", {{"id", row.workload_id}}},
           {"phase", row.phase},
           {"failureReason", why.message()}};
+}
+
+constexpr double kBytesPerGb = 1024.0 * 1024.0 * 1024.0;
+
+// A stored step as `runs metrics` shows it: the step as the job reported it, plus the figures
+// docs/api.md names at top level (memory in GiB; for reinforcement steps the reward, the shares
+// of zero-spread groups and of rollouts scored zero and full, kl, idle fractions), the other
+// scalar RL figures under `measured`, and each reward term's weighted mean under `rewardTerms`
+// (with `total`, the mean reward).
+json present_step(json s) {
+  if (s.contains("memory") && s["memory"].is_object()) {
+    const json& m = s["memory"];
+    auto gb = [&](const char* key) -> std::optional<double> {
+      if (!m.contains(key) || !m[key].is_number()) return std::nullopt;
+      return m[key].get<double>() / kBytesPerGb;
+    };
+    if (auto v = gb("allocatedPeakBytes")) s["maxMemoryGb"] = *v;
+    if (auto v = gb("reservedPeakBytes")) {
+      s["maxMemoryReservedGb"] = *v;
+      // The device memory the process held at its peak: the allocator's and what lies outside it.
+      const json usage = m.value("usage", json::object());
+      const double outside = usage.contains("outsideAllocator") && usage["outsideAllocator"].is_number()
+                                 ? usage["outsideAllocator"].get<double>()
+                                 : 0.0;
+      s["maxDeviceMemoryGb"] = *v + outside / kBytesPerGb;
+    }
+  }
+  if (!s.contains("rl") || !s["rl"].is_object()) return s;
+  const json& rl = s["rl"];
+  static const std::pair<const char*, const char*> kNamed[] = {
+      {"reward", "rewardMean"},           {"zeroSpreadGroupShare", "zeroStdGroupShare"},
+      {"zeroRewardShare", "rewardZeroShare"}, {"fullRewardShare", "rewardFullShare"},
+      {"kl", "kl"},                       {"trainerIdle", "trainerIdle"},
+      {"rolloutIdle", "rolloutIdle"}};
+  json measured = json::object();
+  for (auto it = rl.begin(); it != rl.end(); ++it) {
+    if (it->is_number()) measured[it.key()] = *it;
+  }
+  for (const auto& [name, key] : kNamed) {
+    if (measured.contains(key)) {
+      s[name] = measured[key];
+      measured.erase(key);
+    }
+  }
+  json terms = json::object();
+  for (const auto& t : rl.value("terms", json::array())) {
+    if (t.is_object() && t.contains("name") && t["name"].is_string()) terms[t["name"].get<std::string>()] = t.value("mean", 0.0);
+  }
+  if (s.contains("reward")) terms["total"] = s["reward"];
+  s["measured"] = std::move(measured);
+  s["rewardTerms"] = std::move(terms);
+  return s;
 }
 
 }  // namespace
@@ -165,7 +219,9 @@ Result<json> ServiceImpl::run_metrics(const std::string& ref, int64_t limit) {
   if (!r.is_ok()) return r.status();
   auto steps = store_->step_metrics(r->id, limit);
   if (!steps.is_ok()) return steps.status();
-  return json{{"steps", *steps}};
+  json out = json::array();
+  for (auto& s : *steps) out.push_back(present_step(std::move(s)));
+  return json{{"steps", std::move(out)}};
 }
 
 Result<json> ServiceImpl::run_hparams(const std::string& ref) {

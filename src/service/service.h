@@ -61,6 +61,15 @@ struct RunListQuery {
   int64_t offset = 0;
 };
 
+// Which rollouts of a reinforcement run to show (`runs rollouts`).
+inline constexpr int64_t kMaxRollouts = 200;  // most rollouts one answer carries
+struct RolloutQuery {
+  std::optional<int64_t> step;  // the generation batch this step trained on; absent = the latest
+  std::optional<int64_t> best;   // the `best` highest rewards, highest first (1..kMaxRollouts)
+  std::optional<int64_t> worst;  // the `worst` lowest rewards, lowest first (not with best)
+  int64_t limit = 50;           // at most this many, 1..kMaxRollouts
+};
+
 class Service {
  public:
   virtual ~Service() = default;
@@ -128,6 +137,10 @@ class Service {
   virtual Result<json> resume_run(const std::string& ref) = 0;
   virtual Result<json> run_metrics(const std::string& ref, int64_t limit) = 0;
   virtual Result<json> run_hparams(const std::string& ref) = 0;
+  // A grpo/gspo run's rollouts of one generation batch: {runId, phase, step, steps, total, order,
+  // rollouts:[{step, index, promptIndex, prompt, completion, reward, terms:[{name, weight, raw,
+  // share, failed}], completionTokens, terminated}]}. An SFT run is FailedPrecondition.
+  virtual Result<json> run_rollouts(const std::string& ref, const RolloutQuery& query) = 0;
 
   // ---- the snapshot catalog (protocol/snapshot.h)
   // The job's callback before uploading: reserves the snapshot (body: protocol::Reservation).

@@ -98,6 +98,7 @@ class ServiceImpl final : public Service {
   Result<json> annotate_run(const std::string& ref, const json& body) override;
   Result<json> run_metrics(const std::string& ref, int64_t limit) override;
   Result<json> run_hparams(const std::string& ref) override;
+  Result<json> run_rollouts(const std::string& ref, const RolloutQuery& query) override;
 
   Result<std::pair<json, bool>> reserve_snapshot(const std::string& run_ref, const json& body) override;
   Result<json> commit_snapshot(const std::string& snapshot_ref, const json& body) override;

@@ -167,6 +167,8 @@ Generation generate(model::CausalLM& model, const std::vector<std::vector<int64_
   int64_t live = N;
   at::Tensor pad_col = at::full({N}, o.pad_id, at::kLong);
   std::vector<at::Tensor> step_logps;  // [N] per generated position, when o.logprobs
+  size_t longest_stop = 0;  // bytes of the longest stop string
+  for (const auto& s : o.stop_strings) longest_stop = std::max(longest_stop, s.size());
   for (int64_t t = 0; t < C && live > 0; ++t) {
     at::Tensor logps;
     at::Tensor next = sample(last, o, gen, o.logprobs ? &logps : nullptr);  // [N] on the CPU
@@ -181,7 +183,11 @@ Generation generate(model::CausalLM& model, const std::vector<std::vector<int64_
       al[i] = true;
       bool stop = std::find(o.stop_ids.begin(), o.stop_ids.end(), nx[i]) != o.stop_ids.end();
       if (!stop && !o.stop_strings.empty()) {
-        const std::string text = o.decode(tokens[r]);
+        // A stop string not seen before ends in this token, so it lies within the last
+        // longest-stop-string tokens (each token is at least one byte of text).
+        const auto& all = tokens[r];
+        const size_t window = std::min(all.size(), longest_stop + 1);
+        const std::string text = o.decode(std::vector<int64_t>(all.end() - static_cast<std::ptrdiff_t>(window), all.end()));
         for (const auto& s : o.stop_strings) stop = stop || (!s.empty() && text.find(s) != std::string::npos);
       }
       if (stop) {

@@ -29,8 +29,10 @@ struct SamplingOptions {
   // Also return each sampled token's log-probability under logits / temperature (the whole
   // distribution, before top-k/top-p; plain logits when greedy): what the policy assigns it.
   bool logprobs = false;
-  // Stop strings: a completion ends once decode(its tokens) contains one of them (checked with
-  // `decode`, which must be given when stop_strings is not empty). The tokens are kept.
+  // Stop strings: a completion ends once the text of its tokens contains one of them, checked
+  // after every token with `decode` (which must be given when stop_strings is not empty) over
+  // the last tokens that can hold one, as transformers' stop_strings does. The tokens are kept,
+  // the last one included (its text may run past the stop string).
   std::vector<std::string> stop_strings;
   std::function<std::string(const std::vector<int64_t>&)> decode;
 };

@@ -4,6 +4,7 @@
 #include <c10/core/GradMode.h>
 
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "common/json_parse.h"
@@ -14,6 +15,7 @@
 #include "engine/model/safetensors.h"
 #include "engine/rl/grpo.h"
 #include "engine/rl/loss.h"
+#include "engine/text/tokenizer.h"
 #include "storage/storage.h"
 
 namespace trainer::engine {
@@ -40,7 +42,7 @@ Result<TrainResult> train_rl(const TrainRequest& request, const EventSink& event
         }
         train::Setup setup = train::prepare(plan, events);
         int64_t total = 0;
-        std::unique_ptr<train::Method> method = rl::make_method(plan, setup, events, &total);
+        std::unique_ptr<train::Method> method = rl::make_method(plan, setup, events, request.output_dir, &total);
         train::Updater updater(*setup.model, cfg.lora, cfg.rl.optimizer, cfg.training.seed, total);
         train::LoopOptions options = train::loop_options(request);
         result = train::run(*method, setup, updater, options, events);
@@ -71,6 +73,14 @@ Status debug_generate(const DebugGenerateRequest& request) {
     o.stop_ids = req.value("stopIds", std::vector<int64_t>{});
     o.pad_id = req.value("padId", int64_t{0});
     o.logprobs = req.value("logprobs", false);
+    o.stop_strings = req.value("stopStrings", std::vector<std::string>{});
+    std::optional<text::Tokenizer> tok;
+    if (!o.stop_strings.empty()) {
+      tok.emplace(value_or_throw(text::Tokenizer::load(request.model_dir)));
+      o.decode = [&tok](const std::vector<int64_t>& ids) {
+        return value_or_throw(tok->decode(std::vector<int32_t>(ids.begin(), ids.end()), false));
+      };
+    }
     const int repeat = std::max(1, req.value("repeat", 1));
     generate::Generation g;
     for (int i = 0; i < repeat; ++i) g = generate::generate(*model, prompts, o);

@@ -10,7 +10,12 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <functional>
 #include <numeric>
+#include <optional>
+
+#include <unistd.h>
 
 #include "engine/data/dataset.h"
 #include "engine/engine_internal.h"
@@ -18,6 +23,8 @@
 #include "engine/rl/graders/scorer.h"
 #include "engine/rl/loss.h"
 #include "engine/rl/rewards.h"
+#include "engine/rl/tool_rollouts.h"
+#include "engine/rl/tools.h"
 
 namespace trainer::engine::rl {
 namespace {
@@ -41,6 +48,11 @@ struct Rollout {
   int64_t prompt_index = 0;
   std::string completion;
   double reward = 0;
+  std::vector<double> raw;   // per reward term (the scorer's order): its unweighted score
+  std::vector<bool> failed;  // per reward term: it produced no score (scored 0)
+  int64_t length = 0;        // completion tokens
+  bool terminated = false;   // ended by a stop token or string, not by maxCompletionLength
+  int64_t tool_calls = 0, tool_failures = 0;  // runs with tools: calls it made, and failed
 };
 struct RlStep {
   double reward_mean = 0, reward_std = 0, reward_zero_share = 0, reward_full_share = 0, zero_std_group_share = 0;
@@ -53,6 +65,12 @@ struct RlStep {
   double kl = 0, clip_ratio = 0, clip_ratio_low = 0, clip_ratio_high = 0, entropy = 0;
   double generation_seconds = 0, reward_seconds = 0, old_logprob_seconds = 0, actor_update_seconds = 0;
   double generation_tokens_per_second = 0;
+  // Shares of the step each role of the colocated loop waited: the trainer while completions
+  // were generated and scored, the generator while they were not being generated.
+  double trainer_idle = 0, rollout_idle = 0;
+  // Runs with tools (absent otherwise): tool calls per completion, and the failed share of them.
+  std::optional<double> tool_calls_mean, tool_failure_share;
+  int64_t tool_calls = 0;
   std::vector<Rollout> rollouts;
 };
 
@@ -99,7 +117,17 @@ nlohmann::json to_json(const RlStep& r) {
           {"oldLogprobSeconds", r.old_logprob_seconds},
           {"actorUpdateSeconds", r.actor_update_seconds},
           {"generationTokensPerSecond", r.generation_tokens_per_second},
+          {"trainerIdle", r.trainer_idle},
+          {"rolloutIdle", r.rollout_idle},
           {"rollouts", rollouts}};
+}
+
+// The tool figures of a step's `rl` object, for runs with tools.
+void add_tool_figures(const RlStep& r, nlohmann::json* out) {
+  if (!r.tool_calls_mean) return;
+  (*out)["toolCallsMean"] = *r.tool_calls_mean;
+  (*out)["toolCallFailureShare"] = r.tool_failure_share.value_or(0.0);
+  (*out)["toolCalls"] = r.tool_calls;
 }
 
 // Prompt + completion rows of a generation batch as one forward pass's input.
@@ -138,8 +166,13 @@ std::string last_user_text(const nlohmann::json& messages) {
 
 class GrpoMethod : public train::Method {
  public:
-  GrpoMethod(const plan::Plan& plan, train::Setup& setup, const EventSink& emit)
-      : cfg_(plan.config), rl_(cfg_.rl), model_(*setup.model), tok_(*setup.tokenizer), device_(setup.device) {
+  GrpoMethod(const plan::Plan& plan, train::Setup& setup, const EventSink& emit, const std::string& output_dir)
+      : cfg_(plan.config),
+        rl_(cfg_.rl),
+        model_(*setup.model),
+        tok_(*setup.tokenizer),
+        device_(setup.device),
+        rollouts_path_(output_dir.empty() ? "" : output_dir + "/rollouts.jsonl") {
     std::vector<RlRow> rows = value_or_throw(read_rl_rows(cfg_.dataset));
     const int64_t budget = cfg_.maxSeqLength - rl_.maxCompletionLength;
     int64_t dropped = 0, done = 0;
@@ -164,6 +197,12 @@ class GrpoMethod : public train::Method {
       golds_.push_back(r.gold);
       inputs_.push_back(last_user_text(r.messages));
       lines_.push_back(r.line);
+      prompt_texts_.push_back(prompt_text(r.messages));
+      if (rl_.tools) {
+        prompt_messages_.push_back(text::Json::parse(r.messages.dump()));
+        prompt_tools_.push_back(text::Json::parse(r.tools.dump()));
+        declared_tools_.push_back(declared_tool_names(r.tools));
+      }
     }
     emit(protocol::DataFit{.rows = total_rows, .truncated = 0, .exact = 0, .dropped = dropped});
     if (prompts_.empty()) {
@@ -178,6 +217,10 @@ class GrpoMethod : public train::Method {
     if (const char* py = std::getenv("TRAINER_REWARD_PYTHON"); py != nullptr && *py != '\0') graders.python = py;
     graders.data_source = std::filesystem::path(cfg_.dataset).filename().string();
     scorer_ = value_or_throw(Scorer::create(cfg_.rewardTerms, graders));
+    if (rl_.tools && ::access(rl_.tools->command.c_str(), X_OK) != 0) {
+      throw EngineError(StatusCode::kInvalidArgument, "config.rlHyperparams.tools.command: " + rl_.tools->command +
+                                                          " is not an executable file on the job's host");
+    }
     const int64_t batches_per_epoch =
         (static_cast<int64_t>(prompts_.size()) + rl_.promptsPerStep - 1) / rl_.promptsPerStep;
     total_ = cfg_.training.maxSteps ? *cfg_.training.maxSteps
@@ -225,6 +268,7 @@ class GrpoMethod : public train::Method {
     const bool fresh = step == batch_start || !batch_.ids.defined();
     if (fresh) rollout(batch_start, &rl);
     else rl = last_rollout_;
+    if (fresh) write_rollouts(batch_start + 1, rl);
     batch_done_ = (step + 1) % rl_.iterationsPerBatch == 0;
     // Old log-probabilities are only needed when the batch is reused (ratio != 1).
     const int64_t N = batch_.ids.size(0);
@@ -273,7 +317,12 @@ class GrpoMethod : public train::Method {
       rl.reward_seconds = 0;
       rl.old_logprob_seconds = 0;
     }
-    const int64_t batch_tokens = static_cast<int64_t>(batch_.mask.sum().item<double>());
+    if (step_seconds > 0) {
+      rl.trainer_idle = std::clamp((rl.generation_seconds + rl.reward_seconds) / step_seconds, 0.0, 1.0);
+      rl.rollout_idle = std::clamp(1.0 - rl.generation_seconds / step_seconds, 0.0, 1.0);
+    }
+    // Tokens of tool answers inside completions are not the model's: they are not counted.
+    const int64_t batch_tokens = static_cast<int64_t>(batch_.mask.sum().item<double>()) - tool_tokens_;
     protocol::Step ev{.epoch = epoch_,
                       .loss = loss_sum,
                       .learning_rate = lr,
@@ -287,10 +336,96 @@ class GrpoMethod : public train::Method {
                       .forward_backward_seconds = update_seconds - opt_seconds,
                       .optimizer_seconds = opt_seconds};
     ev.rl = to_json(rl);
+    add_tool_figures(rl, &ev.rl);
     return ev;
   }
 
  private:
+  // Token ids to text as stop strings see it: special tokens included (transformers matches
+  // stop strings against the tokens' own text).
+  std::function<std::string(const std::vector<int64_t>&)> decoder() const {
+    return [this](const std::vector<int64_t>& ids) {
+      const std::vector<int32_t> narrow(ids.begin(), ids.end());
+      return value_or_throw(tok_.decode(narrow, false));
+    };
+  }
+
+  // What `runs rollouts` shows as a rollout's prompt: the last user message's text (the whole
+  // last message when no user message has text).
+  static std::string prompt_text(const nlohmann::json& messages) {
+    if (!messages.is_array() || messages.empty()) return "";
+    for (auto it = messages.rbegin(); it != messages.rend(); ++it) {
+      if (it->value("role", std::string()) == "user" && it->contains("content") && (*it)["content"].is_string()) {
+        return (*it)["content"].get<std::string>();
+      }
+    }
+    const nlohmann::json& last = messages.back();
+    return last.contains("content") && last["content"].is_string() ? last["content"].get<std::string>() : last.dump();
+  }
+
+  // Appends the generation batch's rollouts to output_dir/rollouts.jsonl, one line each
+  // (docs/rl.md, "Rollouts"), flushed before the step's event: `step` is the batch's first
+  // (1-based) optimizer step.
+  void write_rollouts(int64_t step, const RlStep& rl) {
+    if (rollouts_path_.empty()) return;
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(rollouts_path_).parent_path(), ec);
+    std::ofstream out(rollouts_path_, std::ios::app | std::ios::binary);
+    if (!out) throw EngineError(StatusCode::kInternal, rollouts_path_ + ": cannot be opened for appending");
+    for (const auto& r : rl.rollouts) {
+      nlohmann::json terms = nlohmann::json::array();
+      for (size_t k = 0; k < scorer_->size() && k < r.raw.size(); ++k) {
+        terms.push_back({{"name", scorer_->label(k)}, {"weight", scorer_->weight(k)}, {"raw", r.raw[k]},
+                         {"failed", static_cast<bool>(r.failed[k])}});
+      }
+      nlohmann::json line = {{"step", step},
+                                   {"promptIndex", r.prompt_index},
+                                   {"prompt", prompt_texts_[static_cast<size_t>(r.prompt_index)]},
+                                   {"completion", r.completion},
+                                   {"reward", r.reward},
+                                   {"terms", terms},
+                                   {"completionTokens", r.length},
+                                   {"terminated", r.terminated}};
+      if (rl_.tools) {
+        line["toolCalls"] = r.tool_calls;
+        line["toolFailures"] = r.tool_failures;
+      }
+      out << line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+    }
+    out.flush();
+    if (!out) throw EngineError(StatusCode::kInternal, rollouts_path_ + ": writing the rollouts failed");
+  }
+
+  // The tool loop of a generation batch of the prompts `which` (rlHyperparams.tools).
+  ToolLoop tool_loop(const std::vector<size_t>& which) const {
+    ToolLoop loop;
+    loop.command = rl_.tools->command;
+    loop.timeout_seconds = rl_.tools->timeoutSeconds;
+    loop.max_calls = rl_.tools->maxCalls;
+    for (size_t p : which) loop.declared.push_back(declared_tools_[p]);
+    // The template's own tool turn: the conversation with the call's assistant turn (a marker
+    // for its text) and the answer in the tool role, rendered with the generation prompt; what
+    // follows the marker closes the call's turn, shows the answer and opens the next turn.
+    loop.tool_turn = [this, which](size_t prompt, const std::string& answer) {
+      static const std::string kMarker = "\x1e\x1ftool-call-turn\x1f\x1e";
+      const size_t p = which[prompt];
+      text::Json messages = prompt_messages_[p];
+      messages.push_back({{"role", "assistant"}, {"content", kMarker}});
+      messages.push_back({{"role", "tool"}, {"content", answer}});
+      text::RenderOptions ro;
+      ro.add_generation_prompt = true;
+      const std::string text = value_or_throw(tok_.chat_template().render(messages, prompt_tools_[p], ro));
+      const size_t at = text.rfind(kMarker);
+      if (at == std::string::npos) {
+        throw EngineError(StatusCode::kInvalidArgument, "the chat template drops the assistant's tool call text; "
+                                                        "it cannot show a tool's answer");
+      }
+      std::vector<int32_t> ids = value_or_throw(tok_.encode(text.substr(at + kMarker.size()), false));
+      return std::vector<int64_t>(ids.begin(), ids.end());
+    };
+    return loop;
+  }
+
   // Samples, scores and prepares a new generation batch.
   void rollout(int64_t step, RlStep* rl) {
     at::NoGradGuard no_grad;
@@ -318,7 +453,16 @@ class GrpoMethod : public train::Method {
     so.seed = cfg_.training.seed * 1000003ULL + static_cast<uint64_t>(step);
     so.stop_ids = stop_ids_;
     so.pad_id = pad_;
-    generate::Generation gen = generate::generate(model_, prompts, so);
+    so.stop_strings = rl_.stopStrings;
+    if (!so.stop_strings.empty() || rl_.tools) so.decode = decoder();
+    generate::Generation gen;
+    ToolGeneration tools;
+    if (rl_.tools) {
+      tools = generate_with_tools(model_, prompts, so, tool_loop(which));
+      gen = std::move(tools.gen);
+    } else {
+      gen = generate::generate(model_, prompts, so);
+    }
     rl->generation_seconds = gen.seconds;
     rl->generated_tokens = gen.generated_tokens;
     rl->generation_tokens_per_second = gen.seconds > 0 ? static_cast<double>(gen.generated_tokens) / gen.seconds : 0;
@@ -326,16 +470,25 @@ class GrpoMethod : public train::Method {
     // Rewards.
     const auto t_reward = SteadyClock::now();
     const int64_t N = gen.completion_ids.size(0);
-    std::vector<std::string> completions;
+    // What the terms score: the completion, or with tools its answer after the last tool turn;
+    // what `runs rollouts` shows: the whole completion.
+    std::vector<std::string> completions, shown;
     std::vector<GradeItem> items;
     for (int64_t i = 0; i < N; ++i) {
       at::Tensor row = gen.completion_ids[i].narrow(0, 0, gen.lengths[static_cast<size_t>(i)]);
       std::vector<int32_t> ids(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel());
-      completions.push_back(value_or_throw(tok_.decode(ids, true)));
+      shown.push_back(value_or_throw(tok_.decode(ids, true)));
+      if (rl_.tools) {
+        const auto from = static_cast<std::ptrdiff_t>(tools.answer_start[static_cast<size_t>(i)]);
+        completions.push_back(value_or_throw(tok_.decode(std::vector<int32_t>(ids.begin() + from, ids.end()), true)));
+      } else {
+        completions.push_back(shown.back());
+      }
       const size_t p = which[static_cast<size_t>(i / G)];
       items.push_back({.input = inputs_[p], .output = completions.back(), .expected = golds_[p], .row = lines_[p]});
     }
     std::vector<double> total(static_cast<size_t>(N), 0.0);
+    std::vector<TermScores> scores;
     rl->terms.clear();
     for (size_t k = 0; k < scorer_->size(); ++k) {
       const auto t0 = SteadyClock::now();
@@ -362,6 +515,7 @@ class GrpoMethod : public train::Method {
       ts.mean = sum / static_cast<double>(N);
       ts.std = N > 1 ? std::sqrt(std::max(0.0, (sq - sum * sum / static_cast<double>(N)) / static_cast<double>(N - 1))) : 0.0;
       rl->terms.push_back(ts);
+      scores.push_back(std::move(s));
     }
     rl->reward_seconds = seconds_since(t_reward);
     at::Tensor rewards = at::tensor(total, at::kDouble).to(at::kFloat);
@@ -400,7 +554,20 @@ class GrpoMethod : public train::Method {
     batch_.ids = at::cat({gen.prompt_ids, gen.completion_ids}, 1).to(device_);
     batch_.mask = at::cat({gen.prompt_mask, gen.completion_mask}, 1).to(device_);
     batch_.completion_ids = gen.completion_ids.to(device_);
-    batch_.completion_mask = gen.completion_mask.to(device_, at::kFloat);
+    // Tool turns are attended to but not trained on.
+    at::Tensor trained = rl_.tools ? gen.completion_mask & tools.tool_mask.logical_not() : gen.completion_mask;
+    batch_.completion_mask = trained.to(device_, at::kFloat);
+    tool_tokens_ = rl_.tools ? tools.tool_mask.sum().item<int64_t>() : 0;
+    if (rl_.tools) {
+      int64_t calls = 0, failures = 0;
+      for (int64_t i = 0; i < N; ++i) {
+        calls += tools.calls[static_cast<size_t>(i)];
+        failures += tools.failures[static_cast<size_t>(i)];
+      }
+      rl->tool_calls = calls;
+      rl->tool_calls_mean = static_cast<double>(calls) / static_cast<double>(N);
+      rl->tool_failure_share = calls > 0 ? static_cast<double>(failures) / static_cast<double>(calls) : 0.0;
+    }
 
     // Old (sampling-policy) and reference log-probabilities, without gradients.
     const auto t_old = SteadyClock::now();
@@ -422,13 +589,23 @@ class GrpoMethod : public train::Method {
     }
     rl->old_logprob_seconds = seconds_since(t_old);
 
-    // Rollouts worth showing (`runs rollouts`): prompt text is left to the reader of the rows.
+    // The rollouts `runs rollouts` shows (written by write_rollouts()).
     rl->rollouts.clear();
     for (int64_t i = 0; i < N; ++i) {
       Rollout r;
       r.prompt_index = static_cast<int64_t>(which[static_cast<size_t>(i / G)]);
-      r.completion = completions[static_cast<size_t>(i)];
+      r.completion = shown[static_cast<size_t>(i)];
       r.reward = total[static_cast<size_t>(i)];
+      for (const auto& ts : scores) {
+        r.raw.push_back(ts.raw[static_cast<size_t>(i)]);
+        r.failed.push_back(ts.failures[static_cast<size_t>(i)] != FailureCause::kNone);
+      }
+      r.length = gen.lengths[static_cast<size_t>(i)];
+      r.terminated = gen.terminated[static_cast<size_t>(i)];
+      if (rl_.tools) {
+        r.tool_calls = tools.calls[static_cast<size_t>(i)];
+        r.tool_failures = tools.failures[static_cast<size_t>(i)];
+      }
       rl->rollouts.push_back(std::move(r));
     }
     last_rollout_ = *rl;
@@ -439,11 +616,17 @@ class GrpoMethod : public train::Method {
   model::CausalLM& model_;
   text::Tokenizer& tok_;
   const at::Device device_;
+  const std::string rollouts_path_;  // output_dir/rollouts.jsonl; "" = not written
   std::vector<std::vector<int32_t>> prompts_;
   std::vector<std::string> golds_;
   std::vector<std::string> inputs_;  // per prompt: its last user message, what graders see as the input
   std::vector<int64_t> lines_;       // per prompt: its row's line in the dataset file
   std::unique_ptr<Scorer> scorer_;
+  std::vector<std::string> prompt_texts_;  // per prompt: what `runs rollouts` shows of it
+  // Runs with tools, per prompt: its conversation, its declared tools and their names.
+  std::vector<text::Json> prompt_messages_, prompt_tools_;
+  std::vector<std::vector<std::string>> declared_tools_;
+  int64_t tool_tokens_ = 0;  // tokens of tool turns in the current generation batch
   std::vector<size_t> order_;
   size_t cursor_ = 0;
   int64_t epoch_ = 0, total_ = 0;
@@ -461,8 +644,8 @@ class GrpoMethod : public train::Method {
 }  // namespace
 
 std::unique_ptr<train::Method> make_method(const plan::Plan& plan, train::Setup& setup, const EventSink& emit,
-                                           int64_t* total_steps) {
-  auto m = std::make_unique<GrpoMethod>(plan, setup, emit);
+                                           const std::string& output_dir, int64_t* total_steps) {
+  auto m = std::make_unique<GrpoMethod>(plan, setup, emit, output_dir);
   *total_steps = m->total_steps();
   return m;
 }

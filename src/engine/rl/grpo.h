@@ -7,14 +7,16 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "engine/train/loop.h"
 
 namespace trainer::engine::rl {
 
 // Reads the RL rows (emitting preparing, data_fit, data_split and resolved) and plans the steps;
-// `total_steps` receives the number of optimizer steps.
+// `total_steps` receives the number of optimizer steps. Each generation batch's rollouts are
+// appended to output_dir/rollouts.jsonl (none when output_dir is empty).
 std::unique_ptr<train::Method> make_method(const plan::Plan& plan, train::Setup& setup, const EventSink& emit,
-                                           int64_t* total_steps);
+                                           const std::string& output_dir, int64_t* total_steps);
 
 }  // namespace trainer::engine::rl

@@ -123,3 +123,61 @@ def test_sampled_token_logprobs_equal_transformers(arch, lora, tiny_models, job,
     if lora:
         base = ours_generate(job, tmp_path, folder, req, name="base")
         assert base["logprobs"] != got["logprobs"], "the adapter changed nothing: it was not applied"
+
+
+def hf_greedy_stop_strings(model, tok, prompt, max_new_tokens, stop_strings):
+    """transformers' greedy `generate` of one prompt with stop_strings (no end-of-sequence id)."""
+    import torch
+
+    model.generation_config.eos_token_id = None
+    with torch.no_grad():
+        out = model.generate(input_ids=torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                             max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=0,
+                             stop_strings=stop_strings, tokenizer=tok)
+    return out[0, len(prompt):].tolist()
+
+
+def stop_string_inside(tok, completion, overhang):
+    """A stop string the greedy completion first reaches at some token k >= 4: the last character
+    before token k and token k's text, but for its last character when `overhang` (the token then
+    runs past the string); with k."""
+    for k in range(4, len(completion) - 2):
+        before = tok.decode(completion[:k])
+        upto = tok.decode(completion[:k + 1])
+        piece = upto[len(before):]
+        if not before or not upto.startswith(before) or len(piece) < (3 if overhang else 2):
+            continue
+        s = before[-1] + (piece[:-1] if overhang else piece)
+        if "\ufffd" in s or not s.isprintable() or s in before:
+            continue
+        return s, k
+    return None, None
+
+
+def test_stop_strings_end_completions_as_transformers_stop_strings_do(tiny_models, job, tmp_path):
+    """Greedy generation with stop strings equals transformers' `generate(stop_strings=...)` token
+    for token: a completion ends at the token whose text completes a stop string, that token
+    kept even when its text runs past the string; completions that reach none run on."""
+    import transformers
+
+    folder = tiny_models("qwen3", sharp=True)
+    model = load_hf(folder)
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    free = ours_generate(job, tmp_path, folder, {"prompts": PROMPTS, "maxNewTokens": 24, "greedy": True}, name="free")
+    stops, cut = [], []
+    for completion, overhang in zip(free["completions"][:2], (True, False)):  # none of the third's own
+        s, k = stop_string_inside(tok, completion, overhang)
+        assert s is not None, f"no usable stop string in {tok.decode(completion)!r}"
+        stops.append(s)
+        cut.append(k)
+    got = ours_generate(job, tmp_path, folder,
+                        {"prompts": PROMPTS, "maxNewTokens": 24, "greedy": True, "stopStrings": stops}, name="stop")
+    for i, prompt in enumerate(PROMPTS):
+        want = hf_greedy_stop_strings(model, tok, prompt, 24, stops)
+        assert got["completions"][i] == want, (i, stops, tok.decode(got["completions"][i]), tok.decode(want))
+        assert got["terminated"][i] == (len(want) < 24 or any(s in tok.decode(want) for s in stops))
+    # The first two stop where their own string ends (or earlier, at the other's), keeping the token.
+    for i in range(2):
+        assert len(got["completions"][i]) <= cut[i] + 1 and got["terminated"][i]
+        assert any(s in tok.decode(got["completions"][i]) for s in stops)
+        assert not any(s in tok.decode(got["completions"][i][:-1]) for s in stops)

@@ -29,6 +29,17 @@ TEST(CliRunView, TrainingLineShowsBarStepLossRateEtaAndCost) {
   EXPECT_DOUBLE_EQ(*run_eta_seconds(training_run()), 120);
 }
 
+TEST(CliRunView, AReinforcementRunShowsItsRewardInsteadOfTheLoss) {
+  auto run = training_run();
+  run["latest"]["reward"] = 0.625;
+  EXPECT_EQ(run_progress_line(run, ViewStyle{false, false, 10}),
+            "TRAINING   [####......]  step 40/100  reward 0.625  812 tok/s  ETA 2m00s  cost 80 GPU-s (est.)");
+  run["phase"] = "COMPLETED";
+  const std::string summary = run_summary(run);
+  EXPECT_NE(summary.find("final reward:  0.625"), std::string::npos) << summary;
+  EXPECT_EQ(summary.find("final loss"), std::string::npos) << summary;
+}
+
 TEST(CliRunView, PreparingShowsRowsAndTerminalShowsTrainingTime) {
   auto run = training_run();
   run["phase"] = "PREPARING";

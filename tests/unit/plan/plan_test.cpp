@@ -111,7 +111,7 @@ TEST(Plan, LocateFieldGivesLineAndColumnOfTheKey) {
 }
 
 // Every field the parser reads is in the table, with the range the parser enforces. The RL
-// fields appear only in an RL plan's resolved form, so both an SFT and a GRPO plan are walked;
+// fields appear only in an RL plan's resolved form, so an SFT and a GRPO plan (one with tools) are walked;
 // the fields of an array's object elements are walked as `path[].field`.
 TEST(PlanFields, TheTableCoversEveryFieldOfTheResolvedPlan) {
   Plan rl;
@@ -133,6 +133,9 @@ TEST(PlanFields, TheTableCoversEveryFieldOfTheResolvedPlan) {
   };
   walk(to_json(Plan{}), "");
   walk(to_json(rl), "");
+  Plan with_tools = rl;  // rlHyperparams.tools is absent (null) unless set
+  with_tools.config.rl.tools = ToolSettings{.command = "/opt/tool"};
+  walk(to_json(with_tools), "");
   for (const auto& path : leaves) EXPECT_NE(find_field(path), nullptr) << path << " is not in the field table";
   for (const auto& spec : plan_fields()) {
     EXPECT_NE(std::find(leaves.begin(), leaves.end(), std::string(spec.path)), leaves.end())

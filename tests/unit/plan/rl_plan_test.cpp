@@ -93,6 +93,53 @@ TEST(RlPlan, UnknownAndBadRlFieldsAreRefusedByName) {
   EXPECT_EQ(p.status().field(), "config.rlHyperparams.maxCompletionLength");
 }
 
+TEST(RlPlan, StopStringsAreAListOfNonEmptyStringsRefusedByIndex) {
+  Result<Plan> p = parse(R"({"dataset": "d", "method": "grpo", "rlHyperparams": {"stopStrings": ["</answer>", "\n\n"]}})");
+  ASSERT_TRUE(p.is_ok()) << p.status().describe();
+  EXPECT_EQ(p->config.rl.stopStrings, (std::vector<std::string>{"</answer>", "\n\n"}));
+  EXPECT_EQ(config_to_json(p->config)["rlHyperparams"]["stopStrings"][0], "</answer>");
+  EXPECT_TRUE(parse(R"({"dataset": "d", "method": "grpo"})")->config.rl.stopStrings.empty());  // default: none
+  p = parse(R"({"dataset": "d", "method": "grpo", "rlHyperparams": {"stopStrings": ["ok", ""]}})");
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_EQ(p.status().field(), "config.rlHyperparams.stopStrings[1]");
+  EXPECT_NE(p.status().message().find("non-empty string"), std::string::npos) << p.status().message();
+  p = parse(R"({"dataset": "d", "method": "grpo", "rlHyperparams": {"stopStrings": [3]}})");
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_EQ(p.status().field(), "config.rlHyperparams.stopStrings[0]");
+  p = parse(R"({"dataset": "d", "method": "grpo", "rlHyperparams": {"stopStrings": "</answer>"}})");
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_EQ(p.status().field(), "config.rlHyperparams.stopStrings");
+  EXPECT_NE(p.status().message().find("list"), std::string::npos) << p.status().message();
+  // On an SFT plan it is an RL field.
+  p = parse(R"({"dataset": "d", "rlHyperparams": {"stopStrings": ["x"]}})");
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_NE(p.status().field().find("rlHyperparams"), std::string::npos) << p.status().field();
+}
+
+TEST(RlPlan, ToolsNameAnExecutableWithATimeoutAndACallBudget) {
+  Result<Plan> p = parse(R"({"dataset": "d", "method": "grpo", "rlHyperparams": {"tools": {"command": "/opt/tool"}}})");
+  ASSERT_TRUE(p.is_ok()) << p.status().describe();
+  ASSERT_TRUE(p->config.rl.tools.has_value());
+  EXPECT_EQ(p->config.rl.tools->command, "/opt/tool");
+  EXPECT_DOUBLE_EQ(p->config.rl.tools->timeoutSeconds, 10);  // defaults
+  EXPECT_EQ(p->config.rl.tools->maxCalls, 4);
+  nlohmann::json j = config_to_json(p->config)["rlHyperparams"]["tools"];
+  EXPECT_EQ(j, (nlohmann::json{{"command", "/opt/tool"}, {"timeoutSeconds", 10.0}, {"maxCalls", 4}}));
+  EXPECT_TRUE(config_to_json(parse(R"({"dataset": "d", "method": "grpo"})")->config)["rlHyperparams"]["tools"].is_null());
+  p = parse(R"({"dataset": "d", "method": "grpo", "rlHyperparams": {"tools": {"timeoutSeconds": 5}}})");
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_EQ(p.status().field(), "config.rlHyperparams.tools.command");
+  p = parse(R"({"dataset": "d", "method": "grpo", "rlHyperparams": {"tools": {"command": "t", "maxCalls": 0}}})");
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_EQ(p.status().field(), "config.rlHyperparams.tools.maxCalls");
+  p = parse(R"({"dataset": "d", "method": "grpo", "rlHyperparams": {"tools": {"command": "t", "timeoutSeconds": 0}}})");
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_EQ(p.status().field(), "config.rlHyperparams.tools.timeoutSeconds");
+  p = parse(R"({"dataset": "d", "method": "grpo", "rlHyperparams": {"tools": {"command": "t", "timeout": 3}}})");
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_EQ(p.status().field(), "config.rlHyperparams.tools.timeout");
+}
+
 TEST(RlPlan, StepsCountGenerationBatchesTimesIterations) {
   Result<Plan> p = parse(R"({"dataset": "d", "method": "grpo", "hyperparams": {"training": {"epochs": 2}},
       "rlHyperparams": {"promptsPerStep": 3, "iterationsPerBatch": 2}})");
