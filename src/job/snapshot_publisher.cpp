@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 
@@ -157,11 +158,17 @@ Result<std::string> SnapshotPublisher::stage(int64_t step, int64_t epoch,
     record(tel::CheckpointOperation::kStage, seconds_since(t0), {st, tel::CheckpointFailureReason::kInternal});
     return st;
   };
-  char name[32];
+  char name[48];
   std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(step));
+  std::error_code ec;
+  if (fs::exists(fs::path(opt_.staging_dir) / name, ec)) {
+    // A save of the same step is still staged (a pause's save at a saveEvery step, its upload
+    // under way on a slow store): stage this one beside it, never over it.
+    static std::atomic<int> restaged{0};
+    std::snprintf(name, sizeof(name), "step-%08lld.%d", static_cast<long long>(step), ++restaged);
+  }
   const fs::path dir = fs::path(opt_.staging_dir) / name;
   const fs::path tmp = fs::path(opt_.staging_dir) / (std::string(name) + ".staging");
-  std::error_code ec;
   fs::remove_all(tmp, ec);
   fs::remove_all(dir, ec);
   fs::create_directories(tmp, ec);
