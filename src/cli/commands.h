@@ -25,6 +25,9 @@ Command runs_snapshots_command();
 // `runs pause RUN` and `runs resume RUN` (children of runs_command()).
 Command runs_pause_command();
 Command runs_resume_command();
+// `runs metrics RUN` and `runs hparams RUN` (children of runs_command()).
+Command runs_metrics_command();
+Command runs_hparams_command();
 // `runs compare RUN --baseline RUN2` (a child of runs_command()).
 Command runs_compare_command();
 // `runs rollouts RUN` (a child of runs_command()).
