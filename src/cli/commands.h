@@ -20,6 +20,7 @@ Command workloads_command();
 Command runs_command();
 Command capacity_command();
 Command snapshots_command();
+Command evaluations_command();
 // `runs snapshots RUN` (a child of runs_command()).
 Command runs_snapshots_command();
 // `runs pause RUN` and `runs resume RUN` (children of runs_command()).

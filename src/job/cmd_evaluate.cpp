@@ -3,8 +3,10 @@
 //
 // The evaluation is described by a JSON file (--spec) so that trainerd can write it as it writes
 // a run's plan. The rows go to OUTPUT/rows.jsonl and the report to OUTPUT/report.json (each
-// written whole, atomically), and the report is printed on stdout; progress goes to stderr.
-// SIGTERM or SIGINT stops between batches: nothing is written, exit 143.
+// written whole, atomically). Standard output carries JSON lines, {"progress": {"done",
+// "total"}} after each batch and {"report": {...}} at the end, which trainerd follows; errors go
+// to standard error (--log FILE: appended to FILE instead). SIGTERM or SIGINT stops between
+// batches: nothing is written, exit 143.
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -28,12 +30,13 @@ namespace {
 using json = nlohmann::json;
 
 constexpr const char* kUsage =
-    "usage: trainer-job evaluate --spec FILE.json --output DIR\n"
+    "usage: trainer-job evaluate --spec FILE.json --output DIR [--log FILE]\n"
     "The spec: {\"baseModel\": DIR, \"adapter\": DIR (optional), \"dataset\": FILE.jsonl,\n"
     "  \"grader\": {\"kind\": \"json-label-match\"} (a reward term: rule:, bundle:, http:, model:),\n"
     "  \"maxNewTokens\": 256, \"greedy\": true, \"temperature\": 1.0, \"seed\": 0, \"batchSize\": 8,\n"
     "  \"maxSeqLength\": 2048, \"gpus\": 0, \"precision\": \"FP32\"|\"BF16\"}.\n"
-    "Writes DIR/rows.jsonl (one graded answer per row) and DIR/report.json, and prints the report.\n"
+    "Writes DIR/rows.jsonl (one graded answer per row) and DIR/report.json. Prints JSON lines:\n"
+    "{\"progress\": {\"done\", \"total\"}} per batch, then {\"report\": {...}}. --log: errors go there.\n"
     "SIGTERM stops between batches (exit 143).\n";
 
 // Reads the spec into `req`; errors name the spec's field.
@@ -105,7 +108,7 @@ Status read_spec(const json& spec, engine::EvaluateRequest* req) {
 }  // namespace
 
 int cmd_evaluate(int argc, char** argv) {
-  Args args = parse_args(argc, argv, {"spec", "output"}, {"help"});
+  Args args = parse_args(argc, argv, {"spec", "output", "log"}, {"help"});
   if (args.flags.count("help")) {
     std::fputs(kUsage, stdout);
     return 0;
@@ -113,6 +116,10 @@ int cmd_evaluate(int argc, char** argv) {
   if (!args.error.empty() || !args.has("spec") || !args.has("output")) {
     std::fprintf(stderr, "trainer-job evaluate: %s\n%s",
                  args.error.empty() ? "--spec and --output are required" : args.error.c_str(), kUsage);
+    return 2;
+  }
+  if (args.has("log") && std::freopen(args.get("log").c_str(), "a", stderr) == nullptr) {
+    std::fprintf(stdout, "{\"error\": \"--log cannot be opened\"}\n");
     return 2;
   }
   std::ifstream in(args.get("spec"));
@@ -136,7 +143,8 @@ int cmd_evaluate(int argc, char** argv) {
   });
   req.stop = &stop;
   auto result = engine::evaluate(req, [](int64_t done, int64_t total) {
-    std::fprintf(stderr, "evaluate: %lld/%lld rows\n", static_cast<long long>(done), static_cast<long long>(total));
+    std::printf("%s\n", json{{"progress", {{"done", done}, {"total", total}}}}.dump().c_str());
+    std::fflush(stdout);
   });
   if (!result.is_ok()) {
     std::fprintf(stderr, "trainer-job evaluate: %s\n", result.status().describe().c_str());
@@ -160,7 +168,8 @@ int cmd_evaluate(int argc, char** argv) {
     std::fprintf(stderr, "trainer-job evaluate: --output %s: %s\n", dir.c_str(), st.message().c_str());
     return 1;
   }
-  std::printf("%s\n", report.dump().c_str());
+  std::printf("%s\n", json{{"report", report}}.dump().c_str());
+  std::fflush(stdout);
   return 0;
 }
 
