@@ -36,21 +36,25 @@ bool weights_committed(const json& snapshot) {
          kinds[protocol::kWeightsKind].value("state", std::string()) == "committed";
 }
 
-// The snapshot's holds ({holder, by, kinds, since}); a hold is one holder's claim by one owner.
-void add_hold(json& snapshot, const std::string& holder, const std::string& by, const std::string& since) {
+// The snapshot's holds ([{holder: branch|pin|registration, runId?, modelId?, artifacts, since}],
+// shared with branches and pins): a registration holds the weights it copies, by model id.
+void add_registration_hold(json& snapshot, const std::string& model, const std::string& since) {
   json& holds = snapshot["holds"];
   if (!holds.is_array()) holds = json::array();
   for (const auto& h : holds) {
-    if (h.value("holder", std::string()) == holder && h.value("by", std::string()) == by) return;
+    if (h.value("holder", std::string()) == kRegistrationHold && h.value("modelId", std::string()) == model) return;
   }
-  holds.push_back({{"holder", holder}, {"by", by}, {"kinds", {protocol::kWeightsKind}}, {"since", since}});
+  holds.push_back({{"holder", kRegistrationHold}, {"modelId", model}, {"artifacts", {protocol::kWeightsKind}},
+                   {"since", since}});
 }
 
-void drop_hold(json& snapshot, const std::string& holder, const std::string& by) {
+void drop_registration_hold(json& snapshot, const std::string& model) {
   if (!snapshot.contains("holds") || !snapshot["holds"].is_array()) return;
   json kept = json::array();
   for (const auto& h : snapshot["holds"]) {
-    if (h.value("holder", std::string()) != holder || h.value("by", std::string()) != by) kept.push_back(h);
+    if (h.value("holder", std::string()) != kRegistrationHold || h.value("modelId", std::string()) != model) {
+      kept.push_back(h);
+    }
   }
   snapshot["holds"] = kept;
 }
@@ -120,7 +124,7 @@ Result<std::pair<json, bool>> ServiceImpl::start_registration_locked(json snapsh
       {"evaluations", json::array()}};
   // The registration holds its source until its copy is durable.
   if (!sid.empty()) {
-    add_hold(snapshot, kRegistrationHold, id, t);
+    add_registration_hold(snapshot, id, t);
     TRAINER_RETURN_IF_ERROR(store_->update_snapshot(snapshot));
   }
   TRAINER_RETURN_IF_ERROR(store_->insert_trained_model(doc));
@@ -153,9 +157,12 @@ Result<std::pair<json, bool>> ServiceImpl::register_snapshot(const std::string& 
     return field_status(StatusCode::kNotFound, "snapshot", "no committed snapshot with id '" + snapshot_ref + "'");
   }
   if (!weights_committed(**snap)) {
+    const json weights = (**snap)["kinds"].value(protocol::kWeightsKind, json(nullptr));
     return field_status(StatusCode::kFailedPrecondition, "snapshot",
-                        "snapshot " + *sid + " holds only training state, which cannot be served; register a snapshot "
-                        "with weights (ARTIFACTS in trainer runs snapshots RUN)");
+                        "snapshot " + *sid +
+                            (weights.is_object() ? "'s weights are " + weights.value("state", std::string("gone"))
+                                                 : std::string(" holds only training state, which cannot be served")) +
+                            "; register a snapshot with weights (ARTIFACTS in trainer runs snapshots RUN)");
   }
   auto run = resolve_run((**snap).value("runId", std::string()), "snapshot");
   if (!run.is_ok()) return run.status();
@@ -310,7 +317,7 @@ void ServiceImpl::copy_registration(const std::string& id) {
     if (!snap.is_ok()) return snap.status();
     if (snap->has_value()) {
       json s = std::move(**snap);
-      drop_hold(s, kRegistrationHold, id);
+      drop_registration_hold(s, id);
       TRAINER_RETURN_IF_ERROR(store_->update_snapshot(s));
     }
     return Status::ok();

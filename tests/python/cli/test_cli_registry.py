@@ -177,7 +177,8 @@ def test_training_state_only_snapshots_are_refused_and_a_failed_copy_keeps_its_h
         candidate = ready("snapshots", "candidate", sid, check=True).stdout
         assert "FAILED" in candidate and "snapshots release" in candidate
         held = ready.json("snapshots", "get", sid)["heldBy"]
-        assert [(h["holder"], h["by"]) for h in held] == [("registration", registered["modelId"])]
+        assert [(h["holder"], h["modelId"], h["artifacts"]) for h in held] == \
+            [("registration", registered["modelId"], ["weights"])]
         assert "registration" in ready("runs", "snapshots", run_id, check=True).stdout
         # A FAILED model is no ref target.
         refused = ready("workloads", "refs", "set", WORKLOAD, "candidate", registered["modelId"])
