@@ -24,6 +24,7 @@ namespace trainer::service {
 namespace {
 
 namespace fs = std::filesystem;
+namespace tel = trainer::telemetry;
 
 std::string upper(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
@@ -82,6 +83,12 @@ std::string model_id(const std::string& kind, const std::vector<std::string>& pa
 
 std::string model_key(const std::string& id) { return "registry/models/" + id; }
 
+void ServiceImpl::registration_attempt(telemetry::ServiceStage stage, telemetry::ServiceOutcome outcome,
+                                       std::optional<telemetry::ServiceFailureReason> reason) {
+  metrics_.operation_attempt(
+      {.operation = tel::ServiceOperation::kRegisterCandidate, .stage = stage, .outcome = outcome, .reason = reason});
+}
+
 Result<std::pair<json, bool>> ServiceImpl::start_registration_locked(json snapshot, const RunRecord& run,
                                                                     const json& folder_source) {
   const std::string sid = snapshot.value("snapshotId", std::string());
@@ -121,13 +128,16 @@ Result<std::pair<json, bool>> ServiceImpl::start_registration_locked(json snapsh
       {"statusHistory", json::array({{{"status", kModelPending}, {"time", t}}})},
       {"createdAt", t},
       {"registeredAt", nullptr},
-      {"evaluations", json::array()}};
+      {"evaluations", json::array()},
+      {"_acceptedAt", now()}};  // seconds, for the operation's duration
   // The registration holds its source until its copy is durable.
   if (!sid.empty()) {
     add_registration_hold(snapshot, id, t);
     TRAINER_RETURN_IF_ERROR(store_->update_snapshot(snapshot));
   }
   TRAINER_RETURN_IF_ERROR(store_->insert_trained_model(doc));
+  registration_attempt(tel::ServiceStage::kAccept, tel::ServiceOutcome::kSuccess);
+  if (!sid.empty()) registration_attempt(tel::ServiceStage::kRetain, tel::ServiceOutcome::kSuccess);
   return std::make_pair(doc, true);
 }
 
@@ -288,6 +298,8 @@ void ServiceImpl::copy_registration(const std::string& id) {
     return Status::ok();
   };
   Status copied = copy();
+  registration_attempt(tel::ServiceStage::kExport, copied.is_ok() ? tel::ServiceOutcome::kSuccess : tel::ServiceOutcome::kFailure,
+                       copied.is_ok() ? std::nullopt : std::optional(tel::ServiceFailureReason::kExport));
   if (copied.is_ok() && opt_.registration_pause.count() > 0) std::this_thread::sleep_for(opt_.registration_pause);
 
   std::lock_guard<std::mutex> lock(mu_);
@@ -297,11 +309,18 @@ void ServiceImpl::copy_registration(const std::string& id) {
     if (!m->has_value()) return not_found("model " + id);
     model = **m;
     const std::string t = now_rfc3339();
+    const double accepted = model.value("_acceptedAt", now());
     if (!copied.is_ok()) {
       // The hold stays: `snapshots release` drops it once someone has looked.
-      model["failureReason"] = "copying the weights of snapshot " + sid + " failed: " + copied.message();
+      model["failureReason"] = "copying the weights of " + (sid.empty() ? source.value("path", std::string()) : "snapshot " + sid) +
+                               " failed: " + copied.message();
       set_status(model, kModelFailed, t);
-      return store_->update_trained_model(model);
+      TRAINER_RETURN_IF_ERROR(store_->update_trained_model(model));
+      std::fprintf(stderr, "trainerd: warning: registration of model %s failed: %s\n", id.c_str(),
+                   model["failureReason"].get<std::string>().c_str());
+      metrics_.operation_ended(tel::ServiceOperation::kRegisterCandidate, tel::ServiceOutcome::kFailure, now() - accepted,
+                               tel::ServiceFailureReason::kExport);
+      return Status::ok();
     }
     const std::string uri = artifact_uri(key);
     model["artifact"] = {{"key", key}, {"uri", uri}};
@@ -312,6 +331,8 @@ void ServiceImpl::copy_registration(const std::string& id) {
     }
     set_status(model, kModelRegistered, t);
     TRAINER_RETURN_IF_ERROR(store_->update_trained_model(model));
+    registration_attempt(tel::ServiceStage::kRegister, tel::ServiceOutcome::kSuccess);
+    metrics_.operation_ended(tel::ServiceOperation::kRegisterCandidate, tel::ServiceOutcome::kSuccess, now() - accepted);
     if (sid.empty()) return Status::ok();
     auto snap = store_->get_snapshot(sid);
     if (!snap.is_ok()) return snap.status();
@@ -319,6 +340,7 @@ void ServiceImpl::copy_registration(const std::string& id) {
       json s = std::move(**snap);
       drop_registration_hold(s, id);
       TRAINER_RETURN_IF_ERROR(store_->update_snapshot(s));
+      registration_attempt(tel::ServiceStage::kRelease, tel::ServiceOutcome::kSuccess);
     }
     return Status::ok();
   });

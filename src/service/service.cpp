@@ -82,7 +82,12 @@ Status ServiceImpl::start() {
   add_step("read capacity", true, backend_->observed_source());
   driver_ = std::thread([this] { drive(); });
   add_step("start run driver", true, "every " + std::to_string(opt_.tick.count()) + " ms");
-  // Registrations left PENDING or COPYING by a previous trainerd are taken up again.
+  // Registrations left PENDING or COPYING by a previous trainerd are taken up again; what a
+  // crashed copy or import left in the staging folder is never read again.
+  {
+    std::error_code ec;
+    fs::remove_all(fs::path(opt_.data_dir) / "registry-staging", ec);
+  }
   registrar_ = std::thread([this] { register_models(); });
   ready_ = true;
   return Status::ok();

@@ -180,6 +180,9 @@ class ServiceImpl final : public Service {
   // One pass of the registrar over every unfinished registration (registrar_ calls it).
   void step_registrations();
   void register_models();  // the registrar thread's loop
+  // One attempt of a register_candidate operation's stage (service telemetry).
+  void registration_attempt(telemetry::ServiceStage stage, telemetry::ServiceOutcome outcome,
+                            std::optional<telemetry::ServiceFailureReason> reason = std::nullopt);
   // Copies one registration's weights into the registry and records the outcome.
   void copy_registration(const std::string& model_id);
 

@@ -133,6 +133,14 @@ def test_a_completed_run_registers_its_final_snapshot_once(ready, trainerd):
         assert expected in text, text
     listed = ready("trained-models", "list", "--workload", WORKLOAD, check=True).stdout
     assert run["modelId"] in listed and "ADAPTER" in listed
+    # Each durable step of the register_candidate operation is counted, and its end.
+    with urllib.request.urlopen(trainerd.url + "/metrics", timeout=30) as r:
+        metrics = [line for line in r.read().decode().splitlines()
+                   if 'akka_optimize_training_service_operation="register_candidate"' in line]
+    for stage in ("accept", "retain", "export", "register", "release"):
+        assert any(f'akka_optimize_training_service_stage="{stage}"' in line for line in metrics), (stage, metrics)
+    assert any('akka_optimize_training_service_outcome="success"' in line and "_bucket" not in line and
+               "stage" not in line for line in metrics), metrics
 
 
 def test_snapshots_register_registers_an_earlier_snapshot_as_a_candidate(ready, trainerd):
