@@ -95,8 +95,22 @@ Result<std::pair<json, bool>> ServiceImpl::start_registration_locked(json snapsh
   const std::string id = folder_source.is_object() ? model_id("run", {run.id}) : model_id("snapshot", {sid});
   auto existing = store_->get_trained_model(id);
   if (!existing.is_ok()) return existing.status();
-  if (existing->has_value()) return std::make_pair(**existing, false);
   const std::string t = now_rfc3339();
+  if (existing->has_value()) {
+    json doc = **existing;
+    if (doc.value("status", std::string()) != kModelFailed) return std::make_pair(doc, false);
+    // Registering a FAILED registration again tries again, from PENDING, holding its source.
+    doc["failureReason"] = nullptr;
+    doc["_acceptedAt"] = now();
+    set_status(doc, kModelPending, t);
+    if (!sid.empty()) {
+      add_registration_hold(snapshot, id, t);
+      TRAINER_RETURN_IF_ERROR(store_->update_snapshot(snapshot));
+    }
+    TRAINER_RETURN_IF_ERROR(store_->update_trained_model(doc));
+    registration_attempt(tel::ServiceStage::kAccept, tel::ServiceOutcome::kSuccess);
+    return std::make_pair(doc, false);
+  }
   json base = {{"name", run.base_model}, {"id", nullptr}, {"contentHash", run.base_model_sha ? json(*run.base_model_sha) : json(nullptr)}};
   if (auto b = resolve_base_model(run.base_model, "baseModel"); b.is_ok()) base["id"] = (*b)["id"];
   json workload = {{"id", run.workload_id}, {"name", run.workload_name}};

@@ -191,6 +191,15 @@ def test_training_state_only_snapshots_are_refused_and_a_failed_copy_keeps_its_h
         # A FAILED model is no ref target.
         refused = ready("workloads", "refs", "set", WORKLOAD, "candidate", registered["modelId"])
         assert refused.returncode == 1 and "only a REGISTERED model" in refused.stderr
+        # Registering it again, once its bytes are back, tries again and releases the hold.
+        (trainerd.data_dir / "snapshots" / sid / "weights" / "a.bin").write_bytes(b"adapter bytes")
+        assert ready.json("snapshots", "register", sid)["modelId"] == registered["modelId"]
+        model = wait_model(ready, registered["modelId"])
+        assert model["status"] == "REGISTERED" and model["failureReason"] is None, model
+        assert [s["status"] for s in model["statusHistory"]] == \
+            ["PENDING", "COPYING", "FAILED", "PENDING", "COPYING", "REGISTERED"]
+        assert ready.json("snapshots", "get", sid)["heldBy"] == []
+        assert files_of(local(model["artifact"]["uri"])) == {"a.bin": b"adapter bytes"}
     finally:
         ready("runs", "cancel", run_id, "--force")
         deadline = time.time() + 120
