@@ -250,6 +250,10 @@ int trainerd_main(int argc, char** argv) {
   sopt.data_dir = opt.data_dir;
   sopt.config = config;
   sopt.instance = opt.instance;
+  // A test hook: hold each registration between its copy and REGISTERED (kill tests).
+  if (const char* pause = std::getenv("TRAINER_TEST_REGISTRATION_PAUSE_MS"); pause && *pause) {
+    sopt.registration_pause = std::chrono::milliseconds(std::strtol(pause, nullptr, 10));
+  }
   auto svc = service::make_service(std::move(sopt), std::move(*store), std::move(*backend));
   if (!svc.is_ok()) {
     std::fprintf(stderr, "trainerd: %s\n", svc.status().message().c_str());

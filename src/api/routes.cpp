@@ -191,6 +191,8 @@ void install_routes(http::Router& router, Service& svc, const service::Limits& l
     if (!body.is_ok()) return error_response(body.status());
     return reply(svc.set_evaluation(req.params[0], *body), 200);
   });
+  router.add("GET", "/v1/workloads/{ref}/history", max_request,
+             [&svc](const Request& req) -> Outcome { return reply(svc.workload_history(req.params[0]), 200); });
   router.add("GET", "/v1/workloads/{ref}/refs/{which}", max_request, [&svc](const Request& req) -> Outcome {
     return reply(svc.get_ref(req.params[0], req.params[1]), 200);
   });
@@ -347,6 +349,30 @@ void install_routes(http::Router& router, Service& svc, const service::Limits& l
     if (!body.is_ok()) return error_response(body.status());
     return reply(svc.annotate_evaluation(req.params[0], *body), 200);
   });
+  router.add("POST", "/v1/snapshots/{ref}/register", max_request, [&svc](const Request& req) -> Outcome {
+    auto r = svc.register_snapshot(req.params[0]);
+    if (!r.is_ok()) return error_response(r.status());
+    return json_response(r->second ? 202 : 200, r->first);
+  });
+  router.add("GET", "/v1/snapshots/{ref}/candidate", max_request,
+             [&svc](const Request& req) -> Outcome { return reply(svc.snapshot_candidate(req.params[0]), 200); });
+
+  // ---- the model registry
+  router.add("POST", "/v1/trained-models", max_request, [&svc](const Request& req) -> Outcome {
+    auto body = body_json(req);
+    if (!body.is_ok()) return error_response(body.status());
+    auto r = svc.register_trained_model(*body);
+    if (!r.is_ok()) return error_response(r.status());
+    return json_response(r->second ? 201 : 200, r->first);
+  });
+  router.add("GET", "/v1/trained-models", max_request, [&svc](const Request& req) -> Outcome {
+    service::TrainedModelQuery q;
+    q.workload = req.query_value("workload");
+    q.base_model = req.query_value("baseModel");
+    return reply(svc.list_trained_models(q), 200);
+  });
+  router.add("GET", "/v1/trained-models/{ref}", max_request,
+             [&svc](const Request& req) -> Outcome { return reply(svc.get_trained_model(req.params[0]), 200); });
 }
 
 }  // namespace trainer::api

@@ -132,6 +132,8 @@ Command snapshots_command() {
                runs_snapshots, 1, 1, {}};
   list.examples = {{"a run's snapshots", "trainer snapshots list 7d496e82"}};
   g.children.push_back(list);
+  g.children.push_back(snapshots_register_command());
+  g.children.push_back(snapshots_candidate_command());
   return g;
 }
 

@@ -34,8 +34,12 @@ std::string ref_target_text(const json& target) {
   if (target.is_null()) return "";
   if (target.is_string()) return target.get<std::string>();
   const std::string kind = str(target, "kind");
-  if (kind == "baseModel") return "base model " + str(target, "name") + " (" + short_id(str(target, "id")) + ")";
-  if (kind == "runAdapter") return "adapter of run " + str(target, "runId") + " at " + str(target, "adapterPath");
+  if (kind == "baseModel") return "base model " + str(target, "name") + " (model " + str(target, "modelId") + ")";
+  if (kind == "model") {
+    const json artifact = target.value("artifact", json(nullptr));
+    return "model " + str(target, "modelId") + " (" + str(target, "variant") + " on " + str(target, "baseModel") +
+           (artifact.is_object() ? ", at " + str(artifact, "uri") : std::string()) + ")";
+  }
   return target.dump();
 }
 
@@ -141,14 +145,34 @@ int workloads_refs_get(Context& ctx) {
 int workloads_refs_set(Context& ctx) {
   const std::string& ref = ctx.inv.positionals[1];
   if (!valid_ref_name(ref)) return ctx.fail("REF must be base, candidate or champion, got \"" + ref + "\"", kExitUsage);
-  auto doc = ctx.put("/v1/workloads/" + seg(ctx.inv.positionals[0]) + "/refs/" + ref,
-                     json{{"target", ctx.inv.positionals[2]}});
+  json body = {{"target", ctx.inv.positionals[2]}};
+  // Who moved it, for `workloads history`.
+  if (const char* user = std::getenv("USER"); user && *user) body["by"] = user;
+  auto doc = ctx.put("/v1/workloads/" + seg(ctx.inv.positionals[0]) + "/refs/" + ref, body);
   if (!doc) return ctx.last_failure_code();
   if (!ctx.text()) ctx.print_json(*doc);
   else out("Moved " + ref + " of workload " + ctx.inv.positionals[0] + " to " +
            ref_target_text(doc->value("target", json())) + "\n");
   return kExitOk;
 }
+int workloads_history(Context& ctx) {
+  auto doc = ctx.get("/v1/workloads/" + seg(ctx.inv.positionals[0]) + "/history");
+  if (!doc) return ctx.last_failure_code();
+  if (!ctx.text()) {
+    ctx.print_json(*doc);
+    return kExitOk;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& h : doc->value("history", json::array())) {
+    const bool move = h.contains("ref");
+    rows.push_back({str(h, "time"), move ? "ref " + str(h, "ref") : "-",
+                    move ? (str(h, "from").empty() ? "-" : str(h, "from")) : "-", move ? str(h, "to") : "-",
+                    str(h, "by").empty() ? "-" : str(h, "by"), move ? "" : str(h, "change")});
+  }
+  out(render_table({"TIME", "REF", "FROM", "TO", "BY", "CHANGE"}, rows));
+  return kExitOk;
+}
+
 }  // namespace
 
 Command workloads_command() {
@@ -203,7 +227,12 @@ Command workloads_command() {
   refs_set.examples = {{"point base at a base model", "trainer workloads refs set sentiment-demo base tiny-qwen3"},
                        {"make a run's adapter the candidate", "trainer workloads refs set sentiment-demo candidate 7d496e82"}};
   refs.children = {refs_get, refs_set};
-  g.children = {create, list, get, rename, annotate, set_eval, refs};
+  Command history{"history", {}, "Show a workload's audit log: ref moves (who, when, from, to) and changes",
+                  "WORKLOAD", "Roll a ref back by setting it to an earlier TO: trainer workloads refs set W REF MODEL.",
+                  {}, {}, workloads_history, 1, 1, {}};
+  history.examples = {{"a workload's history", "trainer workloads history sentiment-demo"},
+                      {"the models its refs pointed at", "trainer workloads history sentiment-demo --jq '.history[].to'"}};
+  g.children = {create, list, get, rename, annotate, set_eval, refs, history};
   return g;
 }
 

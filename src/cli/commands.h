@@ -21,6 +21,10 @@ Command runs_command();
 Command capacity_command();
 Command snapshots_command();
 Command evaluations_command();
+Command trained_models_command();
+// `snapshots register SNAPSHOT` and `snapshots candidate SNAPSHOT` (children of snapshots_command()).
+Command snapshots_register_command();
+Command snapshots_candidate_command();
 // `runs snapshots RUN` (a child of runs_command()).
 Command runs_snapshots_command();
 // `runs pause RUN` and `runs resume RUN` (children of runs_command()).

@@ -1,4 +1,5 @@
 #include "plan/plan.h"
+#include "plan/document.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -620,22 +621,25 @@ Result<Plan> plan_from_json(const nlohmann::json& doc, std::string_view source) 
   return plan;
 }
 
-Result<Plan> parse_plan(std::string_view text, std::string_view source) {
+Result<json> parse_document(std::string_view text, std::string_view source) {
   size_t first = text.find_first_not_of(" \t\r\n");
   if (first == std::string_view::npos) {
+    return invalid_argument(std::string(source) + ": the document is empty");
+  }
+  if (text[first] == '{') return parse_json(text, source);
+  try {
+    return yaml_to_json(YAML::Load(std::string(text)));
+  } catch (const YAML::Exception& e) {
+    return invalid_argument(std::string(source) + ":" + std::to_string(e.mark.line + 1) + ":" +
+                            std::to_string(e.mark.column + 1) + ": not valid YAML: " + e.msg);
+  }
+}
+
+Result<Plan> parse_plan(std::string_view text, std::string_view source) {
+  if (text.find_first_not_of(" \t\r\n") == std::string_view::npos) {
     return invalid_argument(std::string(source) + ": the plan is empty");
   }
-  json doc;
-  if (text[first] == '{') {
-    TRAINER_ASSIGN_OR_RETURN(doc, parse_json(text, source));
-  } else {
-    try {
-      doc = yaml_to_json(YAML::Load(std::string(text)));
-    } catch (const YAML::Exception& e) {
-      return invalid_argument(std::string(source) + ":" + std::to_string(e.mark.line + 1) + ":" +
-                              std::to_string(e.mark.column + 1) + ": not valid YAML: " + e.msg);
-    }
-  }
+  TRAINER_ASSIGN_OR_RETURN(json doc, parse_document(text, source));
   return plan_from_json(doc, source);
 }
 

@@ -192,7 +192,8 @@ Result<DeploymentConfig> parse_config(const std::string& text, const std::string
   if (doc.contains("limits")) {
     const json& l = doc["limits"];
     if (!l.is_object()) return fail(invalid_argument("limits: must be an object"));
-    if (!(st = check_keys(l, "limits.", {"maxRequestBytes", "maxDatasetBytes", "cancelGraceSeconds", "pauseDeadlineSeconds"})).is_ok()) {
+    if (!(st = check_keys(l, "limits.", {"maxRequestBytes", "maxDatasetBytes", "cancelGraceSeconds", "pauseDeadlineSeconds",
+                                               "maxAdapterRank"})).is_ok()) {
       return fail(st);
     }
     const int64_t kMaxBytes = int64_t{1} << 34;
@@ -210,6 +211,9 @@ Result<DeploymentConfig> parse_config(const std::string& text, const std::string
     auto p = non_negative_int(l, "pauseDeadlineSeconds", "limits.", c.limits.pause_deadline_seconds);
     if (!p.is_ok()) return fail(p.status());
     c.limits.pause_deadline_seconds = static_cast<int>(*p);
+    auto r = non_negative_int(l, "maxAdapterRank", "limits.", c.limits.max_adapter_rank, 4096);
+    if (!r.is_ok()) return fail(r.status());
+    c.limits.max_adapter_rank = static_cast<int>(*r);
   }
   if (doc.contains("jobBinary")) {
     auto j = string_field(doc, "jobBinary", "", true);
@@ -381,7 +385,8 @@ nlohmann::json config_to_json(const DeploymentConfig& c) {
   out["limits"] = {{"maxRequestBytes", c.limits.max_request_bytes},
                    {"maxDatasetBytes", c.limits.max_dataset_bytes},
                    {"cancelGraceSeconds", c.limits.cancel_grace_seconds},
-                   {"pauseDeadlineSeconds", c.limits.pause_deadline_seconds}};
+                   {"pauseDeadlineSeconds", c.limits.pause_deadline_seconds},
+                   {"maxAdapterRank", c.limits.max_adapter_rank}};
   out["jobBinary"] = c.job_binary;
   out["compute"] = {{"backend", c.compute.backend}};
   if (c.compute.backend == "slurm") {

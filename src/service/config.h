@@ -40,6 +40,7 @@ struct Limits {
   size_t max_dataset_bytes = 64 << 20;        // a dataset upload's body
   int cancel_grace_seconds = 10;              // SIGTERM, then SIGKILL after this long
   int pause_deadline_seconds = 900;           // a pause's save, publication and release must end within this
+  int max_adapter_rank = 64;                  // the largest LoRA rank `trained-models register` imports
 };
 
 // Where jobs send their metrics when the operator runs a collector.

@@ -89,6 +89,13 @@ Status ServiceImpl::start() {
   add_step("read capacity", true, backend_->observed_source());
   driver_ = std::thread([this] { drive(); });
   add_step("start run driver", true, "every " + std::to_string(opt_.tick.count()) + " ms");
+  // Registrations left PENDING or COPYING by a previous trainerd are taken up again; what a
+  // crashed copy or import left in the staging folder is never read again.
+  {
+    std::error_code ec;
+    fs::remove_all(fs::path(opt_.data_dir) / "registry-staging", ec);
+  }
+  registrar_ = std::thread([this] { register_models(); });
   ready_ = true;
   return Status::ok();
 }
@@ -97,6 +104,7 @@ void ServiceImpl::stop() {
   stopping_ = true;
   if (driver_.joinable()) driver_.join();
   evaluation_jobs_->stop_all();
+  if (registrar_.joinable()) registrar_.join();
   std::vector<std::thread> preparers;
   {
     std::lock_guard<std::mutex> lock(prep_mu_);
@@ -188,6 +196,18 @@ void ServiceImpl::drive() {
     } catch (...) {
       ++driver_errors_;
       std::fprintf(stderr, "trainerd: warning: the run driver caught an unknown error and goes on\n");
+    }
+    std::this_thread::sleep_for(opt_.tick);
+  }
+}
+
+void ServiceImpl::register_models() {
+  while (!stopping_) {
+    try {
+      step_registrations();
+    } catch (const std::exception& e) {
+      ++driver_errors_;
+      std::fprintf(stderr, "trainerd: warning: the registrar caught an error and goes on: %s\n", e.what());
     }
     std::this_thread::sleep_for(opt_.tick);
   }

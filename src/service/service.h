@@ -42,6 +42,9 @@ struct ServiceOptions {
   // Where jobs push their OTLP metrics (TRAINER_OTLP_ENDPOINT), set by the wiring to trainerd's
   // own loopback route; "" = jobs get none. config.telemetry.otlp_endpoint takes precedence.
   std::string job_otlp_endpoint;
+  // Test hook (trainerd reads TRAINER_TEST_REGISTRATION_PAUSE_MS): how long a registration waits
+  // between its copy and recording REGISTERED, so a test can kill trainerd there. 0 = none.
+  std::chrono::milliseconds registration_pause{0};
 };
 
 // Largest OTLP push trainerd's relay takes from a job (POST /otlp/v1/metrics).
@@ -75,6 +78,12 @@ struct EvaluationListQuery {
   std::string workload;  // name or id; "" = all
   std::string model;     // the model reference as given at start; "" = all
   int64_t limit = 50;    // 1..1000
+};
+
+// Which registered models to list (`trained-models list`); empty fields do not filter.
+struct TrainedModelQuery {
+  std::string workload;    // name or id
+  std::string base_model;  // base model name
 };
 
 class Service {
@@ -175,6 +184,23 @@ class Service {
   virtual Result<json> evaluation_rows(const std::string& ref, int64_t limit, int64_t offset) = 0;
   virtual Result<json> cancel_evaluation(const std::string& ref) = 0;
   virtual Result<json> annotate_evaluation(const std::string& ref, const json& body) = 0;  // {description}
+
+  // ---- the model registry (docs/registry.md)
+  // Registers a descriptor ({servingModel: {variant: BASE|ADAPTER, ...}, workload?}): a base model
+  // for baselines, or an import of a PEFT LoRA folder, checked before anything is stored. Returns
+  // the model and whether it is new (the id derives from the descriptor's content).
+  virtual Result<std::pair<json, bool>> register_trained_model(const json& descriptor) = 0;
+  virtual Result<json> list_trained_models(const TrainedModelQuery& query) = 0;  // {models:[...]}
+  virtual Result<json> get_trained_model(const std::string& ref) = 0;            // id or unique prefix
+  // Registers a committed snapshot's weights as a candidate model: returns once the registration
+  // is durable (status PENDING); it copies the weights in durable steps (COPYING, REGISTERED or
+  // FAILED), holding the snapshot while it copies. The id derives from the snapshot (again: the
+  // same model, false). A snapshot without weights is FailedPrecondition.
+  virtual Result<std::pair<json, bool>> register_snapshot(const std::string& snapshot_ref) = 0;
+  // The registration of a snapshot's weights: {snapshotId, modelId, status, ...}; NotFound when none.
+  virtual Result<json> snapshot_candidate(const std::string& snapshot_ref) = 0;
+  // A workload's audit log, oldest first: {workload, history:[{time, change, ref?, from?, to?, by?}]}.
+  virtual Result<json> workload_history(const std::string& ref) = 0;
 
   // ---- capacity and telemetry
   virtual Result<json> capacity() = 0;

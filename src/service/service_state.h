@@ -14,6 +14,8 @@
 //   pause.cpp             pause (PAUSING, PAUSED) and resume (a new attempt from the snapshot)
 //   snapshots.cpp         the snapshot catalog: the job's reserve and commit callbacks, listing
 //   evaluations.cpp       evaluations: what is evaluated with what, their record and report
+//   trained_models.cpp    the model registry: imports (BASE, ADAPTER), list, get
+//   registration.cpp      registering snapshot weights in durable steps (runs and `snapshots register`)
 //
 // Locking contract:
 //   - mu_ serialises every read-modify-write of durable state (submissions, the driver's steps,
@@ -116,6 +118,12 @@ class ServiceImpl final : public Service {
   Result<json> evaluation_rows(const std::string& ref, int64_t limit, int64_t offset) override;
   Result<json> cancel_evaluation(const std::string& ref) override;
   Result<json> annotate_evaluation(const std::string& ref, const json& body) override;
+  Result<std::pair<json, bool>> register_trained_model(const json& descriptor) override;
+  Result<json> list_trained_models(const TrainedModelQuery& query) override;
+  Result<json> get_trained_model(const std::string& ref) override;
+  Result<std::pair<json, bool>> register_snapshot(const std::string& snapshot_ref) override;
+  Result<json> snapshot_candidate(const std::string& snapshot_ref) override;
+  Result<json> workload_history(const std::string& ref) override;
 
   Result<json> capacity() override;
   std::string metrics_text() override;
@@ -170,6 +178,31 @@ class ServiceImpl final : public Service {
 
   // ---- workloads (workloads.cpp)
   Result<json> resolve_workload(const std::string& ref, const std::string& field);
+
+  // ---- the model registry (trained_models.cpp, registration.cpp)
+  Result<json> resolve_trained_model(const std::string& ref, const std::string& field);
+  // The REGISTERED model a ref of workload `w` may point at (workloads.cpp); mu_ held.
+  Result<json> ref_target_locked(const json& w, const std::string& which, const std::string& target);
+  // The BASE model of a selected, ready base model, registered when new; mu_ held.
+  Result<json> register_base_locked(const json& base_model, const std::string& field);
+  // Where an artifact key lives, as a URI ("file:///...", "s3://bucket/prefix/key").
+  std::string artifact_uri(const std::string& key) const;
+  // Starts the registration of a committed snapshot's weights (PENDING, a registration hold on
+  // the snapshot); the existing model when there is one. `folder_source` ({kind: run, runId,
+  // path}), when not null, registers a run's adapter folder instead (a run without a final
+  // snapshot; `snapshot` is then unused). mu_ held, inside a store transaction.
+  Result<std::pair<json, bool>> start_registration_locked(json snapshot, const RunRecord& run,
+                                                          const json& folder_source);
+  // finalize(): registers the final snapshot's weights of a completed run; sets run.view.modelId.
+  Status register_completed_run(RunRecord& run);
+  // One pass of the registrar over every unfinished registration (registrar_ calls it).
+  void step_registrations();
+  void register_models();  // the registrar thread's loop
+  // One attempt of a register_candidate operation's stage (service telemetry).
+  void registration_attempt(telemetry::ServiceStage stage, telemetry::ServiceOutcome outcome,
+                            std::optional<telemetry::ServiceFailureReason> reason = std::nullopt);
+  // Copies one registration's weights into the registry and records the outcome.
+  void copy_registration(const std::string& model_id);
 
   // ---- runs (run_presentation.cpp)
   Result<RunRecord> resolve_run(const std::string& ref, const std::string& field);
@@ -276,6 +309,7 @@ class ServiceImpl final : public Service {
   std::unique_ptr<EvaluationJobs> evaluation_jobs_;
 
   std::thread driver_;
+  std::thread registrar_;  // step_registrations() every tick
   std::atomic<bool> stopping_{false};
   std::atomic<bool> ready_{false};
   std::atomic<int64_t> driver_errors_{0};  // errors caught at the edge of the driver and preparer threads

@@ -1,6 +1,7 @@
 // Workloads: the tasks runs specialise a model for, their evaluation and refs.
 #include <regex>
 
+#include "service/registry.h"
 #include "service/service_state.h"
 
 namespace trainer::service {
@@ -9,6 +10,21 @@ namespace {
 const std::regex kWorkloadName("^[a-z0-9][a-z0-9-]{0,63}$");
 const std::regex kLooksLikeId("^[0-9a-f]{8,}$");
 constexpr int64_t kMaxQuota = 100000;
+constexpr size_t kMaxActorChars = 200;  // `by` of a ref move: who moved it
+
+// What a ref stores: the model and where it is served from. `name` is the base model's name for
+// the base ref (plans without baseModel train it).
+json ref_value(const json& model) {
+  json v = {{"kind", model.value("variant", std::string()) == kVariantBase ? "baseModel" : "model"},
+            {"modelId", model["modelId"]},
+            {"variant", model["variant"]},
+            {"baseModel", model["baseModel"]["name"]},
+            {"artifact", model.value("artifact", json(nullptr))}};
+  if (model.value("variant", std::string()) == kVariantBase) v["name"] = model["baseModel"]["name"];
+  const json source = model.value("source", json::object());
+  if (source.contains("runId")) v["runId"] = source["runId"];
+  return v;
+}
 
 Status check_workload_name(const std::string& field, const std::string& name) {
   if (!std::regex_match(name, kWorkloadName)) {
@@ -170,39 +186,88 @@ Result<json> ServiceImpl::get_ref(const std::string& ref, const std::string& whi
 
 Result<json> ServiceImpl::set_ref(const std::string& ref, const std::string& which, const json& body) {
   TRAINER_RETURN_IF_ERROR(check_ref_name(which));
-  TRAINER_RETURN_IF_ERROR(check_fields(body, {"target"}));
+  TRAINER_RETURN_IF_ERROR(check_fields(body, {"target", "by"}));
   auto target = optional_string(body, "target");
   if (!target.is_ok()) return target.status();
   if (!*target) return invalid_field("target", "required");
+  auto by = optional_string(body, "by");
+  if (!by.is_ok()) return by.status();
+  if (*by && (**by).size() > kMaxActorChars) {
+    return invalid_field("by", "must be at most " + std::to_string(kMaxActorChars) + " characters");
+  }
   std::lock_guard<std::mutex> lock(mu_);
   auto w = resolve_workload(ref, "workload");
   if (!w.is_ok()) return w.status();
-  json value;
-  if (which == "base") {
-    auto m = resolve_base_model(**target, "target");
-    if (!m.is_ok()) return m.status();
-    value = {{"kind", "baseModel"}, {"name", (*m)["name"]}, {"id", (*m)["id"]}};
-  } else {
-    // Until the model registry lands (round 2), a candidate or champion is the final adapter
-    // of a completed run of this workload.
-    auto r = resolve_run(**target, "target");
-    if (!r.is_ok()) return r.status();
-    if (r->workload_id != (*w)["id"]) return invalid_field("target", "run " + r->id + " belongs to another workload");
-    if (r->phase != Phase::kCompleted) {
-      return field_status(StatusCode::kFailedPrecondition, "target",
-                          "run " + r->id + " is " + phase_name(r->phase) +
-                              "; only a completed run's adapter can be a " + which);
-    }
-    value = {{"kind", "runAdapter"}, {"runId", r->id}, {"adapterPath", r->view.value("adapterPath", json(nullptr))}};
-  }
+  auto model = ref_target_locked(*w, which, **target);
+  if (!model.is_ok()) return model.status();
+  const json value = ref_value(*model);
   json doc = *w;
   if (!doc.contains("history") || !doc["history"].is_array()) doc["history"] = json::array();
   std::string now = now_rfc3339();
+  const json before = doc["refs"].is_object() ? doc["refs"].value(which, json(nullptr)) : json(nullptr);
+  const json from = before.is_object() ? before.value("modelId", json(nullptr)) : json(nullptr);
   doc["refs"][which] = value;
-  doc["history"].push_back({{"time", now}, {"change", "ref " + which + " -> " + value.dump()}});
+  doc["history"].push_back({{"time", now},
+                            {"change", "ref " + which + ": " + (from.is_string() ? from.get<std::string>() : "none") +
+                                           " -> " + value["modelId"].get<std::string>()},
+                            {"ref", which},
+                            {"from", from},
+                            {"to", value["modelId"]},
+                            {"by", by->value_or("unknown")}});
   doc["updatedAt"] = now;
   TRAINER_RETURN_IF_ERROR(store_->update_workload(doc));
   return json{{"workload", {{"id", doc["id"]}, {"name", doc["name"]}}}, {"ref", which}, {"target", value}};
+}
+
+// The registered model `target` names for ref `which` of workload `w`: a model id (or prefix); for
+// `base` also a base model's name (registered as a BASE model when new); for candidate and
+// champion also a completed run of the workload (its registered model).
+Result<json> ServiceImpl::ref_target_locked(const json& w, const std::string& which, const std::string& target) {
+  auto model = resolve_trained_model(target, "target");
+  if (!model.is_ok() && model.status().code() == StatusCode::kNotFound) {
+    if (which == "base") {
+      auto m = resolve_base_model(target, "target");
+      if (!m.is_ok()) {
+        return field_status(StatusCode::kNotFound, "target",
+                            "'" + target + "' is neither a registered model nor a selected base model");
+      }
+      return register_base_locked(*m, "target");
+    }
+    auto r = resolve_run(target, "target");
+    if (!r.is_ok()) return model.status();
+    if (r->workload_id != w["id"]) return invalid_field("target", "run " + r->id + " belongs to another workload");
+    if (r->phase != Phase::kCompleted || !r->view.contains("modelId")) {
+      return field_status(StatusCode::kFailedPrecondition, "target",
+                          "run " + r->id + " is " + phase_name(r->phase) + "; only a completed run's model can be a " +
+                              which);
+    }
+    model = resolve_trained_model(r->view["modelId"].get<std::string>(), "target");
+  }
+  if (!model.is_ok()) return model.status();
+  const std::string id = model->value("modelId", std::string());
+  if (model->value("status", std::string()) != kModelRegistered) {
+    return field_status(StatusCode::kFailedPrecondition, "target",
+                        "model " + id + " is " + model->value("status", std::string()) +
+                            "; only a REGISTERED model can be a ref (see trainer trained-models get " + id + ")");
+  }
+  const std::string variant = model->value("variant", std::string());
+  if (which == "base") {
+    if (variant != kVariantBase) {
+      return invalid_field("target", "model " + id + " is an " + variant + " model; base must point at a BASE model");
+    }
+    return *model;
+  }
+  if (variant != kVariantAdapter) {
+    return invalid_field("target", "model " + id + " is a " + variant + " model; " + which +
+                                       " must point at an adapter model of this workload");
+  }
+  const json mw = model->value("workload", json(nullptr));
+  if (!mw.is_object() || mw.value("id", std::string()) != w["id"]) {
+    return invalid_field("target", "model " + id + " belongs to " +
+                                       (mw.is_object() ? "workload " + mw.value("name", std::string()) : std::string("no workload")) +
+                                       ", not to " + w.value("name", std::string()));
+  }
+  return *model;
 }
 
 Result<json> ServiceImpl::resolve_workload(const std::string& ref, const std::string& field) {

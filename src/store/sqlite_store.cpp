@@ -455,6 +455,61 @@ class SqliteStore final : public Store {
     return page;
   }
 
+  // ---- the model registry
+  static std::vector<std::string> trained_model_columns(const json& doc) {
+    const json& w = doc.at("workload");
+    return {doc.at("modelId").get<std::string>(), w.is_object() ? w.at("id").get<std::string>() : std::string(),
+            doc.at("baseModel").at("name").get<std::string>(), doc.at("status").get<std::string>(),
+            doc.dump(-1, ' ', false, json::error_handler_t::replace)};
+  }
+  Status insert_trained_model(const json& doc) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    const auto c = trained_model_columns(doc);
+    Stmt s(db_, "INSERT INTO trained_models(id, workload_id, base_model, status, doc) VALUES (?, ?, ?, ?, ?)");
+    for (size_t i = 0; i < c.size(); ++i) s.bind(static_cast<int>(i + 1), c[i]);
+    int rc = s.step();
+    if (rc == SQLITE_CONSTRAINT) return already_exists("model " + c[0] + " is already registered");
+    if (rc != SQLITE_DONE) return db_error(db_, "inserting model");
+    return Status::ok();
+  }
+  Status update_trained_model(const json& doc) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    const auto c = trained_model_columns(doc);
+    Stmt s(db_, "UPDATE trained_models SET workload_id = ?2, base_model = ?3, status = ?4, doc = ?5 WHERE id = ?1");
+    for (size_t i = 0; i < c.size(); ++i) s.bind(static_cast<int>(i + 1), c[i]);
+    if (s.step() != SQLITE_DONE) return db_error(db_, "updating model");
+    if (sqlite3_changes(db_) == 0) return not_found("model " + c[0]);
+    return Status::ok();
+  }
+  Result<std::optional<json>> get_trained_model(const std::string& id) override {
+    return one("SELECT doc FROM trained_models WHERE id = ?", {id});
+  }
+  Result<std::vector<std::string>> trained_model_ids_with_prefix(const std::string& prefix, int limit) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Stmt s(db_, "SELECT id FROM trained_models WHERE substr(id, 1, length(?1)) = ?1 ORDER BY id LIMIT ?2");
+    s.bind(1, prefix).bind(2, static_cast<int64_t>(limit));
+    std::vector<std::string> out;
+    int rc;
+    while ((rc = s.step()) == SQLITE_ROW) out.push_back(s.text(0));
+    if (rc != SQLITE_DONE) return db_error(db_, "reading model ids");
+    return out;
+  }
+  Result<std::vector<json>> list_trained_models(const std::string& workload_id, const std::string& base_model,
+                                                const std::vector<std::string>& statuses) override {
+    std::string sql = "SELECT doc FROM trained_models WHERE (?1 = '' OR workload_id = ?1) AND (?2 = '' OR base_model = ?2)";
+    std::vector<std::string> args = {workload_id, base_model};
+    if (!statuses.empty()) {
+      sql += " AND status IN (";
+      for (size_t i = 0; i < statuses.size(); ++i) {
+        sql += (i ? ", ?" : "?") + std::to_string(i + 3);
+        args.push_back(statuses[i]);
+      }
+      sql += ")";
+    }
+    sql += " ORDER BY seq DESC";
+    return docs(sql.c_str(), args);
+  }
+
   // ---- evaluations
   Status put_evaluation(const json& doc) override {
     std::lock_guard<std::recursive_mutex> lock(mu_);

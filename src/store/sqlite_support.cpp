@@ -57,6 +57,17 @@ CREATE TABLE evaluations (
   phase TEXT NOT NULL,
   doc TEXT NOT NULL);
 )sql",
+    // 5: the model registry (registrations in progress are rows whose status is not final).
+    R"sql(
+CREATE TABLE trained_models (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  id TEXT NOT NULL UNIQUE,
+  workload_id TEXT NOT NULL,
+  base_model TEXT NOT NULL,
+  status TEXT NOT NULL,
+  doc TEXT NOT NULL);
+CREATE INDEX trained_models_by_status ON trained_models(status, seq);
+)sql",
 };
 
 }  // namespace

@@ -150,6 +150,16 @@ class Store {
   virtual Result<std::vector<std::string>> evaluation_ids_with_prefix(const std::string& prefix, int limit) = 0;
   // Newest first; `phases` empty = any.
   virtual Result<std::vector<json>> list_evaluations(const std::vector<std::string>& phases) = 0;
+  // ---- the model registry: keyed by doc["modelId"]; doc["workload"]["id"] ("" for none),
+  // doc["baseModel"]["name"] and doc["status"] are kept as columns
+  virtual Status insert_trained_model(const json& doc) = 0;  // already_exists when the id exists
+  virtual Status update_trained_model(const json& doc) = 0;  // not_found when the id is absent
+  virtual Result<std::optional<json>> get_trained_model(const std::string& id) = 0;
+  // Ids starting with `prefix`, at most `limit`, sorted.
+  virtual Result<std::vector<std::string>> trained_model_ids_with_prefix(const std::string& prefix, int limit) = 0;
+  // Models matching every non-empty filter, newest first; `statuses` empty = any status.
+  virtual Result<std::vector<json>> list_trained_models(const std::string& workload_id, const std::string& base_model,
+                                                        const std::vector<std::string>& statuses) = 0;
 };
 
 // Opens (creating and migrating as needed) the SQLite store at `path`.

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -105,6 +106,20 @@ def test_every_save_is_published_to_s3_and_committed_after_the_catalog_read_it_b
     assert adapter == (trainerd.data_dir / "runs" / reference / "attempt-1" / "output" / "adapter" /
                        "adapter_model.safetensors").read_bytes()
     assert run["latestSnapshot"]["snapshotId"] == final["snapshotId"]
+
+
+def test_a_completed_run_registers_its_adapter_in_the_bucket(ready, trainerd, s3, reference):
+    run = ready.json("runs", "get", reference)
+    deadline = time.time() + 120
+    while (model := ready.json("trained-models", "get", run["modelId"]))["status"] != "REGISTERED":
+        assert model["status"] in ("PENDING", "COPYING") and time.time() < deadline, model
+        time.sleep(0.2)
+    key = f"registry/models/{run['modelId']}"
+    assert model["artifact"] == {"key": key, "uri": f"s3://{BUCKET}/{PREFIX}/{key}"}
+    final = ready.json("runs", "snapshots", reference)["snapshots"][0]
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        assert s3_get(s3, f"{key}/{name}") == s3_get(s3, final["kinds"]["weights"]["location"] + "/" + name)
+    assert not (trainerd.data_dir / key).exists()
 
 
 def test_a_paused_run_resumes_from_s3_and_trains_exactly_as_the_uninterrupted_one(ready, reference):

@@ -235,6 +235,9 @@ def test_tools_demo_runs_in_short(repo, bin_dir, tmp_path):
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
     assert re.search(r"COMPLETED after 3/3 steps", out.stdout), out.stdout[-4000:]
     assert "adapter (PEFT format): /" in out.stdout
+    # The run's adapter was registered and became the workload's candidate.
+    assert re.search(r"Moved candidate of workload sentiment-demo to model [0-9a-f]{16} \(ADAPTER on tiny-qwen3, at file://",
+                     out.stdout), out.stdout[-4000:]
 
 
 def test_wait_rides_out_a_restart_of_the_service(bin_dir, tiny_model, tmp_path):

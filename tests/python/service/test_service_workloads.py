@@ -1,4 +1,6 @@
 """Workloads: immutable id, rename, evaluation dataset and grader, refs, GPU quota; base models."""
+import time
+
 from service_helpers import CHAT_ROWS, jsonl, plan
 
 
@@ -39,9 +41,15 @@ def test_evaluation_refs_and_grader(start_trainerd, setup_basics):
     assert run["baseModel"] == "tiny/qwen3"
     early = d.request("PUT", "/v1/workloads/triage/refs/candidate", {"target": run["runId"]})
     assert early.status == 409 and "only a completed run" in early.json["error"]["message"]
-    d.wait_phase(run["runId"], "COMPLETED")
+    done = d.wait_phase(run["runId"], "COMPLETED")
+    # The completed run registered its adapter (without a catalog: the job's adapter folder).
+    deadline = time.time() + 60
+    while d.ok(d.get(f"/v1/trained-models/{done['modelId']}"), 200)["status"] != "REGISTERED":
+        assert time.time() < deadline
+        time.sleep(0.1)
     cand = d.ok(d.request("PUT", "/v1/workloads/triage/refs/candidate", {"target": run["runId"]}), 200)
-    assert cand["target"]["runId"] == run["runId"] and cand["target"]["adapterPath"].endswith("adapter")
+    assert cand["target"]["runId"] == run["runId"] and cand["target"]["modelId"] == done["modelId"]
+    assert cand["target"]["artifact"]["uri"].endswith("registry/models/" + done["modelId"])
     assert d.ok(d.get("/v1/workloads/triage/refs/candidate"), 200)["target"] == cand["target"]
     assert d.get("/v1/workloads/triage/refs/boss").status == 400
 

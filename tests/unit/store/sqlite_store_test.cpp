@@ -37,14 +37,14 @@ class SqliteStoreTest : public ::testing::Test {
 };
 
 TEST_F(SqliteStoreTest, MigratesOnceAndRecordsTheSchemaVersion) {
-  EXPECT_EQ(open()->schema_version(), 4);
-  EXPECT_EQ(open()->schema_version(), 4);  // reopening applies nothing again
+  EXPECT_EQ(open()->schema_version(), 5);
+  EXPECT_EQ(open()->schema_version(), 5);  // reopening applies nothing again
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
   sqlite3_stmt* st = nullptr;
   sqlite3_prepare_v2(db, "SELECT COUNT(*) FROM schema_migrations", -1, &st, nullptr);
   ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
-  EXPECT_EQ(sqlite3_column_int(st, 0), 4);
+  EXPECT_EQ(sqlite3_column_int(st, 0), 5);
   sqlite3_finalize(st);
   sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, nullptr);
   ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
@@ -249,6 +249,35 @@ TEST_F(SqliteStoreTest, SnapshotCatalogKeepsOneRowPerIdAndListsARunsCommittedSna
   EXPECT_EQ(*ids, (std::vector<std::string>{"aa01", "aa02"}));
   EXPECT_EQ((*s->get_snapshot("cc01"))->at("runId"), "r2");
   EXPECT_FALSE(s->get_snapshot("nope")->has_value());
+}
+
+TEST_F(SqliteStoreTest, ModelRegistryKeepsOneRowPerIdAndListsByWorkloadBaseModelAndStatus) {
+  auto model = [](const std::string& id, const json& workload, const std::string& base, const std::string& status) {
+    return json{{"modelId", id}, {"workload", workload}, {"baseModel", {{"name", base}}}, {"status", status}};
+  };
+  const json w1 = {{"id", "w1"}, {"name", "one"}};
+  {
+    auto s = open();
+    ASSERT_TRUE(s->insert_trained_model(model("ab01", w1, "tiny", "PENDING")).is_ok());
+    ASSERT_TRUE(s->insert_trained_model(model("ab02", nullptr, "tiny", "REGISTERED")).is_ok());
+    ASSERT_TRUE(s->insert_trained_model(model("cd01", w1, "other", "COPYING")).is_ok());
+    EXPECT_EQ(s->insert_trained_model(model("ab01", w1, "tiny", "PENDING")).code(), StatusCode::kAlreadyExists);
+    EXPECT_EQ(s->update_trained_model(model("zz", w1, "tiny", "FAILED")).code(), StatusCode::kNotFound);
+    ASSERT_TRUE(s->update_trained_model(model("ab01", w1, "tiny", "REGISTERED")).is_ok());
+  }
+  auto s = open();  // durable across reopening
+  auto ids = [](const Result<std::vector<json>>& r) {
+    std::vector<std::string> out;
+    for (const auto& m : *r) out.push_back(m["modelId"]);
+    return out;
+  };
+  EXPECT_EQ(ids(s->list_trained_models("", "", {})), (std::vector<std::string>{"cd01", "ab02", "ab01"}));
+  EXPECT_EQ(ids(s->list_trained_models("w1", "", {})), (std::vector<std::string>{"cd01", "ab01"}));
+  EXPECT_EQ(ids(s->list_trained_models("", "tiny", {"REGISTERED"})), (std::vector<std::string>{"ab02", "ab01"}));
+  EXPECT_EQ(ids(s->list_trained_models("", "", {"PENDING", "COPYING"})), (std::vector<std::string>{"cd01"}));
+  EXPECT_EQ((*s->get_trained_model("ab01"))->at("status"), "REGISTERED");
+  EXPECT_FALSE(s->get_trained_model("ab")->has_value());
+  EXPECT_EQ(*s->trained_model_ids_with_prefix("ab", 10), (std::vector<std::string>{"ab01", "ab02"}));
 }
 
 }  // namespace

@@ -1,0 +1,372 @@
+// Registration of snapshot weights as models, in durable steps: a registration is a model record
+// PENDING (with a `registration` hold on its source snapshot), then COPYING while the registrar
+// copies the weights into the registry (registry/models/<id>, every file checked against the
+// snapshot's manifest), then REGISTERED (the hold released) or FAILED (the hold kept until
+// `snapshots release`). Every step is committed before the next begins; after a restart the
+// registrar takes up PENDING and COPYING records again, and the copy goes to a key derived from
+// the model id, so a copy finished before a crash is found and checked, never made twice.
+//
+// A completed run registers its final snapshot's weights this way (runs get shows modelId);
+// `snapshots register` does it for an earlier snapshot. The id derives from the snapshot, so
+// both name the same model for the same snapshot.
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "common/sha256.h"
+#include "protocol/snapshot.h"
+#include "service/registry.h"
+#include "service/service_state.h"
+
+namespace trainer::service {
+namespace {
+
+namespace fs = std::filesystem;
+namespace tel = trainer::telemetry;
+
+std::string upper(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+  return s;
+}
+
+bool weights_committed(const json& snapshot) {
+  const json kinds = snapshot.value("kinds", json::object());
+  return kinds.contains(protocol::kWeightsKind) &&
+         kinds[protocol::kWeightsKind].value("state", std::string()) == "committed";
+}
+
+// The snapshot's holds ([{holder: branch|pin|registration, runId?, modelId?, artifacts, since}],
+// shared with branches and pins): a registration holds the weights it copies, by model id.
+void add_registration_hold(json& snapshot, const std::string& model, const std::string& since) {
+  json& holds = snapshot["holds"];
+  if (!holds.is_array()) holds = json::array();
+  for (const auto& h : holds) {
+    if (h.value("holder", std::string()) == kRegistrationHold && h.value("modelId", std::string()) == model) return;
+  }
+  holds.push_back({{"holder", kRegistrationHold}, {"modelId", model}, {"artifacts", {protocol::kWeightsKind}},
+                   {"since", since}});
+}
+
+void drop_registration_hold(json& snapshot, const std::string& model) {
+  if (!snapshot.contains("holds") || !snapshot["holds"].is_array()) return;
+  json kept = json::array();
+  for (const auto& h : snapshot["holds"]) {
+    if (h.value("holder", std::string()) != kRegistrationHold || h.value("modelId", std::string()) != model) {
+      kept.push_back(h);
+    }
+  }
+  snapshot["holds"] = kept;
+}
+
+void set_status(json& model, const std::string& status, const std::string& time) {
+  model["status"] = status;
+  if (!model["statusHistory"].is_array()) model["statusHistory"] = json::array();
+  model["statusHistory"].push_back({{"status", status}, {"time", time}});
+}
+
+// A field of the run's resolved plan, or null.
+json plan_value(const RunRecord& run, const char* pointer) {
+  const json plan = run.view.value("plan", json::object());
+  const json::json_pointer p(pointer);
+  return plan.contains(p) ? plan.at(p) : json(nullptr);
+}
+
+}  // namespace
+
+std::string model_id(const std::string& kind, const std::vector<std::string>& parts) {
+  std::string text = "trainer-model-v1\n" + kind + "\n";
+  for (const auto& p : parts) text += p + "\n";
+  return sha256_hex(text).substr(0, 16);
+}
+
+std::string model_key(const std::string& id) { return "registry/models/" + id; }
+
+void ServiceImpl::registration_attempt(telemetry::ServiceStage stage, telemetry::ServiceOutcome outcome,
+                                       std::optional<telemetry::ServiceFailureReason> reason) {
+  metrics_.operation_attempt(
+      {.operation = tel::ServiceOperation::kRegisterCandidate, .stage = stage, .outcome = outcome, .reason = reason});
+}
+
+Result<std::pair<json, bool>> ServiceImpl::start_registration_locked(json snapshot, const RunRecord& run,
+                                                                    const json& folder_source) {
+  const std::string sid = snapshot.value("snapshotId", std::string());
+  const std::string id = folder_source.is_object() ? model_id("run", {run.id}) : model_id("snapshot", {sid});
+  auto existing = store_->get_trained_model(id);
+  if (!existing.is_ok()) return existing.status();
+  const std::string t = now_rfc3339();
+  if (existing->has_value()) {
+    json doc = **existing;
+    if (doc.value("status", std::string()) != kModelFailed) return std::make_pair(doc, false);
+    // Registering a FAILED registration again tries again, from PENDING, holding its source.
+    doc["failureReason"] = nullptr;
+    doc["_acceptedAt"] = now();
+    set_status(doc, kModelPending, t);
+    if (!sid.empty()) {
+      add_registration_hold(snapshot, id, t);
+      TRAINER_RETURN_IF_ERROR(store_->update_snapshot(snapshot));
+    }
+    TRAINER_RETURN_IF_ERROR(store_->update_trained_model(doc));
+    registration_attempt(tel::ServiceStage::kAccept, tel::ServiceOutcome::kSuccess);
+    return std::make_pair(doc, false);
+  }
+  json base = {{"name", run.base_model}, {"id", nullptr}, {"contentHash", run.base_model_sha ? json(*run.base_model_sha) : json(nullptr)}};
+  if (auto b = resolve_base_model(run.base_model, "baseModel"); b.is_ok()) base["id"] = (*b)["id"];
+  json workload = {{"id", run.workload_id}, {"name", run.workload_name}};
+  if (auto w = store_->get_workload(run.workload_id); w.is_ok() && w->has_value()) workload["name"] = (**w)["name"];
+  const json step = snapshot.value("savedStep", json(nullptr));
+  json doc = {
+      {"modelId", id},
+      {"variant", kVariantAdapter},
+      {"method", upper(run.method)},
+      {"baseModel", base},
+      {"workload", workload},
+      {"source", folder_source.is_object()
+                     ? folder_source
+                     : json{{"kind", "snapshot"}, {"runId", run.id}, {"snapshotId", sid}, {"savedStep", step},
+                            {"attempt", snapshot.value("attempt", json(nullptr))}}},
+      {"config", {{"configName", run.view.value("configName", json(nullptr))},
+                  {"settingsSha", run.view.value("settingsSha", json(nullptr))},
+                  {"dataset", run.view.value("dataset", json(nullptr))}}},
+      {"lineage", {{"baseModel", base}, {"runId", run.id}, {"parentRunId", run.view.value("parentRunId", json(nullptr))},
+                   {"snapshotId", sid.empty() ? json(nullptr) : json(sid)}, {"savedStep", step}}},
+      {"cost", {{"gpuSeconds", run.view.value("cost", json::object()).value("gpuSeconds", 0.0)}}},
+      {"adapterRank", plan_value(run, "/config/hyperparams/lora/rank")},
+      {"targetModules", plan_value(run, "/config/hyperparams/lora/targetModules")},
+      {"artifact", nullptr},
+      {"servingModel", {{"variant", kVariantAdapter}, {"baseModel", run.base_model},
+                        {"adapterRank", plan_value(run, "/config/hyperparams/lora/rank")}, {"ref", nullptr}}},
+      {"status", kModelPending},
+      {"failureReason", nullptr},
+      {"statusHistory", json::array({{{"status", kModelPending}, {"time", t}}})},
+      {"createdAt", t},
+      {"registeredAt", nullptr},
+      {"evaluations", json::array()},
+      {"_acceptedAt", now()}};  // seconds, for the operation's duration
+  // The registration holds its source until its copy is durable.
+  if (!sid.empty()) {
+    add_registration_hold(snapshot, id, t);
+    TRAINER_RETURN_IF_ERROR(store_->update_snapshot(snapshot));
+  }
+  TRAINER_RETURN_IF_ERROR(store_->insert_trained_model(doc));
+  registration_attempt(tel::ServiceStage::kAccept, tel::ServiceOutcome::kSuccess);
+  if (!sid.empty()) registration_attempt(tel::ServiceStage::kRetain, tel::ServiceOutcome::kSuccess);
+  return std::make_pair(doc, true);
+}
+
+Status ServiceImpl::register_completed_run(RunRecord& run) {
+  const json latest = run.view.value("latestSnapshot", json(nullptr));
+  std::optional<json> snapshot;
+  if (latest.is_object() && latest.contains("snapshotId") && latest["snapshotId"].is_string()) {
+    auto snap = store_->get_snapshot(latest["snapshotId"].get<std::string>());
+    if (!snap.is_ok()) return snap.status();
+    if (snap->has_value() && weights_committed(**snap)) snapshot = **snap;
+  }
+  // Without a catalog (no final snapshot with weights) the job's adapter folder is the source.
+  json source = snapshot ? json(nullptr) : json{{"kind", "run"}, {"runId", run.id}, {"path", run.view["adapterPath"]}};
+  auto r = start_registration_locked(snapshot.value_or(json::object()), run, source);
+  if (!r.is_ok()) return r.status();
+  run.view["modelId"] = r->first["modelId"];
+  return Status::ok();
+}
+
+Result<std::pair<json, bool>> ServiceImpl::register_snapshot(const std::string& snapshot_ref) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto sid = resolve_snapshot_id(snapshot_ref, "snapshot");
+  if (!sid.is_ok()) return sid.status();
+  auto snap = store_->get_snapshot(*sid);
+  if (!snap.is_ok()) return snap.status();
+  if (!snap->has_value() || (**snap).value("state", std::string()) != "committed") {
+    return field_status(StatusCode::kNotFound, "snapshot", "no committed snapshot with id '" + snapshot_ref + "'");
+  }
+  if (!weights_committed(**snap)) {
+    const json weights = (**snap)["kinds"].value(protocol::kWeightsKind, json(nullptr));
+    return field_status(StatusCode::kFailedPrecondition, "snapshot",
+                        "snapshot " + *sid +
+                            (weights.is_object() ? "'s weights are " + weights.value("state", std::string("gone"))
+                                                 : std::string(" holds only training state, which cannot be served")) +
+                            "; register a snapshot with weights (ARTIFACTS in trainer runs snapshots RUN)");
+  }
+  auto run = resolve_run((**snap).value("runId", std::string()), "snapshot");
+  if (!run.is_ok()) return run.status();
+  std::pair<json, bool> out;
+  Status st = store_->transaction([&]() -> Status {
+    auto r = start_registration_locked(**snap, *run, json(nullptr));
+    if (!r.is_ok()) return r.status();
+    out = std::move(*r);
+    return Status::ok();
+  });
+  if (!st.is_ok()) return st;
+  out.first = present_model(out.first);
+  return out;
+}
+
+Result<json> ServiceImpl::snapshot_candidate(const std::string& snapshot_ref) {
+  auto sid = resolve_snapshot_id(snapshot_ref, "snapshot");
+  if (!sid.is_ok()) return sid.status();
+  auto m = store_->get_trained_model(model_id("snapshot", {*sid}));
+  if (!m.is_ok()) return m.status();
+  if (!m->has_value()) {
+    return field_status(StatusCode::kNotFound, "snapshot",
+                        "snapshot " + *sid + " has no registration; register it with: trainer snapshots register " +
+                            sid->substr(0, 12));
+  }
+  const json& doc = **m;
+  return json{{"snapshotId", *sid},
+              {"modelId", doc["modelId"]},
+              {"status", doc["status"]},
+              {"failureReason", doc.value("failureReason", json(nullptr))},
+              {"statusHistory", doc.value("statusHistory", json::array())},
+              {"artifact", doc.value("artifact", json(nullptr))},
+              {"workload", doc.value("workload", json(nullptr))}};
+}
+
+void ServiceImpl::step_registrations() {
+  auto open = store_->list_trained_models("", "", {kModelPending, kModelCopying});
+  if (!open.is_ok()) {
+    std::fprintf(stderr, "trainerd: listing registrations: %s\n", open.status().to_string().c_str());
+    return;
+  }
+  for (auto it = open->rbegin(); it != open->rend() && !stopping_; ++it) {  // oldest first
+    copy_registration(it->value("modelId", std::string()));
+  }
+}
+
+void ServiceImpl::copy_registration(const std::string& id) {
+  json model;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Status st = store_->transaction([&]() -> Status {
+      auto m = store_->get_trained_model(id);
+      if (!m.is_ok()) return m.status();
+      if (!m->has_value()) return not_found("model " + id);
+      model = **m;
+      if (model.value("status", std::string()) == kModelPending) {
+        set_status(model, kModelCopying, now_rfc3339());
+        TRAINER_RETURN_IF_ERROR(store_->update_trained_model(model));
+      }
+      return Status::ok();
+    });
+    if (!st.is_ok()) {
+      std::fprintf(stderr, "trainerd: registration %s: %s\n", id.c_str(), st.to_string().c_str());
+      return;
+    }
+    if (model.value("status", std::string()) != kModelCopying) return;
+  }
+  notify();
+
+  // The copy, outside mu_: every payload file of the weights, checked against its manifest.
+  const json source = model.value("source", json::object());
+  const std::string sid = source.value("snapshotId", std::string());
+  const std::string key = model_key(id);
+  auto copy_folder = [&]() -> Status {
+    const std::string path = source.value("path", std::string());
+    Status published = artifacts().publish_new(path, key);
+    if (published.code() != StatusCode::kAlreadyExists) return published;
+    // A copy made before a restart: it must hold the folder's files.
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(path, ec); !ec && it != fs::recursive_directory_iterator();
+         it.increment(ec)) {
+      if (!it->is_regular_file()) continue;
+      auto mine = storage::read_file(it->path().string());
+      auto theirs = artifacts().get(key + "/" + fs::relative(it->path(), path).generic_string());
+      if (!mine.is_ok() || !theirs.is_ok() || *mine != *theirs) {
+        return internal_error("the registry already holds a different copy under " + key);
+      }
+    }
+    return ec ? internal_error("cannot read " + path + ": " + ec.message()) : Status::ok();
+  };
+  auto copy = [&]() -> Status {
+    if (sid.empty()) return copy_folder();
+    const std::string from = protocol::snapshot_key(sid, protocol::kWeightsKind);
+    auto text = artifacts().get(from + "/" + protocol::kManifestFile);
+    if (!text.is_ok()) return text.status().with_context("reading the weights' manifest of snapshot " + sid);
+    auto manifest = protocol::parse_manifest(*text);
+    if (!manifest.is_ok()) return manifest.status().with_context("the weights' manifest of snapshot " + sid);
+    const fs::path staging = fs::path(opt_.data_dir) / "registry-staging" / (id + "-" + random_hex(8));
+    struct Cleanup {
+      fs::path p;
+      ~Cleanup() {
+        std::error_code e;
+        fs::remove_all(p, e);
+      }
+    } cleanup{staging};
+    for (const auto& f : manifest->files) {
+      auto bytes = artifacts().get(from + "/" + f.path);
+      if (!bytes.is_ok()) return bytes.status().with_context("reading " + f.path + " of snapshot " + sid);
+      if (sha256_hex(*bytes) != f.sha256) return internal_error(f.path + " of snapshot " + sid + " fails its digest");
+      std::error_code ec;
+      fs::create_directories((staging / "adapter" / f.path).parent_path(), ec);
+      TRAINER_RETURN_IF_ERROR(storage::write_file_atomic((staging / "adapter" / f.path).string(), *bytes));
+    }
+    Status published = artifacts().publish_new((staging / "adapter").string(), key);
+    if (published.code() != StatusCode::kAlreadyExists) return published;
+    // A copy made before a restart: it must hold exactly the manifest's files.
+    for (const auto& f : manifest->files) {
+      auto bytes = artifacts().get(key + "/" + f.path);
+      if (!bytes.is_ok() || sha256_hex(*bytes) != f.sha256) {
+        return internal_error("the registry already holds a different copy under " + key);
+      }
+    }
+    return Status::ok();
+  };
+  Status copied = copy();
+  registration_attempt(tel::ServiceStage::kExport, copied.is_ok() ? tel::ServiceOutcome::kSuccess : tel::ServiceOutcome::kFailure,
+                       copied.is_ok() ? std::nullopt : std::optional(tel::ServiceFailureReason::kExport));
+  if (copied.is_ok() && opt_.registration_pause.count() > 0) std::this_thread::sleep_for(opt_.registration_pause);
+
+  std::lock_guard<std::mutex> lock(mu_);
+  Status st = store_->transaction([&]() -> Status {
+    auto m = store_->get_trained_model(id);
+    if (!m.is_ok()) return m.status();
+    if (!m->has_value()) return not_found("model " + id);
+    model = **m;
+    const std::string t = now_rfc3339();
+    const double accepted = model.value("_acceptedAt", now());
+    if (!copied.is_ok()) {
+      // The hold stays: `snapshots release` drops it once someone has looked.
+      model["failureReason"] = "copying the weights of " + (sid.empty() ? source.value("path", std::string()) : "snapshot " + sid) +
+                               " failed: " + copied.message();
+      set_status(model, kModelFailed, t);
+      TRAINER_RETURN_IF_ERROR(store_->update_trained_model(model));
+      std::fprintf(stderr, "trainerd: warning: registration of model %s failed: %s\n", id.c_str(),
+                   model["failureReason"].get<std::string>().c_str());
+      metrics_.operation_ended(tel::ServiceOperation::kRegisterCandidate, tel::ServiceOutcome::kFailure, now() - accepted,
+                               tel::ServiceFailureReason::kExport);
+      return Status::ok();
+    }
+    const std::string uri = artifact_uri(key);
+    model["artifact"] = {{"key", key}, {"uri", uri}};
+    model["servingModel"]["ref"] = uri;
+    model["registeredAt"] = t;
+    if (auto run = store_->get_run(source.value("runId", std::string())); run.is_ok() && run->has_value()) {
+      model["cost"]["gpuSeconds"] = (**run).value("cost", json::object()).value("gpuSeconds", 0.0);
+    }
+    set_status(model, kModelRegistered, t);
+    TRAINER_RETURN_IF_ERROR(store_->update_trained_model(model));
+    registration_attempt(tel::ServiceStage::kRegister, tel::ServiceOutcome::kSuccess);
+    metrics_.operation_ended(tel::ServiceOperation::kRegisterCandidate, tel::ServiceOutcome::kSuccess, now() - accepted);
+    if (sid.empty()) return Status::ok();
+    auto snap = store_->get_snapshot(sid);
+    if (!snap.is_ok()) return snap.status();
+    if (snap->has_value()) {
+      json s = std::move(**snap);
+      drop_registration_hold(s, id);
+      TRAINER_RETURN_IF_ERROR(store_->update_snapshot(s));
+      registration_attempt(tel::ServiceStage::kRelease, tel::ServiceOutcome::kSuccess);
+    }
+    return Status::ok();
+  });
+  if (!st.is_ok()) std::fprintf(stderr, "trainerd: registration %s: %s\n", id.c_str(), st.to_string().c_str());
+  notify();
+}
+
+Result<json> ServiceImpl::workload_history(const std::string& ref) {
+  auto w = resolve_workload(ref, "workload");
+  if (!w.is_ok()) return w.status();
+  return json{{"workload", {{"id", (*w)["id"]}, {"name", (*w)["name"]}}},
+              {"history", w->value("history", json::array())}};
+}
+
+}  // namespace trainer::service

@@ -1,0 +1,38 @@
+// Names and helpers the model registry's files share (trained_models.cpp, registration.cpp).
+// Internal to src/service.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace trainer::service {
+
+inline constexpr const char* kVariantBase = "BASE";
+inline constexpr const char* kVariantAdapter = "ADAPTER";
+
+// A model's status: a registration moves PENDING -> COPYING -> REGISTERED or FAILED; imports
+// and base models are REGISTERED when they are stored.
+inline constexpr const char* kModelPending = "PENDING";
+inline constexpr const char* kModelCopying = "COPYING";
+inline constexpr const char* kModelRegistered = "REGISTERED";
+inline constexpr const char* kModelFailed = "FAILED";
+
+// The holder name of a registration's hold on its source snapshot (see the snapshot's `holds`).
+inline constexpr const char* kRegistrationHold = "registration";
+
+// How long the engine may take to load an imported adapter onto its base model (trainer-job score).
+inline constexpr int kAdapterLoadTimeoutSeconds = 300;
+
+// A model id (16 lowercase hex) derived from what identifies it: `kind` ("snapshot", "run",
+// "import", "baseModel") and its parts, so registering the same thing again gives the same id.
+std::string model_id(const std::string& kind, const std::vector<std::string>& parts);
+
+// The artifact key of a registered adapter's copy: "registry/models/<id>".
+std::string model_key(const std::string& id);
+
+// The model as the API shows it (no bookkeeping keys).
+nlohmann::json present_model(const nlohmann::json& doc);
+
+}  // namespace trainer::service

@@ -1,0 +1,303 @@
+// The model registry: registered models (BASE for baselines, ADAPTER for trained or imported
+// LoRA adapters), their listing and lookup, and the import of a PEFT LoRA folder.
+//
+// Stored document (store.h's trained_models table), as `trained-models get` shows it:
+// {modelId, variant: BASE|ADAPTER, method, baseModel: {name, id, contentHash}, workload: {id, name}
+// | null, source: {kind: run|snapshot|import|baseModel, runId?, snapshotId?, savedStep?, path?},
+// config: {configName, settingsSha} | null, lineage: {baseModel, runId, parentRunId, snapshotId,
+// savedStep}, cost: {gpuSeconds}, adapterRank, artifact: {key, uri} | null, servingModel:
+// {variant, baseModel, ref}, status: PENDING|COPYING|REGISTERED|FAILED, failureReason,
+// statusHistory: [{status, time}], createdAt, registeredAt, evaluations: []}.
+#include <filesystem>
+#include <fstream>
+
+#include "common/sha256.h"
+#include "service/adapter_check.h"
+#include "service/registry.h"
+#include "service/service_state.h"
+
+namespace trainer::service {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string file_digest(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return sha256_hex(bytes);
+}
+
+// The adapter's folder from `ref`: a path on this host, or a file:// URI of one.
+std::string local_folder(const std::string& ref) {
+  const std::string scheme = "file://";
+  return ref.rfind(scheme, 0) == 0 ? ref.substr(scheme.size()) : ref;
+}
+
+// An adapter's recorded base model matches `name` or its folders, by full text or final part.
+bool same_base_model(const std::string& recorded, const std::vector<std::string>& known) {
+  if (recorded.empty()) return true;
+  const std::string tail = fs::path(recorded).filename().string();
+  for (const auto& k : known) {
+    if (k.empty()) continue;
+    if (recorded == k || tail == fs::path(k).filename().string()) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+json present_model(const json& doc) {
+  json out = json::object();
+  for (const auto& [k, v] : doc.items()) {
+    if (!k.empty() && k[0] != '_') out[k] = v;
+  }
+  return out;
+}
+
+std::string ServiceImpl::artifact_uri(const std::string& key) const {
+  const std::string& uri = opt_.config.artifact_store.uri;
+  if (!uri.empty()) return uri + (uri.back() == '/' ? "" : "/") + key;
+  return "file://" + storage_->local_path(key);
+}
+
+Result<json> ServiceImpl::resolve_trained_model(const std::string& ref, const std::string& field) {
+  if (ref.empty() || !is_hex(ref)) {
+    return field_status(StatusCode::kNotFound, field, "no model with id '" + ref + "' (model ids are lowercase hex)");
+  }
+  auto ids = store_->trained_model_ids_with_prefix(ref, 10);
+  if (!ids.is_ok()) return ids.status();
+  std::string id;
+  if (std::find(ids->begin(), ids->end(), ref) != ids->end()) {
+    id = ref;
+  } else if (ids->size() == 1) {
+    id = ids->front();
+  } else if (ids->size() > 1) {
+    std::string c;
+    for (const auto& i : *ids) c += (c.empty() ? "" : ", ") + i;
+    return invalid_field(field, "'" + ref + "' is an ambiguous id prefix (candidates: " + c + ")");
+  } else {
+    return field_status(StatusCode::kNotFound, field,
+                        "no model with id '" + ref + "'; list the registry with: trainer trained-models list");
+  }
+  auto doc = store_->get_trained_model(id);
+  if (!doc.is_ok()) return doc.status();
+  if (!doc->has_value()) return field_status(StatusCode::kNotFound, field, "no model with id '" + ref + "'");
+  return **doc;
+}
+
+Result<json> ServiceImpl::list_trained_models(const TrainedModelQuery& query) {
+  std::string workload_id;
+  if (!query.workload.empty()) {
+    auto w = resolve_workload(query.workload, "workload");
+    if (!w.is_ok()) return w.status();
+    workload_id = (*w)["id"].get<std::string>();
+  }
+  auto rows = store_->list_trained_models(workload_id, query.base_model, {});
+  if (!rows.is_ok()) return rows.status();
+  json models = json::array();
+  for (const auto& m : *rows) models.push_back(present_model(m));
+  return json{{"models", models}};
+}
+
+Result<json> ServiceImpl::get_trained_model(const std::string& ref) {
+  auto m = resolve_trained_model(ref, "model");
+  if (!m.is_ok()) return m.status();
+  return present_model(*m);
+}
+
+Result<json> ServiceImpl::register_base_locked(const json& base_model, const std::string& field) {
+  if (base_model.value("status", std::string()) != "ready") {
+    const std::string name = base_model.value("name", std::string());
+    return field_status(StatusCode::kFailedPrecondition, field,
+                        "base model '" + name + "' is " + base_model.value("status", std::string("not selected")) +
+                            "; wait until it is ready (trainer base-models select " + name + " --wait)");
+  }
+  const std::string hash = base_model.value("contentHash", std::string());
+  const std::string id = model_id("baseModel", {base_model.value("name", std::string()), hash});
+  auto existing = store_->get_trained_model(id);
+  if (!existing.is_ok()) return existing.status();
+  if (existing->has_value()) return **existing;
+  const std::string t = now_rfc3339();
+  const json base = {{"name", base_model["name"]}, {"id", base_model["id"]}, {"contentHash", hash}};
+  json doc = {{"modelId", id},
+              {"variant", kVariantBase},
+              {"method", nullptr},
+              {"baseModel", base},
+              {"workload", nullptr},
+              {"source", {{"kind", "baseModel"}, {"revision", hash}}},
+              {"config", nullptr},
+              {"lineage", {{"baseModel", base}}},
+              {"cost", {{"gpuSeconds", 0}}},
+              {"adapterRank", nullptr},
+              {"artifact", {{"key", nullptr}, {"uri", "file://" + base_model.value("cachePath", std::string())}}},
+              {"servingModel", {{"variant", kVariantBase}, {"baseModel", base_model["name"]}, {"revision", hash}}},
+              {"status", kModelRegistered},
+              {"failureReason", nullptr},
+              {"statusHistory", json::array({{{"status", kModelRegistered}, {"time", t}}})},
+              {"createdAt", t},
+              {"registeredAt", t},
+              {"evaluations", json::array()}};
+  TRAINER_RETURN_IF_ERROR(store_->insert_trained_model(doc));
+  return doc;
+}
+
+Result<std::pair<json, bool>> ServiceImpl::register_trained_model(const json& descriptor) {
+  TRAINER_RETURN_IF_ERROR(check_fields(descriptor, {"servingModel", "workload", "description"}));
+  if (!descriptor.contains("servingModel") || !descriptor["servingModel"].is_object()) {
+    return invalid_field("servingModel", "required: {variant: BASE|ADAPTER, baseModel, ...}");
+  }
+  const json& sm = descriptor["servingModel"];
+  if (Status st = check_fields(sm, {"variant", "baseModel", "revision", "adapterRank", "ref"}); !st.is_ok()) {
+    return st.with_field("servingModel");
+  }
+  auto variant = optional_string(sm, "variant");
+  if (!variant.is_ok()) return variant.status().with_field("servingModel");
+  if (!*variant || (**variant != kVariantBase && **variant != kVariantAdapter)) {
+    return invalid_field("servingModel.variant", "'" + variant->value_or("") + "' is not a variant; use BASE or ADAPTER");
+  }
+  auto base_name = optional_string(sm, "baseModel");
+  if (!base_name.is_ok()) return base_name.status().with_field("servingModel");
+  if (!*base_name) return invalid_field("servingModel.baseModel", "required: one of the deployment's base models");
+  const AllowedBaseModel* allowed = find_allowed(**base_name);
+  if (!allowed) return invalid_field("servingModel.baseModel", not_allowed_message(**base_name));
+  auto description = optional_string(descriptor, "description");
+  if (!description.is_ok()) return description.status();
+  auto workload_ref = optional_string(descriptor, "workload");
+  if (!workload_ref.is_ok()) return workload_ref.status();
+
+  if (**variant == kVariantBase) {
+    for (const char* f : {"adapterRank", "ref"}) {
+      if (sm.contains(f)) return invalid_field(std::string("servingModel.") + f, "applies to ADAPTER models only");
+    }
+    if (*workload_ref) return invalid_field("workload", "a BASE model belongs to no workload; leave it out");
+    std::lock_guard<std::mutex> lock(mu_);
+    auto base = resolve_base_model(allowed->name, "servingModel.baseModel");
+    if (!base.is_ok()) {
+      return field_status(StatusCode::kFailedPrecondition, "servingModel.baseModel",
+                          "base model '" + allowed->name + "' is not selected; select it first (trainer base-models select " +
+                              allowed->name + " --wait)");
+    }
+    auto revision = optional_string(sm, "revision");
+    if (!revision.is_ok()) return revision.status().with_field("servingModel");
+    const std::string hash = base->value("contentHash", json("")).is_string() ? (*base)["contentHash"].get<std::string>() : "";
+    if (*revision && (revision->value().empty() || hash.rfind(**revision, 0) != 0)) {
+      return invalid_field("servingModel.revision", "'" + **revision + "' is not the selected revision of '" +
+                                                        allowed->name + "' (" + hash + ")");
+    }
+    auto id_before = store_->get_trained_model(model_id("baseModel", {allowed->name, hash}));
+    if (!id_before.is_ok()) return id_before.status();
+    auto doc = register_base_locked(*base, "servingModel.baseModel");
+    if (!doc.is_ok()) return doc.status();
+    return std::make_pair(present_model(*doc), !id_before->has_value());
+  }
+
+  // ADAPTER: an import of a PEFT LoRA folder.
+  if (sm.contains("revision")) return invalid_field("servingModel.revision", "applies to BASE models only");
+  auto ref = optional_string(sm, "ref");
+  if (!ref.is_ok()) return ref.status().with_field("servingModel");
+  if (!*ref || ref->value().empty()) return invalid_field("servingModel.ref", "required: the adapter folder to import");
+  const std::string dir = local_folder(**ref);
+  json base;
+  json workload = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto b = resolve_base_model(allowed->name, "servingModel.baseModel");
+    if (!b.is_ok() || (*b).value("status", std::string()) != "ready") {
+      return field_status(StatusCode::kFailedPrecondition, "servingModel.baseModel",
+                          "base model '" + allowed->name + "' is not selected and ready; select it first "
+                          "(trainer base-models select " + allowed->name + " --wait)");
+    }
+    base = *b;
+    if (*workload_ref) {
+      auto w = resolve_workload(**workload_ref, "workload");
+      if (!w.is_ok()) return w.status();
+      workload = {{"id", (*w)["id"]}, {"name", (*w)["name"]}};
+    }
+  }
+  const std::string cache = base.value("cachePath", std::string());
+  auto info = check_peft_adapter(dir, cache, opt_.config.limits.max_adapter_rank, "servingModel.ref");
+  if (!info.is_ok()) return info.status();
+  if (!same_base_model(info->base_model_name_or_path, {allowed->name, allowed->path, cache})) {
+    return invalid_field("servingModel.baseModel", "the adapter was trained on '" + info->base_model_name_or_path +
+                                                       "' (adapter_config.json base_model_name_or_path), not on '" +
+                                                       allowed->name + "'");
+  }
+  if (sm.contains("adapterRank") &&
+      (!sm["adapterRank"].is_number_integer() || sm["adapterRank"].get<int64_t>() != info->rank)) {
+    return invalid_field("servingModel.adapterRank",
+                         "is " + sm["adapterRank"].dump() + " but the adapter's rank r is " + std::to_string(info->rank));
+  }
+  const std::string config_digest = file_digest(fs::path(dir) / kAdapterConfigFile);
+  const std::string weights_digest = file_digest(fs::path(dir) / kAdapterWeightsFile);
+  const std::string id = model_id("import", {allowed->name, base.value("contentHash", std::string()),
+                                             workload.is_object() ? workload["id"].get<std::string>() : "",
+                                             config_digest, weights_digest});
+  {
+    auto existing = store_->get_trained_model(id);
+    if (!existing.is_ok()) return existing.status();
+    if (existing->has_value()) return std::make_pair(present_model(**existing), false);
+  }
+  // That it loads: the engine reads it onto the base model and scores one row.
+  const fs::path staging = fs::path(opt_.data_dir) / "registry-staging" / (id + "-" + random_hex(8));
+  std::error_code ec;
+  fs::create_directories(staging / "adapter", ec);
+  if (ec) return unavailable("cannot create " + staging.string() + ": " + ec.message());
+  struct Cleanup {
+    fs::path p;
+    ~Cleanup() {
+      std::error_code e;
+      fs::remove_all(p, e);
+    }
+  } cleanup{staging};
+  TRAINER_RETURN_IF_ERROR(storage::write_file_atomic(
+      (staging / "probe.jsonl").string(),
+      R"({"messages":[{"role":"user","content":"hello"},{"role":"assistant","content":"ok"}]})" "\n"));
+  auto loaded = backend_->run_tool({"score", "--model", cache, "--adapter", dir, "--data",
+                                    (staging / "probe.jsonl").string(), "--max-seq-length", "64"},
+                                   kAdapterLoadTimeoutSeconds);
+  if (!loaded.is_ok()) {
+    return invalid_field("servingModel.ref", "the adapter does not load on '" + allowed->name + "': " +
+                                                 loaded.status().message());
+  }
+  for (const char* f : {kAdapterConfigFile, kAdapterWeightsFile}) {
+    fs::copy_file(fs::path(dir) / f, staging / "adapter" / f, ec);
+    if (ec) return unavailable("cannot copy " + (fs::path(dir) / f).string() + ": " + ec.message());
+  }
+  const std::string key = model_key(id);
+  Status published = artifacts().publish_new((staging / "adapter").string(), key);
+  if (!published.is_ok() && published.code() != StatusCode::kAlreadyExists) return published;  // same id, same bytes
+
+  std::lock_guard<std::mutex> lock(mu_);
+  auto existing = store_->get_trained_model(id);
+  if (!existing.is_ok()) return existing.status();
+  if (existing->has_value()) return std::make_pair(present_model(**existing), false);
+  const std::string t = now_rfc3339();
+  const json base_ref = {{"name", base["name"]}, {"id", base["id"]}, {"contentHash", base["contentHash"]}};
+  const std::string uri = artifact_uri(key);
+  json doc = {{"modelId", id},
+              {"variant", kVariantAdapter},
+              {"method", nullptr},
+              {"baseModel", base_ref},
+              {"workload", workload},
+              {"description", description->value_or("")},
+              {"source", {{"kind", "import"}, {"path", dir}, {"configDigest", config_digest},
+                          {"weightsDigest", weights_digest}}},
+              {"config", nullptr},
+              {"lineage", {{"baseModel", base_ref}, {"importedFrom", dir}}},
+              {"cost", {{"gpuSeconds", 0}}},
+              {"adapterRank", info->rank},
+              {"targetModules", info->target_modules},
+              {"artifact", {{"key", key}, {"uri", uri}}},
+              {"servingModel", {{"variant", kVariantAdapter}, {"baseModel", base["name"]}, {"adapterRank", info->rank},
+                                {"ref", uri}}},
+              {"status", kModelRegistered},
+              {"failureReason", nullptr},
+              {"statusHistory", json::array({{{"status", kModelRegistered}, {"time", t}}})},
+              {"createdAt", t},
+              {"registeredAt", t},
+              {"evaluations", json::array()}};
+  TRAINER_RETURN_IF_ERROR(store_->insert_trained_model(doc));
+  return std::make_pair(present_model(doc), true);
+}
+
+}  // namespace trainer::service
