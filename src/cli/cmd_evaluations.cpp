@@ -23,7 +23,10 @@ std::string score_text(const json& report, const char* key) {
 
 std::string model_text(const json& e) {
   const json m = e.value("model", json::object());
-  if (m.value("kind", std::string()) == "runAdapter") return "run " + short_id(m.value("runId", std::string())) + " adapter";
+  const std::string kind = m.value("kind", std::string());
+  if (kind == "runAdapter") return "run " + short_id(m.value("runId", std::string())) + " adapter";
+  if (kind == "registeredAdapter") return "model " + short_id(m.value("modelId", std::string()));
+  if (kind == "registeredBase") return "model " + short_id(m.value("modelId", std::string())) + " (base)";
   return m.value("baseModel", std::string()) + " (base)";
 }
 
@@ -262,7 +265,8 @@ Command evaluations_command() {
   g.aliases = {"evaluation"};
   g.summary = "Evaluations: a model answers a dataset's prompts and a grader scores the answers";
   g.description =
-      "MODEL is a completed run's id (its adapter) or a selected base model's name (a baseline).\n"
+      "MODEL is a registered model's id (trainer trained-models list), a completed run's id (its adapter)\n"
+      "or a selected base model's name (a baseline).\n"
       "A row's prompt is the row without its final assistant message; that message is the expected\n"
       "answer. Unscored rows (an evaluator that failed) count in no average. See docs/evaluations.md.";
   g.examples = {{"evaluate a run's adapter on its workload's dataset and wait", "trainer evaluations start --model 7d496e82 --wait"},
@@ -275,7 +279,7 @@ Command evaluations_command() {
                 "The dataset defaults to the workload's evaluation dataset and the grader to the workload's\n"
                 "grader, else json-label-match. A run's adapter carries its own workload; a base model needs\n"
                 "--workload. Answers are greedy, at most --max-new-tokens tokens each.",
-                {{"model", 0, "MODEL", "a completed run's id (or prefix), or a base model's name", ""},
+                {{"model", 0, "MODEL", "a registered model's id, a completed run's id (or prefix), or a base model's name", ""},
                  {"dataset", 0, "DATASET", "dataset name, hash or unique prefix", ""},
                  {"grader", 0, "GRADER", "json-label-match, rule:/ABS/PATH.py, bundle:..., http:URL or model:JUDGE", ""},
                  {"grader-instructions", 0, "FILE", "the judge's instructions (model: graders), - for stdin", ""},

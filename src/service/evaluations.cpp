@@ -8,6 +8,7 @@
 #include "common/json_parse.h"
 #include "plan/plan.h"
 #include "service/judges.h"
+#include "service/registry.h"
 #include "service/service_state.h"
 #include "storage/storage.h"
 
@@ -57,8 +58,14 @@ Result<json> ServiceImpl::resolve_evaluation(const std::string& ref, const std::
   return **doc;
 }
 
-// What `model` names: a completed run's adapter on its base model, or a ready base model.
+// What `model` names: a registered model (docs/registry.md), a completed run's adapter on its
+// base model, or a ready base model; in that order.
 Result<json> ServiceImpl::resolve_evaluated_model(const std::string& ref) {
+  if (is_hex(ref)) {
+    auto registered = resolve_trained_model(ref, "model");
+    if (registered.is_ok()) return evaluated_registered_model(ref, *registered);
+    if (registered.status().code() != StatusCode::kNotFound) return registered.status();
+  }
   if (is_hex(ref)) {
     auto run = resolve_run(ref, "model");
     if (run.is_ok()) {
@@ -95,6 +102,52 @@ Result<json> ServiceImpl::resolve_evaluated_model(const std::string& ref) {
               {"baseModelPath", m->value("cachePath", std::string())}};
 }
 
+Result<json> ServiceImpl::evaluated_registered_model(const std::string& ref, const json& model) {
+  const std::string id = model.value("modelId", std::string());
+  if (model.value("status", std::string()) != kModelRegistered) {
+    return field_status(StatusCode::kFailedPrecondition, "model",
+                        "model " + id + " is " + model.value("status", std::string("unknown")) +
+                            "; only a REGISTERED model can be evaluated (trainer trained-models get " + id + ")");
+  }
+  const std::string base_name = model.value("baseModel", json::object()).value("name", std::string());
+  auto base = resolve_base_model(base_name, "model");
+  if (!base.is_ok() || base->value("status", std::string()) != "ready") {
+    return field_status(StatusCode::kFailedPrecondition, "model",
+                        "model " + id + "'s base model '" + base_name + "' is not selected and ready; select it first");
+  }
+  json out = {{"ref", ref},
+              {"kind", model.value("variant", std::string()) == kVariantBase ? "registeredBase" : "registeredAdapter"},
+              {"modelId", id},
+              {"baseModel", base_name},
+              {"baseModelPath", base->value("cachePath", std::string())}};
+  if (model["workload"].is_object()) out["workloadId"] = model["workload"].value("id", std::string());
+  if (out["kind"] == "registeredAdapter") {
+    const json artifact = model.value("artifact", json::object());
+    out["artifactKey"] = artifact.value("key", std::string());
+    out["artifactUri"] = artifact.value("uri", std::string());
+  }
+  return out;
+}
+
+// The adapter folder an evaluation's job reads: a run's folder, or a registered model's copy
+// (fetched from the artifact store into the evaluation's folder when it is not on this disk).
+Result<std::string> ServiceImpl::evaluation_adapter(const json& model, const std::string& dir) {
+  if (model.contains("adapterPath")) return model["adapterPath"].get<std::string>();
+  if (!model.contains("artifactKey")) return std::string();
+  const std::string uri = model.value("artifactUri", std::string());
+  if (uri.rfind("file://", 0) == 0) return uri.substr(7);
+  const std::string key = model["artifactKey"].get<std::string>();
+  const fs::path local = fs::path(dir) / "adapter";
+  std::error_code ec;
+  fs::create_directories(local, ec);
+  for (const char* file : {"adapter_config.json", "adapter_model.safetensors"}) {
+    auto bytes = artifacts().get(key + "/" + file);
+    if (!bytes.is_ok()) return Status(bytes.status().code(), "model", uri + "/" + file + ": " + bytes.status().message());
+    TRAINER_RETURN_IF_ERROR(storage::write_file_atomic((local / file).string(), *bytes));
+  }
+  return local.string();
+}
+
 Result<json> ServiceImpl::start_evaluation(const json& body) {
   TRAINER_RETURN_IF_ERROR(check_fields(body, {"model", "dataset", "grader", "graderInstructions", "workload",
                                               "maxNewTokens", "description"}));
@@ -126,15 +179,18 @@ Result<json> ServiceImpl::start_evaluation(const json& body) {
     if (!w.is_ok()) return w.status();
     workload = *w;
   }
-  if ((*model)["kind"] == "runAdapter") {
+  const bool carries_workload = model->contains("workloadId") && (*model)["kind"] != "base";
+  if (carries_workload) {
     const std::string own = (*model)["workloadId"].get<std::string>();
     if (workload && (*workload)["id"] != own) {
       auto theirs = store_->get_workload(own);
       const std::string their_name =
           theirs.is_ok() && theirs->has_value() ? (**theirs).value("name", own) : own;
-      return invalid_field("workload", "run " + (*model)["runId"].get<std::string>() + " belongs to workload '" + their_name +
+      const std::string what = model->contains("runId") ? "run " + (*model)["runId"].get<std::string>()
+                                                         : "model " + (*model)["modelId"].get<std::string>();
+      return invalid_field("workload", what + " belongs to workload '" + their_name +
                                            "', not '" + (*workload)["name"].get<std::string>() +
-                                           "'; leave workload out (a run's adapter carries its own)");
+                                           "'; leave workload out (a candidate carries its own)");
     }
     if (!workload) {
       auto w = store_->get_workload(own);
@@ -142,7 +198,8 @@ Result<json> ServiceImpl::start_evaluation(const json& body) {
       if (w->has_value()) workload = **w;
     }
   } else if (!workload) {
-    return invalid_field("workload", "is required to evaluate a base model (it says whose baseline this is)");
+    return invalid_field("workload", "is required: this model carries no workload (a base model, or an import without "
+                                     "one); name the workload whose baseline it is");
   }
 
   // The dataset: named, else the workload's evaluation dataset.
@@ -215,7 +272,9 @@ Status ServiceImpl::launch_evaluation_locked(json& doc) {
                {"dataset", dataset->value("path", std::string())},
                {"grader", term},
                {"maxNewTokens", doc["maxNewTokens"]}};
-  if (doc["model"].contains("adapterPath")) spec["adapter"] = doc["model"]["adapterPath"];
+  auto adapter = evaluation_adapter(doc["model"], dir.string());
+  if (!adapter.is_ok()) return adapter.status();
+  if (!adapter->empty()) spec["adapter"] = *adapter;
   TRAINER_RETURN_IF_ERROR(storage::write_file_atomic((dir / "spec.json").string(), spec.dump(2) + "\n"));
   doc["phase"] = "RUNNING";
   doc["startedAt"] = now_rfc3339();
@@ -257,6 +316,7 @@ void ServiceImpl::on_evaluation_done(const std::string& id, const EvaluationJobs
   if (ending.completed) {
     d["phase"] = "COMPLETED";
     d["report"] = ending.report;
+    record_model_evaluation(d);
     d["progress"]["rowsDone"] = ending.report.value("rows", int64_t{0});
     d["progress"]["rowsTotal"] = ending.report.value("rows", int64_t{0});
   } else if (ending.cancelled) {
@@ -266,6 +326,24 @@ void ServiceImpl::on_evaluation_done(const std::string& id, const EvaluationJobs
     d["failureReason"] = ending.failure;
   }
   (void)store_->put_evaluation(d);
+}
+
+void ServiceImpl::record_model_evaluation(const json& evaluation) {
+  const std::string id = evaluation["model"].value("modelId", std::string());
+  if (id.empty()) return;
+  auto model = store_->get_trained_model(id);
+  if (!model.is_ok() || !model->has_value()) return;
+  json m = **model;
+  if (!m.contains("evaluations") || !m["evaluations"].is_array()) m["evaluations"] = json::array();
+  for (const auto& e : m["evaluations"]) {
+    if (e.value("evaluationId", std::string()) == evaluation["evaluationId"]) return;
+  }
+  m["evaluations"].push_back({{"evaluationId", evaluation["evaluationId"]},
+                              {"dataset", evaluation["dataset"].value("hash", std::string())},
+                              {"grader", evaluation["grader"].value("kind", std::string())},
+                              {"meanScore", evaluation["report"].value("meanScore", json(nullptr))},
+                              {"endedAt", evaluation.value("endedAt", json(nullptr))}});
+  (void)store_->update_trained_model(m);
 }
 
 Result<json> ServiceImpl::list_evaluations(const EvaluationListQuery& query) {
@@ -295,6 +373,7 @@ Result<json> ServiceImpl::list_evaluations(const EvaluationListQuery& query) {
       const json& m = d["model"];
       const bool base = m.value("kind", std::string()) == "base";
       const bool match = m.value("ref", std::string()) == query.model ||
+                         (m.contains("modelId") && m["modelId"].get<std::string>().rfind(query.model, 0) == 0) ||
                          (!base && m.value("runId", std::string()).rfind(query.model, 0) == 0) ||
                          (base && m.value("baseModel", std::string()) == query.model);
       if (!match) continue;

@@ -171,6 +171,9 @@ class ServiceImpl final : public Service {
   std::string evaluation_dir(const std::string& id) const;
   Result<json> resolve_evaluation(const std::string& ref, const std::string& field);
   Result<json> resolve_evaluated_model(const std::string& ref);  // mu_ held
+  Result<json> evaluated_registered_model(const std::string& ref, const json& model);
+  Result<std::string> evaluation_adapter(const json& model, const std::string& dir);
+  void record_model_evaluation(const json& evaluation);  // mu_ held: lists it on its registered model
   Status launch_evaluation_locked(json& doc);                    // mu_ held: writes its spec, starts its job
   Status recover_evaluations(std::string* summary);              // start(): open evaluations start again
   void on_evaluation_progress(const std::string& id, int64_t done, int64_t total);

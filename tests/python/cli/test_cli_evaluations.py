@@ -15,6 +15,7 @@ import pytest
 
 from cli_support import EXAMPLES, MODEL_NAME, WORKLOAD, Cli, plan_text, start_trainerd, stop, wait_for
 from models import make_tiny_model
+from registry_support import make_peft_adapter, wait_model
 
 MAX_NEW = 10
 RULE = '''
@@ -63,15 +64,33 @@ def setup(ready, tmp_path_factory):
     return {"run": run_id, "rule": rule, "data": data}
 
 
+def peft_answers(base_path: str, adapter_path: str, rows: list[dict]) -> list[str]:
+    """What transformers + PEFT generate greedily for each row's prompt (its chat template, the
+    generation prompt, the model's end tokens)."""
+    import torch
+    import transformers
+    from peft import PeftModel
+
+    base = transformers.AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32)
+    model = PeftModel.from_pretrained(base, adapter_path).eval()
+    tok = transformers.AutoTokenizer.from_pretrained(base_path)
+    answers = []
+    for row in rows:
+        ids = tok.apply_chat_template(row["messages"][:-1], add_generation_prompt=True, tokenize=True, return_dict=False)
+        with torch.no_grad():
+            out = model.generate(input_ids=torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                 max_new_tokens=MAX_NEW, do_sample=False,
+                                 eos_token_id=sorted({tok.eos_token_id, model.generation_config.eos_token_id} - {None}),
+                                 pad_token_id=tok.pad_token_id)
+        answers.append(tok.decode(out[0, len(ids):], skip_special_tokens=True))
+    return answers
+
+
 def evaluations_count(cli) -> int:
     return len(cli.json("evaluations", "list", "--limit", "1000")["evaluations"])
 
 
 def test_a_runs_adapter_answers_as_peft_does_and_the_mean_is_the_grader_over_the_answers(ready, setup):
-    import torch
-    import transformers
-    from peft import PeftModel
-
     done = ready.json("evaluations", "start", "--model", setup["run"], "--dataset", "held-out",
                       "--grader", f"rule:{setup['rule']}", "--max-new-tokens", MAX_NEW, "--wait", "--exit-status", "-q")
     assert done["phase"] == "COMPLETED", done
@@ -81,19 +100,8 @@ def test_a_runs_adapter_answers_as_peft_does_and_the_mean_is_the_grader_over_the
     assert len(rows) == 6
 
     run = ready.json("runs", "get", setup["run"])
-    base = transformers.AutoModelForCausalLM.from_pretrained(done["model"]["baseModelPath"], dtype=torch.float32)
-    model = PeftModel.from_pretrained(base, run["adapterPath"]).eval()
-    tok = transformers.AutoTokenizer.from_pretrained(done["model"]["baseModelPath"])
     gold_rows = held_out_rows(6)
-    want = []
-    for row in gold_rows:
-        ids = tok.apply_chat_template(row["messages"][:-1], add_generation_prompt=True, tokenize=True, return_dict=False)
-        with torch.no_grad():
-            out = model.generate(input_ids=torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                                 max_new_tokens=MAX_NEW, do_sample=False,
-                                 eos_token_id=sorted({tok.eos_token_id, model.generation_config.eos_token_id} - {None}),
-                                 pad_token_id=tok.pad_token_id)
-        want.append(tok.decode(out[0, len(ids):], skip_special_tokens=True))
+    want = peft_answers(done["model"]["baseModelPath"], run["adapterPath"], gold_rows)
     assert [r["output"] for r in rows] == want, want
     assert len(set(want)) > 1, "the answers must differ for the comparison to mean anything"
     scores = [rule_score(a, r["messages"][-1]["content"]) for a, r in zip(want, gold_rows)]
@@ -104,6 +112,41 @@ def test_a_runs_adapter_answers_as_peft_does_and_the_mean_is_the_grader_over_the
     # Scripting: the documented --jq example.
     mean = ready("evaluations", "get", done["evaluationId"], "--jq", ".report.meanScore", check=True).stdout.strip()
     assert float(mean) == pytest.approx(report["meanScore"])
+
+
+def test_an_imported_peft_adapter_evaluates_as_peft_generates_and_is_listed_on_the_model(ready, setup, sharp_model,
+                                                                                           tmp_path):
+    adapter = make_peft_adapter(sharp_model, tmp_path / "peft-adapter", rank=4, targets=("q_proj", "v_proj", "o_proj"),
+                                seed=5)
+    descriptor = tmp_path / "adapter.yaml"
+    descriptor.write_text(f"servingModel:\n  variant: ADAPTER\n  baseModel: {MODEL_NAME}\n  ref: {adapter}\n"
+                          f"workload: {WORKLOAD}\n")
+    model = ready.json("trained-models", "register", "-f", descriptor)
+    assert model["status"] == "REGISTERED"
+    done = ready.json("evaluations", "start", "--model", model["modelId"], "--dataset", "held-out",
+                      "--grader", f"rule:{setup['rule']}", "--max-new-tokens", MAX_NEW, "--wait", "--exit-status", "-q")
+    assert done["phase"] == "COMPLETED" and done["model"]["kind"] == "registeredAdapter"
+    assert done["workload"]["name"] == WORKLOAD  # the import's workload
+    rows = ready.json("evaluations", "rows", done["evaluationId"])["rows"]
+    want = peft_answers(done["model"]["baseModelPath"], str(adapter), held_out_rows(6))
+    assert [r["output"] for r in rows] == want
+    scores = [rule_score(a, r["messages"][-1]["content"]) for a, r in zip(want, held_out_rows(6))]
+    assert done["report"]["meanScore"] == pytest.approx(sum(scores) / len(scores), abs=1e-12)
+    listed = ready.json("trained-models", "get", model["modelId"])["evaluations"]
+    assert [(e["evaluationId"], e["meanScore"]) for e in listed] == [(done["evaluationId"], done["report"]["meanScore"])]
+
+
+def test_a_completed_runs_registered_model_evaluates_like_its_adapter(ready, setup):
+    model_id = ready.json("runs", "get", setup["run"])["modelId"]
+    assert wait_model(ready, model_id)["status"] == "REGISTERED"
+    by_model = ready.json("evaluations", "start", "--model", model_id, "--dataset", "held-out", "--max-new-tokens",
+                          MAX_NEW, "--wait", "-q")
+    by_run = ready.json("evaluations", "start", "--model", setup["run"], "--dataset", "held-out", "--max-new-tokens",
+                        MAX_NEW, "--wait", "-q")
+    assert by_model["phase"] == by_run["phase"] == "COMPLETED" and by_model["model"]["modelId"] == model_id
+    rows_model = ready.json("evaluations", "rows", by_model["evaluationId"])["rows"]
+    rows_run = ready.json("evaluations", "rows", by_run["evaluationId"])["rows"]
+    assert [r["output"] for r in rows_model] == [r["output"] for r in rows_run]
 
 
 def test_json_label_match_reports_per_field_accuracy_and_a_base_model_needs_a_workload(ready, setup):
