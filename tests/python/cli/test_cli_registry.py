@@ -128,6 +128,7 @@ def test_a_completed_run_registers_its_final_snapshot_once(ready, trainerd):
     assert model_ids(ready).count(run["modelId"]) == 1
     candidate = ready.json("snapshots", "candidate", final["snapshotId"][:12])
     assert candidate["status"] == "REGISTERED" and candidate["modelId"] == run["modelId"]
+    assert f"Model: {run['modelId']}" in " ".join(ready("runs", "get", run_id, check=True).stdout.split())
     text = ready("trained-models", "get", run["modelId"][:8], check=True).stdout
     for expected in ("REGISTERED", "small-lr", model["artifact"]["uri"], "GPU-seconds", run_id[:8]):
         assert expected in text, text
