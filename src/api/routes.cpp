@@ -314,6 +314,41 @@ void install_routes(http::Router& router, Service& svc, const service::Limits& l
   });
   router.add("GET", "/v1/snapshots/{ref}", max_request,
              [&svc](const Request& req) -> Outcome { return reply(svc.get_snapshot(req.params[0]), 200); });
+
+  // ---- evaluations
+  router.add("POST", "/v1/evaluations", max_request, [&svc](const Request& req) -> Outcome {
+    auto body = body_json(req);
+    if (!body.is_ok()) return error_response(body.status());
+    return reply(svc.start_evaluation(*body), 201);
+  });
+  router.add("GET", "/v1/evaluations", max_request, [&svc](const Request& req) -> Outcome {
+    service::EvaluationListQuery q;
+    q.phase = req.query_value("phase");
+    q.workload = req.query_value("workload");
+    q.model = req.query_value("model");
+    auto limit = int_param(req, "limit", 50);
+    if (!limit.is_ok()) return error_response(limit.status());
+    q.limit = *limit;
+    return reply(svc.list_evaluations(q), 200);
+  });
+  router.add("GET", "/v1/evaluations/{ref}", max_request,
+             [&svc](const Request& req) -> Outcome { return reply(svc.get_evaluation(req.params[0]), 200); });
+  router.add("GET", "/v1/evaluations/{ref}/report", max_request,
+             [&svc](const Request& req) -> Outcome { return reply(svc.evaluation_report(req.params[0]), 200); });
+  router.add("GET", "/v1/evaluations/{ref}/rows", max_request, [&svc](const Request& req) -> Outcome {
+    auto limit = int_param(req, "limit", 100);
+    if (!limit.is_ok()) return error_response(limit.status());
+    auto offset = int_param(req, "offset", 0);
+    if (!offset.is_ok()) return error_response(offset.status());
+    return reply(svc.evaluation_rows(req.params[0], *limit, *offset), 200);
+  });
+  router.add("POST", "/v1/evaluations/{ref}/cancel", max_request,
+             [&svc](const Request& req) -> Outcome { return reply(svc.cancel_evaluation(req.params[0]), 202); });
+  router.add("PATCH", "/v1/evaluations/{ref}", max_request, [&svc](const Request& req) -> Outcome {
+    auto body = body_json(req);
+    if (!body.is_ok()) return error_response(body.status());
+    return reply(svc.annotate_evaluation(req.params[0], *body), 200);
+  });
   router.add("POST", "/v1/snapshots/{ref}/register", max_request, [&svc](const Request& req) -> Outcome {
     auto r = svc.register_snapshot(req.params[0]);
     if (!r.is_ok()) return error_response(r.status());

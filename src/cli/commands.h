@@ -20,6 +20,7 @@ Command workloads_command();
 Command runs_command();
 Command capacity_command();
 Command snapshots_command();
+Command evaluations_command();
 Command trained_models_command();
 // `snapshots register SNAPSHOT` and `snapshots candidate SNAPSHOT` (children of snapshots_command()).
 Command snapshots_register_command();

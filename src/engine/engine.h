@@ -10,6 +10,9 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 #include "engine/dist/world.h"
@@ -94,6 +97,37 @@ struct ScoreResult {
 };
 
 Result<ScoreResult> score(const ScoreRequest& request);
+
+// An evaluation (docs/evaluations.md): each row's answer generated from its prompt (the row
+// without its final assistant message) by the model and adapter, graded against that message.
+struct EvaluateRequest {
+  std::string model_dir;        // Hugging Face model folder
+  std::string adapter_dir;      // PEFT LoRA adapter folder; empty = the base model
+  std::string data_path;        // chat JSONL; each row ends with the expected assistant answer
+  plan::RewardTermSpec grader;  // what scores an answer (json-label-match, rule:, http:, model:...)
+  int64_t max_new_tokens = 256; // the completion-token ceiling
+  bool greedy = true;           // false: sample at `temperature` with `seed`
+  double temperature = 1.0;
+  uint64_t seed = 0;
+  int batch_size = 8;           // prompts generated together
+  int max_seq_length = 2048;    // a prompt longer than this minus max_new_tokens is not answered
+  int gpus = 0;                 // > 0: on CUDA when available
+  plan::Precision precision = plan::Precision::kFp32;
+  std::string field = "dataset";  // what error messages call the dataset setting
+  const std::atomic<bool>* stop = nullptr;  // set to stop between batches (EvaluateResult.cancelled)
+};
+
+struct EvaluateResult {
+  std::vector<nlohmann::json> rows;  // eval::row_json of each row, in file order
+  nlohmann::json report;             // eval::report_json over them
+  bool cancelled = false;
+  double generation_seconds = 0, grading_seconds = 0;
+};
+
+// Called after each batch: rows answered and graded so far, of `total`.
+using EvaluateProgress = std::function<void(int64_t done, int64_t total)>;
+
+Result<EvaluateResult> evaluate(const EvaluateRequest& request, const EvaluateProgress& progress);
 
 // Test hook (trainer-job's hidden `debug-forward`): one forward (and optionally backward) pass
 // on ids given as tensors, results written as safetensors for comparison with transformers.

@@ -6,6 +6,7 @@ namespace trainer::job {
 
 int cmd_run(int argc, char** argv);       // run --plan FILE --output DIR [--events FILE]
 int cmd_score(int argc, char** argv);     // score --model DIR [--adapter DIR] --data FILE.jsonl
+int cmd_evaluate(int argc, char** argv);  // evaluate --spec FILE.json --output DIR
 int cmd_tokenize(int argc, char** argv);  // tokenize --tokenizer DIR  (text on stdin -> JSON ids)
 int cmd_analyze(int argc, char** argv);   // analyze --model DIR --data FILE.jsonl [--max-seq-length N]
 // Hidden test hook: one forward/backward pass on given ids, dumped as safetensors.

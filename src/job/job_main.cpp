@@ -17,6 +17,7 @@ constexpr const char* kHelp =
     "commands:\n"
     "  run       --plan FILE --output DIR [--events FILE]   train a plan's LoRA adapter (SFT)\n"
     "  score     --model DIR [--adapter DIR] --data FILE     mean next-token loss over trained tokens\n"
+    "  evaluate  --spec FILE --output DIR                    answer a dataset's prompts and grade the answers\n"
     "  tokenize  --tokenizer DIR                             token ids of the text on stdin\n"
     "  analyze   --model DIR --data FILE [--max-seq-length N] token lengths of a dataset\n"
     "  --version                                             version, libtorch, CUDA\n";
@@ -29,6 +30,7 @@ struct Command {
 constexpr Command kCommands[] = {
     {"run", cmd_run},
     {"score", cmd_score},
+    {"evaluate", cmd_evaluate},
     {"tokenize", cmd_tokenize},
     {"analyze", cmd_analyze},
     {"debug-forward", cmd_debug_forward},

@@ -559,6 +559,12 @@ std::string term_target(std::string_view kind) {
   return "";
 }
 
+Result<RewardTermSpec> parse_reward_term(const json& term, const std::string& at) {
+  RewardTermSpec spec;
+  TRAINER_RETURN_IF_ERROR(read_term(term, at, &spec));
+  return spec;
+}
+
 std::string term_label(const RewardTermSpec& term) {
   if (!term.name.empty()) return term.name;
   const std::optional<TermKind> k = term_kind(term.kind);

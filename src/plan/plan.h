@@ -101,6 +101,9 @@ std::string term_target(std::string_view kind);
 // The term's label in metrics and events (the registry's rl.term): its name, else
 // "rule:FILE" / "bundle:FILE" by file name, else the kind as written.
 std::string term_label(const RewardTermSpec& term);
+// One term as config.reward.terms[] takes it ({kind, weight, name, timeoutSeconds, ...}, the
+// field table's bounds checked): an evaluation's grader is written the same way. Errors name `at`.
+Result<RewardTermSpec> parse_reward_term(const nlohmann::json& term, const std::string& at);
 
 // The tool executable of an RL run whose rows declare tools (config.rlHyperparams.tools): a
 // completion's tool calls are run with it during generation (docs/rl.md, "Tools").

@@ -45,7 +45,11 @@ ServiceImpl::ServiceImpl(ServiceOptions options, std::unique_ptr<store::Store> s
       storage_(std::move(storage)),
       metrics_(opt_.instance),
       job_otlp_endpoint_(opt_.job_otlp_endpoint),
-      relay_(relay_options(opt_.config.telemetry)) {}
+      relay_(relay_options(opt_.config.telemetry)),
+      evaluation_jobs_(std::make_unique<EvaluationJobs>(
+          opt_.config.job_binary,
+          [this](const std::string& id, int64_t done, int64_t total) { on_evaluation_progress(id, done, total); },
+          [this](const std::string& id, const EvaluationJobs::Ending& e) { on_evaluation_done(id, e); })) {}
 
 ServiceImpl::~ServiceImpl() { stop(); }
 
@@ -78,6 +82,9 @@ Status ServiceImpl::start() {
   st = recover_runs(&summary);
   add_step("recover runs", st.is_ok(), st.is_ok() ? summary : st.describe());
   if (!st.is_ok()) return st;
+  st = recover_evaluations(&summary);
+  add_step("recover evaluations", st.is_ok(), st.is_ok() ? summary : st.describe());
+  if (!st.is_ok()) return st;
   read_capacity();
   add_step("read capacity", true, backend_->observed_source());
   driver_ = std::thread([this] { drive(); });
@@ -96,6 +103,7 @@ Status ServiceImpl::start() {
 void ServiceImpl::stop() {
   stopping_ = true;
   if (driver_.joinable()) driver_.join();
+  evaluation_jobs_->stop_all();
   if (registrar_.joinable()) registrar_.join();
   std::vector<std::thread> preparers;
   {

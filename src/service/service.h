@@ -73,6 +73,13 @@ struct RolloutQuery {
   int64_t limit = 50;           // at most this many, 1..kMaxRollouts
 };
 
+struct EvaluationListQuery {
+  std::string phase;     // "", "open", or a phase name
+  std::string workload;  // name or id; "" = all
+  std::string model;     // the model reference as given at start; "" = all
+  int64_t limit = 50;    // 1..1000
+};
+
 // Which registered models to list (`trained-models list`); empty fields do not filter.
 struct TrainedModelQuery {
   std::string workload;    // name or id
@@ -164,6 +171,19 @@ class Service {
   virtual Result<json> list_run_snapshots(const std::string& run_ref, int64_t limit, int64_t offset) = 0;
   // One committed snapshot by id or unambiguous prefix.
   virtual Result<json> get_snapshot(const std::string& ref) = 0;
+
+  // ---- evaluations (docs/evaluations.md): a model answers a dataset's prompts, a grader scores
+  // the answers. Started at once on trainerd's host; restarted after a trainerd restart.
+  // body: {model, dataset?, grader?, graderInstructions?, workload?, maxNewTokens?, description?}.
+  virtual Result<json> start_evaluation(const json& body) = 0;
+  virtual Result<json> list_evaluations(const EvaluationListQuery& query) = 0;  // {evaluations:[...]}
+  virtual Result<json> get_evaluation(const std::string& ref) = 0;
+  // The report of a COMPLETED evaluation (FailedPrecondition before).
+  virtual Result<json> evaluation_report(const std::string& ref) = 0;
+  // Its per-row results, in file order: {evaluationId, rows:[...], total, nextOffset?}.
+  virtual Result<json> evaluation_rows(const std::string& ref, int64_t limit, int64_t offset) = 0;
+  virtual Result<json> cancel_evaluation(const std::string& ref) = 0;
+  virtual Result<json> annotate_evaluation(const std::string& ref, const json& body) = 0;  // {description}
 
   // ---- the model registry (docs/registry.md)
   // Registers a descriptor ({servingModel: {variant: BASE|ADAPTER, ...}, workload?}): a base model

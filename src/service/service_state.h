@@ -13,6 +13,7 @@
 //   capacity.cpp          capacity, cost settlement and the gauges of /metrics
 //   pause.cpp             pause (PAUSING, PAUSED) and resume (a new attempt from the snapshot)
 //   snapshots.cpp         the snapshot catalog: the job's reserve and commit callbacks, listing
+//   evaluations.cpp       evaluations: what is evaluated with what, their record and report
 //   trained_models.cpp    the model registry: imports (BASE, ADAPTER), list, get
 //   registration.cpp      registering snapshot weights in durable steps (runs and `snapshots register`)
 //
@@ -35,6 +36,7 @@
 #include <thread>
 #include <vector>
 
+#include "service/evaluation_jobs.h"
 #include "service/judges.h"
 #include "service/metrics.h"
 #include "service/phases.h"
@@ -109,6 +111,13 @@ class ServiceImpl final : public Service {
   Result<json> pause_run(const std::string& ref, const json& body) override;
   Result<json> resume_run(const std::string& ref) override;
 
+  Result<json> start_evaluation(const json& body) override;
+  Result<json> list_evaluations(const EvaluationListQuery& query) override;
+  Result<json> get_evaluation(const std::string& ref) override;
+  Result<json> evaluation_report(const std::string& ref) override;
+  Result<json> evaluation_rows(const std::string& ref, int64_t limit, int64_t offset) override;
+  Result<json> cancel_evaluation(const std::string& ref) override;
+  Result<json> annotate_evaluation(const std::string& ref, const json& body) override;
   Result<std::pair<json, bool>> register_trained_model(const json& descriptor) override;
   Result<json> list_trained_models(const TrainedModelQuery& query) override;
   Result<json> get_trained_model(const std::string& ref) override;
@@ -157,6 +166,15 @@ class ServiceImpl final : public Service {
   Status signal_pause(RunRecord& run);
   Status step_pausing(RunRecord& run);
   Status finish_pause(RunRecord& run, std::optional<telemetry::ServiceFailureReason> failed);
+
+  // ---- evaluations (evaluations.cpp)
+  std::string evaluation_dir(const std::string& id) const;
+  Result<json> resolve_evaluation(const std::string& ref, const std::string& field);
+  Result<json> resolve_evaluated_model(const std::string& ref);  // mu_ held
+  Status launch_evaluation_locked(json& doc);                    // mu_ held: writes its spec, starts its job
+  Status recover_evaluations(std::string* summary);              // start(): open evaluations start again
+  void on_evaluation_progress(const std::string& id, int64_t done, int64_t total);
+  void on_evaluation_done(const std::string& id, const EvaluationJobs::Ending& ending);
 
   // ---- workloads (workloads.cpp)
   Result<json> resolve_workload(const std::string& ref, const std::string& field);
@@ -286,6 +304,9 @@ class ServiceImpl final : public Service {
 
   // Whether the judges of model: reward terms answer (WAITING_FOR_GRADER); thread-safe.
   JudgeProbes judge_probes_;
+
+  // The evaluations' processes (thread-safe); made by the constructor, stopped by stop().
+  std::unique_ptr<EvaluationJobs> evaluation_jobs_;
 
   std::thread driver_;
   std::thread registrar_;  // step_registrations() every tick

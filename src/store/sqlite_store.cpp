@@ -1,6 +1,7 @@
 // SQLite implementation of the Store: one connection, WAL, synchronous=FULL, a migrations table.
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <utility>
@@ -507,6 +508,42 @@ class SqliteStore final : public Store {
     }
     sql += " ORDER BY seq DESC";
     return docs(sql.c_str(), args);
+  }
+
+  // ---- evaluations
+  Status put_evaluation(const json& doc) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Stmt s(db_,
+           "INSERT INTO evaluations(id, created_seq, phase, doc) "
+           "VALUES (?1, (SELECT COALESCE(MAX(created_seq), 0) + 1 FROM evaluations), ?2, ?3) "
+           "ON CONFLICT(id) DO UPDATE SET phase = excluded.phase, doc = excluded.doc");
+    s.bind(1, doc.at("evaluationId").get<std::string>())
+        .bind(2, doc.at("phase").get<std::string>())
+        .bind(3, doc.dump(-1, ' ', false, json::error_handler_t::replace));
+    if (s.step() != SQLITE_DONE) return db_error(db_, "writing evaluation");
+    return Status::ok();
+  }
+  Result<std::optional<json>> get_evaluation(const std::string& id) override {
+    return one("SELECT doc FROM evaluations WHERE id = ?", {id});
+  }
+  Result<std::vector<std::string>> evaluation_ids_with_prefix(const std::string& prefix, int limit) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Stmt s(db_, "SELECT id FROM evaluations WHERE substr(id, 1, length(?1)) = ?1 ORDER BY id LIMIT ?2");
+    s.bind(1, prefix).bind(2, static_cast<int64_t>(limit));
+    std::vector<std::string> out;
+    int rc;
+    while ((rc = s.step()) == SQLITE_ROW) out.push_back(s.text(0));
+    if (rc != SQLITE_DONE) return db_error(db_, "reading evaluation ids");
+    return out;
+  }
+  Result<std::vector<json>> list_evaluations(const std::vector<std::string>& phases) override {
+    auto all = docs("SELECT doc FROM evaluations ORDER BY created_seq DESC", {});
+    if (!all.is_ok() || phases.empty()) return all;
+    std::vector<json> out;
+    for (auto& d : *all) {
+      if (std::find(phases.begin(), phases.end(), d.value("phase", std::string())) != phases.end()) out.push_back(std::move(d));
+    }
+    return out;
   }
 
   Result<std::vector<json>> docs(const char* sql, const std::vector<std::string>& args) {

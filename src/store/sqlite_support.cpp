@@ -49,7 +49,15 @@ CREATE TABLE snapshots (
   doc TEXT NOT NULL);
 CREATE INDEX snapshots_by_run ON snapshots(run_id, step);
 )sql",
-    // 4: the model registry (registrations in progress are rows whose status is not final).
+    // 4: evaluations (docs/evaluations.md), newest first by created_seq.
+    R"sql(
+CREATE TABLE evaluations (
+  id TEXT PRIMARY KEY,
+  created_seq INTEGER NOT NULL,
+  phase TEXT NOT NULL,
+  doc TEXT NOT NULL);
+)sql",
+    // 5: the model registry (registrations in progress are rows whose status is not final).
     R"sql(
 CREATE TABLE trained_models (
   seq INTEGER PRIMARY KEY AUTOINCREMENT,

@@ -144,6 +144,12 @@ class Store {
   virtual Result<SnapshotPage> list_snapshots(const std::string& run_id, const std::string& state, int64_t limit,
                                               int64_t offset) = 0;
 
+  // ---- evaluations: keyed by doc["evaluationId"]; doc["phase"] kept as a column
+  virtual Status put_evaluation(const json& doc) = 0;  // inserts, or replaces the stored document
+  virtual Result<std::optional<json>> get_evaluation(const std::string& id) = 0;
+  virtual Result<std::vector<std::string>> evaluation_ids_with_prefix(const std::string& prefix, int limit) = 0;
+  // Newest first; `phases` empty = any.
+  virtual Result<std::vector<json>> list_evaluations(const std::vector<std::string>& phases) = 0;
   // ---- the model registry: keyed by doc["modelId"]; doc["workload"]["id"] ("" for none),
   // doc["baseModel"]["name"] and doc["status"] are kept as columns
   virtual Status insert_trained_model(const json& doc) = 0;  // already_exists when the id exists

@@ -154,16 +154,6 @@ at::Tensor completion_logps(model::CausalLM& model, const RolloutBatch& b, int64
   return token_logps(logits, b.completion_ids.narrow(0, begin, n), temperature, entropy);
 }
 
-// The text of the last user message of a prompt conversation ("" when there is none).
-std::string last_user_text(const nlohmann::json& messages) {
-  for (auto it = messages.rbegin(); it != messages.rend(); ++it) {
-    if (it->is_object() && it->value("role", "") == "user" && it->contains("content") && (*it)["content"].is_string()) {
-      return (*it)["content"].get<std::string>();
-    }
-  }
-  return "";
-}
-
 class GrpoMethod : public train::Method {
  public:
   GrpoMethod(const plan::Plan& plan, train::Setup& setup, const EventSink& emit, const std::string& output_dir)

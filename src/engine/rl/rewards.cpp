@@ -82,9 +82,18 @@ double json_label_match(std::string_view completion, std::string_view gold) {
   return static_cast<double>(matched) / static_cast<double>(want->size());
 }
 
-Result<std::vector<RlRow>> read_rl_rows(const std::string& path) {
+std::string last_user_text(const nlohmann::json& messages) {
+  for (auto it = messages.rbegin(); it != messages.rend(); ++it) {
+    if (it->is_object() && it->value("role", "") == "user" && it->contains("content") && (*it)["content"].is_string()) {
+      return (*it)["content"].get<std::string>();
+    }
+  }
+  return "";
+}
+
+Result<std::vector<RlRow>> read_rl_rows(const std::string& path, const std::string& field) {
   std::ifstream in(path);
-  if (!in) return invalid_field("config.dataset", path + ": cannot be read");
+  if (!in) return invalid_field(field, path + ": cannot be read");
   std::vector<RlRow> rows;
   std::string line;
   int64_t n = 0;
@@ -93,19 +102,19 @@ Result<std::vector<RlRow>> read_rl_rows(const std::string& path) {
     if (trim(line).empty()) continue;
     const std::string where = path + ":" + std::to_string(n);
     auto doc = parse_json(line, where);
-    if (!doc.is_ok()) return invalid_field("config.dataset", doc.status().message());
+    if (!doc.is_ok()) return invalid_field(field, doc.status().message());
     if (!doc->is_object() || !doc->contains("messages") || !(*doc)["messages"].is_array()) {
-      return invalid_field("config.dataset", where + ": field 'messages': an RL row is a chat row with a messages list");
+      return invalid_field(field, where + ": field 'messages': an RL row is a chat row with a messages list");
     }
     const json& msgs = (*doc)["messages"];
     if (msgs.size() < 2) {
-      return invalid_field("config.dataset",
+      return invalid_field(field,
                            where + ": field 'messages': an RL row needs a prompt and a final assistant message (the gold answer)");
     }
     const json& last = msgs.back();
     if (!last.is_object() || last.value("role", "") != "assistant" || !last.contains("content") ||
         !last["content"].is_string()) {
-      return invalid_field("config.dataset", where + ": field 'messages[" + std::to_string(msgs.size() - 1) +
+      return invalid_field(field, where + ": field 'messages[" + std::to_string(msgs.size() - 1) +
                                                  "]': the final message must be the assistant's gold answer (role \"assistant\", string content)");
     }
     RlRow row;
@@ -116,7 +125,7 @@ Result<std::vector<RlRow>> read_rl_rows(const std::string& path) {
     row.line = n;
     rows.push_back(std::move(row));
   }
-  if (rows.empty()) return invalid_field("config.dataset", path + ": no RL row (chat rows ending with the gold answer)");
+  if (rows.empty()) return invalid_field(field, path + ": no row: each line must be a chat row ending with the assistant's gold answer");
   return rows;
 }
 

@@ -37,8 +37,13 @@ struct RlRow {
   int64_t line = 0;         // 1-based line in the source file
 };
 
+// The text of the last user message of a prompt conversation ("" when there is none): what a
+// grader sees as the completion's input.
+std::string last_user_text(const nlohmann::json& messages);
+
 // Reads chat rows from a JSONL file; each must end with an assistant message (the gold answer)
-// after at least one other message. Errors name the file, line and field.
-Result<std::vector<RlRow>> read_rl_rows(const std::string& path);
+// after at least one other message. Errors name `field` (the setting that named the file), the
+// file, line and row field.
+Result<std::vector<RlRow>> read_rl_rows(const std::string& path, const std::string& field = "config.dataset");
 
 }  // namespace trainer::engine::rl

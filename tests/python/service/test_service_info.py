@@ -31,7 +31,8 @@ def test_info_reports_backend_build_configuration_and_startup(start_trainerd):
     assert info["startup"]["ready"] is True
     names = [s["name"] for s in info["startup"]["steps"]]
     assert names == ["open store", "load configuration", "check base model folders",
-                     "resume base model preparation", "recover runs", "read capacity", "start run driver"]
+                     "resume base model preparation", "recover runs", "recover evaluations", "read capacity",
+                     "start run driver"]
     assert all(s["ok"] for s in info["startup"]["steps"])
     assert len(info["phases"]) == 16
 

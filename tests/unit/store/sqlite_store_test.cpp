@@ -37,14 +37,14 @@ class SqliteStoreTest : public ::testing::Test {
 };
 
 TEST_F(SqliteStoreTest, MigratesOnceAndRecordsTheSchemaVersion) {
-  EXPECT_EQ(open()->schema_version(), 4);
-  EXPECT_EQ(open()->schema_version(), 4);  // reopening applies nothing again
+  EXPECT_EQ(open()->schema_version(), 5);
+  EXPECT_EQ(open()->schema_version(), 5);  // reopening applies nothing again
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
   sqlite3_stmt* st = nullptr;
   sqlite3_prepare_v2(db, "SELECT COUNT(*) FROM schema_migrations", -1, &st, nullptr);
   ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
-  EXPECT_EQ(sqlite3_column_int(st, 0), 4);
+  EXPECT_EQ(sqlite3_column_int(st, 0), 5);
   sqlite3_finalize(st);
   sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, nullptr);
   ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);

@@ -1,0 +1,319 @@
+// `trainer evaluations start|list|get|wait|report|rows|cancel|annotate` (docs/evaluations.md).
+#include <chrono>
+#include <thread>
+
+#include "cli/command_support.h"
+#include "cli/commands.h"
+#include "cli/exit_codes.h"
+#include "cli/run_view.h"
+
+namespace trainer::cli {
+namespace {
+
+using json = nlohmann::json;
+
+bool ended(const std::string& phase) { return phase == "COMPLETED" || phase == "FAILED" || phase == "CANCELLED"; }
+
+std::string score_text(const json& report, const char* key) {
+  if (!report.is_object() || !report.contains(key) || report[key].is_null()) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.4f", report[key].get<double>());
+  return buf;
+}
+
+std::string model_text(const json& e) {
+  const json m = e.value("model", json::object());
+  if (m.value("kind", std::string()) == "runAdapter") return "run " + short_id(m.value("runId", std::string())) + " adapter";
+  return m.value("baseModel", std::string()) + " (base)";
+}
+
+std::string progress_text(const json& e) {
+  const json p = e.value("progress", json::object());
+  const std::string total = p.contains("rowsTotal") && !p["rowsTotal"].is_null() ? std::to_string(p["rowsTotal"].get<int64_t>()) : "?";
+  return std::to_string(p.value("rowsDone", int64_t{0})) + "/" + total;
+}
+
+void print_report_text(const json& report) {
+  std::vector<std::pair<std::string, std::string>> rows = {
+      {"Mean score", score_text(report, "meanScore") + " over " + std::to_string(report.value("scoredRows", int64_t{0})) +
+                         " scored rows of " + std::to_string(report.value("rows", int64_t{0}))},
+      {"Exact match", score_text(report, "exactMatchRate")}};
+  std::string unscored;
+  const json causes = report.value("unscored", json::object());
+  for (const auto& [cause, n] : causes.items()) {
+    unscored += (unscored.empty() ? "" : ", ") + cause + " " + std::to_string(n.get<int64_t>());
+  }
+  rows.push_back({"Unscored", unscored.empty() ? "none" : unscored + " (not counted in the mean)"});
+  out(render_fields(rows));
+  const json fields = report.value("perFieldAccuracy", json::array());
+  if (!fields.empty()) {
+    std::vector<std::vector<std::string>> table;
+    for (const auto& f : fields) {
+      table.push_back({f.value("field", std::string()), score_text(f, "accuracy"),
+                       std::to_string(f.value("correct", int64_t{0})) + "/" + std::to_string(f.value("rows", int64_t{0}))});
+    }
+    out("\nPer-field accuracy, worst first:\n" + render_table({"FIELD", "ACCURACY", "CORRECT"}, table));
+  }
+}
+
+int print_evaluation(Context& ctx, const json& e) {
+  if (!ctx.text()) {
+    ctx.print_json(e);
+    return kExitOk;
+  }
+  const json grader = e.value("grader", json::object());
+  std::vector<std::pair<std::string, std::string>> rows = {
+      {"Evaluation", e.value("evaluationId", std::string())},
+      {"Phase", e.value("phase", std::string())},
+      {"Model", model_text(e)},
+      {"Dataset", e.value("dataset", json::object()).value("hash", std::string())},
+      {"Grader", grader.value("kind", std::string())},
+      {"Grader instructions", e.value("graderInstructionsSource", std::string())},
+      {"Workload", e["workload"].is_object() ? e["workload"].value("name", std::string()) : "-"},
+      {"Max new tokens", std::to_string(e.value("maxNewTokens", int64_t{0}))},
+      {"Progress", progress_text(e) + " rows"},
+      {"Created", e.value("createdAt", std::string())}};
+  if (!e.value("description", std::string()).empty()) rows.push_back({"Description", e["description"].get<std::string>()});
+  if (e.contains("failureReason")) rows.push_back({"Failure", e["failureReason"].get<std::string>()});
+  out(render_fields(rows));
+  if (e.value("phase", std::string()) == "COMPLETED") {
+    out("\n");
+    print_report_text(e["report"]);
+  }
+  return kExitOk;
+}
+
+int wait_for_evaluation(Context& ctx, const std::string& ref) {
+  double timeout_seconds = 0;
+  if (auto t = ctx.inv.get("timeout")) {
+    auto parsed = parse_duration(*t);
+    if (!parsed) return ctx.fail("--timeout \"" + *t + "\" is not a duration; write it like 90s, 15m0s or 2h", kExitUsage);
+    timeout_seconds = *parsed;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  std::string last;
+  for (;;) {
+    auto e = ctx.get("/v1/evaluations/" + seg(ref));
+    if (!e) return ctx.last_failure_code();
+    const std::string phase = e->value("phase", std::string());
+    const std::string line = phase + " " + progress_text(*e) + " rows";
+    if (ctx.text() && !ctx.quiet && line != last) std::fprintf(stderr, "evaluation %s: %s\n", short_id(e->value("evaluationId", ref)).c_str(), line.c_str());
+    last = line;
+    if (ended(phase)) {
+      print_evaluation(ctx, *e);
+      if (ctx.inv.has("exit-status")) {
+        if (phase == "FAILED") return kExitRunFailed;
+        if (phase == "CANCELLED") return kExitRunCancelled;
+      }
+      return kExitOk;
+    }
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (timeout_seconds > 0 && elapsed >= timeout_seconds) {
+      return ctx.fail("stopped waiting after " + format_duration(timeout_seconds) + " (--timeout); evaluation " + ref +
+                          " carries on",
+                      kExitTimeout);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+}
+
+int evaluations_start(Context& ctx) {
+  json body = {{"model", ctx.inv.get_or("model", "")}};
+  for (const char* key : {"dataset", "grader", "workload", "description"}) {
+    if (auto v = ctx.inv.get(key)) body[key] = *v;
+  }
+  if (auto f = ctx.inv.get("grader-instructions")) {
+    std::string error;
+    auto text = read_input(*f, &error);
+    if (!text) return ctx.fail(error, kExitUsage);
+    body["graderInstructions"] = *text;
+  }
+  int code = kExitOk;
+  auto max_new = int_flag(ctx, "max-new-tokens", &code);
+  if (code != kExitOk) return code;
+  if (max_new) body["maxNewTokens"] = *max_new;
+  auto e = ctx.post("/v1/evaluations", body);
+  if (!e) return ctx.last_failure_code();
+  const std::string id = e->value("evaluationId", std::string());
+  if (ctx.inv.has("wait")) return wait_for_evaluation(ctx, id);
+  if (!ctx.text()) {
+    ctx.print_json(*e);
+    return kExitOk;
+  }
+  out("Started evaluation " + id + " of " + model_text(*e) + "; follow it with `trainer evaluations wait " + short_id(id) +
+      "`.\n");
+  return kExitOk;
+}
+
+int evaluations_list(Context& ctx) {
+  std::string path = "/v1/evaluations";
+  for (const char* key : {"phase", "workload", "model"}) {
+    if (auto v = ctx.inv.get(key)) append_query(&path, key, *v);
+  }
+  int code = kExitOk;
+  auto limit = int_flag(ctx, "limit", &code);
+  if (code != kExitOk) return code;
+  if (limit) append_query(&path, "limit", std::to_string(*limit));
+  auto doc = ctx.get(path);
+  if (!doc) return ctx.last_failure_code();
+  if (!ctx.text()) {
+    ctx.print_json(*doc);
+    return kExitOk;
+  }
+  const json list = doc->value("evaluations", json::array());
+  if (list.empty()) {
+    out("No evaluations. Start one with `trainer evaluations start --model RUN_OR_BASE_MODEL --dataset D`.\n");
+    return kExitOk;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& e : list) {
+    rows.push_back({short_id(e.value("evaluationId", std::string())), e.value("phase", std::string()), model_text(e),
+                    e.value("grader", json::object()).value("kind", std::string()),
+                    short_id(e.value("dataset", json::object()).value("hash", std::string())),
+                    score_text(e.value("report", json::object()), "meanScore"), progress_text(e)});
+  }
+  out(render_table({"EVALUATION", "PHASE", "MODEL", "GRADER", "DATASET", "MEAN SCORE", "ROWS"}, rows));
+  return kExitOk;
+}
+
+int evaluations_get(Context& ctx) {
+  auto e = ctx.get("/v1/evaluations/" + seg(ctx.inv.positionals[0]));
+  if (!e) return ctx.last_failure_code();
+  return print_evaluation(ctx, *e);
+}
+
+int evaluations_wait(Context& ctx) { return wait_for_evaluation(ctx, ctx.inv.positionals[0]); }
+
+int evaluations_report(Context& ctx) {
+  auto r = ctx.get("/v1/evaluations/" + seg(ctx.inv.positionals[0]) + "/report");
+  if (!r) return ctx.last_failure_code();
+  if (!ctx.text()) {
+    ctx.print_json(*r);
+    return kExitOk;
+  }
+  print_report_text(*r);
+  return kExitOk;
+}
+
+int evaluations_rows(Context& ctx) {
+  std::string path = "/v1/evaluations/" + seg(ctx.inv.positionals[0]) + "/rows";
+  int code = kExitOk;
+  for (const char* key : {"limit", "offset"}) {
+    auto v = int_flag(ctx, key, &code);
+    if (code != kExitOk) return code;
+    if (v) append_query(&path, key, std::to_string(*v));
+  }
+  auto doc = ctx.get(path);
+  if (!doc) return ctx.last_failure_code();
+  if (!ctx.text()) {
+    ctx.print_json(*doc);
+    return kExitOk;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& r : doc->value("rows", json::array())) {
+    std::string output = r.value("output", std::string());
+    if (output.size() > 60) output = output.substr(0, 57) + "...";
+    for (char& c : output) {
+      if (c == '\n') c = ' ';
+    }
+    rows.push_back({std::to_string(r.value("line", int64_t{0})),
+                    r["score"].is_null() ? "unscored: " + r.value("unscoredCause", std::string()) : score_text(r, "score"),
+                    r.value("exactMatch", false) ? "yes" : "no", output});
+  }
+  out(render_table({"LINE", "SCORE", "EXACT", "OUTPUT"}, rows));
+  return kExitOk;
+}
+
+int evaluations_cancel(Context& ctx) {
+  auto e = ctx.get("/v1/evaluations/" + seg(ctx.inv.positionals[0]));
+  if (!e) return ctx.last_failure_code();
+  const std::string id = e->value("evaluationId", std::string());
+  const std::string phase = e->value("phase", std::string());
+  if (ended(phase)) return ctx.fail("evaluation " + id + " has already ended (" + phase + "); there is nothing to cancel", kExitError);
+  switch (confirm(ctx, "Cancel evaluation " + id + " (" + phase + ")?", false)) {
+    case Confirmation::kYes:
+      break;
+    case Confirmation::kNo:
+      return ctx.fail("not cancelled", kExitError);
+    case Confirmation::kNoTerminal:
+      return ctx.fail(no_terminal_message("evaluations cancel"), kExitUsage);
+  }
+  auto after = ctx.post("/v1/evaluations/" + seg(id) + "/cancel", json::object());
+  if (!after) return ctx.last_failure_code();
+  if (!ctx.text()) ctx.print_json(*after);
+  else out("Cancel requested for evaluation " + id + "; `trainer evaluations wait " + short_id(id) + "` shows it end.\n");
+  return kExitOk;
+}
+
+int evaluations_annotate(Context& ctx) {
+  if (!ctx.inv.has("description")) return ctx.fail("--description is required", kExitUsage);
+  auto e = ctx.patch("/v1/evaluations/" + seg(ctx.inv.positionals[0]), {{"description", ctx.inv.get_or("description", "")}});
+  if (!e) return ctx.last_failure_code();
+  if (!ctx.text()) ctx.print_json(*e);
+  else out("Evaluation " + e->value("evaluationId", std::string()) + " annotated.\n");
+  return kExitOk;
+}
+
+}  // namespace
+
+Command evaluations_command() {
+  Command g;
+  g.name = "evaluations";
+  g.aliases = {"evaluation"};
+  g.summary = "Evaluations: a model answers a dataset's prompts and a grader scores the answers";
+  g.description =
+      "MODEL is a completed run's id (its adapter) or a selected base model's name (a baseline).\n"
+      "A row's prompt is the row without its final assistant message; that message is the expected\n"
+      "answer. Unscored rows (an evaluator that failed) count in no average. See docs/evaluations.md.";
+  g.examples = {{"evaluate a run's adapter on its workload's dataset and wait", "trainer evaluations start --model 7d496e82 --wait"},
+                {"the baseline: the base model on the same dataset", "trainer evaluations start --model qwen3-tiny --workload tickets --dataset eval --wait"},
+                {"the mean score only", "trainer evaluations get 3f2a9c71 --jq .report.meanScore"}};
+  const Flag wait{"wait", 0, "", "follow the evaluation until it ends", ""};
+  const Flag exit_status{"exit-status", 0, "", "exit 3 when it ends FAILED, 4 when CANCELLED", "wait"};
+  const Flag timeout{"timeout", 0, "DURATION", "stop waiting after this long (exits 5; the evaluation carries on)", ""};
+  Command start{"start", {}, "Start an evaluation of a model on a dataset", "",
+                "The dataset defaults to the workload's evaluation dataset and the grader to the workload's\n"
+                "grader, else json-label-match. A run's adapter carries its own workload; a base model needs\n"
+                "--workload. Answers are greedy, at most --max-new-tokens tokens each.",
+                {{"model", 0, "MODEL", "a completed run's id (or prefix), or a base model's name", ""},
+                 {"dataset", 0, "DATASET", "dataset name, hash or unique prefix", ""},
+                 {"grader", 0, "GRADER", "json-label-match, rule:/ABS/PATH.py, bundle:..., http:URL or model:JUDGE", ""},
+                 {"grader-instructions", 0, "FILE", "the judge's instructions (model: graders), - for stdin", ""},
+                 {"workload", 0, "WORKLOAD", "the workload whose baseline this is (required for a base model)", ""},
+                 {"max-new-tokens", 0, "N", "the completion-token ceiling (default 256)", ""},
+                 {"description", 0, "TEXT", "a note kept with the evaluation", ""},
+                 wait, exit_status, timeout},
+                {}, evaluations_start, 0, 0, {}};
+  start.examples = {g.examples[0], g.examples[1]};
+  Command list{"list", {}, "List evaluations with their scores, newest first", "", "",
+               {{"phase", 0, "PHASE", "QUEUED, RUNNING, COMPLETED, FAILED, CANCELLED or open", ""},
+                {"workload", 0, "WORKLOAD", "only this workload's", ""},
+                {"model", 0, "MODEL", "only this model's (run id or base model name)", ""},
+                {"limit", 0, "N", "at most N (default 50)", ""}},
+               {}, evaluations_list, 0, 0, {}};
+  list.examples = {{"open evaluations", "trainer evaluations list --phase open"}};
+  Command get{"get", {}, "Show an evaluation: model, dataset, grader, progress, report", "EVALUATION", "", {}, {},
+              evaluations_get, 1, 1, {}};
+  get.examples = {{"the mean score", "trainer evaluations get 3f2a9c71 --jq .report.meanScore"}};
+  Command wait_cmd{"wait", {}, "Follow an evaluation until it ends", "EVALUATION", "", {exit_status, timeout}, {},
+                   evaluations_wait, 1, 1, {}};
+  wait_cmd.flags[0].requires_flag = "";
+  wait_cmd.examples = {{"wait quietly, exit 3 if it failed", "trainer evaluations wait 3f2a9c71 -q --exit-status"}};
+  Command report{"report", {}, "Show mean score, exact-match rate and per-field accuracy (worst first)", "EVALUATION",
+                 "", {}, {}, evaluations_report, 1, 1, {}};
+  report.examples = {{"per-field accuracy as JSON", "trainer evaluations report 3f2a9c71 --jq .perFieldAccuracy"}};
+  Command rows{"rows", {}, "Show each row's answer, score and exact match, in file order", "EVALUATION", "",
+               {{"limit", 0, "N", "at most N rows (1-500; default 100)", ""}, {"offset", 0, "N", "skip the first N", ""}},
+               {}, evaluations_rows, 1, 1, {}};
+  rows.examples = {{"the unscored rows and why", "trainer evaluations rows 3f2a9c71 --jq .rows[].unscoredCause"}};
+  Command cancel{"cancel", {}, "Cancel an evaluation (asks first unless --force)", "EVALUATION", "",
+                 {{"force", 0, "", "do not ask for confirmation", ""}}, {}, evaluations_cancel, 1, 1, {}};
+  cancel.examples = {{"cancel without asking", "trainer evaluations cancel 3f2a9c71 --force"}};
+  Command annotate{"annotate", {}, "Set an evaluation's description", "EVALUATION", "",
+                   {{"description", 0, "TEXT", "the new description", ""}}, {}, evaluations_annotate, 1, 1, {}};
+  annotate.examples = {{"note why it ran", "trainer evaluations annotate 3f2a9c71 --description \"baseline for v2\""}};
+  g.children = {start, list, get, wait_cmd, report, rows, cancel, annotate};
+  return g;
+}
+
+}  // namespace trainer::cli

@@ -1,0 +1,388 @@
+// Evaluations (docs/evaluations.md): what is evaluated, with what, and the evaluation's record
+// through QUEUED, RUNNING and one of COMPLETED, FAILED, CANCELLED. The job itself is
+// `trainer-job evaluate`, run by EvaluationJobs on trainerd's host.
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "common/json_parse.h"
+#include "plan/plan.h"
+#include "service/judges.h"
+#include "service/service_state.h"
+#include "storage/storage.h"
+
+namespace trainer::service {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int64_t kDefaultMaxNewTokens = 256;
+constexpr int64_t kMaxMaxNewTokens = 4096;
+constexpr int64_t kMaxRowsPage = 500;
+
+bool evaluation_ended(const std::string& phase) {
+  return phase == "COMPLETED" || phase == "FAILED" || phase == "CANCELLED";
+}
+
+// A status about config.reward.terms[0] (the reward-term checks), about `grader` instead.
+Status as_grader_field(const Status& st) {
+  const std::string prefix = "config.reward.terms[0]";
+  std::string field = st.field();
+  if (field.rfind(prefix, 0) == 0) field = "grader" + field.substr(prefix.size());
+  if (field == "grader.kind") field = "grader";
+  return Status(st.code(), field, st.message());
+}
+
+}  // namespace
+
+std::string ServiceImpl::evaluation_dir(const std::string& id) const {
+  return (fs::path(opt_.data_dir) / "evaluations" / id).string();
+}
+
+Result<json> ServiceImpl::resolve_evaluation(const std::string& ref, const std::string& field) {
+  if (!is_hex(ref)) {
+    return field_status(StatusCode::kNotFound, field, "no evaluation with id '" + ref + "' (evaluation ids are lowercase hex)");
+  }
+  auto ids = store_->evaluation_ids_with_prefix(ref, 10);
+  if (!ids.is_ok()) return ids.status();
+  std::string id = ref;
+  if (std::find(ids->begin(), ids->end(), ref) == ids->end()) {
+    if (ids->size() > 1) return invalid_field(field, "'" + ref + "' is an ambiguous id prefix");
+    if (ids->empty()) return field_status(StatusCode::kNotFound, field, "no evaluation with id '" + ref + "'");
+    id = ids->front();
+  }
+  auto doc = store_->get_evaluation(id);
+  if (!doc.is_ok()) return doc.status();
+  if (!doc->has_value()) return field_status(StatusCode::kNotFound, field, "no evaluation with id '" + ref + "'");
+  return **doc;
+}
+
+// What `model` names: a completed run's adapter on its base model, or a ready base model.
+Result<json> ServiceImpl::resolve_evaluated_model(const std::string& ref) {
+  if (is_hex(ref)) {
+    auto run = resolve_run(ref, "model");
+    if (run.is_ok()) {
+      if (run->phase != Phase::kCompleted) {
+        return field_status(StatusCode::kFailedPrecondition, "model",
+                            "run " + run->id + " is " + phase_name(run->phase) + "; only a COMPLETED run has an adapter to evaluate");
+      }
+      const std::string adapter = run->view.value("adapterPath", std::string());
+      if (adapter.empty() || !run->base_model_path) {
+        return field_status(StatusCode::kFailedPrecondition, "model", "run " + run->id + " left no adapter to evaluate");
+      }
+      return json{{"ref", ref},
+                  {"kind", "runAdapter"},
+                  {"runId", run->id},
+                  {"baseModel", run->base_model},
+                  {"baseModelPath", *run->base_model_path},
+                  {"adapterPath", adapter},
+                  {"workloadId", run->workload_id}};
+    }
+    if (run.status().code() != StatusCode::kNotFound) return run.status();
+  }
+  auto m = resolve_base_model(ref, "model");
+  if (!m.is_ok()) {
+    return field_status(StatusCode::kNotFound, "model",
+                        "'" + ref + "' is neither a completed run's id nor a selected base model's name");
+  }
+  if (m->value("status", std::string()) != "ready") {
+    return field_status(StatusCode::kFailedPrecondition, "model",
+                        "base model '" + ref + "' is " + m->value("status", std::string("unknown")) + "; wait until it is ready");
+  }
+  return json{{"ref", ref},
+              {"kind", "base"},
+              {"baseModel", m->value("name", ref)},
+              {"baseModelPath", m->value("cachePath", std::string())}};
+}
+
+Result<json> ServiceImpl::start_evaluation(const json& body) {
+  TRAINER_RETURN_IF_ERROR(check_fields(body, {"model", "dataset", "grader", "graderInstructions", "workload",
+                                              "maxNewTokens", "description"}));
+  auto model_ref = optional_string(body, "model");
+  if (!model_ref.is_ok()) return model_ref.status();
+  if (!*model_ref || (*model_ref)->empty()) return invalid_field("model", "is required: a completed run's id or a base model's name");
+  for (const char* key : {"dataset", "grader", "graderInstructions", "workload", "description"}) {
+    auto v = optional_string(body, key);
+    if (!v.is_ok()) return v.status();
+  }
+  int64_t max_new = kDefaultMaxNewTokens;
+  if (body.contains("maxNewTokens")) {
+    const json& v = body["maxNewTokens"];
+    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > kMaxMaxNewTokens) {
+      return invalid_field("maxNewTokens", "must be an integer in [1, " + std::to_string(kMaxMaxNewTokens) + "], got " + v.dump());
+    }
+    max_new = v.get<int64_t>();
+  }
+
+  std::lock_guard<std::mutex> lock(mu_);
+  auto model = resolve_evaluated_model(**model_ref);
+  if (!model.is_ok()) return model.status();
+
+  // The workload: a run's adapter carries its own; a base model needs one named.
+  std::optional<json> workload;
+  const std::string workload_ref = body.value("workload", std::string());
+  if (!workload_ref.empty()) {
+    auto w = resolve_workload(workload_ref, "workload");
+    if (!w.is_ok()) return w.status();
+    workload = *w;
+  }
+  if ((*model)["kind"] == "runAdapter") {
+    const std::string own = (*model)["workloadId"].get<std::string>();
+    if (workload && (*workload)["id"] != own) {
+      auto theirs = store_->get_workload(own);
+      const std::string their_name =
+          theirs.is_ok() && theirs->has_value() ? (**theirs).value("name", own) : own;
+      return invalid_field("workload", "run " + (*model)["runId"].get<std::string>() + " belongs to workload '" + their_name +
+                                           "', not '" + (*workload)["name"].get<std::string>() +
+                                           "'; leave workload out (a run's adapter carries its own)");
+    }
+    if (!workload) {
+      auto w = store_->get_workload(own);
+      if (!w.is_ok()) return w.status();
+      if (w->has_value()) workload = **w;
+    }
+  } else if (!workload) {
+    return invalid_field("workload", "is required to evaluate a base model (it says whose baseline this is)");
+  }
+
+  // The dataset: named, else the workload's evaluation dataset.
+  std::string dataset_ref = body.value("dataset", std::string());
+  if (dataset_ref.empty() && workload) {
+    const json ds = workload->value("evaluation", json::object()).value("dataset", json(nullptr));
+    if (ds.is_string()) dataset_ref = ds.get<std::string>();
+  }
+  if (dataset_ref.empty()) {
+    return invalid_field("dataset", "is required (the workload names no evaluation dataset; `trainer workloads set-evaluation` sets one)");
+  }
+  auto dataset = resolve_dataset(dataset_ref, "dataset");
+  if (!dataset.is_ok()) return dataset.status();
+
+  // The grader: named, else the workload's, else json-label-match.
+  std::string grader_kind = body.value("grader", std::string());
+  if (grader_kind.empty() && workload) {
+    grader_kind = workload->value("evaluation", json::object()).value("grader", std::string());
+  }
+  if (grader_kind.empty()) grader_kind = kDefaultGrader;
+  json term = {{"kind", grader_kind}};
+  const std::string instructions = body.value("graderInstructions", std::string());
+  if (!instructions.empty()) term["graderInstructions"] = instructions;
+  auto spec = plan::parse_reward_term(term, "grader");
+  if (!spec.is_ok()) return as_grader_field(spec.status());
+  if (!instructions.empty() && plan::term_kind(grader_kind) != plan::TermKind::kModel) {
+    return invalid_field("graderInstructions", "apply to model: graders (judges); this grader is " + grader_kind);
+  }
+  plan::RunConfig check;
+  check.method = plan::Method::kGrpo;
+  check.rewardTerms = {*spec};
+  Status st = check_reward_terms(check, opt_.config);
+  if (!st.is_ok()) return as_grader_field(st);
+
+  const std::string id = random_hex(16);
+  json doc = {{"evaluationId", id},
+              {"phase", "QUEUED"},
+              {"model", *model},
+              {"dataset", {{"hash", (*dataset)["hash"]}, {"ref", dataset_ref}, {"rows", dataset->value("rows", json(nullptr))}}},
+              {"grader", term},
+              {"graderInstructionsSource", instructions.empty() ? (plan::term_kind(grader_kind) == plan::TermKind::kModel
+                                                                       ? "built-in" : "none")
+                                                                 : "request"},
+              {"workload", workload ? json{{"id", (*workload)["id"]}, {"name", (*workload)["name"]}} : json(nullptr)},
+              {"maxNewTokens", max_new},
+              {"description", body.value("description", std::string())},
+              {"createdAt", now_rfc3339()},
+              {"progress", {{"rowsDone", 0}, {"rowsTotal", dataset->value("rows", json(nullptr))}}},
+              {"report", nullptr}};
+  TRAINER_RETURN_IF_ERROR(store_->put_evaluation(doc));
+  TRAINER_RETURN_IF_ERROR(launch_evaluation_locked(doc));
+  return doc;
+}
+
+Status ServiceImpl::launch_evaluation_locked(json& doc) {
+  const std::string id = doc["evaluationId"].get<std::string>();
+  const fs::path dir = evaluation_dir(id);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  json term = doc["grader"];
+  // The job's grader carries the judge's endpoint (the deployment's, never the record's).
+  if (plan::term_kind(term.value("kind", std::string())) == plan::TermKind::kModel) {
+    if (const JudgeConfig* j = find_judge(opt_.config, plan::term_target(term["kind"].get<std::string>()))) {
+      term["judge"] = {{"url", j->url}, {"model", j->model.empty() ? j->name : j->model}, {"apiKeyEnv", j->api_key_env}};
+    }
+  }
+  auto dataset = resolve_dataset(doc["dataset"]["hash"].get<std::string>(), "dataset");
+  if (!dataset.is_ok()) return dataset.status();
+  json spec = {{"baseModel", doc["model"]["baseModelPath"]},
+               {"dataset", dataset->value("path", std::string())},
+               {"grader", term},
+               {"maxNewTokens", doc["maxNewTokens"]}};
+  if (doc["model"].contains("adapterPath")) spec["adapter"] = doc["model"]["adapterPath"];
+  TRAINER_RETURN_IF_ERROR(storage::write_file_atomic((dir / "spec.json").string(), spec.dump(2) + "\n"));
+  doc["phase"] = "RUNNING";
+  doc["startedAt"] = now_rfc3339();
+  doc["startedAtSeconds"] = now();
+  TRAINER_RETURN_IF_ERROR(store_->put_evaluation(doc));
+  evaluation_jobs_->start({.id = id,
+                           .spec_path = (dir / "spec.json").string(),
+                           .output_dir = (dir / "output").string(),
+                           .log_path = (dir / "job.log").string()});
+  return Status::ok();
+}
+
+Status ServiceImpl::recover_evaluations(std::string* summary) {
+  auto open = store_->list_evaluations({"QUEUED", "RUNNING"});
+  if (!open.is_ok()) return open.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (json doc : *open) TRAINER_RETURN_IF_ERROR(launch_evaluation_locked(doc));
+  *summary = std::to_string(open->size()) + " evaluation(s) started again";
+  return Status::ok();
+}
+
+void ServiceImpl::on_evaluation_progress(const std::string& id, int64_t done, int64_t total) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto doc = store_->get_evaluation(id);
+  if (!doc.is_ok() || !doc->has_value() || (**doc)["phase"] != "RUNNING") return;
+  json d = **doc;
+  d["progress"] = {{"rowsDone", done}, {"rowsTotal", total}};
+  (void)store_->put_evaluation(d);
+}
+
+void ServiceImpl::on_evaluation_done(const std::string& id, const EvaluationJobs::Ending& ending) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto doc = store_->get_evaluation(id);
+  if (!doc.is_ok() || !doc->has_value() || evaluation_ended((**doc)["phase"].get<std::string>())) return;
+  json d = **doc;
+  const double ended = now();
+  d["endedAt"] = rfc3339(ended);
+  d["cost"] = {{"seconds", std::max(0.0, ended - d.value("startedAtSeconds", ended))}};
+  if (ending.completed) {
+    d["phase"] = "COMPLETED";
+    d["report"] = ending.report;
+    d["progress"]["rowsDone"] = ending.report.value("rows", int64_t{0});
+    d["progress"]["rowsTotal"] = ending.report.value("rows", int64_t{0});
+  } else if (ending.cancelled) {
+    d["phase"] = "CANCELLED";
+  } else {
+    d["phase"] = "FAILED";
+    d["failureReason"] = ending.failure;
+  }
+  (void)store_->put_evaluation(d);
+}
+
+Result<json> ServiceImpl::list_evaluations(const EvaluationListQuery& query) {
+  if (query.limit < 1 || query.limit > 1000) return invalid_field("limit", "must be in [1, 1000], got " + std::to_string(query.limit));
+  std::vector<std::string> phases;
+  if (query.phase == "open") {
+    phases = {"QUEUED", "RUNNING"};
+  } else if (!query.phase.empty()) {
+    static const char* const kPhases[] = {"QUEUED", "RUNNING", "COMPLETED", "FAILED", "CANCELLED"};
+    if (std::find(std::begin(kPhases), std::end(kPhases), query.phase) == std::end(kPhases)) {
+      return invalid_field("phase", "'" + query.phase + "' is not an evaluation phase (QUEUED, RUNNING, COMPLETED, FAILED, CANCELLED, or open)");
+    }
+    phases = {query.phase};
+  }
+  std::string workload_id;
+  if (!query.workload.empty()) {
+    auto w = resolve_workload(query.workload, "workload");
+    if (!w.is_ok()) return w.status();
+    workload_id = (*w)["id"].get<std::string>();
+  }
+  auto all = store_->list_evaluations(phases);
+  if (!all.is_ok()) return all.status();
+  json out = json::array();
+  for (auto& d : *all) {
+    if (!workload_id.empty() && !(d["workload"].is_object() && d["workload"]["id"] == workload_id)) continue;
+    if (!query.model.empty()) {
+      const json& m = d["model"];
+      const bool base = m.value("kind", std::string()) == "base";
+      const bool match = m.value("ref", std::string()) == query.model ||
+                         (!base && m.value("runId", std::string()).rfind(query.model, 0) == 0) ||
+                         (base && m.value("baseModel", std::string()) == query.model);
+      if (!match) continue;
+    }
+    out.push_back(std::move(d));
+    if (static_cast<int64_t>(out.size()) >= query.limit) break;
+  }
+  return json{{"evaluations", out}};
+}
+
+Result<json> ServiceImpl::get_evaluation(const std::string& ref) { return resolve_evaluation(ref, "evaluation"); }
+
+Result<json> ServiceImpl::evaluation_report(const std::string& ref) {
+  auto doc = resolve_evaluation(ref, "evaluation");
+  if (!doc.is_ok()) return doc.status();
+  if ((*doc)["phase"] != "COMPLETED") {
+    return field_status(StatusCode::kFailedPrecondition, "evaluation",
+                        "evaluation " + (*doc)["evaluationId"].get<std::string>() + " is " +
+                            (*doc)["phase"].get<std::string>() + "; its report comes when it is COMPLETED");
+  }
+  json report = (*doc)["report"];
+  report["evaluationId"] = (*doc)["evaluationId"];
+  report["model"] = (*doc)["model"];
+  report["grader"] = (*doc)["grader"];
+  report["dataset"] = (*doc)["dataset"];
+  return report;
+}
+
+Result<json> ServiceImpl::evaluation_rows(const std::string& ref, int64_t limit, int64_t offset) {
+  if (limit < 1 || limit > kMaxRowsPage) return invalid_field("limit", "must be in [1, " + std::to_string(kMaxRowsPage) + "], got " + std::to_string(limit));
+  if (offset < 0) return invalid_field("offset", "must be >= 0, got " + std::to_string(offset));
+  auto doc = resolve_evaluation(ref, "evaluation");
+  if (!doc.is_ok()) return doc.status();
+  const std::string id = (*doc)["evaluationId"].get<std::string>();
+  if ((*doc)["phase"] != "COMPLETED") {
+    return field_status(StatusCode::kFailedPrecondition, "evaluation",
+                        "evaluation " + id + " is " + (*doc)["phase"].get<std::string>() + "; its rows come when it is COMPLETED");
+  }
+  std::ifstream in(fs::path(evaluation_dir(id)) / "output" / "rows.jsonl");
+  if (!in) return internal_error("evaluation " + id + ": its rows file is missing from the data folder");
+  json rows = json::array();
+  int64_t n = 0;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    if (n >= offset && n < offset + limit) {
+      auto r = parse_json(line, "rows.jsonl");
+      if (!r.is_ok()) return internal_error("evaluation " + id + ": " + r.status().message());
+      rows.push_back(std::move(*r));
+    }
+    ++n;
+  }
+  json out = {{"evaluationId", id}, {"rows", rows}, {"total", n}};
+  if (offset + limit < n) out["nextOffset"] = offset + limit;
+  return out;
+}
+
+Result<json> ServiceImpl::cancel_evaluation(const std::string& ref) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto doc = resolve_evaluation(ref, "evaluation");
+  if (!doc.is_ok()) return doc.status();
+  const std::string phase = (*doc)["phase"].get<std::string>();
+  if (evaluation_ended(phase)) {
+    return field_status(StatusCode::kFailedPrecondition, "evaluation",
+                        "evaluation " + (*doc)["evaluationId"].get<std::string>() + " already ended " + phase);
+  }
+  (*doc)["cancelRequested"] = true;
+  TRAINER_RETURN_IF_ERROR(store_->put_evaluation(*doc));
+  if (!evaluation_jobs_->cancel((*doc)["evaluationId"].get<std::string>())) {
+    // No job runs for it (it ended this instant, or trainerd restarted before it started).
+    (*doc)["phase"] = "CANCELLED";
+    (*doc)["endedAt"] = now_rfc3339();
+    TRAINER_RETURN_IF_ERROR(store_->put_evaluation(*doc));
+  }
+  return *doc;
+}
+
+Result<json> ServiceImpl::annotate_evaluation(const std::string& ref, const json& body) {
+  TRAINER_RETURN_IF_ERROR(check_fields(body, {"description"}));
+  auto description = optional_string(body, "description");
+  if (!description.is_ok()) return description.status();
+  if (!*description) return invalid_field("description", "is required");
+  std::lock_guard<std::mutex> lock(mu_);
+  auto doc = resolve_evaluation(ref, "evaluation");
+  if (!doc.is_ok()) return doc.status();
+  (*doc)["description"] = **description;
+  TRAINER_RETURN_IF_ERROR(store_->put_evaluation(*doc));
+  return *doc;
+}
+
+}  // namespace trainer::service
