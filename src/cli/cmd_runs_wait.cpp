@@ -127,7 +127,7 @@ class LiveView {
 json terminal_event(const json& run) {
   json ev = {{"type", "terminal"}, {"runId", run.value("runId", std::string())},
              {"phase", run.value("phase", std::string())}};
-  for (const char* k : {"outcome", "failureReason", "adapterPath"}) {
+  for (const char* k : {"outcome", "failureReason", "adapterPath", "modelId"}) {
     if (run.contains(k)) ev[k] = run[k];
   }
   return ev;

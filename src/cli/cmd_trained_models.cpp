@@ -57,6 +57,7 @@ int trained_models_list(Context& ctx) {
   std::string path = "/v1/trained-models";
   if (auto w = ctx.inv.get("workload")) append_query(&path, "workload", *w);
   if (auto b = ctx.inv.get("base-model")) append_query(&path, "baseModel", *b);
+  if (auto b = ctx.inv.get("base-model-id")) append_query(&path, "baseModel", *b);
   auto doc = ctx.get(path);
   if (!doc) return ctx.last_failure_code();
   if (!ctx.text()) {
@@ -169,7 +170,8 @@ Command trained_models_command() {
                   {"import an adapter, print its id", "trainer trained-models register -f adapter.yaml --jq .modelId"}};
   Command list{"list", {}, "List registered models, newest first", "", "",
                {{"workload", 0, "WORKLOAD", "only this workload's models", ""},
-                {"base-model", 0, "NAME", "only models on this base model", ""}},
+                {"base-model", 0, "NAME", "only models on this base model", ""},
+                {"base-model-id", 0, "ID", "only models on the base model with this id (or unique prefix)", ""}},
                {}, trained_models_list, 0, 0, {}};
   list.examples = {{"a workload's models", "trainer trained-models list --workload sentiment-demo"},
                    {"their ids", "trainer trained-models list --jq '.models[].modelId'"}};

@@ -295,6 +295,7 @@ std::string run_detail(const json& run, const ViewStyle& style) {
     results.push_back({"Tokens/s", format_thousands(static_cast<int64_t>(*t + 0.5))});
   }
   if (!str(run, "adapterPath").empty()) results.push_back({"Adapter", str(run, "adapterPath")});
+  if (!str(run, "modelId").empty()) results.push_back({"Model", str(run, "modelId") + " (trainer trained-models get)"});
   const json& split = field(run, "dataSplit");
   if (auto trained = num(split, "trainRows")) {
     std::string rows = format_thousands(static_cast<int64_t>(*trained)) + " trained";
@@ -372,6 +373,7 @@ std::string run_summary(const json& run) {
   }
   if (!cost_text(run).empty()) rows.push_back({"cost", cost_text(run)});
   if (!str(run, "adapterPath").empty()) rows.push_back({"adapter", str(run, "adapterPath")});
+  if (!str(run, "modelId").empty()) rows.push_back({"model", str(run, "modelId")});
   if (!str(run, "failureReason").empty()) rows.push_back({"failure", first_line(str(run, "failureReason"))});
   std::string fields = render_fields(rows);
   // Indent the fields under the headline.

@@ -83,7 +83,7 @@ struct EvaluationListQuery {
 // Which registered models to list (`trained-models list`); empty fields do not filter.
 struct TrainedModelQuery {
   std::string workload;    // name or id
-  std::string base_model;  // base model name
+  std::string base_model;  // base model name, id or unique id prefix
 };
 
 class Service {

@@ -33,7 +33,7 @@ json present_snapshot(const json& doc) {
   out["artifacts"] = artifacts;
   out["sizeBytes"] = bytes;
   out["status"] = doc.value("state", std::string()) == "committed" ? "Available" : "Reserved";
-  out["heldBy"] = doc.value("holds", json::array());  // {holder, by, kinds, since}
+  out["heldBy"] = doc.value("holds", json::array());
   return out;
 }
 

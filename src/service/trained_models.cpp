@@ -92,7 +92,13 @@ Result<json> ServiceImpl::list_trained_models(const TrainedModelQuery& query) {
     if (!w.is_ok()) return w.status();
     workload_id = (*w)["id"].get<std::string>();
   }
-  auto rows = store_->list_trained_models(workload_id, query.base_model, {});
+  std::string base_name;
+  if (!query.base_model.empty()) {
+    auto b = resolve_base_model(query.base_model, "baseModel");
+    if (!b.is_ok()) return b.status();
+    base_name = (*b)["name"].get<std::string>();
+  }
+  auto rows = store_->list_trained_models(workload_id, base_name, {});
   if (!rows.is_ok()) return rows.status();
   json models = json::array();
   for (const auto& m : *rows) models.push_back(present_model(m));

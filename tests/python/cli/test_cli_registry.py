@@ -128,11 +128,16 @@ def test_a_completed_run_registers_its_final_snapshot_once(ready, trainerd):
     assert model_ids(ready).count(run["modelId"]) == 1
     candidate = ready.json("snapshots", "candidate", final["snapshotId"][:12])
     assert candidate["status"] == "REGISTERED" and candidate["modelId"] == run["modelId"]
+    assert f"Model: {run['modelId']}" in " ".join(ready("runs", "get", run_id, check=True).stdout.split())
     text = ready("trained-models", "get", run["modelId"][:8], check=True).stdout
     for expected in ("REGISTERED", "small-lr", model["artifact"]["uri"], "GPU-seconds", run_id[:8]):
         assert expected in text, text
     listed = ready("trained-models", "list", "--workload", WORKLOAD, check=True).stdout
     assert run["modelId"] in listed and "ADAPTER" in listed
+    by_base = ready.json("trained-models", "list", "--base-model-id", model["baseModel"]["id"][:8])["models"]
+    assert run["modelId"] in [m["modelId"] for m in by_base]
+    unknown = ready("trained-models", "list", "--base-model", "no-such-model")
+    assert unknown.returncode == 1 and "baseModel" in unknown.stderr, unknown.stderr
     # Each durable step of the register_candidate operation is counted, and its end.
     with urllib.request.urlopen(trainerd.url + "/metrics", timeout=30) as r:
         metrics = [line for line in r.read().decode().splitlines()
