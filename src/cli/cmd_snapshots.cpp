@@ -132,6 +132,7 @@ Command snapshots_command() {
                runs_snapshots, 1, 1, {}};
   list.examples = {{"a run's snapshots", "trainer snapshots list 7d496e82"}};
   g.children.push_back(list);
+  for (auto& c : snapshot_hold_commands()) g.children.push_back(std::move(c));
   return g;
 }
 

@@ -519,6 +519,7 @@ Status read_execution(const json& obj, ExecutionSettings* e) {
   TRAINER_RETURN_IF_ERROR(r.read_int_as("gpus", &e->gpus));
   TRAINER_RETURN_IF_ERROR(r.read_optional_int("saveEvery", &e->saveEvery));
   TRAINER_RETURN_IF_ERROR(r.read_int_as("keepAdapters", &e->keepAdapters));
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("keepTrainingStates", &e->keepTrainingStates));
   return r.refuse_unknown();
 }
 
@@ -619,6 +620,13 @@ Result<Plan> parse_plan(std::string_view text, std::string_view source) {
   if (first == std::string_view::npos) {
     return invalid_argument(std::string(source) + ": the plan is empty");
   }
+  TRAINER_ASSIGN_OR_RETURN(json doc, parse_document(text, source));
+  return plan_from_json(doc, source);
+}
+
+Result<json> parse_document(std::string_view text, std::string_view source) {
+  size_t first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string_view::npos) return invalid_argument(std::string(source) + ": the document is empty");
   json doc;
   if (text[first] == '{') {
     TRAINER_ASSIGN_OR_RETURN(doc, parse_json(text, source));
@@ -630,7 +638,7 @@ Result<Plan> parse_plan(std::string_view text, std::string_view source) {
                               std::to_string(e.mark.column + 1) + ": not valid YAML: " + e.msg);
     }
   }
-  return plan_from_json(doc, source);
+  return doc;
 }
 
 std::optional<TextPosition> locate_field(std::string_view text, std::string_view field) {

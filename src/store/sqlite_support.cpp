@@ -49,6 +49,14 @@ CREATE TABLE snapshots (
   doc TEXT NOT NULL);
 CREATE INDEX snapshots_by_run ON snapshots(run_id, step);
 )sql",
+    // 4: lineage: each child run (runs branch, runs continue) and its parent.
+    R"sql(
+CREATE TABLE run_lineage (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  run_id TEXT NOT NULL UNIQUE,
+  parent_id TEXT NOT NULL);
+CREATE INDEX run_lineage_by_parent ON run_lineage(parent_id, seq);
+)sql",
 };
 
 }  // namespace
