@@ -103,7 +103,9 @@ Status ServiceImpl::apply_retention(const std::string& run_id) {
   if (paused && run->view.contains("pause") && run->view["pause"].value("snapshotId", json(nullptr)).is_string()) {
     protect.insert(run->view["pause"]["snapshotId"].get<std::string>());
   }
-  if (run->resume_from && run->phase != Phase::kTraining) protect.insert(*run->resume_from);
+  if (run->resume_from && run->phase != Phase::kTraining && !is_terminal(run->phase)) {
+    protect.insert(*run->resume_from);
+  }
 
   std::vector<json> docs;
   for (int64_t offset = 0;; offset += kRetentionPage) {
@@ -147,7 +149,16 @@ Status ServiceImpl::apply_retention(const std::string& run_id) {
     for (const auto& [kind, k] : doc["kinds"].items()) {
       if (k.value("state", std::string()) == "committed") any_left = true;
     }
-    if (!any_left) doc["state"] = "deleted";
+    if (!any_left) {
+      doc["state"] = "deleted";
+      // The snapshot's own folder, once every kind under it is gone (a folder store keeps it).
+      const std::string location = doc["kinds"][sweep.front()].value("location", std::string());
+      const std::string root = location.substr(0, location.rfind('/'));
+      if (bool all_gone = true; !root.empty()) {
+        for (const auto& [kind, k] : doc["kinds"].items()) all_gone = all_gone && k.value("state", "") == "deleted";
+        if (all_gone) (void)artifacts().remove(root);
+      }
+    }
     TRAINER_RETURN_IF_ERROR(store_->transaction([&]() -> Status { return store_->update_snapshot(doc); }));
   }
   return Status::ok();
