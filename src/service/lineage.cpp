@@ -16,6 +16,8 @@
 namespace trainer::service {
 namespace {
 
+namespace tel = trainer::telemetry;
+
 constexpr int64_t kMaxLineagePage = 100;   // most children one `runs branches` page lists
 constexpr size_t kMaxTreeRuns = 1000;      // most descendants one `runs tree` answer lists
 constexpr int kMaxGenerations = 1000;      // longest ancestry chain followed
@@ -193,7 +195,22 @@ Result<std::pair<json, bool>> ServiceImpl::start_child(const std::string& parent
     TRAINER_RETURN_IF_ERROR(store_->insert_child(run.id, parent->id));
     return add_branch_hold(doc, run.id, needed);
   };
+  const double started = now();
   auto out = submit_plan(*child, dry_run, on_insert, {{"child", lineage}});
+  if (!dry_run) {
+    // The branch operation: the source retained and the child started, in one transaction.
+    const bool ok = out.is_ok();
+    const auto outcome = ok ? tel::ServiceOutcome::kSuccess : tel::ServiceOutcome::kRejected;
+    const auto reason = ok ? std::nullopt : std::optional(tel::ServiceFailureReason::kValidation);
+    metrics_.operation_attempt(
+        {.operation = tel::ServiceOperation::kBranch, .stage = tel::ServiceStage::kRetain, .outcome = outcome, .reason = reason});
+    if (ok) {
+      metrics_.operation_attempt({.operation = tel::ServiceOperation::kBranch,
+                                  .stage = tel::ServiceStage::kStartChild,
+                                  .outcome = outcome});
+    }
+    metrics_.operation_ended(tel::ServiceOperation::kBranch, outcome, now() - started, reason);
+  }
   if (!out.is_ok()) {
     // The plan parser blames the child's plan; say it came from the overrides where it did.
     const Status& st = out.status();

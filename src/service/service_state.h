@@ -174,6 +174,8 @@ class ServiceImpl final : public Service {
   // Applies the run's keep counts to its committed snapshots: older artifacts that nothing
   // holds are deleted from storage and marked deleted in the catalog.
   Status apply_retention(const std::string& run_id);
+  // Counts a hold taken or given back (pin, unpin, release) as one hold_snapshot operation.
+  void hold_changed();
 
   // ---- pause and resume (pause.cpp); mu_ held, inside a store transaction
   Status signal_pause(RunRecord& run);

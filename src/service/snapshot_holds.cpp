@@ -21,6 +21,8 @@
 namespace trainer::service {
 namespace {
 
+namespace tel = trainer::telemetry;
+
 constexpr int64_t kDefaultKeepAdapters = 4;        // plan.h's execution.keepAdapters default
 constexpr int64_t kDefaultKeepTrainingStates = 2;  // plan.h's execution.keepTrainingStates default
 constexpr int64_t kRetentionPage = 100;
@@ -65,6 +67,13 @@ Result<std::vector<std::string>> requested_kinds(const json& body) {
 }
 
 }  // namespace
+
+void ServiceImpl::hold_changed() {
+  metrics_.operation_attempt({.operation = tel::ServiceOperation::kHoldSnapshot,
+                              .stage = tel::ServiceStage::kRetain,
+                              .outcome = tel::ServiceOutcome::kSuccess});
+  metrics_.operation_ended(tel::ServiceOperation::kHoldSnapshot, tel::ServiceOutcome::kSuccess, 0.0);
+}
 
 Status ServiceImpl::add_branch_hold(json& doc, const std::string& child, const std::vector<std::string>& artifacts) {
   holds_of(doc).push_back(
@@ -137,7 +146,15 @@ Status ServiceImpl::apply_retention(const std::string& run_id) {
     TRAINER_RETURN_IF_ERROR(store_->transaction([&]() -> Status { return store_->update_snapshot(doc); }));
     bool any_left = false;
     for (const auto& kind : sweep) {
+      const double started = now();
       Status removed = artifacts().remove(doc["kinds"][kind].value("location", std::string()));
+      const auto outcome = removed.is_ok() ? tel::ServiceOutcome::kSuccess : tel::ServiceOutcome::kFailure;
+      const auto reason = removed.is_ok() ? std::nullopt : std::optional(tel::ServiceFailureReason::kProvider);
+      metrics_.operation_attempt({.operation = tel::ServiceOperation::kDeleteSnapshot,
+                                  .stage = tel::ServiceStage::kDelete,
+                                  .outcome = outcome,
+                                  .reason = reason});
+      metrics_.operation_ended(tel::ServiceOperation::kDeleteSnapshot, outcome, now() - started, reason);
       if (!removed.is_ok()) {
         std::fprintf(stderr, "trainerd: warning: retention of snapshot %s %s: %s\n",
                      doc.value("snapshotId", std::string()).c_str(), kind.c_str(), removed.to_string().c_str());
@@ -179,6 +196,10 @@ Result<json> ServiceImpl::pin_snapshot(const std::string& ref, const json& body)
   for (const auto& kind : kinds) {
     const std::string state = kind_state(doc, kind);
     if (state == "deleting" || state == "deleted") {
+      metrics_.operation_attempt({.operation = tel::ServiceOperation::kHoldSnapshot,
+                                  .stage = tel::ServiceStage::kRetain,
+                                  .outcome = tel::ServiceOutcome::kRejected,
+                                  .reason = tel::ServiceFailureReason::kRetention});
       return field_status(StatusCode::kFailedPrecondition, "kinds",
                           "snapshot " + *id + ": retention already began deleting its " + kind + " artifact");
     }
@@ -212,6 +233,7 @@ Result<json> ServiceImpl::pin_snapshot(const std::string& ref, const json& body)
     holds.push_back({{"holder", "pin"}, {"artifacts", pinned}, {"since", now_rfc3339()}});
   }
   TRAINER_RETURN_IF_ERROR(store_->update_snapshot(doc));
+  hold_changed();
   out = present_snapshot(doc);
   out["changed"] = true;
   out["message"] = "pinned " + join(added) + " of snapshot " + *id + " against retention";
@@ -251,6 +273,7 @@ Result<json> ServiceImpl::unpin_snapshot(const std::string& ref, const json& bod
     (*pin)["artifacts"] = kept;
   }
   TRAINER_RETURN_IF_ERROR(store_->update_snapshot(doc));
+  hold_changed();
   TRAINER_RETURN_IF_ERROR(apply_retention(doc.value("runId", std::string())));
   if (auto after = store_->get_snapshot(*id); after.is_ok() && after->has_value()) doc = std::move(**after);
   out = present_snapshot(doc);
@@ -285,6 +308,7 @@ Result<json> ServiceImpl::release_snapshot(const std::string& ref) {
   if (!released.empty()) {
     holds = kept;
     TRAINER_RETURN_IF_ERROR(store_->update_snapshot(doc));
+    hold_changed();
   }
   // Retention applies to what is no longer held (including a branch's hold given back earlier).
   if (doc.value("state", std::string()) == "committed") {

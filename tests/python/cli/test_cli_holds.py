@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import urllib.request
 
 from cli_support import DATASET_NAME, MODEL_NAME, WORKLOAD, wait_for
 
@@ -96,3 +97,11 @@ def test_retention_never_deletes_a_pinned_or_branch_held_snapshot(ready, trainer
     assert ready("snapshots", "get", held).returncode != 0
     assert not stored(data, snap, "weights")
     assert [s["savedStep"] for s in listed(ready, run_id)] == [STEPS]
+
+    # Each is a service operation in /metrics: the branch, the holds changed, the deletions.
+    metrics = urllib.request.urlopen(trainerd.url + "/metrics", timeout=10).read().decode()
+    for operation, stage in (("branch", "start_child"), ("hold_snapshot", "retain"), ("delete_snapshot", "delete")):
+        assert any(f'akka_optimize_training_service_operation="{operation}"' in line
+                   and f'akka_optimize_training_service_stage="{stage}"' in line
+                   and 'akka_optimize_training_service_outcome="success"' in line
+                   for line in metrics.splitlines()), operation
