@@ -373,6 +373,58 @@ void install_routes(http::Router& router, Service& svc, const service::Limits& l
   });
   router.add("GET", "/v1/trained-models/{ref}", max_request,
              [&svc](const Request& req) -> Outcome { return reply(svc.get_trained_model(req.params[0]), 200); });
+  // ---- lineage: child runs from a snapshot, and the family views (docs/lineage.md)
+  using ChildStart = Result<std::pair<json, bool>> (Service::*)(const std::string&, const json&, bool);
+  for (auto [path, start] : {std::pair<const char*, ChildStart>{"/v1/runs/{ref}/branch", &Service::branch_run},
+                             std::pair<const char*, ChildStart>{"/v1/runs/{ref}/continue", &Service::continue_run}}) {
+    router.add("POST", path, max_request, [&svc, start](const Request& req) -> Outcome {
+      auto dry = bool_param(req, "dryRun");
+      if (!dry.is_ok()) return error_response(dry.status());
+      auto body = body_json(req);
+      if (!body.is_ok()) return error_response(body.status());
+      auto r = (svc.*start)(req.params[0], *body, *dry);
+      if (!r.is_ok()) return error_response(r.status());
+      return json_response(*dry ? 200 : (r->second ? 201 : 200), r->first);
+    });
+  }
+  router.add("POST", "/v1/runs/{ref}/sweep", max_request, [&svc](const Request& req) -> Outcome {
+    auto dry = bool_param(req, "dryRun");
+    if (!dry.is_ok()) return error_response(dry.status());
+    auto body = body_json(req);
+    if (!body.is_ok()) return error_response(body.status());
+    return reply(svc.sweep_run(req.params[0], *body, *dry), *dry ? 200 : 201);
+  });
+  router.add("GET", "/v1/runs/{ref}/branches", max_request, [&svc](const Request& req) -> Outcome {
+    auto limit = int_param(req, "limit", 50);
+    if (!limit.is_ok()) return error_response(limit.status());
+    auto offset = int_param(req, "offset", 0);
+    if (!offset.is_ok()) return error_response(offset.status());
+    return reply(svc.run_branches(req.params[0], *limit, *offset), 200);
+  });
+  router.add("GET", "/v1/runs/{ref}/tree", max_request, [&svc](const Request& req) -> Outcome {
+    auto depth = int_param(req, "depth", 0);
+    if (!depth.is_ok()) return error_response(depth.status());
+    return reply(svc.run_tree(req.params[0], *depth), 200);
+  });
+  router.add("GET", "/v1/runs/{ref}/ancestry", max_request,
+             [&svc](const Request& req) -> Outcome { return reply(svc.run_ancestry(req.params[0]), 200); });
+  // Holds: an empty body pins or unpins both kinds.
+  auto optional_body = [](const Request& req) -> Result<json> {
+    if (req.body.empty()) return json::object();
+    return body_json(req);
+  };
+  router.add("POST", "/v1/snapshots/{ref}/pin", max_request, [&svc, optional_body](const Request& req) -> Outcome {
+    auto body = optional_body(req);
+    if (!body.is_ok()) return error_response(body.status());
+    return reply(svc.pin_snapshot(req.params[0], *body), 200);
+  });
+  router.add("POST", "/v1/snapshots/{ref}/unpin", max_request, [&svc, optional_body](const Request& req) -> Outcome {
+    auto body = optional_body(req);
+    if (!body.is_ok()) return error_response(body.status());
+    return reply(svc.unpin_snapshot(req.params[0], *body), 200);
+  });
+  router.add("POST", "/v1/snapshots/{ref}/release", max_request,
+             [&svc](const Request& req) -> Outcome { return reply(svc.release_snapshot(req.params[0]), 200); });
 }
 
 }  // namespace trainer::api

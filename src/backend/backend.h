@@ -53,6 +53,10 @@ struct JobSpec {
   int cpus = 1;                  // CPUs a CPU run asks for
   std::vector<int> device_ids = {};  // the pool's device indices the claim was granted
   std::string resume_snapshot;  // the snapshot this attempt restores (TRAINER_RESUME_SNAPSHOT); "" = none
+  // A child run's first attempt: the parent's snapshot it starts from (TRAINER_BRANCH_SNAPSHOT)
+  // and what it restores of it, "weights" or "trainingState" (TRAINER_BRANCH_RESTORE).
+  std::string branch_snapshot;
+  std::string branch_restore;
 };
 
 // The environment variables of the service/job contract for `spec` (name, value), in a fixed order.

@@ -343,6 +343,8 @@ std::vector<std::pair<std::string, std::string>> job_environment(const JobSpec& 
   add("TRAINER_ARTIFACT_ROOT", id.artifact_root);
   for (const auto& [name, value] : id.artifact_env) add(name.c_str(), value);
   add("TRAINER_RESUME_SNAPSHOT", spec.resume_snapshot);
+  add("TRAINER_BRANCH_SNAPSHOT", spec.branch_snapshot);
+  add("TRAINER_BRANCH_RESTORE", spec.branch_restore);
   return env;
 }
 

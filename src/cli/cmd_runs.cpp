@@ -400,6 +400,12 @@ Command runs_command() {
   g.children.push_back(runs_resume_command());
   g.children.push_back(runs_snapshots_command());
   g.children.push_back(runs_compare_command());
+  g.children.push_back(runs_branch_command());
+  g.children.push_back(runs_continue_command());
+  g.children.push_back(runs_sweep_command());
+  g.children.push_back(runs_branches_command());
+  g.children.push_back(runs_tree_command());
+  g.children.push_back(runs_ancestry_command());
   return g;
 }
 

@@ -134,6 +134,7 @@ Command snapshots_command() {
   g.children.push_back(list);
   g.children.push_back(snapshots_register_command());
   g.children.push_back(snapshots_candidate_command());
+  for (auto& c : snapshot_hold_commands()) g.children.push_back(std::move(c));
   return g;
 }
 

@@ -37,6 +37,17 @@ Command runs_hparams_command();
 Command runs_compare_command();
 // `runs rollouts RUN` (a child of runs_command()).
 Command runs_rollouts_command();
+// `runs branch PARENT` and `runs continue RUN` (children of runs_command()).
+Command runs_branch_command();
+Command runs_continue_command();
+// `runs sweep PARENT --snapshot S --grid F` (a child of runs_command()).
+Command runs_sweep_command();
+// `runs branches PARENT`, `runs tree ROOT`, `runs ancestry RUN` (children of runs_command()).
+Command runs_branches_command();
+Command runs_tree_command();
+Command runs_ancestry_command();
+// `snapshots pin|unpin|release SNAPSHOT` (children of snapshots_command()).
+std::vector<Command> snapshot_hold_commands();
 
 // Reads FILE, or stdin for "-". On failure returns nullopt and sets `error` to a line naming
 // the file and the reason.

@@ -50,6 +50,11 @@ struct TrainRequest {
   // (train/state.h); both empty = start from a fresh adapter.
   std::string resume_weights_dir;
   std::string resume_state_dir;
+  // A child run (`runs branch`, `runs continue`) starts from its parent's snapshot instead:
+  // resume_weights_dir alone starts a fresh optimizer, schedule, RNG and data order from those
+  // weights; with resume_state_dir too, the optimizer moments, RNG and data position carry on.
+  // Either way the child counts its own updates from zero and its schedule spans its own plan.
+  bool branch = false;
   // Data-parallel SFT (docs/data-parallel.md): this process's rank of `world`. Rank 0 passes the
   // rendezvous it hosts (dist::host_rendezvous) and alone emits events and writes files; the
   // other ranks join it at world.master_addr:master_port and emit nothing. A world of one

@@ -210,6 +210,28 @@ int cmd_run(int argc, char** argv) {
                  static_cast<long long>(restored->step), static_cast<long long>(restored->attempt));
   }
 
+  // A child run (`runs branch`, `runs continue`) starts from its parent's snapshot: the weights
+  // alone (TRAINER_BRANCH_RESTORE=weights) or the whole training state (trainingState).
+  if (const char* branch = std::getenv("TRAINER_BRANCH_SNAPSHOT"); branch != nullptr && *branch != '\0') {
+    if (!publisher) return fail("TRAINER_BRANCH_SNAPSHOT needs TRAINER_CATALOG_URL and TRAINER_ARTIFACT_ROOT");
+    const char* restore_env = std::getenv("TRAINER_BRANCH_RESTORE");
+    const std::string restore = restore_env != nullptr ? restore_env : protocol::kWeightsKind;
+    if (restore != protocol::kWeightsKind && restore != protocol::kTrainingStateKind) {
+      return fail("TRAINER_BRANCH_RESTORE: '" + restore + "' is not weights or trainingState");
+    }
+    std::vector<std::string> kinds = {protocol::kWeightsKind};
+    if (restore == protocol::kTrainingStateKind) kinds.push_back(protocol::kTrainingStateKind);
+    auto restored = restore_snapshot(*catalog, *artifacts, branch, kinds,
+                                     (std::filesystem::path(req.output_dir) / "restore").string(),
+                                     telemetry::CheckpointRestoreMode::kBranch, telemetry.provider());
+    if (!restored.is_ok()) return fail("restoring snapshot " + std::string(branch) + ": " + restored.status().message());
+    req.branch = true;
+    req.resume_weights_dir = restored->dirs.at(protocol::kWeightsKind);
+    if (restore == protocol::kTrainingStateKind) req.resume_state_dir = restored->dirs.at(protocol::kTrainingStateKind);
+    std::fprintf(stderr, "trainer-job run: starting from %s of snapshot %s (step %lld of run %s)\n", restore.c_str(),
+                 branch, static_cast<long long>(restored->step), restored->run_id.c_str());
+  }
+
   ProgressPrinter progress;
   int64_t epoch = 0;
   std::optional<Status> publication_failed;
@@ -255,9 +277,10 @@ int cmd_run(int argc, char** argv) {
     ro.world_size = ranks;
     ro.master_addr = req.world.master_addr;
     ro.master_port = req.world.master_port;
-    if (!req.resume_state_dir.empty()) {
+    if (!req.resume_weights_dir.empty()) {
       ro.env[kRankResumeWeightsVar] = req.resume_weights_dir;
       ro.env[kRankResumeStateVar] = req.resume_state_dir;
+      if (req.branch) ro.env[kRankBranchVar] = "1";
     }
     // Rank 0 stuck where no collective notices the failed rank: report it and exit.
     ro.on_abandon = [&writer](const std::string& failure) {

@@ -21,6 +21,7 @@ int run_rank(plan::Plan plan, const std::string& output_dir, const engine::dist:
   req.world = world;
   if (const char* v = std::getenv(kRankResumeWeightsVar); v != nullptr) req.resume_weights_dir = v;
   if (const char* v = std::getenv(kRankResumeStateVar); v != nullptr) req.resume_state_dir = v;
+  if (const char* v = std::getenv(kRankBranchVar); v != nullptr) req.branch = std::string(v) == "1";
   auto result = engine::run_training(req, [](const protocol::Event&) {});
   if (!result.is_ok()) {
     std::fprintf(stderr, "trainer-job rank %d: failed: %s\n", world.rank, result.status().message().c_str());

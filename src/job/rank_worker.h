@@ -15,6 +15,8 @@ namespace trainer::job {
 // Rank 0 passes the adapter and training state it resumes from in these (restored once, by it).
 inline constexpr const char* kRankResumeWeightsVar = "TRAINER_RANK_RESUME_WEIGHTS";
 inline constexpr const char* kRankResumeStateVar = "TRAINER_RANK_RESUME_STATE";
+// "1" when those come from a parent's snapshot (a child run: engine::TrainRequest::branch).
+inline constexpr const char* kRankBranchVar = "TRAINER_RANK_BRANCH";
 
 int run_rank(plan::Plan plan, const std::string& output_dir, const engine::dist::World& world);
 

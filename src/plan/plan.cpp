@@ -520,6 +520,7 @@ Status read_execution(const json& obj, ExecutionSettings* e) {
   TRAINER_RETURN_IF_ERROR(r.read_int_as("gpus", &e->gpus));
   TRAINER_RETURN_IF_ERROR(r.read_optional_int("saveEvery", &e->saveEvery));
   TRAINER_RETURN_IF_ERROR(r.read_int_as("keepAdapters", &e->keepAdapters));
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("keepTrainingStates", &e->keepTrainingStates));
   return r.refuse_unknown();
 }
 

@@ -157,6 +157,7 @@ struct ExecutionSettings {
   int gpus = 1;                    // execution.gpus: devices the run holds; 0 trains on the CPU
   std::optional<int> saveEvery;    // execution.saveEvery: save every N optimizer steps; absent = only at the end
   int keepAdapters = 4;            // execution.keepAdapters: weight snapshots kept (newest first)
+  int keepTrainingStates = 2;      // execution.keepTrainingStates: training-state snapshots kept (newest first)
 };
 
 struct Plan {
@@ -178,6 +179,10 @@ struct Plan {
 // Callers name the file and, with locate_field(), the line. Errors of the text itself (empty,
 // not JSON, not YAML) blame no field and name `source` ("plan.yaml", "stdin") in the message.
 Result<Plan> parse_plan(std::string_view text, std::string_view source);
+
+// A JSON or YAML document (detected from the text) as JSON, YAML scalars typed as parse_plan()
+// types them. Errors are kInvalidArgument naming `source` (and the line of a YAML error).
+Result<nlohmann::json> parse_document(std::string_view text, std::string_view source);
 
 // The same, from an already-parsed JSON document.
 Result<Plan> plan_from_json(const nlohmann::json& doc, std::string_view source);

@@ -158,6 +158,8 @@ const std::vector<FieldSpec> kFields = {
     {"execution.saveEvery", FT::kInteger, 1, kMaxInt, false, false, "",
      "save the adapter every N optimizer steps. Absent: only at the end, so a cancelled run keeps none"},
     {"execution.keepAdapters", FT::kInteger, 1, 1000, false, false, "", "saved adapters kept, newest first"},
+    {"execution.keepTrainingStates", FT::kInteger, 1, 1000, false, false, "",
+     "snapshots' training states kept, newest first (held ones and the final snapshot always stay)"},
     {"grader", FT::kString, 0, 0, false, false, "", "overrides the workload's grader"},
     {"description", FT::kString, 0, 0, false, false, "", "free text"},
     {"configName", FT::kString, 0, 0, false, false, "", "label of this configuration in score tables"},

@@ -238,6 +238,11 @@ backend::JobSpec ServiceImpl::job_spec(const RunRecord& run) const {
     }
   }
   spec.resume_snapshot = run.resume_from.value_or("");
+  // A child run's first attempt starts from its parent's snapshot (later ones resume their own).
+  if (!run.resume_from && run.view.contains("sourceSnapshotId") && run.view["sourceSnapshotId"].is_string()) {
+    spec.branch_snapshot = run.view["sourceSnapshotId"].get<std::string>();
+    spec.branch_restore = run.view.value("restore", std::string("weights"));
+  }
   return spec;
 }
 
@@ -302,6 +307,7 @@ Status ServiceImpl::transition(RunRecord& run, Phase to) {
 Status ServiceImpl::finish(RunRecord& run, Phase terminal) {
   const double t = now();
   TRAINER_RETURN_IF_ERROR(store_->delete_claim(run.id));
+  TRAINER_RETURN_IF_ERROR(release_branch_hold(run));  // a child gives its source snapshot back
   settle_cost(run, t);
   const std::string outcome = terminal == Phase::kCompleted ? "COMPLETED"
                               : terminal == Phase::kFailed  ? "FAILED"

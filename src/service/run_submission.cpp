@@ -96,6 +96,12 @@ std::optional<json> ServiceImpl::measure_plan(const plan::Plan& p) {
 }
 
 Result<std::pair<json, bool>> ServiceImpl::submit_run(const json& body, bool dry_run) {
+  return submit_plan(body, dry_run, nullptr, json::object());
+}
+
+Result<std::pair<json, bool>> ServiceImpl::submit_plan(const json& body, bool dry_run,
+                                                       const std::function<Status(RunRecord&)>& on_insert,
+                                                       const json& dry_extra) {
   if (!body.is_object()) return invalid_field("plan", "must be a JSON object");
   auto parsed = plan::plan_from_json(body, "plan");
   if (!parsed.is_ok()) return plan_error(parsed.status());
@@ -174,6 +180,7 @@ Result<std::pair<json, bool>> ServiceImpl::submit_run(const json& body, bool dry
   if (v) resolved["config"]["validationDataset"] = (*v)["hash"];
   if (dry_run) {
     json answer = {{"plan", resolved}};
+    answer.update(dry_extra);
     if (!warnings.empty()) answer["warnings"] = warnings;
     return std::make_pair(answer, false);
   }
@@ -211,6 +218,7 @@ Result<std::pair<json, bool>> ServiceImpl::submit_run(const json& body, bool dry
   if (v) run.validation_path = (*v)["path"].get<std::string>();
   run.rows = (*d)["rows"].get<int64_t>();
   Status st = store_->transaction([&]() -> Status {
+    if (on_insert) TRAINER_RETURN_IF_ERROR(on_insert(run));
     TRAINER_RETURN_IF_ERROR(store_->insert_run(run.to_json()));
     auto seq = store_->append_run_event(
         run.id, {{"time", rfc3339(t)}, {"type", "phase"}, {"phase", phase_name(Phase::kSizingDataset)}});

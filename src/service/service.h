@@ -47,6 +47,9 @@ struct ServiceOptions {
   std::chrono::milliseconds registration_pause{0};
 };
 
+// Most children one parent may have: a comparison covers at most this many branch models.
+inline constexpr int64_t kMaxFan = 50;
+
 // Largest OTLP push trainerd's relay takes from a job (POST /otlp/v1/metrics).
 inline constexpr size_t kMaxOtlpBodyBytes = size_t{4} << 20;
 
@@ -201,6 +204,35 @@ class Service {
   virtual Result<json> snapshot_candidate(const std::string& snapshot_ref) = 0;
   // A workload's audit log, oldest first: {workload, history:[{time, change, ref?, from?, to?, by?}]}.
   virtual Result<json> workload_history(const std::string& ref) = 0;
+  // ---- lineage (docs/lineage.md): child runs from a parent's snapshot, and the views of them
+  // `runs branch PARENT` (body: {snapshot, steps, restore?: weights|trainingState, overrides?,
+  // submissionId?}) and `runs continue RUN` (the same without restore; snapshot defaults to the
+  // newest with training state). A child is a new run with the parent's plan, its own budget of
+  // `steps` updates and the overrides applied; it holds its source snapshot until it ends. A dry
+  // run returns {plan, child} and creates nothing. Returns the run and whether it was created.
+  virtual Result<std::pair<json, bool>> branch_run(const std::string& parent_ref, const json& body, bool dry_run) = 0;
+  virtual Result<std::pair<json, bool>> continue_run(const std::string& ref, const json& body, bool dry_run) = 0;
+  // `runs sweep PARENT` (body: {snapshot, steps, restore?, grid: {axes: [{path, values}]},
+  // submissionId?}): one child per point of the grid's Cartesian product (last axis fastest), each
+  // point's values its override document. Every point is validated before any is submitted; the
+  // parent's children may not pass kMaxFan. Answers {parentRunId, points: [{index, values, runId |
+  // plan}], total}.
+  virtual Result<json> sweep_run(const std::string& parent_ref, const json& body, bool dry_run) = 0;
+  // A run's direct children, newest first: {runId, branches:[run], total, nextOffset?}.
+  virtual Result<json> run_branches(const std::string& ref, int64_t limit, int64_t offset) = 0;
+  // Every descendant of `ref` to `depth` generations (0 = all), depth first, children newest
+  // first: {runId, runs:[{runId, depth, parentRunId, sourceSnapshotId, sourceStep, phase, ...}]}.
+  virtual Result<json> run_tree(const std::string& ref, int64_t depth) = 0;
+  // The chain from the root run down to `ref`: {runId, runs:[root, ..., ref]}.
+  virtual Result<json> run_ancestry(const std::string& ref) = 0;
+
+  // ---- holds on snapshots against retention (snapshot_holds.cpp)
+  // Operator pins ({kinds?: [weights|trainingState]}, both by default). Idempotent; the answer is
+  // the snapshot with `changed` (false: it was already pinned / was not pinned) and `message`.
+  virtual Result<json> pin_snapshot(const std::string& ref, const json& body) = 0;
+  virtual Result<json> unpin_snapshot(const std::string& ref, const json& body) = 0;
+  // Drops the snapshot's registration holds and holds of branches that have ended.
+  virtual Result<json> release_snapshot(const std::string& ref) = 0;
 
   // ---- capacity and telemetry
   virtual Result<json> capacity() = 0;

@@ -124,6 +124,15 @@ class ServiceImpl final : public Service {
   Result<std::pair<json, bool>> register_snapshot(const std::string& snapshot_ref) override;
   Result<json> snapshot_candidate(const std::string& snapshot_ref) override;
   Result<json> workload_history(const std::string& ref) override;
+  Result<std::pair<json, bool>> branch_run(const std::string& parent_ref, const json& body, bool dry_run) override;
+  Result<std::pair<json, bool>> continue_run(const std::string& ref, const json& body, bool dry_run) override;
+  Result<json> sweep_run(const std::string& parent_ref, const json& body, bool dry_run) override;
+  Result<json> run_branches(const std::string& ref, int64_t limit, int64_t offset) override;
+  Result<json> run_tree(const std::string& ref, int64_t depth) override;
+  Result<json> run_ancestry(const std::string& ref) override;
+  Result<json> pin_snapshot(const std::string& ref, const json& body) override;
+  Result<json> unpin_snapshot(const std::string& ref, const json& body) override;
+  Result<json> release_snapshot(const std::string& ref) override;
 
   Result<json> capacity() override;
   std::string metrics_text() override;
@@ -161,6 +170,29 @@ class ServiceImpl final : public Service {
   // ---- the snapshot catalog (snapshots.cpp)
   Result<std::string> resolve_snapshot_id(const std::string& ref, const std::string& field);
   Status verify_snapshot_kind(const json& doc, const std::string& kind);
+
+  // ---- runs in (run_submission.cpp). `on_insert`, when given, runs with mu_ held inside the
+  // transaction that inserts the new run, before the insert: a child run records its lineage
+  // and its hold there (lineage.cpp). The dry run's answer gets `dry_extra`'s fields.
+  Result<std::pair<json, bool>> submit_plan(const json& body, bool dry_run,
+                                            const std::function<Status(RunRecord&)>& on_insert,
+                                            const json& dry_extra);
+
+  // ---- lineage (lineage.cpp)
+  // `sweep_point`, when not null, labels the child (its document's sweepPoint).
+  Result<std::pair<json, bool>> start_child(const std::string& parent_ref, const json& body, bool dry_run,
+                                            bool continuation, const json& sweep_point = nullptr);
+
+  // ---- holds and retention (snapshot_holds.cpp); mu_ held, inside a store transaction
+  // Adds the branch hold of child run `child` on `artifacts` of the snapshot `doc` (updated).
+  Status add_branch_hold(json& doc, const std::string& child, const std::vector<std::string>& artifacts);
+  // A child run that ended gives its source snapshot back.
+  Status release_branch_hold(const RunRecord& run);
+  // Applies the run's keep counts to its committed snapshots: older artifacts that nothing
+  // holds are deleted from storage and marked deleted in the catalog.
+  Status apply_retention(const std::string& run_id);
+  // Counts a hold taken or given back (pin, unpin, release) as one hold_snapshot operation.
+  void hold_changed();
 
   // ---- pause and resume (pause.cpp); mu_ held, inside a store transaction
   Status signal_pause(RunRecord& run);
@@ -317,6 +349,10 @@ class ServiceImpl final : public Service {
   std::atomic<bool> ready_{false};
   std::atomic<int64_t> driver_errors_{0};  // errors caught at the edge of the driver and preparer threads
 };
+
+// A catalog document as users see it: the stored one plus what it implies (artifacts, sizeBytes,
+// status, heldBy from its holds).
+json present_snapshot(const json& doc);
 
 // The grader every workload has unless it names another.
 inline constexpr const char* kDefaultGrader = "json-label-match";

@@ -19,7 +19,8 @@ namespace tel = trainer::telemetry;
 
 constexpr int64_t kMaxSnapshotPage = 100;
 
-// The catalog document as users see it: the stored one plus what it implies.
+}  // namespace
+
 json present_snapshot(const json& doc) {
   json out = doc;
   json artifacts = json::array();
@@ -34,10 +35,9 @@ json present_snapshot(const json& doc) {
   out["sizeBytes"] = bytes;
   out["status"] = doc.value("state", std::string()) == "committed" ? "Available" : "Reserved";
   out["heldBy"] = doc.value("holds", json::array());
+  out.erase("holds");
   return out;
 }
-
-}  // namespace
 
 Result<std::pair<json, bool>> ServiceImpl::reserve_snapshot(const std::string& run_ref, const json& body) {
   TRAINER_ASSIGN_OR_RETURN(protocol::Reservation r, protocol::parse_reservation(body));
@@ -180,6 +180,11 @@ Result<json> ServiceImpl::commit_snapshot(const std::string& snapshot_ref, const
   }
   attempt(tel::ServiceStage::kCommit, tel::ServiceOutcome::kSuccess);
   ended(tel::ServiceOutcome::kSuccess);
+  // Retention after the commit is durable; a failed sweep leaves more than the keep counts.
+  if (Status swept = apply_retention(doc.value("runId", std::string())); !swept.is_ok()) {
+    std::fprintf(stderr, "trainerd: warning: retention of run %s: %s\n", doc.value("runId", std::string()).c_str(),
+                 swept.to_string().c_str());
+  }
   notify();
   return present_snapshot(doc);
 }

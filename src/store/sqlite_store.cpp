@@ -546,6 +546,31 @@ class SqliteStore final : public Store {
     return out;
   }
 
+  // ---- lineage
+  Status insert_child(const std::string& run_id, const std::string& parent_id) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Stmt s(db_, "INSERT INTO run_lineage(run_id, parent_id) VALUES (?, ?)");
+    s.bind(1, run_id).bind(2, parent_id);
+    const int rc = s.step();
+    if (rc == SQLITE_CONSTRAINT) return already_exists("run " + run_id + " already has a parent");
+    if (rc != SQLITE_DONE) return db_error(db_, "inserting lineage");
+    return Status::ok();
+  }
+  Result<ChildPage> run_children(const std::string& parent_id, int64_t limit, int64_t offset) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    ChildPage page;
+    Stmt c(db_, "SELECT COUNT(*) FROM run_lineage WHERE parent_id = ?");
+    c.bind(1, parent_id);
+    if (c.step() != SQLITE_ROW) return db_error(db_, "counting children");
+    page.total = c.integer(0);
+    Stmt s(db_, "SELECT run_id FROM run_lineage WHERE parent_id = ?1 ORDER BY seq DESC LIMIT ?2 OFFSET ?3");
+    s.bind(1, parent_id).bind(2, limit).bind(3, offset);
+    int rc;
+    while ((rc = s.step()) == SQLITE_ROW) page.run_ids.push_back(s.text(0));
+    if (rc != SQLITE_DONE) return db_error(db_, "reading children");
+    return page;
+  }
+
   Result<std::vector<json>> docs(const char* sql, const std::vector<std::string>& args) {
     std::vector<std::string> texts;
     {

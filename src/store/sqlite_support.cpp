@@ -68,6 +68,14 @@ CREATE TABLE trained_models (
   doc TEXT NOT NULL);
 CREATE INDEX trained_models_by_status ON trained_models(status, seq);
 )sql",
+    // 6: lineage: each child run (runs branch, runs continue) and its parent.
+    R"sql(
+CREATE TABLE run_lineage (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  run_id TEXT NOT NULL UNIQUE,
+  parent_id TEXT NOT NULL);
+CREATE INDEX run_lineage_by_parent ON run_lineage(parent_id, seq);
+)sql",
 };
 
 }  // namespace

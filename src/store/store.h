@@ -69,6 +69,12 @@ struct SnapshotPage {
   int64_t total = 0;            // rows matching, ignoring limit and offset
 };
 
+// A page of a parent run's direct children (run_lineage).
+struct ChildPage {
+  std::vector<std::string> run_ids;  // newest first
+  int64_t total = 0;                 // children, ignoring limit and offset
+};
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -160,6 +166,10 @@ class Store {
   // Models matching every non-empty filter, newest first; `statuses` empty = any status.
   virtual Result<std::vector<json>> list_trained_models(const std::string& workload_id, const std::string& base_model,
                                                         const std::vector<std::string>& statuses) = 0;
+  // ---- lineage: which run a child run (runs branch, runs continue) was started from
+  virtual Status insert_child(const std::string& run_id, const std::string& parent_id) = 0;  // already_exists twice
+  // The direct children of `parent_id`, newest first.
+  virtual Result<ChildPage> run_children(const std::string& parent_id, int64_t limit, int64_t offset) = 0;
 };
 
 // Opens (creating and migrating as needed) the SQLite store at `path`.

@@ -158,6 +158,7 @@ LoopOptions loop_options(const TrainRequest& request) {
   options.pause = request.pause;
   options.resume_weights_dir = request.resume_weights_dir;
   options.resume_state_dir = request.resume_state_dir;
+  options.branch = request.branch;
   options.save_every = plan.execution.saveEvery.value_or(0);
   options.keep_checkpoints = plan.execution.keepAdapters;
   options.lora = plan.config.lora;
@@ -223,19 +224,23 @@ TrainResult run(Method& method, Setup& setup, Updater& updater, const LoopOption
         .step = step, .adapter_dir = dir, .checkpoint_seconds = seconds_since(t0), .state_dir = state_dir});
   };
 
-  // A resumed run: the adapter, the optimizer, the RNG and the data position as saved.
+  // A resumed run: the adapter, the optimizer, the RNG and the data position as saved. A child
+  // run takes the weights (and, restoring training state, the rest) but counts from zero.
   int64_t first = 0;
+  if (options.branch && !options.resume_weights_dir.empty()) load_adapter_weights(options.resume_weights_dir, model);
   if (!options.resume_state_dir.empty()) {
-    load_adapter_weights(options.resume_weights_dir, model);
+    if (!options.branch) load_adapter_weights(options.resume_weights_dir, model);
     LoadedState loaded = load_training_state(options.resume_state_dir, updater, device);
-    if (loaded.engine_step < 0 || loaded.engine_step > total) {
+    if (!options.branch && (loaded.engine_step < 0 || loaded.engine_step > total)) {
       throw EngineError(StatusCode::kInvalidArgument, options.resume_state_dir + ": engine step " +
                                                           std::to_string(loaded.engine_step) + " is outside the run's " +
                                                           std::to_string(total) + " steps");
     }
     method.restore_data_state(loaded.data);
-    first = loaded.engine_step;
-    result.steps = first;
+    if (!options.branch) {
+      first = loaded.engine_step;
+      result.steps = first;
+    }
   }
 
   // Pause and stop as requested of this rank, or of any rank where there are several.

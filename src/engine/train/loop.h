@@ -120,6 +120,7 @@ struct LoopOptions {
   const std::atomic<bool>* pause = nullptr;
   std::string resume_weights_dir;  // continue from this adapter folder ...
   std::string resume_state_dir;    // ... and this training state (train/state.h); "" = fresh
+  bool branch = false;             // a child run: count steps from zero (TrainRequest::branch)
 };
 
 // The options every method shares, from the request: output folder, stop and pause flags, the

@@ -49,7 +49,7 @@ def plan() -> str:
     return "\n".join([
         "kind: run", f"workload: {WORKLOAD}", f"baseModel: {MODEL_NAME}", "config:", f"  dataset: {DATASET_NAME}",
         "  hyperparams:", "    optimizer: {learningRate: 0.003}", f"    training: {{maxSteps: {STEPS}, batchSize: 4}}",
-        "  maxSeqLength: 128", "  model: {precision: FP32}", "execution: {gpus: 0, saveEvery: 2, keepAdapters: 100}",
+        "  maxSeqLength: 128", "  model: {precision: FP32}", "execution: {gpus: 0, saveEvery: 2, keepAdapters: 100, keepTrainingStates: 100}",  # retention keeps all
         ""])
 
 

@@ -14,7 +14,8 @@ TERMINAL = {"COMPLETED", "FAILED", "CANCELLED"}
 
 
 def plan(max_steps: int, save_every: int | None = None) -> str:
-    execution = "{gpus: 0" + (f", saveEvery: {save_every}" if save_every else "") + "}"
+    # Every training state kept: retention (test_cli_lineage.py) would delete older ones.
+    execution = "{gpus: 0" + (f", saveEvery: {save_every}, keepTrainingStates: 100" if save_every else "") + "}"
     return "\n".join([
         "kind: run", f"workload: {WORKLOAD}", f"baseModel: {MODEL_NAME}", "config:",
         f"  dataset: {DATASET_NAME}", "  hyperparams:", "    optimizer: {learningRate: 0.003}",

@@ -37,14 +37,14 @@ class SqliteStoreTest : public ::testing::Test {
 };
 
 TEST_F(SqliteStoreTest, MigratesOnceAndRecordsTheSchemaVersion) {
-  EXPECT_EQ(open()->schema_version(), 5);
-  EXPECT_EQ(open()->schema_version(), 5);  // reopening applies nothing again
+  EXPECT_EQ(open()->schema_version(), 6);
+  EXPECT_EQ(open()->schema_version(), 6);  // reopening applies nothing again
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
   sqlite3_stmt* st = nullptr;
   sqlite3_prepare_v2(db, "SELECT COUNT(*) FROM schema_migrations", -1, &st, nullptr);
   ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
-  EXPECT_EQ(sqlite3_column_int(st, 0), 5);
+  EXPECT_EQ(sqlite3_column_int(st, 0), 6);
   sqlite3_finalize(st);
   sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, nullptr);
   ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
@@ -278,6 +278,27 @@ TEST_F(SqliteStoreTest, ModelRegistryKeepsOneRowPerIdAndListsByWorkloadBaseModel
   EXPECT_EQ((*s->get_trained_model("ab01"))->at("status"), "REGISTERED");
   EXPECT_FALSE(s->get_trained_model("ab")->has_value());
   EXPECT_EQ(*s->trained_model_ids_with_prefix("ab", 10), (std::vector<std::string>{"ab01", "ab02"}));
+}
+
+TEST_F(SqliteStoreTest, LineageListsAParentsChildrenNewestFirstAndGivesEachChildOneParent) {
+  {
+    auto s = open();
+    ASSERT_TRUE(s->insert_child("c1", "p").is_ok());
+    ASSERT_TRUE(s->insert_child("c2", "p").is_ok());
+    ASSERT_TRUE(s->insert_child("g1", "c1").is_ok());
+    EXPECT_EQ(s->insert_child("c1", "other").code(), StatusCode::kAlreadyExists);
+  }
+  auto s = open();  // durable across a reopen
+  auto page = s->run_children("p", 50, 0);
+  ASSERT_TRUE(page.is_ok());
+  EXPECT_EQ(page->total, 2);
+  EXPECT_EQ(page->run_ids, (std::vector<std::string>{"c2", "c1"}));
+  auto second = s->run_children("p", 1, 1);
+  ASSERT_TRUE(second.is_ok());
+  EXPECT_EQ(second->total, 2);
+  EXPECT_EQ(second->run_ids, (std::vector<std::string>{"c1"}));
+  EXPECT_EQ(s->run_children("c1", 50, 0)->run_ids, (std::vector<std::string>{"g1"}));
+  EXPECT_EQ(s->run_children("nobody", 50, 0)->total, 0);
 }
 
 }  // namespace

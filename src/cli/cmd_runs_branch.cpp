@@ -1,0 +1,253 @@
+// `trainer runs branch PARENT --snapshot S --steps N` and `trainer runs continue RUN --steps N`:
+// child runs started from a parent's snapshot (docs/lineage.md).
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cli/command_support.h"
+#include "cli/commands.h"
+#include "cli/exit_codes.h"
+#include "cli/run_view.h"
+#include "plan/plan.h"
+
+namespace trainer::cli {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr int kSubmissionIdBytes = 8;
+
+std::string new_submission_id() {
+  std::random_device rd;
+  static const char* kHex = "0123456789abcdef";
+  std::string id;
+  for (int i = 0; i < kSubmissionIdBytes; ++i) {
+    const unsigned v = rd() & 0xff;
+    id += kHex[v >> 4];
+    id += kHex[v & 15];
+  }
+  return id;
+}
+
+std::string overrides_text(const json& flat, const std::string& prefix = "") {
+  std::string out;
+  for (const auto& [key, value] : flat.items()) {
+    const std::string path = prefix.empty() ? key : prefix + "." + key;
+    if (value.is_object()) {
+      out += overrides_text(value, path);
+    } else {
+      out += "  " + path + ": " + value.dump() + "\n";
+    }
+  }
+  return out;
+}
+
+int start_child(Context& ctx, bool continuation) {
+  const char* verb = continuation ? "continue" : "branch";
+  const std::string parent = ctx.inv.positionals[0];
+  const bool dry_run = ctx.inv.has("dry-run");
+  if (dry_run && ctx.inv.has("wait")) return ctx.fail("--dry-run starts nothing to wait for; drop --wait", kExitUsage);
+  auto steps_text = ctx.inv.get("steps");
+  if (!steps_text) {
+    return ctx.fail(std::string("runs ") + verb + " needs --steps N: the child's budget of optimizer updates", kExitUsage);
+  }
+  char* end = nullptr;
+  const long long steps = std::strtoll(steps_text->c_str(), &end, 10);
+  if (steps_text->empty() || *end != '\0' || steps < 1) {
+    return ctx.fail("--steps must be a positive integer, got \"" + *steps_text + "\"", kExitUsage);
+  }
+  json body = {{"steps", steps}};
+  if (auto s = ctx.inv.get("snapshot")) body["snapshot"] = *s;
+  if (!continuation) {
+    if (!body.contains("snapshot")) {
+      return ctx.fail("runs branch needs --snapshot SNAPSHOT (list them with `trainer runs snapshots " + parent + "`)",
+                      kExitUsage);
+    }
+    const std::string restore = ctx.inv.get_or("restore", "weights");
+    if (restore != "weights" && restore != "trainingState") {
+      return ctx.fail("--restore must be weights or trainingState, got '" + restore + "'", kExitUsage);
+    }
+    body["restore"] = restore;
+  }
+  std::string overrides_source;
+  if (auto file = ctx.inv.get("overrides")) {
+    std::string error;
+    auto text = read_input(*file, &error);
+    if (!text) return ctx.fail(error, kExitError);
+    overrides_source = *file == "-" ? "stdin" : *file;
+    auto doc = plan::parse_document(*text, overrides_source);
+    if (!doc.is_ok()) return ctx.fail(doc.status().message(), kExitError);
+    if (!doc->is_null() && !doc->is_object()) {
+      return ctx.fail(overrides_source + ": an override document maps config fields to new values, e.g. "
+                                         "hyperparams.optimizer.learningRate: 5e-5",
+                      kExitError);
+    }
+    body["overrides"] = *doc;
+  }
+  const std::string base = "/v1/runs/" + seg(parent) + "/" + verb;
+  if (dry_run) {
+    auto checked = ctx.post(base + "?dryRun=true", body);
+    if (!checked) return ctx.last_failure_code();
+    if (!ctx.text()) {
+      ctx.print_json(*checked);
+      return kExitOk;
+    }
+    const json child = checked->value("child", json::object());
+    out("The child is valid: " + std::to_string(child.value("stepBudget", int64_t{0})) + " steps from snapshot " +
+        short_id(child.value("sourceSnapshotId", std::string())) + " (step " +
+        std::to_string(child.value("sourceStep", int64_t{0})) + " of run " +
+        short_id(child.value("parentRunId", std::string())) + "), restoring " +
+        child.value("restore", std::string()) + ".\n");
+    if (body.contains("overrides") && body["overrides"].is_object() && !body["overrides"].empty()) {
+      out("Overrides:\n" + overrides_text(body["overrides"]));
+    }
+    out("\nResolved child plan:\n" + to_yaml_text(checked->value("plan", json::object()), 2));
+    out("Nothing was started; drop --dry-run to start it.\n");
+    return kExitOk;
+  }
+  body["submissionId"] = new_submission_id();  // a retried request reaches the same child
+  auto run = ctx.post(base, body);
+  if (!run) return ctx.last_failure_code();
+  const std::string id = run->value("runId", std::string());
+  if (!ctx.text()) {
+    if (!ctx.inv.has("wait")) ctx.print_json(*run);
+  } else {
+    out("Started run " + id + ": " + verb + " of run " + short_id(run->value("parentRunId", std::string())) +
+        " from snapshot " + short_id(run->value("sourceSnapshotId", std::string())) + " (step " +
+        std::to_string(run->value("sourceStep", int64_t{0})) + "), " + std::to_string(steps) + " steps, restoring " +
+        run->value("restore", std::string()) + ".\n");
+    if (!ctx.inv.has("wait")) out("Follow it with `trainer runs wait " + short_id(id) + "`.\n");
+  }
+  std::fflush(stdout);
+  if (ctx.inv.has("wait")) return wait_for_run(ctx, id);
+  return kExitOk;
+}
+
+int runs_sweep(Context& ctx) {
+  const std::string parent = ctx.inv.positionals[0];
+  auto snapshot = ctx.inv.get("snapshot");
+  auto grid_file = ctx.inv.get("grid");
+  auto steps_text = ctx.inv.get("steps");
+  if (!snapshot || !grid_file || !steps_text) {
+    return ctx.fail("runs sweep needs --snapshot SNAPSHOT, --steps N and --grid FILE", kExitUsage);
+  }
+  char* end = nullptr;
+  const long long steps = std::strtoll(steps_text->c_str(), &end, 10);
+  if (steps_text->empty() || *end != '\0' || steps < 1) {
+    return ctx.fail("--steps must be a positive integer, got \"" + *steps_text + "\"", kExitUsage);
+  }
+  std::string error;
+  auto text = read_input(*grid_file, &error);
+  if (!text) return ctx.fail(error, kExitError);
+  auto grid = plan::parse_document(*text, *grid_file == "-" ? "stdin" : *grid_file);
+  if (!grid.is_ok()) return ctx.fail(grid.status().message(), kExitError);
+  const std::string restore = ctx.inv.get_or("restore", "weights");
+  if (restore != "weights" && restore != "trainingState") {
+    return ctx.fail("--restore must be weights or trainingState, got '" + restore + "'", kExitUsage);
+  }
+  json body = {{"snapshot", *snapshot}, {"steps", steps}, {"restore", restore}, {"grid", *grid}};
+  const bool dry_run = ctx.inv.has("dry-run");
+  std::string path = "/v1/runs/" + seg(parent) + "/sweep";
+  if (dry_run) {
+    path += "?dryRun=true";
+  } else {
+    body["submissionId"] = new_submission_id();
+  }
+  auto doc = ctx.post(path, body);
+  if (!doc) return ctx.last_failure_code();
+  if (!ctx.text()) {
+    ctx.print_json(*doc);
+    return kExitOk;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& p : doc->value("points", json::array())) {
+    std::string values;
+    const json point = p.value("values", json::object());
+    for (const auto& [k, v] : point.items()) {
+      values += (values.empty() ? "" : ", ") + k + "=" + v.dump();
+    }
+    rows.push_back({std::to_string(p.value("index", 0)), values,
+                    dry_run ? "(valid)" : short_id(p.value("runId", std::string()))});
+  }
+  out(render_table({"POINT", "VALUES", "RUN"}, rows));
+  out(dry_run ? "Every point is valid; nothing was started. Drop --dry-run to start " +
+                    std::to_string(doc->value("total", 0)) + " children.\n"
+              : "Started " + std::to_string(doc->value("total", 0)) + " children of run " + short_id(parent) +
+                    "; list them with `trainer runs branches " + short_id(parent) + "`.\n");
+  return kExitOk;
+}
+
+int runs_branch(Context& ctx) { return start_child(ctx, false); }
+int runs_continue(Context& ctx) { return start_child(ctx, true); }
+
+std::vector<Flag> child_flags(bool continuation) {
+  std::vector<Flag> flags = {
+      {"snapshot", 0, "SNAPSHOT",
+       continuation ? "the snapshot to continue (id or prefix); default: the newest with training state"
+                    : "the parent's snapshot to start from (id or prefix); required",
+       ""},
+      {"steps", 0, "N", "the child's budget of optimizer updates; required", ""}};
+  if (!continuation) {
+    flags.push_back({"restore", 0, "weights|trainingState",
+                     "weights (default): a fresh optimizer from the adapter; trainingState: everything", ""});
+  }
+  flags.push_back({"overrides", 0, "FILE", "YAML or JSON of the config fields to change (dotted or nested)", ""});
+  flags.push_back({"dry-run", 0, "", "show the resolved child plan; start nothing", ""});
+  flags.push_back({"wait", 0, "", "follow the child to a terminal phase", ""});
+  flags.push_back({"exit-status", 0, "", "exit non-zero when the child ends FAILED (3) or CANCELLED (4)", "wait"});
+  return flags;
+}
+
+}  // namespace
+
+Command runs_branch_command() {
+  Command c{"branch", {}, "Start a child run from a parent's snapshot", "PARENT",
+            "The child is a new run with the parent's plan (workload, base model, grader, device count),\n"
+            "a budget of --steps updates counted from zero, and the overrides applied. The parent is\n"
+            "unchanged. --restore weights (default) loads the adapter with a fresh optimizer, schedule,\n"
+            "RNG and data order; trainingState restores all of them and allows only the learning rate\n"
+            "to change. Overrides name only declared config fields (docs/plans.md); epochs and maxSteps\n"
+            "cannot be overridden (--steps is the budget). The child holds its source snapshot against\n"
+            "retention until it ends.",
+            child_flags(false), {}, runs_branch, 1, 1, {}};
+  c.examples = {
+      {"see the child plan first", "trainer runs branch 7d496e82 --snapshot 3f2a9c71 --steps 200 --overrides lr.yaml --dry-run"},
+      {"branch from the weights with a new learning rate, follow it",
+       "trainer runs branch 7d496e82 --snapshot 3f2a9c71 --steps 200 --overrides lr.yaml --wait --exit-status"},
+      {"continue everything from a snapshot", "trainer runs branch 7d496e82 --snapshot 3f2a9c71 --steps 100 --restore trainingState"}};
+  return c;
+}
+
+Command runs_sweep_command() {
+  Command c{"sweep", {}, "Start one child run per point of a parameter grid, all from one snapshot", "PARENT",
+            "The grid file (YAML or JSON) lists axes: [{path, values}]; the points are their Cartesian\n"
+            "product, the last axis varying fastest, and each point's values are its child's overrides\n"
+            "(as `runs branch --overrides`). Two axes may not set the same or nested fields. Every point\n"
+            "is validated before any is submitted; a parent's children may not pass 50. Each child is\n"
+            "labelled with its point (sweepPoint).",
+            {{"snapshot", 0, "SNAPSHOT", "the parent's snapshot every child starts from; required", ""},
+             {"steps", 0, "N", "each child's budget of optimizer updates; required", ""},
+             {"grid", 0, "FILE", "the grid: axes: [{path, values}]; - reads stdin", ""},
+             {"restore", 0, "weights|trainingState", "what each child restores (default weights)", ""},
+             {"dry-run", 0, "", "validate every point and list them; start nothing", ""}},
+            {}, runs_sweep, 1, 1, {}};
+  c.examples = {{"check a grid of learning rates and batch sizes",
+                 "trainer runs sweep 7d496e82 --snapshot 3f2a9c71 --steps 100 --grid grid.yaml --dry-run"},
+                {"start it", "trainer runs sweep 7d496e82 --snapshot 3f2a9c71 --steps 100 --grid grid.yaml"}};
+  return c;
+}
+
+Command runs_continue_command() {
+  Command c{"continue", {}, "Continue a snapshot's full training state as a child run", "RUN",
+            "Restores weights, optimizer moments, RNG and data position from --snapshot (default: the\n"
+            "newest snapshot with training state) and trains --steps more updates as a new run on the\n"
+            "same device count; its schedule spans its own budget. Overrides may set only the learning\n"
+            "rate and hyperparams.training.validationFrequencySteps. Says why when a run cannot be\n"
+            "continued.",
+            child_flags(true), {}, runs_continue, 1, 1, {}};
+  c.examples = {{"check it, then run it", "trainer runs continue 7d496e82 --steps 200 --overrides lr.yaml --dry-run"},
+                {"continue 200 more steps and follow", "trainer runs continue 7d496e82 --steps 200 --wait --exit-status"}};
+  return c;
+}
+
+}  // namespace trainer::cli

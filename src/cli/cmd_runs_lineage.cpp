@@ -1,0 +1,139 @@
+// `trainer runs branches PARENT`, `trainer runs tree ROOT` and `trainer runs ancestry RUN`: the
+// family of a run (docs/lineage.md).
+#include <string>
+#include <vector>
+
+#include "cli/command_support.h"
+#include "cli/commands.h"
+#include "cli/exit_codes.h"
+#include "cli/run_view.h"
+
+namespace trainer::cli {
+namespace {
+
+using json = nlohmann::json;
+
+std::string step_text(const json& run, const char* key) {
+  return run.contains(key) && run[key].is_number_integer() ? std::to_string(run[key].get<int64_t>()) : "-";
+}
+
+std::string progress_text(const json& run) {
+  const json p = run.value("progress", json::object());
+  const std::string step = p.contains("step") && p["step"].is_number() ? std::to_string(p["step"].get<int64_t>()) : "0";
+  const std::string total =
+      p.contains("totalSteps") && p["totalSteps"].is_number() ? std::to_string(p["totalSteps"].get<int64_t>()) : "?";
+  return step + "/" + total;
+}
+
+int runs_branches(Context& ctx) {
+  const std::string parent = ctx.inv.positionals[0];
+  std::string path = "/v1/runs/" + seg(parent) + "/branches";
+  int code = kExitOk;
+  auto limit = int_flag(ctx, "limit", &code);
+  if (code != kExitOk) return code;
+  auto offset = int_flag(ctx, "offset", &code);
+  if (code != kExitOk) return code;
+  if (limit) append_query(&path, "limit", std::to_string(*limit));
+  if (offset) append_query(&path, "offset", std::to_string(*offset));
+  auto doc = ctx.get(path);
+  if (!doc) return ctx.last_failure_code();
+  if (!ctx.text()) {
+    ctx.print_json(*doc);
+    return kExitOk;
+  }
+  const json branches = doc->value("branches", json::array());
+  const std::string id = short_id(doc->value("runId", parent));
+  if (branches.empty()) {
+    out("Run " + id + " has no branches. Start one with `trainer runs branch " + id +
+        " --snapshot SNAPSHOT --steps N`.\n");
+    return kExitOk;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& b : branches) {
+    rows.push_back({short_id(b.value("runId", std::string())), b.value("childKind", std::string()),
+                    short_id(b.value("sourceSnapshotId", std::string())), step_text(b, "sourceStep"),
+                    b.value("restore", std::string()), step_text(b, "stepBudget"), b.value("phase", std::string()),
+                    progress_text(b)});
+  }
+  out(render_table({"RUN", "KIND", "SNAPSHOT", "SOURCE STEP", "RESTORE", "STEPS", "PHASE", "PROGRESS"}, rows));
+  if (doc->contains("nextOffset")) {
+    out("More: trainer runs branches " + id + " --offset " + std::to_string((*doc)["nextOffset"].get<int64_t>()) + "\n");
+  }
+  return kExitOk;
+}
+
+int runs_tree(Context& ctx) {
+  std::string path = "/v1/runs/" + seg(ctx.inv.positionals[0]) + "/tree";
+  int code = kExitOk;
+  auto depth = int_flag(ctx, "depth", &code);
+  if (code != kExitOk) return code;
+  if (depth) append_query(&path, "depth", std::to_string(*depth));
+  auto doc = ctx.get(path);
+  if (!doc) return ctx.last_failure_code();
+  if (!ctx.text()) {
+    ctx.print_json(*doc);
+    return kExitOk;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& r : doc->value("runs", json::array())) {
+    const int64_t level = r.value("depth", int64_t{0});
+    rows.push_back({std::string(static_cast<size_t>(level) * 2, ' ') + short_id(r.value("runId", std::string())),
+                    step_text(r, "sourceStep"), r.value("restore", std::string("-")), r.value("phase", std::string()),
+                    progress_text(r)});
+  }
+  out(render_table({"RUN", "SOURCE STEP", "RESTORE", "PHASE", "PROGRESS"}, rows));
+  if (doc->value("truncated", false)) out("(truncated: the tree has more runs than one answer lists)\n");
+  return kExitOk;
+}
+
+int runs_ancestry(Context& ctx) {
+  auto doc = ctx.get("/v1/runs/" + seg(ctx.inv.positionals[0]) + "/ancestry");
+  if (!doc) return ctx.last_failure_code();
+  if (!ctx.text()) {
+    ctx.print_json(*doc);
+    return kExitOk;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& r : doc->value("runs", json::array())) {
+    rows.push_back({short_id(r.value("runId", std::string())), short_id(r.value("sourceSnapshotId", std::string("-"))),
+                    step_text(r, "sourceStep"), step_text(r, "stepBudget"), r.value("restore", std::string("-")),
+                    r.value("phase", std::string())});
+  }
+  out(render_table({"RUN", "SNAPSHOT", "SOURCE STEP", "STEPS", "RESTORE", "PHASE"}, rows));
+  return kExitOk;
+}
+
+}  // namespace
+
+Command runs_branches_command() {
+  Command c{"branches", {}, "List a run's direct children, newest first", "PARENT",
+            "Children started with `runs branch` or `runs continue`; SOURCE STEP is the parent's step\n"
+            "the child started from.",
+            {{"limit", 0, "N", "at most N children (1-100; default 50)", ""},
+             {"offset", 0, "N", "skip the first N (newest first)", ""}},
+            {}, runs_branches, 1, 1, {}};
+  c.examples = {{"a run's children", "trainer runs branches 7d496e82"},
+                {"their ids, for scripts", "trainer runs branches 7d496e82 --jq '.branches[].runId'"}};
+  return c;
+}
+
+Command runs_tree_command() {
+  Command c{"tree", {}, "Show a run's descendants across generations, indented", "ROOT",
+            "Each run is followed by its own children (newest first), indented one level deeper.",
+            {{"depth", 0, "N", "generations to show (0 = all, the default)", ""}}, {}, runs_tree, 1, 1, {}};
+  c.examples = {{"the whole family below a run", "trainer runs tree 7d496e82"},
+                {"children and grandchildren only", "trainer runs tree 7d496e82 --depth 2"}};
+  return c;
+}
+
+Command runs_ancestry_command() {
+  Command c{"ancestry", {}, "Show the chain from the root run down to this run", "RUN",
+            "Root first. Each child names its parent's snapshot, the step it started from and its budget.\n"
+            "A run that is nobody's child is a chain of one.",
+            {}, {}, runs_ancestry, 1, 1, {}};
+  c.examples = {{"where a run comes from", "trainer runs ancestry 7d496e82"},
+                {"its root run's id", "trainer runs ancestry 7d496e82 --jq '.runs[0].runId'"}};
+  return c;
+}
+
+}  // namespace trainer::cli

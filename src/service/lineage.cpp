@@ -1,0 +1,299 @@
+// Lineage (docs/lineage.md): child runs started from a parent's snapshot (`runs branch`,
+// `runs continue`) and the views of the family (`runs branches`, `runs tree`, `runs ancestry`).
+//
+// A child is a new run: the parent's resolved plan with the override document applied and
+// config.hyperparams.training.maxSteps = its own budget (plan/overrides.h), the same workload,
+// base model, grader and device count. Its document names where it came from: parentRunId,
+// rootRunId, sourceSnapshotId, sourceStep, restore (weights | trainingState), stepBudget and
+// childKind (branch | continue). The run, its lineage row and its hold on the source snapshot
+// are written in one transaction; the hold is given back when the child ends (finish()).
+#include <algorithm>
+
+#include "plan/overrides.h"
+#include "protocol/snapshot.h"
+#include "service/service_state.h"
+
+namespace trainer::service {
+namespace {
+
+namespace tel = trainer::telemetry;
+
+constexpr int64_t kMaxLineagePage = 100;   // most children one `runs branches` page lists
+constexpr size_t kMaxTreeRuns = 1000;      // most descendants one `runs tree` answer lists
+constexpr int kMaxGenerations = 1000;      // longest ancestry chain followed
+
+// The lineage fields a child's document carries (and lineage views repeat).
+const char* const kLineageFields[] = {"parentRunId", "rootRunId", "sourceSnapshotId", "sourceStep",
+                                      "restore",     "stepBudget", "childKind",        "sweepPoint"};
+
+bool kind_committed(const json& snapshot, const std::string& kind) {
+  const json kinds = snapshot.value("kinds", json::object());
+  return kinds.contains(kind) && kinds[kind].value("state", std::string()) == "committed";
+}
+
+std::string committed_kinds(const json& snapshot) {
+  std::string out;
+  const json kinds = snapshot.value("kinds", json::object());
+  for (const auto& [kind, k] : kinds.items()) {
+    if (k.value("state", std::string()) == "committed") out += (out.empty() ? "" : ", ") + kind;
+  }
+  return out.empty() ? "none" : out;
+}
+
+// One run as lineage views list it.
+json lineage_entry(const RunRecord& r) {
+  json e = {{"runId", r.id},
+            {"phase", phase_name(r.phase)},
+            {"method", r.method},
+            {"createdAt", r.view.value("createdAt", json(nullptr))},
+            {"progress", r.view.value("progress", json::object())}};
+  for (const char* key : kLineageFields) {
+    if (r.view.contains(key)) e[key] = r.view[key];
+  }
+  for (const char* key : {"configName", "description", "outcome"}) {
+    if (r.view.contains(key)) e[key] = r.view[key];
+  }
+  if (r.outcome) e["outcome"] = *r.outcome;
+  return e;
+}
+
+}  // namespace
+
+Result<std::pair<json, bool>> ServiceImpl::branch_run(const std::string& parent_ref, const json& body, bool dry_run) {
+  return start_child(parent_ref, body, dry_run, false);
+}
+
+Result<std::pair<json, bool>> ServiceImpl::continue_run(const std::string& ref, const json& body, bool dry_run) {
+  return start_child(ref, body, dry_run, true);
+}
+
+Result<std::pair<json, bool>> ServiceImpl::start_child(const std::string& parent_ref, const json& body, bool dry_run,
+                                                       bool continuation, const json& sweep_point) {
+  const char* verb = continuation ? "runs continue" : "runs branch";
+  TRAINER_RETURN_IF_ERROR(check_fields(body, {"snapshot", "steps", "restore", "overrides", "submissionId"}));
+  auto steps_it = body.find("steps");
+  if (steps_it == body.end() || !steps_it->is_number_integer() || steps_it->get<int64_t>() < 1) {
+    return invalid_field("steps", "required: the child's budget of optimizer updates, an integer of at least 1");
+  }
+  const int64_t steps = steps_it->get<int64_t>();
+  plan::Restore restore = continuation ? plan::Restore::kTrainingState : plan::Restore::kWeights;
+  if (auto it = body.find("restore"); it != body.end() && !it->is_null()) {
+    const std::string r = it->is_string() ? it->get<std::string>() : it->dump();
+    if (r == "trainingState") {
+      restore = plan::Restore::kTrainingState;
+    } else if (r == "weights" && !continuation) {
+      restore = plan::Restore::kWeights;
+    } else if (continuation) {
+      return invalid_field("restore", "runs continue restores the whole trainingState; to start from the weights "
+                                      "alone use runs branch --restore weights");
+    } else {
+      return invalid_field("restore", "'" + r + "' is not weights or trainingState");
+    }
+  }
+  const json overrides = body.value("overrides", json(nullptr));
+  std::optional<std::string> submission;
+  if (auto it = body.find("submissionId"); it != body.end() && !it->is_null()) {
+    if (!it->is_string()) return invalid_field("submissionId", "must be a string");
+    submission = it->get<std::string>();
+  }
+
+  auto parent = resolve_run(parent_ref, continuation ? "run" : "parent");
+  if (!parent.is_ok()) return parent.status();
+
+  // The source snapshot: the one named, or (continue) the newest with training state.
+  json snapshot;
+  if (auto it = body.find("snapshot"); it != body.end() && !it->is_null()) {
+    if (!it->is_string()) return invalid_field("snapshot", "must be a snapshot id or prefix");
+    auto id = resolve_snapshot_id(it->get<std::string>(), "snapshot");
+    if (!id.is_ok()) return id.status();
+    auto found = store_->get_snapshot(*id);
+    if (!found.is_ok()) return found.status();
+    if (!found->has_value() || (**found).value("state", std::string()) != "committed") {
+      return field_status(StatusCode::kNotFound, "snapshot", "no committed snapshot with id '" + *id + "'");
+    }
+    snapshot = std::move(**found);
+    if (snapshot.value("runId", std::string()) != parent->id) {
+      return invalid_field("snapshot", "snapshot " + *id + " belongs to run " + snapshot.value("runId", std::string()) +
+                                           ", not to run " + parent->id + "; list its snapshots with: trainer runs "
+                                           "snapshots " + parent->id.substr(0, 8));
+    }
+  } else if (continuation) {
+    int64_t seen = 0;
+    for (int64_t offset = 0; snapshot.is_null(); offset += kMaxLineagePage) {
+      auto page = store_->list_snapshots(parent->id, "committed", kMaxLineagePage, offset);
+      if (!page.is_ok()) return page.status();
+      for (const auto& s : page->snapshots) {
+        if (kind_committed(s, protocol::kTrainingStateKind)) {
+          snapshot = s;
+          break;
+        }
+      }
+      seen += static_cast<int64_t>(page->snapshots.size());
+      if (page->snapshots.empty() || seen >= page->total) break;
+    }
+    if (snapshot.is_null()) {
+      return field_status(
+          StatusCode::kFailedPrecondition, "snapshot",
+          "run " + parent->id + " cannot be continued: none of its " + std::to_string(seen) +
+              " committed snapshots holds training state (" +
+              (seen == 0 ? std::string("it has saved none yet: a run saves every execution.saveEvery updates and at "
+                                       "the end")
+                         : std::string("later saves carry weights only when uploads fall behind, and retention "
+                                       "deletes older training state")) +
+              "); start a child from the weights with: trainer runs branch " + parent->id.substr(0, 8) +
+              " --snapshot SNAPSHOT --steps N");
+    }
+  } else {
+    return invalid_field("snapshot", "required: the parent's snapshot the child starts from; list them with: "
+                                     "trainer runs snapshots " + parent->id.substr(0, 8));
+  }
+  const std::string snapshot_id = snapshot.value("snapshotId", std::string());
+  std::vector<std::string> needed = {protocol::kWeightsKind};
+  if (restore == plan::Restore::kTrainingState) needed.push_back(protocol::kTrainingStateKind);
+  for (const auto& kind : needed) {
+    if (kind_committed(snapshot, kind)) continue;
+    const std::string state = snapshot.value("kinds", json::object()).value(kind, json::object()).value("state", "");
+    std::string why = state == "deleted" || state == "deleting"
+                          ? "its " + kind + " artifact was deleted by retention (execution.keepAdapters)"
+                          : "it holds no committed " + kind + " artifact (it holds: " + committed_kinds(snapshot) + ")";
+    std::string hint = kind == protocol::kTrainingStateKind && !continuation
+                           ? "; branch with --restore weights, or choose a snapshot with training state"
+                           : "; choose another snapshot (trainer runs snapshots " + parent->id.substr(0, 8) + ")";
+    return field_status(StatusCode::kFailedPrecondition, "snapshot", "snapshot " + snapshot_id + ": " + why + hint);
+  }
+
+  auto child = plan::child_plan(parent->view.value("plan", json::object()), overrides,
+                                {.restore = restore, .continuation = continuation}, steps);
+  if (!child.is_ok()) return child.status();
+  (*child)["workload"] = parent->workload_id;  // the workload itself, whatever it is called now
+  if (submission) (*child)["submissionId"] = *submission;
+
+  json lineage = {{"parentRunId", parent->id},
+                        {"rootRunId", parent->view.value("rootRunId", parent->id)},
+                        {"sourceSnapshotId", snapshot_id},
+                        {"sourceStep", snapshot.value("savedStep", int64_t{0})},
+                        {"restore", plan::restore_name(restore)},
+                        {"stepBudget", steps},
+                        {"childKind", continuation ? "continue" : "branch"}};
+  if (!sweep_point.is_null()) {
+    lineage["childKind"] = "sweep";
+    lineage["sweepPoint"] = sweep_point;
+  }
+  // Under mu_, in the run's transaction: the source is still there, the child holds it.
+  auto on_insert = [&](RunRecord& run) -> Status {
+    auto found = store_->get_snapshot(snapshot_id);
+    if (!found.is_ok()) return found.status();
+    if (!found->has_value()) return not_found("snapshot " + snapshot_id + " left the catalog");
+    json doc = std::move(**found);
+    for (const auto& kind : needed) {
+      if (!kind_committed(doc, kind)) {
+        return field_status(StatusCode::kFailedPrecondition, "snapshot",
+                            "snapshot " + snapshot_id + ": its " + kind + " artifact was deleted meanwhile");
+      }
+    }
+    for (const auto& [key, value] : lineage.items()) run.view[key] = value;
+    TRAINER_RETURN_IF_ERROR(store_->insert_child(run.id, parent->id));
+    return add_branch_hold(doc, run.id, needed);
+  };
+  const double started = now();
+  auto out = submit_plan(*child, dry_run, on_insert, {{"child", lineage}});
+  if (!dry_run) {
+    // The branch operation: the source retained and the child started, in one transaction.
+    const bool ok = out.is_ok();
+    const auto outcome = ok ? tel::ServiceOutcome::kSuccess : tel::ServiceOutcome::kRejected;
+    const auto reason = ok ? std::nullopt : std::optional(tel::ServiceFailureReason::kValidation);
+    metrics_.operation_attempt(
+        {.operation = tel::ServiceOperation::kBranch, .stage = tel::ServiceStage::kRetain, .outcome = outcome, .reason = reason});
+    if (ok) {
+      metrics_.operation_attempt({.operation = tel::ServiceOperation::kBranch,
+                                  .stage = tel::ServiceStage::kStartChild,
+                                  .outcome = outcome});
+    }
+    metrics_.operation_ended(tel::ServiceOperation::kBranch, outcome, now() - started, reason);
+  }
+  if (!out.is_ok()) {
+    // The plan parser blames the child's plan; say it came from the overrides where it did.
+    const Status& st = out.status();
+    if (st.field().rfind("config.", 0) == 0 && !overrides.is_null()) {
+      return Status(st.code(), st.field(), st.message() + " (in the " + std::string(verb) + " overrides)");
+    }
+  }
+  return out;
+}
+
+Result<json> ServiceImpl::run_branches(const std::string& ref, int64_t limit, int64_t offset) {
+  if (limit < 1 || limit > kMaxLineagePage) {
+    return invalid_field("limit", "must be between 1 and " + std::to_string(kMaxLineagePage));
+  }
+  if (offset < 0) return invalid_field("offset", "must not be negative");
+  auto run = resolve_run(ref, "run");
+  if (!run.is_ok()) return run.status();
+  auto page = store_->run_children(run->id, limit, offset);
+  if (!page.is_ok()) return page.status();
+  json branches = json::array();
+  for (const auto& id : page->run_ids) {
+    auto child = resolve_run(id, "run");
+    if (!child.is_ok()) continue;  // a damaged document: `runs get` reports it
+    branches.push_back(present_run(*child));
+  }
+  json out = {{"runId", run->id}, {"branches", branches}, {"total", page->total}};
+  if (offset + static_cast<int64_t>(page->run_ids.size()) < page->total) {
+    out["nextOffset"] = offset + static_cast<int64_t>(page->run_ids.size());
+  }
+  return out;
+}
+
+Result<json> ServiceImpl::run_tree(const std::string& ref, int64_t depth) {
+  if (depth < 0) return invalid_field("depth", "must not be negative (0 = every generation)");
+  auto root = resolve_run(ref, "run");
+  if (!root.is_ok()) return root.status();
+  json runs = json::array();
+  bool truncated = false;
+  // Depth first, children newest first, so that each run is followed by its own descendants.
+  std::vector<std::pair<std::string, int64_t>> stack = {{root->id, 0}};
+  while (!stack.empty()) {
+    auto [id, level] = stack.back();
+    stack.pop_back();
+    auto run = resolve_run(id, "run");
+    if (!run.is_ok()) continue;
+    json entry = lineage_entry(*run);
+    entry["depth"] = level;
+    if (runs.size() >= kMaxTreeRuns) {
+      truncated = true;
+      break;
+    }
+    runs.push_back(entry);
+    if (depth != 0 && level >= depth) continue;
+    std::vector<std::string> children;
+    for (int64_t offset = 0;; offset += kMaxLineagePage) {
+      auto page = store_->run_children(id, kMaxLineagePage, offset);
+      if (!page.is_ok()) return page.status();
+      children.insert(children.end(), page->run_ids.begin(), page->run_ids.end());
+      if (page->run_ids.empty() || static_cast<int64_t>(children.size()) >= page->total) break;
+    }
+    for (auto it = children.rbegin(); it != children.rend(); ++it) stack.emplace_back(*it, level + 1);
+  }
+  json out = {{"runId", root->id}, {"runs", runs}};
+  if (truncated) out["truncated"] = true;
+  return out;
+}
+
+Result<json> ServiceImpl::run_ancestry(const std::string& ref) {
+  auto run = resolve_run(ref, "run");
+  if (!run.is_ok()) return run.status();
+  std::vector<json> chain = {lineage_entry(*run)};
+  std::string parent = run->view.value("parentRunId", std::string());
+  for (int generation = 0; !parent.empty() && generation < kMaxGenerations; ++generation) {
+    auto up = resolve_run(parent, "run");
+    if (!up.is_ok()) {
+      chain.push_back({{"runId", parent}, {"missing", true}});
+      break;
+    }
+    chain.push_back(lineage_entry(*up));
+    parent = up->view.value("parentRunId", std::string());
+  }
+  std::reverse(chain.begin(), chain.end());
+  return json{{"runId", run->id}, {"runs", chain}};
+}
+
+}  // namespace trainer::service

@@ -1,0 +1,115 @@
+// `runs sweep PARENT --snapshot S --grid F` (docs/lineage.md, "Sweeps"): one child run per point
+// of a grid, all from one snapshot. The grid's axes ({path, values}) span a Cartesian product,
+// the last axis varying fastest; each point's values are its child's override document. Every
+// point is validated (as a dry run of its child) before any is submitted, so a bad point starts
+// nothing. Each child's submissionId is the sweep's with the point's index: a repeated sweep
+// reaches the same children.
+#include "service/service_state.h"
+
+namespace trainer::service {
+namespace {
+
+// Two paths that are the same or one inside the other.
+bool overlaps(const std::string& a, const std::string& b) {
+  auto strip = [](const std::string& p) { return p.rfind("config.", 0) == 0 ? p.substr(7) : p; };
+  const std::string x = strip(a), y = strip(b);
+  return x == y || x.rfind(y + ".", 0) == 0 || y.rfind(x + ".", 0) == 0;
+}
+
+}  // namespace
+
+Result<json> ServiceImpl::sweep_run(const std::string& parent_ref, const json& body, bool dry_run) {
+  TRAINER_RETURN_IF_ERROR(check_fields(body, {"snapshot", "steps", "restore", "grid", "submissionId"}));
+  auto grid = body.find("grid");
+  if (grid == body.end() || !grid->is_object()) {
+    return invalid_field("grid", "required: {axes: [{path, values}, ...]}");
+  }
+  TRAINER_RETURN_IF_ERROR(check_fields(*grid, {"axes"}).with_field("grid"));
+  auto axes_it = grid->find("axes");
+  if (axes_it == grid->end() || !axes_it->is_array() || axes_it->empty()) {
+    return invalid_field("grid.axes", "required: a non-empty list of {path, values}");
+  }
+  const json& axes = *axes_it;
+  int64_t points = 1;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    const std::string at = "grid.axes[" + std::to_string(i) + "]";
+    if (!axes[i].is_object()) return invalid_field(at, "must be {path, values}");
+    TRAINER_RETURN_IF_ERROR(check_fields(axes[i], {"path", "values"}).with_field(at));
+    if (!axes[i].contains("path") || !axes[i]["path"].is_string() || axes[i]["path"].get<std::string>().empty()) {
+      return invalid_field(at + ".path", "required: the dotted config field this axis sets");
+    }
+    if (!axes[i].contains("values") || !axes[i]["values"].is_array() || axes[i]["values"].empty()) {
+      return invalid_field(at + ".values", "required: a non-empty list of the values to try");
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (overlaps(axes[i]["path"], axes[j]["path"])) {
+        return invalid_field(at + ".path", "'" + axes[i]["path"].get<std::string>() + "' overlaps axis " +
+                                               std::to_string(j) + " ('" + axes[j]["path"].get<std::string>() +
+                                               "'); each axis sets its own field");
+      }
+    }
+    points *= static_cast<int64_t>(axes[i]["values"].size());
+    if (points > kMaxFan) break;
+  }
+  auto parent = resolve_run(parent_ref, "parent");
+  if (!parent.is_ok()) return parent.status();
+  auto existing = store_->run_children(parent->id, 1, 0);
+  if (!existing.is_ok()) return existing.status();
+  if (points + existing->total > kMaxFan) {
+    return invalid_field("grid", "the grid has " + (points > kMaxFan ? "more than " + std::to_string(kMaxFan)
+                                                                     : std::to_string(points)) +
+                                     " points and run " + parent->id + " already has " +
+                                     std::to_string(existing->total) + " children; a parent's fan is at most " +
+                                     std::to_string(kMaxFan) + " (the most branch models one comparison covers)");
+  }
+
+  // Every point, last axis fastest, validated before anything is submitted.
+  std::vector<json> values(static_cast<size_t>(points));
+  std::vector<json> children(static_cast<size_t>(points));
+  for (int64_t index = 0; index < points; ++index) {
+    json point = json::object();
+    int64_t rest = index;
+    for (size_t a = axes.size(); a-- > 0;) {
+      const size_t n = axes[a]["values"].size();
+      point[axes[a]["path"].get<std::string>()] = axes[a]["values"][static_cast<size_t>(rest) % n];
+      rest /= static_cast<int64_t>(n);
+    }
+    json child = {{"steps", body.value("steps", json(nullptr))}, {"overrides", point}};
+    for (const char* key : {"snapshot", "restore"}) {
+      if (body.contains(key)) child[key] = body[key];
+    }
+    auto checked = start_child(parent->id, child, true, false, point);
+    if (!checked.is_ok()) {
+      const Status& st = checked.status();
+      return Status(st.code(), st.field(),
+                    st.message() + " (grid point " + std::to_string(index) + ": " + point.dump() + ")");
+    }
+    values[static_cast<size_t>(index)] = point;
+    children[static_cast<size_t>(index)] = dry_run ? checked->first : child;
+  }
+  json out = {{"parentRunId", parent->id}, {"total", points}, {"points", json::array()}};
+  std::string submission = body.value("submissionId", std::string());
+  if (submission.empty()) submission = random_hex(16);
+  for (int64_t index = 0; index < points; ++index) {
+    json entry = {{"index", index}, {"values", values[static_cast<size_t>(index)]}};
+    if (dry_run) {
+      entry["plan"] = children[static_cast<size_t>(index)]["plan"];
+    } else {
+      json child = children[static_cast<size_t>(index)];
+      child["submissionId"] = submission + "-" + std::to_string(index);
+      auto started = start_child(parent->id, child, false, false, values[static_cast<size_t>(index)]);
+      if (!started.is_ok()) {
+        const Status& st = started.status();
+        return Status(st.code(), st.field(),
+                      st.message() + " (grid point " + std::to_string(index) + " of " + std::to_string(points) + "; " +
+                          std::to_string(index) + " started before it; repeat the sweep with submissionId " +
+                          submission + " to finish it)");
+      }
+      entry["runId"] = started->first.value("runId", std::string());
+    }
+    out["points"].push_back(entry);
+  }
+  return out;
+}
+
+}  // namespace trainer::service
