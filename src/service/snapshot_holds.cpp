@@ -16,6 +16,7 @@
 #include <set>
 
 #include "protocol/snapshot.h"
+#include "service/registry.h"
 #include "service/service_state.h"
 
 namespace trainer::service {
@@ -295,13 +296,20 @@ Result<json> ServiceImpl::release_snapshot(const std::string& ref) {
   std::vector<std::string> released, remaining;
   for (const auto& h : holds) {
     const std::string holder = h.value("holder", std::string());
-    bool leftover = holder == "registration";
+    bool leftover = false;
+    if (holder == "registration") {
+      // Only a failed registration's hold is left over: one still copying keeps what it copies.
+      auto model = store_->get_trained_model(h.value("modelId", std::string()));
+      leftover = !model.is_ok() || !model->has_value() || (**model).value("status", std::string()) == kModelFailed;
+    }
     if (holder == "branch") {
       // A branch's hold is left over once its run has ended (or is gone).
       auto child = resolve_run(h.value("runId", std::string()), "run");
       leftover = !child.is_ok() || is_terminal(child->phase);
     }
-    const std::string who = holder + (h.contains("runId") ? " " + h.value("runId", std::string()) : "");
+    const std::string who = holder + (h.contains("runId")     ? " " + h.value("runId", std::string())
+                                      : h.contains("modelId") ? " " + h.value("modelId", std::string())
+                                                              : "");
     (leftover ? released : remaining).push_back(who);
     if (!leftover) kept.push_back(h);
   }
@@ -319,7 +327,7 @@ Result<json> ServiceImpl::release_snapshot(const std::string& ref) {
   json out = present_snapshot(doc);
   out["changed"] = !released.empty();
   out["message"] = released.empty() ? "snapshot " + *id +
-                                          " has no registration hold or hold of an ended branch to release" +
+                                          " has no hold of a failed registration or of an ended branch to release" +
                                           (remaining.empty() ? "" : "; still held by " + join(remaining))
                                     : "released " + join(released) + " of snapshot " + *id;
   return out;
