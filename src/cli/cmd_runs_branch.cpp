@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
 #include "cli/run_view.h"
+#include "plan/document.h"
 #include "plan/plan.h"
 
 namespace trainer::cli {

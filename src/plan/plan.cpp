@@ -1,7 +1,6 @@
 #include "plan/plan.h"
 #include "plan/document.h"
 
-#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cmath>
@@ -21,46 +20,6 @@ using json = nlohmann::json;
 
 const std::vector<std::string> kKnownModules = {"q_proj", "k_proj", "v_proj", "o_proj",
                                                 "gate_proj", "up_proj", "down_proj"};
-
-// ---- YAML to JSON -------------------------------------------------------------------------
-
-// Plain YAML scalars are typed the way YAML 1.2's core schema types them; quoted ones stay strings.
-json yaml_scalar(const YAML::Node& node) {
-  const std::string& s = node.Scalar();
-  if (node.Tag() == "!") return s;  // quoted
-  if (s == "~" || s == "null" || s == "Null" || s == "NULL" || s.empty()) return nullptr;
-  if (s == "true" || s == "True" || s == "TRUE") return true;
-  if (s == "false" || s == "False" || s == "FALSE") return false;
-  char* end = nullptr;
-  errno = 0;
-  long long i = std::strtoll(s.c_str(), &end, 10);
-  if (end && *end == '\0' && errno == 0) return i;
-  errno = 0;
-  double d = std::strtod(s.c_str(), &end);
-  if (end && *end == '\0' && errno == 0 && s.find_first_of("0123456789") != std::string::npos) return d;
-  return s;
-}
-
-json yaml_to_json(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Null:
-    case YAML::NodeType::Undefined:
-      return nullptr;
-    case YAML::NodeType::Scalar:
-      return yaml_scalar(node);
-    case YAML::NodeType::Sequence: {
-      json arr = json::array();
-      for (const auto& item : node) arr.push_back(yaml_to_json(item));
-      return arr;
-    }
-    case YAML::NodeType::Map: {
-      json obj = json::object();
-      for (const auto& kv : node) obj[kv.first.as<std::string>()] = yaml_to_json(kv.second);
-      return obj;
-    }
-  }
-  return nullptr;
-}
 
 // ---- a strict reader over one JSON object ---------------------------------------------------
 
@@ -526,20 +485,18 @@ Status read_execution(const json& obj, ExecutionSettings* e) {
 
 }  // namespace
 
-const char* method_name(Method m) {
-  switch (m) {
-    case Method::kSft: return "sft";
-    case Method::kGrpo: return "grpo";
-    case Method::kGspo: return "gspo";
-  }
-  return "sft";
-}
-
 const char* loss_aggregation_name(LossAggregation a) {
   for (const auto& [name, value] : kAggregations) {
     if (value == a) return name;
   }
   return "dapo";
+}
+
+const char* scale_rewards_name(ScaleRewards s) {
+  for (const auto& [name, value] : kScaleRewards) {
+    if (value == s) return name;
+  }
+  return "group";
 }
 
 std::optional<TermKind> term_kind(std::string_view kind) {
@@ -580,23 +537,7 @@ std::string term_label(const RewardTermSpec& term) {
   return term.kind;
 }
 
-const char* scale_rewards_name(ScaleRewards s) {
-  for (const auto& [name, value] : kScaleRewards) {
-    if (value == s) return name;
-  }
-  return "group";
-}
-
 const char* precision_name(Precision p) { return p == Precision::kBf16 ? "BF16" : "FP32"; }
-
-const char* schedule_name(Schedule s) {
-  switch (s) {
-    case Schedule::kLinear: return "linear";
-    case Schedule::kCosine: return "cosine";
-    case Schedule::kConstant: return "constant";
-  }
-  return "linear";
-}
 
 Result<Plan> plan_from_json(const nlohmann::json& doc, std::string_view source) {
   if (!doc.is_object()) {
@@ -622,20 +563,6 @@ Result<Plan> plan_from_json(const nlohmann::json& doc, std::string_view source) 
   return plan;
 }
 
-Result<json> parse_document(std::string_view text, std::string_view source) {
-  size_t first = text.find_first_not_of(" \t\r\n");
-  if (first == std::string_view::npos) {
-    return invalid_argument(std::string(source) + ": the document is empty");
-  }
-  if (text[first] == '{') return parse_json(text, source);
-  try {
-    return yaml_to_json(YAML::Load(std::string(text)));
-  } catch (const YAML::Exception& e) {
-    return invalid_argument(std::string(source) + ":" + std::to_string(e.mark.line + 1) + ":" +
-                            std::to_string(e.mark.column + 1) + ": not valid YAML: " + e.msg);
-  }
-}
-
 Result<Plan> parse_plan(std::string_view text, std::string_view source) {
   if (text.find_first_not_of(" \t\r\n") == std::string_view::npos) {
     return invalid_argument(std::string(source) + ": the plan is empty");
@@ -644,49 +571,6 @@ Result<Plan> parse_plan(std::string_view text, std::string_view source) {
   return plan_from_json(doc, source);
 }
 
-std::optional<TextPosition> locate_field(std::string_view text, std::string_view field) {
-  // "a.b[2].c" -> {"a", "b", "[2]", "c"}
-  std::vector<std::string> parts;
-  std::string cur;
-  for (char c : field) {
-    if (c == '.' || c == '[') {
-      if (!cur.empty()) parts.push_back(cur);
-      cur = c == '[' ? "[" : "";
-    } else {
-      cur += c;
-    }
-  }
-  if (!cur.empty()) parts.push_back(cur);
-  try {
-    YAML::Node node = YAML::Load(std::string(text));
-    std::optional<YAML::Mark> found;
-    for (const auto& part : parts) {
-      if (part.front() == '[') {
-        const size_t index = std::strtoul(part.c_str() + 1, nullptr, 10);
-        if (!node.IsSequence() || index >= node.size()) break;
-        const YAML::Node& seq = node;
-        node.reset(seq[index]);  // reset() rebinds; operator= would write into the document
-        found = node.Mark();
-        continue;
-      }
-      if (!node.IsMap()) break;
-      bool matched = false;
-      for (const auto& kv : node) {
-        if (kv.first.IsScalar() && kv.first.Scalar() == part) {
-          found = kv.first.Mark();
-          node.reset(kv.second);
-          matched = true;
-          break;
-        }
-      }
-      if (!matched) break;
-    }
-    if (!found || found->is_null()) return std::nullopt;
-    return TextPosition{found->line + 1, found->column + 1};
-  } catch (const YAML::Exception&) {
-    return std::nullopt;
-  }
-}
 
 int64_t total_steps(const RunConfig& config, int64_t rows) {
   if (config.training.maxSteps) return *config.training.maxSteps;

@@ -180,9 +180,6 @@ struct Plan {
 // not JSON, not YAML) blame no field and name `source` ("plan.yaml", "stdin") in the message.
 Result<Plan> parse_plan(std::string_view text, std::string_view source);
 
-// A JSON or YAML document (detected from the text) as JSON, YAML scalars typed as parse_plan()
-// types them. Errors are kInvalidArgument naming `source` (and the line of a YAML error).
-Result<nlohmann::json> parse_document(std::string_view text, std::string_view source);
 
 // The same, from an already-parsed JSON document.
 Result<Plan> plan_from_json(const nlohmann::json& doc, std::string_view source);

@@ -138,4 +138,24 @@ std::string settings_sha(const RunConfig& config, const std::string& dataset_has
   return sha256_hex(flatten_config(config, dataset_hash).dump());
 }
 
+// ---- the names enum values have in plans and JSON
+
+const char* method_name(Method m) {
+  switch (m) {
+    case Method::kSft: return "sft";
+    case Method::kGrpo: return "grpo";
+    case Method::kGspo: return "gspo";
+  }
+  return "sft";
+}
+
+const char* schedule_name(Schedule s) {
+  switch (s) {
+    case Schedule::kLinear: return "linear";
+    case Schedule::kCosine: return "cosine";
+    case Schedule::kConstant: return "constant";
+  }
+  return "linear";
+}
+
 }  // namespace trainer::plan

@@ -23,6 +23,7 @@
 #include "engine/rl/graders/scorer.h"
 #include "engine/rl/loss.h"
 #include "engine/rl/rewards.h"
+#include "engine/rl/rl_step.h"
 #include "engine/rl/tool_rollouts.h"
 #include "engine/rl/tools.h"
 
@@ -31,104 +32,6 @@ namespace {
 
 using train::seconds_since;
 using train::SteadyClock;
-
-// The RL figures of a step (job event step's `rl` object; docs/job-protocol.md).
-// The failure causes a step counts (FailureCause without kNone, in the registry's order).
-constexpr std::array<FailureCause, 4> kCauses = {FailureCause::kTimeout, FailureCause::kUnreachable,
-                                                 FailureCause::kNoVerdict, FailureCause::kGoldNotLabel};
-struct RlTermStep {
-  std::string name;
-  double mean = 0, std = 0, seconds = 0;
-  int64_t failures = 0;
-  std::array<int64_t, kCauses.size()> failures_by_cause = {};  // in kCauses' order
-  std::vector<double> call_seconds;                            // per completion
-  int64_t input_tokens = 0, output_tokens = 0;                 // judge tokens
-};
-struct Rollout {
-  int64_t prompt_index = 0;
-  std::string completion;
-  double reward = 0;
-  std::vector<double> raw;   // per reward term (the scorer's order): its unweighted score
-  std::vector<bool> failed;  // per reward term: it produced no score (scored 0)
-  int64_t length = 0;        // completion tokens
-  bool terminated = false;   // ended by a stop token or string, not by maxCompletionLength
-  int64_t tool_calls = 0, tool_failures = 0;  // runs with tools: calls it made, and failed
-};
-struct RlStep {
-  double reward_mean = 0, reward_std = 0, reward_zero_share = 0, reward_full_share = 0, zero_std_group_share = 0;
-  std::vector<RlTermStep> terms;
-  std::vector<double> rewards;
-  int64_t completions_scored = 0, generated_tokens = 0;
-  std::vector<int64_t> completion_lengths;
-  double completion_length_mean = 0, completion_length_terminated_mean = 0, truncated_share = 0;
-  int64_t completion_length_min = 0, completion_length_max = 0;
-  double kl = 0, clip_ratio = 0, clip_ratio_low = 0, clip_ratio_high = 0, entropy = 0;
-  double generation_seconds = 0, reward_seconds = 0, old_logprob_seconds = 0, actor_update_seconds = 0;
-  double generation_tokens_per_second = 0;
-  // Shares of the step each role of the colocated loop waited: the trainer while completions
-  // were generated and scored, the generator while they were not being generated.
-  double trainer_idle = 0, rollout_idle = 0;
-  // Runs with tools (absent otherwise): tool calls per completion, and the failed share of them.
-  std::optional<double> tool_calls_mean, tool_failure_share;
-  int64_t tool_calls = 0;
-  std::vector<Rollout> rollouts;
-};
-
-nlohmann::json to_json(const RlStep& r) {
-  nlohmann::json terms = nlohmann::json::array();
-  for (const auto& t : r.terms) {
-    nlohmann::json causes = nlohmann::json::object();
-    for (size_t c = 0; c < kCauses.size(); ++c) causes[failure_cause_name(kCauses[c])] = t.failures_by_cause[c];
-    terms.push_back({{"name", t.name},
-                     {"mean", t.mean},
-                     {"std", t.std},
-                     {"seconds", t.seconds},
-                     {"failures", t.failures},
-                     {"failuresByCause", causes},
-                     {"callSeconds", t.call_seconds},
-                     {"judgeTokens", {{"input", t.input_tokens}, {"output", t.output_tokens}}}});
-  }
-  nlohmann::json rollouts = nlohmann::json::array();
-  for (const auto& x : r.rollouts) {
-    rollouts.push_back({{"promptIndex", x.prompt_index}, {"completion", x.completion.substr(0, 2000)}, {"reward", x.reward}});
-  }
-  return {{"rewardMean", r.reward_mean},
-          {"rewardStd", r.reward_std},
-          {"rewardZeroShare", r.reward_zero_share},
-          {"rewardFullShare", r.reward_full_share},
-          {"zeroStdGroupShare", r.zero_std_group_share},
-          {"terms", terms},
-          {"rewards", r.rewards},
-          {"completionsScored", r.completions_scored},
-          {"generatedTokens", r.generated_tokens},
-          {"completionLengths", r.completion_lengths},
-          {"completionLengthMean", r.completion_length_mean},
-          {"completionLengthMin", r.completion_length_min},
-          {"completionLengthMax", r.completion_length_max},
-          {"completionLengthTerminatedMean", r.completion_length_terminated_mean},
-          {"truncatedShare", r.truncated_share},
-          {"kl", r.kl},
-          {"clipRatio", r.clip_ratio},
-          {"clipRatioLow", r.clip_ratio_low},
-          {"clipRatioHigh", r.clip_ratio_high},
-          {"entropy", r.entropy},
-          {"generationSeconds", r.generation_seconds},
-          {"rewardSeconds", r.reward_seconds},
-          {"oldLogprobSeconds", r.old_logprob_seconds},
-          {"actorUpdateSeconds", r.actor_update_seconds},
-          {"generationTokensPerSecond", r.generation_tokens_per_second},
-          {"trainerIdle", r.trainer_idle},
-          {"rolloutIdle", r.rollout_idle},
-          {"rollouts", rollouts}};
-}
-
-// The tool figures of a step's `rl` object, for runs with tools.
-void add_tool_figures(const RlStep& r, nlohmann::json* out) {
-  if (!r.tool_calls_mean) return;
-  (*out)["toolCallsMean"] = *r.tool_calls_mean;
-  (*out)["toolCallFailureShare"] = r.tool_failure_share.value_or(0.0);
-  (*out)["toolCalls"] = r.tool_calls;
-}
 
 // Prompt + completion rows of a generation batch as one forward pass's input.
 struct RolloutBatch {
@@ -353,37 +256,13 @@ class GrpoMethod : public train::Method {
     return last.contains("content") && last["content"].is_string() ? last["content"].get<std::string>() : last.dump();
   }
 
-  // Appends the generation batch's rollouts to output_dir/rollouts.jsonl, one line each
-  // (docs/rl.md, "Rollouts"), flushed before the step's event: `step` is the batch's first
-  // (1-based) optimizer step.
+  // Appends the generation batch's rollouts to output_dir/rollouts.jsonl (rl/rl_step.h): `step`
+  // is the batch's first (1-based) optimizer step.
   void write_rollouts(int64_t step, const RlStep& rl) {
     if (rollouts_path_.empty()) return;
-    std::error_code ec;
-    std::filesystem::create_directories(std::filesystem::path(rollouts_path_).parent_path(), ec);
-    std::ofstream out(rollouts_path_, std::ios::app | std::ios::binary);
-    if (!out) throw EngineError(StatusCode::kInternal, rollouts_path_ + ": cannot be opened for appending");
-    for (const auto& r : rl.rollouts) {
-      nlohmann::json terms = nlohmann::json::array();
-      for (size_t k = 0; k < scorer_->size() && k < r.raw.size(); ++k) {
-        terms.push_back({{"name", scorer_->label(k)}, {"weight", scorer_->weight(k)}, {"raw", r.raw[k]},
-                         {"failed", static_cast<bool>(r.failed[k])}});
-      }
-      nlohmann::json line = {{"step", step},
-                                   {"promptIndex", r.prompt_index},
-                                   {"prompt", prompt_texts_[static_cast<size_t>(r.prompt_index)]},
-                                   {"completion", r.completion},
-                                   {"reward", r.reward},
-                                   {"terms", terms},
-                                   {"completionTokens", r.length},
-                                   {"terminated", r.terminated}};
-      if (rl_.tools) {
-        line["toolCalls"] = r.tool_calls;
-        line["toolFailures"] = r.tool_failures;
-      }
-      out << line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
-    }
-    out.flush();
-    if (!out) throw EngineError(StatusCode::kInternal, rollouts_path_ + ": writing the rollouts failed");
+    std::vector<RolloutTerm> terms;
+    for (size_t k = 0; k < scorer_->size(); ++k) terms.push_back({scorer_->label(k), scorer_->weight(k)});
+    throw_if_error(append_rollouts(rollouts_path_, step, rl, terms, prompt_texts_, rl_.tools.has_value()));
   }
 
   // The tool loop of a generation batch of the prompts `which` (rlHyperparams.tools).
