@@ -15,19 +15,11 @@ import pytest
 
 from cli_support import EXAMPLES, MODEL_NAME, WORKLOAD, Cli, plan_text, start_trainerd, stop, wait_for
 from models import make_tiny_model
+from overlap_rule import overlap_score, write_rule
 from registry_support import make_peft_adapter, wait_model
 
 MAX_NEW = 10
-RULE = '''
-def compute_score(data_source, solution_str, ground_truth, extra_info):
-    if not solution_str:
-        return 0.0
-    return sum(c in ground_truth for c in solution_str) / len(solution_str)
-'''
 
-
-def rule_score(solution: str, gold: str) -> float:
-    return sum(c in gold for c in solution) / len(solution) if solution else 0.0
 
 
 def held_out_rows(n: int) -> list[dict]:
@@ -57,8 +49,7 @@ def setup(ready, tmp_path_factory):
     data = folder / "held-out.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in held_out_rows(6)))
     ready("datasets", "create", "-f", data, "--name", "held-out", check=True)
-    rule = folder / "overlap.py"
-    rule.write_text(RULE)
+    rule = write_rule(folder)
     run_id = ready("runs", "start", "-f", "-", "--force", "--jq", ".runId", input=plan_text(3), check=True).stdout.strip()
     ready("runs", "wait", run_id, "--timeout", "10m", "--exit-status", "-q", check=True)
     return {"run": run_id, "rule": rule, "data": data}
@@ -104,7 +95,7 @@ def test_a_runs_adapter_answers_as_peft_does_and_the_mean_is_the_grader_over_the
     want = peft_answers(done["model"]["baseModelPath"], run["adapterPath"], gold_rows)
     assert [r["output"] for r in rows] == want, want
     assert len(set(want)) > 1, "the answers must differ for the comparison to mean anything"
-    scores = [rule_score(a, r["messages"][-1]["content"]) for a, r in zip(want, gold_rows)]
+    scores = [overlap_score(a, r["messages"][-1]["content"]) for a, r in zip(want, gold_rows)]
     report = ready.json("evaluations", "report", done["evaluationId"])
     assert report["meanScore"] == pytest.approx(sum(scores) / len(scores), abs=1e-12)
     assert 0 < report["meanScore"] < 1, want
@@ -130,7 +121,7 @@ def test_an_imported_peft_adapter_evaluates_as_peft_generates_and_is_listed_on_t
     rows = ready.json("evaluations", "rows", done["evaluationId"])["rows"]
     want = peft_answers(done["model"]["baseModelPath"], str(adapter), held_out_rows(6))
     assert [r["output"] for r in rows] == want
-    scores = [rule_score(a, r["messages"][-1]["content"]) for a, r in zip(want, held_out_rows(6))]
+    scores = [overlap_score(a, r["messages"][-1]["content"]) for a, r in zip(want, held_out_rows(6))]
     assert done["report"]["meanScore"] == pytest.approx(sum(scores) / len(scores), abs=1e-12)
     listed = ready.json("trained-models", "get", model["modelId"])["evaluations"]
     assert [(e["evaluationId"], e["meanScore"]) for e in listed] == [(done["evaluationId"], done["report"]["meanScore"])]

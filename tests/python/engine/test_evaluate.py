@@ -15,22 +15,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from engine_helpers import load_hf, write_jsonl
+from overlap_rule import overlap_score, write_rule
 from test_parity import make_peft
 
 MAX_NEW = 12
-
-# A deterministic, non-trivial rule: the share of the answer's characters that occur in the gold
-# answer. The test computes the same function in Python over the stored answers.
-RULE = '''
-def compute_score(data_source, solution_str, ground_truth, extra_info):
-    if not solution_str:
-        return 0.0
-    return sum(c in ground_truth for c in solution_str) / len(solution_str)
-'''
-
-
-def rule_score(solution: str, gold: str) -> float:
-    return sum(c in gold for c in solution) / len(solution) if solution else 0.0
 
 
 def rows(n: int):
@@ -80,8 +68,7 @@ def test_answers_equal_peft_greedy_generation_and_the_mean_is_the_rule_over_them
     peft_model.eval()
     data = rows(10)
     dataset = write_jsonl(tmp_path / "eval.jsonl", data)
-    rule = tmp_path / "overlap.py"
-    rule.write_text(RULE)
+    rule = write_rule(tmp_path)
 
     proc, out_dir = evaluate(job, tmp_path, {"baseModel": str(folder), "adapter": str(adapter), "dataset": str(dataset),
                                             "grader": {"kind": f"rule:{rule}"}, "maxNewTokens": MAX_NEW,
@@ -101,7 +88,7 @@ def test_answers_equal_peft_greedy_generation_and_the_mean_is_the_rule_over_them
     assert [r["expected"] for r in stored] == [d["messages"][-1]["content"] for d in data]
     assert stored[0]["prompt"] == data[0]["messages"][:-1] and stored[1]["input"] == data[1]["messages"][0]["content"]
 
-    scores = [rule_score(a, d["messages"][-1]["content"]) for a, d in zip(want, data)]
+    scores = [overlap_score(a, d["messages"][-1]["content"]) for a, d in zip(want, data)]
     assert [r["score"] for r in stored] == pytest.approx(scores, abs=1e-12)
     assert report["meanScore"] == pytest.approx(sum(scores) / len(scores), abs=1e-12)
     assert 0 < report["meanScore"] < 1, "the rule must give a non-trivial mean for this test to mean anything"
