@@ -193,6 +193,12 @@ void install_routes(http::Router& router, Service& svc, const service::Limits& l
   });
   router.add("GET", "/v1/workloads/{ref}/history", max_request,
              [&svc](const Request& req) -> Outcome { return reply(svc.workload_history(req.params[0]), 200); });
+  router.add("GET", "/v1/workloads/{ref}/scores", max_request, [&svc](const Request& req) -> Outcome {
+    service::ScoreQuery q;
+    if (req.has_query("dataset")) q.dataset = req.query_value("dataset");
+    if (req.has_query("grader")) q.grader = req.query_value("grader");
+    return reply(svc.workload_scores(req.params[0], q), 200);
+  });
   router.add("GET", "/v1/workloads/{ref}/refs/{which}", max_request, [&svc](const Request& req) -> Outcome {
     return reply(svc.get_ref(req.params[0], req.params[1]), 200);
   });

@@ -14,13 +14,6 @@ using json = nlohmann::json;
 
 bool ended(const std::string& phase) { return phase == "COMPLETED" || phase == "FAILED" || phase == "CANCELLED"; }
 
-std::string score_text(const json& report, const char* key) {
-  if (!report.is_object() || !report.contains(key) || report[key].is_null()) return "-";
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.4f", report[key].get<double>());
-  return buf;
-}
-
 std::string model_text(const json& e) {
   const json m = e.value("model", json::object());
   const std::string kind = m.value("kind", std::string());
@@ -76,6 +69,18 @@ int print_evaluation(Context& ctx, const json& e) {
       {"Max new tokens", std::to_string(e.value("maxNewTokens", int64_t{0}))},
       {"Progress", progress_text(e) + " rows"},
       {"Created", e.value("createdAt", std::string())}};
+  const json claim = e.value("claim", json(nullptr));
+  if (claim.is_object()) {
+    const std::string devices = std::to_string(claim.value("devices", 1)) + " device(s) of pool " + str(claim, "pool");
+    const std::string state = str(claim, "state");
+    rows.push_back({"Devices", state == "QUEUED" ? "waiting for " + devices + " (queued since " + str(claim, "since") + ")"
+                               : state.empty() ? devices : devices + " (" + state + ")"});
+  }
+  const json cost = e.value("cost", json(nullptr));
+  if (cost.is_object() && cost.contains("deviceSeconds")) {
+    rows.push_back({"Cost", format_gpu_seconds(cost.value("gpuSeconds", 0.0)) + ", " +
+                                format_device_seconds(cost.value("deviceSeconds", 0.0), "device")});
+  }
   if (!e.value("description", std::string()).empty()) rows.push_back({"Description", e["description"].get<std::string>()});
   if (e.contains("failureReason")) rows.push_back({"Failure", e["failureReason"].get<std::string>()});
   out(render_fields(rows));

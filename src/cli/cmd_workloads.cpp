@@ -118,10 +118,20 @@ int workloads_set_evaluation(Context& ctx) {
   if (!dataset) return ctx.fail("workloads set-evaluation needs --dataset NAME_OR_HASH", kExitUsage);
   json body = {{"dataset", *dataset}};
   if (auto g = ctx.inv.get("grader")) body["grader"] = *g;
+  if (auto f = ctx.inv.get("grader-instructions")) {
+    std::string error;
+    auto text = read_input(*f, &error);
+    if (!text) return ctx.fail(error, kExitUsage);
+    body["graderInstructions"] = *text;
+  }
   auto doc = ctx.put("/v1/workloads/" + seg(ctx.inv.positionals[0]) + "/evaluation", body);
   if (!doc) return ctx.last_failure_code();
   if (!ctx.text()) ctx.print_json(*doc);
-  else out("Workload " + ctx.inv.positionals[0] + " now evaluates on " + *dataset + "\n");
+  else {
+    out("Workload " + ctx.inv.positionals[0] + " now evaluates on " + *dataset + " with " +
+        evaluation_text(*doc, "grader") + ". `trainer workloads scores " + ctx.inv.positionals[0] +
+        "` shows this setting's table; older scores stay reachable with --dataset and --grader.\n");
+  }
   return kExitOk;
 }
 
@@ -205,9 +215,12 @@ Command workloads_command() {
                    1, 1, {}};
   annotate.examples = {{"describe it", "trainer workloads annotate sentiment-demo --description \"review sentiment as JSON\""},
                        {"clear the description", "trainer workloads annotate sentiment-demo --description \"\""}};
-  Command set_eval{"set-evaluation", {}, "Change a workload's evaluation dataset and grader", "WORKLOAD", "",
+  Command set_eval{"set-evaluation", {}, "Change a workload's evaluation dataset and grader", "WORKLOAD",
+                   "A new setting starts a new default score table (`workloads scores`); the old setting is kept "
+                   "in the workload's evaluationHistory and its scores stay reachable with --dataset and --grader.",
                    {{"dataset", 0, "DATASET", "evaluation dataset (name or hash, required)", ""},
-                    {"grader", 0, "GRADER", "json-label-match, model:MODEL or http:URL", ""}},
+                    {"grader", 0, "GRADER", "json-label-match, model:MODEL or http:URL", ""},
+                    {"grader-instructions", 0, "FILE", "the judge's instructions (model: graders), - for stdin", ""}},
                    {}, workloads_set_evaluation, 1, 1, {}};
   set_eval.examples = {{"evaluate on a dataset", "trainer workloads set-evaluation sentiment-demo --dataset sentiment-train"},
                        {"and with a named grader",
@@ -232,7 +245,7 @@ Command workloads_command() {
                   {}, {}, workloads_history, 1, 1, {}};
   history.examples = {{"a workload's history", "trainer workloads history sentiment-demo"},
                       {"the models its refs pointed at", "trainer workloads history sentiment-demo --jq '.history[].to'"}};
-  g.children = {create, list, get, rename, annotate, set_eval, refs, history};
+  g.children = {create, list, get, rename, annotate, set_eval, workloads_scores_command(), refs, history};
   return g;
 }
 

@@ -43,4 +43,12 @@ inline std::string str(const nlohmann::json& doc, const char* key) {
   return v.dump();
 }
 
+// A score (0..1) in `doc[key]` as "0.9250"; "-" when absent or null (nothing was scored).
+inline std::string score_text(const nlohmann::json& doc, const char* key) {
+  if (!doc.is_object() || !doc.contains(key) || !doc[key].is_number()) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.4f", doc[key].get<double>());
+  return buf;
+}
+
 }  // namespace trainer::cli

@@ -17,6 +17,7 @@ Command status_command();
 Command base_models_command();
 Command datasets_command();
 Command workloads_command();
+Command workloads_scores_command();  // a child of workloads (cmd_workloads_scores.cpp)
 Command runs_command();
 Command capacity_command();
 Command snapshots_command();

@@ -61,6 +61,8 @@ void ServiceImpl::drive_once() {
   }
   Status st = store_->transaction([&]() -> Status { return admit_locked(); });
   if (!st.is_ok()) std::fprintf(stderr, "trainerd: admission: %s\n", st.to_string().c_str());
+  st = store_->transaction([&]() -> Status { return drive_evaluations_locked(); });
+  if (!st.is_ok()) std::fprintf(stderr, "trainerd: evaluations: %s\n", st.to_string().c_str());
 }
 
 // Replaces an unreadable document with a FAILED run naming why, and releases its claim. Its job,

@@ -62,7 +62,8 @@ void EvaluationJobs::run(const Launch& launch, Job* job) {
   Ending ending;
   Subprocess proc;
   Status st = proc.start({job_binary_, "evaluate", "--spec", launch.spec_path, "--output", launch.output_dir, "--log",
-                          launch.log_path});
+                          launch.log_path},
+                         launch.env);
   if (!st.is_ok()) {
     ending.failure = "the evaluation job did not start: " + st.message();
   } else {

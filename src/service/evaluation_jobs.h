@@ -13,6 +13,8 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -25,6 +27,7 @@ class EvaluationJobs {
     std::string spec_path;    // written already
     std::string output_dir;   // the job's --output
     std::string log_path;     // its standard error
+    std::vector<std::pair<std::string, std::string>> env = {};  // added to its environment
   };
   // How one ended: its report (completed), why it failed, or that it was cancelled.
   struct Ending {

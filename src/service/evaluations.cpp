@@ -2,6 +2,7 @@
 // through QUEUED, RUNNING and one of COMPLETED, FAILED, CANCELLED. The job itself is
 // `trainer-job evaluate`, run by EvaluationJobs on trainerd's host.
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -214,14 +215,20 @@ Result<json> ServiceImpl::start_evaluation(const json& body) {
   auto dataset = resolve_dataset(dataset_ref, "dataset");
   if (!dataset.is_ok()) return dataset.status();
 
-  // The grader: named, else the workload's, else json-label-match.
+  // The grader: named, else the workload's (with its judge instructions), else json-label-match.
   std::string grader_kind = body.value("grader", std::string());
+  std::string instructions = body.value("graderInstructions", std::string());
+  std::string instructions_source = instructions.empty() ? "" : "request";
   if (grader_kind.empty() && workload) {
-    grader_kind = workload->value("evaluation", json::object()).value("grader", std::string());
+    const json setting = workload->value("evaluation", json::object());
+    grader_kind = setting.value("grader", std::string());
+    if (instructions.empty() && setting.value("graderInstructions", json(nullptr)).is_string()) {
+      instructions = setting["graderInstructions"].get<std::string>();
+      instructions_source = "workload";
+    }
   }
   if (grader_kind.empty()) grader_kind = kDefaultGrader;
   json term = {{"kind", grader_kind}};
-  const std::string instructions = body.value("graderInstructions", std::string());
   if (!instructions.empty()) term["graderInstructions"] = instructions;
   auto spec = plan::parse_reward_term(term, "grader");
   if (!spec.is_ok()) return as_grader_field(spec.status());
@@ -242,19 +249,21 @@ Result<json> ServiceImpl::start_evaluation(const json& body) {
               {"grader", term},
               {"graderInstructionsSource", instructions.empty() ? (plan::term_kind(grader_kind) == plan::TermKind::kModel
                                                                        ? "built-in" : "none")
-                                                                 : "request"},
+                                                                 : instructions_source},
               {"workload", workload ? json{{"id", (*workload)["id"]}, {"name", (*workload)["name"]}} : json(nullptr)},
               {"maxNewTokens", max_new},
               {"description", body.value("description", std::string())},
               {"createdAt", now_rfc3339()},
               {"progress", {{"rowsDone", 0}, {"rowsTotal", dataset->value("rows", json(nullptr))}}},
               {"report", nullptr}};
-  TRAINER_RETURN_IF_ERROR(store_->put_evaluation(doc));
-  TRAINER_RETURN_IF_ERROR(launch_evaluation_locked(doc));
+  TRAINER_RETURN_IF_ERROR(store_->transaction([&]() -> Status {
+    TRAINER_RETURN_IF_ERROR(store_->put_evaluation(doc));
+    return queue_evaluation_locked(doc);
+  }));
   return doc;
 }
 
-Status ServiceImpl::launch_evaluation_locked(json& doc) {
+Status ServiceImpl::launch_evaluation_locked(json& doc, const store::ClaimRow& claim) {
   const std::string id = doc["evaluationId"].get<std::string>();
   const fs::path dir = evaluation_dir(id);
   std::error_code ec;
@@ -275,6 +284,8 @@ Status ServiceImpl::launch_evaluation_locked(json& doc) {
   auto adapter = evaluation_adapter(doc["model"], dir.string());
   if (!adapter.is_ok()) return adapter.status();
   if (!adapter->empty()) spec["adapter"] = *adapter;
+  std::vector<std::pair<std::string, std::string>> env;
+  evaluation_devices(claim, &spec, &env);
   TRAINER_RETURN_IF_ERROR(storage::write_file_atomic((dir / "spec.json").string(), spec.dump(2) + "\n"));
   doc["phase"] = "RUNNING";
   doc["startedAt"] = now_rfc3339();
@@ -283,16 +294,32 @@ Status ServiceImpl::launch_evaluation_locked(json& doc) {
   evaluation_jobs_->start({.id = id,
                            .spec_path = (dir / "spec.json").string(),
                            .output_dir = (dir / "output").string(),
-                           .log_path = (dir / "job.log").string()});
+                           .log_path = (dir / "job.log").string(),
+                           .env = env});
   return Status::ok();
 }
 
+// Running evaluations start again under the claims they hold; queued ones wait for the driver.
 Status ServiceImpl::recover_evaluations(std::string* summary) {
-  auto open = store_->list_evaluations({"QUEUED", "RUNNING"});
+  auto open = store_->list_evaluations({"RUNNING"});
   if (!open.is_ok()) return open.status();
   std::lock_guard<std::mutex> lock(mu_);
-  for (json doc : *open) TRAINER_RETURN_IF_ERROR(launch_evaluation_locked(doc));
-  *summary = std::to_string(open->size()) + " evaluation(s) started again";
+  int started = 0, requeued = 0;
+  for (json doc : *open) {
+    TRAINER_RETURN_IF_ERROR(store_->transaction([&]() -> Status {
+      auto claim = evaluation_claim(doc["evaluationId"].get<std::string>());
+      if (!claim.is_ok()) return claim.status();
+      if (*claim && (*claim)->state == "GRANTED") {
+        ++started;
+        return launch_evaluation_locked(doc, **claim);
+      }
+      // Its claim is gone (a store from before evaluations claimed devices): it queues again.
+      ++requeued;
+      doc["phase"] = "QUEUED";
+      return queue_evaluation_locked(doc);
+    }));
+  }
+  *summary = std::to_string(started) + " evaluation(s) started again, " + std::to_string(requeued) + " queued again";
   return Status::ok();
 }
 
@@ -312,7 +339,7 @@ void ServiceImpl::on_evaluation_done(const std::string& id, const EvaluationJobs
   json d = **doc;
   const double ended = now();
   d["endedAt"] = rfc3339(ended);
-  d["cost"] = {{"seconds", std::max(0.0, ended - d.value("startedAtSeconds", ended))}};
+  d["cost"] = evaluation_cost(d, ended);
   if (ending.completed) {
     d["phase"] = "COMPLETED";
     d["report"] = ending.report;
@@ -325,7 +352,11 @@ void ServiceImpl::on_evaluation_done(const std::string& id, const EvaluationJobs
     d["phase"] = "FAILED";
     d["failureReason"] = ending.failure;
   }
-  (void)store_->put_evaluation(d);
+  Status st = store_->transaction([&]() -> Status {
+    TRAINER_RETURN_IF_ERROR(store_->put_evaluation(d));
+    return release_evaluation_claim_locked(id);
+  });
+  if (!st.is_ok()) std::fprintf(stderr, "trainerd: evaluation %s: %s\n", id.c_str(), st.to_string().c_str());
 }
 
 void ServiceImpl::record_model_evaluation(const json& evaluation) {
@@ -384,7 +415,12 @@ Result<json> ServiceImpl::list_evaluations(const EvaluationListQuery& query) {
   return json{{"evaluations", out}};
 }
 
-Result<json> ServiceImpl::get_evaluation(const std::string& ref) { return resolve_evaluation(ref, "evaluation"); }
+Result<json> ServiceImpl::get_evaluation(const std::string& ref) {
+  auto doc = resolve_evaluation(ref, "evaluation");
+  if (!doc.is_ok()) return doc.status();
+  TRAINER_RETURN_IF_ERROR(show_claim_state(&*doc));
+  return doc;
+}
 
 Result<json> ServiceImpl::evaluation_report(const std::string& ref) {
   auto doc = resolve_evaluation(ref, "evaluation");
@@ -440,13 +476,18 @@ Result<json> ServiceImpl::cancel_evaluation(const std::string& ref) {
     return field_status(StatusCode::kFailedPrecondition, "evaluation",
                         "evaluation " + (*doc)["evaluationId"].get<std::string>() + " already ended " + phase);
   }
+  const std::string id = (*doc)["evaluationId"].get<std::string>();
   (*doc)["cancelRequested"] = true;
   TRAINER_RETURN_IF_ERROR(store_->put_evaluation(*doc));
-  if (!evaluation_jobs_->cancel((*doc)["evaluationId"].get<std::string>())) {
-    // No job runs for it (it ended this instant, or trainerd restarted before it started).
+  if (!evaluation_jobs_->cancel(id)) {
+    // No job runs for it (still queued, it ended this instant, or trainerd restarted before it
+    // started): it ends here, and its claim goes.
     (*doc)["phase"] = "CANCELLED";
     (*doc)["endedAt"] = now_rfc3339();
-    TRAINER_RETURN_IF_ERROR(store_->put_evaluation(*doc));
+    TRAINER_RETURN_IF_ERROR(store_->transaction([&]() -> Status {
+      TRAINER_RETURN_IF_ERROR(store_->put_evaluation(*doc));
+      return release_evaluation_claim_locked(id);
+    }));
   }
   return *doc;
 }

@@ -152,6 +152,13 @@ Status ServiceImpl::recover_runs(std::string* summary) {
     const bool ended = run->has_value() && (**run).contains("phase") && (**run)["phase"].is_string() &&
                        parse_phase((**run)["phase"].get<std::string>()) &&
                        is_terminal(*parse_phase((**run)["phase"].get<std::string>()));
+    if (!run->has_value() && c.kind == "EVALUATION") {
+      // An evaluation's claim: kept while the evaluation is open.
+      auto e = store_->get_evaluation(c.owner);
+      if (!e.is_ok()) return e.status();
+      const std::string phase = e->has_value() ? (**e).value("phase", std::string()) : "";
+      if (phase == "QUEUED" || phase == "RUNNING") continue;
+    }
     if (!run->has_value() || ended) {
       TRAINER_RETURN_IF_ERROR(store_->delete_claim(c.owner));
       ++released;

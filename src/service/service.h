@@ -83,6 +83,13 @@ struct EvaluationListQuery {
   int64_t limit = 50;    // 1..1000
 };
 
+// Which evaluations a workload's score table shows (`workloads scores`); empty fields take the
+// workload's current evaluation setting.
+struct ScoreQuery {
+  std::string dataset;  // name, hash or unique prefix
+  std::string grader;   // a grader as `workloads set-evaluation` takes it
+};
+
 // Which registered models to list (`trained-models list`); empty fields do not filter.
 struct TrainedModelQuery {
   std::string workload;    // name or id
@@ -204,6 +211,10 @@ class Service {
   virtual Result<json> snapshot_candidate(const std::string& snapshot_ref) = 0;
   // A workload's audit log, oldest first: {workload, history:[{time, change, ref?, from?, to?, by?}]}.
   virtual Result<json> workload_history(const std::string& ref) = 0;
+  // The workload's score tables (docs/evaluations.md): completed evaluations under one setting,
+  // {workload, setting:{dataset, grader, graderInstructions?, current}, tables:[{baseModel,
+  // revision, baseline, columns:[...]}], otherSettings:[{dataset, grader, evaluations}]}.
+  virtual Result<json> workload_scores(const std::string& ref, const ScoreQuery& query) = 0;
   // ---- lineage (docs/lineage.md): child runs from a parent's snapshot, and the views of them
   // `runs branch PARENT` (body: {snapshot, steps, restore?: weights|trainingState, overrides?,
   // submissionId?}) and `runs continue RUN` (the same without restore; snapshot defaults to the

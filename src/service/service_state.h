@@ -14,6 +14,8 @@
 //   pause.cpp             pause (PAUSING, PAUSED) and resume (a new attempt from the snapshot)
 //   snapshots.cpp         the snapshot catalog: the job's reserve and commit callbacks, listing
 //   evaluations.cpp       evaluations: what is evaluated with what, their record and report
+//   evaluation_admission.cpp  evaluations' claims: admitted like runs, released when they end
+//   score_tables.cpp      a workload's score tables: baseline beside each training configuration
 //   trained_models.cpp    the model registry: imports (BASE, ADAPTER), list, get
 //   registration.cpp      registering snapshot weights in durable steps (runs and `snapshots register`)
 //
@@ -124,6 +126,7 @@ class ServiceImpl final : public Service {
   Result<std::pair<json, bool>> register_snapshot(const std::string& snapshot_ref) override;
   Result<json> snapshot_candidate(const std::string& snapshot_ref) override;
   Result<json> workload_history(const std::string& ref) override;
+  Result<json> workload_scores(const std::string& ref, const ScoreQuery& query) override;
   Result<std::pair<json, bool>> branch_run(const std::string& parent_ref, const json& body, bool dry_run) override;
   Result<std::pair<json, bool>> continue_run(const std::string& ref, const json& body, bool dry_run) override;
   Result<json> sweep_run(const std::string& parent_ref, const json& body, bool dry_run) override;
@@ -206,7 +209,17 @@ class ServiceImpl final : public Service {
   Result<json> evaluated_registered_model(const std::string& ref, const json& model);
   Result<std::string> evaluation_adapter(const json& model, const std::string& dir);
   void record_model_evaluation(const json& evaluation);  // mu_ held: lists it on its registered model
-  Status launch_evaluation_locked(json& doc);                    // mu_ held: writes its spec, starts its job
+  // mu_ held: writes its spec, starts its job on the devices of its granted claim.
+  Status launch_evaluation_locked(json& doc, const store::ClaimRow& claim);
+  // ---- evaluations admitted like runs (evaluation_admission.cpp); mu_ held for the *_locked.
+  Result<std::optional<store::ClaimRow>> evaluation_claim(const std::string& id);
+  Status queue_evaluation_locked(json& doc);          // claims once, admits, launches when granted
+  Status drive_evaluations_locked();                  // the driver's tick: start granted queued ones
+  Status release_evaluation_claim_locked(const std::string& id);
+  Status show_claim_state(json* doc);  // an open evaluation's claim as admission sees it now
+  json evaluation_cost(const json& doc, double ended) const;
+  void evaluation_devices(const store::ClaimRow& claim, json* spec,
+                          std::vector<std::pair<std::string, std::string>>* env) const;
   Status recover_evaluations(std::string* summary);              // start(): open evaluations start again
   void on_evaluation_progress(const std::string& id, int64_t done, int64_t total);
   void on_evaluation_done(const std::string& id, const EvaluationJobs::Ending& ending);
@@ -358,6 +371,6 @@ json present_snapshot(const json& doc);
 inline constexpr const char* kDefaultGrader = "json-label-match";
 
 // invalid_field(field) unless `grader` is json-label-match, model:X, http:X or bundle:X.
-Status check_grader(const std::string& field, const std::string& grader);
+Status check_grader(const std::string& field, const std::string& grader, const DeploymentConfig* deployed = nullptr);
 
 }  // namespace trainer::service

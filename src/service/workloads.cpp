@@ -1,6 +1,9 @@
 // Workloads: the tasks runs specialise a model for, their evaluation and refs.
 #include <regex>
 
+#include "plan/plan.h"
+#include "service/judges.h"
+
 #include "service/registry.h"
 #include "service/service_state.h"
 
@@ -52,16 +55,31 @@ Status check_ref_name(const std::string& which) {
 
 }  // namespace
 
-Status check_grader(const std::string& field, const std::string& grader) {
-  if (grader == kDefaultGrader || grader.rfind("model:", 0) == 0 || grader.rfind("http:", 0) == 0 ||
-      grader.rfind("bundle:", 0) == 0) {
-    if (grader != kDefaultGrader && grader.find(':') == grader.size() - 1) {
-      return invalid_field(field, "'" + grader + "' names nothing after the ':'");
-    }
-    return Status::ok();
+// A workload's grader is any grader an evaluation takes: json-label-match, rule:/abs/path.py,
+// bundle:REF, http:URL or model:MODEL, checked as evaluations check it; with `deployed`, also
+// against what this trainerd offers (its judges, files on its host).
+Status check_grader(const std::string& field, const std::string& grader, const DeploymentConfig* deployed) {
+  static const char* const kPrefixes[] = {"model:", "http:", "bundle:", "rule:"};
+  bool known = grader == kDefaultGrader;
+  for (const char* p : kPrefixes) known = known || grader.rfind(p, 0) == 0;
+  if (!known) {
+    return invalid_field(field, "'" + grader +
+                                    "' is not a grader; use json-label-match, rule:/PATH.py, bundle:REF, http:URL or "
+                                    "model:MODEL_ID");
   }
-  return invalid_field(field,
-                       "'" + grader + "' is not a grader; use json-label-match, model:MODEL_ID, http:URL or bundle:REF");
+  if (grader != kDefaultGrader && grader.find(':') == grader.size() - 1) {
+    return invalid_field(field, "'" + grader + "' names nothing after the ':'");
+  }
+  auto spec = plan::parse_reward_term(json{{"kind", grader}}, field);
+  if (!spec.is_ok()) return invalid_field(field, spec.status().message());
+  if (deployed) {
+    plan::RunConfig check;
+    check.method = plan::Method::kGrpo;
+    check.rewardTerms = {*spec};
+    Status st = check_reward_terms(check, *deployed);
+    if (!st.is_ok()) return invalid_field(field, st.message());
+  }
+  return Status::ok();
 }
 
 Result<json> ServiceImpl::create_workload(const json& body) {
@@ -74,7 +92,7 @@ Result<json> ServiceImpl::create_workload(const json& body) {
   if (!description.is_ok()) return description.status();
   auto grader = optional_string(body, "grader");
   if (!grader.is_ok()) return grader.status();
-  if (*grader) TRAINER_RETURN_IF_ERROR(check_grader("grader", **grader));
+  if (*grader) TRAINER_RETURN_IF_ERROR(check_grader("grader", **grader, &opt_.config));
   int quota = opt_.config.default_workload_quota;
   auto q = opt_.config.workload_quotas.find(name);
   if (q != opt_.config.workload_quotas.end()) quota = q->second;
@@ -153,24 +171,48 @@ Result<json> ServiceImpl::update_workload(const std::string& ref, const json& bo
   return doc;
 }
 
+// A new setting starts a new default score table; the old one stays in `evaluationHistory`
+// (with when it held), and its scores stay reachable with `workloads scores --dataset --grader`.
 Result<json> ServiceImpl::set_evaluation(const std::string& ref, const json& body) {
-  TRAINER_RETURN_IF_ERROR(check_fields(body, {"dataset", "grader"}));
-  std::lock_guard<std::mutex> lock(mu_);
-  auto w = resolve_workload(ref, "workload");
-  if (!w.is_ok()) return w.status();
+  TRAINER_RETURN_IF_ERROR(check_fields(body, {"dataset", "grader", "graderInstructions"}));
   auto ds = optional_string(body, "dataset");
   if (!ds.is_ok()) return ds.status();
   if (!*ds) return invalid_field("dataset", "required");
-  auto d = resolve_dataset(**ds, "dataset");
-  if (!d.is_ok()) return d.status();
   auto grader = optional_string(body, "grader");
   if (!grader.is_ok()) return grader.status();
-  if (*grader) TRAINER_RETURN_IF_ERROR(check_grader("grader", **grader));
+  if (*grader) TRAINER_RETURN_IF_ERROR(check_grader("grader", **grader, &opt_.config));
+  auto instructions = optional_string(body, "graderInstructions");
+  if (!instructions.is_ok()) return instructions.status();
+  const std::string grader_kind = grader->value_or(kDefaultGrader);
+  if (*instructions && !(*instructions)->empty() && grader_kind.rfind("model:", 0) != 0) {
+    return invalid_field("graderInstructions", "apply to model: graders (judges); this grader is " + grader_kind);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto w = resolve_workload(ref, "workload");
+  if (!w.is_ok()) return w.status();
+  auto d = resolve_dataset(**ds, "dataset");
+  if (!d.is_ok()) return d.status();
   json doc = *w;
   if (!doc.contains("history") || !doc["history"].is_array()) doc["history"] = json::array();
-  std::string now = now_rfc3339();
-  doc["evaluation"] = {{"dataset", (*d)["hash"]}, {"grader", grader->value_or(kDefaultGrader)}};
-  doc["history"].push_back({{"time", now}, {"change", "evaluation: " + doc["evaluation"].dump()}});
+  if (!doc.contains("evaluationHistory") || !doc["evaluationHistory"].is_array()) doc["evaluationHistory"] = json::array();
+  const std::string now = now_rfc3339();
+  json setting = {{"dataset", (*d)["hash"]}, {"grader", grader_kind}};
+  if (*instructions && !(*instructions)->empty()) setting["graderInstructions"] = **instructions;
+  json before = doc.value("evaluation", json::object());
+  json compared = before;
+  compared.erase("since");
+  if (compared == setting) return doc;  // the same setting: the table it shows stays
+  if (before.value("dataset", json(nullptr)).is_string()) {
+    json old = before;
+    old["until"] = now;
+    doc["evaluationHistory"].push_back(old);
+  }
+  setting["since"] = now;
+  doc["evaluation"] = setting;
+  doc["history"].push_back({{"time", now},
+                            {"change", "evaluation: dataset " + (*d)["hash"].get<std::string>().substr(0, 12) +
+                                           ", grader " + grader_kind +
+                                           (setting.contains("graderInstructions") ? ", with judge instructions" : "")}});
   doc["updatedAt"] = now;
   TRAINER_RETURN_IF_ERROR(store_->update_workload(doc));
   return doc;
