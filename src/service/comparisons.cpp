@@ -13,6 +13,7 @@
 // PARTIAL (some failed or were refused: no winner) or FAILED (none completed).
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <set>
 
 #include "common/sha256.h"
@@ -69,6 +70,16 @@ std::string comparison_id(const std::string& snapshot_id, const std::string& tok
 // restarted registrar finds the evaluation it started before it could record it.
 std::string evaluation_tag(const std::string& id, size_t index) {
   return "comparison " + id + " target " + std::to_string(index);
+}
+
+// doc[key] when it is a string (stored documents may hold null where nothing was set), else `fallback`.
+std::string text_of(const json& doc, const char* key, const std::string& fallback = "") {
+  return doc.is_object() && doc.contains(key) && doc[key].is_string() ? doc[key].get<std::string>() : fallback;
+}
+
+// doc[key] when it is a number, else 0.
+double number_of(const json& doc, const char* key) {
+  return doc.is_object() && doc.contains(key) && doc[key].is_number() ? doc[key].get<double>() : 0.0;
 }
 
 // A status about config.reward.terms[0] (the reward-term checks), about `grader` instead.
@@ -136,7 +147,7 @@ Result<json> ServiceImpl::comparison_targets_locked(const json& body, const json
     if (m->value("status", std::string()) == kModelFailed) {
       t["status"] = kTargetRefused;
       t["failure"] = "model " + (*m)["modelId"].get<std::string>() + "'s registration FAILED: " +
-                     m->value("failureReason", std::string("no reason recorded"));
+                     text_of(*m, "failureReason", "no reason recorded");
     }
     targets.push_back(t);
   }
@@ -175,7 +186,7 @@ Result<json> ServiceImpl::comparison_targets_locked(const json& body, const json
       for (const auto& child_id : page->run_ids) {
         auto child = resolve_run(child_id, "allBranches");
         if (!child.is_ok()) return child.status();
-        if (child->phase != Phase::kCompleted || child->view.value("sourceSnapshotId", std::string()) != sid) continue;
+        if (child->phase != Phase::kCompleted || text_of(child->view, "sourceSnapshotId") != sid) continue;
         ++seen;
         add_branch(*child, child->id, parent->id);
       }
@@ -189,11 +200,13 @@ Result<json> ServiceImpl::comparison_targets_locked(const json& body, const json
 Result<std::pair<json, bool>> ServiceImpl::create_comparison(const json& body) {
   TRAINER_RETURN_IF_ERROR(check_fields(body, {"source", "candidates", "branches", "allBranches", "dataset", "grader",
                                               "maxNewTokens", "submissionId"}));
+  std::map<std::string, std::string> text;  // the string fields; absent or null: ""
   for (const char* key : {"source", "dataset", "grader", "submissionId"}) {
     auto v = optional_string(body, key);
     if (!v.is_ok()) return v.status();
+    text[key] = v->value_or("");
   }
-  const std::string source_ref = body.value("source", std::string());
+  const std::string source_ref = text["source"];
   if (source_ref.empty()) return invalid_field("source", "is required: the snapshot the targets are compared with");
   size_t flags = 0;
   for (const char* key : {"candidates", "branches", "allBranches"}) {
@@ -208,7 +221,7 @@ Result<std::pair<json, bool>> ServiceImpl::create_comparison(const json& body) {
     return invalid_field("branches", "a comparison covers at most " + std::to_string(kMaxFan) + " branch models, got " +
                                          std::to_string(branches->size()));
   }
-  const std::string dataset_ref = body.value("dataset", std::string());
+  const std::string dataset_ref = text["dataset"];
   if (dataset_ref.empty()) return invalid_field("dataset", "is required: the dataset (name or hash) every target is scored on");
   int64_t max_new = kDefaultMaxNewTokens;
   if (body.contains("maxNewTokens") && !body["maxNewTokens"].is_null()) {
@@ -218,8 +231,9 @@ Result<std::pair<json, bool>> ServiceImpl::create_comparison(const json& body) {
     }
     max_new = v.get<int64_t>();
   }
-  const std::string token = body.value("submissionId", std::string());
-  if (body.contains("submissionId") && (token.empty() || token.size() > kMaxSubmissionIdChars)) {
+  const std::string token = text["submissionId"];
+  if (body.contains("submissionId") && !body["submissionId"].is_null() &&
+      (token.empty() || token.size() > kMaxSubmissionIdChars)) {
     return invalid_field("submissionId", "must be 1 to " + std::to_string(kMaxSubmissionIdChars) + " characters");
   }
 
@@ -261,7 +275,7 @@ Result<std::pair<json, bool>> ServiceImpl::create_comparison(const json& body) {
   auto workload = store_->get_workload(run->workload_id);
   if (!workload.is_ok()) return workload.status();
   const json evaluation = workload->has_value() ? (**workload).value("evaluation", json::object()) : json::object();
-  std::string grader = body.value("grader", std::string());
+  std::string grader = text["grader"];
   std::string grader_source = "request";
   if (grader.empty() && evaluation.contains("grader") && evaluation["grader"].is_string()) {
     grader = evaluation["grader"].get<std::string>();
@@ -373,11 +387,11 @@ void ServiceImpl::step_comparison(const std::string& id) {
         t["failure"] = "model " + t["modelId"].get<std::string>() + " is no longer in the registry";
         continue;
       }
-      const std::string status = (**model).value("status", std::string());
+      const std::string status = text_of(**model, "status");
       if (status == kModelFailed) {
         t["status"] = kTargetFailed;
         t["failure"] = "registering model " + t["modelId"].get<std::string>() + " failed: " +
-                       (**model).value("failureReason", std::string("no reason recorded"));
+                       text_of(**model, "failureReason", "no reason recorded");
         continue;
       }
       if (status != kModelRegistered) continue;  // still registering
@@ -386,7 +400,7 @@ void ServiceImpl::step_comparison(const std::string& id) {
       auto all = store_->list_evaluations({});
       if (!all.is_ok()) continue;
       for (const auto& e : *all) {
-        if (e.value("description", std::string()) == tag) t["evaluationId"] = e["evaluationId"];
+        if (text_of(e, "description") == tag) t["evaluationId"] = e["evaluationId"];
       }
       if (t["evaluationId"].is_null()) {
         json request = {{"model", t["modelId"]},
@@ -398,7 +412,7 @@ void ServiceImpl::step_comparison(const std::string& id) {
           request["graderInstructions"] = contract["grader"]["graderInstructions"];
         }
         const json owner = (**model).value("workload", json(nullptr));
-        if (!owner.is_object() || owner.value("id", std::string()).empty()) request["workload"] = doc["workload"]["id"];
+        if (text_of(owner, "id").empty()) request["workload"] = doc["workload"]["id"];
         auto started = start_evaluation(request);
         if (!started.is_ok()) {
           t["status"] = kTargetFailed;
@@ -412,7 +426,7 @@ void ServiceImpl::step_comparison(const std::string& id) {
     if (t["status"] == kTargetEvaluating) {
       auto e = store_->get_evaluation(t["evaluationId"].get<std::string>());
       if (!e.is_ok() || !e->has_value()) continue;
-      const std::string phase = (**e).value("phase", std::string());
+      const std::string phase = text_of(**e, "phase");
       if (phase == "COMPLETED") {
         const json report = (**e).value("report", json::object());
         t["status"] = kTargetCompleted;
@@ -421,7 +435,7 @@ void ServiceImpl::step_comparison(const std::string& id) {
       } else if (phase == "FAILED" || phase == "CANCELLED") {
         t["status"] = kTargetFailed;
         t["failure"] = "evaluation " + t["evaluationId"].get<std::string>() + " ended " + phase +
-                       ((**e).contains("failureReason") ? ": " + (**e).value("failureReason", std::string()) : "");
+                       (text_of(**e, "failureReason").empty() ? "" : ": " + text_of(**e, "failureReason"));
       }
     }
   }
@@ -486,7 +500,7 @@ json ServiceImpl::present_comparison(const json& doc) {
     if (!run_id.empty()) {
       if (auto r = store_->get_run(run_id); r.is_ok() && r->has_value()) {
         t["configDifferences"] = t["kind"] == "source" ? json::array() : plan_differences(source_plan, (**r).value("plan", json::object()));
-        const double gpu = (**r).value("cost", json::object()).value("gpuSeconds", 0.0);
+        const double gpu = number_of((**r).value("cost", json::object()), "gpuSeconds");
         if (counted.insert(run_id).second) {
           runs.push_back({{"runId", run_id}, {"gpuSeconds", gpu}});
           training += gpu;
@@ -497,7 +511,7 @@ json ServiceImpl::present_comparison(const json& doc) {
       if (auto e = store_->get_evaluation(t["evaluationId"].get<std::string>()); e.is_ok() && e->has_value()) {
         const json cost = (**e).value("cost", json::object());
         const bool gpu = cost.contains("gpuSeconds") && cost["gpuSeconds"].is_number();
-        const double seconds = gpu ? cost["gpuSeconds"].get<double>() : cost.value("seconds", 0.0);
+        const double seconds = number_of(cost, gpu ? "gpuSeconds" : "seconds");
         evaluations.push_back({{"evaluationId", t["evaluationId"]}, {"seconds", seconds},
                                {"measure", gpu ? "gpuSeconds" : "seconds"}});
         evaluation += seconds;
