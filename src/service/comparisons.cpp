@@ -25,6 +25,8 @@
 namespace trainer::service {
 namespace {
 
+namespace tel = trainer::telemetry;
+
 constexpr int64_t kDefaultMaxNewTokens = 256;  // the evaluations' default completion-token ceiling
 constexpr int64_t kMaxMaxNewTokens = 4096;     // the evaluations' largest
 constexpr size_t kMaxSubmissionIdChars = 200;
@@ -352,10 +354,13 @@ Result<std::pair<json, bool>> ServiceImpl::create_comparison(const json& body) {
            {"winner", nullptr},
            {"createdAt", t},
            {"endedAt", nullptr},
-           {"_requestSha", request_sha}};
+           {"_requestSha", request_sha},
+           {"_acceptedAt", now()}};  // seconds, for the operation's duration
     return store_->insert_comparison(out);
   });
   if (!st.is_ok()) return st;
+  metrics_.operation_attempt(
+      {.operation = tel::ServiceOperation::kCompare, .stage = tel::ServiceStage::kAccept, .outcome = tel::ServiceOutcome::kSuccess});
   return std::make_pair(present_comparison(out), true);
 }
 
@@ -414,6 +419,11 @@ void ServiceImpl::step_comparison(const std::string& id) {
         const json owner = (**model).value("workload", json(nullptr));
         if (text_of(owner, "id").empty()) request["workload"] = doc["workload"]["id"];
         auto started = start_evaluation(request);
+        metrics_.operation_attempt(
+            {.operation = tel::ServiceOperation::kCompare,
+             .stage = tel::ServiceStage::kLaunchTarget,
+             .outcome = started.is_ok() ? tel::ServiceOutcome::kSuccess : tel::ServiceOutcome::kFailure,
+             .reason = started.is_ok() ? std::nullopt : std::optional(tel::ServiceFailureReason::kProvider)});
         if (!started.is_ok()) {
           t["status"] = kTargetFailed;
           t["failure"] = "its evaluation could not start: " + started.status().describe();
@@ -474,9 +484,22 @@ void ServiceImpl::step_comparison(const std::string& id) {
     }
   }
   if (doc == before) return;
-  std::lock_guard<std::mutex> lock(mu_);
-  Status st = store_->update_comparison(doc);
-  if (!st.is_ok()) std::fprintf(stderr, "trainerd: comparison %s: %s\n", id.c_str(), st.to_string().c_str());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Status st = store_->update_comparison(doc);
+    if (!st.is_ok()) {
+      std::fprintf(stderr, "trainerd: comparison %s: %s\n", id.c_str(), st.to_string().c_str());
+      return;
+    }
+  }
+  if (phase != before["phase"] && !doc["endedAt"].is_null()) {
+    // The operation ends once: a comparison that names no winner is a failure of the provider
+    // (a target's registration or evaluation), not of the comparison's own bookkeeping.
+    const bool won = phase == kCompleted;
+    metrics_.operation_ended(tel::ServiceOperation::kCompare, won ? tel::ServiceOutcome::kSuccess : tel::ServiceOutcome::kFailure,
+                             now() - number_of(doc, "_acceptedAt"),
+                             won ? std::nullopt : std::optional(tel::ServiceFailureReason::kProvider));
+  }
 }
 
 json ServiceImpl::present_comparison(const json& doc) {

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import urllib.request
 
 import pytest
 
@@ -106,7 +107,8 @@ def family(ready, tmp_path_factory):
             "rule": rule, "grader": f"rule:{rule}"}
 
 
-def test_a_snapshot_and_two_branches_complete_each_scored_as_a_standalone_evaluation_and_the_best_wins(ready, family):
+def test_a_snapshot_and_two_branches_complete_each_scored_as_a_standalone_evaluation_and_the_best_wins(ready, family,
+                                                                                                     trainerd):
     args = ["--source", family["source"][:12], "--all-branches", family["parent"]["runId"][:8], "--dataset", "held-out",
             "--grader", family["grader"], "--max-new-tokens", MAX_NEW, "--submission-id", "fan"]
     created = ready.json("comparisons", "create", *args)
@@ -159,6 +161,15 @@ def test_a_snapshot_and_two_branches_complete_each_scored_as_a_standalone_evalua
     assert cost["training"]["gpuSeconds"] == pytest.approx(sum(r["gpuSeconds"] for r in cost["training"]["runs"]))
     assert sorted(e["evaluationId"] for e in cost["evaluation"]["evaluations"]) == sorted(t["evaluationId"] for t in targets)
     assert cost["evaluation"]["seconds"] > 0
+
+    # The compare operation: accepted once, one launched target per target, ended with success.
+    with urllib.request.urlopen(trainerd.url + "/metrics", timeout=30) as r:
+        metrics = [line for line in r.read().decode().splitlines()
+                   if 'akka_optimize_training_service_operation="compare"' in line]
+    launched = [line for line in metrics if 'stage="launch_target"' in line and 'outcome="success"' in line]
+    assert launched and float(launched[0].split()[-1]) >= 3, metrics
+    assert any('stage="accept"' in line for line in metrics), metrics
+    assert any('outcome="success"' in line and "_count" in line and "stage" not in line for line in metrics), metrics
 
     shown = ready("comparisons", "get", done["comparisonId"][:8], check=True).stdout
     assert "Winner" in shown and "COMPLETED" in shown and "Training spend" in shown and "learningRate" in shown, shown
