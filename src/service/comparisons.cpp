@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "common/sha256.h"
 #include "plan/plan.h"
@@ -430,6 +431,7 @@ void ServiceImpl::step_comparison(const std::string& id) {
           continue;
         }
         t["evaluationId"] = (*started)["evaluationId"];
+        if (opt_.comparison_pause.count() > 0) std::this_thread::sleep_for(opt_.comparison_pause);
       }
       t["status"] = kTargetEvaluating;
     }

@@ -45,6 +45,9 @@ struct ServiceOptions {
   // Test hook (trainerd reads TRAINER_TEST_REGISTRATION_PAUSE_MS): how long a registration waits
   // between its copy and recording REGISTERED, so a test can kill trainerd there. 0 = none.
   std::chrono::milliseconds registration_pause{0};
+  // Test hook (trainerd reads TRAINER_TEST_COMPARISON_PAUSE_MS): how long a comparison waits
+  // between starting a target's evaluation and recording it, so a test can kill trainerd there. 0 = none.
+  std::chrono::milliseconds comparison_pause{0};
 };
 
 // Most children one parent may have: a comparison covers at most this many branch models.

@@ -242,8 +242,14 @@ def test_the_same_submission_token_names_the_same_comparison_created_once(ready,
 
 def test_trainerd_killed_mid_comparison_carries_on_after_a_restart_and_evaluates_no_target_twice(bin_dir, tiny_model,
                                                                                                    tmp_path):
+    """Killed in the worst place: a target's evaluation started and running, not yet recorded on the
+    comparison (the test hook holds the comparison there)."""
     config = {"baseModels": [{"name": MODEL_NAME, "path": str(tiny_model)}]}
-    service = start_trainerd(bin_dir, tmp_path / "svc", config)
+    os.environ["TRAINER_TEST_COMPARISON_PAUSE_MS"] = "600000"
+    try:
+        service = start_trainerd(bin_dir, tmp_path / "svc", config)
+    finally:
+        del os.environ["TRAINER_TEST_COMPARISON_PAUSE_MS"]
     try:
         cli = Cli(bin_dir / "trainer", service.url)
         cli("base-models", "select", MODEL_NAME, "--wait", "--timeout", "2m", check=True)
@@ -256,33 +262,35 @@ def test_trainerd_killed_mid_comparison_carries_on_after_a_restart_and_evaluates
         assert run_to_end(cli, run_id)["phase"] == "COMPLETED"
         source = next(s for s in cli.json("runs", "snapshots", run_id)["snapshots"] if s["savedStep"] == 1)
         # The run's own final model against its first snapshot.
-        cid = cli.json("comparisons", "create", "--source", source["snapshotId"], "--branch", run_id,
-                       "--dataset", "rows", "--max-new-tokens", 24, "--submission-id", "kill-test")["comparisonId"]
+        request = ["--source", source["snapshotId"], "--branch", run_id, "--dataset", "rows", "--max-new-tokens", 24,
+                   "--submission-id", "kill-test"]
+        cid = cli.json("comparisons", "create", *request)["comparisonId"]
 
-        def evaluating():
-            c = cli.json("comparisons", "get", cid)
-            ids = [t["evaluationId"] for t in c["targets"] if t["evaluationId"]]
-            return ids if any(cli.json("evaluations", "get", e)["progress"]["rowsDone"] > 0 for e in ids) else None
+        def started_unrecorded():
+            mine = [e for e in cli.json("evaluations", "list", "--limit", "1000")["evaluations"]
+                    if e["description"].startswith(f"comparison {cid} target ")]
+            return mine if mine and mine[0]["progress"]["rowsDone"] > 0 else None
 
-        recorded = wait_for(evaluating, 300, "a first batch of a comparison's evaluation")
-        assert cli.json("comparisons", "get", cid)["phase"] in ("PREPARING", "RUNNING")
+        before = wait_for(started_unrecorded, 300, "a comparison's first evaluation to run")
+        assert len(before) == 1
+        comparison = cli.json("comparisons", "get", cid)
+        assert comparison["phase"] in ("PREPARING", "RUNNING")
+        assert all(t["evaluationId"] is None for t in comparison["targets"])  # started, not yet recorded
         os.kill(service.proc.pid, signal.SIGKILL)
         service.proc.wait(timeout=10)
         service = start_trainerd(bin_dir, tmp_path / "svc", config)
         cli = Cli(bin_dir / "trainer", service.url)
         done = comparison_ended(cli, cid)
         assert done["phase"] == "COMPLETED", done
-        assert [p["phase"] for p in done["phaseHistory"]][-1] == "COMPLETED"
-        assert len([p for p in done["phaseHistory"] if p["phase"] == "COMPLETED"]) == 1
+        assert [p["phase"] for p in done["phaseHistory"]].count("COMPLETED") == 1
         ids = [t["evaluationId"] for t in done["targets"]]
-        assert set(recorded) <= set(ids)  # what was recorded before the kill is what ran
-        # One evaluation per target, none started twice.
+        assert before[0]["evaluationId"] in ids  # taken up after the restart, not started again
+        # One evaluation per target, none started twice, each over every row.
         listed = [e["evaluationId"] for e in cli.json("evaluations", "list", "--limit", "1000")["evaluations"]]
         assert sorted(listed) == sorted(ids) and len(set(ids)) == 2
         assert all(cli.json("evaluations", "get", e)["report"]["rows"] == 40 for e in ids)
         # The same request again, after the restart, is the same comparison.
-        again = cli.json("comparisons", "create", "--source", source["snapshotId"], "--branch", run_id,
-                         "--dataset", "rows", "--max-new-tokens", 24, "--submission-id", "kill-test")
-        assert again["comparisonId"] == cid and cli.json("comparisons", "list")["total"] == 1
+        assert cli.json("comparisons", "create", *request)["comparisonId"] == cid
+        assert cli.json("comparisons", "list")["total"] == 1
     finally:
         stop(service.proc, service.data_dir)
