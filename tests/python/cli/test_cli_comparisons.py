@@ -178,9 +178,13 @@ def test_a_snapshot_and_two_branches_complete_each_scored_as_a_standalone_evalua
 
 
 def test_a_cancelled_branch_is_a_refused_target_and_the_comparison_ends_partial_without_a_winner(ready, family):
+    model = ready.json("runs", "get", family["branches"][0])["modelId"]
+    # The branch's model named again as a candidate is scored once.
     created = ready.json("comparisons", "create", "--source", family["source"], "--branch", family["branches"][0],
-                         "--branch", family["cancelled"], "--dataset", "held-out", "--grader", family["grader"],
-                         "--max-new-tokens", MAX_NEW)
+                         "--branch", family["cancelled"], "--candidate", model[:10], "--dataset", "held-out",
+                         "--grader", family["grader"], "--max-new-tokens", MAX_NEW)
+    assert [t["kind"] for t in created["targets"]] == ["source", "candidate", "branch"]
+    assert created["targets"][1]["modelId"] == model and created["targets"][1]["runId"] == family["branches"][0]
     refused = created["targets"][2]
     assert refused["status"] == "REFUSED" and refused["runId"] == family["cancelled"]
     assert "CANCELLED" in refused["failure"] and family["cancelled"] in refused["failure"]
@@ -207,11 +211,13 @@ def test_bad_requests_are_refused_by_field_and_create_nothing(ready, family, arg
     args = [family["source"] if a == "SOURCE" else family["branches"][0] if a == "BRANCH" else a for a in args]
     before = comparisons_total(ready)
     evaluations = len(ready.json("evaluations", "list", "--limit", "1000")["evaluations"])
+    models = ready.json("trained-models", "list")["models"]
     out = ready("comparisons", "create", *args)
     assert out.returncode == 1, out.stdout
     assert field in out.stderr and words in out.stderr, out.stderr
     assert comparisons_total(ready) == before
     assert len(ready.json("evaluations", "list", "--limit", "1000")["evaluations"]) == evaluations
+    assert ready.json("trained-models", "list")["models"] == models  # the source was not registered nor marked
 
 
 def test_the_same_submission_token_names_the_same_comparison_created_once(ready, family):
