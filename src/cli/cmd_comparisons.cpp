@@ -107,6 +107,11 @@ int comparisons_create(Context& ctx) {
   out("Comparison " + id + " " + c->value("phase", std::string()) + ": the source and " + std::to_string(targets - 1) +
       " target(s) on one contract.\n");
   if (!c->value("fan", json::array()).empty()) out("Fan: " + fan_text((*c)["fan"]) + "\n");
+  for (const auto& t : c->value("targets", json::array())) {
+    if (t.value("status", std::string()) == "REFUSED" && t.value("failure", json(nullptr)).is_string()) {
+      out("Refused target " + t.value("target", std::string()) + ": " + t["failure"].get<std::string>() + "\n");
+    }
+  }
   out("Follow it with: trainer comparisons get " + short_id(id) + "\n");
   return kExitOk;
 }

@@ -194,6 +194,11 @@ def test_a_cancelled_branch_is_a_refused_target_and_the_comparison_ends_partial_
     assert [t["status"] for t in done["targets"]] == ["COMPLETED", "COMPLETED", "REFUSED"]
     shown = ready("comparisons", "get", created["comparisonId"], check=True).stdout
     assert "none named" in shown and "CANCELLED" in shown, shown
+    request = ["--source", family["source"], "--branch", family["cancelled"], "--dataset", "held-out", "--grader",
+               family["grader"], "--max-new-tokens", MAX_NEW, "--submission-id", "refused"]
+    again = ready("comparisons", "create", *request, check=True).stdout
+    assert f"Refused target {family['cancelled']}: run {family['cancelled']} is CANCELLED" in again, again
+    assert comparison_ended(ready, ready.json("comparisons", "create", *request)["comparisonId"])["phase"] == "PARTIAL"
 
 
 @pytest.mark.parametrize("args,field,words", [
