@@ -20,6 +20,14 @@ std::string score_text(const json& v) {
   return buf;
 }
 
+// "12/40": the rows an evaluation answered of its dataset's, or "-" before it starts.
+std::string rows_text(const json& progress) {
+  if (!progress.is_object() || !progress.contains("rowsDone") || !progress["rowsDone"].is_number_integer()) return "-";
+  const json total = progress.value("rowsTotal", json(nullptr));
+  return std::to_string(progress["rowsDone"].get<int64_t>()) + "/" +
+         (total.is_number_integer() ? std::to_string(total.get<int64_t>()) : "?");
+}
+
 std::string value_text(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
 
 std::string fan_text(const json& fan) {
@@ -68,7 +76,8 @@ void print_comparison(const json& c) {
                                                                           : t.value("target", std::string());
     table.push_back({target, t.value("kind", std::string()), short_id(t.value("modelId", std::string("-"))),
                      t["evaluationId"].is_string() ? short_id(t["evaluationId"].get<std::string>()) : "-",
-                     t.value("status", std::string()), score_text(t.value("meanScore", json(nullptr))),
+                     t.value("status", std::string()), rows_text(t.value("progress", json(nullptr))),
+                     score_text(t.value("meanScore", json(nullptr))),
                      score_text(t.value("exactMatch", json(nullptr)))});
     if (t.value("failure", json(nullptr)).is_string()) failures += "  " + target + ": " + t["failure"].get<std::string>() + "\n";
     for (const auto& d : t.value("configDifferences", json::array())) {
@@ -76,7 +85,7 @@ void print_comparison(const json& c) {
                      " -> " + value_text(d.value("target", json(nullptr))) + "\n";
     }
   }
-  out("\n" + render_table({"TARGET", "KIND", "MODEL", "EVALUATION", "STATUS", "MEAN", "EXACT"}, table));
+  out("\n" + render_table({"TARGET", "KIND", "MODEL", "EVALUATION", "STATUS", "ROWS", "MEAN", "EXACT"}, table));
   if (!failures.empty()) out("\nFailed or refused:\n" + failures);
   if (!differences.empty()) out("\nConfig differences against the source:\n" + differences);
 }

@@ -534,6 +534,7 @@ json ServiceImpl::present_comparison(const json& doc) {
     }
     if (t["evaluationId"].is_string()) {
       if (auto e = store_->get_evaluation(t["evaluationId"].get<std::string>()); e.is_ok() && e->has_value()) {
+        t["progress"] = (**e).value("progress", json(nullptr));  // {rowsDone, rowsTotal} of its evaluation
         const json cost = (**e).value("cost", json::object());
         const bool gpu = cost.contains("gpuSeconds") && cost["gpuSeconds"].is_number();
         const double seconds = number_of(cost, gpu ? "gpuSeconds" : "seconds");

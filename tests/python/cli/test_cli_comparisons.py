@@ -134,6 +134,7 @@ def test_a_snapshot_and_two_branches_complete_each_scored_as_a_standalone_evalua
 
     means = []
     for t in targets:
+        assert t["progress"] == {"rowsDone": HELD_OUT, "rowsTotal": HELD_OUT}
         evaluation = ready.json("evaluations", "get", t["evaluationId"])
         assert evaluation["dataset"]["hash"] == held_out["hash"] and evaluation["maxNewTokens"] == MAX_NEW
         assert evaluation["grader"]["kind"] == family["grader"]
@@ -173,6 +174,7 @@ def test_a_snapshot_and_two_branches_complete_each_scored_as_a_standalone_evalua
 
     shown = ready("comparisons", "get", done["comparisonId"][:8], check=True).stdout
     assert "Winner" in shown and "COMPLETED" in shown and "Training spend" in shown and "learningRate" in shown, shown
+    assert f"{HELD_OUT}/{HELD_OUT}" in shown, shown
     assert ready("comparisons", "get", done["comparisonId"], "--jq", ".winner.modelId",
                  check=True).stdout.strip() == targets[best]["modelId"]
 
