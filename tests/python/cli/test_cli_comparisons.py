@@ -203,6 +203,26 @@ def test_a_cancelled_branch_is_a_refused_target_and_the_comparison_ends_partial_
     assert comparison_ended(ready, ready.json("comparisons", "create", *request)["comparisonId"])["phase"] == "PARTIAL"
 
 
+def test_a_comparison_whose_every_evaluation_is_cancelled_ends_failed_naming_each_failure(ready, family):
+    created = ready.json("comparisons", "create", "--source", family["source"], "--branch", family["branches"][1],
+                         "--dataset", "sentiment-train", "--max-new-tokens", 64)  # long enough to cancel
+    cid = created["comparisonId"]
+
+    def cancel_what_runs():
+        c = ready.json("comparisons", "get", cid)
+        for t in c["targets"]:
+            if t["status"] == "EVALUATING":
+                ready("evaluations", "cancel", t["evaluationId"], "--force")
+        return c["phase"] in ("COMPLETED", "PARTIAL", "FAILED") and c
+
+    done = wait_for(cancel_what_runs, 600, f"comparison {cid} to end")
+    assert done["phase"] == "FAILED", done
+    assert done["winner"] is None
+    for t in done["targets"]:
+        assert t["status"] == "FAILED" and t["meanScore"] is None
+        assert t["failure"] == f"evaluation {t['evaluationId']} ended CANCELLED", t
+
+
 @pytest.mark.parametrize("args,field,words", [
     (["--source", "SOURCE", "--dataset", "held-out"], "targets", "at least one target"),
     (["--source", "0123456789abcdef", "--branch", "BRANCH", "--dataset", "held-out"], "source", "no snapshot"),
