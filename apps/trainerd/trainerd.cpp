@@ -254,6 +254,9 @@ int trainerd_main(int argc, char** argv) {
   if (const char* pause = std::getenv("TRAINER_TEST_REGISTRATION_PAUSE_MS"); pause && *pause) {
     sopt.registration_pause = std::chrono::milliseconds(std::strtol(pause, nullptr, 10));
   }
+  if (const char* pause = std::getenv("TRAINER_TEST_COMPARISON_PAUSE_MS"); pause && *pause) {
+    sopt.comparison_pause = std::chrono::milliseconds(std::strtol(pause, nullptr, 10));
+  }
   auto svc = service::make_service(std::move(sopt), std::move(*store), std::move(*backend));
   if (!svc.is_ok()) {
     std::fprintf(stderr, "trainerd: %s\n", svc.status().message().c_str());

@@ -379,6 +379,27 @@ void install_routes(http::Router& router, Service& svc, const service::Limits& l
   });
   router.add("GET", "/v1/trained-models/{ref}", max_request,
              [&svc](const Request& req) -> Outcome { return reply(svc.get_trained_model(req.params[0]), 200); });
+  // ---- comparisons (docs/comparisons.md)
+  router.add("POST", "/v1/comparisons", max_request, [&svc](const Request& req) -> Outcome {
+    auto body = body_json(req);
+    if (!body.is_ok()) return error_response(body.status());
+    auto r = svc.create_comparison(*body);
+    if (!r.is_ok()) return error_response(r.status());
+    return json_response(r->second ? 201 : 200, r->first);
+  });
+  router.add("GET", "/v1/comparisons", max_request, [&svc](const Request& req) -> Outcome {
+    service::ComparisonListQuery q;
+    q.source = req.query_value("source");
+    auto limit = int_param(req, "limit", service::kMaxComparisonsPage);
+    if (!limit.is_ok()) return error_response(limit.status());
+    auto offset = int_param(req, "offset", 0);
+    if (!offset.is_ok()) return error_response(offset.status());
+    q.limit = *limit;
+    q.offset = *offset;
+    return reply(svc.list_comparisons(q), 200);
+  });
+  router.add("GET", "/v1/comparisons/{ref}", max_request,
+             [&svc](const Request& req) -> Outcome { return reply(svc.get_comparison(req.params[0]), 200); });
   // ---- lineage: child runs from a snapshot, and the family views (docs/lineage.md)
   using ChildStart = Result<std::pair<json, bool>> (Service::*)(const std::string&, const json&, bool);
   for (auto [path, start] : {std::pair<const char*, ChildStart>{"/v1/runs/{ref}/branch", &Service::branch_run},

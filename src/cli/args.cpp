@@ -220,6 +220,7 @@ ParseResult parse_command_line(const Command& root, const std::vector<std::strin
           value = argv[++i];
         }
         inv.values[flag->name] = value;
+        inv.repeated[flag->name].push_back(value);
       }
       if (flag->name == "help") want_help = true;
       continue;

@@ -52,6 +52,9 @@ class Invocation {
   std::vector<std::string> path;               // {"runs", "wait"}
   std::vector<std::string> positionals;
   std::map<std::string, std::string> values;   // flag name -> value ("" for a set boolean)
+  // Every value of each flag that takes one, in the order given (`values` keeps the last):
+  // what a repeatable flag reads (`comparisons create --branch A --branch B`).
+  std::map<std::string, std::vector<std::string>> repeated;
   const Command* command = nullptr;
 
   bool has(const std::string& flag) const { return values.count(flag) > 0; }

@@ -23,6 +23,7 @@ Command capacity_command();
 Command snapshots_command();
 Command evaluations_command();
 Command trained_models_command();
+Command comparisons_command();
 // `snapshots register SNAPSHOT` and `snapshots candidate SNAPSHOT` (children of snapshots_command()).
 Command snapshots_register_command();
 Command snapshots_candidate_command();

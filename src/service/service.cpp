@@ -212,6 +212,7 @@ void ServiceImpl::register_models() {
   while (!stopping_) {
     try {
       step_registrations();
+      step_comparisons();
     } catch (const std::exception& e) {
       ++driver_errors_;
       std::fprintf(stderr, "trainerd: warning: the registrar caught an error and goes on: %s\n", e.what());

@@ -45,6 +45,9 @@ struct ServiceOptions {
   // Test hook (trainerd reads TRAINER_TEST_REGISTRATION_PAUSE_MS): how long a registration waits
   // between its copy and recording REGISTERED, so a test can kill trainerd there. 0 = none.
   std::chrono::milliseconds registration_pause{0};
+  // Test hook (trainerd reads TRAINER_TEST_COMPARISON_PAUSE_MS): how long a comparison waits
+  // between starting a target's evaluation and recording it, so a test can kill trainerd there. 0 = none.
+  std::chrono::milliseconds comparison_pause{0};
 };
 
 // Most children one parent may have: a comparison covers at most this many branch models.
@@ -88,6 +91,14 @@ struct EvaluationListQuery {
 struct ScoreQuery {
   std::string dataset;  // name, hash or unique prefix
   std::string grader;   // a grader as `workloads set-evaluation` takes it
+};
+
+// Which comparisons to list (`comparisons list`), newest first.
+inline constexpr int64_t kMaxComparisonsPage = 100;  // most comparisons one page lists (and the default)
+struct ComparisonListQuery {
+  std::string source;                  // a snapshot id or unique prefix; "" = all
+  int64_t limit = kMaxComparisonsPage;  // 1..kMaxComparisonsPage
+  int64_t offset = 0;
 };
 
 // Which registered models to list (`trained-models list`); empty fields do not filter.
@@ -236,6 +247,17 @@ class Service {
   virtual Result<json> run_tree(const std::string& ref, int64_t depth) = 0;
   // The chain from the root run down to `ref`: {runId, runs:[root, ..., ref]}.
   virtual Result<json> run_ancestry(const std::string& ref) = 0;
+
+  // ---- comparisons (docs/comparisons.md): a source snapshot against candidate and branch models
+  // under one pinned contract (dataset hash, grader, completion-token ceiling).
+  // body: {source, candidates?: [MODEL], branches?: [RUN], allBranches?: [PARENT], dataset, grader?,
+  // maxNewTokens?, submissionId?}. Returns once the comparison is durable (PREPARING) and whether
+  // it was created (false: the same source and submissionId were seen before). The registrar
+  // thread registers the source, starts one evaluation per target and records the outcome.
+  virtual Result<std::pair<json, bool>> create_comparison(const json& body) = 0;
+  virtual Result<json> get_comparison(const std::string& ref) = 0;  // id or unique prefix
+  // {comparisons:[...], total, nextOffset?}, newest first.
+  virtual Result<json> list_comparisons(const ComparisonListQuery& query) = 0;
 
   // ---- holds on snapshots against retention (snapshot_holds.cpp)
   // Operator pins ({kinds?: [weights|trainingState]}, both by default). Idempotent; the answer is

@@ -18,6 +18,7 @@
 //   score_tables.cpp      a workload's score tables: baseline beside each training configuration
 //   trained_models.cpp    the model registry: imports (BASE, ADAPTER), list, get
 //   registration.cpp      registering snapshot weights in durable steps (runs and `snapshots register`)
+//   comparisons.cpp       comparisons: the pinned contract, their targets' evaluations, the outcome
 //
 // Locking contract:
 //   - mu_ serialises every read-modify-write of durable state (submissions, the driver's steps,
@@ -133,6 +134,9 @@ class ServiceImpl final : public Service {
   Result<json> run_branches(const std::string& ref, int64_t limit, int64_t offset) override;
   Result<json> run_tree(const std::string& ref, int64_t depth) override;
   Result<json> run_ancestry(const std::string& ref) override;
+  Result<std::pair<json, bool>> create_comparison(const json& body) override;
+  Result<json> get_comparison(const std::string& ref) override;
+  Result<json> list_comparisons(const ComparisonListQuery& query) override;
   Result<json> pin_snapshot(const std::string& ref, const json& body) override;
   Result<json> unpin_snapshot(const std::string& ref, const json& body) override;
   Result<json> release_snapshot(const std::string& ref) override;
@@ -251,6 +255,19 @@ class ServiceImpl final : public Service {
                             std::optional<telemetry::ServiceFailureReason> reason = std::nullopt);
   // Copies one registration's weights into the registry and records the outcome.
   void copy_registration(const std::string& model_id);
+
+  // ---- comparisons (comparisons.cpp)
+  Result<json> resolve_comparison(const std::string& ref, const std::string& field);
+  // The targets of a create request, resolved (mu_ held): [{target, kind, runId?, modelId?,
+  // status, failure?}]; `fan` gets one {parentRunId, seen} per --all-branches parent.
+  Result<json> comparison_targets_locked(const json& body, const json& source_snapshot, json& fan);
+  // One pass of the registrar over every open comparison (registrar_ calls it after
+  // step_registrations()): starts the evaluations of targets whose model is registered, reads the
+  // ended ones, and ends the comparison once every target has an outcome.
+  void step_comparisons();
+  void step_comparison(const std::string& id);
+  // A comparison as `comparisons get` shows it: the stored one plus config differences and spend.
+  json present_comparison(const json& doc);
 
   // ---- runs (run_presentation.cpp)
   Result<RunRecord> resolve_run(const std::string& ref, const std::string& field);

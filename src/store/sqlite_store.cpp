@@ -546,6 +546,71 @@ class SqliteStore final : public Store {
     return out;
   }
 
+  // ---- comparisons
+  static std::vector<std::string> comparison_columns(const json& doc) {
+    return {doc.at("comparisonId").get<std::string>(), doc.at("source").at("snapshotId").get<std::string>(),
+            doc.at("phase").get<std::string>(), doc.dump(-1, ' ', false, json::error_handler_t::replace)};
+  }
+  Status insert_comparison(const json& doc) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    const auto c = comparison_columns(doc);
+    Stmt s(db_, "INSERT INTO comparisons(id, source_snapshot, phase, doc) VALUES (?, ?, ?, ?)");
+    for (size_t i = 0; i < c.size(); ++i) s.bind(static_cast<int>(i + 1), c[i]);
+    const int rc = s.step();
+    if (rc == SQLITE_CONSTRAINT) return already_exists("comparison " + c[0] + " already exists");
+    if (rc != SQLITE_DONE) return db_error(db_, "inserting comparison");
+    return Status::ok();
+  }
+  Status update_comparison(const json& doc) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    const auto c = comparison_columns(doc);
+    Stmt s(db_, "UPDATE comparisons SET source_snapshot = ?2, phase = ?3, doc = ?4 WHERE id = ?1");
+    for (size_t i = 0; i < c.size(); ++i) s.bind(static_cast<int>(i + 1), c[i]);
+    if (s.step() != SQLITE_DONE) return db_error(db_, "updating comparison");
+    if (sqlite3_changes(db_) == 0) return not_found("comparison " + c[0]);
+    return Status::ok();
+  }
+  Result<std::optional<json>> get_comparison(const std::string& id) override {
+    return one("SELECT doc FROM comparisons WHERE id = ?", {id});
+  }
+  Result<std::vector<std::string>> comparison_ids_with_prefix(const std::string& prefix, int limit) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Stmt s(db_, "SELECT id FROM comparisons WHERE substr(id, 1, length(?1)) = ?1 ORDER BY id LIMIT ?2");
+    s.bind(1, prefix).bind(2, static_cast<int64_t>(limit));
+    std::vector<std::string> out;
+    int rc;
+    while ((rc = s.step()) == SQLITE_ROW) out.push_back(s.text(0));
+    if (rc != SQLITE_DONE) return db_error(db_, "reading comparison ids");
+    return out;
+  }
+  Result<ComparisonPage> list_comparisons(const std::string& source_snapshot, const std::vector<std::string>& phases,
+                                          int64_t limit, int64_t offset) override {
+    std::string where = " WHERE (?1 = '' OR source_snapshot = ?1)";
+    std::vector<std::string> args = {source_snapshot};
+    if (!phases.empty()) {
+      where += " AND phase IN (";
+      for (size_t i = 0; i < phases.size(); ++i) {
+        where += (i ? ", ?" : "?") + std::to_string(i + 2);
+        args.push_back(phases[i]);
+      }
+      where += ")";
+    }
+    ComparisonPage page;
+    {
+      std::lock_guard<std::recursive_mutex> lock(mu_);
+      Stmt c(db_, ("SELECT COUNT(*) FROM comparisons" + where).c_str());
+      for (size_t i = 0; i < args.size(); ++i) c.bind(static_cast<int>(i + 1), args[i]);
+      if (c.step() != SQLITE_ROW) return db_error(db_, "counting comparisons");
+      page.total = c.integer(0);
+    }
+    const std::string sql = "SELECT doc FROM comparisons" + where + " ORDER BY seq DESC LIMIT " + std::to_string(limit) +
+                            " OFFSET " + std::to_string(offset);
+    auto rows = docs(sql.c_str(), args);
+    if (!rows.is_ok()) return rows.status();
+    page.comparisons = std::move(*rows);
+    return page;
+  }
+
   // ---- lineage
   Status insert_child(const std::string& run_id, const std::string& parent_id) override {
     std::lock_guard<std::recursive_mutex> lock(mu_);

@@ -76,6 +76,17 @@ CREATE TABLE run_lineage (
   parent_id TEXT NOT NULL);
 CREATE INDEX run_lineage_by_parent ON run_lineage(parent_id, seq);
 )sql",
+    // 7: comparisons (docs/comparisons.md), newest first by seq.
+    R"sql(
+CREATE TABLE comparisons (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  id TEXT NOT NULL UNIQUE,
+  source_snapshot TEXT NOT NULL,
+  phase TEXT NOT NULL,
+  doc TEXT NOT NULL);
+CREATE INDEX comparisons_by_source ON comparisons(source_snapshot, seq);
+CREATE INDEX comparisons_by_phase ON comparisons(phase, seq);
+)sql",
 };
 
 }  // namespace

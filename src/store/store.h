@@ -69,6 +69,12 @@ struct SnapshotPage {
   int64_t total = 0;            // rows matching, ignoring limit and offset
 };
 
+// A page of comparisons (list_comparisons).
+struct ComparisonPage {
+  std::vector<json> comparisons;  // newest first
+  int64_t total = 0;              // rows matching, ignoring limit and offset
+};
+
 // A page of a parent run's direct children (run_lineage).
 struct ChildPage {
   std::vector<std::string> run_ids;  // newest first
@@ -166,6 +172,17 @@ class Store {
   // Models matching every non-empty filter, newest first; `statuses` empty = any status.
   virtual Result<std::vector<json>> list_trained_models(const std::string& workload_id, const std::string& base_model,
                                                         const std::vector<std::string>& statuses) = 0;
+  // ---- comparisons: keyed by doc["comparisonId"]; doc["source"]["snapshotId"] and doc["phase"]
+  // are kept as columns
+  virtual Status insert_comparison(const json& doc) = 0;  // already_exists when the id exists
+  virtual Status update_comparison(const json& doc) = 0;  // not_found when the id is absent
+  virtual Result<std::optional<json>> get_comparison(const std::string& id) = 0;
+  // Ids starting with `prefix`, at most `limit`, sorted.
+  virtual Result<std::vector<std::string>> comparison_ids_with_prefix(const std::string& prefix, int limit) = 0;
+  // Comparisons of `source_snapshot` ("" = any) in any of `phases` (empty = any), newest first.
+  virtual Result<ComparisonPage> list_comparisons(const std::string& source_snapshot,
+                                                  const std::vector<std::string>& phases, int64_t limit,
+                                                  int64_t offset) = 0;
   // ---- lineage: which run a child run (runs branch, runs continue) was started from
   virtual Status insert_child(const std::string& run_id, const std::string& parent_id) = 0;  // already_exists twice
   // The direct children of `parent_id`, newest first.

@@ -27,6 +27,16 @@ TEST(CliArgs, FindsTheCommandItsFlagsAndArguments) {
   EXPECT_EQ(r.invocation->get_or("output", ""), "json");
 }
 
+TEST(CliArgs, ARepeatedFlagKeepsEveryValueInOrder) {
+  auto r = parse({"comparisons", "create", "--source", "3c1f", "--branch", "a1", "--candidate", "m1", "--branch=a2",
+                  "--dataset", "eval"});
+  ASSERT_TRUE(r.invocation) << r.output;
+  EXPECT_EQ(r.invocation->repeated.at("branch"), (std::vector<std::string>{"a1", "a2"}));
+  EXPECT_EQ(r.invocation->repeated.at("candidate"), (std::vector<std::string>{"m1"}));
+  EXPECT_EQ(r.invocation->get_or("branch", ""), "a2");  // a single-valued read keeps the last
+  EXPECT_EQ(r.invocation->repeated.count("all-branches"), 0u);
+}
+
 TEST(CliArgs, AcceptsTheSingularAliasAndEqualsForm) {
   auto r = parse({"run", "start", "-f", "-", "--trainer-url=http://h:1", "--force"});
   ASSERT_TRUE(r.invocation);

@@ -37,14 +37,14 @@ class SqliteStoreTest : public ::testing::Test {
 };
 
 TEST_F(SqliteStoreTest, MigratesOnceAndRecordsTheSchemaVersion) {
-  EXPECT_EQ(open()->schema_version(), 6);
-  EXPECT_EQ(open()->schema_version(), 6);  // reopening applies nothing again
+  EXPECT_EQ(open()->schema_version(), 7);
+  EXPECT_EQ(open()->schema_version(), 7);  // reopening applies nothing again
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
   sqlite3_stmt* st = nullptr;
   sqlite3_prepare_v2(db, "SELECT COUNT(*) FROM schema_migrations", -1, &st, nullptr);
   ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
-  EXPECT_EQ(sqlite3_column_int(st, 0), 6);
+  EXPECT_EQ(sqlite3_column_int(st, 0), 7);
   sqlite3_finalize(st);
   sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, nullptr);
   ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
@@ -299,6 +299,40 @@ TEST_F(SqliteStoreTest, LineageListsAParentsChildrenNewestFirstAndGivesEachChild
   EXPECT_EQ(second->run_ids, (std::vector<std::string>{"c1"}));
   EXPECT_EQ(s->run_children("c1", 50, 0)->run_ids, (std::vector<std::string>{"g1"}));
   EXPECT_EQ(s->run_children("nobody", 50, 0)->total, 0);
+}
+
+TEST_F(SqliteStoreTest, ComparisonsKeepOneRowPerIdAndListBySourceAndPhaseNewestFirst) {
+  auto comparison = [](const std::string& id, const std::string& source, const std::string& phase) {
+    return json{{"comparisonId", id}, {"source", {{"snapshotId", source}}}, {"phase", phase}};
+  };
+  auto ids = [](const Result<ComparisonPage>& page) {
+    std::vector<std::string> out;
+    for (const auto& c : page->comparisons) out.push_back(c["comparisonId"].get<std::string>());
+    return out;
+  };
+  {
+    auto s = open();
+    ASSERT_TRUE(s->insert_comparison(comparison("c1", "s1", "PREPARING")).is_ok());
+    ASSERT_TRUE(s->insert_comparison(comparison("c2", "s2", "RUNNING")).is_ok());
+    ASSERT_TRUE(s->insert_comparison(comparison("c3", "s1", "PREPARING")).is_ok());
+    EXPECT_EQ(s->insert_comparison(comparison("c1", "s1", "PREPARING")).code(), StatusCode::kAlreadyExists);
+    ASSERT_TRUE(s->update_comparison(comparison("c1", "s1", "COMPLETED")).is_ok());
+    EXPECT_EQ(s->update_comparison(comparison("zz", "s1", "COMPLETED")).code(), StatusCode::kNotFound);
+  }
+  auto s = open();  // durable across a reopen
+  auto all = s->list_comparisons("", {}, 100, 0);
+  ASSERT_TRUE(all.is_ok());
+  EXPECT_EQ(all->total, 3);
+  EXPECT_EQ(ids(all), (std::vector<std::string>{"c3", "c2", "c1"}));
+  auto second = s->list_comparisons("", {}, 1, 1);
+  EXPECT_EQ(second->total, 3);
+  EXPECT_EQ(ids(second), (std::vector<std::string>{"c2"}));
+  EXPECT_EQ(ids(s->list_comparisons("s1", {}, 100, 0)), (std::vector<std::string>{"c3", "c1"}));
+  EXPECT_EQ(ids(s->list_comparisons("", {"PREPARING", "RUNNING"}, 100, 0)), (std::vector<std::string>{"c3", "c2"}));
+  EXPECT_EQ(s->list_comparisons("s1", {"PREPARING"}, 100, 0)->total, 1);
+  EXPECT_EQ((*s->get_comparison("c1"))->at("phase"), "COMPLETED");
+  EXPECT_FALSE(s->get_comparison("c")->has_value());
+  EXPECT_EQ(*s->comparison_ids_with_prefix("c", 2), (std::vector<std::string>{"c1", "c2"}));
 }
 
 }  // namespace

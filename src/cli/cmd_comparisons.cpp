@@ -1,0 +1,224 @@
+// `trainer comparisons create|get|list` (docs/comparisons.md): a source snapshot scored against
+// candidate and branch models under one pinned contract.
+#include <string>
+#include <vector>
+
+#include "cli/command_support.h"
+#include "cli/commands.h"
+#include "cli/exit_codes.h"
+#include "cli/run_view.h"
+
+namespace trainer::cli {
+namespace {
+
+using json = nlohmann::json;
+
+std::string score_text(const json& v) {
+  if (!v.is_number()) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.4f", v.get<double>());
+  return buf;
+}
+
+// "12/40": the rows an evaluation answered of its dataset's, or "-" before it starts.
+std::string rows_text(const json& progress) {
+  if (!progress.is_object() || !progress.contains("rowsDone") || !progress["rowsDone"].is_number_integer()) return "-";
+  const json total = progress.value("rowsTotal", json(nullptr));
+  return std::to_string(progress["rowsDone"].get<int64_t>()) + "/" +
+         (total.is_number_integer() ? std::to_string(total.get<int64_t>()) : "?");
+}
+
+std::string value_text(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+
+std::string fan_text(const json& fan) {
+  std::string text;
+  for (const auto& f : fan) {
+    text += (text.empty() ? "" : "; ") + std::to_string(f.value("seen", int64_t{0})) + " completed branch(es) of run " +
+            short_id(f.value("parentRunId", std::string())) + " seen (later completions are not added)";
+  }
+  return text;
+}
+
+void print_comparison(const json& c) {
+  const json contract = c.value("contract", json::object());
+  const json source = c.value("source", json::object());
+  const json dataset = contract.value("dataset", json::object());
+  std::vector<std::pair<std::string, std::string>> rows = {
+      {"Comparison", c.value("comparisonId", std::string())},
+      {"Phase", c.value("phase", std::string())},
+      {"Source", "snapshot " + short_id(source.value("snapshotId", std::string())) + " of run " +
+                     short_id(source.value("runId", std::string())) + " (model " +
+                     short_id(source.value("modelId", std::string())) + ", protected)"},
+      {"Dataset", dataset.value("ref", std::string()) + " (hash " + dataset.value("hash", std::string()).substr(0, 16) + ")"},
+      {"Grader", contract.value("grader", json::object()).value("kind", std::string()) + " (" +
+                     contract.value("graderSource", std::string()) + ")"},
+      {"Max new tokens", std::to_string(contract.value("maxNewTokens", int64_t{0}))}};
+  if (!c.value("fan", json::array()).empty()) rows.push_back({"Fan", fan_text(c["fan"])});
+  const json winner = c.value("winner", json(nullptr));
+  if (winner.is_object()) {
+    rows.push_back({"Winner", winner.value("kind", std::string()) + " " + winner.value("target", std::string()) + " (model " +
+                                  short_id(winner.value("modelId", std::string())) + ", mean " +
+                                  score_text(winner.value("meanScore", json(nullptr))) + ")"});
+  } else if (c.value("phase", std::string()) == "PARTIAL") {
+    rows.push_back({"Winner", "none named: not every target completed"});
+  }
+  const json cost = c.value("cost", json::object());
+  rows.push_back({"Training spend", format_gpu_seconds(cost.value("training", json::object()).value("gpuSeconds", 0.0))});
+  rows.push_back({"Evaluation spend", format_duration(cost.value("evaluation", json::object()).value("seconds", 0.0))});
+  rows.push_back({"Created", c.value("createdAt", std::string())});
+  out(render_fields(rows));
+
+  std::vector<std::vector<std::string>> table;
+  std::string failures;
+  std::string differences;
+  for (const auto& t : c.value("targets", json::array())) {
+    const std::string target = t.value("kind", std::string()) == "source" ? short_id(t.value("target", std::string()))
+                                                                          : t.value("target", std::string());
+    table.push_back({target, t.value("kind", std::string()), short_id(t.value("modelId", std::string("-"))),
+                     t["evaluationId"].is_string() ? short_id(t["evaluationId"].get<std::string>()) : "-",
+                     t.value("status", std::string()), rows_text(t.value("progress", json(nullptr))),
+                     score_text(t.value("meanScore", json(nullptr))),
+                     score_text(t.value("exactMatch", json(nullptr)))});
+    if (t.value("failure", json(nullptr)).is_string()) failures += "  " + target + ": " + t["failure"].get<std::string>() + "\n";
+    for (const auto& d : t.value("configDifferences", json::array())) {
+      differences += "  " + target + ": " + d.value("field", std::string()) + " " + value_text(d.value("source", json(nullptr))) +
+                     " -> " + value_text(d.value("target", json(nullptr))) + "\n";
+    }
+  }
+  out("\n" + render_table({"TARGET", "KIND", "MODEL", "EVALUATION", "STATUS", "ROWS", "MEAN", "EXACT"}, table));
+  if (!failures.empty()) out("\nFailed or refused:\n" + failures);
+  if (!differences.empty()) out("\nConfig differences against the source:\n" + differences);
+}
+
+int comparisons_create(Context& ctx) {
+  json body = {{"source", ctx.inv.get_or("source", "")}, {"dataset", ctx.inv.get_or("dataset", "")}};
+  for (const auto& [flag, key] : {std::pair<const char*, const char*>{"candidate", "candidates"},
+                                  {"branch", "branches"},
+                                  {"all-branches", "allBranches"}}) {
+    auto it = ctx.inv.repeated.find(flag);
+    if (it != ctx.inv.repeated.end()) body[key] = it->second;
+  }
+  for (const auto& [flag, key] : {std::pair<const char*, const char*>{"grader", "grader"}, {"submission-id", "submissionId"}}) {
+    if (auto v = ctx.inv.get(flag)) body[key] = *v;
+  }
+  int code = kExitOk;
+  auto max_new = int_flag(ctx, "max-new-tokens", &code);
+  if (code != kExitOk) return code;
+  if (max_new) body["maxNewTokens"] = *max_new;
+  auto c = ctx.post("/v1/comparisons", body);
+  if (!c) return ctx.last_failure_code();
+  if (!ctx.text()) {
+    ctx.print_json(*c);
+    return kExitOk;
+  }
+  const std::string id = c->value("comparisonId", std::string());
+  const size_t targets = c->value("targets", json::array()).size();
+  out("Comparison " + id + " " + c->value("phase", std::string()) + ": the source and " + std::to_string(targets - 1) +
+      " target(s) on one contract.\n");
+  if (!c->value("fan", json::array()).empty()) out("Fan: " + fan_text((*c)["fan"]) + "\n");
+  for (const auto& t : c->value("targets", json::array())) {
+    if (t.value("status", std::string()) == "REFUSED" && t.value("failure", json(nullptr)).is_string()) {
+      out("Refused target " + t.value("target", std::string()) + ": " + t["failure"].get<std::string>() + "\n");
+    }
+  }
+  out("Follow it with: trainer comparisons get " + short_id(id) + "\n");
+  return kExitOk;
+}
+
+int comparisons_get(Context& ctx) {
+  auto c = ctx.get("/v1/comparisons/" + seg(ctx.inv.positionals[0]));
+  if (!c) return ctx.last_failure_code();
+  if (!ctx.text()) {
+    ctx.print_json(*c);
+    return kExitOk;
+  }
+  print_comparison(*c);
+  return kExitOk;
+}
+
+int comparisons_list(Context& ctx) {
+  std::string path = "/v1/comparisons";
+  int code = kExitOk;
+  auto limit = int_flag(ctx, "limit", &code);
+  if (code != kExitOk) return code;
+  auto offset = int_flag(ctx, "offset", &code);
+  if (code != kExitOk) return code;
+  if (auto s = ctx.inv.get("source")) append_query(&path, "source", *s);
+  if (limit) append_query(&path, "limit", std::to_string(*limit));
+  if (offset) append_query(&path, "offset", std::to_string(*offset));
+  auto doc = ctx.get(path);
+  if (!doc) return ctx.last_failure_code();
+  if (!ctx.text()) {
+    ctx.print_json(*doc);
+    return kExitOk;
+  }
+  const json items = doc->value("comparisons", json::array());
+  if (items.empty()) {
+    out("No comparisons. Start one with `trainer comparisons create --source SNAPSHOT --branch RUN --dataset D`.\n");
+    return kExitOk;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& c : items) {
+    const json winner = c.value("winner", json(nullptr));
+    rows.push_back({short_id(c.value("comparisonId", std::string())),
+                    short_id(c.value("source", json::object()).value("snapshotId", std::string())),
+                    c.value("phase", std::string()),
+                    std::to_string(c.value("targetsCompleted", int64_t{0})) + "/" + std::to_string(c.value("targets", int64_t{0})),
+                    winner.is_object() ? short_id(winner.value("modelId", std::string())) : "-",
+                    c.value("createdAt", std::string())});
+  }
+  out(render_table({"COMPARISON", "SOURCE", "PHASE", "COMPLETED", "WINNER", "CREATED"}, rows));
+  if (doc->contains("nextOffset")) {
+    out("More: trainer comparisons list --offset " + std::to_string((*doc)["nextOffset"].get<int64_t>()) +
+        (ctx.inv.get("source") ? " --source " + *ctx.inv.get("source") : "") + "\n");
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+Command comparisons_command() {
+  Command g;
+  g.name = "comparisons";
+  g.aliases = {"comparison"};
+  g.summary = "Comparisons: a source snapshot against candidate and branch models on one contract";
+  g.description =
+      "One contract is pinned at create time: the dataset's hash, the grader and the completion-token\n"
+      "ceiling; every target, the source included, is scored by an evaluation with exactly that contract.\n"
+      "The source snapshot is registered automatically as a protected candidate. Phases: PREPARING,\n"
+      "RUNNING, then COMPLETED (the winner is named), PARTIAL (some targets failed or were refused; no\n"
+      "winner) or FAILED. Training spend is kept apart from evaluation spend. See docs/comparisons.md.";
+  g.examples = {{"a snapshot against every completed branch from it", "trainer comparisons create --source 3c1f9a2b --all-branches 7d496e82 --dataset eval"},
+                {"poll it (there is no wait verb)", "trainer comparisons get 5e2b7c90 --jq .phase"}};
+  Command create{"create", {}, "Start a durable comparison (returns once it is recorded)", "",
+                 "Targets: --candidate, --branch and --all-branches may each be repeated and combined; at\n"
+                 "least one is required, and at most 50 branch models. --all-branches takes every COMPLETED\n"
+                 "child of PARENT branched from the source, as seen now (the Fan line). A --branch run that is\n"
+                 "not COMPLETED is a refused target. The same --source and --submission-id name the same\n"
+                 "comparison: repeating the request creates nothing new.",
+                 {{"source", 0, "SNAPSHOT", "the source snapshot (id or unique prefix)", ""},
+                  {"candidate", 0, "MODEL", "a registered model's id (repeatable)", ""},
+                  {"branch", 0, "RUN", "a run whose registered final model is a target (repeatable)", ""},
+                  {"all-branches", 0, "PARENT", "every completed child of PARENT branched from the source (repeatable)", ""},
+                  {"dataset", 0, "DATASET", "dataset name, hash or unique prefix (pinned to its hash)", ""},
+                  {"grader", 0, "GRADER", "default: the source workload's grader, else json-label-match", ""},
+                  {"max-new-tokens", 0, "N", "the completion-token ceiling (default 256)", ""},
+                  {"submission-id", 0, "TOKEN", "makes the request idempotent", ""}},
+                 {}, comparisons_create, 0, 0, {}};
+  create.examples = {g.examples[0],
+                     {"two branches and a registered model, idempotently",
+                      "trainer comparisons create --source 3c1f9a2b --branch 9a01 --branch 9a02 --candidate 41d0 --dataset eval --submission-id nightly-7"}};
+  Command get{"get", {}, "Show the contract, each target's status and results, config differences and spend", "COMPARISON",
+              "", {}, {}, comparisons_get, 1, 1, {}};
+  get.examples = {g.examples[1], {"each target's mean score", "trainer comparisons get 5e2b7c90 --jq .targets[].meanScore"}};
+  Command list{"list", {}, "List comparisons, newest first", "", "",
+               {{"source", 0, "SNAPSHOT", "only this source snapshot's", ""},
+                {"limit", 0, "N", "at most N (1-100; default 100)", ""},
+                {"offset", 0, "N", "skip the first N (newest first)", ""}},
+               {}, comparisons_list, 0, 0, {}};
+  list.examples = {{"every comparison of one snapshot", "trainer comparisons list --source 3c1f9a2b"}};
+  g.children = {create, get, list};
+  return g;
+}
+
+}  // namespace trainer::cli

@@ -1,0 +1,588 @@
+// Comparisons (docs/comparisons.md): a source snapshot scored against candidate and branch models
+// under one contract pinned at create time: the dataset's content hash, the grader and the
+// completion-token ceiling. Every target, the source included, is scored by an evaluation started
+// with exactly that contract.
+//
+// create_comparison() resolves and refuses what it can at once, starts the source's registration
+// (the source model is marked protected) and commits the comparison (PREPARING) in one
+// transaction. The registrar thread then steps each open comparison: a target whose model is
+// REGISTERED gets its evaluation (tagged with the comparison and the target's index, so a
+// restart finds an evaluation it started before recording it and never starts a second); an
+// ended evaluation gives the target its outcome. Phases: PREPARING (models still registering),
+// RUNNING (evaluations going), then COMPLETED (every target completed: the winner is named),
+// PARTIAL (some failed or were refused: no winner) or FAILED (none completed).
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "common/sha256.h"
+#include "plan/plan.h"
+#include "protocol/snapshot.h"
+#include "service/registry.h"
+#include "service/service_state.h"
+
+namespace trainer::service {
+namespace {
+
+namespace tel = trainer::telemetry;
+
+constexpr int64_t kDefaultMaxNewTokens = 256;  // the evaluations' default completion-token ceiling
+constexpr int64_t kMaxMaxNewTokens = 4096;     // the evaluations' largest
+constexpr size_t kMaxSubmissionIdChars = 200;
+constexpr int64_t kChildPage = 100;            // children read per page when expanding --all-branches
+constexpr int64_t kOpenScan = 1000;            // open comparisons stepped per registrar pass
+
+// Phases of a comparison.
+constexpr const char* kPreparing = "PREPARING";
+constexpr const char* kRunning = "RUNNING";
+constexpr const char* kCompleted = "COMPLETED";
+constexpr const char* kPartial = "PARTIAL";
+constexpr const char* kFailed = "FAILED";
+
+// Statuses of a target: WAITING for its model's registration, EVALUATING, then COMPLETED,
+// FAILED (its registration or evaluation failed) or REFUSED (at create: it has no model to score).
+constexpr const char* kTargetWaiting = "WAITING";
+constexpr const char* kTargetEvaluating = "EVALUATING";
+constexpr const char* kTargetCompleted = "COMPLETED";
+constexpr const char* kTargetFailed = "FAILED";
+constexpr const char* kTargetRefused = "REFUSED";
+
+// body[key] as a list of non-empty strings (absent or null: empty).
+Result<std::vector<std::string>> string_list(const json& body, const std::string& key) {
+  std::vector<std::string> out;
+  if (!body.contains(key) || body[key].is_null()) return out;
+  if (!body[key].is_array()) return invalid_field(key, "must be a list of strings, got " + body[key].dump());
+  for (size_t i = 0; i < body[key].size(); ++i) {
+    const json& v = body[key][i];
+    if (!v.is_string() || v.get<std::string>().empty()) {
+      return invalid_field(key + "[" + std::to_string(i) + "]", "must be a non-empty string, got " + v.dump());
+    }
+    out.push_back(v.get<std::string>());
+  }
+  return out;
+}
+
+// The comparison id: derived from the source snapshot and the submission token.
+std::string comparison_id(const std::string& snapshot_id, const std::string& token) {
+  return sha256_hex("trainer-comparison-v1\n" + snapshot_id + "\n" + token + "\n").substr(0, 16);
+}
+
+// The description an evaluation started for target `index` of comparison `id` carries: how a
+// restarted registrar finds the evaluation it started before it could record it.
+std::string evaluation_tag(const std::string& id, size_t index) {
+  return "comparison " + id + " target " + std::to_string(index);
+}
+
+// doc[key] when it is a string (stored documents may hold null where nothing was set), else `fallback`.
+std::string text_of(const json& doc, const char* key, const std::string& fallback = "") {
+  return doc.is_object() && doc.contains(key) && doc[key].is_string() ? doc[key].get<std::string>() : fallback;
+}
+
+// doc[key] when it is a number, else 0.
+double number_of(const json& doc, const char* key) {
+  return doc.is_object() && doc.contains(key) && doc[key].is_number() ? doc[key].get<double>() : 0.0;
+}
+
+// A status about config.reward.terms[0] (the reward-term checks), about `grader` instead.
+Status as_grader(const Status& st) { return Status(st.code(), "grader", st.message()); }
+
+bool weights_committed(const json& snapshot) {
+  const json kinds = snapshot.value("kinds", json::object());
+  return kinds.contains(protocol::kWeightsKind) &&
+         kinds[protocol::kWeightsKind].value("state", std::string()) == "committed";
+}
+
+// The fields of two resolved plans that differ: [{field, source, target}], by dotted path.
+json plan_differences(const json& source_plan, const json& target_plan) {
+  json a = json::object();
+  json b = json::object();
+  for (const char* part : {"config", "execution"}) {
+    flatten(source_plan.value(part, json::object()), part, a);
+    flatten(target_plan.value(part, json::object()), part, b);
+  }
+  std::set<std::string> keys;
+  for (const auto& [k, v] : a.items()) keys.insert(k);
+  for (const auto& [k, v] : b.items()) keys.insert(k);
+  json out = json::array();
+  for (const auto& k : keys) {
+    const json x = a.value(k, json(nullptr));
+    const json y = b.value(k, json(nullptr));
+    if (x != y) out.push_back({{"field", k}, {"source", x}, {"target", y}});
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<json> ServiceImpl::resolve_comparison(const std::string& ref, const std::string& field) {
+  if (ref.empty() || !is_hex(ref)) {
+    return field_status(StatusCode::kNotFound, field, "no comparison with id '" + ref + "' (comparison ids are lowercase hex)");
+  }
+  auto ids = store_->comparison_ids_with_prefix(ref, 10);
+  if (!ids.is_ok()) return ids.status();
+  std::string id = ref;
+  if (std::find(ids->begin(), ids->end(), ref) == ids->end()) {
+    if (ids->size() > 1) return invalid_field(field, "'" + ref + "' is an ambiguous id prefix");
+    if (ids->empty()) {
+      return field_status(StatusCode::kNotFound, field, "no comparison with id '" + ref + "'; list them with: trainer comparisons list");
+    }
+    id = ids->front();
+  }
+  auto doc = store_->get_comparison(id);
+  if (!doc.is_ok()) return doc.status();
+  if (!doc->has_value()) return field_status(StatusCode::kNotFound, field, "no comparison with id '" + ref + "'");
+  return **doc;
+}
+
+Result<json> ServiceImpl::comparison_targets_locked(const json& body, const json& source_snapshot, json& fan) {
+  const std::string sid = source_snapshot.value("snapshotId", std::string());
+  json targets = json::array();
+  auto candidates = string_list(body, "candidates");
+  if (!candidates.is_ok()) return candidates.status();
+  for (const auto& ref : *candidates) {
+    auto m = resolve_trained_model(ref, "candidates");
+    if (!m.is_ok()) return m.status();
+    json t = {{"target", ref}, {"kind", "candidate"}, {"modelId", (*m)["modelId"]}, {"status", kTargetWaiting}};
+    const json lineage = m->value("lineage", json::object());
+    if (lineage.contains("runId") && lineage["runId"].is_string()) t["runId"] = lineage["runId"];
+    if (m->value("status", std::string()) == kModelFailed) {
+      t["status"] = kTargetRefused;
+      t["failure"] = "model " + (*m)["modelId"].get<std::string>() + "'s registration FAILED: " +
+                     text_of(*m, "failureReason", "no reason recorded");
+    }
+    targets.push_back(t);
+  }
+  auto add_branch = [&](const RunRecord& run, const std::string& ref, const std::string& via) {
+    json t = {{"target", ref}, {"kind", "branch"}, {"runId", run.id}, {"status", kTargetWaiting}};
+    if (!via.empty()) t["parentRunId"] = via;
+    const json model = run.view.value("modelId", json(nullptr));
+    if (run.phase != Phase::kCompleted) {
+      t["status"] = kTargetRefused;
+      t["failure"] = "run " + run.id + " is " + phase_name(run.phase) +
+                     "; only a COMPLETED run has a registered model to compare";
+    } else if (!model.is_string()) {
+      t["status"] = kTargetRefused;
+      t["failure"] = "run " + run.id + " registered no model";
+    } else {
+      t["modelId"] = model;
+    }
+    targets.push_back(t);
+  };
+  auto branches = string_list(body, "branches");
+  if (!branches.is_ok()) return branches.status();
+  for (const auto& ref : *branches) {
+    auto run = resolve_run(ref, "branches");
+    if (!run.is_ok()) return run.status();
+    add_branch(*run, ref, "");
+  }
+  auto parents = string_list(body, "allBranches");
+  if (!parents.is_ok()) return parents.status();
+  for (const auto& ref : *parents) {
+    auto parent = resolve_run(ref, "allBranches");
+    if (!parent.is_ok()) return parent.status();
+    int64_t seen = 0;
+    for (int64_t offset = 0;; offset += kChildPage) {
+      auto page = store_->run_children(parent->id, kChildPage, offset);
+      if (!page.is_ok()) return page.status();
+      for (const auto& child_id : page->run_ids) {
+        auto child = resolve_run(child_id, "allBranches");
+        if (!child.is_ok()) return child.status();
+        if (child->phase != Phase::kCompleted || text_of(child->view, "sourceSnapshotId") != sid) continue;
+        ++seen;
+        add_branch(*child, child->id, parent->id);
+      }
+      if (offset + kChildPage >= page->total) break;
+    }
+    fan.push_back({{"parentRunId", parent->id}, {"seen", seen}});
+  }
+  return targets;
+}
+
+Result<std::pair<json, bool>> ServiceImpl::create_comparison(const json& body) {
+  TRAINER_RETURN_IF_ERROR(check_fields(body, {"source", "candidates", "branches", "allBranches", "dataset", "grader",
+                                              "maxNewTokens", "submissionId"}));
+  std::map<std::string, std::string> text;  // the string fields; absent or null: ""
+  for (const char* key : {"source", "dataset", "grader", "submissionId"}) {
+    auto v = optional_string(body, key);
+    if (!v.is_ok()) return v.status();
+    text[key] = v->value_or("");
+  }
+  const std::string source_ref = text["source"];
+  if (source_ref.empty()) return invalid_field("source", "is required: the snapshot the targets are compared with");
+  size_t flags = 0;
+  for (const char* key : {"candidates", "branches", "allBranches"}) {
+    auto list = string_list(body, key);
+    if (!list.is_ok()) return list.status();
+    flags += list->size();
+  }
+  if (flags == 0) {
+    return invalid_field("targets", "at least one target is required: --candidate MODEL, --branch RUN or --all-branches PARENT");
+  }
+  if (auto branches = string_list(body, "branches"); branches.is_ok() && static_cast<int64_t>(branches->size()) > kMaxFan) {
+    return invalid_field("branches", "a comparison covers at most " + std::to_string(kMaxFan) + " branch models, got " +
+                                         std::to_string(branches->size()));
+  }
+  const std::string dataset_ref = text["dataset"];
+  if (dataset_ref.empty()) return invalid_field("dataset", "is required: the dataset (name or hash) every target is scored on");
+  int64_t max_new = kDefaultMaxNewTokens;
+  if (body.contains("maxNewTokens") && !body["maxNewTokens"].is_null()) {
+    const json& v = body["maxNewTokens"];
+    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > kMaxMaxNewTokens) {
+      return invalid_field("maxNewTokens", "must be an integer in [1, " + std::to_string(kMaxMaxNewTokens) + "], got " + v.dump());
+    }
+    max_new = v.get<int64_t>();
+  }
+  const std::string token = text["submissionId"];
+  if (body.contains("submissionId") && !body["submissionId"].is_null() &&
+      (token.empty() || token.size() > kMaxSubmissionIdChars)) {
+    return invalid_field("submissionId", "must be 1 to " + std::to_string(kMaxSubmissionIdChars) + " characters");
+  }
+
+  std::lock_guard<std::mutex> lock(mu_);
+  auto sid = resolve_snapshot_id(source_ref, "source");
+  if (!sid.is_ok()) return sid.status();
+  auto snap = store_->get_snapshot(*sid);
+  if (!snap.is_ok()) return snap.status();
+  if (!snap->has_value() || (**snap).value("state", std::string()) != "committed") {
+    return field_status(StatusCode::kNotFound, "source", "no committed snapshot with id '" + source_ref + "'");
+  }
+  if (!weights_committed(**snap)) {
+    return field_status(StatusCode::kFailedPrecondition, "source",
+                        "snapshot " + *sid + " has no committed weights to score; pick a snapshot with weights "
+                        "(ARTIFACTS in trainer runs snapshots RUN)");
+  }
+  auto run = resolve_run((**snap).value("runId", std::string()), "source");
+  if (!run.is_ok()) return run.status();
+
+  const std::string id = comparison_id(*sid, token.empty() ? random_hex(32) : token);
+  json request = body;
+  request.erase("submissionId");
+  const std::string request_sha = sha256_hex(request.dump());
+  auto existing = store_->get_comparison(id);
+  if (!existing.is_ok()) return existing.status();
+  if (existing->has_value()) {
+    if ((**existing).value("_requestSha", std::string()) != request_sha) {
+      return field_status(StatusCode::kAlreadyExists, "submissionId",
+                          "'" + token + "' already named a different comparison request of snapshot " + *sid +
+                              " (comparison " + id + "); use a new token for a new request");
+    }
+    return std::make_pair(present_comparison(**existing), false);
+  }
+
+  auto dataset = resolve_dataset(dataset_ref, "dataset");
+  if (!dataset.is_ok()) return dataset.status();
+
+  // The grader: named, else the source workload's, else json-label-match.
+  auto workload = store_->get_workload(run->workload_id);
+  if (!workload.is_ok()) return workload.status();
+  const json evaluation = workload->has_value() ? (**workload).value("evaluation", json::object()) : json::object();
+  std::string grader = text["grader"];
+  std::string grader_source = "request";
+  if (grader.empty() && evaluation.contains("grader") && evaluation["grader"].is_string()) {
+    grader = evaluation["grader"].get<std::string>();
+    grader_source = "workload";
+  }
+  if (grader.empty()) {
+    grader = kDefaultGrader;
+    grader_source = "default";
+  }
+  json term = {{"kind", grader}};
+  auto spec = plan::parse_reward_term(term, "grader");
+  if (!spec.is_ok()) return as_grader(spec.status());
+  plan::RunConfig check;
+  check.method = plan::Method::kGrpo;
+  check.rewardTerms = {*spec};
+  if (Status st = check_reward_terms(check, opt_.config); !st.is_ok()) return as_grader(st);
+
+  json fan = json::array();
+  auto listed = comparison_targets_locked(body, **snap, fan);
+  if (!listed.is_ok()) return listed.status();
+  int64_t branch_targets = 0;
+  for (const auto& t : *listed) branch_targets += t["kind"] == "branch" ? 1 : 0;
+  if (branch_targets > kMaxFan) {
+    return invalid_field("allBranches", "a comparison covers at most " + std::to_string(kMaxFan) +
+                                            " branch models; these flags name " + std::to_string(branch_targets));
+  }
+
+  json out;
+  Status st = store_->transaction([&]() -> Status {
+    auto reg = start_registration_locked(**snap, *run, json(nullptr));
+    if (!reg.is_ok()) return reg.status();
+    json model = reg->first;
+    // The source's model is protected: it is what the targets are measured against.
+    model["protected"] = true;
+    if (!model["protectedBy"].is_array()) model["protectedBy"] = json::array();
+    model["protectedBy"].push_back({{"comparisonId", id}});
+    TRAINER_RETURN_IF_ERROR(store_->update_trained_model(model));
+    const std::string source_model = model["modelId"].get<std::string>();
+
+    // Targets, the source first; a model named twice is scored once.
+    json targets = json::array({{{"target", *sid}, {"kind", "source"}, {"runId", run->id},
+                                 {"modelId", source_model}, {"status", kTargetWaiting}}});
+    std::set<std::string> models = {source_model};
+    std::set<std::string> refused;
+    for (const auto& t : *listed) {
+      if (t.contains("modelId")) {
+        if (!models.insert(t["modelId"].get<std::string>()).second) continue;
+      } else if (!refused.insert(t.value("runId", t.value("target", std::string()))).second) {
+        continue;
+      }
+      targets.push_back(t);
+    }
+    for (size_t i = 0; i < targets.size(); ++i) {
+      targets[i]["index"] = i;
+      for (const char* key : {"evaluationId", "meanScore", "exactMatch"}) targets[i][key] = nullptr;
+      if (!targets[i].contains("failure")) targets[i]["failure"] = nullptr;
+    }
+    const std::string t = now_rfc3339();
+    out = {{"comparisonId", id},
+           {"submissionId", token.empty() ? json(nullptr) : json(token)},
+           {"phase", kPreparing},
+           {"phaseHistory", json::array({{{"phase", kPreparing}, {"time", t}}})},
+           {"source", {{"snapshotId", *sid},
+                       {"runId", run->id},
+                       {"savedStep", (**snap).value("savedStep", json(nullptr))},
+                       {"modelId", source_model}}},
+           {"workload", {{"id", run->workload_id}, {"name", workload->has_value() ? (**workload)["name"] : json(run->workload_name)}}},
+           {"contract", {{"dataset", {{"ref", dataset_ref}, {"hash", (*dataset)["hash"]}, {"rows", dataset->value("rows", json(nullptr))}}},
+                         {"grader", term},
+                         {"graderSource", grader_source},
+                         {"maxNewTokens", max_new}}},
+           {"fan", fan},
+           {"targets", targets},
+           {"winner", nullptr},
+           {"createdAt", t},
+           {"endedAt", nullptr},
+           {"_requestSha", request_sha},
+           {"_acceptedAt", now()}};  // seconds, for the operation's duration
+    return store_->insert_comparison(out);
+  });
+  if (!st.is_ok()) return st;
+  metrics_.operation_attempt(
+      {.operation = tel::ServiceOperation::kCompare, .stage = tel::ServiceStage::kAccept, .outcome = tel::ServiceOutcome::kSuccess});
+  return std::make_pair(present_comparison(out), true);
+}
+
+void ServiceImpl::step_comparisons() {
+  auto open = store_->list_comparisons("", {kPreparing, kRunning}, kOpenScan, 0);
+  if (!open.is_ok()) {
+    std::fprintf(stderr, "trainerd: listing comparisons: %s\n", open.status().to_string().c_str());
+    return;
+  }
+  for (auto it = open->comparisons.rbegin(); it != open->comparisons.rend() && !stopping_; ++it) {  // oldest first
+    step_comparison(it->value("comparisonId", std::string()));
+  }
+}
+
+void ServiceImpl::step_comparison(const std::string& id) {
+  // Only this thread changes a comparison after create, so what it read stays current.
+  auto stored = store_->get_comparison(id);
+  if (!stored.is_ok() || !stored->has_value()) return;
+  json doc = **stored;
+  const json before = doc;
+  const json& contract = doc["contract"];
+  for (size_t i = 0; i < doc["targets"].size(); ++i) {
+    json& t = doc["targets"][i];
+    if (t["status"] == kTargetWaiting) {
+      auto model = store_->get_trained_model(t["modelId"].get<std::string>());
+      if (!model.is_ok()) continue;
+      if (!model->has_value()) {
+        t["status"] = kTargetFailed;
+        t["failure"] = "model " + t["modelId"].get<std::string>() + " is no longer in the registry";
+        continue;
+      }
+      const std::string status = text_of(**model, "status");
+      if (status == kModelFailed) {
+        t["status"] = kTargetFailed;
+        t["failure"] = "registering model " + t["modelId"].get<std::string>() + " failed: " +
+                       text_of(**model, "failureReason", "no reason recorded");
+        continue;
+      }
+      if (status != kModelRegistered) continue;  // still registering
+      // An evaluation started before a restart, not yet recorded, is taken up, never doubled.
+      const std::string tag = evaluation_tag(id, i);
+      auto all = store_->list_evaluations({});
+      if (!all.is_ok()) continue;
+      for (const auto& e : *all) {
+        if (text_of(e, "description") == tag) t["evaluationId"] = e["evaluationId"];
+      }
+      if (t["evaluationId"].is_null()) {
+        json request = {{"model", t["modelId"]},
+                        {"dataset", contract["dataset"]["hash"]},
+                        {"grader", contract["grader"]["kind"]},
+                        {"maxNewTokens", contract["maxNewTokens"]},
+                        {"description", tag}};
+        if (contract["grader"].contains("graderInstructions")) {
+          request["graderInstructions"] = contract["grader"]["graderInstructions"];
+        }
+        const json owner = (**model).value("workload", json(nullptr));
+        if (text_of(owner, "id").empty()) request["workload"] = doc["workload"]["id"];
+        auto started = start_evaluation(request);
+        metrics_.operation_attempt(
+            {.operation = tel::ServiceOperation::kCompare,
+             .stage = tel::ServiceStage::kLaunchTarget,
+             .outcome = started.is_ok() ? tel::ServiceOutcome::kSuccess : tel::ServiceOutcome::kFailure,
+             .reason = started.is_ok() ? std::nullopt : std::optional(tel::ServiceFailureReason::kProvider)});
+        if (!started.is_ok()) {
+          t["status"] = kTargetFailed;
+          t["failure"] = "its evaluation could not start: " + started.status().describe();
+          continue;
+        }
+        t["evaluationId"] = (*started)["evaluationId"];
+        if (opt_.comparison_pause.count() > 0) std::this_thread::sleep_for(opt_.comparison_pause);
+      }
+      t["status"] = kTargetEvaluating;
+    }
+    if (t["status"] == kTargetEvaluating) {
+      auto e = store_->get_evaluation(t["evaluationId"].get<std::string>());
+      if (!e.is_ok() || !e->has_value()) continue;
+      const std::string phase = text_of(**e, "phase");
+      if (phase == "COMPLETED") {
+        const json report = (**e).value("report", json::object());
+        t["status"] = kTargetCompleted;
+        t["meanScore"] = report.value("meanScore", json(nullptr));
+        t["exactMatch"] = report.value("exactMatchRate", json(nullptr));
+      } else if (phase == "FAILED" || phase == "CANCELLED") {
+        t["status"] = kTargetFailed;
+        t["failure"] = "evaluation " + t["evaluationId"].get<std::string>() + " ended " + phase +
+                       (text_of(**e, "failureReason").empty() ? "" : ": " + text_of(**e, "failureReason"));
+      }
+    }
+  }
+
+  bool waiting = false;
+  bool evaluating = false;
+  int64_t completed = 0;
+  for (const auto& t : doc["targets"]) {
+    waiting = waiting || t["status"] == kTargetWaiting;
+    evaluating = evaluating || t["status"] == kTargetEvaluating;
+    completed += t["status"] == kTargetCompleted ? 1 : 0;
+  }
+  const std::string phase = waiting      ? kPreparing
+                            : evaluating ? kRunning
+                            : completed == static_cast<int64_t>(doc["targets"].size()) ? kCompleted
+                            : completed > 0 ? kPartial
+                                            : kFailed;
+  if (phase != doc["phase"]) {
+    doc["phase"] = phase;
+    doc["phaseHistory"].push_back({{"phase", phase}, {"time", now_rfc3339()}});
+  }
+  if (phase == kCompleted || phase == kPartial || phase == kFailed) {
+    doc["endedAt"] = now_rfc3339();
+    // Only a comparison where every target completed names a winner: the highest mean score
+    // (the earliest target on a tie).
+    if (phase == kCompleted) {
+      const json* best = nullptr;
+      for (const auto& t : doc["targets"]) {
+        if (!t["meanScore"].is_number()) continue;
+        if (!best || t["meanScore"].get<double>() > (*best)["meanScore"].get<double>()) best = &t;
+      }
+      if (best) {
+        doc["winner"] = {{"target", (*best)["target"]}, {"kind", (*best)["kind"]}, {"modelId", (*best)["modelId"]},
+                         {"meanScore", (*best)["meanScore"]}};
+      }
+    }
+  }
+  if (doc == before) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Status st = store_->update_comparison(doc);
+    if (!st.is_ok()) {
+      std::fprintf(stderr, "trainerd: comparison %s: %s\n", id.c_str(), st.to_string().c_str());
+      return;
+    }
+  }
+  if (phase != before["phase"] && !doc["endedAt"].is_null()) {
+    // The operation ends once: a comparison that names no winner is a failure of the provider
+    // (a target's registration or evaluation), not of the comparison's own bookkeeping.
+    const bool won = phase == kCompleted;
+    metrics_.operation_ended(tel::ServiceOperation::kCompare, won ? tel::ServiceOutcome::kSuccess : tel::ServiceOutcome::kFailure,
+                             now() - number_of(doc, "_acceptedAt"),
+                             won ? std::nullopt : std::optional(tel::ServiceFailureReason::kProvider));
+  }
+}
+
+json ServiceImpl::present_comparison(const json& doc) {
+  json out = json::object();
+  for (const auto& [k, v] : doc.items()) {
+    if (!k.empty() && k[0] != '_') out[k] = v;
+  }
+  // Config differences against the source run's resolved plan, and the spend: training (the
+  // runs' GPU seconds) apart from evaluation (the evaluations' GPU seconds, else wall seconds).
+  json source_plan = json::object();
+  if (auto r = store_->get_run(doc["source"].value("runId", std::string())); r.is_ok() && r->has_value()) {
+    source_plan = (**r).value("plan", json::object());
+  }
+  json runs = json::array();
+  std::set<std::string> counted;
+  double training = 0;
+  double evaluation = 0;
+  json evaluations = json::array();
+  for (auto& t : out["targets"]) {
+    const std::string run_id = t.value("runId", std::string());
+    if (!run_id.empty()) {
+      if (auto r = store_->get_run(run_id); r.is_ok() && r->has_value()) {
+        t["configDifferences"] = t["kind"] == "source" ? json::array() : plan_differences(source_plan, (**r).value("plan", json::object()));
+        const double gpu = number_of((**r).value("cost", json::object()), "gpuSeconds");
+        if (counted.insert(run_id).second) {
+          runs.push_back({{"runId", run_id}, {"gpuSeconds", gpu}});
+          training += gpu;
+        }
+      }
+    }
+    if (t["evaluationId"].is_string()) {
+      if (auto e = store_->get_evaluation(t["evaluationId"].get<std::string>()); e.is_ok() && e->has_value()) {
+        t["progress"] = (**e).value("progress", json(nullptr));  // {rowsDone, rowsTotal} of its evaluation
+        const json cost = (**e).value("cost", json::object());
+        const bool gpu = cost.contains("gpuSeconds") && cost["gpuSeconds"].is_number();
+        const double seconds = number_of(cost, gpu ? "gpuSeconds" : "seconds");
+        evaluations.push_back({{"evaluationId", t["evaluationId"]}, {"seconds", seconds},
+                               {"measure", gpu ? "gpuSeconds" : "seconds"}});
+        evaluation += seconds;
+      }
+    }
+  }
+  out["cost"] = {{"training", {{"gpuSeconds", training}, {"runs", runs}}},
+                 {"evaluation", {{"seconds", evaluation}, {"evaluations", evaluations}}}};
+  return out;
+}
+
+Result<json> ServiceImpl::get_comparison(const std::string& ref) {
+  auto doc = resolve_comparison(ref, "comparison");
+  if (!doc.is_ok()) return doc.status();
+  return present_comparison(*doc);
+}
+
+Result<json> ServiceImpl::list_comparisons(const ComparisonListQuery& query) {
+  if (query.limit < 1 || query.limit > kMaxComparisonsPage) {
+    return invalid_field("limit", "must be in [1, " + std::to_string(kMaxComparisonsPage) + "], got " + std::to_string(query.limit));
+  }
+  if (query.offset < 0) return invalid_field("offset", "must be >= 0, got " + std::to_string(query.offset));
+  std::string source;
+  if (!query.source.empty()) {
+    auto sid = resolve_snapshot_id(query.source, "source");
+    if (!sid.is_ok()) return sid.status();
+    source = *sid;
+  }
+  auto page = store_->list_comparisons(source, {}, query.limit, query.offset);
+  if (!page.is_ok()) return page.status();
+  json items = json::array();
+  for (const auto& d : page->comparisons) {
+    int64_t completed = 0;
+    for (const auto& t : d["targets"]) completed += t["status"] == kTargetCompleted ? 1 : 0;
+    items.push_back({{"comparisonId", d["comparisonId"]},
+                     {"phase", d["phase"]},
+                     {"source", d["source"]},
+                     {"targets", d["targets"].size()},
+                     {"targetsCompleted", completed},
+                     {"winner", d["winner"]},
+                     {"createdAt", d["createdAt"]}});
+  }
+  json out = {{"comparisons", items}, {"total", page->total}};
+  if (query.offset + query.limit < page->total) out["nextOffset"] = query.offset + query.limit;
+  return out;
+}
+
+}  // namespace trainer::service
