@@ -130,6 +130,9 @@ Result<json> ServiceImpl::sweep_run(const std::string& parent_ref, const json& b
       auto started = start_child(parent->id, child, false, false, values[static_cast<size_t>(index)]);
       if (!started.is_ok()) {
         const Status& st = started.status();
+        if (st.code() == StatusCode::kAlreadyExists) {  // the token names another request: no repeat helps
+          return Status(st.code(), st.field(), st.message() + " (grid point " + std::to_string(index) + ")");
+        }
         return Status(st.code(), st.field(),
                       st.message() + " (grid point " + std::to_string(index) + " of " + std::to_string(points) + "; " +
                           std::to_string(index) + " started before it; repeat the sweep with submissionId " +

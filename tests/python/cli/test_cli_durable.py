@@ -199,12 +199,33 @@ def test_a_sweep_token_reused_for_another_grid_or_too_long_is_refused_and_starts
     changed = grid_file(tmp_path, "axes:\n  - {path: hyperparams.optimizer.learningRate, values: [0.005]}\n")
     out = cli(*base, "--grid", changed, "--submission-id", "grid-other")
     assert out.returncode != 0
-    assert "submissionId" in out.stderr and "with a different plan" in out.stderr, out.stderr
+    assert "submissionId" in out.stderr and "use a new submissionId" in out.stderr, out.stderr
+    assert "its sweepPoint differs" in out.stderr and "repeat the sweep" not in out.stderr, out.stderr
     out = cli(*base, "--grid", other, "--submission-id", "x" * 251)
     assert out.returncode != 0
     assert "submissionId" in out.stderr and "1-250 characters" in out.stderr, out.stderr
     assert cli.json("runs", "list", "--limit", "100")["total"] == before + 1
     completed(cli, first["points"][0]["runId"])
+
+
+def test_a_branch_token_reused_for_another_source_or_restore_is_refused_and_starts_nothing(svc, parent):
+    """The child's plan does not name its source: the same token from another snapshot, or
+    restoring something else, must not answer the first child as if it were the same request."""
+    cli = svc.cli
+    run, source = parent
+    other = next(s for s in snapshots(cli, run["runId"]) if s["snapshotId"] != source["snapshotId"])
+    branch = ["runs", "branch", run["runId"], "--steps", str(CHILD_STEPS), "--submission-id", "branch-source"]
+    child_id = cli.json(*branch, "--snapshot", source["snapshotId"])["runId"]
+    before = cli.json("runs", "list", "--limit", "100")["total"]
+    for flags in (["--snapshot", other["snapshotId"]], ["--snapshot", source["snapshotId"], "--restore",
+                                                        "trainingState"]):
+        out = cli(*branch, *flags)
+        assert out.returncode != 0, out.stdout
+        assert "submissionId" in out.stderr and f"was used by run {child_id}" in out.stderr, out.stderr
+        assert "use a new submissionId" in out.stderr
+    assert cli.json(*branch, "--snapshot", source["snapshotId"])["runId"] == child_id  # the same request: its child
+    assert cli.json("runs", "list", "--limit", "100")["total"] == before
+    completed(cli, child_id)
 
 
 # ---- SIGKILL of trainerd during a branch
