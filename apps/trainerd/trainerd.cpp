@@ -257,6 +257,15 @@ int trainerd_main(int argc, char** argv) {
   if (const char* pause = std::getenv("TRAINER_TEST_COMPARISON_PAUSE_MS"); pause && *pause) {
     sopt.comparison_pause = std::chrono::milliseconds(std::strtol(pause, nullptr, 10));
   }
+  // Test hooks: hold a sweep between its children, or a snapshot commit (kill tests).
+  if (const char* pause = std::getenv("TRAINER_TEST_SWEEP_PAUSE_MS"); pause && *pause) {
+    sopt.sweep_pause = std::chrono::milliseconds(std::strtol(pause, nullptr, 10));
+  }
+  if (const char* pause = std::getenv("TRAINER_TEST_COMMIT_PAUSE_MS"); pause && *pause) {
+    sopt.commit_pause = std::chrono::milliseconds(std::strtol(pause, nullptr, 10));
+    const char* at = std::getenv("TRAINER_TEST_COMMIT_PAUSE_AT");
+    sopt.commit_pause_stored = at != nullptr && std::strcmp(at, "stored") == 0;
+  }
   auto svc = service::make_service(std::move(sopt), std::move(*store), std::move(*backend));
   if (!svc.is_ok()) {
     std::fprintf(stderr, "trainerd: %s\n", svc.status().message().c_str());

@@ -106,7 +106,8 @@ int start_child(Context& ctx, bool continuation) {
     out("Nothing was started; drop --dry-run to start it.\n");
     return kExitOk;
   }
-  body["submissionId"] = new_submission_id();  // a retried request reaches the same child
+  // A retried request reaches the same child: the caller's token, or a generated one.
+  body["submissionId"] = ctx.inv.get_or("submission-id", new_submission_id());
   auto run = ctx.post(base, body);
   if (!run) return ctx.last_failure_code();
   const std::string id = run->value("runId", std::string());
@@ -152,7 +153,9 @@ int runs_sweep(Context& ctx) {
   if (dry_run) {
     path += "?dryRun=true";
   } else {
-    body["submissionId"] = new_submission_id();
+    // The children's submissionIds derive from it: repeating the sweep with the same token
+    // starts each child once (and finishes a sweep an outage interrupted).
+    body["submissionId"] = ctx.inv.get_or("submission-id", new_submission_id());
   }
   auto doc = ctx.post(path, body);
   if (!doc) return ctx.last_failure_code();
@@ -171,10 +174,19 @@ int runs_sweep(Context& ctx) {
                     dry_run ? "(valid)" : short_id(p.value("runId", std::string()))});
   }
   out(render_table({"POINT", "VALUES", "RUN"}, rows));
-  out(dry_run ? "Every point is valid; nothing was started. Drop --dry-run to start " +
-                    std::to_string(doc->value("total", 0)) + " children.\n"
-              : "Started " + std::to_string(doc->value("total", 0)) + " children of run " + short_id(parent) +
-                    "; list them with `trainer runs branches " + short_id(parent) + "`.\n");
+  if (dry_run) {
+    out("Every point is valid; nothing was started. Drop --dry-run to start " +
+        std::to_string(doc->value("total", 0)) + " children.\n");
+    return kExitOk;
+  }
+  const int64_t total = doc->value("total", int64_t{0});
+  const int64_t created = doc->value("created", total);
+  std::string said = "Started " + std::to_string(created) + " children of run " + short_id(parent);
+  if (created < total) {
+    said += "; " + std::to_string(total - created) + " of the " + std::to_string(total) +
+            " were started before by submission id " + doc->value("submissionId", std::string());
+  }
+  out(said + ". List them with `trainer runs branches " + short_id(parent) + "`.\n");
   return kExitOk;
 }
 
@@ -194,6 +206,9 @@ std::vector<Flag> child_flags(bool continuation) {
   }
   flags.push_back({"overrides", 0, "FILE", "YAML or JSON of the config fields to change (dotted or nested)", ""});
   flags.push_back({"dry-run", 0, "", "show the resolved child plan; start nothing", ""});
+  flags.push_back({"submission-id", 0, "TOKEN",
+                   "idempotency key: a repeat with the same TOKEN answers the same child (default: generated)",
+                   ""});
   flags.push_back({"wait", 0, "", "follow the child to a terminal phase", ""});
   flags.push_back({"exit-status", 0, "", "exit non-zero when the child ends FAILED (3) or CANCELLED (4)", "wait"});
   return flags;
@@ -225,16 +240,22 @@ Command runs_sweep_command() {
             "product, the last axis varying fastest, and each point's values are its child's overrides\n"
             "(as `runs branch --overrides`). Two axes may not set the same or nested fields. Every point\n"
             "is validated before any is submitted; a parent's children may not pass 50. Each child is\n"
-            "labelled with its point (sweepPoint).",
+            "labelled with its point (sweepPoint). A sweep cut short (trainerd restarted, the answer\n"
+            "lost) is finished by repeating it with the same --submission-id: no child starts twice.",
             {{"snapshot", 0, "SNAPSHOT", "the parent's snapshot every child starts from; required", ""},
              {"steps", 0, "N", "each child's budget of optimizer updates; required", ""},
              {"grid", 0, "FILE", "the grid: axes: [{path, values}]; - reads stdin", ""},
              {"restore", 0, "weights|trainingState", "what each child restores (default weights)", ""},
-             {"dry-run", 0, "", "validate every point and list them; start nothing", ""}},
+             {"dry-run", 0, "", "validate every point and list them; start nothing", ""},
+             {"submission-id", 0, "TOKEN",
+              "idempotency key: a repeat with the same TOKEN starts each child once (default: generated)", ""}},
             {}, runs_sweep, 1, 1, {}};
   c.examples = {{"check a grid of learning rates and batch sizes",
                  "trainer runs sweep 7d496e82 --snapshot 3f2a9c71 --steps 100 --grid grid.yaml --dry-run"},
-                {"start it", "trainer runs sweep 7d496e82 --snapshot 3f2a9c71 --steps 100 --grid grid.yaml"}};
+                {"start it", "trainer runs sweep 7d496e82 --snapshot 3f2a9c71 --steps 100 --grid grid.yaml"},
+                {"start it safely to repeat (the same token never starts a child twice)",
+                 "trainer runs sweep 7d496e82 --snapshot 3f2a9c71 --steps 100 --grid grid.yaml "
+                 "--submission-id lr-grid-1"}};
   return c;
 }
 

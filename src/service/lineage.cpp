@@ -179,6 +179,28 @@ Result<std::pair<json, bool>> ServiceImpl::start_child(const std::string& parent
     lineage["childKind"] = "sweep";
     lineage["sweepPoint"] = sweep_point;
   }
+  // A submissionId seen before answers its child only for the same source, restore and point:
+  // the child's plan (what submit_plan compares) does not name them.
+  if (submission && !dry_run) {
+    auto seen = store_->run_by_submission(*submission);
+    if (!seen.is_ok()) return seen.status();
+    if (seen->has_value()) {
+      auto earlier = RunRecord::from_json(**seen);
+      if (!earlier.is_ok()) return earlier.status();
+      for (const auto& [key, value] : lineage.items()) {
+        if (earlier->view.value(key, json(nullptr)) == value) continue;
+        const json& v = earlier->view;
+        const std::string what =
+            v.contains("parentRunId")
+                ? "a " + v.value("childKind", std::string("child")) + " of run " + v.value("parentRunId", "") +
+                      " from snapshot " + v.value("sourceSnapshotId", "") + " (restore " + v.value("restore", "") + ")"
+                : "which is no child run";
+        return field_status(StatusCode::kAlreadyExists, "submissionId",
+                            "'" + *submission + "' was used by run " + earlier->id + ", " + what + "; its " + key +
+                                " differs from this request's; use a new submissionId");
+      }
+    }
+  }
   // Under mu_, in the run's transaction: the source is still there, the child holds it.
   auto on_insert = [&](RunRecord& run) -> Status {
     auto found = store_->get_snapshot(snapshot_id);

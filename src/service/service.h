@@ -48,6 +48,15 @@ struct ServiceOptions {
   // Test hook (trainerd reads TRAINER_TEST_COMPARISON_PAUSE_MS): how long a comparison waits
   // between starting a target's evaluation and recording it, so a test can kill trainerd there. 0 = none.
   std::chrono::milliseconds comparison_pause{0};
+  // Test hook (TRAINER_TEST_SWEEP_PAUSE_MS): how long a sweep waits after submitting each child
+  // but the last, so a test can kill trainerd in the middle of a sweep's submission. 0 = none.
+  std::chrono::milliseconds sweep_pause{0};
+  // Test hook (TRAINER_TEST_COMMIT_PAUSE_MS, TRAINER_TEST_COMMIT_PAUSE_AT): how long the first
+  // snapshot commit this process serves holds, with the catalog locked, either after verifying the
+  // upload and before the durable write (commit_pause_stored false) or after the durable write and
+  // before answering the job (true), so a test can kill trainerd there. 0 = none.
+  std::chrono::milliseconds commit_pause{0};
+  bool commit_pause_stored = false;
 };
 
 // Most children one parent may have: a comparison covers at most this many branch models.

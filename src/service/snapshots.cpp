@@ -7,6 +7,9 @@
 // location}}}. The snapshot is "committed" once any kind is; weights and trainingState commit
 // separately.
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
 
 #include "common/sha256.h"
 #include "protocol/snapshot.h"
@@ -18,6 +21,17 @@ namespace {
 namespace tel = trainer::telemetry;
 
 constexpr int64_t kMaxSnapshotPage = 100;
+
+// The commit test hook (ServiceOptions::commit_pause) holds the first commit a process serves.
+std::atomic<bool> commit_held{false};
+
+void hold_commit(std::chrono::milliseconds pause, const std::string& id, const std::string& kind,
+                 const char* at) {
+  if (pause.count() <= 0 || commit_held.exchange(true)) return;
+  std::fprintf(stderr, "trainerd: test hook: commit of snapshot %s kind %s held %s for %lld ms\n", id.c_str(),
+               kind.c_str(), at, static_cast<long long>(pause.count()));
+  std::this_thread::sleep_for(pause);
+}
 
 }  // namespace
 
@@ -154,6 +168,7 @@ Result<json> ServiceImpl::commit_snapshot(const std::string& snapshot_ref, const
     return st;
   }
   attempt(tel::ServiceStage::kVerify, tel::ServiceOutcome::kSuccess);
+  if (!opt_.commit_pause_stored) hold_commit(opt_.commit_pause, *id, kind, "before its durable write");
   const std::string t = now_rfc3339();
   doc["kinds"][kind]["state"] = "committed";
   doc["kinds"][kind]["committedAt"] = t;
@@ -178,6 +193,7 @@ Result<json> ServiceImpl::commit_snapshot(const std::string& snapshot_ref, const
     ended(tel::ServiceOutcome::kFailure, tel::ServiceFailureReason::kCatalog);
     return st;
   }
+  if (opt_.commit_pause_stored) hold_commit(opt_.commit_pause, *id, kind, "after its durable write");
   attempt(tel::ServiceStage::kCommit, tel::ServiceOutcome::kSuccess);
   ended(tel::ServiceOutcome::kSuccess);
   // Retention after the commit is durable; a failed sweep leaves more than the keep counts.

@@ -3,7 +3,11 @@
 // the last axis varying fastest; each point's values are its child's override document. Every
 // point is validated (as a dry run of its child) before any is submitted, so a bad point starts
 // nothing. Each child's submissionId is the sweep's with the point's index: a repeated sweep
-// reaches the same children.
+// reaches the same children, and finishes a sweep a crash interrupted (children it already
+// started are answered, not started again, and do not count against the fan).
+#include <chrono>
+#include <thread>
+
 #include "service/service_state.h"
 
 namespace trainer::service {
@@ -14,6 +18,13 @@ bool overlaps(const std::string& a, const std::string& b) {
   auto strip = [](const std::string& p) { return p.rfind("config.", 0) == 0 ? p.substr(7) : p; };
   const std::string x = strip(a), y = strip(b);
   return x == y || x.rfind(y + ".", 0) == 0 || y.rfind(x + ".", 0) == 0;
+}
+
+// A sweep's submissionId leaves room for the "-INDEX" of each child's (children's are 1-255).
+constexpr size_t kMaxSweepSubmissionId = 250;
+
+std::string child_submission(const std::string& sweep, int64_t index) {
+  return sweep + "-" + std::to_string(index);
 }
 
 }  // namespace
@@ -30,6 +41,15 @@ Result<json> ServiceImpl::sweep_run(const std::string& parent_ref, const json& b
     return invalid_field("grid.axes", "required: a non-empty list of {path, values}");
   }
   const json& axes = *axes_it;
+  std::string submission;
+  if (auto it = body.find("submissionId"); it != body.end() && !it->is_null()) {
+    const size_t length = it->is_string() ? it->get<std::string>().size() : 0;
+    if (length == 0 || length > kMaxSweepSubmissionId) {
+      return invalid_field("submissionId", "must be a string of 1-" + std::to_string(kMaxSweepSubmissionId) +
+                                               " characters (each child's is it with \"-INDEX\")");
+    }
+    submission = it->get<std::string>();
+  }
   int64_t points = 1;
   for (size_t i = 0; i < axes.size(); ++i) {
     const std::string at = "grid.axes[" + std::to_string(i) + "]";
@@ -55,11 +75,21 @@ Result<json> ServiceImpl::sweep_run(const std::string& parent_ref, const json& b
   if (!parent.is_ok()) return parent.status();
   auto existing = store_->run_children(parent->id, 1, 0);
   if (!existing.is_ok()) return existing.status();
-  if (points + existing->total > kMaxFan) {
+  // Children an earlier request with this submissionId started are already in the fan.
+  int64_t started_before = 0;
+  if (!submission.empty() && points <= kMaxFan) {
+    for (int64_t index = 0; index < points; ++index) {
+      auto seen = store_->run_by_submission(child_submission(submission, index));
+      if (!seen.is_ok()) return seen.status();
+      if (seen->has_value()) ++started_before;
+    }
+  }
+  if (points + existing->total - started_before > kMaxFan) {
     return invalid_field("grid", "the grid has " + (points > kMaxFan ? "more than " + std::to_string(kMaxFan)
                                                                      : std::to_string(points)) +
                                      " points and run " + parent->id + " already has " +
-                                     std::to_string(existing->total) + " children; a parent's fan is at most " +
+                                     std::to_string(existing->total - started_before) +
+                                     " other children; a parent's fan is at most " +
                                      std::to_string(kMaxFan) + " (the most branch models one comparison covers)");
   }
 
@@ -88,26 +118,41 @@ Result<json> ServiceImpl::sweep_run(const std::string& parent_ref, const json& b
     children[static_cast<size_t>(index)] = dry_run ? checked->first : child;
   }
   json out = {{"parentRunId", parent->id}, {"total", points}, {"points", json::array()}};
-  std::string submission = body.value("submissionId", std::string());
   if (submission.empty()) submission = random_hex(16);
+  int64_t created = 0;
   for (int64_t index = 0; index < points; ++index) {
     json entry = {{"index", index}, {"values", values[static_cast<size_t>(index)]}};
     if (dry_run) {
       entry["plan"] = children[static_cast<size_t>(index)]["plan"];
     } else {
       json child = children[static_cast<size_t>(index)];
-      child["submissionId"] = submission + "-" + std::to_string(index);
+      child["submissionId"] = child_submission(submission, index);
       auto started = start_child(parent->id, child, false, false, values[static_cast<size_t>(index)]);
       if (!started.is_ok()) {
         const Status& st = started.status();
+        if (st.code() == StatusCode::kAlreadyExists) {  // the token names another request: no repeat helps
+          return Status(st.code(), st.field(), st.message() + " (grid point " + std::to_string(index) + ")");
+        }
         return Status(st.code(), st.field(),
                       st.message() + " (grid point " + std::to_string(index) + " of " + std::to_string(points) + "; " +
                           std::to_string(index) + " started before it; repeat the sweep with submissionId " +
                           submission + " to finish it)");
       }
       entry["runId"] = started->first.value("runId", std::string());
+      entry["created"] = started->second;  // false: an earlier request with this submissionId started it
+      if (started->second) ++created;
+      if (opt_.sweep_pause.count() > 0 && index + 1 < points) {
+        std::fprintf(stderr, "trainerd: test hook: sweep %s paused after point %lld for %lld ms\n",
+                     submission.c_str(), static_cast<long long>(index),
+                     static_cast<long long>(opt_.sweep_pause.count()));
+        std::this_thread::sleep_for(opt_.sweep_pause);
+      }
     }
     out["points"].push_back(entry);
+  }
+  if (!dry_run) {
+    out["submissionId"] = submission;
+    out["created"] = created;
   }
   return out;
 }
