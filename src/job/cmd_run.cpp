@@ -245,14 +245,15 @@ int cmd_run(int argc, char** argv) {
     if (publisher) {
       if (const auto* e = std::get_if<protocol::Checkpoint>(&ev)) {
         // Staged at once (the engine may prune its folder later); published in the background.
-        auto staged = publisher->stage(e->step, epoch, kinds_of(e->adapter_dir, e->state_dir));
+        // A pause's save keeps its training state even when uploads lag: the run resumes from it.
+        auto staged = publisher->stage(e->step, epoch, kinds_of(e->adapter_dir, e->state_dir), pause_requested.load());
         if (!staged.is_ok()) {
           std::fprintf(stderr, "trainer-job run: staging the checkpoint of step %lld failed: %s\n",
                        static_cast<long long>(e->step), staged.status().message().c_str());
         }
       } else if (const auto* e = std::get_if<protocol::Completed>(&ev)) {
         // A completed run leaves a final snapshot: staged, then every publication awaited.
-        auto staged = publisher->stage(e->steps, epoch, kinds_of(e->adapter_dir, e->state_dir));
+        auto staged = publisher->stage(e->steps, epoch, kinds_of(e->adapter_dir, e->state_dir), /*every_kind=*/true);
         Status st = staged.is_ok() ? publisher->drain() : staged.status();
         if (!st.is_ok()) {
           publication_failed = st;

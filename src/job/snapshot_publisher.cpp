@@ -135,7 +135,7 @@ void SnapshotPublisher::record(tel::CheckpointOperation op, double seconds, cons
 }
 
 Result<std::string> SnapshotPublisher::stage(int64_t step, int64_t epoch,
-                                             const std::map<std::string, std::string>& kind_dirs) {
+                                             const std::map<std::string, std::string>& kind_dirs, bool every_kind) {
   const auto t0 = Clock::now();
   Staged s;
   s.result.step = step;
@@ -146,7 +146,7 @@ Result<std::string> SnapshotPublisher::stage(int64_t step, int64_t epoch,
     waiting = queue_.size() + (in_flight_ ? 1 : 0);
   }
   std::map<std::string, std::string> kinds = kind_dirs;
-  if (waiting >= static_cast<size_t>(opt_.max_pending_full) && kinds.size() > 1 &&
+  if (!every_kind && waiting >= static_cast<size_t>(opt_.max_pending_full) && kinds.size() > 1 &&
       kinds.count(protocol::kTrainingStateKind)) {
     kinds.erase(protocol::kTrainingStateKind);
     s.result.weights_only = true;

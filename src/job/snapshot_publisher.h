@@ -87,8 +87,11 @@ class SnapshotPublisher {
   SnapshotPublisher& operator=(const SnapshotPublisher&) = delete;
 
   // Copies each kind's folder (kind -> folder) into staging, writes its manifest and queues the
-  // snapshot. Returns the snapshot's id. The trainingState kind is left out when uploads lag.
-  Result<std::string> stage(int64_t step, int64_t epoch, const std::map<std::string, std::string>& kind_dirs);
+  // snapshot. Returns the snapshot's id. The trainingState kind is left out when uploads lag,
+  // unless `every_kind`: a run's final snapshot and a pause's keep all they were given (a run
+  // resumes or continues from them).
+  Result<std::string> stage(int64_t step, int64_t epoch, const std::map<std::string, std::string>& kind_dirs,
+                            bool every_kind = false);
   // Waits until every staged snapshot is published or has failed; the first failure, if any.
   Status drain();
   // Every publication so far, in staging order.
