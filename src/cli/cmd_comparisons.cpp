@@ -64,7 +64,10 @@ void print_comparison(const json& c) {
   }
   const json cost = c.value("cost", json::object());
   rows.push_back({"Training spend", format_gpu_seconds(cost.value("training", json::object()).value("gpuSeconds", 0.0))});
-  rows.push_back({"Evaluation spend", format_duration(cost.value("evaluation", json::object()).value("seconds", 0.0))});
+  const json evaluation = cost.value("evaluation", json::object());
+  rows.push_back({"Evaluation spend", format_gpu_seconds(evaluation.value("gpuSeconds", 0.0)) + " (" +
+                                          format_device_seconds(evaluation.value("deviceSeconds", 0.0), "device") +
+                                          " in all)"});
   rows.push_back({"Created", c.value("createdAt", std::string())});
   out(render_fields(rows));
 

@@ -518,7 +518,7 @@ json ServiceImpl::present_comparison(const json& doc) {
   json runs = json::array();
   std::set<std::string> counted;
   double training = 0;
-  double evaluation = 0;
+  double evaluation_device = 0, evaluation_gpu = 0;
   json evaluations = json::array();
   for (auto& t : out["targets"]) {
     const std::string run_id = t.value("runId", std::string());
@@ -535,17 +535,19 @@ json ServiceImpl::present_comparison(const json& doc) {
     if (t["evaluationId"].is_string()) {
       if (auto e = store_->get_evaluation(t["evaluationId"].get<std::string>()); e.is_ok() && e->has_value()) {
         t["progress"] = (**e).value("progress", json(nullptr));  // {rowsDone, rowsTotal} of its evaluation
+        // The device time its claim held (an evaluation ended before claims: its wall time).
         const json cost = (**e).value("cost", json::object());
-        const bool gpu = cost.contains("gpuSeconds") && cost["gpuSeconds"].is_number();
-        const double seconds = number_of(cost, gpu ? "gpuSeconds" : "seconds");
-        evaluations.push_back({{"evaluationId", t["evaluationId"]}, {"seconds", seconds},
-                               {"measure", gpu ? "gpuSeconds" : "seconds"}});
-        evaluation += seconds;
+        const double device = number_of(cost, cost.contains("deviceSeconds") ? "deviceSeconds" : "seconds");
+        const double gpu = number_of(cost, "gpuSeconds");
+        evaluations.push_back({{"evaluationId", t["evaluationId"]}, {"deviceSeconds", device}, {"gpuSeconds", gpu}});
+        evaluation_device += device;
+        evaluation_gpu += gpu;
       }
     }
   }
   out["cost"] = {{"training", {{"gpuSeconds", training}, {"runs", runs}}},
-                 {"evaluation", {{"seconds", evaluation}, {"evaluations", evaluations}}}};
+                 {"evaluation", {{"deviceSeconds", evaluation_device}, {"gpuSeconds", evaluation_gpu},
+                                 {"evaluations", evaluations}}}};
   return out;
 }
 

@@ -161,7 +161,9 @@ def test_a_snapshot_and_two_branches_complete_each_scored_as_a_standalone_evalua
     assert sorted(r["runId"] for r in cost["training"]["runs"]) == sorted([family["parent"]["runId"], *family["branches"]])
     assert cost["training"]["gpuSeconds"] == pytest.approx(sum(r["gpuSeconds"] for r in cost["training"]["runs"]))
     assert sorted(e["evaluationId"] for e in cost["evaluation"]["evaluations"]) == sorted(t["evaluationId"] for t in targets)
-    assert cost["evaluation"]["seconds"] > 0
+    assert cost["evaluation"]["deviceSeconds"] > 0 and cost["evaluation"]["gpuSeconds"] == 0  # one CPU slot each
+    assert cost["evaluation"]["deviceSeconds"] == pytest.approx(
+        sum(ready.json("evaluations", "get", t["evaluationId"])["cost"]["deviceSeconds"] for t in targets))
 
     # The compare operation: accepted once, one launched target per target, ended with success.
     with urllib.request.urlopen(trainerd.url + "/metrics", timeout=30) as r:
