@@ -25,12 +25,17 @@ class Service:
 
     def restart(self, kill: bool = True) -> None:
         """Stops trainerd (SIGKILL: no chance to tidy up) and starts it again on the same data and port."""
-        port = int(self.daemon.url.rsplit(":", 1)[1])
-        if kill:
-            os.killpg(self.daemon.proc.pid, 9)
-        else:
-            os.killpg(self.daemon.proc.pid, 15)
+        self.halt(kill)
+        self.start_again()
+
+    def halt(self, kill: bool = True) -> None:
+        """Stops trainerd (SIGKILL, or SIGTERM) and waits until it is gone; its jobs run on."""
+        os.killpg(self.daemon.proc.pid, 9 if kill else 15)
         self.daemon.proc.wait(timeout=30)
+
+    def start_again(self) -> None:
+        """Starts trainerd on the data and port it had before halt()."""
+        port = int(self.daemon.url.rsplit(":", 1)[1])
         self.daemon = start_trainerd(self.bin_dir, self.tmp, self.config, port=port)
         self.cli = Cli(self.bin_dir / "trainer", self.daemon.url)
 

@@ -251,6 +251,13 @@ class RayHead:
         with urllib.request.urlopen(f"{self.address}/api/jobs/{submission_id}", timeout=10) as r:
             return json.load(r)
 
+    def delete_job(self, submission_id: str) -> None:
+        """Deletes an ended job's record from the cluster (Ray's DELETE /api/jobs/ID): from then on
+        the cluster answers 404 for it, as a head that restarted would."""
+        req = urllib.request.Request(f"{self.address}/api/jobs/{submission_id}", method="DELETE")
+        with urllib.request.urlopen(req, timeout=10) as r:
+            assert r.status == 200, r.status
+
     def stop(self) -> None:
         for pid in self.pids():
             try:
