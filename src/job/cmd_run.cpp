@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -191,6 +192,12 @@ int cmd_run(int argc, char** argv) {
     po.run_id = identity->run_id;
     po.attempt = identity->attempt;
     po.base_model_sha = identity->base_model_sha;
+    if (const char* d = std::getenv("TRAINER_PUBLISH_DEADLINE_SECONDS"); d != nullptr && *d != '\0') {
+      char* end = nullptr;
+      const long seconds = std::strtol(d, &end, 10);
+      if (*end != '\0' || seconds < 1) return fail(std::string("TRAINER_PUBLISH_DEADLINE_SECONDS: not a positive number of seconds: ") + d);
+      po.deadline = std::chrono::seconds(seconds);
+    }
     publisher = std::make_unique<SnapshotPublisher>(po, *artifacts, *catalog, telemetry.provider());
   }
 

@@ -129,7 +129,7 @@ void SnapshotPublisher::record(tel::CheckpointOperation op, double seconds, cons
       .checkpoint_operation = op,
       .checkpoint_outcome = outcome.status.is_ok() ? tel::CheckpointOutcome::kSuccess : tel::CheckpointOutcome::kFailure,
       .checkpoint_failure_reason = outcome.status.is_ok() ? std::nullopt : outcome.reason,
-      .checkpoint_storage_mode = tel::CheckpointStorageMode::kSharedFilesystem};
+      .checkpoint_storage_mode = storage_mode_of(storage_)};
   if (kind) a.checkpoint_artifact_kind = artifact_kind(*kind);
   duration_.record(seconds, a);
 }
@@ -211,8 +211,10 @@ Result<std::string> SnapshotPublisher::stage(int64_t step, int64_t epoch,
 Status SnapshotPublisher::drain() {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return (queue_.empty() && !in_flight_) || stopping_; });
-  for (const auto& r : results_) {
-    if (!r.status.is_ok()) return r.status.with_context("publishing the snapshot of step " + std::to_string(r.step));
+  if (results_.empty()) return Status::ok();
+  const PublicationResult& newest = results_.back();
+  if (!newest.status.is_ok()) {
+    return newest.status.with_context("publishing the snapshot of step " + std::to_string(newest.step));
   }
   return Status::ok();
 }
@@ -324,7 +326,7 @@ SnapshotPublisher::Outcome SnapshotPublisher::upload(const Staged& s, const std:
                                    .checkpoint_outcome = o.status.is_ok() ? tel::CheckpointOutcome::kSuccess
                                                                           : tel::CheckpointOutcome::kFailure,
                                    .checkpoint_artifact_kind = artifact_kind(kind),
-                                   .checkpoint_storage_mode = tel::CheckpointStorageMode::kSharedFilesystem});
+                                   .checkpoint_storage_mode = storage_mode_of(storage_)});
   }
   return o;
 }

@@ -36,6 +36,12 @@
 
 namespace trainer::job {
 
+// The checkpoint.storage.mode of a store: object storage (S3, no local path) or a shared folder.
+inline telemetry::CheckpointStorageMode storage_mode_of(const storage::Storage& storage) {
+  return storage.local_path(".").empty() ? telemetry::CheckpointStorageMode::kObjectStorage
+                                         : telemetry::CheckpointStorageMode::kSharedFilesystem;
+}
+
 // The service's snapshot catalog, as the publisher calls it.
 class Catalog {
  public:
@@ -92,7 +98,9 @@ class SnapshotPublisher {
   // resumes or continues from them).
   Result<std::string> stage(int64_t step, int64_t epoch, const std::map<std::string, std::string>& kind_dirs,
                             bool every_kind = false);
-  // Waits until every staged snapshot is published or has failed; the first failure, if any.
+  // Waits until every staged snapshot is published or has failed. Returns how the newest staged
+  // one fared (a run's final snapshot, a pause's): an earlier publication that failed (its store
+  // was down past the deadline) was logged and counted, and the saves after it stand on their own.
   Status drain();
   // Every publication so far, in staging order.
   std::vector<PublicationResult> results() const;

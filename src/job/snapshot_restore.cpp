@@ -30,7 +30,7 @@ Result<RestoredSnapshot> restore_snapshot(Catalog& catalog, storage::Storage& st
         .checkpoint_operation = op,
         .checkpoint_outcome = failure ? tel::CheckpointOutcome::kFailure : tel::CheckpointOutcome::kSuccess,
         .checkpoint_failure_reason = failure ? std::optional(failure->reason) : std::nullopt,
-        .checkpoint_storage_mode = tel::CheckpointStorageMode::kSharedFilesystem,
+        .checkpoint_storage_mode = storage_mode_of(storage),
         .checkpoint_restore_mode = mode};
     if (kind) {
       a.checkpoint_artifact_kind = *kind == protocol::kTrainingStateKind ? tel::CheckpointArtifactKind::kTrainingState
@@ -133,7 +133,7 @@ Result<RestoredSnapshot> restore_snapshot(Catalog& catalog, storage::Storage& st
                             .checkpoint_artifact_kind = kind == protocol::kTrainingStateKind
                                                             ? tel::CheckpointArtifactKind::kTrainingState
                                                             : tel::CheckpointArtifactKind::kWeights,
-                            .checkpoint_storage_mode = tel::CheckpointStorageMode::kSharedFilesystem});
+                            .checkpoint_storage_mode = storage_mode_of(storage)});
     out.dirs[kind] = target.string();
   }
   return out;

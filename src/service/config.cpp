@@ -193,7 +193,7 @@ Result<DeploymentConfig> parse_config(const std::string& text, const std::string
     const json& l = doc["limits"];
     if (!l.is_object()) return fail(invalid_argument("limits: must be an object"));
     if (!(st = check_keys(l, "limits.", {"maxRequestBytes", "maxDatasetBytes", "cancelGraceSeconds", "pauseDeadlineSeconds",
-                                               "maxAdapterRank"})).is_ok()) {
+                                               "maxAdapterRank", "publishDeadlineSeconds"})).is_ok()) {
       return fail(st);
     }
     const int64_t kMaxBytes = int64_t{1} << 34;
@@ -214,6 +214,10 @@ Result<DeploymentConfig> parse_config(const std::string& text, const std::string
     auto r = non_negative_int(l, "maxAdapterRank", "limits.", c.limits.max_adapter_rank, 4096);
     if (!r.is_ok()) return fail(r.status());
     c.limits.max_adapter_rank = static_cast<int>(*r);
+    auto d = non_negative_int(l, "publishDeadlineSeconds", "limits.", c.limits.publish_deadline_seconds, 86400);
+    if (!d.is_ok()) return fail(d.status());
+    if (*d < 1) return fail(invalid_argument("limits.publishDeadlineSeconds: must be at least 1"));
+    c.limits.publish_deadline_seconds = static_cast<int>(*d);
   }
   if (doc.contains("jobBinary")) {
     auto j = string_field(doc, "jobBinary", "", true);
@@ -386,7 +390,8 @@ nlohmann::json config_to_json(const DeploymentConfig& c) {
                    {"maxDatasetBytes", c.limits.max_dataset_bytes},
                    {"cancelGraceSeconds", c.limits.cancel_grace_seconds},
                    {"pauseDeadlineSeconds", c.limits.pause_deadline_seconds},
-                   {"maxAdapterRank", c.limits.max_adapter_rank}};
+                   {"maxAdapterRank", c.limits.max_adapter_rank},
+                   {"publishDeadlineSeconds", c.limits.publish_deadline_seconds}};
   out["jobBinary"] = c.job_binary;
   out["compute"] = {{"backend", c.compute.backend}};
   if (c.compute.backend == "slurm") {

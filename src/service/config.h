@@ -41,6 +41,9 @@ struct Limits {
   int cancel_grace_seconds = 10;              // SIGTERM, then SIGKILL after this long
   int pause_deadline_seconds = 900;           // a pause's save, publication and release must end within this
   int max_adapter_rank = 64;                  // the largest LoRA rank `trained-models register` imports
+  // How long a job retries one snapshot's publication (reserve, upload, commit) before that
+  // publication fails with its reason (TRAINER_PUBLISH_DEADLINE_SECONDS); later saves go on.
+  int publish_deadline_seconds = 300;
 };
 
 // Where jobs send their metrics when the operator runs a collector.

@@ -225,6 +225,8 @@ backend::JobSpec ServiceImpl::job_spec(const RunRecord& run) const {
     spec.identity.artifact_root = opt_.config.artifact_store.uri;
     spec.identity.artifact_env = artifact_store_job_env(opt_.config.artifact_store);
   }
+  spec.identity.artifact_env.emplace_back("TRAINER_PUBLISH_DEADLINE_SECONDS",
+                                          std::to_string(opt_.config.limits.publish_deadline_seconds));
   spec.plan_path = (dir / "plan.json").string();
   spec.output_dir = (dir / "output").string();
   spec.events_path = (dir / "events.jsonl").string();

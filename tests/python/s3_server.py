@@ -46,6 +46,7 @@ class S3Server:
     secret_key: str
     proc: subprocess.Popen
     log: pathlib.Path
+    argv: tuple = ()  # how it was started: restart_s3_server() starts it again the same way
 
     def env(self) -> dict:
         return {"TRAINER_S3_ENDPOINT": self.endpoint, "AWS_ACCESS_KEY_ID": self.access_key,
@@ -69,14 +70,23 @@ def start_s3_server(tmp: pathlib.Path) -> S3Server:
     ports = {name: _free_port() for name in ("master", "volume", "filer", "s3")}
     log = tmp / "weed.log"
     (tmp / "data").mkdir(exist_ok=True)
+    argv = (weed, "server", f"-dir={tmp / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+            f"-master.port={ports['master']}", f"-volume.port={ports['volume']}", f"-filer.port={ports['filer']}",
+            "-s3", f"-s3.port={ports['s3']}", f"-s3.config={identities}", "-volume.max=0",
+            "-master.volumeSizeLimitMB=64")
+    return _launch(argv, f"http://127.0.0.1:{ports['s3']}", log)
+
+
+def restart_s3_server(server: S3Server) -> S3Server:
+    """Starts a stopped server again on its ports and data folder: the same endpoint, the same
+    buckets and objects."""
+    stop_s3_server(server.proc)
+    return _launch(server.argv, server.endpoint, server.log)
+
+
+def _launch(argv: tuple, endpoint: str, log: pathlib.Path) -> S3Server:
     with open(log, "ab") as out:
-        proc = subprocess.Popen(
-            [weed, "server", f"-dir={tmp / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-             f"-master.port={ports['master']}", f"-volume.port={ports['volume']}", f"-filer.port={ports['filer']}",
-             "-s3", f"-s3.port={ports['s3']}", f"-s3.config={identities}", "-volume.max=0",
-             "-master.volumeSizeLimitMB=64"],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    endpoint = f"http://127.0.0.1:{ports['s3']}"
+        proc = subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.time() + 120
     while True:
         try:
@@ -90,7 +100,7 @@ def start_s3_server(tmp: pathlib.Path) -> S3Server:
             stop_s3_server(proc)
             pytest.fail(f"weed's S3 server did not come up on {endpoint}:\n{log.read_text(errors='replace')[-4000:]}")
         time.sleep(0.5)
-    return S3Server(endpoint, ACCESS_KEY, SECRET_KEY, proc, log)
+    return S3Server(endpoint, ACCESS_KEY, SECRET_KEY, proc, log, argv)
 
 
 def stop_s3_server(proc: subprocess.Popen) -> None:

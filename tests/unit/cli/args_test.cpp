@@ -186,7 +186,7 @@ TEST(CliArgs, MissingArgumentAndMissingValueAreNamed) {
 TEST(CliArgs, GroupWithoutCommandListsItsCommands) {
   auto r = parse({"workloads"});
   EXPECT_EQ(r.exit_code, kExitUsage);
-  EXPECT_NE(r.output.find("needs a command: create, list, get, rename, annotate, set-evaluation, refs"),
+  EXPECT_NE(r.output.find("needs a command: create, list, get, rename, annotate, set-evaluation, scores, refs"),
             std::string::npos);
 }
 
