@@ -169,6 +169,31 @@ TEST_F(SnapshotPublisherTest, AnUnreachableCatalogIsRetriedARefusedCommitIsNot) 
   EXPECT_NE(metrics().find("checkpoint_failure_reason=\"validation\""), std::string::npos);
 }
 
+TEST_F(SnapshotPublisherTest, AnEarlierPublicationPastItsDeadlineDoesNotFailTheNewest) {
+  // The catalog is unreachable for the first snapshot's only try (the deadline leaves no retry):
+  // it fails; the next one publishes, and drain() reports the newest, as a run's end or a pause does.
+  RecordingCatalog catalog;
+  catalog.reserve_failures = 1;
+  PublisherOptions o = options();
+  o.deadline = std::chrono::milliseconds(1);
+  o.backoff = std::chrono::milliseconds(50);
+  SnapshotPublisher publisher(o, *storage_, catalog, provider_);
+  ASSERT_TRUE(publisher.stage(2, 0, {{"weights", adapter("a", "1")}}).is_ok());
+  ASSERT_TRUE(publisher.stage(4, 0, {{"weights", adapter("b", "2")}}).is_ok());
+  EXPECT_TRUE(publisher.drain().is_ok());
+  const auto results = publisher.results();
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results[0].status.code(), StatusCode::kUnavailable);
+  EXPECT_TRUE(results[1].status.is_ok());
+
+  // The newest failing is what drain() says.
+  catalog.reserve_failures = 1;
+  ASSERT_TRUE(publisher.stage(6, 0, {{"weights", adapter("c", "3")}}).is_ok());
+  const Status last = publisher.drain();
+  EXPECT_EQ(last.code(), StatusCode::kUnavailable);
+  EXPECT_NE(last.message().find("step 6"), std::string::npos) << last.message();
+}
+
 TEST_F(SnapshotPublisherTest, ARestoreValidatesBeforeThePayloadAndRefusesCorruptedOrTamperedBytes) {
   RecordingCatalog catalog;
   std::string id;
