@@ -29,7 +29,8 @@ def test_evaluation_refs_and_grader(start_trainerd, setup_basics):
     d = start_trainerd()
     _, ds = setup_basics(d)
     ev = d.ok(d.request("PUT", "/v1/workloads/triage/evaluation", {"dataset": "train"}), 200)
-    assert ev["evaluation"] == {"dataset": ds["hash"], "grader": "json-label-match"}
+    since = ev["evaluation"].pop("since")  # when this setting began (its score table's start)
+    assert ev["evaluation"] == {"dataset": ds["hash"], "grader": "json-label-match"} and since == ev["updatedAt"]
     bad = d.request("PUT", "/v1/workloads/triage/evaluation", {"dataset": "train", "grader": "vibes"})
     assert bad.status == 400 and bad.json["error"]["field"] == "grader"
     base = d.ok(d.request("PUT", "/v1/workloads/triage/refs/base", {"target": "tiny/qwen3"}), 200)
