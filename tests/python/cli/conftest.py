@@ -17,6 +17,14 @@ def tiny_model(tmp_path_factory) -> pathlib.Path:
 
 
 @pytest.fixture(scope="module")
+def sharp_model(tmp_path_factory) -> pathlib.Path:
+    """Weights drawn at a 0.3 scale: logits far from uniform, so greedy answers vary from row to
+    row, token to token and model to model (the usual 0.02 model answers every row alike)."""
+    return make_tiny_model(tmp_path_factory.mktemp("models") / MODEL_NAME, arch="qwen3", tokenizer="qwen3", seed=3,
+                           initializer_range=0.3)
+
+
+@pytest.fixture(scope="module")
 def trainerd(bin_dir, tiny_model, tmp_path_factory):
     service = start_trainerd(bin_dir, tmp_path_factory.mktemp("trainerd"),
                              {"baseModels": [{"name": MODEL_NAME, "path": str(tiny_model)}]})

@@ -17,7 +17,6 @@ import urllib.request
 import pytest
 
 from cli_support import EXAMPLES, MODEL_NAME, WORKLOAD, Cli, start_trainerd, stop, wait_for
-from models import make_tiny_model
 
 MAX_NEW = 8
 HELD_OUT = 6
@@ -58,13 +57,6 @@ def comparison_ended(cli, cid: str, timeout: float = 900) -> dict:
 
 def comparisons_total(cli) -> int:
     return cli.json("comparisons", "list")["total"]
-
-
-@pytest.fixture(scope="module")
-def sharp_model(tmp_path_factory):
-    """Weights drawn at a 0.3 scale, so greedy answers differ from row to row and model to model."""
-    return make_tiny_model(tmp_path_factory.mktemp("models") / MODEL_NAME, arch="qwen3", tokenizer="qwen3", seed=3,
-                           initializer_range=0.3)
 
 
 @pytest.fixture(scope="module")

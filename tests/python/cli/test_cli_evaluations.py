@@ -14,7 +14,6 @@ import signal
 import pytest
 
 from cli_support import EXAMPLES, MODEL_NAME, WORKLOAD, Cli, plan_text, start_trainerd, stop, wait_for
-from models import make_tiny_model
 from overlap_rule import overlap_score, write_rule
 from registry_support import make_peft_adapter, wait_model
 
@@ -25,14 +24,6 @@ MAX_NEW = 10
 def held_out_rows(n: int) -> list[dict]:
     rows = [json.loads(line) for line in (EXAMPLES / "sentiment" / "train.jsonl").read_text().splitlines()]
     return rows[-n:]
-
-
-@pytest.fixture(scope="module")
-def sharp_model(tmp_path_factory):
-    """Weights drawn at a 0.3 scale: logits far from uniform, so greedy answers vary from row to
-    row and token to token (the usual 0.02 model answers every row with the same blank line)."""
-    return make_tiny_model(tmp_path_factory.mktemp("models") / MODEL_NAME, arch="qwen3", tokenizer="qwen3", seed=3,
-                           initializer_range=0.3)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ import json
 import pytest
 
 from cli_support import EXAMPLES, MODEL_NAME, WORKLOAD, free_port, plan_text, start_trainerd, stop
-from models import make_tiny_model
 from overlap_rule import write_rule
 
 MAX_NEW = 8
@@ -25,14 +24,11 @@ def rows_of(first: int, n: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def trainerd(bin_dir, tmp_path_factory):
-    # Weights at a 0.3 scale, so answers (and the overlap rule's scores) differ between models.
-    model = make_tiny_model(tmp_path_factory.mktemp("models") / MODEL_NAME, arch="qwen3", tokenizer="qwen3", seed=3,
-                            initializer_range=0.3)
+def trainerd(bin_dir, sharp_model, tmp_path_factory):
     # A judge declared at a port nothing listens on: its scores never come, so its rows are unscored.
     judge = {"name": "judge-x", "url": f"http://127.0.0.1:{free_port()}", "readyTimeoutSeconds": 3}
     service = start_trainerd(bin_dir, tmp_path_factory.mktemp("trainerd"),
-                             {"baseModels": [{"name": MODEL_NAME, "path": str(model)}], "judges": [judge]})
+                             {"baseModels": [{"name": MODEL_NAME, "path": str(sharp_model)}], "judges": [judge]})
     yield service
     stop(service.proc, service.data_dir)
 
