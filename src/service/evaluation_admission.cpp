@@ -47,13 +47,22 @@ Status ServiceImpl::queue_evaluation_locked(json& doc) {
   return Status::ok();
 }
 
-// The driver's turn for evaluations: the queued ones whose claims admission granted start.
+// The driver's turn for evaluations, after its admission pass: the queued ones whose claims were
+// granted start; one without a claim (lost with an old store) claims again.
 Status ServiceImpl::drive_evaluations_locked() {
   auto queued = store_->list_evaluations({"QUEUED"});
   if (!queued.is_ok()) return queued.status();
+  if (queued->empty()) return Status::ok();
+  auto claims = claims_by_owner();
+  if (!claims.is_ok()) return claims.status();
   for (json& doc : *queued) {
     if (doc.value("cancelRequested", false)) continue;
-    TRAINER_RETURN_IF_ERROR(queue_evaluation_locked(doc));
+    auto it = claims->find(doc["evaluationId"].get<std::string>());
+    if (it == claims->end()) {
+      TRAINER_RETURN_IF_ERROR(queue_evaluation_locked(doc));
+    } else if (it->second.state == "GRANTED") {
+      TRAINER_RETURN_IF_ERROR(launch_evaluation_locked(doc, it->second));
+    }
   }
   return Status::ok();
 }
