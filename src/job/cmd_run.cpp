@@ -27,6 +27,7 @@
 #include "engine/engine.h"
 #include "job/args.h"
 #include "job/commands.h"
+#include "job/input_fetch.h"
 #include "job/job_events.h"
 #include "job/job_telemetry.h"
 #include "job/rank_worker.h"
@@ -94,6 +95,11 @@ int run_other_rank(const Args& args, const engine::dist::World& world) {
     std::fprintf(stderr, "trainer-job rank %d: %s: cannot read the plan\n", world.rank, plan_path.c_str());
     return 1;
   }
+  // Rank 0 fetched the plan's store inputs into this node's cache before it started this rank.
+  if (Status st = fetch_plan_inputs(*plan, input_fetch_options_from_environment()); !st.is_ok()) {
+    std::fprintf(stderr, "trainer-job rank %d: %s\n", world.rank, st.describe().c_str());
+    return 1;
+  }
   return run_rank(std::move(plan).value(), args.get("output"), world);
 }
 
@@ -148,6 +154,10 @@ int cmd_run(int argc, char** argv) {
   if (!plan.is_ok()) {
     const Status& st = plan.status();
     return fail(st.field().empty() ? st.message() : plan_path + ": " + st.describe());
+  }
+  // Inputs named by s3:// URIs (a cluster job with an S3 store): verified copies on this node.
+  if (Status st = fetch_plan_inputs(*plan, input_fetch_options_from_environment()); !st.is_ok()) {
+    return fail(st.describe());
   }
 
   std::atomic<bool> stop{false};

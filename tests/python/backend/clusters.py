@@ -205,7 +205,10 @@ class RayHead:
         out = subprocess.run(
             [str(ray), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={gcs_port}",
              f"--dashboard-port={dash_port}", "--dashboard-host=127.0.0.1", "--include-dashboard=true",
-             "--num-cpus=2", "--num-gpus=0", f"--temp-dir={temp_dir}", "--disable-usage-stats"],
+             "--num-cpus=2", "--num-gpus=0", f"--temp-dir={temp_dir}", "--disable-usage-stats",
+             # Ports of their own, not Ray's fixed defaults (10001, 52365): another head on the
+             # machine must not keep this one's client server or job agent from starting.
+             f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}"],
             capture_output=True, text=True, env=env, timeout=180)
         head = cls(venv, temp_dir, f"http://127.0.0.1:{dash_port}", env)
         head.ports = (gcs_port, dash_port)
