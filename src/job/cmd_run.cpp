@@ -36,6 +36,7 @@
 #include "job/snapshot_restore.h"
 #include "job/stop_signals.h"
 #include "plan/plan.h"
+#include "plan/plan_warnings.h"
 #include "storage/s3_storage.h"
 #include "storage/storage.h"
 
@@ -71,16 +72,10 @@ std::string settings_sha_of(const plan::Plan& plan) {
   return plan::settings_sha(plan.config, h.hex_digest());
 }
 
-// The ranks a plan trains on: execution.gpus for SFT; GRPO/GSPO train on one device.
+// The ranks a plan trains on: execution.gpus for SFT; GRPO/GSPO train on one device (the job
+// says so with a `warning` event, plan::single_device_warning).
 int data_parallel_ranks(const plan::Plan& plan) {
-  if (plan.execution.gpus <= 1) return 1;
-  if (plan.config.method != plan::Method::kSft) {
-    std::fprintf(stderr,
-                 "trainer-job run: warning: execution.gpus is %d, but %s trains on one device (data parallelism "
-                 "is SFT only; docs/data-parallel.md)\n",
-                 plan.execution.gpus, plan::method_name(plan.config.method));
-    return 1;
-  }
+  if (plan.execution.gpus <= 1 || plan.config.method != plan::Method::kSft) return 1;
   return plan.execution.gpus;
 }
 
@@ -280,6 +275,10 @@ int cmd_run(int argc, char** argv) {
     }
     emit(ev);
   };
+  if (auto w = plan::single_device_warning(req.plan)) {
+    writer.write(protocol::Warning{.field = w->field, .message = w->message});
+    std::fprintf(stderr, "trainer-job run: warning: %s\n", w->message.c_str());
+  }
   // Data parallelism: the rendezvous hosted here, then the other ranks started.
   if (const int ranks = data_parallel_ranks(req.plan); ranks > 1) {
     auto rendezvous = engine::dist::host_rendezvous(ranks);
