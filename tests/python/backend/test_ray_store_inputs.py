@@ -10,19 +10,17 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import re
 import subprocess
-import xml.etree.ElementTree as ET
 
 import pytest
 
 from backend_support import Service
 from clusters import free_port
+from store_support import bucket_objects, job_log, job_plan, losses, staged_lines
 
 BUCKET = "trainer-ray-inputs"
 PREFIX = "cluster"
 ROOT = f"s3://{BUCKET}/{PREFIX}"
-STAGED = re.compile(r"trainerd: staged input (\S+)")
 
 
 def ray_config(ray_head) -> dict:
@@ -58,35 +56,6 @@ def host_paths_losses(bin_dir, tiny_model, tmp_path_factory, ray_head) -> dict:
         svc.close()
 
 
-def job_plan(svc: Service, run_id: str) -> dict:
-    return json.loads((svc.daemon.data_dir / "runs" / run_id / "attempt-1" / "plan.json").read_text())
-
-
-def job_log(svc: Service, run_id: str) -> str:
-    return (svc.daemon.data_dir / "runs" / run_id / "attempt-1" / "job.log").read_text(errors="replace")
-
-
-def losses(svc: Service, run_id: str) -> dict[int, float]:
-    return {m["step"]: m["loss"] for m in svc.metrics(run_id)}
-
-
-def bucket_objects(s3, prefix: str) -> dict[str, tuple[str, str]]:
-    """key -> (ETag, LastModified) of every object under PREFIX/`prefix`, read from the real server."""
-    out = subprocess.run(["curl", "-sf", "--aws-sigv4", "aws:amz:us-east-1:s3", "--user",
-                          f"{s3.access_key}:{s3.secret_key}",
-                          f"{s3.endpoint}/{BUCKET}?list-type=2&max-keys=1000&prefix={PREFIX}%2F{prefix.replace('/', '%2F')}"],
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, f"listing the bucket failed: curl exit {out.returncode}"
-    ns = {"s3": "http://s3.amazonaws.com/doc/2006-03-01/"}
-    root = ET.fromstring(out.stdout)
-    return {c.find("s3:Key", ns).text: (c.find("s3:ETag", ns).text, c.find("s3:LastModified", ns).text)
-            for c in root.findall("s3:Contents", ns)}
-
-
-def staged_lines(svc: Service) -> list[str]:
-    return STAGED.findall(svc.daemon.log_text())
-
-
 @pytest.fixture(scope="module")
 def first_run(store_service) -> str:
     """The module's first run on Ray with the store: it stages the inputs."""
@@ -110,7 +79,7 @@ def test_a_ray_job_trains_from_inputs_staged_once_in_the_store(store_service, fi
     assert str(svc.daemon.data_dir) not in json.dumps(plan)
 
     # The bucket holds both inputs, the model folder committed with every file of the model.
-    objects = bucket_objects(s3_server, "inputs/")
+    objects = bucket_objects(s3_server, BUCKET, f"{PREFIX}/inputs/")
     model_files = sorted(p.relative_to(tiny_model).as_posix() for p in tiny_model.rglob("*") if p.is_file())
     assert sorted(k.split(f"inputs/models/{model_sha}/", 1)[1] for k in objects if "/inputs/models/" in k) == \
         sorted(model_files + [".trainer-folder"])
@@ -131,7 +100,7 @@ def test_a_ray_job_trains_from_inputs_staged_once_in_the_store(store_service, fi
     # A second run stages nothing again: the same objects, untouched; its job reuses the cache.
     second = svc.start(max_steps=3)["runId"]
     svc.wait_phase(second, "COMPLETED")
-    assert bucket_objects(s3_server, "inputs/") == objects
+    assert bucket_objects(s3_server, BUCKET, f"{PREFIX}/inputs/") == objects
     assert len(staged_lines(svc)) == 2
     assert job_plan(svc, second)["baseModel"] == plan["baseModel"]
     assert f"baseModel {plan['baseModel']}: reusing the verified copy" in job_log(svc, second)
