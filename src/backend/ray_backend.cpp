@@ -44,6 +44,9 @@ RayHandle decode(const JobHandle& handle) {
   return h;
 }
 
+// How Ray's job supervisor begins the message of a job whose entrypoint exited non-zero.
+constexpr const char* kEntrypointFailed = "Job entrypoint command failed with exit code ";
+
 // An answer of the REST API: its HTTP status and body, or why there was none.
 struct Answer {
   int status = 0;       // 0: no answer (the cluster did not respond)
@@ -135,7 +138,10 @@ class RayBackend final : public Backend {
       const int code = (*doc)["driver_exit_code"].get<int>();
       return {JobState::kExited, code < 0 ? 128 - code : code, ""};
     }
-    const size_t at = message.find("exit code ");
+    // Only Ray's report of the entrypoint's own exit carries its code. Other failures are the
+    // cluster's, whatever their text says: e.g. the record Ray's job manager writes anew for a job
+    // whose supervisor actor it found gone ("Job supervisor actor died: ... exit ...").
+    const size_t at = message.rfind(kEntrypointFailed, 0) == 0 ? message.find("exit code ") : std::string::npos;
     if (at != std::string::npos) {
       int code = 1;
       try {

@@ -265,6 +265,14 @@ std::string run_detail(const json& run, const ViewStyle& style) {
   if (!str(run, "failureReason").empty()) {
     state.push_back({"Failure", first_line(str(run, "failureReason"))});
   }
+  // What the job reported it does otherwise than the plan asked (a `warning` job event).
+  if (const json& warnings = field(run, "warnings"); warnings.is_array()) {
+    for (const json& w : warnings) {
+      if (!w.is_object()) continue;
+      const std::string f = str(w, "field"), message = str(w, "message");
+      state.push_back({"Warning", f.empty() || message.rfind(f, 0) == 0 ? message : f + ": " + message});
+    }
+  }
   const json& plan = field(run, "plan");
   const json& config = field(plan, "config");
   if (config.is_object()) {

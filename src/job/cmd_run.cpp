@@ -27,6 +27,7 @@
 #include "engine/engine.h"
 #include "job/args.h"
 #include "job/commands.h"
+#include "job/input_fetch.h"
 #include "job/job_events.h"
 #include "job/job_telemetry.h"
 #include "job/rank_worker.h"
@@ -35,6 +36,7 @@
 #include "job/snapshot_restore.h"
 #include "job/stop_signals.h"
 #include "plan/plan.h"
+#include "plan/plan_warnings.h"
 #include "storage/s3_storage.h"
 #include "storage/storage.h"
 
@@ -70,16 +72,10 @@ std::string settings_sha_of(const plan::Plan& plan) {
   return plan::settings_sha(plan.config, h.hex_digest());
 }
 
-// The ranks a plan trains on: execution.gpus for SFT; GRPO/GSPO train on one device.
+// The ranks a plan trains on: execution.gpus for SFT; GRPO/GSPO train on one device (the job
+// says so with a `warning` event, plan::single_device_warning).
 int data_parallel_ranks(const plan::Plan& plan) {
-  if (plan.execution.gpus <= 1) return 1;
-  if (plan.config.method != plan::Method::kSft) {
-    std::fprintf(stderr,
-                 "trainer-job run: warning: execution.gpus is %d, but %s trains on one device (data parallelism "
-                 "is SFT only; docs/data-parallel.md)\n",
-                 plan.execution.gpus, plan::method_name(plan.config.method));
-    return 1;
-  }
+  if (plan.execution.gpus <= 1 || plan.config.method != plan::Method::kSft) return 1;
   return plan.execution.gpus;
 }
 
@@ -92,6 +88,11 @@ int run_other_rank(const Args& args, const engine::dist::World& world) {
   auto plan = plan::parse_plan(text.str(), plan_path);
   if (!in || !plan.is_ok()) {
     std::fprintf(stderr, "trainer-job rank %d: %s: cannot read the plan\n", world.rank, plan_path.c_str());
+    return 1;
+  }
+  // Rank 0 fetched the plan's store inputs into this node's cache before it started this rank.
+  if (Status st = fetch_plan_inputs(*plan, input_fetch_options_from_environment()); !st.is_ok()) {
+    std::fprintf(stderr, "trainer-job rank %d: %s\n", world.rank, st.describe().c_str());
     return 1;
   }
   return run_rank(std::move(plan).value(), args.get("output"), world);
@@ -148,6 +149,10 @@ int cmd_run(int argc, char** argv) {
   if (!plan.is_ok()) {
     const Status& st = plan.status();
     return fail(st.field().empty() ? st.message() : plan_path + ": " + st.describe());
+  }
+  // Inputs named by s3:// URIs (a cluster job with an S3 store): verified copies on this node.
+  if (Status st = fetch_plan_inputs(*plan, input_fetch_options_from_environment()); !st.is_ok()) {
+    return fail(st.describe());
   }
 
   std::atomic<bool> stop{false};
@@ -270,6 +275,10 @@ int cmd_run(int argc, char** argv) {
     }
     emit(ev);
   };
+  if (auto w = plan::single_device_warning(req.plan)) {
+    writer.write(protocol::Warning{.field = w->field, .message = w->message});
+    std::fprintf(stderr, "trainer-job run: warning: %s\n", w->message.c_str());
+  }
   // Data parallelism: the rendezvous hosted here, then the other ranks started.
   if (const int ranks = data_parallel_ranks(req.plan); ranks > 1) {
     auto rendezvous = engine::dist::host_rendezvous(ranks);

@@ -162,6 +162,7 @@ struct TypeName {
   std::string_view operator()(const Failed&) const { return "failed"; }
   std::string_view operator()(const Cancelled&) const { return "cancelled"; }
   std::string_view operator()(const Paused&) const { return "paused"; }
+  std::string_view operator()(const Warning&) const { return "warning"; }
 };
 
 // The memory parts in JSON, in the order the telemetry registry lists them.
@@ -280,6 +281,12 @@ void to_json(json& out, const Cancelled& e) {
 }
 
 void to_json(json& out, const Paused& e) { out = {{"step", e.step}, {"snapshotId", e.snapshot_id}}; }
+
+void to_json(json& out, const Warning& e) {
+  out = json::object();
+  if (!e.field.empty()) out["field"] = e.field;
+  out["message"] = e.message;
+}
 
 json to_json(const Event& event) {
   json body;
@@ -437,6 +444,13 @@ Status from_json(const json& in, Paused* e) {
   return f.status();
 }
 
+Status from_json(const json& in, Warning* e) {
+  Fields f(in);
+  f.def("field", &e->field);
+  f.req("message", &e->message);
+  return f.status();
+}
+
 Result<std::optional<Event>> event_from_json(const json& in) {
   if (!in.is_object()) return invalid_argument("event: must be a JSON object");
   auto type_it = in.find("type");
@@ -457,6 +471,7 @@ Result<std::optional<Event>> event_from_json(const json& in) {
   else if (type == "failed") out = decode_as<Failed>(in);
   else if (type == "cancelled") out = decode_as<Cancelled>(in);
   else if (type == "paused") out = decode_as<Paused>(in);
+  else if (type == "warning") out = decode_as<Warning>(in);
   if (!out.is_ok()) return out.status().with_field(type);
   return out;
 }

@@ -182,8 +182,15 @@ struct Paused {
   std::string snapshot_id = {};  // the committed snapshot a resume starts from
 };
 
+// "warning": the job trains, but not as the plan asked (e.g. an RL plan with execution.gpus > 1
+// trains on one device). trainerd keeps it in the run's `warnings` and its events.
+struct Warning {
+  std::string field = {};    // the plan field it is about, "execution.gpus"; "" when none
+  std::string message = {};  // for a person
+};
+
 using Event = std::variant<Hello, Phase, Preparing, DataFit, DataSplit, Devices, Resolved, Step, Validation,
-                           Checkpoint, Completed, Failed, Cancelled, Paused>;
+                           Checkpoint, Completed, Failed, Cancelled, Paused, Warning>;
 
 // The event's "type" value, e.g. "step".
 std::string_view event_type(const Event& event);
@@ -203,6 +210,7 @@ void to_json(nlohmann::json& out, const Completed& e);
 void to_json(nlohmann::json& out, const Failed& e);
 void to_json(nlohmann::json& out, const Cancelled& e);
 void to_json(nlohmann::json& out, const Paused& e);
+void to_json(nlohmann::json& out, const Warning& e);
 void to_json(nlohmann::json& out, const StepMemory& e);
 nlohmann::json to_json(const Event& event);  // with "type"
 std::string to_line(const Event& event);     // compact JSON, no trailing newline
@@ -223,6 +231,7 @@ Status from_json(const nlohmann::json& in, Completed* e);
 Status from_json(const nlohmann::json& in, Failed* e);
 Status from_json(const nlohmann::json& in, Cancelled* e);
 Status from_json(const nlohmann::json& in, Paused* e);
+Status from_json(const nlohmann::json& in, Warning* e);
 Status from_json(const nlohmann::json& in, StepMemory* e);
 
 // A whole event object: nullopt for an unknown "type" (skip it); an error for an object

@@ -38,10 +38,12 @@ Result<std::unique_ptr<storage::Storage>> open_artifact_store(const ArtifactStor
 }
 
 std::vector<std::pair<std::string, std::string>> artifact_store_job_env(const ArtifactStoreConfig& config) {
-  return {{"TRAINER_S3_ENDPOINT", config.endpoint},
-          {"AWS_REGION", config.region},
-          {"AWS_ACCESS_KEY_ID", env(config.access_key_env)},
-          {"AWS_SECRET_ACCESS_KEY", env(config.secret_key_env)}};
+  std::vector<std::pair<std::string, std::string>> out = {{"TRAINER_S3_ENDPOINT", config.endpoint},
+                                                         {"AWS_REGION", config.region},
+                                                         {"AWS_ACCESS_KEY_ID", env(config.access_key_env)},
+                                                         {"AWS_SECRET_ACCESS_KEY", env(config.secret_key_env)}};
+  if (!config.input_cache.empty()) out.emplace_back("TRAINER_INPUT_CACHE", config.input_cache);
+  return out;
 }
 
 }  // namespace trainer::service

@@ -17,7 +17,8 @@ namespace trainer::service {
 // naming a missing variable, or the store's refusal (a wrong key answers 403).
 Result<std::unique_ptr<storage::Storage>> open_artifact_store(const ArtifactStoreConfig& config);
 
-// TRAINER_S3_ENDPOINT, AWS_REGION, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY for the job.
+// TRAINER_S3_ENDPOINT, AWS_REGION, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY for the job, and
+// TRAINER_INPUT_CACHE when the configuration names one.
 std::vector<std::pair<std::string, std::string>> artifact_store_job_env(const ArtifactStoreConfig& config);
 
 }  // namespace trainer::service

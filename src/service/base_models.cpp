@@ -9,43 +9,12 @@
 
 #include "common/sha256.h"
 #include "service/service_state.h"
+#include "storage/content_hash.h"
 
 namespace trainer::service {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Hash of a base model folder's files: relative path, size and bytes of each, in path order.
-Result<std::pair<std::string, int64_t>> hash_folder(const fs::path& root) {
-  std::vector<fs::path> files;
-  std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::recursive_directory_iterator();
-       it.increment(ec)) {
-    if (it->is_regular_file()) files.push_back(it->path());
-  }
-  if (ec) return failed_precondition("cannot read " + root.string() + ": " + ec.message());
-  std::sort(files.begin(), files.end());
-  Sha256 h;
-  int64_t total = 0;
-  std::vector<char> buf(1 << 20);
-  for (const auto& f : files) {
-    std::string rel = fs::relative(f, root).string();
-    h.update(rel);
-    h.update(std::string_view("\0", 1));
-    std::ifstream in(f, std::ios::binary);
-    if (!in) return failed_precondition("cannot read " + f.string());
-    while (in) {
-      in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-      std::streamsize n = in.gcount();
-      if (n > 0) {
-        h.update(std::string_view(buf.data(), static_cast<size_t>(n)));
-        total += n;
-      }
-    }
-    h.update(std::string_view("\0", 1));
-  }
-  return std::make_pair(h.hex_digest(), total);
-}
 
 }  // namespace
 
@@ -174,12 +143,12 @@ void ServiceImpl::prepare_base_model(const std::string& name) {
     finish({{"status", "failed"}, {"failure", "no longer in the deployment configuration"}});
     return;
   }
-  auto hashed = hash_folder(allowed->path);
+  auto hashed = storage::folder_content_hash(allowed->path);
   if (!hashed.is_ok()) {
     finish({{"status", "failed"}, {"failure", hashed.status().message()}});
     return;
   }
-  const std::string hash = hashed->first;
+  const std::string hash = hashed->sha256;
   const std::string key = "models/" + hash;
   auto cached = storage_->exists(key);
   if (!cached.is_ok()) {
@@ -195,7 +164,7 @@ void ServiceImpl::prepare_base_model(const std::string& name) {
   }
   finish({{"status", "ready"},
           {"contentHash", hash},
-          {"sizeBytes", hashed->second},
+          {"sizeBytes", hashed->bytes},
           {"cachePath", storage_->local_path(key)},
           {"readyAt", now_rfc3339()}});
 }

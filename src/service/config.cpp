@@ -339,7 +339,7 @@ Result<DeploymentConfig> parse_config(const std::string& text, const std::string
     const json& a = doc["artifactStore"];
     const std::string where = "artifactStore.";
     if (!a.is_object()) return fail(invalid_argument("artifactStore: must be an object"));
-    if (!(st = check_keys(a, where, {"uri", "endpoint", "region", "accessKeyEnv", "secretKeyEnv"})).is_ok()) return fail(st);
+    if (!(st = check_keys(a, where, {"uri", "endpoint", "region", "accessKeyEnv", "secretKeyEnv", "inputCache"})).is_ok()) return fail(st);
     ArtifactStoreConfig& s = c.artifact_store;
     auto uri = string_field(a, "uri", where, true);
     if (!uri.is_ok()) return fail(uri.status());
@@ -355,10 +355,14 @@ Result<DeploymentConfig> parse_config(const std::string& text, const std::string
     }
     s.endpoint = *endpoint;
     for (auto [key, target] : {std::pair{"region", &s.region}, std::pair{"accessKeyEnv", &s.access_key_env},
-                               std::pair{"secretKeyEnv", &s.secret_key_env}}) {
+                               std::pair{"secretKeyEnv", &s.secret_key_env}, std::pair{"inputCache", &s.input_cache}}) {
       auto v = string_field(a, key, where, false);
       if (!v.is_ok()) return fail(v.status());
       if (!v->empty()) *target = *v;
+    }
+    if (!s.input_cache.empty() && s.input_cache.front() != '/') {
+      return fail(invalid_argument(where + "inputCache: '" + s.input_cache +
+                                   "' must be an absolute folder path on the cluster's nodes"));
     }
   }
   return c;
@@ -420,6 +424,7 @@ nlohmann::json config_to_json(const DeploymentConfig& c) {
     out["artifactStore"] = {{"uri", c.artifact_store.uri}, {"endpoint", c.artifact_store.endpoint},
                             {"region", c.artifact_store.region}, {"accessKeyEnv", c.artifact_store.access_key_env},
                             {"secretKeyEnv", c.artifact_store.secret_key_env}};
+    if (!c.artifact_store.input_cache.empty()) out["artifactStore"]["inputCache"] = c.artifact_store.input_cache;
   } else {
     out["artifactStore"] = {{"uri", nullptr}};
   }

@@ -74,6 +74,9 @@ struct ArtifactStoreConfig {
   std::string region = "us-east-1";
   std::string access_key_env = "AWS_ACCESS_KEY_ID";  // variables of trainerd's environment
   std::string secret_key_env = "AWS_SECRET_ACCESS_KEY";
+  // Folder on a cluster node where its jobs cache the inputs they fetch from the store
+  // (TRAINER_INPUT_CACHE); "" = the job's default, $TMPDIR/trainer-inputs.
+  std::string input_cache;
 };
 
 struct DeploymentConfig {

@@ -8,6 +8,7 @@
 
 #include "plan/plan.h"
 #include "service/artifact_store.h"
+#include "service/input_staging.h"
 #include "service/service_state.h"
 
 namespace trainer::service {
@@ -281,6 +282,12 @@ Status ServiceImpl::submit_job(RunRecord& run) {
   job_plan["config"]["dataset"] = run.dataset_path;
   if (run.validation_path) job_plan["config"]["validationDataset"] = *run.validation_path;
   fill_judges(job_plan, opt_.config);
+  // A cluster job reads its inputs from the S3 store, not from trainerd's data folder.
+  if (artifact_store_ && backend_->name() != "local") {
+    auto staged = stage_job_inputs(*artifact_store_, opt_.config.artifact_store.uri, run.base_model_sha.value_or(""),
+                                   job_plan);
+    if (!staged.is_ok()) return fail(run, "could not stage the run's inputs\n" + staged.status().message());
+  }
   Status st = storage::write_file_atomic(spec.plan_path, job_plan.dump(2) + "\n");
   if (!st.is_ok()) return fail(run, "could not write the resolved plan\n" + st.message());
   auto handle = backend_->start(spec);

@@ -1,4 +1,5 @@
 // Following a run's job: its events file (the job protocol), its exit, and finalizing.
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -186,6 +187,16 @@ Status ServiceImpl::apply_event(RunRecord& run, const protocol::Event& event, co
     run.job_reason = e->reason.empty() ? "the job reported a failure without a reason" : e->reason;
   } else if (std::get_if<protocol::Cancelled>(&event)) {
     run.job_outcome = JobOutcome::kCancelled;
+  } else if (const auto* e = std::get_if<protocol::Warning>(&event)) {
+    // Kept once in the run (runs get), and as an event (the events API, runs get --follow).
+    json w = {{"field", e->field}, {"message", e->message}};
+    json& warnings = run.view["warnings"];
+    if (!warnings.is_array()) warnings = json::array();
+    if (std::find(warnings.begin(), warnings.end(), w) == warnings.end()) warnings.push_back(w);
+    json ev = w;
+    ev["type"] = "warning";
+    ev["time"] = now_rfc3339();
+    TRAINER_RETURN_IF_ERROR(store_->append_run_event(run.id, ev).status());
   } else if (const auto* e = std::get_if<protocol::Paused>(&event)) {
     run.job_outcome = JobOutcome::kPaused;
     run.paused_step = e->step;

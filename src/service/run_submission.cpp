@@ -4,6 +4,7 @@
 #include <cctype>
 
 #include "plan/plan.h"
+#include "plan/plan_warnings.h"
 #include "service/service_state.h"
 
 namespace trainer::service {
@@ -171,6 +172,9 @@ Result<std::pair<json, bool>> ServiceImpl::submit_plan(const json& body, bool dr
 
   json warnings = json::array();
   if (fit) TRAINER_RETURN_IF_ERROR(check_fit(*fit, p.config.maxSeqLength, warnings));
+  if (auto single = plan::single_device_warning(p)) {
+    warnings.push_back({{"field", single->field}, {"message", single->message}});
+  }
 
   // The resolved plan: names resolved to what was admitted.
   json resolved = plan::to_json(p);

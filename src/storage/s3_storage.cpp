@@ -415,6 +415,15 @@ Result<int64_t> env_bytes(const char* name, int64_t fallback) {
   return static_cast<int64_t>(n);
 }
 
+Result<double> env_seconds(const char* name, double fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  const double n = std::strtod(v, &end);
+  if (*end != '\0' || !(n > 0)) return invalid_field(name, std::string("must be a positive number of seconds, got '") + v + "'");
+  return n;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Storage>> make_s3_storage(const S3Options& options) {
@@ -451,6 +460,7 @@ Result<S3Options> s3_options_from_uri(const std::string& uri) {
   if (!env("AWS_REGION").empty()) o.region = env("AWS_REGION");
   TRAINER_ASSIGN_OR_RETURN(o.multipart_threshold, env_bytes("TRAINER_S3_MULTIPART_THRESHOLD", o.multipart_threshold));
   TRAINER_ASSIGN_OR_RETURN(o.part_size, env_bytes("TRAINER_S3_PART_SIZE", o.part_size));
+  TRAINER_ASSIGN_OR_RETURN(o.deadline_seconds, env_seconds("TRAINER_S3_DEADLINE_SECONDS", o.deadline_seconds));
   return o;
 }
 

@@ -41,7 +41,8 @@ Result<std::unique_ptr<Storage>> make_s3_storage(const S3Options& options);
 
 // Options from a URI "s3://BUCKET[/PREFIX]" and the environment: TRAINER_S3_ENDPOINT (required),
 // AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (required), AWS_REGION (default us-east-1),
-// TRAINER_S3_MULTIPART_THRESHOLD and TRAINER_S3_PART_SIZE (bytes). Errors name what is missing.
+// TRAINER_S3_MULTIPART_THRESHOLD and TRAINER_S3_PART_SIZE (bytes), TRAINER_S3_DEADLINE_SECONDS (per
+// operation, retries included; default 120). Errors name what is missing.
 Result<S3Options> s3_options_from_uri(const std::string& uri);
 
 // The storage a location names: "s3://..." (above) or a folder path.

@@ -7,6 +7,8 @@ import pathlib
 
 import pytest
 
+from s3_server import start_s3_server, stop_s3_server
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 BUILD = pathlib.Path(os.environ.get("TRAINER_BUILD_DIR", REPO / "build"))
 
@@ -22,3 +24,12 @@ def bin_dir() -> pathlib.Path:
     if not (path / "trainer-job").exists():
         pytest.fail(f"built binaries not found in {path}: run tools/setup first")
     return path
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """One real S3-compatible server (SeaweedFS's weed on loopback) for the whole session: each
+    user keeps to a bucket or prefix of its own."""
+    server = start_s3_server(tmp_path_factory.mktemp("weed"))
+    yield server
+    stop_s3_server(server.proc)

@@ -205,7 +205,10 @@ class RayHead:
         out = subprocess.run(
             [str(ray), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={gcs_port}",
              f"--dashboard-port={dash_port}", "--dashboard-host=127.0.0.1", "--include-dashboard=true",
-             "--num-cpus=2", "--num-gpus=0", f"--temp-dir={temp_dir}", "--disable-usage-stats"],
+             "--num-cpus=2", "--num-gpus=0", f"--temp-dir={temp_dir}", "--disable-usage-stats",
+             # Ports of their own, not Ray's fixed defaults (10001, 52365): another head on the
+             # machine must not keep this one's client server or job agent from starting.
+             f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}"],
             capture_output=True, text=True, env=env, timeout=180)
         head = cls(venv, temp_dir, f"http://127.0.0.1:{dash_port}", env)
         head.ports = (gcs_port, dash_port)
@@ -234,18 +237,27 @@ class RayHead:
         pytest.fail("Ray's head did not run a probe job within 180 s")
 
     def pids(self) -> list[int]:
-        """The processes of this head: those whose command line names its own temporary folder."""
+        """The processes of this head: those whose command line names its own temporary folder, and
+        their descendants (Ray's workers and agents rename themselves, e.g. ray::JobSupervisor, and
+        the jobs they run)."""
         marker = str(self.temp_dir).encode()
-        found = []
+        found, parent = set(), {}
         for entry in pathlib.Path("/proc").iterdir():
             if not entry.name.isdigit():
                 continue
             try:
                 if marker in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
+                    found.add(int(entry.name))
+                # The parent is the 2nd field after the command name, which is in parentheses.
+                parent[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
                 continue
-        return found
+        grew = True
+        while grew:
+            more = {pid for pid, ppid in parent.items() if ppid in found and pid not in found}
+            found |= more
+            grew = bool(more)
+        return sorted(found)
 
     def job(self, submission_id: str) -> dict:
         with urllib.request.urlopen(f"{self.address}/api/jobs/{submission_id}", timeout=10) as r:

@@ -68,9 +68,4 @@ def test_capacity_observes_the_ray_node(service, ray_head):
     assert cap["pools"][0]["observed"] == 1  # one alive node, one CPU device per node
 
 
-# Not tested yet: a job the cluster lost (Ray answers 404 for it). Two ways were tried. Stopping the
-# head and starting a second one on the same dashboard address failed: the second head never ran a
-# probe job (2026-12-01). Killing the job while trainerd was down, then deleting it from the cluster
-# (DELETE /api/jobs/ID, answered 404 after), passed once and failed once (2026-12-02): the restarted
-# trainerd saw the job exit 0, as if the cluster still reported it; so it is out until that is
-# understood. The backend's code path stands.
+# A job the cluster lost: test_ray_lost_job.py (a head of its own, stopped and replaced under the job).

@@ -57,6 +57,7 @@ std::vector<Event> every_event() {
       Failed{.reason = "config.dataset: no rows"},
       Cancelled{.steps = 4},
       Paused{.step = 6, .snapshot_id = std::string(64, 'a')},
+      Warning{.field = "execution.gpus", .message = "grpo trains on one device"},
   };
 }
 

@@ -114,6 +114,22 @@ TEST(DeploymentConfig, ComputeAndTelemetrySections) {
   EXPECT_EQ(default_config().telemetry.otlp_endpoint, "");
 }
 
+TEST(DeploymentConfig, TheArtifactStoresInputCacheIsAnAbsoluteFolderOnTheNodes) {
+  auto c = parse_config(R"({"artifactStore": {"uri": "s3://bucket/p", "endpoint": "http://s3:8333",
+                                              "inputCache": "/scratch/trainer-inputs"}})",
+                        "deploy.json");
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->artifact_store.input_cache, "/scratch/trainer-inputs");
+  EXPECT_EQ(default_config().artifact_store.input_cache, "");
+  auto relative = parse_config(R"({"artifactStore": {"uri": "s3://bucket/p", "endpoint": "http://s3:8333",
+                                                     "inputCache": "cache"}})",
+                               "deploy.json");
+  ASSERT_FALSE(relative.is_ok());
+  EXPECT_NE(relative.status().message().find("artifactStore.inputCache: 'cache' must be an absolute folder path"),
+            std::string::npos)
+      << relative.status().message();
+}
+
 TEST(Phases, AreTheSpecificationsSixteenInLifecycleOrder) {
   const char* expected[] = {"SIZING_DATASET", "WAITING_FOR_BASE_MODEL", "DEPLOYING_GRADER", "WAITING_FOR_GRADER",
                             "WAITING_FOR_DEVICES", "SUBMITTING", "QUEUED", "PREPARING", "TRAINING", "PAUSING",

@@ -1,0 +1,33 @@
+// A cluster job's inputs, staged in the S3 artifact store before the job is submitted
+// (docs/api.md, "Artifact store"): the base model folder under inputs/models/SHA and each dataset
+// file under inputs/datasets/SHA.jsonl (protocol/inputs.h). The job fetches them into a cache on
+// its node (job/input_fetch.h), so a Ray or Slurm node needs no path into trainerd's data folder.
+//
+// Staged once: an input whose committed object (a folder's commit object) is already in the store
+// is not uploaded again. A folder is published with the storage layer's conditional folder publish,
+// its commit object last, so a half-written upload never counts as staged.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "storage/storage.h"
+
+namespace trainer::service {
+
+struct StagedInputs {
+  int uploaded = 0;  // inputs this call uploaded
+  int reused = 0;    // inputs already in the store
+};
+
+// Stages the inputs `job_plan` names (baseModel: the model cache folder whose content hash is
+// `model_sha`; config.dataset and config.validationDataset: dataset files named SHA.jsonl) in
+// `store`, whose URI is `root_uri` ("s3://BUCKET[/PREFIX]"), and rewrites those fields to the
+// inputs' URIs (root_uri + "/" + key). Fails naming the store and the input. Each upload is
+// logged on stderr ("trainerd: staged input ...").
+Result<StagedInputs> stage_job_inputs(storage::Storage& store, const std::string& root_uri,
+                                      const std::string& model_sha, nlohmann::json& job_plan);
+
+}  // namespace trainer::service
