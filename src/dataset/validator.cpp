@@ -219,7 +219,10 @@ Validation validate_jsonl(std::string_view text) {
     } else if (auto kind = check_row(*row); !kind.is_ok()) {
       bad(kind.status());
     } else {
-      out.rows.push_back(row->dump(-1, ' ', false, json::error_handler_t::replace));
+      // Stored in the row's own key order: a chat template writes a tool schema's keys in that
+      // order (`tojson`), as transformers does, so the order is part of what is trained.
+      out.rows.push_back(nlohmann::ordered_json::parse(line).dump(-1, ' ', false,
+                                                                 nlohmann::ordered_json::error_handler_t::replace));
     }
     if (end == text.size()) break;
   }

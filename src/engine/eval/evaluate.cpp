@@ -79,7 +79,7 @@ Result<EvaluateResult> evaluate(const EvaluateRequest& request, const EvaluatePr
       o.expected = r.gold;
       text::RenderOptions ro;
       ro.add_generation_prompt = true;
-      auto ids = tok.encode_chat(text::Json::parse(r.messages.dump()), text::Json::parse(r.tools.dump()), ro);
+      auto ids = tok.encode_chat(r.chat_messages, r.chat_tools, ro);
       if (!ids.is_ok()) {
         throw EngineError(StatusCode::kInvalidArgument,
                           request.field + ": " + request.data_path + ":" + std::to_string(r.line) + ": " + ids.status().message());

@@ -49,22 +49,46 @@ namespace {
 
 // Inverse-CDF draw over each row of `weights` [B, K] (non-negative, fp32, contiguous, on the
 // CPU): with u_b uniform in [0, 1), row b picks the first k whose running sum (in double, left
-// to right) reaches u_b times the row's total. The same pick as counting the entries of
-// `weights.double().cumsum(-1)` below the target, without the [B, K] double temporaries (which
-// cost as much as the output projection at a 151k vocabulary).
+// to right) reaches u_b times the row's total, as counting the entries of
+// `weights.double().cumsum(-1)` below the target would, without the [B, K] double temporaries.
+// The row is summed in blocks of kBlock entries, each with independent accumulators (a single
+// running double sum is a chain of dependent additions: at a 151k vocabulary it cost as much as
+// the rest of the draw); the search then skips whole blocks and scans only the one the target
+// falls in. Summing in another order moves the totals by rounding only.
 std::vector<int64_t> inverse_cdf(const at::Tensor& weights, const at::Tensor& u) {
+  constexpr int64_t kBlock = 1024;
+  constexpr int kLanes = 8;
   const int64_t B = weights.size(0), K = weights.size(1);
   const float* w = weights.data_ptr<float>();
   const double* uu = u.data_ptr<double>();
   std::vector<int64_t> picks(static_cast<size_t>(B), 0);
   at::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
+    const int64_t blocks = (K + kBlock - 1) / kBlock;
+    std::vector<double> block_sum(static_cast<size_t>(blocks));
     for (int64_t b = begin; b < end; ++b) {
       const float* row = w + b * K;
       double total = 0;
-      for (int64_t k = 0; k < K; ++k) total += static_cast<double>(row[k]);
+      for (int64_t j = 0; j < blocks; ++j) {
+        const int64_t lo = j * kBlock, hi = std::min(K, lo + kBlock);
+        double lane[kLanes] = {};
+        int64_t k = lo;
+        for (; k + kLanes <= hi; k += kLanes) {
+          for (int l = 0; l < kLanes; ++l) lane[l] += static_cast<double>(row[k + l]);
+        }
+        double sum = 0;
+        for (int l = 0; l < kLanes; ++l) sum += lane[l];
+        for (; k < hi; ++k) sum += static_cast<double>(row[k]);
+        block_sum[static_cast<size_t>(j)] = sum;
+        total += sum;
+      }
       const double target = uu[b] * total;
       double running = 0;
-      int64_t k = 0;
+      int64_t j = 0;
+      for (; j + 1 < blocks && running + block_sum[static_cast<size_t>(j)] < target; ++j) {
+        running += block_sum[static_cast<size_t>(j)];
+      }
+      // Scan from that block on (past its end only when rounding left the target beyond it).
+      int64_t k = j * kBlock;
       for (; k < K; ++k) {
         running += static_cast<double>(row[k]);
         if (!(running < target)) break;
@@ -148,7 +172,7 @@ Generation generate(model::CausalLM& model, const std::vector<std::vector<int64_
   in.position_ids = positions_of(mask).to(dev);
   in.attn_mask = attention_mask(dev_mask.slice(1, 0, P), P);
   at::Tensor hidden = model.hidden_states(in, false, &cache);
-  at::Tensor last = model.logits(hidden.select(1, P - 1));  // [Np, V]
+  at::Tensor last = model.step_logits(hidden.select(1, P - 1));  // [Np, V]
   at::Tensor next_pos = in.position_ids.select(1, P - 1) + 1;  // [Np]
   if (G > 1) {
     cache.repeat_interleave(G);
@@ -204,7 +228,7 @@ Generation generate(model::CausalLM& model, const std::vector<std::vector<int64_
     in.position_ids = next_pos.unsqueeze(1);
     in.attn_mask = attention_mask(dev_mask.slice(1, 0, P + t + 1), 1);
     hidden = model.hidden_states(in, false, &cache);
-    last = model.logits(hidden.select(1, 0));
+    last = model.step_logits(hidden.select(1, 0));
     next_pos = next_pos + 1;
   }
   int64_t width = 1;

@@ -290,6 +290,15 @@ at::Tensor CausalLM::hidden_states(const ForwardInput& in, bool training, KVCach
 
 at::Tensor CausalLM::logits(const at::Tensor& hidden) { return at::linear(hidden, lm_head).to(at::kFloat); }
 
+at::Tensor CausalLM::step_logits(const at::Tensor& hidden) {
+  if (!hidden.device().is_cpu() || hidden.dim() != 2 || lm_head.scalar_type() != at::kFloat ||
+      !at::hasMKLDNN()) {
+    return logits(hidden);
+  }
+  if (!step_head_.defined()) step_head_ = lm_head.to_mkldnn();
+  return at::mkldnn_linear(hidden.contiguous().to_mkldnn(), step_head_, std::nullopt).to_dense();
+}
+
 at::Tensor shift_labels(const at::Tensor& labels) {
   at::Tensor out = at::full_like(labels, -100);
   if (labels.size(1) > 1) out.slice(1, 0, labels.size(1) - 1).copy_(labels.slice(1, 1));

@@ -73,7 +73,7 @@ class GrpoMethod : public train::Method {
     for (auto& r : rows) {
       text::RenderOptions ro;
       ro.add_generation_prompt = true;
-      auto ids = tok_.encode_chat(text::Json::parse(r.messages.dump()), text::Json::parse(r.tools.dump()), ro);
+      auto ids = tok_.encode_chat(r.chat_messages, r.chat_tools, ro);
       if (!ids.is_ok()) {
         throw EngineError(StatusCode::kInvalidArgument, "config.dataset: " + cfg_.dataset + ":" + std::to_string(r.line) +
                                                             ": " + ids.status().message());
@@ -92,8 +92,8 @@ class GrpoMethod : public train::Method {
       lines_.push_back(r.line);
       prompt_texts_.push_back(prompt_text(r.messages));
       if (rl_.tools) {
-        prompt_messages_.push_back(text::Json::parse(r.messages.dump()));
-        prompt_tools_.push_back(text::Json::parse(r.tools.dump()));
+        prompt_messages_.push_back(r.chat_messages);
+        prompt_tools_.push_back(r.chat_tools);
         declared_tools_.push_back(declared_tool_names(r.tools));
       }
     }

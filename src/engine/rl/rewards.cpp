@@ -121,6 +121,10 @@ Result<std::vector<RlRow>> read_rl_rows(const std::string& path, const std::stri
     row.messages = json::array();
     for (size_t i = 0; i + 1 < msgs.size(); ++i) row.messages.push_back(msgs[i]);
     row.tools = doc->contains("tools") ? (*doc)["tools"] : json(nullptr);
+    const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(line);  // parsed above
+    row.chat_messages = nlohmann::ordered_json::array();
+    for (size_t i = 0; i + 1 < msgs.size(); ++i) row.chat_messages.push_back(ordered["messages"][i]);
+    row.chat_tools = ordered.contains("tools") ? ordered["tools"] : nlohmann::ordered_json(nullptr);
     row.gold = last["content"].get<std::string>();
     row.line = n;
     rows.push_back(std::move(row));

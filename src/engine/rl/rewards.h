@@ -33,6 +33,10 @@ double json_label_match(std::string_view completion, std::string_view gold);
 struct RlRow {
   nlohmann::json messages;  // prompt conversation (system/user/... before the gold answer)
   nlohmann::json tools;     // declared tools, or null
+  // The same two with the row's own key order, for the chat template: its `tojson` writes keys
+  // in that order, as transformers' does (a sorted copy rendered a tool schema differently).
+  nlohmann::ordered_json chat_messages;
+  nlohmann::ordered_json chat_tools;
   std::string gold;         // the final assistant message's content
   int64_t line = 0;         // 1-based line in the source file
 };
