@@ -43,6 +43,7 @@ json term_json(const RewardTermSpec& t) {
     out["retries"] = t.retries;
     out["concurrency"] = t.concurrency;
   }
+  if (t.caFile) out["caFile"] = *t.caFile;
   if (*k == TermKind::kModel) out["graderInstructions"] = t.graderInstructions ? json(*t.graderInstructions) : json(nullptr);
   return out;
 }
@@ -120,6 +121,7 @@ nlohmann::json to_json(const Plan& p) {
             {"keepAdapters", p.execution.keepAdapters},
             {"keepTrainingStates", p.execution.keepTrainingStates}}},
           {"grader", opt(p.grader)},
+          {"graderInstructions", opt(p.graderInstructions)},
           {"description", opt(p.description)},
           {"configName", opt(p.configName)},
           {"submissionId", opt(p.submissionId)}};

@@ -272,7 +272,7 @@ Status ServiceImpl::launch_evaluation_locked(json& doc, const store::ClaimRow& c
   // The job's grader carries the judge's endpoint (the deployment's, never the record's).
   if (plan::term_kind(term.value("kind", std::string())) == plan::TermKind::kModel) {
     if (const JudgeConfig* j = find_judge(opt_.config, plan::term_target(term["kind"].get<std::string>()))) {
-      term["judge"] = {{"url", j->url}, {"model", j->model.empty() ? j->name : j->model}, {"apiKeyEnv", j->api_key_env}};
+      term["judge"] = judge_endpoint_json(*j);
     }
   }
   auto dataset = resolve_dataset(doc["dataset"]["hash"].get<std::string>(), "dataset");

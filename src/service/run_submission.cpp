@@ -4,6 +4,7 @@
 #include <cctype>
 
 #include "plan/plan.h"
+#include "service/judges.h"
 #include "service/service_state.h"
 
 namespace trainer::service {
@@ -178,8 +179,10 @@ Result<std::pair<json, bool>> ServiceImpl::submit_plan(const json& body, bool dr
   resolved["baseModel"] = (*m)["name"];
   resolved["config"]["dataset"] = (*d)["hash"];
   if (v) resolved["config"]["validationDataset"] = (*v)["hash"];
+  const json judges = judge_instructions(p);
   if (dry_run) {
     json answer = {{"plan", resolved}};
+    if (!judges.empty()) answer["judgeInstructions"] = judges;
     answer.update(dry_extra);
     if (!warnings.empty()) answer["warnings"] = warnings;
     return std::make_pair(answer, false);
@@ -209,6 +212,7 @@ Result<std::pair<json, bool>> ServiceImpl::submit_plan(const json& body, bool dr
   };
   if (p.description) run.view["description"] = *p.description;
   if (p.configName) run.view["configName"] = *p.configName;
+  if (!judges.empty()) run.view["judgeInstructions"] = judges;
   run.request = request;
   run.pool = (*pool)->name;
   run.devices = devices;

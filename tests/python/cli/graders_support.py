@@ -9,14 +9,18 @@ Under /NAME/v1/chat/completions a judge answers by NAME:
   broken   HTTP 500
 Under /NAME/evaluate an http: evaluator answers by NAME:
   eval-cycle  by k % 3: {"ok": true}, {"answer": "?"} (no_verdict), HTTP 500 (unreachable)
+  eval-good   {"score": 1} when the output says "billing", else {"score": 0.5}
   eval-refuser  HTTP 403
 GET /NAME/v1/models answers 200 for every NAME (the service's readiness probe).
 Every request body is kept, per NAME, for the tests to read.
+
+Given an ssl.SSLContext the server speaks HTTPS only (its url starts with https://).
 """
 from __future__ import annotations
 
 import collections
 import json
+import ssl
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -33,7 +37,7 @@ def chat_completion(content: str, usage: bool = True) -> dict:
 
 
 class GraderServer:
-    def __init__(self):
+    def __init__(self, tls: ssl.SSLContext | None = None):
         self.requests: dict[str, list] = collections.defaultdict(list)
         self.probes: dict[str, int] = collections.defaultdict(int)
         self._lock = threading.Lock()
@@ -76,9 +80,12 @@ class GraderServer:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
+        if tls is not None:  # the handshake runs at accept; a client that refuses it is dropped there
+            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        scheme = "https" if tls is not None else "http"
+        self.url = f"{scheme}://127.0.0.1:{self._server.server_address[1]}"
 
     def _judge(self, h, name: str, k: int, body: dict):
         answer = body["messages"][-1]["content"].split("The assistant's answer:\n", 1)[-1]
@@ -103,6 +110,8 @@ class GraderServer:
             if k % 3 == 1:
                 return h._send(200, {"answer": "?"})
             return h._send(500, "internal error")
+        if name == "eval-good":
+            return h._send(200, {"score": 1 if "billing" in body["output"] else 0.5})
         return h._send(403, {"error": "forbidden"})
 
     def close(self):

@@ -117,6 +117,35 @@ def test_a_judge_scores_through_its_phases_and_its_tokens_are_counted(cli, grade
     assert any('token_type="input"' in t and float(t.rsplit(" ", 1)[1]) == 240 for t in tokens), tokens
 
 
+def test_the_plans_grader_instructions_reach_its_judges_without_their_own(cli, graders, tmp_path):
+    top = "Top-level: grade the ticket label. Reply with JSON {\"score\": 0..1}."
+    own = "Term-level: be strict."
+    terms = f"{{kind: 'model:good'}}, {{kind: 'model:good', name: strict, graderInstructions: '{own}'}}"
+    text = f"graderInstructions: '{top}'\n" + plan(terms, steps=1)
+    dry = cli("runs", "start", "-f", "-", "--dry-run", "--show-resolved", input=text, check=True)
+    assert any(line.strip().startswith("graderInstructions:") and "Top-level: grade the ticket label" in line
+               for line in dry.stdout.splitlines()), dry.stdout
+    assert "Judge instructions of model:good (config.reward.terms[0]): plan" in dry.stdout, dry.stdout
+    assert "Judge instructions of model:good (config.reward.terms[1]): term" in dry.stdout, dry.stdout
+    before = len(graders.requests["good"])
+    run, _ = run_to_end(cli, text, tmp_path)
+    systems = [b["messages"][0]["content"] for b in graders.requests["good"][before:]]
+    assert len(systems) == 2 * 2 * 2, len(systems)  # two terms x prompts x group
+    assert sorted(set(systems)) == sorted({top, own}) and systems.count(top) == 4, systems
+    assert run["judgeInstructions"] == [
+        {"at": "config.reward.terms[0]", "grader": "model:good", "graderInstructionsSource": "plan"},
+        {"at": "config.reward.terms[1]", "grader": "model:good", "graderInstructionsSource": "term"}]
+    shown = cli("runs", "get", run["runId"], check=True).stdout
+    assert "model:good (config.reward.terms[0]): plan" in shown, shown
+
+
+def test_grader_instructions_on_a_plan_without_a_judge_are_refused_by_name(cli):
+    text = "graderInstructions: 'Be fair.'\n" + plan("{kind: json-label-match}")
+    out = cli("runs", "start", "-f", "-", "--dry-run", input=text)
+    assert out.returncode != 0
+    assert "graderInstructions" in out.stderr and "applies to model: graders (judges) only" in out.stderr, out.stderr
+
+
 def test_judge_timeouts_and_replies_without_a_verdict_score_zero_and_are_counted(cli, graders, tmp_path):
     term = "{kind: 'model:cycle', timeoutSeconds: 1, retries: 0, concurrency: 1}"
     run, steps = run_to_end(cli, plan(term, steps=2), tmp_path)
@@ -215,6 +244,46 @@ def test_a_rule_that_does_not_load_or_is_not_on_the_host_is_refused(cli, tmp_pat
     run, _ = run_to_end(cli, plan(f"{{kind: 'rule:{broken}'}}"), tmp_path, expect="FAILED")
     assert "config.reward.terms[0].kind: rule:" in run["failureReason"], run["failureReason"]
     assert "No module named 'not_a_module_anywhere'" in run["failureReason"], run["failureReason"]
+
+
+SCORING_PACKAGE = {
+    "scoring/__init__.py": "",
+    "scoring/labels.py": '''
+def by_label(data_source, solution_str, ground_truth, extra_info):
+    """1 when the answer names the gold label."""
+    return 1.0 if '"billing"' in solution_str else 0.25
+
+
+def compute_score(data_source, solution_str, ground_truth, extra_info):
+    return 0.0
+''',
+}
+
+
+def write_package(folder, files):
+    for name, text in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    return folder
+
+
+def test_a_bundle_function_named_after_the_module_is_the_one_called(cli, tmp_path):
+    package = write_package(tmp_path / "pkg", SCORING_PACKAGE)
+    run, steps = run_to_end(cli, plan(f"{{kind: 'bundle:{package}#scoring.labels:by_label'}}"), tmp_path)
+    assert steps[0]["rl"]["terms"][0]["name"] == "bundle:scoring.labels:by_label"
+    rewards = [r for s in steps for r in s["rl"]["rewards"]]
+    assert len(rewards) == 8 and all(r in (1.0, 0.25) for r in rewards), rewards  # never compute_score's 0
+    assert sum(s["rl"]["terms"][0]["failures"] for s in steps) == 0
+
+
+def test_a_bundle_function_the_module_lacks_fails_the_job_naming_the_term(cli, tmp_path):
+    package = write_package(tmp_path / "pkg", SCORING_PACKAGE)
+    run, steps = run_to_end(cli, plan(f"{{kind: 'bundle:{package}#scoring.labels:no_such_fn'}}"), tmp_path,
+                            expect="FAILED")
+    reason = run["failureReason"]
+    assert f"config.reward.terms[0].kind: bundle:{package}#scoring.labels:no_such_fn" in reason, reason
+    assert "has no function no_such_fn()" in reason, reason
+    assert steps == []
 
 
 RULE = '''
