@@ -109,6 +109,7 @@ Result<std::pair<json, bool>> ServiceImpl::submit_plan(const json& body, bool dr
   plan::Plan p = std::move(*parsed);
   if (p.kind != "run") return invalid_field("kind", "must be \"run\", got \"" + p.kind + "\"");
   if (p.grader) TRAINER_RETURN_IF_ERROR(check_grader("grader", *p.grader));
+  TRAINER_RETURN_IF_ERROR(resolve_bundle_terms(p));
   TRAINER_RETURN_IF_ERROR(check_reward_terms(p.config, opt_.config));
 
   // The plan's fit to its dataset, measured before the lock: trainer-job analyze takes a while
