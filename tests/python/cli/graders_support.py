@@ -15,16 +15,23 @@ GET /NAME/v1/models answers 200 for every NAME (the service's readiness probe).
 Every request body is kept, per NAME, for the tests to read.
 
 Given an ssl.SSLContext the server speaks HTTPS only (its url starts with https://).
+
+Also the RL plan the graders' CLI tests submit (one reward term on the toy task, rl_toy.py) and
+running it to its end.
 """
 from __future__ import annotations
 
 import collections
 import json
+import re
 import ssl
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+MODEL = "toy-policy"
+DATASET = "toy-tickets"
+WORKLOAD = "grader-tests"
 SLOW_SECONDS = 3.0  # longer than the timeoutSeconds the tests give the cycling terms
 
 
@@ -117,3 +124,32 @@ class GraderServer:
     def close(self):
         self._server.shutdown()
         self._server.server_close()
+
+
+def plan(term: str, steps: int = 2, group: int = 2, prompts: int = 2, length: int = 8, lr: float = 0.006) -> str:
+    """An RL plan with the one reward term `term` (a YAML flow mapping)."""
+    return "\n".join([
+        "kind: run", f"workload: {WORKLOAD}", f"baseModel: {MODEL}", "config:", f"  dataset: {DATASET}",
+        "  method: grpo", "  maxSeqLength: 64", "  model: {precision: FP32}",
+        "  hyperparams:", "    lora: {rank: 8, alpha: 16}", f"    training: {{maxSteps: {steps}, seed: 3}}",
+        f"  reward: {{terms: [{term}]}}",
+        "  rlHyperparams:", f"    groupSize: {group}", f"    promptsPerStep: {prompts}",
+        f"    maxCompletionLength: {length}", "    microBatchSize: 32",
+        f"    optimizer: {{learningRate: {lr}, schedule: constant}}",
+        "execution: {gpus: 0}"]) + "\n"
+
+
+def run_to_end(cli, text: str, tmp_path, expect: str = "COMPLETED"):
+    """Starts `text` with --wait; returns (run, steps)."""
+    f = tmp_path / "plan.yaml"
+    f.write_text(text)
+    out = cli("runs", "start", "-f", f, "--force", "--wait", timeout=900)
+    match = re.search(r"Started run ([0-9a-f]+)", out.stdout)
+    assert match, out.stdout + out.stderr
+    run = cli.json("runs", "get", match.group(1))
+    assert run["phase"] == expect, (run["phase"], run.get("failureReason"), out.stdout, out.stderr)
+    return run, cli.json("runs", "metrics", run["runId"])["steps"]
+
+
+def phases(run):
+    return [p["phase"] for p in run["phaseHistory"]]

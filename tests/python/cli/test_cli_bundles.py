@@ -6,14 +6,13 @@ scoring with version 1 after version 2 is registered."""
 from __future__ import annotations
 
 import json
-import re
 import sys
 
 import pytest
 
 from cli_support import Cli, start_trainerd, stop
+from graders_support import DATASET, MODEL, WORKLOAD, plan, run_to_end
 from rl_toy import make_toy_policy, toy_rows
-from test_cli_graders import DATASET, MODEL, WORKLOAD, plan, run_to_end
 
 SCORER = '''
 def by_label(data_source, solution_str, ground_truth, extra_info):

@@ -7,19 +7,15 @@ reward rises on the toy task (rl_toy.py), the same with the same seed."""
 from __future__ import annotations
 
 import json
-import re
 import sys
 import urllib.request
 
 import pytest
 
 from cli_support import Cli, free_port, start_trainerd, stop
-from graders_support import GraderServer
+from graders_support import DATASET, MODEL, WORKLOAD, GraderServer, phases, plan, run_to_end
 from rl_toy import make_toy_policy, toy_rows
 
-MODEL = "toy-policy"
-DATASET = "toy-tickets"
-WORKLOAD = "grader-tests"
 JUDGES = ["good", "cycle", "refuser", "broken"]
 
 
@@ -50,31 +46,6 @@ def cli(bin_dir, tmp_path_factory, graders):
     stop(service.proc, service.data_dir)
 
 
-def plan(term: str, steps: int = 2, group: int = 2, prompts: int = 2, length: int = 8, lr: float = 0.006) -> str:
-    """An RL plan with the one reward term `term` (a YAML flow mapping)."""
-    return "\n".join([
-        "kind: run", f"workload: {WORKLOAD}", f"baseModel: {MODEL}", "config:", f"  dataset: {DATASET}",
-        "  method: grpo", "  maxSeqLength: 64", "  model: {precision: FP32}",
-        "  hyperparams:", "    lora: {rank: 8, alpha: 16}", f"    training: {{maxSteps: {steps}, seed: 3}}",
-        f"  reward: {{terms: [{term}]}}",
-        "  rlHyperparams:", f"    groupSize: {group}", f"    promptsPerStep: {prompts}",
-        f"    maxCompletionLength: {length}", "    microBatchSize: 32",
-        f"    optimizer: {{learningRate: {lr}, schedule: constant}}",
-        "execution: {gpus: 0}"]) + "\n"
-
-
-def run_to_end(cli, text: str, tmp_path, expect: str = "COMPLETED"):
-    """Starts `text` with --wait; returns (run, steps)."""
-    f = tmp_path / "plan.yaml"
-    f.write_text(text)
-    out = cli("runs", "start", "-f", f, "--force", "--wait", timeout=900)
-    match = re.search(r"Started run ([0-9a-f]+)", out.stdout)
-    assert match, out.stdout + out.stderr
-    run = cli.json("runs", "get", match.group(1))
-    assert run["phase"] == expect, (run["phase"], run.get("failureReason"), out.stdout, out.stderr)
-    return run, cli.json("runs", "metrics", run["runId"])["steps"]
-
-
 def term_totals(steps, key):
     """Sums one term's `key` object ({cause: n} or {input, output}) over the steps."""
     totals: dict[str, int] = {}
@@ -82,10 +53,6 @@ def term_totals(steps, key):
         for k, v in s["rl"]["terms"][0][key].items():
             totals[k] = totals.get(k, 0) + v
     return totals
-
-
-def phases(run):
-    return [p["phase"] for p in run["phaseHistory"]]
 
 
 def test_a_judge_scores_through_its_phases_and_its_tokens_are_counted(cli, graders, tmp_path):

@@ -15,9 +15,8 @@ import sys
 import pytest
 
 from cli_support import Cli, start_trainerd, stop
-from graders_support import GraderServer
+from graders_support import DATASET, MODEL, WORKLOAD, GraderServer, phases, plan, run_to_end
 from rl_toy import make_toy_policy, toy_rows
-from test_cli_graders import DATASET, MODEL, WORKLOAD, phases, plan, run_to_end
 
 
 def self_signed(folder) -> tuple[str, str]:

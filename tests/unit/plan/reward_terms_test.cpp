@@ -149,6 +149,13 @@ TEST(GraderInstructions, ThePlansGoToItsJudgesWithoutTheirOwn) {
   ASSERT_TRUE(bare.is_ok());
   EXPECT_STREQ(grader_instructions_source(bare->config.rewardTerms[0]), "built-in");
   EXPECT_TRUE(to_json(*bare)["graderInstructions"].is_null());
+  // The settings hash (and runs hparams) count the instructions a judge gets, wherever written.
+  auto own = parse_top("", R"([{"kind": "model:a", "graderInstructions": "Score the label."},
+      {"kind": "model:b", "graderInstructions": "Mine."}, {"kind": "json-label-match"}])");
+  ASSERT_TRUE(own.is_ok()) << own.status().describe();
+  EXPECT_EQ(settings_sha(p->config, "d"), settings_sha(own->config, "d"));
+  EXPECT_NE(settings_sha(p->config, "d"), settings_sha(bare->config, "d"));
+  EXPECT_EQ(flatten_config(p->config, "d")["config.reward.terms"][0]["graderInstructions"], "Score the label.");
   // A model: grader alone (the run's evaluations) takes it too.
   EXPECT_TRUE(parse_top(R"("grader": "model:a", "graderInstructions": "x",)", R"([{"kind": "json-label-match"}])").is_ok());
 }
