@@ -215,21 +215,24 @@ Result<json> ServiceImpl::resolve_bundle(const std::string& ref, const std::stri
                           "); register it first (trainer bundles register FOLDER --name NAME)");
 }
 
+Result<std::string> ServiceImpl::resolve_bundle_kind(const std::string& kind, const std::string& field) {
+  if (plan::term_kind(kind) != plan::TermKind::kBundle) return kind;
+  const plan::ScoringFunction f = *plan::scoring_function(kind);
+  if (f.path.empty() || f.path.front() == '/') return kind;  // a path on trainerd's host (check_reward_terms)
+  if (f.module.empty()) {
+    return invalid_field(field, "'" + kind + "': a registered bundle is named with its module, "
+                                             "bundle:NAME[:VERSION]#MODULE[:FUNCTION]");
+  }
+  TRAINER_ASSIGN_OR_RETURN(json version, resolve_bundle(f.path, field));
+  // The label is the same in both forms (bundle:MODULE[:FUNCTION]).
+  return "bundle:" + version.value("path", std::string()) + "#" + f.module +
+         (f.function == plan::kDefaultScoringFunction ? "" : ":" + f.function);
+}
+
 Status ServiceImpl::resolve_bundle_terms(plan::Plan& p) {
   for (size_t i = 0; i < p.config.rewardTerms.size(); ++i) {
     plan::RewardTermSpec& t = p.config.rewardTerms[i];
-    if (plan::term_kind(t.kind) != plan::TermKind::kBundle) continue;
-    const plan::ScoringFunction f = *plan::scoring_function(t.kind);
-    if (f.path.empty() || f.path.front() == '/') continue;  // a path on trainerd's host (check_reward_terms)
-    const std::string at = "config.reward.terms[" + std::to_string(i) + "].kind";
-    if (f.module.empty()) {
-      return invalid_field(at, "'" + t.kind + "': a registered bundle is named with its module, "
-                                              "bundle:NAME[:VERSION]#MODULE[:FUNCTION]");
-    }
-    TRAINER_ASSIGN_OR_RETURN(json version, resolve_bundle(f.path, at));
-    // The label is the same in both forms (bundle:MODULE[:FUNCTION]).
-    t.kind = "bundle:" + version.value("path", std::string()) + "#" + f.module +
-             (f.function == plan::kDefaultScoringFunction ? "" : ":" + f.function);
+    TRAINER_ASSIGN_OR_RETURN(t.kind, resolve_bundle_kind(t.kind, "config.reward.terms[" + std::to_string(i) + "].kind"));
   }
   return Status::ok();
 }

@@ -228,6 +228,8 @@ Result<json> ServiceImpl::start_evaluation(const json& body) {
     }
   }
   if (grader_kind.empty()) grader_kind = kDefaultGrader;
+  // A registered bundle is resolved now: the evaluation grades with the version named today.
+  TRAINER_ASSIGN_OR_RETURN(grader_kind, resolve_bundle_kind(grader_kind, "grader"));
   json term = {{"kind", grader_kind}};
   if (!instructions.empty()) term["graderInstructions"] = instructions;
   auto spec = plan::parse_reward_term(term, "grader");

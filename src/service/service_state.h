@@ -92,6 +92,9 @@ class ServiceImpl final : public Service {
   Result<json> get_bundle(const std::string& ref) override;
   // The stored version `ref` names (NAME, NAME:VERSION, a hash prefix); errors name `field`.
   Result<json> resolve_bundle(const std::string& ref, const std::string& field);
+  // `kind` with a registered bundle's reference (bundle:REFERENCE#MODULE[:FUNCTION]) resolved to
+  // the stored folder of the version it names; other kinds and path forms as they are.
+  Result<std::string> resolve_bundle_kind(const std::string& kind, const std::string& field);
   // Rewrites the plan's bundle:REFERENCE#MODULE[:FUNCTION] terms to the stored folder of the
   // version they name (bundle:/DATA/bundles/SHA#MODULE[:FUNCTION]); path forms are left alone.
   Status resolve_bundle_terms(plan::Plan& plan);

@@ -100,3 +100,15 @@ def test_an_unknown_bundle_or_version_is_refused_by_name(cli):
         assert "config.reward.terms[0].kind" in out.stderr and says in out.stderr, out.stderr
     bad = cli("bundles", "register", "/no/such/folder", "--name", "labels")
     assert bad.returncode != 0 and "/no/such/folder: no such folder" in bad.stderr, bad.stderr
+
+
+def test_an_evaluation_grades_with_the_registered_version_it_names(cli):
+    v1 = cli.json("bundles", "get", "labels:1")
+    done = cli.json("evaluations", "start", "--model", MODEL, "--workload", WORKLOAD, "--dataset", DATASET,
+                    "--grader", "bundle:labels:1#scoring.labels:by_label", "--max-new-tokens", "4", "--wait", "-q")
+    assert done["phase"] == "COMPLETED", done
+    assert done["grader"]["kind"] == f"bundle:{v1['path']}#scoring.labels:by_label"
+    assert done["report"]["meanScore"] == 1.0, done["report"]
+    refused = cli("evaluations", "start", "--model", MODEL, "--workload", WORKLOAD, "--dataset", DATASET,
+                  "--grader", "bundle:labels:7#scoring.labels")
+    assert refused.returncode != 0 and "bundle 'labels' has no version 7" in refused.stderr, refused.stderr
