@@ -171,6 +171,19 @@ void install_routes(http::Router& router, Service& svc, const service::Limits& l
   router.add("GET", "/v1/datasets/{ref}", max_request,
              [&svc](const Request& req) -> Outcome { return reply(svc.get_dataset(req.params[0]), 200); });
 
+  // ---- scoring bundles (docs/graders.md, "Registered bundles")
+  router.add("POST", "/v1/bundles", max_dataset, [&svc](const Request& req) -> Outcome {
+    auto body = body_json(req);
+    if (!body.is_ok()) return error_response(body.status());
+    auto r = svc.register_bundle(*body);
+    if (!r.is_ok()) return error_response(r.status());
+    return json_response(r->second ? 201 : 200, r->first);
+  });
+  router.add("GET", "/v1/bundles", max_request,
+             [&svc](const Request&) -> Outcome { return reply(svc.list_bundles(), 200); });
+  router.add("GET", "/v1/bundles/{ref}", max_request,
+             [&svc](const Request& req) -> Outcome { return reply(svc.get_bundle(req.params[0]), 200); });
+
   // ---- workloads
   router.add("POST", "/v1/workloads", max_request, [&svc](const Request& req) -> Outcome {
     auto body = body_json(req);

@@ -128,6 +128,7 @@ int runs_start(Context& ctx) {
         out("Plan is valid: " + plan_summary(resolved, body) + ".\n");
         if (ctx.inv.has("show-resolved")) {
           out("\nResolved plan (every default filled in):\n" + to_yaml_text(resolved, 2));
+          if (checked->contains("judgeInstructions")) out("\n" + judge_instructions_text((*checked)["judgeInstructions"]));
         } else {
           out("Nothing was started. Add --show-resolved to see every default, or drop --dry-run to start it.\n");
         }

@@ -24,6 +24,7 @@ Command snapshots_command();
 Command evaluations_command();
 Command trained_models_command();
 Command comparisons_command();
+Command bundles_command();  // cmd_bundles.cpp
 // `snapshots register SNAPSHOT` and `snapshots candidate SNAPSHOT` (children of snapshots_command()).
 Command snapshots_register_command();
 Command snapshots_candidate_command();

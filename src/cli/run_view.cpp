@@ -293,6 +293,11 @@ std::string run_detail(const json& run, const ViewStyle& style) {
   }
   if (!str(run, "configName").empty()) state.push_back({"Config name", str(run, "configName")});
   if (!str(run, "description").empty()) state.push_back({"Description", str(run, "description")});
+  if (const json& judges = field(run, "judgeInstructions"); judges.is_array()) {
+    for (const auto& j : judges) {
+      state.push_back({"Judge instructions", str(j, "grader") + " (" + str(j, "at") + "): " + str(j, "graderInstructionsSource")});
+    }
+  }
 
   std::vector<std::pair<std::string, std::string>> results;
   const json& latest = field(run, "latest");
@@ -358,6 +363,15 @@ std::string run_detail(const json& run, const ViewStyle& style) {
   section("Memory", memory);
   section("Cost", cost);
   section("Record", record);
+  return out;
+}
+
+std::string judge_instructions_text(const json& judges) {
+  std::string out;
+  if (!judges.is_array()) return out;
+  for (const auto& j : judges) {
+    out += "Judge instructions of " + str(j, "grader") + " (" + str(j, "at") + "): " + str(j, "graderInstructionsSource") + "\n";
+  }
   return out;
 }
 

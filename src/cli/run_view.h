@@ -34,6 +34,10 @@ std::string run_progress_line(const nlohmann::json& run, const ViewStyle& style)
 // The detail block of `runs get`: "Key:  value" lines in sections.
 std::string run_detail(const nlohmann::json& run, const ViewStyle& style);
 
+// One "GRADER (AT): SOURCE" line per judge of a run's judgeInstructions (runs get, a dry run's
+// --show-resolved); "" when it has none.
+std::string judge_instructions_text(const nlohmann::json& judges);
+
 // The final summary printed when a wait ends: phase, steps, final loss, adapter, cost.
 std::string run_summary(const nlohmann::json& run);
 

@@ -3,6 +3,7 @@
 
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -258,6 +259,11 @@ Status read_training(const json& obj, const std::string& path, TrainingSettings*
   return r.refuse_unknown();
 }
 
+bool is_identifier(const std::string& s) {
+  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+}
+
 // The checks of one term's kind: a known prefix, and something after it that can work.
 Status check_term_kind(const std::string& at, const std::string& kind) {
   const std::optional<TermKind> k = term_kind(kind);
@@ -270,13 +276,20 @@ Status check_term_kind(const std::string& at, const std::string& kind) {
   if (*k != TermKind::kLabelMatch && target.empty()) {
     return invalid_field(at + ".kind", "\"" + kind + "\" names nothing after the colon");
   }
-  if (*k == TermKind::kHttp && target.rfind("http://", 0) != 0) {
-    return invalid_field(at + ".kind", "\"" + kind + "\" does not name an http:// URL; write http:http://HOST:PORT/PATH");
+  if (*k == TermKind::kHttp && target.rfind("http://", 0) != 0 && target.rfind("https://", 0) != 0) {
+    return invalid_field(at + ".kind", "\"" + kind +
+                                           "\" does not name an http:// or https:// URL; write http:http://HOST:PORT/PATH");
   }
   if (*k == TermKind::kBundle) {
     const size_t hash = target.find('#');
-    if (hash != std::string::npos && (hash == 0 || hash + 1 == target.size())) {
-      return invalid_field(at + ".kind", "\"" + kind + "\": a bundle is bundle:FILE.py or bundle:FOLDER#MODULE");
+    if (hash != std::string::npos && (hash == 0 || hash + 1 == target.size() || target[hash + 1] == ':')) {
+      return invalid_field(at + ".kind", "\"" + kind + "\": a bundle is bundle:FILE.py[:FUNCTION] or bundle:FOLDER#MODULE[:FUNCTION]");
+    }
+  }
+  if (auto f = scoring_function(kind)) {
+    if (!is_identifier(f->function)) {
+      return invalid_field(at + ".kind", "\"" + kind + "\": '" + f->function +
+                                             "' is not a Python function name (write ...:FUNCTION, default compute_score)");
     }
   }
   return Status::ok();
@@ -288,6 +301,7 @@ Status read_judge(const json& obj, const std::string& at, JudgeEndpoint* judge) 
   TRAINER_RETURN_IF_ERROR(r.read_string("url", &judge->url, /*required=*/true));
   TRAINER_RETURN_IF_ERROR(r.read_string("model", &judge->model, false));
   TRAINER_RETURN_IF_ERROR(r.read_string("apiKeyEnv", &judge->apiKeyEnv, false));
+  TRAINER_RETURN_IF_ERROR(r.read_string("caFile", &judge->caFile, false));
   return r.refuse_unknown();
 }
 
@@ -318,6 +332,7 @@ Status read_term(const json& t, const std::string& at, RewardTermSpec* spec) {
   TRAINER_RETURN_IF_ERROR(only("concurrency", remote, "http and model"));
   TRAINER_RETURN_IF_ERROR(only("graderInstructions", kind == TermKind::kModel, "model"));
   TRAINER_RETURN_IF_ERROR(only("judge", kind == TermKind::kModel, "model"));
+  TRAINER_RETURN_IF_ERROR(only("caFile", kind == TermKind::kHttp, "http (a judge's CA file is declared with the judge)"));
   TRAINER_RETURN_IF_ERROR(r.read_double("timeoutSeconds", &spec->timeoutSeconds));
   TRAINER_RETURN_IF_ERROR(r.read_int_as("maxConsecutiveFailures", &spec->maxConsecutiveFailures));
   TRAINER_RETURN_IF_ERROR(r.read_int_as("retries", &spec->retries));
@@ -326,8 +341,12 @@ Status read_term(const json& t, const std::string& at, RewardTermSpec* spec) {
   if (spec->graderInstructions && spec->graderInstructions->empty()) {
     return r.fail("graderInstructions", "must not be empty; leave it out for the built-in instructions");
   }
+  TRAINER_RETURN_IF_ERROR(r.read_optional_string("caFile", &spec->caFile));
+  if (spec->caFile && spec->caFile->empty()) {
+    return r.fail("caFile", "must not be empty; leave it out to trust the system's CA store");
+  }
   if (const json* j = r.find("judge")) {
-    if (!j->is_object()) return r.fail("judge", "must be an object {url, model, apiKeyEnv}, got " + j->dump());
+    if (!j->is_object()) return r.fail("judge", "must be an object {url, model, apiKeyEnv, caFile}, got " + j->dump());
     spec->judge.emplace();
     TRAINER_RETURN_IF_ERROR(read_judge(*j, at + ".judge", &*spec->judge));
   }
@@ -483,7 +502,35 @@ Status read_execution(const json& obj, ExecutionSettings* e) {
   return r.refuse_unknown();
 }
 
+// The plan's top-level graderInstructions go to its model: terms that have none of their own; a
+// plan with no model: term and no model: grader has no judge to give them to.
+Status apply_grader_instructions(Plan* plan) {
+  if (!plan->graderInstructions) return Status::ok();
+  if (plan->graderInstructions->empty()) {
+    return invalid_field("graderInstructions", "must not be empty; leave it out for the judges' own or built-in instructions");
+  }
+  bool judged = plan->grader && term_kind(*plan->grader) == TermKind::kModel;
+  for (RewardTermSpec& t : plan->config.rewardTerms) {
+    if (term_kind(t.kind) != TermKind::kModel) continue;
+    judged = true;
+    if (!t.graderInstructions) t.planGraderInstructions = plan->graderInstructions;
+  }
+  if (!judged) {
+    return invalid_field("graderInstructions",
+                         "applies to model: graders (judges) only; this plan has no model: reward term and " +
+                             (plan->grader ? "its grader is " + *plan->grader
+                                           : std::string("names no grader (write grader: model:NAME for a judge of its evaluations)")));
+  }
+  return Status::ok();
+}
+
 }  // namespace
+
+const char* grader_instructions_source(const RewardTermSpec& term) {
+  if (term.graderInstructions) return "term";
+  if (term.planGraderInstructions) return "plan";
+  return "built-in";
+}
 
 const char* loss_aggregation_name(LossAggregation a) {
   for (const auto& [name, value] : kAggregations) {
@@ -501,6 +548,7 @@ const char* scale_rewards_name(ScaleRewards s) {
 
 std::optional<TermKind> term_kind(std::string_view kind) {
   if (kind == kLabelMatch) return TermKind::kLabelMatch;
+  if (kind.rfind("https://", 0) == 0) return TermKind::kHttp;  // the URL alone (http:// matches "http:")
   for (const auto& [prefix, k] : kTermPrefixes) {
     if (kind.rfind(prefix, 0) == 0) return k;
   }
@@ -509,12 +557,38 @@ std::optional<TermKind> term_kind(std::string_view kind) {
 
 std::string term_target(std::string_view kind) {
   // http: terms name a URL, written after the prefix or as the whole kind ("http://HOST/PATH").
-  if (kind.rfind("http://", 0) == 0) return std::string(kind);
+  if (kind.rfind("http://", 0) == 0 || kind.rfind("https://", 0) == 0) return std::string(kind);
   for (const auto& [prefix, k] : kTermPrefixes) {
     const std::string_view p(prefix);
     if (kind.rfind(p, 0) == 0) return std::string(kind.substr(p.size()));
   }
   return "";
+}
+
+std::optional<ScoringFunction> scoring_function(std::string_view kind) {
+  const std::optional<TermKind> k = term_kind(kind);
+  if (k != TermKind::kRule && k != TermKind::kBundle) return std::nullopt;
+  ScoringFunction out;
+  std::string target = term_target(kind);
+  const size_t hash = k == TermKind::kBundle ? target.find('#') : std::string::npos;
+  std::string* named = &out.path;  // the part that may end in :FUNCTION
+  if (hash != std::string::npos) {
+    out.path = target.substr(0, hash);
+    out.module = target.substr(hash + 1);
+    named = &out.module;
+  } else {
+    out.path = target;
+  }
+  // A module's ":FUNCTION" is always one; a file's only after ".py" (paths may hold colons).
+  const size_t colon = named->rfind(':');
+  const bool in_module = hash != std::string::npos;
+  if (colon != std::string::npos && (in_module || (colon >= 3 && named->compare(colon - 3, 3, ".py") == 0))) {
+    out.function = named->substr(colon + 1);
+    named->resize(colon);
+  } else {
+    out.function = kDefaultScoringFunction;
+  }
+  return out;
 }
 
 Result<RewardTermSpec> parse_reward_term(const json& term, const std::string& at) {
@@ -556,6 +630,8 @@ Result<Plan> plan_from_json(const nlohmann::json& doc, std::string_view source) 
   TRAINER_RETURN_IF_ERROR(r.read_object("execution", &obj));
   TRAINER_RETURN_IF_ERROR(read_execution(*obj, &plan.execution));
   TRAINER_RETURN_IF_ERROR(r.read_optional_string("grader", &plan.grader));
+  TRAINER_RETURN_IF_ERROR(r.read_optional_string("graderInstructions", &plan.graderInstructions));
+  TRAINER_RETURN_IF_ERROR(apply_grader_instructions(&plan));
   TRAINER_RETURN_IF_ERROR(r.read_optional_string("description", &plan.description));
   TRAINER_RETURN_IF_ERROR(r.read_optional_string("configName", &plan.configName));
   TRAINER_RETURN_IF_ERROR(r.read_optional_string("submissionId", &plan.submissionId));

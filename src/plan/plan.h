@@ -74,6 +74,7 @@ struct JudgeEndpoint {
   std::string url;        // config.reward.terms[].judge.url: base URL (POSTs go to url + "/v1/chat/completions")
   std::string model;      // config.reward.terms[].judge.model: the request's `model`; "" = the judge's name
   std::string apiKeyEnv;  // config.reward.terms[].judge.apiKeyEnv: variable holding a bearer token; "" = none
+  std::string caFile;     // config.reward.terms[].judge.caFile: PEM CAs trusted for an https url; "" = the system's
 };
 
 // One weighted reward term of an RL run (config.reward.terms[]).
@@ -87,10 +88,19 @@ struct RewardTermSpec {
   // http and model terms only.
   int retries = 1;      // config.reward.terms[].retries: further attempts of a call that produced no score
   int concurrency = 4;  // config.reward.terms[].concurrency: calls in flight at once
+  // http terms only.
+  std::optional<std::string> caFile = {};  // config.reward.terms[].caFile: PEM CAs trusted for an https URL; absent = the system's
   // model terms only.
   std::optional<std::string> graderInstructions = {};  // config.reward.terms[].graderInstructions: the judge's system prompt; absent = built-in
   std::optional<JudgeEndpoint> judge = {};             // config.reward.terms[].judge: filled by trainerd
+  // Not a term field: the plan's top-level graderInstructions, given to a model: term that has
+  // none of its own when the plan is parsed. absent = none (the term's own, else built-in).
+  std::optional<std::string> planGraderInstructions = {};
 };
+
+// Where a model: term's judge instructions come from: "term" (its graderInstructions), "plan"
+// (the plan's top-level graderInstructions) or "built-in".
+const char* grader_instructions_source(const RewardTermSpec& term);
 
 // The kind of `kind` ("rule:x.py" -> kRule); nullopt for an unknown kind.
 std::optional<TermKind> term_kind(std::string_view kind);
@@ -98,6 +108,18 @@ std::optional<TermKind> term_kind(std::string_view kind);
 // http: term's URL may be written after the prefix or alone: "http:http://h/p" and "http://h/p"
 // both give "http://h/p".
 std::string term_target(std::string_view kind);
+// What a rule: or bundle: term runs: FUNCTION of a Python file ("rule:PATH[:FUNCTION]",
+// "bundle:PATH[:FUNCTION]", PATH ending in .py) or of a module of a package folder
+// ("bundle:FOLDER#MODULE[:FUNCTION]").
+struct ScoringFunction {
+  std::string path;      // the file, or the package folder
+  std::string module;    // the dotted module within the folder; "" for a file
+  std::string function;  // the function called; "compute_score" unless written
+};
+inline constexpr const char* kDefaultScoringFunction = "compute_score";
+// nullopt for a term of another kind.
+std::optional<ScoringFunction> scoring_function(std::string_view kind);
+
 // The term's label in metrics and events (the registry's rl.term): its name, else
 // "rule:FILE" / "bundle:FILE" by file name, else the kind as written.
 std::string term_label(const RewardTermSpec& term);
@@ -167,6 +189,9 @@ struct Plan {
   RunConfig config;
   ExecutionSettings execution;
   std::optional<std::string> grader;         // grader: overrides the workload's grader
+  // graderInstructions: the instructions of the run's model: judges (reward terms without their
+  // own, and a model: grader); refused on a plan with neither.
+  std::optional<std::string> graderInstructions;
   std::optional<std::string> description;    // description: free text
   std::optional<std::string> configName;     // configName: label of this configuration in score tables
   std::optional<std::string> submissionId;   // submissionId: idempotency key of the submission

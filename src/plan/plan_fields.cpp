@@ -93,7 +93,8 @@ const std::vector<FieldSpec> kFields = {
     {"config.reward.terms", FT::kObject, 0, 0, false, false, "",
      "list of weighted terms {kind, weight, name}, summed into the total reward"},
     {"config.reward.terms[].kind", FT::kString, 0, 0, false, false, "",
-     "json-label-match (built in), rule:PATH or bundle:PATH (a Python compute_score), http:URL (an evaluator), "
+     "json-label-match (built in), rule:PATH or bundle:PATH or bundle:FOLDER#MODULE, each [:FUNCTION] (a Python "
+     "compute_score unless FUNCTION is named), http:URL (an evaluator, http:// or https://), "
      "model:NAME (a judge of trainerd's configuration); see docs/graders.md"},
     {"config.reward.terms[].weight", FT::kNumber, -1e9, 1e9, false, false, "", "the term's weight in the total (default 1)"},
     {"config.reward.terms[].name", FT::kString, 0, 0, false, false, "",
@@ -106,8 +107,12 @@ const std::vector<FieldSpec> kFields = {
      "http, model: further attempts of a call that produced no score. Default 1"},
     {"config.reward.terms[].concurrency", FT::kInteger, 1, 64, false, false, "",
      "http, model: calls in flight at once. Default 4"},
+    {"config.reward.terms[].caFile", FT::kString, 0, 0, false, false, "",
+     "http: absolute path of a PEM file of the CAs trusted for an https:// evaluator, on trainerd's host; absent: the "
+     "system's CA store"},
     {"config.reward.terms[].graderInstructions", FT::kString, 0, 0, false, false, "",
-     "model: the judge's instructions (system prompt); absent: the built-in ones (docs/graders.md)"},
+     "model: the judge's instructions (system prompt); absent: the plan's graderInstructions, else the built-in ones "
+     "(docs/graders.md)"},
     {"config.klBeta", FT::kNumber, 0, 1e3, false, false, "",
      "RL runs: weight of the KL penalty to the base model (adapter disabled); 0 computes no reference"},
     {"config.rlHyperparams", FT::kObject, 0, 0, false, false, "", "RL runs (grpo, gspo): sampling, loss and optimizer"},
@@ -161,6 +166,9 @@ const std::vector<FieldSpec> kFields = {
     {"execution.keepTrainingStates", FT::kInteger, 1, 1000, false, false, "",
      "snapshots' training states kept, newest first (held ones and the final snapshot always stay)"},
     {"grader", FT::kString, 0, 0, false, false, "", "overrides the workload's grader"},
+    {"graderInstructions", FT::kString, 0, 0, false, false, "",
+     "instructions (system prompt) of the run's model: judges: its model: reward terms without their own, and a "
+     "model: grader; refused on a plan with neither (docs/graders.md)"},
     {"description", FT::kString, 0, 0, false, false, "", "free text"},
     {"configName", FT::kString, 0, 0, false, false, "", "label of this configuration in score tables"},
     {"submissionId", FT::kString, 0, 0, false, false, "",

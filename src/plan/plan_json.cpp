@@ -43,6 +43,7 @@ json term_json(const RewardTermSpec& t) {
     out["retries"] = t.retries;
     out["concurrency"] = t.concurrency;
   }
+  if (t.caFile) out["caFile"] = *t.caFile;
   if (*k == TermKind::kModel) out["graderInstructions"] = t.graderInstructions ? json(*t.graderInstructions) : json(nullptr);
   return out;
 }
@@ -120,6 +121,7 @@ nlohmann::json to_json(const Plan& p) {
             {"keepAdapters", p.execution.keepAdapters},
             {"keepTrainingStates", p.execution.keepTrainingStates}}},
           {"grader", opt(p.grader)},
+          {"graderInstructions", opt(p.graderInstructions)},
           {"description", opt(p.description)},
           {"configName", opt(p.configName)},
           {"submissionId", opt(p.submissionId)}};
@@ -128,6 +130,14 @@ nlohmann::json to_json(const Plan& p) {
 nlohmann::json flatten_config(const RunConfig& config, const std::string& dataset_hash) {
   json cfg = config_to_json(config);
   cfg["dataset"] = dataset_hash;
+  // A judge's instructions shape the reward wherever the plan wrote them: a model: term given the
+  // plan's top-level graderInstructions counts as one that wrote them itself.
+  for (size_t i = 0; i < config.rewardTerms.size(); ++i) {
+    const RewardTermSpec& t = config.rewardTerms[i];
+    if (!t.graderInstructions && t.planGraderInstructions) {
+      cfg["reward"]["terms"][i]["graderInstructions"] = *t.planGraderInstructions;
+    }
+  }
   json flat = json::object();
   flatten(cfg, "config", &flat);
   return flat;

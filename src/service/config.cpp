@@ -1,5 +1,6 @@
 #include "service/config.h"
 
+#include <filesystem>
 #include <set>
 
 #include "common/json_parse.h"
@@ -40,7 +41,7 @@ Result<std::string> string_field(const json& obj, const std::string& key, const 
   return obj[key].get<std::string>();
 }
 
-// judges: [{name, url, model?, apiKeyEnv?, readyTimeoutSeconds?}]
+// judges: [{name, url, model?, apiKeyEnv?, caFile?, readyTimeoutSeconds?}]
 Result<std::vector<JudgeConfig>> parse_judges(const json& list) {
   if (!list.is_array()) return invalid_argument("judges: must be a list of {name, url, model, apiKeyEnv}");
   std::vector<JudgeConfig> out;
@@ -49,14 +50,22 @@ Result<std::vector<JudgeConfig>> parse_judges(const json& list) {
     const json& j = list[i];
     const std::string where = "judges[" + std::to_string(i) + "].";
     if (!j.is_object()) return invalid_argument(where.substr(0, where.size() - 1) + ": must be an object");
-    TRAINER_RETURN_IF_ERROR(check_keys(j, where, {"name", "url", "model", "apiKeyEnv", "readyTimeoutSeconds"}));
+    TRAINER_RETURN_IF_ERROR(check_keys(j, where, {"name", "url", "model", "apiKeyEnv", "caFile", "readyTimeoutSeconds"}));
     JudgeConfig judge;
     auto name = string_field(j, "name", where, true);
     if (!name.is_ok()) return name.status();
     auto url = string_field(j, "url", where, true);
     if (!url.is_ok()) return url.status();
-    if (url->rfind("http://", 0) != 0) {
-      return invalid_argument(where + "url: '" + *url + "' must be an http:// URL (this build calls judges over plain HTTP)");
+    if (url->rfind("http://", 0) != 0 && url->rfind("https://", 0) != 0) {
+      return invalid_argument(where + "url: '" + *url + "' must be an http:// or https:// URL");
+    }
+    auto ca_file = string_field(j, "caFile", where, false);
+    if (!ca_file.is_ok()) return ca_file.status();
+    if (!ca_file->empty()) {
+      std::error_code ec;
+      if (!std::filesystem::path(*ca_file).is_absolute() || !std::filesystem::is_regular_file(*ca_file, ec)) {
+        return invalid_argument(where + "caFile: '" + *ca_file + "': no such file (an absolute path of a PEM file of CA certificates)");
+      }
     }
     auto model = string_field(j, "model", where, false);
     if (!model.is_ok()) return model.status();
@@ -70,6 +79,7 @@ Result<std::vector<JudgeConfig>> parse_judges(const json& list) {
     judge.url = *url;
     judge.model = *model;
     judge.api_key_env = *key;
+    judge.ca_file = *ca_file;
     judge.ready_timeout_seconds = static_cast<int>(*ready);
     out.push_back(std::move(judge));
   }
@@ -418,6 +428,7 @@ nlohmann::json config_to_json(const DeploymentConfig& c) {
                              {"url", j.url},
                              {"model", j.model.empty() ? j.name : j.model},
                              {"apiKeyEnv", j.api_key_env.empty() ? json(nullptr) : json(j.api_key_env)},
+                             {"caFile", j.ca_file.empty() ? json(nullptr) : json(j.ca_file)},
                              {"readyTimeoutSeconds", j.ready_timeout_seconds}});
   }
   if (!c.artifact_store.uri.empty()) {

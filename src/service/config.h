@@ -57,9 +57,10 @@ struct TelemetryConfig {
 // A judge model:NAME reward terms may use: any OpenAI-compatible /v1/chat/completions.
 struct JudgeConfig {
   std::string name;         // what plans write after "model:"
-  std::string url;          // base URL, http://HOST:PORT[/PREFIX]; calls go to url + "/v1/chat/completions"
+  std::string url;          // base URL, http(s)://HOST:PORT[/PREFIX]; calls go to url + "/v1/chat/completions"
   std::string model;        // the request's `model`; "" = name
   std::string api_key_env;  // the jobs' environment variable holding its bearer token; "" = none
+  std::string ca_file;      // PEM file of the CAs trusted for an https url (trainerd and its jobs); "" = the system's
   // How long a run waits in WAITING_FOR_GRADER for the judge to answer before it fails (> 0).
   int ready_timeout_seconds = 300;
 };

@@ -175,7 +175,12 @@ Status ServiceImpl::wait_for_judges(RunRecord& run) {
   }
   for (const JudgeConfig* j : judges) {
     std::string why;
-    if (judge_probes_.answers(*j, &why)) continue;
+    bool tls_failed = false;
+    if (judge_probes_.answers(*j, &why, &tls_failed)) continue;
+    if (tls_failed) {  // an untrusted certificate: waiting will not mend it
+      return fail(run, "judge '" + j->name + "' at " + j->url + " failed TLS verification: " + why +
+                           "; declare the judge's caFile in trainerd's configuration if it uses a private CA");
+    }
     if (now() - run.entered_at > j->ready_timeout_seconds) {
       return fail(run, "judge '" + j->name + "' at " + j->url + " did not answer within " +
                            std::to_string(j->ready_timeout_seconds) + " s (readyTimeoutSeconds)" +

@@ -228,6 +228,8 @@ Result<json> ServiceImpl::start_evaluation(const json& body) {
     }
   }
   if (grader_kind.empty()) grader_kind = kDefaultGrader;
+  // A registered bundle is resolved now: the evaluation grades with the version named today.
+  TRAINER_ASSIGN_OR_RETURN(grader_kind, resolve_bundle_kind(grader_kind, "grader"));
   json term = {{"kind", grader_kind}};
   if (!instructions.empty()) term["graderInstructions"] = instructions;
   auto spec = plan::parse_reward_term(term, "grader");
@@ -272,7 +274,7 @@ Status ServiceImpl::launch_evaluation_locked(json& doc, const store::ClaimRow& c
   // The job's grader carries the judge's endpoint (the deployment's, never the record's).
   if (plan::term_kind(term.value("kind", std::string())) == plan::TermKind::kModel) {
     if (const JudgeConfig* j = find_judge(opt_.config, plan::term_target(term["kind"].get<std::string>()))) {
-      term["judge"] = {{"url", j->url}, {"model", j->model.empty() ? j->name : j->model}, {"apiKeyEnv", j->api_key_env}};
+      term["judge"] = judge_endpoint_json(*j);
     }
   }
   auto dataset = resolve_dataset(doc["dataset"]["hash"].get<std::string>(), "dataset");

@@ -1,10 +1,10 @@
 // External reward terms on the service's side (declared in service/judges.h).
 #include "service/judges.h"
 
-#include <httplib.h>
-
 #include <algorithm>
 #include <filesystem>
+
+#include "common/http_client.h"
 
 namespace trainer::service {
 namespace {
@@ -16,24 +16,6 @@ std::string declared_names(const DeploymentConfig& d) {
   std::string out;
   for (const auto& j : d.judges) out += (out.empty() ? "" : ", ") + j.name;
   return out.empty() ? "none (add judges: [{name, url}] to trainerd's configuration)" : out;
-}
-
-// "" when the judge answers, else why not.
-std::string probe(const std::string& url) {
-  const size_t scheme = url.find("://");
-  const size_t slash = scheme == std::string::npos ? std::string::npos : url.find('/', scheme + 3);
-  const std::string base = slash == std::string::npos ? url : url.substr(0, slash);
-  std::string prefix = slash == std::string::npos ? "" : url.substr(slash);
-  while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();
-  httplib::Client client(base);
-  const auto limit = std::chrono::duration_cast<std::chrono::microseconds>(
-      std::chrono::duration<double>(JudgeProbes::kProbeTimeoutSeconds));
-  client.set_connection_timeout(limit);
-  client.set_read_timeout(limit);
-  auto res = client.Get(prefix + "/v1/models");
-  if (!res) return "GET " + url + "/v1/models: " + httplib::to_string(res.error());
-  if (res->status >= 500) return "GET " + url + "/v1/models answered HTTP " + std::to_string(res->status);
-  return "";
 }
 
 }  // namespace
@@ -54,10 +36,16 @@ Status check_reward_terms(const plan::RunConfig& config, const DeploymentConfig&
                                                declared_names(deployment));
       }
     }
+    if (t.caFile) {
+      std::error_code ec;
+      if (!fs::path(*t.caFile).is_absolute() || !fs::is_regular_file(*t.caFile, ec)) {
+        return invalid_field(at + ".caFile", "'" + *t.caFile + "': no such file on trainerd's host (an absolute path of a PEM file of CA certificates)");
+      }
+    }
     if (kind == plan::TermKind::kRule || kind == plan::TermKind::kBundle) {
-      std::string target = plan::term_target(t.kind);
-      const bool package = kind == plan::TermKind::kBundle && target.find('#') != std::string::npos;
-      if (package) target = target.substr(0, target.find('#'));
+      const plan::ScoringFunction f = *plan::scoring_function(t.kind);
+      const std::string& target = f.path;
+      const bool package = !f.module.empty();
       std::error_code ec;
       if (!fs::path(target).is_absolute()) {
         return invalid_field(at + ".kind", "'" + target + "' must be an absolute path on trainerd's host (jobs run elsewhere than your shell)");
@@ -69,6 +57,21 @@ Status check_reward_terms(const plan::RunConfig& config, const DeploymentConfig&
     }
   }
   return Status::ok();
+}
+
+json judge_instructions(const plan::Plan& p) {
+  json out = json::array();
+  for (size_t i = 0; i < p.config.rewardTerms.size(); ++i) {
+    const plan::RewardTermSpec& t = p.config.rewardTerms[i];
+    if (plan::term_kind(t.kind) != plan::TermKind::kModel) continue;
+    out.push_back({{"at", "config.reward.terms[" + std::to_string(i) + "]"},
+                   {"grader", t.kind},
+                   {"graderInstructionsSource", plan::grader_instructions_source(t)}});
+  }
+  if (p.grader && plan::term_kind(*p.grader) == plan::TermKind::kModel) {
+    out.push_back({{"at", "grader"}, {"grader", *p.grader}, {"graderInstructionsSource", p.graderInstructions ? "plan" : "built-in"}});
+  }
+  return out;
 }
 
 std::vector<const JudgeConfig*> judges_of(const json& plan, const DeploymentConfig& deployment, std::string* missing) {
@@ -92,6 +95,10 @@ std::vector<const JudgeConfig*> judges_of(const json& plan, const DeploymentConf
   return out;
 }
 
+json judge_endpoint_json(const JudgeConfig& j) {
+  return {{"url", j.url}, {"model", j.model.empty() ? j.name : j.model}, {"apiKeyEnv", j.api_key_env}, {"caFile", j.ca_file}};
+}
+
 void fill_judges(json& job_plan, const DeploymentConfig& deployment) {
   if (!job_plan.contains("config") || !job_plan["config"].contains("reward")) return;
   json& terms = job_plan["config"]["reward"]["terms"];
@@ -100,7 +107,7 @@ void fill_judges(json& job_plan, const DeploymentConfig& deployment) {
     const std::string kind = t.is_object() ? t.value("kind", std::string()) : std::string();
     if (plan::term_kind(kind) != plan::TermKind::kModel) continue;
     if (const JudgeConfig* j = find_judge(deployment, plan::term_target(kind))) {
-      t["judge"] = {{"url", j->url}, {"model", j->model.empty() ? j->name : j->model}, {"apiKeyEnv", j->api_key_env}};
+      t["judge"] = judge_endpoint_json(*j);
     }
   }
 }
@@ -112,19 +119,31 @@ JudgeProbes::~JudgeProbes() {
   }
 }
 
-bool JudgeProbes::answers(const JudgeConfig& judge, std::string* last_error) {
+JudgeProbes::Outcome JudgeProbes::probe(const JudgeConfig& judge) {
+  std::string base = judge.url;
+  while (!base.empty() && base.back() == '/') base.pop_back();
+  const std::string url = base + "/v1/models";
+  HttpResponse r = http_call({.method = "GET", .url = url, .timeout_seconds = kProbeTimeoutSeconds, .ca_file = judge.ca_file});
+  if (r.failure != HttpFailure::kNone) return {r.detail, r.failure == HttpFailure::kTls};
+  if (r.status >= 500) return {"GET " + url + " answered HTTP " + std::to_string(r.status), false};
+  return {};
+}
+
+bool JudgeProbes::answers(const JudgeConfig& judge, std::string* last_error, bool* tls_failed) {
   std::lock_guard<std::mutex> lock(mu_);
-  Probe& p = probes_[judge.url];
+  // By URL and CA file: the same judge trusted differently is another probe.
+  Probe& p = probes_[judge.url + "\n" + judge.ca_file];
   const auto now = std::chrono::steady_clock::now();
   if (p.pending.valid() && p.pending.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
-    p.last_error = p.pending.get();
-    p.answered = p.last_error.empty();
+    p.last = p.pending.get();
+    p.answered = p.last.error.empty();
     if (p.answered) p.answered_at = now;
   }
   if (p.answered && now - p.answered_at < kFreshFor) return true;
   p.answered = false;
-  if (!p.pending.valid()) p.pending = std::async(std::launch::async, probe, judge.url);
-  if (last_error) *last_error = p.last_error;
+  if (!p.pending.valid()) p.pending = std::async(std::launch::async, probe, judge);
+  if (last_error) *last_error = p.last.error;
+  if (tls_failed) *tls_failed = p.last.tls_failed;
   return false;
 }
 

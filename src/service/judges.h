@@ -24,17 +24,26 @@ namespace trainer::service {
 // exists on this host.
 Status check_reward_terms(const plan::RunConfig& config, const DeploymentConfig& deployment);
 
+// The run's judges and where each one's instructions come from (docs/graders.md), shown by
+// `runs get` and a dry run: [{at: "config.reward.terms[I]" | "grader", grader: KIND,
+// graderInstructionsSource: "term" | "plan" | "built-in"}], the plan's model: grader last.
+nlohmann::json judge_instructions(const plan::Plan& plan);
+
 // The judges the plan's model: terms use, in term order, without repeats. A name the
 // configuration no longer declares is returned as a nullptr entry's name in *missing.
 std::vector<const JudgeConfig*> judges_of(const nlohmann::json& plan, const DeploymentConfig& deployment,
                                           std::string* missing);
 
-// Writes config.reward.terms[i].judge ({url, model, apiKeyEnv}) into the plan given to the job.
+// The endpoint a job's model: grader is given for `judge`: {url, model, apiKeyEnv, caFile}.
+nlohmann::json judge_endpoint_json(const JudgeConfig& judge);
+
+// Writes config.reward.terms[i].judge (judge_endpoint_json) into the plan given to the job.
 void fill_judges(nlohmann::json& job_plan, const DeploymentConfig& deployment);
 
 // Whether judges answer, asked in the background so the driver never waits on the network: the
 // first question starts a probe (GET URL/v1/models; any HTTP answer below 500 counts), later ones
-// read its outcome. A judge that answered stays answering for kFreshFor.
+// read its outcome. A judge that answered stays answering for kFreshFor. A probe whose TLS
+// handshake failed (an untrusted certificate) reports it as such: waiting will not mend it.
 //
 // Thread safety: every method may be called from any thread (mu_ guards the map).
 class JudgeProbes {
@@ -46,15 +55,21 @@ class JudgeProbes {
 
   // True when `judge` answered recently; false while a probe runs or after one failed (the next
   // call starts another). `last_error` receives why the last probe failed, if one did.
-  bool answers(const JudgeConfig& judge, std::string* last_error);
+  // `tls_failed` (optional) is set when the last probe failed in its TLS handshake.
+  bool answers(const JudgeConfig& judge, std::string* last_error, bool* tls_failed = nullptr);
 
  private:
+  struct Outcome {
+    std::string error;        // "" when the judge answered, else why not
+    bool tls_failed = false;  // the error is a failed TLS handshake
+  };
   struct Probe {
-    std::future<std::string> pending;  // "" when the judge answered, else why not
+    std::future<Outcome> pending;
     std::chrono::steady_clock::time_point answered_at{};
     bool answered = false;
-    std::string last_error;
+    Outcome last;
   };
+  static Outcome probe(const JudgeConfig& judge);
   std::mutex mu_;
   std::map<std::string, Probe> probes_;  // by judge URL; guarded by mu_
 };

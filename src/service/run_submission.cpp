@@ -5,6 +5,7 @@
 
 #include "plan/plan.h"
 #include "plan/plan_warnings.h"
+#include "service/judges.h"
 #include "service/service_state.h"
 
 namespace trainer::service {
@@ -109,6 +110,7 @@ Result<std::pair<json, bool>> ServiceImpl::submit_plan(const json& body, bool dr
   plan::Plan p = std::move(*parsed);
   if (p.kind != "run") return invalid_field("kind", "must be \"run\", got \"" + p.kind + "\"");
   if (p.grader) TRAINER_RETURN_IF_ERROR(check_grader("grader", *p.grader));
+  TRAINER_RETURN_IF_ERROR(resolve_bundle_terms(p));
   TRAINER_RETURN_IF_ERROR(check_reward_terms(p.config, opt_.config));
 
   // The plan's fit to its dataset, measured before the lock: trainer-job analyze takes a while
@@ -182,8 +184,10 @@ Result<std::pair<json, bool>> ServiceImpl::submit_plan(const json& body, bool dr
   resolved["baseModel"] = (*m)["name"];
   resolved["config"]["dataset"] = (*d)["hash"];
   if (v) resolved["config"]["validationDataset"] = (*v)["hash"];
+  const json judges = judge_instructions(p);
   if (dry_run) {
     json answer = {{"plan", resolved}};
+    if (!judges.empty()) answer["judgeInstructions"] = judges;
     answer.update(dry_extra);
     if (!warnings.empty()) answer["warnings"] = warnings;
     return std::make_pair(answer, false);
@@ -213,6 +217,7 @@ Result<std::pair<json, bool>> ServiceImpl::submit_plan(const json& body, bool dr
   };
   if (p.description) run.view["description"] = *p.description;
   if (p.configName) run.view["configName"] = *p.configName;
+  if (!judges.empty()) run.view["judgeInstructions"] = judges;
   run.request = request;
   run.pool = (*pool)->name;
   run.devices = devices;

@@ -151,6 +151,14 @@ class Service {
   virtual Result<json> measure_dataset(const std::string& ref, const std::string& base_model,
                                        std::optional<int> max_seq_length) = 0;
 
+  // ---- scoring bundles (docs/graders.md, "Registered bundles")
+  // body {name, files: [{path, content}]}: stores a Python package folder's files, content-
+  // addressed, as the next version of `name`; returns it and whether it is new (the same files
+  // under the same name are the version that holds them).
+  virtual Result<std::pair<json, bool>> register_bundle(const json& body) = 0;
+  virtual Result<json> list_bundles() = 0;                      // {bundles: [version, ...]} by name, version
+  virtual Result<json> get_bundle(const std::string& ref) = 0;  // NAME (latest), NAME:VERSION or a hash prefix
+
   // ---- workloads
   virtual Result<json> create_workload(const json& body) = 0;
   virtual Result<json> list_workloads() = 0;

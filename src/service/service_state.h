@@ -87,6 +87,18 @@ class ServiceImpl final : public Service {
   // resolve (submit_run() reports that), the model is not ready yet or the measurement fails.
   std::optional<json> measure_plan(const plan::Plan& p);
 
+  Result<std::pair<json, bool>> register_bundle(const json& body) override;
+  Result<json> list_bundles() override;
+  Result<json> get_bundle(const std::string& ref) override;
+  // The stored version `ref` names (NAME, NAME:VERSION, a hash prefix); errors name `field`.
+  Result<json> resolve_bundle(const std::string& ref, const std::string& field);
+  // `kind` with a registered bundle's reference (bundle:REFERENCE#MODULE[:FUNCTION]) resolved to
+  // the stored folder of the version it names; other kinds and path forms as they are.
+  Result<std::string> resolve_bundle_kind(const std::string& kind, const std::string& field);
+  // Rewrites the plan's bundle:REFERENCE#MODULE[:FUNCTION] terms to the stored folder of the
+  // version they name (bundle:/DATA/bundles/SHA#MODULE[:FUNCTION]); path forms are left alone.
+  Status resolve_bundle_terms(plan::Plan& plan);
+
   Result<json> create_workload(const json& body) override;
   Result<json> list_workloads() override;
   Result<json> get_workload(const std::string& ref) override;

@@ -551,6 +551,23 @@ class SqliteStore final : public Store {
     return {doc.at("comparisonId").get<std::string>(), doc.at("source").at("snapshotId").get<std::string>(),
             doc.at("phase").get<std::string>(), doc.dump(-1, ' ', false, json::error_handler_t::replace)};
   }
+  // ---- scoring bundles
+  Status insert_bundle_version(const json& doc) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    const std::string name = doc.at("name").get<std::string>();
+    const int64_t version = doc.at("version").get<int64_t>();
+    Stmt s(db_, "INSERT INTO bundle_versions(name, version, sha, doc) VALUES (?, ?, ?, ?)");
+    s.bind(1, name).bind(2, version).bind(3, doc.at("sha").get<std::string>());
+    s.bind(4, doc.dump(-1, ' ', false, json::error_handler_t::replace));
+    const int rc = s.step();
+    if (rc == SQLITE_CONSTRAINT) return already_exists("bundle " + name + " version " + std::to_string(version) + " already exists");
+    if (rc != SQLITE_DONE) return db_error(db_, "inserting bundle version");
+    return Status::ok();
+  }
+  Result<std::vector<json>> list_bundle_versions() override {
+    return docs("SELECT doc FROM bundle_versions ORDER BY name, version", {});
+  }
+
   Status insert_comparison(const json& doc) override {
     std::lock_guard<std::recursive_mutex> lock(mu_);
     const auto c = comparison_columns(doc);

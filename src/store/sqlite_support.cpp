@@ -87,6 +87,16 @@ CREATE TABLE comparisons (
 CREATE INDEX comparisons_by_source ON comparisons(source_snapshot, seq);
 CREATE INDEX comparisons_by_phase ON comparisons(phase, seq);
 )sql",
+    // 8: scoring bundles (docs/graders.md, "Registered bundles"): versions per name, by content hash.
+    R"sql(
+CREATE TABLE bundle_versions (
+  name TEXT NOT NULL,
+  version INTEGER NOT NULL,
+  sha TEXT NOT NULL,
+  doc TEXT NOT NULL,
+  PRIMARY KEY (name, version));
+CREATE INDEX bundle_versions_by_sha ON bundle_versions(sha);
+)sql",
 };
 
 }  // namespace

@@ -183,6 +183,10 @@ class Store {
   virtual Result<ComparisonPage> list_comparisons(const std::string& source_snapshot,
                                                   const std::vector<std::string>& phases, int64_t limit,
                                                   int64_t offset) = 0;
+  // ---- scoring bundles: versions keyed by (doc["name"], doc["version"]), doc["sha"] the hash of
+  // their files
+  virtual Status insert_bundle_version(const json& doc) = 0;  // already_exists when (name, version) exists
+  virtual Result<std::vector<json>> list_bundle_versions() = 0;  // by name, then version
   // ---- lineage: which run a child run (runs branch, runs continue) was started from
   virtual Status insert_child(const std::string& run_id, const std::string& parent_id) = 0;  // already_exists twice
   // The direct children of `parent_id`, newest first.

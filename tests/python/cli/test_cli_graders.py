@@ -7,19 +7,15 @@ reward rises on the toy task (rl_toy.py), the same with the same seed."""
 from __future__ import annotations
 
 import json
-import re
 import sys
 import urllib.request
 
 import pytest
 
 from cli_support import Cli, free_port, start_trainerd, stop
-from graders_support import GraderServer
+from graders_support import DATASET, MODEL, WORKLOAD, GraderServer, phases, plan, run_to_end
 from rl_toy import make_toy_policy, toy_rows
 
-MODEL = "toy-policy"
-DATASET = "toy-tickets"
-WORKLOAD = "grader-tests"
 JUDGES = ["good", "cycle", "refuser", "broken"]
 
 
@@ -50,31 +46,6 @@ def cli(bin_dir, tmp_path_factory, graders):
     stop(service.proc, service.data_dir)
 
 
-def plan(term: str, steps: int = 2, group: int = 2, prompts: int = 2, length: int = 8, lr: float = 0.006) -> str:
-    """An RL plan with the one reward term `term` (a YAML flow mapping)."""
-    return "\n".join([
-        "kind: run", f"workload: {WORKLOAD}", f"baseModel: {MODEL}", "config:", f"  dataset: {DATASET}",
-        "  method: grpo", "  maxSeqLength: 64", "  model: {precision: FP32}",
-        "  hyperparams:", "    lora: {rank: 8, alpha: 16}", f"    training: {{maxSteps: {steps}, seed: 3}}",
-        f"  reward: {{terms: [{term}]}}",
-        "  rlHyperparams:", f"    groupSize: {group}", f"    promptsPerStep: {prompts}",
-        f"    maxCompletionLength: {length}", "    microBatchSize: 32",
-        f"    optimizer: {{learningRate: {lr}, schedule: constant}}",
-        "execution: {gpus: 0}"]) + "\n"
-
-
-def run_to_end(cli, text: str, tmp_path, expect: str = "COMPLETED"):
-    """Starts `text` with --wait; returns (run, steps)."""
-    f = tmp_path / "plan.yaml"
-    f.write_text(text)
-    out = cli("runs", "start", "-f", f, "--force", "--wait", timeout=900)
-    match = re.search(r"Started run ([0-9a-f]+)", out.stdout)
-    assert match, out.stdout + out.stderr
-    run = cli.json("runs", "get", match.group(1))
-    assert run["phase"] == expect, (run["phase"], run.get("failureReason"), out.stdout, out.stderr)
-    return run, cli.json("runs", "metrics", run["runId"])["steps"]
-
-
 def term_totals(steps, key):
     """Sums one term's `key` object ({cause: n} or {input, output}) over the steps."""
     totals: dict[str, int] = {}
@@ -82,10 +53,6 @@ def term_totals(steps, key):
         for k, v in s["rl"]["terms"][0][key].items():
             totals[k] = totals.get(k, 0) + v
     return totals
-
-
-def phases(run):
-    return [p["phase"] for p in run["phaseHistory"]]
 
 
 def test_a_judge_scores_through_its_phases_and_its_tokens_are_counted(cli, graders, tmp_path):
@@ -115,6 +82,35 @@ def test_a_judge_scores_through_its_phases_and_its_tokens_are_counted(cli, grade
               if line.startswith("akka_optimize_training_rl_grader_tokens_total{") and 'rl_term="model:good"' in line
               and run["runId"] in line]
     assert any('token_type="input"' in t and float(t.rsplit(" ", 1)[1]) == 240 for t in tokens), tokens
+
+
+def test_the_plans_grader_instructions_reach_its_judges_without_their_own(cli, graders, tmp_path):
+    top = "Top-level: grade the ticket label. Reply with JSON {\"score\": 0..1}."
+    own = "Term-level: be strict."
+    terms = f"{{kind: 'model:good'}}, {{kind: 'model:good', name: strict, graderInstructions: '{own}'}}"
+    text = f"graderInstructions: '{top}'\n" + plan(terms, steps=1)
+    dry = cli("runs", "start", "-f", "-", "--dry-run", "--show-resolved", input=text, check=True)
+    assert any(line.strip().startswith("graderInstructions:") and "Top-level: grade the ticket label" in line
+               for line in dry.stdout.splitlines()), dry.stdout
+    assert "Judge instructions of model:good (config.reward.terms[0]): plan" in dry.stdout, dry.stdout
+    assert "Judge instructions of model:good (config.reward.terms[1]): term" in dry.stdout, dry.stdout
+    before = len(graders.requests["good"])
+    run, _ = run_to_end(cli, text, tmp_path)
+    systems = [b["messages"][0]["content"] for b in graders.requests["good"][before:]]
+    assert len(systems) == 2 * 2 * 2, len(systems)  # two terms x prompts x group
+    assert sorted(set(systems)) == sorted({top, own}) and systems.count(top) == 4, systems
+    assert run["judgeInstructions"] == [
+        {"at": "config.reward.terms[0]", "grader": "model:good", "graderInstructionsSource": "plan"},
+        {"at": "config.reward.terms[1]", "grader": "model:good", "graderInstructionsSource": "term"}]
+    shown = cli("runs", "get", run["runId"], check=True).stdout
+    assert "model:good (config.reward.terms[0]): plan" in shown, shown
+
+
+def test_grader_instructions_on_a_plan_without_a_judge_are_refused_by_name(cli):
+    text = "graderInstructions: 'Be fair.'\n" + plan("{kind: json-label-match}")
+    out = cli("runs", "start", "-f", "-", "--dry-run", input=text)
+    assert out.returncode != 0
+    assert "graderInstructions" in out.stderr and "applies to model: graders (judges) only" in out.stderr, out.stderr
 
 
 def test_judge_timeouts_and_replies_without_a_verdict_score_zero_and_are_counted(cli, graders, tmp_path):
@@ -215,6 +211,46 @@ def test_a_rule_that_does_not_load_or_is_not_on_the_host_is_refused(cli, tmp_pat
     run, _ = run_to_end(cli, plan(f"{{kind: 'rule:{broken}'}}"), tmp_path, expect="FAILED")
     assert "config.reward.terms[0].kind: rule:" in run["failureReason"], run["failureReason"]
     assert "No module named 'not_a_module_anywhere'" in run["failureReason"], run["failureReason"]
+
+
+SCORING_PACKAGE = {
+    "scoring/__init__.py": "",
+    "scoring/labels.py": '''
+def by_label(data_source, solution_str, ground_truth, extra_info):
+    """1 when the answer names the gold label."""
+    return 1.0 if '"billing"' in solution_str else 0.25
+
+
+def compute_score(data_source, solution_str, ground_truth, extra_info):
+    return 0.0
+''',
+}
+
+
+def write_package(folder, files):
+    for name, text in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    return folder
+
+
+def test_a_bundle_function_named_after_the_module_is_the_one_called(cli, tmp_path):
+    package = write_package(tmp_path / "pkg", SCORING_PACKAGE)
+    run, steps = run_to_end(cli, plan(f"{{kind: 'bundle:{package}#scoring.labels:by_label'}}"), tmp_path)
+    assert steps[0]["rl"]["terms"][0]["name"] == "bundle:scoring.labels:by_label"
+    rewards = [r for s in steps for r in s["rl"]["rewards"]]
+    assert len(rewards) == 8 and all(r in (1.0, 0.25) for r in rewards), rewards  # never compute_score's 0
+    assert sum(s["rl"]["terms"][0]["failures"] for s in steps) == 0
+
+
+def test_a_bundle_function_the_module_lacks_fails_the_job_naming_the_term(cli, tmp_path):
+    package = write_package(tmp_path / "pkg", SCORING_PACKAGE)
+    run, steps = run_to_end(cli, plan(f"{{kind: 'bundle:{package}#scoring.labels:no_such_fn'}}"), tmp_path,
+                            expect="FAILED")
+    reason = run["failureReason"]
+    assert f"config.reward.terms[0].kind: bundle:{package}#scoring.labels:no_such_fn" in reason, reason
+    assert "has no function no_such_fn()" in reason, reason
+    assert steps == []
 
 
 RULE = '''

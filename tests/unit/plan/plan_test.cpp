@@ -67,7 +67,7 @@ TEST(Plan, UnknownFieldsAreRefusedByTheirPath) {
   Result<Plan> top = parse_plan("kind: run\nworkload: w\nconfig: {dataset: d}\nretries: 3\n", "p.yaml");
   ASSERT_FALSE(top.is_ok());
   EXPECT_EQ(top.status().describe(),
-            "retries: unknown field; a plan takes kind, workload, baseModel, config, execution, grader, description, "
+            "retries: unknown field; a plan takes kind, workload, baseModel, config, execution, grader, graderInstructions, description, "
             "configName, submissionId");
 }
 
@@ -117,7 +117,8 @@ TEST(PlanFields, TheTableCoversEveryFieldOfTheResolvedPlan) {
   Plan rl;
   rl.config.method = Method::kGrpo;
   // Terms of every kind, so that every kind's fields are resolved.
-  rl.config.rewardTerms = {{.kind = "json-label-match"}, {.kind = "rule:/r.py"}, {.kind = "model:judge"}};
+  rl.config.rewardTerms = {{.kind = "json-label-match"}, {.kind = "rule:/r.py"}, {.kind = "model:judge"},
+                           {.kind = "http:https://h/s", .caFile = "/ca.pem"}};  // caFile is shown only when set
   std::vector<std::string> leaves;
   std::function<void(const nlohmann::json&, const std::string&)> walk = [&](const nlohmann::json& v,
                                                                           const std::string& path) {

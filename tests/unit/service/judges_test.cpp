@@ -49,8 +49,12 @@ TEST(Judges, BadDeclarationsAreRefusedByField) {
   } cases[] = {
       {R"({"judges": {}})", "deploy.json: judges: must be a list of {name, url, model, apiKeyEnv}"},
       {R"({"judges": [{"name": "j"}]})", "deploy.json: judges[0].url: required"},
-      {R"({"judges": [{"name": "j", "url": "https://x"}]})",
-       "deploy.json: judges[0].url: 'https://x' must be an http:// URL (this build calls judges over plain HTTP)"},
+      {R"({"judges": [{"name": "j", "url": "ftp://x"}]})",
+       "deploy.json: judges[0].url: 'ftp://x' must be an http:// or https:// URL"},
+      {R"({"judges": [{"name": "j", "url": "https://x", "caFile": "/no/such/ca.pem"}]})",
+       "deploy.json: judges[0].caFile: '/no/such/ca.pem': no such file (an absolute path of a PEM file of CA certificates)"},
+      {R"({"judges": [{"name": "j", "url": "https://x", "caFile": "ca.pem"}]})",
+       "deploy.json: judges[0].caFile: 'ca.pem': no such file (an absolute path of a PEM file of CA certificates)"},
       {R"({"judges": [{"name": "j", "url": "http://x", "key": "k"}]})", "deploy.json: judges[0].key: unknown field"},
       {R"({"judges": [{"name": "j", "url": "http://x"}, {"name": "j", "url": "http://y"}]})",
        "deploy.json: judges[1].name: 'j' listed twice"},
@@ -85,6 +89,24 @@ TEST(Judges, ASubmittedPlanNamesDeclaredJudgesAndExistingRuleFiles) {
   const std::string file = ::testing::TempDir() + "/judges_test_score.py";
   std::ofstream(file) << "def compute_score(a, b, c, d):\n    return 1\n";
   EXPECT_TRUE(check_reward_terms(rl_config(R"([{"kind": "rule:)" + file + R"("}])"), c).is_ok());
+
+  // An http: term's caFile is a file on trainerd's host.
+  st = check_reward_terms(rl_config(R"([{"kind": "http:https://127.0.0.1:9/score", "caFile": "/no/such/ca.pem"}])"), c);
+  EXPECT_EQ(st.field(), "config.reward.terms[0].caFile");
+  EXPECT_NE(st.message().find("'/no/such/ca.pem': no such file on trainerd's host"), std::string::npos) << st.message();
+  EXPECT_TRUE(check_reward_terms(rl_config(R"([{"kind": "http:https://127.0.0.1:9/score", "caFile": ")" + file + R"("}])"), c)
+                  .is_ok());
+}
+
+TEST(Judges, AnHttpsJudgeDeclaresItsCaFile) {
+  const std::string ca = ::testing::TempDir() + "/judges_test_ca.pem";
+  std::ofstream(ca) << "not checked here\n";
+  auto c = parse_config(R"({"judges": [{"name": "j", "url": "https://judge.internal", "caFile": ")" + ca + R"("}]})",
+                        "deploy.json");
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->judges[0].ca_file, ca);
+  EXPECT_EQ(config_to_json(*c)["judges"][0]["caFile"], ca);
+  EXPECT_EQ(judge_endpoint_json(c->judges[0])["caFile"], ca);
 }
 
 TEST(Judges, TheJobsPlanGetsEachJudgesEndpoint) {
@@ -100,7 +122,7 @@ TEST(Judges, TheJobsPlanGetsEachJudgesEndpoint) {
   fill_judges(plan, c);
   const auto& terms = plan["config"]["reward"]["terms"];
   EXPECT_FALSE(terms[0].contains("judge"));
-  EXPECT_EQ(terms[1]["judge"], (nlohmann::json{{"url", "http://127.0.0.1:8000"}, {"model", "Qwen/Qwen3-4B"}, {"apiKeyEnv", "K"}}));
+  EXPECT_EQ(terms[1]["judge"], (nlohmann::json{{"url", "http://127.0.0.1:8000"}, {"model", "Qwen/Qwen3-4B"}, {"apiKeyEnv", "K"}, {"caFile", ""}}));
   EXPECT_EQ(terms[2]["judge"]["model"], "tiny");
   // The job's plan parses, with the endpoint on the term.
   nlohmann::json full = {{"kind", "run"}, {"workload", "w"}, {"baseModel", "m"}, {"config", plan["config"]}};

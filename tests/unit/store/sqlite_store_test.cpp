@@ -37,20 +37,35 @@ class SqliteStoreTest : public ::testing::Test {
 };
 
 TEST_F(SqliteStoreTest, MigratesOnceAndRecordsTheSchemaVersion) {
-  EXPECT_EQ(open()->schema_version(), 7);
-  EXPECT_EQ(open()->schema_version(), 7);  // reopening applies nothing again
+  EXPECT_EQ(open()->schema_version(), 8);
+  EXPECT_EQ(open()->schema_version(), 8);  // reopening applies nothing again
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
   sqlite3_stmt* st = nullptr;
   sqlite3_prepare_v2(db, "SELECT COUNT(*) FROM schema_migrations", -1, &st, nullptr);
   ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
-  EXPECT_EQ(sqlite3_column_int(st, 0), 7);
+  EXPECT_EQ(sqlite3_column_int(st, 0), 8);
   sqlite3_finalize(st);
   sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, nullptr);
   ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
   EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)), "wal");
   sqlite3_finalize(st);
   sqlite3_close(db);
+}
+
+TEST_F(SqliteStoreTest, BundleVersionsAreKeptPerNameInVersionOrder) {
+  auto s = open();
+  ASSERT_TRUE(s->insert_bundle_version({{"name", "scoring"}, {"version", 2}, {"sha", "bb"}}).is_ok());
+  ASSERT_TRUE(s->insert_bundle_version({{"name", "scoring"}, {"version", 1}, {"sha", "aa"}}).is_ok());
+  ASSERT_TRUE(s->insert_bundle_version({{"name", "other"}, {"version", 1}, {"sha", "aa"}}).is_ok());
+  Status again = s->insert_bundle_version({{"name", "scoring"}, {"version", 1}, {"sha", "cc"}});
+  EXPECT_EQ(again.code(), StatusCode::kAlreadyExists);
+  auto all = s->list_bundle_versions();
+  ASSERT_TRUE(all.is_ok());
+  ASSERT_EQ(all->size(), 3u);
+  EXPECT_EQ((*all)[0]["name"], "other");
+  EXPECT_EQ((*all)[1]["sha"], "aa");
+  EXPECT_EQ((*all)[2]["version"], 2);
 }
 
 TEST_F(SqliteStoreTest, RefusesASchemaNewerThanItKnows) {

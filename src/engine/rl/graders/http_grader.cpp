@@ -13,13 +13,16 @@ using json = nlohmann::json;
 class HttpGrader final : public RemoteGrader {
  public:
   HttpGrader(const plan::RewardTermSpec& term, std::string at)
-      : RemoteGrader(term, std::move(at)), url_(plan::term_target(term.kind)), timeout_(term.timeoutSeconds) {}
+      : RemoteGrader(term, std::move(at)), url_(plan::term_target(term.kind)),
+        ca_file_(term.caFile.value_or("")),
+        timeout_(term.timeoutSeconds) {}
 
  protected:
   Attempt call(const GradeItem& item) const override {
     Attempt a;
     const json envelope = {{"input", item.input}, {"output", item.output}, {"expected", item.expected}};
-    HttpAnswer r = post_json(url_, envelope.dump(-1, ' ', false, json::error_handler_t::replace), timeout_);
+    HttpAnswer r = post_json(url_, envelope.dump(-1, ' ', false, json::error_handler_t::replace), timeout_, {},
+                              ca_file_);
     Verdict& v = a.verdict;
     if (r.transport != FailureCause::kNone) {
       v.failure = r.transport;
@@ -46,7 +49,7 @@ class HttpGrader final : public RemoteGrader {
   }
 
  private:
-  const std::string url_;
+  const std::string url_, ca_file_;
   const double timeout_;
 };
 

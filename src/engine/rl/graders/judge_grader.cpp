@@ -1,6 +1,6 @@
 // model: terms (declared in graders/grader.h): a judge behind an OpenAI-compatible
 // /v1/chat/completions. The judge is sent its instructions (the term's graderInstructions, else
-// the built-in ones) and the prompt and completion, never the gold answer; its reply's text is
+// the plan's, else the built-in ones) and the prompt and completion, never the gold answer; its reply's text is
 // read for a 0-1 verdict (graders/verdict.h) and its usage block for tokens.
 #include <cstdlib>
 
@@ -21,12 +21,13 @@ constexpr const char* kDefaultInstructions =
 class JudgeGrader final : public RemoteGrader {
  public:
   JudgeGrader(const plan::RewardTermSpec& term, std::string at, std::string url, std::string model,
-              std::string instructions, std::vector<std::pair<std::string, std::string>> headers)
+              std::string instructions, std::vector<std::pair<std::string, std::string>> headers, std::string ca_file)
       : RemoteGrader(term, std::move(at)),
         url_(std::move(url)),
         model_(std::move(model)),
         instructions_(std::move(instructions)),
         headers_(std::move(headers)),
+        ca_file_(std::move(ca_file)),
         timeout_(term.timeoutSeconds) {}
 
  protected:
@@ -39,7 +40,7 @@ class JudgeGrader final : public RemoteGrader {
          json::array({{{"role", "system"}, {"content", instructions_}},
                       {{"role", "user"},
                        {"content", "The user's request:\n" + item.input + "\n\nThe assistant's answer:\n" + item.output}}})}};
-    HttpAnswer r = post_json(url_, request.dump(-1, ' ', false, json::error_handler_t::replace), timeout_, headers_);
+    HttpAnswer r = post_json(url_, request.dump(-1, ' ', false, json::error_handler_t::replace), timeout_, headers_, ca_file_);
     Verdict& v = a.verdict;
     if (r.transport != FailureCause::kNone) {
       v.failure = r.transport;
@@ -72,6 +73,7 @@ class JudgeGrader final : public RemoteGrader {
  private:
   const std::string url_, model_, instructions_;
   const std::vector<std::pair<std::string, std::string>> headers_;
+  const std::string ca_file_;  // "" = the system's CA store
   const double timeout_;
 };
 
@@ -96,7 +98,7 @@ Result<std::unique_ptr<Grader>> make_judge_grader(const plan::RewardTermSpec& te
   }
   return std::unique_ptr<Grader>(std::make_unique<JudgeGrader>(
       term, at, url + "/v1/chat/completions", term.judge->model.empty() ? name : term.judge->model,
-      term.graderInstructions.value_or(kDefaultInstructions), std::move(headers)));
+      term.graderInstructions.value_or(term.planGraderInstructions.value_or(kDefaultInstructions)), std::move(headers), term.judge->caFile));
 }
 
 }  // namespace trainer::engine::rl

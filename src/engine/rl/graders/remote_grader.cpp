@@ -2,47 +2,35 @@
 // graders/remote_grader.h).
 #include "engine/rl/graders/remote_grader.h"
 
-#include <httplib.h>
-
 #include <atomic>
 #include <chrono>
 #include <mutex>
 #include <thread>
 
+#include "common/http_client.h"
+
 namespace trainer::engine::rl {
 
 HttpAnswer post_json(const std::string& url, const std::string& body, double timeout_seconds,
-                     const std::vector<std::pair<std::string, std::string>>& headers) {
+                     const std::vector<std::pair<std::string, std::string>>& headers, const std::string& ca_file) {
+  HttpResponse r = http_call({.method = "POST", .url = url, .headers = headers, .body = body,
+                              .timeout_seconds = timeout_seconds, .ca_file = ca_file});
   HttpAnswer out;
-  const size_t scheme = url.find("://");
-  const size_t slash = scheme == std::string::npos ? std::string::npos : url.find('/', scheme + 3);
-  const std::string base = slash == std::string::npos ? url : url.substr(0, slash);
-  const std::string path = slash == std::string::npos ? "/" : url.substr(slash);
-  httplib::Client client(base);
-  if (!client.is_valid()) {
-    out.transport = FailureCause::kUnreachable;
-    out.detail = url + " is not a URL this build can call (http://HOST:PORT/PATH)";
-    return out;
+  out.status = r.status;
+  out.body = std::move(r.body);
+  out.detail = std::move(r.detail);
+  switch (r.failure) {
+    case HttpFailure::kNone:
+      break;
+    case HttpFailure::kTimeout:
+      out.transport = FailureCause::kTimeout;
+      break;
+    case HttpFailure::kRefused:
+    case HttpFailure::kTls:
+    case HttpFailure::kBadUrl:
+      out.transport = FailureCause::kUnreachable;
+      break;
   }
-  const auto limit = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::duration<double>(timeout_seconds));
-  client.set_connection_timeout(limit);
-  client.set_read_timeout(limit);
-  client.set_write_timeout(limit);
-  httplib::Headers h;
-  for (const auto& [k, v] : headers) h.emplace(k, v);
-  const auto t0 = std::chrono::steady_clock::now();
-  auto res = client.Post(path, h, body, "application/json");
-  if (!res) {
-    // httplib reports an expired deadline as a read or connection error: the time spent tells.
-    const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    out.transport = spent >= 0.95 * timeout_seconds ? FailureCause::kTimeout : FailureCause::kUnreachable;
-    out.detail = out.transport == FailureCause::kTimeout
-                     ? "no answer from " + url + " within " + std::to_string(timeout_seconds) + " s"
-                     : url + ": " + httplib::to_string(res.error());
-    return out;
-  }
-  out.status = res->status;
-  out.body = res->body;
   return out;
 }
 

@@ -21,9 +21,11 @@ struct HttpAnswer {
   std::string detail;   // the transport error in words
 };
 
-// POSTs `body` (application/json) to `url` ("http://host:port/path") within `timeout_seconds`.
+// POSTs `body` (application/json) to `url` (http:// or https://) within `timeout_seconds`,
+// trusting `ca_file` ("" = the system's CA store) for https. A TLS failure is kUnreachable, its
+// detail naming the URL.
 HttpAnswer post_json(const std::string& url, const std::string& body, double timeout_seconds,
-                     const std::vector<std::pair<std::string, std::string>>& headers = {});
+                     const std::vector<std::pair<std::string, std::string>>& headers, const std::string& ca_file);
 
 // One attempt at one item.
 struct Attempt {

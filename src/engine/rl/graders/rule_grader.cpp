@@ -1,4 +1,5 @@
-// rule: and bundle: terms (declared in graders/grader.h): the user's compute_score() in one
+// rule: and bundle: terms (declared in graders/grader.h): the user's scoring function
+// (compute_score() unless the kind names another, plan::scoring_function) in one
 // persistent Python worker per term (reward_worker.py, built into the binary), spoken to in JSON
 // lines. A call that hangs past the term's timeout kills the worker, which is started again for
 // the items left; so does a worker that exits.
@@ -26,10 +27,12 @@ Clock::time_point after(double seconds) {
 
 class RuleGrader final : public Grader {
  public:
-  RuleGrader(std::string at, std::string kind, std::vector<std::string> argv, double timeout, std::string data_source)
+  RuleGrader(std::string at, std::string kind, std::vector<std::string> argv, std::string function, double timeout,
+             std::string data_source)
       : at_(std::move(at)),
         kind_(std::move(kind)),
         argv_(std::move(argv)),
+        function_(std::move(function)),
         timeout_(timeout),
         data_source_(std::move(data_source)) {}
 
@@ -88,7 +91,7 @@ class RuleGrader final : public Grader {
         }
         v.failure = got == Subprocess::ReadResult::kTimeout ? FailureCause::kTimeout : FailureCause::kUnreachable;
         v.detail = got == Subprocess::ReadResult::kTimeout
-                       ? "compute_score did not return within " + json(timeout_).dump() + " s; the worker was restarted"
+                       ? function_ + " did not return within " + json(timeout_).dump() + " s; the worker was restarted"
                        : "the reward worker exited (see the job's log); it was restarted";
         worker_.kill();
         v.seconds = seconds_between(t0, Clock::now());
@@ -104,7 +107,7 @@ class RuleGrader final : public Grader {
   }
 
   // One answer line of the worker (reward_worker.py's protocol).
-  static Verdict read_answer(const std::string& line) {
+  Verdict read_answer(const std::string& line) const {
     Verdict v;
     auto a = parse_json(line, "the reward worker's answer");
     if (!a.is_ok() || !a->is_object()) {
@@ -119,14 +122,14 @@ class RuleGrader final : public Grader {
         return v;
       }
       v.failure = FailureCause::kNoVerdict;
-      v.detail = "compute_score returned " + s->dump() + ", outside [0, 1]";
+      v.detail = function_ + " returned " + s->dump() + ", outside [0, 1]";
       return v;
     }
     v.failure = FailureCause::kNoVerdict;
     if (auto e = a->find("error"); e != a->end() && e->is_string()) {
-      v.detail = "compute_score raised " + e->get<std::string>();
+      v.detail = function_ + " raised " + e->get<std::string>();
     } else if (auto r = a->find("answer"); r != a->end() && r->is_string()) {
-      v.detail = "compute_score returned " + r->get<std::string>() + ", not a number or a dict with a score";
+      v.detail = function_ + " returned " + r->get<std::string>() + ", not a number or a dict with a score";
     } else {
       v.detail = "the reward worker wrote " + line.substr(0, 200);
     }
@@ -135,7 +138,8 @@ class RuleGrader final : public Grader {
 
   const std::string at_, kind_;
   const std::vector<std::string> argv_;
-  const double timeout_;  // seconds one compute_score call may take
+  const std::string function_;  // the user's function ("compute_score" unless the kind names another)
+  const double timeout_;        // seconds one call of it may take
   const std::string data_source_;
   Subprocess worker_;  // the worker; restarted after a timeout or an exit
 };
@@ -144,9 +148,10 @@ class RuleGrader final : public Grader {
 
 Result<std::unique_ptr<Grader>> make_rule_grader(const plan::RewardTermSpec& term, const std::string& at,
                                                  const GraderContext& ctx) {
-  const std::string target = plan::term_target(term.kind);
-  std::vector<std::string> argv = {ctx.python, "-c", kRewardWorkerSource, target, "compute_score"};
-  auto g = std::make_unique<RuleGrader>(at, term.kind, std::move(argv), term.timeoutSeconds, ctx.data_source);
+  const plan::ScoringFunction f = *plan::scoring_function(term.kind);
+  const std::string target = f.module.empty() ? f.path : f.path + "#" + f.module;
+  std::vector<std::string> argv = {ctx.python, "-c", kRewardWorkerSource, target, f.function};
+  auto g = std::make_unique<RuleGrader>(at, term.kind, std::move(argv), f.function, term.timeoutSeconds, ctx.data_source);
   TRAINER_RETURN_IF_ERROR(g->start());  // a module that does not load stops the job before its first step
   return std::unique_ptr<Grader>(std::move(g));
 }

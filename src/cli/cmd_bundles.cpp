@@ -1,0 +1,155 @@
+// `trainer bundles register|list|get`: scoring bundles, Python package folders that reward terms
+// name as bundle:NAME[:VERSION]#MODULE[:FUNCTION] (docs/graders.md, "Registered bundles").
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "cli/command_support.h"
+#include "cli/commands.h"
+#include "cli/exit_codes.h"
+#include "cli/format.h"
+#include "cli/run_view.h"
+
+namespace trainer::cli {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+// Not part of a bundle: Python's caches and hidden files or folders.
+bool skipped(const fs::path& relative) {
+  for (const auto& part : relative) {
+    const std::string s = part.string();
+    if (s == "__pycache__" || (!s.empty() && s.front() == '.')) return true;
+  }
+  const std::string ext = relative.extension().string();
+  return ext == ".pyc" || ext == ".pyo";
+}
+
+// The folder's files as [{path, content}], in path order; nullopt with `error` set on a failure.
+std::optional<json> folder_files(const std::string& folder, std::string* error) {
+  std::error_code ec;
+  if (!fs::is_directory(folder, ec)) {
+    *error = folder + ": no such folder (bundles register takes a Python package folder)";
+    return std::nullopt;
+  }
+  std::vector<std::pair<std::string, fs::path>> found;
+  for (fs::recursive_directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
+    const fs::path relative = fs::relative(it->path(), folder, ec);
+    if (skipped(relative)) {
+      if (it->is_directory()) it.disable_recursion_pending();
+      continue;
+    }
+    if (it->is_regular_file()) found.emplace_back(relative.generic_string(), it->path());
+  }
+  if (ec) {
+    *error = folder + ": " + ec.message();
+    return std::nullopt;
+  }
+  std::sort(found.begin(), found.end());
+  json files = json::array();
+  for (const auto& [relative, path] : found) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream bytes;
+    bytes << in.rdbuf();
+    if (!in) {
+      *error = path.string() + ": could not be read";
+      return std::nullopt;
+    }
+    json content = bytes.str();
+    try {
+      (void)content.dump();  // a bundle holds text: JSON carries UTF-8 only
+    } catch (const json::type_error&) {
+      *error = path.string() + ": not UTF-8 text; a bundle holds the package's source files";
+      return std::nullopt;
+    }
+    files.push_back({{"path", relative}, {"content", std::move(content)}});
+  }
+  return files;
+}
+
+int bundles_register(Context& ctx) {
+  auto name = ctx.inv.get("name");
+  if (!name) return ctx.fail("bundles register needs --name NAME (plans name the bundle by it)", kExitUsage);
+  std::string error;
+  auto files = folder_files(ctx.inv.positionals[0], &error);
+  if (!files) return ctx.fail(error, kExitError);
+  Response r;
+  CallError e;
+  if (!ctx.client.post("/v1/bundles", {{"name", *name}, {"files", *files}}, &r, &e)) {
+    return ctx.fail(describe_failure(e), e.transport ? kExitUnreachable : kExitError);
+  }
+  if (!ctx.text()) {
+    ctx.print_json(r.body);
+    return kExitOk;
+  }
+  const std::string which = str(r.body, "name") + " version " + str(r.body, "version");
+  if (r.http_status == 200) {
+    out("Unchanged: bundle " + which + " already holds these files (" + short_id(str(r.body, "sha")) + ").\n");
+  } else {
+    out("Registered bundle " + which + " (" + short_id(str(r.body, "sha")) + ", " + str(r.body, "files") + " files).\n");
+  }
+  out("Score with it: kind: bundle:" + str(r.body, "name") + ":" + str(r.body, "version") + "#MODULE[:FUNCTION]\n");
+  return kExitOk;
+}
+
+int bundles_list(Context& ctx) {
+  auto doc = ctx.get("/v1/bundles");
+  if (!doc) return ctx.last_failure_code();
+  if (!ctx.text()) {
+    ctx.print_json(*doc);
+    return kExitOk;
+  }
+  const json list = doc->value("bundles", json::array());
+  if (list.empty()) {
+    out("No bundles registered; add one with `trainer bundles register FOLDER --name NAME`.\n");
+    return kExitOk;
+  }
+  std::vector<std::vector<std::string>> rows;
+  const double now = now_seconds();
+  for (const auto& b : list) {
+    rows.push_back({str(b, "name"), str(b, "version"), short_id(str(b, "sha")), str(b, "files"), str(b, "bytes"),
+                    age_text(str(b, "createdAt"), now)});
+  }
+  out(render_table({"NAME", "VERSION", "SHA", "FILES", "BYTES", "CREATED"}, rows));
+  return kExitOk;
+}
+
+int bundles_get(Context& ctx) {
+  auto doc = ctx.get("/v1/bundles/" + seg(ctx.inv.positionals[0]));
+  if (!doc) return ctx.last_failure_code();
+  ctx.print_document(*doc);
+  return kExitOk;
+}
+
+}  // namespace
+
+Command bundles_command() {
+  Command g;
+  g.name = "bundles";
+  g.aliases = {"bundle"};
+  g.summary = "Scoring bundles: Python package folders that reward terms call (bundle:NAME#MODULE)";
+  g.examples = {{"register a package folder", "trainer bundles register ./rewards --name support-rewards"},
+                {"every version of every bundle", "trainer bundles list"}};
+  Command reg{"register", {}, "Store a package folder's files as the next version of a bundle", "FOLDER",
+              "The files are stored in trainerd's data folder under the hash of their content; the same\n"
+              "files under the same name again are the version that holds them. __pycache__, *.pyc and\n"
+              "hidden files are left out. A reward term names it as bundle:NAME[:VERSION]#MODULE[:FUNCTION]\n"
+              "(the latest version unless VERSION is given; FUNCTION defaults to compute_score).",
+              {{"name", 0, "NAME", "the bundle's name (required)", ""}},
+              {}, bundles_register, 1, 1, {}};
+  reg.examples = {{"register (or add a version of) a bundle", "trainer bundles register ./rewards --name support-rewards"},
+                  {"the version as JSON", "trainer bundles register ./rewards --name support-rewards -o json"}};
+  Command list{"list", {}, "List bundle versions, by name then version", "", "", {}, {}, bundles_list, 0, 0, {}};
+  list.examples = {{"names, versions and hashes", "trainer bundles list"}, {"as JSON", "trainer bundles list -o json"}};
+  Command get{"get", {}, "Show one bundle version", "BUNDLE",
+              "BUNDLE is NAME (its latest version), NAME:VERSION, or a content hash or hash prefix.", {}, {},
+              bundles_get, 1, 1, {}};
+  get.examples = {{"the latest version", "trainer bundles get support-rewards"},
+                  {"version 1", "trainer bundles get support-rewards:1"}};
+  g.children = {reg, list, get};
+  return g;
+}
+
+}  // namespace trainer::cli

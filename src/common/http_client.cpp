@@ -1,0 +1,123 @@
+// HTTP calls over libcurl (declared in common/http_client.h).
+#include "common/http_client.h"
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <mutex>
+
+namespace trainer {
+namespace {
+
+size_t collect(char* data, size_t size, size_t count, void* out) {
+  static_cast<std::string*>(out)->append(data, size * count);
+  return size * count;
+}
+
+HttpFailure failure_of(CURLcode code) {
+  switch (code) {
+    case CURLE_OK:
+      return HttpFailure::kNone;
+    case CURLE_OPERATION_TIMEDOUT:
+      return HttpFailure::kTimeout;
+    case CURLE_UNSUPPORTED_PROTOCOL:
+    case CURLE_URL_MALFORMAT:
+      return HttpFailure::kBadUrl;
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CERTPROBLEM:
+    case CURLE_SSL_CIPHER:
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_ISSUER_ERROR:
+    case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+    case CURLE_SSL_INVALIDCERTSTATUS:
+    case CURLE_SSL_CRL_BADFILE:
+    case CURLE_SSL_ENGINE_INITFAILED:
+    case CURLE_SSL_ENGINE_NOTFOUND:
+    case CURLE_SSL_ENGINE_SETFAILED:
+    case CURLE_SSL_SHUTDOWN_FAILED:
+      return HttpFailure::kTls;
+    default:
+      return HttpFailure::kRefused;
+  }
+}
+
+struct CurlDeleter {
+  void operator()(CURL* c) const { curl_easy_cleanup(c); }
+};
+struct ListDeleter {
+  void operator()(curl_slist* l) const { curl_slist_free_all(l); }
+};
+
+}  // namespace
+
+HttpResponse http_call(const HttpRequest& request) {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  HttpResponse out;
+  const bool https = request.url.rfind("https://", 0) == 0;
+  if (!https && request.url.rfind("http://", 0) != 0) {
+    out.failure = HttpFailure::kBadUrl;
+    out.detail = "'" + request.url + "' is not an http:// or https:// URL";
+    return out;
+  }
+  std::unique_ptr<CURL, CurlDeleter> curl(curl_easy_init());
+  std::unique_ptr<curl_slist, ListDeleter> headers;
+  auto add_header = [&headers](const std::string& line) {
+    curl_slist* grown = curl_slist_append(headers.get(), line.c_str());
+    if (grown != nullptr) {
+      (void)headers.release();
+      headers.reset(grown);
+    }
+  };
+  for (const auto& [name, value] : request.headers) add_header(name + ": " + value);
+  CURL* c = curl.get();
+  char error[CURL_ERROR_SIZE] = {0};
+  curl_easy_setopt(c, CURLOPT_URL, request.url.c_str());
+  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);  // several threads call at once
+  curl_easy_setopt(c, CURLOPT_ERRORBUFFER, error);
+  curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+  const long limit_ms = std::max(1L, static_cast<long>(std::ceil(request.timeout_seconds * 1000)));
+  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, limit_ms);
+  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, limit_ms);
+  if (!request.ca_file.empty()) curl_easy_setopt(c, CURLOPT_CAINFO, request.ca_file.c_str());
+  if (request.method == "POST") {
+    add_header("Content-Type: application/json");
+    curl_easy_setopt(c, CURLOPT_POST, 1L);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, request.body.data());
+    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(request.body.size()));
+  } else {
+    curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
+  }
+  add_header("Expect:");  // no 100-continue round trip before a large body
+  curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers.get());
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, &out.body);
+  const CURLcode code = curl_easy_perform(c);
+  out.failure = failure_of(code);
+  if (out.failure == HttpFailure::kNone) {
+    long status = 0;
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    out.status = static_cast<int>(status);
+    return out;
+  }
+  out.body.clear();
+  const std::string why = error[0] != '\0' ? std::string(error) : std::string(curl_easy_strerror(code));
+  switch (out.failure) {
+    case HttpFailure::kTimeout:
+      out.detail = "no answer from " + request.url + " within " + std::to_string(request.timeout_seconds) + " s";
+      break;
+    case HttpFailure::kTls:
+      out.detail = "TLS failure with " + request.url + ": " + why +
+                   (request.ca_file.empty() ? " (trusted: the system's CA store)" : " (trusted: CA file " + request.ca_file + ")");
+      break;
+    default:
+      out.detail = request.url + ": " + why;
+  }
+  return out;
+}
+
+}  // namespace trainer

@@ -1,0 +1,40 @@
+// One HTTP call with a deadline, over libcurl: http:// and https:// (trust from the system's CA
+// store, or from a CA file given per call). The transport's failures are told apart, so callers
+// can map them onto their own causes (a reward term's timeout / unreachable, docs/graders.md).
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace trainer {
+
+// Why no HTTP answer came.
+enum class HttpFailure {
+  kNone,     // an answer came (any status)
+  kRefused,  // not reached: connection refused or reset, no such host, closed before answering
+  kTimeout,  // no complete answer within the deadline
+  kTls,      // the TLS handshake failed: an untrusted or mismatched certificate, an unreadable CA file
+  kBadUrl,   // not an http:// or https:// URL
+};
+
+struct HttpRequest {
+  std::string method = "POST";  // "GET" or "POST"
+  std::string url = {};         // http(s)://HOST[:PORT]/PATH
+  std::vector<std::pair<std::string, std::string>> headers = {};  // sent as given, besides Content-Type
+  std::string body = {};        // POST only: sent as application/json
+  double timeout_seconds = 30;  // the whole call, connection included; > 0
+  std::string ca_file = {};     // PEM file of the CAs trusted for https; "" = the system's store
+};
+
+struct HttpResponse {
+  int status = 0;                          // the HTTP status; 0 when failure is set
+  std::string body;                        // the answer's body
+  HttpFailure failure = HttpFailure::kNone;
+  std::string detail;                      // the failure in words, naming the URL; "" when none
+};
+
+// Performs `request`. Thread-safe: each call has its own connection.
+HttpResponse http_call(const HttpRequest& request);
+
+}  // namespace trainer
