@@ -177,7 +177,10 @@ def test_an_rl_plan_with_several_gpus_trains_on_one_device_and_says_so(tiny_mode
     plan["config"]["hyperparams"]["training"]["maxSteps"] = 1
     plan["execution"] = {"gpus": 2}
     _, events, stderr = run_job(job, tmp_path, "rl", plan)
-    assert "warning: execution.gpus is 2, but grpo trains on one device (data parallelism is SFT only" in stderr
+    said = ("execution.gpus is 2, but grpo trains on one device: the run holds 2 devices and trains on one of them "
+            "(data parallelism is SFT only")
+    assert "warning: " + said in stderr
+    assert [w for w in of_type(events, "warning") if said in w.get("message", "")], of_type(events, "warning")
     assert "data parallel over" not in stderr
     assert len(of_type(events, "devices")[0]["devices"]) == 1
     assert of_type(events, "completed")[0]["steps"] == 1
