@@ -218,14 +218,7 @@ class SqliteStore final : public Store {
     return std::optional<std::string>();
   }
   Result<std::vector<std::string>> run_ids_with_prefix(const std::string& prefix, int limit) override {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
-    Stmt s(db_, "SELECT id FROM runs WHERE id >= ? AND id < ? ORDER BY id LIMIT ?");
-    s.bind(1, prefix).bind(2, prefix + "\x7f").bind(3, static_cast<int64_t>(limit));
-    std::vector<std::string> out;
-    int rc;
-    while ((rc = s.step()) == SQLITE_ROW) out.push_back(s.text(0));
-    if (rc != SQLITE_DONE) return db_error(db_, "reading run ids");
-    return out;
+    return ids_with_prefix("runs", prefix, limit, "run");
   }
   Result<std::optional<json>> run_by_submission(const std::string& submission_id) override {
     return one("SELECT doc FROM runs WHERE submission_id = ?", {submission_id});
@@ -247,14 +240,7 @@ class SqliteStore final : public Store {
   Result<RunRowPage> list_run_rows(const RunFilter& f) override {
     std::string where = " WHERE 1=1";
     std::vector<std::string> args;
-    if (!f.phases.empty()) {
-      where += " AND phase IN (";
-      for (size_t i = 0; i < f.phases.size(); ++i) {
-        where += i ? ",?" : "?";
-        args.push_back(f.phases[i]);
-      }
-      where += ")";
-    }
+    where += in_list("phase", f.phases, &args);
     if (!f.workload_id.empty()) {
       where += " AND workload_id = ?";
       args.push_back(f.workload_id);
@@ -426,14 +412,7 @@ class SqliteStore final : public Store {
     return one("SELECT doc FROM snapshots WHERE id = ?", {id});
   }
   Result<std::vector<std::string>> snapshot_ids_with_prefix(const std::string& prefix, int limit) override {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
-    Stmt s(db_, "SELECT id FROM snapshots WHERE substr(id, 1, length(?1)) = ?1 ORDER BY id LIMIT ?2");
-    s.bind(1, prefix).bind(2, static_cast<int64_t>(limit));
-    std::vector<std::string> out;
-    int rc;
-    while ((rc = s.step()) == SQLITE_ROW) out.push_back(s.text(0));
-    if (rc != SQLITE_DONE) return db_error(db_, "reading snapshot ids");
-    return out;
+    return ids_with_prefix("snapshots", prefix, limit, "snapshot");
   }
   Result<SnapshotPage> list_snapshots(const std::string& run_id, const std::string& state, int64_t limit,
                                       int64_t offset) override {
@@ -485,27 +464,13 @@ class SqliteStore final : public Store {
     return one("SELECT doc FROM trained_models WHERE id = ?", {id});
   }
   Result<std::vector<std::string>> trained_model_ids_with_prefix(const std::string& prefix, int limit) override {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
-    Stmt s(db_, "SELECT id FROM trained_models WHERE substr(id, 1, length(?1)) = ?1 ORDER BY id LIMIT ?2");
-    s.bind(1, prefix).bind(2, static_cast<int64_t>(limit));
-    std::vector<std::string> out;
-    int rc;
-    while ((rc = s.step()) == SQLITE_ROW) out.push_back(s.text(0));
-    if (rc != SQLITE_DONE) return db_error(db_, "reading model ids");
-    return out;
+    return ids_with_prefix("trained_models", prefix, limit, "model");
   }
   Result<std::vector<json>> list_trained_models(const std::string& workload_id, const std::string& base_model,
                                                 const std::vector<std::string>& statuses) override {
     std::string sql = "SELECT doc FROM trained_models WHERE (?1 = '' OR workload_id = ?1) AND (?2 = '' OR base_model = ?2)";
     std::vector<std::string> args = {workload_id, base_model};
-    if (!statuses.empty()) {
-      sql += " AND status IN (";
-      for (size_t i = 0; i < statuses.size(); ++i) {
-        sql += (i ? ", ?" : "?") + std::to_string(i + 3);
-        args.push_back(statuses[i]);
-      }
-      sql += ")";
-    }
+    sql += in_list("status", statuses, &args);
     sql += " ORDER BY seq DESC";
     return docs(sql.c_str(), args);
   }
@@ -527,14 +492,7 @@ class SqliteStore final : public Store {
     return one("SELECT doc FROM evaluations WHERE id = ?", {id});
   }
   Result<std::vector<std::string>> evaluation_ids_with_prefix(const std::string& prefix, int limit) override {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
-    Stmt s(db_, "SELECT id FROM evaluations WHERE substr(id, 1, length(?1)) = ?1 ORDER BY id LIMIT ?2");
-    s.bind(1, prefix).bind(2, static_cast<int64_t>(limit));
-    std::vector<std::string> out;
-    int rc;
-    while ((rc = s.step()) == SQLITE_ROW) out.push_back(s.text(0));
-    if (rc != SQLITE_DONE) return db_error(db_, "reading evaluation ids");
-    return out;
+    return ids_with_prefix("evaluations", prefix, limit, "evaluation");
   }
   Result<std::vector<json>> list_evaluations(const std::vector<std::string>& phases) override {
     auto all = docs("SELECT doc FROM evaluations ORDER BY created_seq DESC", {});
@@ -591,27 +549,13 @@ class SqliteStore final : public Store {
     return one("SELECT doc FROM comparisons WHERE id = ?", {id});
   }
   Result<std::vector<std::string>> comparison_ids_with_prefix(const std::string& prefix, int limit) override {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
-    Stmt s(db_, "SELECT id FROM comparisons WHERE substr(id, 1, length(?1)) = ?1 ORDER BY id LIMIT ?2");
-    s.bind(1, prefix).bind(2, static_cast<int64_t>(limit));
-    std::vector<std::string> out;
-    int rc;
-    while ((rc = s.step()) == SQLITE_ROW) out.push_back(s.text(0));
-    if (rc != SQLITE_DONE) return db_error(db_, "reading comparison ids");
-    return out;
+    return ids_with_prefix("comparisons", prefix, limit, "comparison");
   }
   Result<ComparisonPage> list_comparisons(const std::string& source_snapshot, const std::vector<std::string>& phases,
                                           int64_t limit, int64_t offset) override {
     std::string where = " WHERE (?1 = '' OR source_snapshot = ?1)";
     std::vector<std::string> args = {source_snapshot};
-    if (!phases.empty()) {
-      where += " AND phase IN (";
-      for (size_t i = 0; i < phases.size(); ++i) {
-        where += (i ? ", ?" : "?") + std::to_string(i + 2);
-        args.push_back(phases[i]);
-      }
-      where += ")";
-    }
+    where += in_list("phase", phases, &args);
     ComparisonPage page;
     {
       std::lock_guard<std::recursive_mutex> lock(mu_);
@@ -651,6 +595,31 @@ class SqliteStore final : public Store {
     while ((rc = s.step()) == SQLITE_ROW) page.run_ids.push_back(s.text(0));
     if (rc != SQLITE_DONE) return db_error(db_, "reading children");
     return page;
+  }
+
+  // The ids of `table` that start with `prefix`, in order, at most `limit` (`what` names them in
+  // an error). A range on the key, so the primary key's index serves it.
+  Result<std::vector<std::string>> ids_with_prefix(const char* table, const std::string& prefix, int limit,
+                                                   const char* what) {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Stmt s(db_, (std::string("SELECT id FROM ") + table + " WHERE id >= ? AND id < ? ORDER BY id LIMIT ?").c_str());
+    s.bind(1, prefix).bind(2, prefix + "\x7f").bind(3, static_cast<int64_t>(limit));
+    std::vector<std::string> out;
+    int rc;
+    while ((rc = s.step()) == SQLITE_ROW) out.push_back(s.text(0));
+    if (rc != SQLITE_DONE) return db_error(db_, std::string("reading ") + what + " ids");
+    return out;
+  }
+  // " AND column IN (?N, ...)" for `values`, numbered after the arguments already in `args`, to
+  // which they are added; "" when there are none.
+  static std::string in_list(const char* column, const std::vector<std::string>& values, std::vector<std::string>* args) {
+    if (values.empty()) return "";
+    std::string sql = std::string(" AND ") + column + " IN (";
+    for (size_t i = 0; i < values.size(); ++i) {
+      args->push_back(values[i]);
+      sql += (i ? ", ?" : "?") + std::to_string(args->size());
+    }
+    return sql + ")";
   }
 
   Result<std::vector<json>> docs(const char* sql, const std::vector<std::string>& args) {

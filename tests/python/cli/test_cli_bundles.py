@@ -5,14 +5,11 @@ version (the latest by default), and its function scores the run. A run pinned t
 scoring with version 1 after version 2 is registered."""
 from __future__ import annotations
 
-import json
-import sys
 
 import pytest
 
-from cli_support import Cli, start_trainerd, stop
 from graders_support import DATASET, MODEL, WORKLOAD, plan, run_to_end
-from rl_toy import make_toy_policy, toy_rows
+from toy_rl_service import toy_rl_service
 
 SCORER = '''
 def by_label(data_source, solution_str, ground_truth, extra_info):
@@ -31,19 +28,10 @@ def write_bundle(folder, score: float):
 
 @pytest.fixture(scope="module")
 def cli(bin_dir, tmp_path_factory):
-    model = make_toy_policy(tmp_path_factory.mktemp("models") / MODEL)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TRAINER_REWARD_PYTHON", sys.executable)
-        service = start_trainerd(bin_dir, tmp_path_factory.mktemp("trainerd"), {"baseModels": [{"name": MODEL, "path": str(model)}]})
-    cli = Cli(bin_dir / "trainer", service.url)
-    data = tmp_path_factory.mktemp("data") / "toy.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in toy_rows(32)))
-    cli("base-models", "select", MODEL, "--wait", "--timeout", "2m", check=True)
-    cli("datasets", "create", "-f", data, "--name", DATASET, check=True)
-    cli("workloads", "create", WORKLOAD, check=True)
-    cli.service = service
-    yield cli
-    stop(service.proc, service.data_dir)
+    with toy_rl_service(bin_dir, tmp_path_factory, model=MODEL, dataset=DATASET, workload=WORKLOAD,
+                        reward_python=True) as (service, cli):
+        cli.service = service
+        yield cli
 
 
 def test_registering_versions_a_bundle_by_its_content(cli, tmp_path):

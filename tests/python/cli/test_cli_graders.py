@@ -6,15 +6,13 @@ scored zero; a refusal or a run of failures stops the job with an error naming t
 reward rises on the toy task (rl_toy.py), the same with the same seed."""
 from __future__ import annotations
 
-import json
-import sys
 import urllib.request
 
 import pytest
 
-from cli_support import Cli, free_port, start_trainerd, stop
+from cli_support import free_port
 from graders_support import DATASET, MODEL, WORKLOAD, GraderServer, phases, plan, run_to_end
-from rl_toy import make_toy_policy, toy_rows
+from toy_rl_service import toy_rl_service
 
 JUDGES = ["good", "cycle", "refuser", "broken"]
 
@@ -28,22 +26,12 @@ def graders():
 
 @pytest.fixture(scope="module")
 def cli(bin_dir, tmp_path_factory, graders):
-    model = make_toy_policy(tmp_path_factory.mktemp("models") / MODEL)
     offline = {"name": "offline", "url": f"http://127.0.0.1:{free_port()}", "readyTimeoutSeconds": 3}
-    config = {"baseModels": [{"name": MODEL, "path": str(model)}],
-              "judges": [{"name": n, "url": f"{graders.url}/{n}", "readyTimeoutSeconds": 60} for n in JUDGES] + [offline]}
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TRAINER_REWARD_PYTHON", sys.executable)  # trainerd's environment reaches its jobs
-        service = start_trainerd(bin_dir, tmp_path_factory.mktemp("trainerd"), config)
-    cli = Cli(bin_dir / "trainer", service.url)
-    data = tmp_path_factory.mktemp("data") / "toy.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in toy_rows(32)))
-    cli("base-models", "select", MODEL, "--wait", "--timeout", "2m", check=True)
-    cli("datasets", "create", "-f", data, "--name", DATASET, check=True)
-    cli("workloads", "create", WORKLOAD, check=True)
-    cli.service = service
-    yield cli
-    stop(service.proc, service.data_dir)
+    config = {"judges": [{"name": n, "url": f"{graders.url}/{n}", "readyTimeoutSeconds": 60} for n in JUDGES] + [offline]}
+    with toy_rl_service(bin_dir, tmp_path_factory, model=MODEL, dataset=DATASET, workload=WORKLOAD, config=config,
+                        reward_python=True) as (service, cli):
+        cli.service = service
+        yield cli
 
 
 def term_totals(steps, key):

@@ -6,17 +6,14 @@ calls are unreachable until the job stops, and a judge's readiness probe fails t
 WAITING_FOR_GRADER."""
 from __future__ import annotations
 
-import json
 import shutil
 import ssl
 import subprocess
-import sys
 
 import pytest
 
-from cli_support import Cli, start_trainerd, stop
 from graders_support import DATASET, MODEL, WORKLOAD, GraderServer, phases, plan, run_to_end
-from rl_toy import make_toy_policy, toy_rows
+from toy_rl_service import toy_rl_service
 
 
 def self_signed(folder) -> tuple[str, str]:
@@ -43,21 +40,11 @@ def tls(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def cli(bin_dir, tmp_path_factory, tls):
-    model = make_toy_policy(tmp_path_factory.mktemp("models") / MODEL)
-    config = {"baseModels": [{"name": MODEL, "path": str(model)}],
-              "judges": [{"name": "good", "url": f"{tls.url}/good", "caFile": tls.cert, "readyTimeoutSeconds": 60},
+    config = {"judges": [{"name": "good", "url": f"{tls.url}/good", "caFile": tls.cert, "readyTimeoutSeconds": 60},
                          {"name": "untrusted", "url": f"{tls.url}/untrusted", "readyTimeoutSeconds": 60}]}
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TRAINER_REWARD_PYTHON", sys.executable)
-        service = start_trainerd(bin_dir, tmp_path_factory.mktemp("trainerd"), config)
-    cli = Cli(bin_dir / "trainer", service.url)
-    data = tmp_path_factory.mktemp("data") / "toy.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in toy_rows(32)))
-    cli("base-models", "select", MODEL, "--wait", "--timeout", "2m", check=True)
-    cli("datasets", "create", "-f", data, "--name", DATASET, check=True)
-    cli("workloads", "create", WORKLOAD, check=True)
-    yield cli
-    stop(service.proc, service.data_dir)
+    with toy_rl_service(bin_dir, tmp_path_factory, model=MODEL, dataset=DATASET, workload=WORKLOAD, config=config,
+                        reward_python=True) as (_, cli):
+        yield cli
 
 
 def test_an_https_judge_trusted_through_its_ca_file_scores(cli, tls, tmp_path):

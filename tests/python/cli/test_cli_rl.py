@@ -10,8 +10,8 @@ import re
 
 import pytest
 
-from cli_support import Cli, start_trainerd, stop, wait_for
-from rl_toy import make_toy_policy, toy_rows
+from cli_support import wait_for
+from toy_rl_service import toy_rl_service
 
 MODEL = "toy-policy"
 DATASET = "toy-tickets"
@@ -21,17 +21,8 @@ STEPS = 24
 
 @pytest.fixture(scope="module")
 def rl_cli(bin_dir, tmp_path_factory):
-    model = make_toy_policy(tmp_path_factory.mktemp("models") / MODEL)
-    service = start_trainerd(bin_dir, tmp_path_factory.mktemp("trainerd"),
-                             {"baseModels": [{"name": MODEL, "path": str(model)}]})
-    cli = Cli(bin_dir / "trainer", service.url)
-    data = tmp_path_factory.mktemp("data") / "toy.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in toy_rows(32)))
-    cli("base-models", "select", MODEL, "--wait", "--timeout", "2m", check=True)
-    cli("datasets", "create", "-f", data, "--name", DATASET, check=True)
-    cli("workloads", "create", WORKLOAD, check=True)
-    yield cli
-    stop(service.proc, service.data_dir)
+    with toy_rl_service(bin_dir, tmp_path_factory, model=MODEL, dataset=DATASET, workload=WORKLOAD) as (_, cli):
+        yield cli
 
 
 def rl_plan(steps: int = STEPS) -> str:

@@ -11,8 +11,7 @@ import urllib.request
 
 import pytest
 
-from cli_support import Cli, start_trainerd, stop
-from rl_toy import make_toy_policy, toy_rows
+from toy_rl_service import toy_rl_service
 
 MODEL = "toy-policy"
 DATASET = "toy-tickets"
@@ -23,19 +22,11 @@ WARNING = ("execution.gpus is 2, but grpo trains on one device: the run holds 2 
 
 @pytest.fixture(scope="module")
 def service(bin_dir, tmp_path_factory):
-    model = make_toy_policy(tmp_path_factory.mktemp("models") / MODEL)
     # Two CPU slots: a run with execution.gpus 2 holds both (no GPU pool is declared).
-    daemon = start_trainerd(bin_dir, tmp_path_factory.mktemp("trainerd"),
-                            {"baseModels": [{"name": MODEL, "path": str(model)}],
-                             "pools": [{"name": "cpu", "accelerator": "cpu", "declared": 2, "maxClaim": 2}]})
-    cli = Cli(bin_dir / "trainer", daemon.url)
-    data = tmp_path_factory.mktemp("data") / "toy.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in toy_rows(16)))
-    cli("base-models", "select", MODEL, "--wait", "--timeout", "2m", check=True)
-    cli("datasets", "create", "-f", data, "--name", DATASET, check=True)
-    cli("workloads", "create", WORKLOAD, check=True)
-    yield daemon, cli
-    stop(daemon.proc, daemon.data_dir)
+    pools = {"pools": [{"name": "cpu", "accelerator": "cpu", "declared": 2, "maxClaim": 2}]}
+    with toy_rl_service(bin_dir, tmp_path_factory, model=MODEL, dataset=DATASET, workload=WORKLOAD, rows=16,
+                        config=pools) as service:
+        yield service
 
 
 def plan(method: str = "grpo", gpus: int = 2) -> str:
