@@ -2,12 +2,12 @@
 #include <sqlite3.h>
 
 #include <algorithm>
-#include <atomic>
 #include <mutex>
 #include <utility>
 
 #include "common/json_parse.h"
 #include "store/sqlite_support.h"
+#include "store/sqlite_tasks.h"
 #include "store/store.h"
 
 namespace trainer::store {
@@ -61,7 +61,10 @@ class SqliteStore final : public Store {
   }
 
   int schema_version() const override { return version_; }
-  uint64_t runs_version() const override { return runs_version_.load(std::memory_order_acquire); }
+  Result<uint64_t> change_count() override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    return sqlite::change_count(db_);
+  }
 
   Status transaction(const std::function<Status()>& body) override {
     std::lock_guard<std::recursive_mutex> lock(mu_);
@@ -142,7 +145,6 @@ class SqliteStore final : public Store {
   // ---- workloads
   Status insert_workload(const json& doc) override {
     std::lock_guard<std::recursive_mutex> lock(mu_);
-    bump();
     Stmt s(db_, "INSERT INTO workloads(id, name, doc) VALUES (?, ?, ?)");
     s.bind(1, doc.at("id").get<std::string>()).bind(2, doc.at("name").get<std::string>()).bind(3, doc.dump(-1, ' ', false, json::error_handler_t::replace));
     int rc = s.step();
@@ -155,7 +157,6 @@ class SqliteStore final : public Store {
   }
   Status update_workload(const json& doc) override {
     std::lock_guard<std::recursive_mutex> lock(mu_);
-    bump();
     Stmt s(db_, "UPDATE workloads SET name = ?, doc = ? WHERE id = ?");
     s.bind(1, doc.at("name").get<std::string>()).bind(2, doc.dump(-1, ' ', false, json::error_handler_t::replace)).bind(3, doc.at("id").get<std::string>());
     int rc = s.step();
@@ -180,7 +181,6 @@ class SqliteStore final : public Store {
   // ---- runs
   Status insert_run(const json& doc) override {
     std::lock_guard<std::recursive_mutex> lock(mu_);
-    bump();
     Stmt s(db_, "INSERT INTO runs(id, workload_id, phase, submission_id, doc) VALUES (?, ?, ?, ?, ?)");
     s.bind(1, doc.at("runId").get<std::string>())
         .bind(2, doc.at("workload").at("id").get<std::string>())
@@ -198,7 +198,6 @@ class SqliteStore final : public Store {
   }
   Status update_run(const json& doc) override {
     std::lock_guard<std::recursive_mutex> lock(mu_);
-    bump();
     Stmt s(db_, "UPDATE runs SET phase = ?, doc = ? WHERE id = ?");
     s.bind(1, doc.at("phase").get<std::string>()).bind(2, doc.dump(-1, ' ', false, json::error_handler_t::replace)).bind(3, doc.at("runId").get<std::string>());
     if (s.step() != SQLITE_DONE) return db_error(db_, "updating run");
@@ -208,14 +207,14 @@ class SqliteStore final : public Store {
   Result<std::optional<json>> get_run(const std::string& id) override {
     return one("SELECT doc FROM runs WHERE id = ?", {id});
   }
-  Result<std::optional<std::string>> get_run_text(const std::string& id) override {
+  Result<std::optional<RunRow>> get_run_row(const std::string& id) override {
     std::lock_guard<std::recursive_mutex> lock(mu_);
-    Stmt s(db_, "SELECT doc FROM runs WHERE id = ?");
+    Stmt s(db_, "SELECT id, workload_id, phase, doc FROM runs WHERE id = ?");
     s.bind(1, id);
     int rc = s.step();
-    if (rc == SQLITE_ROW) return std::optional<std::string>(s.text(0));
+    if (rc == SQLITE_ROW) return std::optional<RunRow>(RunRow{s.text(0), s.text(1), s.text(2), s.text(3)});
     if (rc != SQLITE_DONE) return db_error(db_, "reading run");
-    return std::optional<std::string>();
+    return std::optional<RunRow>();
   }
   Result<std::vector<std::string>> run_ids_with_prefix(const std::string& prefix, int limit) override {
     return ids_with_prefix("runs", prefix, limit, "run");
@@ -325,7 +324,6 @@ class SqliteStore final : public Store {
   // ---- claims
   Status insert_claim(ClaimRow& c) override {
     std::lock_guard<std::recursive_mutex> lock(mu_);
-    bump();
     Stmt s(db_, "INSERT INTO claims(owner, kind, workload_id, pool, devices, state, since, device_ids) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
     s.bind(1, c.owner).bind(2, c.kind).bind(3, c.workload_id).bind(4, c.pool)
@@ -338,13 +336,11 @@ class SqliteStore final : public Store {
   }
   Status update_claim(const ClaimRow& c) override {
     std::lock_guard<std::recursive_mutex> lock(mu_);
-    bump();
     return write("UPDATE claims SET state = ?, since = ?, pool = ?, devices = ?, device_ids = ? WHERE owner = ?",
                  {c.state, c.since, c.pool, std::to_string(c.devices), ids_text(c.device_ids), c.owner});
   }
   Status delete_claim(const std::string& owner) override {
     std::lock_guard<std::recursive_mutex> lock(mu_);
-    bump();
     return write("DELETE FROM claims WHERE owner = ?", {owner});
   }
   Result<std::vector<ClaimRow>> list_claims() override {
@@ -362,9 +358,6 @@ class SqliteStore final : public Store {
   }
 
  private:
-  // Called with mu_ held, before a write to runs, workloads or claims (see runs_version()).
-  void bump() { runs_version_.fetch_add(1, std::memory_order_acq_rel); }
-
   Status exec(const char* sql) {
     char* err = nullptr;
     if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
@@ -597,6 +590,40 @@ class SqliteStore final : public Store {
     return page;
   }
 
+  // `f()` with mu_ held.
+  template <typename F>
+  auto locked(F&& f) {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    return f();
+  }
+
+  // ---- tasks (sqlite_tasks.cpp)
+  Status insert_task(const TaskRow& row) override { return locked([&] { return sqlite::insert_task(db_, row); }); }
+  Result<std::optional<TaskRow>> get_task(const std::string& kind, const std::string& id) override {
+    return locked([&] { return sqlite::get_task(db_, kind, id); });
+  }
+  Result<std::vector<TaskRow>> due_tasks(const std::string& kind, double now, int64_t limit) override {
+    return locked([&] { return sqlite::due_tasks(db_, kind, now, limit); });
+  }
+  Result<double> next_due() override { return locked([&] { return sqlite::next_due(db_); }); }
+  Result<std::optional<TaskLease>> acquire_task_lease(const std::string& kind, const std::string& id,
+                                                     const std::string& owner, double now, double seconds) override {
+    return locked([&] { return sqlite::acquire_task_lease(db_, kind, id, owner, now, seconds); });
+  }
+  Status check_task_lease(const std::string& kind, const std::string& id, const std::string& owner,
+                          int64_t fence) override {
+    return locked([&] { return sqlite::check_task_lease(db_, kind, id, owner, fence); });
+  }
+  Status update_task(const TaskRow& row, int64_t fence) override {
+    return locked([&] { return sqlite::update_task(db_, row, fence); });
+  }
+  Status update_task_if_version(const TaskRow& row, int64_t version) override {
+    return locked([&] { return sqlite::update_task_if_version(db_, row, version); });
+  }
+  Status release_task_lease(const std::string& kind, const std::string& id, const std::string& owner) override {
+    return locked([&] { return sqlite::release_task_lease(db_, kind, id, owner); });
+  }
+
   // The ids of `table` that start with `prefix`, in order, at most `limit` (`what` names them in
   // an error). A range on the key, so the primary key's index serves it.
   Result<std::vector<std::string>> ids_with_prefix(const char* table, const std::string& prefix, int limit,
@@ -653,7 +680,6 @@ class SqliteStore final : public Store {
   std::recursive_mutex mu_;
   int depth_ = 0;    // transaction nesting; guarded by mu_
   int version_ = 0;  // constant after init()
-  std::atomic<uint64_t> runs_version_{0};
 };
 
 }  // namespace

@@ -97,6 +97,38 @@ CREATE TABLE bundle_versions (
   PRIMARY KEY (name, version));
 CREATE INDEX bundle_versions_by_sha ON bundle_versions(sha);
 )sql",
+    // 9: the task kernel (src/service/tasks/): one row per long-lived thing with its phase, when it
+    // is due, and its lease (owner, fence); and the change counter readers of runs, workloads and
+    // claims key their caches on, kept by triggers in the same transaction as each write.
+    R"sql(
+CREATE TABLE tasks (
+  kind TEXT NOT NULL,
+  id TEXT NOT NULL,
+  phase TEXT NOT NULL,
+  terminal INTEGER NOT NULL DEFAULT 0,
+  due_at REAL NOT NULL DEFAULT 0,
+  owner TEXT NOT NULL DEFAULT '',
+  fence INTEGER NOT NULL DEFAULT 0,
+  lease_until REAL NOT NULL DEFAULT 0,
+  version INTEGER NOT NULL DEFAULT 1,
+  seq INTEGER NOT NULL,
+  PRIMARY KEY (kind, id));
+CREATE INDEX tasks_due ON tasks(kind, terminal, due_at, seq);
+CREATE INDEX tasks_by_seq ON tasks(seq);
+INSERT INTO tasks(kind, id, phase, terminal, seq)
+  SELECT 'run', id, phase, phase IN ('COMPLETED', 'FAILED', 'CANCELLED'), seq FROM runs;
+CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+INSERT INTO counters(name, value) VALUES ('changes', 0);
+CREATE TRIGGER runs_inserted AFTER INSERT ON runs BEGIN UPDATE counters SET value = value + 1 WHERE name = 'changes'; END;
+CREATE TRIGGER runs_updated AFTER UPDATE ON runs BEGIN UPDATE counters SET value = value + 1 WHERE name = 'changes'; END;
+CREATE TRIGGER runs_deleted AFTER DELETE ON runs BEGIN UPDATE counters SET value = value + 1 WHERE name = 'changes'; END;
+CREATE TRIGGER workloads_inserted AFTER INSERT ON workloads BEGIN UPDATE counters SET value = value + 1 WHERE name = 'changes'; END;
+CREATE TRIGGER workloads_updated AFTER UPDATE ON workloads BEGIN UPDATE counters SET value = value + 1 WHERE name = 'changes'; END;
+CREATE TRIGGER workloads_deleted AFTER DELETE ON workloads BEGIN UPDATE counters SET value = value + 1 WHERE name = 'changes'; END;
+CREATE TRIGGER claims_inserted AFTER INSERT ON claims BEGIN UPDATE counters SET value = value + 1 WHERE name = 'changes'; END;
+CREATE TRIGGER claims_updated AFTER UPDATE ON claims BEGIN UPDATE counters SET value = value + 1 WHERE name = 'changes'; END;
+CREATE TRIGGER claims_deleted AFTER DELETE ON claims BEGIN UPDATE counters SET value = value + 1 WHERE name = 'changes'; END;
+)sql",
 };
 
 }  // namespace

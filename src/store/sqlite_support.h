@@ -41,6 +41,10 @@ class Stmt {
     sqlite3_bind_int64(stmt_, i, v);
     return *this;
   }
+  Stmt& bind_real(int i, double v) {
+    sqlite3_bind_double(stmt_, i, v);
+    return *this;
+  }
   Stmt& bind_null(int i) {
     sqlite3_bind_null(stmt_, i);
     return *this;
@@ -52,6 +56,7 @@ class Stmt {
     return p ? std::string(reinterpret_cast<const char*>(p), sqlite3_column_bytes(stmt_, col)) : "";
   }
   int64_t integer(int col) const { return sqlite3_column_int64(stmt_, col); }
+  double real(int col) const { return sqlite3_column_double(stmt_, col); }
   std::string error() const { return sqlite3_errmsg(db_); }
 
  private:

@@ -81,6 +81,30 @@ struct ChildPage {
   int64_t total = 0;                 // children, ignoring limit and offset
 };
 
+// A task: the kernel's record of one long-lived thing (a run, an evaluation, ...), keyed by
+// (kind, id); src/service/tasks/ says what its fields mean to the kernel.
+struct TaskRow {
+  std::string kind;         // the task kind's name: "run", "evaluation", "registration", ...
+  std::string id;           // the thing's own id (a run id, ...)
+  std::string phase;        // a phase of the kind's phase table
+  bool terminal = false;    // the phase ends the task: it is never due again
+  double due_at = 0;        // wall seconds when the task next wants a step; kNeverDue = only when woken
+  std::string owner;        // the replica holding its lease; "" = none
+  int64_t fence = 0;        // grows by one each time the lease is granted anew (not on renewal)
+  double lease_until = 0;   // wall seconds: the owner's lease lasts until then
+  int64_t version = 0;      // grows by one on every write of the row
+};
+
+// A due time that never comes: the task waits for a change (a request, another task) to wake it.
+inline constexpr double kNeverDue = 1e300;
+
+// A lease granted by acquire_task_lease(): writes under it name the fence.
+struct TaskLease {
+  std::string owner;
+  int64_t fence = 0;
+  double until = 0;  // wall seconds
+};
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -116,16 +140,17 @@ class Store {
 
   // A number that grows whenever a run, a workload or a claim is written (not run events nor
   // step metrics): what a reader derived from those tables stays true while it is unchanged.
-  // It grows before the write is visible, so a reader that reads it, then reads the tables,
-  // never files old data under the new number. Not durable: it starts again on opening.
-  virtual uint64_t runs_version() const = 0;
+  // Kept in the database and grown in the same transaction as the write, so it is shared by every
+  // process on the store and never goes back (not even across a restart); a reader that reads it,
+  // then the tables, never files old data under the new number.
+  virtual Result<uint64_t> change_count() = 0;
 
   // ---- runs: keyed by doc["runId"]; unique doc["submissionId"] when present
   virtual Status insert_run(const json& doc) = 0;
   virtual Status update_run(const json& doc) = 0;
   virtual Result<std::optional<json>> get_run(const std::string& id) = 0;
-  // The stored document's text, unparsed (readers that validate it themselves).
-  virtual Result<std::optional<std::string>> get_run_text(const std::string& id) = 0;
+  // The stored run, unparsed, with its columns (readers that validate the document themselves).
+  virtual Result<std::optional<RunRow>> get_run_row(const std::string& id) = 0;
   virtual Result<std::vector<std::string>> run_ids_with_prefix(const std::string& prefix, int limit) = 0;
   virtual Result<std::optional<json>> run_by_submission(const std::string& submission_id) = 0;
   virtual Result<RunPage> list_runs(const RunFilter& filter) = 0;
@@ -187,6 +212,34 @@ class Store {
   // their files
   virtual Status insert_bundle_version(const json& doc) = 0;  // already_exists when (name, version) exists
   virtual Result<std::vector<json>> list_bundle_versions() = 0;  // by name, then version
+  // ---- tasks (the kernel, src/service/tasks/): keyed by (kind, id)
+  virtual Status insert_task(const TaskRow& row) = 0;  // already_exists when (kind, id) exists
+  virtual Result<std::optional<TaskRow>> get_task(const std::string& kind, const std::string& id) = 0;
+  // Open tasks of `kind` (not terminal) due at `now` or before, earliest due first (then in the
+  // order they were created), at most `limit`.
+  virtual Result<std::vector<TaskRow>> due_tasks(const std::string& kind, double now, int64_t limit) = 0;
+  // The earliest due time of any open task of any kind; kNeverDue when none is due ever.
+  virtual Result<double> next_due() = 0;
+  // Grants `owner` the lease of a task until now + seconds when nobody holds it, its lease ran out,
+  // or `owner` holds it already (a renewal keeps the fence; a new grant grows it). nullopt while
+  // another owner's lease runs; not_found when the task does not exist.
+  virtual Result<std::optional<TaskLease>> acquire_task_lease(const std::string& kind, const std::string& id,
+                                                             const std::string& owner, double now,
+                                                             double seconds) = 0;
+  // ok when `owner` still holds the task's lease under `fence`; else failed_precondition naming the
+  // task and the fence that replaced it (a stale writer). Called inside the transaction of the
+  // writes it guards, so they commit only while the lease holds.
+  virtual Status check_task_lease(const std::string& kind, const std::string& id, const std::string& owner,
+                                  int64_t fence) = 0;
+  // Writes the task's phase, terminal flag and due time when `fence` is still its fence (a
+  // stale fence is refused as by check_task_lease()); grows its version.
+  virtual Status update_task(const TaskRow& row, int64_t fence) = 0;
+  // Writes the task's phase, terminal flag and due time when its version is still `version`
+  // (failed_precondition otherwise): a change made outside the lease's holder (a request).
+  virtual Status update_task_if_version(const TaskRow& row, int64_t version) = 0;
+  // Gives the lease back (the task may be taken by any replica at once); ok when not held.
+  virtual Status release_task_lease(const std::string& kind, const std::string& id, const std::string& owner) = 0;
+
   // ---- lineage: which run a child run (runs branch, runs continue) was started from
   virtual Status insert_child(const std::string& run_id, const std::string& parent_id) = 0;  // already_exists twice
   // The direct children of `parent_id`, newest first.

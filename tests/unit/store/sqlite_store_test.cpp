@@ -37,14 +37,14 @@ class SqliteStoreTest : public ::testing::Test {
 };
 
 TEST_F(SqliteStoreTest, MigratesOnceAndRecordsTheSchemaVersion) {
-  EXPECT_EQ(open()->schema_version(), 8);
-  EXPECT_EQ(open()->schema_version(), 8);  // reopening applies nothing again
+  EXPECT_EQ(open()->schema_version(), 9);
+  EXPECT_EQ(open()->schema_version(), 9);  // reopening applies nothing again
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
   sqlite3_stmt* st = nullptr;
   sqlite3_prepare_v2(db, "SELECT COUNT(*) FROM schema_migrations", -1, &st, nullptr);
   ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
-  EXPECT_EQ(sqlite3_column_int(st, 0), 8);
+  EXPECT_EQ(sqlite3_column_int(st, 0), 9);
   sqlite3_finalize(st);
   sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, nullptr);
   ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
@@ -201,11 +201,11 @@ TEST_F(SqliteStoreTest, WorkloadNamesAreUniqueAndFreedByRename) {
   EXPECT_EQ((**s->workload_by_name("b"))["id"], "i1");
 }
 
-TEST_F(SqliteStoreTest, TheRunsVersionGrowsWithRunsWorkloadsAndClaimsOnly) {
+TEST_F(SqliteStoreTest, TheChangeCountGrowsWithRunsWorkloadsAndClaimsOnly) {
   auto s = open();
-  uint64_t v = s->runs_version();
+  uint64_t v = *s->change_count();
   auto grew = [&] {
-    uint64_t now = s->runs_version();
+    uint64_t now = *s->change_count();
     bool g = now > v;
     v = now;
     return g;
@@ -231,6 +231,131 @@ TEST_F(SqliteStoreTest, TheRunsVersionGrowsWithRunsWorkloadsAndClaimsOnly) {
   ASSERT_TRUE(s->put_step_metrics("aa", 1, {{"loss", 1.0}}).is_ok());
   ASSERT_TRUE(s->list_run_rows(RunFilter{}).is_ok());
   EXPECT_FALSE(grew());
+}
+
+TEST_F(SqliteStoreTest, TheChangeCountIsKeptInTheDatabaseAndSeenByEveryConnection) {
+  auto a = open();
+  auto b = open();  // a second process on the same file, as a second trainerd would be
+  const uint64_t before = *b->change_count();
+  ASSERT_TRUE(a->insert_run(run("aa", "QUEUED")).is_ok());
+  EXPECT_GT(*b->change_count(), before);
+  const uint64_t after = *a->change_count();
+  a.reset();
+  b.reset();
+  EXPECT_EQ(*open()->change_count(), after) << "the count survives closing the store";
+}
+
+TEST_F(SqliteStoreTest, ARolledBackWriteLeavesTheChangeCountAlone) {
+  auto s = open();
+  const uint64_t before = *s->change_count();
+  Status st = s->transaction([&]() -> Status {
+    TRAINER_RETURN_IF_ERROR(s->insert_run(run("aa", "QUEUED")));
+    return internal_error("no");
+  });
+  EXPECT_FALSE(st.is_ok());
+  EXPECT_EQ(*s->change_count(), before);
+}
+
+TaskRow task(const std::string& id, const std::string& phase = "A", double due = 0) {
+  TaskRow r;
+  r.kind = "toy";
+  r.id = id;
+  r.phase = phase;
+  r.due_at = due;
+  return r;
+}
+
+TEST_F(SqliteStoreTest, ATaskIsInsertedOnceAndListedWhenDueEarliestFirst) {
+  auto s = open();
+  ASSERT_TRUE(s->insert_task(task("t2", "A", 20)).is_ok());
+  ASSERT_TRUE(s->insert_task(task("t1", "A", 10)).is_ok());
+  ASSERT_TRUE(s->insert_task(task("t3", "A", kNeverDue)).is_ok());
+  EXPECT_EQ(s->insert_task(task("t1")).code(), StatusCode::kAlreadyExists);
+  auto due = s->due_tasks("toy", 25, 10);
+  ASSERT_TRUE(due.is_ok());
+  ASSERT_EQ(due->size(), 2u);
+  EXPECT_EQ((*due)[0].id, "t1");
+  EXPECT_EQ((*due)[1].id, "t2");
+  EXPECT_EQ((*due)[0].version, 1);
+  EXPECT_TRUE(s->due_tasks("other", 25, 10)->empty());
+  EXPECT_DOUBLE_EQ(*s->next_due(), 10);
+}
+
+TEST_F(SqliteStoreTest, ALeaseIsRenewedByItsOwnerAndTakenOverWithANewFenceOnlyOnceItRunsOut) {
+  auto s = open();
+  ASSERT_TRUE(s->insert_task(task("t1")).is_ok());
+  auto a = s->acquire_task_lease("toy", "t1", "replica-a", 100, 30);
+  ASSERT_TRUE(a.is_ok() && a->has_value());
+  EXPECT_EQ((*a)->fence, 1);
+  EXPECT_FALSE(s->acquire_task_lease("toy", "t1", "replica-b", 120, 30)->has_value()) << "a's lease still runs";
+  auto renewed = s->acquire_task_lease("toy", "t1", "replica-a", 125, 30);
+  ASSERT_TRUE(renewed->has_value());
+  EXPECT_EQ((*renewed)->fence, 1) << "a renewal keeps the fence";
+  auto b = s->acquire_task_lease("toy", "t1", "replica-b", 160, 30);
+  ASSERT_TRUE(b->has_value()) << "a's lease ran out at 155";
+  EXPECT_EQ((*b)->fence, 2);
+  EXPECT_EQ(s->acquire_task_lease("toy", "nope", "replica-a", 100, 30).status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(SqliteStoreTest, AWriteUnderAStaleFenceIsRefusedAndChangesNothing) {
+  auto s = open();
+  ASSERT_TRUE(s->insert_task(task("t1")).is_ok());
+  const int64_t old_fence = (*s->acquire_task_lease("toy", "t1", "replica-a", 100, 30))->fence;
+  // replica-a stalls past its lease; replica-b takes the task over and moves it on.
+  const int64_t new_fence = (*s->acquire_task_lease("toy", "t1", "replica-b", 200, 30))->fence;
+  ASSERT_TRUE(s->update_task(task("t1", "B", 300), new_fence).is_ok());
+  // replica-a wakes up and writes what it decided before: refused by the fence.
+  Status st = s->update_task(task("t1", "C", 0), old_fence);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("stale"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("replica-b"), std::string::npos) << st.message();
+  EXPECT_EQ(s->check_task_lease("toy", "t1", "replica-a", old_fence).code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(s->check_task_lease("toy", "t1", "replica-b", new_fence).is_ok());
+  auto now = s->get_task("toy", "t1");
+  EXPECT_EQ((*now)->phase, "B");
+  EXPECT_DOUBLE_EQ((*now)->due_at, 300);
+  EXPECT_EQ((*now)->version, 2);
+}
+
+TEST_F(SqliteStoreTest, AWriteOfAnOldVersionIsRefused) {
+  auto s = open();
+  ASSERT_TRUE(s->insert_task(task("t1")).is_ok());
+  ASSERT_TRUE(s->update_task_if_version(task("t1", "B"), 1).is_ok());
+  EXPECT_EQ(s->update_task_if_version(task("t1", "C"), 1).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*s->get_task("toy", "t1"))->phase, "B");
+}
+
+TEST_F(SqliteStoreTest, AReleasedLeaseIsTakenAtOnceUnderANewFence) {
+  auto s = open();
+  ASSERT_TRUE(s->insert_task(task("t1")).is_ok());
+  ASSERT_TRUE(s->acquire_task_lease("toy", "t1", "replica-a", 100, 30)->has_value());
+  ASSERT_TRUE(s->release_task_lease("toy", "t1", "replica-a").is_ok());
+  auto b = s->acquire_task_lease("toy", "t1", "replica-b", 101, 30);
+  ASSERT_TRUE(b->has_value());
+  EXPECT_EQ((*b)->fence, 2);
+}
+
+TEST_F(SqliteStoreTest, MigrationNineGivesEveryExistingRunATask) {
+  {
+    auto s = open();
+    ASSERT_TRUE(s->insert_run(run("aa", "TRAINING")).is_ok());
+  }
+  // Rewind to schema 8 as an older trainerd left it: no task rows, no counter.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db,
+                         "DROP TABLE tasks; DROP TABLE counters; DROP TRIGGER runs_inserted; DROP TRIGGER runs_updated;"
+                         "DROP TRIGGER runs_deleted; DROP TRIGGER workloads_inserted; DROP TRIGGER workloads_updated;"
+                         "DROP TRIGGER workloads_deleted; DROP TRIGGER claims_inserted; DROP TRIGGER claims_updated;"
+                         "DROP TRIGGER claims_deleted; DELETE FROM schema_migrations WHERE version = 9;",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  auto s = open();
+  auto t = s->get_task("run", "aa");
+  ASSERT_TRUE(t.is_ok() && t->has_value());
+  EXPECT_EQ((*t)->phase, "TRAINING");
+  EXPECT_FALSE((*t)->terminal);
 }
 
 TEST_F(SqliteStoreTest, SnapshotCatalogKeepsOneRowPerIdAndListsARunsCommittedSnapshotsNewestFirst) {
