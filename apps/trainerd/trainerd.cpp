@@ -254,6 +254,7 @@ int trainerd_main(int argc, char** argv) {
   if (const char* pause = std::getenv("TRAINER_TEST_REGISTRATION_PAUSE_MS"); pause && *pause) {
     sopt.registration_pause = std::chrono::milliseconds(std::strtol(pause, nullptr, 10));
   }
+  if (const char* kill = std::getenv("TRAINER_TEST_KILL_AFTER"); kill && *kill) sopt.kill_after = kill;
   if (const char* pause = std::getenv("TRAINER_TEST_COMPARISON_PAUSE_MS"); pause && *pause) {
     sopt.comparison_pause = std::chrono::milliseconds(std::strtol(pause, nullptr, 10));
   }

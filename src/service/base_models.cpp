@@ -54,8 +54,10 @@ Result<json> ServiceImpl::select_base_model(const std::string& name) {
   json doc = {{"name", allowed->name}, {"id", base_model_id(allowed->name)}, {"status", "preparing"},
               {"path", allowed->path}, {"selectedAt", now_rfc3339()},       {"contentHash", nullptr},
               {"cachePath", nullptr}};
-  TRAINER_RETURN_IF_ERROR(store_->put_base_model(doc));
-  start_preparation(allowed->name);
+  TRAINER_RETURN_IF_ERROR(store_->transaction([&]() -> Status {
+    TRAINER_RETURN_IF_ERROR(store_->put_base_model(doc));
+    return kernel_->enter("base_model", allowed->name, "PREPARING");
+  }));
   return doc;
 }
 
@@ -104,69 +106,79 @@ Result<json> ServiceImpl::resolve_base_model(const std::string& ref, const std::
   return field_status(StatusCode::kNotFound, field, not_allowed_message(ref));
 }
 
+// The kernel's "base_model" kind: a selected model is prepared (hashed and copied into the
+// model cache) by long work off the driver; its step records what the work found.
+class ServiceImpl::BaseModelTasks final : public tasks::TaskKind {
+ public:
+  explicit BaseModelTasks(ServiceImpl& service) : service_(service) {}
+  const tasks::PhaseTable& table() const override { return base_model_phase_table(); }
+  Status step(tasks::Step& step) override { return service_.step_base_model_task(step); }
+
+ private:
+  ServiceImpl& service_;
+};
+
+std::unique_ptr<tasks::TaskKind> ServiceImpl::make_base_model_tasks() { return std::make_unique<BaseModelTasks>(*this); }
+
+const tasks::PhaseTable& base_model_phase_table() {
+  static const tasks::PhaseTable table = *tasks::PhaseTable::make(
+      "base_model", {{"PREPARING"}, {"READY", true}, {"FAILED", false, false, true}},
+      {{"PREPARING", {"READY", "FAILED"}}, {"FAILED", {"PREPARING"}}});
+  return table;
+}
+
+// Models a trainerd before the task kernel left preparing get their task.
 Status ServiceImpl::resume_base_models() {
   auto rows = store_->list_base_models();
   if (!rows.is_ok()) return rows.status();
+  std::lock_guard<std::mutex> lock(mu_);
   for (const auto& m : *rows) {
-    if (m.value("status", std::string()) == "preparing") start_preparation(m.value("name", std::string()));
+    if (m.value("status", std::string()) != "preparing") continue;
+    const std::string name = m.value("name", std::string());
+    TRAINER_ASSIGN_OR_RETURN(std::optional<store::TaskRow> task, store_->get_task("base_model", name));
+    if (!task) TRAINER_RETURN_IF_ERROR(kernel_->create("base_model", name, "PREPARING"));
   }
   return Status::ok();
 }
 
-void ServiceImpl::start_preparation(const std::string& name) {
-  std::lock_guard<std::mutex> lock(prep_mu_);
-  // Nothing escapes the thread: an exception is logged and counted, and the model stays preparing
-  // until the next start resumes it.
-  preparers_.emplace_back([this, name] {
-    try {
-      prepare_base_model(name);
-    } catch (const std::exception& e) {
-      ++driver_errors_;
-      std::fprintf(stderr, "trainerd: warning: preparing base model %s: %s\n", name.c_str(), e.what());
+Status ServiceImpl::step_base_model_task(tasks::Step& step) {
+  const std::string name = step.task().id;
+  if (auto outcome = step.take_outcome()) {
+    const json changes = outcome->is_ok() ? **outcome : json{{"status", "failed"}, {"failure", outcome->status().message()}};
+    TRAINER_ASSIGN_OR_RETURN(std::optional<json> current, find_selected(name));
+    if (current) {
+      current->update(changes);
+      TRAINER_RETURN_IF_ERROR(store_->put_base_model(*current));
+      notify();
     }
-  });
+    return kernel_->move("base_model", name, changes.value("status", std::string()) == "ready" ? "READY" : "FAILED");
+  }
+  if (!step.working()) step.launch([this, name] { return prepare_base_model(name); });
+  return Status::ok();
 }
 
-// Hashes the folder's files, then publishes a copy into the model cache under that hash.
-void ServiceImpl::prepare_base_model(const std::string& name) {
+// Hashes the folder's files, then publishes a copy into the model cache under that hash. Returns
+// the changes to the model's document: ready with its hash and cache path, or failed and why.
+Result<json> ServiceImpl::prepare_base_model(const std::string& name) {
   const AllowedBaseModel* allowed = find_allowed(name);
-  auto finish = [&](const json& changes) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto current = find_selected(name);
-    if (!current.is_ok() || !current->has_value()) return;
-    json doc = **current;
-    doc.update(changes);
-    (void)store_->put_base_model(doc);
-    notify();
-  };
-  if (!allowed) {
-    finish({{"status", "failed"}, {"failure", "no longer in the deployment configuration"}});
-    return;
-  }
+  if (!allowed) return json{{"status", "failed"}, {"failure", "no longer in the deployment configuration"}};
   auto hashed = storage::folder_content_hash(allowed->path);
-  if (!hashed.is_ok()) {
-    finish({{"status", "failed"}, {"failure", hashed.status().message()}});
-    return;
-  }
+  if (!hashed.is_ok()) return json{{"status", "failed"}, {"failure", hashed.status().message()}};
   const std::string hash = hashed->sha256;
   const std::string key = "models/" + hash;
   auto cached = storage_->exists(key);
   if (!cached.is_ok()) {
-    finish({{"status", "failed"}, {"failure", "reading the model cache: " + cached.status().message()}});
-    return;
+    return json{{"status", "failed"}, {"failure", "reading the model cache: " + cached.status().message()}};
   }
   if (!*cached) {
     Status st = storage_->publish(allowed->path, key);
-    if (!st.is_ok()) {
-      finish({{"status", "failed"}, {"failure", "copying into the model cache: " + st.message()}});
-      return;
-    }
+    if (!st.is_ok()) return json{{"status", "failed"}, {"failure", "copying into the model cache: " + st.message()}};
   }
-  finish({{"status", "ready"},
-          {"contentHash", hash},
-          {"sizeBytes", hashed->bytes},
-          {"cachePath", storage_->local_path(key)},
-          {"readyAt", now_rfc3339()}});
+  return json{{"status", "ready"},
+              {"contentHash", hash},
+              {"sizeBytes", hashed->bytes},
+              {"cachePath", storage_->local_path(key)},
+              {"readyAt", now_rfc3339()}};
 }
 
 }  // namespace trainer::service

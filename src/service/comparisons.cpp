@@ -5,7 +5,7 @@
 //
 // create_comparison() resolves and refuses what it can at once, starts the source's registration
 // (the source model is marked protected) and commits the comparison (PREPARING) in one
-// transaction. The registrar thread then steps each open comparison: a target whose model is
+// transaction. The comparer thread then steps each open comparison: a target whose model is
 // REGISTERED gets its evaluation (tagged with the comparison and the target's index, so a
 // restart finds an evaluation it started before recording it and never starts a second); an
 // ended evaluation gives the target its outcome. Phases: PREPARING (models still registering),
@@ -32,7 +32,7 @@ constexpr int64_t kDefaultMaxNewTokens = 256;  // the evaluations' default compl
 constexpr int64_t kMaxMaxNewTokens = 4096;     // the evaluations' largest
 constexpr size_t kMaxSubmissionIdChars = 200;
 constexpr int64_t kChildPage = 100;            // children read per page when expanding --all-branches
-constexpr int64_t kOpenScan = 1000;            // open comparisons stepped per registrar pass
+constexpr int64_t kOpenScan = 1000;            // open comparisons stepped per comparer pass
 
 // Phases of a comparison.
 constexpr const char* kPreparing = "PREPARING";
@@ -70,7 +70,7 @@ std::string comparison_id(const std::string& snapshot_id, const std::string& tok
 }
 
 // The description an evaluation started for target `index` of comparison `id` carries: how a
-// restarted registrar finds the evaluation it started before it could record it.
+// restarted comparer finds the evaluation it started before it could record it.
 std::string evaluation_tag(const std::string& id, size_t index) {
   return "comparison " + id + " target " + std::to_string(index);
 }

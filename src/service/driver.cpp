@@ -1,6 +1,7 @@
-// The phase driver: every tick it steps each open run through its phases (phases.h) and applies
-// admission. Every step runs with mu_ held inside one store transaction; a run whose stored
-// document cannot be read is failed by name and the driver goes on.
+// The phase driver: every pass the task kernel steps each due run through its phases (phases.h,
+// run_phase_table()), then admission runs. Every step runs with mu_ held inside one store
+// transaction under the run's lease; a run whose stored document cannot be read is failed by name
+// and the driver goes on.
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
@@ -35,35 +36,46 @@ Result<std::vector<ServiceImpl::OpenRun>> ServiceImpl::open_runs() {
   std::vector<OpenRun> out;
   out.reserve(page->rows.size());
   for (auto it = page->rows.rbegin(); it != page->rows.rend(); ++it) {  // oldest first
-    out.push_back(OpenRun{it->id, it->workload_id, std::move(it->doc)});
+    out.push_back(OpenRun{it->id, it->workload_id, std::move(it->doc), it->phase});
   }
   return out;
 }
 
+// The kernel's run kind: a run's task is stepped by step_run_task().
+class ServiceImpl::RunTasks final : public tasks::TaskKind {
+ public:
+  explicit RunTasks(ServiceImpl& service) : service_(service) {}
+  const tasks::PhaseTable& table() const override { return run_phase_table(); }
+  Status step(tasks::Step& step) override { return service_.step_run_task(step.task().id); }
+
+ private:
+  ServiceImpl& service_;
+};
+
+std::unique_ptr<tasks::TaskKind> ServiceImpl::make_run_tasks() { return std::make_unique<RunTasks>(*this); }
+
 void ServiceImpl::drive_once() {
   std::lock_guard<std::mutex> lock(mu_);
-  auto open = open_runs();
-  if (!open.is_ok()) {
-    std::fprintf(stderr, "trainerd: listing open runs: %s\n", open.status().to_string().c_str());
-    return;
-  }
-  for (const auto& row : *open) {
-    auto record = parse_run_record(row.doc, row.id);
-    Status st;
-    if (!record.is_ok()) {
-      std::fprintf(stderr, "trainerd: warning: %s; failing the run\n", record.status().message().c_str());
-      ++driver_errors_;
-      st = store_->transaction([&]() -> Status { return fail_unreadable_run_locked(row, record.status()); });
-    } else {
-      RunRecord run = std::move(*record);
-      st = store_->transaction([&]() -> Status { return step_run(run); });
-    }
-    if (!st.is_ok()) std::fprintf(stderr, "trainerd: run %s: %s\n", row.id.c_str(), st.to_string().c_str());
-  }
+  kernel_->drive_once();  // every due task, each in its own transaction
   Status st = store_->transaction([&]() -> Status { return admit_locked(); });
   if (!st.is_ok()) std::fprintf(stderr, "trainerd: admission: %s\n", st.to_string().c_str());
   st = store_->transaction([&]() -> Status { return drive_evaluations_locked(); });
   if (!st.is_ok()) std::fprintf(stderr, "trainerd: evaluations: %s\n", st.to_string().c_str());
+}
+
+Status ServiceImpl::step_run_task(const std::string& id) {
+  auto row = store_->get_run_row(id);
+  if (!row.is_ok()) return row.status();
+  if (!row->has_value()) return internal_error("run " + id + " has a task but no stored document");
+  auto record = parse_run_record((*row)->doc, id);
+  if (!record.is_ok()) {
+    std::fprintf(stderr, "trainerd: warning: %s; failing the run\n", record.status().message().c_str());
+    ++driver_errors_;
+    return fail_unreadable_run_locked(OpenRun{id, (*row)->workload_id, std::move((*row)->doc), (*row)->phase},
+                                      record.status());
+  }
+  RunRecord run = std::move(*record);
+  return step_run(run);
 }
 
 // Replaces an unreadable document with a FAILED run naming why, and releases its claim. Its job,
@@ -88,6 +100,7 @@ Status ServiceImpl::fail_unreadable_run_locked(const OpenRun& row, const Status&
               {"cost", {{"gpuSeconds", 0.0}, {"estimated", true}}},
               {"plan", json::object()}};
   TRAINER_RETURN_IF_ERROR(store_->delete_claim(run.id));
+  TRAINER_RETURN_IF_ERROR(kernel_->move("run", run.id, phase_name(Phase::kFailed)));
   TRAINER_RETURN_IF_ERROR(store_->update_run(run.to_json()));
   TRAINER_RETURN_IF_ERROR(store_->append_run_event(run.id, {{"time", rfc3339(t)},
                                                             {"type", "outcome"},
@@ -306,6 +319,7 @@ Status ServiceImpl::transition(RunRecord& run, Phase to) {
   const double t = now();
   const Phase from = run.phase;
   const double entered = run.entered_at;
+  TRAINER_RETURN_IF_ERROR(kernel_->move("run", run.id, phase_name(to)));  // checked against run_phase_table()
   run.phase = to;
   run.view["updatedAt"] = rfc3339(t);
   run.view["phaseHistory"].push_back({{"phase", phase_name(to)}, {"enteredAt", rfc3339(t)}});

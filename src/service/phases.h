@@ -7,6 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include "service/tasks/phase_table.h"
+
 namespace trainer::service {
 
 enum class Phase {
@@ -37,5 +39,9 @@ inline bool is_terminal(Phase p) {
 }
 // Every phase, in order.
 Phase phase_at(int index);
+
+// The run's phase table (the task kernel's "run" kind): every phase above, which transitions
+// between them the service makes, which hold a claim, and that PAUSED waits idle for a resume.
+const tasks::PhaseTable& run_phase_table();
 
 }  // namespace trainer::service

@@ -1,10 +1,11 @@
 // Registration of snapshot weights as models, in durable steps: a registration is a model record
-// PENDING (with a `registration` hold on its source snapshot), then COPYING while the registrar
+// PENDING (with a `registration` hold on its source snapshot), then COPYING while its task's work
 // copies the weights into the registry (registry/models/<id>, every file checked against the
 // snapshot's manifest), then REGISTERED (the hold released) or FAILED (the hold kept until
-// `snapshots release`). Every step is committed before the next begins; after a restart the
-// registrar takes up PENDING and COPYING records again, and the copy goes to a key derived from
-// the model id, so a copy finished before a crash is found and checked, never made twice.
+// `snapshots release`). Each registration is a task of the kernel ("registration" kind); every
+// step is committed before the next begins; after a restart the task's next step launches the
+// copy again, and the copy goes to a key derived from the model id, so a copy finished before a
+// crash is found and checked, never made twice.
 //
 // A completed run registers its final snapshot's weights this way (runs get shows modelId);
 // `snapshots register` does it for an earlier snapshot. The id derives from the snapshot, so
@@ -108,6 +109,7 @@ Result<std::pair<json, bool>> ServiceImpl::start_registration_locked(json snapsh
       TRAINER_RETURN_IF_ERROR(store_->update_snapshot(snapshot));
     }
     TRAINER_RETURN_IF_ERROR(store_->update_trained_model(doc));
+    TRAINER_RETURN_IF_ERROR(kernel_->enter("registration", id, kModelPending));
     registration_attempt(tel::ServiceStage::kAccept, tel::ServiceOutcome::kSuccess);
     return std::make_pair(doc, false);
   }
@@ -150,6 +152,7 @@ Result<std::pair<json, bool>> ServiceImpl::start_registration_locked(json snapsh
     TRAINER_RETURN_IF_ERROR(store_->update_snapshot(snapshot));
   }
   TRAINER_RETURN_IF_ERROR(store_->insert_trained_model(doc));
+  TRAINER_RETURN_IF_ERROR(kernel_->enter("registration", id, kModelPending));
   registration_attempt(tel::ServiceStage::kAccept, tel::ServiceOutcome::kSuccess);
   if (!sid.empty()) registration_attempt(tel::ServiceStage::kRetain, tel::ServiceOutcome::kSuccess);
   return std::make_pair(doc, true);
@@ -222,41 +225,72 @@ Result<json> ServiceImpl::snapshot_candidate(const std::string& snapshot_ref) {
               {"workload", doc.value("workload", json(nullptr))}};
 }
 
-void ServiceImpl::step_registrations() {
-  auto open = store_->list_trained_models("", "", {kModelPending, kModelCopying});
-  if (!open.is_ok()) {
-    std::fprintf(stderr, "trainerd: listing registrations: %s\n", open.status().to_string().c_str());
-    return;
-  }
-  for (auto it = open->rbegin(); it != open->rend() && !stopping_; ++it) {  // oldest first
-    copy_registration(it->value("modelId", std::string()));
-  }
+// The kernel's "registration" kind: PENDING -> COPYING (the copy is long work off the driver) ->
+// REGISTERED, or FAILED until it is registered again.
+class ServiceImpl::RegistrationTasks final : public tasks::TaskKind {
+ public:
+  explicit RegistrationTasks(ServiceImpl& service) : service_(service) {}
+  const tasks::PhaseTable& table() const override { return registration_phase_table(); }
+  Status step(tasks::Step& step) override { return service_.step_registration_task(step); }
+
+ private:
+  ServiceImpl& service_;
+};
+
+std::unique_ptr<tasks::TaskKind> ServiceImpl::make_registration_tasks() {
+  return std::make_unique<RegistrationTasks>(*this);
 }
 
-void ServiceImpl::copy_registration(const std::string& id) {
-  json model;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    Status st = store_->transaction([&]() -> Status {
-      auto m = store_->get_trained_model(id);
-      if (!m.is_ok()) return m.status();
-      if (!m->has_value()) return not_found("model " + id);
-      model = **m;
-      if (model.value("status", std::string()) == kModelPending) {
-        set_status(model, kModelCopying, now_rfc3339());
-        TRAINER_RETURN_IF_ERROR(store_->update_trained_model(model));
-      }
-      return Status::ok();
-    });
-    if (!st.is_ok()) {
-      std::fprintf(stderr, "trainerd: registration %s: %s\n", id.c_str(), st.to_string().c_str());
-      return;
-    }
-    if (model.value("status", std::string()) != kModelCopying) return;
-  }
-  notify();
+const tasks::PhaseTable& registration_phase_table() {
+  static const tasks::PhaseTable table = *tasks::PhaseTable::make(
+      "registration", {{kModelPending}, {kModelCopying}, {kModelRegistered, true}, {kModelFailed, false, false, true}},
+      {{kModelPending, {kModelCopying, kModelFailed}},
+       {kModelCopying, {kModelRegistered, kModelFailed}},
+       {kModelFailed, {kModelPending}}});
+  return table;
+}
 
-  // The copy, outside mu_: every payload file of the weights, checked against its manifest.
+// Registrations a trainerd before the task kernel left PENDING or COPYING get their task.
+Status ServiceImpl::resume_registrations() {
+  auto open = store_->list_trained_models("", "", {kModelPending, kModelCopying});
+  if (!open.is_ok()) return open.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = open->rbegin(); it != open->rend(); ++it) {  // oldest first
+    const std::string id = it->value("modelId", std::string());
+    TRAINER_ASSIGN_OR_RETURN(std::optional<store::TaskRow> task, store_->get_task("registration", id));
+    if (!task) TRAINER_RETURN_IF_ERROR(kernel_->create("registration", id, it->value("status", std::string())));
+  }
+  return Status::ok();
+}
+
+Status ServiceImpl::step_registration_task(tasks::Step& step) {
+  const std::string id = step.task().id;
+  TRAINER_ASSIGN_OR_RETURN(std::optional<json> stored, store_->get_trained_model(id));
+  if (!stored) return internal_error("registration " + id + " has a task but no model in the registry");
+  json model = std::move(*stored);
+  if (auto outcome = step.take_outcome()) {
+    const Status copied = outcome->status();
+    TRAINER_RETURN_IF_ERROR(record_registration_locked(model, copied));
+    notify();
+    return kernel_->move("registration", id, copied.is_ok() ? kModelRegistered : kModelFailed);
+  }
+  if (step.working()) return Status::ok();
+  if (model.value("status", std::string()) == kModelPending) {
+    set_status(model, kModelCopying, now_rfc3339());
+    TRAINER_RETURN_IF_ERROR(store_->update_trained_model(model));
+    TRAINER_RETURN_IF_ERROR(kernel_->move("registration", id, kModelCopying));
+    notify();
+  }
+  step.launch([this, model]() -> Result<json> {
+    TRAINER_RETURN_IF_ERROR(copy_registration(model));
+    return json::object();
+  });
+  return Status::ok();
+}
+
+// The copy, off the driver: every payload file of the weights, checked against its manifest.
+Status ServiceImpl::copy_registration(const json& model) {
+  const std::string id = model.value("modelId", std::string());
   const json source = model.value("source", json::object());
   const std::string sid = source.value("snapshotId", std::string());
   const std::string key = model_key(id);
@@ -315,51 +349,50 @@ void ServiceImpl::copy_registration(const std::string& id) {
   registration_attempt(tel::ServiceStage::kExport, copied.is_ok() ? tel::ServiceOutcome::kSuccess : tel::ServiceOutcome::kFailure,
                        copied.is_ok() ? std::nullopt : std::optional(tel::ServiceFailureReason::kExport));
   if (copied.is_ok() && opt_.registration_pause.count() > 0) std::this_thread::sleep_for(opt_.registration_pause);
+  return copied;
+}
 
-  std::lock_guard<std::mutex> lock(mu_);
-  Status st = store_->transaction([&]() -> Status {
-    auto m = store_->get_trained_model(id);
-    if (!m.is_ok()) return m.status();
-    if (!m->has_value()) return not_found("model " + id);
-    model = **m;
+// What the copy came to, recorded on the model (mu_ held, inside the step's transaction).
+Status ServiceImpl::record_registration_locked(json model, const Status& copied) {
+  const std::string id = model.value("modelId", std::string());
+  const json source = model.value("source", json::object());
+  const std::string sid = source.value("snapshotId", std::string());
+  const std::string key = model_key(id);
     const std::string t = now_rfc3339();
-    const double accepted = model.value("_acceptedAt", now());
-    if (!copied.is_ok()) {
-      // The hold stays: `snapshots release` drops it once someone has looked.
-      model["failureReason"] = "copying the weights of " + (sid.empty() ? source.value("path", std::string()) : "snapshot " + sid) +
-                               " failed: " + copied.message();
-      set_status(model, kModelFailed, t);
-      TRAINER_RETURN_IF_ERROR(store_->update_trained_model(model));
-      std::fprintf(stderr, "trainerd: warning: registration of model %s failed: %s\n", id.c_str(),
-                   model["failureReason"].get<std::string>().c_str());
-      metrics_.operation_ended(tel::ServiceOperation::kRegisterCandidate, tel::ServiceOutcome::kFailure, now() - accepted,
-                               tel::ServiceFailureReason::kExport);
-      return Status::ok();
-    }
-    const std::string uri = artifact_uri(key);
-    model["artifact"] = {{"key", key}, {"uri", uri}};
-    model["servingModel"]["ref"] = uri;
-    model["registeredAt"] = t;
-    if (auto run = store_->get_run(source.value("runId", std::string())); run.is_ok() && run->has_value()) {
-      model["cost"]["gpuSeconds"] = (**run).value("cost", json::object()).value("gpuSeconds", 0.0);
-    }
-    set_status(model, kModelRegistered, t);
+  const double accepted = model.value("_acceptedAt", now());
+  if (!copied.is_ok()) {
+    // The hold stays: `snapshots release` drops it once someone has looked.
+    model["failureReason"] = "copying the weights of " + (sid.empty() ? source.value("path", std::string()) : "snapshot " + sid) +
+                             " failed: " + copied.message();
+    set_status(model, kModelFailed, t);
     TRAINER_RETURN_IF_ERROR(store_->update_trained_model(model));
-    registration_attempt(tel::ServiceStage::kRegister, tel::ServiceOutcome::kSuccess);
-    metrics_.operation_ended(tel::ServiceOperation::kRegisterCandidate, tel::ServiceOutcome::kSuccess, now() - accepted);
-    if (sid.empty()) return Status::ok();
-    auto snap = store_->get_snapshot(sid);
-    if (!snap.is_ok()) return snap.status();
-    if (snap->has_value()) {
-      json s = std::move(**snap);
-      drop_registration_hold(s, id);
-      TRAINER_RETURN_IF_ERROR(store_->update_snapshot(s));
-      registration_attempt(tel::ServiceStage::kRelease, tel::ServiceOutcome::kSuccess);
-    }
+    std::fprintf(stderr, "trainerd: warning: registration of model %s failed: %s\n", id.c_str(),
+                 model["failureReason"].get<std::string>().c_str());
+    metrics_.operation_ended(tel::ServiceOperation::kRegisterCandidate, tel::ServiceOutcome::kFailure, now() - accepted,
+                             tel::ServiceFailureReason::kExport);
     return Status::ok();
-  });
-  if (!st.is_ok()) std::fprintf(stderr, "trainerd: registration %s: %s\n", id.c_str(), st.to_string().c_str());
-  notify();
+  }
+  const std::string uri = artifact_uri(key);
+  model["artifact"] = {{"key", key}, {"uri", uri}};
+  model["servingModel"]["ref"] = uri;
+  model["registeredAt"] = t;
+  if (auto run = store_->get_run(source.value("runId", std::string())); run.is_ok() && run->has_value()) {
+    model["cost"]["gpuSeconds"] = (**run).value("cost", json::object()).value("gpuSeconds", 0.0);
+  }
+  set_status(model, kModelRegistered, t);
+  TRAINER_RETURN_IF_ERROR(store_->update_trained_model(model));
+  registration_attempt(tel::ServiceStage::kRegister, tel::ServiceOutcome::kSuccess);
+  metrics_.operation_ended(tel::ServiceOperation::kRegisterCandidate, tel::ServiceOutcome::kSuccess, now() - accepted);
+  if (sid.empty()) return Status::ok();
+  auto snap = store_->get_snapshot(sid);
+  if (!snap.is_ok()) return snap.status();
+  if (snap->has_value()) {
+    json s = std::move(**snap);
+    drop_registration_hold(s, id);
+    TRAINER_RETURN_IF_ERROR(store_->update_snapshot(s));
+    registration_attempt(tel::ServiceStage::kRelease, tel::ServiceOutcome::kSuccess);
+  }
+  return Status::ok();
 }
 
 Result<json> ServiceImpl::workload_history(const std::string& ref) {

@@ -91,10 +91,12 @@ Result<std::string> ServiceImpl::list_runs_text(const RunListQuery& q) {
   }
   if (q.limit < 1 || q.limit > 1000) return invalid_field("limit", "must be between 1 and 1000");
   if (q.offset < 0) return invalid_field("offset", "must not be negative");
-  // A page shows only what the store's runs_version() covers (runs, workloads, claims), except
+  // A page shows only what the store's change_count() covers (runs, workloads, claims), except
   // the estimated cost of a running job, which moves with the clock: pages without one are
   // kept until the version changes, so a repeated list costs a lookup.
-  const uint64_t version = store_->runs_version();
+  auto counted = store_->change_count();
+  if (!counted.is_ok()) return counted.status();
+  const uint64_t version = *counted;
   const std::string page_key = q.phase + '\n' + q.workload + '\n' + std::to_string(q.limit) + '\n' +
                                std::to_string(q.offset);
   {
@@ -250,10 +252,10 @@ Result<RunRecord> ServiceImpl::resolve_run(const std::string& ref, const std::st
     if (ids.empty()) return field_status(StatusCode::kNotFound, field, "no run with id '" + ref + "'");
     id = ids.front();
   }
-  auto rows = store_->get_run_text(id);
-  if (!rows.is_ok()) return rows.status();
-  if (!rows->has_value()) return field_status(StatusCode::kNotFound, field, "no run with id '" + ref + "'");
-  return parse_run_record(**rows, id);
+  auto row = store_->get_run_row(id);
+  if (!row.is_ok()) return row.status();
+  if (!row->has_value()) return field_status(StatusCode::kNotFound, field, "no run with id '" + ref + "'");
+  return parse_run_record((*row)->doc, id);
 }
 
 Result<std::map<std::string, store::ClaimRow>> ServiceImpl::claims_by_owner() {

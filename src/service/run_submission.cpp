@@ -229,6 +229,7 @@ Result<std::pair<json, bool>> ServiceImpl::submit_plan(const json& body, bool dr
   Status st = store_->transaction([&]() -> Status {
     if (on_insert) TRAINER_RETURN_IF_ERROR(on_insert(run));
     TRAINER_RETURN_IF_ERROR(store_->insert_run(run.to_json()));
+    TRAINER_RETURN_IF_ERROR(kernel_->create("run", run.id, phase_name(run.phase)));
     auto seq = store_->append_run_event(
         run.id, {{"time", rfc3339(t)}, {"type", "phase"}, {"phase", phase_name(Phase::kSizingDataset)}});
     return seq.status();

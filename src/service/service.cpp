@@ -49,7 +49,16 @@ ServiceImpl::ServiceImpl(ServiceOptions options, std::unique_ptr<store::Store> s
       evaluation_jobs_(std::make_unique<EvaluationJobs>(
           opt_.config.job_binary,
           [this](const std::string& id, int64_t done, int64_t total) { on_evaluation_progress(id, done, total); },
-          [this](const std::string& id, const EvaluationJobs::Ending& e) { on_evaluation_done(id, e); })) {}
+          [this](const std::string& id, const EvaluationJobs::Ending& e) { on_evaluation_done(id, e); })),
+      kernel_(std::make_unique<tasks::TaskKernel>(
+          *store_, opt_.clock, tasks::KernelOptions{.owner = opt_.replica, .kill_after = opt_.kill_after})),
+      run_tasks_(make_run_tasks()),
+      base_model_tasks_(make_base_model_tasks()),
+      registration_tasks_(make_registration_tasks()) {
+  kernel_->add_kind(*base_model_tasks_);  // a run waiting for its base model sees it ready in the same pass
+  kernel_->add_kind(*run_tasks_);
+  kernel_->add_kind(*registration_tasks_);
+}
 
 ServiceImpl::~ServiceImpl() { stop(); }
 
@@ -95,7 +104,10 @@ Status ServiceImpl::start() {
     std::error_code ec;
     fs::remove_all(fs::path(opt_.data_dir) / "registry-staging", ec);
   }
-  registrar_ = std::thread([this] { register_models(); });
+  st = resume_registrations();
+  add_step("resume registrations", st.is_ok(), st.is_ok() ? "ok" : st.describe());
+  if (!st.is_ok()) return st;
+  comparer_ = std::thread([this] { compare(); });
   ready_ = true;
   return Status::ok();
 }
@@ -104,13 +116,8 @@ void ServiceImpl::stop() {
   stopping_ = true;
   if (driver_.joinable()) driver_.join();
   evaluation_jobs_->stop_all();
-  if (registrar_.joinable()) registrar_.join();
-  std::vector<std::thread> preparers;
-  {
-    std::lock_guard<std::mutex> lock(prep_mu_);
-    preparers.swap(preparers_);
-  }
-  for (auto& t : preparers) t.join();
+  if (comparer_.joinable()) comparer_.join();
+  kernel_->stop_work();
 }
 
 std::vector<StartupStep> ServiceImpl::startup_steps() const {
@@ -135,6 +142,7 @@ json ServiceImpl::info() const {
           {"artifactStore", artifact_store_ ? artifact_store_->describe() : storage_->describe()},
           {"configuration", configuration},
           {"phases", all_phase_names()},
+          {"taskKinds", kernel_->describe()},
           {"driver", {{"errors", driver_errors_.load()}}},
           {"startup", {{"ready", ready_.load()}, {"steps", steps}}}};
 }
@@ -169,6 +177,10 @@ Status ServiceImpl::recover_runs(std::string* summary) {
   if (!open.is_ok()) return open.status();
   int attached = 0, ended = 0, unreadable = 0;
   for (const auto& row : *open) {
+    // Every open run is a task of the kernel (store migration 9 made them for older stores).
+    auto task = store_->get_task("run", row.id);
+    if (!task.is_ok()) return task.status();
+    if (!task->has_value()) TRAINER_RETURN_IF_ERROR(kernel_->create("run", row.id, row.phase));
     auto r = parse_run_record(row.doc, row.id);
     if (!r.is_ok()) {
       ++unreadable;
@@ -204,18 +216,17 @@ void ServiceImpl::drive() {
       ++driver_errors_;
       std::fprintf(stderr, "trainerd: warning: the run driver caught an unknown error and goes on\n");
     }
-    std::this_thread::sleep_for(opt_.tick);
+    kernel_->wait(opt_.tick);
   }
 }
 
-void ServiceImpl::register_models() {
+void ServiceImpl::compare() {
   while (!stopping_) {
     try {
-      step_registrations();
       step_comparisons();
     } catch (const std::exception& e) {
       ++driver_errors_;
-      std::fprintf(stderr, "trainerd: warning: the registrar caught an error and goes on: %s\n", e.what());
+      std::fprintf(stderr, "trainerd: warning: the comparer caught an error and goes on: %s\n", e.what());
     }
     std::this_thread::sleep_for(opt_.tick);
   }

@@ -36,6 +36,10 @@ struct ServiceOptions {
   std::string data_dir;                  // state.db, datasets/, models/, runs/ live here
   DeploymentConfig config;               // allowed base models, pools, quotas, limits
   std::string instance;                  // the `instance` attribute of every service metric
+  std::string replica = "trainerd";      // this replica's name on the task leases it takes
+  // Test hook (TRAINER_TEST_KILL_AFTER=KIND:PHASE): trainerd SIGKILLs itself right after the commit
+  // of the step that moved a task of KIND into PHASE (tasks/task_kernel.h). "" = none.
+  std::string kill_after;
   std::chrono::milliseconds tick{100};   // how often the driver looks at open runs
   // Every timestamp, deadline and duration the service reads (tests pass a ManualClock).
   std::shared_ptr<Clock> clock = system_clock();
@@ -269,8 +273,9 @@ class Service {
   // under one pinned contract (dataset hash, grader, completion-token ceiling).
   // body: {source, candidates?: [MODEL], branches?: [RUN], allBranches?: [PARENT], dataset, grader?,
   // maxNewTokens?, submissionId?}. Returns once the comparison is durable (PREPARING) and whether
-  // it was created (false: the same source and submissionId were seen before). The registrar
-  // thread registers the source, starts one evaluation per target and records the outcome.
+  // it was created (false: the same source and submissionId were seen before). The source is
+  // registered as a registration task; the comparer thread starts one evaluation per target and
+  // records the outcome.
   virtual Result<std::pair<json, bool>> create_comparison(const json& body) = 0;
   virtual Result<json> get_comparison(const std::string& ref) = 0;  // id or unique prefix
   // {comparisons:[...], total, nextOffset?}, newest first.

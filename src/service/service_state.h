@@ -2,12 +2,13 @@
 // locking contract every file of src/service follows. Each concern lives in its own file:
 //
 //   service.cpp           construction, start/stop, startup steps, info
-//   base_models.cpp       allowed base models, selection, preparation into the model cache
+//   base_models.cpp       allowed base models, selection, preparation into the model cache (a task kind)
 //   datasets.cpp          registration (via dataset/validator.h), listing, measuring
 //   workloads.cpp         workloads, their evaluation and refs
 //   run_submission.cpp    plans in: validation, resolution, the new run; cancel, annotate
 //   run_presentation.cpp  runs out: get, list (with its cache), events, metrics, hparams
-//   driver.cpp            the driver thread and the phase machine (transitions, finish)
+//   driver.cpp            the driver thread (the task kernel's passes) and the run's phase machine
+//   tasks/                the task kernel: phase tables, tasks under leases, one driver
 //   job_events.cpp        following a job: its events file, its exit, finalizing
 //   admission_glue.cpp    claims: admission (admission.h's pure function) applied to the store
 //   capacity.cpp          capacity, cost settlement and the gauges of /metrics
@@ -17,7 +18,7 @@
 //   evaluation_admission.cpp  evaluations' claims: admitted like runs, released when they end
 //   score_tables.cpp      a workload's score tables: baseline beside each training configuration
 //   trained_models.cpp    the model registry: imports (BASE, ADAPTER), list, get
-//   registration.cpp      registering snapshot weights in durable steps (runs and `snapshots register`)
+//   registration.cpp      registering snapshot weights in durable steps (a task kind of the kernel)
 //   comparisons.cpp       comparisons: the pinned contract, their targets' evaluations, the outcome
 //
 // Locking contract:
@@ -45,6 +46,7 @@
 #include "service/phases.h"
 #include "service/run_record.h"
 #include "service/service.h"
+#include "service/tasks/task_kernel.h"
 #include "protocol/job_protocol.h"
 #include "service/util.h"
 #include "storage/storage.h"
@@ -170,6 +172,7 @@ class ServiceImpl final : public Service {
   void add_step(const std::string& name, bool ok, const std::string& message);
   Status recover_runs(std::string* summary);
   void drive();
+  void compare();  // the comparer_ thread's loop
 
   // ---- base models (base_models.cpp)
   static std::string base_model_id(const std::string& name);
@@ -178,8 +181,12 @@ class ServiceImpl final : public Service {
   Result<std::optional<json>> find_selected(const std::string& name);
   Result<json> resolve_base_model(const std::string& ref, const std::string& field);
   Status resume_base_models();
-  void start_preparation(const std::string& name);
-  void prepare_base_model(const std::string& name);
+  // The kernel's "base_model" kind (base_models.cpp): a model's preparation as a task.
+  class BaseModelTasks;
+  std::unique_ptr<tasks::TaskKind> make_base_model_tasks();
+  Status step_base_model_task(tasks::Step& step);
+  // The work of a preparation (off the driver): the changes to the model's document.
+  Result<json> prepare_base_model(const std::string& name);
 
   // ---- datasets (datasets.cpp)
   static std::string dataset_key(const std::string& hash);
@@ -259,22 +266,25 @@ class ServiceImpl final : public Service {
                                                           const json& folder_source);
   // finalize(): registers the final snapshot's weights of a completed run; sets run.view.modelId.
   Status register_completed_run(RunRecord& run);
-  // One pass of the registrar over every unfinished registration (registrar_ calls it).
-  void step_registrations();
-  void register_models();  // the registrar thread's loop
+  // The kernel's "registration" kind (registration.cpp): a registration's copy as a task.
+  class RegistrationTasks;
+  std::unique_ptr<tasks::TaskKind> make_registration_tasks();
+  Status resume_registrations();  // start(): PENDING and COPYING models of an older store get their task
+  Status step_registration_task(tasks::Step& step);
   // One attempt of a register_candidate operation's stage (service telemetry).
   void registration_attempt(telemetry::ServiceStage stage, telemetry::ServiceOutcome outcome,
                             std::optional<telemetry::ServiceFailureReason> reason = std::nullopt);
-  // Copies one registration's weights into the registry and records the outcome.
-  void copy_registration(const std::string& model_id);
+  // Copies one registration's weights into the registry (the work, off the driver).
+  Status copy_registration(const json& model);
+  // What the copy came to, on the model: REGISTERED (hold released) or FAILED (mu_ held).
+  Status record_registration_locked(json model, const Status& copied);
 
   // ---- comparisons (comparisons.cpp)
   Result<json> resolve_comparison(const std::string& ref, const std::string& field);
   // The targets of a create request, resolved (mu_ held): [{target, kind, runId?, modelId?,
   // status, failure?}]; `fan` gets one {parentRunId, seen} per --all-branches parent.
   Result<json> comparison_targets_locked(const json& body, const json& source_snapshot, json& fan);
-  // One pass of the registrar over every open comparison (registrar_ calls it after
-  // step_registrations()): starts the evaluations of targets whose model is registered, reads the
+  // One pass over every open comparison (the comparer_ thread calls it every tick): starts the evaluations of targets whose model is registered, reads the
   // ended ones, and ends the comparison once every target has an outcome.
   void step_comparisons();
   void step_comparison(const std::string& id);
@@ -294,8 +304,14 @@ class ServiceImpl final : public Service {
     std::string id;
     std::string workload_id;
     std::string doc;
+    std::string phase;  // as stored in the run's column
   };
   Result<std::vector<OpenRun>> open_runs();
+  // The kernel's "run" kind (driver.cpp): steps a run's task through step_run_task().
+  class RunTasks;
+  std::unique_ptr<tasks::TaskKind> make_run_tasks();
+  // One step of the run `id` (the kernel's run kind calls it, mu_ held, inside its transaction).
+  Status step_run_task(const std::string& id);
   Status step_run(RunRecord& run);
   Status fail_unreadable_run_locked(const OpenRun& row, const Status& why);
   Status after_dataset(RunRecord& run);
@@ -361,15 +377,13 @@ class ServiceImpl final : public Service {
   std::map<std::string, int> observed_;  // guarded by observed_mu_
   bool observed_read_ = false;           // guarded by observed_mu_
 
-  std::mutex prep_mu_;
-  std::vector<std::thread> preparers_;  // guarded by prep_mu_
 
   // Presented text of ended runs, by run id, with the key of what it was made from.
   static constexpr size_t kPresentedCacheSize = 20000;
   std::mutex presented_mu_;
   std::map<std::string, std::pair<size_t, std::string>> presented_;  // guarded by presented_mu_
 
-  // Pages of runs as listed, by query, with the store's runs_version() they were made at.
+  // Pages of runs as listed, by query, with the store's change_count() they were made at.
   static constexpr size_t kPagesCacheSize = 256;
   std::mutex pages_mu_;
   std::map<std::string, std::pair<uint64_t, std::string>> pages_;  // guarded by pages_mu_
@@ -385,12 +399,27 @@ class ServiceImpl final : public Service {
   // The evaluations' processes (thread-safe); made by the constructor, stopped by stop().
   std::unique_ptr<EvaluationJobs> evaluation_jobs_;
 
+  // The task kernel (tasks/task_kernel.h) and the kinds on it; made by the constructor. Every
+  // run's phase change goes through kernel_->move() (transition()), which checks run_phase_table().
+  std::unique_ptr<tasks::TaskKernel> kernel_;
+  std::unique_ptr<tasks::TaskKind> run_tasks_;
+  std::unique_ptr<tasks::TaskKind> base_model_tasks_;
+  std::unique_ptr<tasks::TaskKind> registration_tasks_;
+
   std::thread driver_;
-  std::thread registrar_;  // step_registrations() every tick
+  std::thread comparer_;  // step_comparisons() every tick, off mu_ (it starts evaluations through the facade)
   std::atomic<bool> stopping_{false};
   std::atomic<bool> ready_{false};
   std::atomic<int64_t> driver_errors_{0};  // errors caught at the edge of the driver and preparer threads
 };
+
+// The registration's phase table (the task kernel's "registration" kind): PENDING, COPYING, then
+// REGISTERED, or FAILED until registered again.
+const tasks::PhaseTable& registration_phase_table();
+
+// The base model's phase table (the task kernel's "base_model" kind): PREPARING, then READY, or
+// FAILED until it is selected again.
+const tasks::PhaseTable& base_model_phase_table();
 
 // A catalog document as users see it: the stored one plus what it implies (artifacts, sizeBytes,
 // status, heldBy from its holds).

@@ -1,0 +1,216 @@
+// The task kernel (declared in service/tasks/task_kernel.h).
+//
+// Writes are kept off the hot path: a task that wants a step every pass is stored due at 0 and
+// needs no write to stay due; its lease is renewed only when half of it has run out. A pass over
+// tasks that change nothing is reads only.
+#include "service/tasks/task_kernel.h"
+
+#include <csignal>
+#include <cstdio>
+
+namespace trainer::tasks {
+
+TaskKernel::TaskKernel(store::Store& store, std::shared_ptr<Clock> clock, KernelOptions options)
+    : store_(store), clock_(std::move(clock)), opt_(std::move(options)) {}
+
+void TaskKernel::add_kind(TaskKind& kind) {
+  kinds_[kind.table().kind()] = &kind;
+  order_.push_back(&kind);
+}
+
+const PhaseTable* TaskKernel::table(const std::string& kind) const {
+  auto it = kinds_.find(kind);
+  return it == kinds_.end() ? nullptr : &it->second->table();
+}
+
+nlohmann::json TaskKernel::describe() const {
+  nlohmann::json out = nlohmann::json::array();
+  for (const TaskKind* kind : order_) out.push_back(kind->table().to_json());
+  return out;
+}
+
+void TaskKernel::note_entered(const std::string& kind, const std::string& id, const std::string& phase) {
+  if (in_step_ && !opt_.kill_after.empty() && opt_.kill_after == kind + ":" + phase) {
+    kill_reason_ = kind + " " + id + " entered " + phase;
+  }
+}
+
+double TaskKernel::due_after(const PhaseTable& table, const std::string& phase) const {
+  return table.idle(phase) ? store::kNeverDue : 0.0;
+}
+
+Status TaskKernel::create(const std::string& kind, const std::string& id, const std::string& phase) {
+  const PhaseTable* t = table(kind);
+  if (!t) return internal_error("no task kind '" + kind + "'");
+  if (!t->find(phase)) return t->check(phase, phase);
+  store::TaskRow row;
+  row.kind = kind;
+  row.id = id;
+  row.phase = phase;
+  row.terminal = t->terminal(phase);
+  row.due_at = due_after(*t, phase);
+  TRAINER_RETURN_IF_ERROR(store_.insert_task(row));
+  note_entered(kind, id, phase);
+  wake();
+  return Status::ok();
+}
+
+Status TaskKernel::move(const std::string& kind, const std::string& id, const std::string& to) {
+  const PhaseTable* t = table(kind);
+  if (!t) return internal_error("no task kind '" + kind + "'");
+  TRAINER_ASSIGN_OR_RETURN(std::optional<store::TaskRow> row, store_.get_task(kind, id));
+  if (!row) return internal_error("the " + kind + " " + id + " has no task");
+  if (row->phase == to) return Status::ok();
+  TRAINER_RETURN_IF_ERROR(t->check(row->phase, to).with_context(kind + " " + id));
+  const int64_t version = row->version;
+  row->phase = to;
+  row->terminal = t->terminal(to);
+  row->due_at = due_after(*t, to);
+  TRAINER_RETURN_IF_ERROR(store_.update_task_if_version(*row, version));
+  note_entered(kind, id, to);
+  wake();
+  return Status::ok();
+}
+
+Status TaskKernel::enter(const std::string& kind, const std::string& id, const std::string& phase) {
+  TRAINER_ASSIGN_OR_RETURN(std::optional<store::TaskRow> row, store_.get_task(kind, id));
+  return row ? move(kind, id, phase) : create(kind, id, phase);
+}
+
+int TaskKernel::drive_once() {
+  int stepped = 0;
+  for (TaskKind* kind : order_) {
+    const std::string& name = kind->table().kind();
+    const double now = clock_->now_seconds();
+    auto due = store_.due_tasks(name, now, opt_.batch);
+    if (!due.is_ok()) {
+      ++step_errors_;
+      std::fprintf(stderr, "trainerd: listing due %s tasks: %s\n", name.c_str(), due.status().to_string().c_str());
+      continue;
+    }
+    for (const store::TaskRow& task : *due) {
+      auto done = step_task(*kind, task, now);
+      if (!done.is_ok()) {
+        ++step_errors_;
+        std::fprintf(stderr, "trainerd: %s %s: %s\n", name.c_str(), task.id.c_str(), done.status().to_string().c_str());
+      } else if (*done) {
+        ++stepped;
+      }
+    }
+  }
+  return stepped;
+}
+
+Result<bool> TaskKernel::step_task(TaskKind& kind, const store::TaskRow& task, double now) {
+  bool held = true;
+  Status st = store_.transaction([&]() -> Status {
+    int64_t fence = task.fence;
+    if (task.owner != opt_.owner || task.lease_until - now < opt_.lease_seconds / 2) {
+      TRAINER_ASSIGN_OR_RETURN(std::optional<store::TaskLease> lease,
+                               store_.acquire_task_lease(task.kind, task.id, opt_.owner, now, opt_.lease_seconds));
+      if (!lease) {
+        held = false;  // another replica's lease still runs: its task, not ours
+        return Status::ok();
+      }
+      fence = lease->fence;
+    } else {
+      TRAINER_RETURN_IF_ERROR(store_.check_task_lease(task.kind, task.id, opt_.owner, fence));
+    }
+    Step step(*this, task, now);
+    in_step_ = true;
+    Status stepped = kind.step(step);
+    in_step_ = false;
+    TRAINER_RETURN_IF_ERROR(stepped);
+    // The step may have moved the task (move()); what is stored now decides when it is next due.
+    TRAINER_ASSIGN_OR_RETURN(std::optional<store::TaskRow> after, store_.get_task(task.kind, task.id));
+    if (!after) return internal_error("the task vanished during its step");
+    double due = step.requested_due().value_or(due_after(kind.table(), after->phase));
+    if (after->terminal) due = store::kNeverDue;
+    if (due == after->due_at) return Status::ok();
+    after->due_at = due;
+    return store_.update_task(*after, fence);
+  });
+  if (!st.is_ok()) {
+    kill_reason_.clear();  // rolled back: nothing was entered
+    return st;
+  }
+  if (!kill_reason_.empty()) {
+    std::fprintf(stderr, "trainerd: test hook: killed after %s (TRAINER_TEST_KILL_AFTER)\n", kill_reason_.c_str());
+    std::fflush(stderr);
+    std::raise(SIGKILL);
+  }
+  return held;
+}
+
+void Step::launch(WorkFn work) {
+  const std::string key = TaskKernel::work_key(task_);
+  std::lock_guard<std::mutex> lock(kernel_.work_mu_);
+  if (kernel_.work_stopped_ || kernel_.work_.count(key)) return;
+  auto w = std::make_unique<TaskKernel::Work>();
+  TaskKernel::Work* slot = w.get();
+  TaskKernel* kernel = &kernel_;
+  w->thread = std::thread([kernel, slot, work = std::move(work)] {
+    std::optional<Result<nlohmann::json>> outcome;
+    try {
+      outcome = work();
+    } catch (const std::exception& e) {  // nothing escapes the thread: the outcome says what happened
+      outcome = Result<nlohmann::json>(internal_error(std::string("the work threw: ") + e.what()));
+    }
+    {
+      std::lock_guard<std::mutex> done(kernel->work_mu_);
+      slot->outcome = std::move(outcome);
+      slot->done = true;
+    }
+    kernel->wake();
+  });
+  kernel_.work_[key] = std::move(w);
+}
+
+bool Step::working() const {
+  std::lock_guard<std::mutex> lock(kernel_.work_mu_);
+  auto it = kernel_.work_.find(TaskKernel::work_key(task_));
+  return it != kernel_.work_.end() && !it->second->done;
+}
+
+std::optional<Result<nlohmann::json>> Step::take_outcome() {
+  std::unique_ptr<TaskKernel::Work> w;
+  {
+    std::lock_guard<std::mutex> lock(kernel_.work_mu_);
+    auto it = kernel_.work_.find(TaskKernel::work_key(task_));
+    if (it == kernel_.work_.end() || !it->second->done) return std::nullopt;
+    w = std::move(it->second);
+    kernel_.work_.erase(it);
+  }
+  w->thread.join();  // it has ended: only its last instructions remain
+  return std::move(w->outcome);
+}
+
+void TaskKernel::stop_work() {
+  std::map<std::string, std::unique_ptr<Work>> running;
+  {
+    std::lock_guard<std::mutex> lock(work_mu_);
+    work_stopped_ = true;
+    running.swap(work_);
+  }
+  for (auto& [key, w] : running) {
+    if (w->thread.joinable()) w->thread.join();
+  }
+}
+
+TaskKernel::~TaskKernel() { stop_work(); }
+
+void TaskKernel::wake() {
+  {
+    std::lock_guard<std::mutex> lock(wake_mu_);
+    woken_ = true;
+  }
+  wake_cv_.notify_all();
+}
+
+void TaskKernel::wait(std::chrono::milliseconds tick) {
+  std::unique_lock<std::mutex> lock(wake_mu_);
+  wake_cv_.wait_for(lock, tick, [&] { return woken_; });
+  woken_ = false;
+}
+
+}  // namespace trainer::tasks

@@ -1,0 +1,215 @@
+// The task kernel on a real SQLite store: due tasks stepped under leases, phase changes checked
+// against the table, idle and terminal phases left alone, a failed step's writes rolled back, and
+// two replicas on one database never stepping the same task.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+
+#include "service/tasks/task_kernel.h"
+
+namespace trainer::tasks {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A toy kind: A -> B -> DONE, B may park (idle) and be woken back to B by a request.
+class ToyKind final : public TaskKind {
+ public:
+  explicit ToyKind(TaskKernel* kernel)
+      : kernel_(kernel),
+        table_(*PhaseTable::make("toy", {{"A"}, {"B"}, {"PARKED", false, false, true}, {"DONE", true}},
+                                 {{"A", {"B", "DONE"}}, {"B", {"PARKED", "DONE"}}, {"PARKED", {"B"}}})) {}
+  const PhaseTable& table() const override { return table_; }
+  Status step(Step& step) override {
+    const std::string& id = step.task().id;
+    ++steps[id];
+    if (on_step) return on_step(step);
+    if (step.task().phase == "A") return kernel_->move("toy", id, "B");
+    return Status::ok();
+  }
+  std::map<std::string, int> steps;
+  std::function<Status(Step&)> on_step;
+
+ private:
+  TaskKernel* kernel_;
+  PhaseTable table_;
+};
+
+class TaskKernelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("kernel-test-" + std::to_string(::getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    clock_ = std::make_shared<ManualClock>(1000.0);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::unique_ptr<store::Store> open() {
+    auto s = store::open_sqlite_store((dir_ / "state.db").string());
+    EXPECT_TRUE(s.is_ok()) << s.status().to_string();
+    return std::move(*s);
+  }
+
+  fs::path dir_;
+  std::shared_ptr<ManualClock> clock_;
+};
+
+TEST_F(TaskKernelTest, ADueTaskIsSteppedUntilItEndsAndNeverAfter) {
+  auto store = open();
+  TaskKernel kernel(*store, clock_, KernelOptions{});
+  ToyKind kind(&kernel);
+  kernel.add_kind(kind);
+  ASSERT_TRUE(store->transaction([&] { return kernel.create("toy", "t1", "A"); }).is_ok());
+  EXPECT_EQ(kernel.drive_once(), 1);
+  EXPECT_EQ((*store->get_task("toy", "t1"))->phase, "B");
+  EXPECT_EQ(kernel.drive_once(), 1) << "B wants a step every pass";
+  ASSERT_TRUE(store->transaction([&] { return kernel.move("toy", "t1", "DONE"); }).is_ok());
+  EXPECT_EQ(kernel.drive_once(), 0);
+  EXPECT_EQ(kind.steps["t1"], 2);
+  EXPECT_TRUE((*store->get_task("toy", "t1"))->terminal);
+}
+
+TEST_F(TaskKernelTest, AnIdlePhaseWaitsForAMoveAndAStepMayAskForALaterStep) {
+  auto store = open();
+  TaskKernel kernel(*store, clock_, KernelOptions{});
+  ToyKind kind(&kernel);
+  kernel.add_kind(kind);
+  ASSERT_TRUE(store->transaction([&] {
+                     TRAINER_RETURN_IF_ERROR(kernel.create("toy", "t1", "B"));
+                     return kernel.move("toy", "t1", "PARKED");
+                   })
+                  .is_ok());
+  EXPECT_EQ(kernel.drive_once(), 0) << "a parked task is not due";
+  ASSERT_TRUE(store->transaction([&] { return kernel.move("toy", "t1", "B"); }).is_ok());
+  kind.on_step = [&](Step& s) {
+    s.due_at(s.now() + 60);
+    return Status::ok();
+  };
+  EXPECT_EQ(kernel.drive_once(), 1);
+  EXPECT_EQ(kernel.drive_once(), 0) << "it asked for its next step a minute later";
+  clock_->advance(std::chrono::seconds(61));
+  EXPECT_EQ(kernel.drive_once(), 1);
+}
+
+TEST_F(TaskKernelTest, AMoveTheTableDoesNotAllowIsRefusedAndChangesNothing) {
+  auto store = open();
+  TaskKernel kernel(*store, clock_, KernelOptions{});
+  ToyKind kind(&kernel);
+  kernel.add_kind(kind);
+  ASSERT_TRUE(store->transaction([&] { return kernel.create("toy", "t1", "A"); }).is_ok());
+  Status st = store->transaction([&] { return kernel.move("toy", "t1", "PARKED"); });
+  EXPECT_EQ(st.code(), StatusCode::kInternal);
+  EXPECT_NE(st.message().find("a toy cannot move from A to PARKED"), std::string::npos) << st.message();
+  EXPECT_EQ((*store->get_task("toy", "t1"))->phase, "A");
+}
+
+TEST_F(TaskKernelTest, AFailedStepRollsBackItsWritesAndTheTaskStaysDue) {
+  auto store = open();
+  TaskKernel kernel(*store, clock_, KernelOptions{});
+  ToyKind kind(&kernel);
+  kernel.add_kind(kind);
+  ASSERT_TRUE(store->transaction([&] { return kernel.create("toy", "t1", "A"); }).is_ok());
+  kind.on_step = [&](Step& s) -> Status {
+    TRAINER_RETURN_IF_ERROR(kernel.move("toy", s.task().id, "B"));
+    TRAINER_RETURN_IF_ERROR(store->put_base_model({{"name", "written-by-the-step"}}));
+    return unavailable("the backend did not answer");
+  };
+  EXPECT_EQ(kernel.drive_once(), 0);
+  EXPECT_EQ(kernel.step_errors(), 1);
+  EXPECT_EQ((*store->get_task("toy", "t1"))->phase, "A") << "the move was rolled back";
+  EXPECT_TRUE(store->list_base_models()->empty()) << "and so was the step's own write";
+  kind.on_step = nullptr;
+  EXPECT_EQ(kernel.drive_once(), 1) << "it is stepped again on the next pass";
+  EXPECT_EQ((*store->get_task("toy", "t1"))->phase, "B");
+}
+
+TEST_F(TaskKernelTest, TwoReplicasOnOneDatabaseNeverStepTheSameTaskAndTheSecondTakesOverOnceTheLeaseRunsOut) {
+  auto store_a = open();
+  auto store_b = open();
+  TaskKernel a(*store_a, clock_, KernelOptions{"replica-a", 30});
+  TaskKernel b(*store_b, clock_, KernelOptions{"replica-b", 30});
+  ToyKind kind_a(&a);
+  ToyKind kind_b(&b);
+  a.add_kind(kind_a);
+  b.add_kind(kind_b);
+  ASSERT_TRUE(store_a->transaction([&] { return a.create("toy", "t1", "B"); }).is_ok());
+  for (int pass = 0; pass < 3; ++pass) {
+    a.drive_once();
+    b.drive_once();
+    clock_->advance(std::chrono::seconds(10));  // a renews its lease at half-time
+  }
+  EXPECT_EQ(kind_a.steps["t1"], 3);
+  EXPECT_EQ(kind_b.steps["t1"], 0);
+  const int64_t fence_a = (*store_a->get_task("toy", "t1"))->fence;
+  clock_->advance(std::chrono::seconds(31));  // replica-a stalls past its lease
+  EXPECT_EQ(b.drive_once(), 1);
+  auto now = *store_b->get_task("toy", "t1");
+  EXPECT_EQ(now->owner, "replica-b");
+  EXPECT_EQ(now->fence, fence_a + 1);
+  EXPECT_EQ(a.drive_once(), 0) << "replica-a finds the task under replica-b's lease";
+  Status stale = store_a->check_task_lease("toy", "t1", "replica-a", fence_a);
+  EXPECT_EQ(stale.code(), StatusCode::kFailedPrecondition) << "its writes under the old fence are refused";
+}
+
+TEST_F(TaskKernelTest, LongWorkRunsOffTheDriverAndItsOutcomeIsTakenByALaterStepOnce) {
+  auto store = open();
+  TaskKernel kernel(*store, clock_, KernelOptions{});
+  ToyKind kind(&kernel);
+  kernel.add_kind(kind);
+  ASSERT_TRUE(store->transaction([&] { return kernel.create("toy", "t1", "B"); }).is_ok());
+  std::mutex gate;
+  gate.lock();  // the work waits on it: the driver must not
+  int launched = 0;
+  std::optional<Result<nlohmann::json>> seen;
+  kind.on_step = [&](Step& s) -> Status {
+    if (auto outcome = s.take_outcome()) {
+      seen = std::move(outcome);
+      return kernel.move("toy", s.task().id, "DONE");
+    }
+    if (!s.working()) {
+      ++launched;
+      s.launch([&]() -> Result<nlohmann::json> {
+        std::lock_guard<std::mutex> wait(gate);
+        return nlohmann::json{{"copied", 3}};
+      });
+    }
+    return Status::ok();
+  };
+  EXPECT_EQ(kernel.drive_once(), 1);
+  EXPECT_EQ(kernel.drive_once(), 1) << "the driver goes on while the work runs";
+  EXPECT_EQ(launched, 1) << "a step that finds its work running does not launch it again";
+  gate.unlock();
+  for (int i = 0; i < 200 && !seen; ++i) {
+    kernel.wait(std::chrono::milliseconds(50));  // the work's end wakes the driver
+    kernel.drive_once();
+  }
+  ASSERT_TRUE(seen.has_value());
+  ASSERT_TRUE(seen->is_ok());
+  EXPECT_EQ((**seen)["copied"], 3);
+  EXPECT_TRUE((*store->get_task("toy", "t1"))->terminal);
+}
+
+TEST_F(TaskKernelTest, ARestartedReplicaOfTheSameNameStepsItsTasksAtOnce) {
+  auto store = open();
+  {
+    TaskKernel before(*store, clock_, KernelOptions{});
+    ToyKind kind(&before);
+    before.add_kind(kind);
+    ASSERT_TRUE(store->transaction([&] { return before.create("toy", "t1", "B"); }).is_ok());
+    EXPECT_EQ(before.drive_once(), 1);
+  }
+  TaskKernel after(*store, clock_, KernelOptions{});
+  ToyKind kind(&after);
+  after.add_kind(kind);
+  EXPECT_EQ(after.drive_once(), 1) << "its own lease is renewed, not waited out";
+}
+
+}  // namespace
+}  // namespace trainer::tasks
