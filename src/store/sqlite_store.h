@@ -1,0 +1,158 @@
+// The SQLite Store's class (internal to src/store): one connection, WAL, synchronous=FULL, a
+// migrations table. Its methods live in sqlite_store.cpp (opening, transactions, base models,
+// datasets, workloads, runs and their events and metrics, claims), sqlite_catalog.cpp (snapshots,
+// the model registry, evaluations, comparisons, bundles, lineage) and sqlite_tasks.cpp (the task
+// table and the change counter, as free functions on the connection).
+#pragma once
+
+#include <sqlite3.h>
+
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "store/sqlite_support.h"
+#include "store/store.h"
+
+namespace trainer::store::sqlite {
+
+class SqliteStore final : public Store {
+ public:
+  explicit SqliteStore(sqlite3* db) : db_(db) {}
+  ~SqliteStore() override { sqlite3_close(db_); }
+
+  Status init();
+
+  int schema_version() const override;
+  Result<uint64_t> change_count() override;
+
+  Status transaction(const std::function<Status()>& body) override;
+
+  // ---- base models
+  Status put_base_model(const json& doc) override;
+  Result<std::vector<json>> list_base_models() override;
+
+  // ---- datasets
+  Result<bool> insert_dataset(const json& doc) override;
+  Result<std::optional<json>> get_dataset(const std::string& hash) override;
+  Result<std::vector<json>> datasets_with_prefix(const std::string& prefix) override;
+  Result<std::vector<json>> list_datasets() override;
+  Status set_alias(const std::string& name, const std::string& hash) override;
+  Result<std::optional<std::string>> get_alias(const std::string& name) override;
+  Result<std::vector<std::string>> aliases_of(const std::string& hash) override;
+
+  // ---- workloads
+  Status insert_workload(const json& doc) override;
+  Status update_workload(const json& doc) override;
+  Result<std::optional<json>> get_workload(const std::string& id) override;
+  Result<std::optional<json>> workload_by_name(const std::string& name) override;
+  Result<std::vector<json>> list_workloads() override;
+
+  // ---- runs
+  Status insert_run(const json& doc) override;
+  Status update_run(const json& doc) override;
+  Result<std::optional<json>> get_run(const std::string& id) override;
+  Result<std::optional<RunRow>> get_run_row(const std::string& id) override;
+  Result<std::vector<std::string>> run_ids_with_prefix(const std::string& prefix, int limit) override;
+  Result<std::optional<json>> run_by_submission(const std::string& submission_id) override;
+  Result<RunPage> list_runs(const RunFilter& f) override;
+  Result<RunRowPage> list_run_rows(const RunFilter& f) override;
+
+  // ---- run events
+  Result<int64_t> append_run_event(const std::string& run_id, const json& event) override;
+  Result<std::vector<json>> run_events(const std::string& run_id, int64_t after, int64_t limit) override;
+
+  // ---- step metrics
+  Status put_step_metrics(const std::string& run_id, int64_t step, const json& doc) override;
+  Result<std::vector<json>> step_metrics(const std::string& run_id, int64_t limit) override;
+
+  // ---- claims
+  Status insert_claim(ClaimRow& c) override;
+  Status update_claim(const ClaimRow& c) override;
+  Status delete_claim(const std::string& owner) override;
+  Result<std::vector<ClaimRow>> list_claims() override;
+
+  // ---- snapshots
+  Status insert_snapshot(const json& doc) override;
+  Status update_snapshot(const json& doc) override;
+  Result<std::optional<json>> get_snapshot(const std::string& id) override;
+  Result<std::vector<std::string>> snapshot_ids_with_prefix(const std::string& prefix, int limit) override;
+  Result<SnapshotPage> list_snapshots(const std::string& run_id, const std::string& state, int64_t limit,
+                                      int64_t offset) override;
+
+  // ---- the model registry
+  Status insert_trained_model(const json& doc) override;
+  Status update_trained_model(const json& doc) override;
+  Result<std::optional<json>> get_trained_model(const std::string& id) override;
+  Result<std::vector<std::string>> trained_model_ids_with_prefix(const std::string& prefix, int limit) override;
+  Result<std::vector<json>> list_trained_models(const std::string& workload_id, const std::string& base_model,
+                                                const std::vector<std::string>& statuses) override;
+
+  // ---- evaluations
+  Status put_evaluation(const json& doc) override;
+  Result<std::optional<json>> get_evaluation(const std::string& id) override;
+  Result<std::vector<std::string>> evaluation_ids_with_prefix(const std::string& prefix, int limit) override;
+  Result<std::vector<json>> list_evaluations(const std::vector<std::string>& phases) override;
+
+  // ---- scoring bundles
+  Status insert_bundle_version(const json& doc) override;
+  Result<std::vector<json>> list_bundle_versions() override;
+
+  // ---- comparisons
+  Status insert_comparison(const json& doc) override;
+  Status update_comparison(const json& doc) override;
+  Result<std::optional<json>> get_comparison(const std::string& id) override;
+  Result<std::vector<std::string>> comparison_ids_with_prefix(const std::string& prefix, int limit) override;
+  Result<ComparisonPage> list_comparisons(const std::string& source_snapshot, const std::vector<std::string>& phases,
+                                          int64_t limit, int64_t offset) override;
+
+  // ---- lineage
+  Status insert_child(const std::string& run_id, const std::string& parent_id) override;
+  Result<ChildPage> run_children(const std::string& parent_id, int64_t limit, int64_t offset) override;
+
+  // ---- tasks (sqlite_tasks.cpp)
+  Status insert_task(const TaskRow& row) override;
+  Result<std::optional<TaskRow>> get_task(const std::string& kind, const std::string& id) override;
+  Result<std::vector<TaskRow>> due_tasks(const std::string& kind, double now, int64_t limit) override;
+  Result<double> next_due() override;
+  Result<std::optional<TaskLease>> acquire_task_lease(const std::string& kind, const std::string& id,
+                                                     const std::string& owner, double now, double seconds) override;
+  Status check_task_lease(const std::string& kind, const std::string& id, const std::string& owner,
+                          int64_t fence) override;
+  Status update_task(const TaskRow& row, int64_t fence) override;
+  Status update_task_if_version(const TaskRow& row, int64_t version) override;
+  Status release_task_lease(const std::string& kind, const std::string& id, const std::string& owner) override;
+
+ private:
+  Status exec(const char* sql);
+  Status write(const char* sql, const std::vector<std::string>& args);
+  // `f()` with mu_ held.
+  template <typename F>
+  auto locked(F&& f) {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    return f();
+  }
+  // The indexed columns of a registry or comparison document, then the document's text.
+  static std::vector<std::string> trained_model_columns(const json& doc);
+  static std::vector<std::string> comparison_columns(const json& doc);
+
+  // The ids of `table` that start with `prefix`, in order, at most `limit` (`what` names them in
+  // an error). A range on the key, so the primary key's index serves it.
+  Result<std::vector<std::string>> ids_with_prefix(const char* table, const std::string& prefix, int limit,
+                                                   const char* what);
+  // " AND column IN (?N, ...)" for `values`, numbered after the arguments already in `args`, to
+  // which they are added; "" when there are none.
+  static std::string in_list(const char* column, const std::vector<std::string>& values, std::vector<std::string>* args);
+
+  Result<std::vector<json>> docs(const char* sql, const std::vector<std::string>& args);
+  Result<std::optional<json>> one(const char* sql, const std::vector<std::string>& args);
+
+  sqlite3* db_;  // owned; guarded by mu_
+  std::recursive_mutex mu_;
+  int depth_ = 0;    // transaction nesting; guarded by mu_
+  int version_ = 0;  // constant after init()
+};
+
+}  // namespace trainer::store::sqlite
