@@ -1,4 +1,4 @@
-// Compute backends: where training jobs run (local processes now; Slurm and Ray later).
+// Compute backends: where training jobs run: local processes, Slurm batch jobs or Ray jobs.
 //
 // The service asks a backend to start one job per run attempt, to report whether it still
 // runs, to stop it, and to say what devices the cluster holds. A job is identified by a

@@ -1,5 +1,5 @@
-// Running a short command (sbatch, squeue, a trainer-job tool) and collecting what it printed:
-// the one place the cluster backends start processes. Internal to src/backend.
+// Running a short command (sbatch, squeue, a trainer-job tool) and collecting what it printed,
+// over the process seam (common/subprocess.h). Internal to src/backend.
 #pragma once
 
 #include <string>
@@ -21,6 +21,12 @@ struct CommandResult {
 // unavailable when it cannot be started or runs past `timeout_s` (it is then killed).
 Result<CommandResult> run_command(const std::vector<std::string>& argv,
                                   const std::vector<std::pair<std::string, std::string>>& env, int timeout_s);
+
+// Backend::run_tool of every backend: `job_binary` with `args`, run beside trainerd (tools read
+// files trainerd holds and run for seconds: they are not jobs). Its standard output; unavailable
+// when it cannot be started or runs past `timeout_s`, failed_precondition with its standard
+// error when it exits non-zero.
+Result<std::string> run_tool(const std::string& job_binary, const std::vector<std::string>& args, int timeout_s);
 
 // `s` quoted for a POSIX shell ('...' with embedded quotes escaped).
 std::string shell_quote(const std::string& s);

@@ -17,7 +17,9 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/command.h"
 #include "common/json_parse.h"
+#include "common/subprocess.h"
 
 namespace trainer::backend {
 namespace {
@@ -107,55 +109,27 @@ class LocalBackend final : public Backend {
     if (log_fd < 0) {
       return internal_error("local backend: cannot open job log " + spec.log_path + ": " + std::strerror(errno));
     }
-    std::vector<std::string> args = {options_.job_binary, "run",      "--plan",   spec.plan_path,
-                                     "--output",          spec.output_dir, "--events", spec.events_path};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    // The environment is built before fork: the child only calls async-signal-safe functions.
     // The job sees exactly the devices its claim was granted (none for a CPU run).
-    auto contract = job_environment(spec);
-    contract.emplace_back("CUDA_VISIBLE_DEVICES", spec.gpus > 0 ? device_list(spec.device_ids) : "");
-    std::vector<std::string> env_strings;
-    for (const auto& [k, v] : contract) env_strings.push_back(k + "=" + v);
-    std::vector<char*> envp;
-    for (char** e = environ; e && *e; ++e) {
-      std::string_view entry(*e);
-      bool overridden = false;
-      for (const auto& [k, v] : contract) {
-        if (entry.size() > k.size() && entry.compare(0, k.size(), k) == 0 && entry[k.size()] == '=') overridden = true;
-      }
-      if (!overridden) envp.push_back(*e);
-    }
-    for (auto& e : env_strings) envp.push_back(e.data());
-    envp.push_back(nullptr);
-
-    pid_t pid = ::fork();
-    if (pid < 0) {
-      int err = errno;
-      ::close(log_fd);
-      return unavailable(std::string("local backend: fork failed: ") + std::strerror(err));
-    }
-    if (pid == 0) {
-      // Child: its own session, so a signal to trainerd's group does not reach it and a
-      // restarted trainerd can still stop it by pid.
-      ::setsid();
-      int devnull = ::open("/dev/null", O_RDONLY);
-      if (devnull >= 0) ::dup2(devnull, 0);
-      ::dup2(log_fd, 1);
-      ::dup2(log_fd, 2);
-      ::close_range(3, ~0U, 0);  // the job inherits none of trainerd's sockets or files
-      sigset_t none;
-      sigemptyset(&none);
-      ::sigprocmask(SIG_SETMASK, &none, nullptr);
-      ::signal(SIGPIPE, SIG_DFL);
-      ::execve(argv[0], argv.data(), envp.data());
-      _exit(127);
-    }
+    SpawnOptions options;
+    options.argv = {options_.job_binary, "run",           "--plan",   spec.plan_path,
+                    "--output",          spec.output_dir, "--events", spec.events_path};
+    options.env = job_environment(spec);
+    options.env.emplace_back("CUDA_VISIBLE_DEVICES", spec.gpus > 0 ? device_list(spec.device_ids) : "");
+    options.stdin_stream = ChildStream::null();
+    options.stdout_stream = ChildStream::to(log_fd);
+    options.stderr_stream = ChildStream::to(log_fd);
+    // Its own session, so a signal to trainerd's group does not reach it and a restarted
+    // trainerd can still stop it by pid.
+    options.group = ChildGroup::kNewSession;
+    options.close_other_fds = true;  // the job inherits none of trainerd's sockets or files
+    options.unblock_signals = true;
+    options.restore_sigpipe = true;
+    Result<pid_t> pid = spawn(options);
     ::close(log_fd);
+    if (!pid.is_ok()) return Status(pid.status().code(), "local backend: " + pid.status().message());
     LocalHandle h;
-    h.pid = pid;
-    auto st = read_proc_stat(pid);
+    h.pid = *pid;
+    auto st = read_proc_stat(*pid);
     h.start_time = st ? st->start_time : 0;
     return encode(h);
   }
@@ -216,65 +190,7 @@ class LocalBackend final : public Backend {
   }
 
   Result<std::string> run_tool(const std::vector<std::string>& args, int timeout_s) override {
-    char out_tpl[] = "/tmp/trainerd-tool-out-XXXXXX";
-    char err_tpl[] = "/tmp/trainerd-tool-err-XXXXXX";
-    int out_fd = ::mkstemp(out_tpl);
-    int err_fd = ::mkstemp(err_tpl);
-    if (out_fd < 0 || err_fd < 0) {
-      if (out_fd >= 0) ::close(out_fd);
-      if (err_fd >= 0) ::close(err_fd);
-      return internal_error(std::string("local backend: cannot create a temporary file: ") + std::strerror(errno));
-    }
-    std::vector<std::string> all = {options_.job_binary};
-    all.insert(all.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : all) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      ::setsid();
-      int devnull = ::open("/dev/null", O_RDONLY);
-      if (devnull >= 0) ::dup2(devnull, 0);
-      ::dup2(out_fd, 1);
-      ::dup2(err_fd, 2);
-      ::close_range(3, ~0U, 0);
-      ::execv(argv[0], argv.data());
-      _exit(127);
-    }
-    ::close(out_fd);
-    ::close(err_fd);
-    auto slurp = [](const char* path) {
-      std::ifstream in(path, std::ios::binary);
-      std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      ::unlink(path);
-      return s;
-    };
-    if (pid < 0) {
-      slurp(out_tpl);
-      slurp(err_tpl);
-      return unavailable(std::string("local backend: fork failed: ") + std::strerror(errno));
-    }
-    int wstatus = 0;
-    bool timed_out = true;
-    for (int i = 0; i < timeout_s * 20; ++i) {
-      if (::waitpid(pid, &wstatus, WNOHANG) == pid) {
-        timed_out = false;
-        break;
-      }
-      ::usleep(50000);
-    }
-    if (timed_out) {
-      ::kill(-pid, SIGKILL);
-      ::waitpid(pid, &wstatus, 0);
-    }
-    std::string out = slurp(out_tpl);
-    std::string err = slurp(err_tpl);
-    if (timed_out) return unavailable("trainer-job " + args[0] + " ran past " + std::to_string(timeout_s) + "s");
-    if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
-      while (!err.empty() && (err.back() == '\n' || err.back() == ' ')) err.pop_back();
-      return failed_precondition("trainer-job " + args[0] + " failed: " + (err.empty() ? "no message" : err));
-    }
-    return out;
+    return backend::run_tool(options_.job_binary, args, timeout_s);
   }
 
   std::map<std::string, int> observed_devices() override {

@@ -215,16 +215,7 @@ class SlurmBackend final : public Backend {
   }
 
   Result<std::string> run_tool(const std::vector<std::string>& args, int timeout_s) override {
-    // Tools read files trainerd holds and run for seconds: they run beside trainerd, not as jobs.
-    std::vector<std::string> argv = {job_binary_};
-    argv.insert(argv.end(), args.begin(), args.end());
-    auto r = run_command(argv, {}, timeout_s);
-    if (!r.is_ok()) return unavailable("trainer-job " + args[0] + ": " + r.status().message());
-    if (r->exit_code != 0) {
-      std::string err = trim(r->err);
-      return failed_precondition("trainer-job " + args[0] + " failed: " + (err.empty() ? "no message" : err));
-    }
-    return r->out;
+    return backend::run_tool(job_binary_, args, timeout_s);
   }
 
   std::map<std::string, int> observed_devices() override {

@@ -1,9 +1,12 @@
-// A child process over a socket pair (declared in common/subprocess.h). A socket rather than
-// pipes so that writing to a child that died is an error (MSG_NOSIGNAL), never SIGPIPE.
+// The process seam (declared in common/subprocess.h): spawn(), the one fork() of the project;
+// run_captured() over it; and Subprocess, a child over a socket pair. A socket rather than pipes
+// so that writing to a child that died is an error (MSG_NOSIGNAL), never SIGPIPE.
 #include "common/subprocess.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,10 +14,224 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <string_view>
+#include <thread>
 
 extern char** environ;
 
 namespace trainer {
+namespace {
+
+// How often run_captured looks whether its child ended.
+constexpr std::chrono::milliseconds kWaitPollInterval{5};
+
+// What the child does between fork and exec, all of it prepared before the fork: the child only
+// reads this and makes async-signal-safe calls.
+struct ChildPlan {
+  char* const* argv = nullptr;
+  char* const* envp = nullptr;
+  bool search_path = false;
+  const char* working_dir = nullptr;  // nullptr = stay
+  int sources[3] = {-1, -1, -1};      // what becomes stdin, stdout, stderr; -1 = inherited
+  ChildGroup group = ChildGroup::kInherit;
+  bool close_other_fds = false, unblock_signals = false, restore_sigpipe = false, die_with_parent = false;
+  pid_t parent = 0;
+  const char* note = nullptr;  // written to stderr when exec fails
+  size_t note_size = 0;
+};
+
+[[noreturn]] void exec_child(const ChildPlan& p) {
+  if (p.group == ChildGroup::kNewSession) ::setsid();
+  if (p.group == ChildGroup::kNewGroup) ::setpgid(0, 0);
+  if (p.die_with_parent) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != p.parent) ::_exit(1);  // the parent died before the line above took effect
+  }
+  for (int target = 0; target < 3; ++target) {
+    const int source = p.sources[target];
+    if (source < 0) continue;
+    if (source != target) {
+      ::dup2(source, target);  // the copy does not inherit O_CLOEXEC
+    } else {
+      const int flags = ::fcntl(source, F_GETFD);
+      if (flags >= 0) ::fcntl(source, F_SETFD, flags & ~FD_CLOEXEC);
+    }
+  }
+  const bool moved = p.working_dir == nullptr || ::chdir(p.working_dir) == 0;
+  if (p.close_other_fds) ::close_range(3, ~0U, 0);
+  if (p.unblock_signals) {
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  }
+  if (p.restore_sigpipe) ::signal(SIGPIPE, SIG_DFL);
+  if (moved) {
+    if (p.search_path) {
+      ::execvpe(p.argv[0], p.argv, p.envp);
+    } else {
+      ::execve(p.argv[0], p.argv, p.envp);
+    }
+  }
+  if (p.note_size > 0) {
+    [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, p.note, p.note_size);
+  }
+  ::_exit(127);
+}
+
+bool replaced(std::string_view entry, const std::vector<std::pair<std::string, std::string>>& env) {
+  for (const auto& [k, v] : env) {
+    if (entry.size() > k.size() && entry.compare(0, k.size(), k) == 0 && entry[k.size()] == '=') return true;
+  }
+  return false;
+}
+
+std::vector<char*> pointers(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  for (auto& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+// A temporary file that is unlinked as soon as it is made: only its descriptor names it, so
+// nothing is left behind whatever happens. Closed on destruction.
+class AnonymousFile {
+ public:
+  AnonymousFile() = default;
+  AnonymousFile(const AnonymousFile&) = delete;
+  AnonymousFile& operator=(const AnonymousFile&) = delete;
+  ~AnonymousFile() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  [[nodiscard]] Status open() {
+    char path[] = "/tmp/trainer-capture-XXXXXX";
+    fd_ = ::mkostemp(path, O_CLOEXEC);
+    if (fd_ < 0) return internal_error(std::string("cannot create a temporary file: ") + std::strerror(errno));
+    ::unlink(path);
+    return Status::ok();
+  }
+
+  [[nodiscard]] Status write_all(const std::string& bytes) {
+    size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t n = ::pwrite(fd_, bytes.data() + done, bytes.size() - done, static_cast<off_t>(done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return internal_error(std::string("cannot write a temporary file: ") + std::strerror(errno));
+      done += static_cast<size_t>(n);
+    }
+    return Status::ok();
+  }
+
+  // Everything in the file, from its start.
+  std::string read_all() const {
+    std::string out;
+    char buf[65536];
+    for (;;) {
+      const ssize_t n = ::pread(fd_, buf, sizeof buf, static_cast<off_t>(out.size()));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return out;
+      out.append(buf, static_cast<size_t>(n));
+    }
+  }
+
+  int fd() const { return fd_; }
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace
+
+Result<pid_t> spawn(const SpawnOptions& options) {
+  if (options.argv.empty()) return Status(StatusCode::kInvalidArgument, "no program to start");
+  const std::string& program = options.argv[0];
+  std::vector<std::string> args = options.argv;
+  std::vector<std::string> env_strings;
+  if (!options.clear_env) {
+    for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+      if (!replaced(*e, options.env)) env_strings.emplace_back(*e);
+    }
+  }
+  for (const auto& [k, v] : options.env) env_strings.push_back(k + "=" + v);
+  std::vector<char*> argv = pointers(args), envp = pointers(env_strings);
+
+  const ChildStream* streams[3] = {&options.stdin_stream, &options.stdout_stream, &options.stderr_stream};
+  int null_fd = -1;
+  if (std::any_of(std::begin(streams), std::end(streams), [](const ChildStream* s) { return s->kind == ChildStream::Kind::kNull; })) {
+    null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (null_fd < 0) return internal_error("could not start " + program + ": /dev/null: " + std::strerror(errno));
+  }
+  ChildPlan plan;
+  plan.argv = argv.data();
+  plan.envp = envp.data();
+  plan.search_path = options.search_path;
+  plan.working_dir = options.working_dir.empty() ? nullptr : options.working_dir.c_str();
+  for (int i = 0; i < 3; ++i) {
+    if (streams[i]->kind == ChildStream::Kind::kNull) plan.sources[i] = null_fd;
+    if (streams[i]->kind == ChildStream::Kind::kFd) plan.sources[i] = streams[i]->fd;
+  }
+  plan.group = options.group;
+  plan.close_other_fds = options.close_other_fds;
+  plan.unblock_signals = options.unblock_signals;
+  plan.restore_sigpipe = options.restore_sigpipe;
+  plan.die_with_parent = options.die_with_parent;
+  plan.parent = ::getpid();
+  plan.note = options.exec_failure_note.data();
+  plan.note_size = options.exec_failure_note.size();
+
+  const pid_t pid = ::fork();
+  if (pid == 0) exec_child(plan);
+  const int fork_errno = errno;
+  if (null_fd >= 0) ::close(null_fd);
+  if (pid < 0) return Status(StatusCode::kUnavailable, "could not start " + program + ": fork: " + std::strerror(fork_errno));
+  // Also from here, so that kill(-pid) reaches the group even before the child ran.
+  if (options.group == ChildGroup::kNewGroup) ::setpgid(pid, pid);
+  return pid;
+}
+
+int exit_code_of(int wait_status) {
+  return WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : 128 + WTERMSIG(wait_status);
+}
+
+Result<CapturedRun> run_captured(SpawnOptions options, const CaptureOptions& capture) {
+  AnonymousFile in, out, err;
+  if (capture.input) {
+    TRAINER_RETURN_IF_ERROR(in.open());
+    TRAINER_RETURN_IF_ERROR(in.write_all(*capture.input));
+    options.stdin_stream = ChildStream::to(in.fd());
+  }
+  TRAINER_RETURN_IF_ERROR(out.open());
+  options.stdout_stream = ChildStream::to(out.fd());
+  if (capture.capture_stderr) {
+    TRAINER_RETURN_IF_ERROR(err.open());
+    options.stderr_stream = ChildStream::to(err.fd());
+  }
+  TRAINER_ASSIGN_OR_RETURN(const pid_t pid, spawn(options));
+
+  const auto deadline = std::chrono::steady_clock::now() + capture.timeout;
+  CapturedRun run;
+  int status = 0;
+  for (;;) {
+    const pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) break;
+    if (r < 0 && errno != EINTR) {
+      return internal_error("waiting for " + options.argv[0] + ": " + std::strerror(errno));
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      if (options.group != ChildGroup::kInherit) ::kill(-pid, SIGKILL);
+      ::kill(pid, SIGKILL);
+      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      run.timed_out = true;
+      break;
+    }
+    std::this_thread::sleep_for(kWaitPollInterval);
+  }
+  run.exit_code = exit_code_of(status);
+  run.out = out.read_all();
+  if (capture.capture_stderr) run.err = err.read_all();
+  return run;
+}
 
 Subprocess::~Subprocess() { kill(); }
 
@@ -26,41 +243,21 @@ Status Subprocess::start(const std::vector<std::string>& argv,
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
     return Status(StatusCode::kUnavailable, "could not start " + argv[0] + ": socketpair: " + std::strerror(errno));
   }
-  // Everything the child needs is built before fork: after it only async-signal-safe calls.
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string entry(*e);
-    bool overridden = false;
-    for (const auto& [k, v] : env) overridden = overridden || entry.rfind(k + "=", 0) == 0;
-    if (!overridden) env_strings.push_back(entry);
-  }
-  for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
-  std::vector<char*> envp, args;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> argv_copy = argv;
-  for (auto& a : argv_copy) args.push_back(a.data());
-  args.push_back(nullptr);
-
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    const int err = errno;
-    ::close(fds[0]);
-    ::close(fds[1]);
-    return Status(StatusCode::kUnavailable, "could not start " + argv[0] + ": fork: " + std::strerror(err));
-  }
-  if (pid == 0) {
-    ::setpgid(0, 0);  // its own group: kill() ends whatever it started too
-    ::dup2(fds[1], STDIN_FILENO);
-    ::dup2(fds[1], STDOUT_FILENO);
-    ::execvpe(args[0], args.data(), envp.data());
-    static const char kMsg[] = "subprocess: exec failed\n";
-    [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, kMsg, sizeof kMsg - 1);
-    ::_exit(127);
-  }
-  ::setpgid(pid, pid);  // also from here, so kill() works even before the child ran
+  SpawnOptions options;
+  options.argv = argv;
+  options.search_path = true;
+  options.env = env;
+  options.stdin_stream = ChildStream::to(fds[1]);
+  options.stdout_stream = ChildStream::to(fds[1]);
+  options.group = ChildGroup::kNewGroup;  // kill() ends whatever it started too
+  options.exec_failure_note = "subprocess: exec failed\n";
+  Result<pid_t> pid = spawn(options);
   ::close(fds[1]);
-  pid_ = pid;
+  if (!pid.is_ok()) {
+    ::close(fds[0]);
+    return pid.status();
+  }
+  pid_ = *pid;
   to_child_ = fds[0];
   from_child_ = fds[0];
   buffered_.clear();

@@ -183,4 +183,59 @@ struct DebugRlLossRequest {
 
 Status debug_rl_loss(const DebugRlLossRequest& request);
 
+// How a dataset measures under a model's tokenizer and chat template, for trainer-job's analyze
+// (a user chooses maxSeqLength before spending a GPU). Torch-free.
+struct DatasetMeasureRequest {
+  std::string model_dir;      // a model folder with tokenizer.json and tokenizer_config.json
+  std::string data_path;      // chat or prompt/completion JSONL, read as training reads it
+  int max_seq_length = 2048;  // rows are cut to this many tokens, as in training
+  std::function<void(int64_t done, int64_t total)> progress;  // after every row; may be empty
+};
+
+struct DatasetMeasure {
+  int64_t rows = 0;                        // rows read
+  int64_t min_tokens = 0, max_tokens = 0;  // a row's token length before cutting
+  double mean_tokens = 0;
+  int64_t p50 = 0, p90 = 0, p99 = 0;       // nearest-rank percentiles of the lengths before cutting
+  int64_t truncated = 0;                   // rows over max_seq_length (cut to it)
+  int64_t exact = 0;                       // rows exactly max_seq_length long
+  int64_t dropped = 0;                     // rows left with nothing to train once cut
+  int64_t tokens = 0;                      // the rows' lengths before cutting, summed
+  int64_t trained_tokens = 0;              // tokens the loss is taken on, after fitting
+};
+
+// Errors name the model folder, or the file, line and field of a bad row.
+Result<DatasetMeasure> measure_dataset(const DatasetMeasureRequest& request);
+
+namespace text {
+class Tokenizer;
+}
+
+// A model folder's tokenizer and chat template, for trainer-job's tokenize. Torch-free; cheap to
+// copy (copies share the tokenizer); every method may be called from any thread.
+class TextCodec {
+ public:
+  // A folder with tokenizer.json (and tokenizer_config.json for render_row).
+  static Result<TextCodec> load(const std::string& model_dir);
+
+  // The ids of `text`, with the special tokens the tokenizer adds when `add_special_tokens`
+  // (as transformers' tokenizer(text, add_special_tokens=...)).
+  Result<std::vector<int32_t>> encode(const std::string& text, bool add_special_tokens) const;
+  // The text of `ids`, special tokens written out.
+  Result<std::string> decode(const std::vector<int32_t>& ids) const;
+
+  // One dataset row as training renders, tokenizes and masks it.
+  struct RenderedRow {
+    std::string text;                // the decoded ids
+    std::vector<int32_t> input_ids;
+    std::vector<uint8_t> trained;    // 1 where the loss is taken; same size as input_ids
+  };
+  // `row_json` is one row, a JSON object on one line; errors are prefixed with "source:1: ".
+  Result<RenderedRow> render_row(const std::string& row_json, const std::string& source) const;
+
+ private:
+  explicit TextCodec(std::shared_ptr<const text::Tokenizer> tokenizer) : tokenizer_(std::move(tokenizer)) {}
+  std::shared_ptr<const text::Tokenizer> tokenizer_;  // never null
+};
+
 }  // namespace trainer::engine

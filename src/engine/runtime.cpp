@@ -4,11 +4,11 @@
 #include <ATen/Parallel.h>
 #include <torch/version.h>
 
+#include "common/files.h"
 #include "engine/engine.h"
 #include "engine/engine_internal.h"
 #include "engine/lora/lora.h"
 #include "engine/model/safetensors.h"
-#include "storage/storage.h"
 
 namespace trainer::engine {
 
@@ -88,7 +88,7 @@ Status debug_forward(const DebugForwardRequest& request) {
         out.push_back({"grad." + name, "F32", g.sizes().vec(), g.data_ptr(), static_cast<size_t>(g.nbytes())});
       }
     }
-    throw_if_error(storage::write_file_atomic(request.output_path, model::serialize_safetensors(out, {{"format", "pt"}})));
+    throw_if_error(write_file_atomic(request.output_path, model::serialize_safetensors(out, {{"format", "pt"}})));
   }, request.model_dir);
 }
 

@@ -8,8 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/data/dataset.h"
-#include "engine/text/tokenizer.h"
+#include "engine/engine.h"
 #include "job/commands.h"
 
 namespace trainer::job {
@@ -72,50 +71,46 @@ int cmd_analyze(int argc, char** argv) {
   if (model.empty()) return usage_error("--model DIR is required");
   if (data_path.empty()) return usage_error("--data FILE.jsonl is required");
 
-  auto tok = engine::text::Tokenizer::load(model);
-  if (!tok.is_ok()) return fail(tok.status().message());
-  engine::data::LoadOptions options;
-  options.max_seq_length = max_seq_length;
+  engine::DatasetMeasureRequest request;
+  request.model_dir = model;
+  request.data_path = data_path;
+  request.max_seq_length = max_seq_length;
   if (isatty(STDERR_FILENO)) {
-    options.progress = [](int64_t done, int64_t total) {
+    request.progress = [](int64_t done, int64_t total) {
       if (done % 1000 == 0 || done == total) std::fprintf(stderr, "\rtokenizing rows: %lld/%lld", (long long)done, (long long)total);
       if (done == total) std::fputc('\n', stderr);
     };
   }
-  auto ds = engine::data::load_dataset(data_path, *tok, options);
-  if (!ds.is_ok()) return fail(ds.status().message());
-
-  const auto stats = engine::data::length_stats(ds->lengths);
-  int64_t tokens = 0, trained = 0;
-  for (int64_t l : ds->lengths) tokens += l;
-  for (const auto& row : ds->rows) trained += row.trained_count();
+  auto measured = engine::measure_dataset(request);
+  if (!measured.is_ok()) return fail(measured.status().message());
+  const engine::DatasetMeasure& m = *measured;
 
   if (output == "json") {
     nlohmann::ordered_json out;
-    out["rows"] = stats.rows;
-    out["minTokens"] = stats.min_tokens;
-    out["maxTokens"] = stats.max_tokens;
-    out["meanTokens"] = stats.mean_tokens;
-    out["p50"] = stats.p50;
-    out["p90"] = stats.p90;
-    out["p99"] = stats.p99;
-    out["rowsOverMaxSeqLength"] = ds->fit.truncated;
-    out["rowsAtMaxSeqLength"] = ds->fit.exact;
-    out["rowsWithNothingToTrain"] = ds->fit.dropped;
+    out["rows"] = m.rows;
+    out["minTokens"] = m.min_tokens;
+    out["maxTokens"] = m.max_tokens;
+    out["meanTokens"] = m.mean_tokens;
+    out["p50"] = m.p50;
+    out["p90"] = m.p90;
+    out["p99"] = m.p99;
+    out["rowsOverMaxSeqLength"] = m.truncated;
+    out["rowsAtMaxSeqLength"] = m.exact;
+    out["rowsWithNothingToTrain"] = m.dropped;
     out["maxSeqLength"] = max_seq_length;
-    out["tokens"] = tokens;
-    out["trainedTokens"] = trained;
+    out["tokens"] = m.tokens;
+    out["trainedTokens"] = m.trained_tokens;
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
   }
   std::printf("dataset         %s\n", data_path.c_str());
-  std::printf("rows            %lld\n", (long long)stats.rows);
+  std::printf("rows            %lld\n", (long long)m.rows);
   std::printf("tokens per row  min %lld  p50 %lld  p90 %lld  p99 %lld  max %lld  mean %.1f\n",
-              (long long)stats.min_tokens, (long long)stats.p50, (long long)stats.p90, (long long)stats.p99,
-              (long long)stats.max_tokens, stats.mean_tokens);
+              (long long)m.min_tokens, (long long)m.p50, (long long)m.p90, (long long)m.p99,
+              (long long)m.max_tokens, m.mean_tokens);
   std::printf("maxSeqLength    %d: %lld rows over it (cut), %lld exactly at it, %lld left with nothing to train (dropped)\n",
-              max_seq_length, (long long)ds->fit.truncated, (long long)ds->fit.exact, (long long)ds->fit.dropped);
-  std::printf("trained tokens  %lld of %lld tokens after fitting\n", (long long)trained, (long long)tokens);
+              max_seq_length, (long long)m.truncated, (long long)m.exact, (long long)m.dropped);
+  std::printf("trained tokens  %lld of %lld tokens after fitting\n", (long long)m.trained_tokens, (long long)m.tokens);
   return 0;
 }
 

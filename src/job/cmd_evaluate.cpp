@@ -17,12 +17,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/files.h"
 #include "common/json_parse.h"
 #include "engine/engine.h"
 #include "job/args.h"
 #include "job/commands.h"
 #include "job/stop_signals.h"
-#include "storage/storage.h"
 
 namespace trainer::job {
 namespace {
@@ -162,8 +162,8 @@ int cmd_evaluate(int argc, char** argv) {
   json report = result->report;
   report["generationSeconds"] = result->generation_seconds;
   report["gradingSeconds"] = result->grading_seconds;
-  st = storage::write_file_atomic((dir / "rows.jsonl").string(), rows);
-  if (st.is_ok()) st = storage::write_file_atomic((dir / "report.json").string(), report.dump(2) + "\n");
+  st = write_file_atomic((dir / "rows.jsonl").string(), rows);
+  if (st.is_ok()) st = write_file_atomic((dir / "report.json").string(), report.dump(2) + "\n");
   if (!st.is_ok()) {
     std::fprintf(stderr, "trainer-job evaluate: --output %s: %s\n", dir.c_str(), st.message().c_str());
     return 1;

@@ -37,7 +37,6 @@
 #include "job/stop_signals.h"
 #include "plan/plan.h"
 #include "plan/plan_warnings.h"
-#include "storage/s3_storage.h"
 #include "storage/storage.h"
 
 namespace trainer::job {

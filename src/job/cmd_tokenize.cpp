@@ -8,8 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/data/dataset.h"
-#include "engine/text/tokenizer.h"
+#include "engine/engine.h"
 #include "job/commands.h"
 
 namespace trainer::job {
@@ -69,7 +68,7 @@ int cmd_tokenize(int argc, char** argv) {
   if (dir.empty()) return usage_error("--tokenizer DIR is required");
   if (modes > 1) return usage_error("--no-special, --chat and --decode exclude each other");
 
-  auto tok = engine::text::Tokenizer::load(dir);
+  auto tok = engine::TextCodec::load(dir);
   if (!tok.is_ok()) return fail(tok.status().message());
   const std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
 
@@ -88,7 +87,7 @@ int cmd_tokenize(int argc, char** argv) {
       } catch (const nlohmann::json::exception& e) {
         return fail(std::string("stdin: expected a JSON array of token ids: ") + e.what());
       }
-      auto text = tok->decode(ids, false);
+      auto text = tok->decode(ids);
       if (!text.is_ok()) return fail(text.status().message());
       std::printf("%s\n", dump(*text).c_str());
       return 0;
@@ -101,16 +100,12 @@ int cmd_tokenize(int argc, char** argv) {
       } catch (const nlohmann::json::parse_error& e) {
         return fail(std::string("stdin: not valid JSON: ") + e.what());
       }
-      auto examples = engine::data::parse_jsonl(row, "stdin");
-      if (!examples.is_ok()) return fail(examples.status().message());
-      auto tokenized = engine::data::tokenize_example(examples->front(), *tok, "stdin");
-      if (!tokenized.is_ok()) return fail(tokenized.status().message());
-      auto text = tok->decode(tokenized->input_ids, false);
-      if (!text.is_ok()) return fail(text.status().message());
+      auto rendered = tok->render_row(row, "stdin");
+      if (!rendered.is_ok()) return fail(rendered.status().message());
       nlohmann::ordered_json out;
-      out["text"] = *text;
-      out["input_ids"] = tokenized->input_ids;
-      out["trained"] = tokenized->trained;
+      out["text"] = rendered->text;
+      out["input_ids"] = rendered->input_ids;
+      out["trained"] = rendered->trained;
       std::printf("%s\n", dump(out).c_str());
       return 0;
     }

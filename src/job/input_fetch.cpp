@@ -11,9 +11,9 @@
 #include <optional>
 #include <vector>
 
+#include "common/files.h"
 #include "protocol/inputs.h"
 #include "storage/content_hash.h"
-#include "storage/s3_storage.h"
 #include "storage/storage.h"
 
 namespace trainer::job {
@@ -52,7 +52,7 @@ Result<int64_t> download(storage::Storage& store, const std::string& key, bool f
   if (!folder) {
     TRAINER_ASSIGN_OR_RETURN(std::string payload, store.get(key));
     fs::create_directories(dest.parent_path(), ec);
-    TRAINER_RETURN_IF_ERROR(storage::write_file_atomic(dest.string(), payload));
+    TRAINER_RETURN_IF_ERROR(write_file_atomic(dest.string(), payload));
     return static_cast<int64_t>(payload.size());
   }
   // A folder counts only once its commit object is there (a half-written upload does not).
@@ -63,7 +63,7 @@ Result<int64_t> download(storage::Storage& store, const std::string& key, bool f
     TRAINER_ASSIGN_OR_RETURN(std::string payload, store.get(file));
     const fs::path local = dest / file.substr(key.size() + 1);
     fs::create_directories(local.parent_path(), ec);
-    TRAINER_RETURN_IF_ERROR(storage::write_file_atomic(local.string(), payload));
+    TRAINER_RETURN_IF_ERROR(write_file_atomic(local.string(), payload));
     bytes += static_cast<int64_t>(payload.size());
   }
   return bytes;

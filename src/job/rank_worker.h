@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "engine/dist/world.h"
+#include "engine/engine.h"
 #include "plan/plan.h"
 
 namespace trainer::job {

@@ -1,16 +1,13 @@
 #include "job/ranks.h"
 
-#include <sys/prctl.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <csignal>
 #include <cstring>
 
-#include "engine/dist/world.h"
+#include "common/subprocess.h"
+#include "engine/engine.h"
 #include "job/stop_signals.h"
-
-extern char** environ;
 
 namespace trainer::job {
 namespace {
@@ -18,26 +15,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 // How often the watching thread looks for ended ranks.
 constexpr std::chrono::milliseconds kPollInterval{50};
-
-// Owns the strings behind an argv-style array.
-struct CStrings {
-  std::vector<std::string> strings;
-  std::vector<char*> pointers() {
-    std::vector<char*> out;
-    for (auto& s : strings) out.push_back(s.data());
-    out.push_back(nullptr);
-    return out;
-  }
-};
-
-bool is_rank_variable(const std::string& entry) {
-  for (const char* name : {engine::dist::kRankVar, engine::dist::kWorldSizeVar, engine::dist::kMasterAddrVar,
-                           engine::dist::kMasterPortVar}) {
-    const size_t n = std::strlen(name);
-    if (entry.compare(0, n, name) == 0 && entry.size() > n && entry[n] == '=') return true;
-  }
-  return false;
-}
 
 }  // namespace
 
@@ -60,37 +37,25 @@ std::optional<std::string> Ranks::describe_exit(int rank, pid_t pid, int wait_st
 Result<std::unique_ptr<Ranks>> Ranks::start(RanksOptions options) {
   std::unique_ptr<Ranks> ranks(new Ranks(std::move(options)));
   const RanksOptions& o = ranks->options_;
-  const pid_t parent = ::getpid();
   for (int rank = 1; rank < o.world_size; ++rank) {
-    // Everything the child needs is built before fork: after it, only exec.
-    CStrings argv{{o.executable}};
-    argv.strings.insert(argv.strings.end(), o.args.begin(), o.args.end());
-    CStrings envp;
-    for (char** e = environ; *e != nullptr; ++e) {
-      if (!is_rank_variable(*e)) envp.strings.emplace_back(*e);
-    }
-    envp.strings.push_back(std::string(engine::dist::kRankVar) + "=" + std::to_string(rank));
-    envp.strings.push_back(std::string(engine::dist::kWorldSizeVar) + "=" + std::to_string(o.world_size));
-    envp.strings.push_back(std::string(engine::dist::kMasterAddrVar) + "=" + o.master_addr);
-    envp.strings.push_back(std::string(engine::dist::kMasterPortVar) + "=" + std::to_string(o.master_port));
-    for (const auto& [k, v] : o.env) envp.strings.push_back(k + "=" + v);
-    std::vector<char*> argv_p = argv.pointers(), envp_p = envp.pointers();
-    const pid_t pid = ::fork();
-    if (pid < 0) {
-      const std::string error = std::strerror(errno);
+    SpawnOptions spawn_options;
+    spawn_options.argv = {o.executable};
+    spawn_options.argv.insert(spawn_options.argv.end(), o.args.begin(), o.args.end());
+    // The rank's world replaces any inherited one.
+    spawn_options.env = {{engine::dist::kRankVar, std::to_string(rank)},
+                         {engine::dist::kWorldSizeVar, std::to_string(o.world_size)},
+                         {engine::dist::kMasterAddrVar, o.master_addr},
+                         {engine::dist::kMasterPortVar, std::to_string(o.master_port)}};
+    spawn_options.env.insert(spawn_options.env.end(), o.env.begin(), o.env.end());
+    spawn_options.die_with_parent = true;  // the rank dies with rank 0, even when rank 0 is killed
+    Result<pid_t> pid = spawn(spawn_options);
+    if (!pid.is_ok()) {
       for (pid_t p : ranks->pids_) ::kill(p, SIGKILL);
       for (pid_t p : ranks->pids_) ::waitpid(p, nullptr, 0);
       ranks->pids_.clear();
-      return Status(StatusCode::kUnavailable, "starting rank " + std::to_string(rank) + ": fork: " + error);
+      return Status(StatusCode::kUnavailable, "starting rank " + std::to_string(rank) + ": " + pid.status().message());
     }
-    if (pid == 0) {
-      // The rank dies with rank 0, even when rank 0 is killed.
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) ::_exit(1);
-      ::execve(argv_p[0], argv_p.data(), envp_p.data());
-      ::_exit(127);
-    }
-    ranks->pids_.push_back(pid);
+    ranks->pids_.push_back(*pid);
   }
   ranks->running_.assign(ranks->pids_.size(), true);
   ranks->watcher_ = std::thread([r = ranks.get()] { r->watch(); });

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "common/files.h"
 #include "common/json_parse.h"
 #include "common/sha256.h"
 
@@ -185,7 +186,7 @@ Result<std::string> SnapshotPublisher::stage(int64_t step, int64_t epoch,
     auto manifest = protocol::manifest_of_folder((tmp / kind).string(), identity);
     if (!manifest.is_ok()) return failed(manifest.status());
     const std::string text = protocol::manifest_text(*manifest);
-    if (Status st = storage::write_file_atomic((tmp / kind / protocol::kManifestFile).string(), text); !st.is_ok()) {
+    if (Status st = write_file_atomic((tmp / kind / protocol::kManifestFile).string(), text); !st.is_ok()) {
       return failed(st);
     }
     digests[kind] = sha256_hex(text);

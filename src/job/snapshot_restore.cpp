@@ -3,6 +3,7 @@
 #include <chrono>
 #include <filesystem>
 
+#include "common/files.h"
 #include "common/sha256.h"
 
 namespace trainer::job {
@@ -119,7 +120,7 @@ Result<RestoredSnapshot> restore_snapshot(Catalog& catalog, storage::Storage& st
       }
       const fs::path local = tmp / f.path;
       fs::create_directories(local.parent_path(), ec);
-      if (Status st = storage::write_file_atomic(local.string(), *payload); !st.is_ok()) {
+      if (Status st = write_file_atomic(local.string(), *payload); !st.is_ok()) {
         return fail(st, tel::CheckpointFailureReason::kInternal);
       }
       bytes += f.bytes;

@@ -1,4 +1,4 @@
-// The folder implementation of Storage, and the atomic file helpers it is built on.
+// The folder implementation of Storage, built on the atomic file helpers of common/files.h.
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/files.h"
 #include "storage/storage.h"
 
 namespace trainer::storage {
@@ -22,23 +23,6 @@ namespace fs = std::filesystem;
 
 Status errno_status(const std::string& what, const std::string& path) {
   return internal_error(what + " " + path + ": " + std::strerror(errno));
-}
-
-Status fsync_path(const std::string& path, int flags) {
-  int fd = ::open(path.c_str(), flags);
-  if (fd < 0) return errno_status("cannot open", path);
-  int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) return errno_status("cannot fsync", path);
-  return Status::ok();
-}
-
-Status fsync_dir(const fs::path& dir) { return fsync_path(dir.empty() ? "." : dir.string(), O_RDONLY | O_DIRECTORY); }
-
-// A name beside `target` no other writer uses.
-fs::path temporary_beside(const fs::path& target) {
-  static std::atomic<uint64_t> counter{0};
-  return target.string() + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
 }
 
 // Copies the regular file `from` to `to` and fsyncs it.
@@ -97,7 +81,7 @@ Status copy_tree(const fs::path& from, const fs::path& to) {
   if (ec) return internal_error("cannot read " + from.string() + ": " + ec.message());
   std::sort(entries.begin(), entries.end());
   for (const auto& e : entries) TRAINER_RETURN_IF_ERROR(copy_tree(e, to / e.filename()));
-  return fsync_dir(to);
+  return sync_folder(to);
 }
 
 class FolderStorage final : public Storage {
@@ -147,7 +131,7 @@ class FolderStorage final : public Storage {
     if (ec) return internal_error("cannot delete " + target.string() + ": " + ec.message());
     fs::remove_all(aside, ec);
     if (ec) return internal_error("cannot delete " + aside.string() + ": " + ec.message());
-    return fsync_dir(target.parent_path());
+    return sync_folder(target.parent_path());
   }
 
   Result<bool> exists(const std::string& key) override {
@@ -194,7 +178,7 @@ class FolderStorage final : public Storage {
       return failed;
     }
     if (had_old) fs::remove_all(old, ec);
-    return fsync_dir(target.parent_path());
+    return sync_folder(target.parent_path());
   }
 
   Status publish_new(const std::string& source, const std::string& key) override {
@@ -216,7 +200,7 @@ class FolderStorage final : public Storage {
       if (err == EEXIST || err == ENOTEMPTY) return already_exists("an artifact already exists under " + key);
       return internal_error("cannot publish " + target.string() + ": " + std::strerror(err));
     }
-    return fsync_dir(target.parent_path());
+    return sync_folder(target.parent_path());
   }
 
   std::string local_path(const std::string& key) const override { return (root_ / key).string(); }
@@ -255,46 +239,6 @@ Result<std::unique_ptr<Storage>> make_folder_storage(const std::string& root) {
   fs::create_directories(root, ec);
   if (ec) return unavailable("cannot create the storage folder " + root + ": " + ec.message());
   return std::unique_ptr<Storage>(new FolderStorage(fs::absolute(root, ec)));
-}
-
-Status write_file_atomic(const std::string& path, const std::string& bytes) {
-  fs::path target(path);
-  const std::string tmp = temporary_beside(target).string();
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return errno_status("cannot create", tmp);
-  size_t written = 0;
-  while (written < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      Status st = errno_status("cannot write", tmp);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return st;
-    }
-    written += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    Status st = errno_status("cannot fsync", tmp);
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return st;
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    Status st = errno_status("cannot rename onto", path);
-    ::unlink(tmp.c_str());
-    return st;
-  }
-  return fsync_dir(target.parent_path());
-}
-
-Result<std::string> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found("cannot read " + path + ": no such file");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 }  // namespace trainer::storage

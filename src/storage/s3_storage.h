@@ -45,7 +45,4 @@ Result<std::unique_ptr<Storage>> make_s3_storage(const S3Options& options);
 // operation, retries included; default 120). Errors name what is missing.
 Result<S3Options> s3_options_from_uri(const std::string& uri);
 
-// The storage a location names: "s3://..." (above) or a folder path.
-Result<std::unique_ptr<Storage>> open_storage(const std::string& location);
-
 }  // namespace trainer::storage

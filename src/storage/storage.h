@@ -1,5 +1,6 @@
-// Artifact storage: where adapters, snapshots, datasets' bytes and the model cache live (a folder
-// now, S3-compatible object storage later).
+// Artifact storage: where adapters, snapshots, datasets' bytes and the model cache live: a folder
+// (make_folder_storage) or an S3-compatible object store (storage/s3_storage.h); open_storage
+// picks one from a location.
 //
 // Artifacts are addressed by keys: '/'-separated relative paths ("datasets/ab12.jsonl",
 // "models/ab12"). A key names a file, or a folder published as a whole. Writers publish
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/files.h"
 #include "common/status.h"
 
 namespace trainer::storage {
@@ -58,10 +60,13 @@ Result<std::unique_ptr<Storage>> make_folder_storage(const std::string& root);
 // invalid_field("key") unless `key` is a relative '/'-separated path without "." or ".." parts.
 Status check_key(const std::string& key);
 
-// Writes `bytes` to `path` atomically: a temporary file beside it, fsync, rename, fsync of the folder.
-// Either the whole new content is there afterwards or the old one is.
-Status write_file_atomic(const std::string& path, const std::string& bytes);
+// The storage a location names: "s3://BUCKET[/PREFIX]" (an object store configured from the
+// environment, storage/s3_storage.h: s3_options_from_uri) or a folder path (make_folder_storage).
+Result<std::unique_ptr<Storage>> open_storage(const std::string& location);
 
-Result<std::string> read_file(const std::string& path);
+// The atomic file helpers moved to common/files.h; these names stay for the service's callers
+// until they call common's directly.
+using ::trainer::read_file;
+using ::trainer::write_file_atomic;
 
 }  // namespace trainer::storage

@@ -13,9 +13,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/files.h"
 #include "engine/engine_error.h"
 #include "engine/model/safetensors.h"
-#include "storage/storage.h"
 
 namespace trainer::engine::lora {
 namespace fs = std::filesystem;
@@ -126,8 +126,8 @@ void save_peft(model::CausalLM& model, const plan::LoraSettings& settings, const
     tensors.push_back({name, "F32", c.sizes().vec(), c.data_ptr(), static_cast<size_t>(c.nbytes())});
   }
   const std::string bytes = model::serialize_safetensors(tensors, {{"format", "pt"}});
-  throw_if_error(storage::write_file_atomic((fs::path(dir) / "adapter_model.safetensors").string(), bytes));
-  throw_if_error(storage::write_file_atomic((fs::path(dir) / "adapter_config.json").string(), cfg.dump(2) + "\n"));
+  throw_if_error(write_file_atomic((fs::path(dir) / "adapter_model.safetensors").string(), bytes));
+  throw_if_error(write_file_atomic((fs::path(dir) / "adapter_config.json").string(), cfg.dump(2) + "\n"));
 }
 
 void save_peft_folder(model::CausalLM& model, const plan::LoraSettings& settings, const std::string& base_model,

@@ -7,6 +7,7 @@
 #include <optional>
 #include <sstream>
 
+#include "common/files.h"
 #include "common/json_parse.h"
 #include "engine/engine.h"
 #include "engine/engine_internal.h"
@@ -16,7 +17,6 @@
 #include "engine/rl/grpo.h"
 #include "engine/rl/loss.h"
 #include "engine/text/tokenizer.h"
-#include "storage/storage.h"
 
 namespace trainer::engine {
 namespace {
@@ -104,7 +104,7 @@ Status debug_generate(const DebugGenerateRequest& request) {
     out["generatedTokens"] = g.generated_tokens;
     out["seconds"] = g.seconds;
     out["tokensPerSecond"] = g.seconds > 0 ? static_cast<double>(g.generated_tokens) / g.seconds : 0.0;
-    throw_if_error(storage::write_file_atomic(request.output_path, out.dump()));
+    throw_if_error(write_file_atomic(request.output_path, out.dump()));
   }, request.model_dir);
 }
 
@@ -170,7 +170,7 @@ Status debug_rl_loss(const DebugRlLossRequest& request) {
       const at::Tensor& g = keep[k++];
       tensors.push_back({"grad." + name, "F32", g.sizes().vec(), g.data_ptr(), static_cast<size_t>(g.nbytes())});
     }
-    throw_if_error(storage::write_file_atomic(request.output_path, model::serialize_safetensors(tensors, {{"format", "pt"}})));
+    throw_if_error(write_file_atomic(request.output_path, model::serialize_safetensors(tensors, {{"format", "pt"}})));
   }, request.model_dir);
 }
 

@@ -1,19 +1,10 @@
 // Tool calls of reinforcement runs (declared in rl/tools.h).
 #include "engine/rl/tools.h"
 
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
-#include <fstream>
-#include <iterator>
-#include <thread>
+
+#include "common/subprocess.h"
 
 namespace trainer::engine::rl {
 namespace {
@@ -22,14 +13,6 @@ using nlohmann::json;
 
 // Most bytes of a tool's answer read (the rest is dropped and the call fails).
 constexpr size_t kMaxAnswerBytes = size_t{1} << 20;
-constexpr auto kPollInterval = std::chrono::milliseconds(5);
-
-std::string slurp_and_remove(const char* path) {
-  std::ifstream in(path, std::ios::binary);
-  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  ::unlink(path);
-  return s;
-}
 
 std::string trimmed(std::string_view s) {
   const char* ws = " \t\r\n";
@@ -85,70 +68,25 @@ ToolAnswer failed_call(const std::string& why) {
 }
 
 ToolAnswer run_tool(const std::string& command, const ToolCall& call, double timeout_seconds) {
-  char in_tpl[] = "/tmp/trainer-tool-in-XXXXXX";
-  char out_tpl[] = "/tmp/trainer-tool-out-XXXXXX";
-  const int in_fd = ::mkstemp(in_tpl);
-  const int out_fd = ::mkstemp(out_tpl);
-  if (in_fd < 0 || out_fd < 0) {
-    const std::string why = std::string("cannot create a temporary file: ") + std::strerror(errno);
-    if (in_fd >= 0) ::close(in_fd), ::unlink(in_tpl);
-    if (out_fd >= 0) ::close(out_fd), ::unlink(out_tpl);
-    return failed_call(why);
-  }
-  const std::string request = json{{"name", call.name}, {"arguments", call.arguments}}.dump() + "\n";
-  if (::write(in_fd, request.data(), request.size()) != static_cast<ssize_t>(request.size()) ||
-      ::lseek(in_fd, 0, SEEK_SET) != 0) {
-    ::close(in_fd), ::unlink(in_tpl);
-    ::close(out_fd), ::unlink(out_tpl);
-    return failed_call("cannot write the tool's request");
-  }
-  // Everything the child needs is built before fork: it calls only async-signal-safe functions.
-  std::string path = command;
-  char* argv[] = {path.data(), nullptr};
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    ::dup2(in_fd, 0);
-    ::dup2(out_fd, 1);
-    const int devnull = ::open("/dev/null", O_WRONLY);
-    if (devnull >= 0) ::dup2(devnull, 2);
-    ::close_range(3, ~0U, 0);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::execv(argv[0], argv);
-    _exit(127);
-  }
-  ::close(in_fd);
-  ::unlink(in_tpl);
-  ::close(out_fd);
-  if (pid < 0) {
-    slurp_and_remove(out_tpl);
-    return failed_call(command + ": cannot start: " + std::strerror(errno));
-  }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
-  int status = 0;
-  bool exited = false;
-  while (!exited) {
-    const pid_t r = ::waitpid(pid, &status, WNOHANG);
-    if (r == pid || (r < 0 && errno != EINTR)) {
-      exited = true;
-      break;
-    }
-    if (std::chrono::steady_clock::now() >= deadline) break;
-    std::this_thread::sleep_for(kPollInterval);
-  }
-  if (!exited) {
-    ::kill(-pid, SIGKILL);
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, &status, 0);
-    slurp_and_remove(out_tpl);
+  SpawnOptions options;
+  options.argv = {command};
+  options.stderr_stream = ChildStream::null();
+  options.group = ChildGroup::kNewGroup;  // a timeout ends the tool and whatever it started
+  options.close_other_fds = true;
+  options.unblock_signals = true;
+  CaptureOptions capture;
+  capture.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(timeout_seconds));
+  capture.input = json{{"name", call.name}, {"arguments", call.arguments}}.dump() + "\n";
+  capture.capture_stderr = false;
+  Result<CapturedRun> run = run_captured(options, capture);
+  if (!run.is_ok()) return failed_call(run.status().message());  // "could not start TOOL: fork: ..."
+  if (run->timed_out) {
     char buf[64];
     std::snprintf(buf, sizeof buf, "%g", timeout_seconds);
     return failed_call("the tool ran past its " + std::string(buf) + " s timeout and was stopped");
   }
-  std::string answer = slurp_and_remove(out_tpl);
-  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::string answer = std::move(run->out);
+  const int code = run->exit_code;
   if (code == 127 && answer.empty()) return failed_call(command + ": cannot be run (missing or not executable)");
   if (code != 0) return failed_call("the tool exited with code " + std::to_string(code));
   if (answer.size() > kMaxAnswerBytes) return failed_call("the tool's answer is over 1 MiB");

@@ -10,10 +10,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/files.h"
 #include "engine/engine_error.h"
 #include "engine/lora/lora.h"
 #include "engine/model/safetensors.h"
-#include "storage/storage.h"
 
 namespace trainer::engine::train {
 namespace {
@@ -60,7 +60,7 @@ void save_training_state(const std::string& dir, Updater& updater, int64_t engin
     add("rng.cuda." + std::to_string(device.index()),
         at::globalContext().defaultGenerator(device).get_state());
   }
-  throw_if_error(storage::write_file_atomic((fs::path(dir) / kTensorFile).string(),
+  throw_if_error(write_file_atomic((fs::path(dir) / kTensorFile).string(),
                                             model::serialize_safetensors(tensors, {{"format", "trainer-training-state"}})));
   json state = {{"format", kStateFormat},
                 {"engineStep", engine_step},
@@ -68,7 +68,7 @@ void save_training_state(const std::string& dir, Updater& updater, int64_t engin
                 {"accumulation", 0},
                 {"parameters", static_cast<int64_t>(adam.exp_avg().size())},
                 {"data", data}};
-  throw_if_error(storage::write_file_atomic((fs::path(dir) / kStateFile).string(), state.dump(2) + "\n"));
+  throw_if_error(write_file_atomic((fs::path(dir) / kStateFile).string(), state.dump(2) + "\n"));
 }
 
 LoadedState load_training_state(const std::string& dir, Updater& updater, const at::Device& device) {

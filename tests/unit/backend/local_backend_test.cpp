@@ -255,5 +255,15 @@ TEST_F(LocalBackendTest, RunToolReturnsStdoutOrTheErrorItPrinted) {
   EXPECT_EQ(err.status().message(), "trainer-job analyze failed: no tokenizer.json in /m");
 }
 
+TEST_F(LocalBackendTest, RunToolPastItsTimeoutIsKilledAndUnavailable) {
+  auto slow = backend_running("sleep 30");
+  const auto started = std::chrono::steady_clock::now();
+  auto r = slow->run_tool({"analyze"}, 1);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(10));
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(r.status().message(), "trainer-job analyze: " + (dir_ / "job.sh").string() + " ran past 1s");
+}
+
 }  // namespace
 }  // namespace trainer::backend

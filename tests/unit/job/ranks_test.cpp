@@ -1,6 +1,6 @@
 // The other ranks of a data-parallel job (src/job/ranks.h): started, watched, and named when one
 // fails. The ranks here are small shell programs in place of trainer-job. And the world a rank
-// reads from its environment (src/engine/dist/world.h).
+// reads from its environment (src/engine/engine.h).
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -10,7 +10,7 @@
 #include <map>
 #include <memory>
 
-#include "engine/dist/world.h"
+#include "engine/engine.h"
 #include "job/ranks.h"
 
 namespace trainer::job {
