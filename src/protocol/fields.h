@@ -11,13 +11,15 @@
 //
 // then `fields::write(out, e)` and `fields::read(in, &e)` encode and decode it. Member types:
 // int64_t, int, double, bool, std::string, nlohmann::json (an object), another described struct,
-// a std::vector of described structs, and std::optional of any of these (with `optional`).
+// a std::vector of described structs, a std::map from names to described structs (a JSON object),
+// and std::optional of any of these (with `optional`). `.checked(fn)` adds a check of the value.
 // Integers accept an integral float (2.0); a double reads null as NaN (JSON has no NaN: a
 // non-finite value is written as null). Unknown keys are ignored. Header-only, torch-free.
 #pragma once
 
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -45,6 +47,14 @@ struct Field {
   const char* key;
   T S::*member;
   Presence presence;
+  // What a value read must also be (a bound, a format): invalid_field(key, why) when it is not.
+  // Not applied to kOptional members.
+  Status (*check)(const std::string& key, const T& value) = nullptr;
+  constexpr Field checked(Status (*fn)(const std::string& key, const T& value)) const {
+    Field f = *this;
+    f.check = fn;
+    return f;
+  }
 };
 
 template <class S, class T>
@@ -143,16 +153,37 @@ Status read_value(const std::string& key, const json& v, std::vector<S>* out) {
   return Status::ok();
 }
 
+template <Described S>
+Status read_value(const std::string& key, const json& v, std::map<std::string, S>* out) {
+  if (!v.is_object()) return invalid_field(key, "must be an object");
+  out->clear();
+  for (const auto& [name, item] : v.items()) {
+    S value{};
+    TRAINER_RETURN_IF_ERROR(read_value(key + "." + name, item, &value));
+    (*out)[name] = std::move(value);
+  }
+  return Status::ok();
+}
+
 template <class T>
 inline constexpr bool kIsOptional = false;
 template <class T>
 inline constexpr bool kIsOptional<std::optional<T>> = true;
 
 template <class T>
+inline constexpr bool kIsMap = false;
+template <class V>
+inline constexpr bool kIsMap<std::map<std::string, V>> = true;
+
+template <class T>
 json write_value(const T& value) {
   if constexpr (Described<T>) {
     json out;
     write(out, value);
+    return out;
+  } else if constexpr (kIsMap<T>) {
+    json out = json::object();
+    for (const auto& [name, item] : value) out[name] = write_value(item);
     return out;
   } else if constexpr (requires { typename T::value_type; } && !std::is_same_v<T, std::string> &&
                        !std::is_same_v<T, json>) {
@@ -202,9 +233,13 @@ Status read_field(const json& in, S* s, const Field<S, T>& f) {
     value = std::move(read_into);
     return Status::ok();
   } else {
+    auto read_checked = [&]() -> Status {
+      TRAINER_RETURN_IF_ERROR(read_value(f.key, *it, &value));
+      return f.check != nullptr ? f.check(f.key, value) : Status::ok();
+    };
     if (f.presence == Presence::kRequired) {
       if (absent) return invalid_field(f.key, "required");
-      return read_value(f.key, *it, &value);
+      return read_checked();
     }
     if constexpr (std::is_same_v<T, json>) {
       if (f.presence == Presence::kIfObject) {
@@ -213,7 +248,7 @@ Status read_field(const json& in, S* s, const Field<S, T>& f) {
       }
     }
     if (absent || it->is_null()) return Status::ok();
-    return read_value(f.key, *it, &value);
+    return read_checked();
   }
 }
 
