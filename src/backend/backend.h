@@ -17,50 +17,24 @@
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
+#include "protocol/job_request.h"
 
 namespace trainer::backend {
 
-// Who a job trains for: handed to the job as TRAINER_* environment variables
-// (docs/job-protocol.md, "Environment"). Empty fields are not passed.
-struct JobIdentity {
-  std::string workload;          // workload name (TRAINER_WORKLOAD)
-  std::string method;            // "sft" | "grpo" | "gspo" (TRAINER_METHOD)
-  std::string base_model;        // the user-facing base model name (TRAINER_BASE_MODEL)
-  std::string base_model_sha;    // content hash of the cached model (TRAINER_BASE_MODEL_SHA)
-  std::string profile;           // accelerator profile of the run's pool, e.g. "cpu" (TRAINER_PROFILE)
-  std::string otlp_endpoint;     // base URL the job pushes OTLP/HTTP JSON metrics to; "" = none
-  int otlp_interval_ms = 5000;   // export interval (TRAINER_OTLP_INTERVAL_MS)
-  std::string catalog_url;       // trainerd's API base URL for the snapshot catalog's callbacks (TRAINER_CATALOG_URL)
-  std::string artifact_root;     // where snapshots are published: a folder, or s3://BUCKET[/PREFIX] (TRAINER_ARTIFACT_ROOT)
-  // What the job needs to reach an S3 artifact store (TRAINER_S3_ENDPOINT, AWS_REGION and the
-  // keys, from trainerd's own environment); empty for a folder.
-  std::vector<std::pair<std::string, std::string>> artifact_env;
-};
-
-// What one attempt of a run executes.
-struct JobSpec {
-  std::string run_id;       // TRAINER_RUN_ID
-  int attempt = 1;          // 1-based (TRAINER_ATTEMPT)
-  JobIdentity identity;
-  std::string plan_path;    // resolved plan (JSON), already written
-  std::string output_dir;   // the job's --output folder
-  std::string events_path;  // the job's --events file
-  std::string log_path;     // where the job's stdout and stderr go
-  // The resources of the run's claim. The local backend shows the job exactly `device_ids`
-  // (CUDA_VISIBLE_DEVICES); a cluster backend asks its scheduler for `gpus` GPUs, or for
-  // `cpus` CPUs when `gpus` is 0, and its scheduler picks the devices.
+// What one attempt of a run executes: the typed job request (protocol/job_request.h: the run,
+// its identity, the paths of its plan, output, events and log, and what it restores), plus the
+// resources of the run's claim, which only the backend reads. The local backend shows the job
+// exactly `device_ids` (CUDA_VISIBLE_DEVICES); a cluster backend asks its scheduler for `gpus`
+// GPUs, or for `cpus` CPUs when `gpus` is 0, and its scheduler picks the devices.
+struct JobSpec : protocol::JobRequest {
   int gpus = 0;                  // GPUs the claim holds (0: a CPU run)
   int cpus = 1;                  // CPUs a CPU run asks for
   std::vector<int> device_ids = {};  // the pool's device indices the claim was granted
-  std::string resume_snapshot;  // the snapshot this attempt restores (TRAINER_RESUME_SNAPSHOT); "" = none
-  // A child run's first attempt: the parent's snapshot it starts from (TRAINER_BRANCH_SNAPSHOT)
-  // and what it restores of it, "weights" or "trainingState" (TRAINER_BRANCH_RESTORE).
-  std::string branch_snapshot;
-  std::string branch_restore;
 };
 
-// The environment variables of the service/job contract for `spec` (name, value), in a fixed order.
-std::vector<std::pair<std::string, std::string>> job_environment(const JobSpec& spec);
+// The environment variables of the service/job contract for a spec (name, value), in a fixed
+// order: the protocol's one writer of the job request.
+using protocol::job_environment;
 
 // Durable identity of a started job: enough to find it again after a service restart. Opaque to
 // the service, which stores `value` as it is; each backend encodes and decodes its own (the local

@@ -239,31 +239,6 @@ std::unique_ptr<Backend> make_local_backend(const LocalBackendOptions& options) 
   return std::make_unique<LocalBackend>(options);
 }
 
-std::vector<std::pair<std::string, std::string>> job_environment(const JobSpec& spec) {
-  std::vector<std::pair<std::string, std::string>> env = {{"TRAINER_RUN_ID", spec.run_id},
-                                                          {"TRAINER_ATTEMPT", std::to_string(spec.attempt)}};
-  const JobIdentity& id = spec.identity;
-  auto add = [&](const char* name, const std::string& value) {
-    if (!value.empty()) env.emplace_back(name, value);
-  };
-  add("TRAINER_WORKLOAD", id.workload);
-  add("TRAINER_METHOD", id.method);
-  add("TRAINER_BASE_MODEL", id.base_model);
-  add("TRAINER_BASE_MODEL_SHA", id.base_model_sha);
-  add("TRAINER_PROFILE", id.profile);
-  if (!id.otlp_endpoint.empty()) {
-    add("TRAINER_OTLP_ENDPOINT", id.otlp_endpoint);
-    add("TRAINER_OTLP_INTERVAL_MS", std::to_string(id.otlp_interval_ms));
-  }
-  add("TRAINER_CATALOG_URL", id.catalog_url);
-  add("TRAINER_ARTIFACT_ROOT", id.artifact_root);
-  for (const auto& [name, value] : id.artifact_env) add(name.c_str(), value);
-  add("TRAINER_RESUME_SNAPSHOT", spec.resume_snapshot);
-  add("TRAINER_BRANCH_SNAPSHOT", spec.branch_snapshot);
-  add("TRAINER_BRANCH_RESTORE", spec.branch_restore);
-  return env;
-}
-
 Result<std::unique_ptr<Backend>> make_backend(const ComputeConfig& config) {
   if (config.backend == "local") return make_local_backend({config.job_binary});
   if (config.backend == "slurm") return make_slurm_backend(config.job_binary, config.slurm);

@@ -37,6 +37,7 @@
 #include "job/stop_signals.h"
 #include "plan/plan.h"
 #include "plan/plan_warnings.h"
+#include "protocol/job_request.h"
 #include "storage/storage.h"
 
 namespace trainer::job {
@@ -90,7 +91,12 @@ int run_other_rank(const Args& args, const engine::dist::World& world) {
     return 1;
   }
   // Rank 0 fetched the plan's store inputs into this node's cache before it started this rank.
-  if (Status st = fetch_plan_inputs(*plan, input_fetch_options_from_environment()); !st.is_ok()) {
+  auto request = protocol::job_request_from_environment(std::getenv);
+  if (!request.is_ok()) {
+    std::fprintf(stderr, "trainer-job rank %d: %s\n", world.rank, request.status().describe().c_str());
+    return 1;
+  }
+  if (Status st = fetch_plan_inputs(*plan, input_fetch_options(*request)); !st.is_ok()) {
     std::fprintf(stderr, "trainer-job rank %d: %s\n", world.rank, st.describe().c_str());
     return 1;
   }
@@ -125,11 +131,13 @@ int cmd_run(int argc, char** argv) {
     std::fprintf(stderr, "trainer-job run: %s\n", st.message().c_str());
     return 1;
   }
-  auto identity = RunIdentity::from_environment(std::getenv);
+  // What trainerd asks of this job (protocol/job_request.h); a local run sets none of it.
+  auto request = protocol::job_request_from_environment(std::getenv);
+  const RunIdentity identity = request.is_ok() ? RunIdentity::of(*request) : RunIdentity{};
   protocol::Hello hello{.job_version = std::string("trainer-job ") + version_string()};
-  if (identity.is_ok() && identity->run_id != "local") {
-    hello.run_id = identity->run_id;
-    hello.attempt = identity->attempt;
+  if (request.is_ok() && identity.run_id != "local") {
+    hello.run_id = identity.run_id;
+    hello.attempt = identity.attempt;
   }
   writer.write(hello);
   auto fail = [&](const std::string& reason) {
@@ -137,7 +145,7 @@ int cmd_run(int argc, char** argv) {
     std::fprintf(stderr, "trainer-job run: failed: %s\n", reason.c_str());
     return 1;
   };
-  if (!identity.is_ok()) return fail(identity.status().describe());
+  if (!request.is_ok()) return fail(request.status().describe());
   if (!world.is_ok()) return fail(world.status().describe());
   const std::string plan_path = args.get("plan");
   std::ifstream in(plan_path);
@@ -150,17 +158,17 @@ int cmd_run(int argc, char** argv) {
     return fail(st.field().empty() ? st.message() : plan_path + ": " + st.describe());
   }
   // Inputs named by s3:// URIs (a cluster job with an S3 store): verified copies on this node.
-  if (Status st = fetch_plan_inputs(*plan, input_fetch_options_from_environment()); !st.is_ok()) {
+  if (Status st = fetch_plan_inputs(*plan, input_fetch_options(*request)); !st.is_ok()) {
     return fail(st.describe());
   }
 
   std::atomic<bool> stop{false};
   std::atomic<bool> pause_requested{false};
-  auto export_options = export_options_from_environment(std::getenv);
+  auto export_options = export_options_for(*request, std::getenv);
   if (!export_options.is_ok()) {
     std::fprintf(stderr, "trainer-job: telemetry export off: %s\n", export_options.status().describe().c_str());
   }
-  JobTelemetry telemetry(*plan, *identity, settings_sha_of(*plan),
+  JobTelemetry telemetry(*plan, identity, settings_sha_of(*plan),
                          export_options.is_ok() ? *export_options : std::nullopt);
   std::unique_ptr<Ranks> other_ranks;  // destroyed after `signals`, which forwards to them
   std::atomic<Ranks*> forward_to{nullptr};
@@ -184,63 +192,52 @@ int cmd_run(int argc, char** argv) {
   std::unique_ptr<storage::Storage> artifacts;
   std::unique_ptr<Catalog> catalog;
   std::unique_ptr<SnapshotPublisher> publisher;
-  const char* catalog_url = std::getenv("TRAINER_CATALOG_URL");
-  const char* artifact_root = std::getenv("TRAINER_ARTIFACT_ROOT");
-  if (catalog_url != nullptr && *catalog_url != '\0' && artifact_root != nullptr && *artifact_root != '\0') {
-    auto st = storage::open_storage(artifact_root);  // a folder, or s3://BUCKET[/PREFIX]
+  if (!request->catalog_url.empty() && !request->artifact_root.empty()) {
+    auto st = storage::open_storage(request->artifact_root);  // a folder, or s3://BUCKET[/PREFIX]
     if (!st.is_ok()) return fail("TRAINER_ARTIFACT_ROOT: " + st.status().message());
     artifacts = std::move(*st);
-    catalog = make_http_catalog(catalog_url, identity->run_id);
+    catalog = make_http_catalog(request->catalog_url, identity.run_id);
     PublisherOptions po;
     po.staging_dir = (std::filesystem::path(req.output_dir) / "staging").string();
-    po.run_id = identity->run_id;
-    po.attempt = identity->attempt;
-    po.base_model_sha = identity->base_model_sha;
-    if (const char* d = std::getenv("TRAINER_PUBLISH_DEADLINE_SECONDS"); d != nullptr && *d != '\0') {
-      char* end = nullptr;
-      const long seconds = std::strtol(d, &end, 10);
-      if (*end != '\0' || seconds < 1) return fail(std::string("TRAINER_PUBLISH_DEADLINE_SECONDS: not a positive number of seconds: ") + d);
-      po.deadline = std::chrono::seconds(seconds);
-    }
+    po.run_id = identity.run_id;
+    po.attempt = identity.attempt;
+    po.base_model_sha = identity.base_model_sha;
+    if (request->store.publish_deadline_seconds > 0) po.deadline = std::chrono::seconds(request->store.publish_deadline_seconds);
     publisher = std::make_unique<SnapshotPublisher>(po, *artifacts, *catalog, telemetry.provider());
   }
 
   // A resumed attempt restores the snapshot its pause stopped against, validated before use.
-  if (const char* resume = std::getenv("TRAINER_RESUME_SNAPSHOT"); resume != nullptr && *resume != '\0') {
+  if (const std::string& resume = request->resume_snapshot; !resume.empty()) {
     if (!publisher) return fail("TRAINER_RESUME_SNAPSHOT needs TRAINER_CATALOG_URL and TRAINER_ARTIFACT_ROOT");
     auto restored = restore_snapshot(*catalog, *artifacts, resume, {protocol::kWeightsKind, protocol::kTrainingStateKind},
                                      (std::filesystem::path(req.output_dir) / "restore").string(),
                                      telemetry::CheckpointRestoreMode::kResume, telemetry.provider());
-    if (!restored.is_ok()) return fail("restoring snapshot " + std::string(resume) + ": " + restored.status().message());
-    if (restored->run_id != identity->run_id) {
-      return fail("restoring snapshot " + std::string(resume) + ": it belongs to run " + restored->run_id);
+    if (!restored.is_ok()) return fail("restoring snapshot " + resume + ": " + restored.status().message());
+    if (restored->run_id != identity.run_id) {
+      return fail("restoring snapshot " + resume + ": it belongs to run " + restored->run_id);
     }
     req.resume_weights_dir = restored->dirs.at(protocol::kWeightsKind);
     req.resume_state_dir = restored->dirs.at(protocol::kTrainingStateKind);
-    std::fprintf(stderr, "trainer-job run: resuming from snapshot %s (step %lld of attempt %lld)\n", resume,
+    std::fprintf(stderr, "trainer-job run: resuming from snapshot %s (step %lld of attempt %lld)\n", resume.c_str(),
                  static_cast<long long>(restored->step), static_cast<long long>(restored->attempt));
   }
 
   // A child run (`runs branch`, `runs continue`) starts from its parent's snapshot: the weights
   // alone (TRAINER_BRANCH_RESTORE=weights) or the whole training state (trainingState).
-  if (const char* branch = std::getenv("TRAINER_BRANCH_SNAPSHOT"); branch != nullptr && *branch != '\0') {
+  if (const std::string& branch = request->branch_snapshot; !branch.empty()) {
     if (!publisher) return fail("TRAINER_BRANCH_SNAPSHOT needs TRAINER_CATALOG_URL and TRAINER_ARTIFACT_ROOT");
-    const char* restore_env = std::getenv("TRAINER_BRANCH_RESTORE");
-    const std::string restore = restore_env != nullptr ? restore_env : protocol::kWeightsKind;
-    if (restore != protocol::kWeightsKind && restore != protocol::kTrainingStateKind) {
-      return fail("TRAINER_BRANCH_RESTORE: '" + restore + "' is not weights or trainingState");
-    }
+    const std::string& restore = request->branch_restore;  // weights or trainingState (the reader checked)
     std::vector<std::string> kinds = {protocol::kWeightsKind};
     if (restore == protocol::kTrainingStateKind) kinds.push_back(protocol::kTrainingStateKind);
     auto restored = restore_snapshot(*catalog, *artifacts, branch, kinds,
                                      (std::filesystem::path(req.output_dir) / "restore").string(),
                                      telemetry::CheckpointRestoreMode::kBranch, telemetry.provider());
-    if (!restored.is_ok()) return fail("restoring snapshot " + std::string(branch) + ": " + restored.status().message());
+    if (!restored.is_ok()) return fail("restoring snapshot " + branch + ": " + restored.status().message());
     req.branch = true;
     req.resume_weights_dir = restored->dirs.at(protocol::kWeightsKind);
     if (restore == protocol::kTrainingStateKind) req.resume_state_dir = restored->dirs.at(protocol::kTrainingStateKind);
     std::fprintf(stderr, "trainer-job run: starting from %s of snapshot %s (step %lld of run %s)\n", restore.c_str(),
-                 branch, static_cast<long long>(restored->step), restored->run_id.c_str());
+                 branch.c_str(), static_cast<long long>(restored->step), restored->run_id.c_str());
   }
 
   ProgressPrinter progress;

@@ -137,11 +137,12 @@ bool is_s3(const std::string& s) { return s.rfind("s3://", 0) == 0; }
 
 }  // namespace
 
-InputFetchOptions input_fetch_options_from_environment() {
+InputFetchOptions input_fetch_options(const protocol::JobRequest& request) {
   InputFetchOptions o;
-  o.artifact_root = env_or("TRAINER_ARTIFACT_ROOT", "");
+  o.artifact_root = request.artifact_root;
   while (!o.artifact_root.empty() && o.artifact_root.back() == '/') o.artifact_root.pop_back();
-  o.cache_dir = env_or("TRAINER_INPUT_CACHE", (fs::path(env_or("TMPDIR", "/tmp")) / kDefaultCacheName).string());
+  o.cache_dir = request.store.input_cache;
+  if (o.cache_dir.empty()) o.cache_dir = (fs::path(env_or("TMPDIR", "/tmp")) / kDefaultCacheName).string();
   return o;
 }
 

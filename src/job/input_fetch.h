@@ -10,6 +10,7 @@
 
 #include "common/status.h"
 #include "plan/plan.h"
+#include "protocol/job_request.h"
 
 namespace trainer::job {
 
@@ -18,7 +19,8 @@ struct InputFetchOptions {
   std::string cache_dir;      // TRAINER_INPUT_CACHE; default $TMPDIR/trainer-inputs ($TMPDIR: /tmp when unset)
 };
 
-InputFetchOptions input_fetch_options_from_environment();
+// From the job request: its artifact root and input cache (TMPDIR's default when it names none).
+InputFetchOptions input_fetch_options(const protocol::JobRequest& request);
 
 // Replaces each s3:// input of `plan` (baseModel, config.dataset, config.validationDataset) by
 // its verified copy in the cache, fetching what the cache lacks. Fails naming the input: one that

@@ -10,22 +10,7 @@ namespace tel = trainer::telemetry;
 
 namespace {
 
-constexpr int64_t kDefaultIntervalMs = 5000;
 constexpr int64_t kMaxPushTimeoutMs = 5000;
-
-std::string env(const Getenv& getenv, const char* name) {
-  const char* v = getenv(name);
-  return v == nullptr ? "" : v;
-}
-
-Result<int64_t> positive_integer(const std::string& text, const char* name) {
-  char* end = nullptr;
-  const long long value = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || value <= 0) {
-    return invalid_field(name, "'" + text + "' is not a positive integer");
-  }
-  return static_cast<int64_t>(value);
-}
 
 std::string upper(std::string s) {
   for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -34,30 +19,26 @@ std::string upper(std::string s) {
 
 }  // namespace
 
-Result<RunIdentity> RunIdentity::from_environment(const Getenv& getenv) {
+RunIdentity RunIdentity::of(const protocol::JobRequest& request) {
   RunIdentity id;
-  if (auto v = env(getenv, "TRAINER_RUN_ID"); !v.empty()) id.run_id = v;
-  if (auto v = env(getenv, "TRAINER_ATTEMPT"); !v.empty()) {
-    TRAINER_ASSIGN_OR_RETURN(id.attempt, positive_integer(v, "TRAINER_ATTEMPT"));
-  }
-  id.workload = env(getenv, "TRAINER_WORKLOAD");
-  id.method = env(getenv, "TRAINER_METHOD");
-  id.base_model = env(getenv, "TRAINER_BASE_MODEL");
-  id.base_model_sha = env(getenv, "TRAINER_BASE_MODEL_SHA");
-  if (auto v = env(getenv, "TRAINER_PROFILE"); !v.empty()) id.profile = v;
+  if (!request.run_id.empty()) id.run_id = request.run_id;
+  id.attempt = request.attempt;
+  id.workload = request.identity.workload;
+  id.method = request.identity.method;
+  id.base_model = request.identity.base_model;
+  id.base_model_sha = request.identity.base_model_sha;
+  if (!request.identity.profile.empty()) id.profile = request.identity.profile;
   return id;
 }
 
-Result<std::optional<tel::OtlpOptions>> export_options_from_environment(const Getenv& getenv) {
-  std::string base = env(getenv, "TRAINER_OTLP_ENDPOINT");
+Result<std::optional<tel::OtlpOptions>> export_options_for(const protocol::JobRequest& request,
+                                                           const Getenv& getenv) {
+  std::string base = request.otlp_endpoint;
   if (base.empty()) return tel::otlp_options_from_environment(getenv);
   while (!base.empty() && base.back() == '/') base.pop_back();
   tel::OtlpOptions options;
   options.endpoint = base + "/v1/metrics";
-  int64_t interval = kDefaultIntervalMs;
-  if (auto v = env(getenv, "TRAINER_OTLP_INTERVAL_MS"); !v.empty()) {
-    TRAINER_ASSIGN_OR_RETURN(interval, positive_integer(v, "TRAINER_OTLP_INTERVAL_MS"));
-  }
+  const int64_t interval = request.otlp_interval_ms;
   options.interval = std::chrono::milliseconds(interval);
   options.timeout = std::chrono::milliseconds(std::min(interval, kMaxPushTimeoutMs));
   if (base.rfind("http://", 0) != 0) {

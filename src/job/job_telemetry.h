@@ -1,13 +1,12 @@
 // The job's metrics (telemetry/registry.yaml), recorded from the engine's job-protocol events,
 // so the events and the metrics always carry the same measurements.
 //
-// Identity: the resource names the run as the service passes it in the environment
-// (RunIdentity::from_environment; docs/job-protocol.md). Export: OTLP/HTTP JSON push to
-// ${TRAINER_OTLP_ENDPOINT}/v1/metrics every TRAINER_OTLP_INTERVAL_MS (default 5000) when the
-// service gives an endpoint, else as the OTEL_* variables say (off when they name none). Besides
-// the interval, a push goes out at every phase change, when request_export() is called (the
-// job calls it on SIGTERM/SIGINT) and when the object is destroyed (the job's exit), so a job
-// stopped early has delivered what it measured.
+// Identity: the resource names the run as the service's job request names it (RunIdentity::of;
+// protocol/job_request.h). Export: OTLP/HTTP JSON push to ${TRAINER_OTLP_ENDPOINT}/v1/metrics
+// every TRAINER_OTLP_INTERVAL_MS (default 5000) when the request gives an endpoint, else as the
+// OTEL_* variables say (off when they name none). Besides the interval, a push goes out at every
+// phase change, when request_export() is called (the job calls it on SIGTERM/SIGINT) and when
+// the object is destroyed (the job's exit), so a job stopped early has delivered what it measured.
 #pragma once
 
 #include <functional>
@@ -19,13 +18,14 @@
 #include "job/device_watch.h"
 #include "plan/plan.h"
 #include "protocol/job_protocol.h"
+#include "protocol/job_request.h"
 #include "telemetry/instruments.h"
 
 namespace trainer::job {
 
-using Getenv = std::function<const char*(const char*)>;
+using Getenv = protocol::Getenv;
 
-// Who the job trains for, from the environment the service gives it. Absent variables leave
+// Who the job trains for, from the service's job request. What the request leaves empty keeps
 // the defaults of a local run: run id "local", attempt 1, profile "local", and the plan's
 // workload, method and base model.
 struct RunIdentity {
@@ -36,16 +36,17 @@ struct RunIdentity {
   std::string base_model;        // TRAINER_BASE_MODEL, the user-facing name; empty: the plan's
   std::string base_model_sha;    // TRAINER_BASE_MODEL_SHA; empty: not reported
   std::string profile = "local"; // TRAINER_PROFILE
-  // InvalidArgument names a malformed variable (TRAINER_ATTEMPT not a positive integer).
-  static Result<RunIdentity> from_environment(const Getenv& getenv);
+  static RunIdentity of(const protocol::JobRequest& request);
 };
 
 // NVML's library, TRAINER_NVML_LIBRARY overriding the default (libnvidia-ml.so.1).
 inline constexpr const char* kNvmlLibraryVar = "TRAINER_NVML_LIBRARY";
 
-// Where and how often to push: TRAINER_OTLP_ENDPOINT (+ "/v1/metrics") every
-// TRAINER_OTLP_INTERVAL_MS (default 5000); without it, the OTEL_* variables; nullopt: no export.
-Result<std::optional<telemetry::OtlpOptions>> export_options_from_environment(const Getenv& getenv);
+// Where and how often to push: the request's OTLP endpoint (+ "/v1/metrics") every
+// otlp_interval_ms; without one, the OTEL_* variables `getenv` gives; nullopt: no export.
+// InvalidArgument names TRAINER_OTLP_ENDPOINT when it is not an http:// URL.
+Result<std::optional<telemetry::OtlpOptions>> export_options_for(const protocol::JobRequest& request,
+                                                                 const Getenv& getenv);
 
 class JobTelemetry {
  public:

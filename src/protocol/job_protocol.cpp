@@ -1,143 +1,79 @@
 #include "protocol/job_protocol.h"
 
-#include <limits>
-#include <type_traits>
+#include <tuple>
 
 #include "common/json_parse.h"
+#include "protocol/fields.h"
 
 namespace trainer::protocol {
+
+// Each event's fields: its JSON name, its member, and whether it is required (fields.h).
+// Memory parts are listed in the order the telemetry registry lists them.
+#define TRAINER_DESCRIBE(Type, ...)                                  \
+  template <>                                                        \
+  struct fields::Description<Type> {                                 \
+    static constexpr auto fields = std::make_tuple(__VA_ARGS__);     \
+  };
+
+using fields::defaulted;
+using fields::if_object;
+using fields::if_set;
+using fields::optional;
+using fields::required;
+
+TRAINER_DESCRIBE(Hello, required("protocolVersion", &Hello::protocol_version),
+                 defaulted("jobVersion", &Hello::job_version), if_set("runId", &Hello::run_id),
+                 if_set("attempt", &Hello::attempt))
+TRAINER_DESCRIBE(Phase, required("phase", &Phase::phase), optional("totalSteps", &Phase::total_steps),
+                 optional("device", &Phase::device), optional("startupSeconds", &Phase::startup_seconds))
+TRAINER_DESCRIBE(Preparing, required("rowsDone", &Preparing::rows_done), required("rowsTotal", &Preparing::rows_total))
+TRAINER_DESCRIBE(DataFit, required("rows", &DataFit::rows), defaulted("truncated", &DataFit::truncated),
+                 defaulted("exact", &DataFit::exact), defaulted("dropped", &DataFit::dropped))
+TRAINER_DESCRIBE(DataSplit, required("trainRows", &DataSplit::train_rows),
+                 required("validationRows", &DataSplit::validation_rows), defaulted("heldOut", &DataSplit::held_out))
+TRAINER_DESCRIBE(Device, required("index", &Device::index), required("kind", &Device::kind),
+                 if_set("name", &Device::name), if_set("uuid", &Device::uuid))
+TRAINER_DESCRIBE(Devices, required("devices", &Devices::devices))
+TRAINER_DESCRIBE(Resolved, required("config", &Resolved::config), required("settingsSha", &Resolved::settings_sha))
+TRAINER_DESCRIBE(MemoryUsage, optional("weights", &MemoryUsage::weights), optional("adapter", &MemoryUsage::adapter),
+                 optional("gradients", &MemoryUsage::gradients),
+                 optional("optimizerState", &MemoryUsage::optimizer_state),
+                 optional("activations", &MemoryUsage::activations),
+                 optional("otherTensors", &MemoryUsage::other_tensors),
+                 optional("allocatorCache", &MemoryUsage::allocator_cache),
+                 optional("outsideAllocator", &MemoryUsage::outside_allocator), optional("free", &MemoryUsage::free))
+TRAINER_DESCRIBE(StepMemory, optional("allocatedPeakBytes", &StepMemory::allocated_peak_bytes),
+                 optional("reservedPeakBytes", &StepMemory::reserved_peak_bytes), if_set("usage", &StepMemory::usage))
+TRAINER_DESCRIBE(Step, required("step", &Step::step), defaulted("totalSteps", &Step::total_steps),
+                 defaulted("epoch", &Step::epoch), required("loss", &Step::loss),
+                 defaulted("learningRate", &Step::learning_rate), defaulted("gradNorm", &Step::grad_norm),
+                 defaulted("tokenAccuracy", &Step::token_accuracy),
+                 defaulted("tokensPerSecond", &Step::tokens_per_second),
+                 defaulted("batchTokens", &Step::batch_tokens), defaulted("trainedTokens", &Step::trained_tokens),
+                 defaulted("stepSeconds", &Step::step_seconds), defaulted("inputSeconds", &Step::input_seconds),
+                 defaulted("forwardBackwardSeconds", &Step::forward_backward_seconds),
+                 defaulted("optimizerSeconds", &Step::optimizer_seconds),
+                 optional("paddingShare", &Step::padding_share), optional("mfu", &Step::mfu),
+                 optional("memory", &Step::memory), if_object("rl", &Step::rl))
+TRAINER_DESCRIBE(Validation, required("step", &Validation::step),
+                 required("validationLoss", &Validation::validation_loss), defaulted("tokens", &Validation::tokens),
+                 defaulted("evaluationSeconds", &Validation::evaluation_seconds))
+TRAINER_DESCRIBE(Checkpoint, required("step", &Checkpoint::step), required("adapterDir", &Checkpoint::adapter_dir),
+                 defaulted("checkpointSeconds", &Checkpoint::checkpoint_seconds),
+                 optional("stateDir", &Checkpoint::state_dir))
+TRAINER_DESCRIBE(Completed, required("adapterDir", &Completed::adapter_dir),
+                 defaulted("finalLoss", &Completed::final_loss), defaulted("steps", &Completed::steps),
+                 optional("finalValidationLoss", &Completed::final_validation_loss),
+                 defaulted("exportSeconds", &Completed::export_seconds), optional("stateDir", &Completed::state_dir))
+TRAINER_DESCRIBE(Failed, defaulted("reason", &Failed::reason))
+TRAINER_DESCRIBE(Cancelled, optional("steps", &Cancelled::steps))
+TRAINER_DESCRIBE(Paused, required("step", &Paused::step), required("snapshotId", &Paused::snapshot_id))
+TRAINER_DESCRIBE(Warning, if_set("field", &Warning::field), required("message", &Warning::message))
+#undef TRAINER_DESCRIBE
+
 namespace {
 
 using nlohmann::json;
-
-// Reads the fields of one event object, remembering the first error (which names its field).
-class Fields {
- public:
-  explicit Fields(const json& in) : in_(in) {}
-
-  template <class T>
-  void req(const char* key, T* out) {
-    if (!status_.is_ok()) return;
-    auto it = in_.find(key);
-    if (it == in_.end()) {
-      status_ = invalid_field(key, "required");
-      return;
-    }
-    read(key, *it, out);
-  }
-
-  // Absent and null leave `out` empty.
-  template <class T>
-  void opt(const char* key, std::optional<T>* out) {
-    if (!status_.is_ok()) return;
-    auto it = in_.find(key);
-    if (it == in_.end() || it->is_null()) {
-      out->reset();
-      return;
-    }
-    T value{};
-    read(key, *it, &value);
-    if (status_.is_ok()) *out = std::move(value);
-  }
-
-  // Absent keeps `out` as it is (its default).
-  template <class T>
-  void def(const char* key, T* out) {
-    if (!status_.is_ok()) return;
-    auto it = in_.find(key);
-    if (it != in_.end() && !it->is_null()) read(key, *it, out);
-  }
-
-  Status status() const { return status_; }
-
- private:
-  void read(const char* key, const json& v, int64_t* out) {
-    if (v.is_number_integer()) {
-      *out = v.get<int64_t>();
-    } else if (v.is_number_float() && v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>()))) {
-      *out = static_cast<int64_t>(v.get<double>());
-    } else {
-      status_ = invalid_field(key, "must be an integer");
-    }
-  }
-  void read(const char* key, const json& v, int* out) {
-    int64_t wide = 0;
-    read(key, v, &wide);
-    if (status_.is_ok()) *out = static_cast<int>(wide);
-  }
-  // JSON has no NaN: a non-finite value is written as null and read back as NaN.
-  void read(const char* key, const json& v, double* out) {
-    if (v.is_number()) {
-      *out = v.get<double>();
-    } else if (v.is_null()) {
-      *out = std::numeric_limits<double>::quiet_NaN();
-    } else {
-      status_ = invalid_field(key, "must be a number");
-    }
-  }
-  void read(const char* key, const json& v, std::string* out) {
-    if (v.is_string()) {
-      *out = v.get<std::string>();
-    } else {
-      status_ = invalid_field(key, "must be a string");
-    }
-  }
-  void read(const char* key, const json& v, bool* out) {
-    if (v.is_boolean()) {
-      *out = v.get<bool>();
-    } else {
-      status_ = invalid_field(key, "must be true or false");
-    }
-  }
-  void read(const char* key, const json& v, json* out) {
-    if (v.is_object()) {
-      *out = v;
-    } else {
-      status_ = invalid_field(key, "must be an object");
-    }
-  }
-  void read(const char* key, const json& v, StepMemory* out) {
-    if (!v.is_object()) {
-      status_ = invalid_field(key, "must be an object");
-      return;
-    }
-    Status st = from_json(v, out);
-    if (!st.is_ok()) status_ = st.with_field(key);
-  }
-  void read(const char* key, const json& v, std::vector<Device>* out) {
-    if (!v.is_array()) {
-      status_ = invalid_field(key, "must be an array");
-      return;
-    }
-    out->clear();
-    for (size_t i = 0; i < v.size(); ++i) {
-      const std::string at = std::string(key) + "[" + std::to_string(i) + "]";
-      if (!v[i].is_object()) {
-        status_ = invalid_field(at, "must be an object");
-        return;
-      }
-      Device d;
-      Fields f(v[i]);
-      f.req("index", &d.index);
-      f.req("kind", &d.kind);
-      f.def("name", &d.name);
-      f.def("uuid", &d.uuid);
-      if (!f.status().is_ok()) {
-        status_ = f.status().with_field(at);
-        return;
-      }
-      out->push_back(std::move(d));
-    }
-  }
-
-  const json& in_;
-  Status status_ = Status::ok();
-};
-
-template <class T>
-void put(json& out, const char* key, const std::optional<T>& value) {
-  if (value) out[key] = *value;
-}
 
 template <class T>
 Result<std::optional<Event>> decode_as(const json& in) {
@@ -165,133 +101,43 @@ struct TypeName {
   std::string_view operator()(const Warning&) const { return "warning"; }
 };
 
-// The memory parts in JSON, in the order the telemetry registry lists them.
-struct MemoryPart {
-  const char* key;
-  std::optional<int64_t> MemoryUsage::*field;
-};
-constexpr MemoryPart kMemoryParts[] = {
-    {"weights", &MemoryUsage::weights},
-    {"adapter", &MemoryUsage::adapter},
-    {"gradients", &MemoryUsage::gradients},
-    {"optimizerState", &MemoryUsage::optimizer_state},
-    {"activations", &MemoryUsage::activations},
-    {"otherTensors", &MemoryUsage::other_tensors},
-    {"allocatorCache", &MemoryUsage::allocator_cache},
-    {"outsideAllocator", &MemoryUsage::outside_allocator},
-    {"free", &MemoryUsage::free},
-};
-
 }  // namespace
 
 std::string_view event_type(const Event& event) { return std::visit(TypeName{}, event); }
 
-// ---- encoding ------------------------------------------------------------------------------
+// The public to_json/from_json pair of each event, both from its description.
+#define TRAINER_EVENT_JSON(Type)                                                  \
+  void to_json(json& out, const Type& e) { fields::write(out, e); }               \
+  Status from_json(const json& in, Type* e) { return fields::read(in, e); }
 
-void to_json(json& out, const Hello& e) {
-  out = {{"protocolVersion", e.protocol_version}, {"jobVersion", e.job_version}};
-  if (!e.run_id.empty()) out["runId"] = e.run_id;
-  if (e.attempt > 0) out["attempt"] = e.attempt;
-}
+TRAINER_EVENT_JSON(Hello)
+TRAINER_EVENT_JSON(Phase)
+TRAINER_EVENT_JSON(Preparing)
+TRAINER_EVENT_JSON(DataFit)
+TRAINER_EVENT_JSON(DataSplit)
+TRAINER_EVENT_JSON(Devices)
+TRAINER_EVENT_JSON(Resolved)
+TRAINER_EVENT_JSON(StepMemory)
+TRAINER_EVENT_JSON(Step)
+TRAINER_EVENT_JSON(Validation)
+TRAINER_EVENT_JSON(Checkpoint)
+TRAINER_EVENT_JSON(Completed)
+TRAINER_EVENT_JSON(Cancelled)
+TRAINER_EVENT_JSON(Paused)
+TRAINER_EVENT_JSON(Warning)
+#undef TRAINER_EVENT_JSON
 
-void to_json(json& out, const Phase& e) {
-  out = {{"phase", e.phase}};
-  put(out, "totalSteps", e.total_steps);
-  put(out, "device", e.device);
-  put(out, "startupSeconds", e.startup_seconds);
-}
+void to_json(json& out, const Failed& e) { fields::write(out, e); }
 
-void to_json(json& out, const Preparing& e) { out = {{"rowsDone", e.rows_done}, {"rowsTotal", e.rows_total}}; }
-
-void to_json(json& out, const DataFit& e) {
-  out = {{"rows", e.rows}, {"truncated", e.truncated}, {"exact", e.exact}, {"dropped", e.dropped}};
-}
-
-void to_json(json& out, const DataSplit& e) {
-  out = {{"trainRows", e.train_rows}, {"validationRows", e.validation_rows}, {"heldOut", e.held_out}};
-}
-
-void to_json(json& out, const Devices& e) {
-  json list = json::array();
-  for (const auto& d : e.devices) {
-    json one = {{"index", d.index}, {"kind", d.kind}};
-    if (!d.name.empty()) one["name"] = d.name;
-    if (!d.uuid.empty()) one["uuid"] = d.uuid;
-    list.push_back(std::move(one));
-  }
-  out = {{"devices", std::move(list)}};
-}
-
-void to_json(json& out, const Resolved& e) { out = {{"config", e.config}, {"settingsSha", e.settings_sha}}; }
-
-void to_json(json& out, const StepMemory& e) {
-  out = json::object();
-  put(out, "allocatedPeakBytes", e.allocated_peak_bytes);
-  put(out, "reservedPeakBytes", e.reserved_peak_bytes);
-  json usage = json::object();
-  for (const auto& part : kMemoryParts) put(usage, part.key, e.usage.*part.field);
-  if (!usage.empty()) out["usage"] = std::move(usage);
-}
-
-void to_json(json& out, const Step& e) {
-  out = {{"step", e.step},
-         {"totalSteps", e.total_steps},
-         {"epoch", e.epoch},
-         {"loss", e.loss},
-         {"learningRate", e.learning_rate},
-         {"gradNorm", e.grad_norm},
-         {"tokenAccuracy", e.token_accuracy},
-         {"tokensPerSecond", e.tokens_per_second},
-         {"batchTokens", e.batch_tokens},
-         {"trainedTokens", e.trained_tokens},
-         {"stepSeconds", e.step_seconds},
-         {"inputSeconds", e.input_seconds},
-         {"forwardBackwardSeconds", e.forward_backward_seconds},
-         {"optimizerSeconds", e.optimizer_seconds}};
-  put(out, "paddingShare", e.padding_share);
-  put(out, "mfu", e.mfu);
-  put(out, "memory", e.memory);
-  if (e.rl.is_object()) out["rl"] = e.rl;
-}
-
-void to_json(json& out, const Validation& e) {
-  out = {{"step", e.step},
-         {"validationLoss", e.validation_loss},
-         {"tokens", e.tokens},
-         {"evaluationSeconds", e.evaluation_seconds}};
-}
-
-void to_json(json& out, const Checkpoint& e) {
-  out = {{"step", e.step}, {"adapterDir", e.adapter_dir}, {"checkpointSeconds", e.checkpoint_seconds}};
-  put(out, "stateDir", e.state_dir);
-}
-
-void to_json(json& out, const Completed& e) {
-  out = {{"adapterDir", e.adapter_dir}, {"finalLoss", e.final_loss}, {"steps", e.steps},
-         {"exportSeconds", e.export_seconds}};
-  put(out, "finalValidationLoss", e.final_validation_loss);
-  put(out, "stateDir", e.state_dir);
-}
-
-void to_json(json& out, const Failed& e) { out = {{"reason", e.reason}}; }
-
-void to_json(json& out, const Cancelled& e) {
-  out = json::object();
-  put(out, "steps", e.steps);
-}
-
-void to_json(json& out, const Paused& e) { out = {{"step", e.step}, {"snapshotId", e.snapshot_id}}; }
-
-void to_json(json& out, const Warning& e) {
-  out = json::object();
-  if (!e.field.empty()) out["field"] = e.field;
-  out["message"] = e.message;
+Status from_json(const json& in, Failed* e) {
+  Status st = fields::read(in, e);
+  if (e->reason.empty()) e->reason = "the job reported a failure without a reason";
+  return st;
 }
 
 json to_json(const Event& event) {
   json body;
   std::visit([&](const auto& e) { to_json(body, e); }, event);
-  // "type" first, for people reading the file.
   json out = {{"type", std::string(event_type(event))}};
   for (auto it = body.begin(); it != body.end(); ++it) out[it.key()] = std::move(it.value());
   return out;
@@ -299,156 +145,6 @@ json to_json(const Event& event) {
 
 std::string to_line(const Event& event) {
   return to_json(event).dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
-// ---- decoding ------------------------------------------------------------------------------
-
-Status from_json(const json& in, Hello* e) {
-  Fields f(in);
-  f.req("protocolVersion", &e->protocol_version);
-  f.def("jobVersion", &e->job_version);
-  f.def("runId", &e->run_id);
-  f.def("attempt", &e->attempt);
-  return f.status();
-}
-
-Status from_json(const json& in, Phase* e) {
-  Fields f(in);
-  f.req("phase", &e->phase);
-  f.opt("totalSteps", &e->total_steps);
-  f.opt("device", &e->device);
-  f.opt("startupSeconds", &e->startup_seconds);
-  return f.status();
-}
-
-Status from_json(const json& in, Preparing* e) {
-  Fields f(in);
-  f.req("rowsDone", &e->rows_done);
-  f.req("rowsTotal", &e->rows_total);
-  return f.status();
-}
-
-Status from_json(const json& in, DataFit* e) {
-  Fields f(in);
-  f.req("rows", &e->rows);
-  f.def("truncated", &e->truncated);
-  f.def("exact", &e->exact);
-  f.def("dropped", &e->dropped);
-  return f.status();
-}
-
-Status from_json(const json& in, DataSplit* e) {
-  Fields f(in);
-  f.req("trainRows", &e->train_rows);
-  f.req("validationRows", &e->validation_rows);
-  f.def("heldOut", &e->held_out);
-  return f.status();
-}
-
-Status from_json(const json& in, Devices* e) {
-  Fields f(in);
-  f.req("devices", &e->devices);
-  return f.status();
-}
-
-Status from_json(const json& in, Resolved* e) {
-  Fields f(in);
-  f.req("config", &e->config);
-  f.req("settingsSha", &e->settings_sha);
-  return f.status();
-}
-
-Status from_json(const json& in, StepMemory* e) {
-  Fields f(in);
-  f.opt("allocatedPeakBytes", &e->allocated_peak_bytes);
-  f.opt("reservedPeakBytes", &e->reserved_peak_bytes);
-  if (!f.status().is_ok()) return f.status();
-  auto usage = in.find("usage");
-  if (usage == in.end() || usage->is_null()) return Status::ok();
-  if (!usage->is_object()) return invalid_field("usage", "must be an object");
-  Fields u(*usage);
-  for (const auto& part : kMemoryParts) u.opt(part.key, &(e->usage.*part.field));
-  Status st = u.status();
-  return st.is_ok() ? st : st.with_field("usage");
-}
-
-Status from_json(const json& in, Step* e) {
-  Fields f(in);
-  f.req("step", &e->step);
-  f.def("totalSteps", &e->total_steps);
-  f.def("epoch", &e->epoch);
-  f.req("loss", &e->loss);
-  f.def("learningRate", &e->learning_rate);
-  f.def("gradNorm", &e->grad_norm);
-  f.def("tokenAccuracy", &e->token_accuracy);
-  f.def("tokensPerSecond", &e->tokens_per_second);
-  f.def("batchTokens", &e->batch_tokens);
-  f.def("trainedTokens", &e->trained_tokens);
-  f.def("stepSeconds", &e->step_seconds);
-  f.def("inputSeconds", &e->input_seconds);
-  f.def("forwardBackwardSeconds", &e->forward_backward_seconds);
-  f.def("optimizerSeconds", &e->optimizer_seconds);
-  f.opt("paddingShare", &e->padding_share);
-  f.opt("mfu", &e->mfu);
-  f.opt("memory", &e->memory);
-  if (auto rl = in.find("rl"); rl != in.end() && rl->is_object()) e->rl = *rl;
-  return f.status();
-}
-
-Status from_json(const json& in, Validation* e) {
-  Fields f(in);
-  f.req("step", &e->step);
-  f.req("validationLoss", &e->validation_loss);
-  f.def("tokens", &e->tokens);
-  f.def("evaluationSeconds", &e->evaluation_seconds);
-  return f.status();
-}
-
-Status from_json(const json& in, Checkpoint* e) {
-  Fields f(in);
-  f.req("step", &e->step);
-  f.req("adapterDir", &e->adapter_dir);
-  f.def("checkpointSeconds", &e->checkpoint_seconds);
-  f.opt("stateDir", &e->state_dir);
-  return f.status();
-}
-
-Status from_json(const json& in, Completed* e) {
-  Fields f(in);
-  f.req("adapterDir", &e->adapter_dir);
-  f.def("finalLoss", &e->final_loss);
-  f.def("steps", &e->steps);
-  f.opt("finalValidationLoss", &e->final_validation_loss);
-  f.def("exportSeconds", &e->export_seconds);
-  f.opt("stateDir", &e->state_dir);
-  return f.status();
-}
-
-Status from_json(const json& in, Failed* e) {
-  Fields f(in);
-  f.def("reason", &e->reason);
-  if (e->reason.empty()) e->reason = "the job reported a failure without a reason";
-  return f.status();
-}
-
-Status from_json(const json& in, Cancelled* e) {
-  Fields f(in);
-  f.opt("steps", &e->steps);
-  return f.status();
-}
-
-Status from_json(const json& in, Paused* e) {
-  Fields f(in);
-  f.req("step", &e->step);
-  f.req("snapshotId", &e->snapshot_id);
-  return f.status();
-}
-
-Status from_json(const json& in, Warning* e) {
-  Fields f(in);
-  f.def("field", &e->field);
-  f.req("message", &e->message);
-  return f.status();
 }
 
 Result<std::optional<Event>> event_from_json(const json& in) {

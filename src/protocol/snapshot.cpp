@@ -6,12 +6,10 @@
 
 #include "common/json_parse.h"
 #include "common/sha256.h"
+#include "protocol/fields.h"
 
 namespace trainer::protocol {
 namespace {
-
-namespace fs = std::filesystem;
-using json = nlohmann::json;
 
 bool is_hex64(const std::string& s) {
   return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) {
@@ -19,21 +17,83 @@ bool is_hex64(const std::string& s) {
          });
 }
 
-Result<std::string> str_field(const json& in, const std::string& key) {
-  auto it = in.find(key);
-  if (it == in.end()) return invalid_field(key, "required");
-  if (!it->is_string()) return invalid_field(key, "must be a string");
-  return it->get<std::string>();
+Status hex64(const std::string& key, const std::string& value) {
+  return is_hex64(value) ? Status::ok() : invalid_field(key, "must be 64 lowercase hex characters");
 }
 
-Result<int64_t> int_field(const json& in, const std::string& key) {
-  auto it = in.find(key);
-  if (it == in.end()) return invalid_field(key, "required");
-  if (!it->is_number_integer()) return invalid_field(key, "must be an integer");
-  const int64_t v = it->get<int64_t>();
-  if (v < 0) return invalid_field(key, "must not be negative");
-  return v;
+Status non_negative(const std::string& key, const int64_t& value) {
+  return value >= 0 ? Status::ok() : invalid_field(key, "must not be negative");
 }
+
+Status at_least_one(const std::string& key, const int64_t& value) {
+  return value >= 1 ? Status::ok() : invalid_field(key, "must be at least 1");
+}
+
+Status known_format(const std::string& key, const int& value) {
+  if (value == kManifestFormat) return Status::ok();
+  return invalid_field(key, "unknown manifest format " + std::to_string(value));
+}
+
+Status artifact_kind(const std::string& key, const std::string& value) { return check_artifact_kind(value, key); }
+
+Status inside_the_artifact(const std::string& key, const std::string& p) {
+  if (p.empty() || p.front() == '/' || p.find("..") != std::string::npos || p == kManifestFile) {
+    return invalid_field(key, "'" + p + "' must be a relative path inside the artifact");
+  }
+  return Status::ok();
+}
+
+Status known_kinds(const std::string& key, const std::map<std::string, Reservation::Kind>& kinds) {
+  if (kinds.empty()) return invalid_field(key, "required: an object with weights and/or trainingState");
+  for (const auto& [kind, k] : kinds) TRAINER_RETURN_IF_ERROR(check_artifact_kind(kind, key + "." + kind));
+  return Status::ok();
+}
+
+
+}  // namespace
+
+// Each struct's fields: its JSON name, its member, whether it is required and what it must be (fields.h).
+using fields::required;
+
+template <>
+struct fields::Description<ManifestFile> {
+  static constexpr auto fields =
+      std::make_tuple(required("path", &ManifestFile::path).checked(inside_the_artifact),
+                      required("bytes", &ManifestFile::bytes).checked(non_negative),
+                      required("sha256", &ManifestFile::sha256).checked(hex64));
+};
+
+template <>
+struct fields::Description<Manifest> {
+  static constexpr auto fields = std::make_tuple(
+      required("format", &Manifest::format).checked(known_format),
+      required("kind", &Manifest::kind).checked(artifact_kind), required("runId", &Manifest::run_id),
+      required("engineStep", &Manifest::engine_step).checked(non_negative),
+      required("epoch", &Manifest::epoch).checked(non_negative), required("baseModelSha", &Manifest::base_model_sha),
+      required("files", &Manifest::files));
+};
+
+template <>
+struct fields::Description<Reservation::Kind> {
+  static constexpr auto fields =
+      std::make_tuple(required("manifestDigest", &Reservation::Kind::manifest_digest).checked(hex64),
+                      required("bytes", &Reservation::Kind::bytes).checked(non_negative));
+};
+
+template <>
+struct fields::Description<Reservation> {
+  static constexpr auto fields = std::make_tuple(
+      required("snapshotId", &Reservation::snapshot_id).checked(hex64),
+      required("attempt", &Reservation::attempt).checked(at_least_one),
+      required("step", &Reservation::step).checked(non_negative),
+      required("epoch", &Reservation::epoch).checked(non_negative),
+      required("kinds", &Reservation::kinds).checked(known_kinds));
+};
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
 
 Result<std::string> file_sha256(const fs::path& path, int64_t* bytes) {
   std::ifstream in(path, std::ios::binary);
@@ -62,11 +122,9 @@ int64_t Manifest::total_bytes() const {
 }
 
 json manifest_to_json(const Manifest& m) {
-  json files = json::array();
-  for (const auto& f : m.files) files.push_back({{"path", f.path}, {"bytes", f.bytes}, {"sha256", f.sha256}});
-  return {{"format", m.format},         {"kind", m.kind},   {"runId", m.run_id},
-          {"engineStep", m.engine_step}, {"epoch", m.epoch}, {"baseModelSha", m.base_model_sha},
-          {"files", files}};
+  json out;
+  fields::write(out, m);
+  return out;
 }
 
 std::string manifest_text(const Manifest& m) { return manifest_to_json(m).dump(); }
@@ -76,37 +134,7 @@ Result<Manifest> parse_manifest(const std::string& text) {
   if (!doc.is_ok()) return invalid_field("manifest", doc.status().message());
   if (!doc->is_object()) return invalid_field("manifest", "must be a JSON object");
   Manifest m;
-  TRAINER_ASSIGN_OR_RETURN(const int64_t format, int_field(*doc, "format"));
-  if (format != kManifestFormat) return invalid_field("format", "unknown manifest format " + std::to_string(format));
-  TRAINER_ASSIGN_OR_RETURN(m.kind, str_field(*doc, "kind"));
-  TRAINER_RETURN_IF_ERROR(check_artifact_kind(m.kind, "kind"));
-  TRAINER_ASSIGN_OR_RETURN(m.run_id, str_field(*doc, "runId"));
-  TRAINER_ASSIGN_OR_RETURN(m.engine_step, int_field(*doc, "engineStep"));
-  TRAINER_ASSIGN_OR_RETURN(m.epoch, int_field(*doc, "epoch"));
-  TRAINER_ASSIGN_OR_RETURN(m.base_model_sha, str_field(*doc, "baseModelSha"));
-  auto files = doc->find("files");
-  if (files == doc->end() || !files->is_array()) return invalid_field("files", "required: an array");
-  for (size_t i = 0; i < files->size(); ++i) {
-    const json& f = (*files)[i];
-    const std::string at = "files[" + std::to_string(i) + "]";
-    if (!f.is_object()) return invalid_field(at, "must be an object");
-    ManifestFile mf;
-    auto path = str_field(f, "path");
-    if (!path.is_ok()) return path.status().with_field(at);
-    auto bytes = int_field(f, "bytes");
-    if (!bytes.is_ok()) return bytes.status().with_field(at);
-    auto sha = str_field(f, "sha256");
-    if (!sha.is_ok()) return sha.status().with_field(at);
-    if (!is_hex64(*sha)) return invalid_field(at + ".sha256", "must be 64 lowercase hex characters");
-    const std::string& p = *path;
-    if (p.empty() || p.front() == '/' || p.find("..") != std::string::npos || p == kManifestFile) {
-      return invalid_field(at + ".path", "'" + p + "' must be a relative path inside the artifact");
-    }
-    mf.path = p;
-    mf.bytes = *bytes;
-    mf.sha256 = *sha;
-    m.files.push_back(std::move(mf));
-  }
+  TRAINER_RETURN_IF_ERROR(fields::read(*doc, &m));
   return m;
 }
 
@@ -141,37 +169,14 @@ std::string snapshot_key(const std::string& snapshot_id, const std::string& kind
 }
 
 json reservation_to_json(const Reservation& r) {
-  json kinds = json::object();
-  for (const auto& [kind, k] : r.kinds) kinds[kind] = {{"manifestDigest", k.manifest_digest}, {"bytes", k.bytes}};
-  return {{"snapshotId", r.snapshot_id}, {"attempt", r.attempt}, {"step", r.step}, {"epoch", r.epoch}, {"kinds", kinds}};
+  json out;
+  fields::write(out, r);
+  return out;
 }
 
 Result<Reservation> parse_reservation(const json& body) {
   Reservation r;
-  TRAINER_ASSIGN_OR_RETURN(r.snapshot_id, str_field(body, "snapshotId"));
-  if (!is_hex64(r.snapshot_id)) return invalid_field("snapshotId", "must be 64 lowercase hex characters");
-  TRAINER_ASSIGN_OR_RETURN(r.attempt, int_field(body, "attempt"));
-  if (r.attempt < 1) return invalid_field("attempt", "must be at least 1");
-  TRAINER_ASSIGN_OR_RETURN(r.step, int_field(body, "step"));
-  TRAINER_ASSIGN_OR_RETURN(r.epoch, int_field(body, "epoch"));
-  auto kinds = body.find("kinds");
-  if (kinds == body.end() || !kinds->is_object() || kinds->empty()) {
-    return invalid_field("kinds", "required: an object with weights and/or trainingState");
-  }
-  for (const auto& [kind, k] : kinds->items()) {
-    const std::string at = "kinds." + kind;
-    TRAINER_RETURN_IF_ERROR(check_artifact_kind(kind, at));
-    if (!k.is_object()) return invalid_field(at, "must be an object");
-    Reservation::Kind out;
-    auto digest = str_field(k, "manifestDigest");
-    if (!digest.is_ok()) return digest.status().with_field(at);
-    if (!is_hex64(*digest)) return invalid_field(at + ".manifestDigest", "must be 64 lowercase hex characters");
-    auto bytes = int_field(k, "bytes");
-    if (!bytes.is_ok()) return bytes.status().with_field(at);
-    out.manifest_digest = *digest;
-    out.bytes = *bytes;
-    r.kinds[kind] = out;
-  }
+  TRAINER_RETURN_IF_ERROR(fields::read(body, &r));
   return r;
 }
 

@@ -235,17 +235,25 @@ backend::JobSpec ServiceImpl::job_spec(const RunRecord& run) const {
   spec.identity.base_model_sha = run.base_model_sha.value_or("");
   const PoolConfig* pool = pool_named(run.pool);
   spec.identity.profile = pool ? pool->accelerator : "";
-  spec.identity.otlp_endpoint =
+  spec.otlp_endpoint =
       opt_.config.telemetry.otlp_endpoint.empty() ? job_otlp_endpoint_ : opt_.config.telemetry.otlp_endpoint;
-  spec.identity.otlp_interval_ms = opt_.config.telemetry.otlp_interval_ms;
-  spec.identity.catalog_url = catalog_url_;
-  spec.identity.artifact_root = storage_->local_path(".");
-  if (!opt_.config.artifact_store.uri.empty()) {
-    spec.identity.artifact_root = opt_.config.artifact_store.uri;
-    spec.identity.artifact_env = artifact_store_job_env(opt_.config.artifact_store);
+  spec.otlp_interval_ms = opt_.config.telemetry.otlp_interval_ms;
+  spec.catalog_url = catalog_url_;
+  spec.artifact_root = storage_->local_path(".");
+  if (const ArtifactStoreConfig& store = opt_.config.artifact_store; !store.uri.empty()) {
+    // The job reaches the S3 store with trainerd's keys, from the variables the config names.
+    auto env = [](const std::string& name) {
+      const char* v = std::getenv(name.c_str());
+      return std::string(v == nullptr ? "" : v);
+    };
+    spec.artifact_root = store.uri;
+    spec.store.s3_endpoint = store.endpoint;
+    spec.store.region = store.region;
+    spec.store.access_key_id = env(store.access_key_env);
+    spec.store.secret_access_key = env(store.secret_key_env);
+    spec.store.input_cache = store.input_cache;
   }
-  spec.identity.artifact_env.emplace_back("TRAINER_PUBLISH_DEADLINE_SECONDS",
-                                          std::to_string(opt_.config.limits.publish_deadline_seconds));
+  spec.store.publish_deadline_seconds = opt_.config.limits.publish_deadline_seconds;
   spec.plan_path = (dir / "plan.json").string();
   spec.output_dir = (dir / "output").string();
   spec.events_path = (dir / "events.jsonl").string();

@@ -134,8 +134,8 @@ TEST_F(LocalBackendTest, TheJobSeesItsRunIdentityInItsEnvironment) {
   s.identity.base_model = "Qwen/Qwen3-0.6B";
   s.identity.base_model_sha = "ab12";
   s.identity.profile = "cpu";
-  s.identity.otlp_endpoint = "http://127.0.0.1:9001/otlp";
-  s.identity.otlp_interval_ms = 1000;
+  s.otlp_endpoint = "http://127.0.0.1:9001/otlp";
+  s.otlp_interval_ms = 1000;
   auto h = b->start(s);
   ASSERT_TRUE(h.is_ok());
   EXPECT_EQ(wait_end(*b, *h).exit_code, 0);

@@ -1,4 +1,4 @@
-// trainer-job's telemetry (src/job/job_telemetry.h): the run's identity from the environment the
+// trainer-job's telemetry (src/job/job_telemetry.h): the run's identity from the job request the
 // service gives it, where it pushes, and the metrics it records from the protocol's events.
 #include <gtest/gtest.h>
 
@@ -31,6 +31,17 @@ Getenv env_of(std::map<std::string, std::string> values) {
   };
 }
 
+// What the job does: the request from the environment, then the identity or export options from it.
+Result<RunIdentity> identity_from(const Getenv& env) {
+  TRAINER_ASSIGN_OR_RETURN(protocol::JobRequest request, protocol::job_request_from_environment(env));
+  return RunIdentity::of(request);
+}
+
+Result<std::optional<telemetry::OtlpOptions>> export_options_from(const Getenv& env) {
+  TRAINER_ASSIGN_OR_RETURN(protocol::JobRequest request, protocol::job_request_from_environment(env));
+  return export_options_for(request, env);
+}
+
 std::string scrape(JobTelemetry& t) { return telemetry::prometheus_exposition(t.provider()).body; }
 
 // The value of the first sample line starting with `prefix` ("" when none).
@@ -43,7 +54,7 @@ std::string sample(const std::string& text, const std::string& prefix) {
 }
 
 TEST(RunIdentity, ReadsTheServicesEnvironment) {
-  auto id = RunIdentity::from_environment(env_of({{"TRAINER_RUN_ID", "run-7f3a"},
+  auto id = identity_from(env_of({{"TRAINER_RUN_ID", "run-7f3a"},
                                                   {"TRAINER_ATTEMPT", "2"},
                                                   {"TRAINER_WORKLOAD", "commit-messages"},
                                                   {"TRAINER_METHOD", "sft"},
@@ -60,7 +71,7 @@ TEST(RunIdentity, ReadsTheServicesEnvironment) {
 }
 
 TEST(RunIdentity, ALocalRunIsLocal) {
-  auto id = RunIdentity::from_environment(env_of({}));
+  auto id = identity_from(env_of({}));
   ASSERT_TRUE(id.is_ok());
   EXPECT_EQ(id->run_id, "local");
   EXPECT_EQ(id->attempt, 1);
@@ -68,13 +79,13 @@ TEST(RunIdentity, ALocalRunIsLocal) {
 }
 
 TEST(RunIdentity, AMalformedAttemptNamesTheVariable) {
-  auto id = RunIdentity::from_environment(env_of({{"TRAINER_ATTEMPT", "first"}}));
+  auto id = identity_from(env_of({{"TRAINER_ATTEMPT", "first"}}));
   ASSERT_FALSE(id.is_ok());
   EXPECT_EQ(id.status().field(), "TRAINER_ATTEMPT");
 }
 
 TEST(ExportOptions, TheServicesEndpointWinsOverOtel) {
-  auto o = export_options_from_environment(env_of({{"TRAINER_OTLP_ENDPOINT", "http://127.0.0.1:9001/otlp/"},
+  auto o = export_options_from(env_of({{"TRAINER_OTLP_ENDPOINT", "http://127.0.0.1:9001/otlp/"},
                                                    {"TRAINER_OTLP_INTERVAL_MS", "250"},
                                                    {"OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318"}}));
   ASSERT_TRUE(o.is_ok()) << o.status().describe();
@@ -84,26 +95,26 @@ TEST(ExportOptions, TheServicesEndpointWinsOverOtel) {
 }
 
 TEST(ExportOptions, DefaultIntervalIsFiveSeconds) {
-  auto o = export_options_from_environment(env_of({{"TRAINER_OTLP_ENDPOINT", "http://127.0.0.1:9001/otlp"}}));
+  auto o = export_options_from(env_of({{"TRAINER_OTLP_ENDPOINT", "http://127.0.0.1:9001/otlp"}}));
   ASSERT_TRUE(o.is_ok() && o->has_value());
   EXPECT_EQ((*o)->interval.count(), 5000);
 }
 
 TEST(ExportOptions, WithoutTheServicesEndpointOtelDecides) {
-  auto off = export_options_from_environment(env_of({}));
+  auto off = export_options_from(env_of({}));
   ASSERT_TRUE(off.is_ok());
   EXPECT_FALSE(off->has_value());
-  auto otel = export_options_from_environment(env_of({{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318"}}));
+  auto otel = export_options_from(env_of({{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318"}}));
   ASSERT_TRUE(otel.is_ok() && otel->has_value());
   EXPECT_EQ((*otel)->endpoint, "http://collector:4318/v1/metrics");
 }
 
 TEST(ExportOptions, BadValuesNameTheVariable) {
-  auto interval = export_options_from_environment(
+  auto interval = export_options_from(
       env_of({{"TRAINER_OTLP_ENDPOINT", "http://x:1"}, {"TRAINER_OTLP_INTERVAL_MS", "-5"}}));
   ASSERT_FALSE(interval.is_ok());
   EXPECT_EQ(interval.status().field(), "TRAINER_OTLP_INTERVAL_MS");
-  auto scheme = export_options_from_environment(env_of({{"TRAINER_OTLP_ENDPOINT", "https://x:1"}}));
+  auto scheme = export_options_from(env_of({{"TRAINER_OTLP_ENDPOINT", "https://x:1"}}));
   ASSERT_FALSE(scheme.is_ok());
   EXPECT_EQ(scheme.status().field(), "TRAINER_OTLP_ENDPOINT");
 }

@@ -72,6 +72,66 @@ TEST(JobProtocol, EveryEventRoundTripsThroughItsLine) {
   }
 }
 
+// The wire format readers rely on (the service, the CLI, Python tests): key names, null vs
+// absent, and integers vs numbers, byte for byte (keys come out sorted).
+TEST(JobProtocol, LinesAreByteForByteTheWireFormat) {
+  Step rl_step{.step = 2, .loss = std::numeric_limits<double>::quiet_NaN()};
+  rl_step.memory = StepMemory{};
+  rl_step.rl = json{{"reward", 1.5}};
+  const std::vector<std::pair<Event, std::string>> cases = {
+      {Hello{.job_version = "trainer-job 0.1.0", .run_id = "run-1", .attempt = 2},
+       R"({"attempt":2,"jobVersion":"trainer-job 0.1.0","protocolVersion":1,"runId":"run-1","type":"hello"})"},
+      {Hello{.job_version = ""}, R"({"jobVersion":"","protocolVersion":1,"type":"hello"})"},
+      {Devices{{Device{.index = 0, .kind = "cuda", .uuid = "GPU-1"}}},
+       R"({"devices":[{"index":0,"kind":"cuda","uuid":"GPU-1"}],"type":"devices"})"},
+      {full_step(),
+       R"({"batchTokens":96,"epoch":1,"forwardBackwardSeconds":0.4,"gradNorm":0.5,"inputSeconds":0.01,)"
+       R"("learningRate":0.0001,"loss":1.25,"memory":{"allocatedPeakBytes":1073741824,"reservedPeakBytes":1610612736,)"
+       R"("usage":{"activations":500,"adapter":10,"allocatorCache":7,"free":80000,"gradients":10,"optimizerState":20,)"
+       R"("otherTensors":5,"outsideAllocator":300,"weights":1000}},"mfu":0.31,"optimizerSeconds":0.09,)"
+       R"("paddingShare":0.125,"step":3,"stepSeconds":0.5,"tokenAccuracy":0.75,"tokensPerSecond":1234.5,)"
+       R"("totalSteps":10,"trainedTokens":40,"type":"step"})"},
+      {rl_step,
+       R"({"batchTokens":0,"epoch":0,"forwardBackwardSeconds":0.0,"gradNorm":0.0,"inputSeconds":0.0,)"
+       R"("learningRate":0.0,"loss":null,"memory":{},"optimizerSeconds":0.0,"rl":{"reward":1.5},"step":2,)"
+       R"("stepSeconds":0.0,"tokenAccuracy":0.0,"tokensPerSecond":0.0,"totalSteps":0,"trainedTokens":0,"type":"step"})"},
+      {Checkpoint{.step = 3, .adapter_dir = "/o", .state_dir = "/s"},
+       R"({"adapterDir":"/o","checkpointSeconds":0.0,"stateDir":"/s","step":3,"type":"checkpoint"})"},
+      {Completed{}, R"({"adapterDir":"","exportSeconds":0.0,"finalLoss":0.0,"steps":0,"type":"completed"})"},
+      {Cancelled{}, R"({"type":"cancelled"})"},
+      {Warning{.message = "m"}, R"({"message":"m","type":"warning"})"},
+  };
+  for (const auto& [event, line] : cases) EXPECT_EQ(to_line(event), line);
+}
+
+// Reading gives the same errors for every struct: a wrong type or a missing field, named.
+TEST(JobProtocol, NestedFieldsAreNamedInTheirErrors) {
+  const std::pair<const char*, std::pair<const char*, const char*>> cases[] = {
+      {R"({"type":"step","step":1,"loss":1,"memory":{"usage":{"weights":"x"}}})",
+       {"step.memory.usage.weights", "must be an integer"}},
+      {R"({"type":"step","step":1,"loss":1,"memory":{"usage":3}})", {"step.memory.usage", "must be an object"}},
+      {R"({"type":"devices","devices":[3]})", {"devices.devices[0]", "must be an object"}},
+      {R"({"type":"devices","devices":{}})", {"devices.devices", "must be an array"}},
+      {R"({"type":"hello"})", {"hello.protocolVersion", "required"}},
+      {R"({"type":"resolved","config":[],"settingsSha":"x"})", {"resolved.config", "must be an object"}},
+      {R"({"type":"data_split","trainRows":1,"validationRows":2,"heldOut":1})",
+       {"data_split.heldOut", "must be true or false"}},
+      {R"({"type":"validation","step":1,"validationLoss":"x"})", {"validation.validationLoss", "must be a number"}},
+  };
+  for (const auto& [line, expected] : cases) {
+    auto decoded = decode_event(line);
+    ASSERT_FALSE(decoded.is_ok()) << line;
+    EXPECT_EQ(decoded.status().field(), expected.first) << line;
+    EXPECT_EQ(decoded.status().message(), expected.second) << line;
+  }
+  // An integral float is an integer; null is absent; an `rl` that is not an object is ignored.
+  auto lenient = parse_event(R"({"type":"step","step":2.0,"loss":1,"mfu":null,"epoch":null,"rl":[1]})");
+  ASSERT_TRUE(lenient);
+  EXPECT_EQ(std::get<Step>(*lenient).step, 2);
+  EXPECT_FALSE(std::get<Step>(*lenient).mfu);
+  EXPECT_TRUE(std::get<Step>(*lenient).rl.is_null());
+}
+
 TEST(JobProtocol, EveryEventTypeIsCovered) {
   // A new alternative of Event needs a case in every_event().
   std::set<std::string_view> types;

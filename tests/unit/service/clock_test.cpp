@@ -110,7 +110,7 @@ TEST(ServiceClock, CancelGraceRunsOnTheInjectedClockThenTheJobIsKilled) {
   EXPECT_EQ(spec.identity.workload, "w");
   EXPECT_EQ(spec.identity.base_model, "tiny");
   EXPECT_EQ(spec.identity.profile, "cpu");
-  EXPECT_EQ(spec.identity.otlp_endpoint, "http://127.0.0.1:1/otlp");
+  EXPECT_EQ(spec.otlp_endpoint, "http://127.0.0.1:1/otlp");
   EXPECT_FALSE(spec.identity.base_model_sha.empty());
 
   ASSERT_TRUE(svc.cancel_run(id).is_ok());

@@ -1,0 +1,87 @@
+// The job request: the input half of the job protocol, what one job is asked to do. trainerd
+// builds it (backend::JobSpec is a JobRequest plus the claim's resources), a backend hands it
+// to the job as TRAINER_* environment variables (job_environment(), the one writer), and the
+// job reads it back with job_request_from_environment() (the one reader). The resolved plan,
+// output folder and events file are the job's arguments (--plan, --output, --events), its log
+// where the backend sends its output; they travel in the request but not in the environment.
+// docs/job-protocol.md, "Environment", lists every variable. Torch-free, depends on common only.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+
+namespace trainer::protocol {
+
+// What the job does. Only `train` jobs start through a backend today; the others have their
+// names reserved so a request of a newer trainerd is refused by name, not misread.
+enum class JobKind { kTrain, kEvaluate, kServe, kCurate };
+
+std::string_view job_kind_name(JobKind kind);  // "train", "evaluate", "serve", "curate"
+
+// Who the job works for: names its telemetry resource. Empty: not passed (a local run uses
+// the plan's workload, method and base model, and the profile "local").
+struct JobIdentity {
+  std::string workload;        // workload name (TRAINER_WORKLOAD)
+  std::string method;          // "sft" | "grpo" | "gspo" (TRAINER_METHOD)
+  std::string base_model;      // the user-facing base model name (TRAINER_BASE_MODEL)
+  std::string base_model_sha;  // content hash of the cached model (TRAINER_BASE_MODEL_SHA)
+  std::string profile;         // accelerator profile of the run's pool, e.g. "cpu" (TRAINER_PROFILE)
+};
+
+// How the job reaches an S3 artifact store, from trainerd's configuration and environment
+// (docs/api.md, "Artifact store"). Empty: not passed (a folder store needs none).
+struct StoreAccess {
+  std::string s3_endpoint;        // TRAINER_S3_ENDPOINT
+  std::string region;             // AWS_REGION
+  std::string access_key_id;      // AWS_ACCESS_KEY_ID
+  std::string secret_access_key;  // AWS_SECRET_ACCESS_KEY
+  std::string input_cache;        // the node's cache of fetched inputs (TRAINER_INPUT_CACHE)
+  int64_t publish_deadline_seconds = 0;  // one publication's deadline (TRAINER_PUBLISH_DEADLINE_SECONDS); 0: the job's default
+};
+
+// The values TRAINER_BRANCH_RESTORE takes (protocol/snapshot.h's artifact kinds).
+inline constexpr const char* kRestoreWeights = "weights";
+inline constexpr const char* kRestoreTrainingState = "trainingState";
+
+struct JobRequest {
+  JobKind kind = JobKind::kTrain;  // TRAINER_JOB_KIND, passed when not train
+  std::string run_id;              // TRAINER_RUN_ID; "" = a local run
+  int64_t attempt = 1;             // 1-based (TRAINER_ATTEMPT)
+  JobIdentity identity;
+  std::string otlp_endpoint;       // base URL the job pushes OTLP/HTTP JSON metrics to; "" = none (TRAINER_OTLP_ENDPOINT)
+  int64_t otlp_interval_ms = 5000; // export interval, passed with the endpoint (TRAINER_OTLP_INTERVAL_MS)
+  std::string catalog_url;         // trainerd's API base URL for the snapshot catalog's callbacks (TRAINER_CATALOG_URL)
+  std::string artifact_root;       // where snapshots are published: a folder, or s3://BUCKET[/PREFIX] (TRAINER_ARTIFACT_ROOT)
+  StoreAccess store;
+  std::string resume_snapshot;     // the snapshot this attempt restores (TRAINER_RESUME_SNAPSHOT); "" = none
+  // A child run's first attempt: the parent's snapshot it starts from (TRAINER_BRANCH_SNAPSHOT)
+  // and what it restores of it, kRestoreWeights or kRestoreTrainingState (TRAINER_BRANCH_RESTORE;
+  // read as weights when absent).
+  std::string branch_snapshot;
+  std::string branch_restore;
+  // Not in the environment: the job's arguments and output.
+  std::string plan_path;    // the resolved plan (JSON), already written (--plan)
+  std::string output_dir;   // the job's output folder (--output)
+  std::string events_path;  // the job's events file (--events)
+  std::string log_path;     // where the job's stdout and stderr go
+};
+
+// The request's environment variables (name, value), in a fixed order; a value the request
+// leaves empty is not passed. The paths are not among them.
+std::vector<std::pair<std::string, std::string>> job_environment(const JobRequest& request);
+
+using Getenv = std::function<const char*(const char*)>;
+
+// The request the environment carries (empty variables read as absent); the paths stay empty.
+// InvalidArgument names a malformed variable: TRAINER_ATTEMPT, TRAINER_OTLP_INTERVAL_MS or
+// TRAINER_PUBLISH_DEADLINE_SECONDS not a positive integer, TRAINER_BRANCH_RESTORE not weights
+// or trainingState, TRAINER_JOB_KIND not a job kind.
+Result<JobRequest> job_request_from_environment(const Getenv& getenv);
+
+}  // namespace trainer::protocol
