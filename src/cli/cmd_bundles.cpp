@@ -8,6 +8,7 @@
 #include "cli/command_support.h"
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
+#include "cli/list_command.h"
 #include "cli/format.h"
 #include "cli/run_view.h"
 
@@ -95,33 +96,21 @@ int bundles_register(Context& ctx) {
 }
 
 int bundles_list(Context& ctx) {
-  auto doc = ctx.get("/v1/bundles");
-  if (!doc) return ctx.last_failure_code();
-  if (!ctx.text()) {
-    ctx.print_json(*doc);
-    return kExitOk;
-  }
-  const json list = doc->value("bundles", json::array());
-  if (list.empty()) {
-    out("No bundles registered; add one with `trainer bundles register FOLDER --name NAME`.\n");
-    return kExitOk;
-  }
-  std::vector<std::vector<std::string>> rows;
-  const double now = now_seconds();
-  for (const auto& b : list) {
-    rows.push_back({str(b, "name"), str(b, "version"), short_id(str(b, "sha")), str(b, "files"), str(b, "bytes"),
-                    age_text(str(b, "createdAt"), now)});
-  }
-  out(render_table({"NAME", "VERSION", "SHA", "FILES", "BYTES", "CREATED"}, rows));
-  return kExitOk;
+  ListView view;
+  view.path = "/v1/bundles";
+  view.items = "bundles";
+  view.header = {"NAME", "VERSION", "SHA", "FILES", "BYTES", "CREATED"};
+  view.row = [](const json& b, double now) -> std::vector<std::string> {
+    return {str(b, "name"), str(b, "version"), short_id(str(b, "sha")), str(b, "files"), str(b, "bytes"),
+            age_text(str(b, "createdAt"), now)};
+  };
+  view.empty = [](const json&) -> std::string {
+    return "No bundles registered; add one with `trainer bundles register FOLDER --name NAME`.\n";
+  };
+  return run_list(ctx, view);
 }
 
-int bundles_get(Context& ctx) {
-  auto doc = ctx.get("/v1/bundles/" + seg(ctx.inv.positionals[0]));
-  if (!doc) return ctx.last_failure_code();
-  ctx.print_document(*doc);
-  return kExitOk;
-}
+int bundles_get(Context& ctx) { return show_document(ctx, "/v1/bundles/" + seg(ctx.inv.positionals[0])); }
 
 }  // namespace
 

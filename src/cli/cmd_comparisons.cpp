@@ -6,6 +6,7 @@
 #include "cli/command_support.h"
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
+#include "cli/list_command.h"
 #include "cli/run_view.h"
 
 namespace trainer::cli {
@@ -129,53 +130,35 @@ int comparisons_create(Context& ctx) {
 }
 
 int comparisons_get(Context& ctx) {
-  auto c = ctx.get("/v1/comparisons/" + seg(ctx.inv.positionals[0]));
-  if (!c) return ctx.last_failure_code();
-  if (!ctx.text()) {
-    ctx.print_json(*c);
-    return kExitOk;
-  }
-  print_comparison(*c);
-  return kExitOk;
+  return show(ctx, "/v1/comparisons/" + seg(ctx.inv.positionals[0]), [&](const json& c) {
+    print_comparison(c);
+  });
 }
 
 int comparisons_list(Context& ctx) {
-  std::string path = "/v1/comparisons";
-  int code = kExitOk;
-  auto limit = int_flag(ctx, "limit", &code);
-  if (code != kExitOk) return code;
-  auto offset = int_flag(ctx, "offset", &code);
-  if (code != kExitOk) return code;
-  if (auto s = ctx.inv.get("source")) append_query(&path, "source", *s);
-  if (limit) append_query(&path, "limit", std::to_string(*limit));
-  if (offset) append_query(&path, "offset", std::to_string(*offset));
-  auto doc = ctx.get(path);
-  if (!doc) return ctx.last_failure_code();
-  if (!ctx.text()) {
-    ctx.print_json(*doc);
-    return kExitOk;
-  }
-  const json items = doc->value("comparisons", json::array());
-  if (items.empty()) {
-    out("No comparisons. Start one with `trainer comparisons create --source SNAPSHOT --branch RUN --dataset D`.\n");
-    return kExitOk;
-  }
-  std::vector<std::vector<std::string>> rows;
-  for (const auto& c : items) {
+  ListView view;
+  view.path = "/v1/comparisons";
+  auto source = ctx.inv.get("source");
+  if (source) append_query(&view.path, "source", *source);
+  view.paging = Paging::kLimitOffset;
+  view.items = "comparisons";
+  view.header = {"COMPARISON", "SOURCE", "PHASE", "COMPLETED", "WINNER", "CREATED"};
+  view.row = [](const json& c, double) -> std::vector<std::string> {
     const json winner = c.value("winner", json(nullptr));
-    rows.push_back({short_id(c.value("comparisonId", std::string())),
-                    short_id(c.value("source", json::object()).value("snapshotId", std::string())),
-                    c.value("phase", std::string()),
-                    std::to_string(c.value("targetsCompleted", int64_t{0})) + "/" + std::to_string(c.value("targets", int64_t{0})),
-                    winner.is_object() ? short_id(winner.value("modelId", std::string())) : "-",
-                    c.value("createdAt", std::string())});
-  }
-  out(render_table({"COMPARISON", "SOURCE", "PHASE", "COMPLETED", "WINNER", "CREATED"}, rows));
-  if (doc->contains("nextOffset")) {
-    out("More: trainer comparisons list --offset " + std::to_string((*doc)["nextOffset"].get<int64_t>()) +
-        (ctx.inv.get("source") ? " --source " + *ctx.inv.get("source") : "") + "\n");
-  }
-  return kExitOk;
+    return {short_id(c.value("comparisonId", std::string())),
+            short_id(c.value("source", json::object()).value("snapshotId", std::string())),
+            c.value("phase", std::string()),
+            std::to_string(c.value("targetsCompleted", int64_t{0})) + "/" + std::to_string(c.value("targets", int64_t{0})),
+            winner.is_object() ? short_id(winner.value("modelId", std::string())) : "-",
+            c.value("createdAt", std::string())};
+  };
+  view.empty = [](const json&) -> std::string {
+    return "No comparisons. Start one with `trainer comparisons create --source SNAPSHOT --branch RUN --dataset D`.\n";
+  };
+  view.more = [source](const json& doc) {
+    return more_line(doc, "trainer comparisons list", source ? " --source " + *source : "");
+  };
+  return run_list(ctx, view);
 }
 
 }  // namespace
@@ -215,9 +198,8 @@ Command comparisons_command() {
               "", {}, {}, comparisons_get, 1, 1, {}};
   get.examples = {g.examples[1], {"each target's mean score", "trainer comparisons get 5e2b7c90 --jq .targets[].meanScore"}};
   Command list{"list", {}, "List comparisons, newest first", "", "",
-               {{"source", 0, "SNAPSHOT", "only this source snapshot's", ""},
-                {"limit", 0, "N", "at most N (1-100; default 100)", ""},
-                {"offset", 0, "N", "skip the first N (newest first)", ""}},
+               with_paging({{"source", 0, "SNAPSHOT", "only this source snapshot's", ""}}, "at most N (1-100; default 100)",
+                           "skip the first N (newest first)"),
                {}, comparisons_list, 0, 0, {}};
   list.examples = {{"every comparison of one snapshot", "trainer comparisons list --source 3c1f9a2b"}};
   g.children = {create, get, list};

@@ -5,6 +5,7 @@
 #include "cli/command_support.h"
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
+#include "cli/list_command.h"
 #include "cli/run_view.h"
 
 namespace trainer::cli {
@@ -154,34 +155,24 @@ int evaluations_start(Context& ctx) {
 }
 
 int evaluations_list(Context& ctx) {
-  std::string path = "/v1/evaluations";
+  ListView view;
+  view.path = "/v1/evaluations";
   for (const char* key : {"phase", "workload", "model"}) {
-    if (auto v = ctx.inv.get(key)) append_query(&path, key, *v);
+    if (auto v = ctx.inv.get(key)) append_query(&view.path, key, *v);
   }
-  int code = kExitOk;
-  auto limit = int_flag(ctx, "limit", &code);
-  if (code != kExitOk) return code;
-  if (limit) append_query(&path, "limit", std::to_string(*limit));
-  auto doc = ctx.get(path);
-  if (!doc) return ctx.last_failure_code();
-  if (!ctx.text()) {
-    ctx.print_json(*doc);
-    return kExitOk;
-  }
-  const json list = doc->value("evaluations", json::array());
-  if (list.empty()) {
-    out("No evaluations. Start one with `trainer evaluations start --model RUN_OR_BASE_MODEL --dataset D`.\n");
-    return kExitOk;
-  }
-  std::vector<std::vector<std::string>> rows;
-  for (const auto& e : list) {
-    rows.push_back({short_id(e.value("evaluationId", std::string())), e.value("phase", std::string()), model_text(e),
-                    e.value("grader", json::object()).value("kind", std::string()),
-                    short_id(e.value("dataset", json::object()).value("hash", std::string())),
-                    score_text(e.value("report", json::object()), "meanScore"), progress_text(e)});
-  }
-  out(render_table({"EVALUATION", "PHASE", "MODEL", "GRADER", "DATASET", "MEAN SCORE", "ROWS"}, rows));
-  return kExitOk;
+  view.paging = Paging::kLimit;
+  view.items = "evaluations";
+  view.header = {"EVALUATION", "PHASE", "MODEL", "GRADER", "DATASET", "MEAN SCORE", "ROWS"};
+  view.row = [](const json& e, double) -> std::vector<std::string> {
+    return {short_id(e.value("evaluationId", std::string())), e.value("phase", std::string()), model_text(e),
+            e.value("grader", json::object()).value("kind", std::string()),
+            short_id(e.value("dataset", json::object()).value("hash", std::string())),
+            score_text(e.value("report", json::object()), "meanScore"), progress_text(e)};
+  };
+  view.empty = [](const json&) -> std::string {
+    return "No evaluations. Start one with `trainer evaluations start --model RUN_OR_BASE_MODEL --dataset D`.\n";
+  };
+  return run_list(ctx, view);
 }
 
 int evaluations_get(Context& ctx) {
@@ -193,43 +184,28 @@ int evaluations_get(Context& ctx) {
 int evaluations_wait(Context& ctx) { return wait_for_evaluation(ctx, ctx.inv.positionals[0]); }
 
 int evaluations_report(Context& ctx) {
-  auto r = ctx.get("/v1/evaluations/" + seg(ctx.inv.positionals[0]) + "/report");
-  if (!r) return ctx.last_failure_code();
-  if (!ctx.text()) {
-    ctx.print_json(*r);
-    return kExitOk;
-  }
-  print_report_text(*r);
-  return kExitOk;
+  return show(ctx, "/v1/evaluations/" + seg(ctx.inv.positionals[0]) + "/report", [&](const json& r) {
+    print_report_text(r);
+  });
 }
 
 int evaluations_rows(Context& ctx) {
-  std::string path = "/v1/evaluations/" + seg(ctx.inv.positionals[0]) + "/rows";
-  int code = kExitOk;
-  for (const char* key : {"limit", "offset"}) {
-    auto v = int_flag(ctx, key, &code);
-    if (code != kExitOk) return code;
-    if (v) append_query(&path, key, std::to_string(*v));
-  }
-  auto doc = ctx.get(path);
-  if (!doc) return ctx.last_failure_code();
-  if (!ctx.text()) {
-    ctx.print_json(*doc);
-    return kExitOk;
-  }
-  std::vector<std::vector<std::string>> rows;
-  for (const auto& r : doc->value("rows", json::array())) {
+  ListView view;
+  view.path = "/v1/evaluations/" + seg(ctx.inv.positionals[0]) + "/rows";
+  view.paging = Paging::kLimitOffset;
+  view.items = "rows";
+  view.header = {"LINE", "SCORE", "EXACT", "OUTPUT"};
+  view.row = [](const json& r, double) -> std::vector<std::string> {
     std::string output = r.value("output", std::string());
     if (output.size() > 60) output = output.substr(0, 57) + "...";
     for (char& c : output) {
       if (c == '\n') c = ' ';
     }
-    rows.push_back({std::to_string(r.value("line", int64_t{0})),
-                    r["score"].is_null() ? "unscored: " + r.value("unscoredCause", std::string()) : score_text(r, "score"),
-                    r.value("exactMatch", false) ? "yes" : "no", output});
-  }
-  out(render_table({"LINE", "SCORE", "EXACT", "OUTPUT"}, rows));
-  return kExitOk;
+    return {std::to_string(r.value("line", int64_t{0})),
+            r["score"].is_null() ? "unscored: " + r.value("unscoredCause", std::string()) : score_text(r, "score"),
+            r.value("exactMatch", false) ? "yes" : "no", output};
+  };
+  return run_list(ctx, view);
 }
 
 int evaluations_cancel(Context& ctx) {
@@ -295,10 +271,10 @@ Command evaluations_command() {
                 {}, evaluations_start, 0, 0, {}};
   start.examples = {g.examples[0], g.examples[1]};
   Command list{"list", {}, "List evaluations with their scores, newest first", "", "",
-               {{"phase", 0, "PHASE", "QUEUED, RUNNING, COMPLETED, FAILED, CANCELLED or open", ""},
-                {"workload", 0, "WORKLOAD", "only this workload's", ""},
-                {"model", 0, "MODEL", "only this model's (run id or base model name)", ""},
-                {"limit", 0, "N", "at most N (default 50)", ""}},
+               with_paging({{"phase", 0, "PHASE", "QUEUED, RUNNING, COMPLETED, FAILED, CANCELLED or open", ""},
+                            {"workload", 0, "WORKLOAD", "only this workload's", ""},
+                            {"model", 0, "MODEL", "only this model's (run id or base model name)", ""}},
+                           "at most N (default 50)", ""),
                {}, evaluations_list, 0, 0, {}};
   list.examples = {{"open evaluations", "trainer evaluations list --phase open"}};
   Command get{"get", {}, "Show an evaluation: model, dataset, grader, progress, report", "EVALUATION", "", {}, {},
@@ -312,7 +288,7 @@ Command evaluations_command() {
                  "", {}, {}, evaluations_report, 1, 1, {}};
   report.examples = {{"per-field accuracy as JSON", "trainer evaluations report 3f2a9c71 --jq .perFieldAccuracy"}};
   Command rows{"rows", {}, "Show each row's answer, score and exact match, in file order", "EVALUATION", "",
-               {{"limit", 0, "N", "at most N rows (1-500; default 100)", ""}, {"offset", 0, "N", "skip the first N", ""}},
+               with_paging({}, "at most N rows (1-500; default 100)", "skip the first N"),
                {}, evaluations_rows, 1, 1, {}};
   rows.examples = {{"the unscored rows and why", "trainer evaluations rows 3f2a9c71 --jq .rows[].unscoredCause"}};
   Command cancel{"cancel", {}, "Cancel an evaluation (asks first unless --force)", "EVALUATION", "",

@@ -11,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
+#include "cli/list_command.h"
 #include "cli/command_support.h"
 #include "cli/format.h"
 #include "cli/run_view.h"
@@ -183,59 +184,41 @@ int runs_start(Context& ctx) {
 // ---- list / get -----------------------------------------------------------------------------
 
 int runs_list(Context& ctx) {
-  std::string path = "/v1/runs";
+  ListView view;
+  view.path = "/v1/runs";
   if (auto phase = ctx.inv.get("phase")) {
     std::string p = *phase;
     if (p != "open") {
       for (auto& c : p) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
     }
-    append_query(&path, "phase", p);
+    append_query(&view.path, "phase", p);
   }
-  if (auto w = ctx.inv.get("workload")) append_query(&path, "workload", *w);
-  int code = kExitOk;
-  auto limit = int_flag(ctx, "limit", &code);
-  if (code != kExitOk) return code;
-  auto offset = int_flag(ctx, "offset", &code);
-  if (code != kExitOk) return code;
-  if (limit) append_query(&path, "limit", std::to_string(*limit));
-  if (offset) append_query(&path, "offset", std::to_string(*offset));
-  auto doc = ctx.get(path);
-  if (!doc) return ctx.last_failure_code();
-  if (!ctx.text()) {
-    ctx.print_json(*doc);
-    return kExitOk;
-  }
-  const json runs = doc->value("runs", json::array());
-  if (runs.empty()) {
-    out(ctx.inv.has("phase") || offset ? "No runs match.\n"
-                                       : "No runs yet; start one with `trainer runs start -f plan.yaml`.\n");
-  } else {
-    std::vector<std::vector<std::string>> rows;
-    const double now = now_seconds();
-    for (const auto& run : runs) rows.push_back(run_list_row(run, now));
-    out(render_table(run_list_header(), rows));
-  }
-  if (doc->contains("nextOffset") && (*doc)["nextOffset"].is_number()) {
-    const long long next = (*doc)["nextOffset"].get<long long>();
-    std::string more = "More runs: --offset " + std::to_string(next);
-    if (doc->contains("total") && (*doc)["total"].is_number()) {
-      more += " (" + std::to_string((*doc)["total"].get<long long>()) + " in all)";
+  if (auto w = ctx.inv.get("workload")) append_query(&view.path, "workload", *w);
+  view.paging = Paging::kLimitOffset;
+  view.items = "runs";
+  view.header = run_list_header();
+  view.row = run_list_row;
+  view.empty = [&ctx](const json&) -> std::string {
+    return ctx.inv.has("phase") || ctx.inv.has("offset") ? "No runs match.\n"
+                                                         : "No runs yet; start one with `trainer runs start -f plan.yaml`.\n";
+  };
+  view.more_after_empty = true;
+  view.more = [](const json& doc) -> std::string {
+    if (!doc.contains("nextOffset") || !doc["nextOffset"].is_number()) return "";
+    std::string more = "More runs: --offset " + std::to_string(doc["nextOffset"].get<long long>());
+    if (doc.contains("total") && doc["total"].is_number()) {
+      more += " (" + std::to_string(doc["total"].get<long long>()) + " in all)";
     }
-    out(more + "\n");
-  }
-  return kExitOk;
+    return more + "\n";
+  };
+  return run_list(ctx, view);
 }
 
 int runs_get(Context& ctx) {
   if (ctx.inv.has("follow")) return wait_for_run(ctx, ctx.inv.positionals[0]);
-  auto run = ctx.get("/v1/runs/" + seg(ctx.inv.positionals[0]));
-  if (!run) return ctx.last_failure_code();
-  if (!ctx.text()) {
-    ctx.print_json(*run);
-    return kExitOk;
-  }
-  out(run_detail(*run, view_style(ctx)));
-  return kExitOk;
+  return show(ctx, "/v1/runs/" + seg(ctx.inv.positionals[0]), [&](const json& run) {
+    out(run_detail(run, view_style(ctx)));
+  });
 }
 
 // ---- cancel / annotate ----------------------------------------------------------------------
@@ -346,10 +329,9 @@ Command runs_command() {
   g.children.push_back(start);
 
   Command list{"list", {}, "List runs, newest first", "", "",
-               {{"phase", 0, "PHASE", "open (every unfinished run) or a phase: QUEUED, TRAINING, COMPLETED, ...", ""},
-                {"workload", 0, "WORKLOAD", "only this workload's runs", ""},
-                {"limit", 0, "N", "at most N runs (service default 50, max 100)", ""},
-                {"offset", 0, "N", "skip the first N runs", ""}},
+               with_paging({{"phase", 0, "PHASE", "open (every unfinished run) or a phase: QUEUED, TRAINING, COMPLETED, ...", ""},
+                            {"workload", 0, "WORKLOAD", "only this workload's runs", ""}},
+                           "at most N runs (service default 50, max 100)", "skip the first N runs"),
                {}, runs_list, 0, 0, {}};
   list.examples = {{"every run, newest first", "trainer runs list"},
                    {"the unfinished ones of one workload", "trainer runs list --phase open --workload sentiment-demo"},

@@ -89,6 +89,58 @@ json spikes_of(const std::string& run_id, const std::map<int64_t, StepFigures>& 
   return out;
 }
 
+// The text view of a comparison `result` (the document -o json prints).
+void print_compare_text(const json& result) {
+  const std::string run_id = result["runId"], base_id = result["baselineId"];
+  const long long w = result["window"].get<long long>();
+  const double spike_factor = result["spikeFactor"].get<double>(), margin = result["margin"].get<double>();
+  const json& differences = result["planDifferences"];
+  const json& windows = result["windows"];
+  const json& first_past = result["firstPastMargin"];
+  const json& spikes = result["spikes"];
+  out("Run " + short_id(run_id) + " against baseline " + short_id(base_id) + ": mean loss by window of " +
+      std::to_string(w) + " step" + (w == 1 ? "" : "s") + " (difference = run - baseline)\n");
+  if (!differences.empty()) {
+    for (const auto& d : differences) {
+      out("  plans differ (--across-plans): " + d["field"].get<std::string>() + " " + d["run"].dump() + " vs " +
+          d["baseline"].dump() + "\n");
+    }
+  }
+  if (windows.empty()) {
+    out("No step has a loss in both runs yet.\n");
+  } else {
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& win : windows) {
+      rows.push_back({std::to_string(win["firstStep"].get<int64_t>()) + "-" +
+                          std::to_string(win["lastStep"].get<int64_t>()),
+                      format_number(win["runLoss"].get<double>()), format_number(win["baselineLoss"].get<double>()),
+                      format_number(win["difference"].get<double>())});
+    }
+    out(render_table({"STEPS", "RUN LOSS", "BASELINE LOSS", "DIFFERENCE"}, rows));
+  }
+  if (first_past.is_null()) {
+    out("No window differs by more than the margin (" + format_number(margin) + ").\n");
+  } else {
+    out("First window past the margin (" + format_number(margin) + "): steps " +
+        std::to_string(first_past["firstStep"].get<int64_t>()) + "-" +
+        std::to_string(first_past["lastStep"].get<int64_t>()) + ", the run " +
+        (first_past["direction"] == "worse" ? "worse" : "better") + " by " +
+        format_number(std::fabs(first_past["difference"].get<double>())) + "\n");
+  }
+  if (spikes.empty()) {
+    out("No gradient spikes (pre-clip norm over " + format_number(spike_factor) + "x its run's median).\n");
+  } else {
+    out("Gradient spikes (pre-clip norm over " + format_number(spike_factor) + "x its run's median):\n");
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& s : spikes) {
+      rows.push_back({short_id(s["runId"].get<std::string>()), std::to_string(s["step"].get<int64_t>()),
+                      format_number(s["gradNorm"].get<double>()), format_number(s["medianGradNorm"].get<double>()),
+                      format_number(s["factor"].get<double>()) + "x"});
+    }
+    out(render_table({"RUN", "STEP", "GRAD NORM", "MEDIAN", "FACTOR"}, rows));
+  }
+}
+
 int runs_compare(Context& ctx) {
   const std::string ref = ctx.inv.positionals[0];
   const std::string baseline_ref = ctx.inv.get_or("baseline", "");
@@ -201,47 +253,7 @@ int runs_compare(Context& ctx) {
     ctx.print_json(result);
     return kExitOk;
   }
-  out("Run " + short_id(run_id) + " against baseline " + short_id(base_id) + ": mean loss by window of " +
-      std::to_string(w) + " step" + (w == 1 ? "" : "s") + " (difference = run - baseline)\n");
-  if (!differences.empty()) {
-    for (const auto& d : differences) {
-      out("  plans differ (--across-plans): " + d["field"].get<std::string>() + " " + d["run"].dump() + " vs " +
-          d["baseline"].dump() + "\n");
-    }
-  }
-  if (windows.empty()) {
-    out("No step has a loss in both runs yet.\n");
-  } else {
-    std::vector<std::vector<std::string>> rows;
-    for (const auto& win : windows) {
-      rows.push_back({std::to_string(win["firstStep"].get<int64_t>()) + "-" +
-                          std::to_string(win["lastStep"].get<int64_t>()),
-                      format_number(win["runLoss"].get<double>()), format_number(win["baselineLoss"].get<double>()),
-                      format_number(win["difference"].get<double>())});
-    }
-    out(render_table({"STEPS", "RUN LOSS", "BASELINE LOSS", "DIFFERENCE"}, rows));
-  }
-  if (first_past.is_null()) {
-    out("No window differs by more than the margin (" + format_number(margin) + ").\n");
-  } else {
-    out("First window past the margin (" + format_number(margin) + "): steps " +
-        std::to_string(first_past["firstStep"].get<int64_t>()) + "-" +
-        std::to_string(first_past["lastStep"].get<int64_t>()) + ", the run " +
-        (first_past["direction"] == "worse" ? "worse" : "better") + " by " +
-        format_number(std::fabs(first_past["difference"].get<double>())) + "\n");
-  }
-  if (spikes.empty()) {
-    out("No gradient spikes (pre-clip norm over " + format_number(spike_factor) + "x its run's median).\n");
-  } else {
-    out("Gradient spikes (pre-clip norm over " + format_number(spike_factor) + "x its run's median):\n");
-    std::vector<std::vector<std::string>> rows;
-    for (const auto& s : spikes) {
-      rows.push_back({short_id(s["runId"].get<std::string>()), std::to_string(s["step"].get<int64_t>()),
-                      format_number(s["gradNorm"].get<double>()), format_number(s["medianGradNorm"].get<double>()),
-                      format_number(s["factor"].get<double>()) + "x"});
-    }
-    out(render_table({"RUN", "STEP", "GRAD NORM", "MEDIAN", "FACTOR"}, rows));
-  }
+  print_compare_text(result);
   return kExitOk;
 }
 

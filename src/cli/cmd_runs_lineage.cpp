@@ -6,6 +6,7 @@
 #include "cli/command_support.h"
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
+#include "cli/list_command.h"
 #include "cli/run_view.h"
 
 namespace trainer::cli {
@@ -27,39 +28,25 @@ std::string progress_text(const json& run) {
 
 int runs_branches(Context& ctx) {
   const std::string parent = ctx.inv.positionals[0];
-  std::string path = "/v1/runs/" + seg(parent) + "/branches";
-  int code = kExitOk;
-  auto limit = int_flag(ctx, "limit", &code);
-  if (code != kExitOk) return code;
-  auto offset = int_flag(ctx, "offset", &code);
-  if (code != kExitOk) return code;
-  if (limit) append_query(&path, "limit", std::to_string(*limit));
-  if (offset) append_query(&path, "offset", std::to_string(*offset));
-  auto doc = ctx.get(path);
-  if (!doc) return ctx.last_failure_code();
-  if (!ctx.text()) {
-    ctx.print_json(*doc);
-    return kExitOk;
-  }
-  const json branches = doc->value("branches", json::array());
-  const std::string id = short_id(doc->value("runId", parent));
-  if (branches.empty()) {
-    out("Run " + id + " has no branches. Start one with `trainer runs branch " + id +
-        " --snapshot SNAPSHOT --steps N`.\n");
-    return kExitOk;
-  }
-  std::vector<std::vector<std::string>> rows;
-  for (const auto& b : branches) {
-    rows.push_back({short_id(b.value("runId", std::string())), b.value("childKind", std::string()),
-                    short_id(b.value("sourceSnapshotId", std::string())), step_text(b, "sourceStep"),
-                    b.value("restore", std::string()), step_text(b, "stepBudget"), b.value("phase", std::string()),
-                    progress_text(b)});
-  }
-  out(render_table({"RUN", "KIND", "SNAPSHOT", "SOURCE STEP", "RESTORE", "STEPS", "PHASE", "PROGRESS"}, rows));
-  if (doc->contains("nextOffset")) {
-    out("More: trainer runs branches " + id + " --offset " + std::to_string((*doc)["nextOffset"].get<int64_t>()) + "\n");
-  }
-  return kExitOk;
+  ListView view;
+  view.path = "/v1/runs/" + seg(parent) + "/branches";
+  view.paging = Paging::kLimitOffset;
+  view.items = "branches";
+  view.header = {"RUN", "KIND", "SNAPSHOT", "SOURCE STEP", "RESTORE", "STEPS", "PHASE", "PROGRESS"};
+  view.row = [](const json& b, double) -> std::vector<std::string> {
+    return {short_id(b.value("runId", std::string())), b.value("childKind", std::string()),
+            short_id(b.value("sourceSnapshotId", std::string())), step_text(b, "sourceStep"),
+            b.value("restore", std::string()), step_text(b, "stepBudget"), b.value("phase", std::string()),
+            progress_text(b)};
+  };
+  view.empty = [parent](const json& doc) {
+    const std::string id = short_id(doc.value("runId", parent));
+    return "Run " + id + " has no branches. Start one with `trainer runs branch " + id + " --snapshot SNAPSHOT --steps N`.\n";
+  };
+  view.more = [parent](const json& doc) {
+    return more_line(doc, "trainer runs branches " + short_id(doc.value("runId", parent)));
+  };
+  return run_list(ctx, view);
 }
 
 int runs_tree(Context& ctx) {
@@ -68,39 +55,29 @@ int runs_tree(Context& ctx) {
   auto depth = int_flag(ctx, "depth", &code);
   if (code != kExitOk) return code;
   if (depth) append_query(&path, "depth", std::to_string(*depth));
-  auto doc = ctx.get(path);
-  if (!doc) return ctx.last_failure_code();
-  if (!ctx.text()) {
-    ctx.print_json(*doc);
-    return kExitOk;
-  }
-  std::vector<std::vector<std::string>> rows;
-  for (const auto& r : doc->value("runs", json::array())) {
-    const int64_t level = r.value("depth", int64_t{0});
-    rows.push_back({std::string(static_cast<size_t>(level) * 2, ' ') + short_id(r.value("runId", std::string())),
-                    step_text(r, "sourceStep"), r.value("restore", std::string("-")), r.value("phase", std::string()),
-                    progress_text(r)});
-  }
-  out(render_table({"RUN", "SOURCE STEP", "RESTORE", "PHASE", "PROGRESS"}, rows));
-  if (doc->value("truncated", false)) out("(truncated: the tree has more runs than one answer lists)\n");
-  return kExitOk;
+  return show(ctx, path, [&](const json& doc) {
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& r : doc.value("runs", json::array())) {
+      const int64_t level = r.value("depth", int64_t{0});
+      rows.push_back({std::string(static_cast<size_t>(level) * 2, ' ') + short_id(r.value("runId", std::string())),
+                      step_text(r, "sourceStep"), r.value("restore", std::string("-")), r.value("phase", std::string()),
+                      progress_text(r)});
+    }
+    out(render_table({"RUN", "SOURCE STEP", "RESTORE", "PHASE", "PROGRESS"}, rows));
+    if (doc.value("truncated", false)) out("(truncated: the tree has more runs than one answer lists)\n");
+  });
 }
 
 int runs_ancestry(Context& ctx) {
-  auto doc = ctx.get("/v1/runs/" + seg(ctx.inv.positionals[0]) + "/ancestry");
-  if (!doc) return ctx.last_failure_code();
-  if (!ctx.text()) {
-    ctx.print_json(*doc);
-    return kExitOk;
-  }
-  std::vector<std::vector<std::string>> rows;
-  for (const auto& r : doc->value("runs", json::array())) {
-    rows.push_back({short_id(r.value("runId", std::string())), short_id(r.value("sourceSnapshotId", std::string("-"))),
-                    step_text(r, "sourceStep"), step_text(r, "stepBudget"), r.value("restore", std::string("-")),
-                    r.value("phase", std::string())});
-  }
-  out(render_table({"RUN", "SNAPSHOT", "SOURCE STEP", "STEPS", "RESTORE", "PHASE"}, rows));
-  return kExitOk;
+  return show(ctx, "/v1/runs/" + seg(ctx.inv.positionals[0]) + "/ancestry", [&](const json& doc) {
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& r : doc.value("runs", json::array())) {
+      rows.push_back({short_id(r.value("runId", std::string())), short_id(r.value("sourceSnapshotId", std::string("-"))),
+                      step_text(r, "sourceStep"), step_text(r, "stepBudget"), r.value("restore", std::string("-")),
+                      r.value("phase", std::string())});
+    }
+    out(render_table({"RUN", "SNAPSHOT", "SOURCE STEP", "STEPS", "RESTORE", "PHASE"}, rows));
+  });
 }
 
 }  // namespace
@@ -109,8 +86,7 @@ Command runs_branches_command() {
   Command c{"branches", {}, "List a run's direct children, newest first", "PARENT",
             "Children started with `runs branch` or `runs continue`; SOURCE STEP is the parent's step\n"
             "the child started from.",
-            {{"limit", 0, "N", "at most N children (1-100; default 50)", ""},
-             {"offset", 0, "N", "skip the first N (newest first)", ""}},
+            with_paging({}, "at most N children (1-100; default 50)", "skip the first N (newest first)"),
             {}, runs_branches, 1, 1, {}};
   c.examples = {{"a run's children", "trainer runs branches 7d496e82"},
                 {"their ids, for scripts", "trainer runs branches 7d496e82 --jq '.branches[].runId'"}};

@@ -11,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
+#include "cli/list_command.h"
 #include "cli/command_support.h"
 #include "cli/format.h"
 #include "cli/run_view.h"
@@ -193,21 +194,16 @@ int runs_metrics(Context& ctx) {
 }
 
 int runs_hparams(Context& ctx) {
-  auto doc = ctx.get("/v1/runs/" + seg(ctx.inv.positionals[0]) + "/hparams");
-  if (!doc) return ctx.last_failure_code();
-  if (!ctx.text()) {
-    ctx.print_json(*doc);
-    return kExitOk;
-  }
-  std::vector<std::pair<std::string, std::string>> rows;
-  rows.push_back({"sha", doc->value("sha", std::string())});
-  if (doc->contains("hparams") && (*doc)["hparams"].is_object()) {
-    for (auto it = (*doc)["hparams"].begin(); it != (*doc)["hparams"].end(); ++it) {
-      rows.push_back({it.key(), it.value().is_string() ? it.value().get<std::string>() : it.value().dump()});
+  return show(ctx, "/v1/runs/" + seg(ctx.inv.positionals[0]) + "/hparams", [&](const json& doc) {
+    std::vector<std::pair<std::string, std::string>> rows;
+    rows.push_back({"sha", doc.value("sha", std::string())});
+    if (doc.contains("hparams") && doc["hparams"].is_object()) {
+      for (auto it = doc["hparams"].begin(); it != doc["hparams"].end(); ++it) {
+        rows.push_back({it.key(), it.value().is_string() ? it.value().get<std::string>() : it.value().dump()});
+      }
     }
-  }
-  out(render_fields(rows));
-  return kExitOk;
+    out(render_fields(rows));
+  });
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include "cli/command_support.h"
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
+#include "cli/list_command.h"
 #include "cli/run_view.h"
 
 namespace trainer::cli {
@@ -34,74 +35,55 @@ std::string held_by(const json& s) {
 }
 
 int list_snapshots(Context& ctx, const std::string& run_ref) {
-  std::string path = "/v1/runs/" + seg(run_ref) + "/snapshots";
-  int code = kExitOk;
-  auto limit = int_flag(ctx, "limit", &code);
-  if (code != kExitOk) return code;
-  auto offset = int_flag(ctx, "offset", &code);
-  if (code != kExitOk) return code;
-  if (limit) append_query(&path, "limit", std::to_string(*limit));
-  if (offset) append_query(&path, "offset", std::to_string(*offset));
-  auto doc = ctx.get(path);
-  if (!doc) return ctx.last_failure_code();
-  if (!ctx.text()) {
-    ctx.print_json(*doc);
-    return kExitOk;
-  }
-  const json snapshots = doc->value("snapshots", json::array());
-  const std::string run = short_id(doc->value("runId", run_ref));
-  if (snapshots.empty()) {
-    out("No committed snapshots for run " + run +
-        " (a run saves every execution.saveEvery updates, and at the end; see `trainer runs get " + run + "`).\n");
-    return kExitOk;
-  }
-  std::vector<std::vector<std::string>> rows;
-  for (const auto& s : snapshots) {
-    rows.push_back({std::to_string(s.value("savedStep", int64_t{0})), std::to_string(s.value("epoch", int64_t{0})),
-                    short_id(s.value("snapshotId", std::string())), str(s, "artifacts"),
-                    format_bytes(s.value("sizeBytes", int64_t{0})), s.value("status", std::string()), held_by(s)});
-  }
-  out(render_table({"SAVED STEP", "EPOCH", "SNAPSHOT", "ARTIFACTS", "SIZE", "STATUS", "HELD BY"}, rows));
-  if (doc->contains("nextOffset")) {
-    out("More: trainer runs snapshots " + run + " --offset " + std::to_string((*doc)["nextOffset"].get<int64_t>()) +
-        "\n");
-  }
-  return kExitOk;
+  ListView view;
+  view.path = "/v1/runs/" + seg(run_ref) + "/snapshots";
+  view.paging = Paging::kLimitOffset;
+  view.items = "snapshots";
+  view.header = {"SAVED STEP", "EPOCH", "SNAPSHOT", "ARTIFACTS", "SIZE", "STATUS", "HELD BY"};
+  view.row = [](const json& s, double) -> std::vector<std::string> {
+    return {std::to_string(s.value("savedStep", int64_t{0})), std::to_string(s.value("epoch", int64_t{0})),
+            short_id(s.value("snapshotId", std::string())), str(s, "artifacts"),
+            format_bytes(s.value("sizeBytes", int64_t{0})), s.value("status", std::string()), held_by(s)};
+  };
+  view.empty = [run_ref](const json& doc) {
+    const std::string run = short_id(doc.value("runId", run_ref));
+    return "No committed snapshots for run " + run +
+           " (a run saves every execution.saveEvery updates, and at the end; see `trainer runs get " + run + "`).\n";
+  };
+  view.more = [run_ref](const json& doc) {
+    return more_line(doc, "trainer runs snapshots " + short_id(doc.value("runId", run_ref)));
+  };
+  return run_list(ctx, view);
 }
 
 int runs_snapshots(Context& ctx) { return list_snapshots(ctx, ctx.inv.positionals[0]); }
 
 int snapshots_get(Context& ctx) {
-  auto doc = ctx.get("/v1/snapshots/" + seg(ctx.inv.positionals[0]));
-  if (!doc) return ctx.last_failure_code();
-  if (!ctx.text()) {
-    ctx.print_json(*doc);
-    return kExitOk;
-  }
-  std::vector<std::pair<std::string, std::string>> rows = {
-      {"Snapshot", doc->value("snapshotId", std::string())},
-      {"Run", doc->value("runId", std::string())},
-      {"Attempt", std::to_string(doc->value("attempt", int64_t{0}))},
-      {"Saved step", std::to_string(doc->value("savedStep", int64_t{0}))},
-      {"Epoch", std::to_string(doc->value("epoch", int64_t{0}))},
-      {"Status", doc->value("status", std::string())},
-      {"Size", format_bytes(doc->value("sizeBytes", int64_t{0}))},
-      {"Base model sha", doc->value("baseModelSha", std::string())},
-      {"Held by", held_by(*doc)},
-      {"Created", doc->value("createdAt", std::string())}};
-  const json kinds = doc->value("kinds", json::object());
-  for (const auto& [kind, k] : kinds.items()) {
-    rows.push_back({kind, k.value("state", std::string()) + ", manifest " + k.value("manifestDigest", std::string()) +
-                              ", " + format_bytes(k.value("bytes", int64_t{0})) + ", at " +
-                              k.value("location", std::string())});
-  }
-  out(render_fields(rows));
-  return kExitOk;
+  return show(ctx, "/v1/snapshots/" + seg(ctx.inv.positionals[0]), [&](const json& doc) {
+    std::vector<std::pair<std::string, std::string>> rows = {
+        {"Snapshot", doc.value("snapshotId", std::string())},
+        {"Run", doc.value("runId", std::string())},
+        {"Attempt", std::to_string(doc.value("attempt", int64_t{0}))},
+        {"Saved step", std::to_string(doc.value("savedStep", int64_t{0}))},
+        {"Epoch", std::to_string(doc.value("epoch", int64_t{0}))},
+        {"Status", doc.value("status", std::string())},
+        {"Size", format_bytes(doc.value("sizeBytes", int64_t{0}))},
+        {"Base model sha", doc.value("baseModelSha", std::string())},
+        {"Held by", held_by(doc)},
+        {"Created", doc.value("createdAt", std::string())}};
+    const json kinds = doc.value("kinds", json::object());
+    for (const auto& [kind, k] : kinds.items()) {
+      rows.push_back({kind, k.value("state", std::string()) + ", manifest " + k.value("manifestDigest", std::string()) +
+                                ", " + format_bytes(k.value("bytes", int64_t{0})) + ", at " +
+                                k.value("location", std::string())});
+    }
+    out(render_fields(rows));
+  });
 }
 
 const std::vector<Flag>& page_flags() {
-  static const std::vector<Flag> flags = {{"limit", 0, "N", "at most N snapshots (1-100; service default 50)", ""},
-                                          {"offset", 0, "N", "skip the first N (newest first)", ""}};
+  static const std::vector<Flag> flags =
+      with_paging({}, "at most N snapshots (1-100; service default 50)", "skip the first N (newest first)");
   return flags;
 }
 

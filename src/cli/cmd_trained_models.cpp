@@ -6,6 +6,7 @@
 #include "cli/command_support.h"
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
+#include "cli/list_command.h"
 #include "cli/run_view.h"
 #include "plan/document.h"
 
@@ -54,65 +55,52 @@ int trained_models_register(Context& ctx) {
 }
 
 int trained_models_list(Context& ctx) {
-  std::string path = "/v1/trained-models";
-  if (auto w = ctx.inv.get("workload")) append_query(&path, "workload", *w);
-  if (auto b = ctx.inv.get("base-model")) append_query(&path, "baseModel", *b);
-  if (auto b = ctx.inv.get("base-model-id")) append_query(&path, "baseModel", *b);
-  auto doc = ctx.get(path);
-  if (!doc) return ctx.last_failure_code();
-  if (!ctx.text()) {
-    ctx.print_json(*doc);
-    return kExitOk;
-  }
-  const json models = doc->value("models", json::array());
-  if (models.empty()) {
-    out("No registered models (a completed run registers its adapter; see trainer trained-models register -h).\n");
-    return kExitOk;
-  }
-  std::vector<std::vector<std::string>> rows;
-  const double now = now_seconds();
-  for (const auto& m : models) {
-    rows.push_back({str(m, "modelId"), str(m, "variant"), str(m, "method"), base_model_name(m), workload_name(m),
-                    str(m, "status"), source_text(m), age_text(str(m, "createdAt"), now)});
-  }
-  out(render_table({"MODEL", "VARIANT", "METHOD", "BASE MODEL", "WORKLOAD", "STATUS", "SOURCE", "CREATED"}, rows));
-  return kExitOk;
+  ListView view;
+  view.path = "/v1/trained-models";
+  if (auto w = ctx.inv.get("workload")) append_query(&view.path, "workload", *w);
+  if (auto b = ctx.inv.get("base-model")) append_query(&view.path, "baseModel", *b);
+  if (auto b = ctx.inv.get("base-model-id")) append_query(&view.path, "baseModel", *b);
+  view.items = "models";
+  view.header = {"MODEL", "VARIANT", "METHOD", "BASE MODEL", "WORKLOAD", "STATUS", "SOURCE", "CREATED"};
+  view.row = [](const json& m, double now) -> std::vector<std::string> {
+    return {str(m, "modelId"), str(m, "variant"), str(m, "method"), base_model_name(m), workload_name(m),
+            str(m, "status"), source_text(m), age_text(str(m, "createdAt"), now)};
+  };
+  view.empty = [](const json&) -> std::string {
+    return "No registered models (a completed run registers its adapter; see trainer trained-models register -h).\n";
+  };
+  return run_list(ctx, view);
 }
 
 int trained_models_get(Context& ctx) {
-  auto doc = ctx.get("/v1/trained-models/" + seg(ctx.inv.positionals[0]));
-  if (!doc) return ctx.last_failure_code();
-  if (!ctx.text()) {
-    ctx.print_json(*doc);
-    return kExitOk;
-  }
-  const json& m = *doc;
-  const json config = m.value("config", json(nullptr));
-  const json lineage = m.value("lineage", json::object());
-  const json artifact = m.value("artifact", json(nullptr));
-  std::vector<std::pair<std::string, std::string>> rows = {
-      {"Model", str(m, "modelId")},
-      {"Variant", str(m, "variant")},
-      {"Status", str(m, "status")},
-      {"Base model", base_model_name(m)},
-      {"Workload", workload_name(m)},
-      {"Method", str(m, "method")},
-      {"Source", source_text(m)},
-      {"Config", config.is_object() ? "name " + (str(config, "configName").empty() ? "-" : str(config, "configName")) +
-                                          ", settings sha " + short_id(str(config, "settingsSha"))
-                                    : "-"},
-      {"Lineage", (lineage.contains("parentRunId") && !lineage["parentRunId"].is_null()
-                       ? "parent run " + short_id(str(lineage, "parentRunId")) + ", "
-                       : std::string()) +
-                      (lineage.contains("runId") ? "run " + short_id(str(lineage, "runId")) : std::string("-"))},
-      {"Adapter rank", str(m, "adapterRank").empty() ? "-" : str(m, "adapterRank")},
-      {"GPU cost", m.contains("cost") ? format_number(m["cost"].value("gpuSeconds", 0.0)) + " GPU-seconds" : "-"},
-      {"Artifact", artifact.is_object() ? str(artifact, "uri") : "- (not copied yet)"},
-      {"Evaluations", std::to_string(m.value("evaluations", json::array()).size())},
-      {"Created", str(m, "createdAt")}};
-  if (!str(m, "failureReason").empty()) rows.push_back({"Failure", str(m, "failureReason")});
-  out(render_fields(rows));
-  return kExitOk;
+  return show(ctx, "/v1/trained-models/" + seg(ctx.inv.positionals[0]), [&](const json& doc) {
+    const json& m = doc;
+    const json config = m.value("config", json(nullptr));
+    const json lineage = m.value("lineage", json::object());
+    const json artifact = m.value("artifact", json(nullptr));
+    std::vector<std::pair<std::string, std::string>> rows = {
+        {"Model", str(m, "modelId")},
+        {"Variant", str(m, "variant")},
+        {"Status", str(m, "status")},
+        {"Base model", base_model_name(m)},
+        {"Workload", workload_name(m)},
+        {"Method", str(m, "method")},
+        {"Source", source_text(m)},
+        {"Config", config.is_object() ? "name " + (str(config, "configName").empty() ? "-" : str(config, "configName")) +
+                                            ", settings sha " + short_id(str(config, "settingsSha"))
+                                      : "-"},
+        {"Lineage", (lineage.contains("parentRunId") && !lineage["parentRunId"].is_null()
+                         ? "parent run " + short_id(str(lineage, "parentRunId")) + ", "
+                         : std::string()) +
+                        (lineage.contains("runId") ? "run " + short_id(str(lineage, "runId")) : std::string("-"))},
+        {"Adapter rank", str(m, "adapterRank").empty() ? "-" : str(m, "adapterRank")},
+        {"GPU cost", m.contains("cost") ? format_number(m["cost"].value("gpuSeconds", 0.0)) + " GPU-seconds" : "-"},
+        {"Artifact", artifact.is_object() ? str(artifact, "uri") : "- (not copied yet)"},
+        {"Evaluations", std::to_string(m.value("evaluations", json::array()).size())},
+        {"Created", str(m, "createdAt")}};
+    if (!str(m, "failureReason").empty()) rows.push_back({"Failure", str(m, "failureReason")});
+    out(render_fields(rows));
+  });
 }
 
 int snapshots_register(Context& ctx) {
@@ -128,23 +116,18 @@ int snapshots_register(Context& ctx) {
 }
 
 int snapshots_candidate(Context& ctx) {
-  auto doc = ctx.get("/v1/snapshots/" + seg(ctx.inv.positionals[0]) + "/candidate");
-  if (!doc) return ctx.last_failure_code();
-  if (!ctx.text()) {
-    ctx.print_json(*doc);
-    return kExitOk;
-  }
-  const json artifact = doc->value("artifact", json(nullptr));
-  std::vector<std::pair<std::string, std::string>> rows = {
-      {"Snapshot", str(*doc, "snapshotId")},
-      {"Model", str(*doc, "modelId")},
-      {"Status", str(*doc, "status")},
-      {"Artifact", artifact.is_object() ? str(artifact, "uri") : "-"}};
-  if (!str(*doc, "failureReason").empty()) {
-    rows.push_back({"Failure", str(*doc, "failureReason") + " (the snapshot stays held; trainer snapshots release)"});
-  }
-  out(render_fields(rows));
-  return kExitOk;
+  return show(ctx, "/v1/snapshots/" + seg(ctx.inv.positionals[0]) + "/candidate", [&](const json& doc) {
+    const json artifact = doc.value("artifact", json(nullptr));
+    std::vector<std::pair<std::string, std::string>> rows = {
+        {"Snapshot", str(doc, "snapshotId")},
+        {"Model", str(doc, "modelId")},
+        {"Status", str(doc, "status")},
+        {"Artifact", artifact.is_object() ? str(artifact, "uri") : "-"}};
+    if (!str(doc, "failureReason").empty()) {
+      rows.push_back({"Failure", str(doc, "failureReason") + " (the snapshot stays held; trainer snapshots release)"});
+    }
+    out(render_fields(rows));
+  });
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
+#include "cli/list_command.h"
 #include "cli/command_support.h"
 #include "cli/format.h"
 #include "cli/run_view.h"
@@ -64,35 +65,21 @@ int workloads_create(Context& ctx) {
 }
 
 int workloads_list(Context& ctx) {
-  auto doc = ctx.get("/v1/workloads");
-  if (!doc) return ctx.last_failure_code();
-  if (!ctx.text()) {
-    ctx.print_json(*doc);
-    return kExitOk;
-  }
-  const json list = doc->value("workloads", json::array());
-  if (list.empty()) {
-    out("No workloads yet; create one with `trainer workloads create NAME`.\n");
-    return kExitOk;
-  }
-  std::vector<std::vector<std::string>> rows;
-  const double now = now_seconds();
-  for (const auto& w : list) {
-    rows.push_back({str(w, "name"), short_id(str(w, "id")),
-                    evaluation_text(w, "dataset"), evaluation_text(w, "grader"),
-                    str(w, "gpuQuota"), str(w, "description"),
-                    age_text(str(w, "createdAt"), now)});
-  }
-  out(render_table({"NAME", "ID", "EVAL DATASET", "GRADER", "GPU QUOTA", "DESCRIPTION", "CREATED"}, rows));
-  return kExitOk;
+  ListView view;
+  view.path = "/v1/workloads";
+  view.items = "workloads";
+  view.header = {"NAME", "ID", "EVAL DATASET", "GRADER", "GPU QUOTA", "DESCRIPTION", "CREATED"};
+  view.row = [](const json& w, double now) -> std::vector<std::string> {
+    return {str(w, "name"), short_id(str(w, "id")), evaluation_text(w, "dataset"), evaluation_text(w, "grader"),
+            str(w, "gpuQuota"), str(w, "description"), age_text(str(w, "createdAt"), now)};
+  };
+  view.empty = [](const json&) -> std::string {
+    return "No workloads yet; create one with `trainer workloads create NAME`.\n";
+  };
+  return run_list(ctx, view);
 }
 
-int workloads_get(Context& ctx) {
-  auto doc = ctx.get("/v1/workloads/" + seg(ctx.inv.positionals[0]));
-  if (!doc) return ctx.last_failure_code();
-  ctx.print_document(*doc);
-  return kExitOk;
-}
+int workloads_get(Context& ctx) { return show_document(ctx, "/v1/workloads/" + seg(ctx.inv.positionals[0])); }
 
 int workloads_rename(Context& ctx) {
   auto doc = ctx.patch("/v1/workloads/" + seg(ctx.inv.positionals[0]), json{{"name", ctx.inv.positionals[1]}});
@@ -166,21 +153,16 @@ int workloads_refs_set(Context& ctx) {
   return kExitOk;
 }
 int workloads_history(Context& ctx) {
-  auto doc = ctx.get("/v1/workloads/" + seg(ctx.inv.positionals[0]) + "/history");
-  if (!doc) return ctx.last_failure_code();
-  if (!ctx.text()) {
-    ctx.print_json(*doc);
-    return kExitOk;
-  }
-  std::vector<std::vector<std::string>> rows;
-  for (const auto& h : doc->value("history", json::array())) {
+  ListView view;
+  view.path = "/v1/workloads/" + seg(ctx.inv.positionals[0]) + "/history";
+  view.items = "history";
+  view.header = {"TIME", "REF", "FROM", "TO", "BY", "CHANGE"};
+  view.row = [](const json& h, double) -> std::vector<std::string> {
     const bool move = h.contains("ref");
-    rows.push_back({str(h, "time"), move ? "ref " + str(h, "ref") : "-",
-                    move ? (str(h, "from").empty() ? "-" : str(h, "from")) : "-", move ? str(h, "to") : "-",
-                    str(h, "by").empty() ? "-" : str(h, "by"), move ? "" : str(h, "change")});
-  }
-  out(render_table({"TIME", "REF", "FROM", "TO", "BY", "CHANGE"}, rows));
-  return kExitOk;
+    return {str(h, "time"), move ? "ref " + str(h, "ref") : "-", move ? (str(h, "from").empty() ? "-" : str(h, "from")) : "-",
+            move ? str(h, "to") : "-", str(h, "by").empty() ? "-" : str(h, "by"), move ? "" : str(h, "change")};
+  };
+  return run_list(ctx, view);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include "cli/command_support.h"
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
+#include "cli/list_command.h"
 #include "cli/run_view.h"
 
 namespace trainer::cli {
@@ -34,43 +35,38 @@ int workloads_scores(Context& ctx) {
   std::string path = "/v1/workloads/" + seg(workload) + "/scores";
   if (auto d = ctx.inv.get("dataset")) append_query(&path, "dataset", *d);
   if (auto g = ctx.inv.get("grader")) append_query(&path, "grader", *g);
-  auto doc = ctx.get(path);
-  if (!doc) return ctx.last_failure_code();
-  if (!ctx.text()) {
-    ctx.print_json(*doc);
-    return kExitOk;
-  }
-  const json setting = doc->value("setting", json::object());
-  out("Workload " + str(doc->value("workload", json::object()), "name") + ": dataset " +
-      short_id(str(setting, "dataset")) + ", grader " + str(setting, "grader") +
-      (setting.contains("graderInstructions") ? " (with judge instructions)" : "") +
-      (setting.value("current", false) ? " (the current setting)" : " (an older setting)") + "\n");
-  const json tables = doc->value("tables", json::array());
-  if (tables.empty()) {
-    out("No completed evaluations under this setting. Score a baseline with `trainer evaluations start --model "
-        "BASE_MODEL --workload " + workload + "` and a candidate with `trainer evaluations start --model RUN`.\n");
-  }
-  for (const auto& t : tables) {
-    out("\nBase model " + str(t, "baseModel") +
-        (str(t, "revision").empty() ? "" : " (revision " + short_id(str(t, "revision")) + ")") + "\n");
-    std::vector<std::vector<std::string>> rows;
-    const json baseline = t.value("baseline", json(nullptr));
-    if (baseline.is_object()) rows.push_back(row_of("baseline", baseline));
-    else rows.push_back({"baseline", "-", "-", "-", "0", "not evaluated", "-"});
-    for (const auto& c : t.value("columns", json::array())) rows.push_back(row_of(str(c, "config"), c));
-    out(render_table({"CONFIG", "SCORE", "EXACT", "VS BASELINE", "EVALS", "NEWEST OF", "EVALUATION"}, rows));
-  }
-  const json others = doc->value("otherSettings", json::array());
-  if (!others.empty()) {
-    out("\nOther settings with scores (see them with --dataset and --grader):\n");
-    std::vector<std::vector<std::string>> rows;
-    for (const auto& s : others) {
-      rows.push_back({short_id(str(s, "dataset")), str(s, "grader") + (s.value("hasInstructions", false) ? " (instructions)" : ""),
-                      str(s, "evaluations")});
+  return show(ctx, path, [&](const json& doc) {
+    const json setting = doc.value("setting", json::object());
+    out("Workload " + str(doc.value("workload", json::object()), "name") + ": dataset " +
+        short_id(str(setting, "dataset")) + ", grader " + str(setting, "grader") +
+        (setting.contains("graderInstructions") ? " (with judge instructions)" : "") +
+        (setting.value("current", false) ? " (the current setting)" : " (an older setting)") + "\n");
+    const json tables = doc.value("tables", json::array());
+    if (tables.empty()) {
+      out("No completed evaluations under this setting. Score a baseline with `trainer evaluations start --model "
+          "BASE_MODEL --workload " + workload + "` and a candidate with `trainer evaluations start --model RUN`.\n");
     }
-    out(render_table({"DATASET", "GRADER", "EVALUATIONS"}, rows));
-  }
-  return kExitOk;
+    for (const auto& t : tables) {
+      out("\nBase model " + str(t, "baseModel") +
+          (str(t, "revision").empty() ? "" : " (revision " + short_id(str(t, "revision")) + ")") + "\n");
+      std::vector<std::vector<std::string>> rows;
+      const json baseline = t.value("baseline", json(nullptr));
+      if (baseline.is_object()) rows.push_back(row_of("baseline", baseline));
+      else rows.push_back({"baseline", "-", "-", "-", "0", "not evaluated", "-"});
+      for (const auto& c : t.value("columns", json::array())) rows.push_back(row_of(str(c, "config"), c));
+      out(render_table({"CONFIG", "SCORE", "EXACT", "VS BASELINE", "EVALS", "NEWEST OF", "EVALUATION"}, rows));
+    }
+    const json others = doc.value("otherSettings", json::array());
+    if (!others.empty()) {
+      out("\nOther settings with scores (see them with --dataset and --grader):\n");
+      std::vector<std::vector<std::string>> rows;
+      for (const auto& s : others) {
+        rows.push_back({short_id(str(s, "dataset")), str(s, "grader") + (s.value("hasInstructions", false) ? " (instructions)" : ""),
+                        str(s, "evaluations")});
+      }
+      out(render_table({"DATASET", "GRADER", "EVALUATIONS"}, rows));
+    }
+  });
 }
 
 }  // namespace

@@ -1,0 +1,73 @@
+// Data: datasets (registered rows, measured under a base model) and scoring bundles
+// (docs/graders.md, "Registered bundles").
+#include <optional>
+#include <string>
+
+#include "api/route_support.h"
+
+namespace trainer::api {
+namespace {
+
+using http::Request;
+
+// POST /v1/datasets: {name?, rows} registered; created (201) or already registered (200).
+Result<std::pair<json, bool>> register_dataset(service::Service& svc, const Request& req) {
+  TRAINER_ASSIGN_OR_RETURN(json body, body_json(req));
+  for (const auto& [k, v] : body.items()) {
+    if (k != "name" && k != "rows") return invalid_field(k, "unknown field");
+  }
+  if (!body.contains("rows") || !body["rows"].is_string()) {
+    return invalid_field("rows", "required: the dataset's chat JSONL as one string");
+  }
+  std::optional<std::string> name;
+  if (body.contains("name") && !body["name"].is_null()) {
+    if (!body["name"].is_string()) return invalid_field("name", "must be a string");
+    name = body["name"].get<std::string>();
+  }
+  return svc.register_dataset(name, body["rows"].get<std::string>());
+}
+
+// POST /v1/datasets/{ref}/measure: {baseModel, maxSeqLength?}.
+Result<json> measure_dataset(service::Service& svc, const Request& req) {
+  TRAINER_ASSIGN_OR_RETURN(json body, body_json(req));
+  for (const auto& [k, v] : body.items()) {
+    if (k != "baseModel" && k != "maxSeqLength") return invalid_field(k, "unknown field");
+  }
+  if (!body.contains("baseModel") || !body["baseModel"].is_string()) {
+    return invalid_field("baseModel", "required: the base model whose tokenizer measures");
+  }
+  std::optional<int> max_len;
+  if (body.contains("maxSeqLength")) {
+    const json& v = body["maxSeqLength"];
+    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > 1048576) {
+      return invalid_field("maxSeqLength", "must be an integer between 1 and 1048576");
+    }
+    max_len = static_cast<int>(v.get<int64_t>());
+  }
+  return svc.measure_dataset(req.params[0], body["baseModel"].get<std::string>(), max_len);
+}
+
+}  // namespace
+
+void install_data_routes(http::Router& router, service::Service& svc, const service::Limits& limits) {
+  const size_t max = limits.max_request_bytes;
+  const size_t max_upload = limits.max_dataset_bytes;
+
+  // ---- datasets
+  router.add("POST", "/v1/datasets", max_upload,
+             route_json(201, [&svc](const Request& req) { return register_dataset(svc, req); }));
+  router.add("GET", "/v1/datasets", max, route_json(200, [&svc](const Request&) { return svc.list_datasets(); }));
+  router.add("POST", "/v1/datasets/{ref}/measure", max,
+             route_json(200, [&svc](const Request& req) { return measure_dataset(svc, req); }));
+  router.add("GET", "/v1/datasets/{ref}", max,
+             route_json(200, [&svc](const Request& req) { return svc.get_dataset(req.params[0]); }));
+
+  // ---- scoring bundles
+  router.add("POST", "/v1/bundles", max_upload,
+             route_body(201, [&svc](const Request&, const json& body) { return svc.register_bundle(body); }));
+  router.add("GET", "/v1/bundles", max, route_json(200, [&svc](const Request&) { return svc.list_bundles(); }));
+  router.add("GET", "/v1/bundles/{ref}", max,
+             route_json(200, [&svc](const Request& req) { return svc.get_bundle(req.params[0]); }));
+}
+
+}  // namespace trainer::api

@@ -1,0 +1,45 @@
+// Models: the base models a deployment allows (selection), and the trained-model registry.
+#include <optional>
+#include <string>
+
+#include "api/route_support.h"
+
+namespace trainer::api {
+
+using http::Request;
+
+void install_model_routes(http::Router& router, service::Service& svc, const service::Limits& limits) {
+  const size_t max = limits.max_request_bytes;
+
+  // ---- base models
+  router.add("GET", "/v1/base-models", max, route_json(200, [&svc](const Request& req) -> Result<json> {
+    TRAINER_ASSIGN_OR_RETURN(bool all, bool_param(req, "all"));
+    return svc.list_base_models(all);
+  }));
+  router.add("POST", "/v1/base-models/select", max, route_json(202, [&svc](const Request& req) -> Result<json> {
+    TRAINER_ASSIGN_OR_RETURN(json body, body_json(req));
+    for (const auto& [k, v] : body.items()) {
+      if (k != "name") return invalid_field(k, "unknown field");
+    }
+    if (!body.contains("name") || !body["name"].is_string()) {
+      return invalid_field("name", "required: the base model to select");
+    }
+    return svc.select_base_model(body["name"].get<std::string>());
+  }));
+  router.add("GET", "/v1/base-models/{name...}", max,
+             route_json(200, [&svc](const Request& req) { return svc.get_base_model(req.params[0]); }));
+
+  // ---- the model registry
+  router.add("POST", "/v1/trained-models", max,
+             route_body(201, [&svc](const Request&, const json& body) { return svc.register_trained_model(body); }));
+  router.add("GET", "/v1/trained-models", max, route_json(200, [&svc](const Request& req) {
+    service::TrainedModelQuery q;
+    q.workload = req.query_value("workload");
+    q.base_model = req.query_value("baseModel");
+    return svc.list_trained_models(q);
+  }));
+  router.add("GET", "/v1/trained-models/{ref}", max,
+             route_json(200, [&svc](const Request& req) { return svc.get_trained_model(req.params[0]); }));
+}
+
+}  // namespace trainer::api

@@ -1,0 +1,142 @@
+// `trainer datasets create|list|get|measure`: chat-format JSONL datasets, identified by the hash of their rows.
+#include <cstdlib>
+
+#include "cli/command_support.h"
+#include "cli/commands.h"
+#include "cli/exit_codes.h"
+#include "cli/format.h"
+#include "cli/list_command.h"
+#include "cli/run_view.h"
+
+namespace trainer::cli {
+namespace {
+
+using nlohmann::json;
+
+
+int datasets_create(Context& ctx) {
+  auto file = ctx.inv.get("file");
+  if (!file) return ctx.fail("datasets create needs -f FILE (a chat-format JSONL file, or - for stdin)", kExitUsage);
+  std::string error;
+  auto rows = read_input(*file, &error);
+  if (!rows) return ctx.fail(error, kExitError);
+  json body = {{"rows", *rows}};
+  if (auto name = ctx.inv.get("name")) body["name"] = *name;
+  Response r;
+  CallError e;
+  if (!ctx.client.post("/v1/datasets", body, &r, &e)) {
+    return ctx.fail(describe_failure(e), e.transport ? kExitUnreachable : kExitError);
+  }
+  if (!ctx.text()) {
+    ctx.print_json(r.body);
+    return kExitOk;
+  }
+  const std::string hash = str(r.body, "hash");
+  const std::string name = str(r.body, "name");
+  out(std::string(r.http_status == 200 ? "Already registered: dataset " : "Registered dataset ") +
+      (name.empty() ? "" : name + " ") + "(" + hash + ", " + str(r.body, "rows") +
+      " rows)\n");
+  // A name is a movable alias: say when this registration moved it off other rows.
+  const std::string moved_from = str(r.body, "movedFrom");
+  if (!name.empty() && !moved_from.empty() && moved_from != hash) {
+    out("The name " + name + " moved from dataset " + short_id(moved_from) + " to " + short_id(hash) +
+        "; plans naming " + name + " now train on the new rows (the old ones stay registered under their hash).\n");
+  }
+  return kExitOk;
+}
+
+int datasets_list(Context& ctx) {
+  ListView view;
+  view.path = "/v1/datasets";
+  view.items = "datasets";
+  view.header = {"NAME", "HASH", "ROWS", "BYTES", "CREATED"};
+  view.row = [](const json& d, double now) -> std::vector<std::string> {
+    return {str(d, "name"), short_id(str(d, "hash")), str(d, "rows"), str(d, "bytes"), age_text(str(d, "createdAt"), now)};
+  };
+  view.empty = [](const json&) -> std::string {
+    return "No datasets registered; add one with `trainer datasets create -f FILE --name NAME`.\n";
+  };
+  return run_list(ctx, view);
+}
+
+int datasets_get(Context& ctx) { return show_document(ctx, "/v1/datasets/" + seg(ctx.inv.positionals[0])); }
+
+int datasets_measure(Context& ctx) {
+  auto model = ctx.inv.get("base-model");
+  if (!model) return ctx.fail("datasets measure needs --base-model NAME (its tokenizer and chat template measure the rows)", kExitUsage);
+  json body = {{"baseModel", *model}};
+  if (auto seq = ctx.inv.get("max-seq-length")) {
+    char* end = nullptr;
+    long long v = std::strtoll(seq->c_str(), &end, 10);
+    if (seq->empty() || *end || v <= 0) {
+      return ctx.fail("--max-seq-length must be a positive integer, got \"" + *seq + "\"", kExitUsage);
+    }
+    body["maxSeqLength"] = v;
+  }
+  auto doc = ctx.post("/v1/datasets/" + seg(ctx.inv.positionals[0]) + "/measure", body);
+  if (!doc) return ctx.last_failure_code();
+  if (!ctx.text()) {
+    ctx.print_json(*doc);
+    return kExitOk;
+  }
+  const json& m = *doc;
+  std::vector<std::pair<std::string, std::string>> rows = {
+      {"Rows", str(m, "rows")},
+      {"Tokens per row", "min " + str(m, "minTokens") + ", mean " + str(m, "meanTokens") + ", max " +
+                             str(m, "maxTokens")},
+      {"Percentiles", "p50 " + str(m, "p50") + ", p90 " + str(m, "p90") + ", p99 " + str(m, "p99")},
+      {"maxSeqLength", str(m, "maxSeqLength")},
+      {"Rows cut", str(m, "rowsOverMaxSeqLength") + " over maxSeqLength (truncated), " +
+                       str(m, "rowsAtMaxSeqLength") + " exactly at it"},
+      {"Nothing to train", str(m, "rowsWithNothingToTrain") + " rows (no assistant tokens left)"},
+  };
+  out(render_fields(rows));
+  // Rows with nothing left to train make a run fail in PREPARING: say so, and what fixes it.
+  const double nothing = m.value("rowsWithNothingToTrain", 0.0);
+  if (!str(m, "hint").empty()) {
+    out("Hint: " + str(m, "hint") + "\n");
+  } else if (nothing > 0) {
+    out("Hint: " + format_number(nothing) + " of " + str(m, "rows") + " rows have no assistant token left at maxSeqLength " +
+        str(m, "maxSeqLength") + "; a run with it trains on the others only, or fails when none is left. Rows need up to " +
+        str(m, "maxTokens") + " tokens: raise config.maxSeqLength (`--max-seq-length N` checks a length).\n");
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+Command datasets_command() {
+  Command g;
+  g.name = "datasets";
+  g.aliases = {"dataset"};
+  g.summary = "Chat-format JSONL datasets, identified by the hash of their rows";
+  g.examples = {{"register the bundled dataset under a name", "trainer datasets create -f examples/sentiment/train.jsonl --name sentiment-train"},
+                {"how long its rows are under a base model", "trainer datasets measure sentiment-train --base-model tiny-qwen3"}};
+  Command create{"create", {}, "Register a dataset (registering the same rows again returns it)", "",
+                 "A name is a movable alias: registering other rows under a name moves it to them (and says\n"
+                 "from which dataset); the old rows stay registered under their hash.",
+                 {{"file", 'f', "FILE", "chat-format JSONL file; - reads stdin", ""},
+                  {"name", 0, "NAME", "a name for it (a movable alias)", ""}},
+                 {}, datasets_create, 0, 0, {}};
+  create.examples = {{"register a file under a name", "trainer datasets create -f examples/sentiment/train.jsonl --name sentiment-train"},
+                     {"register rows piped on stdin, by hash only", "cat examples/sentiment/train.jsonl | trainer datasets create -f -"}};
+  Command list{"list", {}, "List datasets, newest first", "", "", {}, {}, datasets_list, 0, 0, {}};
+  list.examples = {{"names, hashes and sizes", "trainer datasets list"}, {"as JSON", "trainer datasets list -o json"}};
+  Command get{"get", {}, "Show one dataset", "DATASET", "DATASET is a name, a hash or a hash prefix.", {}, {},
+              datasets_get, 1, 1, {}};
+  get.examples = {{"a dataset by name", "trainer datasets get sentiment-train"},
+                  {"its hash alone", "trainer datasets get sentiment-train -o json"}};
+  Command measure{"measure", {"analyze"}, "Token lengths of a dataset's rows under a base model", "DATASET",
+                  "Counts tokens after the base model's chat template and reports how many rows\n"
+                  "a maxSeqLength would cut. Needs no GPU.",
+                  {{"base-model", 0, "NAME", "base model whose tokenizer and template to use (required)", ""},
+                   {"max-seq-length", 0, "N", "count rows cut at this length (default: the plan default)", ""}},
+                  {}, datasets_measure, 1, 1, {}};
+  measure.examples = {{"lengths under a model's template", "trainer datasets measure sentiment-train --base-model tiny-qwen3"},
+                      {"how many rows a plan's maxSeqLength: 128 would cut",
+                       "trainer datasets measure sentiment-train --base-model tiny-qwen3 --max-seq-length 128"}};
+  g.children = {create, list, get, measure};
+  return g;
+}
+
+}  // namespace trainer::cli
