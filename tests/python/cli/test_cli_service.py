@@ -8,6 +8,8 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 from cli_support import (DATASET_NAME, wait_for, kill_job_of, EXAMPLES, MODEL_NAME, WORKLOAD, Cli, plan_text, start_trainerd,
                          stop)
 
@@ -225,6 +227,7 @@ def test_the_demo_steps_in_short(ready, tmp_path):
     assert docs[-1]["runId"] == run_id
 
 
+@pytest.mark.timeout(1200)  # tools/demo is given up to 900 s
 def test_tools_demo_runs_in_short(repo, bin_dir, tmp_path):
     """tools/demo itself, with 3 steps, against its own trainerd."""
     env = dict(os.environ, TRAINER_DEMO_DIR=str(tmp_path / "demo"), TRAINER_DEMO_STEPS="3",
