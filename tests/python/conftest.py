@@ -7,10 +7,15 @@ import pathlib
 
 import pytest
 
+import suite_times
 from s3_server import start_s3_server, stop_s3_server
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 BUILD = pathlib.Path(os.environ.get("TRAINER_BUILD_DIR", REPO / "build"))
+
+
+def pytest_configure(config):
+    suite_times.register(config)
 
 
 @pytest.fixture(scope="session")

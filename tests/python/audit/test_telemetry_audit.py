@@ -110,6 +110,7 @@ def token_lengths(model: pathlib.Path, rows: list[dict]) -> list[tuple[int, int]
     return out
 
 
+@pytest.mark.timeout(1200)  # its run is waited for up to 600 + 900 s
 def test_every_metric_of_a_short_sft_run_agrees_with_an_independent_figure(bin_dir, tiny_model, tmp_path):
     audit = Audit()
     capture = OtlpCapture()

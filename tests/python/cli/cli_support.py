@@ -18,21 +18,12 @@ import urllib.request
 
 import pytest
 
+from waiting import wait_for  # noqa: F401  (the CLI tests import it from here)
+
 EXAMPLES = pathlib.Path(__file__).resolve().parents[3] / "examples"
 MODEL_NAME = "tiny-qwen3"
 DATASET_NAME = "sentiment-train"
 WORKLOAD = "cli-tests"
-
-
-def wait_for(predicate, timeout: float = 300.0, what: str = "condition"):
-    """Polls `predicate` every 0.2 s; returns its first truthy value, or fails naming `what`."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def free_port() -> int:

@@ -11,6 +11,8 @@ import pytest
 from graders_support import DATASET, MODEL, WORKLOAD, plan, run_to_end
 from toy_rl_service import toy_rl_service
 
+pytestmark = pytest.mark.timeout(1200)  # its RL runs are waited for up to 900 s each (graders_support.run_to_end)
+
 SCORER = '''
 def by_label(data_source, solution_str, ground_truth, extra_info):
     return {SCORE}

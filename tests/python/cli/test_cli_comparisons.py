@@ -18,6 +18,8 @@ import pytest
 
 from cli_support import EXAMPLES, MODEL_NAME, WORKLOAD, Cli, start_trainerd, stop, wait_for
 
+pytestmark = pytest.mark.timeout(1200)  # its runs are waited for up to 900 s each (run_to_end)
+
 MAX_NEW = 8
 HELD_OUT = 6
 # The share of the expected answer's distinct characters that the answer contains.

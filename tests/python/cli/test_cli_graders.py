@@ -14,6 +14,8 @@ from cli_support import free_port
 from graders_support import DATASET, MODEL, WORKLOAD, GraderServer, phases, plan, run_to_end
 from toy_rl_service import toy_rl_service
 
+pytestmark = pytest.mark.timeout(1200)  # its RL runs are waited for up to 900 s each (graders_support.run_to_end)
+
 JUDGES = ["good", "cycle", "refuser", "broken"]
 
 

@@ -15,6 +15,8 @@ import pytest
 from graders_support import DATASET, MODEL, WORKLOAD, GraderServer, phases, plan, run_to_end
 from toy_rl_service import toy_rl_service
 
+pytestmark = pytest.mark.timeout(1200)  # its RL runs are waited for up to 900 s each (graders_support.run_to_end)
+
 
 def self_signed(folder) -> tuple[str, str]:
     """A certificate for 127.0.0.1 signed by itself, and its key (PEM files)."""

@@ -10,6 +10,8 @@ import json
 import pathlib
 import urllib.request
 
+import pytest
+
 from cli_support import DATASET_NAME, MODEL_NAME, WORKLOAD, wait_for
 
 STEPS = 30
@@ -35,6 +37,7 @@ def stored(data_dir: pathlib.Path, snap: dict, kind: str) -> bool:
     return (data_dir / snap["kinds"][kind]["location"] / "manifest.json").exists()
 
 
+@pytest.mark.timeout(1200)  # its run is waited for up to 900 s
 def test_retention_never_deletes_a_pinned_or_branch_held_snapshot(ready, trainerd):
     data = trainerd.data_dir
     out = ready("runs", "start", "-f", "-", "--force", "-o", "json", input=plan())

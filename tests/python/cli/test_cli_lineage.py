@@ -12,6 +12,8 @@ import pytest
 
 from cli_support import DATASET_NAME, MODEL_NAME, WORKLOAD, wait_for
 
+pytestmark = pytest.mark.timeout(1200)  # its runs are waited for up to 1000 s each (ended, continuation)
+
 STEPS = 16
 SAVE_EVERY = 4
 SOURCE_STEP = 8  # the parent's snapshot the children start from

@@ -22,6 +22,8 @@ from safetensors.torch import load_file, save_file
 from cli_support import DATASET_NAME, EXAMPLES, MODEL_NAME, WORKLOAD, Cli, start_trainerd, stop
 from registry_support import edit_config, files_of, make_peft_adapter, wait_model
 
+pytestmark = pytest.mark.timeout(1200)  # its runs are waited for up to 1000 s each (run_to_end)
+
 MAX_RANK = 8
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED"}
 

@@ -20,6 +20,8 @@ import pytest
 from cli_support import Cli, start_trainerd, stop
 from rl_tool_toy import CALL, make_tool_caller, tool_rows
 
+pytestmark = pytest.mark.timeout(1200)  # its RL runs are waited for up to 900 s each (run_to_end)
+
 MODEL = "tool-caller"
 DATASET = "tool-tickets"
 WORKLOAD = "tool-tests"

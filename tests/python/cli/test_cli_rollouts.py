@@ -18,6 +18,8 @@ import pytest
 from cli_support import wait_for
 from toy_rl_service import toy_rl_service
 
+pytestmark = pytest.mark.timeout(1200)  # its RL runs are waited for up to 900 s each (finished)
+
 MODEL = "toy-policy"
 DATASET = "toy-tickets"
 WORKLOAD = "rollout-tests"

@@ -8,6 +8,8 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 from cli_support import (DATASET_NAME, wait_for, kill_job_of, EXAMPLES, MODEL_NAME, WORKLOAD, Cli, plan_text, start_trainerd,
                          stop)
 
@@ -225,6 +227,7 @@ def test_the_demo_steps_in_short(ready, tmp_path):
     assert docs[-1]["runId"] == run_id
 
 
+@pytest.mark.timeout(1200)  # tools/demo is given up to 900 s
 def test_tools_demo_runs_in_short(repo, bin_dir, tmp_path):
     """tools/demo itself, with 3 steps, against its own trainerd."""
     env = dict(os.environ, TRAINER_DEMO_DIR=str(tmp_path / "demo"), TRAINER_DEMO_STEPS="3",
@@ -251,19 +254,21 @@ def test_wait_rides_out_a_restart_of_the_service(bin_dir, tiny_model, tmp_path):
         cli("datasets", "create", "-f", EXAMPLES / "sentiment" / "train.jsonl", "--name", DATASET_NAME, check=True)
         cli("workloads", "create", WORKLOAD, check=True)
         run = start(cli, plan_text(max_steps=LONG_RUN_STEPS))
-        waiter = subprocess.Popen([str(bin_dir / "trainer"), "runs", "wait", run["runId"], "--exit-status",
-                                   "--trainer-url", service.url],
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                  stdin=subprocess.DEVNULL)
-        time.sleep(1.0)
+        waited = tmp_path / "wait.out"
+        with open(waited, "w") as out:
+            waiter = subprocess.Popen([str(bin_dir / "trainer"), "runs", "wait", run["runId"], "--exit-status",
+                                       "--trainer-url", service.url],
+                                      stdout=out, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
+        wait_for(lambda: waited.read_text(), timeout=60, what="runs wait to show the run")
         port = int(service.url.rsplit(":", 1)[1])
         os.kill(service.proc.pid, signal.SIGKILL)  # trainerd alone: its job carries on
         service.proc.wait(timeout=10)
-        time.sleep(1.5)
+        wait_for(lambda: "lost; retry 1 of 8" in waited.read_text(), timeout=60, what="runs wait to lose trainerd")
         service = start_trainerd(bin_dir, tmp_path / "svc", config, port=port)
         cancelled = cli("runs", "cancel", run["runId"], "--force")
         assert cancelled.returncode == 0, cancelled.stderr
-        output, _ = waiter.communicate(timeout=180)
+        waiter.wait(timeout=180)
+        output = waited.read_text()
         assert waiter.returncode == 4, output
         assert "lost; retry 1 of 8" in output
         assert "CANCELLED" in output

@@ -8,7 +8,11 @@ import time
 import urllib.error
 import urllib.request
 
+import pytest
+
 from cli_support import DATASET_NAME, MODEL_NAME, WORKLOAD
+
+pytestmark = pytest.mark.timeout(1200)  # its runs are waited for up to 1000 s each (start)
 
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED"}
 

@@ -10,6 +10,7 @@ import time
 from engine_helpers import write_jsonl
 from test_job_telemetry import metric_names, receiver  # noqa: F401  (the fixture)
 from test_sft import plan_for, task_rows
+from waiting import wait_for
 
 WORKER_INFO = "akka.optimize.training.job.worker.info"
 
@@ -48,7 +49,8 @@ def test_a_cpu_job_without_nvml_records_no_gpu_series_and_says_so_once(tiny_mode
                 break
             time.sleep(0.1)
         assert proc.poll() is None
-        time.sleep(0.5)  # a push while training
+        wait_for(lambda: any(worker_ranks(b) == {0, 1} for b in receiver.bodies), timeout=60,
+                 what="a push while training")
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=60)
     finally:

@@ -3,21 +3,15 @@ job's side of the protocol (SIGUSR1: save, publish through the real catalog, `pa
 then PAUSED with the claim released; a resume is a new attempt restoring the snapshot; a failed
 save is recorded by name, never as success; a trainerd killed mid-pause finishes it after a
 restart, and nothing is committed twice."""
+import functools
 import json
 import signal
 import time
 
+import waiting
 from service_helpers import plan
 
-
-def wait_for(predicate, timeout=60.0, what="condition"):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+wait_for = functools.partial(waiting.wait_for, timeout=60.0, interval=0.05)
 
 
 def released(d, run_id):

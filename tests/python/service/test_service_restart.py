@@ -4,6 +4,7 @@ import signal
 import time
 
 from service_helpers import Trainerd, plan
+from waiting import wait_for
 
 
 def restart(d: Trainerd) -> Trainerd:
@@ -22,6 +23,15 @@ def job_pid(d: Trainerd, run_id: str) -> int:
             if needle in cmd and " run " in cmd:
                 return int(entry)
     raise AssertionError(f"no job process for {run_id}")
+
+
+def ended(pid: int) -> bool:
+    """The process is gone or a zombie: what trainerd's recovery takes for a job not running."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def test_a_run_training_when_trainerd_is_killed_continues_after_restart(start_trainerd, setup_basics,
@@ -61,7 +71,7 @@ def test_a_job_that_dies_while_trainerd_is_down_ends_with_a_named_failure(start_
     pid = job_pid(d, run["runId"])
     d.kill(signal.SIGKILL)
     os.kill(pid, signal.SIGKILL)
-    time.sleep(0.3)
+    wait_for(lambda: ended(pid), timeout=30, what=f"the job (pid {pid}) to end")
     d.start()
     failed = d.wait_phase(run["runId"], {"FAILED", "COMPLETED", "CANCELLED"})
     assert failed["phase"] == "FAILED" and failed["outcome"] == "FAILED"
