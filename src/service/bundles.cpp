@@ -97,7 +97,7 @@ Status write_folder(const fs::path& folder, const std::vector<BundleFile>& files
     const fs::path target = staging / f.path;
     fs::create_directories(target.parent_path(), ec);
     if (ec) return internal_error("could not create " + target.parent_path().string() + ": " + ec.message());
-    TRAINER_RETURN_IF_ERROR(storage::write_file_atomic(target.string(), f.content));
+    TRAINER_RETURN_IF_ERROR(write_file_atomic(target.string(), f.content));
   }
   fs::rename(staging, folder, ec);
   if (ec) {

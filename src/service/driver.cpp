@@ -314,7 +314,7 @@ Status ServiceImpl::submit_job(RunRecord& run) {
                                    job_plan);
     if (!staged.is_ok()) return fail(run, "could not stage the run's inputs\n" + staged.status().message());
   }
-  Status st = storage::write_file_atomic(spec.plan_path, job_plan.dump(2) + "\n");
+  Status st = write_file_atomic(spec.plan_path, job_plan.dump(2) + "\n");
   if (!st.is_ok()) return fail(run, "could not write the resolved plan\n" + st.message());
   auto handle = backend_->start(spec);
   if (!handle.is_ok()) return fail(run, "the backend could not start the training job\n" + handle.status().message());

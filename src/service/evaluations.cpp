@@ -144,7 +144,7 @@ Result<std::string> ServiceImpl::evaluation_adapter(const json& model, const std
   for (const char* file : {"adapter_config.json", "adapter_model.safetensors"}) {
     auto bytes = artifacts().get(key + "/" + file);
     if (!bytes.is_ok()) return Status(bytes.status().code(), "model", uri + "/" + file + ": " + bytes.status().message());
-    TRAINER_RETURN_IF_ERROR(storage::write_file_atomic((local / file).string(), *bytes));
+    TRAINER_RETURN_IF_ERROR(write_file_atomic((local / file).string(), *bytes));
   }
   return local.string();
 }
@@ -288,7 +288,7 @@ Status ServiceImpl::launch_evaluation_locked(json& doc, const store::ClaimRow& c
   if (!adapter->empty()) spec["adapter"] = *adapter;
   std::vector<std::pair<std::string, std::string>> env;
   evaluation_devices(claim, &spec, &env);
-  TRAINER_RETURN_IF_ERROR(storage::write_file_atomic((dir / "spec.json").string(), spec.dump(2) + "\n"));
+  TRAINER_RETURN_IF_ERROR(write_file_atomic((dir / "spec.json").string(), spec.dump(2) + "\n"));
   doc["phase"] = "RUNNING";
   doc["startedAt"] = now_rfc3339();
   doc["startedAtSeconds"] = now();

@@ -303,7 +303,7 @@ Status ServiceImpl::copy_registration(const json& model) {
     for (auto it = fs::recursive_directory_iterator(path, ec); !ec && it != fs::recursive_directory_iterator();
          it.increment(ec)) {
       if (!it->is_regular_file()) continue;
-      auto mine = storage::read_file(it->path().string());
+      auto mine = read_file(it->path().string());
       auto theirs = artifacts().get(key + "/" + fs::relative(it->path(), path).generic_string());
       if (!mine.is_ok() || !theirs.is_ok() || *mine != *theirs) {
         return internal_error("the registry already holds a different copy under " + key);
@@ -332,7 +332,7 @@ Status ServiceImpl::copy_registration(const json& model) {
       if (sha256_hex(*bytes) != f.sha256) return internal_error(f.path + " of snapshot " + sid + " fails its digest");
       std::error_code ec;
       fs::create_directories((staging / "adapter" / f.path).parent_path(), ec);
-      TRAINER_RETURN_IF_ERROR(storage::write_file_atomic((staging / "adapter" / f.path).string(), *bytes));
+      TRAINER_RETURN_IF_ERROR(write_file_atomic((staging / "adapter" / f.path).string(), *bytes));
     }
     Status published = artifacts().publish_new((staging / "adapter").string(), key);
     if (published.code() != StatusCode::kAlreadyExists) return published;

@@ -255,7 +255,7 @@ Result<std::pair<json, bool>> ServiceImpl::register_trained_model(const json& de
       fs::remove_all(p, e);
     }
   } cleanup{staging};
-  TRAINER_RETURN_IF_ERROR(storage::write_file_atomic(
+  TRAINER_RETURN_IF_ERROR(write_file_atomic(
       (staging / "probe.jsonl").string(),
       R"({"messages":[{"role":"user","content":"hello"},{"role":"assistant","content":"ok"}]})" "\n"));
   auto loaded = backend_->run_tool({"score", "--model", cache, "--adapter", dir, "--data",

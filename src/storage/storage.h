@@ -64,9 +64,4 @@ Status check_key(const std::string& key);
 // environment, storage/s3_storage.h: s3_options_from_uri) or a folder path (make_folder_storage).
 Result<std::unique_ptr<Storage>> open_storage(const std::string& location);
 
-// The atomic file helpers moved to common/files.h; these names stay for the service's callers
-// until they call common's directly.
-using ::trainer::read_file;
-using ::trainer::write_file_atomic;
-
 }  // namespace trainer::storage
