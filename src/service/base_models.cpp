@@ -108,18 +108,6 @@ Result<json> ServiceImpl::resolve_base_model(const std::string& ref, const std::
 
 // The kernel's "base_model" kind: a selected model is prepared (hashed and copied into the
 // model cache) by long work off the driver; its step records what the work found.
-class ServiceImpl::BaseModelTasks final : public tasks::TaskKind {
- public:
-  explicit BaseModelTasks(ServiceImpl& service) : service_(service) {}
-  const tasks::PhaseTable& table() const override { return base_model_phase_table(); }
-  Status step(tasks::Step& step) override { return service_.step_base_model_task(step); }
-
- private:
-  ServiceImpl& service_;
-};
-
-std::unique_ptr<tasks::TaskKind> ServiceImpl::make_base_model_tasks() { return std::make_unique<BaseModelTasks>(*this); }
-
 const tasks::PhaseTable& base_model_phase_table() {
   static const tasks::PhaseTable table = *tasks::PhaseTable::make(
       "base_model", {{"PREPARING"}, {"READY", true}, {"FAILED", false, false, true}},

@@ -41,19 +41,6 @@ Result<std::vector<ServiceImpl::OpenRun>> ServiceImpl::open_runs() {
   return out;
 }
 
-// The kernel's run kind: a run's task is stepped by step_run_task().
-class ServiceImpl::RunTasks final : public tasks::TaskKind {
- public:
-  explicit RunTasks(ServiceImpl& service) : service_(service) {}
-  const tasks::PhaseTable& table() const override { return run_phase_table(); }
-  Status step(tasks::Step& step) override { return service_.step_run_task(step.task().id); }
-
- private:
-  ServiceImpl& service_;
-};
-
-std::unique_ptr<tasks::TaskKind> ServiceImpl::make_run_tasks() { return std::make_unique<RunTasks>(*this); }
-
 void ServiceImpl::drive_once() {
   std::lock_guard<std::mutex> lock(mu_);
   kernel_->drive_once();  // every due task, each in its own transaction
@@ -63,6 +50,7 @@ void ServiceImpl::drive_once() {
   if (!st.is_ok()) std::fprintf(stderr, "trainerd: evaluations: %s\n", st.to_string().c_str());
 }
 
+// One step of a run's task (the kernel's "run" kind).
 Status ServiceImpl::step_run_task(const std::string& id) {
   auto row = store_->get_run_row(id);
   if (!row.is_ok()) return row.status();

@@ -227,20 +227,6 @@ Result<json> ServiceImpl::snapshot_candidate(const std::string& snapshot_ref) {
 
 // The kernel's "registration" kind: PENDING -> COPYING (the copy is long work off the driver) ->
 // REGISTERED, or FAILED until it is registered again.
-class ServiceImpl::RegistrationTasks final : public tasks::TaskKind {
- public:
-  explicit RegistrationTasks(ServiceImpl& service) : service_(service) {}
-  const tasks::PhaseTable& table() const override { return registration_phase_table(); }
-  Status step(tasks::Step& step) override { return service_.step_registration_task(step); }
-
- private:
-  ServiceImpl& service_;
-};
-
-std::unique_ptr<tasks::TaskKind> ServiceImpl::make_registration_tasks() {
-  return std::make_unique<RegistrationTasks>(*this);
-}
-
 const tasks::PhaseTable& registration_phase_table() {
   static const tasks::PhaseTable table = *tasks::PhaseTable::make(
       "registration", {{kModelPending}, {kModelCopying}, {kModelRegistered, true}, {kModelFailed, false, false, true}},

@@ -52,12 +52,12 @@ ServiceImpl::ServiceImpl(ServiceOptions options, std::unique_ptr<store::Store> s
           [this](const std::string& id, const EvaluationJobs::Ending& e) { on_evaluation_done(id, e); })),
       kernel_(std::make_unique<tasks::TaskKernel>(
           *store_, opt_.clock, tasks::KernelOptions{.owner = opt_.replica, .kill_after = opt_.kill_after})),
-      run_tasks_(make_run_tasks()),
-      base_model_tasks_(make_base_model_tasks()),
-      registration_tasks_(make_registration_tasks()) {
-  kernel_->add_kind(*base_model_tasks_);  // a run waiting for its base model sees it ready in the same pass
-  kernel_->add_kind(*run_tasks_);
-  kernel_->add_kind(*registration_tasks_);
+      base_model_tasks_(base_model_phase_table(), [this](tasks::Step& s) { return step_base_model_task(s); }),
+      run_tasks_(run_phase_table(), [this](tasks::Step& s) { return step_run_task(s.task().id); }),
+      registration_tasks_(registration_phase_table(), [this](tasks::Step& s) { return step_registration_task(s); }) {
+  kernel_->add_kind(base_model_tasks_);  // a run waiting for its base model sees it ready in the same pass
+  kernel_->add_kind(run_tasks_);
+  kernel_->add_kind(registration_tasks_);
 }
 
 ServiceImpl::~ServiceImpl() { stop(); }

@@ -181,9 +181,7 @@ class ServiceImpl final : public Service {
   Result<std::optional<json>> find_selected(const std::string& name);
   Result<json> resolve_base_model(const std::string& ref, const std::string& field);
   Status resume_base_models();
-  // The kernel's "base_model" kind (base_models.cpp): a model's preparation as a task.
-  class BaseModelTasks;
-  std::unique_ptr<tasks::TaskKind> make_base_model_tasks();
+  // One step of a base model's preparation (the kernel's "base_model" kind).
   Status step_base_model_task(tasks::Step& step);
   // The work of a preparation (off the driver): the changes to the model's document.
   Result<json> prepare_base_model(const std::string& name);
@@ -266,9 +264,7 @@ class ServiceImpl final : public Service {
                                                           const json& folder_source);
   // finalize(): registers the final snapshot's weights of a completed run; sets run.view.modelId.
   Status register_completed_run(RunRecord& run);
-  // The kernel's "registration" kind (registration.cpp): a registration's copy as a task.
-  class RegistrationTasks;
-  std::unique_ptr<tasks::TaskKind> make_registration_tasks();
+  // One step of a registration (the kernel's "registration" kind).
   Status resume_registrations();  // start(): PENDING and COPYING models of an older store get their task
   Status step_registration_task(tasks::Step& step);
   // One attempt of a register_candidate operation's stage (service telemetry).
@@ -307,10 +303,7 @@ class ServiceImpl final : public Service {
     std::string phase;  // as stored in the run's column
   };
   Result<std::vector<OpenRun>> open_runs();
-  // The kernel's "run" kind (driver.cpp): steps a run's task through step_run_task().
-  class RunTasks;
-  std::unique_ptr<tasks::TaskKind> make_run_tasks();
-  // One step of the run `id` (the kernel's run kind calls it, mu_ held, inside its transaction).
+  // One step of the run `id` (the kernel's "run" kind, mu_ held, inside the step's transaction).
   Status step_run_task(const std::string& id);
   Status step_run(RunRecord& run);
   Status fail_unreadable_run_locked(const OpenRun& row, const Status& why);
@@ -402,9 +395,9 @@ class ServiceImpl final : public Service {
   // The task kernel (tasks/task_kernel.h) and the kinds on it; made by the constructor. Every
   // run's phase change goes through kernel_->move() (transition()), which checks run_phase_table().
   std::unique_ptr<tasks::TaskKernel> kernel_;
-  std::unique_ptr<tasks::TaskKind> run_tasks_;
-  std::unique_ptr<tasks::TaskKind> base_model_tasks_;
-  std::unique_ptr<tasks::TaskKind> registration_tasks_;
+  tasks::FunctionKind base_model_tasks_;    // base_models.cpp
+  tasks::FunctionKind run_tasks_;           // driver.cpp
+  tasks::FunctionKind registration_tasks_;  // registration.cpp
 
   std::thread driver_;
   std::thread comparer_;  // step_comparisons() every tick, off mu_ (it starts evaluations through the facade)

@@ -102,24 +102,28 @@ Status check_task_lease(sqlite3* db, const std::string& kind, const std::string&
   return stale(db, kind, id, "the lease of " + owner + " under fence " + std::to_string(fence));
 }
 
-Status update_task(sqlite3* db, const TaskRow& row, int64_t fence) {
-  Stmt s(db, "UPDATE tasks SET phase = ?, terminal = ?, due_at = ?, version = version + 1 "
-             "WHERE kind = ? AND id = ? AND fence = ?");
+namespace {
+
+// Writes the task's phase, terminal flag and due time when its `column` still holds `expected`.
+Status update_task_where(sqlite3* db, const TaskRow& row, const char* column, int64_t expected,
+                         const std::string& what) {
+  Stmt s(db, (std::string("UPDATE tasks SET phase = ?, terminal = ?, due_at = ?, version = version + 1 "
+                          "WHERE kind = ? AND id = ? AND ") + column + " = ?").c_str());
   s.bind(1, row.phase).bind(2, static_cast<int64_t>(row.terminal)).bind_real(3, row.due_at);
-  s.bind(4, row.kind).bind(5, row.id).bind(6, fence);
+  s.bind(4, row.kind).bind(5, row.id).bind(6, expected);
   if (s.step() != SQLITE_DONE) return db_error(db, "updating task");
   if (sqlite3_changes(db) > 0) return Status::ok();
-  return stale(db, row.kind, row.id, "a write under fence " + std::to_string(fence));
+  return stale(db, row.kind, row.id, what);
+}
+
+}  // namespace
+
+Status update_task(sqlite3* db, const TaskRow& row, int64_t fence) {
+  return update_task_where(db, row, "fence", fence, "a write under fence " + std::to_string(fence));
 }
 
 Status update_task_if_version(sqlite3* db, const TaskRow& row, int64_t version) {
-  Stmt s(db, "UPDATE tasks SET phase = ?, terminal = ?, due_at = ?, version = version + 1 "
-             "WHERE kind = ? AND id = ? AND version = ?");
-  s.bind(1, row.phase).bind(2, static_cast<int64_t>(row.terminal)).bind_real(3, row.due_at);
-  s.bind(4, row.kind).bind(5, row.id).bind(6, version);
-  if (s.step() != SQLITE_DONE) return db_error(db, "updating task");
-  if (sqlite3_changes(db) > 0) return Status::ok();
-  return stale(db, row.kind, row.id, "a write of version " + std::to_string(version));
+  return update_task_where(db, row, "version", version, "a write of version " + std::to_string(version));
 }
 
 Status release_task_lease(sqlite3* db, const std::string& kind, const std::string& id, const std::string& owner) {

@@ -68,6 +68,19 @@ class TaskKind {
   virtual Status step(Step& step) = 0;
 };
 
+// A kind made of a table and a step function: what most kinds are (the service's are).
+class FunctionKind final : public TaskKind {
+ public:
+  FunctionKind(const PhaseTable& table, std::function<Status(Step&)> step)
+      : table_(table), step_(std::move(step)) {}
+  const PhaseTable& table() const override { return table_; }
+  Status step(Step& step) override { return step_(step); }
+
+ private:
+  const PhaseTable& table_;
+  std::function<Status(Step&)> step_;
+};
+
 struct KernelOptions {
   std::string owner = "trainerd";  // this replica's name on the leases it takes
   double lease_seconds = 30;       // a lease lasts this long unless renewed (renewed at half)
