@@ -89,7 +89,7 @@ def test_a_trainerd_killed_after_a_phase_boundary_finishes_everything_once(start
     assert f"test hook: killed after {kind} " in d.log() and f" entered {phase}" in d.log()
 
     del d.env["TRAINER_TEST_KILL_AFTER"]
-    d.start()
+    d.start(port=int(d.url.rsplit(":", 1)[1]))  # the same address: a running job calls it back
     d.select_ready("tiny/qwen3")
     for key in ("a", "b"):
         runs[key] = runs.get(key) or submit(d, key)
