@@ -37,13 +37,14 @@ Result<std::unique_ptr<storage::Storage>> open_artifact_store(const ArtifactStor
   return store;
 }
 
-std::vector<std::pair<std::string, std::string>> artifact_store_job_env(const ArtifactStoreConfig& config) {
-  std::vector<std::pair<std::string, std::string>> out = {{"TRAINER_S3_ENDPOINT", config.endpoint},
-                                                         {"AWS_REGION", config.region},
-                                                         {"AWS_ACCESS_KEY_ID", env(config.access_key_env)},
-                                                         {"AWS_SECRET_ACCESS_KEY", env(config.secret_key_env)}};
-  if (!config.input_cache.empty()) out.emplace_back("TRAINER_INPUT_CACHE", config.input_cache);
-  return out;
+protocol::StoreAccess artifact_store_access(const ArtifactStoreConfig& config) {
+  protocol::StoreAccess access;
+  access.s3_endpoint = config.endpoint;
+  access.region = config.region;
+  access.access_key_id = env(config.access_key_env);
+  access.secret_access_key = env(config.secret_key_env);
+  access.input_cache = config.input_cache;
+  return access;
 }
 
 }  // namespace trainer::service

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "protocol/job_request.h"
 #include "service/config.h"
 #include "storage/storage.h"
 
@@ -17,8 +18,8 @@ namespace trainer::service {
 // naming a missing variable, or the store's refusal (a wrong key answers 403).
 Result<std::unique_ptr<storage::Storage>> open_artifact_store(const ArtifactStoreConfig& config);
 
-// TRAINER_S3_ENDPOINT, AWS_REGION, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY for the job, and
-// TRAINER_INPUT_CACHE when the configuration names one.
-std::vector<std::pair<std::string, std::string>> artifact_store_job_env(const ArtifactStoreConfig& config);
+// How a job reaches the store: its endpoint and region, trainerd's keys (from the variables the
+// config names) and the node's input cache. The job request carries it (protocol/job_request.h).
+protocol::StoreAccess artifact_store_access(const ArtifactStoreConfig& config);
 
 }  // namespace trainer::service

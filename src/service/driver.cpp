@@ -229,17 +229,8 @@ backend::JobSpec ServiceImpl::job_spec(const RunRecord& run) const {
   spec.catalog_url = catalog_url_;
   spec.artifact_root = storage_->local_path(".");
   if (const ArtifactStoreConfig& store = opt_.config.artifact_store; !store.uri.empty()) {
-    // The job reaches the S3 store with trainerd's keys, from the variables the config names.
-    auto env = [](const std::string& name) {
-      const char* v = std::getenv(name.c_str());
-      return std::string(v == nullptr ? "" : v);
-    };
     spec.artifact_root = store.uri;
-    spec.store.s3_endpoint = store.endpoint;
-    spec.store.region = store.region;
-    spec.store.access_key_id = env(store.access_key_env);
-    spec.store.secret_access_key = env(store.secret_key_env);
-    spec.store.input_cache = store.input_cache;
+    spec.store = artifact_store_access(store);  // trainerd's keys, from the variables the config names
   }
   spec.store.publish_deadline_seconds = opt_.config.limits.publish_deadline_seconds;
   spec.plan_path = (dir / "plan.json").string();
