@@ -1,5 +1,5 @@
 // The job protocol: the events `trainer-job run` writes, one JSON object per line, read by
-// trainerd (run progress, metrics, outcome) and shown by the CLI. docs/job-protocol.md is the
+// trainerd (run progress, metrics, outcome; the CLI sees them through the API). docs/job-protocol.md is the
 // reference; this header is the one definition of every event and field.
 //
 // Writing: build a struct, `to_json(event)` (or `to_line`) and write it. Reading:

@@ -1,4 +1,5 @@
-// The Store: durable state of the service behind one interface (SQLite now, PostgreSQL later).
+// The Store: durable state of the service behind one interface (SQLite is its implementation;
+// docs/architecture.md says what a second one needs).
 //
 // Entities are JSON documents (the shapes of docs/api.md) with the few columns the service
 // queries by kept beside them. Every write is a committed transaction when it returns: with
