@@ -94,12 +94,9 @@ Status ServiceImpl::start() {
   st = recover_evaluations(&summary);
   add_step("recover evaluations", st.is_ok(), st.is_ok() ? summary : st.describe());
   if (!st.is_ok()) return st;
-  read_capacity();
-  add_step("read capacity", true, backend_->observed_source());
-  driver_ = std::thread([this] { drive(); });
-  add_step("start run driver", true, "every " + std::to_string(opt_.tick.count()) + " ms");
-  // Registrations left PENDING or COPYING by a previous trainerd are taken up again; what a
-  // crashed copy or import left in the staging folder is never read again.
+  // Registrations left PENDING or COPYING by a previous trainerd are taken up again by their
+  // tasks, before the driver runs; what a crashed copy or import left in the staging folder is
+  // never read again.
   {
     std::error_code ec;
     fs::remove_all(fs::path(opt_.data_dir) / "registry-staging", ec);
@@ -107,6 +104,10 @@ Status ServiceImpl::start() {
   st = resume_registrations();
   add_step("resume registrations", st.is_ok(), st.is_ok() ? "ok" : st.describe());
   if (!st.is_ok()) return st;
+  read_capacity();
+  add_step("read capacity", true, backend_->observed_source());
+  driver_ = std::thread([this] { drive(); });
+  add_step("start run driver", true, "every " + std::to_string(opt_.tick.count()) + " ms");
   comparer_ = std::thread([this] { compare(); });
   ready_ = true;
   return Status::ok();

@@ -31,10 +31,12 @@ def test_info_reports_backend_build_configuration_and_startup(start_trainerd):
     assert info["startup"]["ready"] is True
     names = [s["name"] for s in info["startup"]["steps"]]
     assert names == ["open store", "load configuration", "check base model folders",
-                     "resume base model preparation", "recover runs", "recover evaluations", "read capacity",
-                     "start run driver"]
+                     "resume base model preparation", "recover runs", "recover evaluations", "resume registrations",
+                     "read capacity", "start run driver"]
     assert all(s["ok"] for s in info["startup"]["steps"])
     assert len(info["phases"]) == 16
+    kinds = {k["kind"]: k for k in info["taskKinds"]}
+    assert [p["name"] for p in kinds["run"]["phases"]] == info["phases"]
 
 
 def test_every_openapi_route_is_served(start_trainerd, setup_basics):
