@@ -399,7 +399,6 @@ Result<std::vector<TaskRow>> SqliteStore::due_tasks(const std::string& kind, dou
   return locked([&] { return sqlite::due_tasks(db_, kind, now, limit); });
 }
 
-Result<double> SqliteStore::next_due() { return locked([&] { return sqlite::next_due(db_); }); }
 
 Result<std::optional<TaskLease>> SqliteStore::acquire_task_lease(const std::string& kind, const std::string& id,
                                                    const std::string& owner, double now, double seconds) {

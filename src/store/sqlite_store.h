@@ -116,7 +116,6 @@ class SqliteStore final : public Store {
   Status insert_task(const TaskRow& row) override;
   Result<std::optional<TaskRow>> get_task(const std::string& kind, const std::string& id) override;
   Result<std::vector<TaskRow>> due_tasks(const std::string& kind, double now, int64_t limit) override;
-  Result<double> next_due() override;
   Result<std::optional<TaskLease>> acquire_task_lease(const std::string& kind, const std::string& id,
                                                      const std::string& owner, double now, double seconds) override;
   Status check_task_lease(const std::string& kind, const std::string& id, const std::string& owner,

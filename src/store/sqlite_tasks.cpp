@@ -71,13 +71,6 @@ Result<std::vector<TaskRow>> due_tasks(sqlite3* db, const std::string& kind, dou
   return out;
 }
 
-Result<double> next_due(sqlite3* db) {
-  Stmt s(db, "SELECT COALESCE(MIN(due_at), ?) FROM tasks WHERE terminal = 0");
-  s.bind_real(1, kNeverDue);
-  if (s.step() != SQLITE_ROW) return db_error(db, "reading the next due task");
-  return s.real(0);
-}
-
 Result<std::optional<TaskLease>> acquire_task_lease(sqlite3* db, const std::string& kind, const std::string& id,
                                                     const std::string& owner, double now, double seconds) {
   Stmt s(db, "UPDATE tasks SET fence = CASE WHEN owner = ?3 THEN fence ELSE fence + 1 END, owner = ?3, "

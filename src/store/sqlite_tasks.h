@@ -15,7 +15,6 @@ namespace trainer::store::sqlite {
 Status insert_task(sqlite3* db, const TaskRow& row);
 Result<std::optional<TaskRow>> get_task(sqlite3* db, const std::string& kind, const std::string& id);
 Result<std::vector<TaskRow>> due_tasks(sqlite3* db, const std::string& kind, double now, int64_t limit);
-Result<double> next_due(sqlite3* db);
 Result<std::optional<TaskLease>> acquire_task_lease(sqlite3* db, const std::string& kind, const std::string& id,
                                                     const std::string& owner, double now, double seconds);
 Status check_task_lease(sqlite3* db, const std::string& kind, const std::string& id, const std::string& owner,

@@ -219,8 +219,6 @@ class Store {
   // Open tasks of `kind` (not terminal) due at `now` or before, earliest due first (then in the
   // order they were created), at most `limit`.
   virtual Result<std::vector<TaskRow>> due_tasks(const std::string& kind, double now, int64_t limit) = 0;
-  // The earliest due time of any open task of any kind; kNeverDue when none is due ever.
-  virtual Result<double> next_due() = 0;
   // Grants `owner` the lease of a task until now + seconds when nobody holds it, its lease ran out,
   // or `owner` holds it already (a renewal keeps the fence; a new grant grows it). nullopt while
   // another owner's lease runs; not_found when the task does not exist.
