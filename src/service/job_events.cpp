@@ -2,12 +2,10 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <variant>
 
-#include "common/json_parse.h"
 #include "protocol/job_protocol.h"
+#include "service/job_event_source.h"
 #include "service/service_state.h"
 
 namespace trainer::service {
@@ -85,31 +83,14 @@ Status ServiceImpl::follow_job(RunRecord& run) {
   return fail_in_cleanup(run, reason);
 }
 
-// Applies new complete lines of the job's events file (the job protocol, src/protocol).
+// Applies the job's new events (job_event_source.h) and stores how far they were read.
 Status ServiceImpl::read_events(RunRecord& run) {
-  JobRecord& job = *run.job;
-  std::ifstream in(job.events_path, std::ios::binary);
-  if (!in) return Status::ok();
-  const int64_t offset = job.offset;
-  in.seekg(offset);
-  std::string chunk((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  size_t consumed = 0;
-  while (true) {
-    size_t nl = chunk.find('\n', consumed);
-    if (nl == std::string::npos) break;  // a partial last line waits for its end
-    std::string_view line(chunk.data() + consumed, nl - consumed);
-    consumed = nl + 1;
-    // A line that is not an event this reader knows (damaged, too long or deep, an unknown
-    // type, a bad field) is skipped: a newer job may add events.
-    if (line.size() > protocol::kMaxEventLineBytes) continue;
-    auto doc = parse_json(line, "job event", protocol::kMaxEventDepth);
-    if (!doc.is_ok() || !doc->is_object()) continue;
-    auto event = protocol::event_from_json(*doc);
-    if (!event.is_ok() || !event->has_value()) continue;
-    TRAINER_RETURN_IF_ERROR(apply_event(run, **event, *doc));
+  JobEventBatch batch = read_job_events(run.job->events_path, run.job->offset);
+  for (const JobEventLine& line : batch.events) {
+    TRAINER_RETURN_IF_ERROR(apply_event(run, line.event, line.doc));
   }
-  if (consumed > 0) {
-    run.job->offset = offset + static_cast<int64_t>(consumed);
+  if (batch.consumed) {
+    run.job->offset = batch.cursor;
     run.view["updatedAt"] = now_rfc3339();
     TRAINER_RETURN_IF_ERROR(store_->update_run(run.to_json()));
     notify();
