@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "common/json.h"
+#include <nlohmann/json.hpp>
 #include "protocol/job_protocol.h"
 
 namespace trainer::service {
@@ -16,7 +16,7 @@ namespace trainer::service {
 // events keep the job's own fields).
 struct JobEventLine {
   protocol::Event event;
-  json doc;
+  nlohmann::json doc;
 };
 
 // The events the job wrote after `cursor`, and the cursor after them.
