@@ -119,6 +119,7 @@ void ServiceImpl::stop() {
   evaluation_jobs_->stop_all();
   if (comparer_.joinable()) comparer_.join();
   kernel_->stop_work();
+  kernel_->release_leases();
 }
 
 std::vector<StartupStep> ServiceImpl::startup_steps() const {

@@ -134,6 +134,10 @@ Result<bool> TaskKernel::step_task(TaskKind& kind, const store::TaskRow& task, d
     kill_reason_.clear();  // rolled back: nothing was entered
     return st;
   }
+  if (held) {
+    std::lock_guard<std::mutex> lock(held_mu_);
+    held_.emplace(task.kind, task.id);
+  }
   if (!kill_reason_.empty()) {
     std::fprintf(stderr, "trainerd: test hook: killed after %s (TRAINER_TEST_KILL_AFTER)\n", kill_reason_.c_str());
     std::fflush(stderr);
@@ -194,6 +198,21 @@ void TaskKernel::stop_work() {
   }
   for (auto& [key, w] : running) {
     if (w->thread.joinable()) w->thread.join();
+  }
+}
+
+void TaskKernel::release_leases() {
+  std::set<std::pair<std::string, std::string>> held;
+  {
+    std::lock_guard<std::mutex> lock(held_mu_);
+    held.swap(held_);
+  }
+  for (const auto& [kind, id] : held) {
+    Status st = store_.release_task_lease(kind, id, opt_.owner);
+    if (!st.is_ok()) {
+      std::fprintf(stderr, "trainerd: giving back the lease of %s %s: %s\n", kind.c_str(), id.c_str(),
+                   st.to_string().c_str());
+    }
   }
 }
 

@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -126,6 +127,10 @@ class TaskKernel {
   int64_t step_errors() const { return step_errors_.load(); }
   // Waits for every launched work to end (the service's stop()); later launches are refused.
   void stop_work();
+  // Gives back the leases this replica took (the service's stop(), after the driver's last pass),
+  // so that another replica may step its tasks at once instead of waiting for the leases to run
+  // out, as it must for a replica that was killed.
+  void release_leases();
   ~TaskKernel();
 
  private:
@@ -150,6 +155,9 @@ class TaskKernel {
   std::atomic<int64_t> step_errors_{0};
   bool in_step_ = false;     // guarded by the caller's lock: a step runs
   std::string kill_reason_;  // guarded by the caller's lock: the hook's boundary, once crossed in a step
+
+  std::mutex held_mu_;
+  std::set<std::pair<std::string, std::string>> held_;  // guarded by held_mu_: (kind, id) leased by us
 
   std::mutex work_mu_;
   std::map<std::string, std::unique_ptr<Work>> work_;  // guarded by work_mu_, by work_key()

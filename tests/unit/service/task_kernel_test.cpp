@@ -211,5 +211,24 @@ TEST_F(TaskKernelTest, ARestartedReplicaOfTheSameNameStepsItsTasksAtOnce) {
   EXPECT_EQ(after.drive_once(), 1) << "its own lease is renewed, not waited out";
 }
 
+TEST_F(TaskKernelTest, AReplicaThatStopsGivesItsLeasesBackAndAnotherStepsItsTasksAtOnce) {
+  auto store_a = open();
+  auto store_b = open();
+  TaskKernel a(*store_a, clock_, KernelOptions{"replica-a", 30});
+  TaskKernel b(*store_b, clock_, KernelOptions{"replica-b", 30});
+  ToyKind kind_a(&a);
+  ToyKind kind_b(&b);
+  a.add_kind(kind_a);
+  b.add_kind(kind_b);
+  ASSERT_TRUE(store_a->transaction([&] { return a.create("toy", "t1", "B"); }).is_ok());
+  EXPECT_EQ(a.drive_once(), 1);
+  EXPECT_EQ(b.drive_once(), 0) << "replica-a's lease runs";
+  a.stop_work();
+  a.release_leases();
+  EXPECT_EQ((*store_a->get_task("toy", "t1"))->owner, "");
+  EXPECT_EQ(b.drive_once(), 1) << "no wait for the lease to run out";
+  EXPECT_EQ((*store_b->get_task("toy", "t1"))->owner, "replica-b");
+}
+
 }  // namespace
 }  // namespace trainer::tasks
