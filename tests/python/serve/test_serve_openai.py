@@ -127,3 +127,11 @@ def test_adapters_attach_and_detach_at_run_time(client, server, served_models):
         client.completions.create(model="gamma", prompt=[5, 6, 7], max_tokens=2)
     gone = requests.delete(f"{server.url}/v1/adapters/gamma", timeout=10)
     assert gone.status_code == 404
+
+
+def test_ten_megabyte_prompt_is_400_and_disturbs_nothing(client, server):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=server.base_name, prompt="word " * (2 * 1024 * 1024), max_tokens=4)
+    assert "512" in e.value.message and e.value.param == "prompt"
+    after = client.completions.create(model="alpha", prompt=[5, 6, 7], max_tokens=4, temperature=0)
+    assert after.choices[0].finish_reason in ("stop", "length")
