@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "engine/engine_error.h"
@@ -23,6 +24,11 @@ at::ScalarType dtype_of(plan::Precision p);
 // Loads the tokenizer of `model_dir` and checks it against the model's vocabulary: every id
 // the tokenizer can produce must have an embedding row.
 text::Tokenizer load_tokenizer_for(const std::string& model_dir, const model::ModelConfig& config);
+
+// The ids that end an answer: the tokenizer's end-of-sequence token and those the model folder
+// names (generation_config.json's eos_token_id, else config.json's), as transformers' generate
+// stops at them.
+std::vector<int64_t> stop_ids_of(const std::string& model_dir, const text::Tokenizer& tok);
 
 // Runs `body`, turning EngineError, c10::Error and std::exception into a Status.
 Status guard(const std::function<void()>& body, const std::string& context);

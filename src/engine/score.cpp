@@ -3,6 +3,10 @@
 #include <c10/core/GradMode.h>
 
 #include <filesystem>
+#include <fstream>
+#include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "engine/data/dataset.h"
 #include "engine/engine.h"
@@ -21,6 +25,26 @@ text::Tokenizer load_tokenizer_for(const std::string& model_dir, const model::Mo
                           std::to_string(config.vocab_size) + ": this tokenizer does not belong to this model");
   }
   return tok;
+}
+
+std::vector<int64_t> stop_ids_of(const std::string& model_dir, const text::Tokenizer& tok) {
+  std::set<int64_t> ids;
+  if (auto eos = tok.eos_id()) ids.insert(*eos);
+  for (const char* file : {"generation_config.json", "config.json"}) {
+    std::ifstream in(std::filesystem::path(model_dir) / file);
+    if (!in) continue;
+    const nlohmann::json doc = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (!doc.is_object() || !doc.contains("eos_token_id")) continue;
+    const nlohmann::json& e = doc["eos_token_id"];
+    if (e.is_number_integer()) ids.insert(e.get<int64_t>());
+    if (e.is_array()) {
+      for (const auto& v : e) {
+        if (v.is_number_integer()) ids.insert(v.get<int64_t>());
+      }
+    }
+    break;  // generation_config.json, when present, is what generate reads
+  }
+  return {ids.begin(), ids.end()};
 }
 
 Result<ScoreResult> score(const ScoreRequest& request) {

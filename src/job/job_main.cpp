@@ -20,6 +20,7 @@ constexpr const char* kHelp =
     "  evaluate  --spec FILE --output DIR                    answer a dataset's prompts and grade the answers\n"
     "  tokenize  --tokenizer DIR                             token ids of the text on stdin\n"
     "  analyze   --model DIR --data FILE [--max-seq-length N] token lengths of a dataset\n"
+    "  serve     --model DIR [--adapter NAME=DIR]... [--port N] an OpenAI-compatible endpoint\n"
     "  --version                                             version, libtorch, CUDA\n";
 
 struct Command {
@@ -33,6 +34,7 @@ constexpr Command kCommands[] = {
     {"evaluate", cmd_evaluate},
     {"tokenize", cmd_tokenize},
     {"analyze", cmd_analyze},
+    {"serve", cmd_serve},
     {"debug-forward", cmd_debug_forward},
     {"debug-generate", cmd_debug_generate},
     {"debug-rl-loss", cmd_debug_rl_loss},

@@ -27,29 +27,6 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// The ids that end an answer: the tokenizer's end-of-sequence token and those the model folder
-// names (generation_config.json's eos_token_id, else config.json's), as transformers' generate
-// stops at them.
-std::vector<int64_t> stop_ids_of(const std::string& model_dir, const text::Tokenizer& tok) {
-  std::set<int64_t> ids;
-  if (auto eos = tok.eos_id()) ids.insert(*eos);
-  for (const char* file : {"generation_config.json", "config.json"}) {
-    std::ifstream in(std::filesystem::path(model_dir) / file);
-    if (!in) continue;
-    const json doc = json::parse(in, nullptr, /*allow_exceptions=*/false);
-    if (!doc.is_object() || !doc.contains("eos_token_id")) continue;
-    const json& e = doc["eos_token_id"];
-    if (e.is_number_integer()) ids.insert(e.get<int64_t>());
-    if (e.is_array()) {
-      for (const auto& v : e) {
-        if (v.is_number_integer()) ids.insert(v.get<int64_t>());
-      }
-    }
-    break;  // generation_config.json, when present, is what generate reads
-  }
-  return {ids.begin(), ids.end()};
-}
-
 }  // namespace
 
 Result<EvaluateResult> evaluate(const EvaluateRequest& request, const EvaluateProgress& progress) {

@@ -99,9 +99,8 @@ std::vector<int64_t> inverse_cdf(const at::Tensor& weights, const at::Tensor& u)
   return picks;
 }
 
-// Next tokens [B] (int64, on the CPU) from last-position logits [B, V] fp32. With `logps`,
-// also each pick's log-probability under logits / temperature (the whole distribution, before
-// top-k/top-p; plain logits when greedy) [B] fp32 on the CPU.
+}  // namespace
+
 at::Tensor sample(const at::Tensor& logits, const SamplingOptions& o, at::Generator& gen, at::Tensor* logps) {
   at::Tensor scores = !o.greedy && o.temperature != 1.0 ? logits / o.temperature : logits;
   if (o.greedy) {
@@ -148,7 +147,19 @@ at::Tensor sample(const at::Tensor& logits, const SamplingOptions& o, at::Genera
   return chosen;
 }
 
-}  // namespace
+bool ends_in_stop_string(const std::vector<int64_t>& tokens, const std::vector<std::string>& stop_strings,
+                         const std::function<std::string(const std::vector<int64_t>&)>& decode) {
+  // A stop string not seen before ends in the last token, so it lies within the last
+  // longest-stop-string tokens (each token is at least one byte of text).
+  size_t longest = 0;
+  for (const auto& s : stop_strings) longest = std::max(longest, s.size());
+  const size_t window = std::min(tokens.size(), longest + 1);
+  const std::string text = decode(std::vector<int64_t>(tokens.end() - static_cast<std::ptrdiff_t>(window), tokens.end()));
+  for (const auto& s : stop_strings) {
+    if (!s.empty() && text.find(s) != std::string::npos) return true;
+  }
+  return false;
+}
 
 Generation generate(model::CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                     const SamplingOptions& o) {
@@ -191,8 +202,6 @@ Generation generate(model::CausalLM& model, const std::vector<std::vector<int64_
   int64_t live = N;
   at::Tensor pad_col = at::full({N}, o.pad_id, at::kLong);
   std::vector<at::Tensor> step_logps;  // [N] per generated position, when o.logprobs
-  size_t longest_stop = 0;  // bytes of the longest stop string
-  for (const auto& s : o.stop_strings) longest_stop = std::max(longest_stop, s.size());
   for (int64_t t = 0; t < C && live > 0; ++t) {
     at::Tensor logps;
     at::Tensor next = sample(last, o, gen, o.logprobs ? &logps : nullptr);  // [N] on the CPU
@@ -206,14 +215,7 @@ Generation generate(model::CausalLM& model, const std::vector<std::vector<int64_
       tokens[r].push_back(nx[i]);
       al[i] = true;
       bool stop = std::find(o.stop_ids.begin(), o.stop_ids.end(), nx[i]) != o.stop_ids.end();
-      if (!stop && !o.stop_strings.empty()) {
-        // A stop string not seen before ends in this token, so it lies within the last
-        // longest-stop-string tokens (each token is at least one byte of text).
-        const auto& all = tokens[r];
-        const size_t window = std::min(all.size(), longest_stop + 1);
-        const std::string text = o.decode(std::vector<int64_t>(all.end() - static_cast<std::ptrdiff_t>(window), all.end()));
-        for (const auto& s : o.stop_strings) stop = stop || (!s.empty() && text.find(s) != std::string::npos);
-      }
+      if (!stop && !o.stop_strings.empty()) stop = ends_in_stop_string(tokens[r], o.stop_strings, o.decode);
       if (stop) {
         done[r] = true;
         out.terminated[r] = true;

@@ -5,6 +5,7 @@
 // attached to the model are applied. Internal to the engine (includes torch).
 #pragma once
 
+#include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -60,6 +61,17 @@ at::Tensor positions_of(const at::Tensor& mask);
 // [Tk - Tq, Tk): each query sees the real keys up to itself, and itself (so a padding query is
 // never fully masked).
 at::Tensor attention_mask(const at::Tensor& key_mask, int64_t queries);
+
+// Next tokens [B] (int64, on the CPU) from last-position logits [B, V] fp32, by `options`'
+// greedy, temperature, top_k and top_p, one uniform draw per row from `gen`. With `logps`, also
+// each pick's log-probability under logits / temperature (the whole distribution, before
+// top-k/top-p; plain logits when greedy) [B] fp32 on the CPU.
+at::Tensor sample(const at::Tensor& logits, const SamplingOptions& options, at::Generator& gen, at::Tensor* logps);
+
+// Whether a stop string first appears in the text of `tokens` with its last token (checked after
+// every token, over the last tokens that can hold one, as transformers' stop_strings does).
+bool ends_in_stop_string(const std::vector<int64_t>& tokens, const std::vector<std::string>& stop_strings,
+                         const std::function<std::string(const std::vector<int64_t>&)>& decode);
 
 // Samples completions for `prompts` (token ids, no padding) with the model's current adapters.
 Generation generate(model::CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,

@@ -152,7 +152,7 @@ void save_peft_folder(model::CausalLM& model, const plan::LoraSettings& settings
   }
 }
 
-void load_peft(model::CausalLM& model, const std::string& dir) {
+PeftAdapter read_peft(model::CausalLM& model, const std::string& dir) {
   const std::string cfg_path = (fs::path(dir) / "adapter_config.json").string();
   std::ifstream in(cfg_path);
   if (!in) throw EngineError(StatusCode::kNotFound, cfg_path + ": no such file (is this a PEFT adapter folder?)");
@@ -183,10 +183,14 @@ void load_peft(model::CausalLM& model, const std::string& dir) {
   const double scale = rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r);
   const std::string st_path = (fs::path(dir) / "adapter_model.safetensors").string();
   auto file = value_or_throw(model::SafetensorsFile::open(st_path));
+  PeftAdapter out;
+  out.rank = r;
   int64_t loaded = 0;
   int64_t i = 0;
   for (auto& layer : model.layers()) {
-    for (const auto& target : supported_targets()) {
+    out.weights.emplace_back(supported_targets().size());
+    for (size_t t = 0; t < supported_targets().size(); ++t) {
+      const std::string& target = supported_targets()[t];
       const std::string base = "base_model.model." + module_path(i, target);
       const model::TensorView* a = file->find(base + ".lora_A.weight");
       const model::TensorView* b = file->find(base + ".lora_B.weight");
@@ -195,7 +199,7 @@ void load_peft(model::CausalLM& model, const std::string& dir) {
         throw EngineError(StatusCode::kInvalidArgument, st_path + ": tensor '" + base + (a ? ".lora_B" : ".lora_A") + ".weight' is missing");
       }
       model::Linear* lin = layer.projection(target);
-      const int64_t out = lin->weight.size(0), inf = lin->weight.size(1);
+      const int64_t out_features = lin->weight.size(0), inf = lin->weight.size(1);
       auto make = [&](const model::TensorView* v, const std::string& name, std::vector<int64_t> shape) {
         if (v->shape != shape) {
           throw EngineError(StatusCode::kInvalidArgument,
@@ -208,10 +212,10 @@ void load_peft(model::CausalLM& model, const std::string& dir) {
         return at::from_blob(const_cast<void*>(v->data), v->shape, at::TensorOptions().dtype(st))
             .to(model.device(), at::kFloat, /*non_blocking=*/false, /*copy=*/true);
       };
-      lin->lora_A = make(a, base + ".lora_A.weight", {r, inf});
-      lin->lora_B = make(b, base + ".lora_B.weight", {out, r});
-      lin->lora_scale = scale;
-      lin->lora_dropout = 0;
+      model::LoraWeights& w = out.weights.back()[t];
+      w.A = make(a, base + ".lora_A.weight", {r, inf});
+      w.B = make(b, base + ".lora_B.weight", {out_features, r});
+      w.scale = scale;
       ++loaded;
     }
     ++i;
@@ -220,6 +224,22 @@ void load_peft(model::CausalLM& model, const std::string& dir) {
     throw EngineError(StatusCode::kInvalidArgument,
                       st_path + ": no LoRA tensor matches this model's layers (expected keys like "
                                 "'base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight')");
+  }
+  return out;
+}
+
+void load_peft(model::CausalLM& model, const std::string& dir) {
+  PeftAdapter adapter = read_peft(model, dir);
+  for (size_t i = 0; i < model.layers().size(); ++i) {
+    for (size_t t = 0; t < supported_targets().size(); ++t) {
+      const model::LoraWeights& w = adapter.weights[i][t];
+      if (!w.A.defined()) continue;
+      model::Linear* lin = model.layers()[i].projection(supported_targets()[t]);
+      lin->lora_A = w.A;
+      lin->lora_B = w.B;
+      lin->lora_scale = w.scale;
+      lin->lora_dropout = 0;
+    }
   }
 }
 

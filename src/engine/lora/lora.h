@@ -37,6 +37,14 @@ void save_peft(model::CausalLM& model, const plan::LoraSettings& settings, const
 void save_peft_folder(model::CausalLM& model, const plan::LoraSettings& settings, const std::string& base_model,
                       const std::string& final_dir);
 
+// A PEFT LoRA adapter folder's matrices for `model`'s layers (fp32, on the model's device, no
+// grad), kept apart from the model, and its rank. Errors name the file and field.
+struct PeftAdapter {
+  model::AdapterWeights weights;  // [layer][target in supported_targets() order]
+  int64_t rank = 0;               // r of adapter_config.json
+};
+PeftAdapter read_peft(model::CausalLM& model, const std::string& dir);
+
 // Loads a PEFT LoRA adapter folder onto `model` (frozen: no grad). Errors name the file and field.
 void load_peft(model::CausalLM& model, const std::string& dir);
 

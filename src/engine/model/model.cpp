@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <tuple>
 
 #include "engine/engine_error.h"
 #include "engine/model/safetensors.h"
@@ -221,6 +222,25 @@ at::Tensor CausalLM::project(const Linear& lin, const at::Tensor& x, bool traini
   return y + at::linear(at::linear(xa, A), B) * lin.lora_scale;
 }
 
+at::Tensor CausalLM::project_rows(const Linear& lin, const at::Tensor& x, bool training,
+                                  const std::vector<AdapterRows>& groups, size_t layer, size_t target) const {
+  at::Tensor y = project(lin, x, training);
+  for (const AdapterRows& g : groups) {
+    const LoraWeights& w = (*g.weights)[layer][target];
+    if (!w.A.defined()) continue;
+    at::Tensor xs = x.index_select(0, g.rows);
+    y.index_add_(0, g.rows, at::linear(at::linear(xs, w.A), w.B) * w.scale);
+  }
+  return y;
+}
+
+std::pair<at::Tensor, at::Tensor> KVCache::append(size_t layer, const at::Tensor& new_k, const at::Tensor& new_v) {
+  const int64_t T = new_k.size(2);
+  k[layer].narrow(2, length, T).copy_(new_k);
+  v[layer].narrow(2, length, T).copy_(new_v);
+  return {k[layer].narrow(2, 0, length + T), v[layer].narrow(2, 0, length + T)};
+}
+
 KVCache KVCache::allocate(const CausalLM& model, int64_t batch, int64_t capacity) {
   const ModelConfig& c = model.config();
   KVCache cache;
@@ -238,7 +258,7 @@ void KVCache::repeat_interleave(int64_t times) {
   for (auto& t : v) t = t.repeat_interleave(times, 0);
 }
 
-at::Tensor CausalLM::hidden_states(const ForwardInput& in, bool training, KVCache* cache) {
+at::Tensor CausalLM::hidden_states(const ForwardInput& in, bool training, KVStore* cache) {
   const ModelConfig& c = config_;
   const int64_t B = in.input_ids.size(0), T = in.input_ids.size(1);
   const int64_t nh = c.num_attention_heads, nkv = c.num_key_value_heads, hd = c.head_dim;
@@ -251,16 +271,21 @@ at::Tensor CausalLM::hidden_states(const ForwardInput& in, bool training, KVCach
   if (cache != nullptr && causal_only) {
     throw EngineError(StatusCode::kInternal, "hidden_states: a cached pass needs an attention mask");
   }
-  const int64_t past = cache != nullptr ? cache->length : 0;
   size_t layer = 0;
+  // Projection indices in lora::supported_targets() order (AdapterWeights' layout).
+  enum : size_t { kQ, kK, kV, kO, kGate, kUp, kDown };
+  auto proj = [&](const Linear& lin, const at::Tensor& x, size_t target) {
+    return in.adapter_rows.empty() ? project(lin, x, training)
+                                   : project_rows(lin, x, training, in.adapter_rows, layer, target);
+  };
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
 
   at::Tensor h = at::embedding(embed_tokens, in.input_ids);
   for (auto& L : layers_) {
     at::Tensor r = rms_norm(h, L.input_norm);
-    at::Tensor q = project(L.q_proj, r, training).view({B, T, nh, hd});
-    at::Tensor k = project(L.k_proj, r, training).view({B, T, nkv, hd});
-    at::Tensor v = project(L.v_proj, r, training).view({B, T, nkv, hd}).transpose(1, 2);
+    at::Tensor q = proj(L.q_proj, r, kQ).view({B, T, nh, hd});
+    at::Tensor k = proj(L.k_proj, r, kK).view({B, T, nkv, hd});
+    at::Tensor v = proj(L.v_proj, r, kV).view({B, T, nkv, hd}).transpose(1, 2);
     if (c.qk_norm) {
       q = rms_norm(q, L.q_norm);
       k = rms_norm(k, L.k_norm);
@@ -269,22 +294,17 @@ at::Tensor CausalLM::hidden_states(const ForwardInput& in, bool training, KVCach
     k = k.transpose(1, 2);
     q = q * cos + rotate_half(q) * sin;
     k = k * cos + rotate_half(k) * sin;
-    if (cache != nullptr) {
-      cache->k[layer].narrow(2, past, T).copy_(k);
-      cache->v[layer].narrow(2, past, T).copy_(v);
-      k = cache->k[layer].narrow(2, 0, past + T);
-      v = cache->v[layer].narrow(2, 0, past + T);
-      ++layer;
-    }
+    if (cache != nullptr) std::tie(k, v) = cache->append(layer, k, v);
     at::Tensor attn = at::scaled_dot_product_attention(q, k, v, causal_only ? std::optional<at::Tensor>() : in.attn_mask,
                                                        0.0, causal_only, scale, /*enable_gqa=*/nkv != nh);
     attn = attn.transpose(1, 2).reshape({B, T, nh * hd});
-    h = h + project(L.o_proj, attn, training);
+    h = h + proj(L.o_proj, attn, kO);
     r = rms_norm(h, L.post_attention_norm);
-    at::Tensor mlp = at::silu(project(L.gate_proj, r, training)) * project(L.up_proj, r, training);
-    h = h + project(L.down_proj, mlp, training);
+    at::Tensor mlp = at::silu(proj(L.gate_proj, r, kGate)) * proj(L.up_proj, r, kUp);
+    h = h + proj(L.down_proj, mlp, kDown);
+    ++layer;
   }
-  if (cache != nullptr) cache->length = past + T;
+  if (cache != nullptr) cache->advance(T);
   return rms_norm(h, final_norm);
 }
 

@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/model/config.h"
@@ -36,20 +37,52 @@ struct DecoderLayer {
   Linear* projection(const std::string& name);
 };
 
+// One LoRA adapter's matrices on one projection, kept apart from the model (serving holds
+// several adapters at once; see AdapterRows).
+struct LoraWeights {
+  at::Tensor A;       // [r, in], the dtype of the rows it is applied to; undefined: not adapted
+  at::Tensor B;       // [out, r]
+  double scale = 0;   // alpha / r (alpha / sqrt(r) with rsLoRA)
+};
+
+// An adapter's matrices for every layer, projections in lora::supported_targets() order.
+using AdapterWeights = std::vector<std::vector<LoraWeights>>;
+
+// Rows of a batch that add one adapter's low-rank product to the base projections: the base
+// matrices run once for the whole batch, then each group adds its own B A x to its rows.
+struct AdapterRows {
+  at::Tensor rows;                  // [n] int64 on the model's device: batch rows (dim 0)
+  const AdapterWeights* weights = nullptr;  // not owned; outlives the forward pass
+};
+
 // Everything one forward pass needs about its batch.
 struct ForwardInput {
   at::Tensor input_ids;     // [B, T] int64, on the model's device
   at::Tensor position_ids;  // [B, T] int64: positions restart at 0 for every packed row
   at::Tensor attn_mask;     // [B, 1, T, T] bool, true = may attend; undefined = causal only
                             // (right padding needs no mask: real tokens never see the pads)
+  std::vector<AdapterRows> adapter_rows;  // per-row adapters (serving); empty = none
 };
 
 class CausalLM;
 
+// Where a cached forward pass keeps keys and values. For each layer in order, `append` stores
+// the new keys and values [B, kv_heads, T, head_dim] and returns every key and value the T
+// queries attend to, [B, kv_heads, L, head_dim] (the attention mask is [B, 1, T, L]); `advance`
+// is called once after the last layer.
+class KVStore {
+ public:
+  virtual ~KVStore() = default;
+  virtual std::pair<at::Tensor, at::Tensor> append(size_t layer, const at::Tensor& k, const at::Tensor& v) = 0;
+  virtual void advance(int64_t positions) = 0;
+};
+
 // Keys and values of the positions seen so far, per layer, for incremental decoding.
-struct KVCache {
+struct KVCache : KVStore {
   std::vector<at::Tensor> k, v;  // per layer [B, kv_heads, capacity, head_dim], the model's dtype
   int64_t length = 0;            // positions filled
+  std::pair<at::Tensor, at::Tensor> append(size_t layer, const at::Tensor& k, const at::Tensor& v) override;
+  void advance(int64_t positions) override { length += positions; }
   // An empty cache for `batch` rows of up to `capacity` positions on the model's device.
   static KVCache allocate(const CausalLM& model, int64_t batch, int64_t capacity);
   // Repeats every row `times` times (row i becomes rows i*times .. i*times+times-1).
@@ -69,10 +102,10 @@ class CausalLM {
   std::vector<DecoderLayer>& layers() { return layers_; }
 
   // Final-normed hidden states [B, T, hidden]. `training` enables LoRA dropout. With `cache`,
-  // the T positions follow the cache's `length` earlier ones: their keys and values are written
-  // into it (length grows by T) and attention covers all of them; in.attn_mask [B, 1, T,
-  // length + T] is then required.
-  at::Tensor hidden_states(const ForwardInput& in, bool training, KVCache* cache = nullptr);
+  // the T positions follow the cache's earlier ones: their keys and values are written into it
+  // and attention covers what it returns (a KVCache: its `length` earlier positions and these,
+  // and length grows by T); in.attn_mask [B, 1, T, L] is then required.
+  at::Tensor hidden_states(const ForwardInput& in, bool training, KVStore* cache = nullptr);
 
   // Whether the LoRA adapters take part in forward passes (on by default). Off, the model is
   // the base model: the reference policy of RL without a second copy of the weights.
@@ -95,6 +128,9 @@ class CausalLM {
  private:
   CausalLM() : device_(at::kCPU) {}
   at::Tensor project(const Linear& lin, const at::Tensor& x, bool training) const;
+  // project() plus each group's adapter on its rows (projection `target` of layer `layer`).
+  at::Tensor project_rows(const Linear& lin, const at::Tensor& x, bool training, const std::vector<AdapterRows>& groups,
+                          size_t layer, size_t target) const;
   at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) const;
   void ensure_rope_cache(int64_t positions);
 

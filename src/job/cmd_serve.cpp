@@ -1,0 +1,152 @@
+// trainer-job serve: a base model and its LoRA adapters at an OpenAI-compatible address, on the
+// native engine's serving core (docs/serving.md).
+#include <csignal>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/serving.h"
+#include "job/commands.h"
+#include "job/serve_api.h"
+#include "job/stop_signals.h"
+
+namespace trainer::job {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: trainer-job serve --model DIR [--adapter NAME=DIR]... [--port N (0)] [--host ADDR (127.0.0.1)]\n"
+    "                         [--name NAME (the folder's name)] [--max-adapters N (4)] [--max-rank N (64)]\n"
+    "                         [--kv-blocks N (1024)] [--block-size N (16)] [--context-limit N (0 = the model's)]\n"
+    "                         [--prefill-chunk N (128)] [--max-batch N (64)] [--precision FP32|BF16 (FP32)]\n"
+    "                         [--gpus N (0)]\n"
+    "Serves the model and adapters over HTTP (OpenAI's /v1/models, /v1/chat/completions,\n"
+    "/v1/completions; /v1/adapters to attach and detach; /v1/stats). Once listening it prints one JSON\n"
+    "line on stdout: {\"event\": \"listening\", \"port\": N, \"models\": [...], \"contextLimit\": N}.\n"
+    "SIGTERM or SIGINT stops it.\n";
+
+// Parses a whole non-negative integer (minimum `lo`) into `out`; false when it is not one.
+bool parse_int(const std::string& text, int64_t lo, int64_t* out) {
+  try {
+    size_t used = 0;
+    const long long v = std::stoll(text, &used);
+    if (used != text.size() || v < lo) return false;
+    *out = v;
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+struct ServeArgs {
+  engine::ServeOptions engine;
+  ServeHttpOptions http;
+  std::vector<std::pair<std::string, std::string>> adapters;  // NAME, DIR
+};
+
+// Fills `out` from argv (--adapter may repeat); returns an error message, empty when fine.
+std::string parse_serve_args(int argc, char** argv, ServeArgs* out) {
+  struct IntOption {
+    const char* name;
+    int64_t lo;
+    int64_t* target;
+  };
+  int64_t port = 0, max_adapters = out->engine.max_adapters, gpus = 0;
+  const IntOption ints[] = {
+      {"--port", 0, &port},
+      {"--max-adapters", 0, &max_adapters},
+      {"--max-rank", 1, &out->engine.max_rank},
+      {"--kv-blocks", 1, &out->engine.kv_blocks},
+      {"--block-size", 1, &out->engine.block_size},
+      {"--context-limit", 0, &out->engine.context_limit},
+      {"--prefill-chunk", 1, &out->engine.prefill_chunk},
+      {"--max-batch", 1, &out->engine.max_batch},
+      {"--gpus", 0, &gpus},
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (i + 1 >= argc) return arg + " needs a value";
+    const std::string value = argv[++i];
+    bool known = false;
+    for (const auto& o : ints) {
+      if (arg != o.name) continue;
+      known = true;
+      if (!parse_int(value, o.lo, o.target)) return arg + " must be an integer of at least " + std::to_string(o.lo);
+    }
+    if (known) continue;
+    if (arg == "--model") {
+      out->engine.model_dir = value;
+    } else if (arg == "--name") {
+      out->engine.base_name = value;
+    } else if (arg == "--host") {
+      out->http.host = value;
+    } else if (arg == "--precision") {
+      if (value == "BF16" || value == "bf16") {
+        out->engine.precision = plan::Precision::kBf16;
+      } else if (value != "FP32" && value != "fp32") {
+        return "--precision must be FP32 or BF16, got '" + value + "'";
+      }
+    } else if (arg == "--adapter") {
+      const size_t eq = value.find('=');
+      if (eq == std::string::npos || eq == 0 || eq + 1 == value.size()) return "--adapter takes NAME=DIR, got '" + value + "'";
+      out->adapters.emplace_back(value.substr(0, eq), value.substr(eq + 1));
+    } else {
+      return "unknown option '" + arg + "'";
+    }
+  }
+  if (out->engine.model_dir.empty()) return "--model is required";
+  if (port > 65535) return "--port must be at most 65535";
+  out->http.port = static_cast<int>(port);
+  out->engine.max_adapters = static_cast<int>(max_adapters);
+  out->engine.gpus = static_cast<int>(gpus);
+  return "";
+}
+
+}  // namespace
+
+int cmd_serve(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+  }
+  ServeArgs args;
+  if (std::string error = parse_serve_args(argc, argv, &args); !error.empty()) {
+    std::fprintf(stderr, "trainer-job serve: %s\n%s", error.c_str(), kUsage);
+    return 2;
+  }
+  block_stop_signals();
+  std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-answer is a failed write, not a death
+  auto engine = engine::ServingEngine::start(args.engine);
+  if (!engine.is_ok()) {
+    std::fprintf(stderr, "trainer-job serve: %s\n", engine.status().describe().c_str());
+    return 1;
+  }
+  for (const auto& [name, dir] : args.adapters) {
+    Status st = (*engine)->attach_adapter(name, dir);
+    if (!st.is_ok()) {
+      std::fprintf(stderr, "trainer-job serve: --adapter %s=%s: %s\n", name.c_str(), dir.c_str(), st.message().c_str());
+      return 1;
+    }
+  }
+  auto http = bind_serve_http(**engine, args.http);
+  if (!http.is_ok()) {
+    std::fprintf(stderr, "trainer-job serve: %s\n", http.status().message().c_str());
+    return 1;
+  }
+  ServeHttp* server = http->get();
+  StopSignals signals([server](int) { server->stop(); });
+  nlohmann::json models = nlohmann::json::array({(*engine)->base_name()});
+  for (const auto& a : (*engine)->adapters()) models.push_back(a.name);
+  const nlohmann::json line = {{"event", "listening"}, {"port", server->port()}, {"models", models},
+                               {"contextLimit", (*engine)->context_limit()}};
+  std::printf("%s\n", line.dump().c_str());
+  std::fflush(stdout);
+  server->run();
+  return kExitCancelled;
+}
+
+}  // namespace trainer::job

@@ -1,0 +1,33 @@
+// The OpenAI-compatible HTTP face of `trainer-job serve` (docs/serving.md): /v1/models,
+// /v1/chat/completions, /v1/completions (streamed as server-sent events on request), the
+// adapters a service attaches and detaches at run time, and the engine's counters.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "engine/serving.h"
+
+namespace trainer::job {
+
+struct ServeHttpOptions {
+  std::string host = "127.0.0.1";   // address to listen on
+  int port = 0;                     // 0: any free port
+  int threads = 256;                // connections served at once (a streaming answer holds one)
+  size_t max_body_bytes = 32 << 20; // request bodies over this get 413
+};
+
+class ServeHttp {
+ public:
+  virtual ~ServeHttp() = default;
+  virtual int port() const = 0;
+  // Serves until stop() (blocks the calling thread).
+  virtual void run() = 0;
+  virtual void stop() = 0;
+};
+
+// Binds `options.host:port`; `engine` must outlive the server.
+Result<std::unique_ptr<ServeHttp>> bind_serve_http(engine::ServingEngine& engine, const ServeHttpOptions& options);
+
+}  // namespace trainer::job

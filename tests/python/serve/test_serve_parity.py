@@ -1,0 +1,78 @@
+"""Greedy completions served by `trainer-job serve` equal transformers + PEFT greedy `generate`
+token for token: for the base model and two adapters, each alone, and all three in one batch
+under concurrent load (rows of different adapters share the base model's matrices and add their
+own low-rank products). Token ids come back in `choices[].token_ids` (`return_token_ids`, as
+vLLM's extension)."""
+import concurrent.futures
+
+import pytest
+import requests
+
+PROMPTS = [[11, 22, 33, 44, 55, 66, 77], [5, 6, 7], [100, 200, 300, 400, 500, 600, 700, 800, 900, 1000, 1100]]
+NEW_TOKENS = 20
+
+
+def reference(served_models, name, prompts, max_new_tokens):
+    """Greedy generate of transformers (with the PEFT adapter `name`, or the base), one prompt at
+    a time, running to max_new_tokens."""
+    import peft
+    import torch
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(served_models["base"], dtype=torch.float32)
+    if name != "base":
+        model = peft.PeftModel.from_pretrained(model, served_models[name])
+    model.eval()
+    model.generation_config.eos_token_id = None  # ours is asked to ignore eos (ignore_eos)
+    out = []
+    with torch.no_grad():
+        for p in prompts:
+            ids = torch.tensor([p])
+            gen = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                                 do_sample=False, pad_token_id=0)
+            out.append(gen[0, len(p):].tolist())
+    return out
+
+
+@pytest.fixture(scope="module")
+def references(served_models):
+    return {name: reference(served_models, name, PROMPTS, NEW_TOKENS) for name in ("base", "alpha", "beta")}
+
+
+def ours(server, model, prompt):
+    r = requests.post(f"{server.url}/v1/completions", json={
+        "model": model, "prompt": prompt, "max_tokens": NEW_TOKENS, "temperature": 0, "ignore_eos": True,
+        "return_token_ids": True}, timeout=120)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    choice = body["choices"][0]
+    assert choice["finish_reason"] == "length"
+    assert body["usage"] == {"prompt_tokens": len(prompt), "completion_tokens": NEW_TOKENS,
+                             "total_tokens": len(prompt) + NEW_TOKENS}
+    return choice["token_ids"]
+
+
+def model_name(server, name):
+    return server.base_name if name == "base" else name
+
+
+def test_adapters_change_the_reference(references):
+    assert references["alpha"] != references["base"] and references["beta"] != references["base"]
+    assert references["alpha"] != references["beta"]
+
+
+@pytest.mark.parametrize("name", ["base", "alpha", "beta"])
+def test_greedy_alone_equals_transformers_and_peft(server, references, name):
+    for prompt, want in zip(PROMPTS, references[name]):
+        assert ours(server, model_name(server, name), prompt) == want
+
+
+def test_greedy_three_models_in_one_batch_equal_transformers_and_peft(server, references):
+    # Every (model, prompt) pair four times, all sent at once: the scheduler decodes them together.
+    jobs = [(name, i) for name in ("base", "alpha", "beta") for i in range(len(PROMPTS))] * 4
+    with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
+        futures = {pool.submit(ours, server, model_name(server, n), PROMPTS[i]): (n, i) for n, i in jobs}
+        for f, (name, i) in futures.items():
+            assert f.result() == references[name][i], f"{name} prompt {i}"
+    stats = requests.get(f"{server.url}/v1/stats", timeout=10).json()
+    assert stats["kv_blocks_used"] == 0
