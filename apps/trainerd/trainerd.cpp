@@ -6,12 +6,13 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <memory>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -155,10 +156,9 @@ std::string self_dir() {
   return ec ? "." : exe.parent_path().string();
 }
 
-}  // namespace
-
-int trainerd_main(int argc, char** argv) {
-  Options opt;
+// Reads argv into `opt` by the option table, then fills the defaults. Returns the exit status
+// when trainerd ends at once: 0 after --version or --help, 2 for a bad option (said on stderr).
+std::optional<int> parse_options(int argc, char** argv, Options& opt) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--version") {
@@ -198,6 +198,127 @@ int trainerd_main(int argc, char** argv) {
   }
   if (opt.data_dir.empty()) opt.data_dir = default_data_dir();
   if (opt.instance.empty()) opt.instance = default_instance();
+  return std::nullopt;
+}
+
+// The deployment configuration: --config's file, else the embedded default; the job binary from
+// --job-binary, else the configuration's, else trainer-job beside trainerd. Nothing when the file
+// cannot be read or is invalid (said on stderr).
+std::optional<service::DeploymentConfig> load_config(const Options& opt) {
+  service::DeploymentConfig config = service::default_config();
+  if (!opt.config_path.empty()) {
+    std::ifstream in(opt.config_path);
+    if (!in) {
+      std::fprintf(stderr, "trainerd: cannot read --config %s\n", opt.config_path.c_str());
+      return std::nullopt;
+    }
+    std::stringstream text;
+    text << in.rdbuf();
+    auto parsed = service::parse_config(text.str(), opt.config_path);
+    if (!parsed.is_ok()) {
+      std::fprintf(stderr, "trainerd: %s\n", parsed.status().describe().c_str());
+      return std::nullopt;
+    }
+    config = std::move(*parsed);
+  }
+  if (!opt.job_binary.empty()) config.job_binary = opt.job_binary;
+  if (config.job_binary.empty()) config.job_binary = (fs::path(self_dir()) / "trainer-job").string();
+  return config;
+}
+
+// The tests' hooks, from the environment: pauses at a registration's copy, a comparison, a
+// sweep's children or a snapshot's commit, and a kill at a named point (kill tests).
+void apply_test_hooks(service::ServiceOptions& sopt) {
+  // Hold each registration between its copy and REGISTERED.
+  if (const char* pause = std::getenv("TRAINER_TEST_REGISTRATION_PAUSE_MS"); pause && *pause) {
+    sopt.registration_pause = std::chrono::milliseconds(std::strtol(pause, nullptr, 10));
+  }
+  if (const char* kill = std::getenv("TRAINER_TEST_KILL_AFTER"); kill && *kill) sopt.kill_after = kill;
+  if (const char* pause = std::getenv("TRAINER_TEST_COMPARISON_PAUSE_MS"); pause && *pause) {
+    sopt.comparison_pause = std::chrono::milliseconds(std::strtol(pause, nullptr, 10));
+  }
+  // Hold a sweep between its children, or a snapshot commit.
+  if (const char* pause = std::getenv("TRAINER_TEST_SWEEP_PAUSE_MS"); pause && *pause) {
+    sopt.sweep_pause = std::chrono::milliseconds(std::strtol(pause, nullptr, 10));
+  }
+  if (const char* pause = std::getenv("TRAINER_TEST_COMMIT_PAUSE_MS"); pause && *pause) {
+    sopt.commit_pause = std::chrono::milliseconds(std::strtol(pause, nullptr, 10));
+    const char* at = std::getenv("TRAINER_TEST_COMMIT_PAUSE_AT");
+    sopt.commit_pause_stored = at != nullptr && std::strcmp(at, "stored") == 0;
+  }
+}
+
+// The data folder (created), its store, the backend and the service over them. Nothing when one
+// of them fails (said on stderr; `exit_status` is then trainerd's exit status).
+std::unique_ptr<service::Service> open_service(Options& opt, service::DeploymentConfig& config, int& exit_status) {
+  std::error_code ec;
+  fs::create_directories(opt.data_dir, ec);
+  if (ec) {
+    std::fprintf(stderr, "trainerd: cannot create the data folder %s: %s\n", opt.data_dir.c_str(),
+                 ec.message().c_str());
+    exit_status = 1;
+    return nullptr;
+  }
+  opt.data_dir = fs::absolute(opt.data_dir).string();
+  auto store = store::open_sqlite_store((fs::path(opt.data_dir) / "state.db").string());
+  if (!store.is_ok()) {
+    std::fprintf(stderr, "trainerd: %s\n", store.status().message().c_str());
+    exit_status = 1;
+    return nullptr;
+  }
+  config.compute.job_binary = config.job_binary;
+  auto backend = backend::make_backend(config.compute);
+  if (!backend.is_ok()) {
+    std::fprintf(stderr, "trainerd: %s\n", backend.status().describe().c_str());
+    exit_status = 2;
+    return nullptr;
+  }
+  service::ServiceOptions sopt;
+  sopt.data_dir = opt.data_dir;
+  sopt.config = config;
+  sopt.instance = opt.instance;
+  apply_test_hooks(sopt);
+  auto svc = service::make_service(std::move(sopt), std::move(*store), std::move(*backend));
+  if (!svc.is_ok()) {
+    std::fprintf(stderr, "trainerd: %s\n", svc.status().message().c_str());
+    exit_status = 1;
+    return nullptr;
+  }
+  return std::move(*svc);
+}
+
+// Jobs push their metrics to this trainerd, which serves them on /metrics (unless the operator's
+// telemetry.otlpEndpoint sends them to a collector instead), and call its snapshot catalog: both
+// at the address it listens on, as a job on this host reaches it.
+void advertise_address(service::Service& service, const std::string& listen_host, int port) {
+  std::string host = listen_host;
+  if (host.empty() || host == "0.0.0.0" || host == "localhost") host = "127.0.0.1";
+  if (host == "::") host = "::1";
+  if (host.find(':') != std::string::npos) host = "[" + host + "]";
+  service.set_job_otlp_endpoint("http://" + host + ":" + std::to_string(port) + "/otlp");
+  service.set_catalog_url("http://" + host + ":" + std::to_string(port));
+}
+
+// Starts the service's work (recovery, the driver) and says how each startup step went. A failed
+// start leaves trainerd serving /v1/info only.
+void start_service(service::Service& service) {
+  Status st = service.start();
+  for (const auto& step : service.startup_steps()) {
+    std::fprintf(stderr, "trainerd: startup: %s: %s%s\n", step.name.c_str(), step.ok ? "" : "FAILED: ",
+                 step.message.c_str());
+  }
+  if (!st.is_ok()) {
+    std::fprintf(stderr, "trainerd: startup failed: %s (serving /v1/info only)\n", st.message().c_str());
+  } else {
+    std::fprintf(stderr, "trainerd: ready\n");
+  }
+}
+
+}  // namespace
+
+int trainerd_main(int argc, char** argv) {
+  Options opt;
+  if (auto exit_now = parse_options(argc, argv, opt)) return *exit_now;
 
   // Signals: handled by sigwait below; every thread (and so every job we start) inherits the block,
   // and the local backend unblocks them in each job.
@@ -208,74 +329,15 @@ int trainerd_main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
-  service::DeploymentConfig config = service::default_config();
-  if (!opt.config_path.empty()) {
-    std::ifstream in(opt.config_path);
-    if (!in) {
-      std::fprintf(stderr, "trainerd: cannot read --config %s\n", opt.config_path.c_str());
-      return 2;
-    }
-    std::stringstream text;
-    text << in.rdbuf();
-    auto parsed = service::parse_config(text.str(), opt.config_path);
-    if (!parsed.is_ok()) {
-      std::fprintf(stderr, "trainerd: %s\n", parsed.status().describe().c_str());
-      return 2;
-    }
-    config = std::move(*parsed);
-  }
-  if (!opt.job_binary.empty()) config.job_binary = opt.job_binary;
-  if (config.job_binary.empty()) config.job_binary = (fs::path(self_dir()) / "trainer-job").string();
-
-  std::error_code ec;
-  fs::create_directories(opt.data_dir, ec);
-  if (ec) {
-    std::fprintf(stderr, "trainerd: cannot create the data folder %s: %s\n", opt.data_dir.c_str(),
-                 ec.message().c_str());
-    return 1;
-  }
-  opt.data_dir = fs::absolute(opt.data_dir).string();
-  auto store = store::open_sqlite_store((fs::path(opt.data_dir) / "state.db").string());
-  if (!store.is_ok()) {
-    std::fprintf(stderr, "trainerd: %s\n", store.status().message().c_str());
-    return 1;
-  }
-  config.compute.job_binary = config.job_binary;
-  auto backend = backend::make_backend(config.compute);
-  if (!backend.is_ok()) {
-    std::fprintf(stderr, "trainerd: %s\n", backend.status().describe().c_str());
-    return 2;
-  }
-  service::ServiceOptions sopt;
-  sopt.data_dir = opt.data_dir;
-  sopt.config = config;
-  sopt.instance = opt.instance;
-  // A test hook: hold each registration between its copy and REGISTERED (kill tests).
-  if (const char* pause = std::getenv("TRAINER_TEST_REGISTRATION_PAUSE_MS"); pause && *pause) {
-    sopt.registration_pause = std::chrono::milliseconds(std::strtol(pause, nullptr, 10));
-  }
-  if (const char* kill = std::getenv("TRAINER_TEST_KILL_AFTER"); kill && *kill) sopt.kill_after = kill;
-  if (const char* pause = std::getenv("TRAINER_TEST_COMPARISON_PAUSE_MS"); pause && *pause) {
-    sopt.comparison_pause = std::chrono::milliseconds(std::strtol(pause, nullptr, 10));
-  }
-  // Test hooks: hold a sweep between its children, or a snapshot commit (kill tests).
-  if (const char* pause = std::getenv("TRAINER_TEST_SWEEP_PAUSE_MS"); pause && *pause) {
-    sopt.sweep_pause = std::chrono::milliseconds(std::strtol(pause, nullptr, 10));
-  }
-  if (const char* pause = std::getenv("TRAINER_TEST_COMMIT_PAUSE_MS"); pause && *pause) {
-    sopt.commit_pause = std::chrono::milliseconds(std::strtol(pause, nullptr, 10));
-    const char* at = std::getenv("TRAINER_TEST_COMMIT_PAUSE_AT");
-    sopt.commit_pause_stored = at != nullptr && std::strcmp(at, "stored") == 0;
-  }
-  auto svc = service::make_service(std::move(sopt), std::move(*store), std::move(*backend));
-  if (!svc.is_ok()) {
-    std::fprintf(stderr, "trainerd: %s\n", svc.status().message().c_str());
-    return 1;
-  }
-  service::Service& service = **svc;
+  auto config = load_config(opt);
+  if (!config) return 2;
+  int exit_status = 0;
+  std::unique_ptr<service::Service> svc = open_service(opt, *config, exit_status);
+  if (!svc) return exit_status;
+  service::Service& service = *svc;
 
   http::Router router;
-  api::install_routes(router, service, config.limits);
+  api::install_routes(router, service, config->limits);
   opt.http.host = opt.host;
   opt.http.port = opt.port;
   auto served = http::serve(opt.http, router);
@@ -291,34 +353,16 @@ int trainerd_main(int argc, char** argv) {
     if (http::Server* s = wake_target->load()) s->wake();
   });
   const int port = server->port();
-  // Jobs push their metrics to this trainerd, which serves them on /metrics (unless the
-  // operator's telemetry.otlpEndpoint sends them to a collector instead).
-  {
-    std::string host = opt.host;
-    if (host.empty() || host == "0.0.0.0" || host == "localhost") host = "127.0.0.1";
-    if (host == "::") host = "::1";
-    if (host.find(':') != std::string::npos) host = "[" + host + "]";
-    service.set_job_otlp_endpoint("http://" + host + ":" + std::to_string(port) + "/otlp");
-    service.set_catalog_url("http://" + host + ":" + std::to_string(port));
-  }
+  advertise_address(service, opt.host, port);
   if (!opt.port_file.empty()) {
+    std::error_code ec;
     std::ofstream(opt.port_file + ".tmp") << port << "\n";
     fs::rename(opt.port_file + ".tmp", opt.port_file, ec);
   }
   std::fprintf(stderr, "trainerd %s: listening on http://%s:%d (data %s, backend %s, instance %s)\n",
-               version_string(), opt.host.c_str(), port, opt.data_dir.c_str(), config.compute.backend.c_str(),
+               version_string(), opt.host.c_str(), port, opt.data_dir.c_str(), config->compute.backend.c_str(),
                opt.instance.c_str());
-
-  Status st = service.start();
-  for (const auto& step : service.startup_steps()) {
-    std::fprintf(stderr, "trainerd: startup: %s: %s%s\n", step.name.c_str(), step.ok ? "" : "FAILED: ",
-                 step.message.c_str());
-  }
-  if (!st.is_ok()) {
-    std::fprintf(stderr, "trainerd: startup failed: %s (serving /v1/info only)\n", st.message().c_str());
-  } else {
-    std::fprintf(stderr, "trainerd: ready\n");
-  }
+  start_service(service);
 
   int sig = 0;
   sigwait(&signals, &sig);

@@ -1,7 +1,8 @@
 // Compute backends: where training jobs run: local processes, Slurm batch jobs or Ray jobs.
 //
 // The service asks a backend to start one job per run attempt, to report whether it still
-// runs, to stop it, and to say what devices the cluster holds. A job is identified by a
+// runs, to stop it, to run a short trainer-job tool (run_tool), and to say what devices the
+// cluster holds. A job is identified by a
 // JobHandle the service stores durably, so that a restarted service finds its jobs again.
 // Progress is not read through the backend: the job writes its events file (docs/api.md,
 // "The job protocol") into the run's folder, which the service follows.

@@ -41,6 +41,15 @@ Result<std::string> string_field(const json& obj, const std::string& key, const 
   return obj[key].get<std::string>();
 }
 
+// The error of a list element that is not an object: "pools[2]: must be an object" for where
+// "pools[2].".
+Status not_an_object(const std::string& where) {
+  return invalid_argument(where.substr(0, where.size() - 1) + ": must be an object");
+}
+
+// Whether `s` starts with http:// or https://.
+bool is_http_url(const std::string& s) { return s.rfind("http://", 0) == 0 || s.rfind("https://", 0) == 0; }
+
 // judges: [{name, url, model?, apiKeyEnv?, caFile?, readyTimeoutSeconds?}]
 Result<std::vector<JudgeConfig>> parse_judges(const json& list) {
   if (!list.is_array()) return invalid_argument("judges: must be a list of {name, url, model, apiKeyEnv}");
@@ -49,14 +58,14 @@ Result<std::vector<JudgeConfig>> parse_judges(const json& list) {
   for (size_t i = 0; i < list.size(); ++i) {
     const json& j = list[i];
     const std::string where = "judges[" + std::to_string(i) + "].";
-    if (!j.is_object()) return invalid_argument(where.substr(0, where.size() - 1) + ": must be an object");
+    if (!j.is_object()) return not_an_object(where);
     TRAINER_RETURN_IF_ERROR(check_keys(j, where, {"name", "url", "model", "apiKeyEnv", "caFile", "readyTimeoutSeconds"}));
     JudgeConfig judge;
     auto name = string_field(j, "name", where, true);
     if (!name.is_ok()) return name.status();
     auto url = string_field(j, "url", where, true);
     if (!url.is_ok()) return url.status();
-    if (url->rfind("http://", 0) != 0 && url->rfind("https://", 0) != 0) {
+    if (!is_http_url(*url)) {
       return invalid_argument(where + "url: '" + *url + "' must be an http:// or https:// URL");
     }
     auto ca_file = string_field(j, "caFile", where, false);
@@ -86,6 +95,289 @@ Result<std::vector<JudgeConfig>> parse_judges(const json& list) {
   return out;
 }
 
+// baseModels: [{name, path}]
+Status parse_base_models(const json& list, std::vector<AllowedBaseModel>& out) {
+  if (!list.is_array()) return invalid_argument("baseModels: must be a list");
+  std::set<std::string> names;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const json& m = list[i];
+    const std::string where = "baseModels[" + std::to_string(i) + "].";
+    if (!m.is_object()) return not_an_object(where);
+    TRAINER_RETURN_IF_ERROR(check_keys(m, where, {"name", "path"}));
+    TRAINER_ASSIGN_OR_RETURN(std::string name, string_field(m, "name", where, true));
+    TRAINER_ASSIGN_OR_RETURN(std::string path, string_field(m, "path", where, true));
+    if (!names.insert(name).second) return invalid_argument(where + "name: '" + name + "' listed twice");
+    out.push_back({name, path});
+  }
+  return Status::ok();
+}
+
+// A pool's deviceIds: distinct device indices, one per declared device.
+Status parse_device_ids(const json& ids, const std::string& where, PoolConfig& pool) {
+  if (!ids.is_array()) return invalid_argument(where + "deviceIds: must be a list of device indices");
+  std::set<int> seen;
+  for (size_t k = 0; k < ids.size(); ++k) {
+    const json& v = ids[k];
+    const std::string at = where + "deviceIds[" + std::to_string(k) + "]";
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 4095) {
+      return invalid_argument(at + ": must be a device index between 0 and 4095, got " + v.dump());
+    }
+    if (!seen.insert(v.get<int>()).second) {
+      return invalid_argument(at + ": device " + v.dump() + " listed twice");
+    }
+    pool.device_ids.push_back(v.get<int>());
+  }
+  if (static_cast<int>(pool.device_ids.size()) != pool.declared) {
+    return invalid_argument(where + "deviceIds: lists " + std::to_string(pool.device_ids.size()) +
+                            " devices but declared is " + std::to_string(pool.declared));
+  }
+  return Status::ok();
+}
+
+// One pool: {name, accelerator?, serving?, declared, maxClaim?, deviceIds?}
+Result<PoolConfig> parse_pool(const json& p, const std::string& where) {
+  if (!p.is_object()) return not_an_object(where);
+  TRAINER_RETURN_IF_ERROR(
+      check_keys(p, where, {"name", "accelerator", "serving", "declared", "maxClaim", "deviceIds"}));
+  PoolConfig pool;
+  TRAINER_ASSIGN_OR_RETURN(pool.name, string_field(p, "name", where, true));
+  TRAINER_ASSIGN_OR_RETURN(std::string accelerator, string_field(p, "accelerator", where, false));
+  if (!accelerator.empty()) pool.accelerator = accelerator;
+  if (p.contains("serving")) {
+    if (!p["serving"].is_boolean()) return invalid_argument(where + "serving: must be true or false");
+    pool.serving = p["serving"].get<bool>();
+  }
+  TRAINER_ASSIGN_OR_RETURN(int64_t declared, non_negative_int(p, "declared", where, -1));
+  if (declared < 0) return invalid_argument(where + "declared: required");
+  pool.declared = static_cast<int>(declared);
+  TRAINER_ASSIGN_OR_RETURN(int64_t max_claim, non_negative_int(p, "maxClaim", where, pool.declared));
+  pool.max_claim = static_cast<int>(max_claim);
+  if (pool.max_claim > pool.declared) {
+    return invalid_argument(where + "maxClaim: " + std::to_string(pool.max_claim) + " is larger than declared " +
+                            std::to_string(pool.declared));
+  }
+  if (p.contains("deviceIds")) TRAINER_RETURN_IF_ERROR(parse_device_ids(p["deviceIds"], where, pool));
+  return pool;
+}
+
+// pools: a list of pools with distinct names.
+Status parse_pools(const json& list, std::vector<PoolConfig>& out) {
+  if (!list.is_array()) return invalid_argument("pools: must be a list");
+  std::set<std::string> names;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string where = "pools[" + std::to_string(i) + "].";
+    TRAINER_ASSIGN_OR_RETURN(PoolConfig pool, parse_pool(list[i], where));
+    if (!names.insert(pool.name).second) {
+      return invalid_argument(where + "name: '" + pool.name + "' listed twice");
+    }
+    out.push_back(std::move(pool));
+  }
+  return Status::ok();
+}
+
+// quotas: {default?, workloads?: {NAME: devices}}
+Status parse_quotas(const json& q, DeploymentConfig& c) {
+  if (!q.is_object()) return invalid_argument("quotas: must be an object");
+  TRAINER_RETURN_IF_ERROR(check_keys(q, "quotas.", {"default", "workloads"}));
+  TRAINER_ASSIGN_OR_RETURN(int64_t default_quota,
+                           non_negative_int(q, "default", "quotas.", c.default_workload_quota));
+  c.default_workload_quota = static_cast<int>(default_quota);
+  if (!q.contains("workloads")) return Status::ok();
+  if (!q["workloads"].is_object()) return invalid_argument("quotas.workloads: must be an object");
+  for (const auto& [name, v] : q["workloads"].items()) {
+    TRAINER_ASSIGN_OR_RETURN(int64_t n, non_negative_int(q["workloads"], name, "quotas.workloads.", 0));
+    c.workload_quotas[name] = static_cast<int>(n);
+  }
+  return Status::ok();
+}
+
+// limits: each field optional, its default kept.
+Status parse_limits(const json& l, Limits& limits) {
+  if (!l.is_object()) return invalid_argument("limits: must be an object");
+  TRAINER_RETURN_IF_ERROR(check_keys(l, "limits.",
+                                     {"maxRequestBytes", "maxDatasetBytes", "cancelGraceSeconds",
+                                      "pauseDeadlineSeconds", "maxAdapterRank", "publishDeadlineSeconds"}));
+  auto field = [&](const char* key, int64_t fallback, int64_t max = 1000000) {
+    return non_negative_int(l, key, "limits.", fallback, max);
+  };
+  const int64_t kMaxBytes = int64_t{1} << 34;
+  TRAINER_ASSIGN_OR_RETURN(int64_t request_bytes,
+                           field("maxRequestBytes", static_cast<int64_t>(limits.max_request_bytes), kMaxBytes));
+  TRAINER_ASSIGN_OR_RETURN(int64_t dataset_bytes,
+                           field("maxDatasetBytes", static_cast<int64_t>(limits.max_dataset_bytes), kMaxBytes));
+  TRAINER_ASSIGN_OR_RETURN(int64_t grace, field("cancelGraceSeconds", limits.cancel_grace_seconds));
+  limits.max_request_bytes = static_cast<size_t>(request_bytes);
+  limits.max_dataset_bytes = static_cast<size_t>(dataset_bytes);
+  limits.cancel_grace_seconds = static_cast<int>(grace);
+  TRAINER_ASSIGN_OR_RETURN(int64_t pause, field("pauseDeadlineSeconds", limits.pause_deadline_seconds));
+  limits.pause_deadline_seconds = static_cast<int>(pause);
+  TRAINER_ASSIGN_OR_RETURN(int64_t rank, field("maxAdapterRank", limits.max_adapter_rank, 4096));
+  limits.max_adapter_rank = static_cast<int>(rank);
+  TRAINER_ASSIGN_OR_RETURN(int64_t publish,
+                           field("publishDeadlineSeconds", limits.publish_deadline_seconds, 86400));
+  if (publish < 1) return invalid_argument("limits.publishDeadlineSeconds: must be at least 1");
+  limits.publish_deadline_seconds = static_cast<int>(publish);
+  return Status::ok();
+}
+
+// compute.slurm: sbatch's partition, paths and per-job options.
+Status parse_slurm(const json& sl, backend::SlurmOptions& o) {
+  const std::string where = "compute.slurm.";
+  if (!sl.is_object()) return invalid_argument("compute.slurm: must be an object");
+  TRAINER_RETURN_IF_ERROR(check_keys(sl, where, {"partition", "slurmConf", "binDir", "gresName", "cpusPerTask",
+                                                 "cpusPerGpu", "jobNamePrefix", "extraArgs"}));
+  for (auto [key, field] : {std::pair{"partition", &o.partition}, std::pair{"slurmConf", &o.slurm_conf},
+                            std::pair{"binDir", &o.bin_dir}, std::pair{"gresName", &o.gres_name},
+                            std::pair{"jobNamePrefix", &o.job_name_prefix}}) {
+    TRAINER_ASSIGN_OR_RETURN(std::string v, string_field(sl, key, where, false));
+    if (!v.empty()) *field = v;
+  }
+  TRAINER_ASSIGN_OR_RETURN(int64_t cpus_per_task,
+                           non_negative_int(sl, "cpusPerTask", where, o.cpus_per_task, 4096));
+  TRAINER_ASSIGN_OR_RETURN(int64_t cpus_per_gpu, non_negative_int(sl, "cpusPerGpu", where, o.cpus_per_gpu, 4096));
+  if (cpus_per_task == 0) return invalid_argument(where + "cpusPerTask: must be at least 1");
+  if (cpus_per_gpu == 0) return invalid_argument(where + "cpusPerGpu: must be at least 1");
+  o.cpus_per_task = static_cast<int>(cpus_per_task);
+  o.cpus_per_gpu = static_cast<int>(cpus_per_gpu);
+  if (!sl.contains("extraArgs")) return Status::ok();
+  const json& ea = sl["extraArgs"];
+  if (!ea.is_array()) return invalid_argument(where + "extraArgs: must be a list of sbatch arguments");
+  for (size_t i = 0; i < ea.size(); ++i) {
+    if (!ea[i].is_string() || ea[i].get<std::string>().rfind("--", 0) != 0) {
+      return invalid_argument(where + "extraArgs[" + std::to_string(i) +
+                              "]: must be an sbatch option starting with --, got " + ea[i].dump());
+    }
+    o.extra_args.push_back(ea[i].get<std::string>());
+  }
+  return Status::ok();
+}
+
+// compute.ray (required for the ray backend): the dashboard's address and per-job options.
+Status parse_ray(const json& cp, backend::RayOptions& o) {
+  const std::string where = "compute.ray.";
+  if (!cp.contains("ray") || !cp["ray"].is_object()) {
+    return invalid_argument("compute.ray: required for the ray backend (an object with address)");
+  }
+  const json& ry = cp["ray"];
+  TRAINER_RETURN_IF_ERROR(
+      check_keys(ry, where, {"address", "cpusPerJob", "submissionPrefix", "requestTimeoutSeconds"}));
+  TRAINER_ASSIGN_OR_RETURN(std::string address, string_field(ry, "address", where, true));
+  if (!is_http_url(address)) {
+    return invalid_argument(where + "address: '" + address +
+                            "' must be the dashboard's http:// URL, e.g. http://127.0.0.1:8265");
+  }
+  o.address = address;
+  TRAINER_ASSIGN_OR_RETURN(std::string prefix, string_field(ry, "submissionPrefix", where, false));
+  if (!prefix.empty()) o.submission_prefix = prefix;
+  TRAINER_ASSIGN_OR_RETURN(int64_t cpus, non_negative_int(ry, "cpusPerJob", where, 1, 4096));
+  o.cpus_per_job = static_cast<double>(cpus);
+  TRAINER_ASSIGN_OR_RETURN(int64_t timeout,
+                           non_negative_int(ry, "requestTimeoutSeconds", where, o.request_timeout_s, 600));
+  if (timeout == 0) return invalid_argument(where + "requestTimeoutSeconds: must be at least 1");
+  o.request_timeout_s = static_cast<int>(timeout);
+  return Status::ok();
+}
+
+// compute: {backend?, slurm?, ray?}; a backend's section only beside that backend.
+Status parse_compute(const json& cp, backend::ComputeConfig& compute) {
+  if (!cp.is_object()) return invalid_argument("compute: must be an object");
+  TRAINER_RETURN_IF_ERROR(check_keys(cp, "compute.", {"backend", "slurm", "ray"}));
+  TRAINER_ASSIGN_OR_RETURN(std::string backend, string_field(cp, "backend", "compute.", false));
+  if (!backend.empty()) compute.backend = backend;
+  if (compute.backend != "local" && compute.backend != "slurm" && compute.backend != "ray") {
+    return invalid_argument("compute.backend: '" + compute.backend +
+                            "' is not a compute backend of this build; use local, slurm or ray");
+  }
+  for (const char* section : {"slurm", "ray"}) {
+    if (cp.contains(section) && compute.backend != section) {
+      return invalid_argument(std::string("compute.") + section + ": set, but compute.backend is " +
+                              compute.backend);
+    }
+  }
+  if (cp.contains("slurm")) TRAINER_RETURN_IF_ERROR(parse_slurm(cp["slurm"], compute.slurm));
+  if (compute.backend == "ray") TRAINER_RETURN_IF_ERROR(parse_ray(cp, compute.ray));
+  return Status::ok();
+}
+
+// telemetry: {otlpEndpoint?, otlpIntervalMs?, jobSeriesRetentionSeconds?}
+Status parse_telemetry(const json& t, TelemetryConfig& telemetry) {
+  if (!t.is_object()) return invalid_argument("telemetry: must be an object");
+  TRAINER_RETURN_IF_ERROR(
+      check_keys(t, "telemetry.", {"otlpEndpoint", "otlpIntervalMs", "jobSeriesRetentionSeconds"}));
+  TRAINER_ASSIGN_OR_RETURN(std::string endpoint, string_field(t, "otlpEndpoint", "telemetry.", false));
+  if (!endpoint.empty() && !is_http_url(endpoint)) {
+    return invalid_argument("telemetry.otlpEndpoint: '" + endpoint + "' must be an http:// or https:// URL");
+  }
+  while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
+  telemetry.otlp_endpoint = endpoint;
+  TRAINER_ASSIGN_OR_RETURN(int64_t interval, non_negative_int(t, "otlpIntervalMs", "telemetry.",
+                                                              telemetry.otlp_interval_ms, 3600000));
+  if (interval == 0) return invalid_argument("telemetry.otlpIntervalMs: must be at least 1");
+  telemetry.otlp_interval_ms = static_cast<int>(interval);
+  const auto retention_default = static_cast<int64_t>(telemetry.job_series_retention_seconds);
+  TRAINER_ASSIGN_OR_RETURN(int64_t retention, non_negative_int(t, "jobSeriesRetentionSeconds", "telemetry.",
+                                                               retention_default, 7 * 86400));
+  telemetry.job_series_retention_seconds = static_cast<double>(retention);
+  return Status::ok();
+}
+
+// artifactStore: {uri, endpoint, region?, accessKeyEnv?, secretKeyEnv?, inputCache?}
+Status parse_artifact_store(const json& a, ArtifactStoreConfig& s) {
+  const std::string where = "artifactStore.";
+  if (!a.is_object()) return invalid_argument("artifactStore: must be an object");
+  TRAINER_RETURN_IF_ERROR(
+      check_keys(a, where, {"uri", "endpoint", "region", "accessKeyEnv", "secretKeyEnv", "inputCache"}));
+  TRAINER_ASSIGN_OR_RETURN(std::string uri, string_field(a, "uri", where, true));
+  if (uri.rfind("s3://", 0) != 0 || uri.size() < 8) {
+    return invalid_argument(where + "uri: '" + uri + "' must be s3://BUCKET[/PREFIX] (leave artifactStore out "
+                            "for the data directory's folder)");
+  }
+  s.uri = uri;
+  TRAINER_ASSIGN_OR_RETURN(std::string endpoint, string_field(a, "endpoint", where, true));
+  if (!is_http_url(endpoint)) {
+    return invalid_argument(where + "endpoint: '" + endpoint + "' must be an http:// or https:// URL");
+  }
+  s.endpoint = endpoint;
+  for (auto [key, target] : {std::pair{"region", &s.region}, std::pair{"accessKeyEnv", &s.access_key_env},
+                             std::pair{"secretKeyEnv", &s.secret_key_env}, std::pair{"inputCache", &s.input_cache}}) {
+    TRAINER_ASSIGN_OR_RETURN(std::string v, string_field(a, key, where, false));
+    if (!v.empty()) *target = v;
+  }
+  if (!s.input_cache.empty() && s.input_cache.front() != '/') {
+    return invalid_argument(where + "inputCache: '" + s.input_cache +
+                            "' must be an absolute folder path on the cluster's nodes");
+  }
+  return Status::ok();
+}
+
+// The document's sections, in the order they are checked; the first error wins.
+Status parse_sections(const json& doc, DeploymentConfig& c) {
+  TRAINER_RETURN_IF_ERROR(check_keys(doc, "", {"baseModels", "pools", "quotas", "limits", "jobBinary", "compute",
+                                               "telemetry", "judges", "artifactStore"}));
+  if (doc.contains("baseModels")) {
+    TRAINER_RETURN_IF_ERROR(parse_base_models(doc["baseModels"], c.base_models));
+  }
+  if (doc.contains("pools")) {
+    TRAINER_RETURN_IF_ERROR(parse_pools(doc["pools"], c.pools));
+  } else {
+    c.pools = default_config().pools;
+  }
+  if (doc.contains("quotas")) TRAINER_RETURN_IF_ERROR(parse_quotas(doc["quotas"], c));
+  if (doc.contains("limits")) TRAINER_RETURN_IF_ERROR(parse_limits(doc["limits"], c.limits));
+  if (doc.contains("jobBinary")) {
+    TRAINER_ASSIGN_OR_RETURN(c.job_binary, string_field(doc, "jobBinary", "", true));
+  }
+  if (doc.contains("compute")) TRAINER_RETURN_IF_ERROR(parse_compute(doc["compute"], c.compute));
+  if (doc.contains("telemetry")) TRAINER_RETURN_IF_ERROR(parse_telemetry(doc["telemetry"], c.telemetry));
+  if (doc.contains("judges")) {
+    TRAINER_ASSIGN_OR_RETURN(c.judges, parse_judges(doc["judges"]));
+  }
+  if (doc.contains("artifactStore")) {
+    TRAINER_RETURN_IF_ERROR(parse_artifact_store(doc["artifactStore"], c.artifact_store));
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 DeploymentConfig default_config() {
@@ -101,280 +393,8 @@ Result<DeploymentConfig> parse_config(const std::string& text, const std::string
   if (!doc.is_object()) return invalid_argument(source + ": not a JSON object");
   DeploymentConfig c;
   c.source = source;
-  auto fail = [&](const Status& st) { return st.with_context(source); };
-  Status st = check_keys(doc, "", {"baseModels", "pools", "quotas", "limits", "jobBinary", "compute", "telemetry", "judges",
-                                     "artifactStore"});
-  if (!st.is_ok()) return fail(st);
-
-  if (doc.contains("baseModels")) {
-    if (!doc["baseModels"].is_array()) return fail(invalid_argument("baseModels: must be a list"));
-    std::set<std::string> names;
-    for (size_t i = 0; i < doc["baseModels"].size(); ++i) {
-      const json& m = doc["baseModels"][i];
-      std::string where = "baseModels[" + std::to_string(i) + "].";
-      if (!m.is_object()) return fail(invalid_argument(where.substr(0, where.size() - 1) + ": must be an object"));
-      if (!(st = check_keys(m, where, {"name", "path"})).is_ok()) return fail(st);
-      auto name = string_field(m, "name", where, true);
-      if (!name.is_ok()) return fail(name.status());
-      auto path = string_field(m, "path", where, true);
-      if (!path.is_ok()) return fail(path.status());
-      if (!names.insert(*name).second) return fail(invalid_argument(where + "name: '" + *name + "' listed twice"));
-      c.base_models.push_back({*name, *path});
-    }
-  }
-  if (doc.contains("pools")) {
-    if (!doc["pools"].is_array()) return fail(invalid_argument("pools: must be a list"));
-    std::set<std::string> names;
-    for (size_t i = 0; i < doc["pools"].size(); ++i) {
-      const json& p = doc["pools"][i];
-      std::string where = "pools[" + std::to_string(i) + "].";
-      if (!p.is_object()) return fail(invalid_argument(where.substr(0, where.size() - 1) + ": must be an object"));
-      if (!(st = check_keys(p, where, {"name", "accelerator", "serving", "declared", "maxClaim", "deviceIds"}))
-               .is_ok()) {
-        return fail(st);
-      }
-      PoolConfig pool;
-      auto name = string_field(p, "name", where, true);
-      if (!name.is_ok()) return fail(name.status());
-      pool.name = *name;
-      auto acc = string_field(p, "accelerator", where, false);
-      if (!acc.is_ok()) return fail(acc.status());
-      if (!acc->empty()) pool.accelerator = *acc;
-      if (p.contains("serving")) {
-        if (!p["serving"].is_boolean()) return fail(invalid_argument(where + "serving: must be true or false"));
-        pool.serving = p["serving"].get<bool>();
-      }
-      auto declared = non_negative_int(p, "declared", where, -1);
-      if (!declared.is_ok()) return fail(declared.status());
-      if (*declared < 0) return fail(invalid_argument(where + "declared: required"));
-      pool.declared = static_cast<int>(*declared);
-      auto max_claim = non_negative_int(p, "maxClaim", where, pool.declared);
-      if (!max_claim.is_ok()) return fail(max_claim.status());
-      pool.max_claim = static_cast<int>(*max_claim);
-      if (pool.max_claim > pool.declared) {
-        return fail(invalid_argument(where + "maxClaim: " + std::to_string(pool.max_claim) +
-                                     " is larger than declared " + std::to_string(pool.declared)));
-      }
-      if (p.contains("deviceIds")) {
-        const json& ids = p["deviceIds"];
-        if (!ids.is_array()) return fail(invalid_argument(where + "deviceIds: must be a list of device indices"));
-        std::set<int> seen;
-        for (size_t k = 0; k < ids.size(); ++k) {
-          const json& v = ids[k];
-          const std::string at = where + "deviceIds[" + std::to_string(k) + "]";
-          if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 4095) {
-            return fail(invalid_argument(at + ": must be a device index between 0 and 4095, got " + v.dump()));
-          }
-          if (!seen.insert(v.get<int>()).second) {
-            return fail(invalid_argument(at + ": device " + v.dump() + " listed twice"));
-          }
-          pool.device_ids.push_back(v.get<int>());
-        }
-        if (static_cast<int>(pool.device_ids.size()) != pool.declared) {
-          return fail(invalid_argument(where + "deviceIds: lists " + std::to_string(pool.device_ids.size()) +
-                                       " devices but declared is " + std::to_string(pool.declared)));
-        }
-      }
-      if (!names.insert(pool.name).second) {
-        return fail(invalid_argument(where + "name: '" + pool.name + "' listed twice"));
-      }
-      c.pools.push_back(pool);
-    }
-  } else {
-    c.pools = default_config().pools;
-  }
-  if (doc.contains("quotas")) {
-    const json& q = doc["quotas"];
-    if (!q.is_object()) return fail(invalid_argument("quotas: must be an object"));
-    if (!(st = check_keys(q, "quotas.", {"default", "workloads"})).is_ok()) return fail(st);
-    auto d = non_negative_int(q, "default", "quotas.", c.default_workload_quota);
-    if (!d.is_ok()) return fail(d.status());
-    c.default_workload_quota = static_cast<int>(*d);
-    if (q.contains("workloads")) {
-      if (!q["workloads"].is_object()) return fail(invalid_argument("quotas.workloads: must be an object"));
-      for (const auto& [name, v] : q["workloads"].items()) {
-        auto n = non_negative_int(q["workloads"], name, "quotas.workloads.", 0);
-        if (!n.is_ok()) return fail(n.status());
-        c.workload_quotas[name] = static_cast<int>(*n);
-      }
-    }
-  }
-  if (doc.contains("limits")) {
-    const json& l = doc["limits"];
-    if (!l.is_object()) return fail(invalid_argument("limits: must be an object"));
-    if (!(st = check_keys(l, "limits.", {"maxRequestBytes", "maxDatasetBytes", "cancelGraceSeconds", "pauseDeadlineSeconds",
-                                               "maxAdapterRank", "publishDeadlineSeconds"})).is_ok()) {
-      return fail(st);
-    }
-    const int64_t kMaxBytes = int64_t{1} << 34;
-    auto a = non_negative_int(l, "maxRequestBytes", "limits.", static_cast<int64_t>(c.limits.max_request_bytes),
-                              kMaxBytes);
-    if (!a.is_ok()) return fail(a.status());
-    auto b = non_negative_int(l, "maxDatasetBytes", "limits.", static_cast<int64_t>(c.limits.max_dataset_bytes),
-                              kMaxBytes);
-    if (!b.is_ok()) return fail(b.status());
-    auto g = non_negative_int(l, "cancelGraceSeconds", "limits.", c.limits.cancel_grace_seconds);
-    if (!g.is_ok()) return fail(g.status());
-    c.limits.max_request_bytes = static_cast<size_t>(*a);
-    c.limits.max_dataset_bytes = static_cast<size_t>(*b);
-    c.limits.cancel_grace_seconds = static_cast<int>(*g);
-    auto p = non_negative_int(l, "pauseDeadlineSeconds", "limits.", c.limits.pause_deadline_seconds);
-    if (!p.is_ok()) return fail(p.status());
-    c.limits.pause_deadline_seconds = static_cast<int>(*p);
-    auto r = non_negative_int(l, "maxAdapterRank", "limits.", c.limits.max_adapter_rank, 4096);
-    if (!r.is_ok()) return fail(r.status());
-    c.limits.max_adapter_rank = static_cast<int>(*r);
-    auto d = non_negative_int(l, "publishDeadlineSeconds", "limits.", c.limits.publish_deadline_seconds, 86400);
-    if (!d.is_ok()) return fail(d.status());
-    if (*d < 1) return fail(invalid_argument("limits.publishDeadlineSeconds: must be at least 1"));
-    c.limits.publish_deadline_seconds = static_cast<int>(*d);
-  }
-  if (doc.contains("jobBinary")) {
-    auto j = string_field(doc, "jobBinary", "", true);
-    if (!j.is_ok()) return fail(j.status());
-    c.job_binary = *j;
-  }
-  if (doc.contains("compute")) {
-    const json& cp = doc["compute"];
-    if (!cp.is_object()) return fail(invalid_argument("compute: must be an object"));
-    if (!(st = check_keys(cp, "compute.", {"backend", "slurm", "ray"})).is_ok()) return fail(st);
-    auto b = string_field(cp, "backend", "compute.", false);
-    if (!b.is_ok()) return fail(b.status());
-    if (!b->empty()) c.compute.backend = *b;
-    if (c.compute.backend != "local" && c.compute.backend != "slurm" && c.compute.backend != "ray") {
-      return fail(invalid_argument("compute.backend: '" + c.compute.backend +
-                                   "' is not a compute backend of this build; use local, slurm or ray"));
-    }
-    for (const char* section : {"slurm", "ray"}) {
-      if (cp.contains(section) && c.compute.backend != section) {
-        return fail(invalid_argument(std::string("compute.") + section + ": set, but compute.backend is " +
-                                     c.compute.backend));
-      }
-    }
-    if (cp.contains("slurm")) {
-      const json& sl = cp["slurm"];
-      const std::string where = "compute.slurm.";
-      if (!sl.is_object()) return fail(invalid_argument("compute.slurm: must be an object"));
-      if (!(st = check_keys(sl, where, {"partition", "slurmConf", "binDir", "gresName", "cpusPerTask", "cpusPerGpu",
-                                        "jobNamePrefix", "extraArgs"}))
-               .is_ok()) {
-        return fail(st);
-      }
-      backend::SlurmOptions& o = c.compute.slurm;
-      for (auto [key, field] : {std::pair{"partition", &o.partition}, std::pair{"slurmConf", &o.slurm_conf},
-                                std::pair{"binDir", &o.bin_dir}, std::pair{"gresName", &o.gres_name},
-                                std::pair{"jobNamePrefix", &o.job_name_prefix}}) {
-        auto v = string_field(sl, key, where, false);
-        if (!v.is_ok()) return fail(v.status());
-        if (!v->empty()) *field = *v;
-      }
-      auto cpt = non_negative_int(sl, "cpusPerTask", where, o.cpus_per_task, 4096);
-      if (!cpt.is_ok()) return fail(cpt.status());
-      auto cpg = non_negative_int(sl, "cpusPerGpu", where, o.cpus_per_gpu, 4096);
-      if (!cpg.is_ok()) return fail(cpg.status());
-      if (*cpt == 0) return fail(invalid_argument(where + "cpusPerTask: must be at least 1"));
-      if (*cpg == 0) return fail(invalid_argument(where + "cpusPerGpu: must be at least 1"));
-      o.cpus_per_task = static_cast<int>(*cpt);
-      o.cpus_per_gpu = static_cast<int>(*cpg);
-      if (sl.contains("extraArgs")) {
-        const json& ea = sl["extraArgs"];
-        if (!ea.is_array()) return fail(invalid_argument(where + "extraArgs: must be a list of sbatch arguments"));
-        for (size_t i = 0; i < ea.size(); ++i) {
-          if (!ea[i].is_string() || ea[i].get<std::string>().rfind("--", 0) != 0) {
-            return fail(invalid_argument(where + "extraArgs[" + std::to_string(i) +
-                                         "]: must be an sbatch option starting with --, got " + ea[i].dump()));
-          }
-          o.extra_args.push_back(ea[i].get<std::string>());
-        }
-      }
-    }
-    if (c.compute.backend == "ray") {
-      const std::string where = "compute.ray.";
-      if (!cp.contains("ray") || !cp["ray"].is_object()) {
-        return fail(invalid_argument("compute.ray: required for the ray backend (an object with address)"));
-      }
-      const json& ry = cp["ray"];
-      if (!(st = check_keys(ry, where, {"address", "cpusPerJob", "submissionPrefix", "requestTimeoutSeconds"}))
-               .is_ok()) {
-        return fail(st);
-      }
-      backend::RayOptions& o = c.compute.ray;
-      auto addr = string_field(ry, "address", where, true);
-      if (!addr.is_ok()) return fail(addr.status());
-      if (addr->rfind("http://", 0) != 0 && addr->rfind("https://", 0) != 0) {
-        return fail(invalid_argument(where + "address: '" + *addr +
-                                     "' must be the dashboard's http:// URL, e.g. http://127.0.0.1:8265"));
-      }
-      o.address = *addr;
-      auto prefix = string_field(ry, "submissionPrefix", where, false);
-      if (!prefix.is_ok()) return fail(prefix.status());
-      if (!prefix->empty()) o.submission_prefix = *prefix;
-      auto cpus = non_negative_int(ry, "cpusPerJob", where, 1, 4096);
-      if (!cpus.is_ok()) return fail(cpus.status());
-      o.cpus_per_job = static_cast<double>(*cpus);
-      auto timeout = non_negative_int(ry, "requestTimeoutSeconds", where, o.request_timeout_s, 600);
-      if (!timeout.is_ok()) return fail(timeout.status());
-      if (*timeout == 0) return fail(invalid_argument(where + "requestTimeoutSeconds: must be at least 1"));
-      o.request_timeout_s = static_cast<int>(*timeout);
-    }
-  }
-  if (doc.contains("telemetry")) {
-    const json& t = doc["telemetry"];
-    if (!t.is_object()) return fail(invalid_argument("telemetry: must be an object"));
-    if (!(st = check_keys(t, "telemetry.", {"otlpEndpoint", "otlpIntervalMs", "jobSeriesRetentionSeconds"})).is_ok()) {
-      return fail(st);
-    }
-    auto e = string_field(t, "otlpEndpoint", "telemetry.", false);
-    if (!e.is_ok()) return fail(e.status());
-    if (!e->empty() && e->rfind("http://", 0) != 0 && e->rfind("https://", 0) != 0) {
-      return fail(invalid_argument("telemetry.otlpEndpoint: '" + *e + "' must be an http:// or https:// URL"));
-    }
-    while (!e->empty() && e->back() == '/') e->pop_back();
-    c.telemetry.otlp_endpoint = *e;
-    auto i = non_negative_int(t, "otlpIntervalMs", "telemetry.", c.telemetry.otlp_interval_ms, 3600000);
-    if (!i.is_ok()) return fail(i.status());
-    if (*i == 0) return fail(invalid_argument("telemetry.otlpIntervalMs: must be at least 1"));
-    c.telemetry.otlp_interval_ms = static_cast<int>(*i);
-    auto r = non_negative_int(t, "jobSeriesRetentionSeconds", "telemetry.",
-                              static_cast<int64_t>(c.telemetry.job_series_retention_seconds), 7 * 86400);
-    if (!r.is_ok()) return fail(r.status());
-    c.telemetry.job_series_retention_seconds = static_cast<double>(*r);
-  }
-  if (doc.contains("judges")) {
-    auto judges = parse_judges(doc["judges"]);
-    if (!judges.is_ok()) return fail(judges.status());
-    c.judges = std::move(*judges);
-  }
-  if (doc.contains("artifactStore")) {
-    const json& a = doc["artifactStore"];
-    const std::string where = "artifactStore.";
-    if (!a.is_object()) return fail(invalid_argument("artifactStore: must be an object"));
-    if (!(st = check_keys(a, where, {"uri", "endpoint", "region", "accessKeyEnv", "secretKeyEnv", "inputCache"})).is_ok()) return fail(st);
-    ArtifactStoreConfig& s = c.artifact_store;
-    auto uri = string_field(a, "uri", where, true);
-    if (!uri.is_ok()) return fail(uri.status());
-    if (uri->rfind("s3://", 0) != 0 || uri->size() < 8) {
-      return fail(invalid_argument(where + "uri: '" + *uri + "' must be s3://BUCKET[/PREFIX] (leave artifactStore out "
-                                   "for the data directory's folder)"));
-    }
-    s.uri = *uri;
-    auto endpoint = string_field(a, "endpoint", where, true);
-    if (!endpoint.is_ok()) return fail(endpoint.status());
-    if (endpoint->rfind("http://", 0) != 0 && endpoint->rfind("https://", 0) != 0) {
-      return fail(invalid_argument(where + "endpoint: '" + *endpoint + "' must be an http:// or https:// URL"));
-    }
-    s.endpoint = *endpoint;
-    for (auto [key, target] : {std::pair{"region", &s.region}, std::pair{"accessKeyEnv", &s.access_key_env},
-                               std::pair{"secretKeyEnv", &s.secret_key_env}, std::pair{"inputCache", &s.input_cache}}) {
-      auto v = string_field(a, key, where, false);
-      if (!v.is_ok()) return fail(v.status());
-      if (!v->empty()) *target = *v;
-    }
-    if (!s.input_cache.empty() && s.input_cache.front() != '/') {
-      return fail(invalid_argument(where + "inputCache: '" + s.input_cache +
-                                   "' must be an absolute folder path on the cluster's nodes"));
-    }
-  }
+  Status st = parse_sections(doc, c);
+  if (!st.is_ok()) return st.with_context(source);
   return c;
 }
 

@@ -1,10 +1,13 @@
 // The trainer service: base models, datasets, workloads, the run lifecycle, pools, claims and
-// quotas. No HTTP here: src/api translates requests into these calls and their JSON back.
+// quotas, snapshots, evaluations, comparisons and the model registry. No HTTP here: src/api
+// translates requests into these calls and their JSON back.
 //
 // Every state change is committed to the Store before the service acts on it (starts a job,
-// grants a claim, answers a request). A driver thread moves each open run through its phases
-// (service/phases.h) and follows its job's events file; after a restart, start() finds the
-// jobs of open runs again or ends their runs with a named failure.
+// grants a claim, answers a request). A driver thread steps the task kernel (service/tasks/):
+// each open run, base-model preparation and registration moves through its kind's phase table,
+// and a run's step follows its job's events; the same pass admits queued claims and advances
+// evaluations. After a restart, start() finds the jobs of open runs again or ends their runs
+// with a named failure.
 //
 // Thread safety: every public method may be called from any thread.
 #pragma once
