@@ -20,8 +20,9 @@ Result<std::optional<store::ClaimRow>> ServiceImpl::evaluation_claim(const std::
   return std::optional<store::ClaimRow>(it->second);
 }
 
-// Makes the evaluation's claim (once), applies admission, and starts its job when granted.
-Status ServiceImpl::queue_evaluation_locked(json& doc) {
+// Makes the evaluation's claim (once) and applies admission; the evaluation's task launches its
+// job once the claim is granted.
+Status ServiceImpl::claim_evaluation_locked(json& doc) {
   const std::string id = doc["evaluationId"].get<std::string>();
   auto existing = evaluation_claim(id);
   if (!existing.is_ok()) return existing.status();
@@ -40,31 +41,7 @@ Status ServiceImpl::queue_evaluation_locked(json& doc) {
     doc["claim"] = {{"pool", c.pool}, {"devices", c.devices}};
     TRAINER_RETURN_IF_ERROR(store_->put_evaluation(doc));
   }
-  TRAINER_RETURN_IF_ERROR(admit_locked());
-  auto claim = evaluation_claim(id);
-  if (!claim.is_ok()) return claim.status();
-  if (*claim && (*claim)->state == "GRANTED") return launch_evaluation_locked(doc, **claim);
-  return Status::ok();
-}
-
-// The driver's turn for evaluations, after its admission pass: the queued ones whose claims were
-// granted start; one without a claim (lost with an old store) claims again.
-Status ServiceImpl::drive_evaluations_locked() {
-  auto queued = store_->list_evaluations({"QUEUED"});
-  if (!queued.is_ok()) return queued.status();
-  if (queued->empty()) return Status::ok();
-  auto claims = claims_by_owner();
-  if (!claims.is_ok()) return claims.status();
-  for (json& doc : *queued) {
-    if (doc.value("cancelRequested", false)) continue;
-    auto it = claims->find(doc["evaluationId"].get<std::string>());
-    if (it == claims->end()) {
-      TRAINER_RETURN_IF_ERROR(queue_evaluation_locked(doc));
-    } else if (it->second.state == "GRANTED") {
-      TRAINER_RETURN_IF_ERROR(launch_evaluation_locked(doc, it->second));
-    }
-  }
-  return Status::ok();
+  return admit_locked();
 }
 
 // An open evaluation's claim as admission sees it now: {pool, devices, state, since}.

@@ -35,6 +35,12 @@ void EvaluationJobs::start(const Launch& launch) {
   raw->thread = std::thread([this, launch, raw] { run(launch, raw); });
 }
 
+bool EvaluationJobs::running(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(id);
+  return it != jobs_.end() && !it->second->finished;
+}
+
 bool EvaluationJobs::cancel(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = jobs_.find(id);

@@ -44,6 +44,8 @@ class EvaluationJobs {
 
   // Starts the job; a job of the same id already running is left as it is.
   void start(const Launch& launch);
+  // Whether the job of `id` runs (it has called `done` before this turns false).
+  bool running(const std::string& id);
   // Kills the job of `id` (its `done` reports cancelled); false when none runs.
   bool cancel(const std::string& id);
   // Kills every job without reporting them (trainerd stopping: they start again with it).
