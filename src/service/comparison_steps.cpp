@@ -64,15 +64,14 @@ Status ServiceImpl::resume_comparisons() {
   auto open = store_->list_comparisons("", {kPreparing, kRunning}, kOpenScan, 0);
   if (!open.is_ok()) return open.status();
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto it = open->comparisons.rbegin(); it != open->comparisons.rend(); ++it) {  // oldest first
-    const std::string id = it->value("comparisonId", std::string());
-    TRAINER_ASSIGN_OR_RETURN(std::optional<store::TaskRow> task, store_->get_task("comparison", id));
-    if (task) continue;
-    TRAINER_RETURN_IF_ERROR(store_->transaction([&]() -> Status {
-      return kernel_->create("comparison", id, it->value("phase", std::string(kPreparing)));
-    }));
-  }
-  return Status::ok();
+  // enter(): a task of this trainerd's kernel is where its comparison is; an older store's is made.
+  return store_->transaction([&]() -> Status {
+    for (const json& doc : open->comparisons) {
+      TRAINER_RETURN_IF_ERROR(kernel_->enter("comparison", doc.value("comparisonId", std::string()),
+                                             doc.value("phase", std::string(kPreparing))));
+    }
+    return Status::ok();
+  });
 }
 
 // Target `index` of comparison `doc` one step on: its evaluation started once its model is

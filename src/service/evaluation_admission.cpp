@@ -2,6 +2,7 @@
 // take, counted against its workload's quota, and waits QUEUED until admission grants it. The
 // claim is released when it ends; its cost is the device time it held.
 #include <algorithm>
+#include <filesystem>
 
 #include "service/service_state.h"
 
@@ -80,16 +81,31 @@ json ServiceImpl::evaluation_cost(const json& doc, double ended) const {
               {"gpuSeconds", gpu ? seconds * devices : 0.0}};
 }
 
-// The job's environment and device count from its granted claim: a GPU pool's devices are
-// CUDA devices (CUDA_VISIBLE_DEVICES), a CPU pool's are slots.
-void ServiceImpl::evaluation_devices(const store::ClaimRow& claim, json* spec,
-                                     std::vector<std::pair<std::string, std::string>>* env) const {
+// The job request of an evaluation's attempt on its granted claim (kind evaluate: trainer-job
+// evaluate --spec SPEC). A GPU pool's devices are the job's GPUs (the spec's `gpus`); a CPU
+// pool's are slots.
+backend::JobSpec ServiceImpl::evaluation_job_spec(const json& doc, const store::ClaimRow& claim, int64_t attempt,
+                                                  json* spec) const {
+  const std::string id = doc["evaluationId"].get<std::string>();
+  const std::filesystem::path dir = evaluation_dir(id);
   const PoolConfig* pool = pool_named(claim.pool);
-  if (!pool || pool->accelerator == "cpu") return;
-  (*spec)["gpus"] = claim.devices;
-  std::string visible;
-  for (int d : claim.device_ids) visible += (visible.empty() ? "" : ",") + std::to_string(d);
-  if (!visible.empty()) env->emplace_back("CUDA_VISIBLE_DEVICES", visible);
+  const bool gpu_pool = pool && pool->accelerator != "cpu";
+  backend::JobSpec job;
+  job.kind = protocol::JobKind::kEvaluate;
+  job.run_id = id;
+  job.attempt = attempt;
+  if (doc["workload"].is_object()) job.identity.workload = doc["workload"].value("name", std::string());
+  job.identity.base_model = doc["model"].value("baseModel", std::string());
+  job.identity.profile = pool ? pool->accelerator : "";
+  job.plan_path = (dir / "spec.json").string();
+  job.output_dir = (dir / "output").string();
+  job.events_path = (dir / ("events-" + std::to_string(attempt) + ".jsonl")).string();
+  job.log_path = (dir / "job.log").string();
+  job.gpus = gpu_pool ? claim.devices : 0;
+  job.cpus = 1;
+  job.device_ids = claim.device_ids;
+  if (gpu_pool) (*spec)["gpus"] = claim.devices;
+  return job;
 }
 
 }  // namespace trainer::service

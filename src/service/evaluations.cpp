@@ -1,7 +1,7 @@
 // Evaluations (docs/evaluations.md): what is evaluated, with what, and the evaluation's record
 // through QUEUED, RUNNING and one of COMPLETED, FAILED, CANCELLED (a task of the kernel:
-// evaluation_tasks.cpp moves it). The job itself is `trainer-job evaluate`, run by EvaluationJobs
-// on trainerd's host.
+// evaluation_tasks.cpp moves it). The job itself is `trainer-job evaluate`, started through the
+// backend; the evaluation keeps what follows it in `_job`, which users do not see (shown()).
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -25,6 +25,12 @@ constexpr int64_t kMaxRowsPage = 500;
 
 bool evaluation_ended(const std::string& phase) {
   return phase == "COMPLETED" || phase == "FAILED" || phase == "CANCELLED";
+}
+
+// An evaluation as users see it: without `_job` (its job's handle, attempt and events cursor).
+json shown(json doc) {
+  doc.erase("_job");
+  return doc;
 }
 
 // A status about config.reward.terms[0] (the reward-term checks), about `grader` instead.
@@ -294,20 +300,25 @@ Status ServiceImpl::launch_evaluation_locked(json& doc, const store::ClaimRow& c
   auto adapter = evaluation_adapter(doc["model"], dir.string());
   if (!adapter.is_ok()) return adapter.status();
   if (!adapter->empty()) spec["adapter"] = *adapter;
-  std::vector<std::pair<std::string, std::string>> env;
-  evaluation_devices(claim, &spec, &env);
-  TRAINER_RETURN_IF_ERROR(write_file_atomic((dir / "spec.json").string(), spec.dump(2) + "\n"));
+  // Each start of its job is an attempt of its own (its own events file), as a run's are.
+  const int64_t attempt = doc["_job"].is_object() ? doc["_job"].value("attempt", int64_t{0}) + 1 : 1;
+  backend::JobSpec job = evaluation_job_spec(doc, claim, attempt, &spec);
+  // A job started before a crash whose handle was never committed is adopted, not started twice.
+  std::optional<backend::JobHandle> handle = backend_->find(job);
+  if (!handle) {
+    TRAINER_RETURN_IF_ERROR(write_file_atomic(job.plan_path, spec.dump(2) + "\n"));
+    auto started = backend_->start(job);
+    if (!started.is_ok()) {
+      return end_evaluation_locked(doc, "FAILED", "the evaluation job did not start: " + started.status().message());
+    }
+    handle = *started;
+  }
+  doc["_job"] = {{"handle", handle->value}, {"attempt", attempt}, {"events", job.events_path}, {"cursor", 0}};
   doc["phase"] = "RUNNING";
   doc["startedAt"] = now_rfc3339();
   doc["startedAtSeconds"] = now();
   TRAINER_RETURN_IF_ERROR(store_->put_evaluation(doc));
-  TRAINER_RETURN_IF_ERROR(kernel_->move("evaluation", id, "RUNNING"));
-  evaluation_jobs_->start({.id = id,
-                           .spec_path = (dir / "spec.json").string(),
-                           .output_dir = (dir / "output").string(),
-                           .log_path = (dir / "job.log").string(),
-                           .env = env});
-  return Status::ok();
+  return kernel_->move("evaluation", id, "RUNNING");
 }
 
 void ServiceImpl::record_model_evaluation(const json& evaluation) {
@@ -360,7 +371,7 @@ Result<json> ServiceImpl::list_evaluations(const EvaluationListQuery& query) {
                          (base && m.value("baseModel", std::string()) == query.model);
       if (!match) continue;
     }
-    out.push_back(std::move(d));
+    out.push_back(shown(std::move(d)));
     if (static_cast<int64_t>(out.size()) >= query.limit) break;
   }
   return json{{"evaluations", out}};
@@ -370,7 +381,7 @@ Result<json> ServiceImpl::get_evaluation(const std::string& ref) {
   auto doc = resolve_evaluation(ref, "evaluation");
   if (!doc.is_ok()) return doc.status();
   TRAINER_RETURN_IF_ERROR(show_claim_state(&*doc));
-  return doc;
+  return shown(std::move(*doc));
 }
 
 Result<json> ServiceImpl::evaluation_report(const std::string& ref) {
@@ -428,7 +439,7 @@ Result<json> ServiceImpl::cancel_evaluation(const std::string& ref) {
                         "evaluation " + (*doc)["evaluationId"].get<std::string>() + " already ended " + phase);
   }
   TRAINER_RETURN_IF_ERROR(cancel_evaluation_locked(*doc));
-  return *doc;
+  return shown(std::move(*doc));
 }
 
 Result<json> ServiceImpl::annotate_evaluation(const std::string& ref, const json& body) {
@@ -441,7 +452,7 @@ Result<json> ServiceImpl::annotate_evaluation(const std::string& ref, const json
   if (!doc.is_ok()) return doc.status();
   (*doc)["description"] = **description;
   TRAINER_RETURN_IF_ERROR(store_->put_evaluation(*doc));
-  return *doc;
+  return shown(std::move(*doc));
 }
 
 }  // namespace trainer::service

@@ -46,10 +46,6 @@ ServiceImpl::ServiceImpl(ServiceOptions options, std::unique_ptr<store::Store> s
       metrics_(opt_.instance),
       job_otlp_endpoint_(opt_.job_otlp_endpoint),
       relay_(relay_options(opt_.config.telemetry)),
-      evaluation_jobs_(std::make_unique<EvaluationJobs>(
-          opt_.config.job_binary,
-          [this](const std::string& id, int64_t done, int64_t total) { on_evaluation_progress(id, done, total); },
-          [this](const std::string& id, const EvaluationJobs::Ending& e) { on_evaluation_done(id, e); })),
       kernel_(std::make_unique<tasks::TaskKernel>(
           *store_, opt_.clock, tasks::KernelOptions{.owner = opt_.replica, .kill_after = opt_.kill_after})),
       base_model_tasks_(base_model_phase_table(), [this](tasks::Step& s) { return step_base_model_task(s); }),
@@ -122,7 +118,6 @@ Status ServiceImpl::start() {
 void ServiceImpl::stop() {
   stopping_ = true;
   if (driver_.joinable()) driver_.join();
-  evaluation_jobs_->stop_all();
   kernel_->stop_work();
 }
 

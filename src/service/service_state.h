@@ -42,7 +42,6 @@
 #include <thread>
 #include <vector>
 
-#include "service/evaluation_jobs.h"
 #include "service/judges.h"
 #include "service/metrics.h"
 #include "service/phases.h"
@@ -241,21 +240,15 @@ class ServiceImpl final : public Service {
   Status release_evaluation_claim_locked(const std::string& id);
   Status show_claim_state(json* doc);  // an open evaluation's claim as admission sees it now
   json evaluation_cost(const json& doc, double ended) const;
-  void evaluation_devices(const store::ClaimRow& claim, json* spec,
-                          std::vector<std::pair<std::string, std::string>>* env) const;
+  // The job request of attempt `attempt` of an evaluation's job on its granted claim; sets the
+  // spec's `gpus` for a GPU pool.
+  backend::JobSpec evaluation_job_spec(const json& doc, const store::ClaimRow& claim, int64_t attempt, json* spec) const;
   // ---- evaluations as tasks (evaluation_tasks.cpp); mu_ held for the *_locked and the step.
   Status resume_evaluations(std::string* summary);  // start(): open evaluations of an older store get their task
   Status step_evaluation_task(tasks::Step& step);   // the kernel's "evaluation" kind
-  Status end_evaluation_locked(json& doc, const EvaluationJobs::Ending& ending);
+  Status follow_evaluation_locked(json& doc);  // RUNNING: its job's events, its end
+  Status end_evaluation_locked(json& doc, const std::string& phase, const std::string& failure = "");
   Status cancel_evaluation_locked(json& doc);
-  // What an evaluation's job reported since its last step (EvaluationJobs' callbacks leave it).
-  struct EvaluationNews {
-    std::optional<std::pair<int64_t, int64_t>> progress;  // rows done, rows in all
-    std::optional<EvaluationJobs::Ending> ending;
-  };
-  void on_evaluation_progress(const std::string& id, int64_t done, int64_t total);
-  void on_evaluation_done(const std::string& id, const EvaluationJobs::Ending& ending);
-  EvaluationNews take_evaluation_news(const std::string& id);
 
   // ---- workloads (workloads.cpp)
   Result<json> resolve_workload(const std::string& ref, const std::string& field);
@@ -402,11 +395,6 @@ class ServiceImpl final : public Service {
 
   // Whether the judges of model: reward terms answer (WAITING_FOR_GRADER); thread-safe.
   JudgeProbes judge_probes_;
-
-  // The evaluations' processes (thread-safe); made by the constructor, stopped by stop().
-  std::unique_ptr<EvaluationJobs> evaluation_jobs_;
-  std::mutex evaluation_news_mu_;
-  std::map<std::string, EvaluationNews> evaluation_news_;  // guarded by evaluation_news_mu_
 
   // The task kernel (tasks/task_kernel.h) and the kinds on it; made by the constructor. Every
   // run's phase change goes through kernel_->move() (transition()), which checks run_phase_table().
