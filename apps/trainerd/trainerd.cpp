@@ -234,9 +234,6 @@ void apply_test_hooks(service::ServiceOptions& sopt) {
     sopt.registration_pause = std::chrono::milliseconds(std::strtol(pause, nullptr, 10));
   }
   if (const char* kill = std::getenv("TRAINER_TEST_KILL_AFTER"); kill && *kill) sopt.kill_after = kill;
-  if (const char* pause = std::getenv("TRAINER_TEST_COMPARISON_PAUSE_MS"); pause && *pause) {
-    sopt.comparison_pause = std::chrono::milliseconds(std::strtol(pause, nullptr, 10));
-  }
   // Hold a sweep between its children, or a snapshot commit.
   if (const char* pause = std::getenv("TRAINER_TEST_SWEEP_PAUSE_MS"); pause && *pause) {
     sopt.sweep_pause = std::chrono::milliseconds(std::strtol(pause, nullptr, 10));

@@ -111,8 +111,8 @@ class LocalBackend final : public Backend {
     }
     // The job sees exactly the devices its claim was granted (none for a CPU run).
     SpawnOptions options;
-    options.argv = {options_.job_binary, "run",           "--plan",   spec.plan_path,
-                    "--output",          spec.output_dir, "--events", spec.events_path};
+    options.argv = {options_.job_binary};
+    for (auto& arg : protocol::job_arguments(spec)) options.argv.push_back(std::move(arg));
     options.env = job_environment(spec);
     options.env.emplace_back("CUDA_VISIBLE_DEVICES", spec.gpus > 0 ? device_list(spec.device_ids) : "");
     options.stdin_stream = ChildStream::null();

@@ -74,9 +74,9 @@ class RayBackend final : public Backend {
     for (const auto& [k, v] : job_environment(spec)) text += "export " + k + "=" + shell_quote(v) + "\n";
     // A CPU run sees no GPU; a GPU run sees the ones Ray assigned it (it sets CUDA_VISIBLE_DEVICES).
     if (spec.gpus == 0) text += "export CUDA_VISIBLE_DEVICES=''\n";
-    text += "exec " + shell_quote(job_binary_) + " run --plan " + shell_quote(spec.plan_path) + " --output " +
-            shell_quote(spec.output_dir) + " --events " + shell_quote(spec.events_path) + " >> " +
-            shell_quote(spec.log_path) + " 2>&1\n";
+    text += "exec " + shell_quote(job_binary_);
+    for (const auto& arg : protocol::job_arguments(spec)) text += " " + shell_quote(arg);
+    text += " >> " + shell_quote(spec.log_path) + " 2>&1\n";
     {
       const std::string tmp = script.string() + ".tmp";
       std::ofstream out(tmp, std::ios::binary | std::ios::trunc);

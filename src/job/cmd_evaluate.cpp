@@ -2,14 +2,16 @@
 // against the row's final assistant message (docs/evaluations.md).
 //
 // The evaluation is described by a JSON file (--spec) so that trainerd can write it as it writes
-// a run's plan. The rows go to OUTPUT/rows.jsonl and the report to OUTPUT/report.json (each
-// written whole, atomically). Standard output carries JSON lines, {"progress": {"done",
-// "total"}} after each batch and {"report": {...}} at the end, which trainerd follows; errors go
-// to standard error (--log FILE: appended to FILE instead). SIGTERM or SIGINT stops between
-// batches: nothing is written, exit 143.
+// a run's plan; trainerd starts it through its backend like a training job (job kind `evaluate`,
+// protocol/job_request.h). The rows go to OUTPUT/rows.jsonl and the report to OUTPUT/report.json
+// (each written whole, atomically). Its events (docs/job-protocol.md) go to --events FILE (stdout
+// when absent): `hello`, `evaluation_progress` after each batch, then `evaluation_report`, or
+// `failed` / `cancelled`; trainerd follows them. Errors go to standard error (--log FILE: appended
+// to FILE instead). SIGTERM or SIGINT stops between batches: nothing is written, exit 143.
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -19,9 +21,12 @@
 
 #include "common/files.h"
 #include "common/json_parse.h"
+#include "common/version.h"
 #include "engine/engine.h"
 #include "job/args.h"
 #include "job/commands.h"
+#include "job/job_events.h"
+#include "protocol/job_request.h"
 #include "job/stop_signals.h"
 
 namespace trainer::job {
@@ -30,13 +35,14 @@ namespace {
 using json = nlohmann::json;
 
 constexpr const char* kUsage =
-    "usage: trainer-job evaluate --spec FILE.json --output DIR [--log FILE]\n"
+    "usage: trainer-job evaluate --spec FILE.json --output DIR [--events FILE] [--log FILE]\n"
     "The spec: {\"baseModel\": DIR, \"adapter\": DIR (optional), \"dataset\": FILE.jsonl,\n"
     "  \"grader\": {\"kind\": \"json-label-match\"} (a reward term: rule:, bundle:, http:, model:),\n"
     "  \"maxNewTokens\": 256, \"greedy\": true, \"temperature\": 1.0, \"seed\": 0, \"batchSize\": 8,\n"
     "  \"maxSeqLength\": 2048, \"gpus\": 0, \"precision\": \"FP32\"|\"BF16\"}.\n"
-    "Writes DIR/rows.jsonl (one graded answer per row) and DIR/report.json. Prints JSON lines:\n"
-    "{\"progress\": {\"done\", \"total\"}} per batch, then {\"report\": {...}}. --log: errors go there.\n"
+    "Writes DIR/rows.jsonl (one graded answer per row) and DIR/report.json. Job protocol events go\n"
+    "to --events (stdout when absent): evaluation_progress per batch, then evaluation_report.\n"
+    "--log: errors go there.\n"
     "SIGTERM stops between batches (exit 143).\n";
 
 // Reads the spec into `req`; errors name the spec's field.
@@ -108,7 +114,7 @@ Status read_spec(const json& spec, engine::EvaluateRequest* req) {
 }  // namespace
 
 int cmd_evaluate(int argc, char** argv) {
-  Args args = parse_args(argc, argv, {"spec", "output", "log"}, {"help"});
+  Args args = parse_args(argc, argv, {"spec", "output", "log", "events"}, {"help"});
   if (args.flags.count("help")) {
     std::fputs(kUsage, stdout);
     return 0;
@@ -136,21 +142,33 @@ int cmd_evaluate(int argc, char** argv) {
     std::fprintf(stderr, "trainer-job evaluate: %s: %s\n", args.get("spec").c_str(), st.describe().c_str());
     return 2;
   }
+  EventWriter events;
+  if (st = events.open(args.get("events")); !st.is_ok()) {
+    std::fprintf(stderr, "trainer-job evaluate: %s\n", st.message().c_str());
+    return 1;
+  }
+  protocol::Hello hello{.job_version = std::string("trainer-job ") + version_string()};
+  if (auto request = protocol::job_request_from_environment(std::getenv); request.is_ok() && !request->run_id.empty()) {
+    hello.run_id = request->run_id;
+    hello.attempt = request->attempt;
+  }
+  events.write(hello);
+  auto fail = [&](const std::string& reason) {
+    events.write(protocol::Failed{reason});
+    std::fprintf(stderr, "trainer-job evaluate: %s\n", reason.c_str());
+    return 1;
+  };
   block_stop_signals();
   std::atomic<bool> stop{false};
   StopSignals signals([&](int sig) {
     if (sig != kPauseSignal) stop = true;
   });
   req.stop = &stop;
-  auto result = engine::evaluate(req, [](int64_t done, int64_t total) {
-    std::printf("%s\n", json{{"progress", {{"done", done}, {"total", total}}}}.dump().c_str());
-    std::fflush(stdout);
-  });
-  if (!result.is_ok()) {
-    std::fprintf(stderr, "trainer-job evaluate: %s\n", result.status().describe().c_str());
-    return 1;
-  }
+  auto result = engine::evaluate(
+      req, [&](int64_t done, int64_t total) { events.write(protocol::EvaluationProgress{.done = done, .total = total}); });
+  if (!result.is_ok()) return fail(result.status().describe());
   if (result->cancelled) {
+    events.write(protocol::Cancelled{});
     std::fprintf(stderr, "trainer-job evaluate: stopped by a signal; nothing written\n");
     return kExitCancelled;
   }
@@ -164,12 +182,8 @@ int cmd_evaluate(int argc, char** argv) {
   report["gradingSeconds"] = result->grading_seconds;
   st = write_file_atomic((dir / "rows.jsonl").string(), rows);
   if (st.is_ok()) st = write_file_atomic((dir / "report.json").string(), report.dump(2) + "\n");
-  if (!st.is_ok()) {
-    std::fprintf(stderr, "trainer-job evaluate: --output %s: %s\n", dir.c_str(), st.message().c_str());
-    return 1;
-  }
-  std::printf("%s\n", json{{"report", report}}.dump().c_str());
-  std::fflush(stdout);
+  if (!st.is_ok()) return fail("--output " + dir.string() + ": " + st.message());
+  events.write(protocol::EvaluationReport{.report = report});
   return 0;
 }
 

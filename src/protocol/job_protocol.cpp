@@ -69,6 +69,9 @@ TRAINER_DESCRIBE(Failed, defaulted("reason", &Failed::reason))
 TRAINER_DESCRIBE(Cancelled, optional("steps", &Cancelled::steps))
 TRAINER_DESCRIBE(Paused, required("step", &Paused::step), required("snapshotId", &Paused::snapshot_id))
 TRAINER_DESCRIBE(Warning, if_set("field", &Warning::field), required("message", &Warning::message))
+TRAINER_DESCRIBE(EvaluationProgress, required("done", &EvaluationProgress::done),
+                 required("total", &EvaluationProgress::total))
+TRAINER_DESCRIBE(EvaluationReport, required("report", &EvaluationReport::report))
 #undef TRAINER_DESCRIBE
 
 namespace {
@@ -99,6 +102,8 @@ struct TypeName {
   std::string_view operator()(const Cancelled&) const { return "cancelled"; }
   std::string_view operator()(const Paused&) const { return "paused"; }
   std::string_view operator()(const Warning&) const { return "warning"; }
+  std::string_view operator()(const EvaluationProgress&) const { return "evaluation_progress"; }
+  std::string_view operator()(const EvaluationReport&) const { return "evaluation_report"; }
 };
 
 }  // namespace
@@ -125,6 +130,8 @@ TRAINER_EVENT_JSON(Completed)
 TRAINER_EVENT_JSON(Cancelled)
 TRAINER_EVENT_JSON(Paused)
 TRAINER_EVENT_JSON(Warning)
+TRAINER_EVENT_JSON(EvaluationProgress)
+TRAINER_EVENT_JSON(EvaluationReport)
 #undef TRAINER_EVENT_JSON
 
 void to_json(json& out, const Failed& e) { fields::write(out, e); }
@@ -168,6 +175,8 @@ Result<std::optional<Event>> event_from_json(const json& in) {
   else if (type == "cancelled") out = decode_as<Cancelled>(in);
   else if (type == "paused") out = decode_as<Paused>(in);
   else if (type == "warning") out = decode_as<Warning>(in);
+  else if (type == "evaluation_progress") out = decode_as<EvaluationProgress>(in);
+  else if (type == "evaluation_report") out = decode_as<EvaluationReport>(in);
   if (!out.is_ok()) return out.status().with_field(type);
   return out;
 }

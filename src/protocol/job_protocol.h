@@ -1,5 +1,6 @@
-// The job protocol: the events `trainer-job run` writes, one JSON object per line, read by
-// trainerd (run progress, metrics, outcome; the CLI sees them through the API). docs/job-protocol.md is the
+// The job protocol: the events `trainer-job run` and `trainer-job evaluate` write, one JSON object
+// per line, read by trainerd (run progress, metrics, outcome; an evaluation's progress and report;
+// the CLI sees them through the API). docs/job-protocol.md is the
 // reference; this header is the one definition of every event and field.
 //
 // Writing: build a struct, `to_json(event)` (or `to_line`) and write it. Reading:
@@ -189,8 +190,22 @@ struct Warning {
   std::string message = {};  // for a person
 };
 
+// "evaluation_progress": an evaluation job's rows answered and graded so far (after each batch).
+struct EvaluationProgress {
+  int64_t done = 0;   // rows graded
+  int64_t total = 0;  // rows of the dataset
+};
+
+// "evaluation_report": an evaluation job's report (docs/evaluations.md: rows, meanScore,
+// exactMatchRate, ...), written after OUTPUT/rows.jsonl and OUTPUT/report.json; the last event of
+// an evaluation that completed.
+struct EvaluationReport {
+  nlohmann::json report = nlohmann::json::object();
+};
+
 using Event = std::variant<Hello, Phase, Preparing, DataFit, DataSplit, Devices, Resolved, Step, Validation,
-                           Checkpoint, Completed, Failed, Cancelled, Paused, Warning>;
+                           Checkpoint, Completed, Failed, Cancelled, Paused, Warning, EvaluationProgress,
+                           EvaluationReport>;
 
 // The event's "type" value, e.g. "step".
 std::string_view event_type(const Event& event);
@@ -211,6 +226,8 @@ void to_json(nlohmann::json& out, const Failed& e);
 void to_json(nlohmann::json& out, const Cancelled& e);
 void to_json(nlohmann::json& out, const Paused& e);
 void to_json(nlohmann::json& out, const Warning& e);
+void to_json(nlohmann::json& out, const EvaluationProgress& e);
+void to_json(nlohmann::json& out, const EvaluationReport& e);
 void to_json(nlohmann::json& out, const StepMemory& e);
 nlohmann::json to_json(const Event& event);  // with "type"
 std::string to_line(const Event& event);     // compact JSON, no trailing newline
@@ -232,6 +249,8 @@ Status from_json(const nlohmann::json& in, Failed* e);
 Status from_json(const nlohmann::json& in, Cancelled* e);
 Status from_json(const nlohmann::json& in, Paused* e);
 Status from_json(const nlohmann::json& in, Warning* e);
+Status from_json(const nlohmann::json& in, EvaluationProgress* e);
+Status from_json(const nlohmann::json& in, EvaluationReport* e);
 Status from_json(const nlohmann::json& in, StepMemory* e);
 
 // A whole event object: nullopt for an unknown "type" (skip it); an error for an object

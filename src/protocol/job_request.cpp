@@ -95,6 +95,13 @@ std::vector<std::pair<std::string, std::string>> job_environment(const JobReques
   return env;
 }
 
+std::vector<std::string> job_arguments(const JobRequest& request) {
+  const bool evaluate = request.kind == JobKind::kEvaluate;
+  return {evaluate ? "evaluate" : "run", evaluate ? "--spec" : "--plan", request.plan_path,
+          "--output",                    request.output_dir,             "--events",
+          request.events_path};
+}
+
 Result<JobRequest> job_request_from_environment(const Getenv& getenv) {
   JobRequest request;
   Status st = Status::ok();

@@ -18,8 +18,9 @@
 
 namespace trainer::protocol {
 
-// What the job does. Only `train` jobs start through a backend today; the others have their
-// names reserved so a request of a newer trainerd is refused by name, not misread.
+// What the job does. `train` (a run's attempt) and `evaluate` (an evaluation) start through a
+// backend; the others have their names reserved so a request of a newer trainerd is refused by
+// name, not misread.
 enum class JobKind { kTrain, kEvaluate, kServe, kCurate };
 
 std::string_view job_kind_name(JobKind kind);  // "train", "evaluate", "serve", "curate"
@@ -51,7 +52,7 @@ inline constexpr const char* kRestoreTrainingState = "trainingState";
 
 struct JobRequest {
   JobKind kind = JobKind::kTrain;  // TRAINER_JOB_KIND, passed when not train
-  std::string run_id;              // TRAINER_RUN_ID; "" = a local run
+  std::string run_id;              // TRAINER_RUN_ID: the run's id (an evaluate job: the evaluation's); "" = a local run
   int64_t attempt = 1;             // 1-based (TRAINER_ATTEMPT)
   JobIdentity identity;
   std::string otlp_endpoint;       // base URL the job pushes OTLP/HTTP JSON metrics to; "" = none (TRAINER_OTLP_ENDPOINT)
@@ -66,7 +67,7 @@ struct JobRequest {
   std::string branch_snapshot;
   std::string branch_restore;
   // Not in the environment: the job's arguments and output.
-  std::string plan_path;    // the resolved plan (JSON), already written (--plan)
+  std::string plan_path;    // the resolved plan (JSON), already written (--plan); evaluate: its spec (--spec)
   std::string output_dir;   // the job's output folder (--output)
   std::string events_path;  // the job's events file (--events)
   std::string log_path;     // where the job's stdout and stderr go
@@ -75,6 +76,11 @@ struct JobRequest {
 // The request's environment variables (name, value), in a fixed order; a value the request
 // leaves empty is not passed. The paths are not among them.
 std::vector<std::pair<std::string, std::string>> job_environment(const JobRequest& request);
+
+// The job's command line after trainer-job's path, from its kind and paths: `run --plan PLAN
+// --output DIR --events FILE`, or `evaluate --spec SPEC --output DIR --events FILE`. Every backend
+// starts the job with it (the one place a job kind becomes a command).
+std::vector<std::string> job_arguments(const JobRequest& request);
 
 using Getenv = std::function<const char*(const char*)>;
 

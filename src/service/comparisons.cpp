@@ -5,49 +5,39 @@
 //
 // create_comparison() resolves and refuses what it can at once, starts the source's registration
 // (the source model is marked protected) and commits the comparison (PREPARING) in one
-// transaction. The comparer thread then steps each open comparison: a target whose model is
-// REGISTERED gets its evaluation (tagged with the comparison and the target's index, so a
-// restart finds an evaluation it started before recording it and never starts a second); an
-// ended evaluation gives the target its outcome. Phases: PREPARING (models still registering),
+// transaction. Each comparison is then a task of the kernel (comparison_steps.cpp): a target whose
+// model is REGISTERED gets its evaluation, started and recorded in the step's transaction; an ended
+// evaluation gives the target its outcome. Phases: PREPARING (models still registering),
 // RUNNING (evaluations going), then COMPLETED (every target completed: the winner is named),
 // PARTIAL (some failed or were refused: no winner) or FAILED (none completed).
 #include <algorithm>
 #include <cstdio>
 #include <map>
 #include <set>
-#include <thread>
 
 #include "common/sha256.h"
 #include "plan/plan.h"
 #include "protocol/snapshot.h"
 #include "service/registry.h"
+#include "service/comparison_names.h"
 #include "service/service_state.h"
 
 namespace trainer::service {
 namespace {
 
 namespace tel = trainer::telemetry;
+using comparison::kCompleted;
+using comparison::kPreparing;
+using comparison::kTargetCompleted;
+using comparison::kTargetRefused;
+using comparison::kTargetWaiting;
+using comparison::number_of;
+using comparison::text_of;
 
 constexpr int64_t kDefaultMaxNewTokens = 256;  // the evaluations' default completion-token ceiling
 constexpr int64_t kMaxMaxNewTokens = 4096;     // the evaluations' largest
 constexpr size_t kMaxSubmissionIdChars = 200;
 constexpr int64_t kChildPage = 100;            // children read per page when expanding --all-branches
-constexpr int64_t kOpenScan = 1000;            // open comparisons stepped per comparer pass
-
-// Phases of a comparison.
-constexpr const char* kPreparing = "PREPARING";
-constexpr const char* kRunning = "RUNNING";
-constexpr const char* kCompleted = "COMPLETED";
-constexpr const char* kPartial = "PARTIAL";
-constexpr const char* kFailed = "FAILED";
-
-// Statuses of a target: WAITING for its model's registration, EVALUATING, then COMPLETED,
-// FAILED (its registration or evaluation failed) or REFUSED (at create: it has no model to score).
-constexpr const char* kTargetWaiting = "WAITING";
-constexpr const char* kTargetEvaluating = "EVALUATING";
-constexpr const char* kTargetCompleted = "COMPLETED";
-constexpr const char* kTargetFailed = "FAILED";
-constexpr const char* kTargetRefused = "REFUSED";
 
 // body[key] as a list of non-empty strings (absent or null: empty).
 Result<std::vector<std::string>> string_list(const json& body, const std::string& key) {
@@ -67,22 +57,6 @@ Result<std::vector<std::string>> string_list(const json& body, const std::string
 // The comparison id: derived from the source snapshot and the submission token.
 std::string comparison_id(const std::string& snapshot_id, const std::string& token) {
   return sha256_hex("trainer-comparison-v1\n" + snapshot_id + "\n" + token + "\n").substr(0, 16);
-}
-
-// The description an evaluation started for target `index` of comparison `id` carries: how a
-// restarted comparer finds the evaluation it started before it could record it.
-std::string evaluation_tag(const std::string& id, size_t index) {
-  return "comparison " + id + " target " + std::to_string(index);
-}
-
-// doc[key] when it is a string (stored documents may hold null where nothing was set), else `fallback`.
-std::string text_of(const json& doc, const char* key, const std::string& fallback = "") {
-  return doc.is_object() && doc.contains(key) && doc[key].is_string() ? doc[key].get<std::string>() : fallback;
-}
-
-// doc[key] when it is a number, else 0.
-double number_of(const json& doc, const char* key) {
-  return doc.is_object() && doc.contains(key) && doc[key].is_number() ? doc[key].get<double>() : 0.0;
 }
 
 // A status about config.reward.terms[0] (the reward-term checks), about `grader` instead.
@@ -357,151 +331,13 @@ Result<std::pair<json, bool>> ServiceImpl::create_comparison(const json& body) {
            {"endedAt", nullptr},
            {"_requestSha", request_sha},
            {"_acceptedAt", now()}};  // seconds, for the operation's duration
-    return store_->insert_comparison(out);
+    TRAINER_RETURN_IF_ERROR(store_->insert_comparison(out));
+    return kernel_->create("comparison", id, kPreparing);
   });
   if (!st.is_ok()) return st;
   metrics_.operation_attempt(
       {.operation = tel::ServiceOperation::kCompare, .stage = tel::ServiceStage::kAccept, .outcome = tel::ServiceOutcome::kSuccess});
   return std::make_pair(present_comparison(out), true);
-}
-
-void ServiceImpl::step_comparisons() {
-  auto open = store_->list_comparisons("", {kPreparing, kRunning}, kOpenScan, 0);
-  if (!open.is_ok()) {
-    std::fprintf(stderr, "trainerd: listing comparisons: %s\n", open.status().to_string().c_str());
-    return;
-  }
-  for (auto it = open->comparisons.rbegin(); it != open->comparisons.rend() && !stopping_; ++it) {  // oldest first
-    step_comparison(it->value("comparisonId", std::string()));
-  }
-}
-
-void ServiceImpl::step_comparison(const std::string& id) {
-  // Only this thread changes a comparison after create, so what it read stays current.
-  auto stored = store_->get_comparison(id);
-  if (!stored.is_ok() || !stored->has_value()) return;
-  json doc = **stored;
-  const json before = doc;
-  const json& contract = doc["contract"];
-  for (size_t i = 0; i < doc["targets"].size(); ++i) {
-    json& t = doc["targets"][i];
-    if (t["status"] == kTargetWaiting) {
-      auto model = store_->get_trained_model(t["modelId"].get<std::string>());
-      if (!model.is_ok()) continue;
-      if (!model->has_value()) {
-        t["status"] = kTargetFailed;
-        t["failure"] = "model " + t["modelId"].get<std::string>() + " is no longer in the registry";
-        continue;
-      }
-      const std::string status = text_of(**model, "status");
-      if (status == kModelFailed) {
-        t["status"] = kTargetFailed;
-        t["failure"] = "registering model " + t["modelId"].get<std::string>() + " failed: " +
-                       text_of(**model, "failureReason", "no reason recorded");
-        continue;
-      }
-      if (status != kModelRegistered) continue;  // still registering
-      // An evaluation started before a restart, not yet recorded, is taken up, never doubled.
-      const std::string tag = evaluation_tag(id, i);
-      auto all = store_->list_evaluations({});
-      if (!all.is_ok()) continue;
-      for (const auto& e : *all) {
-        if (text_of(e, "description") == tag) t["evaluationId"] = e["evaluationId"];
-      }
-      if (t["evaluationId"].is_null()) {
-        json request = {{"model", t["modelId"]},
-                        {"dataset", contract["dataset"]["hash"]},
-                        {"grader", contract["grader"]["kind"]},
-                        {"maxNewTokens", contract["maxNewTokens"]},
-                        {"description", tag}};
-        if (contract["grader"].contains("graderInstructions")) {
-          request["graderInstructions"] = contract["grader"]["graderInstructions"];
-        }
-        const json owner = (**model).value("workload", json(nullptr));
-        if (text_of(owner, "id").empty()) request["workload"] = doc["workload"]["id"];
-        auto started = start_evaluation(request);
-        metrics_.operation_attempt(
-            {.operation = tel::ServiceOperation::kCompare,
-             .stage = tel::ServiceStage::kLaunchTarget,
-             .outcome = started.is_ok() ? tel::ServiceOutcome::kSuccess : tel::ServiceOutcome::kFailure,
-             .reason = started.is_ok() ? std::nullopt : std::optional(tel::ServiceFailureReason::kProvider)});
-        if (!started.is_ok()) {
-          t["status"] = kTargetFailed;
-          t["failure"] = "its evaluation could not start: " + started.status().describe();
-          continue;
-        }
-        t["evaluationId"] = (*started)["evaluationId"];
-        if (opt_.comparison_pause.count() > 0) std::this_thread::sleep_for(opt_.comparison_pause);
-      }
-      t["status"] = kTargetEvaluating;
-    }
-    if (t["status"] == kTargetEvaluating) {
-      auto e = store_->get_evaluation(t["evaluationId"].get<std::string>());
-      if (!e.is_ok() || !e->has_value()) continue;
-      const std::string phase = text_of(**e, "phase");
-      if (phase == "COMPLETED") {
-        const json report = (**e).value("report", json::object());
-        t["status"] = kTargetCompleted;
-        t["meanScore"] = report.value("meanScore", json(nullptr));
-        t["exactMatch"] = report.value("exactMatchRate", json(nullptr));
-      } else if (phase == "FAILED" || phase == "CANCELLED") {
-        t["status"] = kTargetFailed;
-        t["failure"] = "evaluation " + t["evaluationId"].get<std::string>() + " ended " + phase +
-                       (text_of(**e, "failureReason").empty() ? "" : ": " + text_of(**e, "failureReason"));
-      }
-    }
-  }
-
-  bool waiting = false;
-  bool evaluating = false;
-  int64_t completed = 0;
-  for (const auto& t : doc["targets"]) {
-    waiting = waiting || t["status"] == kTargetWaiting;
-    evaluating = evaluating || t["status"] == kTargetEvaluating;
-    completed += t["status"] == kTargetCompleted ? 1 : 0;
-  }
-  const std::string phase = waiting      ? kPreparing
-                            : evaluating ? kRunning
-                            : completed == static_cast<int64_t>(doc["targets"].size()) ? kCompleted
-                            : completed > 0 ? kPartial
-                                            : kFailed;
-  if (phase != doc["phase"]) {
-    doc["phase"] = phase;
-    doc["phaseHistory"].push_back({{"phase", phase}, {"time", now_rfc3339()}});
-  }
-  if (phase == kCompleted || phase == kPartial || phase == kFailed) {
-    doc["endedAt"] = now_rfc3339();
-    // Only a comparison where every target completed names a winner: the highest mean score
-    // (the earliest target on a tie).
-    if (phase == kCompleted) {
-      const json* best = nullptr;
-      for (const auto& t : doc["targets"]) {
-        if (!t["meanScore"].is_number()) continue;
-        if (!best || t["meanScore"].get<double>() > (*best)["meanScore"].get<double>()) best = &t;
-      }
-      if (best) {
-        doc["winner"] = {{"target", (*best)["target"]}, {"kind", (*best)["kind"]}, {"modelId", (*best)["modelId"]},
-                         {"meanScore", (*best)["meanScore"]}};
-      }
-    }
-  }
-  if (doc == before) return;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    Status st = store_->update_comparison(doc);
-    if (!st.is_ok()) {
-      std::fprintf(stderr, "trainerd: comparison %s: %s\n", id.c_str(), st.to_string().c_str());
-      return;
-    }
-  }
-  if (phase != before["phase"] && !doc["endedAt"].is_null()) {
-    // The operation ends once: a comparison that names no winner is a failure of the provider
-    // (a target's registration or evaluation), not of the comparison's own bookkeeping.
-    const bool won = phase == kCompleted;
-    metrics_.operation_ended(tel::ServiceOperation::kCompare, won ? tel::ServiceOutcome::kSuccess : tel::ServiceOutcome::kFailure,
-                             now() - number_of(doc, "_acceptedAt"),
-                             won ? std::nullopt : std::optional(tel::ServiceFailureReason::kProvider));
-  }
 }
 
 json ServiceImpl::present_comparison(const json& doc) {

@@ -46,8 +46,6 @@ void ServiceImpl::drive_once() {
   kernel_->drive_once();  // every due task, each in its own transaction
   Status st = store_->transaction([&]() -> Status { return admit_locked(); });
   if (!st.is_ok()) std::fprintf(stderr, "trainerd: admission: %s\n", st.to_string().c_str());
-  st = store_->transaction([&]() -> Status { return drive_evaluations_locked(); });
-  if (!st.is_ok()) std::fprintf(stderr, "trainerd: evaluations: %s\n", st.to_string().c_str());
 }
 
 // One step of a run's task (the kernel's "run" kind).

@@ -2,6 +2,7 @@
 // take, counted against its workload's quota, and waits QUEUED until admission grants it. The
 // claim is released when it ends; its cost is the device time it held.
 #include <algorithm>
+#include <filesystem>
 
 #include "service/service_state.h"
 
@@ -20,8 +21,9 @@ Result<std::optional<store::ClaimRow>> ServiceImpl::evaluation_claim(const std::
   return std::optional<store::ClaimRow>(it->second);
 }
 
-// Makes the evaluation's claim (once), applies admission, and starts its job when granted.
-Status ServiceImpl::queue_evaluation_locked(json& doc) {
+// Makes the evaluation's claim (once) and applies admission; the evaluation's task launches its
+// job once the claim is granted.
+Status ServiceImpl::claim_evaluation_locked(json& doc) {
   const std::string id = doc["evaluationId"].get<std::string>();
   auto existing = evaluation_claim(id);
   if (!existing.is_ok()) return existing.status();
@@ -40,31 +42,7 @@ Status ServiceImpl::queue_evaluation_locked(json& doc) {
     doc["claim"] = {{"pool", c.pool}, {"devices", c.devices}};
     TRAINER_RETURN_IF_ERROR(store_->put_evaluation(doc));
   }
-  TRAINER_RETURN_IF_ERROR(admit_locked());
-  auto claim = evaluation_claim(id);
-  if (!claim.is_ok()) return claim.status();
-  if (*claim && (*claim)->state == "GRANTED") return launch_evaluation_locked(doc, **claim);
-  return Status::ok();
-}
-
-// The driver's turn for evaluations, after its admission pass: the queued ones whose claims were
-// granted start; one without a claim (lost with an old store) claims again.
-Status ServiceImpl::drive_evaluations_locked() {
-  auto queued = store_->list_evaluations({"QUEUED"});
-  if (!queued.is_ok()) return queued.status();
-  if (queued->empty()) return Status::ok();
-  auto claims = claims_by_owner();
-  if (!claims.is_ok()) return claims.status();
-  for (json& doc : *queued) {
-    if (doc.value("cancelRequested", false)) continue;
-    auto it = claims->find(doc["evaluationId"].get<std::string>());
-    if (it == claims->end()) {
-      TRAINER_RETURN_IF_ERROR(queue_evaluation_locked(doc));
-    } else if (it->second.state == "GRANTED") {
-      TRAINER_RETURN_IF_ERROR(launch_evaluation_locked(doc, it->second));
-    }
-  }
-  return Status::ok();
+  return admit_locked();
 }
 
 // An open evaluation's claim as admission sees it now: {pool, devices, state, since}.
@@ -103,16 +81,31 @@ json ServiceImpl::evaluation_cost(const json& doc, double ended) const {
               {"gpuSeconds", gpu ? seconds * devices : 0.0}};
 }
 
-// The job's environment and device count from its granted claim: a GPU pool's devices are
-// CUDA devices (CUDA_VISIBLE_DEVICES), a CPU pool's are slots.
-void ServiceImpl::evaluation_devices(const store::ClaimRow& claim, json* spec,
-                                     std::vector<std::pair<std::string, std::string>>* env) const {
+// The job request of an evaluation's attempt on its granted claim (kind evaluate: trainer-job
+// evaluate --spec SPEC). A GPU pool's devices are the job's GPUs (the spec's `gpus`); a CPU
+// pool's are slots.
+backend::JobSpec ServiceImpl::evaluation_job_spec(const json& doc, const store::ClaimRow& claim, int64_t attempt,
+                                                  json* spec) const {
+  const std::string id = doc["evaluationId"].get<std::string>();
+  const std::filesystem::path dir = evaluation_dir(id);
   const PoolConfig* pool = pool_named(claim.pool);
-  if (!pool || pool->accelerator == "cpu") return;
-  (*spec)["gpus"] = claim.devices;
-  std::string visible;
-  for (int d : claim.device_ids) visible += (visible.empty() ? "" : ",") + std::to_string(d);
-  if (!visible.empty()) env->emplace_back("CUDA_VISIBLE_DEVICES", visible);
+  const bool gpu_pool = pool && pool->accelerator != "cpu";
+  backend::JobSpec job;
+  job.kind = protocol::JobKind::kEvaluate;
+  job.run_id = id;
+  job.attempt = attempt;
+  if (doc["workload"].is_object()) job.identity.workload = doc["workload"].value("name", std::string());
+  job.identity.base_model = doc["model"].value("baseModel", std::string());
+  job.identity.profile = pool ? pool->accelerator : "";
+  job.plan_path = (dir / "spec.json").string();
+  job.output_dir = (dir / "output").string();
+  job.events_path = (dir / ("events-" + std::to_string(attempt) + ".jsonl")).string();
+  job.log_path = (dir / "job.log").string();
+  job.gpus = gpu_pool ? claim.devices : 0;
+  job.cpus = 1;
+  job.device_ids = claim.device_ids;
+  if (gpu_pool) (*spec)["gpus"] = claim.devices;
+  return job;
 }
 
 }  // namespace trainer::service

@@ -1,6 +1,7 @@
 // Evaluations (docs/evaluations.md): what is evaluated, with what, and the evaluation's record
-// through QUEUED, RUNNING and one of COMPLETED, FAILED, CANCELLED. The job itself is
-// `trainer-job evaluate`, run by EvaluationJobs on trainerd's host.
+// through QUEUED, RUNNING and one of COMPLETED, FAILED, CANCELLED (a task of the kernel:
+// evaluation_tasks.cpp moves it). The job itself is `trainer-job evaluate`, started through the
+// backend; the evaluation keeps what follows it in `_job`, which users do not see (shown()).
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -24,6 +25,12 @@ constexpr int64_t kMaxRowsPage = 500;
 
 bool evaluation_ended(const std::string& phase) {
   return phase == "COMPLETED" || phase == "FAILED" || phase == "CANCELLED";
+}
+
+// An evaluation as users see it: without `_job` (its job's handle, attempt and events cursor).
+json shown(json doc) {
+  doc.erase("_job");
+  return doc;
 }
 
 // A status about config.reward.terms[0] (the reward-term checks), about `grader` instead.
@@ -150,6 +157,11 @@ Result<std::string> ServiceImpl::evaluation_adapter(const json& model, const std
 }
 
 Result<json> ServiceImpl::start_evaluation(const json& body) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return start_evaluation_locked(body);
+}
+
+Result<json> ServiceImpl::start_evaluation_locked(const json& body) {
   TRAINER_RETURN_IF_ERROR(check_fields(body, {"model", "dataset", "grader", "graderInstructions", "workload",
                                               "maxNewTokens", "description"}));
   auto model_ref = optional_string(body, "model");
@@ -168,7 +180,6 @@ Result<json> ServiceImpl::start_evaluation(const json& body) {
     max_new = v.get<int64_t>();
   }
 
-  std::lock_guard<std::mutex> lock(mu_);
   auto model = resolve_evaluated_model(**model_ref);
   if (!model.is_ok()) return model.status();
 
@@ -242,6 +253,8 @@ Result<json> ServiceImpl::start_evaluation(const json& body) {
   check.rewardTerms = {*spec};
   Status st = check_reward_terms(check, opt_.config);
   if (!st.is_ok()) return as_grader_field(st);
+  // Refused before anything is written: inside a comparison's step, nothing rolls a half back.
+  TRAINER_RETURN_IF_ERROR(choose_pool(1, 1).status());
 
   const std::string id = random_hex(16);
   json doc = {{"evaluationId", id},
@@ -260,7 +273,8 @@ Result<json> ServiceImpl::start_evaluation(const json& body) {
               {"report", nullptr}};
   TRAINER_RETURN_IF_ERROR(store_->transaction([&]() -> Status {
     TRAINER_RETURN_IF_ERROR(store_->put_evaluation(doc));
-    return queue_evaluation_locked(doc);
+    TRAINER_RETURN_IF_ERROR(kernel_->create("evaluation", id, "QUEUED"));
+    return claim_evaluation_locked(doc);
   }));
   return doc;
 }
@@ -286,79 +300,25 @@ Status ServiceImpl::launch_evaluation_locked(json& doc, const store::ClaimRow& c
   auto adapter = evaluation_adapter(doc["model"], dir.string());
   if (!adapter.is_ok()) return adapter.status();
   if (!adapter->empty()) spec["adapter"] = *adapter;
-  std::vector<std::pair<std::string, std::string>> env;
-  evaluation_devices(claim, &spec, &env);
-  TRAINER_RETURN_IF_ERROR(write_file_atomic((dir / "spec.json").string(), spec.dump(2) + "\n"));
+  // Each start of its job is an attempt of its own (its own events file), as a run's are.
+  const int64_t attempt = doc["_job"].is_object() ? doc["_job"].value("attempt", int64_t{0}) + 1 : 1;
+  backend::JobSpec job = evaluation_job_spec(doc, claim, attempt, &spec);
+  // A job started before a crash whose handle was never committed is adopted, not started twice.
+  std::optional<backend::JobHandle> handle = backend_->find(job);
+  if (!handle) {
+    TRAINER_RETURN_IF_ERROR(write_file_atomic(job.plan_path, spec.dump(2) + "\n"));
+    auto started = backend_->start(job);
+    if (!started.is_ok()) {
+      return end_evaluation_locked(doc, "FAILED", "the evaluation job did not start: " + started.status().message());
+    }
+    handle = *started;
+  }
+  doc["_job"] = {{"handle", handle->value}, {"attempt", attempt}, {"events", job.events_path}, {"cursor", 0}};
   doc["phase"] = "RUNNING";
   doc["startedAt"] = now_rfc3339();
   doc["startedAtSeconds"] = now();
   TRAINER_RETURN_IF_ERROR(store_->put_evaluation(doc));
-  evaluation_jobs_->start({.id = id,
-                           .spec_path = (dir / "spec.json").string(),
-                           .output_dir = (dir / "output").string(),
-                           .log_path = (dir / "job.log").string(),
-                           .env = env});
-  return Status::ok();
-}
-
-// Running evaluations start again under the claims they hold; queued ones wait for the driver.
-Status ServiceImpl::recover_evaluations(std::string* summary) {
-  auto open = store_->list_evaluations({"RUNNING"});
-  if (!open.is_ok()) return open.status();
-  std::lock_guard<std::mutex> lock(mu_);
-  int started = 0, requeued = 0;
-  for (json doc : *open) {
-    TRAINER_RETURN_IF_ERROR(store_->transaction([&]() -> Status {
-      auto claim = evaluation_claim(doc["evaluationId"].get<std::string>());
-      if (!claim.is_ok()) return claim.status();
-      if (*claim && (*claim)->state == "GRANTED") {
-        ++started;
-        return launch_evaluation_locked(doc, **claim);
-      }
-      // Its claim is gone (a store from before evaluations claimed devices): it queues again.
-      ++requeued;
-      doc["phase"] = "QUEUED";
-      return queue_evaluation_locked(doc);
-    }));
-  }
-  *summary = std::to_string(started) + " evaluation(s) started again, " + std::to_string(requeued) + " queued again";
-  return Status::ok();
-}
-
-void ServiceImpl::on_evaluation_progress(const std::string& id, int64_t done, int64_t total) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto doc = store_->get_evaluation(id);
-  if (!doc.is_ok() || !doc->has_value() || (**doc)["phase"] != "RUNNING") return;
-  json d = **doc;
-  d["progress"] = {{"rowsDone", done}, {"rowsTotal", total}};
-  (void)store_->put_evaluation(d);
-}
-
-void ServiceImpl::on_evaluation_done(const std::string& id, const EvaluationJobs::Ending& ending) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto doc = store_->get_evaluation(id);
-  if (!doc.is_ok() || !doc->has_value() || evaluation_ended((**doc)["phase"].get<std::string>())) return;
-  json d = **doc;
-  const double ended = now();
-  d["endedAt"] = rfc3339(ended);
-  d["cost"] = evaluation_cost(d, ended);
-  if (ending.completed) {
-    d["phase"] = "COMPLETED";
-    d["report"] = ending.report;
-    record_model_evaluation(d);
-    d["progress"]["rowsDone"] = ending.report.value("rows", int64_t{0});
-    d["progress"]["rowsTotal"] = ending.report.value("rows", int64_t{0});
-  } else if (ending.cancelled) {
-    d["phase"] = "CANCELLED";
-  } else {
-    d["phase"] = "FAILED";
-    d["failureReason"] = ending.failure;
-  }
-  Status st = store_->transaction([&]() -> Status {
-    TRAINER_RETURN_IF_ERROR(store_->put_evaluation(d));
-    return release_evaluation_claim_locked(id);
-  });
-  if (!st.is_ok()) std::fprintf(stderr, "trainerd: evaluation %s: %s\n", id.c_str(), st.to_string().c_str());
+  return kernel_->move("evaluation", id, "RUNNING");
 }
 
 void ServiceImpl::record_model_evaluation(const json& evaluation) {
@@ -411,7 +371,7 @@ Result<json> ServiceImpl::list_evaluations(const EvaluationListQuery& query) {
                          (base && m.value("baseModel", std::string()) == query.model);
       if (!match) continue;
     }
-    out.push_back(std::move(d));
+    out.push_back(shown(std::move(d)));
     if (static_cast<int64_t>(out.size()) >= query.limit) break;
   }
   return json{{"evaluations", out}};
@@ -421,7 +381,7 @@ Result<json> ServiceImpl::get_evaluation(const std::string& ref) {
   auto doc = resolve_evaluation(ref, "evaluation");
   if (!doc.is_ok()) return doc.status();
   TRAINER_RETURN_IF_ERROR(show_claim_state(&*doc));
-  return doc;
+  return shown(std::move(*doc));
 }
 
 Result<json> ServiceImpl::evaluation_report(const std::string& ref) {
@@ -478,20 +438,8 @@ Result<json> ServiceImpl::cancel_evaluation(const std::string& ref) {
     return field_status(StatusCode::kFailedPrecondition, "evaluation",
                         "evaluation " + (*doc)["evaluationId"].get<std::string>() + " already ended " + phase);
   }
-  const std::string id = (*doc)["evaluationId"].get<std::string>();
-  (*doc)["cancelRequested"] = true;
-  TRAINER_RETURN_IF_ERROR(store_->put_evaluation(*doc));
-  if (!evaluation_jobs_->cancel(id)) {
-    // No job runs for it (still queued, it ended this instant, or trainerd restarted before it
-    // started): it ends here, and its claim goes.
-    (*doc)["phase"] = "CANCELLED";
-    (*doc)["endedAt"] = now_rfc3339();
-    TRAINER_RETURN_IF_ERROR(store_->transaction([&]() -> Status {
-      TRAINER_RETURN_IF_ERROR(store_->put_evaluation(*doc));
-      return release_evaluation_claim_locked(id);
-    }));
-  }
-  return *doc;
+  TRAINER_RETURN_IF_ERROR(cancel_evaluation_locked(*doc));
+  return shown(std::move(*doc));
 }
 
 Result<json> ServiceImpl::annotate_evaluation(const std::string& ref, const json& body) {
@@ -504,7 +452,7 @@ Result<json> ServiceImpl::annotate_evaluation(const std::string& ref, const json
   if (!doc.is_ok()) return doc.status();
   (*doc)["description"] = **description;
   TRAINER_RETURN_IF_ERROR(store_->put_evaluation(*doc));
-  return *doc;
+  return shown(std::move(*doc));
 }
 
 }  // namespace trainer::service

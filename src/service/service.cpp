@@ -46,18 +46,18 @@ ServiceImpl::ServiceImpl(ServiceOptions options, std::unique_ptr<store::Store> s
       metrics_(opt_.instance),
       job_otlp_endpoint_(opt_.job_otlp_endpoint),
       relay_(relay_options(opt_.config.telemetry)),
-      evaluation_jobs_(std::make_unique<EvaluationJobs>(
-          opt_.config.job_binary,
-          [this](const std::string& id, int64_t done, int64_t total) { on_evaluation_progress(id, done, total); },
-          [this](const std::string& id, const EvaluationJobs::Ending& e) { on_evaluation_done(id, e); })),
       kernel_(std::make_unique<tasks::TaskKernel>(
           *store_, opt_.clock, tasks::KernelOptions{.owner = opt_.replica, .kill_after = opt_.kill_after})),
       base_model_tasks_(base_model_phase_table(), [this](tasks::Step& s) { return step_base_model_task(s); }),
       run_tasks_(run_phase_table(), [this](tasks::Step& s) { return step_run_task(s.task().id); }),
-      registration_tasks_(registration_phase_table(), [this](tasks::Step& s) { return step_registration_task(s); }) {
+      registration_tasks_(registration_phase_table(), [this](tasks::Step& s) { return step_registration_task(s); }),
+      comparison_tasks_(comparison_phase_table(), [this](tasks::Step& s) { return step_comparison_task(s); }),
+      evaluation_tasks_(evaluation_phase_table(), [this](tasks::Step& s) { return step_evaluation_task(s); }) {
   kernel_->add_kind(base_model_tasks_);  // a run waiting for its base model sees it ready in the same pass
   kernel_->add_kind(run_tasks_);
   kernel_->add_kind(registration_tasks_);
+  kernel_->add_kind(comparison_tasks_);  // an evaluation it starts is launched in the same pass
+  kernel_->add_kind(evaluation_tasks_);
 }
 
 ServiceImpl::~ServiceImpl() { stop(); }
@@ -91,7 +91,7 @@ Status ServiceImpl::start() {
   st = recover_runs(&summary);
   add_step("recover runs", st.is_ok(), st.is_ok() ? summary : st.describe());
   if (!st.is_ok()) return st;
-  st = recover_evaluations(&summary);
+  st = resume_evaluations(&summary);
   add_step("recover evaluations", st.is_ok(), st.is_ok() ? summary : st.describe());
   if (!st.is_ok()) return st;
   // Registrations left PENDING or COPYING by a previous trainerd are taken up again by their
@@ -104,11 +104,13 @@ Status ServiceImpl::start() {
   st = resume_registrations();
   add_step("resume registrations", st.is_ok(), st.is_ok() ? "ok" : st.describe());
   if (!st.is_ok()) return st;
+  st = resume_comparisons();
+  add_step("resume comparisons", st.is_ok(), st.is_ok() ? "ok" : st.describe());
+  if (!st.is_ok()) return st;
   read_capacity();
   add_step("read capacity", true, backend_->observed_source());
   driver_ = std::thread([this] { drive(); });
   add_step("start run driver", true, "every " + std::to_string(opt_.tick.count()) + " ms");
-  comparer_ = std::thread([this] { compare(); });
   ready_ = true;
   return Status::ok();
 }
@@ -116,8 +118,6 @@ Status ServiceImpl::start() {
 void ServiceImpl::stop() {
   stopping_ = true;
   if (driver_.joinable()) driver_.join();
-  evaluation_jobs_->stop_all();
-  if (comparer_.joinable()) comparer_.join();
   kernel_->stop_work();
   kernel_->release_leases();
 }
@@ -219,18 +219,6 @@ void ServiceImpl::drive() {
       std::fprintf(stderr, "trainerd: warning: the run driver caught an unknown error and goes on\n");
     }
     kernel_->wait(opt_.tick);
-  }
-}
-
-void ServiceImpl::compare() {
-  while (!stopping_) {
-    try {
-      step_comparisons();
-    } catch (const std::exception& e) {
-      ++driver_errors_;
-      std::fprintf(stderr, "trainerd: warning: the comparer caught an error and goes on: %s\n", e.what());
-    }
-    std::this_thread::sleep_for(opt_.tick);
   }
 }
 

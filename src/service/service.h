@@ -52,9 +52,6 @@ struct ServiceOptions {
   // Test hook (trainerd reads TRAINER_TEST_REGISTRATION_PAUSE_MS): how long a registration waits
   // between its copy and recording REGISTERED, so a test can kill trainerd there. 0 = none.
   std::chrono::milliseconds registration_pause{0};
-  // Test hook (trainerd reads TRAINER_TEST_COMPARISON_PAUSE_MS): how long a comparison waits
-  // between starting a target's evaluation and recording it, so a test can kill trainerd there. 0 = none.
-  std::chrono::milliseconds comparison_pause{0};
   // Test hook (TRAINER_TEST_SWEEP_PAUSE_MS): how long a sweep waits after submitting each child
   // but the last, so a test can kill trainerd in the middle of a sweep's submission. 0 = none.
   std::chrono::milliseconds sweep_pause{0};
@@ -277,8 +274,8 @@ class Service {
   // body: {source, candidates?: [MODEL], branches?: [RUN], allBranches?: [PARENT], dataset, grader?,
   // maxNewTokens?, submissionId?}. Returns once the comparison is durable (PREPARING) and whether
   // it was created (false: the same source and submissionId were seen before). The source is
-  // registered as a registration task; the comparer thread starts one evaluation per target and
-  // records the outcome.
+  // registered as a registration task; the comparison's own task starts one evaluation per target
+  // and records the outcome.
   virtual Result<std::pair<json, bool>> create_comparison(const json& body) = 0;
   virtual Result<json> get_comparison(const std::string& ref) = 0;  // id or unique prefix
   // {comparisons:[...], total, nextOffset?}, newest first.

@@ -16,10 +16,12 @@
 //   snapshots.cpp         the snapshot catalog: the job's reserve and commit callbacks, listing
 //   evaluations.cpp       evaluations: what is evaluated with what, their record and report
 //   evaluation_admission.cpp  evaluations' claims: admitted like runs, released when they end
+//   evaluation_tasks.cpp  evaluations as tasks of the kernel: their phases, step, end and cancel
 //   score_tables.cpp      a workload's score tables: baseline beside each training configuration
 //   trained_models.cpp    the model registry: imports (BASE, ADAPTER), list, get
 //   registration.cpp      registering snapshot weights in durable steps (a task kind of the kernel)
-//   comparisons.cpp       comparisons: the pinned contract, their targets' evaluations, the outcome
+//   comparisons.cpp       comparisons: the pinned contract and their targets, created; get, list
+//   comparison_steps.cpp  comparisons as tasks of the kernel: their targets' evaluations, the outcome
 //
 // Locking contract:
 //   - mu_ serialises every read-modify-write of durable state (submissions, the driver's steps,
@@ -40,7 +42,6 @@
 #include <thread>
 #include <vector>
 
-#include "service/evaluation_jobs.h"
 #include "service/judges.h"
 #include "service/metrics.h"
 #include "service/phases.h"
@@ -172,7 +173,6 @@ class ServiceImpl final : public Service {
   void add_step(const std::string& name, bool ok, const std::string& message);
   Status recover_runs(std::string* summary);
   void drive();
-  void compare();  // the comparer_ thread's loop
 
   // ---- base models (base_models.cpp)
   static std::string base_model_id(const std::string& name);
@@ -227,23 +227,28 @@ class ServiceImpl final : public Service {
   std::string evaluation_dir(const std::string& id) const;
   Result<json> resolve_evaluation(const std::string& ref, const std::string& field);
   Result<json> resolve_evaluated_model(const std::string& ref);  // mu_ held
+  // start_evaluation() with mu_ held, in its own transaction or inside the caller's (a comparison's step).
+  Result<json> start_evaluation_locked(const json& body);
   Result<json> evaluated_registered_model(const std::string& ref, const json& model);
   Result<std::string> evaluation_adapter(const json& model, const std::string& dir);
   void record_model_evaluation(const json& evaluation);  // mu_ held: lists it on its registered model
-  // mu_ held: writes its spec, starts its job on the devices of its granted claim.
+  // mu_ held: writes its spec, starts its job on the devices of its granted claim, moves it RUNNING.
   Status launch_evaluation_locked(json& doc, const store::ClaimRow& claim);
   // ---- evaluations admitted like runs (evaluation_admission.cpp); mu_ held for the *_locked.
   Result<std::optional<store::ClaimRow>> evaluation_claim(const std::string& id);
-  Status queue_evaluation_locked(json& doc);          // claims once, admits, launches when granted
-  Status drive_evaluations_locked();                  // the driver's tick: start granted queued ones
+  Status claim_evaluation_locked(json& doc);  // claims once, admits
   Status release_evaluation_claim_locked(const std::string& id);
   Status show_claim_state(json* doc);  // an open evaluation's claim as admission sees it now
   json evaluation_cost(const json& doc, double ended) const;
-  void evaluation_devices(const store::ClaimRow& claim, json* spec,
-                          std::vector<std::pair<std::string, std::string>>* env) const;
-  Status recover_evaluations(std::string* summary);              // start(): open evaluations start again
-  void on_evaluation_progress(const std::string& id, int64_t done, int64_t total);
-  void on_evaluation_done(const std::string& id, const EvaluationJobs::Ending& ending);
+  // The job request of attempt `attempt` of an evaluation's job on its granted claim; sets the
+  // spec's `gpus` for a GPU pool.
+  backend::JobSpec evaluation_job_spec(const json& doc, const store::ClaimRow& claim, int64_t attempt, json* spec) const;
+  // ---- evaluations as tasks (evaluation_tasks.cpp); mu_ held for the *_locked and the step.
+  Status resume_evaluations(std::string* summary);  // start(): open evaluations of an older store get their task
+  Status step_evaluation_task(tasks::Step& step);   // the kernel's "evaluation" kind
+  Status follow_evaluation_locked(json& doc);  // RUNNING: its job's events, its end
+  Status end_evaluation_locked(json& doc, const std::string& phase, const std::string& failure = "");
+  Status cancel_evaluation_locked(json& doc);
 
   // ---- workloads (workloads.cpp)
   Result<json> resolve_workload(const std::string& ref, const std::string& field);
@@ -280,10 +285,12 @@ class ServiceImpl final : public Service {
   // The targets of a create request, resolved (mu_ held): [{target, kind, runId?, modelId?,
   // status, failure?}]; `fan` gets one {parentRunId, seen} per --all-branches parent.
   Result<json> comparison_targets_locked(const json& body, const json& source_snapshot, json& fan);
-  // One pass over every open comparison (the comparer_ thread calls it every tick): starts the evaluations of targets whose model is registered, reads the
-  // ended ones, and ends the comparison once every target has an outcome.
-  void step_comparisons();
-  void step_comparison(const std::string& id);
+  // ---- comparisons as tasks (comparison_steps.cpp); mu_ held for the step and the *_locked
+  Status resume_comparisons();  // start(): open comparisons of an older store get their task
+  // One step of a comparison (the kernel's "comparison" kind): starts the evaluations of targets
+  // whose model is registered, reads the ended ones, and ends it once every target has an outcome.
+  Status step_comparison_task(tasks::Step& step);
+  Status step_comparison_target_locked(const json& doc, size_t index, json& target);
   // A comparison as `comparisons get` shows it: the stored one plus config differences and spend.
   json present_comparison(const json& doc);
 
@@ -389,18 +396,16 @@ class ServiceImpl final : public Service {
   // Whether the judges of model: reward terms answer (WAITING_FOR_GRADER); thread-safe.
   JudgeProbes judge_probes_;
 
-  // The evaluations' processes (thread-safe); made by the constructor, stopped by stop().
-  std::unique_ptr<EvaluationJobs> evaluation_jobs_;
-
   // The task kernel (tasks/task_kernel.h) and the kinds on it; made by the constructor. Every
   // run's phase change goes through kernel_->move() (transition()), which checks run_phase_table().
   std::unique_ptr<tasks::TaskKernel> kernel_;
   tasks::FunctionKind base_model_tasks_;    // base_models.cpp
   tasks::FunctionKind run_tasks_;           // driver.cpp
   tasks::FunctionKind registration_tasks_;  // registration.cpp
+  tasks::FunctionKind comparison_tasks_;    // comparison_steps.cpp
+  tasks::FunctionKind evaluation_tasks_;    // evaluation_tasks.cpp
 
   std::thread driver_;
-  std::thread comparer_;  // step_comparisons() every tick, off mu_ (it starts evaluations through the facade)
   std::atomic<bool> stopping_{false};
   std::atomic<bool> ready_{false};
   std::atomic<int64_t> driver_errors_{0};  // errors caught at the edge of the driver and preparer threads
@@ -409,6 +414,14 @@ class ServiceImpl final : public Service {
 // The registration's phase table (the task kernel's "registration" kind): PENDING, COPYING, then
 // REGISTERED, or FAILED until registered again.
 const tasks::PhaseTable& registration_phase_table();
+
+// The comparison's phase table (the task kernel's "comparison" kind): PREPARING, RUNNING, then
+// COMPLETED, PARTIAL or FAILED.
+const tasks::PhaseTable& comparison_phase_table();
+
+// The evaluation's phase table (the task kernel's "evaluation" kind): QUEUED, RUNNING, then
+// COMPLETED, FAILED or CANCELLED.
+const tasks::PhaseTable& evaluation_phase_table();
 
 // The base model's phase table (the task kernel's "base_model" kind): PREPARING, then READY, or
 // FAILED until it is selected again.

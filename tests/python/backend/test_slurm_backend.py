@@ -1,6 +1,7 @@
 """The Slurm backend against a real Slurm (Debian's slurmctld + slurmd, one node, started by the
 `slurm` fixture): real training jobs submitted with sbatch through `trainer runs start`, followed
-with squeue/scontrol, cancelled with scancel, and found again by a restarted trainerd."""
+with squeue/scontrol, cancelled with scancel, and found again by a restarted trainerd; and an
+evaluation's job, submitted the same way."""
 from __future__ import annotations
 
 import urllib.request
@@ -8,6 +9,7 @@ import urllib.request
 import pytest
 
 from backend_support import Service
+from cli_support import EXAMPLES, MODEL_NAME, WORKLOAD
 
 LONG = 100000
 
@@ -93,3 +95,21 @@ def test_capacity_observes_the_slurm_node(service, slurm):
         text = r.read().decode()
     observed = [line for line in text.splitlines() if line.startswith("akka_optimize_training_pool_devices_observed")]
     assert observed and observed[0].rstrip().endswith(" 1"), observed
+
+
+def test_an_evaluation_runs_as_a_slurm_batch_job(service, slurm, tmp_path):
+    rows = (EXAMPLES / "sentiment" / "train.jsonl").read_text().splitlines()[-16:]
+    (tmp_path / "held-out.jsonl").write_text("\n".join(rows) + "\n")
+    service.cli("datasets", "create", "-f", tmp_path / "held-out.jsonl", "--name", "held-out", check=True)
+    started = service.cli.json("evaluations", "start", "--model", MODEL_NAME, "--workload", WORKLOAD,
+                               "--dataset", "held-out", "--max-new-tokens", 8)
+    eid = started["evaluationId"]
+    done = service.cli.json("evaluations", "wait", eid, "-q", "--timeout", "5m")
+    assert done["phase"] == "COMPLETED" and done["report"]["rows"] == 16, done
+    assert done["progress"] == {"rowsDone": 16, "rowsTotal": 16}
+    assert len(service.cli.json("evaluations", "rows", eid, "--limit", 100)["rows"]) == 16
+    # Its job was a Slurm batch job named after the evaluation and its attempt, which ended well.
+    out = slurm.run("scontrol", "show", "job", "-o")
+    assert out.returncode == 0, out.stderr
+    mine = [line for line in out.stdout.splitlines() if f"JobName=trainer-{eid}-1 " in line]
+    assert len(mine) == 1 and "JobState=COMPLETED" in mine[0], out.stdout

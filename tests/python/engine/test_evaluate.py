@@ -75,10 +75,11 @@ def test_answers_equal_peft_greedy_generation_and_the_mean_is_the_rule_over_them
                                             "batchSize": 4})
     stored = [json.loads(line) for line in (out_dir / "rows.jsonl").read_text().splitlines()]
     report = json.loads((out_dir / "report.json").read_text())
-    lines = [json.loads(line) for line in proc.stdout.splitlines()]
-    assert lines[-1]["report"]["meanScore"] == report["meanScore"]
-    assert [x["progress"] for x in lines[:-1]] == [{"done": 4, "total": 10}, {"done": 8, "total": 10},
-                                                   {"done": 10, "total": 10}]
+    events = [json.loads(line) for line in proc.stdout.splitlines()]  # the job protocol's, on stdout
+    assert events[0]["type"] == "hello" and events[-1]["type"] == "evaluation_report"
+    assert events[-1]["report"]["meanScore"] == report["meanScore"]
+    assert [(x["type"], x["done"], x["total"]) for x in events[1:-1]] == [
+        ("evaluation_progress", 4, 10), ("evaluation_progress", 8, 10), ("evaluation_progress", 10, 10)]
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
     stop_ids = sorted({tokenizer.eos_token_id, peft_model.generation_config.eos_token_id} - {None})

@@ -32,7 +32,7 @@ def test_info_reports_backend_build_configuration_and_startup(start_trainerd):
     names = [s["name"] for s in info["startup"]["steps"]]
     assert names == ["open store", "load configuration", "check base model folders",
                      "resume base model preparation", "recover runs", "recover evaluations", "resume registrations",
-                     "read capacity", "start run driver"]
+                     "resume comparisons", "read capacity", "start run driver"]
     assert all(s["ok"] for s in info["startup"]["steps"])
     assert len(info["phases"]) == 16
     kinds = {k["kind"]: k for k in info["taskKinds"]}

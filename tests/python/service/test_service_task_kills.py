@@ -5,7 +5,9 @@ commit of the step that moved a task of KIND into PHASE: the one fault here that
 from outside at the exact boundary (a kill sent by the test lands anywhere). A trainerd started
 again on the same data folder must then finish everything exactly once: both runs COMPLETED on
 their first attempt, each with its adapter REGISTERED, no claim left, every task ended, and one
-outcome event per run.
+outcome event per run. A second flow, a comparison of a completed run's first snapshot against its
+final model, covers the comparison and evaluation kinds the same way: the comparison COMPLETED
+once, one evaluation per target, each over every row.
 
 The boundaries are read against the kernel's own phase tables (GET /v1/info, taskKinds), so a
 phase added to a table without a case here fails the first test.
@@ -35,13 +37,25 @@ BOUNDARIES = [
     ("registration", "COPYING"),
     ("registration", "REGISTERED"),
 ]
-# Phases no step of this flow enters: entered by a request (PAUSING, CANCELLED, a new selection),
+# (kind, phase) of every boundary a task crosses in a step of the comparison flow: the source's
+# registration, then one evaluation per target on the one CPU device (the second waits for it).
+COMPARISON_BOUNDARIES = [
+    ("comparison", "RUNNING"),
+    ("comparison", "COMPLETED"),
+    ("evaluation", "QUEUED"),
+    ("evaluation", "RUNNING"),
+    ("evaluation", "COMPLETED"),
+]
+# Phases no step of these flows enters: entered by a request (PAUSING, CANCELLED, a new selection),
 # by a failure, by a judge, or by a model not yet ready when its run is first stepped.
 NOT_IN_THIS_FLOW = {
     "run": {"SIZING_DATASET", "WAITING_FOR_BASE_MODEL", "DEPLOYING_GRADER", "WAITING_FOR_GRADER", "PAUSING",
             "PAUSED", "FAILED", "CANCELLED"},
     "base_model": {"PREPARING", "FAILED"},
     "registration": {"FAILED"},
+    # PREPARING is entered by the create request; PARTIAL and FAILED by a target that fails.
+    "comparison": {"PREPARING", "PARTIAL", "FAILED"},
+    "evaluation": {"FAILED", "CANCELLED"},
 }
 
 
@@ -57,10 +71,10 @@ def submit(d, key):
 def test_every_boundary_of_the_flow_is_a_phase_of_its_kinds_table(start_trainerd):
     d = start_trainerd(job="real")
     kinds = {k["kind"]: k for k in d.ok(d.get("/v1/info"))["taskKinds"]}
-    assert set(kinds) == {"run", "base_model", "registration"}
+    assert set(kinds) == {"run", "base_model", "registration", "comparison", "evaluation"}
     for kind, table in kinds.items():
         phases = {p["name"] for p in table["phases"]}
-        covered = {phase for k, phase in BOUNDARIES if k == kind}
+        covered = {phase for k, phase in BOUNDARIES + COMPARISON_BOUNDARIES if k == kind}
         assert covered | NOT_IN_THIS_FLOW[kind] == phases, kind
 
 
@@ -112,3 +126,60 @@ def test_a_trainerd_killed_after_a_phase_boundary_finishes_everything_once(start
     finally:
         db.close()
     assert open_tasks == []
+
+
+def open_tasks(d):
+    db = sqlite3.connect(str(d.data_dir / "state.db"))
+    try:
+        return db.execute("SELECT kind, id, phase FROM tasks WHERE terminal = 0").fetchall()
+    finally:
+        db.close()
+
+
+def wait_killed(d, kind, phase):
+    deadline = time.time() + 180
+    while d.proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert d.proc.returncode == -signal.SIGKILL, f"trainerd did not kill itself after {kind}:{phase}:\n{d.log()[-3000:]}"
+    assert f"test hook: killed after {kind} " in d.log() and f" entered {phase}" in d.log()
+
+
+@pytest.mark.parametrize("kind,phase", COMPARISON_BOUNDARIES, ids=[f"{k}:{p}" for k, p in COMPARISON_BOUNDARIES])
+def test_a_trainerd_killed_after_a_comparison_boundary_compares_once(start_trainerd, kind, phase):
+    d = start_trainerd(job="real")
+    d.ok(d.post("/v1/workloads", {"name": "triage"}), 201)
+    d.ok(d.post("/v1/datasets", {"name": "train", "rows": jsonl(CHAT_ROWS)}), 200, 201)
+    d.select_ready("tiny/qwen3")
+    run_id = d.ok(d.post("/v1/runs", plan(steps=2, execution={"gpus": 0, "saveEvery": 1})), 201)["runId"]
+    assert d.wait_phase(run_id, {"COMPLETED", "FAILED", "CANCELLED"}, timeout=180)["phase"] == "COMPLETED"
+    snapshots = d.ok(d.get(f"/v1/runs/{run_id}/snapshots"))["snapshots"]
+    source = next(s["snapshotId"] for s in snapshots if s["savedStep"] == 1)
+    d.kill(signal.SIGTERM)
+
+    d.env["TRAINER_TEST_KILL_AFTER"] = f"{kind}:{phase}"
+    d.start()
+    request = {"source": source, "branches": [run_id], "dataset": "train", "maxNewTokens": 8,
+               "submissionId": "kill-test"}
+    try:
+        d.ok(d.post("/v1/comparisons", request), 201)
+    except OSError:
+        pass  # it killed itself already
+    wait_killed(d, kind, phase)
+
+    del d.env["TRAINER_TEST_KILL_AFTER"]
+    d.start()
+    cid = d.ok(d.post("/v1/comparisons", request), 200, 201)["comparisonId"]  # the same one
+    deadline = time.time() + 240
+    while (done := d.ok(d.get(f"/v1/comparisons/{cid}")))["endedAt"] is None:
+        assert time.time() < deadline, json.dumps(done, indent=1)[:3000]
+        time.sleep(0.1)
+    assert done["phase"] == "COMPLETED", json.dumps(done, indent=1)[:3000]
+    assert [p["phase"] for p in done["phaseHistory"]].count("COMPLETED") == 1
+    ids = [t["evaluationId"] for t in done["targets"]]
+    listed = [e["evaluationId"] for e in d.ok(d.get("/v1/evaluations?limit=1000"))["evaluations"]]
+    assert sorted(listed) == sorted(ids) and len(set(ids)) == 2  # none started twice
+    for e in ids:
+        evaluation = d.ok(d.get(f"/v1/evaluations/{e}"))
+        assert evaluation["phase"] == "COMPLETED" and evaluation["report"]["rows"] == len(CHAT_ROWS), evaluation
+    assert d.capacity()["claims"] == []
+    assert open_tasks(d) == []

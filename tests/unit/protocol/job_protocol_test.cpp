@@ -58,6 +58,8 @@ std::vector<Event> every_event() {
       Cancelled{.steps = 4},
       Paused{.step = 6, .snapshot_id = std::string(64, 'a')},
       Warning{.field = "execution.gpus", .message = "grpo trains on one device"},
+      EvaluationProgress{.done = 8, .total = 32},
+      EvaluationReport{.report = json{{"rows", 32}, {"meanScore", 0.75}}},
   };
 }
 
@@ -100,6 +102,8 @@ TEST(JobProtocol, LinesAreByteForByteTheWireFormat) {
       {Completed{}, R"({"adapterDir":"","exportSeconds":0.0,"finalLoss":0.0,"steps":0,"type":"completed"})"},
       {Cancelled{}, R"({"type":"cancelled"})"},
       {Warning{.message = "m"}, R"({"message":"m","type":"warning"})"},
+      {EvaluationProgress{.done = 8, .total = 32}, R"({"done":8,"total":32,"type":"evaluation_progress"})"},
+      {EvaluationReport{.report = json{{"rows", 2}}}, R"({"report":{"rows":2},"type":"evaluation_report"})"},
   };
   for (const auto& [event, line] : cases) EXPECT_EQ(to_line(event), line);
 }
@@ -117,6 +121,8 @@ TEST(JobProtocol, NestedFieldsAreNamedInTheirErrors) {
       {R"({"type":"data_split","trainRows":1,"validationRows":2,"heldOut":1})",
        {"data_split.heldOut", "must be true or false"}},
       {R"({"type":"validation","step":1,"validationLoss":"x"})", {"validation.validationLoss", "must be a number"}},
+      {R"({"type":"evaluation_progress","done":1})", {"evaluation_progress.total", "required"}},
+      {R"({"type":"evaluation_report","report":[]})", {"evaluation_report.report", "must be an object"}},
   };
   for (const auto& [line, expected] : cases) {
     auto decoded = decode_event(line);

@@ -103,6 +103,18 @@ TEST(JobRequest, ABranchRestoresTheWeightsUnlessItSaysOtherwise) {
   EXPECT_EQ(r->branch_restore, kRestoreWeights);
 }
 
+TEST(JobRequest, TheKindNamesTheJobsCommand) {
+  JobRequest r;
+  r.plan_path = "/d/plan.json";
+  r.output_dir = "/d/output";
+  r.events_path = "/d/events.jsonl";
+  EXPECT_EQ(job_arguments(r), (std::vector<std::string>{"run", "--plan", "/d/plan.json", "--output", "/d/output",
+                                                        "--events", "/d/events.jsonl"}));
+  r.kind = JobKind::kEvaluate;
+  EXPECT_EQ(job_arguments(r), (std::vector<std::string>{"evaluate", "--spec", "/d/plan.json", "--output", "/d/output",
+                                                        "--events", "/d/events.jsonl"}));
+}
+
 TEST(JobRequest, AMalformedVariableIsNamed) {
   const std::pair<Env, std::string> cases[] = {
       {{{"TRAINER_ATTEMPT", "first"}}, "TRAINER_ATTEMPT: 'first' is not a positive integer"},

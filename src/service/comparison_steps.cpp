@@ -1,0 +1,179 @@
+// Comparisons as tasks of the kernel (its "comparison" kind): each step, inside the kernel's
+// transaction with mu_ held, starts the evaluation of every target whose model is REGISTERED (the
+// evaluation and its id on the target commit together), reads the ended ones, and ends the
+// comparison once every target has an outcome: PREPARING, RUNNING, then COMPLETED, PARTIAL or FAILED.
+#include <cstdio>
+
+#include "service/comparison_names.h"
+#include "service/registry.h"
+#include "service/service_state.h"
+
+namespace trainer::service {
+namespace {
+
+namespace tel = trainer::telemetry;
+using namespace comparison;  // NOLINT: the phases, target statuses and readers this file is about
+
+constexpr int64_t kOpenScan = 1000;  // the most open comparisons given their task at start()
+
+// The description an evaluation started for target `index` of comparison `id` carries: how a
+// comparison of an older store finds the evaluation it started before it could record it.
+std::string evaluation_tag(const std::string& id, size_t index) {
+  return "comparison " + id + " target " + std::to_string(index);
+}
+
+// The comparison's phase from its targets' statuses.
+std::string phase_of(const json& targets) {
+  bool waiting = false;
+  bool evaluating = false;
+  size_t completed = 0;
+  for (const auto& t : targets) {
+    waiting = waiting || t["status"] == kTargetWaiting;
+    evaluating = evaluating || t["status"] == kTargetEvaluating;
+    completed += t["status"] == kTargetCompleted ? 1 : 0;
+  }
+  return waiting ? kPreparing : evaluating ? kRunning : completed == targets.size() ? kCompleted : completed > 0 ? kPartial : kFailed;
+}
+
+// Only a comparison where every target completed names a winner: the highest mean score (the
+// earliest target on a tie).
+json winner_of(const json& targets) {
+  const json* best = nullptr;
+  for (const auto& t : targets) {
+    if (!t["meanScore"].is_number()) continue;
+    if (!best || t["meanScore"].get<double>() > (*best)["meanScore"].get<double>()) best = &t;
+  }
+  if (!best) return nullptr;
+  return {{"target", (*best)["target"]}, {"kind", (*best)["kind"]}, {"modelId", (*best)["modelId"]},
+          {"meanScore", (*best)["meanScore"]}};
+}
+
+}  // namespace
+
+// The kernel's "comparison" kind: PREPARING while a target's model registers, RUNNING while its
+// evaluations run, then COMPLETED, PARTIAL or FAILED. It holds no claim (its evaluations do).
+const tasks::PhaseTable& comparison_phase_table() {
+  static const tasks::PhaseTable table = *tasks::PhaseTable::make(
+      "comparison", {{kPreparing}, {kRunning}, {kCompleted, true}, {kPartial, true}, {kFailed, true}},
+      {{kPreparing, {kRunning, kCompleted, kPartial, kFailed}}, {kRunning, {kCompleted, kPartial, kFailed}}});
+  return table;
+}
+
+// Open comparisons of a store from before the kernel stepped them get their task.
+Status ServiceImpl::resume_comparisons() {
+  auto open = store_->list_comparisons("", {kPreparing, kRunning}, kOpenScan, 0);
+  if (!open.is_ok()) return open.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  // enter(): a task of this trainerd's kernel is where its comparison is; an older store's is made.
+  return store_->transaction([&]() -> Status {
+    for (const json& doc : open->comparisons) {
+      TRAINER_RETURN_IF_ERROR(kernel_->enter("comparison", doc.value("comparisonId", std::string()),
+                                             doc.value("phase", std::string(kPreparing))));
+    }
+    return Status::ok();
+  });
+}
+
+// Target `index` of comparison `doc` one step on: its evaluation started once its model is
+// registered, its outcome read once the evaluation ended (mu_ held, inside the step's transaction).
+Status ServiceImpl::step_comparison_target_locked(const json& doc, size_t index, json& t) {
+  const json& contract = doc["contract"];
+  const std::string id = doc["comparisonId"].get<std::string>();
+  if (t["status"] == kTargetWaiting) {
+    TRAINER_ASSIGN_OR_RETURN(std::optional<json> model, store_->get_trained_model(t["modelId"].get<std::string>()));
+    if (!model) {
+      t["status"] = kTargetFailed;
+      t["failure"] = "model " + t["modelId"].get<std::string>() + " is no longer in the registry";
+      return Status::ok();
+    }
+    const std::string status = text_of(*model, "status");
+    if (status == kModelFailed) {
+      t["status"] = kTargetFailed;
+      t["failure"] = "registering model " + t["modelId"].get<std::string>() + " failed: " +
+                     text_of(*model, "failureReason", "no reason recorded");
+      return Status::ok();
+    }
+    if (status != kModelRegistered) return Status::ok();  // still registering
+    // An evaluation an older trainerd started and did not record is taken up, never doubled.
+    const std::string tag = evaluation_tag(id, index);
+    TRAINER_ASSIGN_OR_RETURN(std::vector<json> all, store_->list_evaluations({}));
+    for (const auto& e : all) {
+      if (text_of(e, "description") == tag) t["evaluationId"] = e["evaluationId"];
+    }
+    if (t["evaluationId"].is_null()) {
+      json request = {{"model", t["modelId"]},
+                      {"dataset", contract["dataset"]["hash"]},
+                      {"grader", contract["grader"]["kind"]},
+                      {"maxNewTokens", contract["maxNewTokens"]},
+                      {"description", tag}};
+      if (contract["grader"].contains("graderInstructions")) {
+        request["graderInstructions"] = contract["grader"]["graderInstructions"];
+      }
+      if (text_of(model->value("workload", json(nullptr)), "id").empty()) request["workload"] = doc["workload"]["id"];
+      auto started = start_evaluation_locked(request);
+      metrics_.operation_attempt(
+          {.operation = tel::ServiceOperation::kCompare,
+           .stage = tel::ServiceStage::kLaunchTarget,
+           .outcome = started.is_ok() ? tel::ServiceOutcome::kSuccess : tel::ServiceOutcome::kFailure,
+           .reason = started.is_ok() ? std::nullopt : std::optional(tel::ServiceFailureReason::kProvider)});
+      if (!started.is_ok()) {
+        t["status"] = kTargetFailed;
+        t["failure"] = "its evaluation could not start: " + started.status().describe();
+        return Status::ok();
+      }
+      t["evaluationId"] = (*started)["evaluationId"];
+    }
+    t["status"] = kTargetEvaluating;
+  }
+  if (t["status"] != kTargetEvaluating) return Status::ok();
+  TRAINER_ASSIGN_OR_RETURN(std::optional<json> e, store_->get_evaluation(t["evaluationId"].get<std::string>()));
+  if (!e) return Status::ok();
+  const std::string phase = text_of(*e, "phase");
+  if (phase == "COMPLETED") {
+    const json report = e->value("report", json::object());
+    t["status"] = kTargetCompleted;
+    t["meanScore"] = report.value("meanScore", json(nullptr));
+    t["exactMatch"] = report.value("exactMatchRate", json(nullptr));
+  } else if (phase == "FAILED" || phase == "CANCELLED") {
+    t["status"] = kTargetFailed;
+    t["failure"] = "evaluation " + t["evaluationId"].get<std::string>() + " ended " + phase +
+                   (text_of(*e, "failureReason").empty() ? "" : ": " + text_of(*e, "failureReason"));
+  }
+  return Status::ok();
+}
+
+// One step of a comparison (the kernel's "comparison" kind, mu_ held, inside the step's transaction).
+Status ServiceImpl::step_comparison_task(tasks::Step& step) {
+  const std::string id = step.task().id;
+  TRAINER_ASSIGN_OR_RETURN(std::optional<json> stored, store_->get_comparison(id));
+  if (!stored) return internal_error("comparison " + id + " has a task but no stored document");
+  json doc = std::move(*stored);
+  const json before = doc;
+  for (size_t i = 0; i < doc["targets"].size(); ++i) {
+    TRAINER_RETURN_IF_ERROR(step_comparison_target_locked(doc, i, doc["targets"][i]));
+  }
+  const std::string phase = phase_of(doc["targets"]);
+  const bool ends = phase == kCompleted || phase == kPartial || phase == kFailed;
+  if (phase != doc["phase"]) {
+    doc["phase"] = phase;
+    doc["phaseHistory"].push_back({{"phase", phase}, {"time", now_rfc3339()}});
+  }
+  if (ends) {
+    doc["endedAt"] = now_rfc3339();
+    if (phase == kCompleted) doc["winner"] = winner_of(doc["targets"]);
+  }
+  if (doc == before) return Status::ok();
+  TRAINER_RETURN_IF_ERROR(store_->update_comparison(doc));
+  TRAINER_RETURN_IF_ERROR(kernel_->move("comparison", id, phase));
+  if (ends) {
+    // The operation ends once: a comparison that names no winner is a failure of the provider
+    // (a target's registration or evaluation), not of the comparison's own bookkeeping.
+    const bool won = phase == kCompleted;
+    metrics_.operation_ended(tel::ServiceOperation::kCompare, won ? tel::ServiceOutcome::kSuccess : tel::ServiceOutcome::kFailure,
+                             now() - number_of(doc, "_acceptedAt"),
+                             won ? std::nullopt : std::optional(tel::ServiceFailureReason::kProvider));
+  }
+  return Status::ok();
+}
+
+}  // namespace trainer::service

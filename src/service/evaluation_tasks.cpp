@@ -1,0 +1,156 @@
+// Evaluations as tasks of the kernel (its "evaluation" kind): QUEUED until admission grants the
+// claim, RUNNING while `trainer-job evaluate` runs under it, then COMPLETED, FAILED or CANCELLED,
+// the claim released in the same transaction. Every phase change is a kernel_->move(). The job
+// starts through the backend (Backend::start, job kind evaluate) and reports through the job
+// protocol's events (evaluation_progress, evaluation_report), read with read_job_events() from
+// the cursor stored on the evaluation; a restarted trainerd follows the job it finds running.
+#include <cstdio>
+
+#include "service/job_event_source.h"
+#include "service/service_state.h"
+
+namespace trainer::service {
+namespace {
+
+constexpr const char* kQueued = "QUEUED";
+constexpr const char* kRunning = "RUNNING";
+constexpr const char* kCompleted = "COMPLETED";
+constexpr const char* kFailed = "FAILED";
+constexpr const char* kCancelled = "CANCELLED";
+// Starts of an evaluation's job whose end trainerd could not see (it ended while trainerd was
+// down, or was not trainerd's child) before the evaluation fails.
+constexpr int64_t kMaxAttempts = 3;
+
+}  // namespace
+
+// QUEUED -> RUNNING when its claim is granted; RUNNING -> QUEUED when a restarted trainerd finds
+// its claim gone (a store from before evaluations claimed devices). Both hold a claim.
+const tasks::PhaseTable& evaluation_phase_table() {
+  static const tasks::PhaseTable table = *tasks::PhaseTable::make(
+      "evaluation",
+      {{kQueued, false, true}, {kRunning, false, true}, {kCompleted, true}, {kFailed, true}, {kCancelled, true}},
+      {{kQueued, {kRunning, kFailed, kCancelled}}, {kRunning, {kCompleted, kFailed, kCancelled, kQueued}}});
+  return table;
+}
+
+// Open evaluations a trainerd before the task kernel left get their task; a RUNNING one's step
+// starts its job again under the claim it holds.
+Status ServiceImpl::resume_evaluations(std::string* summary) {
+  auto open = store_->list_evaluations({kQueued, kRunning});
+  if (!open.is_ok()) return open.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  // enter(): a task of this trainerd's kernel is where its evaluation is; an older store's is made.
+  TRAINER_RETURN_IF_ERROR(store_->transaction([&]() -> Status {
+    for (const json& doc : *open) {
+      TRAINER_RETURN_IF_ERROR(kernel_->enter("evaluation", doc.value("evaluationId", std::string()),
+                                             doc.value("phase", std::string(kQueued))));
+    }
+    return Status::ok();
+  }));
+  *summary = std::to_string(open->size()) + " open evaluation(s), each followed by its task";
+  return Status::ok();
+}
+
+// One step of an evaluation (the kernel's "evaluation" kind, mu_ held, inside the step's transaction).
+Status ServiceImpl::step_evaluation_task(tasks::Step& step) {
+  const std::string id = step.task().id;
+  TRAINER_ASSIGN_OR_RETURN(std::optional<json> stored, store_->get_evaluation(id));
+  if (!stored) return internal_error("evaluation " + id + " has a task but no stored document");
+  json doc = std::move(*stored);
+  if (step.task().phase == kQueued) {
+    auto claim = evaluation_claim(id);
+    if (!claim.is_ok()) return claim.status();
+    if (!*claim) {  // lost with an older store: it claims again
+      TRAINER_RETURN_IF_ERROR(claim_evaluation_locked(doc));
+      claim = evaluation_claim(id);
+      if (!claim.is_ok()) return claim.status();
+    }
+    if (*claim && (*claim)->state == "GRANTED") return launch_evaluation_locked(doc, **claim);
+    return Status::ok();
+  }
+  return follow_evaluation_locked(doc);
+}
+
+// A RUNNING evaluation's job: its new events applied, then its end when it ended (mu_ held,
+// inside the step's transaction). The job is polled before its events are read, so the events of
+// a job seen ended are all there.
+Status ServiceImpl::follow_evaluation_locked(json& doc) {
+  const std::string id = doc["evaluationId"].get<std::string>();
+  if (!doc["_job"].is_object()) {
+    // No job recorded (an older store's evaluation): it starts under its claim, or queues again.
+    auto claim = evaluation_claim(id);
+    if (!claim.is_ok()) return claim.status();
+    if (*claim && (*claim)->state == "GRANTED") return launch_evaluation_locked(doc, **claim);
+    doc["phase"] = kQueued;
+    TRAINER_RETURN_IF_ERROR(store_->put_evaluation(doc));
+    TRAINER_RETURN_IF_ERROR(kernel_->move("evaluation", id, kQueued));
+    return claim_evaluation_locked(doc);
+  }
+  json& job = doc["_job"];
+  const backend::JobHandle handle{job.value("handle", std::string())};
+  const backend::JobStatus status = backend_->poll(handle);
+  const json before = doc;
+  JobEventBatch batch = read_job_events(job.value("events", std::string()), job.value("cursor", int64_t{0}));
+  job["cursor"] = batch.cursor;
+  for (const JobEventLine& line : batch.events) {
+    if (const auto* p = std::get_if<protocol::EvaluationProgress>(&line.event)) {
+      doc["progress"] = {{"rowsDone", p->done}, {"rowsTotal", p->total}};
+    } else if (const auto* r = std::get_if<protocol::EvaluationReport>(&line.event)) {
+      doc["report"] = r->report;
+      return end_evaluation_locked(doc, kCompleted);
+    }
+  }
+  if (status.state == backend::JobState::kRunning) {
+    return doc == before ? Status::ok() : store_->put_evaluation(doc);
+  }
+  if (doc.value("cancelRequested", false)) return end_evaluation_locked(doc, kCancelled);
+  if (status.state == backend::JobState::kGone && job.value("attempt", int64_t{1}) < kMaxAttempts) {
+    // Its end was not seen (trainerd was down): it starts again under its claim, as a new attempt.
+    auto claim = evaluation_claim(id);
+    if (!claim.is_ok()) return claim.status();
+    if (*claim && (*claim)->state == "GRANTED") return launch_evaluation_locked(doc, **claim);
+  }
+  std::string last = last_lines(evaluation_dir(id) + "/job.log", 3);
+  if (last.empty()) last = status.reason.empty() ? "the evaluation job ended without a report" : status.reason;
+  return end_evaluation_locked(doc, kFailed, last);
+}
+
+// How it ended, recorded (mu_ held, inside a transaction): COMPLETED (its report on `doc`
+// already), FAILED (why) or CANCELLED; its cost, its claim released.
+Status ServiceImpl::end_evaluation_locked(json& doc, const std::string& phase, const std::string& failure) {
+  const std::string id = doc["evaluationId"].get<std::string>();
+  const double ended = now();
+  doc["endedAt"] = rfc3339(ended);
+  doc["cost"] = evaluation_cost(doc, ended);
+  doc["phase"] = phase;
+  if (phase == kCompleted) {
+    record_model_evaluation(doc);
+    doc["progress"]["rowsDone"] = doc["report"].value("rows", int64_t{0});
+    doc["progress"]["rowsTotal"] = doc["report"].value("rows", int64_t{0});
+  } else if (phase == kFailed) {
+    doc["failureReason"] = failure;
+  }
+  TRAINER_RETURN_IF_ERROR(store_->put_evaluation(doc));
+  TRAINER_RETURN_IF_ERROR(kernel_->move("evaluation", id, phase));
+  return release_evaluation_claim_locked(id);
+}
+
+// A cancel request (mu_ held): a queued evaluation ends CANCELLED here; a running one's job is
+// killed, and its step ends the evaluation once the backend sees the job ended.
+Status ServiceImpl::cancel_evaluation_locked(json& doc) {
+  const std::string id = doc["evaluationId"].get<std::string>();
+  doc["cancelRequested"] = true;
+  return store_->transaction([&]() -> Status {
+    if (doc["phase"] == kRunning && doc["_job"].is_object()) {
+      backend_->kill(backend::JobHandle{doc["_job"].value("handle", std::string())});
+      return store_->put_evaluation(doc);
+    }
+    doc["phase"] = kCancelled;
+    doc["endedAt"] = now_rfc3339();
+    TRAINER_RETURN_IF_ERROR(store_->put_evaluation(doc));
+    TRAINER_RETURN_IF_ERROR(kernel_->move("evaluation", id, kCancelled));
+    return release_evaluation_claim_locked(id);
+  });
+}
+
+}  // namespace trainer::service
