@@ -294,7 +294,7 @@ Result<DeploymentConfig> parse_config(const std::string& text, const std::string
         return fail(invalid_argument("compute.ray: required for the ray backend (an object with address)"));
       }
       const json& ry = cp["ray"];
-      if (!(st = check_keys(ry, where, {"address", "cpusPerJob", "submissionPrefix", "requestTimeoutSeconds"}))
+      if (!(st = check_keys(ry, where, {"address", "cpusPerJob", "submissionPrefix", "requestTimeoutSeconds", "jobFolder"}))
                .is_ok()) {
         return fail(st);
       }
@@ -316,6 +316,12 @@ Result<DeploymentConfig> parse_config(const std::string& text, const std::string
       if (!timeout.is_ok()) return fail(timeout.status());
       if (*timeout == 0) return fail(invalid_argument(where + "requestTimeoutSeconds: must be at least 1"));
       o.request_timeout_s = static_cast<int>(*timeout);
+      auto job_folder = string_field(ry, "jobFolder", where, false);
+      if (!job_folder.is_ok()) return fail(job_folder.status());
+      if (!job_folder->empty() && (*job_folder)[0] != '/') {
+        return fail(invalid_argument(where + "jobFolder: '" + *job_folder + "' must be an absolute path on the nodes"));
+      }
+      o.job_folder = *job_folder;
     }
   }
   if (doc.contains("telemetry")) {
@@ -420,7 +426,8 @@ nlohmann::json config_to_json(const DeploymentConfig& c) {
     out["compute"]["ray"] = {{"address", o.address},
                              {"cpusPerJob", o.cpus_per_job},
                              {"submissionPrefix", o.submission_prefix},
-                             {"requestTimeoutSeconds", o.request_timeout_s}};
+                             {"requestTimeoutSeconds", o.request_timeout_s},
+                             {"jobFolder", o.job_folder}};
   }
   out["judges"] = json::array();
   for (const auto& j : c.judges) {

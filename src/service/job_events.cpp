@@ -5,6 +5,7 @@
 #include <variant>
 
 #include "protocol/job_protocol.h"
+#include "protocol/snapshot.h"
 #include "service/job_event_source.h"
 #include "service/service_state.h"
 
@@ -202,13 +203,32 @@ Status ServiceImpl::apply_event(RunRecord& run, const protocol::Event& event, co
   return Status::ok();
 }
 
+// The storage key of the weights of the run's latest committed snapshot; "" when it has none.
+Result<std::string> ServiceImpl::committed_weights_key(const RunRecord& run) {
+  const json latest = run.view.value("latestSnapshot", json(nullptr));
+  if (!latest.is_object() || !latest.contains("snapshotId") || !latest["snapshotId"].is_string()) return std::string();
+  auto snap = store_->get_snapshot(latest["snapshotId"].get<std::string>());
+  if (!snap.is_ok()) return snap.status();
+  if (!snap->has_value()) return std::string();
+  const json weights = (**snap).value("kinds", json::object()).value(protocol::kWeightsKind, json(nullptr));
+  if (!weights.is_object() || weights.value("state", std::string()) != "committed") return std::string();
+  return weights.value("location", std::string());
+}
+
 // FINALIZING: the job completed; record its adapter, then clean up.
 Status ServiceImpl::finalize(RunRecord& run) {
   std::string adapter = run.adapter_dir.value_or("");
   if (adapter.empty() && run.job) adapter = (fs::path(run.job->output_dir) / "adapter").string();
   std::error_code ec;
-  if (adapter.empty() || !fs::is_directory(adapter, ec)) {
-    return fail_in_cleanup(run, "the job reported completion but its adapter folder " + adapter + " does not exist");
+  if (!backend_->shares_files() || adapter.empty() || !fs::is_directory(adapter, ec)) {
+    // A job on a node that shares no folder with trainerd: its adapter is the weights of its
+    // final snapshot, committed in the artifact store; the run records their storage key.
+    auto key = committed_weights_key(run);
+    if (!key.is_ok()) return key.status();
+    if (key->empty()) {
+      return fail_in_cleanup(run, "the job reported completion but its adapter folder " + adapter + " does not exist");
+    }
+    adapter = *key;
   }
   run.view["adapterPath"] = adapter;
   run.terminal = Phase::kCompleted;

@@ -329,6 +329,8 @@ class ServiceImpl final : public Service {
   Status read_events(RunRecord& run, bool ended = false);
   // The job's last `n` log lines: the ones it posted (POST /v1/jobs/{id}/logs), else its log file's.
   std::string job_log_tail(const JobRecord& job, int n);
+  // The storage key of the weights of the run's latest committed snapshot; "" when it has none.
+  Result<std::string> committed_weights_key(const RunRecord& run);
   Status apply_event(RunRecord& run, const protocol::Event& event, const json& doc);
   Status finalize(RunRecord& run);
 
