@@ -117,6 +117,7 @@ void install_routes(http::Router& router, Service& svc, const service::Limits& l
   install_snapshot_routes(router, svc, limits);
   install_evaluation_routes(router, svc, limits);
   install_lineage_routes(router, svc, limits);
+  install_job_routes(router, svc, limits);
 }
 
 }  // namespace trainer::api

@@ -66,6 +66,11 @@ class Backend {
   // A short description of the job for messages ("pid 1234").
   virtual std::string describe(const JobHandle& handle) const = 0;
 
+  // Whether the job's files (events file, log, output folder) are where the service reads them,
+  // in its data folder. false: only what the job posts to the API and publishes to the artifact
+  // store reaches the service (a Ray backend with jobFolder).
+  virtual bool shares_files() const { return true; }
+
   // Starts the job; returns once it is started (not finished).
   virtual Result<JobHandle> start(const JobSpec& spec) = 0;
   // Whether the job identified by `handle` still runs.
@@ -115,12 +120,18 @@ struct SlurmOptions {
 };
 
 // The Ray backend ({"compute": {"backend": "ray", "ray": {...}}}): jobs are Ray jobs submitted
-// through the Jobs REST API of a cluster whose nodes share trainerd's data folder.
+// through the Jobs REST API of a cluster whose nodes share trainerd's data folder, or, with
+// `jobFolder`, share nothing with trainerd (an S3 artifact store then carries inputs and outputs).
 struct RayOptions {
   std::string address;                  // the dashboard's URL, e.g. "http://127.0.0.1:8265"
   double cpus_per_job = 1;              // entrypoint_num_cpus of every job
   std::string submission_prefix = "trainer";  // submission ids are PREFIX-RUN-ATTEMPT
   int request_timeout_s = 10;           // one REST call
+  // "" (the default): the job's files (script, plan, events, log, output) are in trainerd's data
+  // folder, which the nodes share. Else a folder on the job's node: the entrypoint carries the
+  // plan, the job works in FOLDER/SUBMISSION-ID, reports its events and log over trainerd's API,
+  // and its log stays in Ray's (fetched when the job ends), so no folder is shared.
+  std::string job_folder;
 };
 
 // The compute backend section of trainerd's configuration ({"compute": {"backend": "local"}}).

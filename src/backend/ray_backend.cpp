@@ -67,26 +67,13 @@ class RayBackend final : public Backend {
     return "Ray job " + decode(handle).submission_id;
   }
 
+  bool shares_files() const override { return options_.job_folder.empty(); }
+
   Result<JobHandle> start(const JobSpec& spec) override {
     const std::string id = submission_id(spec);
-    const fs::path script = fs::path(spec.plan_path).parent_path() / "ray-job.sh";
-    std::string text = "#!/bin/sh\n# Written by trainerd: one attempt of run " + spec.run_id + ".\n";
-    for (const auto& [k, v] : job_environment(spec)) text += "export " + k + "=" + shell_quote(v) + "\n";
-    // A CPU run sees no GPU; a GPU run sees the ones Ray assigned it (it sets CUDA_VISIBLE_DEVICES).
-    if (spec.gpus == 0) text += "export CUDA_VISIBLE_DEVICES=''\n";
-    text += "exec " + shell_quote(job_binary_);
-    for (const auto& arg : protocol::job_arguments(spec)) text += " " + shell_quote(arg);
-    text += " >> " + shell_quote(spec.log_path) + " 2>&1\n";
-    {
-      const std::string tmp = script.string() + ".tmp";
-      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-      out << text;
-      out.close();
-      if (!out || std::rename(tmp.c_str(), script.c_str()) != 0) {
-        return internal_error("Ray backend: cannot write the job script " + script.string());
-      }
-    }
-    json body = {{"entrypoint", "sh " + shell_quote(script.string())},
+    auto entrypoint = options_.job_folder.empty() ? shared_entrypoint(spec) : node_entrypoint(spec, id);
+    if (!entrypoint.is_ok()) return entrypoint.status();
+    json body = {{"entrypoint", *entrypoint},
                  {"submission_id", id},
                  {"entrypoint_num_cpus", options_.cpus_per_job},
                  {"metadata", {{"trainerRunId", spec.run_id}, {"trainerAttempt", std::to_string(spec.attempt)}}}};
@@ -210,6 +197,52 @@ class RayBackend final : public Backend {
   static std::string lower(std::string s) {
     for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     return s;
+  }
+
+  // The job's environment, as shell lines.
+  std::string exports(const JobSpec& spec) const {
+    std::string text;
+    for (const auto& [k, v] : job_environment(spec)) text += "export " + k + "=" + shell_quote(v) + "\n";
+    // A CPU run sees no GPU; a GPU run sees the ones Ray assigned it (it sets CUDA_VISIBLE_DEVICES).
+    if (spec.gpus == 0) text += "export CUDA_VISIBLE_DEVICES=''\n";
+    return text;
+  }
+
+  // The job's files in trainerd's data folder, shared with the nodes: a script written beside the plan.
+  Result<std::string> shared_entrypoint(const JobSpec& spec) const {
+    const fs::path script = fs::path(spec.plan_path).parent_path() / "ray-job.sh";
+    std::string text = "#!/bin/sh\n# Written by trainerd: one attempt of run " + spec.run_id + ".\n" + exports(spec);
+    text += "exec " + shell_quote(job_binary_);
+    for (const auto& arg : protocol::job_arguments(spec)) text += " " + shell_quote(arg);
+    text += " >> " + shell_quote(spec.log_path) + " 2>&1\n";
+    const std::string tmp = script.string() + ".tmp";
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.close();
+    if (!out || std::rename(tmp.c_str(), script.c_str()) != 0) {
+      return internal_error("Ray backend: cannot write the job script " + script.string());
+    }
+    return "sh " + shell_quote(script.string());
+  }
+
+  // Nothing shared (jobFolder): the entrypoint carries the plan and works in a folder of the node;
+  // the job's output goes to Ray's log, its events and log lines to trainerd's API.
+  Result<std::string> node_entrypoint(const JobSpec& spec, const std::string& id) const {
+    std::ifstream in(spec.plan_path, std::ios::binary);
+    const std::string plan((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (!in && plan.empty()) return internal_error("Ray backend: cannot read the plan " + spec.plan_path);
+    const std::string dir = (fs::path(options_.job_folder) / id).string();
+    std::string text = exports(spec);
+    text += "mkdir -p " + shell_quote(dir) + " || exit 1\n";
+    text += "printf '%s' " + shell_quote(plan) + " > " + shell_quote(dir + "/plan.json") + " || exit 1\n";
+    protocol::JobRequest on_node = spec;  // the same request, its files in the node's folder
+    on_node.plan_path = dir + "/plan.json";
+    on_node.output_dir = dir + "/output";
+    on_node.events_path = dir + "/events.jsonl";
+    text += "exec " + shell_quote(job_binary_);
+    for (const auto& arg : protocol::job_arguments(on_node)) text += " " + shell_quote(arg);
+    text += " 2>&1\n";
+    return "sh -c " + shell_quote(text);
   }
 
   std::string submission_id(const JobSpec& spec) const {

@@ -148,11 +148,14 @@ int cmd_evaluate(int argc, char** argv) {
     return 1;
   }
   protocol::Hello hello{.job_version = std::string("trainer-job ") + version_string()};
-  if (auto request = protocol::job_request_from_environment(std::getenv); request.is_ok() && !request->run_id.empty()) {
+  auto request = protocol::job_request_from_environment(std::getenv);
+  if (request.is_ok() && !request->run_id.empty()) {
     hello.run_id = request->run_id;
     hello.attempt = request->attempt;
   }
   events.write(hello);
+  // Its events and log go to trainerd over its API when it asks (the files stay the fallback).
+  std::unique_ptr<PostedLog> posted_log = request.is_ok() ? report_to_trainerd(events, *request) : nullptr;
   auto fail = [&](const std::string& reason) {
     events.write(protocol::Failed{reason});
     std::fprintf(stderr, "trainer-job evaluate: %s\n", reason.c_str());

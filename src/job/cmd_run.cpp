@@ -140,6 +140,9 @@ int cmd_run(int argc, char** argv) {
     hello.attempt = identity.attempt;
   }
   writer.write(hello);
+  // The attempt reports to trainerd over its API (docs/job-protocol.md, "Reporting to trainerd"):
+  // its events (those written so far first) and its log. The files stay the fallback.
+  std::unique_ptr<PostedLog> posted_log = request.is_ok() ? report_to_trainerd(writer, *request) : nullptr;
   auto fail = [&](const std::string& reason) {
     writer.write(protocol::Failed{reason});
     std::fprintf(stderr, "trainer-job run: failed: %s\n", reason.c_str());
@@ -299,6 +302,7 @@ int cmd_run(int argc, char** argv) {
     ro.on_abandon = [&writer](const std::string& failure) {
       writer.write(protocol::Failed{failure});
       std::fprintf(stderr, "trainer-job run: failed: %s\n", failure.c_str());
+      writer.flush(std::chrono::seconds(5));  // the failure reaches trainerd before the exit
       std::_Exit(1);
     };
     auto started = Ranks::start(std::move(ro));

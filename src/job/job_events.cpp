@@ -7,6 +7,8 @@
 namespace trainer::job {
 
 EventWriter::~EventWriter() {
+  flush(kFlushWait);
+  sender_.reset();
   if (owned_ && out_ != nullptr) std::fclose(out_);
 }
 
@@ -23,11 +25,35 @@ Status EventWriter::open(const std::string& path) {
 }
 
 void EventWriter::write(const protocol::Event& event) {
-  const std::string line = protocol::to_line(event) + "\n";
+  std::string line = protocol::to_line(event);
   std::lock_guard<std::mutex> lock(mu_);
   if (out_ == nullptr) return;
+  const int64_t seq = ++seq_;
+  line += '\n';
   std::fwrite(line.data(), 1, line.size(), out_);
   std::fflush(out_);
+  line.pop_back();
+  if (sender_) {
+    sender_->add(seq, std::move(line));
+  } else if (kept_.size() < kKeptBeforePosting) {
+    kept_.emplace_back(seq, std::move(line));
+  }
+}
+
+void EventWriter::post_to(const ReportTarget& target, SenderOptions options) {
+  std::lock_guard<std::mutex> lock(mu_);
+  sender_ = std::make_unique<ReportSender>(target, "events", "events", "event", options);
+  for (auto& [seq, line] : kept_) sender_->add(seq, std::move(line));
+  kept_.clear();
+}
+
+bool EventWriter::flush(std::chrono::milliseconds wait) {
+  ReportSender* sender;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    sender = sender_.get();
+  }
+  return sender == nullptr || sender->flush(wait);
 }
 
 std::string format_duration(double seconds) {
@@ -70,6 +96,13 @@ void ProgressPrinter::on_event(const protocol::Event& event) {
   } else if (const auto* e = std::get_if<protocol::Completed>(&event)) {
     std::fprintf(out_, "done: adapter in %s (final loss %.4f)\n", e->adapter_dir.c_str(), e->final_loss);
   }
+}
+
+std::unique_ptr<PostedLog> report_to_trainerd(EventWriter& writer, const protocol::JobRequest& request) {
+  if (request.catalog_url.empty() || request.job_id.empty() || request.job_token.empty()) return nullptr;
+  const ReportTarget target{request.catalog_url, request.job_id, request.job_token};
+  writer.post_to(target);
+  return std::make_unique<PostedLog>(target, EventWriter::kFlushWait);
 }
 
 }  // namespace trainer::job

@@ -30,6 +30,8 @@ void each_variable(Request& r, Visit&& visit) {
   visit("TRAINER_OTLP_ENDPOINT", r.otlp_endpoint, When::kSet);
   visit("TRAINER_OTLP_INTERVAL_MS", r.otlp_interval_ms, When::kWithEndpoint);
   visit("TRAINER_CATALOG_URL", r.catalog_url, When::kSet);
+  visit("TRAINER_JOB_ID", r.job_id, When::kSet);
+  visit("TRAINER_JOB_TOKEN", r.job_token, When::kSet);
   visit("TRAINER_ARTIFACT_ROOT", r.artifact_root, When::kSet);
   visit("TRAINER_S3_ENDPOINT", r.store.s3_endpoint, When::kSet);
   visit("AWS_REGION", r.store.region, When::kSet);

@@ -58,6 +58,11 @@ struct JobRequest {
   std::string otlp_endpoint;       // base URL the job pushes OTLP/HTTP JSON metrics to; "" = none (TRAINER_OTLP_ENDPOINT)
   int64_t otlp_interval_ms = 5000; // export interval, passed with the endpoint (TRAINER_OTLP_INTERVAL_MS)
   std::string catalog_url;         // trainerd's API base URL for the snapshot catalog's callbacks (TRAINER_CATALOG_URL)
+  // The attempt's identity to trainerd's API: the job posts its events and log lines to
+  // CATALOG_URL/v1/jobs/{job_id}/events and /logs with this token (TRAINER_JOB_ID,
+  // TRAINER_JOB_TOKEN). "" = the job posts nothing (its events file is all trainerd reads).
+  std::string job_id;
+  std::string job_token;
   std::string artifact_root;       // where snapshots are published: a folder, or s3://BUCKET[/PREFIX] (TRAINER_ARTIFACT_ROOT)
   StoreAccess store;
   std::string resume_snapshot;     // the snapshot this attempt restores (TRAINER_RESUME_SNAPSHOT); "" = none

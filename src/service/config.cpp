@@ -260,7 +260,7 @@ Status parse_ray(const json& cp, backend::RayOptions& o) {
   }
   const json& ry = cp["ray"];
   TRAINER_RETURN_IF_ERROR(
-      check_keys(ry, where, {"address", "cpusPerJob", "submissionPrefix", "requestTimeoutSeconds"}));
+      check_keys(ry, where, {"address", "cpusPerJob", "submissionPrefix", "requestTimeoutSeconds", "jobFolder"}));
   TRAINER_ASSIGN_OR_RETURN(std::string address, string_field(ry, "address", where, true));
   if (!is_http_url(address)) {
     return invalid_argument(where + "address: '" + address +
@@ -275,6 +275,11 @@ Status parse_ray(const json& cp, backend::RayOptions& o) {
                            non_negative_int(ry, "requestTimeoutSeconds", where, o.request_timeout_s, 600));
   if (timeout == 0) return invalid_argument(where + "requestTimeoutSeconds: must be at least 1");
   o.request_timeout_s = static_cast<int>(timeout);
+  TRAINER_ASSIGN_OR_RETURN(std::string job_folder, string_field(ry, "jobFolder", where, false));
+  if (!job_folder.empty() && job_folder[0] != '/') {
+    return invalid_argument(where + "jobFolder: '" + job_folder + "' must be an absolute path on the nodes");
+  }
+  o.job_folder = job_folder;
   return Status::ok();
 }
 
@@ -440,7 +445,8 @@ nlohmann::json config_to_json(const DeploymentConfig& c) {
     out["compute"]["ray"] = {{"address", o.address},
                              {"cpusPerJob", o.cpus_per_job},
                              {"submissionPrefix", o.submission_prefix},
-                             {"requestTimeoutSeconds", o.request_timeout_s}};
+                             {"requestTimeoutSeconds", o.request_timeout_s},
+                             {"jobFolder", o.job_folder}};
   }
   out["judges"] = json::array();
   for (const auto& j : c.judges) {

@@ -256,9 +256,15 @@ backend::JobSpec ServiceImpl::job_spec(const RunRecord& run) const {
 
 Status ServiceImpl::submit_job(RunRecord& run) {
   backend::JobSpec spec = job_spec(run);
+  // The attempt's identity to the API: its posts of events and log lines carry it (job_reports.cpp).
+  spec.job_id = run.id + "-" + std::to_string(run.attempt);
+  auto attempt = store_->register_job_attempt({spec.job_id, "run", run.id, new_job_token()});
+  if (!attempt.is_ok()) return attempt.status();
+  spec.job_token = attempt->token;
   auto record_job = [&](backend::JobHandle handle) {
     JobRecord job;
     job.handle = std::move(handle);
+    job.job_id = spec.job_id;
     job.started_at = now();
     job.events_path = spec.events_path;
     job.log_path = spec.log_path;

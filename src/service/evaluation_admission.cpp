@@ -101,6 +101,8 @@ backend::JobSpec ServiceImpl::evaluation_job_spec(const json& doc, const store::
   job.output_dir = (dir / "output").string();
   job.events_path = (dir / ("events-" + std::to_string(attempt) + ".jsonl")).string();
   job.log_path = (dir / "job.log").string();
+  job.catalog_url = catalog_url_;  // where it reports its events and log (job_reports.cpp)
+  job.job_id = id + "-" + std::to_string(attempt);
   job.gpus = gpu_pool ? claim.devices : 0;
   job.cpus = 1;
   job.device_ids = claim.device_ids;

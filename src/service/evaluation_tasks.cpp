@@ -90,9 +90,14 @@ Status ServiceImpl::follow_evaluation_locked(json& doc) {
   const backend::JobHandle handle{job.value("handle", std::string())};
   const backend::JobStatus status = backend_->poll(handle);
   const json before = doc;
-  JobEventBatch batch = read_job_events(job.value("events", std::string()), job.value("cursor", int64_t{0}));
-  job["cursor"] = batch.cursor;
-  for (const JobEventLine& line : batch.events) {
+  const JobEventSource source{job.value("jobId", std::string()), job.value("events", std::string())};
+  auto batch = read_job_events(*store_, source,
+                               JobEventCursor{job.value("seq", int64_t{0}), job.value("cursor", int64_t{0})},
+                               status.state != backend::JobState::kRunning);
+  if (!batch.is_ok()) return batch.status();
+  job["seq"] = batch->cursor.seq;
+  job["cursor"] = batch->cursor.offset;
+  for (const JobEventLine& line : batch->events) {
     if (const auto* p = std::get_if<protocol::EvaluationProgress>(&line.event)) {
       doc["progress"] = {{"rowsDone", p->done}, {"rowsTotal", p->total}};
     } else if (const auto* r = std::get_if<protocol::EvaluationReport>(&line.event)) {

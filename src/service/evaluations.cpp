@@ -304,6 +304,10 @@ Status ServiceImpl::launch_evaluation_locked(json& doc, const store::ClaimRow& c
   const int64_t attempt = doc["_job"].is_object() ? doc["_job"].value("attempt", int64_t{0}) + 1 : 1;
   backend::JobSpec job = evaluation_job_spec(doc, claim, attempt, &spec);
   // A job started before a crash whose handle was never committed is adopted, not started twice.
+  // The attempt's identity to the API: its posts of events and log lines carry it (job_reports.cpp).
+  auto registered = store_->register_job_attempt({job.job_id, "evaluation", id, new_job_token()});
+  if (!registered.is_ok()) return registered.status();
+  job.job_token = registered->token;
   std::optional<backend::JobHandle> handle = backend_->find(job);
   if (!handle) {
     TRAINER_RETURN_IF_ERROR(write_file_atomic(job.plan_path, spec.dump(2) + "\n"));
@@ -313,7 +317,8 @@ Status ServiceImpl::launch_evaluation_locked(json& doc, const store::ClaimRow& c
     }
     handle = *started;
   }
-  doc["_job"] = {{"handle", handle->value}, {"attempt", attempt}, {"events", job.events_path}, {"cursor", 0}};
+  doc["_job"] = {{"handle", handle->value}, {"attempt", attempt},   {"jobId", job.job_id},
+                {"events", job.events_path}, {"seq", 0},          {"cursor", 0}};
   doc["phase"] = "RUNNING";
   doc["startedAt"] = now_rfc3339();
   doc["startedAtSeconds"] = now();

@@ -5,6 +5,7 @@
 #include <variant>
 
 #include "protocol/job_protocol.h"
+#include "protocol/snapshot.h"
 #include "service/job_event_source.h"
 #include "service/service_state.h"
 
@@ -23,7 +24,7 @@ Status ServiceImpl::follow_job(RunRecord& run) {
   const backend::JobHandle handle = run.job->handle;
   // Poll first, then read: every event written before the exit is seen.
   backend::JobStatus status = backend_->poll(handle);
-  TRAINER_RETURN_IF_ERROR(read_events(run));
+  TRAINER_RETURN_IF_ERROR(read_events(run, status.state != backend::JobState::kRunning));
   const Phase phase = run.phase;
   if (status.state == backend::JobState::kRunning) {
     publish_gpu_time(run, now());
@@ -71,31 +72,47 @@ Status ServiceImpl::follow_job(RunRecord& run) {
     if (!status.reason.empty()) reason += ": " + status.reason;
   } else if (!status.reason.empty()) {
     // The cluster ended it, or lost it: say so by name.
-    reason = status.reason + "\nlast lines of its log:\n" + last_lines(run.job->log_path, 10);
+    reason = status.reason + "\nlast lines of its log:\n" + job_log_tail(*run.job, 10);
   } else if (status.state == backend::JobState::kGone) {
     reason = "the training job (" + backend_->describe(handle) +
              ") ended while trainerd was not running and reported no outcome\nlast lines of its log:\n" +
-             last_lines(run.job->log_path, 10);
+             job_log_tail(*run.job, 10);
   } else {
     reason = "the training job exited with code " + std::to_string(status.exit_code.value_or(-1)) +
-             " without reporting an outcome\nlast lines of its log:\n" + last_lines(run.job->log_path, 10);
+             " without reporting an outcome\nlast lines of its log:\n" + job_log_tail(*run.job, 10);
   }
   return fail_in_cleanup(run, reason);
 }
 
 // Applies the job's new events (job_event_source.h) and stores how far they were read.
-Status ServiceImpl::read_events(RunRecord& run) {
-  JobEventBatch batch = read_job_events(run.job->events_path, run.job->offset);
-  for (const JobEventLine& line : batch.events) {
+Status ServiceImpl::read_events(RunRecord& run, bool ended) {
+  const JobEventSource source{run.job->job_id, run.job->events_path};
+  auto batch = read_job_events(*store_, source, JobEventCursor{run.job->seq, run.job->offset}, ended);
+  if (!batch.is_ok()) return batch.status();
+  for (const JobEventLine& line : batch->events) {
     TRAINER_RETURN_IF_ERROR(apply_event(run, line.event, line.doc));
   }
-  if (batch.consumed) {
-    run.job->offset = batch.cursor;
+  if (batch->consumed) {
+    run.job->seq = batch->cursor.seq;
+    run.job->offset = batch->cursor.offset;
     run.view["updatedAt"] = now_rfc3339();
     TRAINER_RETURN_IF_ERROR(store_->update_run(run.to_json()));
     notify();
   }
   return Status::ok();
+}
+
+// The job's last `n` log lines: the ones it posted, else its log file's.
+std::string ServiceImpl::job_log_tail(const JobRecord& job, int n) {
+  if (!job.job_id.empty()) {
+    auto posted = store_->job_log_tail(job.job_id, n);
+    if (posted.is_ok() && !posted->empty()) {
+      std::string out;
+      for (const store::JobItem& line : *posted) out += (out.empty() ? "" : "\n") + line.text;
+      return out;
+    }
+  }
+  return last_lines(job.log_path, n);
 }
 
 // Applies one event. `doc` is the event's line as written: stored step metrics and run events
@@ -186,13 +203,32 @@ Status ServiceImpl::apply_event(RunRecord& run, const protocol::Event& event, co
   return Status::ok();
 }
 
+// The storage key of the weights of the run's latest committed snapshot; "" when it has none.
+Result<std::string> ServiceImpl::committed_weights_key(const RunRecord& run) {
+  const json latest = run.view.value("latestSnapshot", json(nullptr));
+  if (!latest.is_object() || !latest.contains("snapshotId") || !latest["snapshotId"].is_string()) return std::string();
+  auto snap = store_->get_snapshot(latest["snapshotId"].get<std::string>());
+  if (!snap.is_ok()) return snap.status();
+  if (!snap->has_value()) return std::string();
+  const json weights = (**snap).value("kinds", json::object()).value(protocol::kWeightsKind, json(nullptr));
+  if (!weights.is_object() || weights.value("state", std::string()) != "committed") return std::string();
+  return weights.value("location", std::string());
+}
+
 // FINALIZING: the job completed; record its adapter, then clean up.
 Status ServiceImpl::finalize(RunRecord& run) {
   std::string adapter = run.adapter_dir.value_or("");
   if (adapter.empty() && run.job) adapter = (fs::path(run.job->output_dir) / "adapter").string();
   std::error_code ec;
-  if (adapter.empty() || !fs::is_directory(adapter, ec)) {
-    return fail_in_cleanup(run, "the job reported completion but its adapter folder " + adapter + " does not exist");
+  if (!backend_->shares_files() || adapter.empty() || !fs::is_directory(adapter, ec)) {
+    // A job on a node that shares no folder with trainerd: its adapter is the weights of its
+    // final snapshot, committed in the artifact store; the run records their storage key.
+    auto key = committed_weights_key(run);
+    if (!key.is_ok()) return key.status();
+    if (key->empty()) {
+      return fail_in_cleanup(run, "the job reported completion but its adapter folder " + adapter + " does not exist");
+    }
+    adapter = *key;
   }
   run.view["adapterPath"] = adapter;
   run.terminal = Phase::kCompleted;

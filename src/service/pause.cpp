@@ -123,7 +123,7 @@ Status ServiceImpl::step_pausing(RunRecord& run) {
   };
   if (!run.job) return finish_pause(run, std::nullopt);
   backend::JobStatus status = backend_->poll(run.job->handle);
-  TRAINER_RETURN_IF_ERROR(read_events(run));
+  TRAINER_RETURN_IF_ERROR(read_events(run, status.state != backend::JobState::kRunning));
   if (status.state == backend::JobState::kRunning) {
     publish_gpu_time(run, now());
     TRAINER_RETURN_IF_ERROR(signal_pause(run));

@@ -100,7 +100,9 @@ Result<JobRecord> job_from_json(const json& j) {
   TRAINER_RETURN_IF_ERROR(r.str("logPath", &job.log_path));
   TRAINER_RETURN_IF_ERROR(r.str("outputDir", &job.output_dir));
   TRAINER_RETURN_IF_ERROR(r.integer("offset", &job.offset, false));
-  if (job.offset < 0) return invalid_field("_.job.offset", "must not be negative");
+  if (job.offset < -1) return invalid_field("_.job.offset", "must be -1 or more");
+  if (r.has("jobId")) TRAINER_RETURN_IF_ERROR(r.str("jobId", &job.job_id));
+  TRAINER_RETURN_IF_ERROR(r.integer("seq", &job.seq, false));
   TRAINER_RETURN_IF_ERROR(r.opt_number("endedAt", &job.ended_at));
   TRAINER_RETURN_IF_ERROR(r.opt_number("endGuess", &job.end_guess));
   if (r.has("exitCode")) {
@@ -114,6 +116,10 @@ Result<JobRecord> job_from_json(const json& j) {
 json job_to_json(const JobRecord& job) {
   json j = {{"handle", job.handle.value}, {"startedAt", job.started_at}, {"eventsPath", job.events_path},
             {"logPath", job.log_path},     {"outputDir", job.output_dir}, {"offset", job.offset}};
+  if (!job.job_id.empty()) {
+    j["jobId"] = job.job_id;
+    j["seq"] = job.seq;
+  }
   if (job.ended_at) j["endedAt"] = *job.ended_at;
   if (job.end_guess) j["endGuess"] = *job.end_guess;
   if (job.exit_code) j["exitCode"] = *job.exit_code;

@@ -28,7 +28,9 @@ struct JobRecord {
   std::string events_path;           // the job's events file
   std::string log_path;              // its stdout and stderr
   std::string output_dir;            // its --output folder
-  int64_t offset = 0;                // bytes of the events file already applied
+  std::string job_id;                // the attempt's id to the API (its posts); "" = an older job, file only
+  int64_t seq = 0;                   // events applied (job_event_source.h's cursor)
+  int64_t offset = 0;                // bytes of the events file already applied; -1 once read from the store
   std::optional<double> ended_at;    // wall seconds; set once its time is settled into the cost
   std::optional<double> end_guess;   // a job that ended while trainerd was down: its events file's mtime
   std::optional<int> exit_code;      // how it exited, when known

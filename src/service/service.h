@@ -200,6 +200,15 @@ class Service {
   // share, failed}], completionTokens, terminated}]}. An SFT run is FailedPrecondition.
   virtual Result<json> run_rollouts(const std::string& ref, const RolloutQuery& query) = 0;
 
+  // ---- a job's reports (docs/job-protocol.md, "Reporting to trainerd"; job_reports.cpp)
+  // Whether `token` is the job attempt's (TRAINER_JOB_TOKEN): not_found for an unknown attempt,
+  // invalid_argument for another token (the route answers 403). Nothing changes either way.
+  virtual Status authenticate_job(const std::string& job_id, const std::string& token) = 0;
+  // An authenticated job's events ({events: [{seq, event}]}) or log lines ({lines: [{seq, text}]}),
+  // stored by (attempt, seq): a seq posted before changes nothing. Returns {received, stored}.
+  virtual Result<json> post_job_events(const std::string& job_id, const json& body) = 0;
+  virtual Result<json> post_job_logs(const std::string& job_id, const json& body) = 0;
+
   // ---- the snapshot catalog (protocol/snapshot.h)
   // The job's callback before uploading: reserves the snapshot (body: protocol::Reservation).
   // Returns it and whether it is new; the same reservation again returns it unchanged (the id

@@ -59,6 +59,9 @@ struct Plan;
 
 namespace trainer::service {
 
+// A new job attempt's token (TRAINER_JOB_TOKEN): 64 hex digits from /dev/urandom (job_reports.cpp).
+std::string new_job_token();
+
 class ServiceImpl final : public Service {
  public:
   ServiceImpl(ServiceOptions options, std::unique_ptr<store::Store> store, std::unique_ptr<backend::Backend> backend,
@@ -122,6 +125,9 @@ class ServiceImpl final : public Service {
   Result<json> run_hparams(const std::string& ref) override;
   Result<json> run_rollouts(const std::string& ref, const RolloutQuery& query) override;
 
+  Status authenticate_job(const std::string& job_id, const std::string& token) override;
+  Result<json> post_job_events(const std::string& job_id, const json& body) override;
+  Result<json> post_job_logs(const std::string& job_id, const json& body) override;
   Result<std::pair<json, bool>> reserve_snapshot(const std::string& run_ref, const json& body) override;
   Result<json> commit_snapshot(const std::string& snapshot_ref, const json& body) override;
   Result<json> list_run_snapshots(const std::string& run_ref, int64_t limit, int64_t offset) override;
@@ -326,7 +332,12 @@ class ServiceImpl final : public Service {
 
   // ---- the job (job_events.cpp); mu_ held, inside a store transaction
   Status follow_job(RunRecord& run);
-  Status read_events(RunRecord& run);
+  // `ended`: the job ended, so its events file's lines past what it posted are read too.
+  Status read_events(RunRecord& run, bool ended = false);
+  // The job's last `n` log lines: the ones it posted (POST /v1/jobs/{id}/logs), else its log file's.
+  std::string job_log_tail(const JobRecord& job, int n);
+  // The storage key of the weights of the run's latest committed snapshot; "" when it has none.
+  Result<std::string> committed_weights_key(const RunRecord& run);
   Status apply_event(RunRecord& run, const protocol::Event& event, const json& doc);
   Status finalize(RunRecord& run);
 

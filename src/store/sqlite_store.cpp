@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "common/json_parse.h"
+#include "store/sqlite_jobs.h"
 #include "store/sqlite_tasks.h"
 
 namespace trainer::store {
@@ -386,6 +387,45 @@ Status SqliteStore::write(const char* sql, const std::vector<std::string>& args)
   for (size_t i = 0; i < args.size(); ++i) s.bind(static_cast<int>(i + 1), args[i]);
   if (s.step() != SQLITE_DONE) return db_error(db_, "writing");
   return Status::ok();
+}
+
+// ---- jobs' reports (sqlite_jobs.cpp)
+Result<JobAttemptRow> SqliteStore::register_job_attempt(const JobAttemptRow& row) {
+  return locked([&] { return sqlite::register_job_attempt(db_, row); });
+}
+
+Result<std::optional<JobAttemptRow>> SqliteStore::get_job_attempt(const std::string& job_id) {
+  return locked([&] { return sqlite::get_job_attempt(db_, job_id); });
+}
+
+Result<int64_t> SqliteStore::put_job_events(const std::string& job_id, const std::vector<JobItem>& items) {
+  int64_t added = 0;
+  TRAINER_RETURN_IF_ERROR(transaction([&]() -> Status {
+    auto n = sqlite::put_job_items(db_, "job_events", job_id, items);
+    if (!n.is_ok()) return n.status();
+    added = *n;
+    return Status::ok();
+  }));
+  return added;
+}
+
+Result<std::vector<JobItem>> SqliteStore::job_events(const std::string& job_id, int64_t after, int64_t limit) {
+  return locked([&] { return sqlite::job_items_after(db_, "job_events", job_id, after, limit); });
+}
+
+Result<int64_t> SqliteStore::put_job_log_lines(const std::string& job_id, const std::vector<JobItem>& lines) {
+  int64_t added = 0;
+  TRAINER_RETURN_IF_ERROR(transaction([&]() -> Status {
+    auto n = sqlite::put_job_items(db_, "job_logs", job_id, lines);
+    if (!n.is_ok()) return n.status();
+    added = *n;
+    return Status::ok();
+  }));
+  return added;
+}
+
+Result<std::vector<JobItem>> SqliteStore::job_log_tail(const std::string& job_id, int64_t n) {
+  return locked([&] { return sqlite::job_items_tail(db_, "job_logs", job_id, n); });
 }
 
 // ---- tasks (sqlite_tasks.cpp)

@@ -1,7 +1,7 @@
 // The SQLite Store's class (internal to src/store): one connection, WAL, synchronous=FULL, a
 // migrations table. Its methods live in sqlite_store.cpp (opening, transactions, base models,
 // datasets, workloads, runs and their events and metrics, claims), sqlite_catalog.cpp (snapshots,
-// the model registry, evaluations, comparisons, bundles, lineage) and sqlite_tasks.cpp (the task
+// the model registry, evaluations, comparisons, bundles, lineage) sqlite_jobs.cpp (jobs' posted reports) and sqlite_tasks.cpp (the task
 // table and the change counter, as free functions on the connection).
 #pragma once
 
@@ -111,6 +111,14 @@ class SqliteStore final : public Store {
   // ---- lineage
   Status insert_child(const std::string& run_id, const std::string& parent_id) override;
   Result<ChildPage> run_children(const std::string& parent_id, int64_t limit, int64_t offset) override;
+
+  // ---- jobs' reports (sqlite_jobs.cpp)
+  Result<JobAttemptRow> register_job_attempt(const JobAttemptRow& row) override;
+  Result<std::optional<JobAttemptRow>> get_job_attempt(const std::string& job_id) override;
+  Result<int64_t> put_job_events(const std::string& job_id, const std::vector<JobItem>& items) override;
+  Result<std::vector<JobItem>> job_events(const std::string& job_id, int64_t after, int64_t limit) override;
+  Result<int64_t> put_job_log_lines(const std::string& job_id, const std::vector<JobItem>& lines) override;
+  Result<std::vector<JobItem>> job_log_tail(const std::string& job_id, int64_t n) override;
 
   // ---- tasks (sqlite_tasks.cpp)
   Status insert_task(const TaskRow& row) override;

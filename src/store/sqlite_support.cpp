@@ -129,6 +129,17 @@ CREATE TRIGGER claims_inserted AFTER INSERT ON claims BEGIN UPDATE counters SET 
 CREATE TRIGGER claims_updated AFTER UPDATE ON claims BEGIN UPDATE counters SET value = value + 1 WHERE name = 'changes'; END;
 CREATE TRIGGER claims_deleted AFTER DELETE ON claims BEGIN UPDATE counters SET value = value + 1 WHERE name = 'changes'; END;
 )sql",
+    // 10: jobs report over the API (src/api/routes_jobs.cpp): each attempt's identity and token,
+    // and the events and log lines it posted, keyed by the job's own sequence numbers.
+    R"sql(
+CREATE TABLE job_attempts (
+  job_id TEXT PRIMARY KEY,
+  owner_kind TEXT NOT NULL,
+  owner_id TEXT NOT NULL,
+  token TEXT NOT NULL);
+CREATE TABLE job_events (job_id TEXT NOT NULL, seq INTEGER NOT NULL, doc TEXT NOT NULL, PRIMARY KEY (job_id, seq));
+CREATE TABLE job_logs (job_id TEXT NOT NULL, seq INTEGER NOT NULL, doc TEXT NOT NULL, PRIMARY KEY (job_id, seq));
+)sql",
 };
 
 }  // namespace

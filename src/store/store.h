@@ -96,6 +96,21 @@ struct TaskRow {
   int64_t version = 0;      // grows by one on every write of the row
 };
 
+// A job attempt as the API knows it (src/api/routes_jobs.cpp): the thing it works for and the
+// token its posts must carry. Keyed by job_id.
+struct JobAttemptRow {
+  std::string job_id;      // the attempt's id, e.g. "RUN-2" (TRAINER_JOB_ID)
+  std::string owner_kind;  // what it works for: "run", "evaluation", ...
+  std::string owner_id;    // that thing's id
+  std::string token;       // the secret the job's posts carry (TRAINER_JOB_TOKEN)
+};
+
+// One item a job posted: an event (its JSON text) or a log line, numbered by the job from 1.
+struct JobItem {
+  int64_t seq = 0;
+  std::string text;
+};
+
 // A due time that never comes: the task waits for a change (a request, another task) to wake it.
 inline constexpr double kNeverDue = 1e300;
 
@@ -238,6 +253,21 @@ class Store {
   virtual Status update_task_if_version(const TaskRow& row, int64_t version) = 0;
   // Gives the lease back (the task may be taken by any replica at once); ok when not held.
   virtual Status release_task_lease(const std::string& kind, const std::string& id, const std::string& owner) = 0;
+
+  // ---- jobs' reports over the API: their attempts, and the events and log lines they posted
+  // Records the attempt when its id is new; returns the stored row (an attempt registered before
+  // keeps its token).
+  virtual Result<JobAttemptRow> register_job_attempt(const JobAttemptRow& row) = 0;
+  virtual Result<std::optional<JobAttemptRow>> get_job_attempt(const std::string& job_id) = 0;
+  // Stores the items whose seq the job has not posted before, all or none; returns how many were
+  // new (a repeated seq changes nothing, whatever its text).
+  virtual Result<int64_t> put_job_events(const std::string& job_id, const std::vector<JobItem>& items) = 0;
+  // The job's events with seq > `after`, in seq order, at most `limit`.
+  virtual Result<std::vector<JobItem>> job_events(const std::string& job_id, int64_t after, int64_t limit) = 0;
+  // put_job_events() for the job's log lines.
+  virtual Result<int64_t> put_job_log_lines(const std::string& job_id, const std::vector<JobItem>& lines) = 0;
+  // The job's last `n` log lines, in seq order.
+  virtual Result<std::vector<JobItem>> job_log_tail(const std::string& job_id, int64_t n) = 0;
 
   // ---- lineage: which run a child run (runs branch, runs continue) was started from
   virtual Status insert_child(const std::string& run_id, const std::string& parent_id) = 0;  // already_exists twice

@@ -30,6 +30,8 @@ JobRequest full_request() {
   r.otlp_endpoint = "http://127.0.0.1:9001/otlp";
   r.otlp_interval_ms = 1000;
   r.catalog_url = "http://127.0.0.1:8080";
+  r.job_id = "run-7f3a-2";
+  r.job_token = "t0k";
   r.artifact_root = "s3://bucket/prefix";
   r.store = {.s3_endpoint = "http://127.0.0.1:8333", .region = "us-east-1", .access_key_id = "AK",
              .secret_access_key = "SK", .input_cache = "/cache", .publish_deadline_seconds = 300};
@@ -51,6 +53,8 @@ TEST(JobRequest, TheEnvironmentNamesEveryFieldInItsFixedOrder) {
                  {"TRAINER_OTLP_ENDPOINT", "http://127.0.0.1:9001/otlp"},
                  {"TRAINER_OTLP_INTERVAL_MS", "1000"},
                  {"TRAINER_CATALOG_URL", "http://127.0.0.1:8080"},
+                 {"TRAINER_JOB_ID", "run-7f3a-2"},
+                 {"TRAINER_JOB_TOKEN", "t0k"},
                  {"TRAINER_ARTIFACT_ROOT", "s3://bucket/prefix"},
                  {"TRAINER_S3_ENDPOINT", "http://127.0.0.1:8333"},
                  {"AWS_REGION", "us-east-1"},

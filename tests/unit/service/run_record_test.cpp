@@ -80,7 +80,7 @@ TEST(RunRecord, ADamagedDocumentIsAnErrorNamingTheField) {
       {"/phase", 3, "phase"},
       {"/workload", "w1", "workload"},
       {"/_/devices", "one", "_.devices"},
-      {"/_/job/offset", -1, "_.job.offset"},
+      {"/_/job/offset", -2, "_.job.offset"},
       {"/_/job/eventsPath", nullptr, "_.job.eventsPath"},
       {"/_/jobOutcome", "exploded", "_.jobOutcome"},
       {"/progress", json::array(), "progress"},

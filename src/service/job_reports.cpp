@@ -1,0 +1,91 @@
+// A job's reports over the API (docs/job-protocol.md, "Reporting to trainerd"): each attempt has
+// an id and a token (registered when its job is started, passed as TRAINER_JOB_ID and
+// TRAINER_JOB_TOKEN); its posted events and log lines are stored by (attempt, seq), and the
+// events are read back by read_job_events() (job_event_source.h) when the task kernel steps the
+// attempt's owner.
+#include <fstream>
+
+#include "service/service_state.h"
+
+namespace trainer::service {
+namespace {
+
+// Items one post may carry (a job sends fewer; a bigger batch is refused, not truncated).
+constexpr size_t kMaxItemsPerPost = 5000;
+
+// The items of `body[key]`: [{seq, <field>}], each seq a positive integer, each <field> an
+// object (events) or a string (log lines), kept as text.
+Result<std::vector<store::JobItem>> items_of(const json& body, const char* key, const char* field, bool object) {
+  const std::string where = std::string("body.") + key;
+  if (!body.contains(key) || !body[key].is_array()) return invalid_field(where, "must be an array");
+  const json& list = body[key];
+  if (list.size() > kMaxItemsPerPost) {
+    return invalid_field(where, "has " + std::to_string(list.size()) + " items; at most " +
+                                    std::to_string(kMaxItemsPerPost) + " per post");
+  }
+  std::vector<store::JobItem> items;
+  items.reserve(list.size());
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string at = where + "[" + std::to_string(i) + "]";
+    const json& item = list[i];
+    if (!item.is_object()) return invalid_field(at, "must be an object {seq, " + std::string(field) + "}");
+    if (!item.contains("seq") || !item["seq"].is_number_integer() || item["seq"].get<int64_t>() < 1) {
+      return invalid_field(at + ".seq", "must be a positive integer");
+    }
+    const json& value = item.contains(field) ? item[field] : json();
+    if (object ? !value.is_object() : !value.is_string()) {
+      return invalid_field(at + "." + field, object ? "must be an object (one event)" : "must be a string");
+    }
+    items.push_back({item["seq"].get<int64_t>(), object ? value.dump() : value.get<std::string>()});
+  }
+  return items;
+}
+
+}  // namespace
+
+// A new attempt's token: 32 random bytes from the kernel, as hex.
+std::string new_job_token() {
+  std::ifstream urandom("/dev/urandom", std::ios::binary);
+  unsigned char bytes[32] = {};
+  urandom.read(reinterpret_cast<char*>(bytes), sizeof(bytes));
+  if (!urandom) return random_hex(64);
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char b : bytes) {
+    out += kHex[b >> 4];
+    out += kHex[b & 15];
+  }
+  return out;
+}
+
+Status ServiceImpl::authenticate_job(const std::string& job_id, const std::string& token) {
+  auto attempt = store_->get_job_attempt(job_id);
+  if (!attempt.is_ok()) return attempt.status();
+  if (!attempt->has_value()) return not_found("job attempt " + job_id + ": no such attempt (TRAINER_JOB_ID)");
+  // Compared in full whatever differs first: the time taken says nothing of the token.
+  const std::string& expected = (*attempt)->token;
+  unsigned diff = expected.size() == token.size() && !expected.empty() ? 0u : 1u;
+  for (size_t i = 0; i < token.size() && !expected.empty(); ++i) {
+    diff |= static_cast<unsigned>(token[i] ^ expected[i % expected.size()]);
+  }
+  if (diff != 0) {
+    return invalid_argument("job attempt " + job_id +
+                            ": the token does not match the attempt's (send Authorization: Bearer TRAINER_JOB_TOKEN)");
+  }
+  return Status::ok();
+}
+
+Result<json> ServiceImpl::post_job_events(const std::string& job_id, const json& body) {
+  TRAINER_ASSIGN_OR_RETURN(auto items, items_of(body, "events", "event", true));
+  TRAINER_ASSIGN_OR_RETURN(int64_t stored, store_->put_job_events(job_id, items));
+  if (stored > 0) kernel_->wake();  // the attempt's owner reads them on its next step
+  return json{{"received", items.size()}, {"stored", stored}};
+}
+
+Result<json> ServiceImpl::post_job_logs(const std::string& job_id, const json& body) {
+  TRAINER_ASSIGN_OR_RETURN(auto items, items_of(body, "lines", "text", false));
+  TRAINER_ASSIGN_OR_RETURN(int64_t stored, store_->put_job_log_lines(job_id, items));
+  return json{{"received", items.size()}, {"stored", stored}};
+}
+
+}  // namespace trainer::service

@@ -1,0 +1,100 @@
+"""A Ray run whose job shares no folder with trainerd (issue 23): trainerd's Ray backend with
+`jobFolder` and an S3 artifact store (the session's real SeaweedFS `weed` and real Ray head).
+
+How the job is kept from trainerd's data folder: trainer-job runs through a wrapper (the job
+binary trainerd is given) that enters a private mount namespace (`unshare -m`) and mounts an empty
+tmpfs over trainerd's data folder before it execs the real trainer-job, so the job sees an empty
+folder there. The entrypoint carries the plan; the job works in the node folder `jobFolder`,
+fetches its base model and dataset from the store, publishes its snapshots there, and posts its
+events and log to trainerd's API. trainerd reads no file of the job: the events file it would
+read (in its data folder) never exists, and the run completes with its metrics, log and adapter
+(the final snapshot's storage key) all from the API and the store.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import sqlite3
+
+import pytest
+
+from backend_support import Service
+
+BUCKET = "trainer-ray-unshared"
+ROOT = f"s3://{BUCKET}/cluster"
+
+
+def hiding_wrapper(bin_dir: pathlib.Path, tmp: pathlib.Path, data_dir: pathlib.Path) -> pathlib.Path:
+    """A folder like bin_dir whose trainer-job runs `run` with `data_dir` covered by an empty tmpfs."""
+    wrapped = tmp / "bin"
+    wrapped.mkdir()
+    for name in ("trainerd", "trainer"):
+        (wrapped / name).symlink_to(bin_dir / name)
+    job = wrapped / "trainer-job"
+    job.write_text(f"""#!/bin/sh
+# The job's node: trainerd's data folder is not there. Tools trainerd runs beside itself pass through.
+[ "$1" = run ] || exec {bin_dir / 'trainer-job'} "$@"
+exec unshare -m -- sh -c 'data=$1; real=$2; shift 2
+mount -t tmpfs tmpfs "$data" || exit 1
+echo "node: $data holds $(ls -A "$data" | wc -l) entries" >&2
+exec "$real" "$@"' sh {data_dir} {bin_dir / 'trainer-job'} "$@"
+""")
+    job.chmod(0o755)
+    return wrapped
+
+
+@pytest.fixture(scope="module")
+def unshared(bin_dir, tiny_model, tmp_path_factory, ray_head, s3_server):
+    os.environ["TRAINER_TEST_S3_KEY"] = s3_server.access_key
+    os.environ["TRAINER_TEST_S3_SECRET"] = s3_server.secret_key
+    tmp = tmp_path_factory.mktemp("ray-unshared")
+    wrapped = hiding_wrapper(bin_dir, tmp, tmp / "data")
+    svc = Service(wrapped, tmp, tiny_model, {
+        "compute": {"backend": "ray", "ray": {"address": ray_head.address, "jobFolder": str(tmp / "node-jobs")}},
+        "pools": [{"name": "cpu", "accelerator": "cpu", "declared": 2, "maxClaim": 1}],
+        "artifactStore": {"uri": ROOT, "endpoint": s3_server.endpoint, "accessKeyEnv": "TRAINER_TEST_S3_KEY",
+                          "secretKeyEnv": "TRAINER_TEST_S3_SECRET", "inputCache": str(tmp / "node-cache")},
+    }).ready()
+    yield svc
+    svc.close()
+
+
+def stored(svc: Service, table: str, job_id: str) -> list[tuple[int, str]]:
+    db = sqlite3.connect(str(svc.daemon.data_dir / "state.db"))
+    try:
+        return db.execute(f"SELECT seq, doc FROM {table} WHERE job_id = ? ORDER BY seq", (job_id,)).fetchall()
+    finally:
+        db.close()
+
+
+def test_a_ray_run_whose_job_cannot_see_the_data_folder_completes_over_the_api(unshared):
+    svc = unshared
+    run_id = svc.start(max_steps=3)["runId"]
+    done = svc.wait_phase(run_id, "COMPLETED", timeout=600)
+    assert done["placement"]["backend"] == "ray"
+    job_id = f"{run_id}-1"
+
+    # The job saw an empty folder where trainerd's data is (the wrapper said so before trainer-job
+    # started: in Ray's log of the job, which trainerd fetched from Ray's API when it ended). Its
+    # own log arrived over trainerd's API: its progress lines and its inputs fetched from the store.
+    attempt = svc.daemon.data_dir / "runs" / run_id / "attempt-1"
+    assert f"node: {svc.daemon.data_dir} holds 0 entries" in (attempt / "job.log").read_text(errors="replace")
+    log = [text for _, text in stored(svc, "job_logs", job_id)]
+    assert any(line.startswith("step 3/3") for line in log), log
+    assert any(line.startswith("trainer-job run: baseModel s3://") and "fetched" in line
+               or "reusing the verified copy" in line for line in log), log
+
+    # Its events file is on the node; the one trainerd would read never existed.
+    assert not (attempt / "events.jsonl").exists()
+    assert not (attempt / "output" / "adapter").exists()
+    node_events = (svc.tmp / "node-jobs" / f"trainer-{run_id}-1" / "events.jsonl").read_text().splitlines()
+    posted = stored(svc, "job_events", job_id)
+    assert [seq for seq, _ in posted] == list(range(1, len(node_events) + 1))
+    assert [json.loads(doc) for _, doc in posted] == [json.loads(line) for line in node_events]
+
+    # The metrics arrived, and the adapter is the final snapshot's weights in the store.
+    assert [m["step"] for m in svc.metrics(run_id)] == [1, 2, 3]
+    snapshot = done["latestSnapshot"]["snapshotId"]
+    assert done["adapterPath"] == f"snapshots/{snapshot}/weights"
+    assert done.get("modelId")
