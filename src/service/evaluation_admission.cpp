@@ -40,7 +40,7 @@ Status ServiceImpl::queue_evaluation_locked(json& doc) {
     doc["claim"] = {{"pool", c.pool}, {"devices", c.devices}};
     TRAINER_RETURN_IF_ERROR(store_->put_evaluation(doc));
   }
-  TRAINER_RETURN_IF_ERROR(admit_locked());
+  TRAINER_RETURN_IF_ERROR(capacity_.admit_locked());
   auto claim = evaluation_claim(id);
   if (!claim.is_ok()) return claim.status();
   if (*claim && (*claim)->state == "GRANTED") return launch_evaluation_locked(doc, **claim);
@@ -84,7 +84,7 @@ Status ServiceImpl::show_claim_state(json* doc) {
 
 Status ServiceImpl::release_evaluation_claim_locked(const std::string& id) {
   TRAINER_RETURN_IF_ERROR(store_->delete_claim(id));
-  return admit_locked();
+  return capacity_.admit_locked();
 }
 
 // What an ended evaluation cost: the device time its claim held while its job ran. A CPU
@@ -94,7 +94,7 @@ json ServiceImpl::evaluation_cost(const json& doc, double ended) const {
   const json claim = doc.value("claim", json::object());
   const std::string pool_name = claim.value("pool", std::string());
   const int devices = claim.value("devices", kEvaluationDevices);
-  const PoolConfig* pool = pool_named(pool_name);
+  const PoolConfig* pool = capacity_.pool_named(pool_name);
   const bool gpu = pool && pool->accelerator != "cpu";
   return json{{"seconds", seconds},
               {"pool", pool_name.empty() ? json(nullptr) : json(pool_name)},
@@ -107,7 +107,7 @@ json ServiceImpl::evaluation_cost(const json& doc, double ended) const {
 // CUDA devices (CUDA_VISIBLE_DEVICES), a CPU pool's are slots.
 void ServiceImpl::evaluation_devices(const store::ClaimRow& claim, json* spec,
                                      std::vector<std::pair<std::string, std::string>>* env) const {
-  const PoolConfig* pool = pool_named(claim.pool);
+  const PoolConfig* pool = capacity_.pool_named(claim.pool);
   if (!pool || pool->accelerator == "cpu") return;
   (*spec)["gpus"] = claim.devices;
   std::string visible;
