@@ -9,7 +9,8 @@
 //   capacity.h          Capacity: admission of claims, cost, capacity and /metrics (capacity.cpp,
 //                       admission_glue.cpp)
 //
-// ServiceImpl itself keeps the runs, evaluations and comparisons, each concern in its own file:
+// ServiceImpl itself keeps the runs, evaluations and comparisons, and for now the workloads, the
+// snapshot catalog and the model registry, each concern in its own file:
 //
 //   service.cpp           construction, start/stop, startup steps, info
 //   workloads.cpp         workloads, their evaluation and refs
@@ -19,7 +20,10 @@
 //   tasks/                the task kernel: phase tables, tasks under leases, one driver
 //   job_events.cpp        following a job: its events file, its exit, finalizing
 //   pause.cpp             pause (PAUSING, PAUSED) and resume (a new attempt from the snapshot)
+//   lineage.cpp, sweep.cpp  child runs from a parent's snapshot (branch, continue, sweep) and their views
+//   rollouts.cpp          a reinforcement run's rollouts
 //   snapshots.cpp         the snapshot catalog: the job's reserve and commit callbacks, listing
+//   snapshot_holds.cpp    holds on snapshots (branches, pins, registrations) and retention
 //   evaluations.cpp       evaluations: what is evaluated with what, their record and report
 //   evaluation_admission.cpp  evaluations' claims: admitted like runs, released when they end
 //   score_tables.cpp      a workload's score tables: baseline beside each training configuration
