@@ -1,18 +1,20 @@
 // Admission applied to the store: the claims and quotas read, admission.h decides, the grants
-// written. Called with mu_ held, inside a store transaction.
+// written. Called with the core's mu held, inside a store transaction.
 #include "service/admission.h"
-#include "service/service_state.h"
+#include "service/capacity.h"
 
 namespace trainer::service {
 
-Status ServiceImpl::admit_locked() {
-  auto claims = store_->list_claims();
+Status Capacity::admit_locked() {
+  auto claims = core_.store->list_claims();
   if (!claims.is_ok()) return claims.status();
-  auto workloads = store_->list_workloads();
+  auto workloads = core_.store->list_workloads();
   if (!workloads.is_ok()) return workloads.status();
   AdmissionInput input;
-  input.default_quota = opt_.config.default_workload_quota;
-  for (const auto& p : opt_.config.pools) input.pools[p.name] = AdmissionPool{p.declared, p.max_claim, p.device_ids};
+  input.default_quota = core_.options.config.default_workload_quota;
+  for (const auto& p : core_.options.config.pools) {
+    input.pools[p.name] = AdmissionPool{p.declared, p.max_claim, p.device_ids};
+  }
   for (const auto& w : *workloads) {
     if (w.contains("gpuQuota") && w["gpuQuota"].is_number_integer()) {
       input.quotas[w.value("id", std::string())] = w["gpuQuota"].get<int>();
@@ -28,16 +30,16 @@ Status ServiceImpl::admit_locked() {
   for (const auto& owner : result.granted) {
     store::ClaimRow& c = *by_owner[owner];
     c.state = "GRANTED";
-    c.since = now_rfc3339();
+    c.since = core_.now_rfc3339();
     c.device_ids = result.placed.at(owner);
-    TRAINER_RETURN_IF_ERROR(store_->update_claim(c));
+    TRAINER_RETURN_IF_ERROR(core_.store->update_claim(c));
   }
   // Claims granted before placement existed: their indices, written once.
   for (const auto& [owner, ids] : result.placed) {
     store::ClaimRow& c = *by_owner[owner];
     if (c.state != "GRANTED" || !c.device_ids.empty()) continue;
     c.device_ids = ids;
-    TRAINER_RETURN_IF_ERROR(store_->update_claim(c));
+    TRAINER_RETURN_IF_ERROR(core_.store->update_claim(c));
   }
   return Status::ok();
 }

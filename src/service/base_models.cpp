@@ -8,7 +8,7 @@
 #include <set>
 
 #include "common/sha256.h"
-#include "service/service_state.h"
+#include "service/base_models.h"
 #include "storage/content_hash.h"
 
 namespace trainer::service {
@@ -18,8 +18,11 @@ namespace fs = std::filesystem;
 
 }  // namespace
 
-Result<json> ServiceImpl::list_base_models(bool all) {
-  auto rows = store_->list_base_models();
+BaseModels::BaseModels(ServiceCore& core)
+    : core_(core), tasks_(base_model_phase_table(), [this](tasks::Step& s) { return step_task(s); }) {}
+
+Result<json> BaseModels::list(bool all) {
+  auto rows = core_.store->list_base_models();
   if (!rows.is_ok()) return rows.status();
   json out = json::array();
   std::set<std::string> selected;
@@ -28,20 +31,20 @@ Result<json> ServiceImpl::list_base_models(bool all) {
     out.push_back(m);
   }
   if (all) {
-    for (const auto& a : opt_.config.base_models) {
+    for (const auto& a : core_.options.config.base_models) {
       if (selected.count(a.name)) continue;
-      out.push_back({{"name", a.name}, {"id", base_model_id(a.name)}, {"status", "allowed"}, {"path", a.path}});
+      out.push_back({{"name", a.name}, {"id", id_of(a.name)}, {"status", "allowed"}, {"path", a.path}});
     }
   }
   return json{{"baseModels", out}};
 }
 
-Result<json> ServiceImpl::get_base_model(const std::string& ref) { return resolve_base_model(ref, "name"); }
+Result<json> BaseModels::get(const std::string& ref) { return resolve(ref, "name"); }
 
-Result<json> ServiceImpl::select_base_model(const std::string& name) {
+Result<json> BaseModels::select(const std::string& name) {
   const AllowedBaseModel* allowed = find_allowed(name);
   if (!allowed) return field_status(StatusCode::kNotFound, "name", not_allowed_message(name));
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(core_.mu);
   auto existing = find_selected(allowed->name);
   if (!existing.is_ok()) return existing.status();
   if (existing->has_value() && (**existing)["status"] != "failed") return **existing;
@@ -51,34 +54,34 @@ Result<json> ServiceImpl::select_base_model(const std::string& name) {
                         "the folder of base model '" + allowed->name + "' (" + allowed->path +
                             ") does not exist on this host; ask the operator to fix the deployment configuration");
   }
-  json doc = {{"name", allowed->name}, {"id", base_model_id(allowed->name)}, {"status", "preparing"},
-              {"path", allowed->path}, {"selectedAt", now_rfc3339()},       {"contentHash", nullptr},
+  json doc = {{"name", allowed->name}, {"id", id_of(allowed->name)}, {"status", "preparing"},
+              {"path", allowed->path}, {"selectedAt", core_.now_rfc3339()},       {"contentHash", nullptr},
               {"cachePath", nullptr}};
-  TRAINER_RETURN_IF_ERROR(store_->transaction([&]() -> Status {
-    TRAINER_RETURN_IF_ERROR(store_->put_base_model(doc));
-    return kernel_->enter("base_model", allowed->name, "PREPARING");
+  TRAINER_RETURN_IF_ERROR(core_.store->transaction([&]() -> Status {
+    TRAINER_RETURN_IF_ERROR(core_.store->put_base_model(doc));
+    return core_.kernel->enter("base_model", allowed->name, "PREPARING");
   }));
   return doc;
 }
 
-std::string ServiceImpl::base_model_id(const std::string& name) { return sha256_hex(name).substr(0, 16); }
+std::string BaseModels::id_of(const std::string& name) { return sha256_hex(name).substr(0, 16); }
 
-const AllowedBaseModel* ServiceImpl::find_allowed(const std::string& name) const {
-  for (const auto& a : opt_.config.base_models) {
+const AllowedBaseModel* BaseModels::find_allowed(const std::string& name) const {
+  for (const auto& a : core_.options.config.base_models) {
     if (a.name == name) return &a;
   }
   return nullptr;
 }
 
-std::string ServiceImpl::not_allowed_message(const std::string& name) const {
+std::string BaseModels::not_allowed_message(const std::string& name) const {
   std::string allowed;
-  for (const auto& a : opt_.config.base_models) allowed += (allowed.empty() ? "" : ", ") + a.name;
+  for (const auto& a : core_.options.config.base_models) allowed += (allowed.empty() ? "" : ", ") + a.name;
   return "'" + name + "' is not one of the deployment's base models (allowed: " +
          (allowed.empty() ? "none configured" : allowed) + ")";
 }
 
-Result<std::optional<json>> ServiceImpl::find_selected(const std::string& name) {
-  auto rows = store_->list_base_models();
+Result<std::optional<json>> BaseModels::find_selected(const std::string& name) {
+  auto rows = core_.store->list_base_models();
   if (!rows.is_ok()) return rows.status();
   for (const auto& m : *rows) {
     if (m.value("name", std::string()) == name) return std::optional<json>(m);
@@ -87,8 +90,8 @@ Result<std::optional<json>> ServiceImpl::find_selected(const std::string& name) 
 }
 
 // A selected base model by name, id or unique id prefix.
-Result<json> ServiceImpl::resolve_base_model(const std::string& ref, const std::string& field) {
-  auto rows = store_->list_base_models();
+Result<json> BaseModels::resolve(const std::string& ref, const std::string& field) {
+  auto rows = core_.store->list_base_models();
   if (!rows.is_ok()) return rows.status();
   std::vector<json> prefixed;
   for (const auto& m : *rows) {
@@ -116,57 +119,57 @@ const tasks::PhaseTable& base_model_phase_table() {
 }
 
 // Models a trainerd before the task kernel left preparing get their task.
-Status ServiceImpl::resume_base_models() {
-  auto rows = store_->list_base_models();
+Status BaseModels::resume() {
+  auto rows = core_.store->list_base_models();
   if (!rows.is_ok()) return rows.status();
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(core_.mu);
   for (const auto& m : *rows) {
     if (m.value("status", std::string()) != "preparing") continue;
     const std::string name = m.value("name", std::string());
-    TRAINER_ASSIGN_OR_RETURN(std::optional<store::TaskRow> task, store_->get_task("base_model", name));
-    if (!task) TRAINER_RETURN_IF_ERROR(kernel_->create("base_model", name, "PREPARING"));
+    TRAINER_ASSIGN_OR_RETURN(std::optional<store::TaskRow> task, core_.store->get_task("base_model", name));
+    if (!task) TRAINER_RETURN_IF_ERROR(core_.kernel->create("base_model", name, "PREPARING"));
   }
   return Status::ok();
 }
 
-Status ServiceImpl::step_base_model_task(tasks::Step& step) {
+Status BaseModels::step_task(tasks::Step& step) {
   const std::string name = step.task().id;
   if (auto outcome = step.take_outcome()) {
     const json changes = outcome->is_ok() ? **outcome : json{{"status", "failed"}, {"failure", outcome->status().message()}};
     TRAINER_ASSIGN_OR_RETURN(std::optional<json> current, find_selected(name));
     if (current) {
       current->update(changes);
-      TRAINER_RETURN_IF_ERROR(store_->put_base_model(*current));
-      notify();
+      TRAINER_RETURN_IF_ERROR(core_.store->put_base_model(*current));
+      core_.notify();
     }
-    return kernel_->move("base_model", name, changes.value("status", std::string()) == "ready" ? "READY" : "FAILED");
+    return core_.kernel->move("base_model", name, changes.value("status", std::string()) == "ready" ? "READY" : "FAILED");
   }
-  if (!step.working()) step.launch([this, name] { return prepare_base_model(name); });
+  if (!step.working()) step.launch([this, name] { return prepare(name); });
   return Status::ok();
 }
 
 // Hashes the folder's files, then publishes a copy into the model cache under that hash. Returns
 // the changes to the model's document: ready with its hash and cache path, or failed and why.
-Result<json> ServiceImpl::prepare_base_model(const std::string& name) {
+Result<json> BaseModels::prepare(const std::string& name) {
   const AllowedBaseModel* allowed = find_allowed(name);
   if (!allowed) return json{{"status", "failed"}, {"failure", "no longer in the deployment configuration"}};
   auto hashed = storage::folder_content_hash(allowed->path);
   if (!hashed.is_ok()) return json{{"status", "failed"}, {"failure", hashed.status().message()}};
   const std::string hash = hashed->sha256;
   const std::string key = "models/" + hash;
-  auto cached = storage_->exists(key);
+  auto cached = core_.storage->exists(key);
   if (!cached.is_ok()) {
     return json{{"status", "failed"}, {"failure", "reading the model cache: " + cached.status().message()}};
   }
   if (!*cached) {
-    Status st = storage_->publish(allowed->path, key);
+    Status st = core_.storage->publish(allowed->path, key);
     if (!st.is_ok()) return json{{"status", "failed"}, {"failure", "copying into the model cache: " + st.message()}};
   }
   return json{{"status", "ready"},
               {"contentHash", hash},
               {"sizeBytes", hashed->bytes},
-              {"cachePath", storage_->local_path(key)},
-              {"readyAt", now_rfc3339()}};
+              {"cachePath", core_.storage->local_path(key)},
+              {"readyAt", core_.now_rfc3339()}};
 }
 
 }  // namespace trainer::service

@@ -6,7 +6,8 @@
 #include <regex>
 
 #include "common/sha256.h"
-#include "service/service_state.h"
+#include "plan/plan.h"
+#include "service/bundles.h"
 #include "storage/storage.h"
 
 namespace trainer::service {
@@ -117,7 +118,7 @@ std::string version_list(const std::vector<json>& versions) {
 
 }  // namespace
 
-Result<std::pair<json, bool>> ServiceImpl::register_bundle(const json& body) {
+Result<std::pair<json, bool>> Bundles::register_version(const json& body) {
   if (!body.is_object()) return invalid_field("body", "must be a JSON object {name, files}");
   for (const auto& [k, v] : body.items()) {
     if (k != "name" && k != "files") return invalid_field(k, "unknown field; a registration takes name and files");
@@ -127,12 +128,12 @@ Result<std::pair<json, bool>> ServiceImpl::register_bundle(const json& body) {
   TRAINER_RETURN_IF_ERROR(check_bundle_name(name));
   TRAINER_ASSIGN_OR_RETURN(std::vector<BundleFile> files, read_files(body));
   const std::string sha = content_sha(files);
-  const fs::path folder = fs::path(opt_.data_dir) / "bundles" / sha;
+  const fs::path folder = fs::path(core_.options.data_dir) / "bundles" / sha;
   int64_t bytes = 0;
   for (const auto& f : files) bytes += static_cast<int64_t>(f.content.size());
 
-  std::lock_guard<std::mutex> lock(mu_);
-  TRAINER_ASSIGN_OR_RETURN(std::vector<json> all, store_->list_bundle_versions());
+  std::lock_guard<std::mutex> lock(core_.mu);
+  TRAINER_ASSIGN_OR_RETURN(std::vector<json> all, core_.store->list_bundle_versions());
   int64_t latest = 0;
   for (const auto& v : all) {
     if (v.value("name", std::string()) != name) continue;
@@ -147,21 +148,21 @@ Result<std::pair<json, bool>> ServiceImpl::register_bundle(const json& body) {
               {"path", folder.string()},
               {"files", static_cast<int64_t>(files.size())},
               {"bytes", bytes},
-              {"createdAt", now_rfc3339()}};
-  TRAINER_RETURN_IF_ERROR(store_->insert_bundle_version(doc));
+              {"createdAt", core_.now_rfc3339()}};
+  TRAINER_RETURN_IF_ERROR(core_.store->insert_bundle_version(doc));
   return std::make_pair(doc, true);
 }
 
-Result<json> ServiceImpl::list_bundles() {
-  TRAINER_ASSIGN_OR_RETURN(std::vector<json> all, store_->list_bundle_versions());
+Result<json> Bundles::list() {
+  TRAINER_ASSIGN_OR_RETURN(std::vector<json> all, core_.store->list_bundle_versions());
   return json{{"bundles", all}};
 }
 
-Result<json> ServiceImpl::get_bundle(const std::string& ref) { return resolve_bundle(ref, "bundle"); }
+Result<json> Bundles::get(const std::string& ref) { return resolve(ref, "bundle"); }
 
-Result<json> ServiceImpl::resolve_bundle(const std::string& ref, const std::string& field) {
+Result<json> Bundles::resolve(const std::string& ref, const std::string& field) {
   if (ref.empty()) return invalid_field(field, "must not be empty");
-  TRAINER_ASSIGN_OR_RETURN(std::vector<json> all, store_->list_bundle_versions());
+  TRAINER_ASSIGN_OR_RETURN(std::vector<json> all, core_.store->list_bundle_versions());
   // NAME or NAME:VERSION.
   std::string name = ref;
   std::optional<int64_t> version;
@@ -215,7 +216,7 @@ Result<json> ServiceImpl::resolve_bundle(const std::string& ref, const std::stri
                           "); register it first (trainer bundles register FOLDER --name NAME)");
 }
 
-Result<std::string> ServiceImpl::resolve_bundle_kind(const std::string& kind, const std::string& field) {
+Result<std::string> Bundles::resolve_kind(const std::string& kind, const std::string& field) {
   if (plan::term_kind(kind) != plan::TermKind::kBundle) return kind;
   const plan::ScoringFunction f = *plan::scoring_function(kind);
   if (f.path.empty() || f.path.front() == '/') return kind;  // a path on trainerd's host (check_reward_terms)
@@ -223,16 +224,16 @@ Result<std::string> ServiceImpl::resolve_bundle_kind(const std::string& kind, co
     return invalid_field(field, "'" + kind + "': a registered bundle is named with its module, "
                                              "bundle:NAME[:VERSION]#MODULE[:FUNCTION]");
   }
-  TRAINER_ASSIGN_OR_RETURN(json version, resolve_bundle(f.path, field));
+  TRAINER_ASSIGN_OR_RETURN(json version, resolve(f.path, field));
   // The label is the same in both forms (bundle:MODULE[:FUNCTION]).
   return "bundle:" + version.value("path", std::string()) + "#" + f.module +
          (f.function == plan::kDefaultScoringFunction ? "" : ":" + f.function);
 }
 
-Status ServiceImpl::resolve_bundle_terms(plan::Plan& p) {
+Status Bundles::resolve_terms(plan::Plan& p) {
   for (size_t i = 0; i < p.config.rewardTerms.size(); ++i) {
     plan::RewardTermSpec& t = p.config.rewardTerms[i];
-    TRAINER_ASSIGN_OR_RETURN(t.kind, resolve_bundle_kind(t.kind, "config.reward.terms[" + std::to_string(i) + "].kind"));
+    TRAINER_ASSIGN_OR_RETURN(t.kind, resolve_kind(t.kind, "config.reward.terms[" + std::to_string(i) + "].kind"));
   }
   return Status::ok();
 }

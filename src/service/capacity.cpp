@@ -8,13 +8,13 @@
 #include <sstream>
 
 #include "service/admission.h"
-#include "service/service_state.h"
+#include "service/capacity.h"
 #include "telemetry/instruments.h"
 
 namespace trainer::service {
 
-const PoolConfig* ServiceImpl::pool_named(const std::string& name) const {
-  for (const auto& p : opt_.config.pools) {
+const PoolConfig* Capacity::pool_named(const std::string& name) const {
+  for (const auto& p : core_.options.config.pools) {
     if (p.name == name) return &p;
   }
   return nullptr;
@@ -96,19 +96,19 @@ std::string what_the_service_knows(const RunRecord& run, const std::string& prof
 // cost.gpu.time is "GPU compute time": the devices of a GPU pool's claim, from the job's start,
 // estimated from timestamps (gpu.derived=true). A CPU pool's device-seconds are not GPU time
 // and count nowhere in it. Called on every driver tick while the job runs, and when it ends.
-void ServiceImpl::publish_gpu_time(const RunRecord& run, double upto) {
+void Capacity::publish_gpu_time(const RunRecord& run, double upto) {
   if (!run.job || run.job->ended_at) return;
   const PoolConfig* pool = pool_named(run.pool);
   if (!pool || pool->accelerator == "cpu") return;
   const double total = std::max(0.0, upto - run.job->started_at) * run.devices;
   double& done = gpu_published_[attempt_key(run)];
   if (total <= done) return;
-  metrics_.gpu_time(run.workload_name, pool->accelerator, total - done);
+  core_.metrics.gpu_time(run.workload_name, pool->accelerator, total - done);
   done = total;
 }
 
 // Moves the time of an ended job into the run's cost, and tells the relay the run ended.
-void ServiceImpl::settle_cost(RunRecord& run, double t) {
+void Capacity::settle_cost(RunRecord& run, double t) {
   if (run.job && !run.job->ended_at) {
     const double end = run.job->end_guess.value_or(t);
     const double seconds = std::max(0.0, end - run.job->started_at) * run.devices;
@@ -117,9 +117,9 @@ void ServiceImpl::settle_cost(RunRecord& run, double t) {
     run.job->ended_at = end;
     run.accumulated_seconds += seconds;
     // With the embedded relay, a job that never pushed still leaves its series on /metrics.
-    if (opt_.config.telemetry.otlp_endpoint.empty() && !relay_.holds(run.id, run.attempt)) {
+    if (core_.options.config.telemetry.otlp_endpoint.empty() && !core_.relay.holds(run.id, run.attempt)) {
       const PoolConfig* pool = pool_named(run.pool);
-      Status st = relay_.ingest(what_the_service_knows(run, pool ? pool->accelerator : ""), t);
+      Status st = core_.relay.ingest(what_the_service_knows(run, pool ? pool->accelerator : ""), t);
       if (!st.is_ok()) {
         std::fprintf(stderr, "trainerd: run %s: its job's series could not be published: %s\n", run.id.c_str(),
                      st.describe().c_str());
@@ -127,17 +127,17 @@ void ServiceImpl::settle_cost(RunRecord& run, double t) {
     }
   }
   run.view["cost"] = {{"gpuSeconds", run.accumulated_seconds}, {"estimated", false}};
-  relay_.run_ended(run.id, run.attempt, t);
+  core_.relay.run_ended(run.id, run.attempt, t);
 }
 
-void ServiceImpl::read_capacity() {
-  auto devices = backend_->observed_devices();
+void Capacity::read() {
+  auto devices = core_.backend->observed_devices();
   std::lock_guard<std::mutex> lock(observed_mu_);
   observed_ = devices;
   observed_read_ = true;
 }
 
-int ServiceImpl::observed_for(const PoolConfig& p, const std::map<std::string, int>& observed) {
+int Capacity::observed_for(const PoolConfig& p, const std::map<std::string, int>& observed) {
   if (p.accelerator == "cpu") {
     auto it = observed.find("cpu");
     return it == observed.end() ? 0 : it->second;
@@ -150,10 +150,10 @@ int ServiceImpl::observed_for(const PoolConfig& p, const std::map<std::string, i
   return n;
 }
 
-Result<json> ServiceImpl::capacity() {
-  auto claims = store_->list_claims();
+Result<json> Capacity::report() {
+  auto claims = core_.store->list_claims();
   if (!claims.is_ok()) return claims.status();
-  auto workloads = store_->list_workloads();
+  auto workloads = core_.store->list_workloads();
   if (!workloads.is_ok()) return workloads.status();
   std::map<std::string, std::string> names;
   for (const auto& w : *workloads) names[w.value("id", std::string())] = w.value("name", std::string());
@@ -165,7 +165,7 @@ Result<json> ServiceImpl::capacity() {
     read = observed_read_;
   }
   json pools = json::array();
-  for (const auto& p : opt_.config.pools) {
+  for (const auto& p : core_.options.config.pools) {
     int granted = 0, queued = 0;
     std::set<int> held;
     for (const auto& c : *claims) {
@@ -249,19 +249,21 @@ std::string without_families(const std::string& text, const std::set<std::string
 
 }  // namespace
 
-std::string ServiceImpl::metrics_text() {
+std::string Capacity::metrics_text() {
   refresh_gauges();
-  std::string own = metrics_.render();
-  const std::string jobs = relay_.render_prometheus(now());
+  std::string own = core_.metrics.render();
+  const std::string jobs = core_.relay.render_prometheus(core_.now());
   if (!jobs.empty()) own += without_families(jobs, family_names(own));
   return own;
 }
 
-Status ServiceImpl::ingest_job_metrics(std::string_view otlp_json) { return relay_.ingest(otlp_json, now()); }
+Status Capacity::ingest_job_metrics(std::string_view otlp_json) {
+  return core_.relay.ingest(otlp_json, core_.now());
+}
 
-void ServiceImpl::refresh_gauges() {
-  auto claims = store_->list_claims();
-  auto workloads = store_->list_workloads();
+void Capacity::refresh_gauges() {
+  auto claims = core_.store->list_claims();
+  auto workloads = core_.store->list_workloads();
   if (!claims.is_ok() || !workloads.is_ok()) return;
   std::map<std::string, int> observed;
   bool read;
@@ -271,7 +273,7 @@ void ServiceImpl::refresh_gauges() {
     read = observed_read_;
   }
   std::vector<PoolGauge> pools;
-  for (const auto& p : opt_.config.pools) {
+  for (const auto& p : core_.options.config.pools) {
     PoolGauge g;
     g.accelerator = p.accelerator;
     g.serving = p.serving;
@@ -289,7 +291,7 @@ void ServiceImpl::refresh_gauges() {
     }
     pools.push_back(g);
   }
-  metrics_.set_pools(pools);
+  core_.metrics.set_pools(pools);
   std::vector<WorkloadGauge> wg;
   for (const auto& w : *workloads) {
     WorkloadGauge g;
@@ -301,7 +303,7 @@ void ServiceImpl::refresh_gauges() {
     }
     wg.push_back(g);
   }
-  metrics_.set_workloads(wg);
+  core_.metrics.set_workloads(wg);
   std::map<Phase, int> active;
   for (int i = 0; i < kPhaseCount; ++i) {
     Phase p = phase_at(i);
@@ -309,11 +311,11 @@ void ServiceImpl::refresh_gauges() {
     store::RunFilter f;
     f.phases = {phase_name(p)};
     f.limit = 0;
-    auto page = store_->list_run_rows(f);
+    auto page = core_.store->list_run_rows(f);
     if (!page.is_ok()) return;
     active[p] = static_cast<int>(page->total);
   }
-  metrics_.set_runs_active(active);
+  core_.metrics.set_runs_active(active);
 }
 
 }  // namespace trainer::service

@@ -245,7 +245,7 @@ Result<std::pair<json, bool>> ServiceImpl::create_comparison(const json& body) {
     return std::make_pair(present_comparison(**existing), false);
   }
 
-  auto dataset = resolve_dataset(dataset_ref, "dataset");
+  auto dataset = datasets_.resolve(dataset_ref, "dataset");
   if (!dataset.is_ok()) return dataset.status();
 
   // The grader: named, else the source workload's, else json-label-match.

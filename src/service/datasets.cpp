@@ -5,7 +5,7 @@
 #include "common/json_parse.h"
 #include "common/sha256.h"
 #include "dataset/validator.h"
-#include "service/service_state.h"
+#include "service/datasets.h"
 
 namespace trainer::service {
 namespace {
@@ -27,9 +27,9 @@ Status check_dataset_name(const std::string& name) {
 
 }  // namespace
 
-std::string ServiceImpl::dataset_key(const std::string& hash) { return "datasets/" + hash + ".jsonl"; }
+std::string Datasets::key_of(const std::string& hash) { return "datasets/" + hash + ".jsonl"; }
 
-Result<std::pair<json, bool>> ServiceImpl::register_dataset(const std::optional<std::string>& name,
+Result<std::pair<json, bool>> Datasets::register_rows(const std::optional<std::string>& name,
                                                             const std::string& rows) {
   if (name) TRAINER_RETURN_IF_ERROR(check_dataset_name(*name));
   dataset::Validation checked = dataset::validate_jsonl(rows);
@@ -37,17 +37,17 @@ Result<std::pair<json, bool>> ServiceImpl::register_dataset(const std::optional<
   std::string text;
   for (const auto& r : checked.rows) text += r + "\n";
   const std::string hash = sha256_hex(text);
-  const std::string key = dataset_key(hash);
-  std::lock_guard<std::mutex> lock(mu_);
-  auto existing = store_->get_dataset(hash);
+  const std::string key = key_of(hash);
+  std::lock_guard<std::mutex> lock(core_.mu);
+  auto existing = core_.store->get_dataset(hash);
   if (!existing.is_ok()) return existing.status();
   if (!existing->has_value()) {
     // The bytes first: a committed row always has its file.
-    TRAINER_RETURN_IF_ERROR(storage_->put(key, text));
+    TRAINER_RETURN_IF_ERROR(core_.storage->put(key, text));
   }
   std::optional<std::string> moved_from;
   if (name) {
-    auto before = store_->get_alias(*name);
+    auto before = core_.store->get_alias(*name);
     if (!before.is_ok()) return before.status();
     if (before->has_value() && **before != hash) moved_from = **before;
   }
@@ -55,48 +55,48 @@ Result<std::pair<json, bool>> ServiceImpl::register_dataset(const std::optional<
   json doc = {{"hash", hash},
               {"rows", static_cast<int64_t>(checked.rows.size())},
               {"bytes", static_cast<int64_t>(text.size())},
-              {"createdAt", now_rfc3339()},
-              {"path", storage_->local_path(key)}};
-  Status st = store_->transaction([&]() -> Status {
-    auto ins = store_->insert_dataset(doc);
+              {"createdAt", core_.now_rfc3339()},
+              {"path", core_.storage->local_path(key)}};
+  Status st = core_.store->transaction([&]() -> Status {
+    auto ins = core_.store->insert_dataset(doc);
     if (!ins.is_ok()) return ins.status();
     created = *ins;
-    if (name) TRAINER_RETURN_IF_ERROR(store_->set_alias(*name, hash));
+    if (name) TRAINER_RETURN_IF_ERROR(core_.store->set_alias(*name, hash));
     return Status::ok();
   });
   if (!st.is_ok()) return st;
-  auto stored = store_->get_dataset(hash);
+  auto stored = core_.store->get_dataset(hash);
   if (!stored.is_ok()) return stored.status();
   if (!stored->has_value()) return internal_error("dataset " + hash + " vanished after it was registered");
-  auto out = present_dataset(**stored);
+  auto out = present(**stored);
   if (!out.is_ok()) return out.status();
   if (moved_from) (*out)["movedFrom"] = *moved_from;
   return std::make_pair(*out, created);
 }
 
-Result<json> ServiceImpl::list_datasets() {
-  auto rows = store_->list_datasets();
+Result<json> Datasets::list() {
+  auto rows = core_.store->list_datasets();
   if (!rows.is_ok()) return rows.status();
   json out = json::array();
   for (const auto& d : *rows) {
-    auto p = present_dataset(d);
+    auto p = present(d);
     if (!p.is_ok()) return p.status();
     out.push_back(*p);
   }
   return json{{"datasets", out}};
 }
 
-Result<json> ServiceImpl::get_dataset(const std::string& ref) {
-  auto d = resolve_dataset(ref, "dataset");
+Result<json> Datasets::get(const std::string& ref) {
+  auto d = resolve(ref, "dataset");
   if (!d.is_ok()) return d.status();
-  return present_dataset(*d);
+  return present(*d);
 }
 
-Result<json> ServiceImpl::measure_dataset(const std::string& ref, const std::string& base_model,
+Result<json> Datasets::measure(const std::string& ref, const std::string& base_model,
                                           std::optional<int> max_seq_length) {
-  auto d = resolve_dataset(ref, "dataset");
+  auto d = resolve(ref, "dataset");
   if (!d.is_ok()) return d.status();
-  auto m = resolve_base_model(base_model, "baseModel");
+  auto m = base_models_.resolve(base_model, "baseModel");
   if (!m.is_ok()) return m.status();
   if ((*m)["status"] != "ready") {
     return field_status(StatusCode::kFailedPrecondition, "baseModel",
@@ -106,7 +106,7 @@ Result<json> ServiceImpl::measure_dataset(const std::string& ref, const std::str
   return measure_cached(*d, *m, max_seq_length);
 }
 
-Result<json> ServiceImpl::measure_cached(const json& dataset, const json& model, std::optional<int> max_seq_length) {
+Result<json> Datasets::measure_cached(const json& dataset, const json& model, std::optional<int> max_seq_length) {
   const std::string model_path = model.value("cachePath", std::string());
   const std::string key = dataset.value("hash", std::string()) + '\n' + model_path + '\n' +
                           (max_seq_length ? std::to_string(*max_seq_length) : std::string("-"));
@@ -136,7 +136,7 @@ Result<json> ServiceImpl::measure_cached(const json& dataset, const json& model,
     args.push_back("--max-seq-length");
     args.push_back(std::to_string(*max_seq_length));
   }
-  auto out = backend_->run_tool(args, 120);
+  auto out = core_.backend->run_tool(args, 120);
   if (!out.is_ok()) {
     remember({{"_failedUntil", real_now + 60},
               {"_code", static_cast<int>(out.status().code())},
@@ -151,8 +151,8 @@ Result<json> ServiceImpl::measure_cached(const json& dataset, const json& model,
   return *result;
 }
 
-Result<json> ServiceImpl::present_dataset(const json& d) {
-  auto names = store_->aliases_of(d.value("hash", std::string()));
+Result<json> Datasets::present(const json& d) {
+  auto names = core_.store->aliases_of(d.value("hash", std::string()));
   if (!names.is_ok()) return names.status();
   json out = json::object();
   for (const auto& [k, v] : d.items()) {
@@ -165,16 +165,16 @@ Result<json> ServiceImpl::present_dataset(const json& d) {
 }
 
 // A dataset by alias, full hash or unique hash prefix.
-Result<json> ServiceImpl::resolve_dataset(const std::string& ref, const std::string& field) {
+Result<json> Datasets::resolve(const std::string& ref, const std::string& field) {
   if (ref.empty()) return invalid_field(field, "must not be empty");
-  auto alias = store_->get_alias(ref);
+  auto alias = core_.store->get_alias(ref);
   if (!alias.is_ok()) return alias.status();
   std::string hash = alias->value_or(ref);
-  auto d = store_->get_dataset(hash);
+  auto d = core_.store->get_dataset(hash);
   if (!d.is_ok()) return d.status();
   if (d->has_value()) return **d;
   if (is_hex(ref) && ref.size() >= 4) {
-    auto matches = store_->datasets_with_prefix(ref);
+    auto matches = core_.store->datasets_with_prefix(ref);
     if (!matches.is_ok()) return matches.status();
     if (matches->size() == 1) return matches->front();
     if (matches->size() > 1) {

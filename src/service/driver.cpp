@@ -44,7 +44,7 @@ Result<std::vector<ServiceImpl::OpenRun>> ServiceImpl::open_runs() {
 void ServiceImpl::drive_once() {
   std::lock_guard<std::mutex> lock(mu_);
   kernel_->drive_once();  // every due task, each in its own transaction
-  Status st = store_->transaction([&]() -> Status { return admit_locked(); });
+  Status st = store_->transaction([&]() -> Status { return capacity_.admit_locked(); });
   if (!st.is_ok()) std::fprintf(stderr, "trainerd: admission: %s\n", st.to_string().c_str());
 }
 
@@ -94,7 +94,7 @@ Status ServiceImpl::fail_unreadable_run_locked(const OpenRun& row, const Status&
                                                             {"failureReason", *run.failure_reason}})
                               .status());
   notify();
-  return admit_locked();
+  return capacity_.admit_locked();
 }
 
 Status ServiceImpl::step_run(RunRecord& run) {
@@ -141,7 +141,7 @@ Status ServiceImpl::step_run(RunRecord& run) {
 }
 
 Status ServiceImpl::after_dataset(RunRecord& run) {
-  auto m = find_selected(run.base_model);
+  auto m = base_models_.find_selected(run.base_model);
   if (!m.is_ok()) return m.status();
   if (!m->has_value()) return fail(run, "the base model " + run.base_model + " is no longer selected");
   const json& model = **m;
@@ -203,7 +203,7 @@ Status ServiceImpl::claim_devices(RunRecord& run) {
   auto existing = claims_by_owner();
   if (!existing.is_ok()) return existing.status();
   if (!existing->count(c.owner)) TRAINER_RETURN_IF_ERROR(store_->insert_claim(c));
-  TRAINER_RETURN_IF_ERROR(admit_locked());
+  TRAINER_RETURN_IF_ERROR(capacity_.admit_locked());
   auto after = claims_by_owner();
   if (!after.is_ok()) return after.status();
   if ((*after)[c.owner].state == "GRANTED") return transition(run, Phase::kSubmitting);
@@ -219,7 +219,7 @@ backend::JobSpec ServiceImpl::job_spec(const RunRecord& run) const {
   spec.identity.method = run.method;
   spec.identity.base_model = run.base_model;
   spec.identity.base_model_sha = run.base_model_sha.value_or("");
-  const PoolConfig* pool = pool_named(run.pool);
+  const PoolConfig* pool = capacity_.pool_named(run.pool);
   spec.identity.profile = pool ? pool->accelerator : "";
   spec.otlp_endpoint =
       opt_.config.telemetry.otlp_endpoint.empty() ? job_otlp_endpoint_ : opt_.config.telemetry.otlp_endpoint;
@@ -329,7 +329,7 @@ Status ServiceImpl::finish(RunRecord& run, Phase terminal) {
   const double t = now();
   TRAINER_RETURN_IF_ERROR(store_->delete_claim(run.id));
   TRAINER_RETURN_IF_ERROR(release_branch_hold(run));  // a child gives its source snapshot back
-  settle_cost(run, t);
+  capacity_.settle_cost(run, t);
   const std::string outcome = terminal == Phase::kCompleted ? "COMPLETED"
                               : terminal == Phase::kFailed  ? "FAILED"
                                                             : "CANCELLED";
@@ -345,7 +345,7 @@ Status ServiceImpl::finish(RunRecord& run, Phase terminal) {
                                                                                   : json(nullptr)}})
                               .status());
   metrics_.run_ended(terminal, upper(run.method), t - run.created_at);
-  return admit_locked();
+  return capacity_.admit_locked();
 }
 
 Status ServiceImpl::fail(RunRecord& run, const std::string& reason) {

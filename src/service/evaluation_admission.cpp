@@ -42,7 +42,7 @@ Status ServiceImpl::claim_evaluation_locked(json& doc) {
     doc["claim"] = {{"pool", c.pool}, {"devices", c.devices}};
     TRAINER_RETURN_IF_ERROR(store_->put_evaluation(doc));
   }
-  return admit_locked();
+  return capacity_.admit_locked();
 }
 
 // An open evaluation's claim as admission sees it now: {pool, devices, state, since}.
@@ -62,7 +62,7 @@ Status ServiceImpl::show_claim_state(json* doc) {
 
 Status ServiceImpl::release_evaluation_claim_locked(const std::string& id) {
   TRAINER_RETURN_IF_ERROR(store_->delete_claim(id));
-  return admit_locked();
+  return capacity_.admit_locked();
 }
 
 // What an ended evaluation cost: the device time its claim held while its job ran. A CPU
@@ -72,7 +72,7 @@ json ServiceImpl::evaluation_cost(const json& doc, double ended) const {
   const json claim = doc.value("claim", json::object());
   const std::string pool_name = claim.value("pool", std::string());
   const int devices = claim.value("devices", kEvaluationDevices);
-  const PoolConfig* pool = pool_named(pool_name);
+  const PoolConfig* pool = capacity_.pool_named(pool_name);
   const bool gpu = pool && pool->accelerator != "cpu";
   return json{{"seconds", seconds},
               {"pool", pool_name.empty() ? json(nullptr) : json(pool_name)},
@@ -88,7 +88,7 @@ backend::JobSpec ServiceImpl::evaluation_job_spec(const json& doc, const store::
                                                   json* spec) const {
   const std::string id = doc["evaluationId"].get<std::string>();
   const std::filesystem::path dir = evaluation_dir(id);
-  const PoolConfig* pool = pool_named(claim.pool);
+  const PoolConfig* pool = capacity_.pool_named(claim.pool);
   const bool gpu_pool = pool && pool->accelerator != "cpu";
   backend::JobSpec job;
   job.kind = protocol::JobKind::kEvaluate;

@@ -95,7 +95,7 @@ Result<json> ServiceImpl::resolve_evaluated_model(const std::string& ref) {
     }
     if (run.status().code() != StatusCode::kNotFound) return run.status();
   }
-  auto m = resolve_base_model(ref, "model");
+  auto m = base_models_.resolve(ref, "model");
   if (!m.is_ok()) {
     return field_status(StatusCode::kNotFound, "model",
                         "'" + ref + "' is neither a completed run's id nor a selected base model's name");
@@ -118,7 +118,7 @@ Result<json> ServiceImpl::evaluated_registered_model(const std::string& ref, con
                             "; only a REGISTERED model can be evaluated (trainer trained-models get " + id + ")");
   }
   const std::string base_name = model.value("baseModel", json::object()).value("name", std::string());
-  auto base = resolve_base_model(base_name, "model");
+  auto base = base_models_.resolve(base_name, "model");
   if (!base.is_ok() || base->value("status", std::string()) != "ready") {
     return field_status(StatusCode::kFailedPrecondition, "model",
                         "model " + id + "'s base model '" + base_name + "' is not selected and ready; select it first");
@@ -223,7 +223,7 @@ Result<json> ServiceImpl::start_evaluation_locked(const json& body) {
   if (dataset_ref.empty()) {
     return invalid_field("dataset", "is required (the workload names no evaluation dataset; `trainer workloads set-evaluation` sets one)");
   }
-  auto dataset = resolve_dataset(dataset_ref, "dataset");
+  auto dataset = datasets_.resolve(dataset_ref, "dataset");
   if (!dataset.is_ok()) return dataset.status();
 
   // The grader: named, else the workload's (with its judge instructions), else json-label-match.
@@ -240,7 +240,7 @@ Result<json> ServiceImpl::start_evaluation_locked(const json& body) {
   }
   if (grader_kind.empty()) grader_kind = kDefaultGrader;
   // A registered bundle is resolved now: the evaluation grades with the version named today.
-  TRAINER_ASSIGN_OR_RETURN(grader_kind, resolve_bundle_kind(grader_kind, "grader"));
+  TRAINER_ASSIGN_OR_RETURN(grader_kind, bundles_.resolve_kind(grader_kind, "grader"));
   json term = {{"kind", grader_kind}};
   if (!instructions.empty()) term["graderInstructions"] = instructions;
   auto spec = plan::parse_reward_term(term, "grader");
@@ -291,7 +291,7 @@ Status ServiceImpl::launch_evaluation_locked(json& doc, const store::ClaimRow& c
       term["judge"] = judge_endpoint_json(*j);
     }
   }
-  auto dataset = resolve_dataset(doc["dataset"]["hash"].get<std::string>(), "dataset");
+  auto dataset = datasets_.resolve(doc["dataset"]["hash"].get<std::string>(), "dataset");
   if (!dataset.is_ok()) return dataset.status();
   json spec = {{"baseModel", doc["model"]["baseModelPath"]},
                {"dataset", dataset->value("path", std::string())},

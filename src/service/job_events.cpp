@@ -27,7 +27,7 @@ Status ServiceImpl::follow_job(RunRecord& run) {
   TRAINER_RETURN_IF_ERROR(read_events(run, status.state != backend::JobState::kRunning));
   const Phase phase = run.phase;
   if (status.state == backend::JobState::kRunning) {
-    publish_gpu_time(run, now());
+    capacity_.publish_gpu_time(run, now());
     if (run.cancel_requested) {
       if (!run.stop_sent_at) {
         run.stop_sent_at = now();

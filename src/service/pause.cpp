@@ -125,7 +125,7 @@ Status ServiceImpl::step_pausing(RunRecord& run) {
   backend::JobStatus status = backend_->poll(run.job->handle);
   TRAINER_RETURN_IF_ERROR(read_events(run, status.state != backend::JobState::kRunning));
   if (status.state == backend::JobState::kRunning) {
-    publish_gpu_time(run, now());
+    capacity_.publish_gpu_time(run, now());
     TRAINER_RETURN_IF_ERROR(signal_pause(run));
     if (now() - accepted > opt_.config.limits.pause_deadline_seconds) {
       if (!run.kill_sent) {
@@ -194,7 +194,7 @@ Status ServiceImpl::finish_pause(RunRecord& run, std::optional<telemetry::Servic
   const auto policy = policy_of(pause);
   const double t = now();
   TRAINER_RETURN_IF_ERROR(store_->delete_claim(run.id));
-  settle_cost(run, t);
+  capacity_.settle_cost(run, t);
   pause["resourcesReleased"] = true;
   pause["releasedAt"] = rfc3339(t);
   pause["state"] = failed ? "pausedAfterFailedSave" : "paused";
@@ -207,7 +207,7 @@ Status ServiceImpl::finish_pause(RunRecord& run, std::optional<telemetry::Servic
                              t - pause.value("acceptedAt", t), std::nullopt, policy);
   }
   TRAINER_RETURN_IF_ERROR(transition(run, Phase::kPaused));
-  return admit_locked();
+  return capacity_.admit_locked();
 }
 
 Result<json> ServiceImpl::resume_run(const std::string& ref) {

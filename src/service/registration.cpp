@@ -114,7 +114,7 @@ Result<std::pair<json, bool>> ServiceImpl::start_registration_locked(json snapsh
     return std::make_pair(doc, false);
   }
   json base = {{"name", run.base_model}, {"id", nullptr}, {"contentHash", run.base_model_sha ? json(*run.base_model_sha) : json(nullptr)}};
-  if (auto b = resolve_base_model(run.base_model, "baseModel"); b.is_ok()) base["id"] = (*b)["id"];
+  if (auto b = base_models_.resolve(run.base_model, "baseModel"); b.is_ok()) base["id"] = (*b)["id"];
   json workload = {{"id", run.workload_id}, {"name", run.workload_name}};
   if (auto w = store_->get_workload(run.workload_id); w.is_ok() && w->has_value()) workload["name"] = (**w)["name"];
   const json step = snapshot.value("savedStep", json(nullptr));

@@ -181,11 +181,7 @@ Result<json> ServiceImpl::run_events(const std::string& ref, int64_t after, std:
   const std::string id = r->id;
   auto deadline = std::chrono::steady_clock::now() + wait;
   while (true) {
-    uint64_t version;
-    {
-      std::lock_guard<std::mutex> lock(events_mu_);
-      version = events_version_;
-    }
+    const uint64_t version = core_.change_version();
     auto events = store_->run_events(id, after, 1000);
     if (!events.is_ok()) return events.status();
     if (!events->empty() || std::chrono::steady_clock::now() >= deadline || stopping_) {
@@ -193,27 +189,11 @@ Result<json> ServiceImpl::run_events(const std::string& ref, int64_t after, std:
       if (!run.is_ok()) return run.status();
       return json{{"events", *events}, {"run", present_run(*run)}};
     }
-    std::unique_lock<std::mutex> lock(events_mu_);
-    events_cv_.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(1)),
-                          [&] { return events_version_ != version; });
+    core_.wait_for_change(version, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(1)));
   }
 }
 
-void ServiceImpl::subscribe_run_changes(std::function<void()> on_change) {
-  std::lock_guard<std::mutex> lock(events_mu_);
-  subscribers_.push_back(std::move(on_change));
-}
-
-void ServiceImpl::notify() {
-  std::vector<std::function<void()>> subscribers;
-  {
-    std::lock_guard<std::mutex> lock(events_mu_);
-    ++events_version_;
-    subscribers = subscribers_;
-  }
-  events_cv_.notify_all();
-  for (const auto& on_change : subscribers) on_change();
-}
+void ServiceImpl::subscribe_run_changes(std::function<void()> on_change) { core_.subscribe(std::move(on_change)); }
 
 Result<json> ServiceImpl::run_metrics(const std::string& ref, int64_t limit) {
   if (limit < 1 || limit > 100000) return invalid_field("limit", "must be between 1 and 100000");
@@ -233,29 +213,6 @@ Result<json> ServiceImpl::run_hparams(const std::string& ref) {
   json flat = json::object();
   flatten(config, "config", flat);
   return json{{"sha", r->view.value("settingsSha", json(nullptr))}, {"hparams", flat}};
-}
-
-Result<RunRecord> ServiceImpl::resolve_run(const std::string& ref, const std::string& field) {
-  if (!is_hex(ref)) {
-    return field_status(StatusCode::kNotFound, field, "no run with id '" + ref + "' (run ids are lowercase hex)");
-  }
-  std::string id = ref;
-  auto exact = store_->run_ids_with_prefix(ref, 10);
-  if (!exact.is_ok()) return exact.status();
-  const auto& ids = *exact;
-  if (std::find(ids.begin(), ids.end(), ref) == ids.end()) {
-    if (ids.size() > 1) {
-      std::string c;
-      for (const auto& i : ids) c += (c.empty() ? "" : ", ") + i;
-      return invalid_field(field, "'" + ref + "' is an ambiguous id prefix (candidates: " + c + ")");
-    }
-    if (ids.empty()) return field_status(StatusCode::kNotFound, field, "no run with id '" + ref + "'");
-    id = ids.front();
-  }
-  auto row = store_->get_run_row(id);
-  if (!row.is_ok()) return row.status();
-  if (!row->has_value()) return field_status(StatusCode::kNotFound, field, "no run with id '" + ref + "'");
-  return parse_run_record((*row)->doc, id);
 }
 
 Result<std::map<std::string, store::ClaimRow>> ServiceImpl::claims_by_owner() {

@@ -85,14 +85,14 @@ std::optional<json> ServiceImpl::measure_plan(const plan::Plan& p) {
   auto w = resolve_workload(p.workload, "workload");
   if (!w.is_ok()) return std::optional<json>();
   const std::string base_ref = base_model_ref(p, *w);
-  auto m = resolve_base_model(base_ref, "baseModel");
+  auto m = base_models_.resolve(base_ref, "baseModel");
   // A model still preparing cannot be measured yet: the run's own sizing step measures it.
   if (!m.is_ok() || (*m)["status"] != "ready") return std::optional<json>();
-  auto d = resolve_dataset(p.config.dataset, "config.dataset");
+  auto d = datasets_.resolve(p.config.dataset, "config.dataset");
   if (!d.is_ok()) return std::optional<json>();
   // A job binary that cannot measure (or a measurement that fails) leaves the check to the
   // run's own sizing step, which reports the same thing later.
-  auto fit = measure_cached(*d, *m, p.config.maxSeqLength);
+  auto fit = datasets_.measure_cached(*d, *m, p.config.maxSeqLength);
   if (!fit.is_ok()) return std::optional<json>();
   return std::optional<json>(*fit);
 }
@@ -110,7 +110,7 @@ Result<std::pair<json, bool>> ServiceImpl::submit_plan(const json& body, bool dr
   plan::Plan p = std::move(*parsed);
   if (p.kind != "run") return invalid_field("kind", "must be \"run\", got \"" + p.kind + "\"");
   if (p.grader) TRAINER_RETURN_IF_ERROR(check_grader("grader", *p.grader));
-  TRAINER_RETURN_IF_ERROR(resolve_bundle_terms(p));
+  TRAINER_RETURN_IF_ERROR(bundles_.resolve_terms(p));
   TRAINER_RETURN_IF_ERROR(check_reward_terms(p.config, opt_.config));
 
   // The plan's fit to its dataset, measured before the lock: trainer-job analyze takes a while
@@ -145,18 +145,18 @@ Result<std::pair<json, bool>> ServiceImpl::submit_plan(const json& body, bool dr
     return invalid_field("baseModel", "required: the plan names none and workload '" +
                                           w->value("name", std::string()) + "' has no base ref");
   }
-  auto m = resolve_base_model(base_ref, "baseModel");
+  auto m = base_models_.resolve(base_ref, "baseModel");
   if (!m.is_ok()) return m.status();
   if ((*m)["status"] == "failed") {
     return field_status(StatusCode::kFailedPrecondition, "baseModel",
                         "'" + base_ref + "' failed to prepare: " + m->value("failure", std::string("unknown")) +
                             "; select it again");
   }
-  auto d = resolve_dataset(p.config.dataset, "config.dataset");
+  auto d = datasets_.resolve(p.config.dataset, "config.dataset");
   if (!d.is_ok()) return d.status();
   std::optional<json> v;
   if (p.config.validationDataset) {
-    auto vd = resolve_dataset(*p.config.validationDataset, "config.validationDataset");
+    auto vd = datasets_.resolve(*p.config.validationDataset, "config.validationDataset");
     if (!vd.is_ok()) return vd.status();
     v = *vd;
   }

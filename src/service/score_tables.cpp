@@ -65,7 +65,7 @@ Result<json> ServiceImpl::workload_scores(const std::string& ref, const ScoreQue
   const std::string current_instructions = current.value("graderInstructions", std::string());
   std::string dataset = current_dataset, grader = current_grader, instructions = current_instructions;
   if (!query.dataset.empty()) {
-    auto d = resolve_dataset(query.dataset, "dataset");
+    auto d = datasets_.resolve(query.dataset, "dataset");
     if (!d.is_ok()) return d.status();
     dataset = (*d)["hash"].get<std::string>();
   }
@@ -121,7 +121,7 @@ Result<json> ServiceImpl::workload_scores(const std::string& ref, const ScoreQue
     if (registered) p.revision = (*registered)["baseModel"].value("contentHash", std::string());
     if (p.baseline) {
       if (p.revision.empty()) {
-        auto b = resolve_base_model(p.base_model, "model");
+        auto b = base_models_.resolve(p.base_model, "model");
         if (b.is_ok() && (*b)["contentHash"].is_string()) p.revision = (*b)["contentHash"].get<std::string>();
       }
       p.column = "baseline";

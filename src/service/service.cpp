@@ -23,37 +23,15 @@ json all_phase_names() {
 
 }  // namespace
 
-namespace {
-
-// A job's series go jobSeriesRetentionSeconds after its run ended, and live at least that long
-// (and a few export intervals) after its last push while the run has not ended.
-telemetry::RelayOptions relay_options(const TelemetryConfig& t) {
-  telemetry::RelayOptions o;
-  o.after_end_seconds = t.job_series_retention_seconds;
-  o.retention_seconds = std::max({t.job_series_retention_seconds, 300.0, 3 * t.otlp_interval_ms / 1000.0});
-  o.max_body_bytes = kMaxOtlpBodyBytes;
-  return o;
-}
-
-}  // namespace
-
 ServiceImpl::ServiceImpl(ServiceOptions options, std::unique_ptr<store::Store> store,
                          std::unique_ptr<backend::Backend> backend, std::unique_ptr<storage::Storage> storage)
-    : opt_(std::move(options)),
-      store_(std::move(store)),
-      backend_(std::move(backend)),
-      storage_(std::move(storage)),
-      metrics_(opt_.instance),
+    : core_(std::move(options), std::move(store), std::move(backend), std::move(storage)),
       job_otlp_endpoint_(opt_.job_otlp_endpoint),
-      relay_(relay_options(opt_.config.telemetry)),
-      kernel_(std::make_unique<tasks::TaskKernel>(
-          *store_, opt_.clock, tasks::KernelOptions{.owner = opt_.replica, .kill_after = opt_.kill_after})),
-      base_model_tasks_(base_model_phase_table(), [this](tasks::Step& s) { return step_base_model_task(s); }),
       run_tasks_(run_phase_table(), [this](tasks::Step& s) { return step_run_task(s.task().id); }),
       registration_tasks_(registration_phase_table(), [this](tasks::Step& s) { return step_registration_task(s); }),
       comparison_tasks_(comparison_phase_table(), [this](tasks::Step& s) { return step_comparison_task(s); }),
       evaluation_tasks_(evaluation_phase_table(), [this](tasks::Step& s) { return step_evaluation_task(s); }) {
-  kernel_->add_kind(base_model_tasks_);  // a run waiting for its base model sees it ready in the same pass
+  kernel_->add_kind(base_models_.task_kind());  // a run waiting for its base model sees it ready in the same pass
   kernel_->add_kind(run_tasks_);
   kernel_->add_kind(registration_tasks_);
   kernel_->add_kind(comparison_tasks_);  // an evaluation it starts is launched in the same pass
@@ -82,9 +60,9 @@ Status ServiceImpl::start() {
     add_step("connect artifact store", store.is_ok(),
              store.is_ok() ? (*store)->describe() : store.status().describe());
     if (!store.is_ok()) return store.status();
-    artifact_store_ = std::move(*store);
+    core_.artifact_store = std::move(*store);
   }
-  Status st = resume_base_models();
+  Status st = base_models_.resume();
   add_step("resume base model preparation", st.is_ok(), st.is_ok() ? "ok" : st.describe());
   if (!st.is_ok()) return st;
   std::string summary;
@@ -107,7 +85,7 @@ Status ServiceImpl::start() {
   st = resume_comparisons();
   add_step("resume comparisons", st.is_ok(), st.is_ok() ? "ok" : st.describe());
   if (!st.is_ok()) return st;
-  read_capacity();
+  capacity_.read();
   add_step("read capacity", true, backend_->observed_source());
   driver_ = std::thread([this] { drive(); });
   add_step("start run driver", true, "every " + std::to_string(opt_.tick.count()) + " ms");
@@ -174,7 +152,7 @@ Status ServiceImpl::recover_runs(std::string* summary) {
       ++released;
     }
   }
-  TRAINER_RETURN_IF_ERROR(admit_locked());
+  TRAINER_RETURN_IF_ERROR(capacity_.admit_locked());
   auto open = open_runs();
   if (!open.is_ok()) return open.status();
   int attached = 0, ended = 0, unreadable = 0;
@@ -208,7 +186,7 @@ void ServiceImpl::drive() {
     try {
       drive_once();
       if (opt_.clock->steady_now() - last_capacity > std::chrono::seconds(30)) {
-        read_capacity();
+        capacity_.read();
         last_capacity = opt_.clock->steady_now();
       }
     } catch (const std::exception& e) {

@@ -1,19 +1,29 @@
-// The service's implementation: one class behind the Service facade, its state, and the
-// locking contract every file of src/service follows. Each concern lives in its own file:
+// The service's implementation: ServiceImpl behind the Service facade. It owns the shared core
+// (service_core.h: options, store, backend, storage, the task kernel, telemetry, the mutex mu and
+// the locking contract every file of src/service follows) and one object per resource, each with
+// its own header; its facade methods for those resources forward to them:
+//
+//   bundles.h           Bundles: scoring bundles (bundles.cpp)
+//   base_models.h       BaseModels: allowed models, selection, preparation (base_models.cpp, a task kind)
+//   datasets.h          Datasets: registration, listing, measuring (datasets.cpp)
+//   capacity.h          Capacity: admission of claims, cost, capacity and /metrics (capacity.cpp,
+//                       admission_glue.cpp)
+//
+// ServiceImpl itself keeps the runs, evaluations and comparisons, and for now the workloads, the
+// snapshot catalog and the model registry, each concern in its own file:
 //
 //   service.cpp           construction, start/stop, startup steps, info
-//   base_models.cpp       allowed base models, selection, preparation into the model cache (a task kind)
-//   datasets.cpp          registration (via dataset/validator.h), listing, measuring
 //   workloads.cpp         workloads, their evaluation and refs
 //   run_submission.cpp    plans in: validation, resolution, the new run; cancel, annotate
 //   run_presentation.cpp  runs out: get, list (with its cache), events, metrics, hparams
 //   driver.cpp            the driver thread (the task kernel's passes) and the run's phase machine
 //   tasks/                the task kernel: phase tables, tasks under leases, one driver
 //   job_events.cpp        following a job: its events file, its exit, finalizing
-//   admission_glue.cpp    claims: admission (admission.h's pure function) applied to the store
-//   capacity.cpp          capacity, cost settlement and the gauges of /metrics
 //   pause.cpp             pause (PAUSING, PAUSED) and resume (a new attempt from the snapshot)
+//   lineage.cpp, sweep.cpp  child runs from a parent's snapshot (branch, continue, sweep) and their views
+//   rollouts.cpp          a reinforcement run's rollouts
 //   snapshots.cpp         the snapshot catalog: the job's reserve and commit callbacks, listing
+//   snapshot_holds.cpp    holds on snapshots (branches, pins, registrations) and retention
 //   evaluations.cpp       evaluations: what is evaluated with what, their record and report
 //   evaluation_admission.cpp  evaluations' claims: admitted like runs, released when they end
 //   evaluation_tasks.cpp  evaluations as tasks of the kernel: their phases, step, end and cancel
@@ -23,13 +33,8 @@
 //   comparisons.cpp       comparisons: the pinned contract and their targets, created; get, list
 //   comparison_steps.cpp  comparisons as tasks of the kernel: their targets' evaluations, the outcome
 //
-// Locking contract:
-//   - mu_ serialises every read-modify-write of durable state (submissions, the driver's steps,
-//     cancels, admission, dataset and workload changes). Methods named *_locked and every
-//     method taking a RunRecord& to change it run with mu_ held, inside a store transaction.
-//   - Reads that need no consistency with a write go to the store without mu_.
-//   - The small mutexes below guard only the members listed under them and are never held
-//     while taking mu_ or calling the store (lock order: mu_, then any one of them).
+// Locking: service_core.h. The small mutexes below guard only the members listed under them and
+// are never held while taking mu_ or calling the store.
 #pragma once
 
 #include <atomic>
@@ -42,16 +47,14 @@
 #include <thread>
 #include <vector>
 
-#include "service/judges.h"
-#include "service/metrics.h"
-#include "service/phases.h"
-#include "service/run_record.h"
-#include "service/service.h"
-#include "service/tasks/task_kernel.h"
 #include "protocol/job_protocol.h"
-#include "service/util.h"
-#include "storage/storage.h"
-#include "telemetry/relay.h"
+#include "service/base_models.h"
+#include "service/bundles.h"
+#include "service/capacity.h"
+#include "service/datasets.h"
+#include "service/judges.h"
+#include "service/phases.h"
+#include "service/service_core.h"
 
 namespace trainer::plan {
 struct Plan;
@@ -76,34 +79,27 @@ class ServiceImpl final : public Service {
   void set_catalog_url(const std::string& url) override { catalog_url_ = url; }
   json info() const override;
 
-  Result<json> list_base_models(bool all) override;
-  Result<json> get_base_model(const std::string& ref) override;
-  Result<json> select_base_model(const std::string& name) override;
+  Result<json> list_base_models(bool all) override { return base_models_.list(all); }
+  Result<json> get_base_model(const std::string& ref) override { return base_models_.get(ref); }
+  Result<json> select_base_model(const std::string& name) override { return base_models_.select(name); }
 
   Result<std::pair<json, bool>> register_dataset(const std::optional<std::string>& name,
-                                                 const std::string& rows) override;
-  Result<json> list_datasets() override;
-  Result<json> get_dataset(const std::string& ref) override;
+                                                 const std::string& rows) override {
+    return datasets_.register_rows(name, rows);
+  }
+  Result<json> list_datasets() override { return datasets_.list(); }
+  Result<json> get_dataset(const std::string& ref) override { return datasets_.get(ref); }
   Result<json> measure_dataset(const std::string& ref, const std::string& base_model,
-                               std::optional<int> max_seq_length) override;
-  // trainer-job analyze of a stored dataset under a ready base model, cached by dataset hash,
-  // model cache path and length (datasets and cached models never change under their names).
-  Result<json> measure_cached(const json& dataset, const json& model, std::optional<int> max_seq_length);
-  // measure_cached() of a plan's dataset, base model and maxSeqLength; none when a name does not
-  // resolve (submit_run() reports that), the model is not ready yet or the measurement fails.
+                               std::optional<int> max_seq_length) override {
+    return datasets_.measure(ref, base_model, max_seq_length);
+  }
+  // Datasets::measure_cached() of a plan's dataset, base model and maxSeqLength; none when a name
+  // does not resolve (submit_run() reports that), the model is not ready yet or the measurement fails.
   std::optional<json> measure_plan(const plan::Plan& p);
 
-  Result<std::pair<json, bool>> register_bundle(const json& body) override;
-  Result<json> list_bundles() override;
-  Result<json> get_bundle(const std::string& ref) override;
-  // The stored version `ref` names (NAME, NAME:VERSION, a hash prefix); errors name `field`.
-  Result<json> resolve_bundle(const std::string& ref, const std::string& field);
-  // `kind` with a registered bundle's reference (bundle:REFERENCE#MODULE[:FUNCTION]) resolved to
-  // the stored folder of the version it names; other kinds and path forms as they are.
-  Result<std::string> resolve_bundle_kind(const std::string& kind, const std::string& field);
-  // Rewrites the plan's bundle:REFERENCE#MODULE[:FUNCTION] terms to the stored folder of the
-  // version they name (bundle:/DATA/bundles/SHA#MODULE[:FUNCTION]); path forms are left alone.
-  Status resolve_bundle_terms(plan::Plan& plan);
+  Result<std::pair<json, bool>> register_bundle(const json& body) override { return bundles_.register_version(body); }
+  Result<json> list_bundles() override { return bundles_.list(); }
+  Result<json> get_bundle(const std::string& ref) override { return bundles_.get(ref); }
 
   Result<json> create_workload(const json& body) override;
   Result<json> list_workloads() override;
@@ -162,40 +158,28 @@ class ServiceImpl final : public Service {
   Result<json> unpin_snapshot(const std::string& ref, const json& body) override;
   Result<json> release_snapshot(const std::string& ref) override;
 
-  Result<json> capacity() override;
-  std::string metrics_text() override;
-  Status ingest_job_metrics(std::string_view otlp_json) override;
+  Result<json> capacity() override { return capacity_.report(); }
+  std::string metrics_text() override { return capacity_.metrics_text(); }
+  Status ingest_job_metrics(std::string_view otlp_json) override { return capacity_.ingest_job_metrics(otlp_json); }
 
   // Runs one pass of the driver over every open run (the driver thread calls it every tick;
   // tests call it directly to step without a thread).
   void drive_once();
 
  private:
-  // ---- time (through the injected clock)
-  double now() const { return opt_.clock->now_seconds(); }
-  std::string now_rfc3339() const { return rfc3339(now()); }
+  // ---- the core's time, notice and run lookup, under the names the runs' files use
+  double now() const { return core_.now(); }
+  std::string now_rfc3339() const { return core_.now_rfc3339(); }
+  void notify() { core_.notify(); }
+  storage::Storage& artifacts() { return core_.artifacts(); }
+  Result<RunRecord> resolve_run(const std::string& ref, const std::string& field) {
+    return core_.resolve_run(ref, field);
+  }
 
   // ---- startup (service.cpp)
   void add_step(const std::string& name, bool ok, const std::string& message);
   Status recover_runs(std::string* summary);
   void drive();
-
-  // ---- base models (base_models.cpp)
-  static std::string base_model_id(const std::string& name);
-  const AllowedBaseModel* find_allowed(const std::string& name) const;
-  std::string not_allowed_message(const std::string& name) const;
-  Result<std::optional<json>> find_selected(const std::string& name);
-  Result<json> resolve_base_model(const std::string& ref, const std::string& field);
-  Status resume_base_models();
-  // One step of a base model's preparation (the kernel's "base_model" kind).
-  Status step_base_model_task(tasks::Step& step);
-  // The work of a preparation (off the driver): the changes to the model's document.
-  Result<json> prepare_base_model(const std::string& name);
-
-  // ---- datasets (datasets.cpp)
-  static std::string dataset_key(const std::string& hash);
-  Result<json> present_dataset(const json& d);
-  Result<json> resolve_dataset(const std::string& ref, const std::string& field);
 
   // ---- the snapshot catalog (snapshots.cpp)
   Result<std::string> resolve_snapshot_id(const std::string& ref, const std::string& field);
@@ -301,12 +285,10 @@ class ServiceImpl final : public Service {
   json present_comparison(const json& doc);
 
   // ---- runs (run_presentation.cpp)
-  Result<RunRecord> resolve_run(const std::string& ref, const std::string& field);
   Result<std::map<std::string, store::ClaimRow>> claims_by_owner();
   json present_run(const RunRecord& run, const std::map<std::string, store::ClaimRow>* claims = nullptr,
                    const std::map<std::string, std::string>* workload_names = nullptr);
   Result<const PoolConfig*> choose_pool(int gpus, int devices);
-  void notify();
 
   // ---- the phase machine (driver.cpp); mu_ held, inside a store transaction
   struct OpenRun {
@@ -341,53 +323,34 @@ class ServiceImpl final : public Service {
   Status apply_event(RunRecord& run, const protocol::Event& event, const json& doc);
   Status finalize(RunRecord& run);
 
-  // ---- claims, cost and gauges (admission_glue.cpp, capacity.cpp)
-  Status admit_locked();
-  const PoolConfig* pool_named(const std::string& name) const;
-  void settle_cost(RunRecord& run, double now);
-  // Adds the GPU time of a GPU pool's claim up to `upto` to cost.gpu.time (not yet counted).
-  void publish_gpu_time(const RunRecord& run, double upto);
-  void read_capacity();
-  static int observed_for(const PoolConfig& p, const std::map<std::string, int>& observed);
-  void refresh_gauges();
-
   // ---- members
 
-  // Constant after construction.
-  const ServiceOptions opt_;
-  const std::unique_ptr<store::Store> store_;
-  const std::unique_ptr<backend::Backend> backend_;
-  const std::unique_ptr<storage::Storage> storage_;
-  // The snapshots' store when artifactStore names one (set by start(), before the driver runs);
-  // else null and snapshots live in storage_. See artifacts().
-  std::unique_ptr<storage::Storage> artifact_store_;
-  storage::Storage& artifacts() { return artifact_store_ ? *artifact_store_ : *storage_; }
-  ServiceTelemetry metrics_;  // thread-safe
+  // The state every part shares (service_core.h), and its members under the names the runs' files
+  // use. Constant after construction.
+  ServiceCore core_;
+  const ServiceOptions& opt_ = core_.options;
+  store::Store* const store_ = core_.store.get();
+  backend::Backend* const backend_ = core_.backend.get();
+  storage::Storage* const storage_ = core_.storage.get();
+  const std::unique_ptr<storage::Storage>& artifact_store_ = core_.artifact_store;
+  tasks::TaskKernel* const kernel_ = core_.kernel.get();
+  ServiceTelemetry& metrics_ = core_.metrics;
+  std::atomic<int64_t>& driver_errors_ = core_.driver_errors;
+  std::mutex& mu_ = core_.mu;
+
+  // The resources, each over the core and the siblings it calls (constructed in this order).
+  Bundles bundles_{core_};
+  BaseModels base_models_{core_};
+  Datasets datasets_{core_, base_models_};
+  Capacity capacity_{core_};
+
   // ServiceOptions::job_otlp_endpoint, or what the wiring set before start(); read by the driver.
   std::string job_otlp_endpoint_;
   // set_catalog_url()'s URL, set before start(); read by the driver.
   std::string catalog_url_;
-  // The jobs' OTLP pushes, served on /metrics after the service's own series (thread-safe).
-  telemetry::TelemetryRelay relay_;
-
-  // Serialises every read-modify-write of durable state (see the contract above).
-  std::mutex mu_;
-
-  // GPU seconds of each open run's current job already added to cost.gpu.time; guarded by mu_.
-  std::map<std::string, double> gpu_published_;
-
-  std::mutex events_mu_;
-  std::condition_variable events_cv_;
-  uint64_t events_version_ = 0;                     // guarded by events_mu_: bumped on every run change
-  std::vector<std::function<void()>> subscribers_;  // guarded by events_mu_
 
   mutable std::mutex steps_mu_;
   std::vector<StartupStep> steps_;  // guarded by steps_mu_
-
-  std::mutex observed_mu_;
-  std::map<std::string, int> observed_;  // guarded by observed_mu_
-  bool observed_read_ = false;           // guarded by observed_mu_
-
 
   // Presented text of ended runs, by run id, with the key of what it was made from.
   static constexpr size_t kPresentedCacheSize = 20000;
@@ -399,18 +362,11 @@ class ServiceImpl final : public Service {
   std::mutex pages_mu_;
   std::map<std::string, std::pair<uint64_t, std::string>> pages_;  // guarded by pages_mu_
 
-  // measure_cached()'s answers by key.
-  static constexpr size_t kMeasuredCacheSize = 1024;
-  std::mutex measured_mu_;
-  std::map<std::string, json> measured_;  // guarded by measured_mu_
-
   // Whether the judges of model: reward terms answer (WAITING_FOR_GRADER); thread-safe.
   JudgeProbes judge_probes_;
 
-  // The task kernel (tasks/task_kernel.h) and the kinds on it; made by the constructor. Every
-  // run's phase change goes through kernel_->move() (transition()), which checks run_phase_table().
-  std::unique_ptr<tasks::TaskKernel> kernel_;
-  tasks::FunctionKind base_model_tasks_;    // base_models.cpp
+  // The kinds on the core's task kernel that ServiceImpl steps. Every run's phase change goes
+  // through kernel_->move() (transition()), which checks run_phase_table().
   tasks::FunctionKind run_tasks_;           // driver.cpp
   tasks::FunctionKind registration_tasks_;  // registration.cpp
   tasks::FunctionKind comparison_tasks_;    // comparison_steps.cpp
@@ -419,7 +375,6 @@ class ServiceImpl final : public Service {
   std::thread driver_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> ready_{false};
-  std::atomic<int64_t> driver_errors_{0};  // errors caught at the edge of the driver and preparer threads
 };
 
 // The registration's phase table (the task kernel's "registration" kind): PENDING, COPYING, then
@@ -433,10 +388,6 @@ const tasks::PhaseTable& comparison_phase_table();
 // The evaluation's phase table (the task kernel's "evaluation" kind): QUEUED, RUNNING, then
 // COMPLETED, FAILED or CANCELLED.
 const tasks::PhaseTable& evaluation_phase_table();
-
-// The base model's phase table (the task kernel's "base_model" kind): PREPARING, then READY, or
-// FAILED until it is selected again.
-const tasks::PhaseTable& base_model_phase_table();
 
 // A catalog document as users see it: the stored one plus what it implies (artifacts, sizeBytes,
 // status, heldBy from its holds).

@@ -94,7 +94,7 @@ Result<json> ServiceImpl::list_trained_models(const TrainedModelQuery& query) {
   }
   std::string base_name;
   if (!query.base_model.empty()) {
-    auto b = resolve_base_model(query.base_model, "baseModel");
+    auto b = base_models_.resolve(query.base_model, "baseModel");
     if (!b.is_ok()) return b.status();
     base_name = (*b)["name"].get<std::string>();
   }
@@ -164,8 +164,8 @@ Result<std::pair<json, bool>> ServiceImpl::register_trained_model(const json& de
   auto base_name = optional_string(sm, "baseModel");
   if (!base_name.is_ok()) return base_name.status().with_field("servingModel");
   if (!*base_name) return invalid_field("servingModel.baseModel", "required: one of the deployment's base models");
-  const AllowedBaseModel* allowed = find_allowed(**base_name);
-  if (!allowed) return invalid_field("servingModel.baseModel", not_allowed_message(**base_name));
+  const AllowedBaseModel* allowed = base_models_.find_allowed(**base_name);
+  if (!allowed) return invalid_field("servingModel.baseModel", base_models_.not_allowed_message(**base_name));
   auto description = optional_string(descriptor, "description");
   if (!description.is_ok()) return description.status();
   auto workload_ref = optional_string(descriptor, "workload");
@@ -177,7 +177,7 @@ Result<std::pair<json, bool>> ServiceImpl::register_trained_model(const json& de
     }
     if (*workload_ref) return invalid_field("workload", "a BASE model belongs to no workload; leave it out");
     std::lock_guard<std::mutex> lock(mu_);
-    auto base = resolve_base_model(allowed->name, "servingModel.baseModel");
+    auto base = base_models_.resolve(allowed->name, "servingModel.baseModel");
     if (!base.is_ok()) {
       return field_status(StatusCode::kFailedPrecondition, "servingModel.baseModel",
                           "base model '" + allowed->name + "' is not selected; select it first (trainer base-models select " +
@@ -207,7 +207,7 @@ Result<std::pair<json, bool>> ServiceImpl::register_trained_model(const json& de
   json workload = nullptr;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto b = resolve_base_model(allowed->name, "servingModel.baseModel");
+    auto b = base_models_.resolve(allowed->name, "servingModel.baseModel");
     if (!b.is_ok() || (*b).value("status", std::string()) != "ready") {
       return field_status(StatusCode::kFailedPrecondition, "servingModel.baseModel",
                           "base model '" + allowed->name + "' is not selected and ready; select it first "

@@ -106,7 +106,7 @@ Result<json> ServiceImpl::create_workload(const json& body) {
   auto eval_ref = optional_string(body, "evaluationDataset");
   if (!eval_ref.is_ok()) return eval_ref.status();
   if (*eval_ref) {
-    auto d = resolve_dataset(**eval_ref, "evaluationDataset");
+    auto d = datasets_.resolve(**eval_ref, "evaluationDataset");
     if (!d.is_ok()) return d.status();
     evaluation["dataset"] = (*d)["hash"];
   }
@@ -165,7 +165,7 @@ Result<json> ServiceImpl::update_workload(const std::string& ref, const json& bo
   doc["updatedAt"] = now;
   Status st = store_->transaction([&]() -> Status {
     TRAINER_RETURN_IF_ERROR(store_->update_workload(doc));
-    return admit_locked();  // a larger quota may admit queued claims
+    return capacity_.admit_locked();  // a larger quota may admit queued claims
   });
   if (!st.is_ok()) return st;
   return doc;
@@ -190,7 +190,7 @@ Result<json> ServiceImpl::set_evaluation(const std::string& ref, const json& bod
   std::lock_guard<std::mutex> lock(mu_);
   auto w = resolve_workload(ref, "workload");
   if (!w.is_ok()) return w.status();
-  auto d = resolve_dataset(**ds, "dataset");
+  auto d = datasets_.resolve(**ds, "dataset");
   if (!d.is_ok()) return d.status();
   json doc = *w;
   if (!doc.contains("history") || !doc["history"].is_array()) doc["history"] = json::array();
@@ -268,7 +268,7 @@ Result<json> ServiceImpl::ref_target_locked(const json& w, const std::string& wh
   auto model = resolve_trained_model(target, "target");
   if (!model.is_ok() && model.status().code() == StatusCode::kNotFound) {
     if (which == "base") {
-      auto m = resolve_base_model(target, "target");
+      auto m = base_models_.resolve(target, "target");
       if (!m.is_ok()) {
         return field_status(StatusCode::kNotFound, "target",
                             "'" + target + "' is neither a registered model nor a selected base model");

@@ -1,0 +1,55 @@
+// Capacity: the deployment's pools, claims and quotas (admission.h's pure decision applied to the
+// store), the cost a run's jobs spend, and the gauges of /metrics with the series jobs push to
+// the relay.
+//
+// Thread safety: every method may be called from any thread. admit_locked(), settle_cost() and
+// publish_gpu_time() run with the core's mu held, inside a store transaction.
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "service/service_core.h"
+
+namespace trainer::service {
+
+class Capacity {
+ public:
+  explicit Capacity(ServiceCore& core) : core_(core) {}
+
+  // Service::capacity, metrics_text, ingest_job_metrics.
+  Result<json> report();
+  std::string metrics_text();
+  Status ingest_job_metrics(std::string_view otlp_json);
+
+  // Reads the devices the backend observes (start(), then the driver every 30 s).
+  void read();
+
+  // For runs and evaluations (mu held, inside a store transaction):
+  // Grants what admission grants of the queued claims, and places granted claims on devices.
+  Status admit_locked();
+  // Moves the time of an ended job into the run's cost, and tells the relay the run ended.
+  void settle_cost(RunRecord& run, double now);
+  // Adds the GPU time of a GPU pool's claim up to `upto` to cost.gpu.time (not yet counted).
+  void publish_gpu_time(const RunRecord& run, double upto);
+
+  // The deployment's pool `name`; null when there is none.
+  const PoolConfig* pool_named(const std::string& name) const;
+
+ private:
+  static int observed_for(const PoolConfig& p, const std::map<std::string, int>& observed);
+  void refresh_gauges();
+
+  ServiceCore& core_;
+
+  // GPU seconds of each open run's current job already added to cost.gpu.time; guarded by core_.mu.
+  std::map<std::string, double> gpu_published_;
+
+  std::mutex observed_mu_;
+  std::map<std::string, int> observed_;  // guarded by observed_mu_
+  bool observed_read_ = false;           // guarded by observed_mu_
+};
+
+}  // namespace trainer::service

@@ -1,0 +1,81 @@
+// The service's shared state: construction, run lookups and the notice of run changes.
+#include "service/service_core.h"
+
+#include <algorithm>
+
+namespace trainer::service {
+namespace {
+
+// A job's series go jobSeriesRetentionSeconds after its run ended, and live at least that long
+// (and a few export intervals) after its last push while the run has not ended.
+telemetry::RelayOptions relay_options(const TelemetryConfig& t) {
+  telemetry::RelayOptions o;
+  o.after_end_seconds = t.job_series_retention_seconds;
+  o.retention_seconds = std::max({t.job_series_retention_seconds, 300.0, 3 * t.otlp_interval_ms / 1000.0});
+  o.max_body_bytes = kMaxOtlpBodyBytes;
+  return o;
+}
+
+}  // namespace
+
+ServiceCore::ServiceCore(ServiceOptions opts, std::unique_ptr<store::Store> st, std::unique_ptr<backend::Backend> be,
+                         std::unique_ptr<storage::Storage> sto)
+    : options(std::move(opts)),
+      store(std::move(st)),
+      backend(std::move(be)),
+      storage(std::move(sto)),
+      kernel(std::make_unique<tasks::TaskKernel>(
+          *store, options.clock, tasks::KernelOptions{.owner = options.replica, .kill_after = options.kill_after})),
+      metrics(options.instance),
+      relay(relay_options(options.config.telemetry)) {}
+
+Result<RunRecord> ServiceCore::resolve_run(const std::string& ref, const std::string& field) {
+  if (!is_hex(ref)) {
+    return field_status(StatusCode::kNotFound, field, "no run with id '" + ref + "' (run ids are lowercase hex)");
+  }
+  std::string id = ref;
+  auto exact = store->run_ids_with_prefix(ref, 10);
+  if (!exact.is_ok()) return exact.status();
+  const auto& ids = *exact;
+  if (std::find(ids.begin(), ids.end(), ref) == ids.end()) {
+    if (ids.size() > 1) {
+      std::string c;
+      for (const auto& i : ids) c += (c.empty() ? "" : ", ") + i;
+      return invalid_field(field, "'" + ref + "' is an ambiguous id prefix (candidates: " + c + ")");
+    }
+    if (ids.empty()) return field_status(StatusCode::kNotFound, field, "no run with id '" + ref + "'");
+    id = ids.front();
+  }
+  auto row = store->get_run_row(id);
+  if (!row.is_ok()) return row.status();
+  if (!row->has_value()) return field_status(StatusCode::kNotFound, field, "no run with id '" + ref + "'");
+  return parse_run_record((*row)->doc, id);
+}
+
+void ServiceCore::notify() {
+  std::vector<std::function<void()>> subscribers;
+  {
+    std::lock_guard<std::mutex> lock(events_mu_);
+    ++events_version_;
+    subscribers = subscribers_;
+  }
+  events_cv_.notify_all();
+  for (const auto& on_change : subscribers) on_change();
+}
+
+void ServiceCore::subscribe(std::function<void()> on_change) {
+  std::lock_guard<std::mutex> lock(events_mu_);
+  subscribers_.push_back(std::move(on_change));
+}
+
+uint64_t ServiceCore::change_version() {
+  std::lock_guard<std::mutex> lock(events_mu_);
+  return events_version_;
+}
+
+void ServiceCore::wait_for_change(uint64_t seen, std::chrono::steady_clock::time_point until) {
+  std::unique_lock<std::mutex> lock(events_mu_);
+  events_cv_.wait_until(lock, until, [&] { return events_version_ != seen; });
+}
+
+}  // namespace trainer::service

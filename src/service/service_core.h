@@ -1,0 +1,86 @@
+// The state every part of the service shares: its options, the store, the backend, storage, the
+// task kernel, telemetry, the one mutex of its durable writes, the clock, and the notice of run
+// changes. ServiceImpl owns one and hands it by reference to each resource (bundles.h,
+// datasets.h, base_models.h, workloads.h, model_registry.h, snapshot_catalog.h, capacity.h).
+//
+// Locking contract (every file of src/service follows it):
+//   - mu serialises every read-modify-write of durable state (submissions, the driver's steps,
+//     cancels, admission, dataset and workload changes). Methods named *_locked and every
+//     method taking a RunRecord& to change it run with mu held, inside a store transaction.
+//   - Reads that need no consistency with a write go to the store without mu.
+//   - The small mutexes of each part guard only the members listed under them and are never held
+//     while taking mu or calling the store (lock order: mu, then any one of them).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "service/metrics.h"
+#include "service/run_record.h"
+#include "service/service.h"
+#include "service/tasks/task_kernel.h"
+#include "service/util.h"
+#include "storage/storage.h"
+#include "telemetry/relay.h"
+
+namespace trainer::service {
+
+class ServiceCore {
+ public:
+  ServiceCore(ServiceOptions options, std::unique_ptr<store::Store> store, std::unique_ptr<backend::Backend> backend,
+              std::unique_ptr<storage::Storage> storage);
+
+  // ---- constant after construction
+  const ServiceOptions options;
+  const std::unique_ptr<store::Store> store;
+  const std::unique_ptr<backend::Backend> backend;
+  const std::unique_ptr<storage::Storage> storage;  // the data folder: datasets, the model cache, runs
+  // Every long-lived thing's task (tasks/task_kernel.h); each part adds its kind when it is built.
+  const std::unique_ptr<tasks::TaskKernel> kernel;
+  // The snapshots' store when artifactStore names one (set by ServiceImpl::start(), before the
+  // driver runs); else null and snapshots live in `storage`. See artifacts().
+  std::unique_ptr<storage::Storage> artifact_store;
+
+  // ---- thread-safe
+  ServiceTelemetry metrics;
+  // The jobs' OTLP pushes, served on /metrics after the service's own series.
+  telemetry::TelemetryRelay relay;
+  std::atomic<int64_t> driver_errors{0};  // errors caught at the edge of the driver and worker threads
+
+  // Serialises every read-modify-write of durable state (see the contract above).
+  std::mutex mu;
+
+  // ---- time, through the injected clock
+  double now() const { return options.clock->now_seconds(); }
+  std::string now_rfc3339() const { return rfc3339(now()); }
+
+  // Where snapshots and registered models live: the artifact store, else the data folder.
+  storage::Storage& artifacts() { return artifact_store ? *artifact_store : *storage; }
+
+  // A run by id or unique id prefix; errors name `field`. Reads the store only (no mu needed).
+  Result<RunRecord> resolve_run(const std::string& ref, const std::string& field);
+
+  // ---- run changes: notify() after every change to any run (phase, progress, events, the models
+  // and snapshots it shows); long polls wait for the next one.
+  void notify();
+  // `on_change` is called by every notify() from the notifying thread (Service::subscribe_run_changes).
+  void subscribe(std::function<void()> on_change);
+  // The count of notify() calls so far; wait_for_change() waits until it passes `seen`.
+  uint64_t change_version();
+  void wait_for_change(uint64_t seen, std::chrono::steady_clock::time_point until);
+
+ private:
+  std::mutex events_mu_;
+  std::condition_variable events_cv_;
+  uint64_t events_version_ = 0;                     // guarded by events_mu_: bumped on every run change
+  std::vector<std::function<void()>> subscribers_;  // guarded by events_mu_
+};
+
+}  // namespace trainer::service
