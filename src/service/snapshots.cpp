@@ -113,7 +113,10 @@ Result<std::string> ServiceImpl::resolve_snapshot_id(const std::string& ref, con
 Status ServiceImpl::verify_snapshot_kind(const json& doc, const std::string& kind) {
   const json& k = doc["kinds"][kind];
   const std::string key = k.value("location", std::string());
+  // A store that does not answer is its error (503: the job retries), not a missing upload (400).
+  auto unreadable = [](const Status& st) { return st.code() != StatusCode::kNotFound; };
   auto text = artifacts().get(key + "/" + protocol::kManifestFile);
+  if (!text.is_ok() && unreadable(text.status())) return text.status().with_context("reading the uploaded manifest");
   if (!text.is_ok()) return invalid_field("kind", "no uploaded manifest under " + key + ": " + text.status().message());
   if (sha256_hex(*text) != k.value("manifestDigest", std::string())) {
     return invalid_field("kind", "the uploaded manifest of " + kind + " does not match the reserved digest");
@@ -127,6 +130,7 @@ Status ServiceImpl::verify_snapshot_kind(const json& doc, const std::string& kin
   }
   for (const auto& f : manifest->files) {
     auto bytes = artifacts().get(key + "/" + f.path);
+    if (!bytes.is_ok() && unreadable(bytes.status())) return bytes.status().with_context("reading " + f.path);
     if (!bytes.is_ok()) return invalid_field("manifest", "payload file " + f.path + " is missing");
     if (static_cast<int64_t>(bytes->size()) != f.bytes) {
       return invalid_field("manifest", "payload file " + f.path + " has " + std::to_string(bytes->size()) +
