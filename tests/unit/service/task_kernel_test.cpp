@@ -61,6 +61,23 @@ class TaskKernelTest : public ::testing::Test {
   std::shared_ptr<ManualClock> clock_;
 };
 
+// Two replicas of one kind on one database: "replica-a" and "replica-b", leases of 30 s.
+struct TwoReplicas {
+  TwoReplicas(std::unique_ptr<store::Store> sa, std::unique_ptr<store::Store> sb, const std::shared_ptr<ManualClock>& clock)
+      : store_a(std::move(sa)),
+        store_b(std::move(sb)),
+        a(*store_a, clock, KernelOptions{"replica-a", 30}),
+        b(*store_b, clock, KernelOptions{"replica-b", 30}),
+        kind_a(&a),
+        kind_b(&b) {
+    a.add_kind(kind_a);
+    b.add_kind(kind_b);
+  }
+  std::unique_ptr<store::Store> store_a, store_b;
+  TaskKernel a, b;
+  ToyKind kind_a, kind_b;
+};
+
 TEST_F(TaskKernelTest, ADueTaskIsSteppedUntilItEndsAndNeverAfter) {
   auto store = open();
   TaskKernel kernel(*store, clock_, KernelOptions{});
@@ -131,14 +148,8 @@ TEST_F(TaskKernelTest, AFailedStepRollsBackItsWritesAndTheTaskStaysDue) {
 }
 
 TEST_F(TaskKernelTest, TwoReplicasOnOneDatabaseNeverStepTheSameTaskAndTheSecondTakesOverOnceTheLeaseRunsOut) {
-  auto store_a = open();
-  auto store_b = open();
-  TaskKernel a(*store_a, clock_, KernelOptions{"replica-a", 30});
-  TaskKernel b(*store_b, clock_, KernelOptions{"replica-b", 30});
-  ToyKind kind_a(&a);
-  ToyKind kind_b(&b);
-  a.add_kind(kind_a);
-  b.add_kind(kind_b);
+  TwoReplicas r(open(), open(), clock_);
+  auto& [store_a, store_b, a, b, kind_a, kind_b] = r;
   ASSERT_TRUE(store_a->transaction([&] { return a.create("toy", "t1", "B"); }).is_ok());
   for (int pass = 0; pass < 3; ++pass) {
     a.drive_once();
@@ -212,14 +223,8 @@ TEST_F(TaskKernelTest, ARestartedReplicaOfTheSameNameStepsItsTasksAtOnce) {
 }
 
 TEST_F(TaskKernelTest, AReplicaThatStopsGivesItsLeasesBackAndAnotherStepsItsTasksAtOnce) {
-  auto store_a = open();
-  auto store_b = open();
-  TaskKernel a(*store_a, clock_, KernelOptions{"replica-a", 30});
-  TaskKernel b(*store_b, clock_, KernelOptions{"replica-b", 30});
-  ToyKind kind_a(&a);
-  ToyKind kind_b(&b);
-  a.add_kind(kind_a);
-  b.add_kind(kind_b);
+  TwoReplicas r(open(), open(), clock_);
+  auto& [store_a, store_b, a, b, kind_a, kind_b] = r;
   ASSERT_TRUE(store_a->transaction([&] { return a.create("toy", "t1", "B"); }).is_ok());
   EXPECT_EQ(a.drive_once(), 1);
   EXPECT_EQ(b.drive_once(), 0) << "replica-a's lease runs";
