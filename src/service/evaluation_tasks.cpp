@@ -115,7 +115,7 @@ Status ServiceImpl::follow_evaluation_locked(json& doc) {
     if (!claim.is_ok()) return claim.status();
     if (*claim && (*claim)->state == "GRANTED") return launch_evaluation_locked(doc, **claim);
   }
-  std::string last = last_lines(evaluation_dir(id) + "/job.log", 3);
+  std::string last = job_log_tail(job.value("jobId", std::string()), evaluation_dir(id) + "/job.log", 3);
   if (last.empty()) last = status.reason.empty() ? "the evaluation job ended without a report" : status.reason;
   return end_evaluation_locked(doc, kFailed, last);
 }

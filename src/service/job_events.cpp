@@ -72,14 +72,14 @@ Status ServiceImpl::follow_job(RunRecord& run) {
     if (!status.reason.empty()) reason += ": " + status.reason;
   } else if (!status.reason.empty()) {
     // The cluster ended it, or lost it: say so by name.
-    reason = status.reason + "\nlast lines of its log:\n" + job_log_tail(*run.job, 10);
+    reason = status.reason + "\nlast lines of its log:\n" + job_log_tail(run.job->job_id, run.job->log_path, 10);
   } else if (status.state == backend::JobState::kGone) {
     reason = "the training job (" + backend_->describe(handle) +
              ") ended while trainerd was not running and reported no outcome\nlast lines of its log:\n" +
-             job_log_tail(*run.job, 10);
+             job_log_tail(run.job->job_id, run.job->log_path, 10);
   } else {
     reason = "the training job exited with code " + std::to_string(status.exit_code.value_or(-1)) +
-             " without reporting an outcome\nlast lines of its log:\n" + job_log_tail(*run.job, 10);
+             " without reporting an outcome\nlast lines of its log:\n" + job_log_tail(run.job->job_id, run.job->log_path, 10);
   }
   return fail_in_cleanup(run, reason);
 }
@@ -103,16 +103,16 @@ Status ServiceImpl::read_events(RunRecord& run, bool ended) {
 }
 
 // The job's last `n` log lines: the ones it posted, else its log file's.
-std::string ServiceImpl::job_log_tail(const JobRecord& job, int n) {
-  if (!job.job_id.empty()) {
-    auto posted = store_->job_log_tail(job.job_id, n);
+std::string ServiceImpl::job_log_tail(const std::string& job_id, const std::string& log_path, int n) {
+  if (!job_id.empty()) {
+    auto posted = store_->job_log_tail(job_id, n);
     if (posted.is_ok() && !posted->empty()) {
       std::string out;
       for (const store::JobItem& line : *posted) out += (out.empty() ? "" : "\n") + line.text;
       return out;
     }
   }
-  return last_lines(job.log_path, n);
+  return last_lines(log_path, n);
 }
 
 // Applies one event. `doc` is the event's line as written: stored step metrics and run events

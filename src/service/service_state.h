@@ -317,7 +317,7 @@ class ServiceImpl final : public Service {
   // `ended`: the job ended, so its events file's lines past what it posted are read too.
   Status read_events(RunRecord& run, bool ended = false);
   // The job's last `n` log lines: the ones it posted (POST /v1/jobs/{id}/logs), else its log file's.
-  std::string job_log_tail(const JobRecord& job, int n);
+  std::string job_log_tail(const std::string& job_id, const std::string& log_path, int n);
   // The storage key of the weights of the run's latest committed snapshot; "" when it has none.
   Result<std::string> committed_weights_key(const RunRecord& run);
   Status apply_event(RunRecord& run, const protocol::Event& event, const json& doc);
