@@ -247,9 +247,16 @@ int cmd_run(int argc, char** argv) {
   int64_t epoch = 0;
   std::optional<Status> publication_failed;
   auto emit = [&](const protocol::Event& ev) {
+    telemetry.on_event(ev);
+    // The series are at trainerd before it hears the attempt ended (and shows the run so).
+    if (protocol::ends_attempt(ev)) telemetry.flush();
     writer.write(ev);
     progress.on_event(ev);
-    telemetry.on_event(ev);
+  };
+  auto fail_measured = [&](const std::string& measured, const std::string& reason) {
+    telemetry.on_event(protocol::Failed{measured});
+    telemetry.flush();
+    return fail(reason);
   };
   auto report = [&](const protocol::Event& ev) {
     if (const auto* e = std::get_if<protocol::Step>(&ev)) epoch = e->epoch;
@@ -324,17 +331,15 @@ int cmd_run(int argc, char** argv) {
     }
     if (failed) {
       const std::string reason = result.is_ok() ? *failed : *failed + "; rank 0: " + result.status().message();
-      telemetry.on_event(protocol::Failed{reason});
-      return fail(reason);
+      return fail_measured(reason, reason);
     }
   }
   if (!result.is_ok()) {
-    telemetry.on_event(protocol::Failed{result.status().message()});
-    return fail(result.status().message());
+    return fail_measured(result.status().message(), result.status().message());
   }
   if (publication_failed) {
-    telemetry.on_event(protocol::Failed{publication_failed->message()});
-    return fail("the final snapshot was not published: " + publication_failed->message());
+    return fail_measured(publication_failed->message(),
+                         "the final snapshot was not published: " + publication_failed->message());
   }
   if (result->paused) {
     // The pause's checkpoint was staged when the engine reported it: await its commit.

@@ -90,6 +90,10 @@ void JobTelemetry::request_export() {
   if (pusher_) pusher_->request_push();
 }
 
+void JobTelemetry::flush() {
+  if (pusher_) (void)pusher_->push_now();  // a failed push warned on stderr; the exit retries it
+}
+
 void JobTelemetry::record_devices(const protocol::Devices& devices) {
   tel::JobMetrics& m = *metrics_;
   devices_ = devices;

@@ -61,6 +61,9 @@ class JobTelemetry {
   void on_event(const protocol::Event& event);
   // Pushes at once on the exporter's thread, without waiting. Thread-safe; no-op without export.
   void request_export();
+  // Pushes now and waits for the answer (bounded by the export timeout): called before the job
+  // reports how it ended, so a run that trainerd shows ended has every series it measured there.
+  void flush();
 
   telemetry::MeterProvider& provider() { return *provider_; }
   // Where the job's one-line notices go (stderr by default): "device health: NVML not available".

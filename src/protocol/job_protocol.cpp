@@ -110,6 +110,11 @@ struct TypeName {
 
 std::string_view event_type(const Event& event) { return std::visit(TypeName{}, event); }
 
+bool ends_attempt(const Event& event) {
+  return std::holds_alternative<Completed>(event) || std::holds_alternative<Failed>(event) ||
+         std::holds_alternative<Cancelled>(event) || std::holds_alternative<Paused>(event);
+}
+
 // The public to_json/from_json pair of each event, both from its description.
 #define TRAINER_EVENT_JSON(Type)                                                  \
   void to_json(json& out, const Type& e) { fields::write(out, e); }               \

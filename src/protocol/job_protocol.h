@@ -209,6 +209,8 @@ using Event = std::variant<Hello, Phase, Preparing, DataFit, DataSplit, Devices,
 
 // The event's "type" value, e.g. "step".
 std::string_view event_type(const Event& event);
+// Completed, Failed, Cancelled or Paused: the attempt's last event.
+bool ends_attempt(const Event& event);
 
 // Encoding. The free to_json overloads also let nlohmann convert (`nlohmann::json j = step;`).
 void to_json(nlohmann::json& out, const Hello& e);

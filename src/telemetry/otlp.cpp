@@ -241,6 +241,7 @@ OtlpPusher::OtlpPusher(const MeterProvider& provider, OtlpOptions options)
 OtlpPusher::~OtlpPusher() { stop(); }
 
 Status OtlpPusher::push_now() {
+  std::lock_guard push_lock(push_mu_);
   Status status = otlp_push(provider_.collect(), options_);
   (status.is_ok() ? ok_ : failed_).fetch_add(1);
   // Degraded mode: warn when pushes start failing and when they recover, not at every push.

@@ -361,7 +361,9 @@ class OtlpPusher {
   OtlpPusher(const OtlpPusher&) = delete;
   OtlpPusher& operator=(const OtlpPusher&) = delete;
 
-  Status push_now();  // one push, now, on the caller's thread
+  // One push, now, on the caller's thread. Pushes never overlap: one that collected later posts
+  // later, so a newer snapshot is never overwritten by an older one.
+  Status push_now();
   // Asks the pusher's thread to push at once (a phase change, a termination signal) without
   // waiting for it; safe from any thread, never blocks on the network.
   void request_push();
@@ -377,6 +379,7 @@ class OtlpPusher {
   std::atomic<uint64_t> ok_{0};
   std::atomic<uint64_t> failed_{0};
   std::atomic<bool> failing_{false};  // the last push failed (a warning was written)
+  std::mutex push_mu_;                // held from collect() to the answer of the post
   std::mutex mu_;
   std::condition_variable wake_;
   bool stopping_ = false;        // guarded by mu_
