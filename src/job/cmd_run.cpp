@@ -111,6 +111,237 @@ std::string self_executable() {
   return path;
 }
 
+// Where a run's snapshots go: the service's artifact storage and catalog, and the publisher
+// that uploads them in the background. Empty when the request names no catalog (a local run).
+struct Publication {
+  std::unique_ptr<storage::Storage> artifacts;
+  std::unique_ptr<Catalog> catalog;
+  std::unique_ptr<SnapshotPublisher> publisher;
+};
+
+Result<Publication> open_publication(const protocol::JobRequest& request, const RunIdentity& identity,
+                                     const std::string& output_dir, JobTelemetry& telemetry) {
+  Publication out;
+  if (request.catalog_url.empty() || request.artifact_root.empty()) return out;
+  auto st = storage::open_storage(request.artifact_root);  // a folder, or s3://BUCKET[/PREFIX]
+  if (!st.is_ok()) return Status(st.status().code(), "TRAINER_ARTIFACT_ROOT: " + st.status().message());
+  out.artifacts = std::move(*st);
+  out.catalog = make_http_catalog(request.catalog_url, identity.run_id);
+  PublisherOptions po;
+  po.staging_dir = (std::filesystem::path(output_dir) / "staging").string();
+  po.run_id = identity.run_id;
+  po.attempt = identity.attempt;
+  po.base_model_sha = identity.base_model_sha;
+  if (request.store.publish_deadline_seconds > 0) po.deadline = std::chrono::seconds(request.store.publish_deadline_seconds);
+  out.publisher = std::make_unique<SnapshotPublisher>(po, *out.artifacts, *out.catalog, telemetry.provider());
+  return out;
+}
+
+// A resumed attempt restores the snapshot its pause stopped against, validated before use; a
+// child run (`runs branch`, `runs continue`) starts from its parent's snapshot: the weights alone
+// (TRAINER_BRANCH_RESTORE=weights) or the whole training state (trainingState).
+Status restore_start(const protocol::JobRequest& request, const RunIdentity& identity, Publication& pub,
+                     JobTelemetry& telemetry, engine::TrainRequest& req) {
+  const std::string restore_dir = (std::filesystem::path(req.output_dir) / "restore").string();
+  if (const std::string& resume = request.resume_snapshot; !resume.empty()) {
+    if (!pub.publisher) return invalid_argument("TRAINER_RESUME_SNAPSHOT needs TRAINER_CATALOG_URL and TRAINER_ARTIFACT_ROOT");
+    auto restored = restore_snapshot(*pub.catalog, *pub.artifacts, resume,
+                                     {protocol::kWeightsKind, protocol::kTrainingStateKind}, restore_dir,
+                                     telemetry::CheckpointRestoreMode::kResume, telemetry.provider());
+    if (!restored.is_ok()) return restored.status().with_context("restoring snapshot " + resume);
+    if (restored->run_id != identity.run_id) {
+      return failed_precondition("restoring snapshot " + resume + ": it belongs to run " + restored->run_id);
+    }
+    req.resume_weights_dir = restored->dirs.at(protocol::kWeightsKind);
+    req.resume_state_dir = restored->dirs.at(protocol::kTrainingStateKind);
+    std::fprintf(stderr, "trainer-job run: resuming from snapshot %s (step %lld of attempt %lld)\n", resume.c_str(),
+                 static_cast<long long>(restored->step), static_cast<long long>(restored->attempt));
+  }
+  if (const std::string& branch = request.branch_snapshot; !branch.empty()) {
+    if (!pub.publisher) return invalid_argument("TRAINER_BRANCH_SNAPSHOT needs TRAINER_CATALOG_URL and TRAINER_ARTIFACT_ROOT");
+    const std::string& restore = request.branch_restore;  // weights or trainingState (the reader checked)
+    std::vector<std::string> kinds = {protocol::kWeightsKind};
+    if (restore == protocol::kTrainingStateKind) kinds.push_back(protocol::kTrainingStateKind);
+    auto restored = restore_snapshot(*pub.catalog, *pub.artifacts, branch, kinds, restore_dir,
+                                     telemetry::CheckpointRestoreMode::kBranch, telemetry.provider());
+    if (!restored.is_ok()) return restored.status().with_context("restoring snapshot " + branch);
+    req.branch = true;
+    req.resume_weights_dir = restored->dirs.at(protocol::kWeightsKind);
+    if (restore == protocol::kTrainingStateKind) req.resume_state_dir = restored->dirs.at(protocol::kTrainingStateKind);
+    std::fprintf(stderr, "trainer-job run: starting from %s of snapshot %s (step %lld of run %s)\n", restore.c_str(),
+                 branch.c_str(), static_cast<long long>(restored->step), restored->run_id.c_str());
+  }
+  return Status::ok();
+}
+
+// Data parallelism: the rendezvous hosted here, then ranks 1..N-1 started as copies of this
+// process. nullptr when the plan trains on one rank.
+Result<std::unique_ptr<Ranks>> start_other_ranks(engine::TrainRequest& req, const std::string& plan_path,
+                                                 EventWriter& writer) {
+  const int ranks = data_parallel_ranks(req.plan);
+  if (ranks <= 1) return std::unique_ptr<Ranks>();
+  auto rendezvous = engine::dist::host_rendezvous(ranks);
+  if (!rendezvous.is_ok()) return rendezvous.status();
+  req.rendezvous = *rendezvous;
+  req.world = engine::dist::World{.rank = 0,
+                                  .size = ranks,
+                                  .master_addr = engine::dist::kLoopback,
+                                  .master_port = engine::dist::rendezvous_port(**rendezvous)};
+  RanksOptions ro;
+  ro.executable = self_executable();
+  ro.args = {"run", "--plan", plan_path, "--output", req.output_dir};
+  ro.world_size = ranks;
+  ro.master_addr = req.world.master_addr;
+  ro.master_port = req.world.master_port;
+  if (!req.resume_weights_dir.empty()) {
+    ro.env[kRankResumeWeightsVar] = req.resume_weights_dir;
+    ro.env[kRankResumeStateVar] = req.resume_state_dir;
+    if (req.branch) ro.env[kRankBranchVar] = "1";
+  }
+  // Rank 0 stuck where no collective notices the failed rank: report it and exit.
+  ro.on_abandon = [&writer](const std::string& failure) {
+    writer.write(protocol::Failed{failure});
+    std::fprintf(stderr, "trainer-job run: failed: %s\n", failure.c_str());
+    writer.flush(std::chrono::seconds(5));  // the failure reaches trainerd before the exit
+    std::_Exit(1);
+  };
+  auto started = Ranks::start(std::move(ro));
+  if (started.is_ok()) {
+    std::fprintf(stderr, "trainer-job run: data parallel over %d ranks (rendezvous %s:%d)\n", ranks,
+                 req.world.master_addr.c_str(), req.world.master_port);
+  }
+  return started;
+}
+
+// Rank 0's failure when other ranks trained with it: the rank that failed is the cause, named
+// first (rank 0's collectives broke: Unavailable); rank 0's own error (bad data, memory) is the
+// job's, whatever it then did to the others. nullopt: every rank finished.
+std::optional<std::string> other_rank_failure(Ranks& others, const Result<engine::TrainResult>& result) {
+  std::optional<std::string> failed;
+  if (result.is_ok()) {
+    failed = others.wait();
+  } else if (result.status().code() == StatusCode::kUnavailable) {
+    failed = others.failure(kOtherRankGrace);
+  }
+  if (failed && !result.is_ok()) *failed += "; rank 0: " + result.status().message();
+  return failed;
+}
+
+// Everything a run job holds from its start to its end: the events it writes, its telemetry,
+// where its snapshots go.
+class RunJob {
+ public:
+  RunJob(EventWriter& writer, JobTelemetry& telemetry) : writer_(writer), telemetry_(telemetry) {}
+
+  // The job failed: the event, then the line on stderr; exit status 1.
+  int fail(const std::string& reason) {
+    writer_.write(protocol::Failed{reason});
+    std::fprintf(stderr, "trainer-job run: failed: %s\n", reason.c_str());
+    return 1;
+  }
+  // A failure the telemetry counts as well (`measured` is the reason it records), pushed before
+  // the event so trainerd has the series when it hears the attempt ended.
+  int fail_measured(const std::string& measured, const std::string& reason) {
+    telemetry_.on_event(protocol::Failed{measured});
+    telemetry_.flush();
+    return fail(reason);
+  }
+  // An event of the engine: staged checkpoints handed to the publisher, then written.
+  void report(const protocol::Event& ev, bool pausing) {
+    if (const auto* e = std::get_if<protocol::Step>(&ev)) epoch_ = e->epoch;
+    if (SnapshotPublisher* publisher = pub_.publisher.get()) {
+      if (const auto* e = std::get_if<protocol::Checkpoint>(&ev)) {
+        // Staged at once (the engine may prune its folder later); published in the background.
+        // A pause's save keeps its training state even when uploads lag: the run resumes from it.
+        auto staged = publisher->stage(e->step, epoch_, kinds_of(e->adapter_dir, e->state_dir), pausing);
+        if (!staged.is_ok()) {
+          std::fprintf(stderr, "trainer-job run: staging the checkpoint of step %lld failed: %s\n",
+                       static_cast<long long>(e->step), staged.status().message().c_str());
+        }
+      } else if (const auto* e = std::get_if<protocol::Completed>(&ev)) {
+        // A completed run leaves a final snapshot: staged, then every publication awaited.
+        auto staged = publisher->stage(e->steps, epoch_, kinds_of(e->adapter_dir, e->state_dir), /*every_kind=*/true);
+        Status st = staged.is_ok() ? publisher->drain() : staged.status();
+        if (!st.is_ok()) {
+          publication_failed_ = st;
+          return;  // not completed: the job fails in finish()
+        }
+      }
+    }
+    emit(ev);
+  }
+  void write(const protocol::Event& ev) { writer_.write(ev); }
+  // How the attempt ended, once the engine returned: the exit status.
+  int finish(const Result<engine::TrainResult>& result);
+
+  Publication& publication() { return pub_; }
+
+ private:
+  void emit(const protocol::Event& ev) {
+    telemetry_.on_event(ev);
+    // The series are at trainerd before it hears the attempt ended (and shows the run so).
+    if (protocol::ends_attempt(ev)) telemetry_.flush();
+    writer_.write(ev);
+    progress_.on_event(ev);
+  }
+
+  EventWriter& writer_;
+  JobTelemetry& telemetry_;
+  Publication pub_;
+  ProgressPrinter progress_;
+  int64_t epoch_ = 0;
+  std::optional<Status> publication_failed_;
+};
+
+int RunJob::finish(const Result<engine::TrainResult>& result) {
+  if (!result.is_ok()) return fail_measured(result.status().message(), result.status().message());
+  if (publication_failed_) {
+    return fail_measured(publication_failed_->message(),
+                         "the final snapshot was not published: " + publication_failed_->message());
+  }
+  if (result->paused) {
+    // The pause's checkpoint was staged when the engine reported it: await its commit.
+    SnapshotPublisher* publisher = pub_.publisher.get();
+    if (!publisher) return fail("asked to pause, but no snapshot catalog was given (TRAINER_CATALOG_URL)");
+    Status st = publisher->drain();
+    if (!st.is_ok()) return fail("the pause's snapshot was not published: " + st.message());
+    for (const auto& r : publisher->results()) {
+      if (r.step == result->steps && r.status.is_ok()) {
+        report(protocol::Paused{.step = r.step, .snapshot_id = r.snapshot_id}, true);
+        std::fprintf(stderr, "trainer-job run: paused after step %lld (snapshot %s)\n",
+                     static_cast<long long>(r.step), r.snapshot_id.c_str());
+        return 0;
+      }
+    }
+    return fail("the pause's checkpoint of step " + std::to_string(result->steps) + " was not staged");
+  }
+  if (result->cancelled) {
+    report(protocol::Cancelled{.steps = result->steps}, false);
+    std::fprintf(stderr, "trainer-job run: cancelled after step %lld of %lld\n", static_cast<long long>(result->steps),
+                 static_cast<long long>(result->total_steps));
+    return kExitCancelled;
+  }
+  return 0;
+}
+
+// The plan file, parsed, with its store inputs fetched onto this node.
+Result<plan::Plan> read_plan(const std::string& plan_path, const protocol::JobRequest& request) {
+  std::ifstream in(plan_path);
+  if (!in) return invalid_argument(plan_path + ": cannot read the plan file");
+  std::stringstream text;
+  text << in.rdbuf();
+  auto plan = plan::parse_plan(text.str(), plan_path);
+  if (!plan.is_ok()) {
+    const Status& st = plan.status();
+    return invalid_argument(st.field().empty() ? st.message() : plan_path + ": " + st.describe());
+  }
+  // Inputs named by s3:// URIs (a cluster job with an S3 store): verified copies on this node.
+  if (Status st = fetch_plan_inputs(*plan, input_fetch_options(request)); !st.is_ok()) {
+    return invalid_argument(st.describe());
+  }
+  return plan;
+}
+
 }  // namespace
 
 int cmd_run(int argc, char** argv) {
@@ -151,19 +382,8 @@ int cmd_run(int argc, char** argv) {
   if (!request.is_ok()) return fail(request.status().describe());
   if (!world.is_ok()) return fail(world.status().describe());
   const std::string plan_path = args.get("plan");
-  std::ifstream in(plan_path);
-  if (!in) return fail(plan_path + ": cannot read the plan file");
-  std::stringstream text;
-  text << in.rdbuf();
-  auto plan = plan::parse_plan(text.str(), plan_path);
-  if (!plan.is_ok()) {
-    const Status& st = plan.status();
-    return fail(st.field().empty() ? st.message() : plan_path + ": " + st.describe());
-  }
-  // Inputs named by s3:// URIs (a cluster job with an S3 store): verified copies on this node.
-  if (Status st = fetch_plan_inputs(*plan, input_fetch_options(*request)); !st.is_ok()) {
-    return fail(st.describe());
-  }
+  auto plan = read_plan(plan_path, *request);
+  if (!plan.is_ok()) return fail(plan.status().message());
 
   std::atomic<bool> stop{false};
   std::atomic<bool> pause_requested{false};
@@ -191,178 +411,27 @@ int cmd_run(int argc, char** argv) {
   req.stop = &stop;
   req.pause = &pause_requested;
 
+  RunJob job(writer, telemetry);
   // Snapshots: published when the service names its catalog and artifact storage.
-  std::unique_ptr<storage::Storage> artifacts;
-  std::unique_ptr<Catalog> catalog;
-  std::unique_ptr<SnapshotPublisher> publisher;
-  if (!request->catalog_url.empty() && !request->artifact_root.empty()) {
-    auto st = storage::open_storage(request->artifact_root);  // a folder, or s3://BUCKET[/PREFIX]
-    if (!st.is_ok()) return fail("TRAINER_ARTIFACT_ROOT: " + st.status().message());
-    artifacts = std::move(*st);
-    catalog = make_http_catalog(request->catalog_url, identity.run_id);
-    PublisherOptions po;
-    po.staging_dir = (std::filesystem::path(req.output_dir) / "staging").string();
-    po.run_id = identity.run_id;
-    po.attempt = identity.attempt;
-    po.base_model_sha = identity.base_model_sha;
-    if (request->store.publish_deadline_seconds > 0) po.deadline = std::chrono::seconds(request->store.publish_deadline_seconds);
-    publisher = std::make_unique<SnapshotPublisher>(po, *artifacts, *catalog, telemetry.provider());
+  auto publication = open_publication(*request, identity, req.output_dir, telemetry);
+  if (!publication.is_ok()) return job.fail(publication.status().message());
+  job.publication() = std::move(*publication);
+  if (Status st = restore_start(*request, identity, job.publication(), telemetry, req); !st.is_ok()) {
+    return job.fail(st.message());
   }
-
-  // A resumed attempt restores the snapshot its pause stopped against, validated before use.
-  if (const std::string& resume = request->resume_snapshot; !resume.empty()) {
-    if (!publisher) return fail("TRAINER_RESUME_SNAPSHOT needs TRAINER_CATALOG_URL and TRAINER_ARTIFACT_ROOT");
-    auto restored = restore_snapshot(*catalog, *artifacts, resume, {protocol::kWeightsKind, protocol::kTrainingStateKind},
-                                     (std::filesystem::path(req.output_dir) / "restore").string(),
-                                     telemetry::CheckpointRestoreMode::kResume, telemetry.provider());
-    if (!restored.is_ok()) return fail("restoring snapshot " + resume + ": " + restored.status().message());
-    if (restored->run_id != identity.run_id) {
-      return fail("restoring snapshot " + resume + ": it belongs to run " + restored->run_id);
-    }
-    req.resume_weights_dir = restored->dirs.at(protocol::kWeightsKind);
-    req.resume_state_dir = restored->dirs.at(protocol::kTrainingStateKind);
-    std::fprintf(stderr, "trainer-job run: resuming from snapshot %s (step %lld of attempt %lld)\n", resume.c_str(),
-                 static_cast<long long>(restored->step), static_cast<long long>(restored->attempt));
-  }
-
-  // A child run (`runs branch`, `runs continue`) starts from its parent's snapshot: the weights
-  // alone (TRAINER_BRANCH_RESTORE=weights) or the whole training state (trainingState).
-  if (const std::string& branch = request->branch_snapshot; !branch.empty()) {
-    if (!publisher) return fail("TRAINER_BRANCH_SNAPSHOT needs TRAINER_CATALOG_URL and TRAINER_ARTIFACT_ROOT");
-    const std::string& restore = request->branch_restore;  // weights or trainingState (the reader checked)
-    std::vector<std::string> kinds = {protocol::kWeightsKind};
-    if (restore == protocol::kTrainingStateKind) kinds.push_back(protocol::kTrainingStateKind);
-    auto restored = restore_snapshot(*catalog, *artifacts, branch, kinds,
-                                     (std::filesystem::path(req.output_dir) / "restore").string(),
-                                     telemetry::CheckpointRestoreMode::kBranch, telemetry.provider());
-    if (!restored.is_ok()) return fail("restoring snapshot " + branch + ": " + restored.status().message());
-    req.branch = true;
-    req.resume_weights_dir = restored->dirs.at(protocol::kWeightsKind);
-    if (restore == protocol::kTrainingStateKind) req.resume_state_dir = restored->dirs.at(protocol::kTrainingStateKind);
-    std::fprintf(stderr, "trainer-job run: starting from %s of snapshot %s (step %lld of run %s)\n", restore.c_str(),
-                 branch.c_str(), static_cast<long long>(restored->step), restored->run_id.c_str());
-  }
-
-  ProgressPrinter progress;
-  int64_t epoch = 0;
-  std::optional<Status> publication_failed;
-  auto emit = [&](const protocol::Event& ev) {
-    telemetry.on_event(ev);
-    // The series are at trainerd before it hears the attempt ended (and shows the run so).
-    if (protocol::ends_attempt(ev)) telemetry.flush();
-    writer.write(ev);
-    progress.on_event(ev);
-  };
-  auto fail_measured = [&](const std::string& measured, const std::string& reason) {
-    telemetry.on_event(protocol::Failed{measured});
-    telemetry.flush();
-    return fail(reason);
-  };
-  auto report = [&](const protocol::Event& ev) {
-    if (const auto* e = std::get_if<protocol::Step>(&ev)) epoch = e->epoch;
-    if (publisher) {
-      if (const auto* e = std::get_if<protocol::Checkpoint>(&ev)) {
-        // Staged at once (the engine may prune its folder later); published in the background.
-        // A pause's save keeps its training state even when uploads lag: the run resumes from it.
-        auto staged = publisher->stage(e->step, epoch, kinds_of(e->adapter_dir, e->state_dir), pause_requested.load());
-        if (!staged.is_ok()) {
-          std::fprintf(stderr, "trainer-job run: staging the checkpoint of step %lld failed: %s\n",
-                       static_cast<long long>(e->step), staged.status().message().c_str());
-        }
-      } else if (const auto* e = std::get_if<protocol::Completed>(&ev)) {
-        // A completed run leaves a final snapshot: staged, then every publication awaited.
-        auto staged = publisher->stage(e->steps, epoch, kinds_of(e->adapter_dir, e->state_dir), /*every_kind=*/true);
-        Status st = staged.is_ok() ? publisher->drain() : staged.status();
-        if (!st.is_ok()) {
-          publication_failed = st;
-          return;  // not completed: the job fails below
-        }
-      }
-    }
-    emit(ev);
-  };
   if (auto w = plan::single_device_warning(req.plan)) {
-    writer.write(protocol::Warning{.field = w->field, .message = w->message});
+    job.write(protocol::Warning{.field = w->field, .message = w->message});
     std::fprintf(stderr, "trainer-job run: warning: %s\n", w->message.c_str());
   }
-  // Data parallelism: the rendezvous hosted here, then the other ranks started.
-  if (const int ranks = data_parallel_ranks(req.plan); ranks > 1) {
-    auto rendezvous = engine::dist::host_rendezvous(ranks);
-    if (!rendezvous.is_ok()) return fail(rendezvous.status().message());
-    req.rendezvous = *rendezvous;
-    req.world = engine::dist::World{.rank = 0,
-                                    .size = ranks,
-                                    .master_addr = engine::dist::kLoopback,
-                                    .master_port = engine::dist::rendezvous_port(**rendezvous)};
-    RanksOptions ro;
-    ro.executable = self_executable();
-    ro.args = {"run", "--plan", plan_path, "--output", req.output_dir};
-    ro.world_size = ranks;
-    ro.master_addr = req.world.master_addr;
-    ro.master_port = req.world.master_port;
-    if (!req.resume_weights_dir.empty()) {
-      ro.env[kRankResumeWeightsVar] = req.resume_weights_dir;
-      ro.env[kRankResumeStateVar] = req.resume_state_dir;
-      if (req.branch) ro.env[kRankBranchVar] = "1";
-    }
-    // Rank 0 stuck where no collective notices the failed rank: report it and exit.
-    ro.on_abandon = [&writer](const std::string& failure) {
-      writer.write(protocol::Failed{failure});
-      std::fprintf(stderr, "trainer-job run: failed: %s\n", failure.c_str());
-      writer.flush(std::chrono::seconds(5));  // the failure reaches trainerd before the exit
-      std::_Exit(1);
-    };
-    auto started = Ranks::start(std::move(ro));
-    if (!started.is_ok()) return fail(started.status().message());
-    other_ranks = std::move(*started);
-    forward_to.store(other_ranks.get());
-    std::fprintf(stderr, "trainer-job run: data parallel over %d ranks (rendezvous %s:%d)\n", ranks,
-                 req.world.master_addr.c_str(), req.world.master_port);
-  }
-  auto result = engine::run_training(req, report);
+  auto started = start_other_ranks(req, plan_path, writer);
+  if (!started.is_ok()) return job.fail(started.status().message());
+  other_ranks = std::move(*started);
+  forward_to.store(other_ranks.get());
+  auto result = engine::run_training(req, [&](const protocol::Event& ev) { job.report(ev, pause_requested.load()); });
   if (other_ranks) {
-    // Rank 0's collectives broke (Unavailable): the rank that failed is the cause, named first.
-    // Rank 0's own error (bad data, memory) is the job's, whatever it then did to the others.
-    std::optional<std::string> failed;
-    if (result.is_ok()) {
-      failed = other_ranks->wait();
-    } else if (result.status().code() == StatusCode::kUnavailable) {
-      failed = other_ranks->failure(kOtherRankGrace);
-    }
-    if (failed) {
-      const std::string reason = result.is_ok() ? *failed : *failed + "; rank 0: " + result.status().message();
-      return fail_measured(reason, reason);
-    }
+    if (auto failed = other_rank_failure(*other_ranks, result)) return job.fail_measured(*failed, *failed);
   }
-  if (!result.is_ok()) {
-    return fail_measured(result.status().message(), result.status().message());
-  }
-  if (publication_failed) {
-    return fail_measured(publication_failed->message(),
-                         "the final snapshot was not published: " + publication_failed->message());
-  }
-  if (result->paused) {
-    // The pause's checkpoint was staged when the engine reported it: await its commit.
-    if (!publisher) return fail("asked to pause, but no snapshot catalog was given (TRAINER_CATALOG_URL)");
-    Status st = publisher->drain();
-    if (!st.is_ok()) return fail("the pause's snapshot was not published: " + st.message());
-    for (const auto& r : publisher->results()) {
-      if (r.step == result->steps && r.status.is_ok()) {
-        report(protocol::Paused{.step = r.step, .snapshot_id = r.snapshot_id});
-        std::fprintf(stderr, "trainer-job run: paused after step %lld (snapshot %s)\n",
-                     static_cast<long long>(r.step), r.snapshot_id.c_str());
-        return 0;
-      }
-    }
-    return fail("the pause's checkpoint of step " + std::to_string(result->steps) + " was not staged");
-  }
-  if (result->cancelled) {
-    report(protocol::Cancelled{.steps = result->steps});
-    std::fprintf(stderr, "trainer-job run: cancelled after step %lld of %lld\n", static_cast<long long>(result->steps),
-                 static_cast<long long>(result->total_steps));
-    return kExitCancelled;
-  }
-  return 0;
+  return job.finish(result);
 }
 
 }  // namespace trainer::job
