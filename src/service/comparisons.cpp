@@ -68,6 +68,100 @@ bool weights_committed(const json& snapshot) {
          kinds[protocol::kWeightsKind].value("state", std::string()) == "committed";
 }
 
+// What `comparisons create` asks, checked before anything is read.
+struct ComparisonRequest {
+  std::string source_ref;
+  std::string dataset_ref;
+  std::string grader;  // "": the workload's, else the default
+  std::string token;   // the submissionId; "": none
+  int64_t max_new_tokens = kDefaultMaxNewTokens;
+};
+
+Result<ComparisonRequest> parse_comparison_request(const json& body) {
+  TRAINER_RETURN_IF_ERROR(check_fields(body, {"source", "candidates", "branches", "allBranches", "dataset", "grader",
+                                              "maxNewTokens", "submissionId"}));
+  std::map<std::string, std::string> text;  // the string fields; absent or null: ""
+  for (const char* key : {"source", "dataset", "grader", "submissionId"}) {
+    auto v = optional_string(body, key);
+    if (!v.is_ok()) return v.status();
+    text[key] = v->value_or("");
+  }
+  ComparisonRequest r{.source_ref = text["source"], .dataset_ref = text["dataset"], .grader = text["grader"],
+                      .token = text["submissionId"]};
+  if (r.source_ref.empty()) return invalid_field("source", "is required: the snapshot the targets are compared with");
+  size_t flags = 0;
+  for (const char* key : {"candidates", "branches", "allBranches"}) {
+    auto list = string_list(body, key);
+    if (!list.is_ok()) return list.status();
+    flags += list->size();
+  }
+  if (flags == 0) {
+    return invalid_field("targets", "at least one target is required: --candidate MODEL, --branch RUN or --all-branches PARENT");
+  }
+  if (auto branches = string_list(body, "branches"); branches.is_ok() && static_cast<int64_t>(branches->size()) > kMaxFan) {
+    return invalid_field("branches", "a comparison covers at most " + std::to_string(kMaxFan) + " branch models, got " +
+                                         std::to_string(branches->size()));
+  }
+  if (r.dataset_ref.empty()) return invalid_field("dataset", "is required: the dataset (name or hash) every target is scored on");
+  if (body.contains("maxNewTokens") && !body["maxNewTokens"].is_null()) {
+    const json& v = body["maxNewTokens"];
+    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > kMaxMaxNewTokens) {
+      return invalid_field("maxNewTokens", "must be an integer in [1, " + std::to_string(kMaxMaxNewTokens) + "], got " + v.dump());
+    }
+    r.max_new_tokens = v.get<int64_t>();
+  }
+  if (body.contains("submissionId") && !body["submissionId"].is_null() &&
+      (r.token.empty() || r.token.size() > kMaxSubmissionIdChars)) {
+    return invalid_field("submissionId", "must be 1 to " + std::to_string(kMaxSubmissionIdChars) + " characters");
+  }
+  return r;
+}
+
+// The grader term every target is scored with: the one named, else the source workload's
+// (its evaluation.grader), else json-label-match; with where it came from.
+Result<std::pair<json, std::string>> comparison_grader(const std::string& named, const json& evaluation,
+                                                       const DeploymentConfig& deployment) {
+  std::string grader = named;
+  std::string source = "request";
+  if (grader.empty() && evaluation.contains("grader") && evaluation["grader"].is_string()) {
+    grader = evaluation["grader"].get<std::string>();
+    source = "workload";
+  }
+  if (grader.empty()) {
+    grader = kDefaultGrader;
+    source = "default";
+  }
+  json term = {{"kind", grader}};
+  auto spec = plan::parse_reward_term(term, "grader");
+  if (!spec.is_ok()) return as_grader(spec.status());
+  plan::RunConfig check;
+  check.method = plan::Method::kGrpo;
+  check.rewardTerms = {*spec};
+  if (Status st = check_reward_terms(check, deployment); !st.is_ok()) return as_grader(st);
+  return std::make_pair(term, source);
+}
+
+// The targets, the source first, numbered; a model named twice is scored once.
+json numbered_targets(json source, const json& listed) {
+  json targets = json::array({std::move(source)});
+  std::set<std::string> models = {targets[0]["modelId"].get<std::string>()};
+  std::set<std::string> refused;
+  for (const auto& t : listed) {
+    if (t.contains("modelId")) {
+      if (!models.insert(t["modelId"].get<std::string>()).second) continue;
+    } else if (!refused.insert(t.value("runId", t.value("target", std::string()))).second) {
+      continue;
+    }
+    targets.push_back(t);
+  }
+  for (size_t i = 0; i < targets.size(); ++i) {
+    targets[i]["index"] = i;
+    for (const char* key : {"evaluationId", "meanScore", "exactMatch"}) targets[i][key] = nullptr;
+    if (!targets[i].contains("failure")) targets[i]["failure"] = nullptr;
+  }
+  return targets;
+}
+
 // The fields of two resolved plans that differ: [{field, source, target}], by dotted path.
 json plan_differences(const json& source_plan, const json& target_plan) {
   json a = json::object();
@@ -175,52 +269,17 @@ Result<json> ServiceImpl::comparison_targets_locked(const json& body, const json
 }
 
 Result<std::pair<json, bool>> ServiceImpl::create_comparison(const json& body) {
-  TRAINER_RETURN_IF_ERROR(check_fields(body, {"source", "candidates", "branches", "allBranches", "dataset", "grader",
-                                              "maxNewTokens", "submissionId"}));
-  std::map<std::string, std::string> text;  // the string fields; absent or null: ""
-  for (const char* key : {"source", "dataset", "grader", "submissionId"}) {
-    auto v = optional_string(body, key);
-    if (!v.is_ok()) return v.status();
-    text[key] = v->value_or("");
-  }
-  const std::string source_ref = text["source"];
-  if (source_ref.empty()) return invalid_field("source", "is required: the snapshot the targets are compared with");
-  size_t flags = 0;
-  for (const char* key : {"candidates", "branches", "allBranches"}) {
-    auto list = string_list(body, key);
-    if (!list.is_ok()) return list.status();
-    flags += list->size();
-  }
-  if (flags == 0) {
-    return invalid_field("targets", "at least one target is required: --candidate MODEL, --branch RUN or --all-branches PARENT");
-  }
-  if (auto branches = string_list(body, "branches"); branches.is_ok() && static_cast<int64_t>(branches->size()) > kMaxFan) {
-    return invalid_field("branches", "a comparison covers at most " + std::to_string(kMaxFan) + " branch models, got " +
-                                         std::to_string(branches->size()));
-  }
-  const std::string dataset_ref = text["dataset"];
-  if (dataset_ref.empty()) return invalid_field("dataset", "is required: the dataset (name or hash) every target is scored on");
-  int64_t max_new = kDefaultMaxNewTokens;
-  if (body.contains("maxNewTokens") && !body["maxNewTokens"].is_null()) {
-    const json& v = body["maxNewTokens"];
-    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > kMaxMaxNewTokens) {
-      return invalid_field("maxNewTokens", "must be an integer in [1, " + std::to_string(kMaxMaxNewTokens) + "], got " + v.dump());
-    }
-    max_new = v.get<int64_t>();
-  }
-  const std::string token = text["submissionId"];
-  if (body.contains("submissionId") && !body["submissionId"].is_null() &&
-      (token.empty() || token.size() > kMaxSubmissionIdChars)) {
-    return invalid_field("submissionId", "must be 1 to " + std::to_string(kMaxSubmissionIdChars) + " characters");
-  }
+  auto req = parse_comparison_request(body);
+  if (!req.is_ok()) return req.status();
+  const std::string& token = req->token;
 
   std::lock_guard<std::mutex> lock(mu_);
-  auto sid = resolve_snapshot_id(source_ref, "source");
+  auto sid = resolve_snapshot_id(req->source_ref, "source");
   if (!sid.is_ok()) return sid.status();
   auto snap = store_->get_snapshot(*sid);
   if (!snap.is_ok()) return snap.status();
   if (!snap->has_value() || (**snap).value("state", std::string()) != "committed") {
-    return field_status(StatusCode::kNotFound, "source", "no committed snapshot with id '" + source_ref + "'");
+    return field_status(StatusCode::kNotFound, "source", "no committed snapshot with id '" + req->source_ref + "'");
   }
   if (!weights_committed(**snap)) {
     return field_status(StatusCode::kFailedPrecondition, "source",
@@ -245,30 +304,14 @@ Result<std::pair<json, bool>> ServiceImpl::create_comparison(const json& body) {
     return std::make_pair(present_comparison(**existing), false);
   }
 
-  auto dataset = datasets_.resolve(dataset_ref, "dataset");
+  auto dataset = datasets_.resolve(req->dataset_ref, "dataset");
   if (!dataset.is_ok()) return dataset.status();
-
-  // The grader: named, else the source workload's, else json-label-match.
   auto workload = store_->get_workload(run->workload_id);
   if (!workload.is_ok()) return workload.status();
   const json evaluation = workload->has_value() ? (**workload).value("evaluation", json::object()) : json::object();
-  std::string grader = text["grader"];
-  std::string grader_source = "request";
-  if (grader.empty() && evaluation.contains("grader") && evaluation["grader"].is_string()) {
-    grader = evaluation["grader"].get<std::string>();
-    grader_source = "workload";
-  }
-  if (grader.empty()) {
-    grader = kDefaultGrader;
-    grader_source = "default";
-  }
-  json term = {{"kind", grader}};
-  auto spec = plan::parse_reward_term(term, "grader");
-  if (!spec.is_ok()) return as_grader(spec.status());
-  plan::RunConfig check;
-  check.method = plan::Method::kGrpo;
-  check.rewardTerms = {*spec};
-  if (Status st = check_reward_terms(check, opt_.config); !st.is_ok()) return as_grader(st);
+  auto grader = comparison_grader(req->grader, evaluation, opt_.config);
+  if (!grader.is_ok()) return grader.status();
+  const auto& [term, grader_source] = *grader;
 
   json fan = json::array();
   auto listed = comparison_targets_locked(body, **snap, fan);
@@ -291,25 +334,9 @@ Result<std::pair<json, bool>> ServiceImpl::create_comparison(const json& body) {
     model["protectedBy"].push_back({{"comparisonId", id}});
     TRAINER_RETURN_IF_ERROR(store_->update_trained_model(model));
     const std::string source_model = model["modelId"].get<std::string>();
-
-    // Targets, the source first; a model named twice is scored once.
-    json targets = json::array({{{"target", *sid}, {"kind", "source"}, {"runId", run->id},
-                                 {"modelId", source_model}, {"status", kTargetWaiting}}});
-    std::set<std::string> models = {source_model};
-    std::set<std::string> refused;
-    for (const auto& t : *listed) {
-      if (t.contains("modelId")) {
-        if (!models.insert(t["modelId"].get<std::string>()).second) continue;
-      } else if (!refused.insert(t.value("runId", t.value("target", std::string()))).second) {
-        continue;
-      }
-      targets.push_back(t);
-    }
-    for (size_t i = 0; i < targets.size(); ++i) {
-      targets[i]["index"] = i;
-      for (const char* key : {"evaluationId", "meanScore", "exactMatch"}) targets[i][key] = nullptr;
-      if (!targets[i].contains("failure")) targets[i]["failure"] = nullptr;
-    }
+    const json targets = numbered_targets({{"target", *sid}, {"kind", "source"}, {"runId", run->id},
+                                           {"modelId", source_model}, {"status", kTargetWaiting}},
+                                          *listed);
     const std::string t = now_rfc3339();
     out = {{"comparisonId", id},
            {"submissionId", token.empty() ? json(nullptr) : json(token)},
@@ -320,10 +347,10 @@ Result<std::pair<json, bool>> ServiceImpl::create_comparison(const json& body) {
                        {"savedStep", (**snap).value("savedStep", json(nullptr))},
                        {"modelId", source_model}}},
            {"workload", {{"id", run->workload_id}, {"name", workload->has_value() ? (**workload)["name"] : json(run->workload_name)}}},
-           {"contract", {{"dataset", {{"ref", dataset_ref}, {"hash", (*dataset)["hash"]}, {"rows", dataset->value("rows", json(nullptr))}}},
+           {"contract", {{"dataset", {{"ref", req->dataset_ref}, {"hash", (*dataset)["hash"]}, {"rows", dataset->value("rows", json(nullptr))}}},
                          {"grader", term},
                          {"graderSource", grader_source},
-                         {"maxNewTokens", max_new}}},
+                         {"maxNewTokens", req->max_new_tokens}}},
            {"fan", fan},
            {"targets", targets},
            {"winner", nullptr},

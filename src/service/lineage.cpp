@@ -57,6 +57,122 @@ json lineage_entry(const RunRecord& r) {
   return e;
 }
 
+// What `runs branch` and `runs continue` ask, checked before anything is read.
+struct ChildRequest {
+  int64_t steps = 0;
+  plan::Restore restore = plan::Restore::kWeights;
+  json overrides;
+  std::optional<std::string> submission;
+};
+
+Result<ChildRequest> parse_child_request(const json& body, bool continuation) {
+  TRAINER_RETURN_IF_ERROR(check_fields(body, {"snapshot", "steps", "restore", "overrides", "submissionId"}));
+  ChildRequest r;
+  auto steps_it = body.find("steps");
+  if (steps_it == body.end() || !steps_it->is_number_integer() || steps_it->get<int64_t>() < 1) {
+    return invalid_field("steps", "required: the child's budget of optimizer updates, an integer of at least 1");
+  }
+  r.steps = steps_it->get<int64_t>();
+  r.restore = continuation ? plan::Restore::kTrainingState : plan::Restore::kWeights;
+  if (auto it = body.find("restore"); it != body.end() && !it->is_null()) {
+    const std::string v = it->is_string() ? it->get<std::string>() : it->dump();
+    if (v == "trainingState") {
+      r.restore = plan::Restore::kTrainingState;
+    } else if (v == "weights" && !continuation) {
+      r.restore = plan::Restore::kWeights;
+    } else if (continuation) {
+      return invalid_field("restore", "runs continue restores the whole trainingState; to start from the weights "
+                                      "alone use runs branch --restore weights");
+    } else {
+      return invalid_field("restore", "'" + v + "' is not weights or trainingState");
+    }
+  }
+  r.overrides = body.value("overrides", json(nullptr));
+  if (auto it = body.find("submissionId"); it != body.end() && !it->is_null()) {
+    if (!it->is_string()) return invalid_field("submissionId", "must be a string");
+    r.submission = it->get<std::string>();
+  }
+  return r;
+}
+
+// The parent's newest committed snapshot holding training state (what `runs continue` starts from).
+Result<json> newest_training_state(store::Store& store, const std::string& parent_id) {
+  int64_t seen = 0;
+  for (int64_t offset = 0;; offset += kMaxLineagePage) {
+    auto page = store.list_snapshots(parent_id, "committed", kMaxLineagePage, offset);
+    if (!page.is_ok()) return page.status();
+    for (const auto& s : page->snapshots) {
+      if (kind_committed(s, protocol::kTrainingStateKind)) return s;
+    }
+    seen += static_cast<int64_t>(page->snapshots.size());
+    if (page->snapshots.empty() || seen >= page->total) break;
+  }
+  return field_status(
+      StatusCode::kFailedPrecondition, "snapshot",
+      "run " + parent_id + " cannot be continued: none of its " + std::to_string(seen) +
+          " committed snapshots holds training state (" +
+          (seen == 0 ? std::string("it has saved none yet: a run saves every execution.saveEvery updates and at "
+                                   "the end")
+                     : std::string("later saves carry weights only when uploads fall behind, and retention "
+                                   "deletes older training state")) +
+          "); start a child from the weights with: trainer runs branch " + parent_id.substr(0, 8) +
+          " --snapshot SNAPSHOT --steps N");
+}
+
+// The source holds every kind the child restores, committed.
+Status check_source_kinds(const json& snapshot, const std::vector<std::string>& needed, bool continuation,
+                          const std::string& parent_id) {
+  const std::string snapshot_id = snapshot.value("snapshotId", std::string());
+  for (const auto& kind : needed) {
+    if (kind_committed(snapshot, kind)) continue;
+    const std::string state = snapshot.value("kinds", json::object()).value(kind, json::object()).value("state", "");
+    std::string why = state == "deleted" || state == "deleting"
+                          ? "its " + kind + " artifact was deleted by retention (execution.keepAdapters)"
+                          : "it holds no committed " + kind + " artifact (it holds: " + committed_kinds(snapshot) + ")";
+    std::string hint = kind == protocol::kTrainingStateKind && !continuation
+                           ? "; branch with --restore weights, or choose a snapshot with training state"
+                           : "; choose another snapshot (trainer runs snapshots " + parent_id.substr(0, 8) + ")";
+    return field_status(StatusCode::kFailedPrecondition, "snapshot", "snapshot " + snapshot_id + ": " + why + hint);
+  }
+  return Status::ok();
+}
+
+// A submissionId seen before answers its child only for the same source, restore and point:
+// the child's plan (what submit_plan compares) does not name them.
+Status check_child_submission(store::Store& store, const std::string& submission, const json& lineage) {
+  auto seen = store.run_by_submission(submission);
+  if (!seen.is_ok()) return seen.status();
+  if (!seen->has_value()) return Status::ok();
+  auto earlier = RunRecord::from_json(**seen);
+  if (!earlier.is_ok()) return earlier.status();
+  for (const auto& [key, value] : lineage.items()) {
+    if (earlier->view.value(key, json(nullptr)) == value) continue;
+    const json& v = earlier->view;
+    const std::string what =
+        v.contains("parentRunId")
+            ? "a " + v.value("childKind", std::string("child")) + " of run " + v.value("parentRunId", "") +
+                  " from snapshot " + v.value("sourceSnapshotId", "") + " (restore " + v.value("restore", "") + ")"
+            : "which is no child run";
+    return field_status(StatusCode::kAlreadyExists, "submissionId",
+                        "'" + submission + "' was used by run " + earlier->id + ", " + what + "; its " + key +
+                            " differs from this request's; use a new submissionId");
+  }
+  return Status::ok();
+}
+
+// The branch operation: the source retained and the child started, in one transaction.
+void record_branch(ServiceTelemetry& metrics, bool ok, double seconds) {
+  const auto outcome = ok ? tel::ServiceOutcome::kSuccess : tel::ServiceOutcome::kRejected;
+  const auto reason = ok ? std::nullopt : std::optional(tel::ServiceFailureReason::kValidation);
+  metrics.operation_attempt(
+      {.operation = tel::ServiceOperation::kBranch, .stage = tel::ServiceStage::kRetain, .outcome = outcome, .reason = reason});
+  if (ok) {
+    metrics.operation_attempt(
+        {.operation = tel::ServiceOperation::kBranch, .stage = tel::ServiceStage::kStartChild, .outcome = outcome});
+  }
+  metrics.operation_ended(tel::ServiceOperation::kBranch, outcome, seconds, reason);
+}
+
 }  // namespace
 
 Result<std::pair<json, bool>> ServiceImpl::branch_run(const std::string& parent_ref, const json& body, bool dry_run) {
@@ -67,139 +183,64 @@ Result<std::pair<json, bool>> ServiceImpl::continue_run(const std::string& ref, 
   return start_child(ref, body, dry_run, true);
 }
 
+Result<json> ServiceImpl::child_source_snapshot(const json& body, const std::string& parent_id, bool continuation) {
+  auto it = body.find("snapshot");
+  if (it == body.end() || it->is_null()) {
+    if (continuation) return newest_training_state(*store_, parent_id);
+    return invalid_field("snapshot", "required: the parent's snapshot the child starts from; list them with: "
+                                     "trainer runs snapshots " + parent_id.substr(0, 8));
+  }
+  if (!it->is_string()) return invalid_field("snapshot", "must be a snapshot id or prefix");
+  auto id = resolve_snapshot_id(it->get<std::string>(), "snapshot");
+  if (!id.is_ok()) return id.status();
+  auto found = store_->get_snapshot(*id);
+  if (!found.is_ok()) return found.status();
+  if (!found->has_value() || (**found).value("state", std::string()) != "committed") {
+    return field_status(StatusCode::kNotFound, "snapshot", "no committed snapshot with id '" + *id + "'");
+  }
+  json snapshot = std::move(**found);
+  if (snapshot.value("runId", std::string()) != parent_id) {
+    return invalid_field("snapshot", "snapshot " + *id + " belongs to run " + snapshot.value("runId", std::string()) +
+                                         ", not to run " + parent_id + "; list its snapshots with: trainer runs "
+                                         "snapshots " + parent_id.substr(0, 8));
+  }
+  return snapshot;
+}
+
 Result<std::pair<json, bool>> ServiceImpl::start_child(const std::string& parent_ref, const json& body, bool dry_run,
                                                        bool continuation, const json& sweep_point) {
   const char* verb = continuation ? "runs continue" : "runs branch";
-  TRAINER_RETURN_IF_ERROR(check_fields(body, {"snapshot", "steps", "restore", "overrides", "submissionId"}));
-  auto steps_it = body.find("steps");
-  if (steps_it == body.end() || !steps_it->is_number_integer() || steps_it->get<int64_t>() < 1) {
-    return invalid_field("steps", "required: the child's budget of optimizer updates, an integer of at least 1");
-  }
-  const int64_t steps = steps_it->get<int64_t>();
-  plan::Restore restore = continuation ? plan::Restore::kTrainingState : plan::Restore::kWeights;
-  if (auto it = body.find("restore"); it != body.end() && !it->is_null()) {
-    const std::string r = it->is_string() ? it->get<std::string>() : it->dump();
-    if (r == "trainingState") {
-      restore = plan::Restore::kTrainingState;
-    } else if (r == "weights" && !continuation) {
-      restore = plan::Restore::kWeights;
-    } else if (continuation) {
-      return invalid_field("restore", "runs continue restores the whole trainingState; to start from the weights "
-                                      "alone use runs branch --restore weights");
-    } else {
-      return invalid_field("restore", "'" + r + "' is not weights or trainingState");
-    }
-  }
-  const json overrides = body.value("overrides", json(nullptr));
-  std::optional<std::string> submission;
-  if (auto it = body.find("submissionId"); it != body.end() && !it->is_null()) {
-    if (!it->is_string()) return invalid_field("submissionId", "must be a string");
-    submission = it->get<std::string>();
-  }
-
+  auto request = parse_child_request(body, continuation);
+  if (!request.is_ok()) return request.status();
   auto parent = resolve_run(parent_ref, continuation ? "run" : "parent");
   if (!parent.is_ok()) return parent.status();
-
-  // The source snapshot: the one named, or (continue) the newest with training state.
-  json snapshot;
-  if (auto it = body.find("snapshot"); it != body.end() && !it->is_null()) {
-    if (!it->is_string()) return invalid_field("snapshot", "must be a snapshot id or prefix");
-    auto id = resolve_snapshot_id(it->get<std::string>(), "snapshot");
-    if (!id.is_ok()) return id.status();
-    auto found = store_->get_snapshot(*id);
-    if (!found.is_ok()) return found.status();
-    if (!found->has_value() || (**found).value("state", std::string()) != "committed") {
-      return field_status(StatusCode::kNotFound, "snapshot", "no committed snapshot with id '" + *id + "'");
-    }
-    snapshot = std::move(**found);
-    if (snapshot.value("runId", std::string()) != parent->id) {
-      return invalid_field("snapshot", "snapshot " + *id + " belongs to run " + snapshot.value("runId", std::string()) +
-                                           ", not to run " + parent->id + "; list its snapshots with: trainer runs "
-                                           "snapshots " + parent->id.substr(0, 8));
-    }
-  } else if (continuation) {
-    int64_t seen = 0;
-    for (int64_t offset = 0; snapshot.is_null(); offset += kMaxLineagePage) {
-      auto page = store_->list_snapshots(parent->id, "committed", kMaxLineagePage, offset);
-      if (!page.is_ok()) return page.status();
-      for (const auto& s : page->snapshots) {
-        if (kind_committed(s, protocol::kTrainingStateKind)) {
-          snapshot = s;
-          break;
-        }
-      }
-      seen += static_cast<int64_t>(page->snapshots.size());
-      if (page->snapshots.empty() || seen >= page->total) break;
-    }
-    if (snapshot.is_null()) {
-      return field_status(
-          StatusCode::kFailedPrecondition, "snapshot",
-          "run " + parent->id + " cannot be continued: none of its " + std::to_string(seen) +
-              " committed snapshots holds training state (" +
-              (seen == 0 ? std::string("it has saved none yet: a run saves every execution.saveEvery updates and at "
-                                       "the end")
-                         : std::string("later saves carry weights only when uploads fall behind, and retention "
-                                       "deletes older training state")) +
-              "); start a child from the weights with: trainer runs branch " + parent->id.substr(0, 8) +
-              " --snapshot SNAPSHOT --steps N");
-    }
-  } else {
-    return invalid_field("snapshot", "required: the parent's snapshot the child starts from; list them with: "
-                                     "trainer runs snapshots " + parent->id.substr(0, 8));
-  }
+  auto source = child_source_snapshot(body, parent->id, continuation);
+  if (!source.is_ok()) return source.status();
+  const json& snapshot = *source;
   const std::string snapshot_id = snapshot.value("snapshotId", std::string());
   std::vector<std::string> needed = {protocol::kWeightsKind};
-  if (restore == plan::Restore::kTrainingState) needed.push_back(protocol::kTrainingStateKind);
-  for (const auto& kind : needed) {
-    if (kind_committed(snapshot, kind)) continue;
-    const std::string state = snapshot.value("kinds", json::object()).value(kind, json::object()).value("state", "");
-    std::string why = state == "deleted" || state == "deleting"
-                          ? "its " + kind + " artifact was deleted by retention (execution.keepAdapters)"
-                          : "it holds no committed " + kind + " artifact (it holds: " + committed_kinds(snapshot) + ")";
-    std::string hint = kind == protocol::kTrainingStateKind && !continuation
-                           ? "; branch with --restore weights, or choose a snapshot with training state"
-                           : "; choose another snapshot (trainer runs snapshots " + parent->id.substr(0, 8) + ")";
-    return field_status(StatusCode::kFailedPrecondition, "snapshot", "snapshot " + snapshot_id + ": " + why + hint);
-  }
+  if (request->restore == plan::Restore::kTrainingState) needed.push_back(protocol::kTrainingStateKind);
+  TRAINER_RETURN_IF_ERROR(check_source_kinds(snapshot, needed, continuation, parent->id));
 
-  auto child = plan::child_plan(parent->view.value("plan", json::object()), overrides,
-                                {.restore = restore, .continuation = continuation}, steps);
+  auto child = plan::child_plan(parent->view.value("plan", json::object()), request->overrides,
+                                {.restore = request->restore, .continuation = continuation}, request->steps);
   if (!child.is_ok()) return child.status();
   (*child)["workload"] = parent->workload_id;  // the workload itself, whatever it is called now
-  if (submission) (*child)["submissionId"] = *submission;
+  if (request->submission) (*child)["submissionId"] = *request->submission;
 
   json lineage = {{"parentRunId", parent->id},
-                        {"rootRunId", parent->view.value("rootRunId", parent->id)},
-                        {"sourceSnapshotId", snapshot_id},
-                        {"sourceStep", snapshot.value("savedStep", int64_t{0})},
-                        {"restore", plan::restore_name(restore)},
-                        {"stepBudget", steps},
-                        {"childKind", continuation ? "continue" : "branch"}};
+                  {"rootRunId", parent->view.value("rootRunId", parent->id)},
+                  {"sourceSnapshotId", snapshot_id},
+                  {"sourceStep", snapshot.value("savedStep", int64_t{0})},
+                  {"restore", plan::restore_name(request->restore)},
+                  {"stepBudget", request->steps},
+                  {"childKind", continuation ? "continue" : "branch"}};
   if (!sweep_point.is_null()) {
     lineage["childKind"] = "sweep";
     lineage["sweepPoint"] = sweep_point;
   }
-  // A submissionId seen before answers its child only for the same source, restore and point:
-  // the child's plan (what submit_plan compares) does not name them.
-  if (submission && !dry_run) {
-    auto seen = store_->run_by_submission(*submission);
-    if (!seen.is_ok()) return seen.status();
-    if (seen->has_value()) {
-      auto earlier = RunRecord::from_json(**seen);
-      if (!earlier.is_ok()) return earlier.status();
-      for (const auto& [key, value] : lineage.items()) {
-        if (earlier->view.value(key, json(nullptr)) == value) continue;
-        const json& v = earlier->view;
-        const std::string what =
-            v.contains("parentRunId")
-                ? "a " + v.value("childKind", std::string("child")) + " of run " + v.value("parentRunId", "") +
-                      " from snapshot " + v.value("sourceSnapshotId", "") + " (restore " + v.value("restore", "") + ")"
-                : "which is no child run";
-        return field_status(StatusCode::kAlreadyExists, "submissionId",
-                            "'" + *submission + "' was used by run " + earlier->id + ", " + what + "; its " + key +
-                                " differs from this request's; use a new submissionId");
-      }
-    }
+  if (request->submission && !dry_run) {
+    TRAINER_RETURN_IF_ERROR(check_child_submission(*store_, *request->submission, lineage));
   }
   // Under mu_, in the run's transaction: the source is still there, the child holds it.
   auto on_insert = [&](RunRecord& run) -> Status {
@@ -219,24 +260,11 @@ Result<std::pair<json, bool>> ServiceImpl::start_child(const std::string& parent
   };
   const double started = now();
   auto out = submit_plan(*child, dry_run, on_insert, {{"child", lineage}});
-  if (!dry_run) {
-    // The branch operation: the source retained and the child started, in one transaction.
-    const bool ok = out.is_ok();
-    const auto outcome = ok ? tel::ServiceOutcome::kSuccess : tel::ServiceOutcome::kRejected;
-    const auto reason = ok ? std::nullopt : std::optional(tel::ServiceFailureReason::kValidation);
-    metrics_.operation_attempt(
-        {.operation = tel::ServiceOperation::kBranch, .stage = tel::ServiceStage::kRetain, .outcome = outcome, .reason = reason});
-    if (ok) {
-      metrics_.operation_attempt({.operation = tel::ServiceOperation::kBranch,
-                                  .stage = tel::ServiceStage::kStartChild,
-                                  .outcome = outcome});
-    }
-    metrics_.operation_ended(tel::ServiceOperation::kBranch, outcome, now() - started, reason);
-  }
+  if (!dry_run) record_branch(metrics_, out.is_ok(), now() - started);
   if (!out.is_ok()) {
     // The plan parser blames the child's plan; say it came from the overrides where it did.
     const Status& st = out.status();
-    if (st.field().rfind("config.", 0) == 0 && !overrides.is_null()) {
+    if (st.field().rfind("config.", 0) == 0 && !request->overrides.is_null()) {
       return Status(st.code(), st.field(), st.message() + " (in the " + std::string(verb) + " overrides)");
     }
   }

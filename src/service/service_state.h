@@ -196,6 +196,9 @@ class ServiceImpl final : public Service {
   // `sweep_point`, when not null, labels the child (its document's sweepPoint).
   Result<std::pair<json, bool>> start_child(const std::string& parent_ref, const json& body, bool dry_run,
                                             bool continuation, const json& sweep_point = nullptr);
+  // The snapshot a child starts from: the one `body` names, or (continue) the newest with
+  // training state.
+  Result<json> child_source_snapshot(const json& body, const std::string& parent_id, bool continuation);
 
   // ---- holds and retention (snapshot_holds.cpp); mu_ held, inside a store transaction
   // Adds the branch hold of child run `child` on `artifacts` of the snapshot `doc` (updated).
@@ -249,6 +252,16 @@ class ServiceImpl final : public Service {
   Result<json> ref_target_locked(const json& w, const std::string& which, const std::string& target);
   // The BASE model of a selected, ready base model, registered when new; mu_ held.
   Result<json> register_base_locked(const json& base_model, const std::string& field);
+  // `models register`'s two variants: a BASE model of a selected base model, and the import of a
+  // PEFT LoRA folder (checked, loaded once by the engine, copied to artifact storage).
+  Result<std::pair<json, bool>> register_base_descriptor(const json& serving_model, const AllowedBaseModel& allowed);
+  Result<std::pair<json, bool>> import_adapter(const json& serving_model, const AllowedBaseModel& allowed,
+                                               const std::string& description,
+                                               const std::optional<std::string>& workload_ref);
+  // The engine loads the adapter folder `dir` onto the base model at `cache` and scores one row;
+  // then its two files are published under `key`.
+  Status publish_imported_adapter(const std::string& dir, const std::string& cache, const std::string& base_name,
+                                  const std::string& id, const std::string& key);
   // Where an artifact key lives, as a URI ("file:///...", "s3://bucket/prefix/key").
   std::string artifact_uri(const std::string& key) const;
   // Starts the registration of a committed snapshot's weights (PENDING, a registration hold on

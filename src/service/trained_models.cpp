@@ -135,7 +135,7 @@ Result<json> ServiceImpl::register_base_locked(const json& base_model, const std
               {"lineage", {{"baseModel", base}}},
               {"cost", {{"gpuSeconds", 0}}},
               {"adapterRank", nullptr},
-              {"artifact", {{"key", nullptr}, {"uri", "file://" + base_model.value("cachePath", std::string())}}},
+              {"artifact", {{"key", nullptr}, {"uri", "file://" + base_models_.cache_path_of(base_model)}}},
               {"servingModel", {{"variant", kVariantBase}, {"baseModel", base_model["name"]}, {"revision", hash}}},
               {"status", kModelRegistered},
               {"failureReason", nullptr},
@@ -170,80 +170,41 @@ Result<std::pair<json, bool>> ServiceImpl::register_trained_model(const json& de
   if (!description.is_ok()) return description.status();
   auto workload_ref = optional_string(descriptor, "workload");
   if (!workload_ref.is_ok()) return workload_ref.status();
-
   if (**variant == kVariantBase) {
-    for (const char* f : {"adapterRank", "ref"}) {
-      if (sm.contains(f)) return invalid_field(std::string("servingModel.") + f, "applies to ADAPTER models only");
-    }
     if (*workload_ref) return invalid_field("workload", "a BASE model belongs to no workload; leave it out");
-    std::lock_guard<std::mutex> lock(mu_);
-    auto base = base_models_.resolve(allowed->name, "servingModel.baseModel");
-    if (!base.is_ok()) {
-      return field_status(StatusCode::kFailedPrecondition, "servingModel.baseModel",
-                          "base model '" + allowed->name + "' is not selected; select it first (trainer base-models select " +
-                              allowed->name + " --wait)");
-    }
-    auto revision = optional_string(sm, "revision");
-    if (!revision.is_ok()) return revision.status().with_field("servingModel");
-    const std::string hash = base->value("contentHash", json("")).is_string() ? (*base)["contentHash"].get<std::string>() : "";
-    if (*revision && (revision->value().empty() || hash.rfind(**revision, 0) != 0)) {
-      return invalid_field("servingModel.revision", "'" + **revision + "' is not the selected revision of '" +
-                                                        allowed->name + "' (" + hash + ")");
-    }
-    auto id_before = store_->get_trained_model(model_id("baseModel", {allowed->name, hash}));
-    if (!id_before.is_ok()) return id_before.status();
-    auto doc = register_base_locked(*base, "servingModel.baseModel");
-    if (!doc.is_ok()) return doc.status();
-    return std::make_pair(present_model(*doc), !id_before->has_value());
+    return register_base_descriptor(sm, *allowed);
   }
+  return import_adapter(sm, *allowed, description->value_or(""), *workload_ref);
+}
 
-  // ADAPTER: an import of a PEFT LoRA folder.
-  if (sm.contains("revision")) return invalid_field("servingModel.revision", "applies to BASE models only");
-  auto ref = optional_string(sm, "ref");
-  if (!ref.is_ok()) return ref.status().with_field("servingModel");
-  if (!*ref || ref->value().empty()) return invalid_field("servingModel.ref", "required: the adapter folder to import");
-  const std::string dir = local_folder(**ref);
-  json base;
-  json workload = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto b = base_models_.resolve(allowed->name, "servingModel.baseModel");
-    if (!b.is_ok() || (*b).value("status", std::string()) != "ready") {
-      return field_status(StatusCode::kFailedPrecondition, "servingModel.baseModel",
-                          "base model '" + allowed->name + "' is not selected and ready; select it first "
-                          "(trainer base-models select " + allowed->name + " --wait)");
-    }
-    base = *b;
-    if (*workload_ref) {
-      auto w = resolve_workload(**workload_ref, "workload");
-      if (!w.is_ok()) return w.status();
-      workload = {{"id", (*w)["id"]}, {"name", (*w)["name"]}};
-    }
+Result<std::pair<json, bool>> ServiceImpl::register_base_descriptor(const json& sm, const AllowedBaseModel& allowed) {
+  for (const char* f : {"adapterRank", "ref"}) {
+    if (sm.contains(f)) return invalid_field(std::string("servingModel.") + f, "applies to ADAPTER models only");
   }
-  const std::string cache = base.value("cachePath", std::string());
-  auto info = check_peft_adapter(dir, cache, opt_.config.limits.max_adapter_rank, "servingModel.ref");
-  if (!info.is_ok()) return info.status();
-  if (!same_base_model(info->base_model_name_or_path, {allowed->name, allowed->path, cache})) {
-    return invalid_field("servingModel.baseModel", "the adapter was trained on '" + info->base_model_name_or_path +
-                                                       "' (adapter_config.json base_model_name_or_path), not on '" +
-                                                       allowed->name + "'");
+  std::lock_guard<std::mutex> lock(mu_);
+  auto base = base_models_.resolve(allowed.name, "servingModel.baseModel");
+  if (!base.is_ok()) {
+    return field_status(StatusCode::kFailedPrecondition, "servingModel.baseModel",
+                        "base model '" + allowed.name + "' is not selected; select it first (trainer base-models select " +
+                            allowed.name + " --wait)");
   }
-  if (sm.contains("adapterRank") &&
-      (!sm["adapterRank"].is_number_integer() || sm["adapterRank"].get<int64_t>() != info->rank)) {
-    return invalid_field("servingModel.adapterRank",
-                         "is " + sm["adapterRank"].dump() + " but the adapter's rank r is " + std::to_string(info->rank));
+  auto revision = optional_string(sm, "revision");
+  if (!revision.is_ok()) return revision.status().with_field("servingModel");
+  const std::string hash = base->value("contentHash", json("")).is_string() ? (*base)["contentHash"].get<std::string>() : "";
+  if (*revision && (revision->value().empty() || hash.rfind(**revision, 0) != 0)) {
+    return invalid_field("servingModel.revision", "'" + **revision + "' is not the selected revision of '" +
+                                                      allowed.name + "' (" + hash + ")");
   }
-  const std::string config_digest = file_digest(fs::path(dir) / kAdapterConfigFile);
-  const std::string weights_digest = file_digest(fs::path(dir) / kAdapterWeightsFile);
-  const std::string id = model_id("import", {allowed->name, base.value("contentHash", std::string()),
-                                             workload.is_object() ? workload["id"].get<std::string>() : "",
-                                             config_digest, weights_digest});
-  {
-    auto existing = store_->get_trained_model(id);
-    if (!existing.is_ok()) return existing.status();
-    if (existing->has_value()) return std::make_pair(present_model(**existing), false);
-  }
-  // That it loads: the engine reads it onto the base model and scores one row.
+  auto id_before = store_->get_trained_model(model_id("baseModel", {allowed.name, hash}));
+  if (!id_before.is_ok()) return id_before.status();
+  auto doc = register_base_locked(*base, "servingModel.baseModel");
+  if (!doc.is_ok()) return doc.status();
+  return std::make_pair(present_model(*doc), !id_before->has_value());
+}
+
+Status ServiceImpl::publish_imported_adapter(const std::string& dir, const std::string& cache,
+                                             const std::string& base_name, const std::string& id,
+                                             const std::string& key) {
   const fs::path staging = fs::path(opt_.data_dir) / "registry-staging" / (id + "-" + random_hex(8));
   std::error_code ec;
   fs::create_directories(staging / "adapter", ec);
@@ -262,16 +223,68 @@ Result<std::pair<json, bool>> ServiceImpl::register_trained_model(const json& de
                                     (staging / "probe.jsonl").string(), "--max-seq-length", "64"},
                                    kAdapterLoadTimeoutSeconds);
   if (!loaded.is_ok()) {
-    return invalid_field("servingModel.ref", "the adapter does not load on '" + allowed->name + "': " +
+    return invalid_field("servingModel.ref", "the adapter does not load on '" + base_name + "': " +
                                                  loaded.status().message());
   }
   for (const char* f : {kAdapterConfigFile, kAdapterWeightsFile}) {
     fs::copy_file(fs::path(dir) / f, staging / "adapter" / f, ec);
     if (ec) return unavailable("cannot copy " + (fs::path(dir) / f).string() + ": " + ec.message());
   }
-  const std::string key = model_key(id);
   Status published = artifacts().publish_new((staging / "adapter").string(), key);
   if (!published.is_ok() && published.code() != StatusCode::kAlreadyExists) return published;  // same id, same bytes
+  return Status::ok();
+}
+
+Result<std::pair<json, bool>> ServiceImpl::import_adapter(const json& sm, const AllowedBaseModel& allowed,
+                                                          const std::string& description,
+                                                          const std::optional<std::string>& workload_ref) {
+  if (sm.contains("revision")) return invalid_field("servingModel.revision", "applies to BASE models only");
+  auto ref = optional_string(sm, "ref");
+  if (!ref.is_ok()) return ref.status().with_field("servingModel");
+  if (!*ref || ref->value().empty()) return invalid_field("servingModel.ref", "required: the adapter folder to import");
+  const std::string dir = local_folder(**ref);
+  json base;
+  json workload = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto b = base_models_.resolve(allowed.name, "servingModel.baseModel");
+    if (!b.is_ok() || (*b).value("status", std::string()) != "ready") {
+      return field_status(StatusCode::kFailedPrecondition, "servingModel.baseModel",
+                          "base model '" + allowed.name + "' is not selected and ready; select it first "
+                          "(trainer base-models select " + allowed.name + " --wait)");
+    }
+    base = *b;
+    if (workload_ref) {
+      auto w = resolve_workload(*workload_ref, "workload");
+      if (!w.is_ok()) return w.status();
+      workload = {{"id", (*w)["id"]}, {"name", (*w)["name"]}};
+    }
+  }
+  const std::string cache = base_models_.cache_path_of(base);
+  auto info = check_peft_adapter(dir, cache, opt_.config.limits.max_adapter_rank, "servingModel.ref");
+  if (!info.is_ok()) return info.status();
+  if (!same_base_model(info->base_model_name_or_path, {allowed.name, allowed.path, cache})) {
+    return invalid_field("servingModel.baseModel", "the adapter was trained on '" + info->base_model_name_or_path +
+                                                       "' (adapter_config.json base_model_name_or_path), not on '" +
+                                                       allowed.name + "'");
+  }
+  if (sm.contains("adapterRank") &&
+      (!sm["adapterRank"].is_number_integer() || sm["adapterRank"].get<int64_t>() != info->rank)) {
+    return invalid_field("servingModel.adapterRank",
+                         "is " + sm["adapterRank"].dump() + " but the adapter's rank r is " + std::to_string(info->rank));
+  }
+  const std::string config_digest = file_digest(fs::path(dir) / kAdapterConfigFile);
+  const std::string weights_digest = file_digest(fs::path(dir) / kAdapterWeightsFile);
+  const std::string id = model_id("import", {allowed.name, base.value("contentHash", std::string()),
+                                             workload.is_object() ? workload["id"].get<std::string>() : "",
+                                             config_digest, weights_digest});
+  {
+    auto existing = store_->get_trained_model(id);
+    if (!existing.is_ok()) return existing.status();
+    if (existing->has_value()) return std::make_pair(present_model(**existing), false);
+  }
+  const std::string key = model_key(id);
+  TRAINER_RETURN_IF_ERROR(publish_imported_adapter(dir, cache, allowed.name, id, key));
 
   std::lock_guard<std::mutex> lock(mu_);
   auto existing = store_->get_trained_model(id);
@@ -285,7 +298,7 @@ Result<std::pair<json, bool>> ServiceImpl::register_trained_model(const json& de
               {"method", nullptr},
               {"baseModel", base_ref},
               {"workload", workload},
-              {"description", description->value_or("")},
+              {"description", description},
               {"source", {{"kind", "import"}, {"path", dir}, {"configDigest", config_digest},
                           {"weightsDigest", weights_digest}}},
               {"config", nullptr},

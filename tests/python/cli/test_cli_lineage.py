@@ -187,7 +187,14 @@ def test_the_family_views_list_children_descendants_and_ancestry(ready, parent, 
     assert grandchild["phase"] == "COMPLETED", grandchild.get("failureReason")
     assert grandchild["rootRunId"] == root
 
+    # A second child of the root (whatever other tests of this module ran first), for the paging.
+    run, _, snap = parent
+    out = ready("runs", "branch", root, "--snapshot", snap["snapshotId"], "--steps", "1", "-o", "json")
+    assert out.returncode == 0, out.stderr
+    ended(ready, json.loads(out.stdout)["runId"])
+
     branches = ready.json("runs", "branches", root)
+    assert branches["total"] >= 2
     assert continuation["runId"] in [b["runId"] for b in branches["branches"]]
     assert all(b["parentRunId"] == root for b in branches["branches"])
     page = ready.json("runs", "branches", root, "--limit", "1")
