@@ -300,30 +300,9 @@ class GrpoMethod : public train::Method {
     at::NoGradGuard no_grad;
     batch_epoch_ = epoch_;
     batch_cursor_ = cursor_;
-    // The prompts of this batch, in the epoch's shuffled order.
     std::vector<std::vector<int64_t>> prompts;
-    std::vector<size_t> which;
-    for (int i = 0; i < rl_.promptsPerStep; ++i) {
-      if (cursor_ >= order_.size()) {
-        order_ = data::shuffled_order(prompts_.size(), cfg_.training.seed, ++epoch_);
-        cursor_ = 0;
-      }
-      which.push_back(order_[cursor_++]);
-      const auto& p = prompts_[which.back()];
-      prompts.emplace_back(p.begin(), p.end());
-    }
-    const int64_t G = rl_.groupSize;
-    generate::SamplingOptions so;
-    so.max_new_tokens = rl_.maxCompletionLength;
-    so.temperature = rl_.temperature;
-    so.top_p = rl_.topP;
-    so.top_k = rl_.topK;
-    so.group_size = G;
-    so.seed = cfg_.training.seed * 1000003ULL + static_cast<uint64_t>(step);
-    so.stop_ids = stop_ids_;
-    so.pad_id = pad_;
-    so.stop_strings = rl_.stopStrings;
-    if (!so.stop_strings.empty() || rl_.tools) so.decode = decoder();
+    const std::vector<size_t> which = next_prompts(&prompts);
+    generate::SamplingOptions so = sampling_options(step);
     generate::Generation gen;
     ToolGeneration tools;
     if (rl_.tools) {
@@ -336,28 +315,76 @@ class GrpoMethod : public train::Method {
     rl->generated_tokens = gen.generated_tokens;
     rl->generation_tokens_per_second = gen.seconds > 0 ? static_cast<double>(gen.generated_tokens) / gen.seconds : 0;
 
-    // Rewards.
+    const Scored scored = score(gen, tools, which, rl);
+    record_lengths(gen, rl);
+    load_batch(gen, tools, rl);
+    sampling_logps(gen.completion_ids.size(0), rl);
+    record_rollouts(gen, tools, which, scored, rl);
+    last_rollout_ = *rl;
+  }
+
+  // The prompts of the next batch, in the epoch's shuffled order: their indices, their ids.
+  std::vector<size_t> next_prompts(std::vector<std::vector<int64_t>>* prompts) {
+    std::vector<size_t> which;
+    for (int i = 0; i < rl_.promptsPerStep; ++i) {
+      if (cursor_ >= order_.size()) {
+        order_ = data::shuffled_order(prompts_.size(), cfg_.training.seed, ++epoch_);
+        cursor_ = 0;
+      }
+      which.push_back(order_[cursor_++]);
+      const auto& p = prompts_[which.back()];
+      prompts->emplace_back(p.begin(), p.end());
+    }
+    return which;
+  }
+
+  generate::SamplingOptions sampling_options(int64_t step) {
+    generate::SamplingOptions so;
+    so.max_new_tokens = rl_.maxCompletionLength;
+    so.temperature = rl_.temperature;
+    so.top_p = rl_.topP;
+    so.top_k = rl_.topK;
+    so.group_size = rl_.groupSize;
+    so.seed = cfg_.training.seed * 1000003ULL + static_cast<uint64_t>(step);
+    so.stop_ids = stop_ids_;
+    so.pad_id = pad_;
+    so.stop_strings = rl_.stopStrings;
+    if (!so.stop_strings.empty() || rl_.tools) so.decode = decoder();
+    return so;
+  }
+
+  // A batch's completions as `runs rollouts` shows them, their total rewards and each term's scores.
+  struct Scored {
+    std::vector<std::string> shown;
+    std::vector<double> total;
+    std::vector<TermScores> scores;
+  };
+
+  // Rewards: every term scores every completion; the advantages follow.
+  Scored score(const generate::Generation& gen, const ToolGeneration& tools, const std::vector<size_t>& which,
+               RlStep* rl) {
     const auto t_reward = SteadyClock::now();
+    const int64_t G = rl_.groupSize;
     const int64_t N = gen.completion_ids.size(0);
+    Scored out;
     // What the terms score: the completion, or with tools its answer after the last tool turn;
     // what `runs rollouts` shows: the whole completion.
-    std::vector<std::string> completions, shown;
+    std::vector<std::string> completions;
     std::vector<GradeItem> items;
     for (int64_t i = 0; i < N; ++i) {
       at::Tensor row = gen.completion_ids[i].narrow(0, 0, gen.lengths[static_cast<size_t>(i)]);
       std::vector<int32_t> ids(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel());
-      shown.push_back(value_or_throw(tok_.decode(ids, true)));
+      out.shown.push_back(value_or_throw(tok_.decode(ids, true)));
       if (rl_.tools) {
         const auto from = static_cast<std::ptrdiff_t>(tools.answer_start[static_cast<size_t>(i)]);
         completions.push_back(value_or_throw(tok_.decode(std::vector<int32_t>(ids.begin() + from, ids.end()), true)));
       } else {
-        completions.push_back(shown.back());
+        completions.push_back(out.shown.back());
       }
       const size_t p = which[static_cast<size_t>(i / G)];
       items.push_back({.input = inputs_[p], .output = completions.back(), .expected = golds_[p], .row = lines_[p]});
     }
-    std::vector<double> total(static_cast<size_t>(N), 0.0);
-    std::vector<TermScores> scores;
+    out.total.assign(static_cast<size_t>(N), 0.0);
     rl->terms.clear();
     for (size_t k = 0; k < scorer_->size(); ++k) {
       const auto t0 = SteadyClock::now();
@@ -371,7 +398,7 @@ class GrpoMethod : public train::Method {
       double sum = 0, sq = 0;
       for (size_t i = 0; i < s.raw.size(); ++i) {
         const double w = scorer_->weight(k) * s.raw[i];
-        total[i] += w;
+        out.total[i] += w;
         sum += w;
         sq += w * w;
         for (size_t c = 0; c < kCauses.size(); ++c) {
@@ -384,10 +411,10 @@ class GrpoMethod : public train::Method {
       ts.mean = sum / static_cast<double>(N);
       ts.std = N > 1 ? std::sqrt(std::max(0.0, (sq - sum * sum / static_cast<double>(N)) / static_cast<double>(N - 1))) : 0.0;
       rl->terms.push_back(ts);
-      scores.push_back(std::move(s));
+      out.scores.push_back(std::move(s));
     }
     rl->reward_seconds = seconds_since(t_reward);
-    at::Tensor rewards = at::tensor(total, at::kDouble).to(at::kFloat);
+    at::Tensor rewards = at::tensor(out.total, at::kDouble).to(at::kFloat);
     advantages_ = advantages(rewards, G, rl_.scaleRewards).to(device_);
     rl->reward_mean = rewards.mean().item<double>();
     rl->reward_std = N > 1 ? ((rewards - rewards.mean()).pow(2).sum() / static_cast<double>(N - 1)).sqrt().item<double>() : 0.0;
@@ -397,9 +424,12 @@ class GrpoMethod : public train::Method {
     at::Tensor group_std = (grouped - grouped.mean(1, true)).pow(2).sum(1).sqrt();  // zero iff all equal
     rl->zero_std_group_share = (group_std.abs() < 1e-8).to(at::kFloat).mean().item<double>();
     rl->completions_scored = N;
-    rl->rewards.assign(total.begin(), total.end());
+    rl->rewards.assign(out.total.begin(), out.total.end());
+    return out;
+  }
 
-    // Completion lengths.
+  static void record_lengths(const generate::Generation& gen, RlStep* rl) {
+    const auto N = static_cast<double>(gen.completion_ids.size(0));
     int64_t mn = INT64_MAX, mx = 0, term_sum = 0, term_n = 0, truncated = 0;
     for (size_t i = 0; i < gen.lengths.size(); ++i) {
       mn = std::min(mn, gen.lengths[i]);
@@ -412,18 +442,20 @@ class GrpoMethod : public train::Method {
       }
     }
     rl->completion_lengths = gen.lengths;
-    rl->completion_length_mean = static_cast<double>(gen.generated_tokens) / static_cast<double>(N);
+    rl->completion_length_mean = static_cast<double>(gen.generated_tokens) / N;
     rl->completion_length_min = mn;
     rl->completion_length_max = mx;
     rl->completion_length_terminated_mean = term_n > 0 ? static_cast<double>(term_sum) / static_cast<double>(term_n) : 0.0;
-    rl->truncated_share = static_cast<double>(truncated) / static_cast<double>(N);
+    rl->truncated_share = static_cast<double>(truncated) / N;
+  }
 
-    // The batch on the device.
+  // The batch on the device; tool turns are attended to but not trained on.
+  void load_batch(const generate::Generation& gen, const ToolGeneration& tools, RlStep* rl) {
+    const int64_t N = gen.completion_ids.size(0);
     batch_.prompt_len = gen.prompt_ids.size(1);
     batch_.ids = at::cat({gen.prompt_ids, gen.completion_ids}, 1).to(device_);
     batch_.mask = at::cat({gen.prompt_mask, gen.completion_mask}, 1).to(device_);
     batch_.completion_ids = gen.completion_ids.to(device_);
-    // Tool turns are attended to but not trained on.
     at::Tensor trained = rl_.tools ? gen.completion_mask & tools.tool_mask.logical_not() : gen.completion_mask;
     batch_.completion_mask = trained.to(device_, at::kFloat);
     tool_tokens_ = rl_.tools ? tools.tool_mask.sum().item<int64_t>() : 0;
@@ -437,8 +469,10 @@ class GrpoMethod : public train::Method {
       rl->tool_calls_mean = static_cast<double>(calls) / static_cast<double>(N);
       rl->tool_failure_share = calls > 0 ? static_cast<double>(failures) / static_cast<double>(calls) : 0.0;
     }
+  }
 
-    // Old (sampling-policy) and reference log-probabilities, without gradients.
+  // Old (sampling-policy) and reference log-probabilities of the batch, without gradients.
+  void sampling_logps(int64_t N, RlStep* rl) {
     const auto t_old = SteadyClock::now();
     old_logps_ = at::Tensor();
     ref_logps_ = at::Tensor();
@@ -457,15 +491,20 @@ class GrpoMethod : public train::Method {
       model_.set_adapters_enabled(true);
     }
     rl->old_logprob_seconds = seconds_since(t_old);
+  }
 
-    // The rollouts `runs rollouts` shows (written by write_rollouts()).
+  // The rollouts `runs rollouts` shows (written by write_rollouts()).
+  void record_rollouts(const generate::Generation& gen, const ToolGeneration& tools, const std::vector<size_t>& which,
+                       const Scored& scored, RlStep* rl) const {
+    const int64_t G = rl_.groupSize;
+    const int64_t N = gen.completion_ids.size(0);
     rl->rollouts.clear();
     for (int64_t i = 0; i < N; ++i) {
       Rollout r;
       r.prompt_index = static_cast<int64_t>(which[static_cast<size_t>(i / G)]);
-      r.completion = shown[static_cast<size_t>(i)];
-      r.reward = total[static_cast<size_t>(i)];
-      for (const auto& ts : scores) {
+      r.completion = scored.shown[static_cast<size_t>(i)];
+      r.reward = scored.total[static_cast<size_t>(i)];
+      for (const auto& ts : scored.scores) {
         r.raw.push_back(ts.raw[static_cast<size_t>(i)]);
         r.failed.push_back(ts.failures[static_cast<size_t>(i)] != FailureCause::kNone);
       }
@@ -477,7 +516,6 @@ class GrpoMethod : public train::Method {
       }
       rl->rollouts.push_back(std::move(r));
     }
-    last_rollout_ = *rl;
   }
 
   const plan::RunConfig& cfg_;
