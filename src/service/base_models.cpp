@@ -28,7 +28,7 @@ Result<json> BaseModels::list(bool all) {
   std::set<std::string> selected;
   for (const auto& m : *rows) {
     selected.insert(m.value("name", std::string()));
-    out.push_back(m);
+    out.push_back(present(m));
   }
   if (all) {
     for (const auto& a : core_.options.config.base_models) {
@@ -39,7 +39,11 @@ Result<json> BaseModels::list(bool all) {
   return json{{"baseModels", out}};
 }
 
-Result<json> BaseModels::get(const std::string& ref) { return resolve(ref, "name"); }
+Result<json> BaseModels::get(const std::string& ref) {
+  auto m = resolve(ref, "name");
+  if (!m.is_ok()) return m.status();
+  return present(*m);
+}
 
 Result<json> BaseModels::select(const std::string& name) {
   const AllowedBaseModel* allowed = find_allowed(name);
@@ -47,7 +51,7 @@ Result<json> BaseModels::select(const std::string& name) {
   std::lock_guard<std::mutex> lock(core_.mu);
   auto existing = find_selected(allowed->name);
   if (!existing.is_ok()) return existing.status();
-  if (existing->has_value() && (**existing)["status"] != "failed") return **existing;
+  if (existing->has_value() && (**existing)["status"] != "failed") return present(**existing);
   std::error_code ec;
   if (!fs::is_directory(allowed->path, ec)) {
     return field_status(StatusCode::kFailedPrecondition, "name",
@@ -56,7 +60,7 @@ Result<json> BaseModels::select(const std::string& name) {
   }
   json doc = {{"name", allowed->name}, {"id", id_of(allowed->name)}, {"status", "preparing"},
               {"path", allowed->path}, {"selectedAt", core_.now_rfc3339()},       {"contentHash", nullptr},
-              {"cachePath", nullptr}};
+              {"cacheKey", nullptr}};
   TRAINER_RETURN_IF_ERROR(core_.store->transaction([&]() -> Status {
     TRAINER_RETURN_IF_ERROR(core_.store->put_base_model(doc));
     return core_.kernel->enter("base_model", allowed->name, "PREPARING");
@@ -65,6 +69,26 @@ Result<json> BaseModels::select(const std::string& name) {
 }
 
 std::string BaseModels::id_of(const std::string& name) { return sha256_hex(name).substr(0, 16); }
+
+std::string BaseModels::cache_key(const std::string& content_hash) { return "models/" + content_hash; }
+
+std::string BaseModels::cache_path(const std::string& content_hash) const {
+  return content_hash.empty() ? std::string() : core_.storage->local_path(cache_key(content_hash));
+}
+
+std::string BaseModels::cache_path_of(const json& model) const {
+  const json& hash = model.value("contentHash", json(nullptr));
+  return hash.is_string() ? cache_path(hash.get<std::string>()) : std::string();
+}
+
+// A document as the API shows it: the storage key of the cache, not a folder of this host (a
+// document an older trainerd stored may still name one).
+json BaseModels::present(json model) {
+  model.erase("cachePath");
+  const json& hash = model.value("contentHash", json(nullptr));
+  if (hash.is_string() && !model.contains("cacheKey")) model["cacheKey"] = cache_key(hash.get<std::string>());
+  return model;
+}
 
 const AllowedBaseModel* BaseModels::find_allowed(const std::string& name) const {
   for (const auto& a : core_.options.config.base_models) {
@@ -156,7 +180,7 @@ Result<json> BaseModels::prepare(const std::string& name) {
   auto hashed = storage::folder_content_hash(allowed->path);
   if (!hashed.is_ok()) return json{{"status", "failed"}, {"failure", hashed.status().message()}};
   const std::string hash = hashed->sha256;
-  const std::string key = "models/" + hash;
+  const std::string key = cache_key(hash);
   auto cached = core_.storage->exists(key);
   if (!cached.is_ok()) {
     return json{{"status", "failed"}, {"failure", "reading the model cache: " + cached.status().message()}};
@@ -168,7 +192,7 @@ Result<json> BaseModels::prepare(const std::string& name) {
   return json{{"status", "ready"},
               {"contentHash", hash},
               {"sizeBytes", hashed->bytes},
-              {"cachePath", core_.storage->local_path(key)},
+              {"cacheKey", key},
               {"readyAt", core_.now_rfc3339()}};
 }
 

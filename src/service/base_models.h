@@ -42,9 +42,17 @@ class BaseModels {
   const AllowedBaseModel* find_allowed(const std::string& name) const;
   // Why `name` is refused: it is not one of the deployment's base models (which are listed).
   std::string not_allowed_message(const std::string& name) const;
+  // The model cache's storage key of the content `content_hash` ("models/HASH"), and the folder
+  // it is on this host ("" when the hash is empty or the storage has no local folders). Stored
+  // documents keep the key; the folder is found when a job is started.
+  static std::string cache_key(const std::string& content_hash);
+  std::string cache_path(const std::string& content_hash) const;
+  // The cache folder of a selected, ready model's document.
+  std::string cache_path_of(const json& model) const;
 
  private:
   static std::string id_of(const std::string& name);
+  static json present(json model);
   // One step of a base model's preparation (the kernel's "base_model" kind).
   Status step_task(tasks::Step& step);
   // The work of a preparation (off the driver): the changes to the model's document.

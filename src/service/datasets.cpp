@@ -29,6 +29,10 @@ Status check_dataset_name(const std::string& name) {
 
 std::string Datasets::key_of(const std::string& hash) { return "datasets/" + hash + ".jsonl"; }
 
+std::string Datasets::local_path(const json& dataset) const {
+  return core_.storage->local_path(key_of(dataset.value("hash", std::string())));
+}
+
 Result<std::pair<json, bool>> Datasets::register_rows(const std::optional<std::string>& name,
                                                             const std::string& rows) {
   if (name) TRAINER_RETURN_IF_ERROR(check_dataset_name(*name));
@@ -56,7 +60,7 @@ Result<std::pair<json, bool>> Datasets::register_rows(const std::optional<std::s
               {"rows", static_cast<int64_t>(checked.rows.size())},
               {"bytes", static_cast<int64_t>(text.size())},
               {"createdAt", core_.now_rfc3339()},
-              {"path", core_.storage->local_path(key)}};
+              {"key", key}};
   Status st = core_.store->transaction([&]() -> Status {
     auto ins = core_.store->insert_dataset(doc);
     if (!ins.is_ok()) return ins.status();
@@ -107,7 +111,7 @@ Result<json> Datasets::measure(const std::string& ref, const std::string& base_m
 }
 
 Result<json> Datasets::measure_cached(const json& dataset, const json& model, std::optional<int> max_seq_length) {
-  const std::string model_path = model.value("cachePath", std::string());
+  const std::string model_path = base_models_.cache_path_of(model);
   const std::string key = dataset.value("hash", std::string()) + '\n' + model_path + '\n' +
                           (max_seq_length ? std::to_string(*max_seq_length) : std::string("-"));
   // A failed measurement is remembered for a minute (real time): a job binary that cannot
@@ -130,7 +134,7 @@ Result<json> Datasets::measure_cached(const json& dataset, const json& model, st
     if (measured_.size() >= kMeasuredCacheSize) measured_.clear();
     measured_[key] = std::move(result);
   };
-  std::vector<std::string> args = {"analyze", "--model", model_path, "--data", dataset.value("path", std::string()),
+  std::vector<std::string> args = {"analyze", "--model", model_path, "--data", local_path(dataset),
                                    "-o", "json"};
   if (max_seq_length) {
     args.push_back("--max-seq-length");
@@ -157,8 +161,10 @@ Result<json> Datasets::present(const json& d) {
   json out = json::object();
   for (const auto& [k, v] : d.items()) {
     if (!k.empty() && k[0] == '_') continue;
+    if (k == "path") continue;  // a folder of the host an older trainerd stored it on
     out[k] = v;
   }
+  out["key"] = key_of(d.value("hash", std::string()));
   out["names"] = *names;
   out["name"] = names->empty() ? json(nullptr) : json(names->front());
   return out;

@@ -32,9 +32,12 @@ class Datasets {
   // trainer-job analyze of a stored dataset under a ready base model, cached by dataset hash,
   // model cache path and length (datasets and cached models never change under their names).
   Result<json> measure_cached(const json& dataset, const json& model, std::optional<int> max_seq_length);
+  // The storage key of the rows with content hash `hash` (datasets/HASH.jsonl), and where a
+  // stored dataset's file is on this host (stored documents keep the key).
+  static std::string key_of(const std::string& hash);
+  std::string local_path(const json& dataset) const;
 
  private:
-  static std::string key_of(const std::string& hash);
   Result<json> present(const json& d);
 
   ServiceCore& core_;

@@ -153,7 +153,6 @@ Status ServiceImpl::after_dataset(RunRecord& run) {
     if (run.phase == Phase::kWaitingForBaseModel) return Status::ok();
     return transition(run, Phase::kWaitingForBaseModel);
   }
-  run.base_model_path = model.value("cachePath", std::string());
   run.base_model_sha = model.value("contentHash", std::string());
   run.view["baseModelHash"] = *run.base_model_sha;
   // A run with a judge (a model: reward term) has it answer before it claims devices.
@@ -287,9 +286,10 @@ Status ServiceImpl::submit_job(RunRecord& run) {
   fs::create_directories(spec.output_dir, ec);
   if (ec) return fail(run, "could not create the run's folder " + spec.output_dir + ": " + ec.message());
   json job_plan = run.view["plan"];
-  job_plan["baseModel"] = run.base_model_path.value_or("");
-  job_plan["config"]["dataset"] = run.dataset_path;
-  if (run.validation_path) job_plan["config"]["validationDataset"] = *run.validation_path;
+  // The inputs as files of this host: the stored keys, found in the service's storage.
+  job_plan["baseModel"] = base_models_.cache_path(run.base_model_sha.value_or(""));
+  job_plan["config"]["dataset"] = storage_->local_path(run.dataset_key);
+  if (run.validation_key) job_plan["config"]["validationDataset"] = storage_->local_path(*run.validation_key);
   fill_judges(job_plan, opt_.config);
   // A cluster job reads its inputs from the S3 store, not from trainerd's data folder.
   if (artifact_store_ && backend_->name() != "local") {

@@ -82,14 +82,14 @@ Result<json> ServiceImpl::resolve_evaluated_model(const std::string& ref) {
                             "run " + run->id + " is " + phase_name(run->phase) + "; only a COMPLETED run has an adapter to evaluate");
       }
       const std::string adapter = run->view.value("adapterPath", std::string());
-      if (adapter.empty() || !run->base_model_path) {
+      if (adapter.empty() || !run->base_model_sha) {
         return field_status(StatusCode::kFailedPrecondition, "model", "run " + run->id + " left no adapter to evaluate");
       }
       return json{{"ref", ref},
                   {"kind", "runAdapter"},
                   {"runId", run->id},
                   {"baseModel", run->base_model},
-                  {"baseModelPath", *run->base_model_path},
+                  {"baseModelHash", *run->base_model_sha},
                   {"adapterPath", adapter},
                   {"workloadId", run->workload_id}};
     }
@@ -107,7 +107,7 @@ Result<json> ServiceImpl::resolve_evaluated_model(const std::string& ref) {
   return json{{"ref", ref},
               {"kind", "base"},
               {"baseModel", m->value("name", ref)},
-              {"baseModelPath", m->value("cachePath", std::string())}};
+              {"baseModelHash", m->value("contentHash", std::string())}};
 }
 
 Result<json> ServiceImpl::evaluated_registered_model(const std::string& ref, const json& model) {
@@ -127,7 +127,7 @@ Result<json> ServiceImpl::evaluated_registered_model(const std::string& ref, con
               {"kind", model.value("variant", std::string()) == kVariantBase ? "registeredBase" : "registeredAdapter"},
               {"modelId", id},
               {"baseModel", base_name},
-              {"baseModelPath", base->value("cachePath", std::string())}};
+              {"baseModelHash", base->value("contentHash", std::string())}};
   if (model["workload"].is_object()) out["workloadId"] = model["workload"].value("id", std::string());
   if (out["kind"] == "registeredAdapter") {
     const json artifact = model.value("artifact", json::object());
@@ -293,8 +293,14 @@ Status ServiceImpl::launch_evaluation_locked(json& doc, const store::ClaimRow& c
   }
   auto dataset = datasets_.resolve(doc["dataset"]["hash"].get<std::string>(), "dataset");
   if (!dataset.is_ok()) return dataset.status();
-  json spec = {{"baseModel", doc["model"]["baseModelPath"]},
-               {"dataset", dataset->value("path", std::string())},
+  // The stored hash, found in this host's model cache (an evaluation an older trainerd stored
+  // names the folder instead).
+  const json& model = doc["model"];
+  const std::string base_path = model.contains("baseModelHash")
+                                    ? base_models_.cache_path(model.value("baseModelHash", std::string()))
+                                    : model.value("baseModelPath", std::string());
+  json spec = {{"baseModel", base_path},
+               {"dataset", datasets_.local_path(*dataset)},
                {"grader", term},
                {"maxNewTokens", doc["maxNewTokens"]}};
   auto adapter = evaluation_adapter(doc["model"], dir.string());

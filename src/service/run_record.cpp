@@ -1,11 +1,19 @@
 #include "service/run_record.h"
 
+#include <filesystem>
+
 #include "common/json_parse.h"
 
 namespace trainer::service {
 namespace {
 
 using json = nlohmann::json;
+
+// The storage key of a file in trainerd's data folder: its folder and name (datasets/HASH.jsonl).
+std::string key_of_stored_file(const std::string& path) {
+  const std::filesystem::path p(path);
+  return (p.parent_path().filename() / p.filename()).string();
+}
 
 // Reads typed fields of one object of a stored document; errors name "prefix.key".
 class FieldReader {
@@ -162,14 +170,13 @@ json RunRecord::to_json() const {
              {"devices", devices},
              {"createdAt", created_at},
              {"enteredAt", entered_at},
-             {"datasetPath", dataset_path},
-             {"validationPath", validation_path ? json(*validation_path) : json(nullptr)},
+             {"datasetKey", dataset_key},
+             {"validationKey", validation_key ? json(*validation_key) : json(nullptr)},
              {"rows", rows},
              {"accumulatedSeconds", accumulated_seconds},
              {"jobSettingsSha", job_settings_sha},
              {"cancelRequested", cancel_requested},
              {"killSent", kill_sent}};
-  if (base_model_path) in["baseModelPath"] = *base_model_path;
   if (base_model_sha) in["baseModelSha"] = *base_model_sha;
   if (job) in["job"] = job_to_json(*job);
   if (job_outcome != JobOutcome::kNone) in["jobOutcome"] = job_outcome_name(job_outcome);
@@ -231,11 +238,20 @@ Result<RunRecord> RunRecord::from_json(const json& doc) {
   TRAINER_RETURN_IF_ERROR(b.number("createdAt", &r.created_at));
   r.entered_at = r.created_at;
   TRAINER_RETURN_IF_ERROR(b.number("enteredAt", &r.entered_at, false));
-  TRAINER_RETURN_IF_ERROR(b.str("datasetPath", &r.dataset_path));
-  TRAINER_RETURN_IF_ERROR(b.opt_str("validationPath", &r.validation_path));
+  // Storage keys; a record an older trainerd wrote names files of its data folder instead
+  // (DATA/datasets/HASH.jsonl), whose last two parts are the key.
+  TRAINER_RETURN_IF_ERROR(b.str("datasetKey", &r.dataset_key, false));
+  TRAINER_RETURN_IF_ERROR(b.opt_str("validationKey", &r.validation_key));
+  if (r.dataset_key.empty()) {
+    std::string path;
+    TRAINER_RETURN_IF_ERROR(b.str("datasetPath", &path));
+    r.dataset_key = key_of_stored_file(path);
+    std::optional<std::string> validation;
+    TRAINER_RETURN_IF_ERROR(b.opt_str("validationPath", &validation));
+    if (validation) r.validation_key = key_of_stored_file(*validation);
+  }
   TRAINER_RETURN_IF_ERROR(b.integer("rows", &r.rows));
   TRAINER_RETURN_IF_ERROR(b.number("accumulatedSeconds", &r.accumulated_seconds, false));
-  TRAINER_RETURN_IF_ERROR(b.opt_str("baseModelPath", &r.base_model_path));
   TRAINER_RETURN_IF_ERROR(b.opt_str("baseModelSha", &r.base_model_sha));
   if (!r.base_model_sha && doc.contains("baseModelHash") && doc["baseModelHash"].is_string()) {
     r.base_model_sha = doc["baseModelHash"].get<std::string>();

@@ -57,12 +57,12 @@ struct RunRecord {
   int devices = 1;                             // devices it claims
   double created_at = 0;                       // wall seconds at submission
   double entered_at = 0;                       // wall seconds when it entered its phase
-  std::string dataset_path;                    // the training rows' file
-  std::optional<std::string> validation_path;  // the validation rows' file
+  std::string dataset_key;                     // the training rows' storage key (datasets/HASH.jsonl)
+  std::optional<std::string> validation_key;   // the validation rows' storage key
   int64_t rows = 0;                            // rows of the training dataset
   double accumulated_seconds = 0;              // device-seconds of ended attempts
-  std::optional<std::string> base_model_path;  // the model cache folder, once ready
-  std::optional<std::string> base_model_sha;   // its content hash
+  std::optional<std::string> base_model_sha;   // the base model's content hash, once ready (its
+                                               // cache: BaseModels::cache_key)
   std::optional<JobRecord> job;                // the current attempt's job, once started
   JobOutcome job_outcome = JobOutcome::kNone;
   std::string job_reason;                      // kFailed: the job's reason

@@ -223,8 +223,8 @@ Result<std::pair<json, bool>> ServiceImpl::submit_plan(const json& body, bool dr
   run.devices = devices;
   run.created_at = t;
   run.entered_at = t;
-  run.dataset_path = (*d)["path"].get<std::string>();
-  if (v) run.validation_path = (*v)["path"].get<std::string>();
+  run.dataset_key = Datasets::key_of((*d)["hash"].get<std::string>());
+  if (v) run.validation_key = Datasets::key_of((*v)["hash"].get<std::string>());
   run.rows = (*d)["rows"].get<int64_t>();
   Status st = store_->transaction([&]() -> Status {
     if (on_insert) TRAINER_RETURN_IF_ERROR(on_insert(run));

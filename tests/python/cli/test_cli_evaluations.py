@@ -72,7 +72,7 @@ def evaluations_count(cli) -> int:
     return len(cli.json("evaluations", "list", "--limit", "1000")["evaluations"])
 
 
-def test_a_runs_adapter_answers_as_peft_does_and_the_mean_is_the_grader_over_the_answers(ready, setup):
+def test_a_runs_adapter_answers_as_peft_does_and_the_mean_is_the_grader_over_the_answers(ready, setup, trainerd):
     done = ready.json("evaluations", "start", "--model", setup["run"], "--dataset", "held-out",
                       "--grader", f"rule:{setup['rule']}", "--max-new-tokens", MAX_NEW, "--wait", "--exit-status", "-q")
     assert done["phase"] == "COMPLETED", done
@@ -83,7 +83,10 @@ def test_a_runs_adapter_answers_as_peft_does_and_the_mean_is_the_grader_over_the
 
     run = ready.json("runs", "get", setup["run"])
     gold_rows = held_out_rows(6)
-    want = peft_answers(done["model"]["baseModelPath"], run["adapterPath"], gold_rows)
+    # The evaluation names the base model by content; its copy is in trainerd's model cache.
+    assert "baseModelPath" not in done["model"]
+    base = trainerd.data_dir / "models" / done["model"]["baseModelHash"]
+    want = peft_answers(str(base), run["adapterPath"], gold_rows)
     assert [r["output"] for r in rows] == want, want
     assert len(set(want)) > 1, "the answers must differ for the comparison to mean anything"
     scores = [overlap_score(a, r["messages"][-1]["content"]) for a, r in zip(want, gold_rows)]
@@ -97,7 +100,7 @@ def test_a_runs_adapter_answers_as_peft_does_and_the_mean_is_the_grader_over_the
 
 
 def test_an_imported_peft_adapter_evaluates_as_peft_generates_and_is_listed_on_the_model(ready, setup, sharp_model,
-                                                                                           tmp_path):
+                                                                                           tmp_path, trainerd):
     adapter = make_peft_adapter(sharp_model, tmp_path / "peft-adapter", rank=4, targets=("q_proj", "v_proj", "o_proj"),
                                 seed=5)
     descriptor = tmp_path / "adapter.yaml"
@@ -110,7 +113,8 @@ def test_an_imported_peft_adapter_evaluates_as_peft_generates_and_is_listed_on_t
     assert done["phase"] == "COMPLETED" and done["model"]["kind"] == "registeredAdapter"
     assert done["workload"]["name"] == WORKLOAD  # the import's workload
     rows = ready.json("evaluations", "rows", done["evaluationId"])["rows"]
-    want = peft_answers(done["model"]["baseModelPath"], str(adapter), held_out_rows(6))
+    want = peft_answers(str(trainerd.data_dir / "models" / done["model"]["baseModelHash"]), str(adapter),
+                        held_out_rows(6))
     assert [r["output"] for r in rows] == want
     scores = [overlap_score(a, r["messages"][-1]["content"]) for a, r in zip(want, held_out_rows(6))]
     assert done["report"]["meanScore"] == pytest.approx(sum(scores) / len(scores), abs=1e-12)

@@ -63,7 +63,8 @@ def test_base_models_are_pinned_to_their_content_and_prepared_into_the_cache(sta
     ready = d.select_ready("tiny/qwen3")
     assert len(ready["contentHash"]) == 64
     cache = d.data_dir / "models" / ready["contentHash"]
-    assert ready["cachePath"] == str(cache)
+    # The document names the cache by storage key, not by a folder of trainerd's host.
+    assert ready["cacheKey"] == "models/" + ready["contentHash"] and "cachePath" not in ready
     assert sorted(p.name for p in cache.iterdir() if p.name != ".complete") == \
         sorted(p.name for p in tiny_model.iterdir())
     again = d.ok(d.post("/v1/base-models/select", {"name": "tiny/qwen3"}), 202)  # idempotent

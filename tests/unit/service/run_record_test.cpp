@@ -25,7 +25,7 @@ RunRecord sample() {
   r.devices = 1;
   r.created_at = 100.5;
   r.entered_at = 101.0;
-  r.dataset_path = "/d/x.jsonl";
+  r.dataset_key = "datasets/x.jsonl";
   r.rows = 12;
   JobRecord job;
   job.handle.value = R"({"pid":42,"startTime":7})";
