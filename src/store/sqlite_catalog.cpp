@@ -138,6 +138,36 @@ Result<std::vector<json>> SqliteStore::list_evaluations(const std::vector<std::s
   return out;
 }
 
+// ---- endpoints
+Status SqliteStore::put_endpoint(const json& doc) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  Stmt s(db_,
+         "INSERT INTO endpoints(id, created_seq, phase, doc) "
+         "VALUES (?1, (SELECT COALESCE(MAX(created_seq), 0) + 1 FROM endpoints), ?2, ?3) "
+         "ON CONFLICT(id) DO UPDATE SET phase = excluded.phase, doc = excluded.doc");
+  s.bind(1, doc.at("endpointId").get<std::string>())
+      .bind(2, doc.at("phase").get<std::string>())
+      .bind(3, doc.dump(-1, ' ', false, json::error_handler_t::replace));
+  if (s.step() != SQLITE_DONE) return db_error(db_, "writing endpoint");
+  return Status::ok();
+}
+
+Result<std::optional<json>> SqliteStore::get_endpoint(const std::string& id) {
+  return one("SELECT doc FROM endpoints WHERE id = ?", {id});
+}
+
+Result<std::vector<std::string>> SqliteStore::endpoint_ids_with_prefix(const std::string& prefix, int limit) {
+  return ids_with_prefix("endpoints", prefix, limit, "endpoint");
+}
+
+Result<std::vector<json>> SqliteStore::list_endpoints(const std::vector<std::string>& phases) {
+  std::string sql = "SELECT doc FROM endpoints WHERE 1 = 1";
+  std::vector<std::string> args;
+  sql += in_list("phase", phases, &args);
+  sql += " ORDER BY created_seq DESC";
+  return docs(sql.c_str(), args);
+}
+
 // ---- comparisons
 std::vector<std::string> SqliteStore::comparison_columns(const json& doc) {
   return {doc.at("comparisonId").get<std::string>(), doc.at("source").at("snapshotId").get<std::string>(),

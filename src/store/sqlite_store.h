@@ -96,6 +96,12 @@ class SqliteStore final : public Store {
   Result<std::vector<std::string>> evaluation_ids_with_prefix(const std::string& prefix, int limit) override;
   Result<std::vector<json>> list_evaluations(const std::vector<std::string>& phases) override;
 
+  // ---- endpoints
+  Status put_endpoint(const json& doc) override;
+  Result<std::optional<json>> get_endpoint(const std::string& id) override;
+  Result<std::vector<std::string>> endpoint_ids_with_prefix(const std::string& prefix, int limit) override;
+  Result<std::vector<json>> list_endpoints(const std::vector<std::string>& phases) override;
+
   // ---- scoring bundles
   Status insert_bundle_version(const json& doc) override;
   Result<std::vector<json>> list_bundle_versions() override;
