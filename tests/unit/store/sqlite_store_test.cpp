@@ -44,7 +44,7 @@ TEST_F(SqliteStoreTest, MigratesOnceAndRecordsTheSchemaVersion) {
   sqlite3_stmt* st = nullptr;
   sqlite3_prepare_v2(db, "SELECT COUNT(*) FROM schema_migrations", -1, &st, nullptr);
   ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
-  EXPECT_EQ(sqlite3_column_int(st, 0), 10);
+  EXPECT_EQ(sqlite3_column_int(st, 0), 11);
   sqlite3_finalize(st);
   sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, nullptr);
   ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
@@ -339,7 +339,7 @@ TEST_F(SqliteStoreTest, MigrationNineGivesEveryExistingRunATask) {
     auto s = open();
     ASSERT_TRUE(s->insert_run(run("aa", "TRAINING")).is_ok());
   }
-  // Rewind to schema 8 as an older trainerd left it: no task rows, no counter (nor job reports).
+  // Rewind to schema 8 as an older trainerd left it: no task rows, no counter (nor job reports, nor endpoints).
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
   ASSERT_EQ(sqlite3_exec(db,
@@ -347,6 +347,7 @@ TEST_F(SqliteStoreTest, MigrationNineGivesEveryExistingRunATask) {
                          "DROP TRIGGER runs_deleted; DROP TRIGGER workloads_inserted; DROP TRIGGER workloads_updated;"
                          "DROP TRIGGER workloads_deleted; DROP TRIGGER claims_inserted; DROP TRIGGER claims_updated;"
                          "DROP TRIGGER claims_deleted; DROP TABLE job_attempts; DROP TABLE job_events; DROP TABLE job_logs;"
+                         "DROP TABLE endpoints;"
                          "DELETE FROM schema_migrations WHERE version >= 9;",
                          nullptr, nullptr, nullptr),
             SQLITE_OK);
