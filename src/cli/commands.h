@@ -25,6 +25,7 @@ Command evaluations_command();
 Command trained_models_command();
 Command comparisons_command();
 Command bundles_command();  // cmd_bundles.cpp
+Command endpoints_command();  // cmd_endpoints.cpp
 // `snapshots register SNAPSHOT` and `snapshots candidate SNAPSHOT` (children of snapshots_command()).
 Command snapshots_register_command();
 Command snapshots_candidate_command();
