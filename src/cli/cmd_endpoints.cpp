@@ -67,12 +67,10 @@ int print_endpoint(Context& ctx, const json& e) {
 // Follows the endpoint until it is READY (exit 0), ends (exit 1: it will not answer) or the
 // deadline passes (exit 5; the endpoint carries on coming up).
 int wait_for_endpoint(Context& ctx, const std::string& ref) {
-  double timeout_seconds = kDefaultWaitSeconds;
-  if (auto t = ctx.inv.get("timeout")) {
-    auto parsed = parse_duration(*t);
-    if (!parsed) return ctx.fail("--timeout \"" + *t + "\" is not a duration; write it like 90s, 15m0s or 2h", kExitUsage);
-    timeout_seconds = *parsed;
-  }
+  int code = kExitOk;
+  const std::optional<double> timeout = timeout_flag(ctx, kDefaultWaitSeconds, &code);
+  if (!timeout) return code;
+  const double timeout_seconds = *timeout;
   const auto start = std::chrono::steady_clock::now();
   std::string last;
   for (;;) {
