@@ -2,7 +2,8 @@
 through the real CLI against a real trainerd, which starts the real `trainer-job serve` through
 its local backend on the tiny base model. Greedy answers through trainerd equal the answers of
 `trainer-job serve` started by hand on the same model; delete stops the process and frees its
-SERVING claim; a killed process fails its endpoint with a reason naming the signal."""
+SERVING claim; a killed process fails its endpoint with a reason naming the signal; a run's
+adapter is served beside its base model under the run's own workload."""
 from __future__ import annotations
 
 import json
@@ -15,7 +16,7 @@ import urllib.request
 
 import pytest
 
-from cli_support import MODEL_NAME, WORKLOAD
+from cli_support import MODEL_NAME, WORKLOAD, plan_text
 from waiting import wait_for
 
 PROMPT = "Is this review positive? The soup was cold."
@@ -56,15 +57,24 @@ def chat(messages) -> dict:
     return {"messages": messages, "temperature": 0, "max_tokens": MAX_TOKENS}
 
 
-@pytest.fixture(scope="module")
-def direct(bin_dir, tiny_model):
+def start_direct(bin_dir, tiny_model, *extra) -> tuple[subprocess.Popen, str]:
     """`trainer-job serve` started by hand on the same tiny model, named as trainerd names it."""
     proc = subprocess.Popen([str(bin_dir / "trainer-job"), "serve", "--model", str(tiny_model), "--name", MODEL_NAME,
-                             "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                             "--port", "0", *extra], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     hello = json.loads(proc.stdout.readline())
-    yield f"http://127.0.0.1:{hello['port']}"
+    return proc, f"http://127.0.0.1:{hello['port']}"
+
+
+def stop_direct(proc: subprocess.Popen) -> None:
     proc.terminate()
     proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def direct(bin_dir, tiny_model):
+    proc, url = start_direct(bin_dir, tiny_model)
+    yield url
+    stop_direct(proc)
 
 
 def create_ready(cli) -> dict:
@@ -147,3 +157,33 @@ def test_a_killed_serving_process_fails_its_endpoint_naming_the_signal(ready):
     assert eid not in claims(ready)
     waited = ready("endpoints", "wait", eid)
     assert waited.returncode == 1 and "will not answer" in waited.stderr and "SIGKILL" in waited.stderr
+
+
+def test_a_runs_adapter_is_served_on_its_base_model_under_the_runs_own_workload(ready, bin_dir, tiny_model):
+    run = ready("runs", "start", "-f", "-", "--force", "--jq", ".runId", input=plan_text(3), check=True).stdout.strip()
+    ready("runs", "wait", run, "--timeout", "10m", "--exit-status", "-q", check=True)
+    ready("workloads", "create", "elsewhere", check=True)
+    other = ready("endpoints", "create", "--model", run, "--workload", "elsewhere")
+    assert other.returncode == 1 and "workload" in other.stderr and "leave workload out" in other.stderr, other.stderr
+
+    e = ready.json("endpoints", "create", "--model", run[:8], "--wait", "--timeout", "5m")
+    assert e["phase"] == "READY" and e["workload"]["name"] == WORKLOAD, e
+    assert e["models"] == [{"name": MODEL_NAME, "kind": "base"}, {"name": run, "kind": "adapter"}]
+    adapter = ready.json("runs", "get", run)["adapterPath"]
+    proc, url = start_direct(bin_dir, tiny_model, "--adapter", f"{run}={adapter}")
+    try:
+        for model in (run, MODEL_NAME):
+            status, expected = post(url + "/v1/chat/completions",
+                                    {"model": model, **chat([{"role": "user", "content": PROMPT}])})
+            assert status == 200, expected
+            sent = ready.json("endpoints", "send", e["endpointId"], "--input", PROMPT, "--model", model,
+                              "--temperature", 0, "--max-tokens", MAX_TOKENS)
+            assert sent["model"] == model and sent["output"] == expected["choices"][0]["message"]["content"], sent
+        # Without --model, the adapter answers.
+        plain = ready.json("endpoints", "send", e["endpointId"], "--input", PROMPT, "--temperature", 0,
+                           "--max-tokens", MAX_TOKENS)
+        assert plain["model"] == run
+    finally:
+        stop_direct(proc)
+    ready("endpoints", "delete", e["endpointId"], check=True)
+    wait_for(lambda: ready.json("endpoints", "get", e["endpointId"])["phase"] == "DELETED", 60, "the endpoint to go")
