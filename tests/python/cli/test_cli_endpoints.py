@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import pathlib
 import signal
 import subprocess
 import urllib.error
@@ -17,26 +16,11 @@ import urllib.request
 import pytest
 
 from cli_support import MODEL_NAME, WORKLOAD, plan_text
+from serving_processes import serving_pids
 from waiting import wait_for
 
 PROMPT = "Is this review positive? The soup was cold."
 MAX_TOKENS = 8
-
-
-def serving_pids(endpoint_id: str) -> list[int]:
-    """The live `trainer-job serve` processes of the endpoint (its spec path names it)."""
-    pids = []
-    for entry in pathlib.Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if b"serve" in cmdline and any(endpoint_id.encode() in a for a in cmdline) and state != "Z":
-            pids.append(int(entry.name))
-    return pids
 
 
 def claims(cli) -> dict:
