@@ -107,17 +107,21 @@ Result<std::vector<json>> SqliteStore::list_trained_models(const std::string& wo
 }
 
 // ---- evaluations
-Status SqliteStore::put_evaluation(const json& doc) {
+Status SqliteStore::put_phased_doc(const char* table, const char* id_key, const json& doc, const char* what) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
-  Stmt s(db_,
-         "INSERT INTO evaluations(id, created_seq, phase, doc) "
-         "VALUES (?1, (SELECT COALESCE(MAX(created_seq), 0) + 1 FROM evaluations), ?2, ?3) "
-         "ON CONFLICT(id) DO UPDATE SET phase = excluded.phase, doc = excluded.doc");
-  s.bind(1, doc.at("evaluationId").get<std::string>())
+  const std::string t = table;
+  const std::string sql = "INSERT INTO " + t + "(id, created_seq, phase, doc) VALUES (?1, (SELECT COALESCE(MAX(created_seq), 0) + 1 FROM " +
+                          t + "), ?2, ?3) ON CONFLICT(id) DO UPDATE SET phase = excluded.phase, doc = excluded.doc";
+  Stmt s(db_, sql.c_str());
+  s.bind(1, doc.at(id_key).get<std::string>())
       .bind(2, doc.at("phase").get<std::string>())
       .bind(3, doc.dump(-1, ' ', false, json::error_handler_t::replace));
-  if (s.step() != SQLITE_DONE) return db_error(db_, "writing evaluation");
+  if (s.step() != SQLITE_DONE) return db_error(db_, std::string("writing ") + what);
   return Status::ok();
+}
+
+Status SqliteStore::put_evaluation(const json& doc) {
+  return put_phased_doc("evaluations", "evaluationId", doc, "evaluation");
 }
 
 Result<std::optional<json>> SqliteStore::get_evaluation(const std::string& id) {
@@ -139,18 +143,7 @@ Result<std::vector<json>> SqliteStore::list_evaluations(const std::vector<std::s
 }
 
 // ---- endpoints
-Status SqliteStore::put_endpoint(const json& doc) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
-  Stmt s(db_,
-         "INSERT INTO endpoints(id, created_seq, phase, doc) "
-         "VALUES (?1, (SELECT COALESCE(MAX(created_seq), 0) + 1 FROM endpoints), ?2, ?3) "
-         "ON CONFLICT(id) DO UPDATE SET phase = excluded.phase, doc = excluded.doc");
-  s.bind(1, doc.at("endpointId").get<std::string>())
-      .bind(2, doc.at("phase").get<std::string>())
-      .bind(3, doc.dump(-1, ' ', false, json::error_handler_t::replace));
-  if (s.step() != SQLITE_DONE) return db_error(db_, "writing endpoint");
-  return Status::ok();
-}
+Status SqliteStore::put_endpoint(const json& doc) { return put_phased_doc("endpoints", "endpointId", doc, "endpoint"); }
 
 Result<std::optional<json>> SqliteStore::get_endpoint(const std::string& id) {
   return one("SELECT doc FROM endpoints WHERE id = ?", {id});
