@@ -78,6 +78,7 @@ void install_run_routes(http::Router& router, service::Service& svc, const servi
 void install_lineage_routes(http::Router& router, service::Service& svc, const service::Limits& limits);
 void install_snapshot_routes(http::Router& router, service::Service& svc, const service::Limits& limits);
 void install_evaluation_routes(http::Router& router, service::Service& svc, const service::Limits& limits);
+void install_endpoint_routes(http::Router& router, service::Service& svc, const service::Limits& limits);
 void install_job_routes(http::Router& router, service::Service& svc, const service::Limits& limits);
 
 }  // namespace trainer::api

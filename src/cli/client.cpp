@@ -179,6 +179,10 @@ bool Client::patch(const std::string& path, const nlohmann::json& body, Response
   return call("PATCH", path, &body, out, err, call_timeout_seconds_ > 0 ? call_timeout_seconds_ : kDefaultWriteTimeoutSeconds);
 }
 
+bool Client::del(const std::string& path, Response* out, CallError* err) {
+  return call("DELETE", path, nullptr, out, err, call_timeout_seconds_ > 0 ? call_timeout_seconds_ : kDefaultWriteTimeoutSeconds);
+}
+
 bool Client::call(const std::string& method, const std::string& path, const nlohmann::json* body,
                   Response* out, CallError* err, double read_timeout_seconds) {
   if (method != "GET" && !refuse_changes_.empty()) {
@@ -200,6 +204,7 @@ bool Client::call(const std::string& method, const std::string& path, const nloh
   httplib::Result res = method == "GET"    ? http_->Get(path, headers)
                         : method == "POST" ? http_->Post(path, headers, text, content_type)
                         : method == "PUT"  ? http_->Put(path, headers, text, content_type)
+                        : method == "DELETE" ? http_->Delete(path, headers)
                                            : http_->Patch(path, headers, text, content_type);
   if (!res) {
     err->transport = true;

@@ -49,7 +49,7 @@ class Client {
   // Bounds each call (connecting, sending, waiting for the answer) to `seconds` (> 0), as
   // `--timeout` asks. Unset, reads wait 30 s and changes 60 s for their answer.
   void set_call_timeout(double seconds) { call_timeout_seconds_ = seconds; }
-  // When set, every change (POST, PUT, PATCH) fails with this message and is not sent.
+  // When set, every change (POST, PUT, PATCH, DELETE) fails with this message and is not sent.
   void refuse_changes(std::string message) { refuse_changes_ = std::move(message); }
   // The --timeout given, or nullopt when none was.
   std::optional<double> call_timeout() const {
@@ -62,6 +62,7 @@ class Client {
   bool post(const std::string& path, const nlohmann::json& body, Response* out, CallError* err);
   bool put(const std::string& path, const nlohmann::json& body, Response* out, CallError* err);
   bool patch(const std::string& path, const nlohmann::json& body, Response* out, CallError* err);
+  bool del(const std::string& path, Response* out, CallError* err);  // DELETE
 
   // Percent-encodes one path segment or query value.
   static std::string escape(const std::string& segment);

@@ -21,19 +21,6 @@ using nlohmann::json;
 constexpr double kDefaultSelectTimeoutSeconds = 30 * 60;
 constexpr int kPollMillis = 1000;
 
-// Reads --timeout as a Go duration; `fallback` when absent. nullopt (after printing) when bad.
-std::optional<double> timeout_flag(Context& ctx, double fallback, int* exit_code) {
-  auto text = ctx.inv.get("timeout");
-  if (!text) return fallback;
-  auto seconds = parse_duration(*text);
-  if (!seconds) {
-    *exit_code = ctx.fail("--timeout \"" + *text + "\" is not a duration; write it like 90s, 15m0s or 2h",
-                          kExitUsage);
-    return std::nullopt;
-  }
-  return *seconds;
-}
-
 std::string model_status(const json& m) { return str(m, "status"); }
 
 int base_models_list(Context& ctx) {

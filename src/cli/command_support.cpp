@@ -11,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
+#include "cli/format.h"
 
 namespace trainer::cli {
 
@@ -59,6 +60,18 @@ std::optional<long long> int_flag(Context& ctx, const std::string& flag, int* ex
     return std::nullopt;
   }
   return v;
+}
+
+std::optional<double> timeout_flag(Context& ctx, double fallback, int* exit_code) {
+  auto text = ctx.inv.get("timeout");
+  if (!text) return fallback;
+  auto seconds = parse_duration(*text);
+  if (!seconds) {
+    *exit_code = ctx.fail("--timeout \"" + *text + "\" is not a duration; write it like 90s, 15m0s or 2h",
+                          kExitUsage);
+    return std::nullopt;
+  }
+  return *seconds;
 }
 
 }  // namespace trainer::cli

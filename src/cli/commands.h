@@ -25,6 +25,7 @@ Command evaluations_command();
 Command trained_models_command();
 Command comparisons_command();
 Command bundles_command();  // cmd_bundles.cpp
+Command endpoints_command();  // cmd_endpoints.cpp
 // `snapshots register SNAPSHOT` and `snapshots candidate SNAPSHOT` (children of snapshots_command()).
 Command snapshots_register_command();
 Command snapshots_candidate_command();
@@ -70,6 +71,9 @@ void append_query(std::string* path, const std::string& key, const std::string& 
 
 // Parses a non-negative integer flag; on error prints it and returns nullopt (exit 2).
 std::optional<long long> int_flag(Context& ctx, const std::string& flag, int* exit_code);
+
+// Reads --timeout as a Go duration; `fallback` when absent. nullopt (after printing) when bad.
+std::optional<double> timeout_flag(Context& ctx, double fallback, int* exit_code);
 
 // Runs the live watch of `runs wait` (also `runs start --wait`) on the run `ref`.
 int wait_for_run(Context& ctx, const std::string& ref);

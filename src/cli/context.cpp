@@ -136,6 +136,14 @@ std::optional<nlohmann::json> Context::put(const std::string& path, const nlohma
   return finish(ok, r, e, path, &body);
 }
 
+std::optional<nlohmann::json> Context::del(const std::string& path) {
+  if (refuse_change("DELETE", path)) return std::nullopt;
+  Response r;
+  CallError e;
+  bool ok = client.del(path, &r, &e);
+  return finish(ok, r, e, path, nullptr);
+}
+
 std::optional<nlohmann::json> Context::patch(const std::string& path, const nlohmann::json& body) {
   if (refuse_change("PATCH", path)) return std::nullopt;
   Response r;

@@ -54,6 +54,7 @@ class Context {
   std::optional<nlohmann::json> post(const std::string& path, const nlohmann::json& body);
   std::optional<nlohmann::json> put(const std::string& path, const nlohmann::json& body);
   std::optional<nlohmann::json> patch(const std::string& path, const nlohmann::json& body);
+  std::optional<nlohmann::json> del(const std::string& path);  // DELETE
 
   // Prints "trainer: MESSAGE" on stderr and returns the exit code for it.
   int fail(const std::string& message, int exit_code);

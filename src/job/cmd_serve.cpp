@@ -2,6 +2,8 @@
 // native engine's serving core (docs/serving.md).
 #include <csignal>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,10 +24,12 @@ constexpr const char* kUsage =
     "                         [--kv-blocks N (1024)] [--block-size N (16)] [--context-limit N (0 = the model's)]\n"
     "                         [--prefill-chunk N (128)] [--max-batch N (64)] [--precision FP32|BF16 (FP32)]\n"
     "                         [--gpus N (0)]\n"
+    "       trainer-job serve --spec FILE\n"
     "Serves the model and adapters over HTTP (OpenAI's /v1/models, /v1/chat/completions,\n"
     "/v1/completions; /v1/adapters to attach and detach; /v1/stats). Once listening it prints one JSON\n"
     "line on stdout: {\"event\": \"listening\", \"port\": N, \"models\": [...], \"contextLimit\": N}.\n"
-    "SIGTERM or SIGINT stops it.\n";
+    "SIGTERM or SIGINT stops it. --spec FILE gives the flags as one JSON object by name, as\n"
+    "trainerd starts an endpoint's process: {\"model\": DIR, \"port\": 0, \"adapter\": {NAME: DIR}}.\n";
 
 // Parses a whole non-negative integer (minimum `lo`) into `out`; false when it is not one.
 bool parse_int(const std::string& text, int64_t lo, int64_t* out) {
@@ -104,9 +108,45 @@ std::string parse_serve_args(int argc, char** argv, ServeArgs* out) {
   return "";
 }
 
+// The flags a --spec file gives ({"model": DIR, "port": 0, "adapter": {NAME: DIR}, ...}), as the
+// command line would: "--model", DIR, ... Returns an error message, empty when fine.
+std::string spec_arguments(const std::string& path, std::vector<std::string>* out) {
+  std::ifstream in(path);
+  if (!in) return "--spec " + path + ": cannot read it";
+  std::stringstream text;
+  text << in.rdbuf();
+  const nlohmann::json spec = nlohmann::json::parse(text.str(), nullptr, false);
+  if (!spec.is_object()) return "--spec " + path + ": not a JSON object";
+  out->push_back("serve");
+  for (const auto& [key, value] : spec.items()) {
+    if (key == "adapter" && value.is_object()) {
+      for (const auto& [name, dir] : value.items()) {
+        if (!dir.is_string()) return "--spec " + path + ": adapter." + name + " must be a folder's path";
+        out->insert(out->end(), {"--adapter", name + "=" + dir.get<std::string>()});
+      }
+    } else if (value.is_string() || value.is_number_integer()) {
+      out->insert(out->end(), {"--" + key, value.is_string() ? value.get<std::string>() : value.dump()});
+    } else {
+      return "--spec " + path + ": " + key + " must be a string or an integer";
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 int cmd_serve(int argc, char** argv) {
+  if (argc == 3 && std::string(argv[1]) == "--spec") {
+    std::vector<std::string> args;
+    if (std::string error = spec_arguments(argv[2], &args); !error.empty()) {
+      std::fprintf(stderr, "trainer-job serve: %s\n", error.c_str());
+      return 2;
+    }
+    std::vector<char*> spec_argv;
+    for (auto& a : args) spec_argv.push_back(a.data());
+    spec_argv.push_back(nullptr);
+    return cmd_serve(static_cast<int>(args.size()), spec_argv.data());
+  }
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--help") {
       std::fputs(kUsage, stdout);

@@ -18,9 +18,9 @@
 
 namespace trainer::protocol {
 
-// What the job does. `train` (a run's attempt) and `evaluate` (an evaluation) start through a
-// backend; the others have their names reserved so a request of a newer trainerd is refused by
-// name, not misread.
+// What the job does. `train` (a run's attempt), `evaluate` (an evaluation) and `serve` (an
+// endpoint's serving process) start through a backend; `curate` has its name reserved so a
+// request of a newer trainerd is refused by name, not misread.
 enum class JobKind { kTrain, kEvaluate, kServe, kCurate };
 
 std::string_view job_kind_name(JobKind kind);  // "train", "evaluate", "serve", "curate"
@@ -83,7 +83,8 @@ struct JobRequest {
 std::vector<std::pair<std::string, std::string>> job_environment(const JobRequest& request);
 
 // The job's command line after trainer-job's path, from its kind and paths: `run --plan PLAN
-// --output DIR --events FILE`, or `evaluate --spec SPEC --output DIR --events FILE`. Every backend
+// --output DIR --events FILE`, `evaluate --spec SPEC --output DIR --events FILE`, or `serve --spec
+// SPEC` (the serving process's flags by name, docs/serving.md; it keeps no events file). Every backend
 // starts the job with it (the one place a job kind becomes a command).
 std::vector<std::string> job_arguments(const JobRequest& request);
 

@@ -36,6 +36,7 @@ ServiceImpl::ServiceImpl(ServiceOptions options, std::unique_ptr<store::Store> s
   kernel_->add_kind(registration_tasks_);
   kernel_->add_kind(comparison_tasks_);  // an evaluation it starts is launched in the same pass
   kernel_->add_kind(evaluation_tasks_);
+  kernel_->add_kind(endpoints_.task_kind());
 }
 
 ServiceImpl::~ServiceImpl() { stop(); }
@@ -146,6 +147,12 @@ Status ServiceImpl::recover_runs(std::string* summary) {
       if (!e.is_ok()) return e.status();
       const std::string phase = e->has_value() ? (**e).value("phase", std::string()) : "";
       if (phase == "QUEUED" || phase == "RUNNING") continue;
+    }
+    if (!run->has_value() && c.kind == "SERVING") {
+      // An endpoint's claim: kept while the endpoint is open.
+      auto open = endpoints_.holds_claim(c.owner);
+      if (!open.is_ok()) return open.status();
+      if (*open) continue;
     }
     if (!run->has_value() || ended) {
       TRAINER_RETURN_IF_ERROR(store_->delete_claim(c.owner));

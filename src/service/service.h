@@ -120,6 +120,12 @@ struct TrainedModelQuery {
   std::string base_model;  // base model name, id or unique id prefix
 };
 
+// An answer trainerd passes on as it came (an endpoint's serving process): status and JSON body.
+struct ForwardedAnswer {
+  int status = 200;
+  std::string body;
+};
+
 class Service {
  public:
   virtual ~Service() = default;
@@ -235,6 +241,17 @@ class Service {
   virtual Result<json> evaluation_rows(const std::string& ref, int64_t limit, int64_t offset) = 0;
   virtual Result<json> cancel_evaluation(const std::string& ref) = 0;
   virtual Result<json> annotate_evaluation(const std::string& ref, const json& body) = 0;  // {description}
+
+  // ---- endpoints (docs/serving.md, "Endpoints"): a model served by `trainer-job serve`.
+  // body: {model, workload?}; a base model needs a workload, a candidate carries its own.
+  virtual Result<json> create_endpoint(const json& body) = 0;
+  // {endpoints:[...]}, newest first; `phase` "" = all, "active" = not DELETED or FAILED.
+  virtual Result<json> list_endpoints(const std::string& phase) = 0;
+  virtual Result<json> get_endpoint(const std::string& ref) = 0;
+  // Asks its process to stop (DELETING); DELETED, its claim released, once the process is gone.
+  virtual Result<json> delete_endpoint(const std::string& ref) = 0;
+  // POST /v1/chat/completions of a READY endpoint's process, the answer passed on as it came.
+  virtual Result<ForwardedAnswer> endpoint_chat(const std::string& ref, const std::string& body) = 0;
 
   // ---- the model registry (docs/registry.md)
   // Registers a descriptor ({servingModel: {variant: BASE|ADAPTER, ...}, workload?}): a base model

@@ -8,6 +8,8 @@
 //   datasets.h          Datasets: registration, listing, measuring (datasets.cpp)
 //   capacity.h          Capacity: admission of claims, cost, capacity and /metrics (capacity.cpp,
 //                       admission_glue.cpp)
+//   endpoints.h         Endpoints: models served by `trainer-job serve` (endpoints.cpp,
+//                       endpoint_tasks.cpp, a task kind)
 //
 // ServiceImpl itself keeps the runs, evaluations and comparisons, and for now the workloads, the
 // snapshot catalog and the model registry, each concern in its own file:
@@ -52,6 +54,7 @@
 #include "service/bundles.h"
 #include "service/capacity.h"
 #include "service/datasets.h"
+#include "service/endpoints.h"
 #include "service/judges.h"
 #include "service/phases.h"
 #include "service/service_core.h"
@@ -138,6 +141,13 @@ class ServiceImpl final : public Service {
   Result<json> evaluation_rows(const std::string& ref, int64_t limit, int64_t offset) override;
   Result<json> cancel_evaluation(const std::string& ref) override;
   Result<json> annotate_evaluation(const std::string& ref, const json& body) override;
+  Result<json> create_endpoint(const json& body) override { return endpoints_.create(body); }
+  Result<json> list_endpoints(const std::string& phase) override { return endpoints_.list(phase); }
+  Result<json> get_endpoint(const std::string& ref) override { return endpoints_.get(ref); }
+  Result<json> delete_endpoint(const std::string& ref) override { return endpoints_.remove(ref); }
+  Result<ForwardedAnswer> endpoint_chat(const std::string& ref, const std::string& body) override {
+    return endpoints_.chat(ref, body);
+  }
   Result<std::pair<json, bool>> register_trained_model(const json& descriptor) override;
   Result<json> list_trained_models(const TrainedModelQuery& query) override;
   Result<json> get_trained_model(const std::string& ref) override;
@@ -356,6 +366,11 @@ class ServiceImpl final : public Service {
   BaseModels base_models_{core_};
   Datasets datasets_{core_, base_models_};
   Capacity capacity_{core_};
+  Endpoints endpoints_{core_, capacity_,
+                      Endpoints::Hooks{[this](const std::string& ref) { return resolve_evaluated_model(ref); },
+                                       [this](const std::string& ref, const std::string& field) {
+                                         return resolve_workload(ref, field);
+                                       }}};
 
   // ServiceOptions::job_otlp_endpoint, or what the wiring set before start(); read by the driver.
   std::string job_otlp_endpoint_;

@@ -107,17 +107,21 @@ Result<std::vector<json>> SqliteStore::list_trained_models(const std::string& wo
 }
 
 // ---- evaluations
-Status SqliteStore::put_evaluation(const json& doc) {
+Status SqliteStore::put_phased_doc(const char* table, const char* id_key, const json& doc, const char* what) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
-  Stmt s(db_,
-         "INSERT INTO evaluations(id, created_seq, phase, doc) "
-         "VALUES (?1, (SELECT COALESCE(MAX(created_seq), 0) + 1 FROM evaluations), ?2, ?3) "
-         "ON CONFLICT(id) DO UPDATE SET phase = excluded.phase, doc = excluded.doc");
-  s.bind(1, doc.at("evaluationId").get<std::string>())
+  const std::string t = table;
+  const std::string sql = "INSERT INTO " + t + "(id, created_seq, phase, doc) VALUES (?1, (SELECT COALESCE(MAX(created_seq), 0) + 1 FROM " +
+                          t + "), ?2, ?3) ON CONFLICT(id) DO UPDATE SET phase = excluded.phase, doc = excluded.doc";
+  Stmt s(db_, sql.c_str());
+  s.bind(1, doc.at(id_key).get<std::string>())
       .bind(2, doc.at("phase").get<std::string>())
       .bind(3, doc.dump(-1, ' ', false, json::error_handler_t::replace));
-  if (s.step() != SQLITE_DONE) return db_error(db_, "writing evaluation");
+  if (s.step() != SQLITE_DONE) return db_error(db_, std::string("writing ") + what);
   return Status::ok();
+}
+
+Status SqliteStore::put_evaluation(const json& doc) {
+  return put_phased_doc("evaluations", "evaluationId", doc, "evaluation");
 }
 
 Result<std::optional<json>> SqliteStore::get_evaluation(const std::string& id) {
@@ -136,6 +140,25 @@ Result<std::vector<json>> SqliteStore::list_evaluations(const std::vector<std::s
     if (std::find(phases.begin(), phases.end(), d.value("phase", std::string())) != phases.end()) out.push_back(std::move(d));
   }
   return out;
+}
+
+// ---- endpoints
+Status SqliteStore::put_endpoint(const json& doc) { return put_phased_doc("endpoints", "endpointId", doc, "endpoint"); }
+
+Result<std::optional<json>> SqliteStore::get_endpoint(const std::string& id) {
+  return one("SELECT doc FROM endpoints WHERE id = ?", {id});
+}
+
+Result<std::vector<std::string>> SqliteStore::endpoint_ids_with_prefix(const std::string& prefix, int limit) {
+  return ids_with_prefix("endpoints", prefix, limit, "endpoint");
+}
+
+Result<std::vector<json>> SqliteStore::list_endpoints(const std::vector<std::string>& phases) {
+  std::string sql = "SELECT doc FROM endpoints WHERE 1 = 1";
+  std::vector<std::string> args;
+  sql += in_list("phase", phases, &args);
+  sql += " ORDER BY created_seq DESC";
+  return docs(sql.c_str(), args);
 }
 
 // ---- comparisons

@@ -96,6 +96,12 @@ class SqliteStore final : public Store {
   Result<std::vector<std::string>> evaluation_ids_with_prefix(const std::string& prefix, int limit) override;
   Result<std::vector<json>> list_evaluations(const std::vector<std::string>& phases) override;
 
+  // ---- endpoints
+  Status put_endpoint(const json& doc) override;
+  Result<std::optional<json>> get_endpoint(const std::string& id) override;
+  Result<std::vector<std::string>> endpoint_ids_with_prefix(const std::string& prefix, int limit) override;
+  Result<std::vector<json>> list_endpoints(const std::vector<std::string>& phases) override;
+
   // ---- scoring bundles
   Status insert_bundle_version(const json& doc) override;
   Result<std::vector<json>> list_bundle_versions() override;
@@ -149,6 +155,10 @@ class SqliteStore final : public Store {
   // an error). A range on the key, so the primary key's index serves it.
   Result<std::vector<std::string>> ids_with_prefix(const char* table, const std::string& prefix, int limit,
                                                    const char* what);
+  // Writes `doc`, keyed by doc[id_key], into `table` (id, created_seq, phase, doc): a new id is
+  // numbered after the newest, a known one keeps its place (`what` names it in an error).
+  Status put_phased_doc(const char* table, const char* id_key, const json& doc, const char* what);
+
   // " AND column IN (?N, ...)" for `values`, numbered after the arguments already in `args`, to
   // which they are added; "" when there are none.
   static std::string in_list(const char* column, const std::vector<std::string>& values, std::vector<std::string>* args);

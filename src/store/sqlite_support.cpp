@@ -140,6 +140,14 @@ CREATE TABLE job_attempts (
 CREATE TABLE job_events (job_id TEXT NOT NULL, seq INTEGER NOT NULL, doc TEXT NOT NULL, PRIMARY KEY (job_id, seq));
 CREATE TABLE job_logs (job_id TEXT NOT NULL, seq INTEGER NOT NULL, doc TEXT NOT NULL, PRIMARY KEY (job_id, seq));
 )sql",
+    // 11: endpoints (docs/serving.md, "Endpoints"), newest first by created_seq.
+    R"sql(
+CREATE TABLE endpoints (
+  id TEXT PRIMARY KEY,
+  created_seq INTEGER NOT NULL,
+  phase TEXT NOT NULL,
+  doc TEXT NOT NULL);
+)sql",
 };
 
 }  // namespace

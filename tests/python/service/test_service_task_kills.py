@@ -56,6 +56,9 @@ NOT_IN_THIS_FLOW = {
     # PREPARING is entered by the create request; PARTIAL and FAILED by a target that fails.
     "comparison": {"PREPARING", "PARTIAL", "FAILED"},
     "evaluation": {"FAILED", "CANCELLED"},
+    # No endpoint in these flows: a trainerd killed at an endpoint's boundaries is not tested yet
+    # (issue 24; tests/python/cli/test_cli_endpoints.py covers its phases without a kill).
+    "endpoint": {"AWAITING_CAPACITY", "STARTING", "READY", "DELETING", "DELETED", "FAILED"},
 }
 
 
@@ -71,7 +74,7 @@ def submit(d, key):
 def test_every_boundary_of_the_flow_is_a_phase_of_its_kinds_table(start_trainerd):
     d = start_trainerd(job="real")
     kinds = {k["kind"]: k for k in d.ok(d.get("/v1/info"))["taskKinds"]}
-    assert set(kinds) == {"run", "base_model", "registration", "comparison", "evaluation"}
+    assert set(kinds) == {"run", "base_model", "registration", "comparison", "evaluation", "endpoint"}
     for kind, table in kinds.items():
         phases = {p["name"] for p in table["phases"]}
         covered = {phase for k, phase in BOUNDARIES + COMPARISON_BOUNDARIES if k == kind}

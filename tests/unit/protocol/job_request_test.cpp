@@ -117,6 +117,8 @@ TEST(JobRequest, TheKindNamesTheJobsCommand) {
   r.kind = JobKind::kEvaluate;
   EXPECT_EQ(job_arguments(r), (std::vector<std::string>{"evaluate", "--spec", "/d/plan.json", "--output", "/d/output",
                                                         "--events", "/d/events.jsonl"}));
+  r.kind = JobKind::kServe;
+  EXPECT_EQ(job_arguments(r), (std::vector<std::string>{"serve", "--spec", "/d/plan.json"}));
 }
 
 TEST(JobRequest, AMalformedVariableIsNamed) {

@@ -37,14 +37,14 @@ class SqliteStoreTest : public ::testing::Test {
 };
 
 TEST_F(SqliteStoreTest, MigratesOnceAndRecordsTheSchemaVersion) {
-  EXPECT_EQ(open()->schema_version(), 10);
-  EXPECT_EQ(open()->schema_version(), 10);  // reopening applies nothing again
+  EXPECT_EQ(open()->schema_version(), 11);
+  EXPECT_EQ(open()->schema_version(), 11);  // reopening applies nothing again
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
   sqlite3_stmt* st = nullptr;
   sqlite3_prepare_v2(db, "SELECT COUNT(*) FROM schema_migrations", -1, &st, nullptr);
   ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
-  EXPECT_EQ(sqlite3_column_int(st, 0), 10);
+  EXPECT_EQ(sqlite3_column_int(st, 0), 11);
   sqlite3_finalize(st);
   sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, nullptr);
   ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
@@ -339,7 +339,7 @@ TEST_F(SqliteStoreTest, MigrationNineGivesEveryExistingRunATask) {
     auto s = open();
     ASSERT_TRUE(s->insert_run(run("aa", "TRAINING")).is_ok());
   }
-  // Rewind to schema 8 as an older trainerd left it: no task rows, no counter (nor job reports).
+  // Rewind to schema 8 as an older trainerd left it: no task rows, no counter (nor job reports, nor endpoints).
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
   ASSERT_EQ(sqlite3_exec(db,
@@ -347,6 +347,7 @@ TEST_F(SqliteStoreTest, MigrationNineGivesEveryExistingRunATask) {
                          "DROP TRIGGER runs_deleted; DROP TRIGGER workloads_inserted; DROP TRIGGER workloads_updated;"
                          "DROP TRIGGER workloads_deleted; DROP TRIGGER claims_inserted; DROP TRIGGER claims_updated;"
                          "DROP TRIGGER claims_deleted; DROP TABLE job_attempts; DROP TABLE job_events; DROP TABLE job_logs;"
+                         "DROP TABLE endpoints;"
                          "DELETE FROM schema_migrations WHERE version >= 9;",
                          nullptr, nullptr, nullptr),
             SQLITE_OK);
@@ -473,6 +474,29 @@ TEST_F(SqliteStoreTest, ComparisonsKeepOneRowPerIdAndListBySourceAndPhaseNewestF
   EXPECT_EQ((*s->get_comparison("c1"))->at("phase"), "COMPLETED");
   EXPECT_FALSE(s->get_comparison("c")->has_value());
   EXPECT_EQ(*s->comparison_ids_with_prefix("c", 2), (std::vector<std::string>{"c1", "c2"}));
+}
+
+TEST_F(SqliteStoreTest, EndpointsKeepOneRowPerIdAndListByPhaseNewestFirst) {
+  auto endpoint = [](const std::string& id, const std::string& phase) {
+    return json{{"endpointId", id}, {"phase", phase}};
+  };
+  auto ids = [](const Result<std::vector<json>>& docs) {
+    std::vector<std::string> out;
+    for (const auto& d : *docs) out.push_back(d["endpointId"].get<std::string>());
+    return out;
+  };
+  {
+    auto s = open();
+    ASSERT_TRUE(s->put_endpoint(endpoint("e1", "STARTING")).is_ok());
+    ASSERT_TRUE(s->put_endpoint(endpoint("e2", "READY")).is_ok());
+    ASSERT_TRUE(s->put_endpoint(endpoint("e1", "DELETED")).is_ok());  // replaced, keeps its place
+  }
+  auto s = open();  // durable across a reopen
+  EXPECT_EQ(ids(s->list_endpoints({})), (std::vector<std::string>{"e2", "e1"}));
+  EXPECT_EQ(ids(s->list_endpoints({"READY", "STARTING"})), (std::vector<std::string>{"e2"}));
+  EXPECT_EQ((*s->get_endpoint("e1"))->at("phase"), "DELETED");
+  EXPECT_FALSE(s->get_endpoint("e")->has_value());
+  EXPECT_EQ(*s->endpoint_ids_with_prefix("e", 5), (std::vector<std::string>{"e1", "e2"}));
 }
 
 }  // namespace

@@ -1,0 +1,33 @@
+// Endpoints (docs/serving.md, "Endpoints"): create, list, get, delete, and the chat completions
+// trainerd forwards to an endpoint's serving process.
+#include <string>
+
+#include "api/route_support.h"
+
+namespace trainer::api {
+
+using http::Request;
+
+void install_endpoint_routes(http::Router& router, service::Service& svc, const service::Limits& limits) {
+  const size_t max = limits.max_request_bytes;
+  router.add("POST", "/v1/endpoints", max,
+             route_body(201, [&svc](const Request&, const json& body) { return svc.create_endpoint(body); }));
+  router.add("GET", "/v1/endpoints", max, route_json(200, [&svc](const Request& req) {
+               return svc.list_endpoints(req.query_value("phase"));
+             }));
+  router.add("GET", "/v1/endpoints/{ref}", max,
+             route_json(200, [&svc](const Request& req) { return svc.get_endpoint(req.params[0]); }));
+  router.add("DELETE", "/v1/endpoints/{ref}", max,
+             route_json(202, [&svc](const Request& req) { return svc.delete_endpoint(req.params[0]); }));
+  // The serving process's answer passes through as it came: OpenAI's shapes, its errors included.
+  router.add("POST", "/v1/endpoints/{ref}/v1/chat/completions", max, [&svc](const Request& req) -> http::Outcome {
+    auto answer = svc.endpoint_chat(req.params[0], req.body);
+    if (!answer.is_ok()) return error_response(answer.status());
+    http::Response r;
+    r.status = answer->status;
+    r.body = answer->body;
+    return r;
+  });
+}
+
+}  // namespace trainer::api

@@ -1,0 +1,204 @@
+// Endpoints as tasks of the kernel (its "endpoint" kind): AWAITING_CAPACITY until admission
+// grants the SERVING claim, then `trainer-job serve` started through the backend (job kind serve)
+// under it, STARTING until the process prints its "listening" line and answers GET /health,
+// READY while it runs; DELETING once its stop was asked, DELETED when it is gone; FAILED, with a
+// reason naming how the process ended, when it ends on its own. Every phase change is a
+// kernel->move(); the claim is released in the transaction that ends the endpoint.
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "common/files.h"
+#include "common/http_client.h"
+#include "service/endpoints.h"
+
+namespace trainer::service {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kAwaiting = "AWAITING_CAPACITY";
+constexpr const char* kStarting = "STARTING";
+constexpr const char* kReady = "READY";
+constexpr const char* kDeleting = "DELETING";
+constexpr const char* kDeleted = "DELETED";
+constexpr const char* kFailed = "FAILED";
+// How often a STARTING or READY endpoint's process is looked at (seconds).
+constexpr double kFollowSeconds = 0.5;
+// How long a process may take to answer before its endpoint fails (seconds).
+constexpr double kStartSeconds = 600;
+// How long a DELETING endpoint's process has to stop after SIGTERM before it is killed (seconds).
+constexpr double kStopSeconds = 10;
+// How long a health probe of a starting process may take (seconds).
+constexpr double kProbeSeconds = 1;
+constexpr int kLogLinesInReason = 3;
+
+// The last `n` lines of a file; "" when it cannot be read.
+std::string file_tail(const std::string& path, int n) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    lines.push_back(line);
+    if (static_cast<int>(lines.size()) > n) lines.erase(lines.begin());
+  }
+  std::string out;
+  for (const auto& l : lines) out += (out.empty() ? "" : " | ") + l;
+  return out;
+}
+
+// How the process ended, in words: "exited with code 1", "was killed by signal 9 (SIGKILL)".
+std::string how_it_ended(const backend::JobStatus& status) {
+  if (!status.reason.empty()) return status.reason;
+  if (!status.exit_code) return "ended while trainerd could not see how";
+  const int code = *status.exit_code;
+  if (code > 128) {
+    const int sig = code - 128;
+    const char* name = sig == SIGKILL ? "SIGKILL" : sig == SIGTERM ? "SIGTERM" : sig == SIGSEGV ? "SIGSEGV"
+                                                  : sig == SIGABRT ? "SIGABRT" : nullptr;
+    return "was killed by signal " + std::to_string(sig) + (name ? std::string(" (") + name + ")" : "");
+  }
+  return "exited with code " + std::to_string(code);
+}
+
+}  // namespace
+
+// AWAITING_CAPACITY, STARTING, READY and DELETING hold the claim; DELETED and FAILED end it.
+const tasks::PhaseTable& endpoint_phase_table() {
+  static const tasks::PhaseTable table = *tasks::PhaseTable::make(
+      "endpoint",
+      {{kAwaiting, false, true}, {kStarting, false, true}, {kReady, false, true}, {kDeleting, false, true},
+       {kDeleted, true}, {kFailed, true}},
+      {{kAwaiting, {kStarting, kFailed, kDeleted}},
+       {kStarting, {kReady, kFailed, kDeleting}},
+       {kReady, {kFailed, kDeleting}},
+       {kDeleting, {kDeleted}}});
+  return table;
+}
+
+// One step of an endpoint (core mu held, inside the step's transaction).
+Status Endpoints::step_task(tasks::Step& step) {
+  const std::string id = step.task().id;
+  TRAINER_ASSIGN_OR_RETURN(std::optional<json> stored, core_.store->get_endpoint(id));
+  if (!stored) return internal_error("endpoint " + id + " has a task but no stored document");
+  json doc = std::move(*stored);
+  if (step.task().phase != kAwaiting) return follow_locked(doc, step);
+  TRAINER_ASSIGN_OR_RETURN(std::optional<store::ClaimRow> claim, claim_of(id));
+  if (!claim) return end_locked(doc, kFailed, "its device claim is gone");
+  if (claim->state == "GRANTED") return launch_locked(doc, *claim);
+  step.due_at(step.now() + kFollowSeconds);
+  return Status::ok();
+}
+
+// Writes the process's spec (its flags by name) and starts it on the claim's devices: STARTING.
+Status Endpoints::launch_locked(json& doc, const store::ClaimRow& claim) {
+  const std::string id = doc["endpointId"].get<std::string>();
+  const fs::path dir = dir_of(id);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  const PoolConfig* pool = capacity_.pool_named(claim.pool);
+  const bool gpu_pool = pool && pool->accelerator != "cpu";
+  const json& model = doc["model"];
+  json spec = {{"model", model.value("baseModelPath", std::string())},
+               {"name", model.value("baseModel", std::string())},
+               {"host", "127.0.0.1"},
+               {"port", 0},
+               {"gpus", gpu_pool ? claim.devices : 0}};
+  if (model.contains("servedAdapterPath")) {
+    spec["adapter"] = {{doc["models"].back().value("name", std::string()), model["servedAdapterPath"]}};
+  }
+  backend::JobSpec job;
+  job.kind = protocol::JobKind::kServe;
+  job.run_id = id;
+  job.identity.workload = doc["workload"].value("name", std::string());
+  job.identity.base_model = model.value("baseModel", std::string());
+  job.identity.profile = pool ? pool->accelerator : "";
+  job.plan_path = (dir / "spec.json").string();
+  job.output_dir = dir.string();
+  job.events_path = (dir / "events.jsonl").string();
+  job.log_path = (dir / "serve.log").string();
+  job.job_id = id + "-1";
+  job.gpus = gpu_pool ? claim.devices : 0;
+  job.device_ids = claim.device_ids;
+  TRAINER_RETURN_IF_ERROR(write_file_atomic(job.plan_path, spec.dump(2) + "\n"));
+  auto started = core_.backend->start(job);
+  if (!started.is_ok()) return end_locked(doc, kFailed, "the serving process did not start: " + started.status().message());
+  doc["_job"] = {{"handle", started->value}, {"jobId", job.job_id}, {"log", job.log_path}, {"port", 0}};
+  doc["phase"] = kStarting;
+  doc["startedAt"] = core_.now_rfc3339();
+  doc["startedAtSeconds"] = core_.now();
+  TRAINER_RETURN_IF_ERROR(core_.store->put_endpoint(doc));
+  return core_.kernel->move("endpoint", id, kStarting);
+}
+
+// The port on the process's "listening" line (trainer-job serve prints it on stdout, which the
+// backend sends to its log), once GET /health answers there; 0 until then.
+int Endpoints::answering_port(const json& doc) const {
+  std::ifstream in(doc["_job"].value("log", std::string()));
+  std::string line;
+  int port = 0;
+  while (port == 0 && std::getline(in, line)) {
+    if (line.empty() || line[0] != '{') continue;
+    const json hello = json::parse(line, nullptr, false);
+    if (hello.is_object() && hello.value("event", std::string()) == "listening" && hello["port"].is_number_integer()) {
+      port = hello["port"].get<int>();
+    }
+  }
+  if (port == 0) return 0;
+  HttpRequest probe;
+  probe.method = "GET";
+  probe.url = "http://127.0.0.1:" + std::to_string(port) + "/health";
+  probe.timeout_seconds = kProbeSeconds;
+  return http_call(probe).status == 200 ? port : 0;
+}
+
+// STARTING, READY, DELETING: the process looked at; its end decides the endpoint's.
+Status Endpoints::follow_locked(json& doc, tasks::Step& step) {
+  const std::string id = doc["endpointId"].get<std::string>();
+  const std::string phase = doc.value("phase", std::string());
+  const backend::JobHandle handle{doc["_job"].value("handle", std::string())};
+  const backend::JobStatus status = core_.backend->poll(handle);
+  step.due_at(step.now() + kFollowSeconds);
+  if (phase == kDeleting) {
+    if (status.state != backend::JobState::kRunning) return end_locked(doc, kDeleted, "");
+    if (core_.now() - doc.value("deleteRequestedAt", core_.now()) > kStopSeconds) core_.backend->kill(handle);
+    return Status::ok();
+  }
+  if (status.state != backend::JobState::kRunning) {
+    std::string reason = "the serving process (" + core_.backend->describe(handle) + ") " + how_it_ended(status);
+    const std::string tail = file_tail(doc["_job"].value("log", std::string()), kLogLinesInReason);
+    if (!tail.empty()) reason += "; its last lines: " + tail;
+    return end_locked(doc, kFailed, reason);
+  }
+  if (phase == kReady) return Status::ok();
+  const int port = answering_port(doc);
+  if (port == 0) {
+    if (core_.now() - doc.value("startedAtSeconds", core_.now()) > kStartSeconds) {
+      core_.backend->kill(handle);
+      return end_locked(doc, kFailed, "the serving process did not answer within " + std::to_string(static_cast<int>(kStartSeconds)) + " s");
+    }
+    return Status::ok();
+  }
+  doc["_job"]["port"] = port;
+  doc["phase"] = kReady;
+  doc["readyAt"] = core_.now_rfc3339();
+  TRAINER_RETURN_IF_ERROR(core_.store->put_endpoint(doc));
+  return core_.kernel->move("endpoint", id, kReady);
+}
+
+// How it ended (mu held, inside a transaction): DELETED or FAILED (why); its claim released.
+Status Endpoints::end_locked(json& doc, const std::string& phase, const std::string& reason) {
+  const std::string id = doc["endpointId"].get<std::string>();
+  doc["phase"] = phase;
+  doc["endedAt"] = core_.now_rfc3339();
+  if (phase == kFailed) doc["failureReason"] = reason;
+  TRAINER_RETURN_IF_ERROR(core_.store->put_endpoint(doc));
+  TRAINER_RETURN_IF_ERROR(core_.kernel->move("endpoint", id, phase));
+  TRAINER_RETURN_IF_ERROR(core_.store->delete_claim(id));
+  return capacity_.admit_locked();
+}
+
+}  // namespace trainer::service

@@ -1,0 +1,72 @@
+// Endpoints (docs/serving.md, "Endpoints"): a base model, or a candidate's adapter on its base
+// model, served by `trainer-job serve` at an OpenAI-compatible address that trainerd forwards
+// requests to. Each endpoint is a task of the kernel's "endpoint" kind: AWAITING_CAPACITY until
+// admission grants its SERVING claim, STARTING while its process comes up, READY once it answers;
+// then DELETING (its process asked to stop) and DELETED, or FAILED with a reason naming how its
+// process ended. The claim is held from creation until DELETED or FAILED.
+//
+// Thread safety: every method may be called from any thread; create() and remove() take the
+// core's mu; step_task() runs with it held (the kernel's step); chat() takes no lock and calls
+// the serving process outside any transaction.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "service/capacity.h"
+#include "service/service_core.h"
+
+namespace trainer::service {
+
+// The endpoint's phase table (the kernel's "endpoint" kind).
+const tasks::PhaseTable& endpoint_phase_table();
+
+class Endpoints {
+ public:
+  // What endpoints ask of parts that ServiceImpl still keeps (evaluations.cpp, workloads.cpp).
+  struct Hooks {
+    // The model `ref` names, as an evaluation resolves it: {ref, kind, baseModel, baseModelPath,
+    // adapterPath?, artifactUri?, runId?, modelId?, workloadId?}; errors name "model".
+    std::function<Result<json>(const std::string& ref)> resolve_model;
+    // A workload by name, id or prefix; errors name `field`.
+    std::function<Result<json>(const std::string& ref, const std::string& field)> resolve_workload;
+  };
+
+  Endpoints(ServiceCore& core, Capacity& capacity, Hooks hooks);
+
+  // Service::create_endpoint, list_endpoints, get_endpoint, delete_endpoint, endpoint_chat.
+  Result<json> create(const json& body);
+  Result<json> list(const std::string& phase);
+  Result<json> get(const std::string& ref);
+  Result<json> remove(const std::string& ref);
+  Result<ForwardedAnswer> chat(const std::string& ref, const std::string& body);
+
+  // The kernel's "endpoint" kind, added by ServiceImpl.
+  tasks::TaskKind& task_kind() { return tasks_; }
+
+  // For the other parts: whether `owner`'s claim belongs to an endpoint that still holds it
+  // (a restarted trainerd keeps it).
+  Result<bool> holds_claim(const std::string& owner);
+
+ private:
+  std::string dir_of(const std::string& id) const;
+  Result<json> resolve(const std::string& ref);
+  // The model and workload of a create request, checked: {model, workload, served: [names]}.
+  Result<json> resolve_request(const json& body);
+  Result<std::optional<store::ClaimRow>> claim_of(const std::string& id);
+
+  // The kernel's step and its parts (mu held, inside the step's transaction).
+  Status step_task(tasks::Step& step);
+  Status launch_locked(json& doc, const store::ClaimRow& claim);
+  Status follow_locked(json& doc, tasks::Step& step);
+  // The port the process printed on its "listening" line, once it answers; 0 until then.
+  int answering_port(const json& doc) const;
+  Status end_locked(json& doc, const std::string& phase, const std::string& reason);
+
+  ServiceCore& core_;
+  Capacity& capacity_;
+  const Hooks hooks_;
+  tasks::FunctionKind tasks_;
+};
+
+}  // namespace trainer::service

@@ -1,0 +1,173 @@
+"""Endpoints (issue 24, the service's first slice): `trainer endpoints create|wait|list|get|send|delete`
+through the real CLI against a real trainerd, which starts the real `trainer-job serve` through
+its local backend on the tiny base model. Greedy answers through trainerd equal the answers of
+`trainer-job serve` started by hand on the same model; delete stops the process and frees its
+SERVING claim; a killed process fails its endpoint with a reason naming the signal; a run's
+adapter is served beside its base model under the run's own workload."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import urllib.error
+import urllib.request
+
+import pytest
+
+from cli_support import MODEL_NAME, WORKLOAD, plan_text
+from serving_processes import serving_pids
+from waiting import wait_for
+
+PROMPT = "Is this review positive? The soup was cold."
+MAX_TOKENS = 8
+
+
+def claims(cli) -> dict:
+    return {c["owner"]: c for c in cli.json("capacity")["claims"]}
+
+
+def post(url: str, body: dict) -> tuple[int, dict]:
+    req = urllib.request.Request(url, method="POST", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, json.load(r)
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def chat(messages) -> dict:
+    return {"messages": messages, "temperature": 0, "max_tokens": MAX_TOKENS}
+
+
+def start_direct(bin_dir, tiny_model, *extra) -> tuple[subprocess.Popen, str]:
+    """`trainer-job serve` started by hand on the same tiny model, named as trainerd names it."""
+    proc = subprocess.Popen([str(bin_dir / "trainer-job"), "serve", "--model", str(tiny_model), "--name", MODEL_NAME,
+                             "--port", "0", *extra], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    hello = json.loads(proc.stdout.readline())
+    return proc, f"http://127.0.0.1:{hello['port']}"
+
+
+def stop_direct(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def direct(bin_dir, tiny_model):
+    proc, url = start_direct(bin_dir, tiny_model)
+    yield url
+    stop_direct(proc)
+
+
+def create_ready(cli) -> dict:
+    e = cli.json("endpoints", "create", "--model", MODEL_NAME, "--workload", WORKLOAD, "--wait", "--timeout", "5m")
+    assert e["phase"] == "READY", e
+    return e
+
+
+def test_bad_input_is_refused_by_field_and_nothing_is_stored(ready):
+    no_workload = ready("endpoints", "create", "--model", MODEL_NAME)
+    assert no_workload.returncode == 1 and "workload" in no_workload.stderr, no_workload.stderr
+    no_model = ready("endpoints", "create", "--workload", WORKLOAD)
+    assert no_model.returncode == 1 and "model" in no_model.stderr, no_model.stderr
+    unknown = ready("endpoints", "create", "--model", "no-such-model", "--workload", WORKLOAD)
+    assert unknown.returncode == 1 and "no-such-model" in unknown.stderr, unknown.stderr
+    lonely_timeout = ready("endpoints", "create", "--model", MODEL_NAME, "--workload", WORKLOAD, "--timeout", "1m")
+    assert lonely_timeout.returncode == 2 and "--wait" in lonely_timeout.stderr, lonely_timeout.stderr
+    status, body = post(ready.url + "/v1/endpoints", {"model": MODEL_NAME, "workload": WORKLOAD, "replicas": 2})
+    assert status == 400 and body["error"]["field"] == "replicas", body
+    status, body = post(ready.url + "/v1/endpoints", {"model": MODEL_NAME, "workload": "no-such-workload"})
+    assert status == 404 and body["error"]["field"] == "workload", body
+    assert ready.json("endpoints", "list")["endpoints"] == []
+    assert claims(ready) == {}
+    missing = ready("endpoints", "get", "0123abcd")
+    assert missing.returncode == 1 and "no endpoint" in missing.stderr
+
+
+def test_an_endpoint_answers_greedy_as_the_serving_process_does_and_delete_stops_it(ready, direct):
+    e = create_ready(ready)
+    eid = e["endpointId"]
+    assert [m["name"] for m in e["models"]] == [MODEL_NAME]
+    held = claims(ready)[eid]
+    assert held["kind"] == "SERVING" and held["state"] == "GRANTED" and held["devices"] == 1, held
+    [pid] = serving_pids(eid)
+
+    sent = ready.json("endpoints", "send", eid, "--input", PROMPT, "--temperature", 0, "--max-tokens", MAX_TOKENS)
+    status, expected = post(direct + "/v1/chat/completions",
+                            {"model": MODEL_NAME, **chat([{"role": "user", "content": PROMPT}])})
+    assert status == 200, expected
+    assert sent["model"] == MODEL_NAME
+    assert sent["output"] == expected["choices"][0]["message"]["content"] and sent["output"], (sent, expected)
+    assert sent["usage"] == expected["usage"] and 0 < sent["usage"]["completion_tokens"] <= MAX_TOKENS, sent
+    text = ready("endpoints", "send", eid, "--input", PROMPT, "--temperature", 0, "--max-tokens", MAX_TOKENS,
+                 check=True).stdout
+    assert text == sent["output"] + "\n"
+
+    # The serving process's own errors pass through; streaming is refused by trainerd, by name.
+    status, body = post(f"{ready.url}/v1/endpoints/{eid}/v1/chat/completions",
+                        {"model": "nope", **chat([{"role": "user", "content": "hi"}])})
+    assert status == 404 and body["error"]["code"] == "model_not_found", body
+    status, body = post(f"{ready.url}/v1/endpoints/{eid}/v1/chat/completions",
+                        {"stream": True, **chat([{"role": "user", "content": "hi"}])})
+    assert status == 400 and body["error"]["field"] == "stream" and "not yet supported" in body["error"]["message"]
+
+    listed = ready.json("endpoints", "list", "--phase", "active")["endpoints"]
+    assert [x["endpointId"] for x in listed] == [eid] and listed[0]["phase"] == "READY"
+    got = ready.json("endpoints", "get", eid[:8])
+    assert got["endpointId"] == eid and got["address"].startswith("http://127.0.0.1:") and "_job" not in got
+    assert "READY" in ready("endpoints", "get", eid, check=True).stdout
+
+    deleted = ready.json("endpoints", "delete", eid)
+    assert deleted["phase"] == "DELETING", deleted
+    wait_for(lambda: ready.json("endpoints", "get", eid)["phase"] == "DELETED", 60, "the endpoint to be DELETED")
+    assert not os.path.exists(f"/proc/{pid}"), f"serving process {pid} still exists"
+    assert eid not in claims(ready)
+    again = ready("endpoints", "delete", eid)
+    assert again.returncode == 1 and "already DELETED" in again.stderr
+    refused = ready("endpoints", "send", eid, "--input", "hi")
+    assert refused.returncode == 1 and "DELETED" in refused.stderr
+
+
+def test_a_killed_serving_process_fails_its_endpoint_naming_the_signal(ready):
+    eid = create_ready(ready)["endpointId"]
+    [pid] = serving_pids(eid)
+    os.kill(pid, signal.SIGKILL)
+    failed = wait_for(lambda: (lambda e: e if e["phase"] == "FAILED" else None)(ready.json("endpoints", "get", eid)),
+                      60, "the endpoint to fail")
+    assert "killed by signal 9 (SIGKILL)" in failed["failureReason"], failed
+    assert f"pid {pid}" in failed["failureReason"], failed
+    assert eid not in claims(ready)
+    waited = ready("endpoints", "wait", eid)
+    assert waited.returncode == 1 and "will not answer" in waited.stderr and "SIGKILL" in waited.stderr
+
+
+def test_a_runs_adapter_is_served_on_its_base_model_under_the_runs_own_workload(ready, bin_dir, tiny_model):
+    run = ready("runs", "start", "-f", "-", "--force", "--jq", ".runId", input=plan_text(3), check=True).stdout.strip()
+    ready("runs", "wait", run, "--timeout", "10m", "--exit-status", "-q", check=True)
+    ready("workloads", "create", "elsewhere", check=True)
+    other = ready("endpoints", "create", "--model", run, "--workload", "elsewhere")
+    assert other.returncode == 1 and "workload" in other.stderr and "leave workload out" in other.stderr, other.stderr
+
+    e = ready.json("endpoints", "create", "--model", run[:8], "--wait", "--timeout", "5m")
+    assert e["phase"] == "READY" and e["workload"]["name"] == WORKLOAD, e
+    assert e["models"] == [{"name": MODEL_NAME, "kind": "base"}, {"name": run, "kind": "adapter"}]
+    adapter = ready.json("runs", "get", run)["adapterPath"]
+    proc, url = start_direct(bin_dir, tiny_model, "--adapter", f"{run}={adapter}")
+    try:
+        for model in (run, MODEL_NAME):
+            status, expected = post(url + "/v1/chat/completions",
+                                    {"model": model, **chat([{"role": "user", "content": PROMPT}])})
+            assert status == 200, expected
+            sent = ready.json("endpoints", "send", e["endpointId"], "--input", PROMPT, "--model", model,
+                              "--temperature", 0, "--max-tokens", MAX_TOKENS)
+            assert sent["model"] == model and sent["output"] == expected["choices"][0]["message"]["content"], sent
+        # Without --model, the adapter answers.
+        plain = ready.json("endpoints", "send", e["endpointId"], "--input", PROMPT, "--temperature", 0,
+                           "--max-tokens", MAX_TOKENS)
+        assert plain["model"] == run
+    finally:
+        stop_direct(proc)
+    ready("endpoints", "delete", e["endpointId"], check=True)
+    wait_for(lambda: ready.json("endpoints", "get", e["endpointId"])["phase"] == "DELETED", 60, "the endpoint to go")
