@@ -25,9 +25,12 @@
 #include "engine/engine.h"
 #include "job/args.h"
 #include "job/commands.h"
+#include "job/input_fetch.h"
 #include "job/job_events.h"
-#include "protocol/job_request.h"
 #include "job/stop_signals.h"
+#include "protocol/inputs.h"
+#include "protocol/job_request.h"
+#include "storage/storage.h"
 
 namespace trainer::job {
 namespace {
@@ -161,6 +164,15 @@ int cmd_evaluate(int argc, char** argv) {
     std::fprintf(stderr, "trainer-job evaluate: %s\n", reason.c_str());
     return 1;
   };
+  // Inputs named by s3:// URIs (a cluster job with an S3 store): verified copies on this node.
+  if (request.is_ok()) {
+    std::vector<std::pair<std::string, std::string*>> inputs = {{"baseModel", &req.model_dir},
+                                                                {"dataset", &req.data_path}};
+    if (!req.adapter_dir.empty()) inputs.push_back({"adapter", &req.adapter_dir});
+    if (Status fetched = fetch_inputs(inputs, input_fetch_options(*request)); !fetched.is_ok()) {
+      return fail(fetched.describe());
+    }
+  }
   block_stop_signals();
   std::atomic<bool> stop{false};
   StopSignals signals([&](int sig) {
@@ -186,6 +198,12 @@ int cmd_evaluate(int argc, char** argv) {
   st = write_file_atomic((dir / "rows.jsonl").string(), rows);
   if (st.is_ok()) st = write_file_atomic((dir / "report.json").string(), report.dump(2) + "\n");
   if (!st.is_ok()) return fail("--output " + dir.string() + ": " + st.message());
+  // A cluster job's output folder is on its node: the rows go to the S3 store as well.
+  if (request.is_ok() && request->artifact_root.rfind("s3://", 0) == 0) {
+    auto store = storage::open_storage(request->artifact_root);
+    st = store.is_ok() ? (*store)->put(protocol::evaluation_rows_key(request->run_id), rows) : store.status();
+    if (!st.is_ok()) return fail("publishing the rows to " + request->artifact_root + ": " + st.message());
+  }
   events.write(protocol::EvaluationReport{.report = report});
   return 0;
 }

@@ -147,12 +147,16 @@ InputFetchOptions input_fetch_options(const protocol::JobRequest& request) {
 }
 
 Status fetch_plan_inputs(plan::Plan& plan, const InputFetchOptions& options) {
-  LazyStore store(options.artifact_root);
   std::vector<std::pair<std::string, std::string*>> inputs;
   if (plan.baseModel) inputs.push_back({"baseModel", &*plan.baseModel});
   inputs.push_back({"config.dataset", &plan.config.dataset});
   if (plan.config.validationDataset) inputs.push_back({"config.validationDataset", &*plan.config.validationDataset});
-  for (auto& [field, value] : inputs) {
+  return fetch_inputs(inputs, options);
+}
+
+Status fetch_inputs(const std::vector<std::pair<std::string, std::string*>>& inputs, const InputFetchOptions& options) {
+  LazyStore store(options.artifact_root);
+  for (const auto& [field, value] : inputs) {
     if (!is_s3(*value)) continue;
     TRAINER_ASSIGN_OR_RETURN(*value, fetch_one(field, *value, options, store));
   }

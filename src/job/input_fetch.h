@@ -7,6 +7,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/status.h"
 #include "plan/plan.h"
@@ -28,5 +30,8 @@ InputFetchOptions input_fetch_options(const protocol::JobRequest& request);
 // Writes one line per input to stderr (fetched or reused, bytes, seconds). Inputs that are not
 // s3:// URIs are left as they are.
 Status fetch_plan_inputs(plan::Plan& plan, const InputFetchOptions& options);
+
+// The same for any inputs, named by field: each s3:// value is replaced by its verified copy.
+Status fetch_inputs(const std::vector<std::pair<std::string, std::string*>>& inputs, const InputFetchOptions& options);
 
 }  // namespace trainer::job

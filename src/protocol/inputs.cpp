@@ -15,6 +15,8 @@ std::string model_input_key(const std::string& sha) { return kModelsPrefix + sha
 
 std::string dataset_input_key(const std::string& sha) { return kDatasetsPrefix + sha + kDatasetSuffix; }
 
+std::string evaluation_rows_key(const std::string& evaluation_id) { return "evaluations/" + evaluation_id + "/rows.jsonl"; }
+
 bool is_content_hash(const std::string& s) {
   if (s.size() != kHashLength) return false;
   for (char c : s) {

@@ -17,6 +17,10 @@ std::string model_input_key(const std::string& sha);
 // "inputs/datasets/SHA.jsonl": a dataset file.
 std::string dataset_input_key(const std::string& sha);
 
+// "evaluations/ID/rows.jsonl": the one output an evaluation job leaves in the store, its rows
+// (a cluster job's output folder is on its node; `evaluations rows` reads them there).
+std::string evaluation_rows_key(const std::string& evaluation_id);
+
 struct InputKey {
   bool folder = false;  // true: a model folder; false: a dataset file
   std::string sha;      // the content hash the key names (64 lowercase hex)

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "service/artifact_store.h"
 #include "service/service_state.h"
 
 namespace trainer::service {
@@ -102,6 +103,11 @@ backend::JobSpec ServiceImpl::evaluation_job_spec(const json& doc, const store::
   job.events_path = (dir / ("events-" + std::to_string(attempt) + ".jsonl")).string();
   job.log_path = (dir / "job.log").string();
   job.catalog_url = catalog_url_;  // where it reports its events and log (job_reports.cpp)
+  // A cluster job fetches its inputs from the S3 store (stage_evaluation_inputs()).
+  if (const ArtifactStoreConfig& store = opt_.config.artifact_store; !store.uri.empty()) {
+    job.artifact_root = store.uri;
+    job.store = artifact_store_access(store);
+  }
   job.job_id = id + "-" + std::to_string(attempt);
   job.gpus = gpu_pool ? claim.devices : 0;
   job.cpus = 1;

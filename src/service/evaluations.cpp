@@ -6,9 +6,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "common/json_parse.h"
 #include "plan/plan.h"
+#include "protocol/inputs.h"
+#include "service/input_staging.h"
 #include "service/judges.h"
 #include "service/registry.h"
 #include "service/service_state.h"
@@ -140,11 +143,20 @@ Result<json> ServiceImpl::evaluated_registered_model(const std::string& ref, con
 // The adapter folder an evaluation's job reads: a run's folder, or a registered model's copy
 // (fetched from the artifact store into the evaluation's folder when it is not on this disk).
 Result<std::string> ServiceImpl::evaluation_adapter(const json& model, const std::string& dir) {
-  if (model.contains("adapterPath")) return model["adapterPath"].get<std::string>();
-  if (!model.contains("artifactKey")) return std::string();
-  const std::string uri = model.value("artifactUri", std::string());
-  if (uri.rfind("file://", 0) == 0) return uri.substr(7);
-  const std::string key = model["artifactKey"].get<std::string>();
+  std::string key;
+  std::string uri;
+  if (model.contains("adapterPath")) {
+    const std::string path = model["adapterPath"].get<std::string>();
+    if (fs::path(path).is_absolute()) return path;
+    // A cluster run's adapter: its final snapshot's weights, by storage key in the artifact store.
+    key = path;
+    uri = artifact_uri(key);
+  } else {
+    if (!model.contains("artifactKey")) return std::string();
+    uri = model.value("artifactUri", std::string());
+    if (uri.rfind("file://", 0) == 0) return uri.substr(7);
+    key = model["artifactKey"].get<std::string>();
+  }
   const fs::path local = fs::path(dir) / "adapter";
   std::error_code ec;
   fs::create_directories(local, ec);
@@ -306,6 +318,14 @@ Status ServiceImpl::launch_evaluation_locked(json& doc, const store::ClaimRow& c
   auto adapter = evaluation_adapter(doc["model"], dir.string());
   if (!adapter.is_ok()) return adapter.status();
   if (!adapter->empty()) spec["adapter"] = *adapter;
+  // A cluster job reads its inputs from the S3 store, not from trainerd's data folder.
+  if (artifact_store_ && backend_->name() != "local") {
+    auto staged = stage_evaluation_inputs(*artifact_store_, opt_.config.artifact_store.uri,
+                                          model.value("baseModelHash", std::string()), spec);
+    if (!staged.is_ok()) {
+      return end_evaluation_locked(doc, "FAILED", "could not stage the evaluation's inputs: " + staged.status().message());
+    }
+  }
   // Each start of its job is an attempt of its own (its own events file), as a run's are.
   const int64_t attempt = doc["_job"].is_object() ? doc["_job"].value("attempt", int64_t{0}) + 1 : 1;
   backend::JobSpec job = evaluation_job_spec(doc, claim, attempt, &spec);
@@ -421,8 +441,18 @@ Result<json> ServiceImpl::evaluation_rows(const std::string& ref, int64_t limit,
     return field_status(StatusCode::kFailedPrecondition, "evaluation",
                         "evaluation " + id + " is " + (*doc)["phase"].get<std::string>() + "; its rows come when it is COMPLETED");
   }
-  std::ifstream in(fs::path(evaluation_dir(id)) / "output" / "rows.jsonl");
-  if (!in) return internal_error("evaluation " + id + ": its rows file is missing from the data folder");
+  // The job's output folder, or (a cluster job's folder is on its node) the copy it stored.
+  std::stringstream in;
+  if (std::ifstream file(fs::path(evaluation_dir(id)) / "output" / "rows.jsonl"); file) {
+    in << file.rdbuf();
+  } else {
+    auto stored = artifacts().get(protocol::evaluation_rows_key(id));
+    if (!stored.is_ok()) {
+      return internal_error("evaluation " + id + ": its rows are neither in the data folder nor in the store (" +
+                            stored.status().message() + ")");
+    }
+    in.str(*stored);
+  }
   json rows = json::array();
   int64_t n = 0;
   std::string line;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "protocol/inputs.h"
+#include "storage/content_hash.h"
 
 namespace trainer::service {
 namespace {
@@ -26,35 +27,35 @@ Result<bool> stage_one(storage::Storage& store, const std::string& source, const
   return true;
 }
 
-}  // namespace
+// (field, local source, key) of each input, and the field to rewrite to its URI.
+struct Input {
+  std::string field;
+  std::string source;
+  std::string key;
+  json* target;
+};
 
-Result<StagedInputs> stage_job_inputs(storage::Storage& store, const std::string& root_uri,
-                                      const std::string& model_sha, json& job_plan) {
-  StagedInputs out;
-  // (field, local source, key) of each input.
-  struct Input {
-    std::string field;
-    std::string source;
-    std::string key;
-    json* target;
-  };
-  std::vector<Input> inputs;
+// The base model folder `target` names, by its content hash.
+Result<Input> model_input(const std::string& model_sha, json& doc) {
   if (!protocol::is_content_hash(model_sha)) {
     return failed_precondition("baseModel: the model's content hash '" + model_sha + "' is not known");
   }
-  inputs.push_back({"baseModel", job_plan.value("baseModel", std::string()), protocol::model_input_key(model_sha),
-                    &job_plan["baseModel"]});
-  json& config = job_plan["config"];
-  for (const char* field : {"dataset", "validationDataset"}) {
-    if (!config.contains(field) || !config[field].is_string()) continue;
-    const std::string path = config[field].get<std::string>();
-    const std::string sha = fs::path(path).stem().string();  // the dataset store names files SHA.jsonl
-    if (!protocol::is_content_hash(sha)) {
-      return failed_precondition(std::string("config.") + field + ": " + path +
-                                 " is not a content-addressed dataset file (SHA.jsonl)");
-    }
-    inputs.push_back({std::string("config.") + field, path, protocol::dataset_input_key(sha), &config[field]});
+  return Input{"baseModel", doc.value("baseModel", std::string()), protocol::model_input_key(model_sha),
+               &doc["baseModel"]};
+}
+
+// A dataset file of the dataset store (SHA.jsonl), by the hash its name carries.
+Result<Input> dataset_input(const std::string& field, json& target) {
+  const std::string path = target.is_string() ? target.get<std::string>() : std::string();
+  const std::string sha = fs::path(path).stem().string();  // the dataset store names files SHA.jsonl
+  if (!protocol::is_content_hash(sha)) {
+    return failed_precondition(field + ": " + path + " is not a content-addressed dataset file (SHA.jsonl)");
   }
+  return Input{field, path, protocol::dataset_input_key(sha), &target};
+}
+
+Result<StagedInputs> stage_all(storage::Storage& store, const std::string& root_uri, const std::vector<Input>& inputs) {
+  StagedInputs out;
   for (const Input& in : inputs) {
     const std::string uri = root_uri + "/" + in.key;
     auto uploaded = stage_one(store, in.source, in.key);
@@ -72,6 +73,38 @@ Result<StagedInputs> stage_job_inputs(storage::Storage& store, const std::string
     *in.target = uri;
   }
   return out;
+}
+
+}  // namespace
+
+Result<StagedInputs> stage_job_inputs(storage::Storage& store, const std::string& root_uri,
+                                      const std::string& model_sha, json& job_plan) {
+  std::vector<Input> inputs;
+  TRAINER_ASSIGN_OR_RETURN(Input model, model_input(model_sha, job_plan));
+  inputs.push_back(std::move(model));
+  json& config = job_plan["config"];
+  for (const char* field : {"dataset", "validationDataset"}) {
+    if (!config.contains(field) || !config[field].is_string()) continue;
+    TRAINER_ASSIGN_OR_RETURN(Input d, dataset_input(std::string("config.") + field, config[field]));
+    inputs.push_back(std::move(d));
+  }
+  return stage_all(store, root_uri, inputs);
+}
+
+Result<StagedInputs> stage_evaluation_inputs(storage::Storage& store, const std::string& root_uri,
+                                             const std::string& model_sha, json& spec) {
+  std::vector<Input> inputs;
+  TRAINER_ASSIGN_OR_RETURN(Input model, model_input(model_sha, spec));
+  inputs.push_back(std::move(model));
+  TRAINER_ASSIGN_OR_RETURN(Input d, dataset_input("dataset", spec["dataset"]));
+  inputs.push_back(std::move(d));
+  if (spec.contains("adapter") && spec["adapter"].is_string()) {
+    const std::string folder = spec["adapter"].get<std::string>();
+    auto hashed = storage::folder_content_hash(folder);
+    if (!hashed.is_ok()) return Status(hashed.status().code(), "adapter " + folder + ": " + hashed.status().message());
+    inputs.push_back({"adapter", folder, protocol::model_input_key(hashed->sha256), &spec["adapter"]});
+  }
+  return stage_all(store, root_uri, inputs);
 }
 
 }  // namespace trainer::service

@@ -30,4 +30,10 @@ struct StagedInputs {
 Result<StagedInputs> stage_job_inputs(storage::Storage& store, const std::string& root_uri,
                                       const std::string& model_sha, nlohmann::json& job_plan);
 
+// The same for an evaluation job's spec (job/cmd_evaluate.cpp): its baseModel (content hash
+// `model_sha`), its dataset file and its adapter folder (when it names one; staged as a folder
+// under its own content hash).
+Result<StagedInputs> stage_evaluation_inputs(storage::Storage& store, const std::string& root_uri,
+                                             const std::string& model_sha, nlohmann::json& spec);
+
 }  // namespace trainer::service

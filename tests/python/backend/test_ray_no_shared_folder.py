@@ -20,6 +20,7 @@ import sqlite3
 import pytest
 
 from backend_support import Service
+from cli_support import DATASET_NAME
 
 BUCKET = "trainer-ray-unshared"
 ROOT = f"s3://{BUCKET}/cluster"
@@ -34,7 +35,7 @@ def hiding_wrapper(bin_dir: pathlib.Path, tmp: pathlib.Path, data_dir: pathlib.P
     job = wrapped / "trainer-job"
     job.write_text(f"""#!/bin/sh
 # The job's node: trainerd's data folder is not there. Tools trainerd runs beside itself pass through.
-[ "$1" = run ] || exec {bin_dir / 'trainer-job'} "$@"
+case "$1" in run|evaluate) ;; *) exec {bin_dir / 'trainer-job'} "$@" ;; esac
 exec unshare -m -- sh -c 'data=$1; real=$2; shift 2
 mount -t tmpfs tmpfs "$data" || exit 1
 echo "node: $data holds $(ls -A "$data" | wc -l) entries" >&2
@@ -98,3 +99,30 @@ def test_a_ray_run_whose_job_cannot_see_the_data_folder_completes_over_the_api(u
     snapshot = done["latestSnapshot"]["snapshotId"]
     assert done["adapterPath"] == f"snapshots/{snapshot}/weights"
     assert done.get("modelId")
+
+
+def test_a_ray_evaluation_of_that_adapter_completes_without_the_data_folder(unshared):
+    """An evaluation runs as a Ray job too (issue 23): its job cannot see trainerd's data folder
+    either, fetches the base model, the rows and the run's adapter from the store, and reports
+    its progress and report over the API."""
+    svc = unshared
+    run_id = svc.start(max_steps=2)["runId"]
+    svc.wait_phase(run_id, "COMPLETED", timeout=600)
+    out = svc.cli("evaluations", "start", "--model", run_id, "--dataset", DATASET_NAME, "--max-new-tokens", "4",
+                  "--wait", "--timeout", "10m", "-o", "json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    done = json.loads(out.stdout)
+    assert done["phase"] == "COMPLETED", done.get("failureReason")
+    rows = done["progress"]["rowsTotal"]
+    assert rows > 0 and done["progress"]["rowsDone"] == rows
+    assert done["report"]["meanScore"] is not None
+    # Its rows are read back from the store (the job's output folder is on its node).
+    assert not (svc.daemon.data_dir / "evaluations" / done["evaluationId"] / "output" / "rows.jsonl").exists()
+    listed = svc.cli.json("evaluations", "rows", done["evaluationId"], "--limit", 100)
+    assert listed["total"] == rows and len(listed["rows"]) == min(rows, 100)
+    assert all("output" in r for r in listed["rows"]), listed["rows"][:2]
+    # Its events reached trainerd over the API, from a job that saw an empty data folder.
+    job_id = f"{done['evaluationId']}-1"
+    kinds = [json.loads(doc)["type"] for _, doc in stored(svc, "job_events", job_id)]
+    assert "evaluation_report" in kinds, kinds
+    assert stored(svc, "job_logs", job_id), "the evaluation's log lines reach trainerd over its API"
