@@ -15,6 +15,8 @@ void install_endpoint_routes(http::Router& router, service::Service& svc, const 
   router.add("GET", "/v1/endpoints", max, route_json(200, [&svc](const Request& req) {
                return svc.list_endpoints(req.query_value("phase"));
              }));
+  // Before /v1/endpoints/{ref}: the first route that matches answers (endpoint ids are hex).
+  router.add("GET", "/v1/endpoints/info", max, route_json(200, [&svc](const Request&) { return svc.endpoint_info(); }));
   router.add("GET", "/v1/endpoints/{ref}", max,
              route_json(200, [&svc](const Request& req) { return svc.get_endpoint(req.params[0]); }));
   router.add("DELETE", "/v1/endpoints/{ref}", max,

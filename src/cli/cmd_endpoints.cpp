@@ -179,6 +179,31 @@ int endpoints_send(Context& ctx) {
   return kExitOk;
 }
 
+int endpoints_info(Context& ctx) {
+  auto info = ctx.get("/v1/endpoints/info");
+  if (!info) return ctx.last_failure_code();
+  if (!ctx.text()) {
+    ctx.print_json(*info);
+    return kExitOk;
+  }
+  auto value = [&](const char* key) {
+    const json& v = info->value(key, json(nullptr));
+    return v.is_null() ? std::string("-") : v.is_string() ? v.get<std::string>() : v.dump();
+  };
+  const json parsers = info->value("toolCallParsers", json::array());
+  std::string tools;
+  for (const auto& p : parsers) tools += (tools.empty() ? "" : ", ") + p.get<std::string>();
+  out("Max adapter rank:       " + value("maxAdapterRank") + "\n" +
+      "Adapters loaded at once: " + value("maxAdaptersLoaded") + "\n" +
+      "Devices per endpoint:   " + value("devicesPerEndpoint") + "\n" +
+      "Device type:            " + value("deviceType") + " (pool " + value("pool") + ")\n" +
+      "Context limit:          each model's own\n" +
+      "Idle timeout:           none (an endpoint serves until it is deleted)\n" +
+      "Tool-call parsing:      " + (tools.empty() ? std::string("not yet") : tools) + "\n" +
+      "Whole-weight models:    not served (a base model and LoRA adapters only)\n");
+  return kExitOk;
+}
+
 int endpoints_delete(Context& ctx) {
   auto e = ctx.del("/v1/endpoints/" + seg(ctx.inv.positionals[0]));
   if (!e) return ctx.last_failure_code();
@@ -230,10 +255,13 @@ Command endpoints_command() {
                {}, endpoints_send, 1, 1, {}};
   send.examples = {g.examples[1], {"model, output and token usage as JSON",
                                    "trainer endpoints send 3f2a9c71 --input Hi --temperature 0 -o json"}};
+  Command info{"info", {}, "Show what an endpoint of this deployment can serve: adapter rank, adapters at once, devices",
+               "", "", {}, {}, endpoints_info, 0, 0, {}};
+  info.examples = {{"the largest adapter rank served", "trainer endpoints info --jq .maxAdapterRank"}};
   Command del{"delete", {}, "Take an endpoint down: its process stops, its devices are released", "ENDPOINT", "", {},
               {}, endpoints_delete, 1, 1, {}};
   del.examples = {{"take it down", "trainer endpoints delete 3f2a9c71"}};
-  g.children = {create, wait_cmd, list, get, send, del};
+  g.children = {create, wait_cmd, list, get, send, info, del};
   return g;
 }
 

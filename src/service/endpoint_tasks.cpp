@@ -12,6 +12,7 @@
 
 #include "common/files.h"
 #include "common/http_client.h"
+#include "service/base_models.h"
 #include "service/endpoints.h"
 
 namespace trainer::service {
@@ -102,10 +103,15 @@ Status Endpoints::launch_locked(json& doc, const store::ClaimRow& claim) {
   const PoolConfig* pool = capacity_.pool_named(claim.pool);
   const bool gpu_pool = pool && pool->accelerator != "cpu";
   const json& model = doc["model"];
-  json spec = {{"model", model.value("baseModelPath", std::string())},
+  // The base model by content hash, found in this host's model cache.
+  const std::string base_path =
+      core_.storage->local_path(BaseModels::cache_key(model.value("baseModelHash", std::string())));
+  json spec = {{"model", base_path},
                {"name", model.value("baseModel", std::string())},
                {"host", "127.0.0.1"},
                {"port", 0},
+               {"max-rank", core_.options.config.limits.max_adapter_rank},
+               {"max-adapters", kMaxAdaptersLoaded},
                {"gpus", gpu_pool ? claim.devices : 0}};
   if (model.contains("servedAdapterPath")) {
     spec["adapter"] = {{doc["models"].back().value("name", std::string()), model["servedAdapterPath"]}};

@@ -100,20 +100,38 @@ Result<json> Endpoints::resolve_request(const json& body) {
   return json{{"model", model}, {"workload", {{"id", (*workload)["id"]}, {"name", (*workload)["name"]}}}, {"models", served}};
 }
 
+// A serving pool when the deployment declares one, else a CPU pool (a host without one).
+const PoolConfig* Endpoints::serving_pool() const {
+  for (const bool serving : {true, false}) {
+    for (const auto& p : core_.options.config.pools) {
+      if (p.serving == serving && (serving || p.accelerator == "cpu") && p.max_claim >= kEndpointDevices &&
+          p.declared >= kEndpointDevices) {
+        return &p;
+      }
+    }
+  }
+  return nullptr;
+}
+
+Result<json> Endpoints::info() const {
+  const PoolConfig* pool = serving_pool();
+  return json{{"maxAdapterRank", core_.options.config.limits.max_adapter_rank},
+              {"maxAdaptersLoaded", kMaxAdaptersLoaded},
+              {"devicesPerEndpoint", kEndpointDevices},
+              {"deviceType", pool ? json(pool->accelerator) : json(nullptr)},
+              {"pool", pool ? json(pool->name) : json(nullptr)},
+              {"contextLimit", nullptr},  // each model's own (the serving process's `listening` line)
+              {"idleTimeoutSeconds", nullptr},  // an endpoint serves until it is deleted
+              {"toolCallParsers", json::array()},
+              {"wholeWeightModels", false},
+              {"streamingThroughTrainerd", false}};
+}
+
 Result<json> Endpoints::create(const json& body) {
   TRAINER_RETURN_IF_ERROR(check_fields(body, {"model", "workload"}));
   std::lock_guard<std::mutex> lock(core_.mu);
   TRAINER_ASSIGN_OR_RETURN(json request, resolve_request(body));
-  // A serving pool when the deployment declares one, else a CPU pool (a host without one).
-  const PoolConfig* pool = nullptr;
-  for (const bool serving : {true, false}) {
-    for (const auto& p : core_.options.config.pools) {
-      if (!pool && p.serving == serving && (serving || p.accelerator == "cpu") && p.max_claim >= kEndpointDevices &&
-          p.declared >= kEndpointDevices) {
-        pool = &p;
-      }
-    }
-  }
+  const PoolConfig* pool = serving_pool();
   if (!pool) {
     return field_status(StatusCode::kFailedPrecondition, "model",
                         "no pool of this deployment can hold an endpoint's device (declare a serving pool)");

@@ -25,7 +25,7 @@ class Endpoints {
  public:
   // What endpoints ask of parts that ServiceImpl still keeps (evaluations.cpp, workloads.cpp).
   struct Hooks {
-    // The model `ref` names, as an evaluation resolves it: {ref, kind, baseModel, baseModelPath,
+    // The model `ref` names, as an evaluation resolves it: {ref, kind, baseModel, baseModelHash,
     // adapterPath?, artifactUri?, runId?, modelId?, workloadId?}; errors name "model".
     std::function<Result<json>(const std::string& ref)> resolve_model;
     // A workload by name, id or prefix; errors name `field`.
@@ -38,6 +38,10 @@ class Endpoints {
   Result<json> create(const json& body);
   Result<json> list(const std::string& phase);
   Result<json> get(const std::string& ref);
+  // LoRA adapters one serving process holds at once (its --max-adapters).
+  static constexpr int kMaxAdaptersLoaded = 4;
+  // What an endpoint of this deployment can serve (`endpoints info`).
+  Result<json> info() const;
   Result<json> remove(const std::string& ref);
   Result<ForwardedAnswer> chat(const std::string& ref, const std::string& body);
 
@@ -49,6 +53,8 @@ class Endpoints {
   Result<bool> holds_claim(const std::string& owner);
 
  private:
+  // The pool an endpoint's device is claimed from; null when the deployment has none.
+  const PoolConfig* serving_pool() const;
   std::string dir_of(const std::string& id) const;
   Result<json> resolve(const std::string& ref);
   // The model and workload of a create request, checked: {model, workload, served: [names]}.

@@ -248,6 +248,8 @@ class Service {
   // {endpoints:[...]}, newest first; `phase` "" = all, "active" = not DELETED or FAILED.
   virtual Result<json> list_endpoints(const std::string& phase) = 0;
   virtual Result<json> get_endpoint(const std::string& ref) = 0;
+  // What an endpoint of this deployment can serve: maxAdapterRank, maxAdaptersLoaded, ...
+  virtual Result<json> endpoint_info() = 0;
   // Asks its process to stop (DELETING); DELETED, its claim released, once the process is gone.
   virtual Result<json> delete_endpoint(const std::string& ref) = 0;
   // POST /v1/chat/completions of a READY endpoint's process, the answer passed on as it came.

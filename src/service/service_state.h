@@ -144,6 +144,7 @@ class ServiceImpl final : public Service {
   Result<json> create_endpoint(const json& body) override { return endpoints_.create(body); }
   Result<json> list_endpoints(const std::string& phase) override { return endpoints_.list(phase); }
   Result<json> get_endpoint(const std::string& ref) override { return endpoints_.get(ref); }
+  Result<json> endpoint_info() override { return endpoints_.info(); }
   Result<json> delete_endpoint(const std::string& ref) override { return endpoints_.remove(ref); }
   Result<ForwardedAnswer> endpoint_chat(const std::string& ref, const std::string& body) override {
     return endpoints_.chat(ref, body);

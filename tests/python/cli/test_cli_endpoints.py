@@ -171,3 +171,13 @@ def test_a_runs_adapter_is_served_on_its_base_model_under_the_runs_own_workload(
         stop_direct(proc)
     ready("endpoints", "delete", e["endpointId"], check=True)
     wait_for(lambda: ready.json("endpoints", "get", e["endpointId"])["phase"] == "DELETED", 60, "the endpoint to go")
+
+
+def test_info_says_what_an_endpoint_of_this_deployment_can_serve(ready):
+    # The deployment's limits (trainerd's defaults here: no pools, limits or serving section given).
+    info = ready.json("endpoints", "info")
+    assert info["maxAdapterRank"] == 64 and info["maxAdaptersLoaded"] == 4 and info["devicesPerEndpoint"] == 1
+    assert info["deviceType"] == "cpu" and info["wholeWeightModels"] is False
+    assert ready("endpoints", "info", "--jq", ".maxAdapterRank", check=True).stdout.strip() == "64"
+    text = ready("endpoints", "info", check=True).stdout
+    assert "Max adapter rank:       64" in text and "Device type:            cpu" in text
