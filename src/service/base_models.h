@@ -21,6 +21,8 @@ const tasks::PhaseTable& base_model_phase_table();
 class BaseModels {
  public:
   explicit BaseModels(ServiceCore& core);
+  BaseModels(const BaseModels&) = delete;
+  BaseModels& operator=(const BaseModels&) = delete;
 
   // Service::list_base_models, get_base_model, select_base_model.
   Result<json> list(bool all);

@@ -305,13 +305,7 @@ Status ServiceImpl::copy_registration(const json& model) {
     auto manifest = protocol::parse_manifest(*text);
     if (!manifest.is_ok()) return manifest.status().with_context("the weights' manifest of snapshot " + sid);
     const fs::path staging = fs::path(opt_.data_dir) / "registry-staging" / (id + "-" + random_hex(8));
-    struct Cleanup {
-      fs::path p;
-      ~Cleanup() {
-        std::error_code e;
-        fs::remove_all(p, e);
-      }
-    } cleanup{staging};
+    StagingFolder cleanup(staging);
     for (const auto& f : manifest->files) {
       auto bytes = artifacts().get(from + "/" + f.path);
       if (!bytes.is_ok()) return bytes.status().with_context("reading " + f.path + " of snapshot " + sid);

@@ -2,6 +2,7 @@
 // Internal to src/service.
 #pragma once
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -34,5 +35,21 @@ std::string model_key(const std::string& id);
 
 // The model as the API shows it (no bookkeeping keys).
 nlohmann::json present_model(const nlohmann::json& doc);
+
+// A staging folder under DATA/registry-staging, removed with everything in it when it goes out of
+// scope (the copy it held was published, or the registration failed).
+class StagingFolder {
+ public:
+  explicit StagingFolder(std::filesystem::path path) : path_(std::move(path)) {}
+  ~StagingFolder() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  StagingFolder(const StagingFolder&) = delete;
+  StagingFolder& operator=(const StagingFolder&) = delete;
+
+ private:
+  std::filesystem::path path_;
+};
 
 }  // namespace trainer::service

@@ -209,13 +209,7 @@ Status ServiceImpl::publish_imported_adapter(const std::string& dir, const std::
   std::error_code ec;
   fs::create_directories(staging / "adapter", ec);
   if (ec) return unavailable("cannot create " + staging.string() + ": " + ec.message());
-  struct Cleanup {
-    fs::path p;
-    ~Cleanup() {
-      std::error_code e;
-      fs::remove_all(p, e);
-    }
-  } cleanup{staging};
+  StagingFolder cleanup(staging);
   TRAINER_RETURN_IF_ERROR(write_file_atomic(
       (staging / "probe.jsonl").string(),
       R"({"messages":[{"role":"user","content":"hello"},{"role":"assistant","content":"ok"}]})" "\n"));
