@@ -101,12 +101,18 @@ Status ServiceImpl::follow_evaluation_locked(json& doc) {
     if (const auto* p = std::get_if<protocol::EvaluationProgress>(&line.event)) {
       doc["progress"] = {{"rowsDone", p->done}, {"rowsTotal", p->total}};
     } else if (const auto* r = std::get_if<protocol::EvaluationReport>(&line.event)) {
-      doc["report"] = r->report;
-      return end_evaluation_locked(doc, kCompleted);
+      doc["_report"] = r->report;  // shown when the evaluation is COMPLETED
     }
   }
   if (status.state == backend::JobState::kRunning) {
     return doc == before ? Status::ok() : store_->put_evaluation(doc);
+  }
+  // Its job ended. With its report it completed: not before, so that its claim is held until the
+  // process (still posting its last lines after the report) is gone.
+  if (doc.contains("_report")) {
+    doc["report"] = doc["_report"];
+    doc.erase("_report");
+    return end_evaluation_locked(doc, kCompleted);
   }
   if (doc.value("cancelRequested", false)) return end_evaluation_locked(doc, kCancelled);
   if (status.state == backend::JobState::kGone && job.value("attempt", int64_t{1}) < kMaxAttempts) {

@@ -33,6 +33,7 @@ bool evaluation_ended(const std::string& phase) {
 // An evaluation as users see it: without `_job` (its job's handle, attempt and events cursor).
 json shown(json doc) {
   doc.erase("_job");
+  doc.erase("_report");  // the report of a job not yet ended
   return doc;
 }
 

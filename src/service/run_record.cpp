@@ -242,7 +242,7 @@ Result<RunRecord> RunRecord::from_json(const json& doc) {
   // (DATA/datasets/HASH.jsonl), whose last two parts are the key.
   TRAINER_RETURN_IF_ERROR(b.str("datasetKey", &r.dataset_key, false));
   TRAINER_RETURN_IF_ERROR(b.opt_str("validationKey", &r.validation_key));
-  if (r.dataset_key.empty()) {
+  if (!b.has("datasetKey")) {
     std::string path;
     TRAINER_RETURN_IF_ERROR(b.str("datasetPath", &path));
     r.dataset_key = key_of_stored_file(path);

@@ -70,6 +70,30 @@ TEST(RunRecord, ReadsADocumentWrittenBeforeHandlesWereOpaque) {
   EXPECT_EQ(json::parse(back->job->handle.value), json({{"pid", 42}, {"startTime", 7}}));
 }
 
+TEST(RunRecord, ReadsADocumentThatNamedFilesOfTheDataFolder) {
+  // Written before stored documents named storage keys: the key is the path's last two parts.
+  json doc = sample().to_json();
+  doc["_"].erase("datasetKey");
+  doc["_"].erase("validationKey");
+  doc["_"]["datasetPath"] = "/srv/trainer/data/datasets/abc.jsonl";
+  doc["_"]["validationPath"] = "/srv/trainer/data/datasets/def.jsonl";
+  doc["_"]["baseModelPath"] = "/srv/trainer/data/models/123";
+  auto back = RunRecord::from_json(doc);
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->dataset_key, "datasets/abc.jsonl");
+  EXPECT_EQ(*back->validation_key, "datasets/def.jsonl");
+  EXPECT_FALSE(back->to_json()["_"].contains("baseModelPath"));
+}
+
+TEST(RunRecord, AnEmptyDatasetKeyRoundTrips) {
+  // A run failed before its dataset was resolved (a damaged document) keeps an empty key.
+  RunRecord r = sample();
+  r.dataset_key.clear();
+  auto back = RunRecord::from_json(r.to_json());
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->to_json(), r.to_json());
+}
+
 TEST(RunRecord, ADamagedDocumentIsAnErrorNamingTheField) {
   struct Case {
     const char* path;
