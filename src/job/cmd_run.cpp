@@ -111,6 +111,13 @@ std::string self_executable() {
   return path;
 }
 
+// The job failed: the event, then the line on stderr; exit status 1.
+int fail_job(EventWriter& writer, const std::string& reason) {
+  writer.write(protocol::Failed{reason});
+  std::fprintf(stderr, "trainer-job run: failed: %s\n", reason.c_str());
+  return 1;
+}
+
 // Where a run's snapshots go: the service's artifact storage and catalog, and the publisher
 // that uploads them in the background. Empty when the request names no catalog (a local run).
 struct Publication {
@@ -233,12 +240,7 @@ class RunJob {
  public:
   RunJob(EventWriter& writer, JobTelemetry& telemetry) : writer_(writer), telemetry_(telemetry) {}
 
-  // The job failed: the event, then the line on stderr; exit status 1.
-  int fail(const std::string& reason) {
-    writer_.write(protocol::Failed{reason});
-    std::fprintf(stderr, "trainer-job run: failed: %s\n", reason.c_str());
-    return 1;
-  }
+  int fail(const std::string& reason) { return fail_job(writer_, reason); }
   // A failure the telemetry counts as well (`measured` is the reason it records), pushed before
   // the event so trainerd has the series when it hears the attempt ended.
   int fail_measured(const std::string& measured, const std::string& reason) {
@@ -374,11 +376,7 @@ int cmd_run(int argc, char** argv) {
   // The attempt reports to trainerd over its API (docs/job-protocol.md, "Reporting to trainerd"):
   // its events (those written so far first) and its log. The files stay the fallback.
   std::unique_ptr<PostedLog> posted_log = request.is_ok() ? report_to_trainerd(writer, *request) : nullptr;
-  auto fail = [&](const std::string& reason) {
-    writer.write(protocol::Failed{reason});
-    std::fprintf(stderr, "trainer-job run: failed: %s\n", reason.c_str());
-    return 1;
-  };
+  auto fail = [&](const std::string& reason) { return fail_job(writer, reason); };
   if (!request.is_ok()) return fail(request.status().describe());
   if (!world.is_ok()) return fail(world.status().describe());
   const std::string plan_path = args.get("plan");
