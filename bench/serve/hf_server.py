@@ -6,8 +6,9 @@ competent user would write one without a serving engine.
   `GET /health`, `GET /v1/models`, `POST /v1/chat/completions` (streamed as server-sent events
   with `stream_options.include_usage`, or whole).
 - Batching: a batcher task takes every request waiting when the model is free (up to
-  --max-batch) into one left-padded batch per `generate` call; requests that arrive meanwhile
-  wait for the next call (static batching: no joining a running batch).
+  --max-batch) into one left-padded batch per `generate` call, after letting a request that
+  finds the model idle wait --batch-wait-ms (20) for the rest of its burst; requests that arrive
+  during a call wait for the next one (static batching: no joining a running batch).
 - Adapters: PEFT's multi-adapter model, every adapter loaded once; each row names its adapter
   through `generate(adapter_names=[...])` ("__base__" for the base model), so one call mixes
   adapters.
@@ -84,7 +85,7 @@ class Server:
                 model.load_adapter(path, adapter_name=name)
             self.adapters.append(name)
         self.model = model.eval()
-        self.max_batch = a.max_batch
+        self.max_batch, self.batch_wait = a.max_batch, a.batch_wait_ms / 1000
         eos = model.generation_config.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
         self.pad_id = self.tok.pad_token_id if self.tok.pad_token_id is not None else 0
@@ -99,6 +100,9 @@ class Server:
         while True:
             await self.wake.wait()
             self.wake.clear()
+            # Requests of a burst arrive a few ms apart: give them a moment to join the first.
+            if len(self.waiting) < self.max_batch and self.batch_wait > 0:
+                await asyncio.sleep(self.batch_wait)
             while self.waiting:
                 batch, self.waiting = self.waiting[: self.max_batch], self.waiting[self.max_batch:]
                 await loop.run_in_executor(None, self.generate, loop, batch)
@@ -243,6 +247,7 @@ def main():
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-batch", type=int, default=32)
+    ap.add_argument("--batch-wait-ms", type=float, default=20, help="how long a first request waits for others to join")
     asyncio.run(main_async(ap.parse_args()))
 
 

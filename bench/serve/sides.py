@@ -21,6 +21,8 @@ import urllib.request
 
 HERE = pathlib.Path(__file__).resolve().parent
 SIDES = ("ours", "hf", "vllm")
+# vLLM's docs recommend preloading tcmalloc on the CPU; used when the system has it.
+TCMALLOC = ("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4", "/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4")
 LABELS = {"ours": "trainer-job serve", "hf": "transformers generate", "vllm": "vLLM CPU"}
 
 
@@ -118,12 +120,12 @@ def start(side, cfg):
         venv = py.parent.parent
         port = _free_port()
         env.update(VLLM_TARGET_DEVICE="cpu", VLLM_CPU_KVCACHE_SPACE="2",
-                   VLLM_CPU_OMP_THREADS_BIND=f"0-{cfg['threads'] - 1}", LD_PRELOAD=str(venv / "lib" / "libiomp5.so"),
+                   VLLM_CPU_OMP_THREADS_BIND=f"0-{cfg['threads'] - 1}", LD_PRELOAD=" ".join([str(venv / "lib" / "libiomp5.so")] + [t for t in TCMALLOC if os.path.exists(t)][:1]),
                    VLLM_LOGGING_LEVEL="WARNING")
         args = [py, "-m", "vllm.entrypoints.openai.api_server", "--model", cfg["model"], "--served-model-name", "base",
                 "--dtype", "float32", "--max-model-len", cfg["max_len"], "--max-num-seqs", cfg["max_batch"],
                 "--enable-lora", "--max-loras", max(1, len(adapters)), "--max-lora-rank", cfg["rank"],
-                "--host", "127.0.0.1", "--port", port, "--disable-uvicorn-access-log"]
+                "--host", "127.0.0.1", "--port", port, "--disable-uvicorn-access-log", "--disable-log-stats"]
         if adapters:
             args += ["--lora-modules"] + [f"{name}={path}" for name, path in adapters.items()]
         proc = _popen(args, env, log)
