@@ -93,8 +93,9 @@ async def chat(host, port, body, timeout=600.0):
         return res
 
 
-async def _read_response(reader, res, t0):
-    status = await reader.readline()
+async def read_head(reader):
+    """An HTTP message's first line and its headers (names lower-cased)."""
+    first = await reader.readline()
     headers = {}
     while True:
         line = await reader.readline()
@@ -102,6 +103,11 @@ async def _read_response(reader, res, t0):
             break
         key, _, value = line.decode("latin-1").partition(":")
         headers[key.strip().lower()] = value.strip()
+    return first, headers
+
+
+async def _read_response(reader, res, t0):
+    status, headers = await read_head(reader)
     code = int(status.split()[1]) if len(status.split()) > 1 else 0
     buf, last = b"", None
     async for data in _read_body(reader, headers):

@@ -31,6 +31,8 @@ import sys
 import time
 import uuid
 
+from client import read_head  # bench/serve/client.py: the same header parsing as the bench's client
+
 
 class Row:
     def __init__(self, ids, adapter, max_tokens, ignore_eos):
@@ -204,14 +206,7 @@ async def completion(server, writer, body):
 
 async def handle(server, reader, writer):
     try:
-        request = await reader.readline()
-        headers = {}
-        while True:
-            line = await reader.readline()
-            if line in (b"\r\n", b"\n", b""):
-                break
-            key, _, value = line.decode("latin-1").partition(":")
-            headers[key.strip().lower()] = value.strip()
+        request, headers = await read_head(reader)
         method, path = (request.decode("latin-1").split() + ["", ""])[:2]
         body = await reader.readexactly(int(headers.get("content-length", "0")))
         if method == "GET" and path == "/health":

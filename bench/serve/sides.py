@@ -99,19 +99,13 @@ def start(side, cfg):
     log = os.path.join(cfg["logs"], f"{side}-{time.strftime('%H%M%S')}.log")
     env = _env(cfg["threads"])
     adapters = cfg["adapters"]
-    if side == "ours":
-        args = [cfg["job"], "serve", "--model", cfg["model"], "--name", "base", "--port", 0,
-                "--max-batch", cfg["max_batch"], "--context-limit", cfg["max_len"]]
-        for name, path in adapters.items():
-            args += ["--adapter", f"{name}={path}"]
-        proc = _popen(args, env, log, stdout=subprocess.PIPE)
-        run = Running(side, proc, None, log)
-        run.port = _await_hello(proc, run, 300)
-    elif side == "hf":
-        args = [sys.executable, HERE / "hf_server.py", "--model", cfg["model"], "--name", "base", "--port", 0,
-                "--threads", cfg["threads"], "--max-batch", cfg["max_batch"]]
-        for name, path in adapters.items():
-            args += ["--adapter", f"{name}={path}"]
+    if side in ("ours", "hf"):
+        if side == "ours":
+            args = [cfg["job"], "serve", "--context-limit", cfg["max_len"]]
+        else:
+            args = [sys.executable, HERE / "hf_server.py", "--threads", cfg["threads"]]
+        args += ["--model", cfg["model"], "--name", "base", "--port", 0, "--max-batch", cfg["max_batch"]]
+        args += [a for name, path in adapters.items() for a in ("--adapter", f"{name}={path}")]
         proc = _popen(args, env, log, stdout=subprocess.PIPE)
         run = Running(side, proc, None, log)
         run.port = _await_hello(proc, run, 300)
@@ -119,9 +113,9 @@ def start(side, cfg):
         py = pathlib.Path(cfg["vllm_python"])
         venv = py.parent.parent
         port = _free_port()
-        env.update(VLLM_TARGET_DEVICE="cpu", VLLM_CPU_KVCACHE_SPACE="2",
-                   VLLM_CPU_OMP_THREADS_BIND=f"0-{cfg['threads'] - 1}", LD_PRELOAD=" ".join([str(venv / "lib" / "libiomp5.so")] + [t for t in TCMALLOC if os.path.exists(t)][:1]),
-                   VLLM_LOGGING_LEVEL="WARNING")
+        preload = [str(venv / "lib" / "libiomp5.so")] + [t for t in TCMALLOC if os.path.exists(t)][:1]
+        env.update(VLLM_TARGET_DEVICE="cpu", VLLM_CPU_KVCACHE_SPACE="2", VLLM_CPU_OMP_THREADS_BIND=f"0-{cfg['threads'] - 1}",
+                   LD_PRELOAD=" ".join(preload), VLLM_LOGGING_LEVEL="WARNING")
         args = [py, "-m", "vllm.entrypoints.openai.api_server", "--model", cfg["model"], "--served-model-name", "base",
                 "--dtype", "float32", "--max-model-len", cfg["max_len"], "--max-num-seqs", cfg["max_batch"],
                 "--enable-lora", "--max-loras", max(1, len(adapters)), "--max-lora-rank", cfg["rank"],
