@@ -39,11 +39,15 @@ MIXES = {"1 adapter": 1, "4 adapters": 4}
 
 def make_models(root, a):
     """The base model and adapters a1..a4 (PEFT, r16, 7 projections, random nonzero B)."""
+    import warnings
+
     import peft
     import torch
     import transformers
 
     import models
+
+    warnings.filterwarnings("ignore", category=FutureWarning)
 
     base = models.make_tiny_model(root / "qwen3-tiny", arch="qwen3", seed=3, hidden_size=a.hidden,
                                   intermediate_size=a.hidden * 3, num_hidden_layers=a.layers,
@@ -121,9 +125,12 @@ def measure_side(run, prompts, a):
             res, wall = asyncio.run(client.run_load("127.0.0.1", run.port, bodies_for(prompts, n, mix, a, offset=c), c))
             s = client.summarize(res, wall)
             s["load_average"] = round(os.getloadavg()[0], 2)
+            # ignore_eos on every side: each finished request counts exactly max_tokens (its usage).
+            s["tokens_as_asked"] = s["output_tokens"] == (n - s["errors"]) * a.max_tokens
             out[mix_name][str(c)] = s
             print(f"  {run.side:5s} {mix_name:10s} c={c:<3d} {s['output_tokens_per_s']:8.1f} tok/s "
                   f"{s['requests_per_s']:6.2f} req/s ttft p50 {s['ttft_p50_ms']} ms itl p50 {s['itl_p50_ms']} ms"
+                  f"{'' if s['tokens_as_asked'] else '  OUTPUT TOKENS OFF: ' + str(s['output_tokens'])}"
                   f"{'  ERRORS ' + str(s['errors']) + ': ' + str(s['first_error']) if s['errors'] else ''}",
                   file=sys.stderr, flush=True)
     return out
@@ -162,6 +169,7 @@ def medians(rounds_by_side):
                 vals = {m: [r[mix][c][m] for r in rounds if r[mix][c][m] is not None] for m in METRICS}
                 med[side][mix][c] = {m: (round(statistics.median(v), 2) if v else None) for m, v in vals.items()}
                 med[side][mix][c]["errors"] = sum(r[mix][c]["errors"] for r in rounds)
+                med[side][mix][c]["tokens_as_asked"] = all(r[mix][c].get("tokens_as_asked", True) for r in rounds)
     return med
 
 
@@ -177,7 +185,7 @@ def markdown(med, parity, meta):
         for c in meta["concurrency"]:
             for side in med:
                 m = med[side][mix][str(c)]
-                err = f" ({m['errors']} errors)" if m["errors"] else ""
+                err = (f" ({m['errors']} errors)" if m["errors"] else "") + ("" if m["tokens_as_asked"] else " (output tokens off)")
                 lines.append(f"| {mix} | {c} | {sides.LABELS[side]}{err} | " + " | ".join(
                     "-" if m[k] is None else f"{m[k]:g}" for k in METRICS) + " |")
     if "ours" in med and len(med) > 1:
