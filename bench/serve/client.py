@@ -169,4 +169,5 @@ def summarize(results, wall):
         "ttft_p50_ms": ms(percentile(ttfts, 50)), "ttft_p99_ms": ms(percentile(ttfts, 99)),
         "itl_p50_ms": ms(percentile(gaps, 50)), "itl_p99_ms": ms(percentile(gaps, 99)),
         "first_error": next((r.error for r in results if r.error), None),
+        "ttfts_ms": [ms(r.ttft) for r in results],  # in sending order: shows a queue building up
     }
