@@ -115,8 +115,11 @@ def parity_texts(run, prompts, a):
 
 def measure_side(run, prompts, a):
     """Warm-up, then every configuration once; {mix: {concurrency: summary}}."""
-    warm = bodies_for(prompts, 8, 4, a)
-    asyncio.run(client.run_load("127.0.0.1", run.port, [dict(b, max_tokens=8) for b in warm], 8))
+    # Warm-up at every concurrency (batch shapes, allocator, oneDNN caches), 16 tokens a request:
+    # a fresh transformers process is several times slower on its first batches.
+    for c in a.concurrency:
+        warm = bodies_for(prompts, max(2, c), 4, a)
+        asyncio.run(client.run_load("127.0.0.1", run.port, [dict(b, max_tokens=16) for b in warm], c))
     out = {}
     for mix_name, mix in MIXES.items():
         out[mix_name] = {}
