@@ -379,25 +379,38 @@ void Engine::decode_step() {
   });
 }
 
+// Prefills prompts in arrival order until this step's budget of prefill_chunk tokens is spent:
+// several short prompts in one step, a long one in chunks across steps. Each prompt's pass is its
+// own (the same computation as alone); a prompt whose prefill ends emits its first token.
 void Engine::prefill_step() {
-  auto it = std::find_if(active_.begin(), active_.end(), [](const auto& s) { return !s->decoding(); });
-  if (it == active_.end()) return;
-  Sequence& s = **it;
-  const int64_t T = std::min(options_.prefill_chunk, s.prompt_len - s.cached);
+  int64_t budget = options_.prefill_chunk;
   const at::Device dev = model_->device();
-  at::Tensor ids = at::tensor(std::vector<int64_t>(s.tokens.begin() + s.cached, s.tokens.begin() + s.cached + T), at::kLong);
-  serve::PagedPass pass(pool_, {&s.blocks}, {s.cached}, T, dev);
-  model::ForwardInput in;
-  in.input_ids = ids.view({1, T}).to(dev);
-  in.position_ids = at::arange(s.cached, s.cached + T, at::kLong).view({1, T}).to(dev);
-  in.attn_mask = pass.attention_mask();
-  in.adapter_rows = adapter_rows({&s});
-  at::Tensor hidden = model_->hidden_states(in, false, &pass);
-  s.cached += T;
-  prompt_tokens_ += T;
-  if (!s.decoding()) return;
-  at::Tensor logits = model_->step_logits(hidden.select(1, T - 1));  // [1, V]
-  if (emit_next(s, logits)) active_.erase(it);
+  for (size_t i = 0; i < active_.size() && budget > 0;) {
+    Sequence& s = *active_[i];
+    if (s.decoding()) {
+      ++i;
+      continue;
+    }
+    const int64_t T = std::min(budget, s.prompt_len - s.cached);
+    at::Tensor ids = at::tensor(std::vector<int64_t>(s.tokens.begin() + s.cached, s.tokens.begin() + s.cached + T), at::kLong);
+    serve::PagedPass pass(pool_, {&s.blocks}, {s.cached}, T, dev);
+    model::ForwardInput in;
+    in.input_ids = ids.view({1, T}).to(dev);
+    in.position_ids = at::arange(s.cached, s.cached + T, at::kLong).view({1, T}).to(dev);
+    in.attn_mask = pass.attention_mask();
+    in.adapter_rows = adapter_rows({&s});
+    at::Tensor hidden = model_->hidden_states(in, false, &pass);
+    s.cached += T;
+    prompt_tokens_ += T;
+    budget -= T;
+    if (!s.decoding()) break;  // the budget is spent mid-prompt: the rest next step
+    at::Tensor logits = model_->step_logits(hidden.select(1, T - 1));  // [1, V]
+    if (emit_next(s, logits)) {
+      active_.erase(active_.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
 }
 
 }  // namespace serve
