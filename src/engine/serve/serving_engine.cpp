@@ -320,10 +320,13 @@ std::vector<model::AdapterRows> Engine::adapter_rows(const std::vector<Sequence*
   return out;
 }
 
-bool Engine::emit_next(Sequence& seq, const at::Tensor& logits) {
-  at::Tensor pick = seq.sampling.greedy ? logits.argmax(-1).cpu()
-                                        : generate::sample(logits, seq.sampling, seq.generator, nullptr);
-  const int64_t token = pick.data_ptr<int64_t>()[0];
+bool Engine::emit_next(Sequence& seq, const at::Tensor& logits, int64_t greedy_pick) {
+  int64_t token = greedy_pick;
+  if (!seq.sampling.greedy || token < 0) {
+    at::Tensor pick = seq.sampling.greedy ? logits.argmax(-1).cpu()
+                                          : generate::sample(logits, seq.sampling, seq.generator, nullptr);
+    token = pick.data_ptr<int64_t>()[0];
+  }
   seq.tokens.push_back(token);
   ++completion_tokens_;
   seq.stream->push(static_cast<int32_t>(token));
@@ -368,11 +371,14 @@ void Engine::decode_step() {
   in.adapter_rows = adapter_rows(rows);
   at::Tensor hidden = model_->hidden_states(in, false, &pass);
   at::Tensor logits = model_->step_logits(hidden.select(1, 0));  // [B, V]
+  // The greedy rows' picks in one pass and one copy to the host, not one per row.
+  const bool any_greedy = std::any_of(rows.begin(), rows.end(), [](const Sequence* s) { return s->sampling.greedy; });
+  const at::Tensor picks = any_greedy ? logits.argmax(-1).cpu() : at::Tensor();
   std::vector<Sequence*> ended;
   for (int64_t b = 0; b < B; ++b) {
     Sequence& s = *rows[static_cast<size_t>(b)];
     s.cached += 1;
-    if (emit_next(s, logits.narrow(0, b, 1))) ended.push_back(&s);
+    if (emit_next(s, logits.narrow(0, b, 1), any_greedy ? picks.data_ptr<int64_t>()[b] : -1)) ended.push_back(&s);
   }
   std::erase_if(active_, [&](const std::unique_ptr<Sequence>& s) {
     return std::find(ended.begin(), ended.end(), s.get()) != ended.end();

@@ -90,7 +90,8 @@ class Engine final : public ServingEngine {
   void prefill_step();             // one chunk of the first sequence still prefilling
   // Samples the next token of `seq` from its logits [1, V], emits it and ends the sequence when
   // it stops; returns whether it ended.
-  bool emit_next(Sequence& seq, const at::Tensor& logits);
+  // `greedy_pick`: the token a greedy row's argmax already chose (-1: pick it here).
+  bool emit_next(Sequence& seq, const at::Tensor& logits, int64_t greedy_pick = -1);
   void finish(Sequence& seq, const std::string& reason);
   std::vector<model::AdapterRows> adapter_rows(const std::vector<Sequence*>& rows) const;
   Status check_request(const CompletionRequest& r, int64_t* max_tokens) const;
