@@ -13,6 +13,7 @@ from cli_support import DATASET_NAME, MODEL_NAME, WORKLOAD, call, job_credential
 pytestmark = pytest.mark.timeout(1200)  # its runs are waited for up to 1000 s each (start)
 
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED"}
+PAYLOAD = b"adapter bytes"  # the one file of the weights the tests reserve and commit by hand
 
 
 def plan(max_steps: int, save_every: int | None = None) -> str:
@@ -118,12 +119,9 @@ def test_each_save_and_the_end_leave_a_committed_snapshot(ready, trainerd):
 def test_the_catalog_refuses_a_tampered_upload_and_lists_no_reservation(ready, trainerd):
     """The job's callbacks, driven by hand against a running run: a manifest or payload that
     does not match the reservation is refused at verification; a reservation is never listed."""
-    run = start(ready, plan(100000))
-    run_id = run["runId"]
+    run_id = start(ready, plan(100000))["runId"]
     try:
-        job = job_credentials(trainerd, run_id)
-        payload = b"adapter bytes"
-        sid, body, text = weights_reservation(run_id, 7, payload)
+        job, (sid, body, text) = job_credentials(trainerd, run_id), weights_reservation(run_id, 7, PAYLOAD)
         bad = dict(body, snapshotId="0" * 64)
         status, err = call(f"{trainerd.url}/v1/runs/{run_id}/snapshots", "POST", bad, job)
         assert status == 400 and err["error"]["field"] == "snapshotId", err
@@ -145,7 +143,7 @@ def test_the_catalog_refuses_a_tampered_upload_and_lists_no_reservation(ready, t
         assert ready("snapshots", "get", sid).returncode == 1
 
         (folder / "manifest.json").write_bytes(text)
-        (folder / "a.bin").write_bytes(payload)
+        (folder / "a.bin").write_bytes(PAYLOAD)
         status, committed = call(f"{trainerd.url}/v1/snapshots/{sid}/commit", "POST", {"kind": "weights"}, job)
         assert status == 200 and committed["artifacts"] == ["weights"], committed
         status, twice = call(f"{trainerd.url}/v1/snapshots/{sid}/commit", "POST", {"kind": "weights"}, job)
@@ -166,12 +164,9 @@ def test_the_catalog_takes_a_jobs_callbacks_only_from_the_runs_current_attempt(r
     other = start(ready, plan(1), "--wait")
     assert other["phase"] == "COMPLETED", other
     others_job = job_credentials(trainerd, other["runId"])  # a real attempt with its real token
-    run = start(ready, plan(100000))
-    run_id = run["runId"]
+    run_id = start(ready, plan(100000))["runId"]
     try:
-        job = job_credentials(trainerd, run_id)
-        payload = b"adapter bytes"
-        sid, body, text = weights_reservation(run_id, 3, payload)
+        job, (sid, body, text) = job_credentials(trainerd, run_id), weights_reservation(run_id, 3, PAYLOAD)
         refusals = [
             ({}, 401, "X-Trainer-Job"),
             ({"X-Trainer-Job": job["X-Trainer-Job"]}, 401, "Authorization"),
@@ -199,7 +194,7 @@ def test_the_catalog_takes_a_jobs_callbacks_only_from_the_runs_current_attempt(r
 
         folder = trainerd.data_dir / "snapshots" / sid / "weights"
         folder.mkdir(parents=True)
-        (folder / "a.bin").write_bytes(payload)
+        (folder / "a.bin").write_bytes(PAYLOAD)
         (folder / "manifest.json").write_bytes(text)
         refused(f"{trainerd.url}/v1/snapshots/{sid}/commit", {"kind": "weights"}, "commit")
         assert ready.json("runs", "snapshots", run_id) == listed
