@@ -87,7 +87,7 @@ std::string bearer_token(const Request& req) {
 }
 
 service::JobCredentials job_credentials(const Request& req) {
-  return {header_value(req, "X-Trainer-Job"), bearer_token(req)};
+  return {header_value(req, service::kJobIdHeader), bearer_token(req)};
 }
 
 Response error_response(const Status& st, int http_status_override) {
