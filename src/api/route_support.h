@@ -27,6 +27,14 @@ Result<json> body_json(const http::Request& req);
 // body_json(), but an empty body is the empty object (the holds: pin, unpin).
 Result<json> optional_body_json(const http::Request& req);
 
+// The value of the request's header `name` (compared in any case); "" when absent.
+std::string header_value(const http::Request& req, const char* name);
+// The token of the request's `Authorization: Bearer TOKEN` header; "" when there is none.
+std::string bearer_token(const http::Request& req);
+// A job's credentials as its callbacks send them: `X-Trainer-Job: JOBID` and the bearer token
+// (docs/job-protocol.md, "Snapshots").
+service::JobCredentials job_credentials(const http::Request& req);
+
 // The query parameter `name` as an integer (at most 13 characters); `fallback` when absent.
 Result<int64_t> int_param(const http::Request& req, const std::string& name, int64_t fallback);
 // The query parameter `name` as a boolean: true, 1 or empty; false or 0; false when absent.
@@ -43,12 +51,14 @@ Result<Page> page_params(const http::Request& req, int64_t default_limit);
 //   Result<json>:                    answered with `status`;
 //   Result<std::pair<json, bool>>:   a create-or-existing answer: `status` when the bool says it
 //                                    was created (or started), 200 when it already existed;
-// and a failed Result is answered with its Status as the JSON error body (error_response()).
+// and a failed Result is answered with its Status as the JSON error body (error_response()), with
+// the HTTP status `error_status(status)` gives when there is one and it gives one (not 0).
+using ErrorStatus = int (*)(const Status&);
 template <typename F>
-http::Handler route_json(int status, F handler) {
-  return [status, handler = std::move(handler)](const http::Request& req) -> http::Outcome {
+http::Handler route_json(int status, F handler, ErrorStatus error_status = nullptr) {
+  return [status, handler = std::move(handler), error_status](const http::Request& req) -> http::Outcome {
     auto r = handler(req);
-    if (!r.is_ok()) return error_response(r.status());
+    if (!r.is_ok()) return error_response(r.status(), error_status ? error_status(r.status()) : 0);
     using Value = std::decay_t<decltype(*r)>;
     if constexpr (std::is_same_v<Value, std::pair<json, bool>>) {
       return json_response(r->second ? status : 200, r->first);
@@ -61,13 +71,16 @@ http::Handler route_json(int status, F handler) {
 // route_json() for a handler of the request's JSON body (body_json(), whose error answers
 // first): `handler(const Request&, const json& body)` returns what route_json() takes.
 template <typename F>
-http::Handler route_body(int status, F handler) {
+http::Handler route_body(int status, F handler, ErrorStatus error_status = nullptr) {
   using R = std::invoke_result_t<const F&, const http::Request&, const json&>;
-  return route_json(status, [handler = std::move(handler)](const http::Request& req) -> R {
-    auto body = body_json(req);
-    if (!body.is_ok()) return body.status();
-    return handler(req, *body);
-  });
+  return route_json(
+      status,
+      [handler = std::move(handler)](const http::Request& req) -> R {
+        auto body = body_json(req);
+        if (!body.is_ok()) return body.status();
+        return handler(req, *body);
+      },
+      error_status);
 }
 
 // The routes of one resource each (routes_*.cpp); install_routes() calls them all.

@@ -4,6 +4,7 @@
 // Handlers never throw.
 #include <charconv>
 #include <string>
+#include <strings.h>
 
 #include "api/route_support.h"
 #include "common/json_parse.h"
@@ -67,6 +68,26 @@ Result<Page> page_params(const Request& req, int64_t default_limit) {
 Result<json> optional_body_json(const Request& req) {
   if (req.body.empty()) return json::object();
   return body_json(req);
+}
+
+std::string header_value(const Request& req, const char* name) {
+  for (const auto& [header, value] : req.headers) {
+    if (strcasecmp(header.c_str(), name) == 0) return value;
+  }
+  return "";
+}
+
+std::string bearer_token(const Request& req) {
+  const std::string value = header_value(req, "Authorization");
+  constexpr std::string_view kBearer = "Bearer ";
+  if (value.size() > kBearer.size() && strncasecmp(value.c_str(), kBearer.data(), kBearer.size()) == 0) {
+    return value.substr(kBearer.size());
+  }
+  return "";
+}
+
+service::JobCredentials job_credentials(const Request& req) {
+  return {header_value(req, service::kJobIdHeader), bearer_token(req)};
 }
 
 Response error_response(const Status& st, int http_status_override) {

@@ -2,7 +2,6 @@
 // and its log lines, authenticated by its attempt's token (Authorization: Bearer TOKEN). An
 // unknown attempt is a 404, another token a 403; neither changes anything.
 #include <string>
-#include <strings.h>
 
 #include "api/route_support.h"
 
@@ -10,18 +9,6 @@ namespace trainer::api {
 namespace {
 
 using http::Request;
-
-// The bearer token of the request's Authorization header; "" when there is none.
-std::string bearer_token(const Request& req) {
-  for (const auto& [name, value] : req.headers) {
-    if (strcasecmp(name.c_str(), "Authorization") != 0) continue;
-    constexpr std::string_view kBearer = "Bearer ";
-    if (value.size() > kBearer.size() && strncasecmp(value.c_str(), kBearer.data(), kBearer.size()) == 0) {
-      return value.substr(kBearer.size());
-    }
-  }
-  return "";
-}
 
 // route_body() for a job's post: the attempt authenticated first.
 template <typename F>

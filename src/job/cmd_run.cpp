@@ -130,10 +130,15 @@ Result<Publication> open_publication(const protocol::JobRequest& request, const 
                                      const std::string& output_dir, JobTelemetry& telemetry) {
   Publication out;
   if (request.catalog_url.empty() || request.artifact_root.empty()) return out;
+  // The catalog takes snapshots only from the run's current attempt, as it proves itself.
+  if (request.job_id.empty() || request.job_token.empty()) {
+    return invalid_argument("TRAINER_CATALOG_URL: publishing snapshots needs the attempt's TRAINER_JOB_ID and "
+                            "TRAINER_JOB_TOKEN too (the catalog refuses a job that does not send them)");
+  }
   auto st = storage::open_storage(request.artifact_root);  // a folder, or s3://BUCKET[/PREFIX]
   if (!st.is_ok()) return Status(st.status().code(), "TRAINER_ARTIFACT_ROOT: " + st.status().message());
   out.artifacts = std::move(*st);
-  out.catalog = make_http_catalog(request.catalog_url, identity.run_id);
+  out.catalog = make_http_catalog({request.catalog_url, request.job_id, request.job_token}, identity.run_id);
   PublisherOptions po;
   po.staging_dir = (std::filesystem::path(output_dir) / "staging").string();
   po.run_id = identity.run_id;

@@ -36,8 +36,11 @@ Status copy_folder(const fs::path& from, const fs::path& to) {
 
 class HttpCatalog final : public Catalog {
  public:
-  HttpCatalog(std::string base_url, std::string run_id, std::chrono::milliseconds timeout)
-      : base_url_(std::move(base_url)), run_id_(std::move(run_id)), timeout_(timeout) {
+  HttpCatalog(const ReportTarget& trainerd, std::string run_id, std::chrono::milliseconds timeout)
+      : base_url_(trainerd.base_url),
+        run_id_(std::move(run_id)),
+        timeout_(timeout),
+        headers_{{"X-Trainer-Job", trainerd.job_id}, {"Authorization", "Bearer " + trainerd.token}} {
     while (!base_url_.empty() && base_url_.back() == '/') base_url_.pop_back();
   }
 
@@ -63,7 +66,7 @@ class HttpCatalog final : public Catalog {
     client.set_connection_timeout(s.count(), us.count());
     client.set_read_timeout(s.count(), us.count());
     client.set_write_timeout(s.count(), us.count());
-    auto response = method == "GET" ? client.Get(path) : client.Post(path, body.dump(), "application/json");
+    auto response = method == "GET" ? client.Get(path, headers_) : client.Post(path, headers_, body.dump(), "application/json");
     if (!response) return unavailable("catalog " + base_url_ + path + ": " + httplib::to_string(response.error()));
     if (response->status >= 200 && response->status < 300) {
       if (answer != nullptr) {
@@ -87,13 +90,14 @@ class HttpCatalog final : public Catalog {
   std::string base_url_;
   const std::string run_id_;
   const std::chrono::milliseconds timeout_;
+  const httplib::Headers headers_;  // the attempt's credentials, on every call
 };
 
 }  // namespace
 
-std::unique_ptr<Catalog> make_http_catalog(const std::string& base_url, const std::string& run_id,
+std::unique_ptr<Catalog> make_http_catalog(const ReportTarget& trainerd, const std::string& run_id,
                                            std::chrono::milliseconds timeout) {
-  return std::make_unique<HttpCatalog>(base_url, run_id, timeout);
+  return std::make_unique<HttpCatalog>(trainerd, run_id, timeout);
 }
 
 bool SnapshotPublisher::Outcome::retryable() const {

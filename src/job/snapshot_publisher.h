@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "job/report_sender.h"
 #include "protocol/snapshot.h"
 #include "storage/storage.h"
 #include "telemetry/instruments.h"
@@ -56,9 +57,12 @@ class Catalog {
   virtual Result<nlohmann::json> describe(const std::string& snapshot_id) = 0;
 };
 
-// The catalog over trainerd's HTTP API (TRAINER_CATALOG_URL): POST /v1/runs/{run}/snapshots
-// and POST /v1/snapshots/{id}/commit. Unavailable when trainerd cannot be reached or answers 5xx.
-std::unique_ptr<Catalog> make_http_catalog(const std::string& base_url, const std::string& run_id,
+// The catalog over trainerd's HTTP API (`trainerd.base_url`, TRAINER_CATALOG_URL): POST
+// /v1/runs/{run}/snapshots and POST /v1/snapshots/{id}/commit, each sent as the attempt
+// (`X-Trainer-Job: TRAINER_JOB_ID`, `Authorization: Bearer TRAINER_JOB_TOKEN`). Unavailable when
+// trainerd cannot be reached or answers 5xx; a refusal (401, 403: not the run's current attempt)
+// is invalid_argument.
+std::unique_ptr<Catalog> make_http_catalog(const ReportTarget& trainerd, const std::string& run_id,
                                            std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
 struct PublisherOptions {

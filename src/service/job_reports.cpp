@@ -58,7 +58,7 @@ std::string new_job_token() {
   return out;
 }
 
-Status ServiceImpl::authenticate_job(const std::string& job_id, const std::string& token) {
+Result<store::JobAttemptRow> ServiceImpl::authenticated_attempt(const std::string& job_id, const std::string& token) {
   auto attempt = store_->get_job_attempt(job_id);
   if (!attempt.is_ok()) return attempt.status();
   if (!attempt->has_value()) return not_found("job attempt " + job_id + ": no such attempt (TRAINER_JOB_ID)");
@@ -72,7 +72,11 @@ Status ServiceImpl::authenticate_job(const std::string& job_id, const std::strin
     return invalid_argument("job attempt " + job_id +
                             ": the token does not match the attempt's (send Authorization: Bearer TRAINER_JOB_TOKEN)");
   }
-  return Status::ok();
+  return std::move(**attempt);
+}
+
+Status ServiceImpl::authenticate_job(const std::string& job_id, const std::string& token) {
+  return authenticated_attempt(job_id, token).status();
 }
 
 Result<json> ServiceImpl::post_job_events(const std::string& job_id, const json& body) {

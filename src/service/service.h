@@ -120,6 +120,25 @@ struct TrainedModelQuery {
   std::string base_model;  // base model name, id or unique id prefix
 };
 
+// The job attempt a catalog callback comes from (docs/job-protocol.md, "Snapshots"): the id its
+// request names (X-Trainer-Job: TRAINER_JOB_ID) and the token that proves it (Authorization:
+// Bearer TRAINER_JOB_TOKEN). Either may be "" when the request did not send it.
+struct JobCredentials {
+  std::string job_id;
+  std::string token;
+};
+// A catalog callback's refusal of its caller blames the header at fault: invalid_argument when
+// the credentials are missing or wrong (HTTP 401), failed_precondition when the attempt is not
+// the run's current one (HTTP 403, blaming kJobIdHeader).
+inline constexpr const char* kJobIdHeader = "X-Trainer-Job";
+inline constexpr const char* kJobTokenHeader = "Authorization";
+// The HTTP status of such a refusal: 401, 403, or 0 for any other status (its code's own).
+inline int job_refusal_http_status(const Status& st) {
+  if (st.field() != kJobIdHeader && st.field() != kJobTokenHeader) return 0;
+  if (st.code() == StatusCode::kInvalidArgument) return 401;
+  return st.code() == StatusCode::kFailedPrecondition ? 403 : 0;
+}
+
 // An answer trainerd passes on as it came (an endpoint's serving process): status and JSON body.
 struct ForwardedAnswer {
   int status = 200;
@@ -216,14 +235,20 @@ class Service {
   virtual Result<json> post_job_logs(const std::string& job_id, const json& body) = 0;
 
   // ---- the snapshot catalog (protocol/snapshot.h)
+  // The job's two callbacks come from the current attempt of the snapshot's run: `job` must be an
+  // attempt whose token it carries (else 401: none named, no such attempt, no or another token)
+  // and the run's current attempt (else 403: another run's attempt, or an earlier one); see
+  // job_refusal_http_status(). A refused callback changes nothing.
   // The job's callback before uploading: reserves the snapshot (body: protocol::Reservation).
   // Returns it and whether it is new; the same reservation again returns it unchanged (the id
   // derives from the content, so the same id is the same content).
-  virtual Result<std::pair<json, bool>> reserve_snapshot(const std::string& run_ref, const json& body) = 0;
+  virtual Result<std::pair<json, bool>> reserve_snapshot(const JobCredentials& job, const std::string& run_ref,
+                                                         const json& body) = 0;
   // The job's callback after uploading one kind ({kind}): verifies the upload against the
   // reservation (manifest digest, identity, every file's size and digest) and commits it. Returns
   // once the commit is durable; committing a committed kind again returns it unchanged.
-  virtual Result<json> commit_snapshot(const std::string& snapshot_ref, const json& body) = 0;
+  virtual Result<json> commit_snapshot(const JobCredentials& job, const std::string& snapshot_ref,
+                                       const json& body) = 0;
   // A run's committed snapshots, newest saved step first: {runId, snapshots, total, nextOffset?}.
   virtual Result<json> list_run_snapshots(const std::string& run_ref, int64_t limit, int64_t offset) = 0;
   // One committed snapshot by id or unambiguous prefix.

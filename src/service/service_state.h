@@ -127,8 +127,9 @@ class ServiceImpl final : public Service {
   Status authenticate_job(const std::string& job_id, const std::string& token) override;
   Result<json> post_job_events(const std::string& job_id, const json& body) override;
   Result<json> post_job_logs(const std::string& job_id, const json& body) override;
-  Result<std::pair<json, bool>> reserve_snapshot(const std::string& run_ref, const json& body) override;
-  Result<json> commit_snapshot(const std::string& snapshot_ref, const json& body) override;
+  Result<std::pair<json, bool>> reserve_snapshot(const JobCredentials& job, const std::string& run_ref,
+                                                 const json& body) override;
+  Result<json> commit_snapshot(const JobCredentials& job, const std::string& snapshot_ref, const json& body) override;
   Result<json> list_run_snapshots(const std::string& run_ref, int64_t limit, int64_t offset) override;
   Result<json> get_snapshot(const std::string& ref) override;
   Result<json> pause_run(const std::string& ref, const json& body) override;
@@ -201,6 +202,14 @@ class ServiceImpl final : public Service {
   // ---- the snapshot catalog (snapshots.cpp)
   Result<std::string> resolve_snapshot_id(const std::string& ref, const std::string& field);
   Status verify_snapshot_kind(const json& doc, const std::string& kind);
+  // The attempt `job_id` when `token` is its (job_reports.cpp): not_found, or invalid_argument
+  // for another token. authenticate_job() and authorize_catalog_job() answer from it.
+  Result<store::JobAttemptRow> authenticated_attempt(const std::string& job_id, const std::string& token);
+  // The catalog callbacks' caller (reserve_snapshot(), commit_snapshot()): the attempt `job`
+  // names and proves, else a 401 refusal (job_refusal_http_status()) blaming the header at fault.
+  Result<store::JobAttemptRow> authenticate_catalog_job(const JobCredentials& job);
+  // Whether that attempt is run `run_id`'s current one (else a 403 refusal); with mu_ held.
+  Status authorize_catalog_job(const store::JobAttemptRow& attempt, const std::string& run_id);
 
   // ---- runs in (run_submission.cpp). `on_insert`, when given, runs with mu_ held inside the
   // transaction that inserts the new run, before the insert: a child run records its lineage

@@ -53,11 +53,47 @@ json present_snapshot(const json& doc) {
   return out;
 }
 
-Result<std::pair<json, bool>> ServiceImpl::reserve_snapshot(const std::string& run_ref, const json& body) {
-  TRAINER_ASSIGN_OR_RETURN(protocol::Reservation r, protocol::parse_reservation(body));
+Result<store::JobAttemptRow> ServiceImpl::authenticate_catalog_job(const JobCredentials& job) {
+  if (job.job_id.empty()) {
+    return invalid_field(kJobIdHeader, "no job attempt named: send X-Trainer-Job: TRAINER_JOB_ID");
+  }
+  if (job.token.empty()) {
+    return invalid_field(kJobTokenHeader,
+                         "job attempt " + job.job_id + ": no token: send Authorization: Bearer TRAINER_JOB_TOKEN");
+  }
+  auto attempt = authenticated_attempt(job.job_id, job.token);
+  if (attempt.is_ok()) return attempt;
+  const Status& st = attempt.status();
+  if (st.code() == StatusCode::kNotFound) return invalid_field(kJobIdHeader, st.message());
+  if (st.code() == StatusCode::kInvalidArgument) return invalid_field(kJobTokenHeader, st.message());
+  return st;  // the store did not answer
+}
+
+Status ServiceImpl::authorize_catalog_job(const store::JobAttemptRow& attempt, const std::string& run_id) {
+  auto run = resolve_run(run_id, "run");
+  if (!run.is_ok()) return run.status();
+  auto refuse = [](const std::string& message) {
+    return Status(StatusCode::kFailedPrecondition, kJobIdHeader, message + ": it may not change its snapshots");
+  };
+  if (attempt.owner_kind != "run" || attempt.owner_id != run->id) {
+    return refuse("job attempt " + attempt.job_id + " works for " + attempt.owner_kind + " " + attempt.owner_id +
+                  ", not for run " + run->id);
+  }
+  const std::string current = run->id + "-" + std::to_string(run->attempt);
+  if (attempt.job_id != current) {
+    return refuse("job attempt " + attempt.job_id + " is not run " + run->id + "'s current attempt (" + current + ")");
+  }
+  return Status::ok();
+}
+
+Result<std::pair<json, bool>> ServiceImpl::reserve_snapshot(const JobCredentials& job, const std::string& run_ref,
+                                                            const json& body) {
+  TRAINER_ASSIGN_OR_RETURN(store::JobAttemptRow caller, authenticate_catalog_job(job));
   std::lock_guard<std::mutex> lock(mu_);
   auto run = resolve_run(run_ref, "run");
   if (!run.is_ok()) return run.status();
+  TRAINER_RETURN_IF_ERROR(authorize_catalog_job(caller, run->id));
+  TRAINER_ASSIGN_OR_RETURN(protocol::Reservation r, protocol::parse_reservation(body));
   if (is_terminal(run->phase)) {
     return failed_precondition("run " + run->id + " has ended (" + std::string(phase_name(run->phase)) +
                                "); it takes no new snapshots");
@@ -141,8 +177,10 @@ Status ServiceImpl::verify_snapshot_kind(const json& doc, const std::string& kin
   return Status::ok();
 }
 
-Result<json> ServiceImpl::commit_snapshot(const std::string& snapshot_ref, const json& body) {
+Result<json> ServiceImpl::commit_snapshot(const JobCredentials& job, const std::string& snapshot_ref,
+                                          const json& body) {
   const double started = now();
+  TRAINER_ASSIGN_OR_RETURN(store::JobAttemptRow caller, authenticate_catalog_job(job));
   auto kind_it = body.find("kind");
   if (kind_it == body.end() || !kind_it->is_string()) return invalid_field("kind", "required: weights or trainingState");
   const std::string kind = kind_it->get<std::string>();
@@ -162,6 +200,7 @@ Result<json> ServiceImpl::commit_snapshot(const std::string& snapshot_ref, const
   if (!found.is_ok()) return found.status();
   if (!found->has_value()) return not_found("no snapshot with id '" + *id + "'");
   json doc = std::move(**found);
+  TRAINER_RETURN_IF_ERROR(authorize_catalog_job(caller, doc.value("runId", std::string())));
   if (!doc["kinds"].contains(kind)) {
     return invalid_field("kind", "snapshot " + *id + " reserved no " + kind + " artifact");
   }

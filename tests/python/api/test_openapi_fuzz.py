@@ -2,7 +2,8 @@
 
 Real objects stand behind the path parameters (the tiny base model, dataset `train`, workload
 `triage`, a run held in QUEUED by the stand-in job), so generated requests reach the service and
-not only its 404s. Checks: no 5xx, status codes and content types the schema declares, and
+not only its 404s; the snapshot catalog's job callbacks are sent as that run's job attempt (its
+X-Trainer-Job and bearer token, which the stand-in job writes out). Checks: no 5xx, status codes and content types the schema declares, and
 response bodies that conform to it. Bounded: a few examples per operation, and a wall-clock
 limit. schemathesis lives in its own environment (.venv-schemathesis, made by tools/setup).
 
@@ -11,6 +12,7 @@ cannot; tests/python/service/test_service_measure.py covers it with the real job
 """
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import subprocess
@@ -19,6 +21,7 @@ import pytest
 
 from conftest import setup_basics
 from service_helpers import plan
+from waiting import wait_for
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 SCHEMATHESIS = REPO / ".venv-schemathesis" / "bin" / "schemathesis"
@@ -35,10 +38,14 @@ def toml_value(v) -> str:
 
 def test_the_api_conforms_to_its_openapi_schema_under_fuzzing(serve, tmp_path):
     assert SCHEMATHESIS.exists(), f"{SCHEMATHESIS} is missing: run tools/setup"
-    d = serve(standin={"queueSeconds": 3600})
+    env_file = tmp_path / "job-env.json"
+    d = serve(standin={"queueSeconds": 3600, "envFile": str(env_file)})
     setup_basics(d)
     run = d.ok(d.post("/v1/runs", plan()), 201)
     d.wait_phase(run["runId"], "QUEUED")
+    wait_for(lambda: env_file.exists() and env_file.stat().st_size > 0, timeout=30, what="the job's environment")
+    job_env = json.loads(env_file.read_text())
+    as_job = {"X-Trainer-Job": job_env["TRAINER_JOB_ID"], "Authorization": "Bearer " + job_env["TRAINER_JOB_TOKEN"]}
     pinned = {
         "/v1/base-models/{ref}": {"ref": "tiny/qwen3"},
         "/v1/datasets/{ref}": {"ref": "train"},
@@ -53,12 +60,20 @@ def test_the_api_conforms_to_its_openapi_schema_under_fuzzing(serve, tmp_path):
         "/v1/runs/{id}/cancel": {"id": run["runId"]},
         "/v1/runs/{id}/metrics": {"id": run["runId"]},
         "/v1/runs/{id}/hparams": {"id": run["runId"]},
+        "/v1/runs/{id}/snapshots": {"id": run["runId"]},
+        "/v1/snapshots/{id}/commit": {},
     }
+    # The catalog's job callbacks (and the list beside reserve) carry the attempt's credentials.
+    headers = {"/v1/runs/{id}/snapshots": as_job, "/v1/snapshots/{id}/commit": as_job}
     lines = ["generation.max-examples = 8", "request-timeout = 30.0", ""]
     for path, params in pinned.items():
         lines.append("[[operations]]")
         lines.append(f"include-path = {toml_string(path)}")
-        lines.append("parameters = { " + ", ".join(f"{k} = {toml_value(v)}" for k, v in params.items()) + " }")
+        if params:
+            lines.append("parameters = { " + ", ".join(f"{k} = {toml_value(v)}" for k, v in params.items()) + " }")
+        if path in headers:
+            lines.append("headers = { " + ", ".join(f"{toml_string(k)} = {toml_string(v)}"
+                                                    for k, v in headers[path].items()) + " }")
         lines.append("")
     config = tmp_path / "schemathesis.toml"
     config.write_text("\n".join(lines))

@@ -11,6 +11,7 @@ import os
 import pathlib
 import signal
 import socket
+import sqlite3
 import subprocess
 import time
 import urllib.error
@@ -138,6 +139,34 @@ class Cli:
         return json.loads(out.stdout)
 
 
+def call(url: str, method: str = "GET", body: dict | None = None,
+         headers: dict | None = None) -> tuple[int, dict]:
+    """One API request with a JSON body (and `headers`, e.g. job_credentials()); (status, answer)."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.load(r)
+    except urllib.error.HTTPError as e:
+        return e.code, json.load(e)
+
+
+def job_credentials(trainerd: Trainerd, run_id: str, timeout: float = 120.0) -> dict:
+    """The headers the run's current attempt sends the snapshot catalog (docs/job-protocol.md,
+    "Snapshots"): X-Trainer-Job (TRAINER_JOB_ID) and Authorization: Bearer TRAINER_JOB_TOKEN, the
+    token read from trainerd's store once the attempt's job was started."""
+    def current():
+        status, run = call(f"{trainerd.url}/v1/runs/{run_id}")
+        assert status == 200, run
+        db = sqlite3.connect(str(trainerd.data_dir / "state.db"))
+        try:
+            job_id = f"{run['runId']}-{run['attempt']}"
+            row = db.execute("SELECT token FROM job_attempts WHERE job_id = ?", (job_id,)).fetchone()
+        finally:
+            db.close()
+        return row and {"X-Trainer-Job": job_id, "Authorization": f"Bearer {row[0]}"}
+    return wait_for(current, timeout=timeout, what=f"run {run_id}'s job attempt")
 
 
 def plan_text(max_steps: int = 3, **extra_top: str) -> str:

@@ -12,14 +12,14 @@ import pathlib
 import shutil
 import signal
 import time
-import urllib.error
 import urllib.request
 
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from cli_support import DATASET_NAME, EXAMPLES, MODEL_NAME, WORKLOAD, Cli, start_trainerd, stop
+from cli_support import (DATASET_NAME, EXAMPLES, MODEL_NAME, WORKLOAD, Cli, call, job_credentials, start_trainerd,
+                         stop)
 from registry_support import edit_config, files_of, make_peft_adapter, wait_model
 
 pytestmark = pytest.mark.timeout(1200)  # its runs are waited for up to 1000 s each (run_to_end)
@@ -66,18 +66,9 @@ def local(uri: str) -> pathlib.Path:
     return pathlib.Path(uri[len("file://"):])
 
 
-def call(url: str, method: str = "GET", body: dict | None = None) -> tuple[int, dict]:
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, json.load(r)
-    except urllib.error.HTTPError as e:
-        return e.code, json.load(e)
-
-
 def commit_by_hand(trainerd, run_id: str, step: int, kind: str, payload: bytes) -> str:
-    """Reserves, uploads and commits one artifact kind of a running run as its job would."""
+    """Reserves, uploads and commits one artifact kind of a running run as its job would (with
+    its attempt's credentials)."""
     manifest = {"format": 1, "kind": kind, "runId": run_id, "engineStep": step, "epoch": 0, "baseModelSha": "",
                 "files": [{"path": "a.bin", "bytes": len(payload), "sha256": hashlib.sha256(payload).hexdigest()}]}
     text = json.dumps(manifest, separators=(",", ":"), sort_keys=True).encode()
@@ -85,13 +76,14 @@ def commit_by_hand(trainerd, run_id: str, step: int, kind: str, payload: bytes) 
     sid = hashlib.sha256(f"trainer-snapshot-v1\n{run_id}\n{step}\n{kind}={digest}\n".encode()).hexdigest()
     body = {"snapshotId": sid, "attempt": 1, "step": step, "epoch": 0,
             "kinds": {kind: {"manifestDigest": digest, "bytes": len(payload)}}}
-    status, reserved = call(f"{trainerd.url}/v1/runs/{run_id}/snapshots", "POST", body)
+    job = job_credentials(trainerd, run_id)
+    status, reserved = call(f"{trainerd.url}/v1/runs/{run_id}/snapshots", "POST", body, job)
     assert status == 201, reserved
     folder = trainerd.data_dir / "snapshots" / sid / kind
     folder.mkdir(parents=True)
     (folder / "a.bin").write_bytes(payload)
     (folder / "manifest.json").write_bytes(text)
-    status, committed = call(f"{trainerd.url}/v1/snapshots/{sid}/commit", "POST", {"kind": kind})
+    status, committed = call(f"{trainerd.url}/v1/snapshots/{sid}/commit", "POST", {"kind": kind}, job)
     assert status == 200, committed
     return sid
 

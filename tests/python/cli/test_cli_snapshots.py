@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
-import urllib.error
 import urllib.request
 
 import pytest
 
-from cli_support import DATASET_NAME, MODEL_NAME, WORKLOAD
+from cli_support import DATASET_NAME, MODEL_NAME, WORKLOAD, call, job_credentials, wait_for
 
 pytestmark = pytest.mark.timeout(1200)  # its runs are waited for up to 1000 s each (start)
 
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED"}
+PAYLOAD = b"adapter bytes"  # the one file of the weights the tests reserve and commit by hand
 
 
 def plan(max_steps: int, save_every: int | None = None) -> str:
@@ -39,19 +38,28 @@ def start(cli, text: str, *flags) -> dict:
     return cli.json("runs", "get", run["runId"])
 
 
-def call(url: str, method: str = "GET", body: dict | None = None) -> tuple[int, dict]:
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, json.load(r)
-    except urllib.error.HTTPError as e:
-        return e.code, json.load(e)
-
-
 def snapshot_id(run_id: str, step: int, digests: dict[str, str]) -> str:
     text = f"trainer-snapshot-v1\n{run_id}\n{step}\n" + "".join(f"{k}={d}\n" for k, d in sorted(digests.items()))
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def cancel(cli, run_id: str) -> None:
+    """Cancels the run and waits until it has ended."""
+    cli("runs", "cancel", run_id, "--force")
+    wait_for(lambda: cli.json("runs", "get", run_id)["phase"] in TERMINAL, timeout=120, what=f"run {run_id} to end")
+
+
+def weights_reservation(run_id: str, step: int, payload: bytes) -> tuple[str, dict, bytes]:
+    """A weights snapshot of one file as a job reserves it: (snapshot id, reservation, manifest bytes)."""
+    manifest = {"format": 1, "kind": "weights", "runId": run_id, "engineStep": step, "epoch": 0,
+                "baseModelSha": "", "files": [{"path": "a.bin", "bytes": len(payload),
+                                               "sha256": hashlib.sha256(payload).hexdigest()}]}
+    text = json.dumps(manifest, separators=(",", ":"), sort_keys=True).encode()
+    digest = hashlib.sha256(text).hexdigest()
+    sid = snapshot_id(run_id, step, {"weights": digest})
+    body = {"snapshotId": sid, "attempt": 1, "step": step, "epoch": 0,
+            "kinds": {"weights": {"manifestDigest": digest, "bytes": len(payload)}}}
+    return sid, body, text
 
 
 def test_each_save_and_the_end_leave_a_committed_snapshot(ready, trainerd):
@@ -111,54 +119,95 @@ def test_each_save_and_the_end_leave_a_committed_snapshot(ready, trainerd):
 def test_the_catalog_refuses_a_tampered_upload_and_lists_no_reservation(ready, trainerd):
     """The job's callbacks, driven by hand against a running run: a manifest or payload that
     does not match the reservation is refused at verification; a reservation is never listed."""
-    run = start(ready, plan(100000))
-    run_id = run["runId"]
+    run_id = start(ready, plan(100000))["runId"]
     try:
-        payload = b"adapter bytes"
-        manifest = {"format": 1, "kind": "weights", "runId": run_id, "engineStep": 7, "epoch": 0,
-                    "baseModelSha": "", "files": [{"path": "a.bin", "bytes": len(payload),
-                                                   "sha256": hashlib.sha256(payload).hexdigest()}]}
-        text = json.dumps(manifest, separators=(",", ":"), sort_keys=True).encode()
-        digest = hashlib.sha256(text).hexdigest()
-        sid = snapshot_id(run_id, 7, {"weights": digest})
-        body = {"snapshotId": sid, "attempt": 1, "step": 7, "epoch": 0,
-                "kinds": {"weights": {"manifestDigest": digest, "bytes": len(payload)}}}
+        job, (sid, body, text) = job_credentials(trainerd, run_id), weights_reservation(run_id, 7, PAYLOAD)
         bad = dict(body, snapshotId="0" * 64)
-        status, err = call(f"{trainerd.url}/v1/runs/{run_id}/snapshots", "POST", bad)
+        status, err = call(f"{trainerd.url}/v1/runs/{run_id}/snapshots", "POST", bad, job)
         assert status == 400 and err["error"]["field"] == "snapshotId", err
-        status, reserved = call(f"{trainerd.url}/v1/runs/{run_id}/snapshots", "POST", body)
+        status, reserved = call(f"{trainerd.url}/v1/runs/{run_id}/snapshots", "POST", body, job)
         assert status == 201 and reserved["status"] == "Reserved", reserved
-        status, again = call(f"{trainerd.url}/v1/runs/{run_id}/snapshots", "POST", body)
+        status, again = call(f"{trainerd.url}/v1/runs/{run_id}/snapshots", "POST", body, job)
         assert status == 200 and again["snapshotId"] == sid  # idempotent
 
         folder = trainerd.data_dir / "snapshots" / sid / "weights"
         folder.mkdir(parents=True)
         (folder / "a.bin").write_bytes(b"adapter bytez")  # corrupted payload, same size
         (folder / "manifest.json").write_bytes(text)
-        status, err = call(f"{trainerd.url}/v1/snapshots/{sid}/commit", "POST", {"kind": "weights"})
+        status, err = call(f"{trainerd.url}/v1/snapshots/{sid}/commit", "POST", {"kind": "weights"}, job)
         assert status == 400 and "fails its digest" in err["error"]["message"], err
         (folder / "manifest.json").write_bytes(text.replace(b'"engineStep":7', b'"engineStep":8'))
-        status, err = call(f"{trainerd.url}/v1/snapshots/{sid}/commit", "POST", {"kind": "weights"})
+        status, err = call(f"{trainerd.url}/v1/snapshots/{sid}/commit", "POST", {"kind": "weights"}, job)
         assert status == 400 and "reserved digest" in err["error"]["message"], err
         assert ready.json("runs", "snapshots", run_id)["snapshots"] == []
         assert ready("snapshots", "get", sid).returncode == 1
 
         (folder / "manifest.json").write_bytes(text)
-        (folder / "a.bin").write_bytes(payload)
-        status, committed = call(f"{trainerd.url}/v1/snapshots/{sid}/commit", "POST", {"kind": "weights"})
+        (folder / "a.bin").write_bytes(PAYLOAD)
+        status, committed = call(f"{trainerd.url}/v1/snapshots/{sid}/commit", "POST", {"kind": "weights"}, job)
         assert status == 200 and committed["artifacts"] == ["weights"], committed
-        status, twice = call(f"{trainerd.url}/v1/snapshots/{sid}/commit", "POST", {"kind": "weights"})
+        status, twice = call(f"{trainerd.url}/v1/snapshots/{sid}/commit", "POST", {"kind": "weights"}, job)
         assert status == 200 and twice == committed
         assert [s["snapshotId"] for s in ready.json("runs", "snapshots", run_id)["snapshots"]] == [sid]
-        status, err = call(f"{trainerd.url}/v1/snapshots/{sid}/commit", "POST", {"kind": "trainingState"})
+        status, err = call(f"{trainerd.url}/v1/snapshots/{sid}/commit", "POST", {"kind": "trainingState"}, job)
         assert status == 400 and err["error"]["field"] == "kind"
     finally:
-        ready("runs", "cancel", run_id, "--force")
-        deadline = time.time() + 120
-        while ready.json("runs", "get", run_id)["phase"] not in TERMINAL and time.time() < deadline:
-            time.sleep(0.5)
-    status, err = call(f"{trainerd.url}/v1/runs/{run_id}/snapshots", "POST", body)
+        cancel(ready, run_id)
+    status, err = call(f"{trainerd.url}/v1/runs/{run_id}/snapshots", "POST", body, job)
     assert status == 409, err  # an ended run takes no new snapshots
+
+
+def test_the_catalog_takes_a_jobs_callbacks_only_from_the_runs_current_attempt(ready, trainerd):
+    """Reserve and commit carry the attempt's credentials (X-Trainer-Job, Authorization: Bearer):
+    none, a wrong token or an unknown attempt is a 401 naming the header at fault, another run's
+    attempt a 403; a refused callback reserves and commits nothing."""
+    other = start(ready, plan(1), "--wait")
+    assert other["phase"] == "COMPLETED", other
+    others_job = job_credentials(trainerd, other["runId"])  # a real attempt with its real token
+    run_id = start(ready, plan(100000))["runId"]
+    try:
+        job, (sid, body, text) = job_credentials(trainerd, run_id), weights_reservation(run_id, 3, PAYLOAD)
+        refusals = [
+            ({}, 401, "X-Trainer-Job"),
+            ({"X-Trainer-Job": job["X-Trainer-Job"]}, 401, "Authorization"),
+            (dict(job, Authorization="Bearer " + "0" * 64), 401, "Authorization"),
+            (dict(job, Authorization="Basic " + job["Authorization"][len("Bearer "):]), 401, "Authorization"),
+            (dict(job, **{"X-Trainer-Job": run_id + "-9"}), 401, "X-Trainer-Job"),
+            (others_job, 403, "X-Trainer-Job"),
+        ]
+
+        def refused(url, request_body, what):
+            for headers, code, field in refusals:
+                status, err = call(url, "POST", request_body, headers)
+                assert status == code, (what, headers, err)
+                assert err["error"]["code"] == ("invalid_argument" if code == 401 else "failed_precondition"), err
+                assert err["error"]["field"] == field, err
+                if code == 403:
+                    assert other["runId"] in err["error"]["message"] and run_id in err["error"]["message"], err
+
+        listed = ready.json("runs", "snapshots", run_id)
+        refused(f"{trainerd.url}/v1/runs/{run_id}/snapshots", body, "reserve")
+        assert ready.json("runs", "snapshots", run_id) == listed
+        # Nothing was reserved: the job's own reservation is new.
+        status, reserved = call(f"{trainerd.url}/v1/runs/{run_id}/snapshots", "POST", body, job)
+        assert status == 201 and reserved["status"] == "Reserved", reserved
+
+        folder = trainerd.data_dir / "snapshots" / sid / "weights"
+        folder.mkdir(parents=True)
+        (folder / "a.bin").write_bytes(PAYLOAD)
+        (folder / "manifest.json").write_bytes(text)
+        refused(f"{trainerd.url}/v1/snapshots/{sid}/commit", {"kind": "weights"}, "commit")
+        assert ready.json("runs", "snapshots", run_id) == listed
+        assert ready("snapshots", "get", sid).returncode == 1  # still a reservation, not a snapshot
+        status, committed = call(f"{trainerd.url}/v1/snapshots/{sid}/commit", "POST", {"kind": "weights"}, job)
+        assert status == 200 and committed["artifacts"] == ["weights"], committed
+        assert [s["snapshotId"] for s in ready.json("runs", "snapshots", run_id)["snapshots"]] == [sid]
+        # The run's attempt may not commit into the other run's snapshots either.
+        theirs = ready.json("runs", "snapshots", other["runId"])["snapshots"][0]["snapshotId"]
+        status, err = call(f"{trainerd.url}/v1/snapshots/{theirs}/commit", "POST", {"kind": "weights"}, job)
+        assert status == 403 and err["error"]["code"] == "failed_precondition", err
+    finally:
+        cancel(ready, run_id)
 
 
 def test_pause_and_resume_refuse_what_they_cannot_do(ready):

@@ -93,10 +93,11 @@ class Trainerd:
             self.proc.send_signal(sig)
             self.proc.wait(timeout=30)
 
-    def request(self, method: str, path: str, body=None, raw: bytes | None = None, timeout: float = 70) -> Reply:
+    def request(self, method: str, path: str, body=None, raw: bytes | None = None, timeout: float = 70,
+                headers: dict | None = None) -> Reply:
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
         req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json", **(headers or {})})
         try:
             with urllib.request.urlopen(req, timeout=timeout) as r:
                 return Reply(r.status, r.read())

@@ -19,7 +19,8 @@ Behaviour comes from the JSON file named by $TRAINER_STANDIN_FILE, read when the
   pauseFail       on SIGUSR1, report {"type":"failed"} with this reason instead of saving
 
 On SIGUSR1 it publishes a snapshot of both kinds at its current step through the real catalog
-($TRAINER_CATALOG_URL) into $TRAINER_ARTIFACT_ROOT as docs/job-protocol.md describes (retrying an
+($TRAINER_CATALOG_URL, as its attempt: X-Trainer-Job $TRAINER_JOB_ID, Authorization: Bearer
+$TRAINER_JOB_TOKEN) into $TRAINER_ARTIFACT_ROOT as docs/job-protocol.md describes (retrying an
 unreachable trainerd for a minute), writes `paused` and exits 0. A resumed attempt
 ($TRAINER_RESUME_SNAPSHOT) continues after the snapshot's saved step.
 """
@@ -63,6 +64,8 @@ def main() -> int:
         events.flush()
 
     catalog = os.environ.get("TRAINER_CATALOG_URL", "")
+    credentials = {"X-Trainer-Job": os.environ.get("TRAINER_JOB_ID", ""),
+                   "Authorization": "Bearer " + os.environ.get("TRAINER_JOB_TOKEN", "")}
     state = {"step": 0}
 
     def call(method, path, body=None):
@@ -70,7 +73,7 @@ def main() -> int:
         while True:
             req = urllib.request.Request(catalog + path, method=method,
                                          data=json.dumps(body).encode() if body is not None else None,
-                                         headers={"Content-Type": "application/json"})
+                                         headers={"Content-Type": "application/json", **credentials})
             try:
                 with urllib.request.urlopen(req, timeout=10) as r:
                     return json.load(r)

@@ -49,6 +49,8 @@ def test_a_saved_pause_releases_the_devices_and_a_resume_continues_from_its_snap
     assert sorted(snaps[0]["artifacts"]) == ["trainingState", "weights"]
     cost_paused = run["cost"]["gpuSeconds"]
     assert cost_paused > 0
+    first = json.loads(env_file.read_text())  # the paused attempt's identity
+    as_first = {"X-Trainer-Job": first["TRAINER_JOB_ID"], "Authorization": "Bearer " + first["TRAINER_JOB_TOKEN"]}
 
     resumed = d.ok(d.post(f"/v1/runs/{run_id}/resume"), 202)
     assert resumed["attempt"] == 2
@@ -59,6 +61,10 @@ def test_a_saved_pause_releases_the_devices_and_a_resume_continues_from_its_snap
     assert env["TRAINER_ATTEMPT"] == "2" and env["TRAINER_RESUME_SNAPSHOT"] == pause["snapshotId"]
     steps = [s["step"] for s in d.ok(d.get(f"/v1/runs/{run_id}/metrics"))["steps"]]
     assert steps == list(range(1, 61))  # the resumed attempt continued after the saved step
+    # The paused attempt is no longer the run's: its credentials may not change the catalog.
+    stale = d.request("POST", f"/v1/snapshots/{pause['snapshotId']}/commit", {"kind": "weights"}, headers=as_first)
+    assert stale.status == 403 and "current attempt" in stale.json["error"]["message"], stale
+    assert stale.json["error"]["field"] == "X-Trainer-Job", stale
     assert done["cost"]["gpuSeconds"] > cost_paused  # attempts accumulate into the run
 
     metrics = d.get("/metrics").raw.decode()
