@@ -261,7 +261,7 @@ Command endpoints_command() {
   Command del{"delete", {}, "Take an endpoint down: its process stops, its devices are released", "ENDPOINT", "", {},
               {}, endpoints_delete, 1, 1, {}};
   del.examples = {{"take it down", "trainer endpoints delete 3f2a9c71"}};
-  g.children = {create, wait_cmd, list, get, send, info, del};
+  g.children = {create, wait_cmd, list, get, send, endpoints_proxy_command(), info, del};
   return g;
 }
 

@@ -43,6 +43,7 @@ class Endpoints {
   // What an endpoint of this deployment can serve (`endpoints info`).
   Result<json> info() const;
   Result<json> remove(const std::string& ref);
+  // endpoint_forwarding.cpp: a whole answer, or for `stream: true` the call to relay.
   Result<ForwardedAnswer> chat(const std::string& ref, const std::string& body);
 
   // The kernel's "endpoint" kind, added by ServiceImpl.
