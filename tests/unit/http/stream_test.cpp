@@ -2,11 +2,9 @@
 // client as they are written (before the producer returns), a client that hangs up turns
 // write() false, the bound on streams at once answers 503 past it, and relay() passes another
 // server's stream through piece by piece and its errors whole.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -17,6 +15,7 @@
 
 #include "http/relay.h"
 #include "http/server.h"
+#include "loopback.h"
 
 namespace trainer::http {
 namespace {
@@ -46,20 +45,7 @@ class Latch {
   bool open_ = false;
 };
 
-int connect_to(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  timeval tv{20, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
+int connect_to(int port) { return test_support::connect_loopback(port); }
 
 // Reads from `fd` into `got` until it holds `needle` (true) or the connection ends (false).
 bool read_until(int fd, std::string& got, const std::string& needle) {
