@@ -1,4 +1,4 @@
-// `trainer endpoints create|wait|list|get|send|delete` (docs/serving.md, "Endpoints").
+// `trainer endpoints create|wait|list|get|send|info|detach|disable|enable|delete` (docs/serving.md, "Endpoints").
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -109,6 +109,11 @@ int endpoints_create(Context& ctx) {
     ctx.print_json(*e);
     return kExitOk;
   }
+  if (e->contains("attachedModel")) {
+    out("Attached " + str(*e, "attachedModel") + " to endpoint " + id + ", which serves its base model already (no new "
+        "devices); it serves " + models_text(*e) + ".\n");
+    return kExitOk;
+  }
   out("Created endpoint " + id + " serving " + models_text(*e) + "; it is " + str(*e, "phase") +
       ". `trainer endpoints wait " + short_id(id) + "` waits until it answers.\n");
   return kExitOk;
@@ -212,6 +217,33 @@ int endpoints_delete(Context& ctx) {
   return kExitOk;
 }
 
+// `endpoints detach|disable|enable ENDPOINT MODEL`: one model of an endpoint.
+int endpoint_model_action(Context& ctx, const std::string& action) {
+  const std::string path = "/v1/endpoints/" + seg(ctx.inv.positionals[0]) + "/models/" + seg(ctx.inv.positionals[1]);
+  auto e = action == "detach" ? ctx.del(path) : ctx.post(path + "/" + action, json::object());
+  if (!e) return ctx.last_failure_code();
+  if (!ctx.text()) {
+    ctx.print_json(*e);
+    return kExitOk;
+  }
+  const std::string id = str(*e, "endpointId"), model = ctx.inv.positionals[1];
+  if (action == "detach" && str(*e, "phase") != "READY" && str(*e, "phase") != "STARTING" &&
+      str(*e, "phase") != "AWAITING_CAPACITY") {
+    out("Detached " + model + ", the last model of endpoint " + id + ": it is " + str(*e, "phase") +
+        "; its process stops and its devices are released.\n");
+  } else if (action == "detach") {
+    out("Detached " + model + " from endpoint " + id + "; it serves " + models_text(*e) + ".\n");
+  } else {
+    out("Model " + model + " of endpoint " + id + " is " + action + "d" +
+        (action == "disable" ? "; trainerd answers 409 for it until `trainer endpoints enable`.\n" : ".\n"));
+  }
+  return kExitOk;
+}
+
+int endpoints_detach(Context& ctx) { return endpoint_model_action(ctx, "detach"); }
+int endpoints_disable(Context& ctx) { return endpoint_model_action(ctx, "disable"); }
+int endpoints_enable(Context& ctx) { return endpoint_model_action(ctx, "enable"); }
+
 }  // namespace
 
 Command endpoints_command() {
@@ -261,7 +293,17 @@ Command endpoints_command() {
   Command del{"delete", {}, "Take an endpoint down: its process stops, its devices are released", "ENDPOINT", "", {},
               {}, endpoints_delete, 1, 1, {}};
   del.examples = {{"take it down", "trainer endpoints delete 3f2a9c71"}};
-  g.children = {create, wait_cmd, list, get, send, endpoints_proxy_command(), info, del};
+  Command detach{"detach", {}, "Stop serving one model of an endpoint; the last one takes the endpoint down",
+                 "ENDPOINT MODEL", "MODEL is a served name, a run or model id, or a prefix of one.", {}, {},
+                 endpoints_detach, 2, 2, {}};
+  detach.examples = {{"stop serving a run's adapter", "trainer endpoints detach 3f2a9c71 7d496e82"}};
+  Command disable{"disable", {}, "Keep a model attached but refuse requests for it through trainerd (409)",
+                  "ENDPOINT MODEL", "", {}, {}, endpoints_disable, 2, 2, {}};
+  disable.examples = {{"refuse requests for the base model", "trainer endpoints disable 3f2a9c71 qwen3-tiny"}};
+  Command enable{"enable", {}, "Allow requests for a disabled model again", "ENDPOINT MODEL", "", {}, {},
+                 endpoints_enable, 2, 2, {}};
+  enable.examples = {{"allow them again", "trainer endpoints enable 3f2a9c71 qwen3-tiny"}};
+  g.children = {create, wait_cmd, list, get, send, endpoints_proxy_command(), info, detach, disable, enable, del};
   return g;
 }
 

@@ -112,6 +112,8 @@ HttpResponse http_call(const HttpRequest& request) {
     curl_easy_setopt(c, CURLOPT_POST, 1L);
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, request.body.data());
     curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(request.body.size()));
+  } else if (request.method == "DELETE") {
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, "DELETE");
   } else {
     curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
   }

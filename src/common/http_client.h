@@ -21,7 +21,7 @@ enum class HttpFailure {
 };
 
 struct HttpRequest {
-  std::string method = "POST";  // "GET" or "POST"
+  std::string method = "POST";  // "GET", "POST" or "DELETE"
   std::string url = {};         // http(s)://HOST[:PORT]/PATH
   std::vector<std::pair<std::string, std::string>> headers = {};  // sent as given, besides Content-Type
   std::string body = {};        // POST only: sent as application/json

@@ -86,6 +86,7 @@ Status Endpoints::step_task(tasks::Step& step) {
   TRAINER_ASSIGN_OR_RETURN(std::optional<json> stored, core_.store->get_endpoint(id));
   if (!stored) return internal_error("endpoint " + id + " has a task but no stored document");
   json doc = std::move(*stored);
+  upgrade(doc);
   if (step.task().phase != kAwaiting) return follow_locked(doc, step);
   TRAINER_ASSIGN_OR_RETURN(std::optional<store::ClaimRow> claim, claim_of(id));
   if (!claim) return end_locked(doc, kFailed, "its device claim is gone");
@@ -113,9 +114,11 @@ Status Endpoints::launch_locked(json& doc, const store::ClaimRow& claim) {
                {"max-rank", core_.options.config.limits.max_adapter_rank},
                {"max-adapters", kMaxAdaptersLoaded},
                {"gpus", gpu_pool ? claim.devices : 0}};
-  if (model.contains("servedAdapterPath")) {
-    spec["adapter"] = {{doc["models"].back().value("name", std::string()), model["servedAdapterPath"]}};
+  json adapters = json::object();
+  for (const auto& m : doc["models"]) {
+    if (m.value("kind", std::string()) == "adapter") adapters[m.value("name", std::string())] = m.value("_path", std::string());
   }
+  if (!adapters.empty()) spec["adapter"] = adapters;
   backend::JobSpec job;
   job.kind = protocol::JobKind::kServe;
   job.run_id = id;

@@ -24,6 +24,7 @@ json shown(json doc) {
     doc["address"] = "http://127.0.0.1:" + std::to_string(doc["_job"].value("port", 0)) + "/v1";
   }
   doc.erase("_job");
+  for (auto& m : doc["models"]) m.erase("_path");
   return doc;
 }
 
@@ -39,6 +40,20 @@ std::string Endpoints::dir_of(const std::string& id) const {
   return (std::filesystem::path(core_.options.data_dir) / "endpoints" / id).string();
 }
 
+void Endpoints::upgrade(json& doc) {
+  json& models = doc["models"];
+  if (!models.is_array()) models = json::array();
+  const std::string kind = doc["model"].value("kind", std::string());
+  const bool base = kind == "base" || kind == "registeredBase";
+  if (!base && models.size() == 2 && models[0].value("kind", std::string()) == "base") models.erase(models.begin());
+  for (auto& m : models) {
+    if (!m.contains("enabled")) m["enabled"] = true;
+    if (m.value("kind", std::string()) == "adapter" && !m.contains("_path")) {
+      m["_path"] = doc["model"].value("servedAdapterPath", std::string());
+    }
+  }
+}
+
 Result<json> Endpoints::resolve(const std::string& ref) {
   if (!is_hex(ref)) {
     return field_status(StatusCode::kNotFound, "endpoint", "no endpoint with id '" + ref + "' (endpoint ids are lowercase hex)");
@@ -52,6 +67,7 @@ Result<json> Endpoints::resolve(const std::string& ref) {
   }
   TRAINER_ASSIGN_OR_RETURN(std::optional<json> doc, core_.store->get_endpoint(id));
   if (!doc) return field_status(StatusCode::kNotFound, "endpoint", "no endpoint with id '" + ref + "'");
+  upgrade(*doc);
   return *doc;
 }
 
@@ -83,7 +99,7 @@ Result<json> Endpoints::resolve_request(const json& body) {
   if (!workload) {
     return invalid_field("workload", "is required: a base model carries no workload; name the workload its devices count against");
   }
-  json served = json::array({{{"name", model.value("baseModel", std::string())}, {"kind", "base"}}});
+  json served = {{"name", model.value("baseModel", std::string())}, {"kind", "base"}, {"enabled", true}};
   if (!base) {
     std::string adapter = model.value("adapterPath", std::string());
     const std::string uri = model.value("artifactUri", std::string());
@@ -94,9 +110,12 @@ Result<json> Endpoints::resolve_request(const json& body) {
     }
     model["servedAdapterPath"] = adapter;
     const std::string name = model.contains("runId") ? model["runId"].get<std::string>() : model.value("modelId", *model_ref);
-    served.push_back({{"name", name}, {"kind", "adapter"}});
+    served = {{"name", name}, {"kind", "adapter"}, {"enabled", true}, {"_path", adapter}};
+    for (const char* key : {"runId", "modelId"}) {
+      if (model.contains(key)) served[key] = model[key];
+    }
   }
-  return json{{"model", model}, {"workload", {{"id", (*workload)["id"]}, {"name", (*workload)["name"]}}}, {"models", served}};
+  return json{{"model", model}, {"workload", {{"id", (*workload)["id"]}, {"name", (*workload)["name"]}}}, {"served", served}};
 }
 
 // A serving pool when the deployment declares one, else a CPU pool (a host without one).
@@ -123,24 +142,33 @@ Result<json> Endpoints::info() const {
               {"idleTimeoutSeconds", nullptr},  // an endpoint serves until it is deleted
               {"toolCallParsers", json::array()},
               {"wholeWeightModels", false},
-              {"streamingThroughTrainerd", false}};
+              {"streamingThroughTrainerd", true}};
 }
 
 Result<json> Endpoints::create(const json& body) {
   TRAINER_RETURN_IF_ERROR(check_fields(body, {"model", "workload"}));
-  std::lock_guard<std::mutex> lock(core_.mu);
+  std::unique_lock<std::mutex> lock(core_.mu);
   TRAINER_ASSIGN_OR_RETURN(json request, resolve_request(body));
+  if (request["served"]["kind"] == "adapter") {
+    TRAINER_ASSIGN_OR_RETURN(std::optional<json> attached, attach_to_served(lock, request));
+    if (attached) {
+      json out = shown(std::move(*attached));
+      out["attachedModel"] = request["served"]["name"];
+      return out;
+    }
+  }
   const PoolConfig* pool = serving_pool();
   if (!pool) {
     return field_status(StatusCode::kFailedPrecondition, "model",
                         "no pool of this deployment can hold an endpoint's device (declare a serving pool)");
   }
+  TRAINER_RETURN_IF_ERROR(check_quota(request["workload"]));
   const std::string id = random_hex(16);
   json doc = {{"endpointId", id},
               {"phase", "AWAITING_CAPACITY"},
               {"model", request["model"]},
               {"workload", request["workload"]},
-              {"models", request["models"]},
+              {"models", json::array({request["served"]})},
               {"claim", {{"pool", pool->name}, {"devices", kEndpointDevices}}},
               {"createdAt", core_.now_rfc3339()}};
   TRAINER_RETURN_IF_ERROR(core_.store->transaction([&]() -> Status {
@@ -160,6 +188,25 @@ Result<json> Endpoints::create(const json& body) {
   return get(id);
 }
 
+// An endpoint is for trying a model now: one that its workload's quota cannot hold beside the
+// devices the workload holds or waits for is refused rather than queued.
+Status Endpoints::check_quota(const json& workload) {
+  const std::string workload_id = workload["id"].get<std::string>();
+  TRAINER_ASSIGN_OR_RETURN(json full, hooks_.resolve_workload(workload_id, "workload"));
+  const int quota = full.value("gpuQuota", 0);
+  TRAINER_ASSIGN_OR_RETURN(std::vector<store::ClaimRow> claims, core_.store->list_claims());
+  int counted = 0;
+  for (const auto& c : claims) {
+    if (c.workload_id == workload_id) counted += c.devices;
+  }
+  if (counted + kEndpointDevices <= quota) return Status::ok();
+  return field_status(StatusCode::kFailedPrecondition, "workload",
+                      "workload " + workload.value("name", workload_id) + " holds or waits for " + std::to_string(counted) +
+                          " of its quota of " + std::to_string(quota) + " devices; an endpoint needs " +
+                          std::to_string(kEndpointDevices) + " more (raise its gpuQuota with PATCH /v1/workloads/" +
+                          workload_id + ", or end some of its work)");
+}
+
 Result<json> Endpoints::list(const std::string& phase) {
   std::vector<std::string> phases;
   if (phase == "active") {
@@ -173,7 +220,10 @@ Result<json> Endpoints::list(const std::string& phase) {
   }
   TRAINER_ASSIGN_OR_RETURN(std::vector<json> docs, core_.store->list_endpoints(phases));
   json out = json::array();
-  for (auto& d : docs) out.push_back(shown(std::move(d)));
+  for (auto& d : docs) {
+    upgrade(d);
+    out.push_back(shown(std::move(d)));
+  }
   return json{{"endpoints", out}};
 }
 
@@ -203,6 +253,18 @@ Result<json> Endpoints::remove(const std::string& ref) {
   if (ended(phase) || phase == "DELETING") {
     return field_status(StatusCode::kFailedPrecondition, "endpoint", "endpoint " + id + " is already " + phase);
   }
+  if (doc["models"].size() > 1) {
+    std::string names;
+    for (const auto& m : doc["models"]) names += (names.empty() ? "" : ", ") + m.value("name", std::string());
+    return field_status(StatusCode::kFailedPrecondition, "endpoint",
+                        "endpoint " + id + " serves " + std::to_string(doc["models"].size()) + " models (" + names +
+                            "); detach all but one first (trainer endpoints detach " + id + " MODEL)");
+  }
+  return take_down_locked(std::move(doc));
+}
+
+Result<json> Endpoints::take_down_locked(json doc) {
+  const std::string id = doc["endpointId"].get<std::string>();
   TRAINER_RETURN_IF_ERROR(core_.store->transaction([&]() -> Status {
     if (!doc["_job"].is_object()) return end_locked(doc, "DELETED", "");
     core_.backend->request_stop(backend::JobHandle{doc["_job"].value("handle", std::string())});
@@ -217,6 +279,28 @@ Result<json> Endpoints::remove(const std::string& ref) {
 Result<bool> Endpoints::holds_claim(const std::string& owner) {
   TRAINER_ASSIGN_OR_RETURN(std::optional<json> doc, core_.store->get_endpoint(owner));
   return doc.has_value() && !ended(doc->value("phase", std::string()));
+}
+
+std::string Endpoints::metrics_text() {
+  constexpr double kStatsSeconds = 0.5;
+  std::vector<std::string> active;
+  std::vector<EndpointMeters::KvBlocks> kv;
+  auto docs = core_.store->list_endpoints(std::vector<std::string>(std::begin(kActivePhases), std::end(kActivePhases)));
+  if (docs.is_ok()) {
+    for (const auto& doc : *docs) {
+      const std::string id = doc.value("endpointId", std::string());
+      active.push_back(id);
+      if (doc.value("phase", std::string()) != "READY" || !doc["_job"].is_object()) continue;
+      HttpRequest probe;
+      probe.method = "GET";
+      probe.url = "http://127.0.0.1:" + std::to_string(doc["_job"].value("port", 0)) + "/v1/stats";
+      probe.timeout_seconds = kStatsSeconds;
+      const HttpResponse stats = http_call(probe);
+      const json s = stats.status == 200 ? json::parse(stats.body, nullptr, false) : json();
+      if (s.is_object()) kv.push_back({id, s.value("kv_blocks_used", 0L), s.value("kv_blocks_total", 0L)});
+    }
+  }
+  return meters_.render(active, kv);
 }
 
 }  // namespace trainer::service

@@ -11,9 +11,13 @@
 #pragma once
 
 #include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
 #include <string>
 
 #include "service/capacity.h"
+#include "service/endpoint_meters.h"
 #include "service/service_core.h"
 
 namespace trainer::service {
@@ -42,9 +46,20 @@ class Endpoints {
   static constexpr int kMaxAdaptersLoaded = 4;
   // What an endpoint of this deployment can serve (`endpoints info`).
   Result<json> info() const;
+  // Refused while the endpoint serves more than one model (each is named).
   Result<json> remove(const std::string& ref);
+  // Service::detach_endpoint_model: stops serving `model` (a name, run id, model id or prefix);
+  // detaching the last model takes the endpoint down (DELETING).
+  Result<json> detach(const std::string& ref, const std::string& model);
+  // Service::set_endpoint_model_enabled: a disabled model stays attached, but trainerd answers
+  // 409 for it.
+  Result<json> set_enabled(const std::string& ref, const std::string& model, bool enabled);
   // endpoint_forwarding.cpp: a whole answer, or for `stream: true` the call to relay.
   Result<ForwardedAnswer> chat(const std::string& ref, const std::string& body);
+
+  // The endpoints' families for trainerd's /metrics (endpoint_meters.h): the forwarded requests'
+  // counts, tokens and latencies, and each READY process's KV blocks, read now.
+  std::string metrics_text();
 
   // The kernel's "endpoint" kind, added by ServiceImpl.
   tasks::TaskKind& task_kind() { return tasks_; }
@@ -57,10 +72,30 @@ class Endpoints {
   // The pool an endpoint's device is claimed from; null when the deployment has none.
   const PoolConfig* serving_pool() const;
   std::string dir_of(const std::string& id) const;
+  // A document stored before models could be attached (its base listed beside a candidate's
+  // adapter, no `enabled`) in today's shape.
+  static void upgrade(json& doc);
   Result<json> resolve(const std::string& ref);
-  // The model and workload of a create request, checked: {model, workload, served: [names]}.
+  // The model and workload of a create request, checked: {model, workload, served: {name, kind, ...}}.
   Result<json> resolve_request(const json& body);
+  // A candidate attached to a READY endpoint of its base model and workload with room for one
+  // more adapter, without new devices; nullopt when there is none (a new endpoint is created).
+  // `lock` holds core_.mu; it is let go while the serving process loads the adapter.
+  Result<std::optional<json>> attach_to_served(std::unique_lock<std::mutex>& lock, const json& request);
+  // The model of `doc` that `ref` names (name, run id, model id, or a prefix of one of them):
+  // its index in doc["models"]; errors name "model".
+  Result<size_t> attached_model(const json& doc, const std::string& ref) const;
+  // The request's model checked against the endpoint: filled in when absent (the last attached
+  // enabled one); an OpenAI-shaped answer instead of forwarding when the endpoint does not serve
+  // it (404) or it is disabled (409).
+  std::optional<ForwardedAnswer> refusal_for(const json& doc, json& request) const;
+  // Takes the endpoint down (mu held): DELETED at once without a process, else DELETING.
+  Result<json> take_down_locked(json doc);
+  // POST or DELETE on the serving process's /v1/adapters (no lock held).
+  Status call_adapters(const json& doc, const std::string& method, const json& body, const std::string& name) const;
   Result<std::optional<store::ClaimRow>> claim_of(const std::string& id);
+  // Refuses an endpoint its workload's quota cannot hold now (errors name "workload").
+  Status check_quota(const json& workload);
 
   // The kernel's step and its parts (mu held, inside the step's transaction).
   Status step_task(tasks::Step& step);
@@ -74,6 +109,10 @@ class Endpoints {
   Capacity& capacity_;
   const Hooks hooks_;
   tasks::FunctionKind tasks_;
+  EndpointMeters meters_;
+  // Adapters being attached now (endpoint id -> count), counted against maxAdaptersLoaded while
+  // their serving process loads them outside the lock; guarded by core_.mu.
+  std::map<std::string, int> attaching_;
 };
 
 }  // namespace trainer::service

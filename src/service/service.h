@@ -127,7 +127,8 @@ struct ForwardedAnswer {
   std::string body;
   // Set instead of status and body for a streamed request (`stream: true`): the call to make,
   // its answer relayed to the client as it comes (http::relay).
-  std::optional<HttpRequest> stream_call;
+  std::optional<HttpRequest> stream_call = std::nullopt;
+  std::function<void(const HttpResponse&)> stream_done = {};  // with stream_call: told the call's end
 };
 
 class Service {
@@ -254,6 +255,11 @@ class Service {
   virtual Result<json> get_endpoint(const std::string& ref) = 0;
   // What an endpoint of this deployment can serve: maxAdapterRank, maxAdaptersLoaded, ...
   virtual Result<json> endpoint_info() = 0;
+  // Stops serving one model (name, run id, model id or prefix); the last one takes the endpoint
+  // down. Refused for a model the endpoint does not serve.
+  virtual Result<json> detach_endpoint_model(const std::string& ref, const std::string& model) = 0;
+  // Keeps the model attached but makes trainerd answer 409 for it (enabled = false), or undoes that.
+  virtual Result<json> set_endpoint_model_enabled(const std::string& ref, const std::string& model, bool enabled) = 0;
   // Asks its process to stop (DELETING); DELETED, its claim released, once the process is gone.
   virtual Result<json> delete_endpoint(const std::string& ref) = 0;
   // POST /v1/chat/completions of a READY endpoint's process, the answer passed on as it came.

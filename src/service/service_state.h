@@ -145,6 +145,12 @@ class ServiceImpl final : public Service {
   Result<json> list_endpoints(const std::string& phase) override { return endpoints_.list(phase); }
   Result<json> get_endpoint(const std::string& ref) override { return endpoints_.get(ref); }
   Result<json> endpoint_info() override { return endpoints_.info(); }
+  Result<json> detach_endpoint_model(const std::string& ref, const std::string& model) override {
+    return endpoints_.detach(ref, model);
+  }
+  Result<json> set_endpoint_model_enabled(const std::string& ref, const std::string& model, bool enabled) override {
+    return endpoints_.set_enabled(ref, model, enabled);
+  }
   Result<json> delete_endpoint(const std::string& ref) override { return endpoints_.remove(ref); }
   Result<ForwardedAnswer> endpoint_chat(const std::string& ref, const std::string& body) override {
     return endpoints_.chat(ref, body);
@@ -170,7 +176,7 @@ class ServiceImpl final : public Service {
   Result<json> release_snapshot(const std::string& ref) override;
 
   Result<json> capacity() override { return capacity_.report(); }
-  std::string metrics_text() override { return capacity_.metrics_text(); }
+  std::string metrics_text() override { return capacity_.metrics_text() + endpoints_.metrics_text(); }
   Status ingest_job_metrics(std::string_view otlp_json) override { return capacity_.ingest_job_metrics(otlp_json); }
 
   // Runs one pass of the driver over every open run (the driver thread calls it every tick;

@@ -32,6 +32,14 @@ def get_json(url: str) -> tuple[int, dict]:
         return e.code, json.loads(e.read())
 
 
+def metric(text: str, series: str) -> float:
+    """The value of `series` (name and labels, as written) in Prometheus' text format; 0 when absent."""
+    for line in text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
 def client_at(base_url: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=120)
 
@@ -83,6 +91,12 @@ def test_a_stream_parses_with_the_clients_types_and_equals_the_greedy_answer(rea
     assert chunks[-1].choices == [] and chunks[-1].usage == whole.usage, chunks[-1]
     assert all(c.usage is None for c in chunks[:-1])
     assert {c.model for c in chunks} == {MODEL_NAME}
+    # trainerd's meters saw the stream pass: its time to first token, its tokens between, its usage.
+    with urllib.request.urlopen(ready.url + "/metrics", timeout=60) as r:
+        metrics = r.read().decode()
+    labels = f'{{endpoint="{endpoint["endpointId"]}",model="{MODEL_NAME}"}}'
+    assert metric(metrics, "trainer_endpoint_time_to_first_token_seconds_count" + labels) >= 1, metrics
+    assert metric(metrics, "trainer_endpoint_inter_token_latency_seconds_count" + labels) >= 1, metrics
 
 
 @pytest.mark.parametrize("route", ["trainerd", "proxy"])

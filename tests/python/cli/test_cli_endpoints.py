@@ -3,7 +3,8 @@ through the real CLI against a real trainerd, which starts the real `trainer-job
 its local backend on the tiny base model. Greedy answers through trainerd equal the answers of
 `trainer-job serve` started by hand on the same model; delete stops the process and frees its
 SERVING claim; a killed process fails its endpoint with a reason naming the signal; a run's
-adapter is served beside its base model under the run's own workload."""
+adapter attaches to the endpoint already serving its base model (same process, same claim), and
+detach, disable, enable and the delete refusal work through the CLI."""
 from __future__ import annotations
 
 import json
@@ -80,6 +81,9 @@ def test_bad_input_is_refused_by_field_and_nothing_is_stored(ready):
     assert status == 400 and body["error"]["field"] == "replicas", body
     status, body = post(ready.url + "/v1/endpoints", {"model": MODEL_NAME, "workload": "no-such-workload"})
     assert status == 404 and body["error"]["field"] == "workload", body
+    ready("workloads", "create", "no-devices", "--gpu-quota", "0", check=True)
+    over = ready("endpoints", "create", "--model", MODEL_NAME, "--workload", "no-devices")
+    assert over.returncode == 1 and "quota of 0 devices" in over.stderr and "no-devices" in over.stderr, over.stderr
     assert ready.json("endpoints", "list")["endpoints"] == []
     assert claims(ready) == {}
     missing = ready("endpoints", "get", "0123abcd")
@@ -140,16 +144,36 @@ def test_a_killed_serving_process_fails_its_endpoint_naming_the_signal(ready):
     assert waited.returncode == 1 and "will not answer" in waited.stderr and "SIGKILL" in waited.stderr
 
 
-def test_a_runs_adapter_is_served_on_its_base_model_under_the_runs_own_workload(ready, bin_dir, tiny_model):
+def served(cli, eid) -> list:
+    return [(m["name"], m["kind"], m["enabled"]) for m in cli.json("endpoints", "get", eid)["models"]]
+
+
+def refusal(cli, *args) -> str:
+    done = cli(*args)
+    assert done.returncode == 1, (args, done.stdout, done.stderr)
+    return done.stderr
+
+
+def test_a_runs_adapter_attaches_to_its_base_models_endpoint_without_new_devices(ready, bin_dir, tiny_model):
     run = ready("runs", "start", "-f", "-", "--force", "--jq", ".runId", input=plan_text(3), check=True).stdout.strip()
-    ready("runs", "wait", run, "--timeout", "10m", "--exit-status", "-q", check=True)
     ready("workloads", "create", "elsewhere", check=True)
+    base = create_ready(ready)
+    eid = base["endpointId"]
+    [pid] = serving_pids(eid)
+    ready("runs", "wait", run, "--timeout", "10m", "--exit-status", "-q", check=True)
     other = ready("endpoints", "create", "--model", run, "--workload", "elsewhere")
     assert other.returncode == 1 and "workload" in other.stderr and "leave workload out" in other.stderr, other.stderr
 
-    e = ready.json("endpoints", "create", "--model", run[:8], "--wait", "--timeout", "5m")
-    assert e["phase"] == "READY" and e["workload"]["name"] == WORKLOAD, e
-    assert e["models"] == [{"name": MODEL_NAME, "kind": "base"}, {"name": run, "kind": "adapter"}]
+    # The candidate's base is served in its own workload: it attaches there, same process, same claim.
+    held = claims(ready)
+    text = ready("endpoints", "create", "--model", run[:8], check=True).stdout
+    assert f"Attached {run} to endpoint {eid}" in text and "no new devices" in text, text
+    e = ready.json("endpoints", "create", "--model", run, "--wait")  # again: already served there
+    assert e["endpointId"] == eid and e["phase"] == "READY" and e["workload"]["name"] == WORKLOAD, e
+    assert served(ready, eid) == [(MODEL_NAME, "base", True), (run, "adapter", True)]
+    assert serving_pids(eid) == [pid] and claims(ready) == held
+    assert ready.json("endpoints", "list", "--phase", "active")["endpoints"][0]["endpointId"] == eid
+
     adapter = ready.json("runs", "get", run)["adapterPath"]
     proc, url = start_direct(bin_dir, tiny_model, "--adapter", f"{run}={adapter}")
     try:
@@ -157,15 +181,81 @@ def test_a_runs_adapter_is_served_on_its_base_model_under_the_runs_own_workload(
             status, expected = post(url + "/v1/chat/completions",
                                     {"model": model, **chat([{"role": "user", "content": PROMPT}])})
             assert status == 200, expected
-            sent = ready.json("endpoints", "send", e["endpointId"], "--input", PROMPT, "--model", model,
+            sent = ready.json("endpoints", "send", eid, "--input", PROMPT, "--model", model,
                               "--temperature", 0, "--max-tokens", MAX_TOKENS)
             assert sent["model"] == model and sent["output"] == expected["choices"][0]["message"]["content"], sent
-        # Without --model, the adapter answers.
-        plain = ready.json("endpoints", "send", e["endpointId"], "--input", PROMPT, "--temperature", 0,
-                           "--max-tokens", MAX_TOKENS)
+        # Without --model, the last model attached answers.
+        plain = ready.json("endpoints", "send", eid, "--input", PROMPT, "--temperature", 0, "--max-tokens", MAX_TOKENS)
         assert plain["model"] == run
     finally:
         stop_direct(proc)
+
+    # Delete is refused while it serves two models, naming them; nothing changes.
+    why = refusal(ready, "endpoints", "delete", eid)
+    assert "serves 2 models" in why and run in why and MODEL_NAME in why and "detach" in why, why
+    assert ready.json("endpoints", "get", eid)["phase"] == "READY"
+
+    # Disabled: trainerd answers 409 for it, the other model still answers; enable undoes it.
+    assert "disabled" in ready("endpoints", "disable", eid, run[:8], check=True).stdout
+    assert served(ready, eid)[1] == (run, "adapter", False)
+    status, body = post(f"{ready.url}/v1/endpoints/{eid}/v1/chat/completions",
+                        {"model": run, **chat([{"role": "user", "content": "hi"}])})
+    assert status == 409 and body["error"]["code"] == "model_disabled" and run in body["error"]["message"], body
+    assert "is disabled" in refusal(ready, "endpoints", "send", eid, "--input", "hi", "--model", run)
+    plain = ready.json("endpoints", "send", eid, "--input", PROMPT, "--temperature", 0, "--max-tokens", MAX_TOKENS)
+    assert plain["model"] == MODEL_NAME  # the last enabled model answers when none is named
+    ready("endpoints", "enable", eid, run, check=True)
+    assert served(ready, eid)[1] == (run, "adapter", True)
+    assert ready.json("endpoints", "send", eid, "--input", "hi", "--model", run, "--max-tokens", 2)["model"] == run
+
+    # Refusals name what was wrong and change nothing.
+    assert "does not serve 'nope'" in refusal(ready, "endpoints", "detach", eid, "nope")
+    assert "does not serve 'nope'" in refusal(ready, "endpoints", "disable", eid, "nope")
+    status, body = post(f"{ready.url}/v1/endpoints/{eid}/v1/chat/completions",
+                        {"model": "nope", **chat([{"role": "user", "content": "hi"}])})
+    assert status == 404 and body["error"]["code"] == "model_not_found" and run in body["error"]["message"], body
+    assert served(ready, eid) == [(MODEL_NAME, "base", True), (run, "adapter", True)]
+
+    # trainerd's /metrics: the forwarded requests by outcome, their tokens, the process's KV blocks.
+    with urllib.request.urlopen(ready.url + "/metrics", timeout=30) as r:
+        metrics = r.read().decode()
+    def value(series: str) -> float:
+        lines = [l for l in metrics.splitlines() if l.startswith(series + " ")]
+        assert len(lines) == 1, (series, metrics[-3000:])
+        return float(lines[0].split()[-1])
+    label = f'endpoint="{eid}",model="{run}"'
+    assert value(f'trainer_endpoint_requests_total{{{label},outcome="ok"}}') >= 3
+    assert value(f'trainer_endpoint_requests_total{{{label},outcome="refused"}}') == 2  # while disabled
+    assert value(f'trainer_endpoint_completion_tokens_total{{{label}}}') > 0
+    assert value(f'trainer_endpoint_kv_blocks{{endpoint="{eid}",state="total"}}') > 0
+    assert value(f'trainer_endpoint_kv_blocks{{endpoint="{eid}",state="used"}}') == 0  # nothing running now
+
+    # Detach the adapter: the process drops it; the base model still answers; then the last detach
+    # takes the endpoint down.
+    text = ready("endpoints", "detach", eid, run[:8], check=True).stdout
+    assert f"Detached {run[:8]} from endpoint {eid}" in text, text
+    assert served(ready, eid) == [(MODEL_NAME, "base", True)]
+    with urllib.request.urlopen(ready.json("endpoints", "get", eid)["address"] + "/models", timeout=30) as r:
+        assert [m["id"] for m in json.load(r)["data"]] == [MODEL_NAME]
+    status, body = post(f"{ready.url}/v1/endpoints/{eid}/v1/chat/completions",
+                        {"model": run, **chat([{"role": "user", "content": "hi"}])})
+    assert status == 404, body
+    last = ready.json("endpoints", "detach", eid, MODEL_NAME)
+    assert last["phase"] == "DELETING", last
+    wait_for(lambda: ready.json("endpoints", "get", eid)["phase"] == "DELETED", 60, "the endpoint to go")
+    assert eid not in claims(ready) and not os.path.exists(f"/proc/{pid}")
+
+
+def test_a_candidate_whose_base_is_not_served_gets_an_endpoint_of_its_own(ready):
+    run = ready("runs", "start", "-f", "-", "--force", "--jq", ".runId", input=plan_text(2), check=True).stdout.strip()
+    ready("runs", "wait", run, "--timeout", "10m", "--exit-status", "-q", check=True)
+    e = ready.json("endpoints", "create", "--model", run, "--wait", "--timeout", "5m")
+    assert e["phase"] == "READY" and served(ready, e["endpointId"]) == [(run, "adapter", True)], e
+    assert "attachedModel" not in e
+    # Only the attached model is served through trainerd, though its base is resident.
+    status, body = post(f"{ready.url}/v1/endpoints/{e['endpointId']}/v1/chat/completions",
+                        {"model": MODEL_NAME, **chat([{"role": "user", "content": "hi"}])})
+    assert status == 404 and body["error"]["code"] == "model_not_found", body
     ready("endpoints", "delete", e["endpointId"], check=True)
     wait_for(lambda: ready.json("endpoints", "get", e["endpointId"])["phase"] == "DELETED", 60, "the endpoint to go")
 
