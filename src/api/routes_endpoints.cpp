@@ -4,6 +4,7 @@
 #include <string>
 
 #include "api/route_support.h"
+#include "http/relay.h"
 
 namespace trainer::api {
 
@@ -32,10 +33,20 @@ void install_endpoint_routes(http::Router& router, service::Service& svc, const 
   }
   router.add("DELETE", "/v1/endpoints/{ref}", max,
              route_json(202, [&svc](const Request& req) { return svc.delete_endpoint(req.params[0]); }));
-  // The serving process's answer passes through as it came: OpenAI's shapes, its errors included.
+  // The serving process's answer passes through as it came: OpenAI's shapes, its errors included;
+  // for `stream: true` its server-sent events as they come.
   router.add("POST", "/v1/endpoints/{ref}/v1/chat/completions", max, [&svc](const Request& req) -> http::Outcome {
     auto answer = svc.endpoint_chat(req.params[0], req.body);
     if (!answer.is_ok()) return error_response(answer.status());
+    if (answer->stream_call) {
+      const std::string ref = req.params[0];
+      return http::relay(
+          std::move(*answer->stream_call),
+          [ref](const HttpResponse& failed) {
+            return error_response(unavailable("endpoint " + ref + "'s serving process did not answer: " + failed.detail));
+          },
+          std::move(answer->stream_done));
+    }
     http::Response r;
     r.status = answer->status;
     r.body = answer->body;

@@ -303,7 +303,7 @@ Command endpoints_command() {
   Command enable{"enable", {}, "Allow requests for a disabled model again", "ENDPOINT MODEL", "", {}, {},
                  endpoints_enable, 2, 2, {}};
   enable.examples = {{"allow them again", "trainer endpoints enable 3f2a9c71 qwen3-tiny"}};
-  g.children = {create, wait_cmd, list, get, send, info, detach, disable, enable, del};
+  g.children = {create, wait_cmd, list, get, send, endpoints_proxy_command(), info, detach, disable, enable, del};
   return g;
 }
 

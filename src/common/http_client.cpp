@@ -16,6 +16,29 @@ size_t collect(char* data, size_t size, size_t count, void* out) {
   return size * count;
 }
 
+// The answer's body as it arrives, to HttpRequest::on_body.
+struct Relay {
+  CURL* curl = nullptr;
+  const HttpRequest* request = nullptr;
+  bool stopped = false;
+};
+
+size_t relay(char* data, size_t size, size_t count, void* out) {
+  auto* r = static_cast<Relay*>(out);
+  long status = 0;
+  curl_easy_getinfo(r->curl, CURLINFO_RESPONSE_CODE, &status);
+  if (r->request->on_body(static_cast<int>(status), std::string_view(data, size * count))) return size * count;
+  r->stopped = true;
+  return 0;  // CURLE_WRITE_ERROR
+}
+
+int progress(void* out, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  auto* r = static_cast<Relay*>(out);
+  if (r->request->keep_going()) return 0;
+  r->stopped = true;
+  return 1;  // CURLE_ABORTED_BY_CALLBACK
+}
+
 HttpFailure failure_of(CURLcode code) {
   switch (code) {
     case CURLE_OK:
@@ -96,10 +119,22 @@ HttpResponse http_call(const HttpRequest& request) {
   }
   add_header("Expect:");  // no 100-continue round trip before a large body
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers.get());
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, &out.body);
+  Relay relay_to{c, &request, false};
+  if (request.on_body) {
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, relay);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &relay_to);
+  } else {
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &out.body);
+  }
+  if (request.keep_going) {
+    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, progress);
+    curl_easy_setopt(c, CURLOPT_XFERINFODATA, &relay_to);
+  }
   const CURLcode code = curl_easy_perform(c);
   out.failure = failure_of(code);
+  out.stopped = relay_to.stopped;
   if (out.failure == HttpFailure::kNone) {
     long status = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
@@ -117,7 +152,7 @@ HttpResponse http_call(const HttpRequest& request) {
                    (request.ca_file.empty() ? " (trusted: the system's CA store)" : " (trusted: CA file " + request.ca_file + ")");
       break;
     default:
-      out.detail = request.url + ": " + why;
+      out.detail = request.url + ": " + (out.stopped ? std::string("stopped by the caller") : why);
   }
   return out;
 }

@@ -3,7 +3,9 @@
 // can map them onto their own causes (a reward term's timeout / unreachable, docs/graders.md).
 #pragma once
 
+#include <functional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -25,6 +27,11 @@ struct HttpRequest {
   std::string body = {};        // POST only: sent as application/json
   double timeout_seconds = 30;  // the whole call, connection included; > 0
   std::string ca_file = {};     // PEM file of the CAs trusted for https; "" = the system's store
+  // When set, the answer's body goes here piece by piece as it arrives (with the answer's status)
+  // instead of into HttpResponse::body; returning false stops the call and closes its connection.
+  std::function<bool(int status, std::string_view bytes)> on_body = {};
+  // When set, asked about once a second while the call runs; returning false stops it likewise.
+  std::function<bool()> keep_going = {};
 };
 
 struct HttpResponse {
@@ -32,6 +39,7 @@ struct HttpResponse {
   std::string body;                        // the answer's body
   HttpFailure failure = HttpFailure::kNone;
   std::string detail;                      // the failure in words, naming the URL; "" when none
+  bool stopped = false;                    // on_body or keep_going stopped it (failure kRefused)
 };
 
 // Performs `request`. Thread-safe: each call has its own connection.

@@ -5,17 +5,23 @@
 // its callbacks never run concurrently. Handlers run on `workers_`; every poll of a parked
 // request (its first look, the sweeps after wake(), its final poll at the deadline) runs on the
 // one `poller_` thread, so however many requests are parked, the workers stay free for other
-// requests. Answers are posted back to the connection's strand to be written.
+// requests. Answers are posted back to the connection's strand to be written. A streamed answer's
+// producer runs on a thread of its own (counted, at most max_streams) and writes through a
+// ChunkedWriter (stream_writer.h).
 #include "http/server.h"
 
 #include <atomic>
+#include <condition_variable>
 #include <map>
+#include <set>
 #include <mutex>
 #include <thread>
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+
+#include "http/stream_writer.h"
 
 namespace trainer::http {
 namespace {
@@ -46,6 +52,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void send(Response response);
   // Arms the deadline of parked request `id` (from any thread).
   void arm_park(uint64_t id, std::chrono::steady_clock::time_point until);
+  // For a streamed answer (on the strand, once it is complete): closes after draining the rest.
+  void close_after_write();
+  beast::tcp_stream& stream() { return stream_; }
 
  private:
   void read_head();
@@ -55,7 +64,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void dispatch();
   void fail(int http_status, const Status& status);
   void write(Response response);
-  void close_after_write();
   void drain();
   void close();
 
@@ -117,6 +125,12 @@ class ServerImpl : public Server {
 
   void stop() override {
     std::call_once(stopped_, [this] {
+      {
+        std::unique_lock<std::mutex> lock(streams_mu_);
+        stopping_ = true;
+        for (auto* w : writers_) w->cancel();
+        streams_done_.wait(lock, [this] { return streams_ == 0; });
+      }
       asio::post(acceptor_.get_executor(), [this] {
         beast::error_code ec;
         acceptor_.close(ec);
@@ -161,6 +175,44 @@ class ServerImpl : public Server {
     std::shared_ptr<Parked> p = take(id);
     if (!p) return;
     asio::post(poller_, [p] { p->conn->send(run_poll(*p, true).value()); });
+  }
+
+  // Runs `stream`'s producer on a thread of its own, or answers 503 past max_streams.
+  void start_stream(const std::shared_ptr<Connection>& conn, Stream stream) {
+    {
+      std::lock_guard<std::mutex> lock(streams_mu_);
+      if (!stopping_ && streams_ < options_.max_streams) {
+        ++streams_;
+      } else {
+        Response r = router_.error(503, unavailable("the server is streaming its maximum of " +
+                                                    std::to_string(options_.max_streams) + " answers; retry later"));
+        r.close = true;
+        return conn->send(std::move(r));
+      }
+    }
+    std::thread([this, conn = conn, stream = std::move(stream)]() mutable {
+      {
+        detail::ChunkedWriter writer(conn->stream(), conn, std::move(stream.head), options_.body_timeout,
+                                     [conn] { conn->close_after_write(); });
+        {
+          std::lock_guard<std::mutex> lock(streams_mu_);
+          writers_.insert(&writer);
+          if (stopping_) writer.cancel();
+        }
+        try {
+          stream.produce(writer);
+        } catch (...) {  // the answer ends where it was
+        }
+        writer.finish();
+        std::lock_guard<std::mutex> lock(streams_mu_);
+        writers_.erase(&writer);
+      }
+      stream = Stream{};
+      conn.reset();
+      std::lock_guard<std::mutex> lock(streams_mu_);
+      --streams_;
+      streams_done_.notify_all();
+    }).detach();
   }
 
   void connection_closed(bool refused) {
@@ -266,6 +318,13 @@ class ServerImpl : public Server {
   uint64_t next_park_id_ = 1;                                 // guarded by park_mu_
   std::map<uint64_t, std::shared_ptr<Parked>> parked_;       // guarded by park_mu_
   std::once_flag stopped_;
+  // Streamed answers: their count and writers (to cancel when stopping); their threads are
+  // detached and touch nothing of the server after the count drops.
+  std::mutex streams_mu_;
+  std::condition_variable streams_done_;
+  size_t streams_ = 0;                               // guarded by streams_mu_
+  bool stopping_ = false;                            // guarded by streams_mu_
+  std::set<detail::ChunkedWriter*> writers_;         // guarded by streams_mu_
 
   // Destroyed before the counters above: pending handlers hold connections.
   asio::io_context ioc_;
@@ -422,6 +481,8 @@ void Connection::dispatch() {
     Outcome outcome = self->server_.router().dispatch(self->request_);
     if (auto* park = std::get_if<Park>(&outcome)) {
       self->server_.park(self, std::move(*park));
+    } else if (auto* stream = std::get_if<Stream>(&outcome)) {
+      self->server_.start_stream(self, std::move(*stream));
     } else {
       self->send(std::move(std::get<Response>(outcome)));
     }

@@ -10,6 +10,10 @@
 // for the body, a bound on header bytes and header count (431), a body limit per route enforced
 // while reading, Content-Length or chunked (413, without reading the rest), and a bound on open
 // connections (past it: 503 and close).
+//
+// A handler may also stream its answer (Stream): the head goes out with Transfer-Encoding:
+// chunked and each StreamWriter::write is one chunk sent at once, from a thread of the stream's
+// own; at most `max_streams` run at once (past it: 503).
 #pragma once
 
 #include <chrono>
@@ -18,6 +22,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -61,7 +66,32 @@ struct Park {
   std::string key;
 };
 
-using Outcome = std::variant<Response, Park>;
+// What a streaming answer's producer writes to. Not thread-safe: the producer's thread only.
+class StreamWriter {
+ public:
+  virtual ~StreamWriter() = default;
+  // Sends `bytes` as one chunk at once (the stream's head before the first); waits until the
+  // chunk is written. False once the client has gone or the server stops: stop producing.
+  virtual bool write(std::string_view bytes) = 0;
+  // Before the first write only: answers `response` whole instead of the stream (an error found
+  // before streaming). Ignored after a write.
+  virtual void answer(Response response) = 0;
+  // False once the client has gone (noticed without writing) or the server stops.
+  virtual bool alive() const = 0;
+};
+
+// An answer streamed as it is produced: `head` (its status, content type and headers; its body
+// is ignored) with Transfer-Encoding: chunked, then what `produce` writes, each write one chunk;
+// the answer ends when `produce` returns (or throws), and the connection closes after it.
+// `produce` runs on a thread of its own, neither an I/O thread nor a handler worker; the head
+// goes out with the first write (or when `produce` returns without writing), so the producer
+// may still answer() whole until then.
+struct Stream {
+  Response head;
+  std::function<void(StreamWriter&)> produce;
+};
+
+using Outcome = std::variant<Response, Park, Stream>;
 using Handler = std::function<Outcome(const Request&)>;
 // Renders an error answer (the server's own: 404, 405, 408, 413, 431, 503, ...).
 using ErrorRenderer = std::function<Response(int http_status, const Status& status)>;
@@ -110,6 +140,7 @@ struct ServerOptions {
   int io_threads = 2;                                    // threads that read and write sockets
   int worker_threads = 8;                                // threads that run handlers
   size_t max_connections = 1024;                         // open connections; past it 503 and close
+  size_t max_streams = 256;                              // streamed answers at once; past it 503
   size_t max_header_bytes = 16 * 1024;                   // request line and headers, in bytes
   size_t max_header_count = 100;                         // header fields per request
   std::chrono::milliseconds header_timeout{10'000};      // to send the request head (and idle keep-alive)
@@ -124,7 +155,8 @@ class Server {
   // Re-polls every parked request soon (on the poller thread; wakes that come during a sweep
   // make one more sweep, not one each). Cheap and safe from any thread.
   virtual void wake() = 0;
-  // Stops accepting, closes every connection and joins every thread. Idempotent.
+  // Stops accepting, closes every connection and joins every thread. Idempotent. Running streams
+  // see write() and alive() turn false; stop() waits for their producers to return.
   virtual void stop() = 0;
 };
 

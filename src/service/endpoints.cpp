@@ -1,5 +1,6 @@
-// Endpoints: the requests (create, list, get, delete) and the forwarding of a chat completion to
-// a READY endpoint's serving process. The endpoint's life is its task's (endpoint_tasks.cpp).
+// Endpoints: the requests (create, list, get, delete). The forwarding of a chat completion to a
+// READY endpoint's serving process is endpoint_forwarding.cpp; the endpoint's life is its task's
+// (endpoint_tasks.cpp).
 #include "service/endpoints.h"
 
 #include <algorithm>
@@ -12,8 +13,6 @@ namespace trainer::service {
 namespace {
 
 constexpr int kEndpointDevices = 1;
-// The longest a forwarded chat completion may take, the serving process's answer included.
-constexpr double kForwardSeconds = 600;
 constexpr const char* kActivePhases[] = {"AWAITING_CAPACITY", "STARTING", "READY", "DELETING"};
 
 bool ended(const std::string& phase) { return phase == "DELETED" || phase == "FAILED"; }
@@ -143,7 +142,7 @@ Result<json> Endpoints::info() const {
               {"idleTimeoutSeconds", nullptr},  // an endpoint serves until it is deleted
               {"toolCallParsers", json::array()},
               {"wholeWeightModels", false},
-              {"streamingThroughTrainerd", false}};
+              {"streamingThroughTrainerd", true}};
 }
 
 Result<json> Endpoints::create(const json& body) {
@@ -280,45 +279,6 @@ Result<json> Endpoints::take_down_locked(json doc) {
 Result<bool> Endpoints::holds_claim(const std::string& owner) {
   TRAINER_ASSIGN_OR_RETURN(std::optional<json> doc, core_.store->get_endpoint(owner));
   return doc.has_value() && !ended(doc->value("phase", std::string()));
-}
-
-// The request goes to the process as it came, but for `model` (the endpoint's adapter when it
-// serves one, else its base model, when the request names none). Streaming is refused: trainerd's
-// HTTP server has no streamed answers yet.
-Result<ForwardedAnswer> Endpoints::chat(const std::string& ref, const std::string& body) {
-  TRAINER_ASSIGN_OR_RETURN(json doc, resolve(ref));
-  const std::string id = doc["endpointId"].get<std::string>();
-  const std::string phase = doc.value("phase", std::string());
-  if (phase != "READY") {
-    return field_status(StatusCode::kFailedPrecondition, "endpoint",
-                        "endpoint " + id + " is " + phase + "; it answers once READY (trainer endpoints wait " + id + ")");
-  }
-  auto request = parse_json(body, "body");
-  if (!request.is_ok() || !request->is_object()) {
-    return invalid_field("body", "must be a JSON object: a chat completion request");
-  }
-  if (request->value("stream", false)) {
-    return invalid_field("stream", "streaming through trainerd is not yet supported; leave stream out, or call the "
-                                   "endpoint's address directly");
-  }
-  if (std::optional<ForwardedAnswer> refused = refusal_for(doc, *request)) {
-    meters_.request(id, (*request).value("model", json("")).is_string() ? (*request)["model"].get<std::string>() : "", "refused");
-    return *refused;
-  }
-  const std::string model = (*request)["model"].is_string() ? (*request)["model"].get<std::string>() : "";
-  HttpRequest call;
-  call.url = "http://127.0.0.1:" + std::to_string(doc["_job"].value("port", 0)) + "/v1/chat/completions";
-  call.body = request->dump();
-  call.timeout_seconds = kForwardSeconds;
-  HttpResponse answer = http_call(call);
-  if (answer.failure != HttpFailure::kNone) {
-    meters_.request(id, model, "unreachable");
-    return unavailable("endpoint " + id + "'s serving process did not answer: " + answer.detail);
-  }
-  const json usage = answer.status < 400 ? json::parse(answer.body, nullptr, false).value("usage", json::object()) : json::object();
-  meters_.request(id, model, answer.status < 400 ? "ok" : "error", usage.value("prompt_tokens", 0L),
-                  usage.value("completion_tokens", 0L));
-  return ForwardedAnswer{answer.status, answer.body};
 }
 
 std::string Endpoints::metrics_text() {

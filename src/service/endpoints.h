@@ -54,6 +54,7 @@ class Endpoints {
   // Service::set_endpoint_model_enabled: a disabled model stays attached, but trainerd answers
   // 409 for it.
   Result<json> set_enabled(const std::string& ref, const std::string& model, bool enabled);
+  // endpoint_forwarding.cpp: a whole answer, or for `stream: true` the call to relay.
   Result<ForwardedAnswer> chat(const std::string& ref, const std::string& body);
 
   // The endpoints' families for trainerd's /metrics (endpoint_meters.h): the forwarded requests'

@@ -26,6 +26,7 @@
 
 #include "backend/backend.h"
 #include "common/clock.h"
+#include "common/http_client.h"
 #include "common/status.h"
 #include "service/config.h"
 #include "store/store.h"
@@ -143,6 +144,10 @@ inline int job_refusal_http_status(const Status& st) {
 struct ForwardedAnswer {
   int status = 200;
   std::string body;
+  // Set instead of status and body for a streamed request (`stream: true`): the call to make,
+  // its answer relayed to the client as it comes (http::relay).
+  std::optional<HttpRequest> stream_call = std::nullopt;
+  std::function<void(const HttpResponse&)> stream_done = {};  // with stream_call: told the call's end
 };
 
 class Service {

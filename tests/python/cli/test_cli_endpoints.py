@@ -109,13 +109,10 @@ def test_an_endpoint_answers_greedy_as_the_serving_process_does_and_delete_stops
                  check=True).stdout
     assert text == sent["output"] + "\n"
 
-    # The serving process's own errors pass through; streaming is refused by trainerd, by name.
+    # The serving process's own errors pass through (streaming: test_cli_endpoint_streaming.py).
     status, body = post(f"{ready.url}/v1/endpoints/{eid}/v1/chat/completions",
                         {"model": "nope", **chat([{"role": "user", "content": "hi"}])})
     assert status == 404 and body["error"]["code"] == "model_not_found", body
-    status, body = post(f"{ready.url}/v1/endpoints/{eid}/v1/chat/completions",
-                        {"stream": True, **chat([{"role": "user", "content": "hi"}])})
-    assert status == 400 and body["error"]["field"] == "stream" and "not yet supported" in body["error"]["message"]
 
     listed = ready.json("endpoints", "list", "--phase", "active")["endpoints"]
     assert [x["endpointId"] for x in listed] == [eid] and listed[0]["phase"] == "READY"

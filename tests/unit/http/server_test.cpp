@@ -1,8 +1,5 @@
 // The HTTP server part: routing by pattern, and a real server on loopback answering at once,
 // answering a parked request when woken, and refusing an oversized body from its head.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -15,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "http/server.h"
+#include "loopback.h"
 
 namespace trainer::http {
 namespace {
@@ -65,14 +63,8 @@ TEST(UrlDecode, DecodesPercentAndPlusOnlyInQueries) {
 // Sends `raw` to 127.0.0.1:port and returns everything read until the server closes or the
 // first answer is complete (Content-Length framed).
 std::string exchange(int port, const std::string& raw) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  timeval tv{20, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return "connect failed";
+  int fd = test_support::connect_loopback(port);
+  if (fd < 0) return "connect failed";
   (void)!::write(fd, raw.data(), raw.size());
   std::string got;
   char buf[4096];
