@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "job/tool_calls.h"
+
 namespace trainer::job {
 namespace {
 
@@ -74,6 +76,7 @@ struct Call {
   bool stream = false;
   bool include_usage = false;
   bool return_token_ids = false;  // extension (as vLLM's): each choice's token ids in `token_ids`
+  bool tools = false;             // the request offered tools (and tool_choice is not "none")
 };
 
 double number_field(const json& body, const char* name, double fallback, double lo, double hi) {
@@ -169,6 +172,7 @@ Call parse_call(const json& body, bool chat, const engine::ServingEngine& engine
       throw BadField{"messages", "messages must be a non-empty array"};
     }
     ojson tools = body.contains("tools") && body["tools"].is_array() ? ojson::parse(body["tools"].dump()) : ojson(nullptr);
+    call.tools = tools.is_array() && !tools.empty() && !(body.contains("tool_choice") && body["tool_choice"] == "none");
     auto ids = engine.encode_chat(flatten_messages(body["messages"]), tools);
     if (!ids.is_ok()) throw BadField{"messages", ids.status().message()};
     call.prompts.push_back(std::move(*ids));
@@ -235,6 +239,18 @@ std::string choice_text(const engine::ServingEngine& engine, const Choice& c, co
   }
   text.resize(text.size() > hold ? text.size() - hold : 0);
   return text;
+}
+
+// OpenAI's `tool_calls` of a message, or of a stream's delta (each with its `index`).
+ojson tool_calls_json(const ParsedAnswer& parsed, bool delta) {
+  ojson out = ojson::array();
+  for (size_t i = 0; i < parsed.calls.size(); ++i) {
+    ojson one = {{"id", random_id("call_")}, {"type", "function"},
+                 {"function", {{"name", parsed.calls[i].name}, {"arguments", parsed.calls[i].arguments}}}};
+    if (delta) one["index"] = i;
+    out.push_back(std::move(one));
+  }
+  return out;
 }
 
 ojson usage_json(const Call& call, const std::vector<Choice>& choices) {
@@ -387,7 +403,13 @@ void HttpServer::answer_whole(const Call& call, std::vector<Choice>& choices, ht
     }
     const std::string text = choice_text(engine_, c, call.settings.stop, true);
     ojson one = {{"index", i}};
-    if (call.chat) {
+    std::optional<ParsedAnswer> parsed = call.tools ? parse_tool_calls(text) : std::nullopt;
+    if (parsed) {
+      one["message"] = {{"role", "assistant"},
+                        {"content", parsed->content.empty() ? ojson(nullptr) : ojson(parsed->content)},
+                        {"tool_calls", tool_calls_json(*parsed, false)}};
+      c.finish_reason = "tool_calls";
+    } else if (call.chat) {
       one["message"] = {{"role", "assistant"}, {"content", text}};
     } else {
       one["text"] = text;
@@ -456,12 +478,21 @@ void HttpServer::answer_stream(Call call, std::shared_ptr<std::vector<Choice>> c
     if (!c.stream->next(&u)) return false;
     c.tokens.insert(c.tokens.end(), u.tokens.begin(), u.tokens.end());
     const std::string text = choice_text(engine_, c, call.settings.stop, u.finished);
-    if (text.size() > c.sent) {
-      if (!send(chunk(call, id, *next, text.substr(c.sent), false, "").dump())) return false;
-      c.sent = text.size();
+    // With tools offered, what may be a tool call is held back until the answer ends.
+    std::optional<ParsedAnswer> parsed = call.tools && u.finished ? parse_tool_calls(text) : std::nullopt;
+    const size_t ready = !call.tools || (u.finished && !parsed) ? text.size() : std::min(text.size(), tool_safe_prefix(text));
+    if (ready > c.sent) {
+      if (!send(chunk(call, id, *next, text.substr(c.sent, ready - c.sent), false, "").dump())) return false;
+      c.sent = ready;
     }
     if (u.finished) {
       c.finish_reason = u.finish_reason;
+      if (parsed) {
+        ojson calls = chunk(call, id, *next, "", false, "");
+        calls["choices"][0]["delta"] = {{"tool_calls", tool_calls_json(*parsed, true)}};
+        if (!send(calls.dump())) return false;
+        c.finish_reason = "tool_calls";
+      }
       if (!send(chunk(call, id, *next, "", false, c.finish_reason).dump())) return false;
       ++*next;
       *started = false;

@@ -118,7 +118,10 @@ Result<ForwardedAnswer> Endpoints::chat(const std::string& ref, const std::strin
     meters_.request(id, model, "unreachable");
     return unavailable("endpoint " + id + "'s serving process did not answer: " + answer.detail);
   }
-  const json usage = answer.status < 400 ? json::parse(answer.body, nullptr, false).value("usage", json::object()) : json::object();
+  // An answer that is not a JSON object (a broken process) counts, without tokens.
+  const json whole = answer.status < 400 ? json::parse(answer.body, nullptr, false) : json();
+  const bool has_usage = whole.is_object() && whole.contains("usage") && whole["usage"].is_object();
+  const json usage = has_usage ? whole["usage"] : json::object();
   meters_.request(id, model, answer.status < 400 ? "ok" : "error", usage.value("prompt_tokens", 0L),
                   usage.value("completion_tokens", 0L));
   return ForwardedAnswer{answer.status, answer.body};

@@ -140,7 +140,7 @@ Result<json> Endpoints::info() const {
               {"pool", pool ? json(pool->name) : json(nullptr)},
               {"contextLimit", nullptr},  // each model's own (the serving process's `listening` line)
               {"idleTimeoutSeconds", nullptr},  // an endpoint serves until it is deleted
-              {"toolCallParsers", json::array()},
+              {"toolCallParsers", json::array({"hermes", "llama3_json"})},  // src/job/tool_calls.h
               {"wholeWeightModels", false},
               {"streamingThroughTrainerd", true}};
 }
