@@ -1,9 +1,11 @@
 // Endpoints as tasks of the kernel (its "endpoint" kind): AWAITING_CAPACITY until admission
 // grants the SERVING claim, then `trainer-job serve` started through the backend (job kind serve)
 // under it, STARTING until the process prints its "listening" line and answers GET /health,
-// READY while it runs; DELETING once its stop was asked, DELETED when it is gone; FAILED, with a
-// reason naming how the process ended, when it ends on its own. Every phase change is a
-// kernel->move(); the claim is released in the transaction that ends the endpoint.
+// READY while it runs; DELETING once its stop was asked, DELETED when it is gone. A READY
+// endpoint's process that ends on its own is started again (STARTING, up to kMaxRestarts times);
+// FAILED, with a reason naming how the process ended, when it ends while STARTING or past that.
+// Every phase change is a kernel->move(); the claim is released in the transaction that ends the
+// endpoint.
 #include <csignal>
 #include <cstring>
 #include <filesystem>
@@ -35,6 +37,9 @@ constexpr double kStopSeconds = 10;
 // How long a health probe of a starting process may take (seconds).
 constexpr double kProbeSeconds = 1;
 constexpr int kLogLinesInReason = 3;
+// How often a READY endpoint's process that ended on its own is started again before the
+// endpoint fails (a process that ends while STARTING fails it at once: a retry would not mend it).
+constexpr int kMaxRestarts = 3;
 
 // The last `n` lines of a file; "" when it cannot be read.
 std::string file_tail(const std::string& path, int n) {
@@ -75,7 +80,7 @@ const tasks::PhaseTable& endpoint_phase_table() {
        {kDeleted, true}, {kFailed, true}},
       {{kAwaiting, {kStarting, kFailed, kDeleted}},
        {kStarting, {kReady, kFailed, kDeleting}},
-       {kReady, {kFailed, kDeleting}},
+       {kReady, {kStarting, kFailed, kDeleting}},
        {kDeleting, {kDeleted}}});
   return table;
 }
@@ -128,8 +133,10 @@ Status Endpoints::launch_locked(json& doc, const store::ClaimRow& claim) {
   job.plan_path = (dir / "spec.json").string();
   job.output_dir = dir.string();
   job.events_path = (dir / "events.jsonl").string();
-  job.log_path = (dir / "serve.log").string();
-  job.job_id = id + "-1";
+  // Each launch its own log: the "listening" line read is this process's.
+  const int launch = doc.value("restarts", 0) + 1;
+  job.log_path = (dir / (launch == 1 ? std::string("serve.log") : "serve-" + std::to_string(launch) + ".log")).string();
+  job.job_id = id + "-" + std::to_string(launch);
   job.gpus = gpu_pool ? claim.devices : 0;
   job.device_ids = claim.device_ids;
   TRAINER_RETURN_IF_ERROR(write_file_atomic(job.plan_path, spec.dump(2) + "\n"));
@@ -141,6 +148,21 @@ Status Endpoints::launch_locked(json& doc, const store::ClaimRow& claim) {
   doc["startedAtSeconds"] = core_.now();
   TRAINER_RETURN_IF_ERROR(core_.store->put_endpoint(doc));
   return core_.kernel->move("endpoint", id, kStarting);
+}
+
+// A READY endpoint's process ended on its own: started again on the same claim, with every
+// attached adapter (STARTING), up to kMaxRestarts times; then the endpoint fails, naming why.
+Status Endpoints::restart_locked(json& doc, const std::string& reason) {
+  const int restarts = doc.value("restarts", 0);
+  if (restarts >= kMaxRestarts) {
+    return end_locked(doc, kFailed, reason + " (after " + std::to_string(restarts) + " restarts)");
+  }
+  TRAINER_ASSIGN_OR_RETURN(std::optional<store::ClaimRow> claim, claim_of(doc["endpointId"].get<std::string>()));
+  if (!claim) return end_locked(doc, kFailed, reason + "; its device claim is gone");
+  doc["restarts"] = restarts + 1;
+  doc["lastRestart"] = {{"at", core_.now_rfc3339()}, {"reason", reason}};
+  doc.erase("readyAt");
+  return launch_locked(doc, *claim);
 }
 
 // The port on the process's "listening" line (trainer-job serve prints it on stdout, which the
@@ -180,6 +202,7 @@ Status Endpoints::follow_locked(json& doc, tasks::Step& step) {
     std::string reason = "the serving process (" + core_.backend->describe(handle) + ") " + how_it_ended(status);
     const std::string tail = file_tail(doc["_job"].value("log", std::string()), kLogLinesInReason);
     if (!tail.empty()) reason += "; its last lines: " + tail;
+    if (phase == kReady) return restart_locked(doc, reason);
     return end_locked(doc, kFailed, reason);
   }
   if (phase == kReady) return Status::ok();

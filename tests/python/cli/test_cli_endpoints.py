@@ -2,7 +2,8 @@
 through the real CLI against a real trainerd, which starts the real `trainer-job serve` through
 its local backend on the tiny base model. Greedy answers through trainerd equal the answers of
 `trainer-job serve` started by hand on the same model; delete stops the process and frees its
-SERVING claim; a killed process fails its endpoint with a reason naming the signal; a run's
+SERVING claim; a killed process is started again on the same claim, three times, then fails its
+endpoint with a reason naming the signal; a run's
 adapter attaches to the endpoint already serving its base model (same process, same claim), and
 detach, disable, enable and the delete refusal work through the CLI."""
 from __future__ import annotations
@@ -131,14 +132,24 @@ def test_an_endpoint_answers_greedy_as_the_serving_process_does_and_delete_stops
     assert refused.returncode == 1 and "DELETED" in refused.stderr
 
 
-def test_a_killed_serving_process_fails_its_endpoint_naming_the_signal(ready):
+def test_a_killed_serving_process_is_restarted_then_fails_its_endpoint_naming_the_signal(ready):
     eid = create_ready(ready)["endpointId"]
+    for restart in (1, 2, 3):
+        [pid] = serving_pids(eid)
+        os.kill(pid, signal.SIGKILL)
+        again = wait_for(lambda: (lambda e: e if e["phase"] == "READY" and e.get("restarts") == restart else None)(
+            ready.json("endpoints", "get", eid)), 120, f"restart {restart} of the serving process")
+        why = again["lastRestart"]["reason"]
+        assert "killed by signal 9 (SIGKILL)" in why and f"pid {pid}" in why, again
+        assert serving_pids(eid) != [pid]
+        assert ready.json("endpoints", "send", eid, "--input", "hi", "--max-tokens", 2)["usage"]["completion_tokens"] > 0
+        assert eid in claims(ready)  # the same claim all along
     [pid] = serving_pids(eid)
     os.kill(pid, signal.SIGKILL)
     failed = wait_for(lambda: (lambda e: e if e["phase"] == "FAILED" else None)(ready.json("endpoints", "get", eid)),
                       60, "the endpoint to fail")
     assert "killed by signal 9 (SIGKILL)" in failed["failureReason"], failed
-    assert f"pid {pid}" in failed["failureReason"], failed
+    assert f"pid {pid}" in failed["failureReason"] and "after 3 restarts" in failed["failureReason"], failed
     assert eid not in claims(ready)
     waited = ready("endpoints", "wait", eid)
     assert waited.returncode == 1 and "will not answer" in waited.stderr and "SIGKILL" in waited.stderr
