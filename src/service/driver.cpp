@@ -108,8 +108,7 @@ Status ServiceImpl::step_run(RunRecord& run) {
     case Phase::kWaitingForBaseModel:
       return after_dataset(run);
     case Phase::kDeployingGrader:
-      // Judges are declared by URL (trainerd's `judges`): nothing to deploy, wait for them.
-      return transition(run, Phase::kWaitingForGrader);
+      return deploy_judges(run);
     case Phase::kWaitingForGrader:
       return wait_for_judges(run);
     case Phase::kWaitingForDevices: {
@@ -156,36 +155,7 @@ Status ServiceImpl::after_dataset(RunRecord& run) {
   run.base_model_sha = model.value("contentHash", std::string());
   run.view["baseModelHash"] = *run.base_model_sha;
   // A run with a judge (a model: reward term) has it answer before it claims devices.
-  std::string missing;
-  if (!judges_of(run.view["plan"], opt_.config, &missing).empty() || !missing.empty()) {
-    return transition(run, Phase::kDeployingGrader);
-  }
-  return claim_devices(run);
-}
-
-// WAITING_FOR_GRADER: every judge of the run answers, then devices are claimed; a judge that has
-// not answered within its readyTimeoutSeconds fails the run, naming it.
-Status ServiceImpl::wait_for_judges(RunRecord& run) {
-  std::string missing;
-  const std::vector<const JudgeConfig*> judges = judges_of(run.view["plan"], opt_.config, &missing);
-  if (!missing.empty()) {
-    return fail(run, "judge '" + missing + "' of a model: reward term is no longer declared by trainerd's configuration");
-  }
-  for (const JudgeConfig* j : judges) {
-    std::string why;
-    bool tls_failed = false;
-    if (judge_probes_.answers(*j, &why, &tls_failed)) continue;
-    if (tls_failed) {  // an untrusted certificate: waiting will not mend it
-      return fail(run, "judge '" + j->name + "' at " + j->url + " failed TLS verification: " + why +
-                           "; declare the judge's caFile in trainerd's configuration if it uses a private CA");
-    }
-    if (now() - run.entered_at > j->ready_timeout_seconds) {
-      return fail(run, "judge '" + j->name + "' at " + j->url + " did not answer within " +
-                           std::to_string(j->ready_timeout_seconds) + " s (readyTimeoutSeconds)" +
-                           (why.empty() ? std::string() : ": " + why));
-    }
-    return Status::ok();
-  }
+  if (has_judges(run.view["plan"])) return transition(run, Phase::kDeployingGrader);
   return claim_devices(run);
 }
 
@@ -290,7 +260,7 @@ Status ServiceImpl::submit_job(RunRecord& run) {
   job_plan["baseModel"] = base_models_.cache_path(run.base_model_sha.value_or(""));
   job_plan["config"]["dataset"] = storage_->local_path(run.dataset_key);
   if (run.validation_key) job_plan["config"]["validationDataset"] = storage_->local_path(*run.validation_key);
-  fill_judges(job_plan, opt_.config);
+  fill_judges(job_plan, opt_.config, endpoint_judges(run));
   // A cluster job reads its inputs from the S3 store, not from trainerd's data folder.
   if (artifact_store_ && backend_->name() != "local") {
     auto staged = stage_job_inputs(*artifact_store_, opt_.config.artifact_store.uri, run.base_model_sha.value_or(""),

@@ -77,6 +77,7 @@ std::string EndpointMeters::render(const std::vector<std::string>& active, const
   for (auto* m : {&prompt_tokens_, &completion_tokens_}) std::erase_if(*m, [&](const auto& e) { return gone(e.first.first); });
   for (auto* m : {&first_token_, &inter_token_}) std::erase_if(*m, [&](const auto& e) { return gone(e.first.first); });
 
+  if (open.empty()) return "";  // a deployment without endpoints shows none of these families
   std::string out;
   header(out, "trainer_endpoint_requests_total", "counter", "Requests trainerd forwarded to an endpoint, by outcome.");
   for (const auto& [k, v] : requests_) {

@@ -36,7 +36,7 @@ class EndpointMeters {
     long used = 0, total = 0;
   };
   // The families for the endpoints in `active` (series of others are dropped), with their KV
-  // blocks as read at this scrape.
+  // blocks as read at this scrape; "" when `active` is empty.
   std::string render(const std::vector<std::string>& active, const std::vector<KvBlocks>& kv);
 
  private:

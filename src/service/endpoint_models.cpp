@@ -135,6 +135,7 @@ Result<json> Endpoints::detach(const std::string& ref, const std::string& model)
     return field_status(StatusCode::kFailedPrecondition, "endpoint", "endpoint " + id + " is " + phase + "; it serves nothing to detach");
   }
   TRAINER_ASSIGN_OR_RETURN(size_t index, attached_model(doc, model));
+  TRAINER_RETURN_IF_ERROR(refuse_if_judging(doc, doc["models"][index].value("name", std::string()), "detach it"));
   if (doc["models"].size() == 1) return take_down_locked(std::move(doc));
   const json entry = doc["models"][index];
   const std::string name = entry.value("name", std::string());
@@ -162,6 +163,7 @@ Result<json> Endpoints::set_enabled(const std::string& ref, const std::string& m
     return field_status(StatusCode::kFailedPrecondition, "endpoint", "endpoint " + id + " is " + phase);
   }
   TRAINER_ASSIGN_OR_RETURN(size_t index, attached_model(doc, model));
+  if (!enabled) TRAINER_RETURN_IF_ERROR(refuse_if_judging(doc, doc["models"][index].value("name", std::string()), "disable it"));
   json& entry = doc["models"][index];
   if (entry.value("enabled", true) != enabled) {
     entry["enabled"] = enabled;

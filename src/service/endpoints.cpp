@@ -157,6 +157,11 @@ Result<json> Endpoints::create(const json& body) {
       return out;
     }
   }
+  TRAINER_ASSIGN_OR_RETURN(std::string id, create_locked(request));
+  return get(id);
+}
+
+Result<std::string> Endpoints::create_locked(const json& request) {
   const PoolConfig* pool = serving_pool();
   if (!pool) {
     return field_status(StatusCode::kFailedPrecondition, "model",
@@ -185,7 +190,43 @@ Result<json> Endpoints::create(const json& body) {
     TRAINER_RETURN_IF_ERROR(core_.store->insert_claim(c));
     return capacity_.admit_locked();
   }));
-  return get(id);
+  return id;
+}
+
+Status Endpoints::servable(const std::string& model) { return hooks_.resolve_model(model).status(); }
+
+Result<json> Endpoints::judge_endpoint_locked(const std::string& model, const std::string& workload_id) {
+  TRAINER_ASSIGN_OR_RETURN(json resolved, hooks_.resolve_model(model));
+  const std::string kind = resolved.value("kind", std::string());
+  json body = {{"model", model}};
+  if (kind == "base" || kind == "registeredBase") body["workload"] = workload_id;  // a candidate has its own
+  TRAINER_ASSIGN_OR_RETURN(json request, resolve_request(body));
+  const std::string name = request["served"].value("name", std::string());
+  TRAINER_ASSIGN_OR_RETURN(std::vector<json> open, core_.store->list_endpoints({"AWAITING_CAPACITY", "STARTING", "READY"}));
+  for (auto& doc : open) {
+    upgrade(doc);
+    for (const auto& m : doc["models"]) {
+      if (m.value("name", std::string()) == name) return json{{"endpointId", doc["endpointId"]}, {"model", name}};
+    }
+  }
+  TRAINER_ASSIGN_OR_RETURN(std::string id, create_locked(request));
+  return json{{"endpointId", id}, {"model", name}};
+}
+
+Status Endpoints::refuse_if_judging(const json& doc, const std::string& model, const std::string& what) {
+  const std::string id = doc.value("endpointId", std::string());
+  for (const auto& m : doc["models"]) {
+    const std::string name = m.value("name", std::string());
+    if (!model.empty() && name != model) continue;
+    TRAINER_ASSIGN_OR_RETURN(std::vector<std::string> runs, hooks_.judge_users(id, name));
+    if (runs.empty()) continue;
+    std::string named;
+    for (const auto& r : runs) named += (named.empty() ? "" : ", ") + r;
+    return field_status(StatusCode::kFailedPrecondition, model.empty() ? "endpoint" : "model",
+                        "cannot " + what + ": '" + name + "' of endpoint " + id + " is the judge of run " + named +
+                            ", which has not ended (cancel it, or wait until it ends)");
+  }
+  return Status::ok();
 }
 
 // An endpoint is for trying a model now: one that its workload's quota cannot hold beside the
@@ -253,6 +294,7 @@ Result<json> Endpoints::remove(const std::string& ref) {
   if (ended(phase) || phase == "DELETING") {
     return field_status(StatusCode::kFailedPrecondition, "endpoint", "endpoint " + id + " is already " + phase);
   }
+  TRAINER_RETURN_IF_ERROR(refuse_if_judging(doc, "", "take it down"));
   if (doc["models"].size() > 1) {
     std::string names;
     for (const auto& m : doc["models"]) names += (names.empty() ? "" : ", ") + m.value("name", std::string());

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "service/capacity.h"
 #include "service/endpoint_meters.h"
@@ -34,6 +35,8 @@ class Endpoints {
     std::function<Result<json>(const std::string& ref)> resolve_model;
     // A workload by name, id or prefix; errors name `field`.
     std::function<Result<json>(const std::string& ref, const std::string& field)> resolve_workload;
+    // The runs not ended whose judge is `model` of endpoint `endpoint_id` (their ids).
+    std::function<Result<std::vector<std::string>>(const std::string& endpoint_id, const std::string& model)> judge_users;
   };
 
   Endpoints(ServiceCore& core, Capacity& capacity, Hooks hooks);
@@ -60,6 +63,14 @@ class Endpoints {
   // The endpoints' families for trainerd's /metrics (endpoint_meters.h): the forwarded requests'
   // counts, tokens and latencies, and each READY process's KV blocks, read now.
   std::string metrics_text();
+
+  // Runs' judges on endpoints (docs/graders.md, "Judges on endpoints"):
+  // Whether `model` is something an endpoint can serve (a submission's check; errors say why not).
+  Status servable(const std::string& model);
+  // DEPLOYING_GRADER (mu held, inside the run's step): {endpointId, model: its request name} of an
+  // endpoint not ended that serves `model`, else of one created for it (a base model's in
+  // `workload_id`, a candidate's in its own workload).
+  Result<json> judge_endpoint_locked(const std::string& model, const std::string& workload_id);
 
   // The kernel's "endpoint" kind, added by ServiceImpl.
   tasks::TaskKind& task_kind() { return tasks_; }
@@ -94,12 +105,18 @@ class Endpoints {
   // POST or DELETE on the serving process's /v1/adapters (no lock held).
   Status call_adapters(const json& doc, const std::string& method, const json& body, const std::string& name) const;
   Result<std::optional<store::ClaimRow>> claim_of(const std::string& id);
+  // Creates an endpoint for a resolved request (mu held): its id.
+  Result<std::string> create_locked(const json& request);
+  // Refuses to `what` (take it down, detach it, disable it) a model of `doc` (every one when
+  // `model` is "") that a run's judge still uses, naming the run.
+  Status refuse_if_judging(const json& doc, const std::string& model, const std::string& what);
   // Refuses an endpoint its workload's quota cannot hold now (errors name "workload").
   Status check_quota(const json& workload);
 
   // The kernel's step and its parts (mu held, inside the step's transaction).
   Status step_task(tasks::Step& step);
   Status launch_locked(json& doc, const store::ClaimRow& claim);
+  Status restart_locked(json& doc, const std::string& reason);
   Status follow_locked(json& doc, tasks::Step& step);
   // The port the process printed on its "listening" line, once it answers; 0 until then.
   int answering_port(const json& doc) const;

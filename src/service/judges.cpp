@@ -20,7 +20,8 @@ std::string declared_names(const DeploymentConfig& d) {
 
 }  // namespace
 
-Status check_reward_terms(const plan::RunConfig& config, const DeploymentConfig& deployment) {
+Status check_reward_terms(const plan::RunConfig& config, const DeploymentConfig& deployment,
+                          const std::function<Status(const std::string& name)>& served_model) {
   if (!config.is_rl()) return Status::ok();
   for (size_t i = 0; i < config.rewardTerms.size(); ++i) {
     const plan::RewardTermSpec& t = config.rewardTerms[i];
@@ -32,8 +33,16 @@ Status check_reward_terms(const plan::RunConfig& config, const DeploymentConfig&
       }
       const std::string name = plan::term_target(t.kind);
       if (find_judge(deployment, name) == nullptr) {
-        return invalid_field(at + ".kind", "judge '" + name + "' is not declared by this trainerd; declared: " +
-                                               declared_names(deployment));
+        if (!served_model) {
+          return invalid_field(at + ".kind", "judge '" + name + "' is not declared by this trainerd; declared: " +
+                                                 declared_names(deployment));
+        }
+        Status served = served_model(name);
+        if (!served.is_ok()) {
+          return invalid_field(at + ".kind", "judge '" + name + "' is neither declared by this trainerd (declared: " +
+                                                 declared_names(deployment) + ") nor a model it serves: " +
+                                                 served.message());
+        }
       }
     }
     if (t.caFile) {
@@ -95,19 +104,51 @@ std::vector<const JudgeConfig*> judges_of(const json& plan, const DeploymentConf
   return out;
 }
 
+namespace {
+
+// The targets of the plan's model: terms, in term order, without repeats.
+std::vector<std::string> model_term_names(const json& plan) {
+  std::vector<std::string> out;
+  if (!plan.contains("config") || !plan["config"].contains("reward") || !plan["config"]["reward"].contains("terms")) return out;
+  const json& terms = plan["config"]["reward"]["terms"];
+  if (!terms.is_array()) return out;
+  for (const auto& t : terms) {
+    const std::string kind = t.is_object() ? t.value("kind", std::string()) : std::string();
+    if (plan::term_kind(kind) != plan::TermKind::kModel) continue;
+    const std::string name = plan::term_target(kind);
+    if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> endpoint_judge_names(const json& plan, const DeploymentConfig& deployment) {
+  std::vector<std::string> out;
+  for (auto& name : model_term_names(plan)) {
+    if (find_judge(deployment, name) == nullptr) out.push_back(std::move(name));
+  }
+  return out;
+}
+
+bool has_judges(const json& plan) { return !model_term_names(plan).empty(); }
+
 json judge_endpoint_json(const JudgeConfig& j) {
   return {{"url", j.url}, {"model", j.model.empty() ? j.name : j.model}, {"apiKeyEnv", j.api_key_env}, {"caFile", j.ca_file}};
 }
 
-void fill_judges(json& job_plan, const DeploymentConfig& deployment) {
+void fill_judges(json& job_plan, const DeploymentConfig& deployment, const std::map<std::string, json>& endpoint_judges) {
   if (!job_plan.contains("config") || !job_plan["config"].contains("reward")) return;
   json& terms = job_plan["config"]["reward"]["terms"];
   if (!terms.is_array()) return;
   for (auto& t : terms) {
     const std::string kind = t.is_object() ? t.value("kind", std::string()) : std::string();
     if (plan::term_kind(kind) != plan::TermKind::kModel) continue;
-    if (const JudgeConfig* j = find_judge(deployment, plan::term_target(kind))) {
+    const std::string name = plan::term_target(kind);
+    if (const JudgeConfig* j = find_judge(deployment, name)) {
       t["judge"] = judge_endpoint_json(*j);
+    } else if (auto e = endpoint_judges.find(name); e != endpoint_judges.end()) {
+      t["judge"] = e->second;
     }
   }
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <future>
 #include <map>
 #include <mutex>
@@ -22,7 +23,11 @@ namespace trainer::service {
 // declare (the message lists those it does), a `judge` written in a submitted plan (it is the
 // deployment's), and a rule:/bundle: term whose file or folder is not an absolute path that
 // exists on this host.
-Status check_reward_terms(const plan::RunConfig& config, const DeploymentConfig& deployment);
+// `served_model` (runs only): a model: term that names no declared judge may name a model this
+// trainerd serves at an endpoint (a base model's name, a run id, a registered model id): it
+// answers whether `name` is one (errors say why not); null = declared judges only.
+Status check_reward_terms(const plan::RunConfig& config, const DeploymentConfig& deployment,
+                          const std::function<Status(const std::string& name)>& served_model = nullptr);
 
 // The run's judges and where each one's instructions come from (docs/graders.md), shown by
 // `runs get` and a dry run: [{at: "config.reward.terms[I]" | "grader", grader: KIND,
@@ -30,15 +35,27 @@ Status check_reward_terms(const plan::RunConfig& config, const DeploymentConfig&
 nlohmann::json judge_instructions(const plan::Plan& plan);
 
 // The judges the plan's model: terms use, in term order, without repeats. A name the
-// configuration no longer declares is returned as a nullptr entry's name in *missing.
+// configuration does not declare (a judge on an endpoint, endpoint_judge_names) is returned in
+// *missing.
 std::vector<const JudgeConfig*> judges_of(const nlohmann::json& plan, const DeploymentConfig& deployment,
                                           std::string* missing);
 
 // The endpoint a job's model: grader is given for `judge`: {url, model, apiKeyEnv, caFile}.
 nlohmann::json judge_endpoint_json(const JudgeConfig& judge);
 
-// Writes config.reward.terms[i].judge (judge_endpoint_json) into the plan given to the job.
-void fill_judges(nlohmann::json& job_plan, const DeploymentConfig& deployment);
+// The names of the plan's model: terms that the configuration does not declare as judges: models
+// trainerd serves at endpoints of its own (DEPLOYING_GRADER finds or creates them), in term
+// order, without repeats.
+std::vector<std::string> endpoint_judge_names(const nlohmann::json& plan, const DeploymentConfig& deployment);
+
+// Whether the plan has a model: term (the run passes DEPLOYING_GRADER and WAITING_FOR_GRADER).
+bool has_judges(const nlohmann::json& plan);
+
+// Writes config.reward.terms[i].judge (judge_endpoint_json) into the plan given to the job; a
+// term naming a model served at one of trainerd's endpoints gets endpoint_judges[name] ({url,
+// model, apiKeyEnv, caFile}: trainerd's forwarding route of its endpoint).
+void fill_judges(nlohmann::json& job_plan, const DeploymentConfig& deployment,
+                 const std::map<std::string, nlohmann::json>& endpoint_judges = {});
 
 // Whether judges answer, asked in the background so the driver never waits on the network: the
 // first question starts a probe (GET URL/v1/models; any HTTP answer below 500 counts), later ones

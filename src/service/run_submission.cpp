@@ -111,7 +111,8 @@ Result<std::pair<json, bool>> ServiceImpl::submit_plan(const json& body, bool dr
   if (p.kind != "run") return invalid_field("kind", "must be \"run\", got \"" + p.kind + "\"");
   if (p.grader) TRAINER_RETURN_IF_ERROR(check_grader("grader", *p.grader));
   TRAINER_RETURN_IF_ERROR(bundles_.resolve_terms(p));
-  TRAINER_RETURN_IF_ERROR(check_reward_terms(p.config, opt_.config));
+  TRAINER_RETURN_IF_ERROR(
+      check_reward_terms(p.config, opt_.config, [this](const std::string& name) { return endpoints_.servable(name); }));
 
   // The plan's fit to its dataset, measured before the lock: trainer-job analyze takes a while
   // the first time a dataset, model and length meet (then it is cached).

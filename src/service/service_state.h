@@ -343,7 +343,12 @@ class ServiceImpl final : public Service {
   Status fail_unreadable_run_locked(const OpenRun& row, const Status& why);
   Status after_dataset(RunRecord& run);
   Status claim_devices(RunRecord& run);
+  // run_judges.cpp: DEPLOYING_GRADER finds or creates the endpoints of judges on our own models;
+  // WAITING_FOR_GRADER waits until every judge answers; what the job's plan is given for them.
+  Status deploy_judges(RunRecord& run);
   Status wait_for_judges(RunRecord& run);
+  std::map<std::string, json> endpoint_judges(const RunRecord& run) const;
+  Result<std::vector<std::string>> judge_users(const std::string& endpoint_id, const std::string& model);
   backend::JobSpec job_spec(const RunRecord& run) const;
   Status submit_job(RunRecord& run);
   Status transition(RunRecord& run, Phase to);
@@ -386,6 +391,9 @@ class ServiceImpl final : public Service {
                       Endpoints::Hooks{[this](const std::string& ref) { return resolve_evaluated_model(ref); },
                                        [this](const std::string& ref, const std::string& field) {
                                          return resolve_workload(ref, field);
+                                       },
+                                       [this](const std::string& endpoint_id, const std::string& model) {
+                                         return judge_users(endpoint_id, model);
                                        }}};
 
   // ServiceOptions::job_otlp_endpoint, or what the wiring set before start(); read by the driver.

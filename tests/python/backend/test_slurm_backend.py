@@ -1,7 +1,8 @@
 """The Slurm backend against a real Slurm (Debian's slurmctld + slurmd, one node, started by the
 `slurm` fixture): real training jobs submitted with sbatch through `trainer runs start`, followed
-with squeue/scontrol, cancelled with scancel, and found again by a restarted trainerd; and an
-evaluation's job, submitted the same way."""
+with squeue/scontrol, cancelled with scancel, and found again by a restarted trainerd; an
+evaluation's job, submitted the same way; and an endpoint's serving process, as a Slurm job that
+its delete ends (one node: trainerd reaches it at 127.0.0.1)."""
 from __future__ import annotations
 
 import urllib.request
@@ -10,6 +11,7 @@ import pytest
 
 from backend_support import Service
 from cli_support import EXAMPLES, MODEL_NAME, WORKLOAD
+from waiting import wait_for
 
 LONG = 100000
 
@@ -113,3 +115,25 @@ def test_an_evaluation_runs_as_a_slurm_batch_job(service, slurm, tmp_path):
     assert out.returncode == 0, out.stderr
     mine = [line for line in out.stdout.splitlines() if f"JobName=trainer-{eid}-1 " in line]
     assert len(mine) == 1 and "JobState=COMPLETED" in mine[0], out.stdout
+
+
+def test_an_endpoint_serves_from_a_slurm_job_and_delete_ends_it(service, slurm):
+    e = service.cli.json("endpoints", "create", "--model", MODEL_NAME, "--workload", WORKLOAD, "--wait",
+                         "--timeout", "5m")
+    assert e["phase"] == "READY", e
+    eid = e["endpointId"]
+
+    def slurm_state() -> str:
+        out = slurm.run("scontrol", "show", "job", "-o")
+        assert out.returncode == 0, out.stderr
+        mine = [line for line in out.stdout.splitlines() if f"JobName=trainer-{eid}-1 " in line]
+        assert len(mine) == 1, out.stdout
+        return mine[0].split("JobState=")[1].split()[0]
+
+    assert slurm_state() == "RUNNING"
+    sent = service.cli.json("endpoints", "send", eid, "--input", "Hello", "--temperature", 0, "--max-tokens", 4)
+    assert sent["model"] == MODEL_NAME and 0 < sent["usage"]["completion_tokens"] <= 4, sent
+    service.cli("endpoints", "delete", eid, check=True)
+    wait_for(lambda: service.cli.json("endpoints", "get", eid)["phase"] == "DELETED", 120, "the endpoint to go")
+    wait_for(lambda: slurm_state() != "RUNNING", 60, "its Slurm job to end")
+    assert eid not in {c["owner"] for c in service.cli.json("capacity")["claims"]}

@@ -143,7 +143,7 @@ def test_a_judge_that_does_not_answer_fails_the_run_before_devices_are_claimed(c
 def test_an_unknown_judge_is_refused_at_submission_by_name(cli):
     out = cli("runs", "start", "-f", "-", "--dry-run", input=plan("{kind: 'model:nobody'}"))
     assert out.returncode != 0
-    assert "config.reward.terms[0].kind" in out.stderr and "judge 'nobody' is not declared" in out.stderr, out.stderr
+    assert "config.reward.terms[0].kind" in out.stderr and "judge 'nobody' is neither declared" in out.stderr, out.stderr
     assert "good, cycle, refuser, broken, offline" in out.stderr, out.stderr
 
 

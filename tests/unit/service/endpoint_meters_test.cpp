@@ -46,6 +46,7 @@ TEST(EndpointMeters, SeriesOfEndpointsThatEndedAreDropped) {
   const std::string text = m.render({"e2"}, {});
   EXPECT_FALSE(has(text, "endpoint=\"gone\"")) << text;
   EXPECT_TRUE(has(text, "model=\"a\\\"b\",outcome=\"error\"} 1")) << text;
+  EXPECT_EQ(m.render({}, {}), "");  // no endpoint open: no family at all
 }
 
 }  // namespace
