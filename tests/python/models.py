@@ -98,12 +98,13 @@ def make_config(arch: str = "qwen3", tokenizer: str = "qwen3", **overrides):
 
 
 def make_tiny_model(dir, arch: str = "qwen3", tokenizer: str = "qwen3", seed: int = 0,
-                    dtype: str = "float32", **config_overrides) -> pathlib.Path:
+                    dtype: str = "float32", device: str = "cpu", **config_overrides) -> pathlib.Path:
     """Writes a tiny random model of `arch` ("qwen3", "qwen2", "llama") with the npm
     `tokenizer` ("qwen3", "llama3") into `dir` and returns the folder.
 
     config_overrides replace fields of the config (e.g. num_hidden_layers=3,
-    tie_word_embeddings=False, rope_scaling={...}). dtype: "float32" or "bfloat16".
+    tie_word_embeddings=False, rope_scaling={...}). dtype: "float32" or "bfloat16". device: where
+    the random weights are made ("cuda" makes large shapes in seconds; other bytes than on the CPU).
     """
     import torch
     import transformers
@@ -112,7 +113,8 @@ def make_tiny_model(dir, arch: str = "qwen3", tokenizer: str = "qwen3", seed: in
     dest.mkdir(parents=True, exist_ok=True)
     config = make_config(arch, tokenizer, **config_overrides)
     torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+    with torch.device(device):
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
     model.eval()
     model.save_pretrained(dest, safe_serialization=True)
     copy_tokenizer(dest, tokenizer)
