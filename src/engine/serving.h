@@ -36,6 +36,8 @@ struct ServeOptions {
                                   // max_position_embeddings, at most what the pool holds
   int64_t prefill_chunk = 128;    // prompt tokens prefilled per scheduler step (between decodes)
   int64_t max_batch = 64;         // requests decoding at once; more wait for a place
+  bool prefix_cache = true;       // a prompt starting with blocks another prompt computed (same
+                                  // model or adapter) reuses their keys and values
   plan::Precision precision = plan::Precision::kFp32;
   int gpus = 0;                   // > 0: on CUDA when available
 };
@@ -57,6 +59,7 @@ struct CompletionUpdate {
   std::vector<int32_t> tokens;    // tokens produced since the last update
   bool finished = false;          // the last update of the request
   std::string finish_reason;      // when finished: "stop" (a stop id or string) or "length"
+  int64_t cached_prompt_tokens = 0;  // the prompt's tokens taken from the prefix cache
 };
 
 class CompletionStream {
@@ -72,9 +75,11 @@ class CompletionStream {
 struct ServeStats {
   int64_t blocks_total = 0;       // blocks in the pool
   int64_t blocks_used = 0;        // blocks held by requests now
+  int64_t blocks_cached = 0;      // blocks held by none, kept for the prompt prefix they hold
   int64_t running = 0;            // requests being prefilled or decoded
   int64_t waiting = 0;            // requests waiting for blocks or a place in the batch
   int64_t prompt_tokens = 0;      // prefilled since start
+  int64_t prompt_tokens_cached = 0;  // prompt tokens taken from the prefix cache since start
   int64_t completion_tokens = 0;  // generated since start
   int64_t requests_finished = 0;  // ended by a stop or their length
   int64_t requests_cancelled = 0; // abandoned by their caller

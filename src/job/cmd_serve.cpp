@@ -23,7 +23,7 @@ constexpr const char* kUsage =
     "                         [--name NAME (the folder's name)] [--max-adapters N (4)] [--max-rank N (64)]\n"
     "                         [--kv-blocks N (1024)] [--block-size N (16)] [--context-limit N (0 = the model's)]\n"
     "                         [--prefill-chunk N (128)] [--max-batch N (64)] [--precision FP32|BF16 (FP32)]\n"
-    "                         [--gpus N (0)]\n"
+    "                         [--gpus N (0)] [--prefix-cache on|off (on)]\n"
     "       trainer-job serve --spec FILE\n"
     "Serves the model and adapters over HTTP (OpenAI's /v1/models, /v1/chat/completions,\n"
     "/v1/completions; /v1/adapters to attach and detach; /v1/stats). Once listening it prints one JSON\n"
@@ -92,6 +92,9 @@ std::string parse_serve_args(int argc, char** argv, ServeArgs* out) {
       } else if (value != "FP32" && value != "fp32") {
         return "--precision must be FP32 or BF16, got '" + value + "'";
       }
+    } else if (arg == "--prefix-cache") {
+      if (value != "on" && value != "off") return "--prefix-cache must be on or off, got '" + value + "'";
+      out->engine.prefix_cache = value == "on";
     } else if (arg == "--adapter") {
       const size_t eq = value.find('=');
       if (eq == std::string::npos || eq == 0 || eq + 1 == value.size()) return "--adapter takes NAME=DIR, got '" + value + "'";

@@ -212,6 +212,7 @@ Call parse_call(const json& body, bool chat, const engine::ServingEngine& engine
 struct Choice {
   std::shared_ptr<engine::CompletionStream> stream;
   int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;  // of the prompt, taken from the prefix cache
   std::vector<int32_t> tokens;
   std::string finish_reason;
   size_t sent = 0;  // bytes of its text already streamed
@@ -254,12 +255,16 @@ ojson tool_calls_json(const ParsedAnswer& parsed, bool delta) {
 }
 
 ojson usage_json(const Call& call, const std::vector<Choice>& choices) {
-  int64_t prompt = 0, completion = 0;
+  int64_t prompt = 0, completion = 0, cached = 0;
   for (size_t i = 0; i < choices.size(); ++i) {
-    if (i % static_cast<size_t>(call.n) == 0) prompt += choices[i].prompt_tokens;  // each prompt once
+    if (i % static_cast<size_t>(call.n) == 0) {  // each prompt once
+      prompt += choices[i].prompt_tokens;
+      cached += choices[i].cached_tokens;
+    }
     completion += static_cast<int64_t>(choices[i].tokens.size());
   }
-  return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+  return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion},
+          {"prompt_tokens_details", {{"cached_tokens", cached}}}};
 }
 
 class HttpServer final : public ServeHttp {
@@ -331,6 +336,7 @@ void HttpServer::install() {
   server_.Get("/v1/stats", [this](const httplib::Request&, httplib::Response& res) {
     const engine::ServeStats s = engine_.stats();
     ojson out = {{"kv_blocks_total", s.blocks_total}, {"kv_blocks_used", s.blocks_used},
+                 {"kv_blocks_cached", s.blocks_cached}, {"prompt_tokens_cached", s.prompt_tokens_cached},
                  {"requests_running", s.running}, {"requests_waiting", s.waiting},
                  {"prompt_tokens", s.prompt_tokens}, {"completion_tokens", s.completion_tokens},
                  {"requests_finished", s.requests_finished}, {"requests_cancelled", s.requests_cancelled},
@@ -399,6 +405,7 @@ void HttpServer::answer_whole(const Call& call, std::vector<Choice>& choices, ht
     engine::CompletionUpdate u;
     while (c.stream->next(&u)) {
       c.tokens.insert(c.tokens.end(), u.tokens.begin(), u.tokens.end());
+      c.cached_tokens = u.cached_prompt_tokens;
       if (u.finished) c.finish_reason = u.finish_reason;
     }
     const std::string text = choice_text(engine_, c, call.settings.stop, true);
@@ -477,6 +484,7 @@ void HttpServer::answer_stream(Call call, std::shared_ptr<std::vector<Choice>> c
     engine::CompletionUpdate u;
     if (!c.stream->next(&u)) return false;
     c.tokens.insert(c.tokens.end(), u.tokens.begin(), u.tokens.end());
+    c.cached_tokens = u.cached_prompt_tokens;
     const std::string text = choice_text(engine_, c, call.settings.stop, u.finished);
     // With tools offered, what may be a tool call is held back until the answer ends.
     std::optional<ParsedAnswer> parsed = call.tools && u.finished ? parse_tool_calls(text) : std::nullopt;

@@ -107,10 +107,11 @@ std::string EndpointMeters::render(const std::vector<std::string>& active, const
       out += std::string(name) + "_count{" + l + "} " + std::to_string(h.count) + "\n";
     }
   }
-  header(out, "trainer_endpoint_kv_blocks", "gauge", "KV-cache blocks of an endpoint's serving process, used and total.");
+  header(out, "trainer_endpoint_kv_blocks", "gauge", "KV-cache blocks of an endpoint's serving process: used by requests, cached for a prompt prefix, total.");
   for (const auto& b : kv) {
     const std::string e = "endpoint=\"" + escaped(b.endpoint) + "\"";
     out += "trainer_endpoint_kv_blocks{" + e + ",state=\"used\"} " + std::to_string(b.used) + "\n";
+    out += "trainer_endpoint_kv_blocks{" + e + ",state=\"cached\"} " + std::to_string(b.cached) + "\n";
     out += "trainer_endpoint_kv_blocks{" + e + ",state=\"total\"} " + std::to_string(b.total) + "\n";
   }
   return out;

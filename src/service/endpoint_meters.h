@@ -33,7 +33,7 @@ class EndpointMeters {
 
   struct KvBlocks {
     std::string endpoint;
-    long used = 0, total = 0;
+    long used = 0, total = 0, cached = 0;  // cached: held by no request, kept for a prompt prefix
   };
   // The families for the endpoints in `active` (series of others are dropped), with their KV
   // blocks as read at this scrape; "" when `active` is empty.

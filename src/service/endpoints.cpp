@@ -339,7 +339,7 @@ std::string Endpoints::metrics_text() {
       probe.timeout_seconds = kStatsSeconds;
       const HttpResponse stats = http_call(probe);
       const json s = stats.status == 200 ? json::parse(stats.body, nullptr, false) : json();
-      if (s.is_object()) kv.push_back({id, s.value("kv_blocks_used", 0L), s.value("kv_blocks_total", 0L)});
+      if (s.is_object()) kv.push_back({id, s.value("kv_blocks_used", 0L), s.value("kv_blocks_total", 0L), s.value("kv_blocks_cached", 0L)});
     }
   }
   return meters_.render(active, kv);

@@ -26,6 +26,7 @@ bool Stream::next(CompletionUpdate* update) {
   pending_.clear();
   update->finished = finished_;
   update->finish_reason = finished_ ? reason_ : "";
+  update->cached_prompt_tokens = cached_;
   delivered_ = finished_;
   return true;
 }
@@ -39,6 +40,11 @@ void Stream::push(int32_t token) {
   std::lock_guard<std::mutex> lock(mu_);
   pending_.push_back(token);
   cv_.notify_all();
+}
+
+void Stream::set_cached(int64_t tokens) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cached_ = tokens;
 }
 
 void Stream::finish(const std::string& reason) {
@@ -107,6 +113,7 @@ Status Engine::attach_adapter(const std::string& name, const std::string& dir) {
         }
         adapter->weights = std::move(peft.weights);
         adapter->info = {name, dir, peft.rank};
+        adapter->generation = next_generation_++;
       },
       "adapter '" + name + "'");
   if (!st.is_ok()) return st;
@@ -203,6 +210,8 @@ ServeStats Engine::stats() const {
   ServeStats s;
   s.blocks_total = pool_.total();
   s.blocks_used = pool_.used();
+  s.blocks_cached = pool_.cached();
+  s.prompt_tokens_cached = cached_tokens_.load();
   s.running = running_.load();
   s.waiting = queued_.load();
   s.prompt_tokens = prompt_tokens_.load();
@@ -295,12 +304,26 @@ void Engine::drop_cancelled() {
 
 void Engine::admit() {
   // In arrival order: the first request that does not fit waits, and those behind it too, so a
-  // long request is not starved by short ones.
+  // long request is not starved by short ones. A request first holds the cached blocks of its
+  // prompt's prefix (never the block of its last prompt token: that one's logits are needed).
+  const int64_t bs = pool_.block_size();
   while (!waiting_.empty() && static_cast<int64_t>(active_.size()) < options_.max_batch) {
     Sequence& s = *waiting_.front();
     const int64_t positions = s.prompt_len + s.max_tokens;
-    const int64_t need = (positions + pool_.block_size() - 1) / pool_.block_size();
-    if (!pool_.take(need, &s.blocks)) break;
+    const int64_t need = (positions + bs - 1) / bs;
+    if (options_.prefix_cache && s.prefix.empty()) {
+      s.prefix = prefix_blocks(std::span<const int64_t>(s.tokens.data(), static_cast<size_t>(s.prompt_len)), bs,
+                               (s.prompt_len - 1) / bs, s.adapter ? s.adapter->generation : 0);
+    }
+    const int64_t hits = s.prefix.empty() ? 0 : pool_.reuse(s.prefix, &s.blocks);
+    if (!pool_.take(need - hits, &s.blocks)) {
+      pool_.give_back(&s.blocks);
+      break;
+    }
+    s.cached = hits * bs;
+    s.published = static_cast<size_t>(hits);
+    s.stream->set_cached(s.cached);
+    cached_tokens_ += s.cached;
     active_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
     --queued_;
@@ -408,6 +431,11 @@ void Engine::prefill_step() {
     at::Tensor hidden = model_->hidden_states(in, false, &pass);
     s.cached += T;
     prompt_tokens_ += T;
+    // The prompt's full blocks now computed are published for later prompts with this prefix.
+    for (; s.published < s.prefix.size() && static_cast<int64_t>(s.published + 1) * pool_.block_size() <= s.cached;
+         ++s.published) {
+      pool_.publish(s.prefix[s.published], s.blocks[s.published]);
+    }
     budget -= T;
     if (!s.decoding()) break;  // the budget is spent mid-prompt: the rest next step
     at::Tensor logits = model_->step_logits(hidden.select(1, T - 1));  // [1, V]

@@ -27,6 +27,7 @@ namespace trainer::engine::serve {
 struct Adapter {
   AdapterInfo info;
   model::AdapterWeights weights;  // in the model's dtype and device
+  uint64_t generation = 0;        // unique per attach: names its cached prefix blocks
 };
 
 // A request's side of its stream: the scheduler pushes tokens, the caller takes them.
@@ -39,6 +40,7 @@ class Stream : public CompletionStream {
   bool cancelled() const { return cancelled_.load(); }
   void push(int32_t token);
   void finish(const std::string& reason);
+  void set_cached(int64_t tokens);
 
  private:
   std::function<void()> wake_;  // wakes the scheduler (after cancel)
@@ -49,6 +51,7 @@ class Stream : public CompletionStream {
   bool finished_ = false;         // guarded by mu_
   bool delivered_ = false;        // guarded by mu_: the finished update was returned
   std::string reason_;            // guarded by mu_
+  int64_t cached_ = 0;            // guarded by mu_
 };
 
 // One request in flight. Owned by the scheduler thread once queued.
@@ -61,6 +64,8 @@ struct Sequence {
   int64_t max_tokens = 0;          // completion tokens at most
   int64_t cached = 0;              // positions whose keys and values are in the cache
   std::vector<int64_t> blocks;     // its blocks, reserved for prompt_len + max_tokens positions
+  std::vector<PrefixBlock> prefix; // its prompt's full blocks before the last prompt token
+  size_t published = 0;            // of `prefix`, those published to the pool
   generate::SamplingOptions sampling;
   at::Generator generator;
   bool decoding() const { return cached >= prompt_len; }
@@ -117,6 +122,8 @@ class Engine final : public ServingEngine {
   std::vector<std::unique_ptr<Sequence>> active_;  // prefilling or decoding
 
   std::atomic<int64_t> running_{0}, prompt_tokens_{0}, completion_tokens_{0}, finished_{0}, cancelled_{0};
+  std::atomic<int64_t> cached_tokens_{0};
+  std::atomic<uint64_t> next_generation_{1};  // 0 is the base model's
   std::thread thread_;  // last: started when everything above is ready
 };
 

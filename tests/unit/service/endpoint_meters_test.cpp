@@ -13,13 +13,14 @@ TEST(EndpointMeters, CountsRequestsByOutcomeAndTokensByModel) {
   m.request("e1", "base", "ok", 10, 4);
   m.request("e1", "base", "ok", 5, 2);
   m.request("e1", "run1", "refused");
-  const std::string text = m.render({"e1"}, {{"e1", 3, 64}});
+  const std::string text = m.render({"e1"}, {{"e1", 3, 64, 5}});
   EXPECT_TRUE(has(text, "trainer_endpoint_requests_total{endpoint=\"e1\",model=\"base\",outcome=\"ok\"} 2")) << text;
   EXPECT_TRUE(has(text, "trainer_endpoint_requests_total{endpoint=\"e1\",model=\"run1\",outcome=\"refused\"} 1")) << text;
   EXPECT_TRUE(has(text, "trainer_endpoint_prompt_tokens_total{endpoint=\"e1\",model=\"base\"} 15")) << text;
   EXPECT_TRUE(has(text, "trainer_endpoint_completion_tokens_total{endpoint=\"e1\",model=\"base\"} 6")) << text;
   EXPECT_TRUE(has(text, "trainer_endpoint_kv_blocks{endpoint=\"e1\",state=\"used\"} 3")) << text;
   EXPECT_TRUE(has(text, "trainer_endpoint_kv_blocks{endpoint=\"e1\",state=\"total\"} 64")) << text;
+  EXPECT_TRUE(has(text, "trainer_endpoint_kv_blocks{endpoint=\"e1\",state=\"cached\"} 5")) << text;
   EXPECT_TRUE(has(text, "# TYPE trainer_endpoint_requests_total counter")) << text;
 }
 
