@@ -293,11 +293,13 @@ Status read_term(const json& t, const std::string& at, RewardTermSpec* spec) {
   TRAINER_RETURN_IF_ERROR(only("concurrency", remote, "http and model"));
   TRAINER_RETURN_IF_ERROR(only("graderInstructions", kind == TermKind::kModel, "model"));
   TRAINER_RETURN_IF_ERROR(only("judge", kind == TermKind::kModel, "model"));
+  TRAINER_RETURN_IF_ERROR(only("maxTokens", kind == TermKind::kModel, "model"));
   TRAINER_RETURN_IF_ERROR(only("caFile", kind == TermKind::kHttp, "http (a judge's CA file is declared with the judge)"));
   TRAINER_RETURN_IF_ERROR(r.read_double("timeoutSeconds", &spec->timeoutSeconds));
   TRAINER_RETURN_IF_ERROR(r.read_int_as("maxConsecutiveFailures", &spec->maxConsecutiveFailures));
   TRAINER_RETURN_IF_ERROR(r.read_int_as("retries", &spec->retries));
   TRAINER_RETURN_IF_ERROR(r.read_int_as("concurrency", &spec->concurrency));
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("maxTokens", &spec->maxTokens));
   TRAINER_RETURN_IF_ERROR(r.read_optional_string("graderInstructions", &spec->graderInstructions));
   if (spec->graderInstructions && spec->graderInstructions->empty()) {
     return r.fail("graderInstructions", "must not be empty; leave it out for the built-in instructions");

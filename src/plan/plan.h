@@ -93,6 +93,7 @@ struct RewardTermSpec {
   // model terms only.
   std::optional<std::string> graderInstructions = {};  // config.reward.terms[].graderInstructions: the judge's system prompt; absent = built-in
   std::optional<JudgeEndpoint> judge = {};             // config.reward.terms[].judge: filled by trainerd
+  int maxTokens = 512;  // config.reward.terms[].maxTokens: the judge's answer at most, tokens (its max_tokens)
   // Not a term field: the plan's top-level graderInstructions, given to a model: term that has
   // none of its own when the plan is parsed. absent = none (the term's own, else built-in).
   std::optional<std::string> planGraderInstructions = {};

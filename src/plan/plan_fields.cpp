@@ -107,6 +107,8 @@ const std::vector<FieldSpec> kFields = {
      "http, model: further attempts of a call that produced no score. Default 1"},
     {"config.reward.terms[].concurrency", FT::kInteger, 1, 64, false, false, "",
      "http, model: calls in flight at once. Default 4"},
+    {"config.reward.terms[].maxTokens", FT::kInteger, 1, 32768, false, false, "",
+     "model: the judge's answer at most, in tokens (the request's max_tokens). Default 512"},
     {"config.reward.terms[].caFile", FT::kString, 0, 0, false, false, "",
      "http: absolute path of a PEM file of the CAs trusted for an https:// evaluator, on trainerd's host; absent: the "
      "system's CA store"},

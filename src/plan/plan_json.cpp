@@ -44,7 +44,10 @@ json term_json(const RewardTermSpec& t) {
     out["concurrency"] = t.concurrency;
   }
   if (t.caFile) out["caFile"] = *t.caFile;
-  if (*k == TermKind::kModel) out["graderInstructions"] = t.graderInstructions ? json(*t.graderInstructions) : json(nullptr);
+  if (*k == TermKind::kModel) {
+    out["graderInstructions"] = t.graderInstructions ? json(*t.graderInstructions) : json(nullptr);
+    out["maxTokens"] = t.maxTokens;
+  }
   return out;
 }
 

@@ -41,6 +41,9 @@ TEST(RewardTerms, EveryKindParsesWithItsDefaults) {
   EXPECT_FALSE(terms[1].contains("retries"));
   EXPECT_EQ(terms[3]["concurrency"], 4);
   EXPECT_EQ(terms[4]["graderInstructions"], "Be strict.");
+  EXPECT_EQ(t[4].maxTokens, 512);
+  EXPECT_EQ(terms[4]["maxTokens"], 512);
+  EXPECT_FALSE(terms[3].contains("maxTokens"));
   EXPECT_FALSE(terms[4].contains("judge"));
   // The URL alone is an http: term too.
   auto bare = parse_terms(R"([{"kind": "http://127.0.0.1:9/score"}])");
@@ -104,6 +107,8 @@ TEST(RewardTerms, FieldsOfOtherKindsAndOutOfRangeValuesAreRefusedByName) {
             "must be a string"},
            {R"([{"kind": "model:j", "graderInstructions": ""}])", "config.reward.terms[0].graderInstructions",
             "must not be empty"},
+           {R"([{"kind": "http:http://h/p", "maxTokens": 64}])", "config.reward.terms[0].maxTokens", "applies to model"},
+           {R"([{"kind": "model:j", "maxTokens": 0}])", "config.reward.terms[0].maxTokens", "between 1 and 32768"},
            {R"([{"kind": "rule:/a/s.py"}, {"kind": "rule:/b/s.py"}])", "config.reward.terms[1].name",
             "two terms are named \"rule:s.py\""},
        }) {

@@ -28,7 +28,8 @@ class JudgeGrader final : public RemoteGrader {
         instructions_(std::move(instructions)),
         headers_(std::move(headers)),
         ca_file_(std::move(ca_file)),
-        timeout_(term.timeoutSeconds) {}
+        timeout_(term.timeoutSeconds),
+        max_tokens_(term.maxTokens) {}
 
  protected:
   Attempt call(const GradeItem& item) const override {
@@ -36,6 +37,7 @@ class JudgeGrader final : public RemoteGrader {
     const json request = {
         {"model", model_},
         {"temperature", 0},
+        {"max_tokens", max_tokens_},
         {"messages",
          json::array({{{"role", "system"}, {"content", instructions_}},
                       {{"role", "user"},
@@ -75,6 +77,7 @@ class JudgeGrader final : public RemoteGrader {
   const std::vector<std::pair<std::string, std::string>> headers_;
   const std::string ca_file_;  // "" = the system's CA store
   const double timeout_;
+  const int max_tokens_;
 };
 
 }  // namespace

@@ -62,6 +62,7 @@ TEST(JudgeGrader, SendsInstructionsAndTheAnswerReadsVerdictsAndCountsTokens) {
     ++calls;
     const json body = json::parse(req.body);
     EXPECT_EQ(body["model"], "judge-model");
+    EXPECT_EQ(body["max_tokens"], 512);  // the term's maxTokens default: a judge's answer is bounded
     EXPECT_EQ(body["messages"][0]["content"], "Be fair.");
     const std::string user = body["messages"][1]["content"];
     EXPECT_EQ(user.find("gold"), std::string::npos);  // never the expected answer
