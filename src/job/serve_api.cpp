@@ -391,7 +391,7 @@ void HttpServer::completion(const httplib::Request& req, httplib::Response& res,
         if (chat && st.field() == "prompt") return send_status(res, Status(st.code(), "messages", st.message()));
         return send_status(res, st);
       }
-      choices->push_back({*stream, static_cast<int64_t>(prompt.size()), {}, "", 0});
+      choices->push_back({*stream, static_cast<int64_t>(prompt.size()), 0, {}, "", 0});
     }
   }
   if (call.stream) return answer_stream(std::move(call), choices, res);
