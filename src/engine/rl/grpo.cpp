@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "engine/data/dataset.h"
+#include "engine/device/peak_flops.h"
 #include "engine/engine_internal.h"
 #include "engine/generate/generate.h"
 #include "engine/rl/graders/scorer.h"
@@ -150,6 +151,15 @@ class GrpoMethod : public train::Method {
     }
     batch_epoch_ = epoch_;
     batch_cursor_ = cursor_;
+  }
+
+  // rl.mfu: 6 FLOPs per linear parameter (head included) per token of the update's sequences,
+  // over the policy update's seconds (the specification's convention, as TRL counts it).
+  double flops_per_token() const override {
+    return device::training_flops_per_token(static_cast<double>(model_.config().linear_parameters()));
+  }
+  double mfu_seconds(const protocol::Step& ev) const override {
+    return ev.forward_backward_seconds + ev.optimizer_seconds;
   }
 
   protocol::Step step(int64_t step, train::Updater& updater) override {

@@ -268,8 +268,9 @@ TrainResult run(Method& method, Setup& setup, Updater& updater, const LoopOption
     ev.step = step + 1;
     ev.total_steps = total;
     ev.memory = meter.end_step(updater.gradient_bytes());
-    if (peak_flops && flops_per_token > 0 && ev.step_seconds > 0) {
-      ev.mfu = flops_per_token * static_cast<double>(ev.batch_tokens) / ev.step_seconds / *peak_flops;
+    const double mfu_seconds = method.mfu_seconds(ev);
+    if (peak_flops && flops_per_token > 0 && mfu_seconds > 0) {
+      ev.mfu = flops_per_token * static_cast<double>(ev.batch_tokens) / mfu_seconds / *peak_flops;
     }
     result.steps = step + 1;
     result.final_loss = ev.loss;

@@ -102,6 +102,9 @@ class Method {
   virtual std::optional<protocol::Validation> validate(int64_t /*step*/) { return std::nullopt; }
   // Training FLOPs per token of the step's batch_tokens (for MFU); 0 = not reported.
   virtual double flops_per_token() const { return 0; }
+  // The span MFU is measured over: the whole step (SFT), or the policy update alone, the step
+  // less generation and scoring (RL), as the specification defines sft.mfu and rl.mfu.
+  virtual double mfu_seconds(const protocol::Step& ev) const { return ev.step_seconds; }
   // The data order and position after the last step taken (saved in the training state), and
   // its restoration before the first step of a resumed run.
   virtual nlohmann::json data_state() const { return nlohmann::json::object(); }
