@@ -15,7 +15,6 @@ Result<CommandResult> run_command(const std::vector<std::string>& argv,
   options.env = env;
   options.stdin_stream = ChildStream::null();
   options.group = ChildGroup::kNewSession;
-  options.close_other_fds = true;
   options.unblock_signals = true;
   CaptureOptions capture;
   capture.timeout = std::chrono::seconds(timeout_s);

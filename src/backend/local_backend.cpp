@@ -121,7 +121,6 @@ class LocalBackend final : public Backend {
     // Its own session, so a signal to trainerd's group does not reach it and a restarted
     // trainerd can still stop it by pid.
     options.group = ChildGroup::kNewSession;
-    options.close_other_fds = true;  // the job inherits none of trainerd's sockets or files
     options.unblock_signals = true;
     options.restore_sigpipe = true;
     Result<pid_t> pid = spawn(options);

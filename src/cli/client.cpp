@@ -9,6 +9,7 @@
 #include <httplib.h>
 #include <netdb.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <fcntl.h>
@@ -24,6 +25,10 @@ constexpr double kDefaultReadTimeoutSeconds = 30;
 constexpr double kDefaultWriteTimeoutSeconds = 60;
 // A read error after this share of the read timeout is the timeout itself.
 constexpr double kTimedOutFraction = 0.9;
+// A body larger than this is announced before it is sent (preflight_body).
+constexpr size_t kPreflightBytes = 64 << 10;
+// The most of a preflight's answer read (its head and an error body).
+constexpr size_t kMaxPreflightAnswer = 64 << 10;
 
 // {whole seconds, microseconds} of `seconds`, as httplib takes its timeouts.
 std::pair<time_t, time_t> split_seconds(double seconds) {
@@ -65,7 +70,7 @@ std::string probe_reason(const std::string& url) {
   if (getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0 || !found) return "no such host";
   std::string reason = "no answer";
   for (addrinfo* ai = found; ai; ai = ai->ai_next) {
-    int fd = ::socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
+    int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
     if (fd < 0) continue;
     ::fcntl(fd, F_SETFL, O_NONBLOCK);
     int rc = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
@@ -93,6 +98,91 @@ std::string probe_reason(const std::string& url) {
   freeaddrinfo(found);
   for (auto& c : reason) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return reason;
+}
+
+// Ignores SIGPIPE while it lives: a service that stops reading a body (it refused it) makes the
+// send fail with EPIPE, which the call reports, instead of ending the CLI by the signal.
+class SigpipeIgnored {
+ public:
+  SigpipeIgnored() {
+    struct sigaction ignore{};
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    ::sigaction(SIGPIPE, &ignore, &saved_);
+  }
+  ~SigpipeIgnored() { ::sigaction(SIGPIPE, &saved_, nullptr); }
+  SigpipeIgnored(const SigpipeIgnored&) = delete;
+  SigpipeIgnored& operator=(const SigpipeIgnored&) = delete;
+
+ private:
+  struct sigaction saved_{};
+};
+
+// A service's answer to a request head alone: 100 (send the body), a final status and its body,
+// or 0 when nothing answered (the request itself then finds out why).
+struct PreflightAnswer {
+  int http_status = 0;
+  std::string body;
+};
+
+// Asks the service at `url` (http only) whether it takes a body of `length` bytes for
+// `method path`, before any of it is sent: the request head with Expect: 100-continue. A
+// service refuses a body over its limit at once (413, naming the limit), so an upload over it
+// ends with that answer instead of a connection reset mid-send.
+PreflightAnswer preflight_body(const std::string& url, const std::string& method, const std::string& path,
+                               size_t length, double timeout_seconds) {
+  PreflightAnswer none;
+  std::string host, port;
+  if (url.rfind("http://", 0) != 0 || !host_and_port(url, &host, &port)) return none;
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0 || !found) return none;
+  timeval limit{};
+  limit.tv_sec = static_cast<time_t>(timeout_seconds);
+  limit.tv_usec = static_cast<suseconds_t>((timeout_seconds - static_cast<double>(limit.tv_sec)) * 1e6);
+  int fd = -1;
+  for (addrinfo* ai = found; ai && fd < 0; ai = ai->ai_next) {
+    fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) continue;
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+    if (::connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  freeaddrinfo(found);
+  if (fd < 0) return none;
+  const std::string head = method + " " + path + " HTTP/1.1\r\nHost: " + host + ":" + port +
+                           "\r\nContent-Type: application/json\r\nAccept: application/json\r\nContent-Length: " +
+                           std::to_string(length) + "\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n";
+  bool sent = ::send(fd, head.data(), head.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(head.size());
+  std::string answer;
+  size_t head_end = std::string::npos;
+  while (sent && answer.size() < kMaxPreflightAnswer) {
+    char buf[4096];
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    answer.append(buf, static_cast<size_t>(n));
+    if (head_end == std::string::npos) head_end = answer.find("\r\n\r\n");
+    if (head_end == std::string::npos) continue;
+    // "HTTP/1.1 413 ...": 100 needs nothing more; a final answer is read to its Content-Length.
+    const int status = answer.size() > 12 ? std::atoi(answer.c_str() + 9) : 0;
+    if (status == 100) break;
+    std::string lower = answer.substr(0, head_end);
+    for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const size_t at = lower.find("\r\ncontent-length:");
+    const size_t want = at == std::string::npos ? 0 : std::strtoull(lower.c_str() + at + 17, nullptr, 10);
+    if (answer.size() >= head_end + 4 + want) break;
+  }
+  ::close(fd);
+  if (head_end == std::string::npos) return none;
+  PreflightAnswer out;
+  out.http_status = std::atoi(answer.c_str() + 9);
+  out.body = answer.substr(head_end + 4);
+  return out;
 }
 
 }  // namespace
@@ -201,6 +291,12 @@ bool Client::call(const std::string& method, const std::string& path, const nloh
   const std::string content_type = "application/json";
   const std::string text = body ? body->dump() : std::string();
   httplib::Headers headers = {{"Accept", "application/json"}};
+  if (text.size() > kPreflightBytes) {
+    // A large body is announced first: a refusal (413 over the limit) is read before it is sent.
+    PreflightAnswer pre = preflight_body(base_url_, method, path, text.size(), read_timeout_seconds);
+    if (pre.http_status >= 400) return answered(method, path, pre.http_status, pre.body, out, err);
+  }
+  SigpipeIgnored sigpipe_ignored;
   httplib::Result res = method == "GET"    ? http_->Get(path, headers)
                         : method == "POST" ? http_->Post(path, headers, text, content_type)
                         : method == "PUT"  ? http_->Put(path, headers, text, content_type)
@@ -226,19 +322,24 @@ bool Client::call(const std::string& method, const std::string& path, const nloh
     } else if (e == httplib::Error::Read) {
       reason = "the connection dropped before an answer came";
     } else if (e == httplib::Error::Write) {
-      reason = "the connection dropped while sending";
+      reason = "the connection dropped while sending " + std::to_string(text.size()) + " bytes";
     } else {
       reason = httplib::to_string(e);
     }
     err->status = unavailable(unreachable_message(reason));
     return false;
   }
+  return answered(method, path, res->status, res->body, out, err);
+}
+
+bool Client::answered(const std::string& method, const std::string& path, int http_status, const std::string& text,
+                      Response* out, CallError* err) {
   Response response;
-  response.http_status = res->status;
-  if (!res->body.empty()) {
-    response.body = nlohmann::json::parse(res->body, nullptr, /*allow_exceptions=*/false);
+  response.http_status = http_status;
+  if (!text.empty()) {
+    response.body = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (response.body.is_discarded()) {
-      if (res->status >= 200 && res->status < 300) {
+      if (http_status >= 200 && http_status < 300) {
         err->status = internal_error("the service at " + base_url_ + " answered " + method + " " +
                                      path + " with a body that is not JSON");
         return false;
@@ -246,7 +347,7 @@ bool Client::call(const std::string& method, const std::string& path, const nloh
       response.body = nullptr;
     }
   }
-  if (res->status >= 200 && res->status < 300) {
+  if (http_status >= 200 && http_status < 300) {
     *out = std::move(response);
     return true;
   }
@@ -266,21 +367,29 @@ bool Client::call(const std::string& method, const std::string& path, const nloh
       if (name == status_code_name(c)) code = c;
     }
   }
+  if (http_status == 413) {
+    // The service names its limit; what to do about it is ours to say.
+    if (message.empty()) message = method + " " + path + ": the request body is over the service's limit (HTTP 413)";
+    message += ". Send less in one request (split a dataset into several files, leave large files out of a "
+               "bundle), or have the operator raise limits.maxDatasetBytes (dataset and bundle uploads) or "
+               "limits.maxRequestBytes (other requests) in trainerd's configuration; `trainer info -o json` shows "
+               "them under configuration.limits";
+  }
   if (message.empty()) {
-    if (res->status == 404) {
+    if (http_status == 404) {
       message = method + " " + path + " is not a route of the service at " + base_url_ +
                 " (HTTP 404); is --trainer-url pointing at trainerd?";
       code = StatusCode::kNotFound;
-    } else if (res->status == 503) {
+    } else if (http_status == 503) {
       message = "the trainer service at " + base_url_ + " is not ready (HTTP 503); see `trainer info`";
       code = StatusCode::kUnavailable;
     } else {
       message = "the service at " + base_url_ + " answered " + method + " " + path + " with HTTP " +
-                std::to_string(res->status);
+                std::to_string(http_status);
     }
   }
   err->status = Status(code, message);
-  out->http_status = res->status;
+  out->http_status = http_status;
   out->body = response.body;
   return false;
 }

@@ -70,6 +70,10 @@ class Client {
  private:
   bool call(const std::string& method, const std::string& path, const nlohmann::json* body,
             Response* out, CallError* err, double read_timeout_seconds);
+  // The result of an HTTP answer `http_status` with body `text`: true with *out for 2xx, else
+  // false with *err holding the service's message (and what to do, for some statuses).
+  bool answered(const std::string& method, const std::string& path, int http_status, const std::string& text,
+                Response* out, CallError* err);
   std::string unreachable_message(const std::string& reason) const;
 
   std::string base_url_;

@@ -107,8 +107,12 @@ int start_child(Context& ctx, bool continuation) {
     return kExitOk;
   }
   // A retried request reaches the same child: the caller's token, or a generated one.
-  body["submissionId"] = ctx.inv.get_or("submission-id", new_submission_id());
+  const std::string token = ctx.inv.get_or("submission-id", new_submission_id());
+  body["submissionId"] = token;
+  ctx.retry_hint = std::string(" (the child may have been started: repeat the command with --submission-id ") + token +
+                   " to reach the same child instead of starting another)";
   auto run = ctx.post(base, body);
+  ctx.retry_hint.clear();
   if (!run) return ctx.last_failure_code();
   const std::string id = run->value("runId", std::string());
   if (!ctx.text()) {
@@ -117,8 +121,11 @@ int start_child(Context& ctx, bool continuation) {
     out("Started run " + id + ": " + verb + " of run " + short_id(run->value("parentRunId", std::string())) +
         " from snapshot " + short_id(run->value("sourceSnapshotId", std::string())) + " (step " +
         std::to_string(run->value("sourceStep", int64_t{0})) + "), " + std::to_string(steps) + " steps, restoring " +
-        run->value("restore", std::string()) + ".\n");
+        run->value("restore", std::string()) + " (submission " + token + ").\n");
     if (!ctx.inv.has("wait")) out("Follow it with `trainer runs wait " + short_id(id) + "`.\n");
+    if (!ctx.inv.has("submission-id")) {
+      out("To repeat this safely (the same child, never a second one), add --submission-id " + token + ".\n");
+    }
   }
   std::fflush(stdout);
   if (ctx.inv.has("wait")) return wait_for_run(ctx, id);
@@ -150,14 +157,19 @@ int runs_sweep(Context& ctx) {
   json body = {{"snapshot", *snapshot}, {"steps", steps}, {"restore", restore}, {"grid", *grid}};
   const bool dry_run = ctx.inv.has("dry-run");
   std::string path = "/v1/runs/" + seg(parent) + "/sweep";
+  std::string token;  // the submission id sent (none for a dry run)
   if (dry_run) {
     path += "?dryRun=true";
   } else {
     // The children's submissionIds derive from it: repeating the sweep with the same token
     // starts each child once (and finishes a sweep an outage interrupted).
-    body["submissionId"] = ctx.inv.get_or("submission-id", new_submission_id());
+    token = ctx.inv.get_or("submission-id", new_submission_id());
+    body["submissionId"] = token;
+    ctx.retry_hint = " (the sweep may have been started: repeat the command with --submission-id " + token +
+                     " to finish it; no child starts twice)";
   }
   auto doc = ctx.post(path, body);
+  ctx.retry_hint.clear();
   if (!doc) return ctx.last_failure_code();
   if (!ctx.text()) {
     ctx.print_json(*doc);
@@ -186,7 +198,10 @@ int runs_sweep(Context& ctx) {
     said += "; " + std::to_string(total - created) + " of the " + std::to_string(total) +
             " were started before by submission id " + doc->value("submissionId", std::string());
   }
-  out(said + ". List them with `trainer runs branches " + short_id(parent) + "`.\n");
+  out(said + " (submission " + token + "). List them with `trainer runs branches " + short_id(parent) + "`.\n");
+  if (!ctx.inv.has("submission-id")) {
+    out("To repeat this sweep safely (each child started once), add --submission-id " + token + ".\n");
+  }
   return kExitOk;
 }
 

@@ -108,7 +108,8 @@ std::optional<nlohmann::json> Context::finish(bool ok, Response& response, CallE
   last_failure_code_ = error.transport ? kExitUnreachable : kExitError;
   std::string where;
   if (locate_field && !error.field.empty()) where = locate_field(error.field);
-  const std::string line = describe_failure(error) + (error.transport ? "" : next_step(*this, error, path, body));
+  const std::string line =
+      describe_failure(error) + (error.transport ? retry_hint : next_step(*this, error, path, body));
   fail(where.empty() ? line : where + ": " + line, last_failure_code_);
   return std::nullopt;
 }

@@ -49,6 +49,10 @@ class Context {
   // calls then start their line with it. `runs start` sets it to the plan file's position.
   std::function<std::string(const std::string& field)> locate_field;
 
+  // When set, appended to the line of a failed call that got no answer (the change may have
+  // happened): how to repeat it safely, e.g. with the submission id it sent.
+  std::string retry_hint;
+
   // Calls the service; on failure prints the one-line error and returns nullopt.
   std::optional<nlohmann::json> get(const std::string& path, int read_timeout_seconds = -1);  // -1: the call timeout
   std::optional<nlohmann::json> post(const std::string& path, const nlohmann::json& body);

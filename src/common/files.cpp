@@ -23,7 +23,7 @@ Status errno_status(const std::string& what, const std::string& path) {
 
 Status sync_folder(const fs::path& dir) {
   const std::string path = dir.empty() ? "." : dir.string();
-  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return errno_status("cannot open", path);
   const int rc = ::fsync(fd);
   ::close(fd);

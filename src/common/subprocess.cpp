@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,6 +25,8 @@ namespace {
 
 // How often run_captured looks whether its child ended.
 constexpr std::chrono::milliseconds kWaitPollInterval{5};
+// Where a child without close_range stops closing descriptors (RLIMIT_NOFILE when lower).
+constexpr int kMaxFdToClose = 1 << 16;
 
 // What the child does between fork and exec, all of it prepared before the fork: the child only
 // reads this and makes async-signal-safe calls.
@@ -34,7 +37,8 @@ struct ChildPlan {
   const char* working_dir = nullptr;  // nullptr = stay
   int sources[3] = {-1, -1, -1};      // what becomes stdin, stdout, stderr; -1 = inherited
   ChildGroup group = ChildGroup::kInherit;
-  bool close_other_fds = false, unblock_signals = false, restore_sigpipe = false, die_with_parent = false;
+  bool unblock_signals = false, restore_sigpipe = false, die_with_parent = false;
+  int max_fd = 0;  // the highest descriptor to close when close_range is not there
   pid_t parent = 0;
   const char* note = nullptr;  // written to stderr when exec fails
   size_t note_size = 0;
@@ -58,7 +62,10 @@ struct ChildPlan {
     }
   }
   const bool moved = p.working_dir == nullptr || ::chdir(p.working_dir) == 0;
-  if (p.close_other_fds) ::close_range(3, ~0U, 0);
+  // Every descriptor above the standard streams: the child inherits none of ours.
+  if (::close_range(3, ~0U, 0) != 0) {
+    for (int fd = 3; fd <= p.max_fd; ++fd) ::close(fd);  // a kernel before 5.9
+  }
   if (p.unblock_signals) {
     sigset_t none;
     sigemptyset(&none);
@@ -171,7 +178,10 @@ Result<pid_t> spawn(const SpawnOptions& options) {
     if (streams[i]->kind == ChildStream::Kind::kFd) plan.sources[i] = streams[i]->fd;
   }
   plan.group = options.group;
-  plan.close_other_fds = options.close_other_fds;
+  rlimit files{};
+  plan.max_fd = ::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY
+                    ? static_cast<int>(std::min<rlim_t>(files.rlim_cur, kMaxFdToClose))
+                    : kMaxFdToClose;
   plan.unblock_signals = options.unblock_signals;
   plan.restore_sigpipe = options.restore_sigpipe;
   plan.die_with_parent = options.die_with_parent;
@@ -187,6 +197,14 @@ Result<pid_t> spawn(const SpawnOptions& options) {
   // Also from here, so that kill(-pid) reaches the group even before the child ran.
   if (options.group == ChildGroup::kNewGroup) ::setpgid(pid, pid);
   return pid;
+}
+
+Status mark_close_on_exec(int fd, const std::string& what) {
+  const int flags = ::fcntl(fd, F_GETFD);
+  if (flags < 0 || ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC) != 0) {
+    return internal_error("cannot make " + what + " close-on-exec: " + std::strerror(errno));
+  }
+  return Status::ok();
 }
 
 int exit_code_of(int wait_status) {

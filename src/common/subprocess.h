@@ -6,6 +6,12 @@
 // descriptors it gets) is built before the fork; after it the child calls only
 // async-signal-safe functions, then exec. A child that cannot exec exits with status 127.
 //
+// A child inherits no descriptor of ours but its three standard streams: spawn() closes every
+// other one in the child before exec, whether or not it was opened close-on-exec (a listening
+// socket a job inherited would keep trainerd's port bound after trainerd died). Descriptors are
+// opened close-on-exec all the same (mark_close_on_exec for those a library opens), so that a
+// process some library starts behind our back inherits none either.
+//
 // Thread safety: spawn() and run_captured() may be called from any thread; a Subprocess has one
 // owner that drives it.
 #pragma once
@@ -53,7 +59,6 @@ struct SpawnOptions {
   std::string working_dir;        // "" = this process's
   ChildStream stdin_stream, stdout_stream, stderr_stream;
   ChildGroup group = ChildGroup::kInherit;
-  bool close_other_fds = false;   // close every descriptor above 2: the child inherits none of ours
   bool unblock_signals = false;   // clear the signal mask (a blocked mask survives exec)
   bool restore_sigpipe = false;   // SIGPIPE back to its default action (an ignored one survives exec)
   // SIGKILL the child when the thread that spawned it ends (PR_SET_PDEATHSIG); a child whose
@@ -67,6 +72,10 @@ struct SpawnOptions {
 // for an empty argv, kUnavailable when fork fails (naming the program), kInternal when /dev/null
 // cannot be opened.
 [[nodiscard]] Result<pid_t> spawn(const SpawnOptions& options);
+
+// Sets FD_CLOEXEC on `fd`, a descriptor some library opened without it (an asio socket).
+// kInternal naming `what` when fcntl fails.
+[[nodiscard]] Status mark_close_on_exec(int fd, const std::string& what);
 
 // How a child's wait status reads as one number: its exit code, or 128 + the signal that ended it.
 int exit_code_of(int wait_status);

@@ -21,6 +21,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include "common/subprocess.h"
 #include "http/stream_writer.h"
 
 namespace trainer::http {
@@ -99,7 +100,13 @@ class ServerImpl : public Server {
     if (ec) return invalid_argument("host: '" + options_.host + "' is not an IP address: " + ec.message());
     tcp::endpoint endpoint(address, static_cast<unsigned short>(options_.port));
     acceptor_.open(endpoint.protocol(), ec);
-    if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
+    if (ec) {
+      return unavailable("cannot listen on " + options_.host + ":" + std::to_string(options_.port) + ": " +
+                         ec.message());
+    }
+    // A child process must never hold our port (asio opens sockets without SOCK_CLOEXEC).
+    TRAINER_RETURN_IF_ERROR(mark_close_on_exec(acceptor_.native_handle(), "the listening socket"));
+    acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
     if (!ec) acceptor_.bind(endpoint, ec);
     if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
     if (ec) {
@@ -290,6 +297,8 @@ class ServerImpl : public Server {
       if (!ec) {
         beast::error_code ignored;
         socket.set_option(tcp::no_delay(true), ignored);
+        // Best effort: spawn() closes it in every child anyway.
+        (void)mark_close_on_exec(socket.native_handle(), "an accepted connection");
         if (connections_.fetch_add(1) < options_.max_connections) {
           std::make_shared<Connection>(*this, std::move(socket), false)->start();
         } else {

@@ -18,7 +18,7 @@ Status EventWriter::open(const std::string& path) {
     out_ = stdout;
     return Status::ok();
   }
-  out_ = std::fopen(path.c_str(), "w");
+  out_ = std::fopen(path.c_str(), "we");  // e: close-on-exec
   if (out_ == nullptr) return invalid_argument("--events " + path + ": cannot open for writing: " + std::strerror(errno));
   owned_ = true;
   return Status::ok();

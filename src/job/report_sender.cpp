@@ -1,6 +1,7 @@
 // Posting a job's reports to trainerd (declared in job/report_sender.h).
 #include "job/report_sender.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <unistd.h>
 
@@ -123,8 +124,8 @@ int ReportSender::post(size_t n) {
 std::unique_ptr<StderrTee> StderrTee::start(ReportSender& sender) {
   std::fflush(stderr);
   int fds[2];
-  if (::pipe(fds) != 0) return nullptr;
-  const int saved = ::dup(STDERR_FILENO);
+  if (::pipe2(fds, O_CLOEXEC) != 0) return nullptr;
+  const int saved = ::fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 0);
   if (saved < 0 || ::dup2(fds[1], STDERR_FILENO) < 0) {
     ::close(fds[0]);
     ::close(fds[1]);

@@ -44,6 +44,10 @@ struct Limits {
   // How long a job retries one snapshot's publication (reserve, upload, commit) before that
   // publication fails with its reason (TRAINER_PUBLISH_DEADLINE_SECONDS); later saves go on.
   int publish_deadline_seconds = 300;
+  // How old a publication's leftovers must be before trainerd removes them: reservations never
+  // committed (with their uploaded bytes) and the artifact folder's `.tmp.` temporaries of a
+  // publish that died. At least publish_deadline_seconds: no live job still works on one.
+  int abandoned_publication_seconds = 3600;
 };
 
 // Where jobs send their metrics when the operator runs a collector.

@@ -221,6 +221,10 @@ Result<std::pair<json, bool>> ServiceImpl::start_child(const std::string& parent
   std::vector<std::string> needed = {protocol::kWeightsKind};
   if (request->restore == plan::Restore::kTrainingState) needed.push_back(protocol::kTrainingStateKind);
   TRAINER_RETURN_IF_ERROR(check_source_kinds(snapshot, needed, continuation, parent->id));
+  {
+    std::lock_guard<std::mutex> lock(mu_);  // a missing artifact is marked in the catalog
+    TRAINER_RETURN_IF_ERROR(verify_restorable_locked(snapshot_id, needed));
+  }
 
   auto child = plan::child_plan(parent->view.value("plan", json::object()), request->overrides,
                                 {.restore = request->restore, .continuation = continuation}, request->steps);

@@ -15,6 +15,7 @@
 //
 // Resume (`runs resume RUN`): a PAUSED run becomes a new attempt (attempt + 1) restoring the
 // snapshot the pause stopped against; it claims the same devices again. Cost accumulates.
+#include "protocol/snapshot.h"
 #include "service/service_state.h"
 
 namespace trainer::service {
@@ -227,7 +228,12 @@ Result<json> ServiceImpl::resume_run(const std::string& ref) {
   if (!pause.contains("snapshotId") || !pause["snapshotId"].is_string()) {
     return failed_precondition("run " + run.id + " paused without a committed snapshot to resume from");
   }
-  run.resume_from = pause["snapshotId"].get<std::string>();
+  const std::string source = pause["snapshotId"].get<std::string>();
+  // What the new attempt restores is checked now, before a device is claimed for it.
+  if (Status st = verify_restorable_locked(source, {protocol::kWeightsKind, protocol::kTrainingStateKind}); !st.is_ok()) {
+    return Status(st.code(), st.field(), "run " + run.id + " cannot resume: " + st.message());
+  }
+  run.resume_from = source;
   run.attempt += 1;
   run.job.reset();
   run.job_outcome = JobOutcome::kNone;

@@ -40,6 +40,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <map>
 #include <memory>
@@ -202,6 +203,10 @@ class ServiceImpl final : public Service {
   // ---- the snapshot catalog (snapshots.cpp)
   Result<std::string> resolve_snapshot_id(const std::string& ref, const std::string& field);
   Status verify_snapshot_kind(const json& doc, const std::string& kind);
+  // With mu_ held (snapshot_check.cpp): the committed `kinds` of snapshot `snapshot_id` are in
+  // the artifact store as committed (manifest digest, every file's size); else a refusal naming
+  // the snapshot and what is wrong, and the kind marked missing or damaged in the catalog.
+  Status verify_restorable_locked(const std::string& snapshot_id, const std::vector<std::string>& kinds);
   // The attempt `job_id` when `token` is its (job_reports.cpp): not_found, or invalid_argument
   // for another token. authenticate_job() and authorize_catalog_job() answer from it.
   Result<store::JobAttemptRow> authenticated_attempt(const std::string& job_id, const std::string& token);
@@ -236,6 +241,14 @@ class ServiceImpl final : public Service {
   Status apply_retention(const std::string& run_id);
   // Counts a hold taken or given back (pin, unpin, release) as one hold_snapshot operation.
   void hold_changed();
+
+  // ---- leftovers of publications that died (leftovers.cpp); from the driver thread
+  // Removes reservations never committed and storage temporaries older than
+  // limits.abandonedPublicationSeconds, when a sweep is due; logs what it removed.
+  void sweep_leftovers_if_due();
+  // Marks reserved kinds older than the deadline abandoned and deletes their uploads; *removed
+  // counts the snapshots it changed so.
+  Status sweep_abandoned_reservations(int64_t* removed);
 
   // ---- pause and resume (pause.cpp); mu_ held, inside a store transaction
   Status signal_pause(RunRecord& run);
@@ -395,6 +408,9 @@ class ServiceImpl final : public Service {
                                        [this](const std::string& endpoint_id, const std::string& model) {
                                          return judge_users(endpoint_id, model);
                                        }}};
+
+  // When the driver last swept leftovers (sweep_leftovers_if_due); none yet at first.
+  std::optional<std::chrono::steady_clock::time_point> last_leftover_sweep_;
 
   // ServiceOptions::job_otlp_endpoint, or what the wiring set before start(); read by the driver.
   std::string job_otlp_endpoint_;

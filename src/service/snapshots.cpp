@@ -47,7 +47,8 @@ json present_snapshot(const json& doc) {
   }
   out["artifacts"] = artifacts;
   out["sizeBytes"] = bytes;
-  out["status"] = doc.value("state", std::string()) == "committed" ? "Available" : "Reserved";
+  const std::string state = doc.value("state", std::string());
+  out["status"] = state == "committed" ? "Available" : state == "unavailable" ? "Unavailable" : "Reserved";
   out["heldBy"] = doc.value("holds", json::array());
   out.erase("holds");
   return out;
@@ -110,13 +111,29 @@ Result<std::pair<json, bool>> ServiceImpl::reserve_snapshot(const JobCredentials
     kinds[kind] = {{"manifestDigest", k.manifest_digest},
                    {"bytes", k.bytes},
                    {"state", "reserved"},
+                   {"reservedAtSeconds", now()},  // leftovers.cpp abandons it past the deadline
                    {"location", protocol::snapshot_key(r.snapshot_id, kind)}};
   }
   auto existing = store_->get_snapshot(r.snapshot_id);
   if (!existing.is_ok()) return existing.status();
   if (existing->has_value()) {
-    // The id covers the run, the step and every digest: the same id is the same content.
-    return std::make_pair(present_snapshot(**existing), false);
+    // The id covers the run, the step and every digest: the same id is the same content. Its
+    // kinds not committed are reserved again, from now: an upload is about to (re)start.
+    json doc = std::move(**existing);
+    bool renewed = false;
+    for (auto& [kind, k] : doc["kinds"].items()) {
+      const std::string state = k.value("state", std::string());
+      if (state != "reserved" && state != "abandoned") continue;
+      k["state"] = "reserved";
+      k["reservedAtSeconds"] = now();
+      k.erase("abandonedAt");
+      renewed = true;
+    }
+    if (renewed) {
+      if (doc.value("state", std::string()) == "abandoned") doc["state"] = "reserved";
+      TRAINER_RETURN_IF_ERROR(store_->transaction([&]() -> Status { return store_->update_snapshot(doc); }));
+    }
+    return std::make_pair(present_snapshot(doc), false);
   }
   json doc = {{"snapshotId", r.snapshot_id}, {"runId", run->id},   {"attempt", r.attempt},
               {"savedStep", r.step},         {"epoch", r.epoch},   {"state", "reserved"},
@@ -271,7 +288,9 @@ Result<json> ServiceImpl::get_snapshot(const std::string& ref) {
   if (!id.is_ok()) return id.status();
   auto found = store_->get_snapshot(*id);
   if (!found.is_ok()) return found.status();
-  if (!found->has_value() || (**found).value("state", std::string()) != "committed") {
+  // A snapshot found missing or damaged stays readable, to say why it is Unavailable.
+  const std::string state = found->has_value() ? (**found).value("state", std::string()) : "";
+  if (state != "committed" && state != "unavailable") {
     return field_status(StatusCode::kNotFound, "snapshot", "no committed snapshot with id '" + ref + "'");
   }
   json out = present_snapshot(**found);

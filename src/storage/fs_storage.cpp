@@ -25,6 +25,34 @@ Status errno_status(const std::string& what, const std::string& path) {
   return internal_error(what + " " + path + ": " + std::strerror(errno));
 }
 
+// Whether `name` is a temporary of write_file_atomic or a publish: "NAME.tmp.PID.N".
+bool is_temporary_name(const std::string& name) {
+  const size_t at = name.rfind(".tmp.");
+  if (at == std::string::npos || at == 0) return false;
+  const std::string rest = name.substr(at + 5);
+  const size_t dot = rest.find('.');
+  auto digits = [](const std::string& s) {
+    return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  return dot != std::string::npos && digits(rest.substr(0, dot)) && digits(rest.substr(dot + 1));
+}
+
+// The newest modification time of `path` or of anything inside it (a folder being filled
+// changes below its top level too).
+fs::file_time_type newest_change(const fs::path& path) {
+  std::error_code ec;
+  fs::file_time_type newest = fs::last_write_time(path, ec);
+  if (ec) return fs::file_time_type::clock::now();  // unreadable: never taken for old
+  if (!fs::is_directory(path, ec)) return newest;
+  for (auto it = fs::recursive_directory_iterator(path, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    std::error_code t;
+    const auto changed = fs::last_write_time(it->path(), t);
+    if (!t) newest = std::max(newest, changed);
+  }
+  return newest;
+}
+
 // Copies the regular file `from` to `to` and fsyncs it.
 Status copy_file_synced(const fs::path& from, const fs::path& to) {
   int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
@@ -204,6 +232,25 @@ class FolderStorage final : public Storage {
   }
 
   std::string local_path(const std::string& key) const override { return (root_ / key).string(); }
+
+  Result<int64_t> remove_abandoned_temporaries(std::chrono::seconds older_than) override {
+    const auto cutoff = fs::file_time_type::clock::now() - older_than;
+    int64_t removed = 0;
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(root_, ec); !ec && it != fs::recursive_directory_iterator();
+         it.increment(ec)) {
+      if (!is_temporary_name(it->path().filename().string())) continue;
+      const fs::path found = it->path();
+      it.disable_recursion_pending();  // its insides are judged (and removed) with it
+      if (newest_change(found) >= cutoff) continue;  // a publish may still be writing it
+      std::error_code gone;
+      fs::remove_all(found, gone);
+      if (gone) return internal_error("cannot remove the abandoned temporary " + found.string() + ": " + gone.message());
+      ++removed;
+    }
+    if (ec) return internal_error("cannot look for abandoned temporaries under " + root_.string() + ": " + ec.message());
+    return removed;
+  }
 
  private:
   Status make_parent(const fs::path& target) {

@@ -194,6 +194,9 @@ class S3Storage final : public Storage {
 
   std::string local_path(const std::string& key) const override { return ""; }
 
+  // Each object appears whole or not at all: nothing is left behind to remove.
+  Result<int64_t> remove_abandoned_temporaries(std::chrono::seconds) override { return int64_t{0}; }
+
  private:
   std::string object(const std::string& key) const { return o_.prefix.empty() ? key : o_.prefix + "/" + key; }
 

@@ -10,6 +10,7 @@
 // leave one of their artifacts whole.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -51,6 +52,12 @@ class Storage {
   // A path on this host where processes read the artifact under `key` (the folder
   // implementation: root/key). Jobs read datasets and models through it.
   virtual std::string local_path(const std::string& key) const = 0;
+
+  // Removes what publications that died left behind, untouched for `older_than`: the folder
+  // store's temporaries ("KEY.tmp.PID.N" beside a destination), judged by the newest change
+  // anywhere inside one, so a publish still writing is never touched. The number removed. An
+  // object store leaves none (each object appears whole or not at all): 0.
+  virtual Result<int64_t> remove_abandoned_temporaries(std::chrono::seconds older_than) = 0;
 };
 
 // Artifacts as files under `root` (created when missing): each write goes to a temporary

@@ -60,6 +60,13 @@ Result<SnapshotPage> SqliteStore::list_snapshots(const std::string& run_id, cons
   return page;
 }
 
+Result<std::vector<json>> SqliteStore::snapshots_with_reserved_kinds(int64_t limit) {
+  return docs(
+      "SELECT doc FROM snapshots WHERE EXISTS (SELECT 1 FROM json_each(doc, '$.kinds') "
+      "WHERE json_extract(value, '$.state') = 'reserved') ORDER BY rowid LIMIT CAST(?1 AS INTEGER)",
+      {std::to_string(limit)});
+}
+
 // ---- the model registry
 std::vector<std::string> SqliteStore::trained_model_columns(const json& doc) {
   const json& w = doc.at("workload");

@@ -79,6 +79,7 @@ class SqliteStore final : public Store {
   Status update_snapshot(const json& doc) override;
   Result<std::optional<json>> get_snapshot(const std::string& id) override;
   Result<std::vector<std::string>> snapshot_ids_with_prefix(const std::string& prefix, int limit) override;
+  Result<std::vector<json>> snapshots_with_reserved_kinds(int64_t limit) override;
   Result<SnapshotPage> list_snapshots(const std::string& run_id, const std::string& state, int64_t limit,
                                       int64_t offset) override;
 

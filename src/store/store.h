@@ -196,6 +196,9 @@ class Store {
   // A run's snapshots in `state` ("" = any), newest saved step first.
   virtual Result<SnapshotPage> list_snapshots(const std::string& run_id, const std::string& state, int64_t limit,
                                               int64_t offset) = 0;
+  // Snapshots of any run with a kind still reserved (doc["kinds"][K]["state"] == "reserved"),
+  // oldest first, at most `limit`.
+  virtual Result<std::vector<json>> snapshots_with_reserved_kinds(int64_t limit) = 0;
 
   // ---- evaluations: keyed by doc["evaluationId"]; doc["phase"] kept as a column
   virtual Status put_evaluation(const json& doc) = 0;  // inserts, or replaces the stored document

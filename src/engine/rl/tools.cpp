@@ -72,7 +72,6 @@ ToolAnswer run_tool(const std::string& command, const ToolCall& call, double tim
   options.argv = {command};
   options.stderr_stream = ChildStream::null();
   options.group = ChildGroup::kNewGroup;  // a timeout ends the tool and whatever it started
-  options.close_other_fds = true;
   options.unblock_signals = true;
   CaptureOptions capture;
   capture.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(timeout_seconds));
