@@ -1,6 +1,6 @@
 // Runs: submission, the list, the events long poll, control (cancel, pause, resume), metrics,
-// rollouts, annotations; and lineage: child runs from a snapshot (branch, continue, sweep) and
-// the family views (branches, tree, ancestry; docs/lineage.md).
+// rollouts, TensorBoard event files, annotations; and lineage: child runs from a snapshot
+// (branch, continue, sweep) and the family views (branches, tree, ancestry; docs/lineage.md).
 #include <chrono>
 #include <functional>
 #include <string>
@@ -85,6 +85,16 @@ Result<json> run_rollouts(Service& svc, const Request& req) {
   return svc.run_rollouts(req.params[0], q);
 }
 
+// GET /v1/runs/{ref}/tensorboard/{file}: one event file's bytes, as the job copied them.
+Outcome run_event_file(Service& svc, const Request& req) {
+  auto bytes = svc.run_event_file(req.params[0], req.params[1]);
+  if (!bytes.is_ok()) return error_response(bytes.status());
+  Response out;
+  out.content_type = "application/octet-stream";
+  out.body = std::move(*bytes);
+  return out;
+}
+
 }  // namespace
 
 void install_run_routes(http::Router& router, Service& svc, const service::Limits& limits) {
@@ -108,6 +118,10 @@ void install_run_routes(http::Router& router, Service& svc, const service::Limit
              }));
   router.add("GET", "/v1/runs/{ref}/rollouts", max,
              route_json(200, [&svc](const Request& req) { return run_rollouts(svc, req); }));
+  router.add("GET", "/v1/runs/{ref}/tensorboard", max,
+             route_json(200, [&svc](const Request& req) { return svc.run_event_files(req.params[0]); }));
+  router.add("GET", "/v1/runs/{ref}/tensorboard/{file}", max,
+             [&svc](const Request& req) { return run_event_file(svc, req); });
   router.add("GET", "/v1/runs/{ref}/hparams", max,
              route_json(200, [&svc](const Request& req) { return svc.run_hparams(req.params[0]); }));
   router.add("PATCH", "/v1/runs/{ref}", max, route_body(200, [&svc](const Request& req, const json& body) {

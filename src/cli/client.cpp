@@ -259,6 +259,11 @@ bool Client::get(const std::string& path, Response* out, CallError* err, int rea
                                                      : kDefaultReadTimeoutSeconds;
   return call("GET", path, nullptr, out, err, timeout);
 }
+bool Client::get_bytes(const std::string& path, std::string* bytes, CallError* err) {
+  Response unused;
+  return call("GET", path, nullptr, &unused, err,
+              call_timeout_seconds_ > 0 ? call_timeout_seconds_ : kDefaultReadTimeoutSeconds, bytes);
+}
 bool Client::post(const std::string& path, const nlohmann::json& body, Response* out, CallError* err) {
   return call("POST", path, &body, out, err, call_timeout_seconds_ > 0 ? call_timeout_seconds_ : kDefaultWriteTimeoutSeconds);
 }
@@ -274,7 +279,7 @@ bool Client::del(const std::string& path, Response* out, CallError* err) {
 }
 
 bool Client::call(const std::string& method, const std::string& path, const nlohmann::json* body,
-                  Response* out, CallError* err, double read_timeout_seconds) {
+                  Response* out, CallError* err, double read_timeout_seconds, std::string* raw_body) {
   if (method != "GET" && !refuse_changes_.empty()) {
     err->transport = false;
     err->status = invalid_argument(refuse_changes_);
@@ -290,7 +295,7 @@ bool Client::call(const std::string& method, const std::string& path, const nloh
   const auto started = std::chrono::steady_clock::now();
   const std::string content_type = "application/json";
   const std::string text = body ? body->dump() : std::string();
-  httplib::Headers headers = {{"Accept", "application/json"}};
+  httplib::Headers headers = {{"Accept", raw_body ? "*/*" : "application/json"}};
   if (text.size() > kPreflightBytes) {
     // A large body is announced first: a refusal (413 over the limit) is read before it is sent.
     PreflightAnswer pre = preflight_body(base_url_, method, path, text.size(), read_timeout_seconds);
@@ -328,6 +333,11 @@ bool Client::call(const std::string& method, const std::string& path, const nloh
     }
     err->status = unavailable(unreachable_message(reason));
     return false;
+  }
+  if (raw_body && res->status >= 200 && res->status < 300) {
+    *raw_body = std::move(res->body);
+    out->http_status = res->status;
+    return true;
   }
   return answered(method, path, res->status, res->body, out, err);
 }

@@ -59,6 +59,8 @@ class Client {
   // `read_timeout_seconds` bounds the wait for the answer; long polls pass more than their wait.
   // Left at -1, the call timeout applies.
   bool get(const std::string& path, Response* out, CallError* err, int read_timeout_seconds = -1);
+  // A GET whose answer is not JSON (a file): its body's bytes in `bytes`; errors as get().
+  bool get_bytes(const std::string& path, std::string* bytes, CallError* err);
   bool post(const std::string& path, const nlohmann::json& body, Response* out, CallError* err);
   bool put(const std::string& path, const nlohmann::json& body, Response* out, CallError* err);
   bool patch(const std::string& path, const nlohmann::json& body, Response* out, CallError* err);
@@ -69,7 +71,7 @@ class Client {
 
  private:
   bool call(const std::string& method, const std::string& path, const nlohmann::json* body,
-            Response* out, CallError* err, double read_timeout_seconds);
+            Response* out, CallError* err, double read_timeout_seconds, std::string* raw_body = nullptr);
   // The result of an HTTP answer `http_status` with body `text`: true with *out for 2xx, else
   // false with *err holding the service's message (and what to do, for some statuses).
   bool answered(const std::string& method, const std::string& path, int http_status, const std::string& text,

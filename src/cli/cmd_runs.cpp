@@ -379,6 +379,7 @@ Command runs_command() {
   g.children.push_back(runs_metrics_command());
   g.children.push_back(runs_hparams_command());
   g.children.push_back(runs_rollouts_command());
+  g.children.push_back(runs_tensorboard_command());
   g.children.push_back(runs_pause_command());
   g.children.push_back(runs_resume_command());
   g.children.push_back(runs_snapshots_command());

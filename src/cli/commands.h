@@ -42,6 +42,8 @@ Command runs_hparams_command();
 Command runs_compare_command();
 // `runs rollouts RUN` (a child of runs_command()).
 Command runs_rollouts_command();
+// `runs tensorboard RUN` (a child of runs_command()).
+Command runs_tensorboard_command();
 // `runs branch PARENT` and `runs continue RUN` (children of runs_command()).
 Command runs_branch_command();
 Command runs_continue_command();

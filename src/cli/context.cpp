@@ -121,6 +121,15 @@ std::optional<nlohmann::json> Context::get(const std::string& path, int read_tim
   return finish(ok, r, e, path, nullptr);
 }
 
+std::optional<std::string> Context::get_bytes(const std::string& path) {
+  std::string bytes;
+  Response r;
+  CallError e;
+  const bool ok = client.get_bytes(path, &bytes, &e);
+  if (!finish(ok, r, e, path, nullptr)) return std::nullopt;
+  return bytes;
+}
+
 std::optional<nlohmann::json> Context::post(const std::string& path, const nlohmann::json& body) {
   if (refuse_change("POST", path)) return std::nullopt;
   Response r;

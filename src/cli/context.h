@@ -55,6 +55,8 @@ class Context {
 
   // Calls the service; on failure prints the one-line error and returns nullopt.
   std::optional<nlohmann::json> get(const std::string& path, int read_timeout_seconds = -1);  // -1: the call timeout
+  // A GET of a file's bytes (not JSON); on failure prints the one-line error and returns nullopt.
+  std::optional<std::string> get_bytes(const std::string& path);
   std::optional<nlohmann::json> post(const std::string& path, const nlohmann::json& body);
   std::optional<nlohmann::json> put(const std::string& path, const nlohmann::json& body);
   std::optional<nlohmann::json> patch(const std::string& path, const nlohmann::json& body);

@@ -35,6 +35,7 @@
 #include "job/snapshot_publisher.h"
 #include "job/snapshot_restore.h"
 #include "job/stop_signals.h"
+#include "job/tensorboard/run_board.h"
 #include "plan/plan.h"
 #include "plan/plan_warnings.h"
 #include "protocol/job_request.h"
@@ -239,6 +240,27 @@ std::optional<std::string> other_rank_failure(Ranks& others, const Result<engine
   return failed;
 }
 
+// This attempt's TensorBoard event file (job/tensorboard/run_board.h) in OUTPUT/tensorboard,
+// copied to the run's artifacts when the service named them. Null, after a warning, when the
+// file cannot be created: training goes on without it.
+std::unique_ptr<tensorboard::RunBoard> open_board(const std::string& output_dir, const RunIdentity& identity,
+                                                  storage::Storage* artifacts) {
+  tensorboard::RunBoardOptions o;
+  o.local_dir = (std::filesystem::path(output_dir) / "tensorboard").string();
+  char host[256] = {0};
+  if (::gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') std::snprintf(host, sizeof host, "localhost");
+  o.host = host;
+  o.pid = ::getpid();
+  o.run_id = identity.run_id;
+  o.artifacts = artifacts;
+  auto board = tensorboard::RunBoard::open(std::move(o));
+  if (!board.is_ok()) {
+    std::fprintf(stderr, "trainer-job run: warning: no TensorBoard events: %s\n", board.status().message().c_str());
+    return nullptr;
+  }
+  return std::move(*board);
+}
+
 // Everything a run job holds from its start to its end: the events it writes, its telemetry,
 // where its snapshots go.
 class RunJob {
@@ -282,9 +304,12 @@ class RunJob {
   int finish(const Result<engine::TrainResult>& result);
 
   Publication& publication() { return pub_; }
+  void set_board(std::unique_ptr<tensorboard::RunBoard> board) { board_ = std::move(board); }
 
  private:
   void emit(const protocol::Event& ev) {
+    // The event file is copied before the attempt's last event tells trainerd it ended.
+    if (board_) board_->on_event(ev);
     telemetry_.on_event(ev);
     // The series are at trainerd before it hears the attempt ended (and shows the run so).
     if (protocol::ends_attempt(ev)) telemetry_.flush();
@@ -298,6 +323,7 @@ class RunJob {
   ProgressPrinter progress_;
   int64_t epoch_ = 0;
   std::optional<Status> publication_failed_;
+  std::unique_ptr<tensorboard::RunBoard> board_;  // null: no event file
 };
 
 int RunJob::finish(const Result<engine::TrainResult>& result) {
@@ -422,6 +448,7 @@ int cmd_run(int argc, char** argv) {
   if (Status st = restore_start(*request, identity, job.publication(), telemetry, req); !st.is_ok()) {
     return job.fail(st.message());
   }
+  job.set_board(open_board(req.output_dir, identity, job.publication().artifacts.get()));
   if (auto w = plan::single_device_warning(req.plan)) {
     job.write(protocol::Warning{.field = w->field, .message = w->message});
     std::fprintf(stderr, "trainer-job run: warning: %s\n", w->message.c_str());

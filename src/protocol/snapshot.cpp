@@ -1,6 +1,7 @@
 #include "protocol/snapshot.h"
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 
@@ -166,6 +167,18 @@ std::string snapshot_id(const std::string& run_id, int64_t step, const std::map<
 
 std::string snapshot_key(const std::string& snapshot_id, const std::string& kind) {
   return "snapshots/" + snapshot_id + "/" + kind;
+}
+
+std::string tensorboard_key_prefix(const std::string& run_id) { return "runs/" + run_id + "/tensorboard"; }
+
+bool is_event_file_name(const std::string& name) {
+  static constexpr std::string_view kPrefix = "events.out.tfevents.";
+  if (name.size() <= kPrefix.size() || name.compare(0, kPrefix.size(), kPrefix) != 0) return false;
+  for (char c : name) {
+    const bool plain = std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_';
+    if (!plain) return false;
+  }
+  return name.find("..") == std::string::npos;
 }
 
 json reservation_to_json(const Reservation& r) {

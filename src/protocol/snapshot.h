@@ -65,6 +65,13 @@ std::string snapshot_id(const std::string& run_id, int64_t step, const std::map<
 // Storage key of one kind of a snapshot: "snapshots/<id>/<kind>".
 std::string snapshot_key(const std::string& snapshot_id, const std::string& kind);
 
+// The artifact folder of a run's TensorBoard event files, one per attempt, which the job writes
+// and trainerd serves: "runs/RUN/tensorboard" (docs/tensorboard.md).
+std::string tensorboard_key_prefix(const std::string& run_id);
+// Whether `name` is an event file's name as the job writes it ("events.out.tfevents.<...>": no
+// '/', nothing that climbs out of the folder).
+bool is_event_file_name(const std::string& name);
+
 // What the job asks the catalog to reserve before uploading (POST /v1/runs/{run}/snapshots).
 struct Reservation {
   std::string snapshot_id = {};

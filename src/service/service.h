@@ -229,6 +229,12 @@ class Service {
   // rollouts:[{step, index, promptIndex, prompt, completion, reward, terms:[{name, weight, raw,
   // share, failed}], completionTokens, terminated}]}. An SFT run is FailedPrecondition.
   virtual Result<json> run_rollouts(const std::string& ref, const RolloutQuery& query) = 0;
+  // The run's TensorBoard event files, one per attempt, as its jobs copied them to the artifacts
+  // (docs/tensorboard.md): {runId, phase, ended, files: [{name, bytes}]}, by name (so by start
+  // time); `ended`: the run is in a terminal phase and its files will not change.
+  virtual Result<json> run_event_files(const std::string& ref) = 0;
+  // The bytes of one of them; not_found naming the file when the run has no such file.
+  virtual Result<std::string> run_event_file(const std::string& ref, const std::string& name) = 0;
 
   // ---- a job's reports (docs/job-protocol.md, "Reporting to trainerd"; job_reports.cpp)
   // Whether `token` is the job attempt's (TRAINER_JOB_TOKEN): not_found for an unknown attempt,

@@ -124,6 +124,8 @@ class ServiceImpl final : public Service {
   Result<json> run_metrics(const std::string& ref, int64_t limit) override;
   Result<json> run_hparams(const std::string& ref) override;
   Result<json> run_rollouts(const std::string& ref, const RolloutQuery& query) override;
+  Result<json> run_event_files(const std::string& ref) override;
+  Result<std::string> run_event_file(const std::string& ref, const std::string& name) override;
 
   Status authenticate_job(const std::string& job_id, const std::string& token) override;
   Result<json> post_job_events(const std::string& job_id, const json& body) override;

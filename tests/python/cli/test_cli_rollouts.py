@@ -217,3 +217,29 @@ def test_rl_metrics_fields_take_kl_memory_idle_fractions_and_terms(cli, finished
     out = cli("runs", "metrics", run_id, "--fields", "terms:labl")
     assert out.returncode == 2 and "terms:labl" in out.stderr, out.stderr
     assert "did you mean terms:label" in out.stderr and "terms:label-again" in out.stderr, out.stderr
+
+
+def test_the_runs_tensorboard_files_carry_the_rl_figures_reward_terms_and_rollouts(cli, finished, tmp_path):
+    """The GRPO run's event file (docs/tensorboard.md), mirrored by `runs tensorboard --sync-only`
+    and read by TensorBoard's own reader: each step's RL figures as `runs metrics` shows them, each
+    reward term's mean, and a few rollouts as text."""
+    import numpy as np
+    from tensorboard.backend.event_processing import event_accumulator
+
+    run_id, _, steps = finished
+    cli("runs", "tensorboard", run_id, "--dir", tmp_path, "--sync-only", check=True)
+    acc = event_accumulator.EventAccumulator(str(tmp_path / run_id[:12]),
+                                             size_guidance={event_accumulator.SCALARS: 0,
+                                                            event_accumulator.TENSORS: 0})
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"rl/rewardMean", "rl/kl", "rl/entropy", "rl/clipRatio", "rl/completionLengthMean",
+            "rl/reward/label", "rl/reward/label-again", "train/loss"} <= tags, tags
+    for tag, key in (("rl/rewardMean", "rewardMean"), ("rl/kl", "kl"), ("rl/completionLengthMean", "completionLengthMean")):
+        board = [(e.step, e.value) for e in acc.Scalars(tag)]
+        assert board == [(s["step"], float(np.float32(s["rl"][key]))) for s in steps], tag
+    assert "rl/rollouts" in acc.Tags()["tensors"]
+    first = acc.Tensors("rl/rollouts")[0]
+    text = first.tensor_proto.string_val[0].decode()
+    assert first.step == 1 and "reward" in text and "**prompt" in text, text
+    assert acc.SummaryMetadata("rl/rollouts").plugin_data.plugin_name == "text"
