@@ -196,7 +196,8 @@ Status parse_limits(const json& l, Limits& limits) {
   if (!l.is_object()) return invalid_argument("limits: must be an object");
   TRAINER_RETURN_IF_ERROR(check_keys(l, "limits.",
                                      {"maxRequestBytes", "maxDatasetBytes", "cancelGraceSeconds",
-                                      "pauseDeadlineSeconds", "maxAdapterRank", "publishDeadlineSeconds"}));
+                                      "pauseDeadlineSeconds", "maxAdapterRank", "publishDeadlineSeconds",
+                                      "jobSilenceSeconds", "attemptBackoffSeconds"}));
   auto field = [&](const char* key, int64_t fallback, int64_t max = 1000000) {
     return non_negative_int(l, key, "limits.", fallback, max);
   };
@@ -217,6 +218,14 @@ Status parse_limits(const json& l, Limits& limits) {
                            field("publishDeadlineSeconds", limits.publish_deadline_seconds, 86400));
   if (publish < 1) return invalid_argument("limits.publishDeadlineSeconds: must be at least 1");
   limits.publish_deadline_seconds = static_cast<int>(publish);
+  TRAINER_ASSIGN_OR_RETURN(int64_t silence, field("jobSilenceSeconds", limits.job_silence_seconds, 86400));
+  if (silence != 0 && silence < 2) {
+    return invalid_argument("limits.jobSilenceSeconds: must be 0 (never) or at least 2 (the job's heartbeat comes "
+                            "every quarter of it)");
+  }
+  limits.job_silence_seconds = static_cast<int>(silence);
+  TRAINER_ASSIGN_OR_RETURN(int64_t backoff, field("attemptBackoffSeconds", limits.attempt_backoff_seconds, 3600));
+  limits.attempt_backoff_seconds = static_cast<int>(backoff);
   return Status::ok();
 }
 
@@ -430,7 +439,9 @@ nlohmann::json config_to_json(const DeploymentConfig& c) {
                    {"cancelGraceSeconds", c.limits.cancel_grace_seconds},
                    {"pauseDeadlineSeconds", c.limits.pause_deadline_seconds},
                    {"maxAdapterRank", c.limits.max_adapter_rank},
-                   {"publishDeadlineSeconds", c.limits.publish_deadline_seconds}};
+                   {"publishDeadlineSeconds", c.limits.publish_deadline_seconds},
+                   {"jobSilenceSeconds", c.limits.job_silence_seconds},
+                   {"attemptBackoffSeconds", c.limits.attempt_backoff_seconds}};
   out["jobBinary"] = c.job_binary;
   out["compute"] = {{"backend", c.compute.backend}};
   if (c.compute.backend == "slurm") {

@@ -44,6 +44,11 @@ struct Limits {
   // How long a job retries one snapshot's publication (reserve, upload, commit) before that
   // publication fails with its reason (TRAINER_PUBLISH_DEADLINE_SECONDS); later saves go on.
   int publish_deadline_seconds = 300;
+  // A run's job silent this long (no event, not even its heartbeat) is hung: stopped (SIGTERM,
+  // then SIGKILL after cancel_grace_seconds) and counted as a lost attempt. 0 = never.
+  int job_silence_seconds = 300;
+  // Wait before a run's next attempt after a lost one; doubled for each further lost attempt.
+  int attempt_backoff_seconds = 10;
 };
 
 // Where jobs send their metrics when the operator runs a collector.

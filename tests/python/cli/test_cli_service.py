@@ -115,7 +115,7 @@ def test_cancel_asks_first_and_wait_exit_status_reports_cancelled(ready):
 
 def test_wait_exit_status_reports_failed(ready):
     # Its job is killed from outside (as the OOM killer would): the run fails.
-    run = start(ready, plan_text(max_steps=LONG_RUN_STEPS))
+    run = start(ready, plan_text(max_steps=LONG_RUN_STEPS, max_attempts=1))
     kill_job_of(run["runId"])
     plain = ready("runs", "wait", run["runId"], timeout=180)
     assert plain.returncode == 0, plain.stderr
