@@ -44,12 +44,13 @@ def test_dry_run_show_resolved_prints_every_default(ready):
                   "beta1:", "beta2:", "epsilon:", "maxGradNorm:", "schedule:", "warmupSteps:",
                   "warmupRatio:", "epochs:", "maxSteps:", "batchSize:", "gradientAccumulation:",
                   "validationFrequencySteps:", "validationSplit:", "packing:", "seed:", "maxSeqLength:",
-                  "precision:", "gpus:", "keepAdapters:", "method: sft"):
+                  "precision:", "gpus:", "keepAdapters:", "maxAttempts: 3", "method: sft"):
         assert field in out.stdout, f"{field} missing from\n{out.stdout}"
     resolved = ready.json("runs", "start", "-f", "-", "--dry-run", "--show-resolved", input=plan_text())
     plan = resolved["plan"]
     assert plan["config"]["hyperparams"]["optimizer"]["beta2"] == 0.999
     assert plan["execution"]["keepAdapters"] == 4
+    assert plan["execution"]["maxAttempts"] == 3
     # A dry run starts nothing.
     assert all(r["phase"] for r in ready.json("runs", "list")["runs"]) is not None
 
