@@ -106,7 +106,7 @@ def test_a_killed_job_gets_a_new_attempt_that_trains_exactly_as_uninterrupted(re
     resumed = second["resumedFromStep"]
     assert resumed >= SAVE_EVERY and resumed % SAVE_EVERY == 0, second
     snap = ready.json("snapshots", "get", second["resumedFromSnapshot"][:12])
-    assert snap["savedStep"] == resumed and "trainingState" in snap["artifacts"], snap
+    assert snap["savedStep"] == resumed, snap  # (its training state may since be pruned: keepTrainingStates)
     assert losses(ready, run_id) == reference  # every step, those trained again too, bit for bit
     assert done["cost"]["gpuSeconds"] > 0
     status, answer = call(f"{trainerd.url}/v1/runs/{run_id}/events?waitSeconds=0")
