@@ -120,6 +120,56 @@ std::optional<double> run_eta_seconds(const json& run) {
 
 namespace {
 
+// How an attempt's entry says it ended: "killed, code 137".
+std::string attempt_end_text(const json& entry) {
+  std::string out = str(entry, "cause");
+  if (auto code = num(entry, "exitCode")) out += ", code " + format_number(*code);
+  return out;
+}
+
+bool lost_cause(const std::string& cause) {
+  return cause == "killed" || cause == "crashed" || cause == "lost" || cause == "stopped" || cause == "hung";
+}
+
+// The run's attempts as a person reads them, when it had more than one or lost one: "attempt 2 of 3,
+// resumed from step 6 (attempt 1: killed, code 137)". `brief`: the first part alone ("attempt 2 of
+// 3"). execution.maxAttempts counts from the submission or from the last resume.
+std::string attempts_text(const json& run, bool brief) {
+  const json& list = field(run, "attempts");
+  const int64_t current = integer(run, "attempt");
+  if (!list.is_array() || list.empty()) return "";
+  bool lost = false;
+  int64_t base = 1;
+  for (const json& a : list) {
+    if (lost_cause(str(a, "cause"))) lost = true;
+    if (str(a, "cause") == "paused") base = integer(a, "number") + 1;
+  }
+  if (current <= 1 && !lost) return "";
+  const json& max_field = field(field(field(run, "plan"), "execution"), "maxAttempts");
+  const int64_t max = max_field.is_number_integer() ? max_field.get<int64_t>() : 3;
+  std::string text = "attempt " + format_number(static_cast<double>(current));
+  if (base == 1) {
+    text += " of " + format_number(static_cast<double>(max));
+  } else {
+    text += " (" + format_number(static_cast<double>(current - base + 1)) + " of " +
+            format_number(static_cast<double>(max)) + " since the resume)";
+  }
+  if (brief) return text;
+  std::string ended;
+  for (const json& a : list) {
+    const int64_t n = integer(a, "number");
+    if (n == current) {
+      if (auto step = num(a, "resumedFromStep")) text += ", resumed from step " + format_number(*step);
+      if (!lost_cause(str(a, "cause"))) continue;  // its own end is the run's phase
+    }
+    if (str(a, "cause").empty()) continue;
+    ended += (ended.empty() ? "" : "; ") + std::string("attempt ") + format_number(static_cast<double>(n)) + ": " +
+             attempt_end_text(a);
+  }
+  if (!ended.empty()) text += " (" + ended + ")";
+  return text;
+}
+
 std::string progress_text(const json& run, const ViewStyle& style, bool with_phase) {
   const std::string phase = str(run, "phase");
   const json& progress = field(run, "progress");
@@ -170,6 +220,7 @@ std::string progress_text(const json& run, const ViewStyle& style, bool with_pha
       parts.push_back("trained " + format_duration(*elapsed));
     }
   }
+  if (std::string attempts = attempts_text(run, true); !attempts.empty()) parts.push_back(attempts);
   std::string cost = cost_text(run);
   if (!cost.empty()) {
     droppable_cost.push_back(parts.size());
@@ -259,6 +310,7 @@ std::string run_detail(const json& run, const ViewStyle& style) {
     phase_text += " — " + str(run, "outcome");
   }
   state.push_back({"Phase", phase_text});
+  if (std::string attempts = attempts_text(run, false); !attempts.empty()) state.push_back({"Attempts", attempts});
   if (!is_terminal_phase(phase) || integer(field(run, "progress"), "totalSteps") > 0) {
     state.push_back({"Progress", progress_text(run, style, false)});
   }

@@ -26,6 +26,7 @@
 #include "common/version.h"
 #include "engine/engine.h"
 #include "job/args.h"
+#include "job/heartbeat.h"
 #include "job/commands.h"
 #include "job/input_fetch.h"
 #include "job/job_events.h"
@@ -139,13 +140,15 @@ Result<Publication> open_publication(const protocol::JobRequest& request, const 
   auto st = storage::open_storage(request.artifact_root);  // a folder, or s3://BUCKET[/PREFIX]
   if (!st.is_ok()) return Status(st.status().code(), "TRAINER_ARTIFACT_ROOT: " + st.status().message());
   out.artifacts = std::move(*st);
-  out.catalog = make_http_catalog({request.catalog_url, request.job_id, request.job_token}, identity.run_id);
   PublisherOptions po;
+  if (request.store.publish_deadline_seconds > 0) po.deadline = std::chrono::seconds(request.store.publish_deadline_seconds);
+  // A restore's catalog reads ride out a trainerd restart within the same deadline as a publication.
+  out.catalog = make_http_catalog({request.catalog_url, request.job_id, request.job_token}, identity.run_id,
+                                  std::chrono::seconds(30), po.deadline);
   po.staging_dir = (std::filesystem::path(output_dir) / "staging").string();
   po.run_id = identity.run_id;
   po.attempt = identity.attempt;
   po.base_model_sha = identity.base_model_sha;
-  if (request.store.publish_deadline_seconds > 0) po.deadline = std::chrono::seconds(request.store.publish_deadline_seconds);
   out.publisher = std::make_unique<SnapshotPublisher>(po, *out.artifacts, *out.catalog, telemetry.provider());
   return out;
 }
@@ -407,6 +410,8 @@ int cmd_run(int argc, char** argv) {
   // The attempt reports to trainerd over its API (docs/job-protocol.md, "Reporting to trainerd"):
   // its events (those written so far first) and its log. The files stay the fallback.
   std::unique_ptr<PostedLog> posted_log = request.is_ok() ? report_to_trainerd(writer, *request) : nullptr;
+  // Alive between events too: trainerd stops a job silent past limits.jobSilenceSeconds as hung.
+  Heartbeat heartbeat(writer, std::chrono::seconds(request.is_ok() ? request->heartbeat_seconds : 0));
   auto fail = [&](const std::string& reason) { return fail_job(writer, reason); };
   if (!request.is_ok()) return fail(request.status().describe());
   if (!world.is_ok()) return fail(world.status().describe());

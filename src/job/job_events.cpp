@@ -24,10 +24,23 @@ Status EventWriter::open(const std::string& path) {
   return Status::ok();
 }
 
+void EventWriter::heartbeat(double uptime_seconds) {
+  std::optional<int64_t> step;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ended_) return;
+    step = last_step_;
+  }
+  write(protocol::Heartbeat{.step = step, .uptime_seconds = uptime_seconds});
+}
+
 void EventWriter::write(const protocol::Event& event) {
   std::string line = protocol::to_line(event);
   std::lock_guard<std::mutex> lock(mu_);
   if (out_ == nullptr) return;
+  if (std::holds_alternative<protocol::Heartbeat>(event) && ended_) return;
+  if (const auto* s = std::get_if<protocol::Step>(&event)) last_step_ = s->step;
+  if (protocol::ends_attempt(event)) ended_ = true;
   const int64_t seq = ++seq_;
   line += '\n';
   std::fwrite(line.data(), 1, line.size(), out_);

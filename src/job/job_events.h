@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,6 +34,9 @@ class EventWriter {
   // `path` empty: stdout.
   Status open(const std::string& path);
   void write(const protocol::Event& event);
+  // Writes a `heartbeat` carrying the last step written, unless an event that ends the attempt
+  // (protocol::ends_attempt) was written already: nothing follows the attempt's last event.
+  void heartbeat(double uptime_seconds);
   // Posts the events to `target` from now on: those written so far first.
   void post_to(const ReportTarget& target, SenderOptions options = {});
   // Waits up to `wait` for the posted events to be delivered; true when they were (or none are posted).
@@ -46,6 +50,8 @@ class EventWriter {
   FILE* out_ = nullptr;  // guarded by mu_
   bool owned_ = false;
   int64_t seq_ = 0;                                     // guarded by mu_: the last event's number
+  std::optional<int64_t> last_step_;                    // guarded by mu_: the last `step` event's step
+  bool ended_ = false;                                  // guarded by mu_: the attempt's last event is written
   std::vector<std::pair<int64_t, std::string>> kept_;   // guarded by mu_: before post_to()
   std::unique_ptr<ReportSender> sender_;                // guarded by mu_
 };

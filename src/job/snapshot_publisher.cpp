@@ -36,10 +36,12 @@ Status copy_folder(const fs::path& from, const fs::path& to) {
 
 class HttpCatalog final : public Catalog {
  public:
-  HttpCatalog(const ReportTarget& trainerd, std::string run_id, std::chrono::milliseconds timeout)
+  HttpCatalog(const ReportTarget& trainerd, std::string run_id, std::chrono::milliseconds timeout,
+              std::chrono::milliseconds read_deadline)
       : base_url_(trainerd.base_url),
         run_id_(std::move(run_id)),
         timeout_(timeout),
+        read_deadline_(read_deadline),
         headers_{{"X-Trainer-Job", trainerd.job_id}, {"Authorization", "Bearer " + trainerd.token}} {
     while (!base_url_.empty() && base_url_.back() == '/') base_url_.pop_back();
   }
@@ -51,9 +53,22 @@ class HttpCatalog final : public Catalog {
     return post("/v1/snapshots/" + snapshot_id + "/commit", json{{"kind", kind}});
   }
   Result<json> describe(const std::string& snapshot_id) override {
-    json answer;
-    TRAINER_RETURN_IF_ERROR(call("GET", "/v1/snapshots/" + snapshot_id, json(), &answer));
-    return answer;
+    const auto deadline = Clock::now() + read_deadline_;
+    std::chrono::milliseconds wait = kFirstReadBackoff;
+    int tries = 0;
+    while (true) {
+      json answer;
+      Status st = call("GET", "/v1/snapshots/" + snapshot_id, json(), &answer);
+      ++tries;
+      if (st.is_ok()) return answer;
+      if (st.code() != StatusCode::kUnavailable || Clock::now() + wait > deadline) {
+        if (tries == 1) return st;
+        return Status(st.code(), st.message() + " (" + std::to_string(tries) + " tries within " +
+                                     std::to_string(read_deadline_.count() / 1000) + " s)");
+      }
+      std::this_thread::sleep_for(wait);
+      wait = std::min(wait * 2, kMaxReadBackoff);
+    }
   }
 
  private:
@@ -87,17 +102,21 @@ class HttpCatalog final : public Catalog {
     return unavailable(message);
   }
 
+  static constexpr std::chrono::milliseconds kFirstReadBackoff{250};
+  static constexpr std::chrono::milliseconds kMaxReadBackoff{5000};
+
   std::string base_url_;
   const std::string run_id_;
   const std::chrono::milliseconds timeout_;
+  const std::chrono::milliseconds read_deadline_;  // describe() retries an unavailable trainerd this long
   const httplib::Headers headers_;  // the attempt's credentials, on every call
 };
 
 }  // namespace
 
 std::unique_ptr<Catalog> make_http_catalog(const ReportTarget& trainerd, const std::string& run_id,
-                                           std::chrono::milliseconds timeout) {
-  return std::make_unique<HttpCatalog>(trainerd, run_id, timeout);
+                                           std::chrono::milliseconds timeout, std::chrono::milliseconds read_deadline) {
+  return std::make_unique<HttpCatalog>(trainerd, run_id, timeout, read_deadline);
 }
 
 bool SnapshotPublisher::Outcome::retryable() const {

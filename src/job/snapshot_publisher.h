@@ -61,9 +61,12 @@ class Catalog {
 // /v1/runs/{run}/snapshots and POST /v1/snapshots/{id}/commit, each sent as the attempt
 // (`X-Trainer-Job: TRAINER_JOB_ID`, `Authorization: Bearer TRAINER_JOB_TOKEN`). Unavailable when
 // trainerd cannot be reached or answers 5xx; a refusal (401, 403: not the run's current attempt)
-// is invalid_argument.
+// is invalid_argument. describe() (a restore's read) retries an unavailable trainerd with backoff
+// (0.25 s doubling to 5 s) until `read_deadline` has passed, so a trainerd restarting while an
+// attempt starts never fails it; reserve() and commit() are retried by the publisher instead.
 std::unique_ptr<Catalog> make_http_catalog(const ReportTarget& trainerd, const std::string& run_id,
-                                           std::chrono::milliseconds timeout = std::chrono::seconds(30));
+                                           std::chrono::milliseconds timeout = std::chrono::seconds(30),
+                                           std::chrono::milliseconds read_deadline = std::chrono::seconds(0));
 
 struct PublisherOptions {
   std::string staging_dir;     // protected local staging, created when missing

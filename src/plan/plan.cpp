@@ -462,6 +462,7 @@ Status read_execution(const json& obj, ExecutionSettings* e) {
   TRAINER_RETURN_IF_ERROR(r.read_optional_int("saveEvery", &e->saveEvery));
   TRAINER_RETURN_IF_ERROR(r.read_int_as("keepAdapters", &e->keepAdapters));
   TRAINER_RETURN_IF_ERROR(r.read_int_as("keepTrainingStates", &e->keepTrainingStates));
+  TRAINER_RETURN_IF_ERROR(r.read_int_as("maxAttempts", &e->maxAttempts));
   return r.refuse_unknown();
 }
 

@@ -181,6 +181,7 @@ struct ExecutionSettings {
   std::optional<int> saveEvery;    // execution.saveEvery: save every N optimizer steps; absent = only at the end
   int keepAdapters = 4;            // execution.keepAdapters: weight snapshots kept (newest first)
   int keepTrainingStates = 2;      // execution.keepTrainingStates: training-state snapshots kept (newest first)
+  int maxAttempts = 3;             // execution.maxAttempts: attempts a job that ends without an outcome may use; 1 = no retry
 };
 
 struct Plan {

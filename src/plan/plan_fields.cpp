@@ -167,6 +167,9 @@ const std::vector<FieldSpec> kFields = {
     {"execution.keepAdapters", FT::kInteger, 1, 1000, false, false, "", "saved adapters kept, newest first"},
     {"execution.keepTrainingStates", FT::kInteger, 1, 1000, false, false, "",
      "snapshots' training states kept, newest first (held ones and the final snapshot always stay)"},
+    {"execution.maxAttempts", FT::kInteger, 1, 100, false, false, "",
+     "attempts of a run whose job ends without an outcome (killed, crashed, lost, hung): each new one resumes the "
+     "newest committed training state; 1 disables retries"},
     {"grader", FT::kString, 0, 0, false, false, "", "overrides the workload's grader"},
     {"graderInstructions", FT::kString, 0, 0, false, false, "",
      "instructions (system prompt) of the run's model: judges: its model: reward terms without their own, and a "

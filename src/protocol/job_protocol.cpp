@@ -72,6 +72,7 @@ TRAINER_DESCRIBE(Warning, if_set("field", &Warning::field), required("message", 
 TRAINER_DESCRIBE(EvaluationProgress, required("done", &EvaluationProgress::done),
                  required("total", &EvaluationProgress::total))
 TRAINER_DESCRIBE(EvaluationReport, required("report", &EvaluationReport::report))
+TRAINER_DESCRIBE(Heartbeat, optional("step", &Heartbeat::step), required("uptimeSeconds", &Heartbeat::uptime_seconds))
 #undef TRAINER_DESCRIBE
 
 namespace {
@@ -104,6 +105,7 @@ struct TypeName {
   std::string_view operator()(const Warning&) const { return "warning"; }
   std::string_view operator()(const EvaluationProgress&) const { return "evaluation_progress"; }
   std::string_view operator()(const EvaluationReport&) const { return "evaluation_report"; }
+  std::string_view operator()(const Heartbeat&) const { return "heartbeat"; }
 };
 
 }  // namespace
@@ -137,6 +139,7 @@ TRAINER_EVENT_JSON(Paused)
 TRAINER_EVENT_JSON(Warning)
 TRAINER_EVENT_JSON(EvaluationProgress)
 TRAINER_EVENT_JSON(EvaluationReport)
+TRAINER_EVENT_JSON(Heartbeat)
 #undef TRAINER_EVENT_JSON
 
 void to_json(json& out, const Failed& e) { fields::write(out, e); }
@@ -182,6 +185,7 @@ Result<std::optional<Event>> event_from_json(const json& in) {
   else if (type == "warning") out = decode_as<Warning>(in);
   else if (type == "evaluation_progress") out = decode_as<EvaluationProgress>(in);
   else if (type == "evaluation_report") out = decode_as<EvaluationReport>(in);
+  else if (type == "heartbeat") out = decode_as<Heartbeat>(in);
   if (!out.is_ok()) return out.status().with_field(type);
   return out;
 }

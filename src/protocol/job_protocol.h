@@ -190,6 +190,14 @@ struct Warning {
   std::string message = {};  // for a person
 };
 
+// "heartbeat": the job is alive (TRAINER_HEARTBEAT_SECONDS apart, from a thread of its own, so it
+// comes between steps too); a job silent past trainerd's limits.jobSilenceSeconds is stopped as
+// hung. Not kept in the run's events.
+struct Heartbeat {
+  std::optional<int64_t> step = {};  // the last optimizer step it reported, if any
+  double uptime_seconds = 0;         // since the job started
+};
+
 // "evaluation_progress": an evaluation job's rows answered and graded so far (after each batch).
 struct EvaluationProgress {
   int64_t done = 0;   // rows graded
@@ -205,7 +213,7 @@ struct EvaluationReport {
 
 using Event = std::variant<Hello, Phase, Preparing, DataFit, DataSplit, Devices, Resolved, Step, Validation,
                            Checkpoint, Completed, Failed, Cancelled, Paused, Warning, EvaluationProgress,
-                           EvaluationReport>;
+                           EvaluationReport, Heartbeat>;
 
 // The event's "type" value, e.g. "step".
 std::string_view event_type(const Event& event);
@@ -230,6 +238,7 @@ void to_json(nlohmann::json& out, const Paused& e);
 void to_json(nlohmann::json& out, const Warning& e);
 void to_json(nlohmann::json& out, const EvaluationProgress& e);
 void to_json(nlohmann::json& out, const EvaluationReport& e);
+void to_json(nlohmann::json& out, const Heartbeat& e);
 void to_json(nlohmann::json& out, const StepMemory& e);
 nlohmann::json to_json(const Event& event);  // with "type"
 std::string to_line(const Event& event);     // compact JSON, no trailing newline
@@ -253,6 +262,7 @@ Status from_json(const nlohmann::json& in, Paused* e);
 Status from_json(const nlohmann::json& in, Warning* e);
 Status from_json(const nlohmann::json& in, EvaluationProgress* e);
 Status from_json(const nlohmann::json& in, EvaluationReport* e);
+Status from_json(const nlohmann::json& in, Heartbeat* e);
 Status from_json(const nlohmann::json& in, StepMemory* e);
 
 // A whole event object: nullopt for an unknown "type" (skip it); an error for an object

@@ -40,6 +40,7 @@ void each_variable(Request& r, Visit&& visit) {
   visit("TRAINER_INPUT_CACHE", r.store.input_cache, When::kSet);
   visit("TRAINER_PUBLISH_DEADLINE_SECONDS", r.store.publish_deadline_seconds, When::kSet);
   visit("TRAINER_RESUME_SNAPSHOT", r.resume_snapshot, When::kSet);
+  visit("TRAINER_HEARTBEAT_SECONDS", r.heartbeat_seconds, When::kSet);
   visit("TRAINER_BRANCH_SNAPSHOT", r.branch_snapshot, When::kSet);
   visit("TRAINER_BRANCH_RESTORE", r.branch_restore, When::kSet);
 }

@@ -66,6 +66,9 @@ struct JobRequest {
   std::string artifact_root;       // where snapshots are published: a folder, or s3://BUCKET[/PREFIX] (TRAINER_ARTIFACT_ROOT)
   StoreAccess store;
   std::string resume_snapshot;     // the snapshot this attempt restores (TRAINER_RESUME_SNAPSHOT); "" = none
+  // Seconds between the job's `heartbeat` events (TRAINER_HEARTBEAT_SECONDS); 0 = none. trainerd
+  // stops a job silent for limits.jobSilenceSeconds as hung.
+  int64_t heartbeat_seconds = 0;
   // A child run's first attempt: the parent's snapshot it starts from (TRAINER_BRANCH_SNAPSHOT)
   // and what it restores of it, kRestoreWeights or kRestoreTrainingState (TRAINER_BRANCH_RESTORE;
   // read as weights when absent).

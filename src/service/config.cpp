@@ -197,7 +197,8 @@ Status parse_limits(const json& l, Limits& limits) {
   TRAINER_RETURN_IF_ERROR(check_keys(l, "limits.",
                                      {"maxRequestBytes", "maxDatasetBytes", "cancelGraceSeconds",
                                       "pauseDeadlineSeconds", "maxAdapterRank", "publishDeadlineSeconds",
-                                      "abandonedPublicationSeconds"}));
+                                      "abandonedPublicationSeconds", "jobSilenceSeconds",
+                                      "attemptBackoffSeconds"}));
   auto field = [&](const char* key, int64_t fallback, int64_t max = 1000000) {
     return non_negative_int(l, key, "limits.", fallback, max);
   };
@@ -225,6 +226,14 @@ Status parse_limits(const json& l, Limits& limits) {
                             std::to_string(publish) + "): a job may still be publishing until then");
   }
   limits.abandoned_publication_seconds = static_cast<int>(abandoned);
+  TRAINER_ASSIGN_OR_RETURN(int64_t silence, field("jobSilenceSeconds", limits.job_silence_seconds, 86400));
+  if (silence != 0 && silence < 2) {
+    return invalid_argument("limits.jobSilenceSeconds: must be 0 (never) or at least 2 (the job's heartbeat comes "
+                            "every quarter of it)");
+  }
+  limits.job_silence_seconds = static_cast<int>(silence);
+  TRAINER_ASSIGN_OR_RETURN(int64_t backoff, field("attemptBackoffSeconds", limits.attempt_backoff_seconds, 3600));
+  limits.attempt_backoff_seconds = static_cast<int>(backoff);
   return Status::ok();
 }
 
@@ -439,7 +448,9 @@ nlohmann::json config_to_json(const DeploymentConfig& c) {
                    {"pauseDeadlineSeconds", c.limits.pause_deadline_seconds},
                    {"maxAdapterRank", c.limits.max_adapter_rank},
                    {"publishDeadlineSeconds", c.limits.publish_deadline_seconds},
-                   {"abandonedPublicationSeconds", c.limits.abandoned_publication_seconds}};
+                   {"abandonedPublicationSeconds", c.limits.abandoned_publication_seconds},
+                   {"jobSilenceSeconds", c.limits.job_silence_seconds},
+                   {"attemptBackoffSeconds", c.limits.attempt_backoff_seconds}};
   out["jobBinary"] = c.job_binary;
   out["compute"] = {{"backend", c.compute.backend}};
   if (c.compute.backend == "slurm") {

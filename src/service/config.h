@@ -48,6 +48,11 @@ struct Limits {
   // committed (with their uploaded bytes) and the artifact folder's `.tmp.` temporaries of a
   // publish that died. At least publish_deadline_seconds: no live job still works on one.
   int abandoned_publication_seconds = 3600;
+  // A run's job silent this long (no event, not even its heartbeat) is hung: stopped (SIGTERM,
+  // then SIGKILL after cancel_grace_seconds) and counted as a lost attempt. 0 = never.
+  int job_silence_seconds = 300;
+  // Wait before a run's next attempt after a lost one; doubled for each further lost attempt.
+  int attempt_backoff_seconds = 10;
 };
 
 // Where jobs send their metrics when the operator runs a collector.

@@ -17,6 +17,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
+constexpr int kMaxHeartbeatSeconds = 30;
+
 std::string upper(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
   return s;
@@ -215,6 +217,10 @@ backend::JobSpec ServiceImpl::job_spec(const RunRecord& run) const {
     }
   }
   spec.resume_snapshot = run.resume_from.value_or("");
+  // The job's heartbeat: four in each silence trainerd allows (attempts.cpp, watch_silence()).
+  if (const int silence = opt_.config.limits.job_silence_seconds; silence > 0) {
+    spec.heartbeat_seconds = std::clamp(silence / 4, 1, kMaxHeartbeatSeconds);
+  }
   // A child run's first attempt starts from its parent's snapshot (later ones resume their own).
   if (!run.resume_from && run.view.contains("sourceSnapshotId") && run.view["sourceSnapshotId"].is_string()) {
     spec.branch_snapshot = run.view["sourceSnapshotId"].get<std::string>();
@@ -224,13 +230,15 @@ backend::JobSpec ServiceImpl::job_spec(const RunRecord& run) const {
 }
 
 Status ServiceImpl::submit_job(RunRecord& run) {
+  // A new attempt after a lost one waits out its backoff (attempts.cpp).
+  if (run.next_attempt_at && now() < *run.next_attempt_at) return Status::ok();
   backend::JobSpec spec = job_spec(run);
   // The attempt's identity to the API: its posts of events and log lines carry it (job_reports.cpp).
   spec.job_id = run.id + "-" + std::to_string(run.attempt);
   auto attempt = store_->register_job_attempt({spec.job_id, "run", run.id, new_job_token()});
   if (!attempt.is_ok()) return attempt.status();
   spec.job_token = attempt->token;
-  auto record_job = [&](backend::JobHandle handle) {
+  auto record_job = [&](backend::JobHandle handle) -> Status {
     JobRecord job;
     job.handle = std::move(handle);
     job.job_id = spec.job_id;
@@ -246,10 +254,12 @@ Status ServiceImpl::submit_job(RunRecord& run) {
                              {"gpus", spec.gpus},
                              {"deviceIds", spec.device_ids},
                              {"job", backend_->describe(run.job->handle)}};
+    run.next_attempt_at.reset();
+    return open_attempt(run, run.job->started_at);
   };
   // A job started before a crash whose handle was never committed: adopt it.
   if (auto orphan = backend_->find(spec)) {
-    record_job(*orphan);
+    TRAINER_RETURN_IF_ERROR(record_job(*orphan));
     return transition(run, Phase::kQueued);
   }
   std::error_code ec;
@@ -271,7 +281,7 @@ Status ServiceImpl::submit_job(RunRecord& run) {
   if (!st.is_ok()) return fail(run, "could not write the resolved plan\n" + st.message());
   auto handle = backend_->start(spec);
   if (!handle.is_ok()) return fail(run, "the backend could not start the training job\n" + handle.status().message());
-  record_job(std::move(*handle));
+  TRAINER_RETURN_IF_ERROR(record_job(std::move(*handle)));
   return transition(run, Phase::kQueued);
 }
 
@@ -305,6 +315,9 @@ Status ServiceImpl::finish(RunRecord& run, Phase terminal) {
                                                             : "CANCELLED";
   run.outcome = outcome;
   run.view["endedAt"] = rfc3339(t);
+  std::string cause = outcome;
+  std::transform(cause.begin(), cause.end(), cause.begin(), [](unsigned char c) { return std::tolower(c); });
+  close_attempt(run, t, cause, run.job ? run.job->exit_code : std::nullopt);
   if (terminal == Phase::kFailed) metrics_.run_failed(run.failed_in.value_or(run.phase));
   TRAINER_RETURN_IF_ERROR(transition(run, terminal));
   TRAINER_RETURN_IF_ERROR(store_->append_run_event(run.id, {{"time", rfc3339(t)},

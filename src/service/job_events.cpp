@@ -14,6 +14,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// An exit status above this is 128 + the signal that killed the job (the backends' convention).
+constexpr int kSignalExitBase = 128;
+
 }  // namespace
 
 Status ServiceImpl::follow_job(RunRecord& run) {
@@ -28,6 +31,7 @@ Status ServiceImpl::follow_job(RunRecord& run) {
   const Phase phase = run.phase;
   if (status.state == backend::JobState::kRunning) {
     capacity_.publish_gpu_time(run, now());
+    TRAINER_RETURN_IF_ERROR(watch_silence(run));
     if (run.cancel_requested) {
       if (!run.stop_sent_at) {
         run.stop_sent_at = now();
@@ -64,24 +68,35 @@ Status ServiceImpl::follow_job(RunRecord& run) {
     TRAINER_RETURN_IF_ERROR(transition(run, Phase::kFinalizing));
     return finalize(run);
   }
-  std::string reason;
-  if (run.job_outcome == JobOutcome::kFailed) {
-    reason = run.job_reason;
+  // A job that failed by its own verdict (bad data, a refused grader, an engine error) ends the run.
+  if (run.job_outcome == JobOutcome::kFailed) return fail_in_cleanup(run, run.job_reason);
+  // Any other end without an outcome loses the attempt; the run may get another (attempts.cpp).
+  const std::string log_tail = "\nlast lines of its log:\n" + job_log_tail(run.job->job_id, run.job->log_path, 10);
+  LostAttempt lost;
+  lost.exit_code = status.exit_code;
+  if (run.job->hung_at) {
+    lost.cause = "hung";
+    lost.reason = "the training job sent nothing, not even its heartbeat, for more than limits.jobSilenceSeconds (" +
+                  std::to_string(opt_.config.limits.job_silence_seconds) + " s); trainerd stopped it" + log_tail;
   } else if (run.job_outcome == JobOutcome::kCancelled) {
-    reason = "the training job stopped on a signal trainerd did not send (it reported cancelled)";
-    if (!status.reason.empty()) reason += ": " + status.reason;
+    lost.cause = "stopped";
+    lost.reason = "the training job stopped on a signal trainerd did not send (it reported cancelled)";
+    if (!status.reason.empty()) lost.reason += ": " + status.reason;
   } else if (!status.reason.empty()) {
     // The cluster ended it, or lost it: say so by name.
-    reason = status.reason + "\nlast lines of its log:\n" + job_log_tail(run.job->job_id, run.job->log_path, 10);
+    lost.cause = "lost";
+    lost.reason = status.reason + log_tail;
   } else if (status.state == backend::JobState::kGone) {
-    reason = "the training job (" + backend_->describe(handle) +
-             ") ended while trainerd was not running and reported no outcome\nlast lines of its log:\n" +
-             job_log_tail(run.job->job_id, run.job->log_path, 10);
+    lost.cause = "lost";
+    lost.reason = "the training job (" + backend_->describe(handle) +
+                  ") ended while trainerd was not running and reported no outcome" + log_tail;
   } else {
-    reason = "the training job exited with code " + std::to_string(status.exit_code.value_or(-1)) +
-             " without reporting an outcome\nlast lines of its log:\n" + job_log_tail(run.job->job_id, run.job->log_path, 10);
+    const int code = status.exit_code.value_or(-1);
+    lost.cause = code > kSignalExitBase ? "killed" : "crashed";
+    lost.reason = "the training job exited with code " + std::to_string(code) + " without reporting an outcome" +
+                  log_tail;
   }
-  return fail_in_cleanup(run, reason);
+  return attempt_lost(run, lost);
 }
 
 // Applies the job's new events (job_event_source.h) and stores how far they were read.
@@ -93,6 +108,7 @@ Status ServiceImpl::read_events(RunRecord& run, bool ended) {
     TRAINER_RETURN_IF_ERROR(apply_event(run, line.event, line.doc));
   }
   if (batch->consumed) {
+    run.job->heard_at = now();  // any event, its heartbeat too: the job is alive (watch_silence())
     run.job->seq = batch->cursor.seq;
     run.job->offset = batch->cursor.offset;
     run.view["updatedAt"] = now_rfc3339();

@@ -199,6 +199,7 @@ Status ServiceImpl::finish_pause(RunRecord& run, std::optional<telemetry::Servic
   pause["resourcesReleased"] = true;
   pause["releasedAt"] = rfc3339(t);
   pause["state"] = failed ? "pausedAfterFailedSave" : "paused";
+  close_attempt(run, t, "paused", run.job ? run.job->exit_code : std::nullopt);
   metrics_.operation_attempt({.operation = tel::ServiceOperation::kPause,
                               .stage = tel::ServiceStage::kRelease,
                               .outcome = tel::ServiceOutcome::kSuccess,
@@ -235,6 +236,8 @@ Result<json> ServiceImpl::resume_run(const std::string& ref) {
   }
   run.resume_from = source;
   run.attempt += 1;
+  run.attempt_base = run.attempt;  // a resume starts a new stretch of execution.maxAttempts
+  run.next_attempt_at.reset();
   run.job.reset();
   run.job_outcome = JobOutcome::kNone;
   run.job_reason.clear();

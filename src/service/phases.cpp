@@ -38,9 +38,10 @@ std::vector<tasks::Transition> run_transitions() {
       {P::kWaitingForGrader, {P::kWaitingForDevices, P::kSubmitting}},
       {P::kWaitingForDevices, {P::kSubmitting}},
       {P::kSubmitting, {P::kQueued}},
-      {P::kQueued, {P::kPreparing, P::kTraining, P::kFinalizing}},
-      {P::kPreparing, {P::kTraining, P::kFinalizing}},
-      {P::kTraining, {P::kFinalizing}},
+      // SUBMITTING again: a job that ended without an outcome gets a new attempt (attempts.cpp).
+      {P::kQueued, {P::kPreparing, P::kTraining, P::kFinalizing, P::kSubmitting}},
+      {P::kPreparing, {P::kTraining, P::kFinalizing, P::kSubmitting}},
+      {P::kTraining, {P::kFinalizing, P::kSubmitting}},
       {P::kPausing, {P::kPaused, P::kFinalizing}},
       {P::kPaused, {P::kWaitingForDevices, P::kSubmitting}},
       {P::kFinalizing, {P::kCompleted}},

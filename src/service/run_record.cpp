@@ -113,6 +113,8 @@ Result<JobRecord> job_from_json(const json& j) {
   TRAINER_RETURN_IF_ERROR(r.integer("seq", &job.seq, false));
   TRAINER_RETURN_IF_ERROR(r.opt_number("endedAt", &job.ended_at));
   TRAINER_RETURN_IF_ERROR(r.opt_number("endGuess", &job.end_guess));
+  TRAINER_RETURN_IF_ERROR(r.opt_number("heardAt", &job.heard_at));
+  TRAINER_RETURN_IF_ERROR(r.opt_number("hungAt", &job.hung_at));
   if (r.has("exitCode")) {
     int64_t code = 0;
     TRAINER_RETURN_IF_ERROR(r.integer("exitCode", &code));
@@ -131,6 +133,8 @@ json job_to_json(const JobRecord& job) {
   if (job.ended_at) j["endedAt"] = *job.ended_at;
   if (job.end_guess) j["endGuess"] = *job.end_guess;
   if (job.exit_code) j["exitCode"] = *job.exit_code;
+  if (job.heard_at) j["heardAt"] = *job.heard_at;
+  if (job.hung_at) j["hungAt"] = *job.hung_at;
   return j;
 }
 
@@ -188,6 +192,8 @@ json RunRecord::to_json() const {
   if (paused_step) in["pausedStep"] = *paused_step;
   if (paused_snapshot) in["pausedSnapshot"] = *paused_snapshot;
   if (resume_from) in["resumeFrom"] = *resume_from;
+  if (attempt_base != 1) in["attemptBase"] = attempt_base;
+  if (next_attempt_at) in["nextAttemptAt"] = *next_attempt_at;
   out["_"] = std::move(in);
   return out;
 }
@@ -282,6 +288,13 @@ Result<RunRecord> RunRecord::from_json(const json& doc) {
   }
   TRAINER_RETURN_IF_ERROR(b.opt_str("pausedSnapshot", &r.paused_snapshot));
   TRAINER_RETURN_IF_ERROR(b.opt_str("resumeFrom", &r.resume_from));
+  if (b.has("attemptBase")) {
+    int64_t base = 1;
+    TRAINER_RETURN_IF_ERROR(b.integer("attemptBase", &base));
+    if (base < 1 || base > r.attempt) return invalid_field("_.attemptBase", "must be between 1 and the run's attempt");
+    r.attempt_base = static_cast<int>(base);
+  }
+  TRAINER_RETURN_IF_ERROR(b.opt_number("nextAttemptAt", &r.next_attempt_at));
   return r;
 }
 

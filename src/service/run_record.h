@@ -34,6 +34,8 @@ struct JobRecord {
   std::optional<double> ended_at;    // wall seconds; set once its time is settled into the cost
   std::optional<double> end_guess;   // a job that ended while trainerd was down: its events file's mtime
   std::optional<int> exit_code;      // how it exited, when known
+  std::optional<double> heard_at;    // wall seconds when trainerd last read an event of it (its heartbeat too)
+  std::optional<double> hung_at;     // wall seconds when trainerd stopped it for its silence (hung)
 };
 
 struct RunRecord {
@@ -76,6 +78,10 @@ struct RunRecord {
   std::optional<int64_t> paused_step;          // kPaused: the step the job saved at
   std::optional<std::string> paused_snapshot;  // kPaused: the snapshot it committed
   std::optional<std::string> resume_from;      // the snapshot the current attempt restores, if any
+  // The first attempt of the current stretch (the submission's, or a resume's): execution.
+  // maxAttempts bounds the attempts from it on (attempts.cpp).
+  int attempt_base = 1;
+  std::optional<double> next_attempt_at;       // SUBMITTING after a lost attempt: not before this (wall seconds)
 
   // The stored document.
   nlohmann::json to_json() const;

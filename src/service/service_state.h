@@ -22,6 +22,7 @@
 //   tasks/                the task kernel: phase tables, tasks under leases, one driver
 //   job_events.cpp        following a job: its events file, its exit, finalizing
 //   pause.cpp             pause (PAUSING, PAUSED) and resume (a new attempt from the snapshot)
+//   attempts.cpp          a run's attempts: their entries, a new one after a lost job, hung jobs
 //   lineage.cpp, sweep.cpp  child runs from a parent's snapshot (branch, continue, sweep) and their views
 //   rollouts.cpp          a reinforcement run's rollouts
 //   snapshots.cpp         the snapshot catalog: the job's reserve and commit callbacks, listing
@@ -68,6 +69,11 @@ namespace trainer::service {
 
 // A new job attempt's token (TRAINER_JOB_TOKEN): 64 hex digits from /dev/urandom (job_reports.cpp).
 std::string new_job_token();
+
+// attempts.cpp: the run's execution.maxAttempts (3 when its plan has none), and how an attempt's
+// entry says it ended ("killed, code 137").
+int max_attempts_of(const RunRecord& run);
+std::string describe_attempt_end(const json& entry);
 
 class ServiceImpl final : public Service {
  public:
@@ -371,6 +377,23 @@ class ServiceImpl final : public Service {
   Status fail(RunRecord& run, const std::string& reason);
   Status fail_in_cleanup(RunRecord& run, const std::string& reason);
 
+  // ---- attempts (attempts.cpp); mu_ held, inside a store transaction
+  // How an attempt's job ended without an outcome.
+  struct LostAttempt {
+    std::string cause;             // killed | crashed | lost | stopped | hung
+    std::optional<int> exit_code;  // its exit status (128 + signal for a signal), when known
+    std::string reason;            // for a person, with the last lines of its log
+  };
+  // Opens the current attempt's entry in the run's `attempts` list (its job starts at `started`).
+  Status open_attempt(RunRecord& run, double started);
+  // Closes the current attempt's entry, if open, with how it ended.
+  void close_attempt(RunRecord& run, double t, const std::string& cause, std::optional<int> exit_code = std::nullopt,
+                     const std::string& reason = "");
+  // A new attempt after a backoff (SUBMITTING), or FAILED when execution.maxAttempts is spent.
+  Status attempt_lost(RunRecord& run, const LostAttempt& lost);
+  // Stops a running job silent past limits.jobSilenceSeconds (hung).
+  Status watch_silence(RunRecord& run);
+
   // ---- the job (job_events.cpp); mu_ held, inside a store transaction
   Status follow_job(RunRecord& run);
   // `ended`: the job ended, so its events file's lines past what it posted are read too.
@@ -418,6 +441,8 @@ class ServiceImpl final : public Service {
   std::string job_otlp_endpoint_;
   // set_catalog_url()'s URL, set before start(); read by the driver.
   std::string catalog_url_;
+  // Wall seconds when start() ran: a job's silence counts from it at the earliest.
+  double started_wall_ = 0;
 
   mutable std::mutex steps_mu_;
   std::vector<StartupStep> steps_;  // guarded by steps_mu_

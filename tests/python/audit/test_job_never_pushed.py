@@ -107,7 +107,7 @@ def test_a_job_that_reported_steps_but_never_pushed_leaves_what_trainerd_knows(t
 def test_a_job_killed_before_any_event_shows_zero_steps(trainerd):
     d = trainerd
     d.behaviour.write_text(json.dumps({"queueSeconds": 3600}))  # sits silent before its first event
-    run_id = d.ok(d.post("/v1/runs", plan(steps=3)), 201)["runId"]
+    run_id = d.ok(d.post("/v1/runs", plan(steps=3, max_attempts=1)), 201)["runId"]
     deadline = time.time() + 60
     pids = []
     while time.time() < deadline and not pids:

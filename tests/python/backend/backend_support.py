@@ -49,8 +49,10 @@ class Service:
         self.cli("workloads", "create", WORKLOAD, check=True)
         return self
 
-    def start(self, max_steps: int = 3, gpus: int = 0) -> dict:
-        plan = plan_text(max_steps=max_steps).replace("execution: {gpus: 0}", f"execution: {{gpus: {gpus}}}")
+    def start(self, max_steps: int = 3, gpus: int = 0, max_attempts: int | None = None) -> dict:
+        plan = plan_text(max_steps=max_steps).replace(
+            "execution: {gpus: 0}",
+            f"execution: {{gpus: {gpus}" + (f", maxAttempts: {max_attempts}" if max_attempts else "") + "}")
         out = self.cli("runs", "start", "-f", "-", "--force", "-o", "json", input=plan)
         assert out.returncode == 0, out.stdout + out.stderr
         return json.loads(out.stdout)

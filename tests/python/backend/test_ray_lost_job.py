@@ -31,7 +31,7 @@ def test_a_job_the_cluster_lost_fails_the_run_by_name(bin_dir, tiny_model, tmp_p
         svc = Service(bin_dir, tmp_path / "svc", tiny_model, {
             "compute": {"backend": "ray", "ray": {"address": first.address}},
             "pools": [{"name": "cpu", "accelerator": "cpu", "declared": 1, "maxClaim": 1}]}).ready()
-        run_id = svc.start(max_steps=LONG)["runId"]
+        run_id = svc.start(max_steps=LONG, max_attempts=1)["runId"]
         running = svc.wait_step(run_id)
         sid = running["placement"]["job"].split()[-1]
         assert first.job(sid)["status"] == "RUNNING"

@@ -65,7 +65,7 @@ def test_cancel_stops_the_slurm_job(service, slurm):
 
 
 def test_a_job_slurm_cancels_fails_the_run_with_the_reason(service, slurm):
-    run_id = service.start(max_steps=LONG)["runId"]
+    run_id = service.start(max_steps=LONG, max_attempts=1)["runId"]
     job_id = slurm_job_id(service.wait_step(run_id))
     # The cluster's operator cancels it with SIGKILL (no chance for the job to report).
     out = slurm.run("scancel", "--full", "--signal=KILL", job_id)

@@ -169,8 +169,9 @@ def job_credentials(trainerd: Trainerd, run_id: str, timeout: float = 120.0) -> 
     return wait_for(current, timeout=timeout, what=f"run {run_id}'s job attempt")
 
 
-def plan_text(max_steps: int = 3, **extra_top: str) -> str:
-    """A small plan for the tests' service; `extra_top` adds top-level YAML lines."""
+def plan_text(max_steps: int = 3, max_attempts: int | None = None, **extra_top: str) -> str:
+    """A small plan for the tests' service; `extra_top` adds top-level YAML lines. `max_attempts`:
+    execution.maxAttempts (1: a job killed from outside fails the run instead of getting a new attempt)."""
     lines = [
         "kind: run",
         f"workload: {WORKLOAD}",
@@ -182,7 +183,7 @@ def plan_text(max_steps: int = 3, **extra_top: str) -> str:
         f"    training: {{maxSteps: {max_steps}, batchSize: 4}}",
         "  maxSeqLength: 128",
         "  model: {precision: FP32}",
-        "execution: {gpus: 0}",
+        "execution: {gpus: 0}" if max_attempts is None else f"execution: {{gpus: 0, maxAttempts: {max_attempts}}}",
     ]
     lines += [f"{k}: {v}" for k, v in extra_top.items()]
     return "\n".join(lines) + "\n"

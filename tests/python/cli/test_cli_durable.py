@@ -330,3 +330,27 @@ def test_trainerd_killed_during_a_catalog_commit_commits_the_snapshot_once(svc, 
     assert re.search(rf"publishing snapshot {snapshot_id[:12]} \(step \d+\) failed, retrying", job_log), job_log
     assert not re.search(r"publishing snapshot \w+ \(step \d+\) failed: ", job_log), job_log  # none gave up
     assert run["savedStep"] == steps
+
+
+# ---- SIGKILL of trainerd just after `runs resume`: the new attempt's restore rides it out
+
+@pytest.mark.parametrize("delay", [0.0, 0.3, 1.0, 2.5])
+def test_trainerd_killed_just_after_a_resume_never_fails_the_new_attempt(svc, delay):
+    """trainerd SIGKILLed `delay` s after `runs resume` accepted (its new attempt's job starting,
+    restoring, or training): started again, the attempt restores its snapshot (its catalog read
+    retried while trainerd was down) and the run completes on that attempt, nothing lost."""
+    cli = svc.cli
+    steps = 6 * SAVE_EVERY
+    run_id = start(cli, plan(steps))
+    wait_for(lambda: get(cli, run_id)["progress"].get("step", 0) >= SAVE_EVERY + 1, what="a step past a save")
+    cli("runs", "pause", run_id, "--checkpoint", "save", check=True)
+    wait_for(lambda: (r := get(cli, run_id))["phase"] == "PAUSED" and r["pause"]["resourcesReleased"],
+             what="PAUSED")
+    cli("runs", "resume", run_id, check=True)
+    time.sleep(delay)  # the kill point, not an assertion
+    svc.kill()
+    svc.restart()
+    run = completed(cli, run_id)
+    assert run["attempt"] == 2, run["attempts"]
+    assert [a["cause"] for a in run["attempts"]] == ["paused", "completed"], run["attempts"]
+    assert run["progress"]["step"] == steps

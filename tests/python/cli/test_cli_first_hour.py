@@ -138,7 +138,7 @@ def test_metrics_fields_refuses_a_name_no_step_carries(ready):
 
 
 def test_metrics_of_a_failed_run_says_it_failed_and_why(ready):
-    run = start(ready, plan_text(max_steps=LONG_RUN_STEPS))
+    run = start(ready, plan_text(max_steps=LONG_RUN_STEPS, max_attempts=1))
     kill_job_of(run["runId"])
     ready("runs", "wait", run["runId"], "--timeout", "5m", check=True)
     out = ready("runs", "metrics", run["runId"])

@@ -44,12 +44,13 @@ def test_dry_run_show_resolved_prints_every_default(ready):
                   "beta1:", "beta2:", "epsilon:", "maxGradNorm:", "schedule:", "warmupSteps:",
                   "warmupRatio:", "epochs:", "maxSteps:", "batchSize:", "gradientAccumulation:",
                   "validationFrequencySteps:", "validationSplit:", "packing:", "seed:", "maxSeqLength:",
-                  "precision:", "gpus:", "keepAdapters:", "method: sft"):
+                  "precision:", "gpus:", "keepAdapters:", "maxAttempts: 3", "method: sft"):
         assert field in out.stdout, f"{field} missing from\n{out.stdout}"
     resolved = ready.json("runs", "start", "-f", "-", "--dry-run", "--show-resolved", input=plan_text())
     plan = resolved["plan"]
     assert plan["config"]["hyperparams"]["optimizer"]["beta2"] == 0.999
     assert plan["execution"]["keepAdapters"] == 4
+    assert plan["execution"]["maxAttempts"] == 3
     # A dry run starts nothing.
     assert all(r["phase"] for r in ready.json("runs", "list")["runs"]) is not None
 
@@ -115,7 +116,7 @@ def test_cancel_asks_first_and_wait_exit_status_reports_cancelled(ready):
 
 def test_wait_exit_status_reports_failed(ready):
     # Its job is killed from outside (as the OOM killer would): the run fails.
-    run = start(ready, plan_text(max_steps=LONG_RUN_STEPS))
+    run = start(ready, plan_text(max_steps=LONG_RUN_STEPS, max_attempts=1))
     kill_job_of(run["runId"])
     plain = ready("runs", "wait", run["runId"], timeout=180)
     assert plain.returncode == 0, plain.stderr

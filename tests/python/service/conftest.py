@@ -57,12 +57,13 @@ def start_trainerd(tmp_path, tiny_model, standin_behaviour):
     started: list[Trainerd] = []
 
     def start(pools=None, quotas=None, job: str = "standin", grace: int = 2, base_models=None,
-              data_dir: pathlib.Path | None = None, telemetry=None) -> Trainerd:
+              data_dir: pathlib.Path | None = None, telemetry=None, limits=None) -> Trainerd:
         config = {
             "baseModels": base_models or [{"name": "tiny/qwen3", "path": str(tiny_model)}],
             "pools": pools or [{"name": "cpu", "accelerator": "cpu", "declared": 1, "maxClaim": 1}],
             "limits": {"cancelGraceSeconds": grace, "maxRequestBytes": 65536, "maxDatasetBytes": 1 << 20},
         }
+        config["limits"].update(limits or {})
         if quotas:
             config["quotas"] = quotas
         if telemetry:

@@ -28,12 +28,15 @@ def jsonl(rows) -> str:
 
 
 
-def plan(workload="triage", dataset="train", gpus=0, steps=3, **extra) -> dict:
+def plan(workload="triage", dataset="train", gpus=0, steps=3, max_attempts=None, **extra) -> dict:
+    """`max_attempts`: execution.maxAttempts (1: a job that dies without an outcome fails the run)."""
     p = {"kind": "run", "workload": workload, "baseModel": "tiny/qwen3",
          "config": {"dataset": dataset, "method": "sft", "maxSeqLength": 64,
                     "hyperparams": {"training": {"maxSteps": steps, "batchSize": 2}, "lora": {"rank": 4}},
                     "model": {"precision": "FP32"}},
          "execution": {"gpus": gpus}}
+    if max_attempts is not None:
+        p["execution"]["maxAttempts"] = max_attempts
     p.update(extra)
     return p
 

@@ -165,7 +165,7 @@ def test_prometheus_scraping_trainerd_sees_each_runs_job_metrics_by_run_id(start
 def test_a_job_killed_early_still_left_its_series(start_trainerd, setup_basics):
     d = start_trainerd(job="real", telemetry=TELEMETRY)
     setup_basics(d)
-    run_id = d.ok(d.post("/v1/runs", plan(steps=5000)), 201)["runId"]
+    run_id = d.ok(d.post("/v1/runs", plan(steps=5000, max_attempts=1)), 201)["runId"]
     d.wait_phase(run_id, "TRAINING", timeout=600)
     wait_for("the first step", lambda: d.run(run_id)["progress"].get("step", 0) >= 1, timeout=300)
     pids = job_pids(d.data_dir, run_id)

@@ -83,6 +83,8 @@ def test_a_failing_job_fails_the_run_with_its_reason_first(start_trainerd, setup
     failed = d.wait_phase(run["runId"], {"FAILED", "COMPLETED"})
     assert failed["phase"] == "FAILED" and failed["outcome"] == "FAILED"
     assert failed["failureReason"].splitlines()[0] == "dataset row 3 has no assistant message"
+    # Its own verdict: never retried.
+    assert failed["attempt"] == 1 and [a["cause"] for a in failed["attempts"]] == ["failed"], failed["attempts"]
     assert d.claims_of(run["runId"]) == []
     text = d.get("/metrics").raw.decode()
     assert metric_value(text, "akka_optimize_training_run_failures_total", run_phase="TRAINING") == 1
@@ -92,12 +94,31 @@ def test_a_job_that_exits_without_an_outcome_is_a_named_failure(start_trainerd, 
     standin_behaviour(exitCode=3)
     d = start_trainerd()
     setup_basics(d)
-    run = d.ok(d.post("/v1/runs", plan()), 201)
+    run = d.ok(d.post("/v1/runs", plan(max_attempts=1)), 201)  # no retry: the attempt's reason is the run's
     failed = d.wait_phase(run["runId"], {"FAILED", "COMPLETED"})
     assert failed["phase"] == "FAILED"
     assert failed["failureReason"].splitlines()[0] == \
         "the training job exited with code 3 without reporting an outcome"
     assert "exiting without an outcome" in failed["failureReason"]
+
+
+def test_a_job_that_keeps_dying_fails_the_run_naming_every_attempt(start_trainerd, setup_basics, standin_behaviour):
+    standin_behaviour(exitCode=3)
+    d = start_trainerd(limits={"attemptBackoffSeconds": 0})
+    setup_basics(d)
+    run = d.ok(d.post("/v1/runs", plan()), 201)  # execution.maxAttempts: the default, 3
+    failed = d.wait_phase(run["runId"], {"FAILED", "COMPLETED"})
+    assert failed["phase"] == "FAILED" and failed["attempt"] == 3, failed
+    assert failed["failureReason"].startswith(
+        "all 3 attempts (execution.maxAttempts 3) ended without an outcome: attempt 1: crashed, code 3; "
+        "attempt 2: crashed, code 3; attempt 3: crashed, code 3\nthe last one: the training job exited with code 3 "
+        "without reporting an outcome"), failed["failureReason"]
+    attempts = failed["attempts"]
+    assert [(a["number"], a["cause"], a["exitCode"]) for a in attempts] == [(n, "crashed", 3) for n in (1, 2, 3)]
+    assert all(a["ended"] and a["resumedFromSnapshot"] is None for a in attempts), attempts  # nothing saved
+    events = d.ok(d.get(f"/v1/runs/{run['runId']}/events"), 200)["events"]
+    assert [(e["attempt"], e["nextAttempt"]) for e in events if e["type"] == "attempt"] == [(1, 2), (2, 3)]
+    assert d.claims_of(run["runId"]) == []  # the claim was kept across attempts, and released at the end
 
 
 def test_submission_id_makes_a_repeated_submit_take_effect_once(start_trainerd, setup_basics):

@@ -61,12 +61,31 @@ def test_a_run_training_when_trainerd_is_killed_continues_after_restart(start_tr
     assert d.capacity()["claims"] == []
 
 
+def test_a_job_lost_while_trainerd_is_down_gets_a_new_attempt(start_trainerd, setup_basics, standin_behaviour):
+    standin_behaviour(steps=200, stepSeconds=0.05)
+    d = start_trainerd(limits={"attemptBackoffSeconds": 1})
+    setup_basics(d)
+    run = d.ok(d.post("/v1/runs", plan(steps=200)), 201)
+    d.wait_phase(run["runId"], "TRAINING")
+    pid = job_pid(d, run["runId"])
+    d.kill(signal.SIGKILL)
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: ended(pid), timeout=30, what=f"the job (pid {pid}) to end")
+    d.start()
+    done = d.wait_phase(run["runId"], {"FAILED", "COMPLETED", "CANCELLED"})
+    assert done["phase"] == "COMPLETED", done.get("failureReason")
+    assert done["attempt"] == 2
+    lost = done["attempts"][0]
+    assert lost["cause"] == "lost" and lost["reason"].startswith(
+        f"the training job (pid {pid}) ended while trainerd was not running and reported no outcome"), lost
+
+
 def test_a_job_that_dies_while_trainerd_is_down_ends_with_a_named_failure(start_trainerd, setup_basics,
                                                                          standin_behaviour):
     standin_behaviour(steps=1000, stepSeconds=0.05)
     d = start_trainerd()
     setup_basics(d)
-    run = d.ok(d.post("/v1/runs", plan()), 201)
+    run = d.ok(d.post("/v1/runs", plan(max_attempts=1)), 201)  # no new attempt: the run fails by name
     d.wait_phase(run["runId"], "TRAINING")
     pid = job_pid(d, run["runId"])
     d.kill(signal.SIGKILL)

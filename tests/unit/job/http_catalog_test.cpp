@@ -23,12 +23,20 @@ using json = nlohmann::json;
 // records each request's path and credentials.
 class CatalogServer {
  public:
-  explicit CatalogServer(int status) : status_(status) {
+  // `unavailable_first`: the first that many requests are answered 503 (trainerd starting).
+  explicit CatalogServer(int status, int unavailable_first = 0) : status_(status), unavailable_first_(unavailable_first) {
     auto answer = [this](const httplib::Request& req, httplib::Response& res) {
+      bool unavailable = false;
       {
         std::lock_guard lock(mu_);
         seen_.push_back({req.method + " " + req.path, req.get_header_value("X-Trainer-Job"),
                          req.get_header_value("Authorization")});
+        unavailable = static_cast<int>(seen_.size()) <= unavailable_first_;
+      }
+      if (unavailable) {
+        res.status = 503;
+        res.set_content(R"({"error":{"code":"unavailable","message":"trainerd is starting"}})", "application/json");
+        return;
       }
       res.status = status_;
       json body = status_ < 300 ? json{{"snapshotId", "abc"}, {"savedStep", 3}}
@@ -59,6 +67,7 @@ class CatalogServer {
 
  private:
   int status_;
+  int unavailable_first_;
   httplib::Server server_;
   int port_ = 0;
   std::thread thread_;
@@ -106,6 +115,37 @@ TEST(HttpCatalog, ARefusedAttemptIsARefusalNamingTrainerdsAnswer) {
     EXPECT_EQ(committed.code(), StatusCode::kInvalidArgument) << status;
     EXPECT_EQ(trainerd.seen().size(), 2u);  // one call each: the client itself does not retry
   }
+}
+
+TEST(HttpCatalog, ARestoresReadRidesOutAnUnavailableTrainerdWithinItsDeadline) {
+  CatalogServer trainerd(200, /*unavailable_first=*/2);
+  auto catalog = make_http_catalog({trainerd.url(), "run1-2", "s3cret"}, "run1", std::chrono::seconds(5),
+                                   std::chrono::seconds(30));
+  auto described = catalog->describe(std::string(64, 'a'));
+  ASSERT_TRUE(described.is_ok()) << described.status().to_string();
+  EXPECT_EQ((*described)["savedStep"], 3);
+  EXPECT_EQ(trainerd.seen().size(), 3u);  // two 503s, then the answer
+}
+
+TEST(HttpCatalog, ARestoresReadGivesUpAtItsDeadlineNamingTheTries) {
+  CatalogServer trainerd(200, /*unavailable_first=*/1000);
+  auto catalog = make_http_catalog({trainerd.url(), "run1-2", "s3cret"}, "run1", std::chrono::seconds(5),
+                                   std::chrono::seconds(1));
+  auto described = catalog->describe(std::string(64, 'a'));
+  ASSERT_FALSE(described.is_ok());
+  EXPECT_EQ(described.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(described.status().message().find("HTTP 503: trainerd is starting"), std::string::npos)
+      << described.status().message();
+  EXPECT_NE(described.status().message().find("tries within 1 s"), std::string::npos) << described.status().message();
+  EXPECT_GE(trainerd.seen().size(), 2u);
+}
+
+TEST(HttpCatalog, ARefusedReadIsNotRetried) {
+  CatalogServer trainerd(403);
+  auto catalog = make_http_catalog({trainerd.url(), "run1-1", "wrong"}, "run1", std::chrono::seconds(5),
+                                   std::chrono::seconds(30));
+  EXPECT_EQ(catalog->describe(std::string(64, 'a')).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(trainerd.seen().size(), 1u);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "job/job_events.h"
 
@@ -39,6 +40,38 @@ TEST(ProgressPrinter, AStepShowsItsFigures) {
                                    protocol::Step{.step = 1, .total_steps = 10, .loss = 2.25, .learning_rate = 1e-4,
                                                   .grad_norm = 0.5, .tokens_per_second = 1500}});
   EXPECT_NE(out.find("step 1/10  loss 2.2500  lr 1.00e-04  grad 0.500  1500 tok/s  ETA "), std::string::npos) << out;
+}
+
+std::vector<std::string> lines_of(const std::string& path) {
+  std::vector<std::string> out;
+  FILE* f = std::fopen(path.c_str(), "r");
+  char buf[4096];
+  while (f != nullptr && std::fgets(buf, sizeof buf, f)) out.emplace_back(buf);
+  if (f != nullptr) std::fclose(f);
+  return out;
+}
+
+TEST(EventWriter, AHeartbeatCarriesTheLastStepAndNeverFollowsTheAttemptsLastEvent) {
+  const std::string path = testing::TempDir() + "/heartbeat_events.jsonl";
+  {
+    EventWriter w;
+    ASSERT_TRUE(w.open(path).is_ok());
+    w.heartbeat(1.0);
+    w.write(protocol::Step{.step = 4, .total_steps = 10, .loss = 1.0});
+    w.heartbeat(2.5);
+    w.write(protocol::Cancelled{.steps = 4});
+    w.heartbeat(3.0);  // after the last event: not written
+  }
+  const auto lines = lines_of(path);
+  ASSERT_EQ(lines.size(), 4u);
+  auto first = protocol::parse_event(lines[0]);
+  ASSERT_TRUE(first && std::holds_alternative<protocol::Heartbeat>(*first)) << lines[0];
+  EXPECT_FALSE(std::get<protocol::Heartbeat>(*first).step.has_value());
+  auto second = protocol::parse_event(lines[2]);
+  ASSERT_TRUE(second && std::holds_alternative<protocol::Heartbeat>(*second)) << lines[2];
+  EXPECT_EQ(std::get<protocol::Heartbeat>(*second).step, 4);
+  EXPECT_EQ(std::get<protocol::Heartbeat>(*second).uptime_seconds, 2.5);
+  EXPECT_NE(lines[3].find(R"("type":"cancelled")"), std::string::npos) << lines[3];
 }
 
 TEST(FormatDuration, HoursMinutesSeconds) {

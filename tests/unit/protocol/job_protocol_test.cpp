@@ -60,6 +60,7 @@ std::vector<Event> every_event() {
       Warning{.field = "execution.gpus", .message = "grpo trains on one device"},
       EvaluationProgress{.done = 8, .total = 32},
       EvaluationReport{.report = json{{"rows", 32}, {"meanScore", 0.75}}},
+      Heartbeat{.step = 7, .uptime_seconds = 12.5},
   };
 }
 
@@ -104,6 +105,7 @@ TEST(JobProtocol, LinesAreByteForByteTheWireFormat) {
       {Warning{.message = "m"}, R"({"message":"m","type":"warning"})"},
       {EvaluationProgress{.done = 8, .total = 32}, R"({"done":8,"total":32,"type":"evaluation_progress"})"},
       {EvaluationReport{.report = json{{"rows", 2}}}, R"({"report":{"rows":2},"type":"evaluation_report"})"},
+      {Heartbeat{.uptime_seconds = 2.0}, R"({"type":"heartbeat","uptimeSeconds":2.0})"},
   };
   for (const auto& [event, line] : cases) EXPECT_EQ(to_line(event), line);
 }

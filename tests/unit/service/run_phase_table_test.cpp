@@ -35,6 +35,8 @@ TEST(RunPhaseTable, OnlyTheLifecyclesTransitionsAreAllowed) {
   EXPECT_TRUE(t.allows("WAITING_FOR_DEVICES", "SUBMITTING"));
   EXPECT_TRUE(t.allows("PAUSED", "WAITING_FOR_DEVICES"));  // a resume claims again
   EXPECT_TRUE(t.allows("TRAINING", "PAUSING"));
+  EXPECT_TRUE(t.allows("TRAINING", "SUBMITTING")) << "a lost job's run starts its next attempt";
+  EXPECT_TRUE(t.allows("QUEUED", "SUBMITTING")) << "a job lost before it reported anything";
   EXPECT_TRUE(t.allows("FINALIZING", "CLEANING_UP"));
   EXPECT_TRUE(t.allows("CLEANING_UP", "COMPLETED"));
   EXPECT_FALSE(t.allows("TRAINING", "COMPLETED")) << "a run completes through FINALIZING and CLEANING_UP";

@@ -52,6 +52,22 @@ TEST(RunRecord, RoundTripsThroughItsStoredDocument) {
   EXPECT_EQ(*back->terminal, Phase::kCancelled);
 }
 
+TEST(RunRecord, AttemptBookkeepingRoundTrips) {
+  RunRecord r = sample();
+  r.attempt = 3;
+  r.attempt_base = 2;
+  r.next_attempt_at = 110.5;
+  r.job->heard_at = 104.0;
+  r.job->hung_at = 105.0;
+  auto back = parse_run_record(r.to_json().dump(), r.id);
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->attempt_base, 2);
+  EXPECT_EQ(*back->next_attempt_at, 110.5);
+  EXPECT_EQ(*back->job->heard_at, 104.0);
+  EXPECT_EQ(*back->job->hung_at, 105.0);
+  EXPECT_EQ(back->to_json(), r.to_json());
+}
+
 TEST(RunRecord, ThePublicDocumentHidesTheBookkeeping) {
   json shown = sample().public_json();
   EXPECT_FALSE(shown.contains("_"));
@@ -109,6 +125,8 @@ TEST(RunRecord, ADamagedDocumentIsAnErrorNamingTheField) {
       {"/_/jobOutcome", "exploded", "_.jobOutcome"},
       {"/progress", json::array(), "progress"},
       {"/_", json::array(), "_"},
+      {"/_/attemptBase", 5, "_.attemptBase"},  // past the run's attempt (2)
+      {"/_/job/heardAt", "now", "_.job.heardAt"},
   };
   for (const auto& c : cases) {
     json doc = sample().to_json();
