@@ -81,7 +81,7 @@ def identity_of(series: dict) -> dict:
 def test_a_job_that_reported_steps_but_never_pushed_leaves_what_trainerd_knows(trainerd):
     d = trainerd
     d.behaviour.write_text(json.dumps({"steps": 2, "exitCode": 1}))  # two steps, then dies without an outcome
-    run_id = d.ok(d.post("/v1/runs", plan(steps=2)), 201)["runId"]
+    run_id = d.ok(d.post("/v1/runs", plan(steps=2, max_attempts=1)), 201)["runId"]
     run = d.wait_phase(run_id, {"COMPLETED", "FAILED", "CANCELLED"}, timeout=120)
     assert run["phase"] == "FAILED", run
     series = job_series(d, run_id)
