@@ -34,6 +34,18 @@ def ended(pid: int) -> bool:
         return True
 
 
+
+def kill_both_while_training(d, run_id: str) -> int:
+    """Once the run trains: SIGKILLs trainerd, then the run's job, waits for the job to end and
+    starts trainerd again. Returns the job's pid."""
+    d.wait_phase(run_id, "TRAINING")
+    pid = job_pid(d, run_id)
+    d.kill(signal.SIGKILL)
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: ended(pid), timeout=30, what=f"the job (pid {pid}) to end")
+    d.start()
+    return pid
+
 def test_a_run_training_when_trainerd_is_killed_continues_after_restart(start_trainerd, setup_basics,
                                                                          standin_behaviour):
     standin_behaviour(steps=30, stepSeconds=0.1)
@@ -66,12 +78,7 @@ def test_a_job_lost_while_trainerd_is_down_gets_a_new_attempt(start_trainerd, se
     d = start_trainerd(limits={"attemptBackoffSeconds": 1})
     setup_basics(d)
     run = d.ok(d.post("/v1/runs", plan(steps=200)), 201)
-    d.wait_phase(run["runId"], "TRAINING")
-    pid = job_pid(d, run["runId"])
-    d.kill(signal.SIGKILL)
-    os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: ended(pid), timeout=30, what=f"the job (pid {pid}) to end")
-    d.start()
+    pid = kill_both_while_training(d, run["runId"])
     done = d.wait_phase(run["runId"], {"FAILED", "COMPLETED", "CANCELLED"})
     assert done["phase"] == "COMPLETED", done.get("failureReason")
     assert done["attempt"] == 2
@@ -86,12 +93,7 @@ def test_a_job_that_dies_while_trainerd_is_down_ends_with_a_named_failure(start_
     d = start_trainerd()
     setup_basics(d)
     run = d.ok(d.post("/v1/runs", plan(max_attempts=1)), 201)  # no new attempt: the run fails by name
-    d.wait_phase(run["runId"], "TRAINING")
-    pid = job_pid(d, run["runId"])
-    d.kill(signal.SIGKILL)
-    os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: ended(pid), timeout=30, what=f"the job (pid {pid}) to end")
-    d.start()
+    pid = kill_both_while_training(d, run["runId"])
     failed = d.wait_phase(run["runId"], {"FAILED", "COMPLETED", "CANCELLED"})
     assert failed["phase"] == "FAILED" and failed["outcome"] == "FAILED"
     assert failed["failureReason"].splitlines()[0] == \
