@@ -49,6 +49,7 @@ class BlockPool {
   int64_t total() const { return total_; }
   int64_t used() const { return used_.load(); }      // held by a request
   int64_t cached() const { return cached_.load(); }  // held by none, kept for their prefix
+  int64_t available() const { return total_ - used(); }  // free or cached: what take() can give
 
   // `count` blocks (free ones first, then the oldest cached), or false (nothing taken).
   bool take(int64_t count, std::vector<int64_t>* blocks);

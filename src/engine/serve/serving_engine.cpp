@@ -315,6 +315,8 @@ void Engine::admit() {
       s.prefix = prefix_blocks(std::span<const int64_t>(s.tokens.data(), static_cast<size_t>(s.prompt_len)), bs,
                                (s.prompt_len - 1) / bs, s.adapter ? s.adapter->generation : 0);
     }
+    // Cannot fit even if its whole prefix were cached: wait without touching the cache's order.
+    if (pool_.available() < need - static_cast<int64_t>(s.prefix.size())) break;
     const int64_t hits = s.prefix.empty() ? 0 : pool_.reuse(s.prefix, &s.blocks);
     if (!pool_.take(need - hits, &s.blocks)) {
       pool_.give_back(&s.blocks);
