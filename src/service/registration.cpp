@@ -375,11 +375,4 @@ Status ServiceImpl::record_registration_locked(json model, const Status& copied)
   return Status::ok();
 }
 
-Result<json> ServiceImpl::workload_history(const std::string& ref) {
-  auto w = resolve_workload(ref, "workload");
-  if (!w.is_ok()) return w.status();
-  return json{{"workload", {{"id", (*w)["id"]}, {"name", (*w)["name"]}}},
-              {"history", w->value("history", json::array())}};
-}
-
 }  // namespace trainer::service

@@ -5,7 +5,7 @@
 #include <map>
 
 #include "service/registry.h"
-#include "service/service_state.h"
+#include "service/workloads.h"
 
 namespace trainer::service {
 namespace {
@@ -52,9 +52,9 @@ json cell_of(const std::vector<const json*>& evaluations) {
 
 }  // namespace
 
-Result<json> ServiceImpl::workload_scores(const std::string& ref, const ScoreQuery& query) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto w = resolve_workload(ref, "workload");
+Result<json> Workloads::scores(const std::string& ref, const ScoreQuery& query) {
+  std::lock_guard<std::mutex> lock(core_.mu);
+  auto w = resolve(ref, "workload");
   if (!w.is_ok()) return w.status();
   const json current = w->value("evaluation", json::object());
 
@@ -83,7 +83,7 @@ Result<json> ServiceImpl::workload_scores(const std::string& ref, const ScoreQue
   const bool is_current =
       dataset == current_dataset && grader == current_grader && instructions == current_instructions;
 
-  auto all = store_->list_evaluations({"COMPLETED"});
+  auto all = core_.store->list_evaluations({"COMPLETED"});
   if (!all.is_ok()) return all.status();
   const std::string workload_id = (*w)["id"].get<std::string>();
 
@@ -115,7 +115,7 @@ Result<json> ServiceImpl::workload_scores(const std::string& ref, const ScoreQue
     p.baseline = kind == "base" || kind == "registeredBase";
     std::optional<json> registered;
     if (m.contains("modelId")) {
-      auto r = store_->get_trained_model(m["modelId"].get<std::string>());
+      auto r = core_.store->get_trained_model(m["modelId"].get<std::string>());
       if (r.is_ok() && r->has_value()) registered = **r;
     }
     if (registered) p.revision = (*registered)["baseModel"].value("contentHash", std::string());
@@ -132,7 +132,7 @@ Result<json> ServiceImpl::workload_scores(const std::string& ref, const ScoreQue
       }
       if (!p.run_id.empty()) {
         if (!runs.count(p.run_id)) {
-          auto r = resolve_run(p.run_id, "run");
+          auto r = core_.resolve_run(p.run_id, "run");
           runs[p.run_id] = r.is_ok() ? std::optional<RunRecord>(std::move(*r)) : std::nullopt;
         }
         const auto& run = runs[p.run_id];

@@ -10,12 +10,14 @@
 //                       admission_glue.cpp)
 //   endpoints.h         Endpoints: models served by `trainer-job serve` (endpoints.cpp,
 //                       endpoint_tasks.cpp, a task kind)
+//   workloads.h         Workloads: workloads, their evaluation setting, refs, history and score
+//                       tables (workloads.cpp, score_tables.cpp)
 //
-// ServiceImpl itself keeps the runs, evaluations and comparisons, and for now the workloads, the
-// snapshot catalog and the model registry, each concern in its own file:
+// ServiceImpl itself keeps the runs, evaluations and comparisons, and for now the snapshot
+// catalog and the model registry, each concern in its own file:
 //
 //   service.cpp           construction, start/stop, startup steps, info
-//   workloads.cpp         workloads, their evaluation and refs
+//   ref_targets.cpp       what a workload's ref may point at (the registry's side of set_ref)
 //   run_submission.cpp    plans in: validation, resolution, the new run; cancel, annotate
 //   run_presentation.cpp  runs out: get, list (with its cache), events, metrics, hparams
 //   driver.cpp            the driver thread (the task kernel's passes) and the run's phase machine
@@ -30,7 +32,6 @@
 //   evaluations.cpp       evaluations: what is evaluated with what, their record and report
 //   evaluation_admission.cpp  evaluations' claims: admitted like runs, released when they end
 //   evaluation_tasks.cpp  evaluations as tasks of the kernel: their phases, step, end and cancel
-//   score_tables.cpp      a workload's score tables: baseline beside each training configuration
 //   trained_models.cpp    the model registry: imports (BASE, ADAPTER), list, get
 //   registration.cpp      registering snapshot weights in durable steps (a task kind of the kernel)
 //   comparisons.cpp       comparisons: the pinned contract and their targets, created; get, list
@@ -60,6 +61,7 @@
 #include "service/judges.h"
 #include "service/phases.h"
 #include "service/service_core.h"
+#include "service/workloads.h"
 
 namespace trainer::plan {
 struct Plan;
@@ -111,13 +113,25 @@ class ServiceImpl final : public Service {
   Result<json> list_bundles() override { return bundles_.list(); }
   Result<json> get_bundle(const std::string& ref) override { return bundles_.get(ref); }
 
-  Result<json> create_workload(const json& body) override;
-  Result<json> list_workloads() override;
-  Result<json> get_workload(const std::string& ref) override;
-  Result<json> update_workload(const std::string& ref, const json& body) override;
-  Result<json> set_evaluation(const std::string& ref, const json& body) override;
-  Result<json> get_ref(const std::string& ref, const std::string& which) override;
-  Result<json> set_ref(const std::string& ref, const std::string& which, const json& body) override;
+  Result<json> create_workload(const json& body) override { return workloads_.create(body); }
+  Result<json> list_workloads() override { return workloads_.list(); }
+  Result<json> get_workload(const std::string& ref) override { return workloads_.get(ref); }
+  Result<json> update_workload(const std::string& ref, const json& body) override {
+    return workloads_.update(ref, body);
+  }
+  Result<json> set_evaluation(const std::string& ref, const json& body) override {
+    return workloads_.set_evaluation(ref, body);
+  }
+  Result<json> get_ref(const std::string& ref, const std::string& which) override {
+    return workloads_.get_ref(ref, which);
+  }
+  Result<json> set_ref(const std::string& ref, const std::string& which, const json& body) override {
+    return workloads_.set_ref(ref, which, body);
+  }
+  Result<json> workload_history(const std::string& ref) override { return workloads_.history(ref); }
+  Result<json> workload_scores(const std::string& ref, const ScoreQuery& query) override {
+    return workloads_.scores(ref, query);
+  }
 
   Result<std::pair<json, bool>> submit_run(const json& plan, bool dry_run) override;
   Result<json> list_runs(const RunListQuery& query) override;
@@ -170,8 +184,6 @@ class ServiceImpl final : public Service {
   Result<json> get_trained_model(const std::string& ref) override;
   Result<std::pair<json, bool>> register_snapshot(const std::string& snapshot_ref) override;
   Result<json> snapshot_candidate(const std::string& snapshot_ref) override;
-  Result<json> workload_history(const std::string& ref) override;
-  Result<json> workload_scores(const std::string& ref, const ScoreQuery& query) override;
   Result<std::pair<json, bool>> branch_run(const std::string& parent_ref, const json& body, bool dry_run) override;
   Result<std::pair<json, bool>> continue_run(const std::string& ref, const json& body, bool dry_run) override;
   Result<json> sweep_run(const std::string& parent_ref, const json& body, bool dry_run) override;
@@ -290,12 +302,14 @@ class ServiceImpl final : public Service {
   Status end_evaluation_locked(json& doc, const std::string& phase, const std::string& failure = "");
   Status cancel_evaluation_locked(json& doc);
 
-  // ---- workloads (workloads.cpp)
-  Result<json> resolve_workload(const std::string& ref, const std::string& field);
+  // ---- workloads (workloads.h), under the name the runs' files use
+  Result<json> resolve_workload(const std::string& ref, const std::string& field) {
+    return workloads_.resolve(ref, field);
+  }
 
   // ---- the model registry (trained_models.cpp, registration.cpp)
   Result<json> resolve_trained_model(const std::string& ref, const std::string& field);
-  // The REGISTERED model a ref of workload `w` may point at (workloads.cpp); mu_ held.
+  // The REGISTERED model a ref of workload `w` may point at (ref_targets.cpp; Workloads::Hooks); mu_ held.
   Result<json> ref_target_locked(const json& w, const std::string& which, const std::string& target);
   // The BASE model of a selected, ready base model, registered when new; mu_ held.
   Result<json> register_base_locked(const json& base_model, const std::string& field);
@@ -433,6 +447,10 @@ class ServiceImpl final : public Service {
                                        [this](const std::string& endpoint_id, const std::string& model) {
                                          return judge_users(endpoint_id, model);
                                        }}};
+  Workloads workloads_{core_, base_models_, datasets_, capacity_,
+                       Workloads::Hooks{[this](const json& w, const std::string& which, const std::string& target) {
+                         return ref_target_locked(w, which, target);
+                       }}};
 
   // When the driver last swept leftovers (sweep_leftovers_if_due); none yet at first.
   std::optional<std::chrono::steady_clock::time_point> last_leftover_sweep_;
@@ -487,11 +505,5 @@ const tasks::PhaseTable& evaluation_phase_table();
 // A catalog document as users see it: the stored one plus what it implies (artifacts, sizeBytes,
 // status, heldBy from its holds).
 json present_snapshot(const json& doc);
-
-// The grader every workload has unless it names another.
-inline constexpr const char* kDefaultGrader = "json-label-match";
-
-// invalid_field(field) unless `grader` is json-label-match, model:X, http:X or bundle:X.
-Status check_grader(const std::string& field, const std::string& grader, const DeploymentConfig* deployed = nullptr);
 
 }  // namespace trainer::service

@@ -1,11 +1,11 @@
-// Workloads: the tasks runs specialise a model for, their evaluation and refs.
+// Workloads (workloads.h): create, change, evaluation setting, refs, history, resolution.
 #include <regex>
 
 #include "plan/plan.h"
 #include "service/judges.h"
 
 #include "service/registry.h"
-#include "service/service_state.h"
+#include "service/workloads.h"
 
 namespace trainer::service {
 namespace {
@@ -82,7 +82,7 @@ Status check_grader(const std::string& field, const std::string& grader, const D
   return Status::ok();
 }
 
-Result<json> ServiceImpl::create_workload(const json& body) {
+Result<json> Workloads::create(const json& body) {
   TRAINER_RETURN_IF_ERROR(check_fields(body, {"name", "description", "evaluationDataset", "grader", "gpuQuota"}));
   if (!body.contains("name")) return invalid_field("name", "required");
   if (!body["name"].is_string()) return invalid_field("name", "must be a string, got " + body["name"].dump());
@@ -92,16 +92,16 @@ Result<json> ServiceImpl::create_workload(const json& body) {
   if (!description.is_ok()) return description.status();
   auto grader = optional_string(body, "grader");
   if (!grader.is_ok()) return grader.status();
-  if (*grader) TRAINER_RETURN_IF_ERROR(check_grader("grader", **grader, &opt_.config));
-  int quota = opt_.config.default_workload_quota;
-  auto q = opt_.config.workload_quotas.find(name);
-  if (q != opt_.config.workload_quotas.end()) quota = q->second;
+  if (*grader) TRAINER_RETURN_IF_ERROR(check_grader("grader", **grader, &core_.options.config));
+  int quota = core_.options.config.default_workload_quota;
+  auto q = core_.options.config.workload_quotas.find(name);
+  if (q != core_.options.config.workload_quotas.end()) quota = q->second;
   if (body.contains("gpuQuota")) {
     auto v = quota_value(body["gpuQuota"]);
     if (!v.is_ok()) return v.status();
     quota = *v;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(core_.mu);
   json evaluation = {{"dataset", nullptr}, {"grader", grader->value_or(kDefaultGrader)}};
   auto eval_ref = optional_string(body, "evaluationDataset");
   if (!eval_ref.is_ok()) return eval_ref.status();
@@ -110,7 +110,7 @@ Result<json> ServiceImpl::create_workload(const json& body) {
     if (!d.is_ok()) return d.status();
     evaluation["dataset"] = (*d)["hash"];
   }
-  std::string now = now_rfc3339();
+  std::string now = core_.now_rfc3339();
   json doc = {{"id", random_hex(16)},
               {"name", name},
               {"description", description->value_or("")},
@@ -120,26 +120,24 @@ Result<json> ServiceImpl::create_workload(const json& body) {
               {"createdAt", now},
               {"updatedAt", now},
               {"history", json::array({{{"time", now}, {"change", "created as '" + name + "'"}}})}};
-  TRAINER_RETURN_IF_ERROR(store_->insert_workload(doc));
+  TRAINER_RETURN_IF_ERROR(core_.store->insert_workload(doc));
   return doc;
 }
 
-Result<json> ServiceImpl::list_workloads() {
-  auto rows = store_->list_workloads();
+Result<json> Workloads::list() {
+  auto rows = core_.store->list_workloads();
   if (!rows.is_ok()) return rows.status();
   return json{{"workloads", *rows}};
 }
 
-Result<json> ServiceImpl::get_workload(const std::string& ref) { return resolve_workload(ref, "workload"); }
-
-Result<json> ServiceImpl::update_workload(const std::string& ref, const json& body) {
+Result<json> Workloads::update(const std::string& ref, const json& body) {
   TRAINER_RETURN_IF_ERROR(check_fields(body, {"name", "description", "gpuQuota"}));
-  std::lock_guard<std::mutex> lock(mu_);
-  auto w = resolve_workload(ref, "workload");
+  std::lock_guard<std::mutex> lock(core_.mu);
+  auto w = resolve(ref, "workload");
   if (!w.is_ok()) return w.status();
   json doc = *w;
   if (!doc.contains("history") || !doc["history"].is_array()) doc["history"] = json::array();
-  std::string now = now_rfc3339();
+  std::string now = core_.now_rfc3339();
   if (body.contains("name")) {
     if (!body["name"].is_string()) return invalid_field("name", "must be a string, got " + body["name"].dump());
     std::string name = body["name"].get<std::string>();
@@ -163,8 +161,8 @@ Result<json> ServiceImpl::update_workload(const std::string& ref, const json& bo
     doc["gpuQuota"] = *v;
   }
   doc["updatedAt"] = now;
-  Status st = store_->transaction([&]() -> Status {
-    TRAINER_RETURN_IF_ERROR(store_->update_workload(doc));
+  Status st = core_.store->transaction([&]() -> Status {
+    TRAINER_RETURN_IF_ERROR(core_.store->update_workload(doc));
     return capacity_.admit_locked();  // a larger quota may admit queued claims
   });
   if (!st.is_ok()) return st;
@@ -173,29 +171,29 @@ Result<json> ServiceImpl::update_workload(const std::string& ref, const json& bo
 
 // A new setting starts a new default score table; the old one stays in `evaluationHistory`
 // (with when it held), and its scores stay reachable with `workloads scores --dataset --grader`.
-Result<json> ServiceImpl::set_evaluation(const std::string& ref, const json& body) {
+Result<json> Workloads::set_evaluation(const std::string& ref, const json& body) {
   TRAINER_RETURN_IF_ERROR(check_fields(body, {"dataset", "grader", "graderInstructions"}));
   auto ds = optional_string(body, "dataset");
   if (!ds.is_ok()) return ds.status();
   if (!*ds) return invalid_field("dataset", "required");
   auto grader = optional_string(body, "grader");
   if (!grader.is_ok()) return grader.status();
-  if (*grader) TRAINER_RETURN_IF_ERROR(check_grader("grader", **grader, &opt_.config));
+  if (*grader) TRAINER_RETURN_IF_ERROR(check_grader("grader", **grader, &core_.options.config));
   auto instructions = optional_string(body, "graderInstructions");
   if (!instructions.is_ok()) return instructions.status();
   const std::string grader_kind = grader->value_or(kDefaultGrader);
   if (*instructions && !(*instructions)->empty() && grader_kind.rfind("model:", 0) != 0) {
     return invalid_field("graderInstructions", "apply to model: graders (judges); this grader is " + grader_kind);
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  auto w = resolve_workload(ref, "workload");
+  std::lock_guard<std::mutex> lock(core_.mu);
+  auto w = resolve(ref, "workload");
   if (!w.is_ok()) return w.status();
   auto d = datasets_.resolve(**ds, "dataset");
   if (!d.is_ok()) return d.status();
   json doc = *w;
   if (!doc.contains("history") || !doc["history"].is_array()) doc["history"] = json::array();
   if (!doc.contains("evaluationHistory") || !doc["evaluationHistory"].is_array()) doc["evaluationHistory"] = json::array();
-  const std::string now = now_rfc3339();
+  const std::string now = core_.now_rfc3339();
   json setting = {{"dataset", (*d)["hash"]}, {"grader", grader_kind}};
   if (*instructions && !(*instructions)->empty()) setting["graderInstructions"] = **instructions;
   json before = doc.value("evaluation", json::object());
@@ -214,19 +212,19 @@ Result<json> ServiceImpl::set_evaluation(const std::string& ref, const json& bod
                                            ", grader " + grader_kind +
                                            (setting.contains("graderInstructions") ? ", with judge instructions" : "")}});
   doc["updatedAt"] = now;
-  TRAINER_RETURN_IF_ERROR(store_->update_workload(doc));
+  TRAINER_RETURN_IF_ERROR(core_.store->update_workload(doc));
   return doc;
 }
 
-Result<json> ServiceImpl::get_ref(const std::string& ref, const std::string& which) {
+Result<json> Workloads::get_ref(const std::string& ref, const std::string& which) {
   TRAINER_RETURN_IF_ERROR(check_ref_name(which));
-  auto w = resolve_workload(ref, "workload");
+  auto w = resolve(ref, "workload");
   if (!w.is_ok()) return w.status();
   json target = w->contains("refs") && (*w)["refs"].is_object() ? (*w)["refs"].value(which, json(nullptr)) : json(nullptr);
   return json{{"workload", {{"id", (*w)["id"]}, {"name", (*w)["name"]}}}, {"ref", which}, {"target", target}};
 }
 
-Result<json> ServiceImpl::set_ref(const std::string& ref, const std::string& which, const json& body) {
+Result<json> Workloads::set_ref(const std::string& ref, const std::string& which, const json& body) {
   TRAINER_RETURN_IF_ERROR(check_ref_name(which));
   TRAINER_RETURN_IF_ERROR(check_fields(body, {"target", "by"}));
   auto target = optional_string(body, "target");
@@ -237,15 +235,15 @@ Result<json> ServiceImpl::set_ref(const std::string& ref, const std::string& whi
   if (*by && (**by).size() > kMaxActorChars) {
     return invalid_field("by", "must be at most " + std::to_string(kMaxActorChars) + " characters");
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  auto w = resolve_workload(ref, "workload");
+  std::lock_guard<std::mutex> lock(core_.mu);
+  auto w = resolve(ref, "workload");
   if (!w.is_ok()) return w.status();
-  auto model = ref_target_locked(*w, which, **target);
+  auto model = hooks_.ref_target_locked(*w, which, **target);
   if (!model.is_ok()) return model.status();
   const json value = ref_value(*model);
   json doc = *w;
   if (!doc.contains("history") || !doc["history"].is_array()) doc["history"] = json::array();
-  std::string now = now_rfc3339();
+  std::string now = core_.now_rfc3339();
   const json before = doc["refs"].is_object() ? doc["refs"].value(which, json(nullptr)) : json(nullptr);
   const json from = before.is_object() ? before.value("modelId", json(nullptr)) : json(nullptr);
   doc["refs"][which] = value;
@@ -257,70 +255,19 @@ Result<json> ServiceImpl::set_ref(const std::string& ref, const std::string& whi
                             {"to", value["modelId"]},
                             {"by", by->value_or("unknown")}});
   doc["updatedAt"] = now;
-  TRAINER_RETURN_IF_ERROR(store_->update_workload(doc));
+  TRAINER_RETURN_IF_ERROR(core_.store->update_workload(doc));
   return json{{"workload", {{"id", doc["id"]}, {"name", doc["name"]}}}, {"ref", which}, {"target", value}};
 }
 
-// The registered model `target` names for ref `which` of workload `w`: a model id (or prefix); for
-// `base` also a base model's name (registered as a BASE model when new); for candidate and
-// champion also a completed run of the workload (its registered model).
-Result<json> ServiceImpl::ref_target_locked(const json& w, const std::string& which, const std::string& target) {
-  auto model = resolve_trained_model(target, "target");
-  if (!model.is_ok() && model.status().code() == StatusCode::kNotFound) {
-    if (which == "base") {
-      auto m = base_models_.resolve(target, "target");
-      if (!m.is_ok()) {
-        return field_status(StatusCode::kNotFound, "target",
-                            "'" + target + "' is neither a registered model nor a selected base model");
-      }
-      return register_base_locked(*m, "target");
-    }
-    auto r = resolve_run(target, "target");
-    if (!r.is_ok()) return model.status();
-    if (r->workload_id != w["id"]) return invalid_field("target", "run " + r->id + " belongs to another workload");
-    if (r->phase != Phase::kCompleted || !r->view.contains("modelId")) {
-      return field_status(StatusCode::kFailedPrecondition, "target",
-                          "run " + r->id + " is " + phase_name(r->phase) + "; only a completed run's model can be a " +
-                              which);
-    }
-    model = resolve_trained_model(r->view["modelId"].get<std::string>(), "target");
-  }
-  if (!model.is_ok()) return model.status();
-  const std::string id = model->value("modelId", std::string());
-  if (model->value("status", std::string()) != kModelRegistered) {
-    return field_status(StatusCode::kFailedPrecondition, "target",
-                        "model " + id + " is " + model->value("status", std::string()) +
-                            "; only a REGISTERED model can be a ref (see trainer trained-models get " + id + ")");
-  }
-  const std::string variant = model->value("variant", std::string());
-  if (which == "base") {
-    if (variant != kVariantBase) {
-      return invalid_field("target", "model " + id + " is an " + variant + " model; base must point at a BASE model");
-    }
-    return *model;
-  }
-  if (variant != kVariantAdapter) {
-    return invalid_field("target", "model " + id + " is a " + variant + " model; " + which +
-                                       " must point at an adapter model of this workload");
-  }
-  const json mw = model->value("workload", json(nullptr));
-  if (!mw.is_object() || mw.value("id", std::string()) != w["id"]) {
-    return invalid_field("target", "model " + id + " belongs to " +
-                                       (mw.is_object() ? "workload " + mw.value("name", std::string()) : std::string("no workload")) +
-                                       ", not to " + w.value("name", std::string()));
-  }
-  return *model;
-}
-
-Result<json> ServiceImpl::resolve_workload(const std::string& ref, const std::string& field) {
-  auto by_name = store_->workload_by_name(ref);
+Result<json> Workloads::resolve(const std::string& ref, const std::string& field) {
+  auto by_name = core_.store->workload_by_name(ref);
   if (!by_name.is_ok()) return by_name.status();
   if (by_name->has_value()) return **by_name;
-  auto by_id = store_->get_workload(ref);
+  auto by_id = core_.store->get_workload(ref);
   if (!by_id.is_ok()) return by_id.status();
   if (by_id->has_value()) return **by_id;
   if (is_hex(ref) && ref.size() >= 4) {
-    auto all = store_->list_workloads();
+    auto all = core_.store->list_workloads();
     if (!all.is_ok()) return all.status();
     std::vector<json> matches;
     for (const auto& w : *all) {
@@ -334,6 +281,13 @@ Result<json> ServiceImpl::resolve_workload(const std::string& ref, const std::st
     }
   }
   return field_status(StatusCode::kNotFound, field, "no workload named or with id '" + ref + "'");
+}
+
+Result<json> Workloads::history(const std::string& ref) {
+  auto w = resolve(ref, "workload");
+  if (!w.is_ok()) return w.status();
+  return json{{"workload", {{"id", (*w)["id"]}, {"name", (*w)["name"]}}},
+              {"history", w->value("history", json::array())}};
 }
 
 }  // namespace trainer::service
