@@ -82,7 +82,9 @@ void ServiceImpl::close_attempt(RunRecord& run, double t, const std::string& cau
 // transaction.
 Status ServiceImpl::attempt_lost(RunRecord& run, const LostAttempt& lost) {
   const double t = now();
-  close_attempt(run, t, lost.cause, lost.exit_code, lost.reason);
+  // A job that ended while trainerd was down ended at its last sign of life, not when it was found.
+  const double ended = run.job && run.job->end_guess ? std::min(*run.job->end_guess, t) : t;
+  close_attempt(run, ended, lost.cause, lost.exit_code, lost.reason);
   const int max_attempts = max_attempts_of(run);
   const int used = run.attempt - run.attempt_base + 1;
   if (used >= max_attempts) {

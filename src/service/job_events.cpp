@@ -49,13 +49,17 @@ Status ServiceImpl::follow_job(RunRecord& run) {
   }
   // The job ended.
   if (status.state == backend::JobState::kGone) {
-    // Not ours to wait for (it ended while trainerd was down): its events file's last write
-    // is the best estimate of when.
+    // Not ours to wait for (it ended while trainerd was down): the last sign of life is the best
+    // estimate of when. That is the last event trainerd received (its heartbeat too, so at most
+    // a heartbeat's interval before the end while trainerd listened), or the events file's last
+    // write when the job wrote one on this host (events it could not post while trainerd was down).
+    run.job->end_guess = run.job->heard_at;
     std::error_code ec;
-    auto mtime = fs::last_write_time(run.job->events_path, ec);
-    if (!ec) {
-      auto sys = std::chrono::file_clock::to_sys(mtime);
-      run.job->end_guess = std::chrono::duration<double>(sys.time_since_epoch()).count();
+    const auto mtime = fs::last_write_time(run.job->events_path, ec);
+    if (!run.job->events_path.empty() && !ec) {
+      const auto sys = std::chrono::file_clock::to_sys(mtime);
+      const double written = std::chrono::duration<double>(sys.time_since_epoch()).count();
+      run.job->end_guess = std::max(run.job->end_guess.value_or(written), written);
     }
   }
   run.job->exit_code = status.exit_code;

@@ -32,7 +32,7 @@ struct JobRecord {
   int64_t seq = 0;                   // events applied (job_event_source.h's cursor)
   int64_t offset = 0;                // bytes of the events file already applied; -1 once read from the store
   std::optional<double> ended_at;    // wall seconds; set once its time is settled into the cost
-  std::optional<double> end_guess;   // a job that ended while trainerd was down: its events file's mtime
+  std::optional<double> end_guess;   // a job that ended while trainerd was down: its last sign of life
   std::optional<int> exit_code;      // how it exited, when known
   std::optional<double> heard_at;    // wall seconds when trainerd last read an event of it (its heartbeat too)
   std::optional<double> hung_at;     // wall seconds when trainerd stopped it for its silence (hung)

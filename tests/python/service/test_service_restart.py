@@ -2,6 +2,7 @@
 import os
 import signal
 import time
+from datetime import datetime
 
 from service_helpers import Trainerd, plan
 from waiting import wait_for
@@ -35,16 +36,19 @@ def ended(pid: int) -> bool:
 
 
 
-def kill_both_while_training(d, run_id: str) -> int:
+def kill_both_while_training(d, run_id: str, down_seconds: float = 0.0) -> tuple[int, float]:
     """Once the run trains: SIGKILLs trainerd, then the run's job, waits for the job to end and
-    starts trainerd again. Returns the job's pid."""
+    (after `down_seconds` more of downtime) starts trainerd again. Returns the job's pid and the
+    wall time of its kill."""
     d.wait_phase(run_id, "TRAINING")
     pid = job_pid(d, run_id)
     d.kill(signal.SIGKILL)
+    killed_at = time.time()
     os.kill(pid, signal.SIGKILL)
     wait_for(lambda: ended(pid), timeout=30, what=f"the job (pid {pid}) to end")
+    time.sleep(down_seconds)  # trainerd stays down: the time the test is about
     d.start()
-    return pid
+    return pid, killed_at
 
 def test_a_run_training_when_trainerd_is_killed_continues_after_restart(start_trainerd, setup_basics,
                                                                          standin_behaviour):
@@ -78,7 +82,7 @@ def test_a_job_lost_while_trainerd_is_down_gets_a_new_attempt(start_trainerd, se
     d = start_trainerd(limits={"attemptBackoffSeconds": 1})
     setup_basics(d)
     run = d.ok(d.post("/v1/runs", plan(steps=200)), 201)
-    pid = kill_both_while_training(d, run["runId"])
+    pid, _ = kill_both_while_training(d, run["runId"])
     done = d.wait_phase(run["runId"], {"FAILED", "COMPLETED", "CANCELLED"})
     assert done["phase"] == "COMPLETED", done.get("failureReason")
     assert done["attempt"] == 2
@@ -93,12 +97,19 @@ def test_a_job_that_dies_while_trainerd_is_down_ends_with_a_named_failure(start_
     d = start_trainerd()
     setup_basics(d)
     run = d.ok(d.post("/v1/runs", plan(max_attempts=1)), 201)  # no new attempt: the run fails by name
-    pid = kill_both_while_training(d, run["runId"])
+    pid, killed_at = kill_both_while_training(d, run["runId"], down_seconds=3.0)
     failed = d.wait_phase(run["runId"], {"FAILED", "COMPLETED", "CANCELLED"})
     assert failed["phase"] == "FAILED" and failed["outcome"] == "FAILED"
     assert failed["failureReason"].splitlines()[0] == \
         f"the training job (pid {pid}) ended while trainerd was not running and reported no outcome"
-    assert failed["cost"]["estimated"] is False and failed["cost"]["gpuSeconds"] > 0
+    # The job's end is taken from its last sign of life (its last event), not from when the
+    # restarted trainerd found it gone: the 3 s trainerd was down are neither its time nor its cost.
+    attempt = failed["attempts"][0]
+    started, ended_at = (datetime.fromisoformat(attempt[k].replace("Z", "+00:00")).timestamp()
+                         for k in ("started", "ended"))
+    assert started < ended_at <= killed_at + 0.5, (attempt, killed_at)
+    assert failed["cost"]["estimated"] is False
+    assert 0 < failed["cost"]["gpuSeconds"] <= (killed_at + 0.5 - started) * failed.get("devices", 1), failed["cost"]
     assert d.capacity()["claims"] == []
 
 
