@@ -126,3 +126,7 @@ def test_a_ray_evaluation_of_that_adapter_completes_without_the_data_folder(unsh
     kinds = [json.loads(doc)["type"] for _, doc in stored(svc, "job_events", job_id)]
     assert "evaluation_report" in kinds, kinds
     assert stored(svc, "job_logs", job_id), "the evaluation's log lines reach trainerd over its API"
+    # Ray's own log of the job (the wrapper's lines before trainer-job started) is fetched from
+    # Ray's API when the job ended, into the evaluation's job.log as for a run's attempt.
+    ray_log = svc.daemon.data_dir / "evaluations" / done["evaluationId"] / "job.log"
+    assert f"node: {svc.daemon.data_dir} holds 0 entries" in ray_log.read_text(errors="replace")
