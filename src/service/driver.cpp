@@ -308,7 +308,7 @@ Status ServiceImpl::transition(RunRecord& run, Phase to) {
 Status ServiceImpl::finish(RunRecord& run, Phase terminal) {
   const double t = now();
   TRAINER_RETURN_IF_ERROR(store_->delete_claim(run.id));
-  TRAINER_RETURN_IF_ERROR(release_branch_hold(run));  // a child gives its source snapshot back
+  TRAINER_RETURN_IF_ERROR(catalog_.release_branch_hold(run));  // a child gives its source snapshot back
   capacity_.settle_cost(run, t);
   const std::string outcome = terminal == Phase::kCompleted ? "COMPLETED"
                               : terminal == Phase::kFailed  ? "FAILED"

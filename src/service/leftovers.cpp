@@ -7,7 +7,8 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "service/service_state.h"
+#include "service/phases.h"
+#include "service/snapshot_catalog.h"
 
 namespace trainer::service {
 namespace {
@@ -19,15 +20,15 @@ constexpr std::chrono::seconds kLongestSweepInterval{60};
 
 }  // namespace
 
-void ServiceImpl::sweep_leftovers_if_due() {
-  const auto deadline = std::chrono::seconds(opt_.config.limits.abandoned_publication_seconds);
-  const auto interval = std::clamp<std::chrono::steady_clock::duration>(deadline / 4, opt_.tick, kLongestSweepInterval);
-  const auto now_steady = opt_.clock->steady_now();
+void SnapshotCatalog::sweep_leftovers_if_due() {
+  const auto deadline = std::chrono::seconds(core_.options.config.limits.abandoned_publication_seconds);
+  const auto interval = std::clamp<std::chrono::steady_clock::duration>(deadline / 4, core_.options.tick, kLongestSweepInterval);
+  const auto now_steady = core_.options.clock->steady_now();
   if (last_leftover_sweep_ && now_steady - *last_leftover_sweep_ < interval) return;
   last_leftover_sweep_ = now_steady;
   int64_t reservations = 0, temporaries = 0;
   Status st = sweep_abandoned_reservations(&reservations);
-  for (storage::Storage* s : {storage_, artifact_store_.get()}) {
+  for (storage::Storage* s : {core_.storage.get(), core_.artifact_store.get()}) {
     if (s == nullptr || !st.is_ok()) continue;
     auto removed = s->remove_abandoned_temporaries(deadline);
     if (removed.is_ok()) temporaries += *removed;
@@ -47,16 +48,16 @@ void ServiceImpl::sweep_leftovers_if_due() {
   }
 }
 
-Status ServiceImpl::sweep_abandoned_reservations(int64_t* removed) {
-  const double cutoff = now() - opt_.config.limits.abandoned_publication_seconds;
-  auto found = store_->snapshots_with_reserved_kinds(kReservationsPerSweep);
+Status SnapshotCatalog::sweep_abandoned_reservations(int64_t* removed) {
+  const double cutoff = core_.now() - core_.options.config.limits.abandoned_publication_seconds;
+  auto found = core_.store->snapshots_with_reserved_kinds(kReservationsPerSweep);
   if (!found.is_ok()) return found.status();
   for (const json& listed : *found) {
     const std::string id = listed.value("snapshotId", std::string());
     std::vector<std::string> keys;  // what to delete from storage once the catalog says so
     {
-      std::lock_guard<std::mutex> lock(mu_);  // a commit of the same snapshot waits, or came first
-      auto current = store_->get_snapshot(id);
+      std::lock_guard<std::mutex> lock(core_.mu);  // a commit of the same snapshot waits, or came first
+      auto current = core_.store->get_snapshot(id);
       if (!current.is_ok()) return current.status();
       if (!current->has_value()) continue;
       json doc = std::move(**current);
@@ -66,13 +67,13 @@ Status ServiceImpl::sweep_abandoned_reservations(int64_t* removed) {
         if (state == "committed") any_committed = true;
         if (state != "reserved") continue;
         if (!k.contains("reservedAtSeconds")) {  // reserved before trainerd recorded when: from now
-          k["reservedAtSeconds"] = now();
+          k["reservedAtSeconds"] = core_.now();
           changed = true;
           continue;
         }
         if (k.value("reservedAtSeconds", 0.0) > cutoff) continue;
         k["state"] = "abandoned";
-        k["abandonedAt"] = now_rfc3339();
+        k["abandonedAt"] = core_.now_rfc3339();
         keys.push_back(k.value("location", std::string()));
         changed = true;
       }
@@ -81,7 +82,7 @@ Status ServiceImpl::sweep_abandoned_reservations(int64_t* removed) {
         return k.value("state", std::string()) == "abandoned";
       });
       if (whole) doc["state"] = "abandoned";
-      TRAINER_RETURN_IF_ERROR(store_->transaction([&]() -> Status { return store_->update_snapshot(doc); }));
+      TRAINER_RETURN_IF_ERROR(core_.store->transaction([&]() -> Status { return core_.store->update_snapshot(doc); }));
       if (whole && !keys.empty()) {
         // The snapshot's own folder ("snapshots/ID"), with anything else the upload left in it.
         const std::string& location = keys.front();
@@ -91,7 +92,7 @@ Status ServiceImpl::sweep_abandoned_reservations(int64_t* removed) {
     }
     for (const auto& key : keys) {
       if (key.empty()) continue;
-      Status gone = artifacts().remove(key);
+      Status gone = core_.artifacts().remove(key);
       if (!gone.is_ok()) return gone.with_context("removing the upload of abandoned reservation " + id);
     }
     if (!keys.empty()) ++*removed;

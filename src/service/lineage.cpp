@@ -223,7 +223,7 @@ Result<std::pair<json, bool>> ServiceImpl::start_child(const std::string& parent
   TRAINER_RETURN_IF_ERROR(check_source_kinds(snapshot, needed, continuation, parent->id));
   {
     std::lock_guard<std::mutex> lock(mu_);  // a missing artifact is marked in the catalog
-    TRAINER_RETURN_IF_ERROR(verify_restorable_locked(snapshot_id, needed));
+    TRAINER_RETURN_IF_ERROR(catalog_.verify_restorable_locked(snapshot_id, needed));
   }
 
   auto child = plan::child_plan(parent->view.value("plan", json::object()), request->overrides,
@@ -260,7 +260,7 @@ Result<std::pair<json, bool>> ServiceImpl::start_child(const std::string& parent
     }
     for (const auto& [key, value] : lineage.items()) run.view[key] = value;
     TRAINER_RETURN_IF_ERROR(store_->insert_child(run.id, parent->id));
-    return add_branch_hold(doc, run.id, needed);
+    return catalog_.add_branch_hold(doc, run.id, needed);
   };
   const double started = now();
   auto out = submit_plan(*child, dry_run, on_insert, {{"child", lineage}});

@@ -231,7 +231,7 @@ Result<json> ServiceImpl::resume_run(const std::string& ref) {
   }
   const std::string source = pause["snapshotId"].get<std::string>();
   // What the new attempt restores is checked now, before a device is claimed for it.
-  if (Status st = verify_restorable_locked(source, {protocol::kWeightsKind, protocol::kTrainingStateKind}); !st.is_ok()) {
+  if (Status st = catalog_.verify_restorable_locked(source, {protocol::kWeightsKind, protocol::kTrainingStateKind}); !st.is_ok()) {
     return Status(st.code(), st.field(), "run " + run.id + " cannot resume: " + st.message());
   }
   run.resume_from = source;

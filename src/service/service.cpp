@@ -197,7 +197,7 @@ void ServiceImpl::drive() {
         capacity_.read();
         last_capacity = opt_.clock->steady_now();
       }
-      sweep_leftovers_if_due();
+      catalog_.sweep_leftovers_if_due();
     } catch (const std::exception& e) {
       ++driver_errors_;
       std::fprintf(stderr, "trainerd: warning: the run driver caught an error and goes on: %s\n", e.what());

@@ -78,4 +78,21 @@ void ServiceCore::wait_for_change(uint64_t seen, std::chrono::steady_clock::time
   events_cv_.wait_until(lock, until, [&] { return events_version_ != seen; });
 }
 
+Result<store::JobAttemptRow> ServiceCore::authenticated_attempt(const std::string& job_id, const std::string& token) {
+  auto attempt = store->get_job_attempt(job_id);
+  if (!attempt.is_ok()) return attempt.status();
+  if (!attempt->has_value()) return not_found("job attempt " + job_id + ": no such attempt (TRAINER_JOB_ID)");
+  // Compared in full whatever differs first: the time taken says nothing of the token.
+  const std::string& expected = (*attempt)->token;
+  unsigned diff = expected.size() == token.size() && !expected.empty() ? 0u : 1u;
+  for (size_t i = 0; i < token.size() && !expected.empty(); ++i) {
+    diff |= static_cast<unsigned>(token[i] ^ expected[i % expected.size()]);
+  }
+  if (diff != 0) {
+    return invalid_argument("job attempt " + job_id +
+                            ": the token does not match the attempt's (send Authorization: Bearer TRAINER_JOB_TOKEN)");
+  }
+  return std::move(**attempt);
+}
+
 }  // namespace trainer::service

@@ -66,6 +66,9 @@ class ServiceCore {
 
   // A run by id or unique id prefix; errors name `field`. Reads the store only (no mu needed).
   Result<RunRecord> resolve_run(const std::string& ref, const std::string& field);
+  // The job attempt `job_id` when `token` is its (TRAINER_JOB_TOKEN): not_found, or
+  // invalid_argument for another token. Reads the store only.
+  Result<store::JobAttemptRow> authenticated_attempt(const std::string& job_id, const std::string& token);
 
   // ---- run changes: notify() after every change to any run (phase, progress, events, the models
   // and snapshots it shows); long polls wait for the next one.

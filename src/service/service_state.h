@@ -10,11 +10,14 @@
 //                       admission_glue.cpp)
 //   endpoints.h         Endpoints: models served by `trainer-job serve` (endpoints.cpp,
 //                       endpoint_tasks.cpp, a task kind)
+//   snapshot_catalog.h  SnapshotCatalog: the snapshot catalog, holds, retention, restorability
+//                       checks, leftovers of dead publications (snapshots.cpp,
+//                       snapshot_holds.cpp, snapshot_check.cpp, leftovers.cpp)
 //   workloads.h         Workloads: workloads, their evaluation setting, refs, history and score
 //                       tables (workloads.cpp, score_tables.cpp)
 //
-// ServiceImpl itself keeps the runs, evaluations and comparisons, and for now the snapshot
-// catalog and the model registry, each concern in its own file:
+// ServiceImpl itself keeps the runs, evaluations and comparisons, and for now the model
+// registry, each concern in its own file:
 //
 //   service.cpp           construction, start/stop, startup steps, info
 //   ref_targets.cpp       what a workload's ref may point at (the registry's side of set_ref)
@@ -27,8 +30,6 @@
 //   attempts.cpp          a run's attempts: their entries, a new one after a lost job, hung jobs
 //   lineage.cpp, sweep.cpp  child runs from a parent's snapshot (branch, continue, sweep) and their views
 //   rollouts.cpp          a reinforcement run's rollouts
-//   snapshots.cpp         the snapshot catalog: the job's reserve and commit callbacks, listing
-//   snapshot_holds.cpp    holds on snapshots (branches, pins, registrations) and retention
 //   evaluations.cpp       evaluations: what is evaluated with what, their record and report
 //   evaluation_admission.cpp  evaluations' claims: admitted like runs, released when they end
 //   evaluation_tasks.cpp  evaluations as tasks of the kernel: their phases, step, end and cancel
@@ -61,6 +62,7 @@
 #include "service/judges.h"
 #include "service/phases.h"
 #include "service/service_core.h"
+#include "service/snapshot_catalog.h"
 #include "service/workloads.h"
 
 namespace trainer::plan {
@@ -151,10 +153,16 @@ class ServiceImpl final : public Service {
   Result<json> post_job_events(const std::string& job_id, const json& body) override;
   Result<json> post_job_logs(const std::string& job_id, const json& body) override;
   Result<std::pair<json, bool>> reserve_snapshot(const JobCredentials& job, const std::string& run_ref,
-                                                 const json& body) override;
-  Result<json> commit_snapshot(const JobCredentials& job, const std::string& snapshot_ref, const json& body) override;
-  Result<json> list_run_snapshots(const std::string& run_ref, int64_t limit, int64_t offset) override;
-  Result<json> get_snapshot(const std::string& ref) override;
+                                                 const json& body) override {
+    return catalog_.reserve(job, run_ref, body);
+  }
+  Result<json> commit_snapshot(const JobCredentials& job, const std::string& snapshot_ref, const json& body) override {
+    return catalog_.commit(job, snapshot_ref, body);
+  }
+  Result<json> list_run_snapshots(const std::string& run_ref, int64_t limit, int64_t offset) override {
+    return catalog_.list_for_run(run_ref, limit, offset);
+  }
+  Result<json> get_snapshot(const std::string& ref) override { return catalog_.get(ref); }
   Result<json> pause_run(const std::string& ref, const json& body) override;
   Result<json> resume_run(const std::string& ref) override;
 
@@ -193,9 +201,9 @@ class ServiceImpl final : public Service {
   Result<std::pair<json, bool>> create_comparison(const json& body) override;
   Result<json> get_comparison(const std::string& ref) override;
   Result<json> list_comparisons(const ComparisonListQuery& query) override;
-  Result<json> pin_snapshot(const std::string& ref, const json& body) override;
-  Result<json> unpin_snapshot(const std::string& ref, const json& body) override;
-  Result<json> release_snapshot(const std::string& ref) override;
+  Result<json> pin_snapshot(const std::string& ref, const json& body) override { return catalog_.pin(ref, body); }
+  Result<json> unpin_snapshot(const std::string& ref, const json& body) override { return catalog_.unpin(ref, body); }
+  Result<json> release_snapshot(const std::string& ref) override { return catalog_.release(ref); }
 
   Result<json> capacity() override { return capacity_.report(); }
   std::string metrics_text() override { return capacity_.metrics_text() + endpoints_.metrics_text(); }
@@ -220,21 +228,10 @@ class ServiceImpl final : public Service {
   Status recover_runs(std::string* summary);
   void drive();
 
-  // ---- the snapshot catalog (snapshots.cpp)
-  Result<std::string> resolve_snapshot_id(const std::string& ref, const std::string& field);
-  Status verify_snapshot_kind(const json& doc, const std::string& kind);
-  // With mu_ held (snapshot_check.cpp): the committed `kinds` of snapshot `snapshot_id` are in
-  // the artifact store as committed (manifest digest, every file's size); else a refusal naming
-  // the snapshot and what is wrong, and the kind marked missing or damaged in the catalog.
-  Status verify_restorable_locked(const std::string& snapshot_id, const std::vector<std::string>& kinds);
-  // The attempt `job_id` when `token` is its (job_reports.cpp): not_found, or invalid_argument
-  // for another token. authenticate_job() and authorize_catalog_job() answer from it.
-  Result<store::JobAttemptRow> authenticated_attempt(const std::string& job_id, const std::string& token);
-  // The catalog callbacks' caller (reserve_snapshot(), commit_snapshot()): the attempt `job`
-  // names and proves, else a 401 refusal (job_refusal_http_status()) blaming the header at fault.
-  Result<store::JobAttemptRow> authenticate_catalog_job(const JobCredentials& job);
-  // Whether that attempt is run `run_id`'s current one (else a 403 refusal); with mu_ held.
-  Status authorize_catalog_job(const store::JobAttemptRow& attempt, const std::string& run_id);
+  // ---- the snapshot catalog (snapshot_catalog.h), under the name the runs' files use
+  Result<std::string> resolve_snapshot_id(const std::string& ref, const std::string& field) {
+    return catalog_.resolve_id(ref, field);
+  }
 
   // ---- runs in (run_submission.cpp). `on_insert`, when given, runs with mu_ held inside the
   // transaction that inserts the new run, before the insert: a child run records its lineage
@@ -250,25 +247,6 @@ class ServiceImpl final : public Service {
   // The snapshot a child starts from: the one `body` names, or (continue) the newest with
   // training state.
   Result<json> child_source_snapshot(const json& body, const std::string& parent_id, bool continuation);
-
-  // ---- holds and retention (snapshot_holds.cpp); mu_ held, inside a store transaction
-  // Adds the branch hold of child run `child` on `artifacts` of the snapshot `doc` (updated).
-  Status add_branch_hold(json& doc, const std::string& child, const std::vector<std::string>& artifacts);
-  // A child run that ended gives its source snapshot back.
-  Status release_branch_hold(const RunRecord& run);
-  // Applies the run's keep counts to its committed snapshots: older artifacts that nothing
-  // holds are deleted from storage and marked deleted in the catalog.
-  Status apply_retention(const std::string& run_id);
-  // Counts a hold taken or given back (pin, unpin, release) as one hold_snapshot operation.
-  void hold_changed();
-
-  // ---- leftovers of publications that died (leftovers.cpp); from the driver thread
-  // Removes reservations never committed and storage temporaries older than
-  // limits.abandonedPublicationSeconds, when a sweep is due; logs what it removed.
-  void sweep_leftovers_if_due();
-  // Marks reserved kinds older than the deadline abandoned and deletes their uploads; *removed
-  // counts the snapshots it changed so.
-  Status sweep_abandoned_reservations(int64_t* removed);
 
   // ---- pause and resume (pause.cpp); mu_ held, inside a store transaction
   Status signal_pause(RunRecord& run);
@@ -447,13 +425,11 @@ class ServiceImpl final : public Service {
                                        [this](const std::string& endpoint_id, const std::string& model) {
                                          return judge_users(endpoint_id, model);
                                        }}};
+  SnapshotCatalog catalog_{core_};
   Workloads workloads_{core_, base_models_, datasets_, capacity_,
                        Workloads::Hooks{[this](const json& w, const std::string& which, const std::string& target) {
                          return ref_target_locked(w, which, target);
                        }}};
-
-  // When the driver last swept leftovers (sweep_leftovers_if_due); none yet at first.
-  std::optional<std::chrono::steady_clock::time_point> last_leftover_sweep_;
 
   // ServiceOptions::job_otlp_endpoint, or what the wiring set before start(); read by the driver.
   std::string job_otlp_endpoint_;
@@ -501,9 +477,5 @@ const tasks::PhaseTable& comparison_phase_table();
 // The evaluation's phase table (the task kernel's "evaluation" kind): QUEUED, RUNNING, then
 // COMPLETED, FAILED or CANCELLED.
 const tasks::PhaseTable& evaluation_phase_table();
-
-// A catalog document as users see it: the stored one plus what it implies (artifacts, sizeBytes,
-// status, heldBy from its holds).
-json present_snapshot(const json& doc);
 
 }  // namespace trainer::service

@@ -11,7 +11,8 @@
 
 #include "common/sha256.h"
 #include "protocol/snapshot.h"
-#include "service/service_state.h"
+#include "service/phases.h"
+#include "service/snapshot_catalog.h"
 
 namespace trainer::service {
 namespace {
@@ -25,8 +26,8 @@ struct Finding {
 
 }  // namespace
 
-Status ServiceImpl::verify_restorable_locked(const std::string& snapshot_id, const std::vector<std::string>& kinds) {
-  auto found = store_->get_snapshot(snapshot_id);
+Status SnapshotCatalog::verify_restorable_locked(const std::string& snapshot_id, const std::vector<std::string>& kinds) {
+  auto found = core_.store->get_snapshot(snapshot_id);
   if (!found.is_ok()) return found.status();
   if (!found->has_value()) return field_status(StatusCode::kNotFound, "snapshot", "no snapshot with id '" + snapshot_id + "'");
   json doc = std::move(**found);
@@ -39,7 +40,7 @@ Status ServiceImpl::verify_restorable_locked(const std::string& snapshot_id, con
     if (k.value("state", std::string()) != "committed") continue;  // the caller's own check names it
     const std::string key = k.value("location", std::string());
     Finding finding;
-    auto text = artifacts().get(key + "/" + protocol::kManifestFile);
+    auto text = core_.artifacts().get(key + "/" + protocol::kManifestFile);
     if (!text.is_ok() && !absent(text.status())) {
       return text.status().with_context("checking snapshot " + snapshot_id + "'s " + kind);
     }
@@ -51,7 +52,7 @@ Status ServiceImpl::verify_restorable_locked(const std::string& snapshot_id, con
       finding = {"its manifest cannot be read: " + manifest.status().message(), false};
     } else {
       for (const auto& f : manifest->files) {
-        auto size = artifacts().size(key + "/" + f.path);
+        auto size = core_.artifacts().size(key + "/" + f.path);
         if (!size.is_ok() && !absent(size.status())) {
           return size.status().with_context("checking snapshot " + snapshot_id + "'s " + kind);
         }
@@ -76,13 +77,13 @@ Status ServiceImpl::verify_restorable_locked(const std::string& snapshot_id, con
     auto it = findings.find(kind);
     if (it != findings.end()) {
       k["state"] = it->second.gone ? "missing" : "damaged";
-      k["unavailableSince"] = now_rfc3339();
+      k["unavailableSince"] = core_.now_rfc3339();
       k["unavailableReason"] = it->second.problem;
     }
     if (k.value("state", std::string()) == "committed") any_committed = true;
   }
   if (!any_committed) doc["state"] = "unavailable";
-  TRAINER_RETURN_IF_ERROR(store_->transaction([&]() -> Status { return store_->update_snapshot(doc); }));
+  TRAINER_RETURN_IF_ERROR(core_.store->transaction([&]() -> Status { return core_.store->update_snapshot(doc); }));
   std::fprintf(stderr, "trainerd: warning: snapshot %s is no longer restorable: %s\n", snapshot_id.c_str(),
                findings.begin()->second.problem.c_str());
   for (const auto& kind : kinds) {

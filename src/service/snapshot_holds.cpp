@@ -17,7 +17,8 @@
 
 #include "protocol/snapshot.h"
 #include "service/registry.h"
-#include "service/service_state.h"
+#include "service/phases.h"
+#include "service/snapshot_catalog.h"
 
 namespace trainer::service {
 namespace {
@@ -69,23 +70,23 @@ Result<std::vector<std::string>> requested_kinds(const json& body) {
 
 }  // namespace
 
-void ServiceImpl::hold_changed() {
-  metrics_.operation_attempt({.operation = tel::ServiceOperation::kHoldSnapshot,
+void SnapshotCatalog::hold_changed() {
+  core_.metrics.operation_attempt({.operation = tel::ServiceOperation::kHoldSnapshot,
                               .stage = tel::ServiceStage::kRetain,
                               .outcome = tel::ServiceOutcome::kSuccess});
-  metrics_.operation_ended(tel::ServiceOperation::kHoldSnapshot, tel::ServiceOutcome::kSuccess, 0.0);
+  core_.metrics.operation_ended(tel::ServiceOperation::kHoldSnapshot, tel::ServiceOutcome::kSuccess, 0.0);
 }
 
-Status ServiceImpl::add_branch_hold(json& doc, const std::string& child, const std::vector<std::string>& artifacts) {
+Status SnapshotCatalog::add_branch_hold(json& doc, const std::string& child, const std::vector<std::string>& artifacts) {
   holds_of(doc).push_back(
-      {{"holder", "branch"}, {"runId", child}, {"artifacts", artifacts}, {"since", now_rfc3339()}});
-  return store_->update_snapshot(doc);
+      {{"holder", "branch"}, {"runId", child}, {"artifacts", artifacts}, {"since", core_.now_rfc3339()}});
+  return core_.store->update_snapshot(doc);
 }
 
-Status ServiceImpl::release_branch_hold(const RunRecord& run) {
+Status SnapshotCatalog::release_branch_hold(const RunRecord& run) {
   const json source = run.view.value("sourceSnapshotId", json(nullptr));
   if (!source.is_string()) return Status::ok();
-  auto found = store_->get_snapshot(source.get<std::string>());
+  auto found = core_.store->get_snapshot(source.get<std::string>());
   if (!found.is_ok()) return found.status();
   if (!found->has_value()) return Status::ok();
   json doc = std::move(**found);
@@ -98,11 +99,11 @@ Status ServiceImpl::release_branch_hold(const RunRecord& run) {
                              }),
               holds.end());
   if (holds.size() == before) return Status::ok();
-  return store_->update_snapshot(doc);
+  return core_.store->update_snapshot(doc);
 }
 
-Status ServiceImpl::apply_retention(const std::string& run_id) {
-  auto run = resolve_run(run_id, "run");
+Status SnapshotCatalog::apply_retention(const std::string& run_id) {
+  auto run = core_.resolve_run(run_id, "run");
   if (!run.is_ok()) return run.status();
   const json execution = run->view.value("plan", json::object()).value("execution", json::object());
   const int64_t keep_weights = std::max<int64_t>(1, execution.value("keepAdapters", kDefaultKeepAdapters));
@@ -119,7 +120,7 @@ Status ServiceImpl::apply_retention(const std::string& run_id) {
 
   std::vector<json> docs;
   for (int64_t offset = 0;; offset += kRetentionPage) {
-    auto page = store_->list_snapshots(run->id, "committed", kRetentionPage, offset);
+    auto page = core_.store->list_snapshots(run->id, "committed", kRetentionPage, offset);
     if (!page.is_ok()) return page.status();
     docs.insert(docs.end(), page->snapshots.begin(), page->snapshots.end());
     if (page->snapshots.empty() || static_cast<int64_t>(docs.size()) >= page->total) break;
@@ -144,25 +145,25 @@ Status ServiceImpl::apply_retention(const std::string& run_id) {
     if (sweep.empty()) continue;
     // Durable intent first: a pin or branch refuses a kind being deleted, and a restart finds it.
     for (const auto& kind : sweep) doc["kinds"][kind]["state"] = "deleting";
-    TRAINER_RETURN_IF_ERROR(store_->transaction([&]() -> Status { return store_->update_snapshot(doc); }));
+    TRAINER_RETURN_IF_ERROR(core_.store->transaction([&]() -> Status { return core_.store->update_snapshot(doc); }));
     bool any_left = false;
     for (const auto& kind : sweep) {
-      const double started = now();
-      Status removed = artifacts().remove(doc["kinds"][kind].value("location", std::string()));
+      const double started = core_.now();
+      Status removed = core_.artifacts().remove(doc["kinds"][kind].value("location", std::string()));
       const auto outcome = removed.is_ok() ? tel::ServiceOutcome::kSuccess : tel::ServiceOutcome::kFailure;
       const auto reason = removed.is_ok() ? std::nullopt : std::optional(tel::ServiceFailureReason::kProvider);
-      metrics_.operation_attempt({.operation = tel::ServiceOperation::kDeleteSnapshot,
+      core_.metrics.operation_attempt({.operation = tel::ServiceOperation::kDeleteSnapshot,
                                   .stage = tel::ServiceStage::kDelete,
                                   .outcome = outcome,
                                   .reason = reason});
-      metrics_.operation_ended(tel::ServiceOperation::kDeleteSnapshot, outcome, now() - started, reason);
+      core_.metrics.operation_ended(tel::ServiceOperation::kDeleteSnapshot, outcome, core_.now() - started, reason);
       if (!removed.is_ok()) {
         std::fprintf(stderr, "trainerd: warning: retention of snapshot %s %s: %s\n",
                      doc.value("snapshotId", std::string()).c_str(), kind.c_str(), removed.to_string().c_str());
         continue;  // stays "deleting": never offered again; the next sweep retries it
       }
       doc["kinds"][kind]["state"] = "deleted";
-      doc["kinds"][kind]["deletedAt"] = now_rfc3339();
+      doc["kinds"][kind]["deletedAt"] = core_.now_rfc3339();
     }
     for (const auto& [kind, k] : doc["kinds"].items()) {
       if (k.value("state", std::string()) == "committed") any_left = true;
@@ -174,20 +175,20 @@ Status ServiceImpl::apply_retention(const std::string& run_id) {
       const std::string root = location.substr(0, location.rfind('/'));
       if (bool all_gone = true; !root.empty()) {
         for (const auto& [kind, k] : doc["kinds"].items()) all_gone = all_gone && k.value("state", "") == "deleted";
-        if (all_gone) (void)artifacts().remove(root);
+        if (all_gone) (void)core_.artifacts().remove(root);
       }
     }
-    TRAINER_RETURN_IF_ERROR(store_->transaction([&]() -> Status { return store_->update_snapshot(doc); }));
+    TRAINER_RETURN_IF_ERROR(core_.store->transaction([&]() -> Status { return core_.store->update_snapshot(doc); }));
   }
   return Status::ok();
 }
 
-Result<json> ServiceImpl::pin_snapshot(const std::string& ref, const json& body) {
+Result<json> SnapshotCatalog::pin(const std::string& ref, const json& body) {
   TRAINER_ASSIGN_OR_RETURN(auto kinds, requested_kinds(body));
-  std::lock_guard<std::mutex> lock(mu_);
-  auto id = resolve_snapshot_id(ref, "snapshot");
+  std::lock_guard<std::mutex> lock(core_.mu);
+  auto id = resolve_id(ref, "snapshot");
   if (!id.is_ok()) return id.status();
-  auto found = store_->get_snapshot(*id);
+  auto found = core_.store->get_snapshot(*id);
   if (!found.is_ok()) return found.status();
   if (!found->has_value() || (**found).value("state", std::string()) != "committed") {
     return field_status(StatusCode::kNotFound, "snapshot", "no committed snapshot with id '" + ref + "'");
@@ -197,7 +198,7 @@ Result<json> ServiceImpl::pin_snapshot(const std::string& ref, const json& body)
   for (const auto& kind : kinds) {
     const std::string state = kind_state(doc, kind);
     if (state == "deleting" || state == "deleted") {
-      metrics_.operation_attempt({.operation = tel::ServiceOperation::kHoldSnapshot,
+      core_.metrics.operation_attempt({.operation = tel::ServiceOperation::kHoldSnapshot,
                                   .stage = tel::ServiceStage::kRetain,
                                   .outcome = tel::ServiceOutcome::kRejected,
                                   .reason = tel::ServiceFailureReason::kRetention});
@@ -231,9 +232,9 @@ Result<json> ServiceImpl::pin_snapshot(const std::string& ref, const json& body)
   if (pin != holds.end()) {
     (*pin)["artifacts"] = pinned;
   } else {
-    holds.push_back({{"holder", "pin"}, {"artifacts", pinned}, {"since", now_rfc3339()}});
+    holds.push_back({{"holder", "pin"}, {"artifacts", pinned}, {"since", core_.now_rfc3339()}});
   }
-  TRAINER_RETURN_IF_ERROR(store_->update_snapshot(doc));
+  TRAINER_RETURN_IF_ERROR(core_.store->update_snapshot(doc));
   hold_changed();
   out = present_snapshot(doc);
   out["changed"] = true;
@@ -241,12 +242,12 @@ Result<json> ServiceImpl::pin_snapshot(const std::string& ref, const json& body)
   return out;
 }
 
-Result<json> ServiceImpl::unpin_snapshot(const std::string& ref, const json& body) {
+Result<json> SnapshotCatalog::unpin(const std::string& ref, const json& body) {
   TRAINER_ASSIGN_OR_RETURN(auto kinds, requested_kinds(body));
-  std::lock_guard<std::mutex> lock(mu_);
-  auto id = resolve_snapshot_id(ref, "snapshot");
+  std::lock_guard<std::mutex> lock(core_.mu);
+  auto id = resolve_id(ref, "snapshot");
   if (!id.is_ok()) return id.status();
-  auto found = store_->get_snapshot(*id);
+  auto found = core_.store->get_snapshot(*id);
   if (!found.is_ok()) return found.status();
   if (!found->has_value() || (**found).value("state", std::string()) != "committed") {
     return field_status(StatusCode::kNotFound, "snapshot", "no committed snapshot with id '" + ref + "'");
@@ -273,21 +274,21 @@ Result<json> ServiceImpl::unpin_snapshot(const std::string& ref, const json& bod
   } else {
     (*pin)["artifacts"] = kept;
   }
-  TRAINER_RETURN_IF_ERROR(store_->update_snapshot(doc));
+  TRAINER_RETURN_IF_ERROR(core_.store->update_snapshot(doc));
   hold_changed();
   TRAINER_RETURN_IF_ERROR(apply_retention(doc.value("runId", std::string())));
-  if (auto after = store_->get_snapshot(*id); after.is_ok() && after->has_value()) doc = std::move(**after);
+  if (auto after = core_.store->get_snapshot(*id); after.is_ok() && after->has_value()) doc = std::move(**after);
   out = present_snapshot(doc);
   out["changed"] = true;
   out["message"] = "unpinned " + join(removed) + " of snapshot " + *id + "; retention applies to it again";
   return out;
 }
 
-Result<json> ServiceImpl::release_snapshot(const std::string& ref) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto id = resolve_snapshot_id(ref, "snapshot");
+Result<json> SnapshotCatalog::release(const std::string& ref) {
+  std::lock_guard<std::mutex> lock(core_.mu);
+  auto id = resolve_id(ref, "snapshot");
   if (!id.is_ok()) return id.status();
-  auto found = store_->get_snapshot(*id);
+  auto found = core_.store->get_snapshot(*id);
   if (!found.is_ok()) return found.status();
   if (!found->has_value()) return field_status(StatusCode::kNotFound, "snapshot", "no snapshot with id '" + ref + "'");
   json doc = std::move(**found);
@@ -299,12 +300,12 @@ Result<json> ServiceImpl::release_snapshot(const std::string& ref) {
     bool leftover = false;
     if (holder == "registration") {
       // Only a failed registration's hold is left over: one still copying keeps what it copies.
-      auto model = store_->get_trained_model(h.value("modelId", std::string()));
+      auto model = core_.store->get_trained_model(h.value("modelId", std::string()));
       leftover = !model.is_ok() || !model->has_value() || (**model).value("status", std::string()) == kModelFailed;
     }
     if (holder == "branch") {
       // A branch's hold is left over once its run has ended (or is gone).
-      auto child = resolve_run(h.value("runId", std::string()), "run");
+      auto child = core_.resolve_run(h.value("runId", std::string()), "run");
       leftover = !child.is_ok() || is_terminal(child->phase);
     }
     const std::string who = holder + (h.contains("runId")     ? " " + h.value("runId", std::string())
@@ -315,13 +316,13 @@ Result<json> ServiceImpl::release_snapshot(const std::string& ref) {
   }
   if (!released.empty()) {
     holds = kept;
-    TRAINER_RETURN_IF_ERROR(store_->update_snapshot(doc));
+    TRAINER_RETURN_IF_ERROR(core_.store->update_snapshot(doc));
     hold_changed();
   }
   // Retention applies to what is no longer held (including a branch's hold given back earlier).
   if (doc.value("state", std::string()) == "committed") {
     TRAINER_RETURN_IF_ERROR(apply_retention(doc.value("runId", std::string())));
-    auto after = store_->get_snapshot(*id);
+    auto after = core_.store->get_snapshot(*id);
     if (after.is_ok() && after->has_value()) doc = std::move(**after);
   }
   json out = present_snapshot(doc);

@@ -13,7 +13,8 @@
 
 #include "common/sha256.h"
 #include "protocol/snapshot.h"
-#include "service/service_state.h"
+#include "service/phases.h"
+#include "service/snapshot_catalog.h"
 
 namespace trainer::service {
 namespace {
@@ -54,7 +55,7 @@ json present_snapshot(const json& doc) {
   return out;
 }
 
-Result<store::JobAttemptRow> ServiceImpl::authenticate_catalog_job(const JobCredentials& job) {
+Result<store::JobAttemptRow> SnapshotCatalog::authenticate_job(const JobCredentials& job) {
   if (job.job_id.empty()) {
     return invalid_field(kJobIdHeader, "no job attempt named: send X-Trainer-Job: TRAINER_JOB_ID");
   }
@@ -62,7 +63,7 @@ Result<store::JobAttemptRow> ServiceImpl::authenticate_catalog_job(const JobCred
     return invalid_field(kJobTokenHeader,
                          "job attempt " + job.job_id + ": no token: send Authorization: Bearer TRAINER_JOB_TOKEN");
   }
-  auto attempt = authenticated_attempt(job.job_id, job.token);
+  auto attempt = core_.authenticated_attempt(job.job_id, job.token);
   if (attempt.is_ok()) return attempt;
   const Status& st = attempt.status();
   if (st.code() == StatusCode::kNotFound) return invalid_field(kJobIdHeader, st.message());
@@ -70,8 +71,8 @@ Result<store::JobAttemptRow> ServiceImpl::authenticate_catalog_job(const JobCred
   return st;  // the store did not answer
 }
 
-Status ServiceImpl::authorize_catalog_job(const store::JobAttemptRow& attempt, const std::string& run_id) {
-  auto run = resolve_run(run_id, "run");
+Status SnapshotCatalog::authorize_job(const store::JobAttemptRow& attempt, const std::string& run_id) {
+  auto run = core_.resolve_run(run_id, "run");
   if (!run.is_ok()) return run.status();
   auto refuse = [](const std::string& message) {
     return Status(StatusCode::kFailedPrecondition, kJobIdHeader, message + ": it may not change its snapshots");
@@ -87,13 +88,13 @@ Status ServiceImpl::authorize_catalog_job(const store::JobAttemptRow& attempt, c
   return Status::ok();
 }
 
-Result<std::pair<json, bool>> ServiceImpl::reserve_snapshot(const JobCredentials& job, const std::string& run_ref,
+Result<std::pair<json, bool>> SnapshotCatalog::reserve(const JobCredentials& job, const std::string& run_ref,
                                                             const json& body) {
-  TRAINER_ASSIGN_OR_RETURN(store::JobAttemptRow caller, authenticate_catalog_job(job));
-  std::lock_guard<std::mutex> lock(mu_);
-  auto run = resolve_run(run_ref, "run");
+  TRAINER_ASSIGN_OR_RETURN(store::JobAttemptRow caller, authenticate_job(job));
+  std::lock_guard<std::mutex> lock(core_.mu);
+  auto run = core_.resolve_run(run_ref, "run");
   if (!run.is_ok()) return run.status();
-  TRAINER_RETURN_IF_ERROR(authorize_catalog_job(caller, run->id));
+  TRAINER_RETURN_IF_ERROR(authorize_job(caller, run->id));
   TRAINER_ASSIGN_OR_RETURN(protocol::Reservation r, protocol::parse_reservation(body));
   if (is_terminal(run->phase)) {
     return failed_precondition("run " + run->id + " has ended (" + std::string(phase_name(run->phase)) +
@@ -111,10 +112,10 @@ Result<std::pair<json, bool>> ServiceImpl::reserve_snapshot(const JobCredentials
     kinds[kind] = {{"manifestDigest", k.manifest_digest},
                    {"bytes", k.bytes},
                    {"state", "reserved"},
-                   {"reservedAtSeconds", now()},  // leftovers.cpp abandons it past the deadline
+                   {"reservedAtSeconds", core_.now()},  // leftovers.cpp abandons it past the deadline
                    {"location", protocol::snapshot_key(r.snapshot_id, kind)}};
   }
-  auto existing = store_->get_snapshot(r.snapshot_id);
+  auto existing = core_.store->get_snapshot(r.snapshot_id);
   if (!existing.is_ok()) return existing.status();
   if (existing->has_value()) {
     // The id covers the run, the step and every digest: the same id is the same content. Its
@@ -125,28 +126,28 @@ Result<std::pair<json, bool>> ServiceImpl::reserve_snapshot(const JobCredentials
       const std::string state = k.value("state", std::string());
       if (state != "reserved" && state != "abandoned") continue;
       k["state"] = "reserved";
-      k["reservedAtSeconds"] = now();
+      k["reservedAtSeconds"] = core_.now();
       k.erase("abandonedAt");
       renewed = true;
     }
     if (renewed) {
       if (doc.value("state", std::string()) == "abandoned") doc["state"] = "reserved";
-      TRAINER_RETURN_IF_ERROR(store_->transaction([&]() -> Status { return store_->update_snapshot(doc); }));
+      TRAINER_RETURN_IF_ERROR(core_.store->transaction([&]() -> Status { return core_.store->update_snapshot(doc); }));
     }
     return std::make_pair(present_snapshot(doc), false);
   }
   json doc = {{"snapshotId", r.snapshot_id}, {"runId", run->id},   {"attempt", r.attempt},
               {"savedStep", r.step},         {"epoch", r.epoch},   {"state", "reserved"},
-              {"createdAt", now_rfc3339()},  {"kinds", kinds}};
-  TRAINER_RETURN_IF_ERROR(store_->insert_snapshot(doc));
+              {"createdAt", core_.now_rfc3339()},  {"kinds", kinds}};
+  TRAINER_RETURN_IF_ERROR(core_.store->insert_snapshot(doc));
   return std::make_pair(present_snapshot(doc), true);
 }
 
-Result<std::string> ServiceImpl::resolve_snapshot_id(const std::string& ref, const std::string& field) {
+Result<std::string> SnapshotCatalog::resolve_id(const std::string& ref, const std::string& field) {
   if (ref.empty() || !is_hex(ref)) {
     return field_status(StatusCode::kNotFound, field, "no snapshot with id '" + ref + "' (snapshot ids are lowercase hex)");
   }
-  auto ids = store_->snapshot_ids_with_prefix(ref, 10);
+  auto ids = core_.store->snapshot_ids_with_prefix(ref, 10);
   if (!ids.is_ok()) return ids.status();
   if (std::find(ids->begin(), ids->end(), ref) != ids->end()) return ref;
   if (ids->size() > 1) {
@@ -163,12 +164,12 @@ Result<std::string> ServiceImpl::resolve_snapshot_id(const std::string& ref, con
 
 // Reads the uploaded kind back from storage and checks it against the reservation: the
 // manifest's digest, its identity (run, step, kind) and every payload file's size and digest.
-Status ServiceImpl::verify_snapshot_kind(const json& doc, const std::string& kind) {
+Status SnapshotCatalog::verify_kind(const json& doc, const std::string& kind) {
   const json& k = doc["kinds"][kind];
   const std::string key = k.value("location", std::string());
   // A store that does not answer is its error (503: the job retries), not a missing upload (400).
   auto unreadable = [](const Status& st) { return st.code() != StatusCode::kNotFound; };
-  auto text = artifacts().get(key + "/" + protocol::kManifestFile);
+  auto text = core_.artifacts().get(key + "/" + protocol::kManifestFile);
   if (!text.is_ok() && unreadable(text.status())) return text.status().with_context("reading the uploaded manifest");
   if (!text.is_ok()) return invalid_field("kind", "no uploaded manifest under " + key + ": " + text.status().message());
   if (sha256_hex(*text) != k.value("manifestDigest", std::string())) {
@@ -182,7 +183,7 @@ Status ServiceImpl::verify_snapshot_kind(const json& doc, const std::string& kin
                                          std::to_string(manifest->engine_step) + ", not what was reserved");
   }
   for (const auto& f : manifest->files) {
-    auto bytes = artifacts().get(key + "/" + f.path);
+    auto bytes = core_.artifacts().get(key + "/" + f.path);
     if (!bytes.is_ok() && unreadable(bytes.status())) return bytes.status().with_context("reading " + f.path);
     if (!bytes.is_ok()) return invalid_field("manifest", "payload file " + f.path + " is missing");
     if (static_cast<int64_t>(bytes->size()) != f.bytes) {
@@ -194,48 +195,48 @@ Status ServiceImpl::verify_snapshot_kind(const json& doc, const std::string& kin
   return Status::ok();
 }
 
-Result<json> ServiceImpl::commit_snapshot(const JobCredentials& job, const std::string& snapshot_ref,
+Result<json> SnapshotCatalog::commit(const JobCredentials& job, const std::string& snapshot_ref,
                                           const json& body) {
-  const double started = now();
-  TRAINER_ASSIGN_OR_RETURN(store::JobAttemptRow caller, authenticate_catalog_job(job));
+  const double started = core_.now();
+  TRAINER_ASSIGN_OR_RETURN(store::JobAttemptRow caller, authenticate_job(job));
   auto kind_it = body.find("kind");
   if (kind_it == body.end() || !kind_it->is_string()) return invalid_field("kind", "required: weights or trainingState");
   const std::string kind = kind_it->get<std::string>();
   TRAINER_RETURN_IF_ERROR(protocol::check_artifact_kind(kind, "kind"));
   auto attempt = [&](tel::ServiceStage stage, tel::ServiceOutcome outcome,
                      std::optional<tel::ServiceFailureReason> reason = std::nullopt) {
-    metrics_.operation_attempt(
+    core_.metrics.operation_attempt(
         {.operation = tel::ServiceOperation::kCommitSnapshot, .stage = stage, .outcome = outcome, .reason = reason});
   };
   auto ended = [&](tel::ServiceOutcome outcome, std::optional<tel::ServiceFailureReason> reason = std::nullopt) {
-    metrics_.operation_ended(tel::ServiceOperation::kCommitSnapshot, outcome, now() - started, reason);
+    core_.metrics.operation_ended(tel::ServiceOperation::kCommitSnapshot, outcome, core_.now() - started, reason);
   };
-  std::lock_guard<std::mutex> lock(mu_);
-  auto id = resolve_snapshot_id(snapshot_ref, "snapshot");
+  std::lock_guard<std::mutex> lock(core_.mu);
+  auto id = resolve_id(snapshot_ref, "snapshot");
   if (!id.is_ok()) return id.status();
-  auto found = store_->get_snapshot(*id);
+  auto found = core_.store->get_snapshot(*id);
   if (!found.is_ok()) return found.status();
   if (!found->has_value()) return not_found("no snapshot with id '" + *id + "'");
   json doc = std::move(**found);
-  TRAINER_RETURN_IF_ERROR(authorize_catalog_job(caller, doc.value("runId", std::string())));
+  TRAINER_RETURN_IF_ERROR(authorize_job(caller, doc.value("runId", std::string())));
   if (!doc["kinds"].contains(kind)) {
     return invalid_field("kind", "snapshot " + *id + " reserved no " + kind + " artifact");
   }
   if (doc["kinds"][kind].value("state", std::string()) == "committed") return present_snapshot(doc);  // once
-  if (Status st = verify_snapshot_kind(doc, kind); !st.is_ok()) {
+  if (Status st = verify_kind(doc, kind); !st.is_ok()) {
     attempt(tel::ServiceStage::kVerify, tel::ServiceOutcome::kRejected, tel::ServiceFailureReason::kValidation);
     ended(tel::ServiceOutcome::kRejected, tel::ServiceFailureReason::kValidation);
     return st;
   }
   attempt(tel::ServiceStage::kVerify, tel::ServiceOutcome::kSuccess);
-  if (!opt_.commit_pause_stored) hold_commit(opt_.commit_pause, *id, kind, "before its durable write");
-  const std::string t = now_rfc3339();
+  if (!core_.options.commit_pause_stored) hold_commit(core_.options.commit_pause, *id, kind, "before its durable write");
+  const std::string t = core_.now_rfc3339();
   doc["kinds"][kind]["state"] = "committed";
   doc["kinds"][kind]["committedAt"] = t;
   doc["state"] = "committed";
-  Status st = store_->transaction([&]() -> Status {
-    TRAINER_RETURN_IF_ERROR(store_->update_snapshot(doc));
-    auto run = resolve_run(doc.value("runId", std::string()), "run");
+  Status st = core_.store->transaction([&]() -> Status {
+    TRAINER_RETURN_IF_ERROR(core_.store->update_snapshot(doc));
+    auto run = core_.resolve_run(doc.value("runId", std::string()), "run");
     if (!run.is_ok()) return run.status();
     const int64_t step = doc.value("savedStep", int64_t{0});
     json& latest = run->view["latestSnapshot"];
@@ -246,14 +247,14 @@ Result<json> ServiceImpl::commit_snapshot(const JobCredentials& job, const std::
       run->view["savedStep"] = step;  // the newest restorable state
       run->view["savedSnapshot"] = *id;
     }
-    return store_->update_run(run->to_json());
+    return core_.store->update_run(run->to_json());
   });
   if (!st.is_ok()) {
     attempt(tel::ServiceStage::kCommit, tel::ServiceOutcome::kFailure, tel::ServiceFailureReason::kCatalog);
     ended(tel::ServiceOutcome::kFailure, tel::ServiceFailureReason::kCatalog);
     return st;
   }
-  if (opt_.commit_pause_stored) hold_commit(opt_.commit_pause, *id, kind, "after its durable write");
+  if (core_.options.commit_pause_stored) hold_commit(core_.options.commit_pause, *id, kind, "after its durable write");
   attempt(tel::ServiceStage::kCommit, tel::ServiceOutcome::kSuccess);
   ended(tel::ServiceOutcome::kSuccess);
   // Retention after the commit is durable; a failed sweep leaves more than the keep counts.
@@ -261,18 +262,18 @@ Result<json> ServiceImpl::commit_snapshot(const JobCredentials& job, const std::
     std::fprintf(stderr, "trainerd: warning: retention of run %s: %s\n", doc.value("runId", std::string()).c_str(),
                  swept.to_string().c_str());
   }
-  notify();
+  core_.notify();
   return present_snapshot(doc);
 }
 
-Result<json> ServiceImpl::list_run_snapshots(const std::string& run_ref, int64_t limit, int64_t offset) {
+Result<json> SnapshotCatalog::list_for_run(const std::string& run_ref, int64_t limit, int64_t offset) {
   if (limit < 1 || limit > kMaxSnapshotPage) {
     return invalid_field("limit", "must be between 1 and " + std::to_string(kMaxSnapshotPage));
   }
   if (offset < 0) return invalid_field("offset", "must not be negative");
-  auto run = resolve_run(run_ref, "run");
+  auto run = core_.resolve_run(run_ref, "run");
   if (!run.is_ok()) return run.status();
-  auto page = store_->list_snapshots(run->id, "committed", limit, offset);
+  auto page = core_.store->list_snapshots(run->id, "committed", limit, offset);
   if (!page.is_ok()) return page.status();
   json snapshots = json::array();
   for (const auto& s : page->snapshots) snapshots.push_back(present_snapshot(s));
@@ -283,10 +284,10 @@ Result<json> ServiceImpl::list_run_snapshots(const std::string& run_ref, int64_t
   return out;
 }
 
-Result<json> ServiceImpl::get_snapshot(const std::string& ref) {
-  auto id = resolve_snapshot_id(ref, "snapshot");
+Result<json> SnapshotCatalog::get(const std::string& ref) {
+  auto id = resolve_id(ref, "snapshot");
   if (!id.is_ok()) return id.status();
-  auto found = store_->get_snapshot(*id);
+  auto found = core_.store->get_snapshot(*id);
   if (!found.is_ok()) return found.status();
   // A snapshot found missing or damaged stays readable, to say why it is Unavailable.
   const std::string state = found->has_value() ? (**found).value("state", std::string()) : "";
@@ -297,7 +298,7 @@ Result<json> ServiceImpl::get_snapshot(const std::string& ref) {
   // Provenance from the committed manifests: the writing engine and the base model.
   for (auto& [kind, k] : out["kinds"].items()) {
     if (k.value("state", std::string()) != "committed") continue;
-    auto text = artifacts().get(k.value("location", std::string()) + "/" + protocol::kManifestFile);
+    auto text = core_.artifacts().get(k.value("location", std::string()) + "/" + protocol::kManifestFile);
     if (!text.is_ok()) continue;
     auto m = protocol::parse_manifest(*text);
     if (!m.is_ok()) continue;
