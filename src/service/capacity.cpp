@@ -318,4 +318,40 @@ void Capacity::refresh_gauges() {
   core_.metrics.set_runs_active(active);
 }
 
+Result<std::map<std::string, store::ClaimRow>> Capacity::claims_by_owner() {
+  auto claims = core_.store->list_claims();
+  if (!claims.is_ok()) return claims.status();
+  std::map<std::string, store::ClaimRow> out;
+  for (auto& c : *claims) out[c.owner] = c;
+  return out;
+}
+
+// A run with execution.gpus N > 0 goes to a GPU pool. Where the deployment declares no GPU
+// training pool, it goes to a CPU pool, whose declared devices are CPU slots: it holds N of them
+// and trains as N data-parallel ranks on the CPU (docs/data-parallel.md). A CPU run (gpus 0)
+// holds one slot.
+Result<const PoolConfig*> Capacity::choose_pool(int gpus, int devices) {
+  bool gpu_pools = false;
+  for (const auto& p : core_.options.config.pools) gpu_pools = gpu_pools || (!p.serving && p.accelerator != "cpu");
+  const bool on_cpu = gpus == 0 || !gpu_pools;
+  const PoolConfig* best = nullptr;
+  std::string seen;
+  for (const auto& p : core_.options.config.pools) {
+    if (p.serving) continue;
+    bool cpu_pool = p.accelerator == "cpu";
+    if (on_cpu != cpu_pool) continue;
+    seen += (seen.empty() ? "" : ", ") + p.name + " (maxClaim " + std::to_string(p.max_claim) + ", declared " +
+            std::to_string(p.declared) + ")";
+    if (devices <= p.max_claim && devices <= p.declared && (!best || p.declared > best->declared)) best = &p;
+  }
+  if (best) return best;
+  std::string kind = on_cpu ? "CPU" : "GPU";
+  return field_status(StatusCode::kFailedPrecondition, "execution.gpus",
+                      "no " + kind + " training pool can ever hold a claim of " + std::to_string(devices) + " device" +
+                          (devices == 1 ? "" : "s") +
+                          (seen.empty() ? std::string(" (the deployment declares no such pool)")
+                                        : " (pools: " + seen + ")") +
+                          "; ask for fewer devices");
+}
+
 }  // namespace trainer::service

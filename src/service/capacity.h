@@ -37,6 +37,11 @@ class Capacity {
 
   // The deployment's pool `name`; null when there is none.
   const PoolConfig* pool_named(const std::string& name) const;
+  // The training pool a claim of `devices` devices goes to (execution.gpus `gpus`; 0 = a CPU
+  // run): the largest that can ever hold it, else failed_precondition naming the pools.
+  Result<const PoolConfig*> choose_pool(int gpus, int devices);
+  // Every claim, by its owner's id (a run, an evaluation, an endpoint).
+  Result<std::map<std::string, store::ClaimRow>> claims_by_owner();
 
  private:
   static int observed_for(const PoolConfig& p, const std::map<std::string, int>& observed);

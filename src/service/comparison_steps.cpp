@@ -110,7 +110,7 @@ Status ServiceImpl::step_comparison_target_locked(const json& doc, size_t index,
         request["graderInstructions"] = contract["grader"]["graderInstructions"];
       }
       if (text_of(model->value("workload", json(nullptr)), "id").empty()) request["workload"] = doc["workload"]["id"];
-      auto started = start_evaluation_locked(request);
+      auto started = evaluations_.start_locked(request);
       metrics_.operation_attempt(
           {.operation = tel::ServiceOperation::kCompare,
            .stage = tel::ServiceStage::kLaunchTarget,

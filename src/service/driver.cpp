@@ -114,7 +114,7 @@ Status ServiceImpl::step_run(RunRecord& run) {
     case Phase::kWaitingForGrader:
       return wait_for_judges(run);
     case Phase::kWaitingForDevices: {
-      auto claims = claims_by_owner();
+      auto claims = capacity_.claims_by_owner();
       if (!claims.is_ok()) return claims.status();
       auto it = claims->find(run.id);
       if (it == claims->end()) return claim_devices(run);  // never lose a waiting run's claim
@@ -171,11 +171,11 @@ Status ServiceImpl::claim_devices(RunRecord& run) {
   c.devices = run.devices;
   c.state = "QUEUED";
   c.since = now_rfc3339();
-  auto existing = claims_by_owner();
+  auto existing = capacity_.claims_by_owner();
   if (!existing.is_ok()) return existing.status();
   if (!existing->count(c.owner)) TRAINER_RETURN_IF_ERROR(store_->insert_claim(c));
   TRAINER_RETURN_IF_ERROR(capacity_.admit_locked());
-  auto after = claims_by_owner();
+  auto after = capacity_.claims_by_owner();
   if (!after.is_ok()) return after.status();
   if ((*after)[c.owner].state == "GRANTED") return transition(run, Phase::kSubmitting);
   return transition(run, Phase::kWaitingForDevices);

@@ -5,7 +5,7 @@
 #include <filesystem>
 
 #include "service/artifact_store.h"
-#include "service/service_state.h"
+#include "service/evaluations.h"
 
 namespace trainer::service {
 namespace {
@@ -14,8 +14,8 @@ constexpr int kEvaluationDevices = 1;
 
 }  // namespace
 
-Result<std::optional<store::ClaimRow>> ServiceImpl::evaluation_claim(const std::string& id) {
-  auto claims = claims_by_owner();
+Result<std::optional<store::ClaimRow>> Evaluations::evaluation_claim(const std::string& id) {
+  auto claims = capacity_.claims_by_owner();
   if (!claims.is_ok()) return claims.status();
   auto it = claims->find(id);
   if (it == claims->end()) return std::optional<store::ClaimRow>();
@@ -24,12 +24,12 @@ Result<std::optional<store::ClaimRow>> ServiceImpl::evaluation_claim(const std::
 
 // Makes the evaluation's claim (once) and applies admission; the evaluation's task launches its
 // job once the claim is granted.
-Status ServiceImpl::claim_evaluation_locked(json& doc) {
+Status Evaluations::claim_evaluation_locked(json& doc) {
   const std::string id = doc["evaluationId"].get<std::string>();
   auto existing = evaluation_claim(id);
   if (!existing.is_ok()) return existing.status();
   if (!*existing) {
-    auto pool = choose_pool(kEvaluationDevices, kEvaluationDevices);
+    auto pool = capacity_.choose_pool(kEvaluationDevices, kEvaluationDevices);
     if (!pool.is_ok()) return pool.status();
     store::ClaimRow c;
     c.owner = id;
@@ -38,16 +38,16 @@ Status ServiceImpl::claim_evaluation_locked(json& doc) {
     c.pool = (*pool)->name;
     c.devices = kEvaluationDevices;
     c.state = "QUEUED";
-    c.since = now_rfc3339();
-    TRAINER_RETURN_IF_ERROR(store_->insert_claim(c));
+    c.since = core_.now_rfc3339();
+    TRAINER_RETURN_IF_ERROR(core_.store->insert_claim(c));
     doc["claim"] = {{"pool", c.pool}, {"devices", c.devices}};
-    TRAINER_RETURN_IF_ERROR(store_->put_evaluation(doc));
+    TRAINER_RETURN_IF_ERROR(core_.store->put_evaluation(doc));
   }
   return capacity_.admit_locked();
 }
 
 // An open evaluation's claim as admission sees it now: {pool, devices, state, since}.
-Status ServiceImpl::show_claim_state(json* doc) {
+Status Evaluations::show_claim_state(json* doc) {
   const std::string phase = doc->value("phase", std::string());
   if (phase != "QUEUED" && phase != "RUNNING") return Status::ok();
   auto claim = evaluation_claim((*doc)["evaluationId"].get<std::string>());
@@ -61,14 +61,14 @@ Status ServiceImpl::show_claim_state(json* doc) {
   return Status::ok();
 }
 
-Status ServiceImpl::release_evaluation_claim_locked(const std::string& id) {
-  TRAINER_RETURN_IF_ERROR(store_->delete_claim(id));
+Status Evaluations::release_evaluation_claim_locked(const std::string& id) {
+  TRAINER_RETURN_IF_ERROR(core_.store->delete_claim(id));
   return capacity_.admit_locked();
 }
 
 // What an ended evaluation cost: the device time its claim held while its job ran. A CPU
 // pool's device is a slot, not a GPU: its time is device time, not GPU time.
-json ServiceImpl::evaluation_cost(const json& doc, double ended) const {
+json Evaluations::evaluation_cost(const json& doc, double ended) const {
   const double seconds = std::max(0.0, ended - doc.value("startedAtSeconds", ended));
   const json claim = doc.value("claim", json::object());
   const std::string pool_name = claim.value("pool", std::string());
@@ -85,7 +85,7 @@ json ServiceImpl::evaluation_cost(const json& doc, double ended) const {
 // The job request of an evaluation's attempt on its granted claim (kind evaluate: trainer-job
 // evaluate --spec SPEC). A GPU pool's devices are the job's GPUs (the spec's `gpus`); a CPU
 // pool's are slots.
-backend::JobSpec ServiceImpl::evaluation_job_spec(const json& doc, const store::ClaimRow& claim, int64_t attempt,
+backend::JobSpec Evaluations::evaluation_job_spec(const json& doc, const store::ClaimRow& claim, int64_t attempt,
                                                   json* spec) const {
   const std::string id = doc["evaluationId"].get<std::string>();
   const std::filesystem::path dir = evaluation_dir(id);
@@ -104,7 +104,7 @@ backend::JobSpec ServiceImpl::evaluation_job_spec(const json& doc, const store::
   job.log_path = (dir / "job.log").string();
   job.catalog_url = catalog_url_;  // where it reports its events and log (job_reports.cpp)
   // A cluster job fetches its inputs from the S3 store (stage_evaluation_inputs()).
-  if (const ArtifactStoreConfig& store = opt_.config.artifact_store; !store.uri.empty()) {
+  if (const ArtifactStoreConfig& store = core_.options.config.artifact_store; !store.uri.empty()) {
     job.artifact_root = store.uri;
     job.store = artifact_store_access(store);
   }

@@ -1,13 +1,13 @@
 // Evaluations as tasks of the kernel (its "evaluation" kind): QUEUED until admission grants the
 // claim, RUNNING while `trainer-job evaluate` runs under it, then COMPLETED, FAILED or CANCELLED,
-// the claim released in the same transaction. Every phase change is a kernel_->move(). The job
+// the claim released in the same transaction. Every phase change is a core_.kernel->move(). The job
 // starts through the backend (Backend::start, job kind evaluate) and reports through the job
 // protocol's events (evaluation_progress, evaluation_report), read with read_job_events() from
 // the cursor stored on the evaluation; a restarted trainerd follows the job it finds running.
 #include <cstdio>
 
 #include "service/job_event_source.h"
-#include "service/service_state.h"
+#include "service/evaluations.h"
 
 namespace trainer::service {
 namespace {
@@ -35,14 +35,14 @@ const tasks::PhaseTable& evaluation_phase_table() {
 
 // Open evaluations a trainerd before the task kernel left get their task; a RUNNING one's step
 // starts its job again under the claim it holds.
-Status ServiceImpl::resume_evaluations(std::string* summary) {
-  auto open = store_->list_evaluations({kQueued, kRunning});
+Status Evaluations::resume(std::string* summary) {
+  auto open = core_.store->list_evaluations({kQueued, kRunning});
   if (!open.is_ok()) return open.status();
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(core_.mu);
   // enter(): a task of this trainerd's kernel is where its evaluation is; an older store's is made.
-  TRAINER_RETURN_IF_ERROR(store_->transaction([&]() -> Status {
+  TRAINER_RETURN_IF_ERROR(core_.store->transaction([&]() -> Status {
     for (const json& doc : *open) {
-      TRAINER_RETURN_IF_ERROR(kernel_->enter("evaluation", doc.value("evaluationId", std::string()),
+      TRAINER_RETURN_IF_ERROR(core_.kernel->enter("evaluation", doc.value("evaluationId", std::string()),
                                              doc.value("phase", std::string(kQueued))));
     }
     return Status::ok();
@@ -51,10 +51,10 @@ Status ServiceImpl::resume_evaluations(std::string* summary) {
   return Status::ok();
 }
 
-// One step of an evaluation (the kernel's "evaluation" kind, mu_ held, inside the step's transaction).
-Status ServiceImpl::step_evaluation_task(tasks::Step& step) {
+// One step of an evaluation (the kernel's "evaluation" kind, core_.mu held, inside the step's transaction).
+Status Evaluations::step_evaluation_task(tasks::Step& step) {
   const std::string id = step.task().id;
-  TRAINER_ASSIGN_OR_RETURN(std::optional<json> stored, store_->get_evaluation(id));
+  TRAINER_ASSIGN_OR_RETURN(std::optional<json> stored, core_.store->get_evaluation(id));
   if (!stored) return internal_error("evaluation " + id + " has a task but no stored document");
   json doc = std::move(*stored);
   if (step.task().phase == kQueued) {
@@ -71,10 +71,10 @@ Status ServiceImpl::step_evaluation_task(tasks::Step& step) {
   return follow_evaluation_locked(doc);
 }
 
-// A RUNNING evaluation's job: its new events applied, then its end when it ended (mu_ held,
+// A RUNNING evaluation's job: its new events applied, then its end when it ended (core_.mu held,
 // inside the step's transaction). The job is polled before its events are read, so the events of
 // a job seen ended are all there.
-Status ServiceImpl::follow_evaluation_locked(json& doc) {
+Status Evaluations::follow_evaluation_locked(json& doc) {
   const std::string id = doc["evaluationId"].get<std::string>();
   if (!doc["_job"].is_object()) {
     // No job recorded (an older store's evaluation): it starts under its claim, or queues again.
@@ -82,16 +82,16 @@ Status ServiceImpl::follow_evaluation_locked(json& doc) {
     if (!claim.is_ok()) return claim.status();
     if (*claim && (*claim)->state == "GRANTED") return launch_evaluation_locked(doc, **claim);
     doc["phase"] = kQueued;
-    TRAINER_RETURN_IF_ERROR(store_->put_evaluation(doc));
-    TRAINER_RETURN_IF_ERROR(kernel_->move("evaluation", id, kQueued));
+    TRAINER_RETURN_IF_ERROR(core_.store->put_evaluation(doc));
+    TRAINER_RETURN_IF_ERROR(core_.kernel->move("evaluation", id, kQueued));
     return claim_evaluation_locked(doc);
   }
   json& job = doc["_job"];
   const backend::JobHandle handle{job.value("handle", std::string())};
-  const backend::JobStatus status = backend_->poll(handle);
+  const backend::JobStatus status = core_.backend->poll(handle);
   const json before = doc;
   const JobEventSource source{job.value("jobId", std::string()), job.value("events", std::string())};
-  auto batch = read_job_events(*store_, source,
+  auto batch = read_job_events(*core_.store, source,
                                JobEventCursor{job.value("seq", int64_t{0}), job.value("cursor", int64_t{0})},
                                status.state != backend::JobState::kRunning);
   if (!batch.is_ok()) return batch.status();
@@ -105,7 +105,7 @@ Status ServiceImpl::follow_evaluation_locked(json& doc) {
     }
   }
   if (status.state == backend::JobState::kRunning) {
-    return doc == before ? Status::ok() : store_->put_evaluation(doc);
+    return doc == before ? Status::ok() : core_.store->put_evaluation(doc);
   }
   // Its job ended. With its report it completed: not before, so that its claim is held until the
   // process (still posting its last lines after the report) is gone.
@@ -121,16 +121,16 @@ Status ServiceImpl::follow_evaluation_locked(json& doc) {
     if (!claim.is_ok()) return claim.status();
     if (*claim && (*claim)->state == "GRANTED") return launch_evaluation_locked(doc, **claim);
   }
-  std::string last = job_log_tail(job.value("jobId", std::string()), evaluation_dir(id) + "/job.log", 3);
+  std::string last = core_.job_log_tail(job.value("jobId", std::string()), evaluation_dir(id) + "/job.log", 3);
   if (last.empty()) last = status.reason.empty() ? "the evaluation job ended without a report" : status.reason;
   return end_evaluation_locked(doc, kFailed, last);
 }
 
-// How it ended, recorded (mu_ held, inside a transaction): COMPLETED (its report on `doc`
+// How it ended, recorded (core_.mu held, inside a transaction): COMPLETED (its report on `doc`
 // already), FAILED (why) or CANCELLED; its cost, its claim released.
-Status ServiceImpl::end_evaluation_locked(json& doc, const std::string& phase, const std::string& failure) {
+Status Evaluations::end_evaluation_locked(json& doc, const std::string& phase, const std::string& failure) {
   const std::string id = doc["evaluationId"].get<std::string>();
-  const double ended = now();
+  const double ended = core_.now();
   doc["endedAt"] = rfc3339(ended);
   doc["cost"] = evaluation_cost(doc, ended);
   doc["phase"] = phase;
@@ -141,25 +141,25 @@ Status ServiceImpl::end_evaluation_locked(json& doc, const std::string& phase, c
   } else if (phase == kFailed) {
     doc["failureReason"] = failure;
   }
-  TRAINER_RETURN_IF_ERROR(store_->put_evaluation(doc));
-  TRAINER_RETURN_IF_ERROR(kernel_->move("evaluation", id, phase));
+  TRAINER_RETURN_IF_ERROR(core_.store->put_evaluation(doc));
+  TRAINER_RETURN_IF_ERROR(core_.kernel->move("evaluation", id, phase));
   return release_evaluation_claim_locked(id);
 }
 
-// A cancel request (mu_ held): a queued evaluation ends CANCELLED here; a running one's job is
+// A cancel request (core_.mu held): a queued evaluation ends CANCELLED here; a running one's job is
 // killed, and its step ends the evaluation once the backend sees the job ended.
-Status ServiceImpl::cancel_evaluation_locked(json& doc) {
+Status Evaluations::cancel_evaluation_locked(json& doc) {
   const std::string id = doc["evaluationId"].get<std::string>();
   doc["cancelRequested"] = true;
-  return store_->transaction([&]() -> Status {
+  return core_.store->transaction([&]() -> Status {
     if (doc["phase"] == kRunning && doc["_job"].is_object()) {
-      backend_->kill(backend::JobHandle{doc["_job"].value("handle", std::string())});
-      return store_->put_evaluation(doc);
+      core_.backend->kill(backend::JobHandle{doc["_job"].value("handle", std::string())});
+      return core_.store->put_evaluation(doc);
     }
     doc["phase"] = kCancelled;
-    doc["endedAt"] = now_rfc3339();
-    TRAINER_RETURN_IF_ERROR(store_->put_evaluation(doc));
-    TRAINER_RETURN_IF_ERROR(kernel_->move("evaluation", id, kCancelled));
+    doc["endedAt"] = core_.now_rfc3339();
+    TRAINER_RETURN_IF_ERROR(core_.store->put_evaluation(doc));
+    TRAINER_RETURN_IF_ERROR(core_.kernel->move("evaluation", id, kCancelled));
     return release_evaluation_claim_locked(id);
   });
 }

@@ -14,7 +14,8 @@
 #include "service/input_staging.h"
 #include "service/judges.h"
 #include "service/registry.h"
-#include "service/service_state.h"
+#include "service/evaluations.h"
+#include "service/phases.h"
 #include "storage/storage.h"
 
 namespace trainer::service {
@@ -48,15 +49,26 @@ Status as_grader_field(const Status& st) {
 
 }  // namespace
 
-std::string ServiceImpl::evaluation_dir(const std::string& id) const {
-  return (fs::path(opt_.data_dir) / "evaluations" / id).string();
+Evaluations::Evaluations(ServiceCore& core, BaseModels& base_models, Datasets& datasets, Bundles& bundles,
+                         Capacity& capacity, Workloads& workloads, Hooks hooks)
+    : core_(core),
+      base_models_(base_models),
+      datasets_(datasets),
+      bundles_(bundles),
+      capacity_(capacity),
+      workloads_(workloads),
+      hooks_(std::move(hooks)),
+      tasks_(evaluation_phase_table(), [this](tasks::Step& s) { return step_evaluation_task(s); }) {}
+
+std::string Evaluations::evaluation_dir(const std::string& id) const {
+  return (fs::path(core_.options.data_dir) / "evaluations" / id).string();
 }
 
-Result<json> ServiceImpl::resolve_evaluation(const std::string& ref, const std::string& field) {
+Result<json> Evaluations::resolve_evaluation(const std::string& ref, const std::string& field) {
   if (!is_hex(ref)) {
     return field_status(StatusCode::kNotFound, field, "no evaluation with id '" + ref + "' (evaluation ids are lowercase hex)");
   }
-  auto ids = store_->evaluation_ids_with_prefix(ref, 10);
+  auto ids = core_.store->evaluation_ids_with_prefix(ref, 10);
   if (!ids.is_ok()) return ids.status();
   std::string id = ref;
   if (std::find(ids->begin(), ids->end(), ref) == ids->end()) {
@@ -64,7 +76,7 @@ Result<json> ServiceImpl::resolve_evaluation(const std::string& ref, const std::
     if (ids->empty()) return field_status(StatusCode::kNotFound, field, "no evaluation with id '" + ref + "'");
     id = ids->front();
   }
-  auto doc = store_->get_evaluation(id);
+  auto doc = core_.store->get_evaluation(id);
   if (!doc.is_ok()) return doc.status();
   if (!doc->has_value()) return field_status(StatusCode::kNotFound, field, "no evaluation with id '" + ref + "'");
   return **doc;
@@ -72,14 +84,14 @@ Result<json> ServiceImpl::resolve_evaluation(const std::string& ref, const std::
 
 // What `model` names: a registered model (docs/registry.md), a completed run's adapter on its
 // base model, or a ready base model; in that order.
-Result<json> ServiceImpl::resolve_evaluated_model(const std::string& ref) {
+Result<json> Evaluations::resolve_model(const std::string& ref) {
   if (is_hex(ref)) {
-    auto registered = resolve_trained_model(ref, "model");
+    auto registered = hooks_.resolve_trained_model(ref, "model");
     if (registered.is_ok()) return evaluated_registered_model(ref, *registered);
     if (registered.status().code() != StatusCode::kNotFound) return registered.status();
   }
   if (is_hex(ref)) {
-    auto run = resolve_run(ref, "model");
+    auto run = core_.resolve_run(ref, "model");
     if (run.is_ok()) {
       if (run->phase != Phase::kCompleted) {
         return field_status(StatusCode::kFailedPrecondition, "model",
@@ -114,7 +126,7 @@ Result<json> ServiceImpl::resolve_evaluated_model(const std::string& ref) {
               {"baseModelHash", m->value("contentHash", std::string())}};
 }
 
-Result<json> ServiceImpl::evaluated_registered_model(const std::string& ref, const json& model) {
+Result<json> Evaluations::evaluated_registered_model(const std::string& ref, const json& model) {
   const std::string id = model.value("modelId", std::string());
   if (model.value("status", std::string()) != kModelRegistered) {
     return field_status(StatusCode::kFailedPrecondition, "model",
@@ -143,7 +155,7 @@ Result<json> ServiceImpl::evaluated_registered_model(const std::string& ref, con
 
 // The adapter folder an evaluation's job reads: a run's folder, or a registered model's copy
 // (fetched from the artifact store into the evaluation's folder when it is not on this disk).
-Result<std::string> ServiceImpl::evaluation_adapter(const json& model, const std::string& dir) {
+Result<std::string> Evaluations::evaluation_adapter(const json& model, const std::string& dir) {
   std::string key;
   std::string uri;
   if (model.contains("adapterPath")) {
@@ -151,7 +163,7 @@ Result<std::string> ServiceImpl::evaluation_adapter(const json& model, const std
     if (fs::path(path).is_absolute()) return path;
     // A cluster run's adapter: its final snapshot's weights, by storage key in the artifact store.
     key = path;
-    uri = artifact_uri(key);
+    uri = hooks_.artifact_uri(key);
   } else {
     if (!model.contains("artifactKey")) return std::string();
     uri = model.value("artifactUri", std::string());
@@ -162,19 +174,19 @@ Result<std::string> ServiceImpl::evaluation_adapter(const json& model, const std
   std::error_code ec;
   fs::create_directories(local, ec);
   for (const char* file : {"adapter_config.json", "adapter_model.safetensors"}) {
-    auto bytes = artifacts().get(key + "/" + file);
+    auto bytes = core_.artifacts().get(key + "/" + file);
     if (!bytes.is_ok()) return Status(bytes.status().code(), "model", uri + "/" + file + ": " + bytes.status().message());
     TRAINER_RETURN_IF_ERROR(write_file_atomic((local / file).string(), *bytes));
   }
   return local.string();
 }
 
-Result<json> ServiceImpl::start_evaluation(const json& body) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return start_evaluation_locked(body);
+Result<json> Evaluations::start(const json& body) {
+  std::lock_guard<std::mutex> lock(core_.mu);
+  return start_locked(body);
 }
 
-Result<json> ServiceImpl::start_evaluation_locked(const json& body) {
+Result<json> Evaluations::start_locked(const json& body) {
   TRAINER_RETURN_IF_ERROR(check_fields(body, {"model", "dataset", "grader", "graderInstructions", "workload",
                                               "maxNewTokens", "description"}));
   auto model_ref = optional_string(body, "model");
@@ -193,14 +205,14 @@ Result<json> ServiceImpl::start_evaluation_locked(const json& body) {
     max_new = v.get<int64_t>();
   }
 
-  auto model = resolve_evaluated_model(**model_ref);
+  auto model = resolve_model(**model_ref);
   if (!model.is_ok()) return model.status();
 
   // The workload: a run's adapter carries its own; a base model needs one named.
   std::optional<json> workload;
   const std::string workload_ref = body.value("workload", std::string());
   if (!workload_ref.empty()) {
-    auto w = resolve_workload(workload_ref, "workload");
+    auto w = workloads_.resolve(workload_ref, "workload");
     if (!w.is_ok()) return w.status();
     workload = *w;
   }
@@ -208,7 +220,7 @@ Result<json> ServiceImpl::start_evaluation_locked(const json& body) {
   if (carries_workload) {
     const std::string own = (*model)["workloadId"].get<std::string>();
     if (workload && (*workload)["id"] != own) {
-      auto theirs = store_->get_workload(own);
+      auto theirs = core_.store->get_workload(own);
       const std::string their_name =
           theirs.is_ok() && theirs->has_value() ? (**theirs).value("name", own) : own;
       const std::string what = model->contains("runId") ? "run " + (*model)["runId"].get<std::string>()
@@ -218,7 +230,7 @@ Result<json> ServiceImpl::start_evaluation_locked(const json& body) {
                                            "'; leave workload out (a candidate carries its own)");
     }
     if (!workload) {
-      auto w = store_->get_workload(own);
+      auto w = core_.store->get_workload(own);
       if (!w.is_ok()) return w.status();
       if (w->has_value()) workload = **w;
     }
@@ -264,10 +276,10 @@ Result<json> ServiceImpl::start_evaluation_locked(const json& body) {
   plan::RunConfig check;
   check.method = plan::Method::kGrpo;
   check.rewardTerms = {*spec};
-  Status st = check_reward_terms(check, opt_.config);
+  Status st = check_reward_terms(check, core_.options.config);
   if (!st.is_ok()) return as_grader_field(st);
   // Refused before anything is written: inside a comparison's step, nothing rolls a half back.
-  TRAINER_RETURN_IF_ERROR(choose_pool(1, 1).status());
+  TRAINER_RETURN_IF_ERROR(capacity_.choose_pool(1, 1).status());
 
   const std::string id = random_hex(16);
   json doc = {{"evaluationId", id},
@@ -281,18 +293,18 @@ Result<json> ServiceImpl::start_evaluation_locked(const json& body) {
               {"workload", workload ? json{{"id", (*workload)["id"]}, {"name", (*workload)["name"]}} : json(nullptr)},
               {"maxNewTokens", max_new},
               {"description", body.value("description", std::string())},
-              {"createdAt", now_rfc3339()},
+              {"createdAt", core_.now_rfc3339()},
               {"progress", {{"rowsDone", 0}, {"rowsTotal", dataset->value("rows", json(nullptr))}}},
               {"report", nullptr}};
-  TRAINER_RETURN_IF_ERROR(store_->transaction([&]() -> Status {
-    TRAINER_RETURN_IF_ERROR(store_->put_evaluation(doc));
-    TRAINER_RETURN_IF_ERROR(kernel_->create("evaluation", id, "QUEUED"));
+  TRAINER_RETURN_IF_ERROR(core_.store->transaction([&]() -> Status {
+    TRAINER_RETURN_IF_ERROR(core_.store->put_evaluation(doc));
+    TRAINER_RETURN_IF_ERROR(core_.kernel->create("evaluation", id, "QUEUED"));
     return claim_evaluation_locked(doc);
   }));
   return doc;
 }
 
-Status ServiceImpl::launch_evaluation_locked(json& doc, const store::ClaimRow& claim) {
+Status Evaluations::launch_evaluation_locked(json& doc, const store::ClaimRow& claim) {
   const std::string id = doc["evaluationId"].get<std::string>();
   const fs::path dir = evaluation_dir(id);
   std::error_code ec;
@@ -300,7 +312,7 @@ Status ServiceImpl::launch_evaluation_locked(json& doc, const store::ClaimRow& c
   json term = doc["grader"];
   // The job's grader carries the judge's endpoint (the deployment's, never the record's).
   if (plan::term_kind(term.value("kind", std::string())) == plan::TermKind::kModel) {
-    if (const JudgeConfig* j = find_judge(opt_.config, plan::term_target(term["kind"].get<std::string>()))) {
+    if (const JudgeConfig* j = find_judge(core_.options.config, plan::term_target(term["kind"].get<std::string>()))) {
       term["judge"] = judge_endpoint_json(*j);
     }
   }
@@ -320,8 +332,8 @@ Status ServiceImpl::launch_evaluation_locked(json& doc, const store::ClaimRow& c
   if (!adapter.is_ok()) return adapter.status();
   if (!adapter->empty()) spec["adapter"] = *adapter;
   // A cluster job reads its inputs from the S3 store, not from trainerd's data folder.
-  if (artifact_store_ && backend_->name() != "local") {
-    auto staged = stage_evaluation_inputs(*artifact_store_, opt_.config.artifact_store.uri,
+  if (core_.artifact_store && core_.backend->name() != "local") {
+    auto staged = stage_evaluation_inputs(*core_.artifact_store, core_.options.config.artifact_store.uri,
                                           model.value("baseModelHash", std::string()), spec);
     if (!staged.is_ok()) {
       return end_evaluation_locked(doc, "FAILED", "could not stage the evaluation's inputs: " + staged.status().message());
@@ -332,13 +344,13 @@ Status ServiceImpl::launch_evaluation_locked(json& doc, const store::ClaimRow& c
   backend::JobSpec job = evaluation_job_spec(doc, claim, attempt, &spec);
   // A job started before a crash whose handle was never committed is adopted, not started twice.
   // The attempt's identity to the API: its posts of events and log lines carry it (job_reports.cpp).
-  auto registered = store_->register_job_attempt({job.job_id, "evaluation", id, new_job_token()});
+  auto registered = core_.store->register_job_attempt({job.job_id, "evaluation", id, new_job_token()});
   if (!registered.is_ok()) return registered.status();
   job.job_token = registered->token;
-  std::optional<backend::JobHandle> handle = backend_->find(job);
+  std::optional<backend::JobHandle> handle = core_.backend->find(job);
   if (!handle) {
     TRAINER_RETURN_IF_ERROR(write_file_atomic(job.plan_path, spec.dump(2) + "\n"));
-    auto started = backend_->start(job);
+    auto started = core_.backend->start(job);
     if (!started.is_ok()) {
       return end_evaluation_locked(doc, "FAILED", "the evaluation job did not start: " + started.status().message());
     }
@@ -347,16 +359,16 @@ Status ServiceImpl::launch_evaluation_locked(json& doc, const store::ClaimRow& c
   doc["_job"] = {{"handle", handle->value}, {"attempt", attempt},   {"jobId", job.job_id},
                 {"events", job.events_path}, {"seq", 0},          {"cursor", 0}};
   doc["phase"] = "RUNNING";
-  doc["startedAt"] = now_rfc3339();
-  doc["startedAtSeconds"] = now();
-  TRAINER_RETURN_IF_ERROR(store_->put_evaluation(doc));
-  return kernel_->move("evaluation", id, "RUNNING");
+  doc["startedAt"] = core_.now_rfc3339();
+  doc["startedAtSeconds"] = core_.now();
+  TRAINER_RETURN_IF_ERROR(core_.store->put_evaluation(doc));
+  return core_.kernel->move("evaluation", id, "RUNNING");
 }
 
-void ServiceImpl::record_model_evaluation(const json& evaluation) {
+void Evaluations::record_model_evaluation(const json& evaluation) {
   const std::string id = evaluation["model"].value("modelId", std::string());
   if (id.empty()) return;
-  auto model = store_->get_trained_model(id);
+  auto model = core_.store->get_trained_model(id);
   if (!model.is_ok() || !model->has_value()) return;
   json m = **model;
   if (!m.contains("evaluations") || !m["evaluations"].is_array()) m["evaluations"] = json::array();
@@ -368,10 +380,10 @@ void ServiceImpl::record_model_evaluation(const json& evaluation) {
                               {"grader", evaluation["grader"].value("kind", std::string())},
                               {"meanScore", evaluation["report"].value("meanScore", json(nullptr))},
                               {"endedAt", evaluation.value("endedAt", json(nullptr))}});
-  (void)store_->update_trained_model(m);
+  (void)core_.store->update_trained_model(m);
 }
 
-Result<json> ServiceImpl::list_evaluations(const EvaluationListQuery& query) {
+Result<json> Evaluations::list(const EvaluationListQuery& query) {
   if (query.limit < 1 || query.limit > 1000) return invalid_field("limit", "must be in [1, 1000], got " + std::to_string(query.limit));
   std::vector<std::string> phases;
   if (query.phase == "open") {
@@ -385,11 +397,11 @@ Result<json> ServiceImpl::list_evaluations(const EvaluationListQuery& query) {
   }
   std::string workload_id;
   if (!query.workload.empty()) {
-    auto w = resolve_workload(query.workload, "workload");
+    auto w = workloads_.resolve(query.workload, "workload");
     if (!w.is_ok()) return w.status();
     workload_id = (*w)["id"].get<std::string>();
   }
-  auto all = store_->list_evaluations(phases);
+  auto all = core_.store->list_evaluations(phases);
   if (!all.is_ok()) return all.status();
   json out = json::array();
   for (auto& d : *all) {
@@ -409,14 +421,14 @@ Result<json> ServiceImpl::list_evaluations(const EvaluationListQuery& query) {
   return json{{"evaluations", out}};
 }
 
-Result<json> ServiceImpl::get_evaluation(const std::string& ref) {
+Result<json> Evaluations::get(const std::string& ref) {
   auto doc = resolve_evaluation(ref, "evaluation");
   if (!doc.is_ok()) return doc.status();
   TRAINER_RETURN_IF_ERROR(show_claim_state(&*doc));
   return shown(std::move(*doc));
 }
 
-Result<json> ServiceImpl::evaluation_report(const std::string& ref) {
+Result<json> Evaluations::report(const std::string& ref) {
   auto doc = resolve_evaluation(ref, "evaluation");
   if (!doc.is_ok()) return doc.status();
   if ((*doc)["phase"] != "COMPLETED") {
@@ -432,7 +444,7 @@ Result<json> ServiceImpl::evaluation_report(const std::string& ref) {
   return report;
 }
 
-Result<json> ServiceImpl::evaluation_rows(const std::string& ref, int64_t limit, int64_t offset) {
+Result<json> Evaluations::rows(const std::string& ref, int64_t limit, int64_t offset) {
   if (limit < 1 || limit > kMaxRowsPage) return invalid_field("limit", "must be in [1, " + std::to_string(kMaxRowsPage) + "], got " + std::to_string(limit));
   if (offset < 0) return invalid_field("offset", "must be >= 0, got " + std::to_string(offset));
   auto doc = resolve_evaluation(ref, "evaluation");
@@ -447,7 +459,7 @@ Result<json> ServiceImpl::evaluation_rows(const std::string& ref, int64_t limit,
   if (std::ifstream file(fs::path(evaluation_dir(id)) / "output" / "rows.jsonl"); file) {
     in << file.rdbuf();
   } else {
-    auto stored = artifacts().get(protocol::evaluation_rows_key(id));
+    auto stored = core_.artifacts().get(protocol::evaluation_rows_key(id));
     if (!stored.is_ok()) {
       return internal_error("evaluation " + id + ": its rows are neither in the data folder nor in the store (" +
                             stored.status().message() + ")");
@@ -471,8 +483,8 @@ Result<json> ServiceImpl::evaluation_rows(const std::string& ref, int64_t limit,
   return out;
 }
 
-Result<json> ServiceImpl::cancel_evaluation(const std::string& ref) {
-  std::lock_guard<std::mutex> lock(mu_);
+Result<json> Evaluations::cancel(const std::string& ref) {
+  std::lock_guard<std::mutex> lock(core_.mu);
   auto doc = resolve_evaluation(ref, "evaluation");
   if (!doc.is_ok()) return doc.status();
   const std::string phase = (*doc)["phase"].get<std::string>();
@@ -484,16 +496,16 @@ Result<json> ServiceImpl::cancel_evaluation(const std::string& ref) {
   return shown(std::move(*doc));
 }
 
-Result<json> ServiceImpl::annotate_evaluation(const std::string& ref, const json& body) {
+Result<json> Evaluations::annotate(const std::string& ref, const json& body) {
   TRAINER_RETURN_IF_ERROR(check_fields(body, {"description"}));
   auto description = optional_string(body, "description");
   if (!description.is_ok()) return description.status();
   if (!*description) return invalid_field("description", "is required");
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(core_.mu);
   auto doc = resolve_evaluation(ref, "evaluation");
   if (!doc.is_ok()) return doc.status();
   (*doc)["description"] = **description;
-  TRAINER_RETURN_IF_ERROR(store_->put_evaluation(*doc));
+  TRAINER_RETURN_IF_ERROR(core_.store->put_evaluation(*doc));
   return shown(std::move(*doc));
 }
 

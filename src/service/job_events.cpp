@@ -75,7 +75,7 @@ Status ServiceImpl::follow_job(RunRecord& run) {
   // A job that failed by its own verdict (bad data, a refused grader, an engine error) ends the run.
   if (run.job_outcome == JobOutcome::kFailed) return fail_in_cleanup(run, run.job_reason);
   // Any other end without an outcome loses the attempt; the run may get another (attempts.cpp).
-  const std::string log_tail = "\nlast lines of its log:\n" + job_log_tail(run.job->job_id, run.job->log_path, 10);
+  const std::string log_tail = "\nlast lines of its log:\n" + core_.job_log_tail(run.job->job_id, run.job->log_path, 10);
   LostAttempt lost;
   lost.exit_code = status.exit_code;
   if (run.job->hung_at) {
@@ -120,19 +120,6 @@ Status ServiceImpl::read_events(RunRecord& run, bool ended) {
     notify();
   }
   return Status::ok();
-}
-
-// The job's last `n` log lines: the ones it posted, else its log file's.
-std::string ServiceImpl::job_log_tail(const std::string& job_id, const std::string& log_path, int n) {
-  if (!job_id.empty()) {
-    auto posted = store_->job_log_tail(job_id, n);
-    if (posted.is_ok() && !posted->empty()) {
-      std::string out;
-      for (const store::JobItem& line : *posted) out += (out.empty() ? "" : "\n") + line.text;
-      return out;
-    }
-  }
-  return last_lines(log_path, n);
 }
 
 // Applies one event. `doc` is the event's line as written: stored step metrics and run events

@@ -113,7 +113,7 @@ Result<std::string> ServiceImpl::list_runs_text(const RunListQuery& q) {
   f.offset = q.offset;
   auto page = store_->list_run_rows(f);
   if (!page.is_ok()) return page.status();
-  auto claims = claims_by_owner();
+  auto claims = capacity_.claims_by_owner();
   if (!claims.is_ok()) return claims.status();
   auto workloads = store_->list_workloads();
   if (!workloads.is_ok()) return workloads.status();
@@ -215,14 +215,6 @@ Result<json> ServiceImpl::run_hparams(const std::string& ref) {
   return json{{"sha", r->view.value("settingsSha", json(nullptr))}, {"hparams", flat}};
 }
 
-Result<std::map<std::string, store::ClaimRow>> ServiceImpl::claims_by_owner() {
-  auto claims = store_->list_claims();
-  if (!claims.is_ok()) return claims.status();
-  std::map<std::string, store::ClaimRow> out;
-  for (auto& c : *claims) out[c.owner] = c;
-  return out;
-}
-
 // The run as the API shows it: the cost estimated while a job runs, its claim, and its
 // workload's current name (runs keep the workload's id across renames).
 json ServiceImpl::present_run(const RunRecord& run, const std::map<std::string, store::ClaimRow>* claims,
@@ -244,7 +236,7 @@ json ServiceImpl::present_run(const RunRecord& run, const std::map<std::string, 
     auto it = claims->find(run.id);
     if (it != claims->end()) claim = it->second;
   } else {
-    auto all = claims_by_owner();
+    auto all = capacity_.claims_by_owner();
     if (all.is_ok()) {
       auto it = all->find(run.id);
       if (it != all->end()) claim = it->second;

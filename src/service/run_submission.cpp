@@ -163,7 +163,7 @@ Result<std::pair<json, bool>> ServiceImpl::submit_plan(const json& body, bool dr
   }
   // Devices: a CPU run (execution.gpus 0) takes one device of a CPU pool; see choose_pool.
   const int devices = p.execution.gpus > 0 ? p.execution.gpus : 1;
-  auto pool = choose_pool(p.execution.gpus, devices);
+  auto pool = capacity_.choose_pool(p.execution.gpus, devices);
   if (!pool.is_ok()) return pool.status();
   const int quota = w->value("gpuQuota", 0);
   if (devices > quota) {
@@ -241,34 +241,6 @@ Result<std::pair<json, bool>> ServiceImpl::submit_plan(const json& body, bool dr
   json shown = present_run(run);
   if (!warnings.empty()) shown["warnings"] = warnings;
   return std::make_pair(shown, true);
-}
-
-// A run with execution.gpus N > 0 goes to a GPU pool. Where the deployment declares no GPU
-// training pool, it goes to a CPU pool, whose declared devices are CPU slots: it holds N of them
-// and trains as N data-parallel ranks on the CPU (docs/data-parallel.md). A CPU run (gpus 0)
-// holds one slot.
-Result<const PoolConfig*> ServiceImpl::choose_pool(int gpus, int devices) {
-  bool gpu_pools = false;
-  for (const auto& p : opt_.config.pools) gpu_pools = gpu_pools || (!p.serving && p.accelerator != "cpu");
-  const bool on_cpu = gpus == 0 || !gpu_pools;
-  const PoolConfig* best = nullptr;
-  std::string seen;
-  for (const auto& p : opt_.config.pools) {
-    if (p.serving) continue;
-    bool cpu_pool = p.accelerator == "cpu";
-    if (on_cpu != cpu_pool) continue;
-    seen += (seen.empty() ? "" : ", ") + p.name + " (maxClaim " + std::to_string(p.max_claim) + ", declared " +
-            std::to_string(p.declared) + ")";
-    if (devices <= p.max_claim && devices <= p.declared && (!best || p.declared > best->declared)) best = &p;
-  }
-  if (best) return best;
-  std::string kind = on_cpu ? "CPU" : "GPU";
-  return field_status(StatusCode::kFailedPrecondition, "execution.gpus",
-                      "no " + kind + " training pool can ever hold a claim of " + std::to_string(devices) + " device" +
-                          (devices == 1 ? "" : "s") +
-                          (seen.empty() ? std::string(" (the deployment declares no such pool)")
-                                        : " (pools: " + seen + ")") +
-                          "; ask for fewer devices");
 }
 
 Result<json> ServiceImpl::cancel_run(const std::string& ref) {

@@ -29,13 +29,12 @@ ServiceImpl::ServiceImpl(ServiceOptions options, std::unique_ptr<store::Store> s
       job_otlp_endpoint_(opt_.job_otlp_endpoint),
       run_tasks_(run_phase_table(), [this](tasks::Step& s) { return step_run_task(s.task().id); }),
       registration_tasks_(registration_phase_table(), [this](tasks::Step& s) { return step_registration_task(s); }),
-      comparison_tasks_(comparison_phase_table(), [this](tasks::Step& s) { return step_comparison_task(s); }),
-      evaluation_tasks_(evaluation_phase_table(), [this](tasks::Step& s) { return step_evaluation_task(s); }) {
+      comparison_tasks_(comparison_phase_table(), [this](tasks::Step& s) { return step_comparison_task(s); }) {
   kernel_->add_kind(base_models_.task_kind());  // a run waiting for its base model sees it ready in the same pass
   kernel_->add_kind(run_tasks_);
   kernel_->add_kind(registration_tasks_);
   kernel_->add_kind(comparison_tasks_);  // an evaluation it starts is launched in the same pass
-  kernel_->add_kind(evaluation_tasks_);
+  kernel_->add_kind(evaluations_.task_kind());
   kernel_->add_kind(endpoints_.task_kind());
 }
 
@@ -71,7 +70,7 @@ Status ServiceImpl::start() {
   st = recover_runs(&summary);
   add_step("recover runs", st.is_ok(), st.is_ok() ? summary : st.describe());
   if (!st.is_ok()) return st;
-  st = resume_evaluations(&summary);
+  st = evaluations_.resume(&summary);
   add_step("recover evaluations", st.is_ok(), st.is_ok() ? summary : st.describe());
   if (!st.is_ok()) return st;
   // Registrations left PENDING or COPYING by a previous trainerd are taken up again by their

@@ -95,4 +95,17 @@ Result<store::JobAttemptRow> ServiceCore::authenticated_attempt(const std::strin
   return std::move(**attempt);
 }
 
+// The job's last `n` log lines: the ones it posted, else its log file's.
+std::string ServiceCore::job_log_tail(const std::string& job_id, const std::string& log_path, int n) {
+  if (!job_id.empty()) {
+    auto posted = store->job_log_tail(job_id, n);
+    if (posted.is_ok() && !posted->empty()) {
+      std::string out;
+      for (const store::JobItem& line : *posted) out += (out.empty() ? "" : "\n") + line.text;
+      return out;
+    }
+  }
+  return last_lines(log_path, n);
+}
+
 }  // namespace trainer::service

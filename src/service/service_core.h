@@ -32,6 +32,9 @@
 
 namespace trainer::service {
 
+// A new job attempt's token (TRAINER_JOB_TOKEN): 64 hex digits from /dev/urandom (job_reports.cpp).
+std::string new_job_token();
+
 class ServiceCore {
  public:
   ServiceCore(ServiceOptions options, std::unique_ptr<store::Store> store, std::unique_ptr<backend::Backend> backend,
@@ -69,6 +72,8 @@ class ServiceCore {
   // The job attempt `job_id` when `token` is its (TRAINER_JOB_TOKEN): not_found, or
   // invalid_argument for another token. Reads the store only.
   Result<store::JobAttemptRow> authenticated_attempt(const std::string& job_id, const std::string& token);
+  // A job's last `n` log lines: the ones its attempt `job_id` posted, else its log file's.
+  std::string job_log_tail(const std::string& job_id, const std::string& log_path, int n);
 
   // ---- run changes: notify() after every change to any run (phase, progress, events, the models
   // and snapshots it shows); long polls wait for the next one.

@@ -13,11 +13,14 @@
 //   snapshot_catalog.h  SnapshotCatalog: the snapshot catalog, holds, retention, restorability
 //                       checks, leftovers of dead publications (snapshots.cpp,
 //                       snapshot_holds.cpp, snapshot_check.cpp, leftovers.cpp)
+//   evaluations.h       Evaluations: a model answers a dataset, a grader scores it; their claims
+//                       and their jobs (evaluations.cpp, evaluation_admission.cpp,
+//                       evaluation_tasks.cpp, a task kind)
 //   workloads.h         Workloads: workloads, their evaluation setting, refs, history and score
 //                       tables (workloads.cpp, score_tables.cpp)
 //
-// ServiceImpl itself keeps the runs, evaluations and comparisons, and for now the model
-// registry, each concern in its own file:
+// ServiceImpl itself keeps the runs and comparisons, and for now the model registry, each
+// concern in its own file:
 //
 //   service.cpp           construction, start/stop, startup steps, info
 //   ref_targets.cpp       what a workload's ref may point at (the registry's side of set_ref)
@@ -30,9 +33,6 @@
 //   attempts.cpp          a run's attempts: their entries, a new one after a lost job, hung jobs
 //   lineage.cpp, sweep.cpp  child runs from a parent's snapshot (branch, continue, sweep) and their views
 //   rollouts.cpp          a reinforcement run's rollouts
-//   evaluations.cpp       evaluations: what is evaluated with what, their record and report
-//   evaluation_admission.cpp  evaluations' claims: admitted like runs, released when they end
-//   evaluation_tasks.cpp  evaluations as tasks of the kernel: their phases, step, end and cancel
 //   trained_models.cpp    the model registry: imports (BASE, ADAPTER), list, get
 //   registration.cpp      registering snapshot weights in durable steps (a task kind of the kernel)
 //   comparisons.cpp       comparisons: the pinned contract and their targets, created; get, list
@@ -59,6 +59,7 @@
 #include "service/capacity.h"
 #include "service/datasets.h"
 #include "service/endpoints.h"
+#include "service/evaluations.h"
 #include "service/judges.h"
 #include "service/phases.h"
 #include "service/service_core.h"
@@ -71,8 +72,6 @@ struct Plan;
 
 namespace trainer::service {
 
-// A new job attempt's token (TRAINER_JOB_TOKEN): 64 hex digits from /dev/urandom (job_reports.cpp).
-std::string new_job_token();
 
 // attempts.cpp: the run's execution.maxAttempts (3 when its plan has none), and how an attempt's
 // entry says it ended ("killed, code 137").
@@ -90,7 +89,10 @@ class ServiceImpl final : public Service {
   bool ready() const override { return ready_; }
   std::vector<StartupStep> startup_steps() const override;
   void set_job_otlp_endpoint(const std::string& url) override { job_otlp_endpoint_ = url; }
-  void set_catalog_url(const std::string& url) override { catalog_url_ = url; }
+  void set_catalog_url(const std::string& url) override {
+    catalog_url_ = url;
+    evaluations_.set_catalog_url(url);
+  }
   json info() const override;
 
   Result<json> list_base_models(bool all) override { return base_models_.list(all); }
@@ -166,13 +168,17 @@ class ServiceImpl final : public Service {
   Result<json> pause_run(const std::string& ref, const json& body) override;
   Result<json> resume_run(const std::string& ref) override;
 
-  Result<json> start_evaluation(const json& body) override;
-  Result<json> list_evaluations(const EvaluationListQuery& query) override;
-  Result<json> get_evaluation(const std::string& ref) override;
-  Result<json> evaluation_report(const std::string& ref) override;
-  Result<json> evaluation_rows(const std::string& ref, int64_t limit, int64_t offset) override;
-  Result<json> cancel_evaluation(const std::string& ref) override;
-  Result<json> annotate_evaluation(const std::string& ref, const json& body) override;
+  Result<json> start_evaluation(const json& body) override { return evaluations_.start(body); }
+  Result<json> list_evaluations(const EvaluationListQuery& query) override { return evaluations_.list(query); }
+  Result<json> get_evaluation(const std::string& ref) override { return evaluations_.get(ref); }
+  Result<json> evaluation_report(const std::string& ref) override { return evaluations_.report(ref); }
+  Result<json> evaluation_rows(const std::string& ref, int64_t limit, int64_t offset) override {
+    return evaluations_.rows(ref, limit, offset);
+  }
+  Result<json> cancel_evaluation(const std::string& ref) override { return evaluations_.cancel(ref); }
+  Result<json> annotate_evaluation(const std::string& ref, const json& body) override {
+    return evaluations_.annotate(ref, body);
+  }
   Result<json> create_endpoint(const json& body) override { return endpoints_.create(body); }
   Result<json> list_endpoints(const std::string& phase) override { return endpoints_.list(phase); }
   Result<json> get_endpoint(const std::string& ref) override { return endpoints_.get(ref); }
@@ -253,32 +259,6 @@ class ServiceImpl final : public Service {
   Status step_pausing(RunRecord& run);
   Status finish_pause(RunRecord& run, std::optional<telemetry::ServiceFailureReason> failed);
 
-  // ---- evaluations (evaluations.cpp)
-  std::string evaluation_dir(const std::string& id) const;
-  Result<json> resolve_evaluation(const std::string& ref, const std::string& field);
-  Result<json> resolve_evaluated_model(const std::string& ref);  // mu_ held
-  // start_evaluation() with mu_ held, in its own transaction or inside the caller's (a comparison's step).
-  Result<json> start_evaluation_locked(const json& body);
-  Result<json> evaluated_registered_model(const std::string& ref, const json& model);
-  Result<std::string> evaluation_adapter(const json& model, const std::string& dir);
-  void record_model_evaluation(const json& evaluation);  // mu_ held: lists it on its registered model
-  // mu_ held: writes its spec, starts its job on the devices of its granted claim, moves it RUNNING.
-  Status launch_evaluation_locked(json& doc, const store::ClaimRow& claim);
-  // ---- evaluations admitted like runs (evaluation_admission.cpp); mu_ held for the *_locked.
-  Result<std::optional<store::ClaimRow>> evaluation_claim(const std::string& id);
-  Status claim_evaluation_locked(json& doc);  // claims once, admits
-  Status release_evaluation_claim_locked(const std::string& id);
-  Status show_claim_state(json* doc);  // an open evaluation's claim as admission sees it now
-  json evaluation_cost(const json& doc, double ended) const;
-  // The job request of attempt `attempt` of an evaluation's job on its granted claim; sets the
-  // spec's `gpus` for a GPU pool.
-  backend::JobSpec evaluation_job_spec(const json& doc, const store::ClaimRow& claim, int64_t attempt, json* spec) const;
-  // ---- evaluations as tasks (evaluation_tasks.cpp); mu_ held for the *_locked and the step.
-  Status resume_evaluations(std::string* summary);  // start(): open evaluations of an older store get their task
-  Status step_evaluation_task(tasks::Step& step);   // the kernel's "evaluation" kind
-  Status follow_evaluation_locked(json& doc);  // RUNNING: its job's events, its end
-  Status end_evaluation_locked(json& doc, const std::string& phase, const std::string& failure = "");
-  Status cancel_evaluation_locked(json& doc);
 
   // ---- workloads (workloads.h), under the name the runs' files use
   Result<json> resolve_workload(const std::string& ref, const std::string& field) {
@@ -337,10 +317,8 @@ class ServiceImpl final : public Service {
   json present_comparison(const json& doc);
 
   // ---- runs (run_presentation.cpp)
-  Result<std::map<std::string, store::ClaimRow>> claims_by_owner();
   json present_run(const RunRecord& run, const std::map<std::string, store::ClaimRow>* claims = nullptr,
                    const std::map<std::string, std::string>* workload_names = nullptr);
-  Result<const PoolConfig*> choose_pool(int gpus, int devices);
 
   // ---- the phase machine (driver.cpp); mu_ held, inside a store transaction
   struct OpenRun {
@@ -390,8 +368,6 @@ class ServiceImpl final : public Service {
   Status follow_job(RunRecord& run);
   // `ended`: the job ended, so its events file's lines past what it posted are read too.
   Status read_events(RunRecord& run, bool ended = false);
-  // The job's last `n` log lines: the ones it posted (POST /v1/jobs/{id}/logs), else its log file's.
-  std::string job_log_tail(const std::string& job_id, const std::string& log_path, int n);
   // The storage key of the weights of the run's latest committed snapshot; "" when it has none.
   Result<std::string> committed_weights_key(const RunRecord& run);
   Status apply_event(RunRecord& run, const protocol::Event& event, const json& doc);
@@ -418,7 +394,7 @@ class ServiceImpl final : public Service {
   Datasets datasets_{core_, base_models_};
   Capacity capacity_{core_};
   Endpoints endpoints_{core_, capacity_,
-                      Endpoints::Hooks{[this](const std::string& ref) { return resolve_evaluated_model(ref); },
+                      Endpoints::Hooks{[this](const std::string& ref) { return evaluations_.resolve_model(ref); },
                                        [this](const std::string& ref, const std::string& field) {
                                          return resolve_workload(ref, field);
                                        },
@@ -430,6 +406,11 @@ class ServiceImpl final : public Service {
                        Workloads::Hooks{[this](const json& w, const std::string& which, const std::string& target) {
                          return ref_target_locked(w, which, target);
                        }}};
+  Evaluations evaluations_{core_, base_models_, datasets_, bundles_, capacity_, workloads_,
+                           Evaluations::Hooks{[this](const std::string& ref, const std::string& field) {
+                                                return resolve_trained_model(ref, field);
+                                              },
+                                              [this](const std::string& key) { return artifact_uri(key); }}};
 
   // ServiceOptions::job_otlp_endpoint, or what the wiring set before start(); read by the driver.
   std::string job_otlp_endpoint_;
@@ -459,7 +440,6 @@ class ServiceImpl final : public Service {
   tasks::FunctionKind run_tasks_;           // driver.cpp
   tasks::FunctionKind registration_tasks_;  // registration.cpp
   tasks::FunctionKind comparison_tasks_;    // comparison_steps.cpp
-  tasks::FunctionKind evaluation_tasks_;    // evaluation_tasks.cpp
 
   std::thread driver_;
   std::atomic<bool> stopping_{false};
@@ -473,9 +453,5 @@ const tasks::PhaseTable& registration_phase_table();
 // The comparison's phase table (the task kernel's "comparison" kind): PREPARING, RUNNING, then
 // COMPLETED, PARTIAL or FAILED.
 const tasks::PhaseTable& comparison_phase_table();
-
-// The evaluation's phase table (the task kernel's "evaluation" kind): QUEUED, RUNNING, then
-// COMPLETED, FAILED or CANCELLED.
-const tasks::PhaseTable& evaluation_phase_table();
 
 }  // namespace trainer::service
