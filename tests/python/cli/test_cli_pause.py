@@ -5,16 +5,18 @@ trainerd killed with SIGKILL at chosen points loses nothing and does nothing twi
 from __future__ import annotations
 
 import os
+import re
 import signal
-import time
 
 import pytest
 
 from cli_support import (MODEL_NAME, Cli, adapter_bytes, ended, get_run, job_pids, losses, plan_text, prepare,
-                         start_run, start_run_id, start_trainerd, stop, wait_paused, wait_run, wait_step)
+                         start_run, start_run_id, start_trainerd, stop, wait_for, wait_paused, wait_run, wait_step)
 
 STEPS = 24
 SAVE_EVERY = 4
+# What the job logs when trainerd does not answer its report or its snapshot's publication.
+RETRYING = re.compile(r"cannot post to \S+ yet; retrying|publishing snapshot \w+ \(step \d+\) failed, retrying")
 
 
 def plan(max_steps: int = STEPS, save_every: int | None = SAVE_EVERY) -> str:
@@ -110,9 +112,14 @@ def test_trainerd_killed_during_a_pause_finishes_it_after_restart(bin_dir, tiny_
         wait_step(cli, run_id, 3)
         cli("runs", "pause", run_id, "--checkpoint", "save", check=True)
         port = int(service.url.rsplit(":", 1)[1])
+        job_log = service.data_dir / "runs" / run_id / "attempt-1" / "job.log"
+        before = len(job_log.read_bytes())
         os.kill(service.proc.pid, signal.SIGKILL)  # the job saves and calls back a trainerd that is gone
         service.proc.wait(timeout=10)
-        time.sleep(2.0)
+        # Started again once the job met the trainerd that is gone (it says it retries), or has
+        # nothing left to tell it.
+        wait_for(lambda: RETRYING.search(job_log.read_bytes()[before:].decode(errors="replace"))
+                 or not job_pids(run_id), timeout=120, what="the job to find trainerd gone")
         service = start_trainerd(bin_dir, tmp_path / "svc", config, port=port)
         run = wait_paused(cli, run_id, "PAUSED after the restart")
         assert run["pause"]["state"] == "paused", run["pause"]
