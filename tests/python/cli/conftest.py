@@ -6,7 +6,7 @@ import pathlib
 
 import pytest
 
-from cli_support import DATASET_NAME, EXAMPLES, MODEL_NAME, WORKLOAD, Cli, start_trainerd, stop
+from cli_support import MODEL_NAME, Cli, prepare, start_trainerd, stop
 from models import make_tiny_model
 
 
@@ -40,8 +40,4 @@ def cli(bin_dir, trainerd) -> Cli:
 @pytest.fixture(scope="module")
 def ready(cli):
     """The tiny model selected, the sentiment dataset registered, a workload created."""
-    cli("base-models", "select", MODEL_NAME, "--wait", "--timeout", "2m", check=True)
-    cli("datasets", "create", "-f", EXAMPLES / "sentiment" / "train.jsonl", "--name", DATASET_NAME,
-        check=True)
-    cli("workloads", "create", WORKLOAD, check=True)
-    return cli
+    return prepare(cli)

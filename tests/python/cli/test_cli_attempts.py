@@ -6,19 +6,17 @@ exactly the losses of the uninterrupted run (bit for bit, fp32 on the CPU); a jo
 1 fails the run at the first loss, and spent attempts fail it naming every attempt's cause."""
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
 
 import pytest
 
-from cli_support import DATASET_NAME, MODEL_NAME, WORKLOAD, Cli, call, start_trainerd, stop, wait_for
+from cli_support import (MODEL_NAME, Cli, call, ended, job_pids, losses, plan_text, start_run_id, start_trainerd, stop,
+                         wait_for, wait_run, wait_step)
 
 STEPS = 24
 SAVE_EVERY = 4
 SILENCE_SECONDS = 10  # limits.jobSilenceSeconds of this module's trainerd: the job beats every 2 s
-TERMINAL = ("COMPLETED", "FAILED", "CANCELLED")
 
 
 @pytest.fixture(scope="module")
@@ -32,43 +30,12 @@ def trainerd(bin_dir, tiny_model, tmp_path_factory):
 
 
 def plan(max_attempts: int | None = None, save_every: int | None = SAVE_EVERY) -> str:
-    execution = "{gpus: 0" + (f", saveEvery: {save_every}, keepAdapters: 100" if save_every else "")
-    execution += (f", maxAttempts: {max_attempts}" if max_attempts is not None else "") + "}"
-    return "\n".join([
-        "kind: run", f"workload: {WORKLOAD}", f"baseModel: {MODEL_NAME}", "config:",
-        f"  dataset: {DATASET_NAME}", "  hyperparams:", "    optimizer: {learningRate: 0.003}",
-        f"    training: {{maxSteps: {STEPS}, batchSize: 4}}", "  maxSeqLength: 128",
-        "  model: {precision: FP32}", f"execution: {execution}"]) + "\n"
-
-
-def start(cli: Cli, text: str) -> str:
-    out = cli("runs", "start", "-f", "-", "--force", "-o", "json", input=text)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)["runId"]
-
-
-def get(cli: Cli, run_id: str) -> dict:
-    return cli.json("runs", "get", run_id)
-
-
-def ended(cli: Cli, run_id: str) -> dict:
-    return wait_for(lambda: (r := get(cli, run_id))["phase"] in TERMINAL and r, timeout=900, what="the run's end")
-
-
-def losses(cli: Cli, run_id: str) -> dict[int, float]:
-    return {s["step"]: s["loss"] for s in cli.json("runs", "metrics", run_id)["steps"]}
-
-
-def attempt_pids(run_id: str, attempt: int) -> list[int]:
-    """The trainer-job processes of one attempt, from the process table (its plan's path names the
-    attempt's folder: DATA/runs/RUN/attempt-N/plan.json)."""
-    found = subprocess.run(["pgrep", "-f", f"trainer-job run .*{run_id}/attempt-{attempt}/"],
-                           capture_output=True, text=True)
-    return [int(p) for p in found.stdout.split()]
+    return plan_text(STEPS, max_attempts, save_every=save_every, keep_adapters=100 if save_every else None)
 
 
 def signal_attempt(run_id: str, attempt: int, sig: int) -> list[int]:
-    pids = wait_for(lambda: attempt_pids(run_id, attempt), what=f"attempt {attempt}'s trainer-job")
+    """Sends `sig` to the attempt's trainer-job once it runs; returns the pids signalled."""
+    pids = wait_for(lambda: job_pids(run_id, attempt), what=f"attempt {attempt}'s trainer-job")
     for pid in pids:
         os.kill(pid, sig)
     return pids
@@ -77,15 +44,15 @@ def signal_attempt(run_id: str, attempt: int, sig: int) -> list[int]:
 def running_past_a_snapshot(cli: Cli, run_id: str, attempt: int = 1) -> dict:
     """Waits until the attempt trains past its first committed training state (the steps after it
     are the ones the next attempt trains again)."""
-    return wait_for(lambda: (r := get(cli, run_id))["attempt"] == attempt and r.get("savedStep", 0) >= SAVE_EVERY
-                    and r["progress"].get("step", 0) > r["savedStep"] and r,
-                    what=f"attempt {attempt} past a committed training state")
+    return wait_run(cli, run_id, lambda r: r["attempt"] == attempt and r.get("savedStep", 0) >= SAVE_EVERY
+                    and r["progress"].get("step", 0) > r["savedStep"],
+                    f"attempt {attempt} past a committed training state")
 
 
 @pytest.fixture(scope="module")
 def reference(ready):
     """The uninterrupted run every retried one is compared with."""
-    run_id = start(ready, plan())
+    run_id = start_run_id(ready, plan())
     run = ended(ready, run_id)
     assert run["phase"] == "COMPLETED", run.get("failureReason")
     assert [a["cause"] for a in run["attempts"]] == ["completed"], run["attempts"]
@@ -93,7 +60,7 @@ def reference(ready):
 
 
 def test_a_killed_job_gets_a_new_attempt_that_trains_exactly_as_uninterrupted(ready, trainerd, reference):
-    run_id = start(ready, plan())
+    run_id = start_run_id(ready, plan())
     running_past_a_snapshot(ready, run_id)
     signal_attempt(run_id, 1, signal.SIGKILL)  # as the kernel's out-of-memory killer would
     done = ended(ready, run_id)
@@ -120,7 +87,7 @@ def test_a_killed_job_gets_a_new_attempt_that_trains_exactly_as_uninterrupted(re
 
 
 def test_a_hung_job_is_stopped_and_the_run_resumes(ready, reference):
-    run_id = start(ready, plan())
+    run_id = start_run_id(ready, plan())
     running_past_a_snapshot(ready, run_id)
     stopped = signal_attempt(run_id, 1, signal.SIGSTOP)  # alive, but silent: no heartbeat
     try:
@@ -140,8 +107,8 @@ def test_a_hung_job_is_stopped_and_the_run_resumes(ready, reference):
 
 
 def test_max_attempts_one_fails_the_run_at_the_first_loss(ready):
-    run_id = start(ready, plan(max_attempts=1))
-    wait_for(lambda: get(ready, run_id)["progress"].get("step", 0) >= 2, what="step 2")
+    run_id = start_run_id(ready, plan(max_attempts=1))
+    wait_step(ready, run_id, 2)
     signal_attempt(run_id, 1, signal.SIGKILL)
     done = ended(ready, run_id)
     assert done["phase"] == "FAILED", done
@@ -151,11 +118,11 @@ def test_max_attempts_one_fails_the_run_at_the_first_loss(ready):
 
 
 def test_spent_attempts_fail_the_run_naming_every_cause(ready):
-    run_id = start(ready, plan(max_attempts=2, save_every=None))
-    wait_for(lambda: get(ready, run_id)["progress"].get("step", 0) >= 1, what="attempt 1's first step")
+    run_id = start_run_id(ready, plan(max_attempts=2, save_every=None))
+    wait_step(ready, run_id, 1)  # attempt 1's first step
     signal_attempt(run_id, 1, signal.SIGKILL)
     # No training state was committed: attempt 2 starts from the beginning.
-    wait_for(lambda: (r := get(ready, run_id))["attempt"] == 2 and r["phase"] == "TRAINING", what="attempt 2")
+    wait_run(ready, run_id, lambda r: r["attempt"] == 2 and r["phase"] == "TRAINING", "attempt 2 training")
     signal_attempt(run_id, 2, signal.SIGKILL)
     done = ended(ready, run_id)
     assert done["phase"] == "FAILED", done

@@ -11,7 +11,7 @@ import statistics
 
 import pytest
 
-from cli_support import MODEL_NAME, WORKLOAD, start_trainerd, stop
+from cli_support import MODEL_NAME, WORKLOAD, start_run_id, start_trainerd, stop
 from models import make_tiny_model
 
 STEPS = 60
@@ -49,12 +49,6 @@ def trainerd(bin_dir, tmp_path_factory):
     stop(service.proc, service.data_dir)
 
 
-def start(cli, text: str) -> str:
-    out = cli("runs", "start", "-f", "-", "--force", "--jq", ".runId", input=text)
-    assert out.returncode == 0, out.stderr
-    return out.stdout.strip()
-
-
 @pytest.fixture(scope="module")
 def runs(ready, tmp_path_factory):
     folder = tmp_path_factory.mktemp("compare")
@@ -64,8 +58,9 @@ def runs(ready, tmp_path_factory):
     other = folder / "other.jsonl"
     other.write_text("".join(json.dumps(r) + "\n" for r in rows()[:30]))
     ready("datasets", "create", "-f", other, "--name", "planted-short", check=True)
-    ids = {"a": start(ready, plan("planted", seed=1)), "b": start(ready, plan("planted", seed=2, lr=0.01)),
-           "other": start(ready, plan("planted-short", seed=1))}
+    ids = {"a": start_run_id(ready, plan("planted", seed=1)),
+           "b": start_run_id(ready, plan("planted", seed=2, lr=0.01)),
+           "other": start_run_id(ready, plan("planted-short", seed=1))}
     for run_id in ids.values():
         ready("runs", "wait", run_id, "--timeout", "10m", "--exit-status", "-q", check=True)
     return ids

@@ -8,7 +8,6 @@ TRAINER_TEST_COMMIT_PAUSE_MS and TRAINER_TEST_COMMIT_PAUSE_AT)."""
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import pathlib
 import re
@@ -18,28 +17,17 @@ import time
 
 import pytest
 
-from cli_support import DATASET_NAME, EXAMPLES, MODEL_NAME, WORKLOAD, Cli, start_trainerd, stop, wait_for
+from cli_support import (MODEL_NAME, Cli, count_runs, ended, get_run, grid_file, plan_text, prepare, run_snapshots,
+                         snapshot_at, start_run_id, start_trainerd, stop, wait_for, wait_paused, wait_phase, wait_step)
 
 PARENT_STEPS = 4
 SAVE_EVERY = 2
 CHILD_STEPS = 2
 HOLD_MS = 600_000  # a hook holds far longer than any test waits: the kill always comes first
-TERMINAL = ("COMPLETED", "FAILED", "CANCELLED")
-GRID = """axes:
-  - path: hyperparams.optimizer.learningRate
-    values: [0.001, 0.002]
-  - path: hyperparams.training.batchSize
-    values: [2, 4]
-"""
 
 
 def plan(max_steps: int, save_every: int = SAVE_EVERY) -> str:
-    return "\n".join([
-        "kind: run", f"workload: {WORKLOAD}", f"baseModel: {MODEL_NAME}", "config:",
-        f"  dataset: {DATASET_NAME}", "  hyperparams:", "    optimizer: {learningRate: 0.003}",
-        f"    training: {{maxSteps: {max_steps}, batchSize: 4}}", "  maxSeqLength: 128",
-        "  model: {precision: FP32}",
-        f"execution: {{gpus: 0, saveEvery: {save_every}, keepAdapters: 100, keepTrainingStates: 100}}"]) + "\n"
+    return plan_text(max_steps, save_every=save_every, keep_adapters=100, keep_training_states=100)
 
 
 class Restartable:
@@ -96,28 +84,10 @@ def svc(bin_dir, tiny_model, tmp_path_factory):
     service = Restartable(bin_dir, tmp_path_factory.mktemp("durable"),
                           {"baseModels": [{"name": MODEL_NAME, "path": str(tiny_model)}]})
     try:
-        cli = service.cli
-        cli("base-models", "select", MODEL_NAME, "--wait", "--timeout", "2m", check=True)
-        cli("datasets", "create", "-f", EXAMPLES / "sentiment" / "train.jsonl", "--name", DATASET_NAME, check=True)
-        cli("workloads", "create", WORKLOAD, check=True)
+        prepare(service.cli)
         yield service
     finally:
         service.stop()
-
-
-def start(cli, text: str) -> str:
-    out = cli("runs", "start", "-f", "-", "--force", "-o", "json", input=text)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)["runId"]
-
-
-def get(cli, run_id: str) -> dict:
-    return cli.json("runs", "get", run_id)
-
-
-def ended(cli, run_id: str) -> dict:
-    return wait_for(lambda: (r := get(cli, run_id))["phase"] in TERMINAL and r, what=f"run {run_id} to end",
-                    timeout=900)
 
 
 def completed(cli, run_id: str) -> dict:
@@ -129,10 +99,6 @@ def completed(cli, run_id: str) -> dict:
 
 def children(cli, run_id: str) -> list[dict]:
     return cli.json("runs", "branches", run_id, "--limit", "100")["branches"]
-
-
-def snapshots(cli, run_id: str) -> list[dict]:
-    return cli.json("runs", "snapshots", run_id, "--limit", "100")["snapshots"]
 
 
 def holders(cli, snapshot_id: str) -> list[str]:
@@ -150,15 +116,9 @@ def wait_log(service: Restartable, pattern: str) -> re.Match:
 @pytest.fixture(scope="module")
 def parent(svc):
     """A completed run with a committed snapshot (both kinds) at every SAVE_EVERY steps."""
-    run = completed(svc.cli, start(svc.cli, plan(PARENT_STEPS)))
-    source = next(s for s in snapshots(svc.cli, run["runId"]) if s["savedStep"] == SAVE_EVERY)
+    run = completed(svc.cli, start_run_id(svc.cli, plan(PARENT_STEPS)))
+    source = snapshot_at(svc.cli, run["runId"], SAVE_EVERY)
     return run, source
-
-
-def grid_file(tmp_path: pathlib.Path, text: str = GRID) -> pathlib.Path:
-    path = tmp_path / "grid.yaml"
-    path.write_text(text)
-    return path
 
 
 # ---- a repeated sweep
@@ -191,7 +151,7 @@ def test_a_sweep_repeated_with_its_submission_id_starts_each_child_once(svc, par
 def test_a_sweep_token_reused_for_another_grid_or_too_long_is_refused_and_starts_nothing(svc, parent, tmp_path):
     cli = svc.cli
     run, source = parent
-    before = cli.json("runs", "list", "--limit", "100")["total"]
+    before = count_runs(cli)
     base = ["runs", "sweep", run["runId"], "--snapshot", source["snapshotId"], "--steps", str(CHILD_STEPS)]
     other = grid_file(tmp_path, "axes:\n  - {path: hyperparams.optimizer.learningRate, values: [0.004]}\n")
     first = cli.json(*base, "--grid", other, "--submission-id", "grid-other")
@@ -204,7 +164,7 @@ def test_a_sweep_token_reused_for_another_grid_or_too_long_is_refused_and_starts
     out = cli(*base, "--grid", other, "--submission-id", "x" * 251)
     assert out.returncode != 0
     assert "submissionId" in out.stderr and "1-250 characters" in out.stderr, out.stderr
-    assert cli.json("runs", "list", "--limit", "100")["total"] == before + 1
+    assert count_runs(cli) == before + 1
     completed(cli, first["points"][0]["runId"])
 
 
@@ -213,10 +173,10 @@ def test_a_branch_token_reused_for_another_source_or_restore_is_refused_and_star
     restoring something else, must not answer the first child as if it were the same request."""
     cli = svc.cli
     run, source = parent
-    other = next(s for s in snapshots(cli, run["runId"]) if s["snapshotId"] != source["snapshotId"])
+    other = next(s for s in run_snapshots(cli, run["runId"]) if s["snapshotId"] != source["snapshotId"])
     branch = ["runs", "branch", run["runId"], "--steps", str(CHILD_STEPS), "--submission-id", "branch-source"]
     child_id = cli.json(*branch, "--snapshot", source["snapshotId"])["runId"]
-    before = cli.json("runs", "list", "--limit", "100")["total"]
+    before = count_runs(cli)
     for flags in (["--snapshot", other["snapshotId"]], ["--snapshot", source["snapshotId"], "--restore",
                                                         "trainingState"]):
         out = cli(*branch, *flags)
@@ -224,7 +184,7 @@ def test_a_branch_token_reused_for_another_source_or_restore_is_refused_and_star
         assert "submissionId" in out.stderr and f"was used by run {child_id}" in out.stderr, out.stderr
         assert "use a new submissionId" in out.stderr
     assert cli.json(*branch, "--snapshot", source["snapshotId"])["runId"] == child_id  # the same request: its child
-    assert cli.json("runs", "list", "--limit", "100")["total"] == before
+    assert count_runs(cli) == before
     completed(cli, child_id)
 
 
@@ -245,9 +205,9 @@ def test_trainerd_killed_during_a_branch_ends_with_one_child_that_releases_its_h
     child_id = cli.json(*branch)["runId"]
     assert child_id in holders(cli, source["snapshotId"])
     if when == "running":
-        wait_for(lambda: get(cli, child_id)["phase"] == "TRAINING", what="the child to train")
+        wait_phase(cli, child_id, "TRAINING")  # the child trains
     else:
-        assert get(cli, child_id)["phase"] in ("SIZING_DATASET", "WAITING_FOR_DEVICES", "SUBMITTING", "QUEUED",
+        assert get_run(cli, child_id)["phase"] in ("SIZING_DATASET", "WAITING_FOR_DEVICES", "SUBMITTING", "QUEUED",
                                                "PREPARING")
     svc.restart()
     child = completed(cli, child_id)
@@ -307,13 +267,13 @@ def test_trainerd_killed_during_a_catalog_commit_commits_the_snapshot_once(svc, 
     cli = svc.cli
     steps = 3 * SAVE_EVERY
     svc.restart(TRAINER_TEST_COMMIT_PAUSE_MS=str(HOLD_MS), TRAINER_TEST_COMMIT_PAUSE_AT=at)
-    run_id = start(cli, plan(steps))
+    run_id = start_run_id(cli, plan(steps))
     held = wait_log(svc, r"commit of snapshot ([0-9a-f]+) kind (\w+) held")
     snapshot_id, kind = held.group(1), held.group(2)
     killed_at = svc.kill()
     svc.restart()
     run = completed(cli, run_id)
-    listed = snapshots(cli, run_id)
+    listed = run_snapshots(cli, run_id)
     ids = [s["snapshotId"] for s in listed]
     assert len(ids) == len(set(ids)) and snapshot_id in ids
     assert sorted(s["savedStep"] for s in listed) == list(range(SAVE_EVERY, steps + 1, SAVE_EVERY))
@@ -341,11 +301,10 @@ def test_trainerd_killed_just_after_a_resume_never_fails_the_new_attempt(svc, de
     retried while trainerd was down) and the run completes on that attempt, nothing lost."""
     cli = svc.cli
     steps = 6 * SAVE_EVERY
-    run_id = start(cli, plan(steps))
-    wait_for(lambda: get(cli, run_id)["progress"].get("step", 0) >= SAVE_EVERY + 1, what="a step past a save")
+    run_id = start_run_id(cli, plan(steps))
+    wait_step(cli, run_id, SAVE_EVERY + 1)  # a step past a save
     cli("runs", "pause", run_id, "--checkpoint", "save", check=True)
-    wait_for(lambda: (r := get(cli, run_id))["phase"] == "PAUSED" and r["pause"]["resourcesReleased"],
-             what="PAUSED")
+    wait_paused(cli, run_id)
     cli("runs", "resume", run_id, check=True)
     time.sleep(delay)  # the kill point, not an assertion
     svc.kill()

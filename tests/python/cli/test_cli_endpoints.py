@@ -12,12 +12,11 @@ import json
 import os
 import signal
 import subprocess
-import urllib.error
 import urllib.request
 
 import pytest
 
-from cli_support import MODEL_NAME, WORKLOAD, plan_text
+from cli_support import MODEL_NAME, WORKLOAD, call, plan_text, start_run_id
 from serving_processes import serving_pids
 from waiting import wait_for
 
@@ -30,13 +29,8 @@ def claims(cli) -> dict:
 
 
 def post(url: str, body: dict) -> tuple[int, dict]:
-    req = urllib.request.Request(url, method="POST", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=120) as r:
-            return r.status, json.load(r)
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+    """POSTs `body`, waiting up to 120 s (a generation on the CPU); (status, answer)."""
+    return call(url, "POST", body, timeout=120)
 
 
 def chat(messages) -> dict:
@@ -168,7 +162,7 @@ def refusal(cli, *args) -> str:
 
 
 def test_a_runs_adapter_attaches_to_its_base_models_endpoint_without_new_devices(ready, bin_dir, tiny_model):
-    run = ready("runs", "start", "-f", "-", "--force", "--jq", ".runId", input=plan_text(3), check=True).stdout.strip()
+    run = start_run_id(ready, plan_text(3))
     ready("workloads", "create", "elsewhere", check=True)
     base = create_ready(ready)
     eid = base["endpointId"]
@@ -260,7 +254,7 @@ def test_a_runs_adapter_attaches_to_its_base_models_endpoint_without_new_devices
 
 
 def test_a_candidate_whose_base_is_not_served_gets_an_endpoint_of_its_own(ready):
-    run = ready("runs", "start", "-f", "-", "--force", "--jq", ".runId", input=plan_text(2), check=True).stdout.strip()
+    run = start_run_id(ready, plan_text(2))
     ready("runs", "wait", run, "--timeout", "10m", "--exit-status", "-q", check=True)
     e = ready.json("endpoints", "create", "--model", run, "--wait", "--timeout", "5m")
     assert e["phase"] == "READY" and served(ready, e["endpointId"]) == [(run, "adapter", True)], e

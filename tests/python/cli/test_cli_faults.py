@@ -27,52 +27,23 @@ import time
 
 import pytest
 
-from cli_support import (DATASET_NAME, EXAMPLES, MODEL_NAME, WORKLOAD, Cli, call, job_credentials, start_trainerd,
-                         stop, wait_for)
+from cli_support import (EXAMPLES, MODEL_NAME, Cli, call, cancel_run, count_runs, ended, get_run, job_credentials,
+                         job_pids, plan_text, prepare, snapshot_at, start_run_id, start_trainerd, stop, wait_for,
+                         wait_paused, wait_phase, weights_reservation)
 
 pytestmark = pytest.mark.timeout(1200)
 
-TERMINAL = ("COMPLETED", "FAILED", "CANCELLED")
 PAYLOAD = b"adapter bytes"
 
 
 def plan(max_steps: int, save_every: int | None = None) -> str:
-    execution = "{gpus: 0" + (f", saveEvery: {save_every}, keepAdapters: 100, keepTrainingStates: 100"
-                              if save_every else "") + "}"
-    return "\n".join([
-        "kind: run", f"workload: {WORKLOAD}", f"baseModel: {MODEL_NAME}", "config:",
-        f"  dataset: {DATASET_NAME}", "  hyperparams:", "    optimizer: {learningRate: 0.003}",
-        f"    training: {{maxSteps: {max_steps}, batchSize: 4}}", "  maxSeqLength: 128",
-        "  model: {precision: FP32}", f"execution: {execution}"]) + "\n"
-
-
-def start(cli, text: str) -> str:
-    out = cli("runs", "start", "-f", "-", "--force", "-o", "json", input=text)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)["runId"]
-
-
-def get(cli, run_id: str) -> dict:
-    return cli.json("runs", "get", run_id)
-
-
-def ended(cli, run_id: str) -> dict:
-    return wait_for(lambda: (r := get(cli, run_id))["phase"] in TERMINAL and r, timeout=900,
-                    what=f"run {run_id} to end")
-
-
-def cancel(cli, run_id: str) -> None:
-    cli("runs", "cancel", run_id, "--force")
-    ended(cli, run_id)
+    keep = 100 if save_every else None
+    return plan_text(max_steps, save_every=save_every, keep_adapters=keep, keep_training_states=keep)
 
 
 def job_pid(run_id: str) -> int:
     """The pid of the run's trainer-job, once it runs."""
-    def found():
-        out = subprocess.run(["pgrep", "-f", f"trainer-job run .*{run_id}"], capture_output=True, text=True)
-        pids = [int(p) for p in out.stdout.split()]
-        return pids[0] if pids else None
-    return wait_for(found, timeout=120, what=f"run {run_id}'s job to start")
+    return wait_for(lambda: job_pids(run_id), timeout=120, what=f"run {run_id}'s job to start")[0]
 
 
 def descriptors(pid: int) -> dict[int, str]:
@@ -111,10 +82,7 @@ def service(bin_dir, tiny_model, tmp_path_factory):
     svc = start_trainerd(bin_dir, tmp, config)
     svc.config, svc.tmp = config, tmp
     cli = Cli(bin_dir / "trainer", svc.url)
-    cli("base-models", "select", MODEL_NAME, "--wait", "--timeout", "2m", check=True)
-    cli("datasets", "create", "-f", EXAMPLES / "sentiment" / "train.jsonl", "--name", DATASET_NAME, check=True)
-    cli("workloads", "create", WORKLOAD, check=True)
-    svc.cli = cli
+    svc.cli = prepare(cli)
     yield svc
     stop(svc.proc, svc.data_dir)
 
@@ -124,10 +92,10 @@ def service(bin_dir, tiny_model, tmp_path_factory):
 def test_trainerd_killed_while_a_job_runs_binds_its_port_again_at_once(bin_dir, service):
     cli = service.cli
     port = int(service.url.rsplit(":", 1)[1])
-    run_id = start(cli, plan(100000))
+    run_id = start_run_id(cli, plan(100000))
     try:
         pid = job_pid(run_id)
-        wait_for(lambda: get(cli, run_id)["phase"] == "TRAINING", timeout=300, what="the run to train")
+        wait_phase(cli, run_id, "TRAINING")
         listener = listening_inodes(port)
         assert listener, f"nothing listens on {port}"
         theirs = descriptors(service.proc.pid)
@@ -149,9 +117,9 @@ def test_trainerd_killed_while_a_job_runs_binds_its_port_again_at_once(bin_dir, 
         service.proc, service.log = restarted.proc, restarted.log
         assert restarted.url == service.url
         assert "Address already in use" not in restarted.log_text()
-        assert get(cli, run_id)["phase"] == "TRAINING"  # the new trainerd found the job running
+        assert get_run(cli, run_id)["phase"] == "TRAINING"  # the new trainerd found the job running
     finally:
-        cancel(cli, run_id)
+        cancel_run(cli, run_id)
 
 
 # ---- 2. uploads over the body limit ---------------------------------------------------------------
@@ -200,15 +168,10 @@ def get_limit(cli) -> int:
 @pytest.fixture(scope="module")
 def parent(service):
     """A completed run with snapshots at steps 2 and 4."""
-    run_id = start(service.cli, plan(4, save_every=2))
+    run_id = start_run_id(service.cli, plan(4, save_every=2))
     run = ended(service.cli, run_id)
     assert run["phase"] == "COMPLETED", run.get("failureReason")
     return run_id
-
-
-def snapshot_at(cli, run_id: str, step: int) -> dict:
-    listed = cli.json("runs", "snapshots", run_id, "--limit", "100")["snapshots"]
-    return next(s for s in listed if s["savedStep"] == step)
 
 
 TOKEN = re.compile(r"--submission-id ([0-9a-f]{16})")
@@ -265,10 +228,8 @@ def snapshot_row(data_dir: pathlib.Path, sid: str) -> dict | None:
 
 
 def test_reservations_never_committed_and_publish_temporaries_are_swept(service):
-    from test_cli_snapshots import weights_reservation  # the reservation a job sends, by hand
-
     cli, data = service.cli, service.data_dir
-    run_id = start(cli, plan(100000))
+    run_id = start_run_id(cli, plan(100000))
     stop_touching = threading.Event()
     try:
         job = job_credentials(service, run_id)
@@ -323,7 +284,7 @@ def test_reservations_never_committed_and_publish_temporaries_are_swept(service)
         assert cli.json("snapshots", "get", sid)["status"] == "Available"
     finally:
         stop_touching.set()
-        cancel(cli, run_id)
+        cancel_run(cli, run_id)
 
 
 def test_the_leftovers_deadline_may_not_undercut_the_publication_deadline(bin_dir, tiny_model, tmp_path):
@@ -342,7 +303,7 @@ def test_the_leftovers_deadline_may_not_undercut_the_publication_deadline(bin_di
 
 def test_a_deleted_or_damaged_snapshot_is_refused_before_a_device_is_claimed(service, parent):
     cli, data = service.cli, service.data_dir
-    runs_before = cli.json("runs", "list", "--limit", "100")["total"]
+    runs_before = count_runs(cli)
 
     # Deleted: step 2's snapshot folder is gone from the artifact store.
     gone = snapshot_at(cli, parent, 2)
@@ -367,24 +328,23 @@ def test_a_deleted_or_damaged_snapshot_is_refused_before_a_device_is_claimed(ser
     out = cli("runs", "continue", parent, "--snapshot", damaged["snapshotId"], "--steps", "1")
     assert out.returncode == 1, out.stdout
     assert damaged["snapshotId"] in out.stderr and "damaged" in out.stderr, out.stderr
-    assert cli.json("runs", "list", "--limit", "100")["total"] == runs_before  # nothing was started
+    assert count_runs(cli) == runs_before  # nothing was started
 
 
 def test_a_paused_run_whose_snapshot_was_deleted_is_not_resumed(service):
     cli, data = service.cli, service.data_dir
-    run_id = start(cli, plan(100000))
+    run_id = start_run_id(cli, plan(100000))
     try:
-        wait_for(lambda: get(cli, run_id)["phase"] == "TRAINING", timeout=300, what="the run to train")
+        wait_phase(cli, run_id, "TRAINING")
         cli("runs", "pause", run_id, "--checkpoint", "save", check=True)
-        run = wait_for(lambda: (r := get(cli, run_id))["phase"] == "PAUSED" and r["pause"]["resourcesReleased"] and r,
-                       timeout=300, what="PAUSED")
+        run = wait_paused(cli, run_id)
         sid = run["pause"]["snapshotId"]
         snap = cli.json("snapshots", "get", sid)
         shutil.rmtree(data / snap["kinds"]["trainingState"]["location"])
         out = cli("runs", "resume", run_id)
         assert out.returncode == 1, out.stdout
         assert run_id in out.stderr and sid in out.stderr and "missing" in out.stderr, out.stderr
-        after = get(cli, run_id)
+        after = get_run(cli, run_id)
         assert after["phase"] == "PAUSED" and after["attempt"] == run["attempt"], after  # no new attempt, no claim
     finally:
-        cancel(cli, run_id)
+        cancel_run(cli, run_id)

@@ -4,7 +4,6 @@ with examples, mistakes caught with the nearest valid name and the place in the 
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import re
 import select
@@ -14,7 +13,8 @@ import subprocess
 import termios
 import time
 
-from cli_support import DATASET_NAME, EXAMPLES, MODEL_NAME, WORKLOAD, Cli, free_port, kill_job_of, plan_text
+from cli_support import (DATASET_NAME, EXAMPLES, MODEL_NAME, WORKLOAD, Cli, cancel_run, free_port, kill_job_of,
+                         plan_text, start_run)
 
 LONG_RUN_STEPS = 100000
 COMMANDS = [[], ["info"], ["status"], ["base-models"], ["base-models", "list"], ["base-models", "get"],
@@ -25,16 +25,6 @@ COMMANDS = [[], ["info"], ["status"], ["base-models"], ["base-models", "list"], 
             ["workloads", "refs", "get"], ["workloads", "refs", "set"], ["runs"], ["runs", "start"],
             ["runs", "list"], ["runs", "get"], ["runs", "wait"], ["runs", "cancel"], ["runs", "annotate"],
             ["runs", "metrics"], ["runs", "hparams"], ["capacity"], ["help"]]
-
-
-def start(cli, plan: str) -> dict:
-    out = cli("runs", "start", "-f", "-", "--force", "-o", "json", input=plan)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
-
-
-def cancel(cli, run_id):
-    cli("runs", "cancel", run_id, "--force")
 
 
 # ---- help (no service needed) ----------------------------------------------------------------
@@ -125,7 +115,7 @@ def test_a_model_not_in_the_deployment_says_an_operator_adds_it(ready):
 
 
 def test_metrics_fields_refuses_a_name_no_step_carries(ready):
-    run = start(ready, plan_text(max_steps=2))
+    run = start_run(ready, plan_text(max_steps=2))
     ready("runs", "wait", run["runId"], "--timeout", "5m", check=True)
     out = ready("runs", "metrics", run["runId"], "--fields", "bogus")
     assert out.returncode == 2
@@ -138,7 +128,7 @@ def test_metrics_fields_refuses_a_name_no_step_carries(ready):
 
 
 def test_metrics_of_a_failed_run_says_it_failed_and_why(ready):
-    run = start(ready, plan_text(max_steps=LONG_RUN_STEPS, max_attempts=1))
+    run = start_run(ready, plan_text(max_steps=LONG_RUN_STEPS, max_attempts=1))
     kill_job_of(run["runId"])
     ready("runs", "wait", run["runId"], "--timeout", "5m", check=True)
     out = ready("runs", "metrics", run["runId"])
@@ -148,18 +138,17 @@ def test_metrics_of_a_failed_run_says_it_failed_and_why(ready):
 
 
 def test_cancelling_a_run_that_keeps_no_adapter_says_so(ready):
-    run = start(ready, plan_text(max_steps=LONG_RUN_STEPS))
+    run = start_run(ready, plan_text(max_steps=LONG_RUN_STEPS))
     out = ready("runs", "cancel", run["runId"], "--force")
     assert out.returncode == 0, out.stderr
     assert "execution.saveEvery is unset" in out.stderr and "nothing it trained is kept" in out.stdout, out
-    kept = start(ready, plan_text(max_steps=LONG_RUN_STEPS).replace("execution: {gpus: 0}",
-                                                                    "execution: {gpus: 0, saveEvery: 5}"))
+    kept = start_run(ready, plan_text(max_steps=LONG_RUN_STEPS, save_every=5))
     out = ready("runs", "cancel", kept["runId"], "--force")
     assert out.returncode == 0 and "saveEvery" not in out.stdout + out.stderr
 
 
 def test_wait_timeout_reports_the_time_asked_for(ready):
-    run = start(ready, plan_text(max_steps=LONG_RUN_STEPS))
+    run = start_run(ready, plan_text(max_steps=LONG_RUN_STEPS))
     try:
         out = ready("runs", "wait", run["runId"], "--timeout", "3s")
         assert out.returncode == 5
@@ -167,11 +156,11 @@ def test_wait_timeout_reports_the_time_asked_for(ready):
         short = run["runId"][:12]
         assert f"`trainer runs wait {short}`" in out.stderr and f"`trainer runs cancel {short}`" in out.stderr
     finally:
-        cancel(ready, run["runId"])
+        cancel_run(ready, run["runId"], wait=False)
 
 
 def test_cpu_runs_show_cpu_seconds_and_runs_get_keeps_the_record_out_of_cost(ready):
-    run = start(ready, plan_text(max_steps=2))
+    run = start_run(ready, plan_text(max_steps=2))
     ready("runs", "wait", run["runId"], "--timeout", "5m", check=True)
     out = ready("runs", "get", run["runId"])
     assert out.returncode == 0
@@ -304,7 +293,7 @@ class ReflowingTerminal:
 
 
 def test_a_terminal_narrowed_mid_run_keeps_no_stale_progress_line_and_ctrl_c_says_what_next(ready):
-    run = start(ready, plan_text(max_steps=LONG_RUN_STEPS))
+    run = start_run(ready, plan_text(max_steps=LONG_RUN_STEPS))
     short = run["runId"][:12]
     proc, master = on_a_terminal(ready, ["runs", "wait", run["runId"]], columns=120)
     try:
@@ -317,7 +306,7 @@ def test_a_terminal_narrowed_mid_run_keeps_no_stale_progress_line_and_ctrl_c_say
         assert proc.wait(timeout=30) == 130
     finally:
         os.close(master)
-        cancel(ready, run["runId"])
+        cancel_run(ready, run["runId"], wait=False)
     terminal = ReflowingTerminal(120)
     terminal.feed(wide.decode(errors="replace"))
     training_rows = [r for r in terminal.screen() if "TRAINING" in r]

@@ -12,25 +12,13 @@ import urllib.request
 
 import pytest
 
-from cli_support import DATASET_NAME, MODEL_NAME, WORKLOAD, wait_for
+from cli_support import ended, plan_text, run_snapshots, start_run_id, wait_paused, wait_phase, wait_step
 
 STEPS = 30
 
 
 def plan() -> str:
-    return "\n".join([
-        "kind: run", f"workload: {WORKLOAD}", f"baseModel: {MODEL_NAME}", "config:",
-        f"  dataset: {DATASET_NAME}", "  hyperparams:", "    optimizer: {learningRate: 0.003}",
-        f"    training: {{maxSteps: {STEPS}, batchSize: 4}}", "  maxSeqLength: 128",
-        "  model: {precision: FP32}", "execution: {gpus: 0, saveEvery: 2, keepAdapters: 1, keepTrainingStates: 1}"]) + "\n"
-
-
-def get(cli, run_id) -> dict:
-    return cli.json("runs", "get", run_id)
-
-
-def listed(cli, run_id) -> list[dict]:
-    return cli.json("runs", "snapshots", run_id, "--limit", "100")["snapshots"]
+    return plan_text(STEPS, save_every=2, keep_adapters=1, keep_training_states=1)
 
 
 def stored(data_dir: pathlib.Path, snap: dict, kind: str) -> bool:
@@ -40,13 +28,10 @@ def stored(data_dir: pathlib.Path, snap: dict, kind: str) -> bool:
 @pytest.mark.timeout(1200)  # its run is waited for up to 900 s
 def test_retention_never_deletes_a_pinned_or_branch_held_snapshot(ready, trainerd):
     data = trainerd.data_dir
-    out = ready("runs", "start", "-f", "-", "--force", "-o", "json", input=plan())
-    assert out.returncode == 0, out.stderr
-    run_id = json.loads(out.stdout)["runId"]
-    wait_for(lambda: get(ready, run_id)["progress"].get("step", 0) >= 3, what="step 3")
+    run_id = start_run_id(ready, plan())
+    wait_step(ready, run_id, 3)
     ready("runs", "pause", run_id, "--checkpoint", "save", check=True)
-    paused = wait_for(lambda: (r := get(ready, run_id))["phase"] == "PAUSED" and r["pause"]["resourcesReleased"] and r,
-                      what="PAUSED")
+    paused = wait_paused(ready, run_id)
     held = paused["pause"]["snapshotId"]
     saved = paused["pause"]["savedStep"]
 
@@ -61,10 +46,9 @@ def test_retention_never_deletes_a_pinned_or_branch_held_snapshot(ready, trainer
 
     # The run trains to its end: every later save sweeps older artifacts, but not the pinned ones.
     ready("runs", "resume", run_id, check=True)
-    done = wait_for(lambda: (r := get(ready, run_id))["phase"] in ("COMPLETED", "FAILED") and r, what="the end",
-                    timeout=900)
+    done = ended(ready, run_id)
     assert done["phase"] == "COMPLETED", done.get("failureReason")
-    snaps = listed(ready, run_id)
+    snaps = run_snapshots(ready, run_id)
     assert [s["savedStep"] for s in snaps] == [STEPS, saved], snaps  # the final one and the pinned one
     pinned = next(s for s in snaps if s["snapshotId"] == held)
     assert sorted(pinned["artifacts"]) == ["trainingState", "weights"]
@@ -94,12 +78,12 @@ def test_retention_never_deletes_a_pinned_or_branch_held_snapshot(ready, trainer
         assert stored(data, snap, "weights")
     finally:
         ready("runs", "cancel", child, "--force", check=True)
-    wait_for(lambda: get(ready, child)["phase"] == "CANCELLED", what="the branch to end")
+    wait_phase(ready, child, "CANCELLED")  # the branch ended
     assert ready.json("snapshots", "get", held)["heldBy"] == []  # an ended branch gives its source back
     ready("snapshots", "release", held, check=True)  # retention applies again: nothing holds it now
     assert ready("snapshots", "get", held).returncode != 0
     assert not stored(data, snap, "weights")
-    assert [s["savedStep"] for s in listed(ready, run_id)] == [STEPS]
+    assert [s["savedStep"] for s in run_snapshots(ready, run_id)] == [STEPS]
 
     # Each is a service operation in /metrics: the branch, the holds changed, the deletions.
     metrics = urllib.request.urlopen(trainerd.url + "/metrics", timeout=10).read().decode()

@@ -6,11 +6,11 @@ overrides are refused by name and create nothing; the family views list what was
 from __future__ import annotations
 
 import json
-import pathlib
 
 import pytest
 
-from cli_support import DATASET_NAME, MODEL_NAME, WORKLOAD, wait_for
+from cli_support import (GRID, adapter_bytes, count_runs, ended, get_run, grid_file, losses, plan_text, snapshot_at,
+                         start_run_id)
 
 pytestmark = pytest.mark.timeout(1200)  # its runs are waited for up to 1000 s each (ended, continuation)
 
@@ -22,52 +22,14 @@ SOURCE_STEP = 8  # the parent's snapshot the children start from
 def plan(max_steps: int = STEPS, save_every: int = SAVE_EVERY, keep: int = 100, keep_states: int = 100) -> str:
     # A constant schedule without warmup: a child's schedule spans its own budget, so only a
     # constant rate lets a continuation match the parent's later steps.
-    return "\n".join([
-        "kind: run", f"workload: {WORKLOAD}", f"baseModel: {MODEL_NAME}", "config:",
-        f"  dataset: {DATASET_NAME}", "  hyperparams:",
-        "    optimizer: {learningRate: 0.003, schedule: constant, warmupSteps: 0}",
-        f"    training: {{maxSteps: {max_steps}, batchSize: 4}}", "  maxSeqLength: 128",
-        "  model: {precision: FP32}",
-        f"execution: {{gpus: 0, saveEvery: {save_every}, keepAdapters: {keep}, keepTrainingStates: {keep_states}}}"
-    ]) + "\n"
-
-
-def start(cli, text: str) -> str:
-    out = cli("runs", "start", "-f", "-", "--force", "-o", "json", input=text)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)["runId"]
-
-
-def get(cli, run_id) -> dict:
-    return cli.json("runs", "get", run_id)
-
-
-def ended(cli, run_id) -> dict:
-    return wait_for(lambda: (r := get(cli, run_id))["phase"] in ("COMPLETED", "FAILED", "CANCELLED") and r,
-                    what=f"run {run_id} to end", timeout=900)
-
-
-def losses(cli, run_id) -> dict[int, float]:
-    return {s["step"]: s["loss"] for s in cli.json("runs", "metrics", run_id)["steps"]}
-
-
-def snapshot_at(cli, run_id, step) -> dict:
-    listed = cli.json("runs", "snapshots", run_id, "--limit", "100")["snapshots"]
-    return next(s for s in listed if s["savedStep"] == step)
-
-
-def adapter_bytes(run: dict) -> bytes:
-    return (pathlib.Path(run["adapterPath"]) / "adapter_model.safetensors").read_bytes()
-
-
-def count_runs(cli) -> int:
-    return cli.json("runs", "list", "--limit", "100")["total"]
+    return plan_text(max_steps, save_every=save_every, keep_adapters=keep, keep_training_states=keep_states,
+                     optimizer="{learningRate: 0.003, schedule: constant, warmupSteps: 0}")
 
 
 @pytest.fixture(scope="module")
 def parent(ready):
     """The uninterrupted run every child is compared with, and its snapshot at SOURCE_STEP."""
-    run = ended(ready, start(ready, plan()))
+    run = ended(ready, start_run_id(ready, plan()))
     assert run["phase"] == "COMPLETED", run.get("failureReason")
     return run, losses(ready, run["runId"]), snapshot_at(ready, run["runId"], SOURCE_STEP)
 
@@ -96,7 +58,7 @@ def test_a_training_state_continuation_trains_exactly_the_parents_later_steps(re
         assert loss == parent_losses[SOURCE_STEP + k], (k, loss, parent_losses[SOURCE_STEP + k])
     assert adapter_bytes(child) == adapter_bytes(run)
     # The parent is unchanged.
-    assert get(ready, run["runId"])["progress"] == run["progress"]
+    assert get_run(ready, run["runId"])["progress"] == run["progress"]
 
 
 def test_continue_picks_the_newest_snapshot_with_training_state(ready, parent):
@@ -166,7 +128,7 @@ def test_bad_overrides_are_refused_by_name_and_nothing_is_created(ready, parent,
 
 
 def test_a_run_without_training_state_cannot_be_continued_and_says_why(ready):
-    run_id = start(ready, plan(max_steps=5000, save_every=4000))  # nothing saved for a long while
+    run_id = start_run_id(ready, plan(max_steps=5000, save_every=4000))  # nothing saved for a long while
     try:
         out = ready("runs", "continue", run_id, "--steps", "5")
         assert out.returncode != 0
@@ -216,20 +178,6 @@ def test_the_family_views_list_children_descendants_and_ancestry(ready, parent, 
     assert [r["runId"] for r in chain] == [root, continuation["runId"], grandchild["runId"]]
     assert chain[2]["sourceStep"] == STEPS - SOURCE_STEP and chain[2]["stepBudget"] == 2
     assert [r["runId"] for r in ready.json("runs", "ancestry", root)["runs"]] == [root]  # a chain of one
-
-
-def grid_file(tmp_path, text: str) -> pathlib.Path:
-    path = tmp_path / "grid.yaml"
-    path.write_text(text)
-    return path
-
-
-GRID = """axes:
-  - path: hyperparams.optimizer.learningRate
-    values: [0.001, 0.002]
-  - path: hyperparams.training.batchSize
-    values: [2, 4]
-"""
 
 
 def test_a_sweep_starts_one_labelled_child_per_grid_point_last_axis_fastest(ready, parent, tmp_path):

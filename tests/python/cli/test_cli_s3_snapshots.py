@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from cli_support import DATASET_NAME, EXAMPLES, MODEL_NAME, WORKLOAD, Cli, start_trainerd, stop, wait_for
+from cli_support import MODEL_NAME, Cli, losses, plan_text, start_run_id, start_trainerd, stop, wait_paused, wait_step
 from s3_server import start_s3_server, stop_s3_server
 
 BUCKET = "trainer-artifacts"
@@ -45,12 +45,8 @@ def trainerd(bin_dir, tiny_model, tmp_path_factory, s3):
     stop(service.proc, service.data_dir)
 
 
-def plan() -> str:
-    return "\n".join([
-        "kind: run", f"workload: {WORKLOAD}", f"baseModel: {MODEL_NAME}", "config:", f"  dataset: {DATASET_NAME}",
-        "  hyperparams:", "    optimizer: {learningRate: 0.003}", f"    training: {{maxSteps: {STEPS}, batchSize: 4}}",
-        "  maxSeqLength: 128", "  model: {precision: FP32}", "execution: {gpus: 0, saveEvery: 2, keepAdapters: 100, keepTrainingStates: 100}",  # retention keeps all
-        ""])
+def plan() -> str:  # retention keeps every save
+    return plan_text(STEPS, save_every=2, keep_adapters=100, keep_training_states=100)
 
 
 def s3_get(s3, key: str) -> bytes:
@@ -61,19 +57,9 @@ def s3_get(s3, key: str) -> bytes:
     return out.stdout
 
 
-def start(cli) -> str:
-    out = cli("runs", "start", "-f", "-", "--force", "--jq", ".runId", input=plan())
-    assert out.returncode == 0, out.stderr
-    return out.stdout.strip()
-
-
-def losses(cli, run_id) -> dict[int, float]:
-    return {s["step"]: s["loss"] for s in cli.json("runs", "metrics", run_id)["steps"]}
-
-
 @pytest.fixture(scope="module")
 def reference(ready):
-    run_id = start(ready)
+    run_id = start_run_id(ready, plan())
     ready("runs", "wait", run_id, "--timeout", "10m", "--exit-status", "-q", check=True)
     return run_id
 
@@ -123,12 +109,11 @@ def test_a_completed_run_registers_its_adapter_in_the_bucket(ready, trainerd, s3
 
 
 def test_a_paused_run_resumes_from_s3_and_trains_exactly_as_the_uninterrupted_one(ready, reference):
-    run_id = start(ready)
-    wait_for(lambda: ready.json("runs", "get", run_id)["progress"].get("step", 0) >= 3, what="step 3")
+    run_id = start_run_id(ready, plan())
+    wait_step(ready, run_id, 3)
     out = ready("runs", "pause", run_id, "--checkpoint", "save")
     assert out.returncode == 0, out.stderr
-    paused = wait_for(lambda: (r := ready.json("runs", "get", run_id))["phase"] == "PAUSED"
-                      and r["pause"]["resourcesReleased"] and r, what="PAUSED")
+    paused = wait_paused(ready, run_id)
     assert 3 <= paused["pause"]["savedStep"] < STEPS
     out = ready("runs", "resume", run_id)
     assert out.returncode == 0 and "attempt 2" in out.stdout, out.stdout + out.stderr

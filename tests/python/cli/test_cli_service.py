@@ -10,21 +10,10 @@ import time
 
 import pytest
 
-from cli_support import (DATASET_NAME, wait_for, kill_job_of, EXAMPLES, MODEL_NAME, WORKLOAD, Cli, plan_text, start_trainerd,
-                         stop)
+from cli_support import (DATASET_NAME, MODEL_NAME, TERMINAL, WORKLOAD, Cli, cancel_run, kill_job_of, plan_text, prepare,
+                         start_run, start_trainerd, stop, wait_for)
 
 LONG_RUN_STEPS = 100000
-TERMINAL = {"COMPLETED", "FAILED", "CANCELLED"}
-
-
-def start(cli, plan: str, *flags) -> dict:
-    out = cli("runs", "start", "-f", "-", "--force", "-o", "json", *flags, input=plan)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
-
-
-def cancel(cli, run_id):
-    cli("runs", "cancel", run_id, "--force")
 
 
 # ---- against trainerd ----------------------------------------------------------------------
@@ -71,37 +60,37 @@ def test_start_without_a_terminal_and_without_force_refuses(ready):
 
 def test_a_resubmission_with_the_same_submission_id_reaches_the_same_run(ready):
     plan = plan_text(max_steps=LONG_RUN_STEPS, submissionId="resubmit-me-1")
-    first = start(ready, plan)
-    second = start(ready, plan)
+    first = start_run(ready, plan)
+    second = start_run(ready, plan)
     assert first["runId"] == second["runId"]
     assert first["submissionId"] == "resubmit-me-1"
     text = ready("runs", "start", "-f", "-", "--force", input=plan)
     assert "already accepted" in text.stdout and first["runId"] in text.stdout
-    cancel(ready, first["runId"])
+    cancel_run(ready, first["runId"], wait=False)
 
 
 def test_a_generated_submission_id_makes_each_start_a_new_run(ready):
-    a = start(ready, plan_text(max_steps=LONG_RUN_STEPS))
-    b = start(ready, plan_text(max_steps=LONG_RUN_STEPS))
+    a = start_run(ready, plan_text(max_steps=LONG_RUN_STEPS))
+    b = start_run(ready, plan_text(max_steps=LONG_RUN_STEPS))
     assert a["runId"] != b["runId"]
     assert re.fullmatch(r"[0-9a-f]{16}", a["submissionId"])
-    cancel(ready, a["runId"])
-    cancel(ready, b["runId"])
+    cancel_run(ready, a["runId"], wait=False)
+    cancel_run(ready, b["runId"], wait=False)
 
 
 def test_wait_timeout_stops_watching_and_leaves_the_run_running(ready):
-    run = start(ready, plan_text(max_steps=LONG_RUN_STEPS))
+    run = start_run(ready, plan_text(max_steps=LONG_RUN_STEPS))
     began = time.time()
     out = ready("runs", "wait", run["runId"], "--timeout", "2s")
     assert out.returncode == 5
     assert time.time() - began < 30
     assert "stopped waiting after" in out.stderr and "still" in out.stderr
     assert ready.json("runs", "get", run["runId"])["phase"] not in TERMINAL
-    cancel(ready, run["runId"])
+    cancel_run(ready, run["runId"], wait=False)
 
 
 def test_cancel_asks_first_and_wait_exit_status_reports_cancelled(ready):
-    run = start(ready, plan_text(max_steps=LONG_RUN_STEPS))
+    run = start_run(ready, plan_text(max_steps=LONG_RUN_STEPS))
     refused = ready("runs", "cancel", run["runId"])
     assert refused.returncode == 2 and "pass --force" in refused.stderr
     ok = ready("runs", "cancel", run["runId"][:10], "--force")
@@ -116,7 +105,7 @@ def test_cancel_asks_first_and_wait_exit_status_reports_cancelled(ready):
 
 def test_wait_exit_status_reports_failed(ready):
     # Its job is killed from outside (as the OOM killer would): the run fails.
-    run = start(ready, plan_text(max_steps=LONG_RUN_STEPS, max_attempts=1))
+    run = start_run(ready, plan_text(max_steps=LONG_RUN_STEPS, max_attempts=1))
     kill_job_of(run["runId"])
     plain = ready("runs", "wait", run["runId"], timeout=180)
     assert plain.returncode == 0, plain.stderr
@@ -131,9 +120,9 @@ def test_id_prefixes_resolve_and_ambiguous_ones_are_refused(ready):
     by_first_char = {}
     runs = []
     while True:
-        run = start(ready, plan_text(max_steps=LONG_RUN_STEPS))
+        run = start_run(ready, plan_text(max_steps=LONG_RUN_STEPS))
         runs.append(run["runId"])
-        cancel(ready, run["runId"])
+        cancel_run(ready, run["runId"], wait=False)
         if run["runId"][0] in by_first_char:
             pair = (by_first_char[run["runId"][0]], run["runId"])
             break
@@ -149,8 +138,8 @@ def test_id_prefixes_resolve_and_ambiguous_ones_are_refused(ready):
 
 
 def test_lists_are_newest_first_and_page_with_limit_and_offset(ready):
-    first = start(ready, plan_text(max_steps=LONG_RUN_STEPS))
-    second = start(ready, plan_text(max_steps=LONG_RUN_STEPS))
+    first = start_run(ready, plan_text(max_steps=LONG_RUN_STEPS))
+    second = start_run(ready, plan_text(max_steps=LONG_RUN_STEPS))
     page = ready.json("runs", "list", "--limit", "1")
     assert page["runs"][0]["runId"] == second["runId"]
     assert page["nextOffset"] == 1
@@ -161,8 +150,8 @@ def test_lists_are_newest_first_and_page_with_limit_and_offset(ready):
     open_runs = ready.json("runs", "list", "--phase", "open")["runs"]
     assert {first["runId"], second["runId"]} <= {r["runId"] for r in open_runs}
     assert all(r["phase"] not in TERMINAL for r in open_runs)
-    cancel(ready, first["runId"])
-    cancel(ready, second["runId"])
+    cancel_run(ready, first["runId"], wait=False)
+    cancel_run(ready, second["runId"], wait=False)
     wait_for(lambda: ready.json("runs", "get", second["runId"])["phase"] in TERMINAL, timeout=60, what="cancel")
     cancelled = ready.json("runs", "list", "--phase", "CANCELLED")["runs"]
     assert second["runId"] in {r["runId"] for r in cancelled}
@@ -251,10 +240,8 @@ def test_wait_rides_out_a_restart_of_the_service(bin_dir, tiny_model, tmp_path):
     waiter = None
     try:
         cli = Cli(bin_dir / "trainer", service.url)
-        cli("base-models", "select", MODEL_NAME, "--wait", check=True)
-        cli("datasets", "create", "-f", EXAMPLES / "sentiment" / "train.jsonl", "--name", DATASET_NAME, check=True)
-        cli("workloads", "create", WORKLOAD, check=True)
-        run = start(cli, plan_text(max_steps=LONG_RUN_STEPS))
+        prepare(cli)
+        run = start_run(cli, plan_text(max_steps=LONG_RUN_STEPS))
         waited = tmp_path / "wait.out"
         with open(waited, "w") as out:
             waiter = subprocess.Popen([str(bin_dir / "trainer"), "runs", "wait", run["runId"], "--exit-status",

@@ -8,62 +8,21 @@ import urllib.request
 
 import pytest
 
-from cli_support import DATASET_NAME, MODEL_NAME, WORKLOAD, call, job_credentials, wait_for
+from cli_support import (call, cancel_run, job_credentials, plan_text, snapshot_id, start_run, start_run_id,
+                         weights_reservation)
 
 pytestmark = pytest.mark.timeout(1200)  # its runs are waited for up to 1000 s each (start)
 
-TERMINAL = {"COMPLETED", "FAILED", "CANCELLED"}
 PAYLOAD = b"adapter bytes"  # the one file of the weights the tests reserve and commit by hand
 
 
 def plan(max_steps: int, save_every: int | None = None) -> str:
     # Every training state kept: retention (test_cli_lineage.py) would delete older ones.
-    execution = "{gpus: 0" + (f", saveEvery: {save_every}, keepTrainingStates: 100" if save_every else "") + "}"
-    return "\n".join([
-        "kind: run", f"workload: {WORKLOAD}", f"baseModel: {MODEL_NAME}", "config:",
-        f"  dataset: {DATASET_NAME}", "  hyperparams:", "    optimizer: {learningRate: 0.003}",
-        f"    training: {{maxSteps: {max_steps}, batchSize: 4}}", "  maxSeqLength: 128",
-        "  model: {precision: FP32}", f"execution: {execution}"]) + "\n"
-
-
-def start(cli, text: str, *flags) -> dict:
-    """Starts the plan; with "--wait", follows the run to its end and returns its final record."""
-    wait = "--wait" in flags
-    out = cli("runs", "start", "-f", "-", "--force", "-o", "json", *[f for f in flags if f != "--wait"], input=text)
-    assert out.returncode == 0, out.stderr
-    run = json.loads(out.stdout)
-    if not wait:
-        return run
-    cli("runs", "wait", run["runId"], "--timeout", "15m", timeout=1000)
-    return cli.json("runs", "get", run["runId"])
-
-
-def snapshot_id(run_id: str, step: int, digests: dict[str, str]) -> str:
-    text = f"trainer-snapshot-v1\n{run_id}\n{step}\n" + "".join(f"{k}={d}\n" for k, d in sorted(digests.items()))
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def cancel(cli, run_id: str) -> None:
-    """Cancels the run and waits until it has ended."""
-    cli("runs", "cancel", run_id, "--force")
-    wait_for(lambda: cli.json("runs", "get", run_id)["phase"] in TERMINAL, timeout=120, what=f"run {run_id} to end")
-
-
-def weights_reservation(run_id: str, step: int, payload: bytes) -> tuple[str, dict, bytes]:
-    """A weights snapshot of one file as a job reserves it: (snapshot id, reservation, manifest bytes)."""
-    manifest = {"format": 1, "kind": "weights", "runId": run_id, "engineStep": step, "epoch": 0,
-                "baseModelSha": "", "files": [{"path": "a.bin", "bytes": len(payload),
-                                               "sha256": hashlib.sha256(payload).hexdigest()}]}
-    text = json.dumps(manifest, separators=(",", ":"), sort_keys=True).encode()
-    digest = hashlib.sha256(text).hexdigest()
-    sid = snapshot_id(run_id, step, {"weights": digest})
-    body = {"snapshotId": sid, "attempt": 1, "step": step, "epoch": 0,
-            "kinds": {"weights": {"manifestDigest": digest, "bytes": len(payload)}}}
-    return sid, body, text
+    return plan_text(max_steps, save_every=save_every, keep_training_states=100 if save_every else None)
 
 
 def test_each_save_and_the_end_leave_a_committed_snapshot(ready, trainerd):
-    run = start(ready, plan(5, save_every=2), "--wait")
+    run = start_run(ready, plan(5, save_every=2), "--wait")
     assert run["phase"] == "COMPLETED", run
     run_id = run["runId"]
     listed = ready.json("runs", "snapshots", run_id[:8])
@@ -119,7 +78,7 @@ def test_each_save_and_the_end_leave_a_committed_snapshot(ready, trainerd):
 def test_the_catalog_refuses_a_tampered_upload_and_lists_no_reservation(ready, trainerd):
     """The job's callbacks, driven by hand against a running run: a manifest or payload that
     does not match the reservation is refused at verification; a reservation is never listed."""
-    run_id = start(ready, plan(100000))["runId"]
+    run_id = start_run_id(ready, plan(100000))
     try:
         job, (sid, body, text) = job_credentials(trainerd, run_id), weights_reservation(run_id, 7, PAYLOAD)
         bad = dict(body, snapshotId="0" * 64)
@@ -152,7 +111,7 @@ def test_the_catalog_refuses_a_tampered_upload_and_lists_no_reservation(ready, t
         status, err = call(f"{trainerd.url}/v1/snapshots/{sid}/commit", "POST", {"kind": "trainingState"}, job)
         assert status == 400 and err["error"]["field"] == "kind"
     finally:
-        cancel(ready, run_id)
+        cancel_run(ready, run_id)
     status, err = call(f"{trainerd.url}/v1/runs/{run_id}/snapshots", "POST", body, job)
     assert status == 409, err  # an ended run takes no new snapshots
 
@@ -161,10 +120,10 @@ def test_the_catalog_takes_a_jobs_callbacks_only_from_the_runs_current_attempt(r
     """Reserve and commit carry the attempt's credentials (X-Trainer-Job, Authorization: Bearer):
     none, a wrong token or an unknown attempt is a 401 naming the header at fault, another run's
     attempt a 403; a refused callback reserves and commits nothing."""
-    other = start(ready, plan(1), "--wait")
+    other = start_run(ready, plan(1), "--wait")
     assert other["phase"] == "COMPLETED", other
     others_job = job_credentials(trainerd, other["runId"])  # a real attempt with its real token
-    run_id = start(ready, plan(100000))["runId"]
+    run_id = start_run_id(ready, plan(100000))
     try:
         job, (sid, body, text) = job_credentials(trainerd, run_id), weights_reservation(run_id, 3, PAYLOAD)
         refusals = [
@@ -207,7 +166,7 @@ def test_the_catalog_takes_a_jobs_callbacks_only_from_the_runs_current_attempt(r
         status, err = call(f"{trainerd.url}/v1/snapshots/{theirs}/commit", "POST", {"kind": "weights"}, job)
         assert status == 403 and err["error"]["code"] == "failed_precondition", err
     finally:
-        cancel(ready, run_id)
+        cancel_run(ready, run_id)
 
 
 def test_pause_and_resume_refuse_what_they_cannot_do(ready):
@@ -215,7 +174,7 @@ def test_pause_and_resume_refuse_what_they_cannot_do(ready):
     assert missing.returncode == 2 and "--checkpoint is required" in missing.stderr
     wrong = ready("runs", "pause", "abc", "--checkpoint", "now")
     assert wrong.returncode == 2 and "save or latest" in wrong.stderr
-    run = start(ready, plan(100000))
+    run = start_run(ready, plan(100000))
     run_id = run["runId"]
     try:
         # No committed training state yet: `latest` would restart from the base model.
@@ -224,7 +183,7 @@ def test_pause_and_resume_refuse_what_they_cannot_do(ready):
         resume = ready("runs", "resume", run_id)
         assert resume.returncode == 1 and "not PAUSED" in resume.stderr, resume.stderr
     finally:
-        ready("runs", "cancel", run_id, "--force")
-    done = start(ready, plan(1), "--wait")
+        cancel_run(ready, run_id, wait=False)
+    done = start_run(ready, plan(1), "--wait")
     ended = ready("runs", "pause", done["runId"], "--checkpoint", "save")
     assert ended.returncode == 1 and "only an active run can pause" in ended.stderr, ended.stderr

@@ -23,7 +23,7 @@ from tensorboard.backend.event_processing import event_accumulator
 from tbparse import SummaryReader
 from tensorboard.plugins.hparams import plugin_data_pb2
 
-from cli_support import DATASET_NAME, MODEL_NAME, WORKLOAD, free_port, wait_for
+from cli_support import ended, free_port, plan_text, start_run_id, wait_for, wait_phase, wait_step
 
 STEPS = 16
 SAVE_EVERY = 4
@@ -31,15 +31,7 @@ VENV_BIN = pathlib.Path(sys.executable).parent  # where the pinned `tensorboard`
 
 
 def plan() -> str:
-    return "\n".join([
-        "kind: run", f"workload: {WORKLOAD}", f"baseModel: {MODEL_NAME}", "config:",
-        f"  dataset: {DATASET_NAME}", "  hyperparams:", "    optimizer: {learningRate: 0.003}",
-        f"    training: {{maxSteps: {STEPS}, batchSize: 4}}", "  maxSeqLength: 128",
-        "  model: {precision: FP32}", f"execution: {{gpus: 0, saveEvery: {SAVE_EVERY}}}"]) + "\n"
-
-
-def get(cli, run_id) -> dict:
-    return cli.json("runs", "get", run_id)
+    return plan_text(STEPS, save_every=SAVE_EVERY)
 
 
 def metric_losses(cli, run_id) -> list[tuple[int, float]]:
@@ -81,23 +73,20 @@ def paused_run(ready, tmp_path_factory):
     `runs tensorboard --sync-only` started right after the submission: (run id, mirror folder,
     what the mirror held while the run was PAUSED, the process's output)."""
     folder = tmp_path_factory.mktemp("tb")
-    out = ready("runs", "start", "-f", "-", "--force", "-o", "json", input=plan())
-    assert out.returncode == 0, out.stderr
-    run_id = json.loads(out.stdout)["runId"]
+    run_id = start_run_id(ready, plan())
     short = run_id[:12]
     mirror = sync_only(ready, run_id, folder)
     try:
-        wait_for(lambda: get(ready, run_id)["progress"].get("step", 0) >= 5, what="step 5")
+        wait_step(ready, run_id, 5)
         ready("runs", "pause", run_id, "--checkpoint", "save", check=True)
-        run = wait_for(lambda: (r := get(ready, run_id))["phase"] == "PAUSED" and r, what="PAUSED")
+        run = wait_phase(ready, run_id, "PAUSED")
         saved = run["pause"]["savedStep"]
         # The job copied its file before it reported the pause: the mirror catches up to it.
         while_paused = wait_for(lambda: (b := board_losses(folder / short)) and b[-1][0] == saved and b,
                                 what=f"the mirror to reach step {saved}")
         assert mirror.poll() is None, "--sync-only must keep syncing while the run is not over"
         ready("runs", "resume", run_id, check=True)
-        done = wait_for(lambda: (r := get(ready, run_id))["phase"] in ("COMPLETED", "FAILED") and r,
-                        what="the run's end")
+        done = ended(ready, run_id)
         assert done["phase"] == "COMPLETED", done.get("failureReason")
         stdout, stderr = mirror.communicate(timeout=120)  # it exits by itself once the run ended
         assert mirror.returncode == 0, stderr
