@@ -235,9 +235,9 @@ Status ServiceImpl::submit_job(RunRecord& run) {
   backend::JobSpec spec = job_spec(run);
   // The attempt's identity to the API: its posts of events and log lines carry it (job_reports.cpp).
   spec.job_id = run.id + "-" + std::to_string(run.attempt);
-  auto attempt = store_->register_job_attempt({spec.job_id, "run", run.id, new_job_token()});
-  if (!attempt.is_ok()) return attempt.status();
-  spec.job_token = attempt->token;
+  TRAINER_ASSIGN_OR_RETURN(std::optional<std::string> token, core_.durable_job_token(spec.job_id, "run", run.id));
+  if (!token) return Status::ok();  // registered now; the job starts on the next step
+  spec.job_token = *token;
   auto record_job = [&](backend::JobHandle handle) -> Status {
     JobRecord job;
     job.handle = std::move(handle);

@@ -306,6 +306,12 @@ Result<json> Evaluations::start_locked(const json& body) {
 
 Status Evaluations::launch_evaluation_locked(json& doc, const store::ClaimRow& claim) {
   const std::string id = doc["evaluationId"].get<std::string>();
+  // Each start of its job is an attempt of its own (its own events file), as a run's are.
+  const int64_t attempt = doc["_job"].is_object() ? doc["_job"].value("attempt", int64_t{0}) + 1 : 1;
+  // The attempt's identity to the API, durable before its job starts.
+  TRAINER_ASSIGN_OR_RETURN(std::optional<std::string> token,
+                           core_.durable_job_token(id + "-" + std::to_string(attempt), "evaluation", id));
+  if (!token) return Status::ok();  // registered now; the job starts on the next step
   const fs::path dir = evaluation_dir(id);
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -339,14 +345,10 @@ Status Evaluations::launch_evaluation_locked(json& doc, const store::ClaimRow& c
       return end_evaluation_locked(doc, "FAILED", "could not stage the evaluation's inputs: " + staged.status().message());
     }
   }
-  // Each start of its job is an attempt of its own (its own events file), as a run's are.
-  const int64_t attempt = doc["_job"].is_object() ? doc["_job"].value("attempt", int64_t{0}) + 1 : 1;
   backend::JobSpec job = evaluation_job_spec(doc, claim, attempt, &spec);
   // A job started before a crash whose handle was never committed is adopted, not started twice.
   // The attempt's identity to the API: its posts of events and log lines carry it (job_reports.cpp).
-  auto registered = core_.store->register_job_attempt({job.job_id, "evaluation", id, new_job_token()});
-  if (!registered.is_ok()) return registered.status();
-  job.job_token = registered->token;
+  job.job_token = *token;
   std::optional<backend::JobHandle> handle = core_.backend->find(job);
   if (!handle) {
     TRAINER_RETURN_IF_ERROR(write_file_atomic(job.plan_path, spec.dump(2) + "\n"));

@@ -108,4 +108,14 @@ std::string ServiceCore::job_log_tail(const std::string& job_id, const std::stri
   return last_lines(log_path, n);
 }
 
+Result<std::optional<std::string>> ServiceCore::durable_job_token(const std::string& job_id,
+                                                                 const std::string& owner_kind,
+                                                                 const std::string& owner_id) {
+  TRAINER_ASSIGN_OR_RETURN(std::optional<store::JobAttemptRow> known, store->get_job_attempt(job_id));
+  if (known) return std::optional<std::string>(known->token);
+  TRAINER_RETURN_IF_ERROR(store->register_job_attempt({job_id, owner_kind, owner_id, new_job_token()}).status());
+  kernel->wake();  // the next pass, after this step's commit, starts the job
+  return std::optional<std::string>();
+}
+
 }  // namespace trainer::service

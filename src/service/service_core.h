@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,14 @@ class ServiceCore {
   // The job attempt `job_id` when `token` is its (TRAINER_JOB_TOKEN): not_found, or
   // invalid_argument for another token. Reads the store only.
   Result<store::JobAttemptRow> authenticated_attempt(const std::string& job_id, const std::string& token);
+  // The token of job attempt `job_id` once its row is durable. The first call registers the
+  // attempt (for `owner_kind` `owner_id`, with a new token), wakes the kernel and answers none:
+  // the caller starts the job on a later step, after the step's transaction committed the token
+  // the job will carry. (A job started with a token that a crash then rolled back would be
+  // adopted by the restarted trainerd, which had registered another: every call of the job
+  // refused.) Inside a store transaction, mu held.
+  Result<std::optional<std::string>> durable_job_token(const std::string& job_id, const std::string& owner_kind,
+                                                       const std::string& owner_id);
   // A job's last `n` log lines: the ones its attempt `job_id` posted, else its log file's.
   std::string job_log_tail(const std::string& job_id, const std::string& log_path, int n);
 
