@@ -5,6 +5,7 @@
 #include "cli/command_support.h"
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
+#include "cli/interrupt.h"
 #include "cli/list_command.h"
 #include "cli/run_view.h"
 
@@ -101,9 +102,15 @@ int wait_for_evaluation(Context& ctx, const std::string& ref) {
   }
   const auto start = std::chrono::steady_clock::now();
   std::string last;
+  bool explained = false;
   for (;;) {
     auto e = ctx.get("/v1/evaluations/" + seg(ref));
     if (!e) return ctx.last_failure_code();
+    if (!explained) {
+      const std::string id = short_id(e->value("evaluationId", ref));
+      explain_interrupt("evaluation " + id, "trainer evaluations wait " + id, "trainer evaluations cancel " + id);
+      explained = true;
+    }
     const std::string phase = e->value("phase", std::string());
     const std::string line = phase + " " + progress_text(*e) + " rows";
     if (ctx.text() && !ctx.quiet && line != last) std::fprintf(stderr, "evaluation %s: %s\n", short_id(e->value("evaluationId", ref)).c_str(), line.c_str());

@@ -1,0 +1,164 @@
+"""A new user's second hour (issue 30, "the rest of what the review found"), through the real
+`trainer` against a real trainerd: Ctrl-C on an evaluation's wait says the evaluation carries on
+and what to run next."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from toy_rl_service import toy_rl_service
+
+MODEL = "toy-policy"
+DATASET = "toy-tickets"
+WORKLOAD = "second-hour"
+
+
+class HeldEvaluator:
+    """An http: evaluator that answers no call until released: an evaluation grading through it
+    cannot end while a test watches it."""
+
+    def __init__(self):
+        self.released = threading.Event()
+        held = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                held.released.wait(timeout=600)
+                data = json.dumps({"score": 1}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.grader = f"http:http://127.0.0.1:{self.server.server_address[1]}/evaluate"
+
+    def close(self):
+        self.released.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def cli(bin_dir, tmp_path_factory):
+    with toy_rl_service(bin_dir, tmp_path_factory, model=MODEL, dataset=DATASET, workload=WORKLOAD) as (_, cli):
+        yield cli
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    held = HeldEvaluator()
+    yield held
+    held.close()
+
+
+@pytest.fixture
+def evaluations(cli):
+    """Evaluation ids a test started; each is cancelled after the test."""
+    started: list[str] = []
+    yield started
+    for ref in started:
+        cli("evaluations", "cancel", ref, "--force")
+
+
+def watch_then_interrupt(cli, *args) -> tuple[int, str, str]:
+    """Runs `trainer ARGS`, sends it SIGINT once it printed its first progress line (stderr), and
+    returns (exit code, that first line, everything it wrote to stderr after it)."""
+    proc = subprocess.Popen([str(cli.binary), *map(str, args), "--trainer-url", cli.url], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        first = proc.stderr.readline().decode(errors="replace")
+        os.killpg(proc.pid, signal.SIGINT)
+        _, rest = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return proc.returncode, first, rest.decode(errors="replace")
+
+
+def interrupt_message(short: str) -> str:
+    return (f"trainer: stopped watching evaluation {short}; it carries on (Ctrl-C stops only the watching): "
+            f"`trainer evaluations wait {short}` follows it again, `trainer evaluations cancel {short}` stops it")
+
+
+def start_held_evaluation(cli, evaluator, evaluations, dataset: str = DATASET) -> str:
+    ref = cli("evaluations", "start", "--model", MODEL, "--workload", WORKLOAD, "--dataset", dataset,
+              "--grader", evaluator.grader, "--jq", ".evaluationId", check=True).stdout.strip()
+    evaluations.append(ref)
+    return ref
+
+
+# ---- Ctrl-C on an evaluation's wait ------------------------------------------------------------
+
+def test_ctrl_c_on_evaluations_start_wait_and_on_evaluations_wait_says_it_carries_on(cli, evaluator, evaluations):
+    code, first, rest = watch_then_interrupt(cli, "evaluations", "start", "--model", MODEL, "--workload", WORKLOAD,
+                                             "--dataset", DATASET, "--grader", evaluator.grader, "--wait")
+    found = re.match(r"evaluation ([0-9a-f]{12}): ", first)
+    assert found, first + rest
+    short = found.group(1)
+    evaluations.append(short)
+    assert code == 130, first + rest
+    assert interrupt_message(short) in rest, rest
+    # It does carry on: still open, not cancelled by the Ctrl-C.
+    assert cli.json("evaluations", "get", short)["phase"] in ("QUEUED", "RUNNING")
+
+    code, first, rest = watch_then_interrupt(cli, "evaluations", "wait", short)
+    assert first.startswith(f"evaluation {short}: "), first + rest
+    assert code == 130, first + rest
+    assert interrupt_message(short) in rest, rest
+    assert cli.json("evaluations", "get", short)["phase"] in ("QUEUED", "RUNNING")
+
+
+def test_ctrl_c_on_runs_wait_still_says_the_run_carries_on(cli):
+    """The shared Ctrl-C code keeps `runs wait`'s words (its live view is on stdout: the first line
+    read there)."""
+    plan = rl_plan(steps=100000)
+    run_id = cli("runs", "start", "-f", "-", "--force", "--jq", ".runId", input=plan, check=True).stdout.strip()
+    short = run_id[:12]
+    try:
+        proc = subprocess.Popen([str(cli.binary), "runs", "wait", run_id, "--trainer-url", cli.url],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
+        try:
+            first = proc.stdout.readline().decode(errors="replace")
+            os.killpg(proc.pid, signal.SIGINT)
+            _, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        assert proc.returncode == 130, first
+        assert (f"trainer: stopped watching run {short}; it carries on (Ctrl-C stops only the watching): "
+                f"`trainer runs wait {short}` follows it again, `trainer runs cancel {short}` stops it"
+                in err.decode(errors="replace")), err
+    finally:
+        cli("runs", "cancel", run_id, "--force")
+
+
+# ---- plans -----------------------------------------------------------------------------------
+
+def rl_plan(steps: int) -> str:
+    return "\n".join([
+        "kind: run", f"workload: {WORKLOAD}", f"baseModel: {MODEL}", "config:", f"  dataset: {DATASET}",
+        "  method: grpo", "  maxSeqLength: 64", "  model: {precision: FP32}",
+        "  hyperparams:", "    lora: {rank: 8, alpha: 16}", f"    training: {{maxSteps: {steps}, seed: 3}}",
+        "  reward: {terms: [{kind: json-label-match}]}",
+        "  rlHyperparams:", "    groupSize: 4", "    promptsPerStep: 2", "    maxCompletionLength: 10",
+        "    microBatchSize: 8", "    optimizer: {learningRate: 0.006, schedule: constant}",
+        "execution: {gpus: 0}"]) + "\n"
