@@ -1,6 +1,7 @@
 """A new user's second hour (issue 30, "the rest of what the review found"), through the real
 `trainer` against a real trainerd: Ctrl-C on an evaluation's wait says the evaluation carries on
-and what to run next."""
+and what to run next; an unknown model to evaluate ends with the commands that list what can be
+evaluated."""
 from __future__ import annotations
 
 import json
@@ -18,6 +19,8 @@ from toy_rl_service import toy_rl_service
 MODEL = "toy-policy"
 DATASET = "toy-tickets"
 WORKLOAD = "second-hour"
+EVALUABLE = ("What can be evaluated: `trainer trained-models list`, `trainer runs list --phase COMPLETED`, "
+             "`trainer base-models list`")
 
 
 class HeldEvaluator:
@@ -149,6 +152,21 @@ def test_ctrl_c_on_runs_wait_still_says_the_run_carries_on(cli):
                 in err.decode(errors="replace")), err
     finally:
         cli("runs", "cancel", run_id, "--force")
+
+
+# ---- an unknown model to evaluate --------------------------------------------------------------
+
+def test_evaluating_an_unknown_model_ends_with_what_can_be_evaluated(cli):
+    before = len(cli.json("evaluations", "list")["evaluations"])
+    out = cli("evaluations", "start", "--model", "toy-polcy", "--workload", WORKLOAD, "--dataset", DATASET)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "'toy-polcy' is neither a completed run's id nor a selected base model's name" in out.stderr, out.stderr
+    assert "did you mean toy-policy?" in out.stderr, out.stderr
+    assert out.stderr.endswith(EVALUABLE + "\n"), out.stderr
+    # A hex reference that names nothing gets the same next commands.
+    out = cli("evaluations", "start", "--model", "abcdef123456", "--workload", WORKLOAD, "--dataset", DATASET)
+    assert out.returncode == 1 and out.stderr.endswith(EVALUABLE + "\n"), out.stderr
+    assert len(cli.json("evaluations", "list")["evaluations"]) == before
 
 
 # ---- plans -----------------------------------------------------------------------------------
