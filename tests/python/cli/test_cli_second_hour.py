@@ -1,7 +1,7 @@
 """A new user's second hour (issue 30, "the rest of what the review found"), through the real
 `trainer` against a real trainerd: Ctrl-C on an evaluation's wait says the evaluation carries on
 and what to run next; an unknown model to evaluate ends with the commands that list what can be
-evaluated."""
+evaluated; evaluations show their dataset by name and short hash."""
 from __future__ import annotations
 
 import json
@@ -167,6 +167,35 @@ def test_evaluating_an_unknown_model_ends_with_what_can_be_evaluated(cli):
     out = cli("evaluations", "start", "--model", "abcdef123456", "--workload", WORKLOAD, "--dataset", DATASET)
     assert out.returncode == 1 and out.stderr.endswith(EVALUABLE + "\n"), out.stderr
     assert len(cli.json("evaluations", "list")["evaluations"]) == before
+
+
+# ---- the dataset by name and short hash -----------------------------------------------------------
+
+def test_evaluations_show_the_datasets_name_and_short_hash_and_json_keeps_the_full_hash(cli, evaluator, evaluations,
+                                                                                    tmp_path):
+    named = start_held_evaluation(cli, evaluator, evaluations)
+    full = cli.json("datasets", "get", DATASET)["hash"]
+    assert len(full) == 64
+    text = cli("evaluations", "get", named, check=True).stdout
+    assert re.search(rf"^Dataset:?\s+{DATASET} \({full[:12]}\)$", text, re.M), text
+    assert full not in text, text
+    listed = cli("evaluations", "list", check=True).stdout
+    row = next(line for line in listed.splitlines() if line.startswith(named[:12]))
+    assert f"{DATASET} ({full[:12]})" in row and full not in listed, listed
+    assert cli.json("evaluations", "get", named)["dataset"]["hash"] == full
+    assert {e["evaluationId"]: e["dataset"]["hash"] for e in cli.json("evaluations", "list")["evaluations"]}[
+        cli.json("evaluations", "get", named)["evaluationId"]] == full
+
+    # A dataset registered without a name shows its short hash alone.
+    rows = tmp_path / "nameless.jsonl"
+    rows.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"Ticket {i}: a billing issue"},
+                                                     {"role": "assistant", "content": '{"label": "billing"}'}]}) + "\n"
+                            for i in range(3)))
+    nameless = cli.json("datasets", "create", "-f", rows)
+    assert nameless["name"] is None, nameless
+    unnamed = start_held_evaluation(cli, evaluator, evaluations, dataset=nameless["hash"])
+    text = cli("evaluations", "get", unnamed, check=True).stdout
+    assert re.search(rf"^Dataset:?\s+{nameless['hash'][:12]}$", text, re.M), text
 
 
 # ---- plans -----------------------------------------------------------------------------------
