@@ -1,7 +1,8 @@
 """A new user's second hour (issue 30, "the rest of what the review found"), through the real
 `trainer` against a real trainerd: Ctrl-C on an evaluation's wait says the evaluation carries on
 and what to run next; an unknown model to evaluate ends with the commands that list what can be
-evaluated; evaluations show their dataset by name and short hash."""
+evaluated; evaluations show their dataset by name and short hash; `runs list` shows an RL run's
+reward, labelled, where an SFT run shows its loss."""
 from __future__ import annotations
 
 import json
@@ -198,7 +199,7 @@ def test_evaluations_show_the_datasets_name_and_short_hash_and_json_keeps_the_fu
     assert re.search(rf"^Dataset:?\s+{nameless['hash'][:12]}$", text, re.M), text
 
 
-# ---- plans -----------------------------------------------------------------------------------
+# ---- runs list: an RL run's reward -------------------------------------------------------------
 
 def rl_plan(steps: int) -> str:
     return "\n".join([
@@ -209,3 +210,33 @@ def rl_plan(steps: int) -> str:
         "  rlHyperparams:", "    groupSize: 4", "    promptsPerStep: 2", "    maxCompletionLength: 10",
         "    microBatchSize: 8", "    optimizer: {learningRate: 0.006, schedule: constant}",
         "execution: {gpus: 0}"]) + "\n"
+
+
+def sft_plan(steps: int) -> str:
+    return "\n".join([
+        "kind: run", f"workload: {WORKLOAD}", f"baseModel: {MODEL}", "config:", f"  dataset: {DATASET}",
+        "  hyperparams:", "    optimizer: {learningRate: 0.003}", f"    training: {{maxSteps: {steps}, batchSize: 4}}",
+        "  maxSeqLength: 64", "  model: {precision: FP32}", "execution: {gpus: 0}"]) + "\n"
+
+
+def test_runs_list_shows_an_rl_runs_reward_labelled_and_an_sft_runs_loss(cli):
+    ids = {}
+    for method, plan in (("grpo", rl_plan(2)), ("sft", sft_plan(2))):
+        out = cli("runs", "start", "-f", "-", "--force", "--wait", "--exit-status", "-q", "-o", "json", input=plan,
+                  timeout=900)
+        assert out.returncode == 0, out.stdout + out.stderr
+        ids[method] = json.loads(out.stdout)["runId"]
+    listed = cli("runs", "list", check=True).stdout
+    rows = {method: next(line for line in listed.splitlines() if line.startswith(run_id[:12]))
+            for method, run_id in ids.items()}
+
+    rl = cli.json("runs", "get", ids["grpo"])["latest"]
+    assert "reward" in rl, rl
+    cell = re.search(r"\breward (-?[0-9.]+)\b", rows["grpo"])
+    assert cell, listed
+    assert float(cell.group(1)) == pytest.approx(rl["reward"], rel=1e-3, abs=1e-3), (cell.group(0), rl)
+
+    sft = cli.json("runs", "get", ids["sft"])["latest"]
+    assert "reward" not in sft and sft["loss"] > 0, sft
+    assert "reward" not in rows["sft"], listed
+    assert re.search(r"\s2/2\s+[0-9.]+\s", rows["sft"]), listed
