@@ -21,7 +21,7 @@ Command build_command_tree() {
       "\n"
       "Exit codes: 0 ok; 1 the request failed or the service refused it; 2 bad command line;\n"
       "3 the run ended FAILED and 4 CANCELLED (with --exit-status); 5 --timeout passed;\n"
-      "6 the service did not answer.\n"
+      "6 the service did not answer; 130 Ctrl-C stopped a wait (the run or evaluation carries on).\n"
       "\n"
       "Scripting: --jq EXPR filters the JSON answer (strings print raw), --json FIELDS keeps fields,\n"
       "-q silences a wait's progress, --timeout bounds each call.\n"

@@ -1,10 +1,12 @@
 // `trainer evaluations start|list|get|wait|report|rows|cancel|annotate` (docs/evaluations.md).
 #include <chrono>
+#include <map>
 #include <thread>
 
 #include "cli/command_support.h"
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
+#include "cli/interrupt.h"
 #include "cli/list_command.h"
 #include "cli/run_view.h"
 
@@ -22,6 +24,30 @@ std::string model_text(const json& e) {
   if (kind == "registeredAdapter") return "model " + short_id(m.value("modelId", std::string()));
   if (kind == "registeredBase") return "model " + short_id(m.value("modelId", std::string())) + " (base)";
   return m.value("baseModel", std::string()) + " (base)";
+}
+
+// Dataset content hash -> the name that points at it now (datasets without a name left out).
+using DatasetNames = std::map<std::string, std::string>;
+
+// The names of the datasets answered at `path` (one dataset, or a list under "datasets"); quietly
+// none on any failure: the names only dress the hashes up.
+DatasetNames dataset_names(Context& ctx, const std::string& path) {
+  DatasetNames names;
+  Response r;
+  CallError e;
+  if (!ctx.client.get(path, &r, &e) || !r.body.is_object()) return names;
+  const json list = r.body.contains("datasets") ? r.body["datasets"] : json::array({r.body});
+  for (const auto& d : list) {
+    if (d.is_object() && d.contains("name") && d["name"].is_string()) names[str(d, "hash")] = str(d, "name");
+  }
+  return names;
+}
+
+// The evaluated dataset as a user knows it: "NAME (HASH12)", or the short hash alone.
+std::string dataset_text(const json& e, const DatasetNames& names) {
+  const std::string hash = e.value("dataset", json::object()).value("hash", std::string());
+  auto it = names.find(hash);
+  return it == names.end() ? short_id(hash) : it->second + " (" + short_id(hash) + ")";
 }
 
 std::string progress_text(const json& e) {
@@ -63,7 +89,8 @@ int print_evaluation(Context& ctx, const json& e) {
       {"Evaluation", e.value("evaluationId", std::string())},
       {"Phase", e.value("phase", std::string())},
       {"Model", model_text(e)},
-      {"Dataset", e.value("dataset", json::object()).value("hash", std::string())},
+      {"Dataset", dataset_text(e, dataset_names(ctx, "/v1/datasets/" + seg(e.value("dataset", json::object())
+                                                                               .value("hash", std::string()))))},
       {"Grader", grader.value("kind", std::string())},
       {"Grader instructions", e.value("graderInstructionsSource", std::string())},
       {"Workload", e["workload"].is_object() ? e["workload"].value("name", std::string()) : "-"},
@@ -101,9 +128,15 @@ int wait_for_evaluation(Context& ctx, const std::string& ref) {
   }
   const auto start = std::chrono::steady_clock::now();
   std::string last;
+  bool explained = false;
   for (;;) {
     auto e = ctx.get("/v1/evaluations/" + seg(ref));
     if (!e) return ctx.last_failure_code();
+    if (!explained) {
+      const std::string id = short_id(e->value("evaluationId", ref));
+      explain_interrupt("evaluation " + id, "trainer evaluations wait " + id, "trainer evaluations cancel " + id);
+      explained = true;
+    }
     const std::string phase = e->value("phase", std::string());
     const std::string line = phase + " " + progress_text(*e) + " rows";
     if (ctx.text() && !ctx.quiet && line != last) std::fprintf(stderr, "evaluation %s: %s\n", short_id(e->value("evaluationId", ref)).c_str(), line.c_str());
@@ -163,10 +196,10 @@ int evaluations_list(Context& ctx) {
   view.paging = Paging::kLimit;
   view.items = "evaluations";
   view.header = {"EVALUATION", "PHASE", "MODEL", "GRADER", "DATASET", "MEAN SCORE", "ROWS"};
-  view.row = [](const json& e, double) -> std::vector<std::string> {
+  const DatasetNames names = ctx.text() ? dataset_names(ctx, "/v1/datasets") : DatasetNames();
+  view.row = [names](const json& e, double) -> std::vector<std::string> {
     return {short_id(e.value("evaluationId", std::string())), e.value("phase", std::string()), model_text(e),
-            e.value("grader", json::object()).value("kind", std::string()),
-            short_id(e.value("dataset", json::object()).value("hash", std::string())),
+            e.value("grader", json::object()).value("kind", std::string()), dataset_text(e, names),
             score_text(e.value("report", json::object()), "meanScore"), progress_text(e)};
   };
   view.empty = [](const json&) -> std::string {

@@ -4,11 +4,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <iterator>
 #include <thread>
 
-#include <signal.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
@@ -16,6 +14,7 @@
 #include "cli/exit_codes.h"
 #include "cli/command_support.h"
 #include "cli/format.h"
+#include "cli/interrupt.h"
 #include "cli/run_view.h"
 
 namespace trainer::cli {
@@ -140,27 +139,6 @@ int exit_code_for(const Context& ctx, const std::string& phase) {
   return kExitOk;
 }
 
-// Ctrl-C while watching: end the redrawn line, say the run carries on and how to follow or stop
-// it, exit 130. The message is composed before the handler is installed (async-signal-safe).
-char g_interrupt_message[512] = "\ntrainer: stopped watching; the run carries on\n";
-size_t g_interrupt_length = 0;
-
-void on_interrupt(int) {
-  ssize_t ignored = ::write(STDERR_FILENO, g_interrupt_message, g_interrupt_length);
-  (void)ignored;
-  ::_exit(130);
-}
-
-void install_interrupt_message(const std::string& run_id) {
-  const std::string id = short_id(run_id);
-  const std::string text = "\ntrainer: stopped watching run " + id +
-                           "; it carries on (Ctrl-C stops only the watching): `trainer runs wait " + id +
-                           "` follows it again, `trainer runs cancel " + id + "` stops it\n";
-  const size_t n = std::min(text.size(), sizeof g_interrupt_message);
-  std::memcpy(g_interrupt_message, text.data(), n);
-  g_interrupt_length = n;
-}
-
 }  // namespace
 
 int wait_for_run(Context& ctx, const std::string& ref) {
@@ -179,8 +157,8 @@ int wait_for_run(Context& ctx, const std::string& ref) {
   if (!first) return ctx.last_failure_code();
   json run = *first;
   const std::string run_id = run.value("runId", ref);
-  install_interrupt_message(run_id);
-  ::signal(SIGINT, on_interrupt);
+  explain_interrupt("run " + short_id(run_id), "trainer runs wait " + short_id(run_id),
+                    "trainer runs cancel " + short_id(run_id));
   LiveView view(ctx);
   const bool text = ctx.text();
   const bool live = text && !ctx.quiet;        // the progress view (-q: none)

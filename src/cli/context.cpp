@@ -164,7 +164,7 @@ std::optional<nlohmann::json> Context::patch(const std::string& path, const nloh
 
 namespace {
 
-enum class Noun { kNone, kWorkload, kRun, kDataset, kBaseModel };
+enum class Noun { kNone, kWorkload, kRun, kDataset, kBaseModel, kEvaluatedModel };
 
 // The noun a blamed field names.
 Noun noun_of_field(const std::string& field) {
@@ -255,6 +255,11 @@ std::string next_step(Context& ctx, const CallError& error, const std::string& p
     ref = path_ref == "select" ? body_value(body, "name") : path_ref;
     if (noun == Noun::kBaseModel && error.field == "baseModel") ref = body_value(body, "baseModel");
   }
+  // `evaluations start --model M`: M is a registered model, a completed run or a base model.
+  if (collection == "evaluations" && path_ref.empty() && error.field == "model") {
+    noun = Noun::kEvaluatedModel;
+    ref = body_value(body, "model");
+  }
   switch (noun) {
     case Noun::kWorkload:
       if (mentions(message, "trainer workloads create")) return "";
@@ -270,6 +275,11 @@ std::string next_step(Context& ctx, const CallError& error, const std::string& p
       if (mentions(message, "baseModels")) return "";
       return "; " + did_you_mean(ctx, ref, "/v1/base-models?all=true", "baseModels") +
              "An operator adds a model to the deployment under `baseModels` in `trainerd --config`";
+    case Noun::kEvaluatedModel:
+      if (mentions(message, "trainer trained-models list")) return "";
+      return "; " + did_you_mean(ctx, ref, "/v1/base-models", "baseModels") +
+             "What can be evaluated: `trainer trained-models list`, `trainer runs list --phase COMPLETED`, "
+             "`trainer base-models list`";
     case Noun::kNone:
       break;
   }

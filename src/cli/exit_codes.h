@@ -10,5 +10,6 @@ inline constexpr int kExitRunFailed = 3;   // --exit-status: the run ended FAILE
 inline constexpr int kExitRunCancelled = 4;  // --exit-status: the run ended CANCELLED
 inline constexpr int kExitTimeout = 5;     // --timeout passed; the run carries on
 inline constexpr int kExitUnreachable = 6; // the service did not answer
+inline constexpr int kExitInterrupted = 130;  // Ctrl-C while watching (the shell's 128 + SIGINT)
 
 }  // namespace trainer::cli

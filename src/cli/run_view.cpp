@@ -470,13 +470,17 @@ std::vector<std::string> run_list_row(const json& run, double now_epoch_seconds)
   if (integer(progress, "totalSteps") > 0) {
     step = std::to_string(integer(progress, "step")) + "/" + std::to_string(integer(progress, "totalSteps"));
   }
-  auto loss = num(field(run, "latest"), "loss");
+  // A reinforcement run's policy loss says little (often 0): its mean reward, labelled, instead.
+  const json& latest = field(run, "latest");
+  std::string result;
+  if (auto reward = num(latest, "reward")) result = "reward " + format_number(*reward);
+  else if (auto loss = num(latest, "loss")) result = format_number(*loss);
   return {short_id(str(run, "runId")),
           workload_name(run),
           str(run, "baseModel"),
           str(run, "phase"),
           step,
-          loss ? format_number(*loss) : "",
+          result,
           str(run, "configName"),
           age_text(str(run, "createdAt"), now_epoch_seconds)};
 }

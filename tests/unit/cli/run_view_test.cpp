@@ -143,5 +143,14 @@ TEST(CliRunView, ListRowIsShortAndAged) {
                                            "5m ago"}));
 }
 
+TEST(CliRunView, AReinforcementRunsListRowShowsItsRewardLabelledWhereTheLossGoes) {
+  auto run = training_run();
+  run["latest"]["loss"] = 0.0;  // a GRPO step's policy loss is often exactly 0
+  run["latest"]["reward"] = 0.625;
+  auto row = run_list_row(run, *parse_rfc3339("2026-11-30T05:05:00Z"));
+  EXPECT_EQ(row[5], "reward 0.625");
+  EXPECT_EQ(row.size(), run_list_header().size());
+}
+
 }  // namespace
 }  // namespace trainer::cli
