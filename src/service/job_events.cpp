@@ -27,6 +27,9 @@ Status ServiceImpl::follow_job(RunRecord& run) {
   const backend::JobHandle handle = run.job->handle;
   // Poll first, then read: every event written before the exit is seen.
   backend::JobStatus status = backend_->poll(handle);
+  // When trainerd last heard from the job before now: reading what it wrote while trainerd was
+  // down (below) says nothing of when it ended.
+  const std::optional<double> heard_before = run.job->heard_at;
   TRAINER_RETURN_IF_ERROR(read_events(run, status.state != backend::JobState::kRunning));
   const Phase phase = run.phase;
   if (status.state == backend::JobState::kRunning) {
@@ -53,7 +56,7 @@ Status ServiceImpl::follow_job(RunRecord& run) {
     // estimate of when. That is the last event trainerd received (its heartbeat too, so at most
     // a heartbeat's interval before the end while trainerd listened), or the events file's last
     // write when the job wrote one on this host (events it could not post while trainerd was down).
-    run.job->end_guess = run.job->heard_at;
+    run.job->end_guess = heard_before;
     std::error_code ec;
     const auto mtime = fs::last_write_time(run.job->events_path, ec);
     if (!run.job->events_path.empty() && !ec) {
