@@ -325,7 +325,7 @@ Result<std::pair<json, bool>> ServiceImpl::create_comparison(const json& body) {
 
   json out;
   Status st = store_->transaction([&]() -> Status {
-    auto reg = start_registration_locked(**snap, *run, json(nullptr));
+    auto reg = registry_.start_registration_locked(**snap, *run, json(nullptr));
     if (!reg.is_ok()) return reg.status();
     json model = reg->first;
     // The source's model is protected: it is what the targets are measured against.

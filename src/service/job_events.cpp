@@ -242,7 +242,7 @@ Status ServiceImpl::finalize(RunRecord& run) {
   }
   run.view["adapterPath"] = adapter;
   run.terminal = Phase::kCompleted;
-  TRAINER_RETURN_IF_ERROR(register_completed_run(run));
+  TRAINER_RETURN_IF_ERROR(registry_.register_completed_run(run));
   TRAINER_RETURN_IF_ERROR(transition(run, Phase::kCleaningUp));
   return finish(run, Phase::kCompleted);
 }

@@ -9,7 +9,7 @@ namespace trainer::service {
 // `base` also a base model's name (registered as a BASE model when new); for candidate and
 // champion also a completed run of the workload (its registered model).
 Result<json> ServiceImpl::ref_target_locked(const json& w, const std::string& which, const std::string& target) {
-  auto model = resolve_trained_model(target, "target");
+  auto model = registry_.resolve(target, "target");
   if (!model.is_ok() && model.status().code() == StatusCode::kNotFound) {
     if (which == "base") {
       auto m = base_models_.resolve(target, "target");
@@ -17,7 +17,7 @@ Result<json> ServiceImpl::ref_target_locked(const json& w, const std::string& wh
         return field_status(StatusCode::kNotFound, "target",
                             "'" + target + "' is neither a registered model nor a selected base model");
       }
-      return register_base_locked(*m, "target");
+      return registry_.register_base_locked(*m, "target");
     }
     auto r = resolve_run(target, "target");
     if (!r.is_ok()) return model.status();
@@ -27,7 +27,7 @@ Result<json> ServiceImpl::ref_target_locked(const json& w, const std::string& wh
                           "run " + r->id + " is " + phase_name(r->phase) + "; only a completed run's model can be a " +
                               which);
     }
-    model = resolve_trained_model(r->view["modelId"].get<std::string>(), "target");
+    model = registry_.resolve(r->view["modelId"].get<std::string>(), "target");
   }
   if (!model.is_ok()) return model.status();
   const std::string id = model->value("modelId", std::string());

@@ -1,5 +1,6 @@
-// Names and helpers the model registry's files share (trained_models.cpp, registration.cpp).
-// Internal to src/service.
+// Names and helpers of the model registry (ModelRegistry, model_registry.h: trained_models.cpp,
+// registration.cpp) that other files of src/service share: variants, statuses, the registration
+// hold, model ids and keys. Internal to src/service.
 #pragma once
 
 #include <filesystem>

@@ -28,11 +28,10 @@ ServiceImpl::ServiceImpl(ServiceOptions options, std::unique_ptr<store::Store> s
     : core_(std::move(options), std::move(store), std::move(backend), std::move(storage)),
       job_otlp_endpoint_(opt_.job_otlp_endpoint),
       run_tasks_(run_phase_table(), [this](tasks::Step& s) { return step_run_task(s.task().id); }),
-      registration_tasks_(registration_phase_table(), [this](tasks::Step& s) { return step_registration_task(s); }),
       comparison_tasks_(comparison_phase_table(), [this](tasks::Step& s) { return step_comparison_task(s); }) {
   kernel_->add_kind(base_models_.task_kind());  // a run waiting for its base model sees it ready in the same pass
   kernel_->add_kind(run_tasks_);
-  kernel_->add_kind(registration_tasks_);
+  kernel_->add_kind(registry_.task_kind());
   kernel_->add_kind(comparison_tasks_);  // an evaluation it starts is launched in the same pass
   kernel_->add_kind(evaluations_.task_kind());
   kernel_->add_kind(endpoints_.task_kind());
@@ -80,7 +79,7 @@ Status ServiceImpl::start() {
     std::error_code ec;
     fs::remove_all(fs::path(opt_.data_dir) / "registry-staging", ec);
   }
-  st = resume_registrations();
+  st = registry_.resume();
   add_step("resume registrations", st.is_ok(), st.is_ok() ? "ok" : st.describe());
   if (!st.is_ok()) return st;
   st = resume_comparisons();

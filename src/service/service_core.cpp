@@ -29,6 +29,12 @@ ServiceCore::ServiceCore(ServiceOptions opts, std::unique_ptr<store::Store> st, 
       metrics(options.instance),
       relay(relay_options(options.config.telemetry)) {}
 
+std::string ServiceCore::artifact_uri(const std::string& key) const {
+  const std::string& uri = options.config.artifact_store.uri;
+  if (!uri.empty()) return uri + (uri.back() == '/' ? "" : "/") + key;
+  return "file://" + storage->local_path(key);
+}
+
 Result<RunRecord> ServiceCore::resolve_run(const std::string& ref, const std::string& field) {
   if (!is_hex(ref)) {
     return field_status(StatusCode::kNotFound, field, "no run with id '" + ref + "' (run ids are lowercase hex)");

@@ -67,6 +67,8 @@ class ServiceCore {
 
   // Where snapshots and registered models live: the artifact store, else the data folder.
   storage::Storage& artifacts() { return artifact_store ? *artifact_store : *storage; }
+  // Where an artifact key lives, as a URI ("file:///...", "s3://bucket/prefix/key").
+  std::string artifact_uri(const std::string& key) const;
 
   // A run by id or unique id prefix; errors name `field`. Reads the store only (no mu needed).
   Result<RunRecord> resolve_run(const std::string& ref, const std::string& field);

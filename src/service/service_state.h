@@ -18,9 +18,11 @@
 //                       evaluation_tasks.cpp, a task kind)
 //   workloads.h         Workloads: workloads, their evaluation setting, refs, history and score
 //                       tables (workloads.cpp, score_tables.cpp)
+//   model_registry.h    ModelRegistry: registered models, imports, list, get (trained_models.cpp),
+//                       and registrations of snapshot weights (registration.cpp, a task kind);
+//                       registry.h: the names and helpers it shares with the other files
 //
-// ServiceImpl itself keeps the runs and comparisons, and for now the model registry, each
-// concern in its own file:
+// ServiceImpl itself keeps the runs and comparisons, each concern in its own file:
 //
 //   service.cpp           construction, start/stop, startup steps, info
 //   ref_targets.cpp       what a workload's ref may point at (the registry's side of set_ref)
@@ -33,8 +35,6 @@
 //   attempts.cpp          a run's attempts: their entries, a new one after a lost job, hung jobs
 //   lineage.cpp, sweep.cpp  child runs from a parent's snapshot (branch, continue, sweep) and their views
 //   rollouts.cpp          a reinforcement run's rollouts
-//   trained_models.cpp    the model registry: imports (BASE, ADAPTER), list, get
-//   registration.cpp      registering snapshot weights in durable steps (a task kind of the kernel)
 //   comparisons.cpp       comparisons: the pinned contract and their targets, created; get, list
 //   comparison_steps.cpp  comparisons as tasks of the kernel: their targets' evaluations, the outcome
 //
@@ -61,6 +61,7 @@
 #include "service/endpoints.h"
 #include "service/evaluations.h"
 #include "service/judges.h"
+#include "service/model_registry.h"
 #include "service/phases.h"
 #include "service/service_core.h"
 #include "service/snapshot_catalog.h"
@@ -193,11 +194,17 @@ class ServiceImpl final : public Service {
   Result<ForwardedAnswer> endpoint_chat(const std::string& ref, const std::string& body) override {
     return endpoints_.chat(ref, body);
   }
-  Result<std::pair<json, bool>> register_trained_model(const json& descriptor) override;
-  Result<json> list_trained_models(const TrainedModelQuery& query) override;
-  Result<json> get_trained_model(const std::string& ref) override;
-  Result<std::pair<json, bool>> register_snapshot(const std::string& snapshot_ref) override;
-  Result<json> snapshot_candidate(const std::string& snapshot_ref) override;
+  Result<std::pair<json, bool>> register_trained_model(const json& descriptor) override {
+    return registry_.register_model(descriptor);
+  }
+  Result<json> list_trained_models(const TrainedModelQuery& query) override { return registry_.list(query); }
+  Result<json> get_trained_model(const std::string& ref) override { return registry_.get(ref); }
+  Result<std::pair<json, bool>> register_snapshot(const std::string& snapshot_ref) override {
+    return registry_.register_snapshot(snapshot_ref);
+  }
+  Result<json> snapshot_candidate(const std::string& snapshot_ref) override {
+    return registry_.snapshot_candidate(snapshot_ref);
+  }
   Result<std::pair<json, bool>> branch_run(const std::string& parent_ref, const json& body, bool dry_run) override;
   Result<std::pair<json, bool>> continue_run(const std::string& ref, const json& body, bool dry_run) override;
   Result<json> sweep_run(const std::string& parent_ref, const json& body, bool dry_run) override;
@@ -265,42 +272,12 @@ class ServiceImpl final : public Service {
     return workloads_.resolve(ref, field);
   }
 
-  // ---- the model registry (trained_models.cpp, registration.cpp)
-  Result<json> resolve_trained_model(const std::string& ref, const std::string& field);
+  // ---- the model registry (model_registry.h), under the name the runs' files use
+  Result<json> resolve_trained_model(const std::string& ref, const std::string& field) {
+    return registry_.resolve(ref, field);
+  }
   // The REGISTERED model a ref of workload `w` may point at (ref_targets.cpp; Workloads::Hooks); mu_ held.
   Result<json> ref_target_locked(const json& w, const std::string& which, const std::string& target);
-  // The BASE model of a selected, ready base model, registered when new; mu_ held.
-  Result<json> register_base_locked(const json& base_model, const std::string& field);
-  // `models register`'s two variants: a BASE model of a selected base model, and the import of a
-  // PEFT LoRA folder (checked, loaded once by the engine, copied to artifact storage).
-  Result<std::pair<json, bool>> register_base_descriptor(const json& serving_model, const AllowedBaseModel& allowed);
-  Result<std::pair<json, bool>> import_adapter(const json& serving_model, const AllowedBaseModel& allowed,
-                                               const std::string& description,
-                                               const std::optional<std::string>& workload_ref);
-  // The engine loads the adapter folder `dir` onto the base model at `cache` and scores one row;
-  // then its two files are published under `key`.
-  Status publish_imported_adapter(const std::string& dir, const std::string& cache, const std::string& base_name,
-                                  const std::string& id, const std::string& key);
-  // Where an artifact key lives, as a URI ("file:///...", "s3://bucket/prefix/key").
-  std::string artifact_uri(const std::string& key) const;
-  // Starts the registration of a committed snapshot's weights (PENDING, a registration hold on
-  // the snapshot); the existing model when there is one. `folder_source` ({kind: run, runId,
-  // path}), when not null, registers a run's adapter folder instead (a run without a final
-  // snapshot; `snapshot` is then unused). mu_ held, inside a store transaction.
-  Result<std::pair<json, bool>> start_registration_locked(json snapshot, const RunRecord& run,
-                                                          const json& folder_source);
-  // finalize(): registers the final snapshot's weights of a completed run; sets run.view.modelId.
-  Status register_completed_run(RunRecord& run);
-  // One step of a registration (the kernel's "registration" kind).
-  Status resume_registrations();  // start(): PENDING and COPYING models of an older store get their task
-  Status step_registration_task(tasks::Step& step);
-  // One attempt of a register_candidate operation's stage (service telemetry).
-  void registration_attempt(telemetry::ServiceStage stage, telemetry::ServiceOutcome outcome,
-                            std::optional<telemetry::ServiceFailureReason> reason = std::nullopt);
-  // Copies one registration's weights into the registry (the work, off the driver).
-  Status copy_registration(const json& model);
-  // What the copy came to, on the model: REGISTERED (hold released) or FAILED (mu_ held).
-  Status record_registration_locked(json model, const Status& copied);
 
   // ---- comparisons (comparisons.cpp)
   Result<json> resolve_comparison(const std::string& ref, const std::string& field);
@@ -406,11 +383,12 @@ class ServiceImpl final : public Service {
                        Workloads::Hooks{[this](const json& w, const std::string& which, const std::string& target) {
                          return ref_target_locked(w, which, target);
                        }}};
+  ModelRegistry registry_{core_, base_models_, workloads_, catalog_};
   Evaluations evaluations_{core_, base_models_, datasets_, bundles_, capacity_, workloads_,
                            Evaluations::Hooks{[this](const std::string& ref, const std::string& field) {
-                                                return resolve_trained_model(ref, field);
+                                                return registry_.resolve(ref, field);
                                               },
-                                              [this](const std::string& key) { return artifact_uri(key); }}};
+                                              [this](const std::string& key) { return core_.artifact_uri(key); }}};
 
   // ServiceOptions::job_otlp_endpoint, or what the wiring set before start(); read by the driver.
   std::string job_otlp_endpoint_;
@@ -437,18 +415,13 @@ class ServiceImpl final : public Service {
 
   // The kinds on the core's task kernel that ServiceImpl steps. Every run's phase change goes
   // through kernel_->move() (transition()), which checks run_phase_table().
-  tasks::FunctionKind run_tasks_;           // driver.cpp
-  tasks::FunctionKind registration_tasks_;  // registration.cpp
-  tasks::FunctionKind comparison_tasks_;    // comparison_steps.cpp
+  tasks::FunctionKind run_tasks_;         // driver.cpp
+  tasks::FunctionKind comparison_tasks_;  // comparison_steps.cpp
 
   std::thread driver_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> ready_{false};
 };
-
-// The registration's phase table (the task kernel's "registration" kind): PENDING, COPYING, then
-// REGISTERED, or FAILED until registered again.
-const tasks::PhaseTable& registration_phase_table();
 
 // The comparison's phase table (the task kernel's "comparison" kind): PREPARING, RUNNING, then
 // COMPLETED, PARTIAL or FAILED.

@@ -1,5 +1,5 @@
-// The model registry: registered models (BASE for baselines, ADAPTER for trained or imported
-// LoRA adapters), their listing and lookup, and the import of a PEFT LoRA folder.
+// ModelRegistry (model_registry.h): registered models (BASE for baselines, ADAPTER for trained or
+// imported LoRA adapters), their listing and lookup, and the import of a PEFT LoRA folder.
 //
 // Stored document (store.h's trained_models table), as `trained-models get` shows it:
 // {modelId, variant: BASE|ADAPTER, method, baseModel: {name, id, contentHash}, workload: {id, name}
@@ -8,13 +8,14 @@
 // savedStep}, cost: {gpuSeconds}, adapterRank, artifact: {key, uri} | null, servingModel:
 // {variant, baseModel, ref}, status: PENDING|COPYING|REGISTERED|FAILED, failureReason,
 // statusHistory: [{status, time}], createdAt, registeredAt, evaluations: []}.
+#include "service/model_registry.h"
+
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
 #include "common/sha256.h"
 #include "service/adapter_check.h"
-#include "service/registry.h"
-#include "service/service_state.h"
 
 namespace trainer::service {
 namespace {
@@ -54,17 +55,11 @@ json present_model(const json& doc) {
   return out;
 }
 
-std::string ServiceImpl::artifact_uri(const std::string& key) const {
-  const std::string& uri = opt_.config.artifact_store.uri;
-  if (!uri.empty()) return uri + (uri.back() == '/' ? "" : "/") + key;
-  return "file://" + storage_->local_path(key);
-}
-
-Result<json> ServiceImpl::resolve_trained_model(const std::string& ref, const std::string& field) {
+Result<json> ModelRegistry::resolve(const std::string& ref, const std::string& field) {
   if (ref.empty() || !is_hex(ref)) {
     return field_status(StatusCode::kNotFound, field, "no model with id '" + ref + "' (model ids are lowercase hex)");
   }
-  auto ids = store_->trained_model_ids_with_prefix(ref, 10);
+  auto ids = core_.store->trained_model_ids_with_prefix(ref, 10);
   if (!ids.is_ok()) return ids.status();
   std::string id;
   if (std::find(ids->begin(), ids->end(), ref) != ids->end()) {
@@ -79,16 +74,16 @@ Result<json> ServiceImpl::resolve_trained_model(const std::string& ref, const st
     return field_status(StatusCode::kNotFound, field,
                         "no model with id '" + ref + "'; list the registry with: trainer trained-models list");
   }
-  auto doc = store_->get_trained_model(id);
+  auto doc = core_.store->get_trained_model(id);
   if (!doc.is_ok()) return doc.status();
   if (!doc->has_value()) return field_status(StatusCode::kNotFound, field, "no model with id '" + ref + "'");
   return **doc;
 }
 
-Result<json> ServiceImpl::list_trained_models(const TrainedModelQuery& query) {
+Result<json> ModelRegistry::list(const TrainedModelQuery& query) {
   std::string workload_id;
   if (!query.workload.empty()) {
-    auto w = resolve_workload(query.workload, "workload");
+    auto w = workloads_.resolve(query.workload, "workload");
     if (!w.is_ok()) return w.status();
     workload_id = (*w)["id"].get<std::string>();
   }
@@ -98,20 +93,20 @@ Result<json> ServiceImpl::list_trained_models(const TrainedModelQuery& query) {
     if (!b.is_ok()) return b.status();
     base_name = (*b)["name"].get<std::string>();
   }
-  auto rows = store_->list_trained_models(workload_id, base_name, {});
+  auto rows = core_.store->list_trained_models(workload_id, base_name, {});
   if (!rows.is_ok()) return rows.status();
   json models = json::array();
   for (const auto& m : *rows) models.push_back(present_model(m));
   return json{{"models", models}};
 }
 
-Result<json> ServiceImpl::get_trained_model(const std::string& ref) {
-  auto m = resolve_trained_model(ref, "model");
+Result<json> ModelRegistry::get(const std::string& ref) {
+  auto m = resolve(ref, "model");
   if (!m.is_ok()) return m.status();
   return present_model(*m);
 }
 
-Result<json> ServiceImpl::register_base_locked(const json& base_model, const std::string& field) {
+Result<json> ModelRegistry::register_base_locked(const json& base_model, const std::string& field) {
   if (base_model.value("status", std::string()) != "ready") {
     const std::string name = base_model.value("name", std::string());
     return field_status(StatusCode::kFailedPrecondition, field,
@@ -120,10 +115,10 @@ Result<json> ServiceImpl::register_base_locked(const json& base_model, const std
   }
   const std::string hash = base_model.value("contentHash", std::string());
   const std::string id = model_id("baseModel", {base_model.value("name", std::string()), hash});
-  auto existing = store_->get_trained_model(id);
+  auto existing = core_.store->get_trained_model(id);
   if (!existing.is_ok()) return existing.status();
   if (existing->has_value()) return **existing;
-  const std::string t = now_rfc3339();
+  const std::string t = core_.now_rfc3339();
   const json base = {{"name", base_model["name"]}, {"id", base_model["id"]}, {"contentHash", hash}};
   json doc = {{"modelId", id},
               {"variant", kVariantBase},
@@ -143,11 +138,11 @@ Result<json> ServiceImpl::register_base_locked(const json& base_model, const std
               {"createdAt", t},
               {"registeredAt", t},
               {"evaluations", json::array()}};
-  TRAINER_RETURN_IF_ERROR(store_->insert_trained_model(doc));
+  TRAINER_RETURN_IF_ERROR(core_.store->insert_trained_model(doc));
   return doc;
 }
 
-Result<std::pair<json, bool>> ServiceImpl::register_trained_model(const json& descriptor) {
+Result<std::pair<json, bool>> ModelRegistry::register_model(const json& descriptor) {
   TRAINER_RETURN_IF_ERROR(check_fields(descriptor, {"servingModel", "workload", "description"}));
   if (!descriptor.contains("servingModel") || !descriptor["servingModel"].is_object()) {
     return invalid_field("servingModel", "required: {variant: BASE|ADAPTER, baseModel, ...}");
@@ -177,11 +172,11 @@ Result<std::pair<json, bool>> ServiceImpl::register_trained_model(const json& de
   return import_adapter(sm, *allowed, description->value_or(""), *workload_ref);
 }
 
-Result<std::pair<json, bool>> ServiceImpl::register_base_descriptor(const json& sm, const AllowedBaseModel& allowed) {
+Result<std::pair<json, bool>> ModelRegistry::register_base_descriptor(const json& sm, const AllowedBaseModel& allowed) {
   for (const char* f : {"adapterRank", "ref"}) {
     if (sm.contains(f)) return invalid_field(std::string("servingModel.") + f, "applies to ADAPTER models only");
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(core_.mu);
   auto base = base_models_.resolve(allowed.name, "servingModel.baseModel");
   if (!base.is_ok()) {
     return field_status(StatusCode::kFailedPrecondition, "servingModel.baseModel",
@@ -195,17 +190,17 @@ Result<std::pair<json, bool>> ServiceImpl::register_base_descriptor(const json& 
     return invalid_field("servingModel.revision", "'" + **revision + "' is not the selected revision of '" +
                                                       allowed.name + "' (" + hash + ")");
   }
-  auto id_before = store_->get_trained_model(model_id("baseModel", {allowed.name, hash}));
+  auto id_before = core_.store->get_trained_model(model_id("baseModel", {allowed.name, hash}));
   if (!id_before.is_ok()) return id_before.status();
   auto doc = register_base_locked(*base, "servingModel.baseModel");
   if (!doc.is_ok()) return doc.status();
   return std::make_pair(present_model(*doc), !id_before->has_value());
 }
 
-Status ServiceImpl::publish_imported_adapter(const std::string& dir, const std::string& cache,
-                                             const std::string& base_name, const std::string& id,
-                                             const std::string& key) {
-  const fs::path staging = fs::path(opt_.data_dir) / "registry-staging" / (id + "-" + random_hex(8));
+Status ModelRegistry::publish_imported_adapter(const std::string& dir, const std::string& cache,
+                                               const std::string& base_name, const std::string& id,
+                                               const std::string& key) {
+  const fs::path staging = fs::path(core_.options.data_dir) / "registry-staging" / (id + "-" + random_hex(8));
   std::error_code ec;
   fs::create_directories(staging / "adapter", ec);
   if (ec) return unavailable("cannot create " + staging.string() + ": " + ec.message());
@@ -213,9 +208,9 @@ Status ServiceImpl::publish_imported_adapter(const std::string& dir, const std::
   TRAINER_RETURN_IF_ERROR(write_file_atomic(
       (staging / "probe.jsonl").string(),
       R"({"messages":[{"role":"user","content":"hello"},{"role":"assistant","content":"ok"}]})" "\n"));
-  auto loaded = backend_->run_tool({"score", "--model", cache, "--adapter", dir, "--data",
-                                    (staging / "probe.jsonl").string(), "--max-seq-length", "64"},
-                                   kAdapterLoadTimeoutSeconds);
+  auto loaded = core_.backend->run_tool({"score", "--model", cache, "--adapter", dir, "--data",
+                                         (staging / "probe.jsonl").string(), "--max-seq-length", "64"},
+                                        kAdapterLoadTimeoutSeconds);
   if (!loaded.is_ok()) {
     return invalid_field("servingModel.ref", "the adapter does not load on '" + base_name + "': " +
                                                  loaded.status().message());
@@ -224,14 +219,14 @@ Status ServiceImpl::publish_imported_adapter(const std::string& dir, const std::
     fs::copy_file(fs::path(dir) / f, staging / "adapter" / f, ec);
     if (ec) return unavailable("cannot copy " + (fs::path(dir) / f).string() + ": " + ec.message());
   }
-  Status published = artifacts().publish_new((staging / "adapter").string(), key);
+  Status published = core_.artifacts().publish_new((staging / "adapter").string(), key);
   if (!published.is_ok() && published.code() != StatusCode::kAlreadyExists) return published;  // same id, same bytes
   return Status::ok();
 }
 
-Result<std::pair<json, bool>> ServiceImpl::import_adapter(const json& sm, const AllowedBaseModel& allowed,
-                                                          const std::string& description,
-                                                          const std::optional<std::string>& workload_ref) {
+Result<std::pair<json, bool>> ModelRegistry::import_adapter(const json& sm, const AllowedBaseModel& allowed,
+                                                            const std::string& description,
+                                                            const std::optional<std::string>& workload_ref) {
   if (sm.contains("revision")) return invalid_field("servingModel.revision", "applies to BASE models only");
   auto ref = optional_string(sm, "ref");
   if (!ref.is_ok()) return ref.status().with_field("servingModel");
@@ -240,7 +235,7 @@ Result<std::pair<json, bool>> ServiceImpl::import_adapter(const json& sm, const 
   json base;
   json workload = nullptr;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> lock(core_.mu);
     auto b = base_models_.resolve(allowed.name, "servingModel.baseModel");
     if (!b.is_ok() || (*b).value("status", std::string()) != "ready") {
       return field_status(StatusCode::kFailedPrecondition, "servingModel.baseModel",
@@ -249,13 +244,13 @@ Result<std::pair<json, bool>> ServiceImpl::import_adapter(const json& sm, const 
     }
     base = *b;
     if (workload_ref) {
-      auto w = resolve_workload(*workload_ref, "workload");
+      auto w = workloads_.resolve(*workload_ref, "workload");
       if (!w.is_ok()) return w.status();
       workload = {{"id", (*w)["id"]}, {"name", (*w)["name"]}};
     }
   }
   const std::string cache = base_models_.cache_path_of(base);
-  auto info = check_peft_adapter(dir, cache, opt_.config.limits.max_adapter_rank, "servingModel.ref");
+  auto info = check_peft_adapter(dir, cache, core_.options.config.limits.max_adapter_rank, "servingModel.ref");
   if (!info.is_ok()) return info.status();
   if (!same_base_model(info->base_model_name_or_path, {allowed.name, allowed.path, cache})) {
     return invalid_field("servingModel.baseModel", "the adapter was trained on '" + info->base_model_name_or_path +
@@ -273,20 +268,20 @@ Result<std::pair<json, bool>> ServiceImpl::import_adapter(const json& sm, const 
                                              workload.is_object() ? workload["id"].get<std::string>() : "",
                                              config_digest, weights_digest});
   {
-    auto existing = store_->get_trained_model(id);
+    auto existing = core_.store->get_trained_model(id);
     if (!existing.is_ok()) return existing.status();
     if (existing->has_value()) return std::make_pair(present_model(**existing), false);
   }
   const std::string key = model_key(id);
   TRAINER_RETURN_IF_ERROR(publish_imported_adapter(dir, cache, allowed.name, id, key));
 
-  std::lock_guard<std::mutex> lock(mu_);
-  auto existing = store_->get_trained_model(id);
+  std::lock_guard<std::mutex> lock(core_.mu);
+  auto existing = core_.store->get_trained_model(id);
   if (!existing.is_ok()) return existing.status();
   if (existing->has_value()) return std::make_pair(present_model(**existing), false);
-  const std::string t = now_rfc3339();
+  const std::string t = core_.now_rfc3339();
   const json base_ref = {{"name", base["name"]}, {"id", base["id"]}, {"contentHash", base["contentHash"]}};
-  const std::string uri = artifact_uri(key);
+  const std::string uri = core_.artifact_uri(key);
   json doc = {{"modelId", id},
               {"variant", kVariantAdapter},
               {"method", nullptr},
@@ -309,7 +304,7 @@ Result<std::pair<json, bool>> ServiceImpl::import_adapter(const json& sm, const 
               {"createdAt", t},
               {"registeredAt", t},
               {"evaluations", json::array()}};
-  TRAINER_RETURN_IF_ERROR(store_->insert_trained_model(doc));
+  TRAINER_RETURN_IF_ERROR(core_.store->insert_trained_model(doc));
   return std::make_pair(present_model(doc), true);
 }
 
