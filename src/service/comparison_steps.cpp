@@ -1,12 +1,12 @@
 // Comparisons as tasks of the kernel (its "comparison" kind): each step, inside the kernel's
-// transaction with mu_ held, starts the evaluation of every target whose model is REGISTERED (the
+// transaction with core_.mu held, starts the evaluation of every target whose model is REGISTERED (the
 // evaluation and its id on the target commit together), reads the ended ones, and ends the
 // comparison once every target has an outcome: PREPARING, RUNNING, then COMPLETED, PARTIAL or FAILED.
 #include <cstdio>
 
 #include "service/comparison_names.h"
 #include "service/registry.h"
-#include "service/service_state.h"
+#include "service/comparisons.h"
 
 namespace trainer::service {
 namespace {
@@ -60,14 +60,14 @@ const tasks::PhaseTable& comparison_phase_table() {
 }
 
 // Open comparisons of a store from before the kernel stepped them get their task.
-Status ServiceImpl::resume_comparisons() {
-  auto open = store_->list_comparisons("", {kPreparing, kRunning}, kOpenScan, 0);
+Status Comparisons::resume() {
+  auto open = core_.store->list_comparisons("", {kPreparing, kRunning}, kOpenScan, 0);
   if (!open.is_ok()) return open.status();
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(core_.mu);
   // enter(): a task of this trainerd's kernel is where its comparison is; an older store's is made.
-  return store_->transaction([&]() -> Status {
+  return core_.store->transaction([&]() -> Status {
     for (const json& doc : open->comparisons) {
-      TRAINER_RETURN_IF_ERROR(kernel_->enter("comparison", doc.value("comparisonId", std::string()),
+      TRAINER_RETURN_IF_ERROR(core_.kernel->enter("comparison", doc.value("comparisonId", std::string()),
                                              doc.value("phase", std::string(kPreparing))));
     }
     return Status::ok();
@@ -75,12 +75,12 @@ Status ServiceImpl::resume_comparisons() {
 }
 
 // Target `index` of comparison `doc` one step on: its evaluation started once its model is
-// registered, its outcome read once the evaluation ended (mu_ held, inside the step's transaction).
-Status ServiceImpl::step_comparison_target_locked(const json& doc, size_t index, json& t) {
+// registered, its outcome read once the evaluation ended (core_.mu held, inside the step's transaction).
+Status Comparisons::step_comparison_target_locked(const json& doc, size_t index, json& t) {
   const json& contract = doc["contract"];
   const std::string id = doc["comparisonId"].get<std::string>();
   if (t["status"] == kTargetWaiting) {
-    TRAINER_ASSIGN_OR_RETURN(std::optional<json> model, store_->get_trained_model(t["modelId"].get<std::string>()));
+    TRAINER_ASSIGN_OR_RETURN(std::optional<json> model, core_.store->get_trained_model(t["modelId"].get<std::string>()));
     if (!model) {
       t["status"] = kTargetFailed;
       t["failure"] = "model " + t["modelId"].get<std::string>() + " is no longer in the registry";
@@ -96,7 +96,7 @@ Status ServiceImpl::step_comparison_target_locked(const json& doc, size_t index,
     if (status != kModelRegistered) return Status::ok();  // still registering
     // An evaluation an older trainerd started and did not record is taken up, never doubled.
     const std::string tag = evaluation_tag(id, index);
-    TRAINER_ASSIGN_OR_RETURN(std::vector<json> all, store_->list_evaluations({}));
+    TRAINER_ASSIGN_OR_RETURN(std::vector<json> all, core_.store->list_evaluations({}));
     for (const auto& e : all) {
       if (text_of(e, "description") == tag) t["evaluationId"] = e["evaluationId"];
     }
@@ -111,7 +111,7 @@ Status ServiceImpl::step_comparison_target_locked(const json& doc, size_t index,
       }
       if (text_of(model->value("workload", json(nullptr)), "id").empty()) request["workload"] = doc["workload"]["id"];
       auto started = evaluations_.start_locked(request);
-      metrics_.operation_attempt(
+      core_.metrics.operation_attempt(
           {.operation = tel::ServiceOperation::kCompare,
            .stage = tel::ServiceStage::kLaunchTarget,
            .outcome = started.is_ok() ? tel::ServiceOutcome::kSuccess : tel::ServiceOutcome::kFailure,
@@ -126,7 +126,7 @@ Status ServiceImpl::step_comparison_target_locked(const json& doc, size_t index,
     t["status"] = kTargetEvaluating;
   }
   if (t["status"] != kTargetEvaluating) return Status::ok();
-  TRAINER_ASSIGN_OR_RETURN(std::optional<json> e, store_->get_evaluation(t["evaluationId"].get<std::string>()));
+  TRAINER_ASSIGN_OR_RETURN(std::optional<json> e, core_.store->get_evaluation(t["evaluationId"].get<std::string>()));
   if (!e) return Status::ok();
   const std::string phase = text_of(*e, "phase");
   if (phase == "COMPLETED") {
@@ -142,10 +142,10 @@ Status ServiceImpl::step_comparison_target_locked(const json& doc, size_t index,
   return Status::ok();
 }
 
-// One step of a comparison (the kernel's "comparison" kind, mu_ held, inside the step's transaction).
-Status ServiceImpl::step_comparison_task(tasks::Step& step) {
+// One step of a comparison (the kernel's "comparison" kind, core_.mu held, inside the step's transaction).
+Status Comparisons::step_comparison_task(tasks::Step& step) {
   const std::string id = step.task().id;
-  TRAINER_ASSIGN_OR_RETURN(std::optional<json> stored, store_->get_comparison(id));
+  TRAINER_ASSIGN_OR_RETURN(std::optional<json> stored, core_.store->get_comparison(id));
   if (!stored) return internal_error("comparison " + id + " has a task but no stored document");
   json doc = std::move(*stored);
   const json before = doc;
@@ -156,21 +156,21 @@ Status ServiceImpl::step_comparison_task(tasks::Step& step) {
   const bool ends = phase == kCompleted || phase == kPartial || phase == kFailed;
   if (phase != doc["phase"]) {
     doc["phase"] = phase;
-    doc["phaseHistory"].push_back({{"phase", phase}, {"time", now_rfc3339()}});
+    doc["phaseHistory"].push_back({{"phase", phase}, {"time", core_.now_rfc3339()}});
   }
   if (ends) {
-    doc["endedAt"] = now_rfc3339();
+    doc["endedAt"] = core_.now_rfc3339();
     if (phase == kCompleted) doc["winner"] = winner_of(doc["targets"]);
   }
   if (doc == before) return Status::ok();
-  TRAINER_RETURN_IF_ERROR(store_->update_comparison(doc));
-  TRAINER_RETURN_IF_ERROR(kernel_->move("comparison", id, phase));
+  TRAINER_RETURN_IF_ERROR(core_.store->update_comparison(doc));
+  TRAINER_RETURN_IF_ERROR(core_.kernel->move("comparison", id, phase));
   if (ends) {
     // The operation ends once: a comparison that names no winner is a failure of the provider
     // (a target's registration or evaluation), not of the comparison's own bookkeeping.
     const bool won = phase == kCompleted;
-    metrics_.operation_ended(tel::ServiceOperation::kCompare, won ? tel::ServiceOutcome::kSuccess : tel::ServiceOutcome::kFailure,
-                             now() - number_of(doc, "_acceptedAt"),
+    core_.metrics.operation_ended(tel::ServiceOperation::kCompare, won ? tel::ServiceOutcome::kSuccess : tel::ServiceOutcome::kFailure,
+                             core_.now() - number_of(doc, "_acceptedAt"),
                              won ? std::nullopt : std::optional(tel::ServiceFailureReason::kProvider));
   }
   return Status::ok();

@@ -20,7 +20,7 @@
 #include "protocol/snapshot.h"
 #include "service/registry.h"
 #include "service/comparison_names.h"
-#include "service/service_state.h"
+#include "service/comparisons.h"
 
 namespace trainer::service {
 namespace {
@@ -184,11 +184,20 @@ json plan_differences(const json& source_plan, const json& target_plan) {
 
 }  // namespace
 
-Result<json> ServiceImpl::resolve_comparison(const std::string& ref, const std::string& field) {
+Comparisons::Comparisons(ServiceCore& core, Datasets& datasets, SnapshotCatalog& catalog, ModelRegistry& registry,
+                         Evaluations& evaluations)
+    : core_(core),
+      datasets_(datasets),
+      catalog_(catalog),
+      registry_(registry),
+      evaluations_(evaluations),
+      tasks_(comparison_phase_table(), [this](tasks::Step& s) { return step_comparison_task(s); }) {}
+
+Result<json> Comparisons::resolve_comparison(const std::string& ref, const std::string& field) {
   if (ref.empty() || !is_hex(ref)) {
     return field_status(StatusCode::kNotFound, field, "no comparison with id '" + ref + "' (comparison ids are lowercase hex)");
   }
-  auto ids = store_->comparison_ids_with_prefix(ref, 10);
+  auto ids = core_.store->comparison_ids_with_prefix(ref, 10);
   if (!ids.is_ok()) return ids.status();
   std::string id = ref;
   if (std::find(ids->begin(), ids->end(), ref) == ids->end()) {
@@ -198,19 +207,19 @@ Result<json> ServiceImpl::resolve_comparison(const std::string& ref, const std::
     }
     id = ids->front();
   }
-  auto doc = store_->get_comparison(id);
+  auto doc = core_.store->get_comparison(id);
   if (!doc.is_ok()) return doc.status();
   if (!doc->has_value()) return field_status(StatusCode::kNotFound, field, "no comparison with id '" + ref + "'");
   return **doc;
 }
 
-Result<json> ServiceImpl::comparison_targets_locked(const json& body, const json& source_snapshot, json& fan) {
+Result<json> Comparisons::comparison_targets_locked(const json& body, const json& source_snapshot, json& fan) {
   const std::string sid = source_snapshot.value("snapshotId", std::string());
   json targets = json::array();
   auto candidates = string_list(body, "candidates");
   if (!candidates.is_ok()) return candidates.status();
   for (const auto& ref : *candidates) {
-    auto m = resolve_trained_model(ref, "candidates");
+    auto m = registry_.resolve(ref, "candidates");
     if (!m.is_ok()) return m.status();
     json t = {{"target", ref}, {"kind", "candidate"}, {"modelId", (*m)["modelId"]}, {"status", kTargetWaiting}};
     const json lineage = m->value("lineage", json::object());
@@ -241,21 +250,21 @@ Result<json> ServiceImpl::comparison_targets_locked(const json& body, const json
   auto branches = string_list(body, "branches");
   if (!branches.is_ok()) return branches.status();
   for (const auto& ref : *branches) {
-    auto run = resolve_run(ref, "branches");
+    auto run = core_.resolve_run(ref, "branches");
     if (!run.is_ok()) return run.status();
     add_branch(*run, ref, "");
   }
   auto parents = string_list(body, "allBranches");
   if (!parents.is_ok()) return parents.status();
   for (const auto& ref : *parents) {
-    auto parent = resolve_run(ref, "allBranches");
+    auto parent = core_.resolve_run(ref, "allBranches");
     if (!parent.is_ok()) return parent.status();
     int64_t seen = 0;
     for (int64_t offset = 0;; offset += kChildPage) {
-      auto page = store_->run_children(parent->id, kChildPage, offset);
+      auto page = core_.store->run_children(parent->id, kChildPage, offset);
       if (!page.is_ok()) return page.status();
       for (const auto& child_id : page->run_ids) {
-        auto child = resolve_run(child_id, "allBranches");
+        auto child = core_.resolve_run(child_id, "allBranches");
         if (!child.is_ok()) return child.status();
         if (child->phase != Phase::kCompleted || text_of(child->view, "sourceSnapshotId") != sid) continue;
         ++seen;
@@ -268,15 +277,15 @@ Result<json> ServiceImpl::comparison_targets_locked(const json& body, const json
   return targets;
 }
 
-Result<std::pair<json, bool>> ServiceImpl::create_comparison(const json& body) {
+Result<std::pair<json, bool>> Comparisons::create(const json& body) {
   auto req = parse_comparison_request(body);
   if (!req.is_ok()) return req.status();
   const std::string& token = req->token;
 
-  std::lock_guard<std::mutex> lock(mu_);
-  auto sid = resolve_snapshot_id(req->source_ref, "source");
+  std::lock_guard<std::mutex> lock(core_.mu);
+  auto sid = catalog_.resolve_id(req->source_ref, "source");
   if (!sid.is_ok()) return sid.status();
-  auto snap = store_->get_snapshot(*sid);
+  auto snap = core_.store->get_snapshot(*sid);
   if (!snap.is_ok()) return snap.status();
   if (!snap->has_value() || (**snap).value("state", std::string()) != "committed") {
     return field_status(StatusCode::kNotFound, "source", "no committed snapshot with id '" + req->source_ref + "'");
@@ -286,14 +295,14 @@ Result<std::pair<json, bool>> ServiceImpl::create_comparison(const json& body) {
                         "snapshot " + *sid + " has no committed weights to score; pick a snapshot with weights "
                         "(ARTIFACTS in trainer runs snapshots RUN)");
   }
-  auto run = resolve_run((**snap).value("runId", std::string()), "source");
+  auto run = core_.resolve_run((**snap).value("runId", std::string()), "source");
   if (!run.is_ok()) return run.status();
 
   const std::string id = comparison_id(*sid, token.empty() ? random_hex(32) : token);
   json request = body;
   request.erase("submissionId");
   const std::string request_sha = sha256_hex(request.dump());
-  auto existing = store_->get_comparison(id);
+  auto existing = core_.store->get_comparison(id);
   if (!existing.is_ok()) return existing.status();
   if (existing->has_value()) {
     if ((**existing).value("_requestSha", std::string()) != request_sha) {
@@ -306,10 +315,10 @@ Result<std::pair<json, bool>> ServiceImpl::create_comparison(const json& body) {
 
   auto dataset = datasets_.resolve(req->dataset_ref, "dataset");
   if (!dataset.is_ok()) return dataset.status();
-  auto workload = store_->get_workload(run->workload_id);
+  auto workload = core_.store->get_workload(run->workload_id);
   if (!workload.is_ok()) return workload.status();
   const json evaluation = workload->has_value() ? (**workload).value("evaluation", json::object()) : json::object();
-  auto grader = comparison_grader(req->grader, evaluation, opt_.config);
+  auto grader = comparison_grader(req->grader, evaluation, core_.options.config);
   if (!grader.is_ok()) return grader.status();
   const auto& [term, grader_source] = *grader;
 
@@ -324,7 +333,7 @@ Result<std::pair<json, bool>> ServiceImpl::create_comparison(const json& body) {
   }
 
   json out;
-  Status st = store_->transaction([&]() -> Status {
+  Status st = core_.store->transaction([&]() -> Status {
     auto reg = registry_.start_registration_locked(**snap, *run, json(nullptr));
     if (!reg.is_ok()) return reg.status();
     json model = reg->first;
@@ -332,12 +341,12 @@ Result<std::pair<json, bool>> ServiceImpl::create_comparison(const json& body) {
     model["protected"] = true;
     if (!model["protectedBy"].is_array()) model["protectedBy"] = json::array();
     model["protectedBy"].push_back({{"comparisonId", id}});
-    TRAINER_RETURN_IF_ERROR(store_->update_trained_model(model));
+    TRAINER_RETURN_IF_ERROR(core_.store->update_trained_model(model));
     const std::string source_model = model["modelId"].get<std::string>();
     const json targets = numbered_targets({{"target", *sid}, {"kind", "source"}, {"runId", run->id},
                                            {"modelId", source_model}, {"status", kTargetWaiting}},
                                           *listed);
-    const std::string t = now_rfc3339();
+    const std::string t = core_.now_rfc3339();
     out = {{"comparisonId", id},
            {"submissionId", token.empty() ? json(nullptr) : json(token)},
            {"phase", kPreparing},
@@ -357,17 +366,17 @@ Result<std::pair<json, bool>> ServiceImpl::create_comparison(const json& body) {
            {"createdAt", t},
            {"endedAt", nullptr},
            {"_requestSha", request_sha},
-           {"_acceptedAt", now()}};  // seconds, for the operation's duration
-    TRAINER_RETURN_IF_ERROR(store_->insert_comparison(out));
-    return kernel_->create("comparison", id, kPreparing);
+           {"_acceptedAt", core_.now()}};  // seconds, for the operation's duration
+    TRAINER_RETURN_IF_ERROR(core_.store->insert_comparison(out));
+    return core_.kernel->create("comparison", id, kPreparing);
   });
   if (!st.is_ok()) return st;
-  metrics_.operation_attempt(
+  core_.metrics.operation_attempt(
       {.operation = tel::ServiceOperation::kCompare, .stage = tel::ServiceStage::kAccept, .outcome = tel::ServiceOutcome::kSuccess});
   return std::make_pair(present_comparison(out), true);
 }
 
-json ServiceImpl::present_comparison(const json& doc) {
+json Comparisons::present_comparison(const json& doc) {
   json out = json::object();
   for (const auto& [k, v] : doc.items()) {
     if (!k.empty() && k[0] != '_') out[k] = v;
@@ -375,7 +384,7 @@ json ServiceImpl::present_comparison(const json& doc) {
   // Config differences against the source run's resolved plan, and the spend: training (the
   // runs' GPU seconds) apart from evaluation (the evaluations' GPU seconds, else wall seconds).
   json source_plan = json::object();
-  if (auto r = store_->get_run(doc["source"].value("runId", std::string())); r.is_ok() && r->has_value()) {
+  if (auto r = core_.store->get_run(doc["source"].value("runId", std::string())); r.is_ok() && r->has_value()) {
     source_plan = (**r).value("plan", json::object());
   }
   json runs = json::array();
@@ -386,7 +395,7 @@ json ServiceImpl::present_comparison(const json& doc) {
   for (auto& t : out["targets"]) {
     const std::string run_id = t.value("runId", std::string());
     if (!run_id.empty()) {
-      if (auto r = store_->get_run(run_id); r.is_ok() && r->has_value()) {
+      if (auto r = core_.store->get_run(run_id); r.is_ok() && r->has_value()) {
         t["configDifferences"] = t["kind"] == "source" ? json::array() : plan_differences(source_plan, (**r).value("plan", json::object()));
         const double gpu = number_of((**r).value("cost", json::object()), "gpuSeconds");
         if (counted.insert(run_id).second) {
@@ -396,7 +405,7 @@ json ServiceImpl::present_comparison(const json& doc) {
       }
     }
     if (t["evaluationId"].is_string()) {
-      if (auto e = store_->get_evaluation(t["evaluationId"].get<std::string>()); e.is_ok() && e->has_value()) {
+      if (auto e = core_.store->get_evaluation(t["evaluationId"].get<std::string>()); e.is_ok() && e->has_value()) {
         t["progress"] = (**e).value("progress", json(nullptr));  // {rowsDone, rowsTotal} of its evaluation
         // The device time its claim held (an evaluation ended before claims: its wall time).
         const json cost = (**e).value("cost", json::object());
@@ -414,24 +423,24 @@ json ServiceImpl::present_comparison(const json& doc) {
   return out;
 }
 
-Result<json> ServiceImpl::get_comparison(const std::string& ref) {
+Result<json> Comparisons::get(const std::string& ref) {
   auto doc = resolve_comparison(ref, "comparison");
   if (!doc.is_ok()) return doc.status();
   return present_comparison(*doc);
 }
 
-Result<json> ServiceImpl::list_comparisons(const ComparisonListQuery& query) {
+Result<json> Comparisons::list(const ComparisonListQuery& query) {
   if (query.limit < 1 || query.limit > kMaxComparisonsPage) {
     return invalid_field("limit", "must be in [1, " + std::to_string(kMaxComparisonsPage) + "], got " + std::to_string(query.limit));
   }
   if (query.offset < 0) return invalid_field("offset", "must be >= 0, got " + std::to_string(query.offset));
   std::string source;
   if (!query.source.empty()) {
-    auto sid = resolve_snapshot_id(query.source, "source");
+    auto sid = catalog_.resolve_id(query.source, "source");
     if (!sid.is_ok()) return sid.status();
     source = *sid;
   }
-  auto page = store_->list_comparisons(source, {}, query.limit, query.offset);
+  auto page = core_.store->list_comparisons(source, {}, query.limit, query.offset);
   if (!page.is_ok()) return page.status();
   json items = json::array();
   for (const auto& d : page->comparisons) {

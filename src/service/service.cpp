@@ -27,12 +27,11 @@ ServiceImpl::ServiceImpl(ServiceOptions options, std::unique_ptr<store::Store> s
                          std::unique_ptr<backend::Backend> backend, std::unique_ptr<storage::Storage> storage)
     : core_(std::move(options), std::move(store), std::move(backend), std::move(storage)),
       job_otlp_endpoint_(opt_.job_otlp_endpoint),
-      run_tasks_(run_phase_table(), [this](tasks::Step& s) { return step_run_task(s.task().id); }),
-      comparison_tasks_(comparison_phase_table(), [this](tasks::Step& s) { return step_comparison_task(s); }) {
+      run_tasks_(run_phase_table(), [this](tasks::Step& s) { return step_run_task(s.task().id); }) {
   kernel_->add_kind(base_models_.task_kind());  // a run waiting for its base model sees it ready in the same pass
   kernel_->add_kind(run_tasks_);
   kernel_->add_kind(registry_.task_kind());
-  kernel_->add_kind(comparison_tasks_);  // an evaluation it starts is launched in the same pass
+  kernel_->add_kind(comparisons_.task_kind());  // an evaluation it starts is launched in the same pass
   kernel_->add_kind(evaluations_.task_kind());
   kernel_->add_kind(endpoints_.task_kind());
 }
@@ -82,7 +81,7 @@ Status ServiceImpl::start() {
   st = registry_.resume();
   add_step("resume registrations", st.is_ok(), st.is_ok() ? "ok" : st.describe());
   if (!st.is_ok()) return st;
-  st = resume_comparisons();
+  st = comparisons_.resume();
   add_step("resume comparisons", st.is_ok(), st.is_ok() ? "ok" : st.describe());
   if (!st.is_ok()) return st;
   capacity_.read();

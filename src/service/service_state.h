@@ -21,8 +21,10 @@
 //   model_registry.h    ModelRegistry: registered models, imports, list, get (trained_models.cpp),
 //                       and registrations of snapshot weights (registration.cpp, a task kind);
 //                       registry.h: the names and helpers it shares with the other files
+//   comparisons.h       Comparisons: a source snapshot against candidates and branches under one
+//                       pinned contract (comparisons.cpp, comparison_steps.cpp, a task kind)
 //
-// ServiceImpl itself keeps the runs and comparisons, each concern in its own file:
+// ServiceImpl itself keeps the runs, each concern in its own file:
 //
 //   service.cpp           construction, start/stop, startup steps, info
 //   ref_targets.cpp       what a workload's ref may point at (the registry's side of set_ref)
@@ -35,8 +37,6 @@
 //   attempts.cpp          a run's attempts: their entries, a new one after a lost job, hung jobs
 //   lineage.cpp, sweep.cpp  child runs from a parent's snapshot (branch, continue, sweep) and their views
 //   rollouts.cpp          a reinforcement run's rollouts
-//   comparisons.cpp       comparisons: the pinned contract and their targets, created; get, list
-//   comparison_steps.cpp  comparisons as tasks of the kernel: their targets' evaluations, the outcome
 //
 // Locking: service_core.h. The small mutexes below guard only the members listed under them and
 // are never held while taking mu_ or calling the store.
@@ -57,6 +57,7 @@
 #include "service/base_models.h"
 #include "service/bundles.h"
 #include "service/capacity.h"
+#include "service/comparisons.h"
 #include "service/datasets.h"
 #include "service/endpoints.h"
 #include "service/evaluations.h"
@@ -211,9 +212,9 @@ class ServiceImpl final : public Service {
   Result<json> run_branches(const std::string& ref, int64_t limit, int64_t offset) override;
   Result<json> run_tree(const std::string& ref, int64_t depth) override;
   Result<json> run_ancestry(const std::string& ref) override;
-  Result<std::pair<json, bool>> create_comparison(const json& body) override;
-  Result<json> get_comparison(const std::string& ref) override;
-  Result<json> list_comparisons(const ComparisonListQuery& query) override;
+  Result<std::pair<json, bool>> create_comparison(const json& body) override { return comparisons_.create(body); }
+  Result<json> get_comparison(const std::string& ref) override { return comparisons_.get(ref); }
+  Result<json> list_comparisons(const ComparisonListQuery& query) override { return comparisons_.list(query); }
   Result<json> pin_snapshot(const std::string& ref, const json& body) override { return catalog_.pin(ref, body); }
   Result<json> unpin_snapshot(const std::string& ref, const json& body) override { return catalog_.unpin(ref, body); }
   Result<json> release_snapshot(const std::string& ref) override { return catalog_.release(ref); }
@@ -278,20 +279,6 @@ class ServiceImpl final : public Service {
   }
   // The REGISTERED model a ref of workload `w` may point at (ref_targets.cpp; Workloads::Hooks); mu_ held.
   Result<json> ref_target_locked(const json& w, const std::string& which, const std::string& target);
-
-  // ---- comparisons (comparisons.cpp)
-  Result<json> resolve_comparison(const std::string& ref, const std::string& field);
-  // The targets of a create request, resolved (mu_ held): [{target, kind, runId?, modelId?,
-  // status, failure?}]; `fan` gets one {parentRunId, seen} per --all-branches parent.
-  Result<json> comparison_targets_locked(const json& body, const json& source_snapshot, json& fan);
-  // ---- comparisons as tasks (comparison_steps.cpp); mu_ held for the step and the *_locked
-  Status resume_comparisons();  // start(): open comparisons of an older store get their task
-  // One step of a comparison (the kernel's "comparison" kind): starts the evaluations of targets
-  // whose model is registered, reads the ended ones, and ends it once every target has an outcome.
-  Status step_comparison_task(tasks::Step& step);
-  Status step_comparison_target_locked(const json& doc, size_t index, json& target);
-  // A comparison as `comparisons get` shows it: the stored one plus config differences and spend.
-  json present_comparison(const json& doc);
 
   // ---- runs (run_presentation.cpp)
   json present_run(const RunRecord& run, const std::map<std::string, store::ClaimRow>* claims = nullptr,
@@ -389,6 +376,7 @@ class ServiceImpl final : public Service {
                                                 return registry_.resolve(ref, field);
                                               },
                                               [this](const std::string& key) { return core_.artifact_uri(key); }}};
+  Comparisons comparisons_{core_, datasets_, catalog_, registry_, evaluations_};
 
   // ServiceOptions::job_otlp_endpoint, or what the wiring set before start(); read by the driver.
   std::string job_otlp_endpoint_;
@@ -416,15 +404,10 @@ class ServiceImpl final : public Service {
   // The kinds on the core's task kernel that ServiceImpl steps. Every run's phase change goes
   // through kernel_->move() (transition()), which checks run_phase_table().
   tasks::FunctionKind run_tasks_;         // driver.cpp
-  tasks::FunctionKind comparison_tasks_;  // comparison_steps.cpp
 
   std::thread driver_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> ready_{false};
 };
-
-// The comparison's phase table (the task kernel's "comparison" kind): PREPARING, RUNNING, then
-// COMPLETED, PARTIAL or FAILED.
-const tasks::PhaseTable& comparison_phase_table();
 
 }  // namespace trainer::service
