@@ -21,6 +21,7 @@
 #include "service/registry.h"
 #include "service/comparison_names.h"
 #include "service/comparisons.h"
+#include "service/judges.h"
 
 namespace trainer::service {
 namespace {
