@@ -80,13 +80,14 @@ def evaluations(cli):
         cli("evaluations", "cancel", ref, "--force")
 
 
-def watch_then_interrupt(cli, *args) -> tuple[int, str, str]:
-    """Runs `trainer ARGS`, sends it SIGINT once it printed its first progress line (stderr), and
-    returns (exit code, that first line, everything it wrote to stderr after it)."""
+def watch_then_interrupt(cli, *args, progress_on: str = "stderr") -> tuple[int, str, str]:
+    """Runs `trainer ARGS`, sends it SIGINT once it printed its first progress line (on
+    `progress_on`: stderr or stdout), and returns (exit code, that first line, everything it wrote
+    to stderr after it)."""
     proc = subprocess.Popen([str(cli.binary), *map(str, args), "--trainer-url", cli.url], stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
-        first = proc.stderr.readline().decode(errors="replace")
+        first = getattr(proc, progress_on).readline().decode(errors="replace")
         os.killpg(proc.pid, signal.SIGINT)
         _, rest = proc.communicate(timeout=60)
     finally:
@@ -136,21 +137,11 @@ def test_ctrl_c_on_runs_wait_still_says_the_run_carries_on(cli):
     run_id = cli("runs", "start", "-f", "-", "--force", "--jq", ".runId", input=plan, check=True).stdout.strip()
     short = run_id[:12]
     try:
-        proc = subprocess.Popen([str(cli.binary), "runs", "wait", run_id, "--trainer-url", cli.url],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True)
-        try:
-            first = proc.stdout.readline().decode(errors="replace")
-            os.killpg(proc.pid, signal.SIGINT)
-            _, err = proc.communicate(timeout=60)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        assert proc.returncode == 130, first
+        code, first, err = watch_then_interrupt(cli, "runs", "wait", run_id, progress_on="stdout")
+        assert code == 130, first
         assert (f"trainer: stopped watching run {short}; it carries on (Ctrl-C stops only the watching): "
                 f"`trainer runs wait {short}` follows it again, `trainer runs cancel {short}` stops it"
-                in err.decode(errors="replace")), err
+                in err), err
     finally:
         cli("runs", "cancel", run_id, "--force")
 
