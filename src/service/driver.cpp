@@ -195,7 +195,7 @@ backend::JobSpec ServiceImpl::job_spec(const RunRecord& run) const {
   spec.otlp_endpoint =
       opt_.config.telemetry.otlp_endpoint.empty() ? job_otlp_endpoint_ : opt_.config.telemetry.otlp_endpoint;
   spec.otlp_interval_ms = opt_.config.telemetry.otlp_interval_ms;
-  spec.catalog_url = catalog_url_;
+  spec.catalog_url = core_.catalog_url;
   spec.artifact_root = storage_->local_path(".");
   if (const ArtifactStoreConfig& store = opt_.config.artifact_store; !store.uri.empty()) {
     spec.artifact_root = store.uri;

@@ -50,14 +50,14 @@ Status as_grader_field(const Status& st) {
 }  // namespace
 
 Evaluations::Evaluations(ServiceCore& core, BaseModels& base_models, Datasets& datasets, Bundles& bundles,
-                         Capacity& capacity, Workloads& workloads, Hooks hooks)
+                         Capacity& capacity, Workloads& workloads, ModelRegistry& registry)
     : core_(core),
       base_models_(base_models),
       datasets_(datasets),
       bundles_(bundles),
       capacity_(capacity),
       workloads_(workloads),
-      hooks_(std::move(hooks)),
+      registry_(registry),
       tasks_(evaluation_phase_table(), [this](tasks::Step& s) { return step_evaluation_task(s); }) {}
 
 std::string Evaluations::evaluation_dir(const std::string& id) const {
@@ -86,7 +86,7 @@ Result<json> Evaluations::resolve_evaluation(const std::string& ref, const std::
 // base model, or a ready base model; in that order.
 Result<json> Evaluations::resolve_model(const std::string& ref) {
   if (is_hex(ref)) {
-    auto registered = hooks_.resolve_trained_model(ref, "model");
+    auto registered = registry_.resolve(ref, "model");
     if (registered.is_ok()) return evaluated_registered_model(ref, *registered);
     if (registered.status().code() != StatusCode::kNotFound) return registered.status();
   }
@@ -163,7 +163,7 @@ Result<std::string> Evaluations::evaluation_adapter(const json& model, const std
     if (fs::path(path).is_absolute()) return path;
     // A cluster run's adapter: its final snapshot's weights, by storage key in the artifact store.
     key = path;
-    uri = hooks_.artifact_uri(key);
+    uri = core_.artifact_uri(key);
   } else {
     if (!model.contains("artifactKey")) return std::string();
     uri = model.value("artifactUri", std::string());
@@ -346,9 +346,9 @@ Status Evaluations::launch_evaluation_locked(json& doc, const store::ClaimRow& c
     }
   }
   backend::JobSpec job = evaluation_job_spec(doc, claim, attempt, &spec);
-  // A job started before a crash whose handle was never committed is adopted, not started twice.
   // The attempt's identity to the API: its posts of events and log lines carry it (job_reports.cpp).
   job.job_token = *token;
+  // A job started before a crash whose handle was never committed is adopted, not started twice.
   std::optional<backend::JobHandle> handle = core_.backend->find(job);
   if (!handle) {
     TRAINER_RETURN_IF_ERROR(write_file_atomic(job.plan_path, spec.dump(2) + "\n"));

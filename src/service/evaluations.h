@@ -9,7 +9,6 @@
 // it changes an evaluation; methods named *_locked need it held (service_core.h).
 #pragma once
 
-#include <functional>
 #include <optional>
 #include <string>
 
@@ -17,6 +16,7 @@
 #include "service/bundles.h"
 #include "service/capacity.h"
 #include "service/datasets.h"
+#include "service/model_registry.h"
 #include "service/service_core.h"
 #include "service/workloads.h"
 
@@ -28,16 +28,8 @@ const tasks::PhaseTable& evaluation_phase_table();
 
 class Evaluations {
  public:
-  // What evaluations need from the model registry.
-  struct Hooks {
-    // A registered model by id or unique prefix; errors name `field`.
-    std::function<Result<json>(const std::string& ref, const std::string& field)> resolve_trained_model;
-    // Where an artifact key lives, as a URI ("file:///...", "s3://bucket/prefix/key").
-    std::function<std::string(const std::string& key)> artifact_uri;
-  };
-
   Evaluations(ServiceCore& core, BaseModels& base_models, Datasets& datasets, Bundles& bundles, Capacity& capacity,
-              Workloads& workloads, Hooks hooks);
+              Workloads& workloads, ModelRegistry& registry);
 
   // Service::start_evaluation, list_evaluations, get_evaluation, evaluation_report,
   // evaluation_rows, cancel_evaluation, annotate_evaluation.
@@ -60,8 +52,6 @@ class Evaluations {
   Status resume(std::string* summary);
   // The kernel's "evaluation" kind, added by ServiceImpl.
   tasks::TaskKind& task_kind() { return tasks_; }
-  // trainerd's own API base URL, which jobs report to (Service::set_catalog_url); before start().
-  void set_catalog_url(const std::string& url) { catalog_url_ = url; }
 
  private:
   std::string evaluation_dir(const std::string& id) const;
@@ -95,9 +85,8 @@ class Evaluations {
   Bundles& bundles_;
   Capacity& capacity_;
   Workloads& workloads_;
-  const Hooks hooks_;
+  ModelRegistry& registry_;
   tasks::FunctionKind tasks_;
-  std::string catalog_url_;  // set before start(); read by the driver
 };
 
 }  // namespace trainer::service

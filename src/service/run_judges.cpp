@@ -81,7 +81,7 @@ std::map<std::string, json> ServiceImpl::endpoint_judges(const RunRecord& run) c
   std::map<std::string, json> out;
   const json found = run.view.value("judgeEndpoints", json::object());
   for (const auto& [name, e] : found.items()) {
-    out[name] = {{"url", catalog_url_ + "/v1/endpoints/" + e.value("endpointId", std::string())},
+    out[name] = {{"url", core_.catalog_url + "/v1/endpoints/" + e.value("endpointId", std::string())},
                  {"model", e.value("model", std::string())},
                  {"apiKeyEnv", ""},
                  {"caFile", ""}};

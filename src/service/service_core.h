@@ -51,6 +51,9 @@ class ServiceCore {
   // The snapshots' store when artifactStore names one (set by ServiceImpl::start(), before the
   // driver runs); else null and snapshots live in `storage`. See artifacts().
   std::unique_ptr<storage::Storage> artifact_store;
+  // trainerd's own API base URL ("http://127.0.0.1:9001"), which jobs call back for their reports
+  // and the snapshot catalog (Service::set_catalog_url); set before start(), then constant.
+  std::string catalog_url;
 
   // ---- thread-safe
   ServiceTelemetry metrics;

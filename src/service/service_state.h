@@ -91,10 +91,7 @@ class ServiceImpl final : public Service {
   bool ready() const override { return ready_; }
   std::vector<StartupStep> startup_steps() const override;
   void set_job_otlp_endpoint(const std::string& url) override { job_otlp_endpoint_ = url; }
-  void set_catalog_url(const std::string& url) override {
-    catalog_url_ = url;
-    evaluations_.set_catalog_url(url);
-  }
+  void set_catalog_url(const std::string& url) override { core_.catalog_url = url; }
   json info() const override;
 
   Result<json> list_base_models(bool all) override { return base_models_.list(all); }
@@ -371,17 +368,11 @@ class ServiceImpl final : public Service {
                          return ref_target_locked(w, which, target);
                        }}};
   ModelRegistry registry_{core_, base_models_, workloads_, catalog_};
-  Evaluations evaluations_{core_, base_models_, datasets_, bundles_, capacity_, workloads_,
-                           Evaluations::Hooks{[this](const std::string& ref, const std::string& field) {
-                                                return registry_.resolve(ref, field);
-                                              },
-                                              [this](const std::string& key) { return core_.artifact_uri(key); }}};
+  Evaluations evaluations_{core_, base_models_, datasets_, bundles_, capacity_, workloads_, registry_};
   Comparisons comparisons_{core_, datasets_, catalog_, registry_, evaluations_};
 
   // ServiceOptions::job_otlp_endpoint, or what the wiring set before start(); read by the driver.
   std::string job_otlp_endpoint_;
-  // set_catalog_url()'s URL, set before start(); read by the driver.
-  std::string catalog_url_;
   // Wall seconds when start() ran: a job's silence counts from it at the earliest.
   double started_wall_ = 0;
 
