@@ -137,11 +137,12 @@ Result<Publication> open_publication(const protocol::JobRequest& request, const 
     return invalid_argument("TRAINER_CATALOG_URL: publishing snapshots needs the attempt's TRAINER_JOB_ID and "
                             "TRAINER_JOB_TOKEN too (the catalog refuses a job that does not send them)");
   }
-  auto st = storage::open_storage(request.artifact_root);  // a folder, or s3://BUCKET[/PREFIX]
-  if (!st.is_ok()) return Status(st.status().code(), "TRAINER_ARTIFACT_ROOT: " + st.status().message());
-  out.artifacts = std::move(*st);
   PublisherOptions po;
   if (request.store.publish_deadline_seconds > 0) po.deadline = std::chrono::seconds(request.store.publish_deadline_seconds);
+  // A folder, or s3://BUCKET[/PREFIX]: one store operation retries no longer than a publication may.
+  auto st = storage::open_storage(request.artifact_root, std::chrono::duration<double>(po.deadline).count());
+  if (!st.is_ok()) return Status(st.status().code(), "TRAINER_ARTIFACT_ROOT: " + st.status().message());
+  out.artifacts = std::move(*st);
   // A restore's catalog reads ride out a trainerd restart within the same deadline as a publication.
   out.catalog = make_http_catalog({request.catalog_url, request.job_id, request.job_token}, identity.run_id,
                                   std::chrono::seconds(30), po.deadline);

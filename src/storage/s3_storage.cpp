@@ -467,9 +467,10 @@ Result<S3Options> s3_options_from_uri(const std::string& uri) {
   return o;
 }
 
-Result<std::unique_ptr<Storage>> open_storage(const std::string& location) {
+Result<std::unique_ptr<Storage>> open_storage(const std::string& location, double max_operation_seconds) {
   if (location.rfind("s3://", 0) == 0) {
     TRAINER_ASSIGN_OR_RETURN(S3Options o, s3_options_from_uri(location));
+    if (max_operation_seconds > 0) o.deadline_seconds = std::min(o.deadline_seconds, max_operation_seconds);
     return make_s3_storage(o);
   }
   return make_folder_storage(location);

@@ -69,6 +69,8 @@ Status check_key(const std::string& key);
 
 // The storage a location names: "s3://BUCKET[/PREFIX]" (an object store configured from the
 // environment, storage/s3_storage.h: s3_options_from_uri) or a folder path (make_folder_storage).
-Result<std::unique_ptr<Storage>> open_storage(const std::string& location);
+// `max_operation_seconds` > 0 caps how long one object-store operation retries (a job's
+// publication deadline: an upload must not retry past the point its publication gave up).
+Result<std::unique_ptr<Storage>> open_storage(const std::string& location, double max_operation_seconds = 0);
 
 }  // namespace trainer::storage
