@@ -97,6 +97,14 @@ int print_evaluation(Context& ctx, const json& e) {
       {"Max new tokens", std::to_string(e.value("maxNewTokens", int64_t{0}))},
       {"Progress", progress_text(e) + " rows"},
       {"Created", e.value("createdAt", std::string())}};
+  // Its attempts, when one was lost (an evaluation's job gets at most 3: docs/durability.md).
+  const json attempts = e.value("attempts", json::array());
+  if (attempts.is_array() && !attempts.empty()) {
+    const json as_run = {{"attempts", attempts},
+                         {"attempt", attempts.back().value("number", 1)},
+                         {"plan", {{"execution", {{"maxAttempts", 3}}}}}};
+    if (std::string text = attempts_text(as_run, false); !text.empty()) rows.push_back({"Attempts", text});
+  }
   const json claim = e.value("claim", json(nullptr));
   if (claim.is_object()) {
     const std::string devices = std::to_string(claim.value("devices", 1)) + " device(s) of pool " + str(claim, "pool");

@@ -131,6 +131,8 @@ bool lost_cause(const std::string& cause) {
   return cause == "killed" || cause == "crashed" || cause == "lost" || cause == "stopped" || cause == "hung";
 }
 
+}  // namespace
+
 // The run's attempts as a person reads them, when it had more than one or lost one: "attempt 2 of 3,
 // resumed from step 6 (attempt 1: killed, code 137)". `brief`: the first part alone ("attempt 2 of
 // 3"). execution.maxAttempts counts from the submission or from the last resume.
@@ -169,6 +171,8 @@ std::string attempts_text(const json& run, bool brief) {
   if (!ended.empty()) text += " (" + ended + ")";
   return text;
 }
+
+namespace {
 
 std::string progress_text(const json& run, const ViewStyle& style, bool with_phase) {
   const std::string phase = str(run, "phase");

@@ -41,6 +41,11 @@ std::string judge_instructions_text(const nlohmann::json& judges);
 // The final summary printed when a wait ends: phase, steps, final loss, adapter, cost.
 std::string run_summary(const nlohmann::json& run);
 
+// A run's attempts (runs get's `attempts`, `attempt`, plan.execution.maxAttempts) as a person reads
+// them, when it had more than one or lost one: "attempt 2 of 3, resumed from step 6 (attempt 1:
+// killed, code 137)"; `brief`: "attempt 2 of 3"; "" otherwise.
+std::string attempts_text(const nlohmann::json& run, bool brief);
+
 // `runs list` columns.
 std::vector<std::string> run_list_header();
 std::vector<std::string> run_list_row(const nlohmann::json& run, double now_epoch_seconds);

@@ -20,7 +20,6 @@ namespace trainer::service {
 namespace {
 
 constexpr int kDefaultMaxAttempts = 3;
-constexpr double kMaxBackoffSeconds = 600;
 
 json* attempt_entry(RunRecord& run, int number) {
   json& list = run.view["attempts"];
@@ -38,13 +37,6 @@ int max_attempts_of(const RunRecord& run) {
   if (!plan.is_object() || !plan.contains("execution") || !plan["execution"].is_object()) return kDefaultMaxAttempts;
   const json& m = plan["execution"].value("maxAttempts", json(nullptr));
   return m.is_number_integer() ? std::max(1, m.get<int>()) : kDefaultMaxAttempts;
-}
-
-std::string describe_attempt_end(const json& entry) {
-  std::string out = entry.value("cause", std::string("?"));
-  const json code = entry.value("exitCode", json(nullptr));
-  if (code.is_number_integer()) out += ", code " + std::to_string(code.get<int>());
-  return out;
 }
 
 Status ServiceImpl::open_attempt(RunRecord& run, double started) {
@@ -89,13 +81,7 @@ Status ServiceImpl::attempt_lost(RunRecord& run, const LostAttempt& lost) {
   const int used = run.attempt - run.attempt_base + 1;
   if (used >= max_attempts) {
     if (max_attempts == 1) return fail_in_cleanup(run, lost.reason);  // retries disabled: the reason as it is
-    std::string causes;
-    for (const json& a : run.view["attempts"]) {
-      const int n = a.value("number", 0);
-      if (n < run.attempt_base || a["ended"].is_null()) continue;
-      causes += (causes.empty() ? "" : "; ") + std::string("attempt ") + std::to_string(n) + ": " +
-                describe_attempt_end(a);
-    }
+    const std::string causes = ended_attempts_summary(run.view["attempts"], run.attempt_base);
     return fail_in_cleanup(run, "all " + std::to_string(used) + " attempts (execution.maxAttempts " +
                                     std::to_string(max_attempts) + ") ended without an outcome: " + causes +
                                     "\nthe last one: " + lost.reason);
@@ -114,9 +100,7 @@ Status ServiceImpl::attempt_lost(RunRecord& run, const LostAttempt& lost) {
   // its source snapshot again, job_spec()).
   const json saved = run.view.value("savedSnapshot", json(nullptr));
   if (saved.is_string()) run.resume_from = saved.get<std::string>();
-  double backoff = opt_.config.limits.attempt_backoff_seconds;
-  for (int i = 1; i < used; ++i) backoff *= 2;
-  backoff = std::min(backoff, kMaxBackoffSeconds);
+  const double backoff = attempt_backoff_seconds(opt_.config.limits.attempt_backoff_seconds, used);
   run.next_attempt_at = t + backoff;
   std::fprintf(stderr,
                "trainerd: run %s: attempt %d ended without an outcome (%s); attempt %d of %d starts in %.0f s from %s\n",

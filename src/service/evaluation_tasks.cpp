@@ -6,8 +6,9 @@
 // the cursor stored on the evaluation; a restarted trainerd follows the job it finds running.
 #include <cstdio>
 
-#include "service/job_event_source.h"
 #include "service/evaluations.h"
+#include "service/job_event_source.h"
+#include "service/lost_attempts.h"
 
 namespace trainer::service {
 namespace {
@@ -17,9 +18,9 @@ constexpr const char* kRunning = "RUNNING";
 constexpr const char* kCompleted = "COMPLETED";
 constexpr const char* kFailed = "FAILED";
 constexpr const char* kCancelled = "CANCELLED";
-// Starts of an evaluation's job whose end trainerd could not see (it ended while trainerd was
-// down, or was not trainerd's child) before the evaluation fails.
-constexpr int64_t kMaxAttempts = 3;
+// Starts of an evaluation's job that may end without an outcome (killed, crashed, lost by its
+// cluster, or ended while trainerd was down) before the evaluation fails.
+constexpr int kMaxAttempts = 3;
 
 }  // namespace
 
@@ -87,6 +88,7 @@ Status Evaluations::follow_evaluation_locked(json& doc) {
     return claim_evaluation_locked(doc);
   }
   json& job = doc["_job"];
+  if (job.value("ended", false)) return next_evaluation_attempt_locked(doc);
   const backend::JobHandle handle{job.value("handle", std::string())};
   const backend::JobStatus status = core_.backend->poll(handle);
   const json before = doc;
@@ -102,6 +104,10 @@ Status Evaluations::follow_evaluation_locked(json& doc) {
       doc["progress"] = {{"rowsDone", p->done}, {"rowsTotal", p->total}};
     } else if (const auto* r = std::get_if<protocol::EvaluationReport>(&line.event)) {
       doc["_report"] = r->report;  // shown when the evaluation is COMPLETED
+    } else if (const auto* f = std::get_if<protocol::Failed>(&line.event)) {
+      job["failed"] = f->reason;  // the job's own verdict: never retried
+    } else if (std::holds_alternative<protocol::Cancelled>(line.event)) {
+      job["cancelled"] = true;
     }
   }
   if (status.state == backend::JobState::kRunning) {
@@ -109,21 +115,75 @@ Status Evaluations::follow_evaluation_locked(json& doc) {
   }
   // Its job ended. With its report it completed: not before, so that its claim is held until the
   // process (still posting its last lines after the report) is gone.
+  const std::string job_id = job.value("jobId", std::string());
   if (doc.contains("_report")) {
     doc["report"] = doc["_report"];
     doc.erase("_report");
+    close_evaluation_attempt(doc, "completed", status.exit_code);
     return end_evaluation_locked(doc, kCompleted);
   }
-  if (doc.value("cancelRequested", false)) return end_evaluation_locked(doc, kCancelled);
-  if (status.state == backend::JobState::kGone && job.value("attempt", int64_t{1}) < kMaxAttempts) {
-    // Its end was not seen (trainerd was down): it starts again under its claim, as a new attempt.
-    auto claim = evaluation_claim(id);
-    if (!claim.is_ok()) return claim.status();
-    if (*claim && (*claim)->state == "GRANTED") return launch_evaluation_locked(doc, **claim);
+  if (doc.value("cancelRequested", false)) {
+    close_evaluation_attempt(doc, "cancelled", status.exit_code);
+    return end_evaluation_locked(doc, kCancelled);
   }
-  std::string last = core_.job_log_tail(job.value("jobId", std::string()), evaluation_dir(id) + "/job.log", 3);
-  if (last.empty()) last = status.reason.empty() ? "the evaluation job ended without a report" : status.reason;
-  return end_evaluation_locked(doc, kFailed, last);
+  const std::string log_tail = core_.job_log_tail(job_id, evaluation_dir(id) + "/job.log", 3);
+  if (job.contains("failed")) {
+    const std::string reason = job["failed"].get<std::string>();
+    close_evaluation_attempt(doc, "failed", status.exit_code, reason);
+    return end_evaluation_locked(doc, kFailed, reason.empty() ? log_tail : reason);
+  }
+  // Any other end without an outcome loses the attempt; while attempts are left, another starts.
+  const LostAttempt lost = lost_attempt_of(status, job.value("cancelled", false), "the evaluation job",
+                                           core_.backend->describe(handle), log_tail);
+  close_evaluation_attempt(doc, lost.cause, lost.exit_code, lost.reason);
+  const int used = static_cast<int>(job.value("attempt", int64_t{1}));
+  if (used >= kMaxAttempts) {
+    return end_evaluation_locked(doc, kFailed,
+                                 "all " + std::to_string(used) + " attempts ended without an outcome: " +
+                                     ended_attempts_summary(doc["attempts"], 1) + "\nthe last one: " + lost.reason);
+  }
+  // After a backoff (none when it ended while trainerd was down: that wait has passed).
+  const double backoff = status.state == backend::JobState::kGone
+                             ? 0.0
+                             : attempt_backoff_seconds(core_.options.config.limits.attempt_backoff_seconds, used);
+  job["ended"] = true;
+  doc["nextAttemptAt"] = rfc3339(core_.now() + backoff);
+  job["nextAttemptAtSeconds"] = core_.now() + backoff;
+  std::fprintf(stderr, "trainerd: evaluation %s: attempt %lld ended without an outcome (%s); attempt %lld of %lld "
+                       "starts in %.0f s\n",
+               id.c_str(), static_cast<long long>(job.value("attempt", int64_t{1})),
+               describe_attempt_end(doc["attempts"].back()).c_str(),
+               static_cast<long long>(job.value("attempt", int64_t{1}) + 1), static_cast<long long>(kMaxAttempts),
+               backoff);
+  return core_.store->put_evaluation(doc);
+}
+
+// An evaluation whose last attempt was lost: its next attempt starts under its claim once the
+// backoff has passed (core_.mu held, inside the step's transaction); a cancel ends it here.
+Status Evaluations::next_evaluation_attempt_locked(json& doc) {
+  const std::string id = doc["evaluationId"].get<std::string>();
+  if (doc.value("cancelRequested", false)) return end_evaluation_locked(doc, kCancelled);
+  if (core_.now() < doc["_job"].value("nextAttemptAtSeconds", 0.0)) return Status::ok();
+  auto claim = evaluation_claim(id);
+  if (!claim.is_ok()) return claim.status();
+  if (*claim && (*claim)->state == "GRANTED") return launch_evaluation_locked(doc, **claim);
+  // Its claim is gone (an older store): it queues for one again.
+  doc["phase"] = kQueued;
+  TRAINER_RETURN_IF_ERROR(core_.store->put_evaluation(doc));
+  TRAINER_RETURN_IF_ERROR(core_.kernel->move("evaluation", id, kQueued));
+  return claim_evaluation_locked(doc);
+}
+
+// The current attempt's entry in the evaluation's `attempts` list, closed with how it ended.
+void Evaluations::close_evaluation_attempt(json& doc, const std::string& cause, std::optional<int> exit_code,
+                                           const std::string& reason) {
+  if (!doc["attempts"].is_array() || doc["attempts"].empty()) return;
+  json& entry = doc["attempts"].back();
+  if (!entry["ended"].is_null()) return;
+  entry["ended"] = core_.now_rfc3339();
+  entry["cause"] = cause;
+  if (exit_code) entry["exitCode"] = *exit_code;
+  if (!reason.empty()) entry["reason"] = reason;
 }
 
 // How it ended, recorded (core_.mu held, inside a transaction): COMPLETED (its report on `doc`

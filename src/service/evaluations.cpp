@@ -361,8 +361,14 @@ Status Evaluations::launch_evaluation_locked(json& doc, const store::ClaimRow& c
   doc["_job"] = {{"handle", handle->value}, {"attempt", attempt},   {"jobId", job.job_id},
                 {"events", job.events_path}, {"seq", 0},          {"cursor", 0}};
   doc["phase"] = "RUNNING";
-  doc["startedAt"] = core_.now_rfc3339();
-  doc["startedAtSeconds"] = core_.now();
+  doc.erase("nextAttemptAt");
+  // Its cost counts from its first attempt's start: the claim stays held between attempts.
+  if (!doc.contains("startedAtSeconds")) {
+    doc["startedAt"] = core_.now_rfc3339();
+    doc["startedAtSeconds"] = core_.now();
+  }
+  if (!doc["attempts"].is_array()) doc["attempts"] = json::array();
+  doc["attempts"].push_back({{"number", attempt}, {"started", core_.now_rfc3339()}, {"ended", nullptr}, {"cause", nullptr}});
   TRAINER_RETURN_IF_ERROR(core_.store->put_evaluation(doc));
   return core_.kernel->move("evaluation", id, "RUNNING");
 }

@@ -76,6 +76,9 @@ class Evaluations {
   // evaluation_tasks.cpp; mu held.
   Status step_evaluation_task(tasks::Step& step);  // the kernel's "evaluation" kind
   Status follow_evaluation_locked(json& doc);      // RUNNING: its job's events, its end
+  Status next_evaluation_attempt_locked(json& doc);  // RUNNING, its attempt lost: the next one
+  void close_evaluation_attempt(json& doc, const std::string& cause, std::optional<int> exit_code,
+                                const std::string& reason = "");
   Status end_evaluation_locked(json& doc, const std::string& phase, const std::string& failure = "");
   Status cancel_evaluation_locked(json& doc);
 

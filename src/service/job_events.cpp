@@ -14,9 +14,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// An exit status above this is 128 + the signal that killed the job (the backends' convention).
-constexpr int kSignalExitBase = 128;
-
 }  // namespace
 
 Status ServiceImpl::follow_job(RunRecord& run) {
@@ -78,30 +75,14 @@ Status ServiceImpl::follow_job(RunRecord& run) {
   // A job that failed by its own verdict (bad data, a refused grader, an engine error) ends the run.
   if (run.job_outcome == JobOutcome::kFailed) return fail_in_cleanup(run, run.job_reason);
   // Any other end without an outcome loses the attempt; the run may get another (attempts.cpp).
-  const std::string log_tail = "\nlast lines of its log:\n" + core_.job_log_tail(run.job->job_id, run.job->log_path, 10);
-  LostAttempt lost;
-  lost.exit_code = status.exit_code;
+  const std::string log_tail = core_.job_log_tail(run.job->job_id, run.job->log_path, 10);
+  LostAttempt lost = lost_attempt_of(status, run.job_outcome == JobOutcome::kCancelled, "the training job",
+                                     backend_->describe(handle), log_tail);
   if (run.job->hung_at) {
     lost.cause = "hung";
     lost.reason = "the training job sent nothing, not even its heartbeat, for more than limits.jobSilenceSeconds (" +
-                  std::to_string(opt_.config.limits.job_silence_seconds) + " s); trainerd stopped it" + log_tail;
-  } else if (run.job_outcome == JobOutcome::kCancelled) {
-    lost.cause = "stopped";
-    lost.reason = "the training job stopped on a signal trainerd did not send (it reported cancelled)";
-    if (!status.reason.empty()) lost.reason += ": " + status.reason;
-  } else if (!status.reason.empty()) {
-    // The cluster ended it, or lost it: say so by name.
-    lost.cause = "lost";
-    lost.reason = status.reason + log_tail;
-  } else if (status.state == backend::JobState::kGone) {
-    lost.cause = "lost";
-    lost.reason = "the training job (" + backend_->describe(handle) +
-                  ") ended while trainerd was not running and reported no outcome" + log_tail;
-  } else {
-    const int code = status.exit_code.value_or(-1);
-    lost.cause = code > kSignalExitBase ? "killed" : "crashed";
-    lost.reason = "the training job exited with code " + std::to_string(code) + " without reporting an outcome" +
-                  log_tail;
+                  std::to_string(opt_.config.limits.job_silence_seconds) + " s); trainerd stopped it" +
+                  (log_tail.empty() ? "" : "\nlast lines of its log:\n" + log_tail);
   }
   return attempt_lost(run, lost);
 }

@@ -62,6 +62,7 @@
 #include "service/endpoints.h"
 #include "service/evaluations.h"
 #include "service/judges.h"
+#include "service/lost_attempts.h"
 #include "service/model_registry.h"
 #include "service/phases.h"
 #include "service/service_core.h"
@@ -78,7 +79,6 @@ namespace trainer::service {
 // attempts.cpp: the run's execution.maxAttempts (3 when its plan has none), and how an attempt's
 // entry says it ended ("killed, code 137").
 int max_attempts_of(const RunRecord& run);
-std::string describe_attempt_end(const json& entry);
 
 class ServiceImpl final : public Service {
  public:
@@ -309,12 +309,6 @@ class ServiceImpl final : public Service {
   Status fail_in_cleanup(RunRecord& run, const std::string& reason);
 
   // ---- attempts (attempts.cpp); mu_ held, inside a store transaction
-  // How an attempt's job ended without an outcome.
-  struct LostAttempt {
-    std::string cause;             // killed | crashed | lost | stopped | hung
-    std::optional<int> exit_code;  // its exit status (128 + signal for a signal), when known
-    std::string reason;            // for a person, with the last lines of its log
-  };
   // Opens the current attempt's entry in the run's `attempts` list (its job starts at `started`).
   Status open_attempt(RunRecord& run, double started);
   // Closes the current attempt's entry, if open, with how it ended.

@@ -9,9 +9,14 @@ chance, so json-label-match starts below 1 / len(LABELS); reinforcement has to m
 the gold label. (A gold label that depends on the ticket's text was tried first: in 30 steps a
 2-layer, 64-wide model did not learn to read it off the prompt, at any learning rate that did not
 wreck the format.)"""
+import fcntl
+import hashlib
 import json
+import os
 import pathlib
 import random
+import shutil
+import tempfile
 
 LABELS = ["billing", "shipping"]
 
@@ -25,7 +30,37 @@ def toy_rows(n, offset=0):
 
 
 def make_toy_policy(dest, steps=120, seed=0):
-    """Writes the format-taught tiny Qwen3 model (with its tokenizer) into `dest`; returns it."""
+    """Writes the format-taught tiny Qwen3 model (with its tokenizer) into `dest`; returns it.
+
+    The teaching is deterministic (CPU, seeded), so it runs once per content: the folder is kept
+    in a cache keyed by this file, models.py, the tokenizer's bytes, the arguments and the torch and
+    transformers versions, shared by the suite's processes (a lock; a folder is used only once
+    complete), and copied into `dest`."""
+    import torch
+    import transformers
+
+    import models
+
+    here = pathlib.Path(__file__).parent
+    key = hashlib.sha256()
+    for part in (pathlib.Path(__file__), here / "models.py", models.tokenizer_dir("qwen3") / "tokenizer.json"):
+        key.update(pathlib.Path(part).read_bytes())
+    key.update(f"{steps}/{seed}/{torch.__version__}/{transformers.__version__}".encode())
+    root = pathlib.Path(os.environ.get("TRAINER_TEST_CACHE", pathlib.Path(tempfile.gettempdir()) / "trainer-test-cache"))
+    root.mkdir(parents=True, exist_ok=True)
+    cached = root / f"toy-policy-{key.hexdigest()[:20]}"
+    with open(root / (cached.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (cached / ".complete").exists():
+            shutil.rmtree(cached, ignore_errors=True)
+            _teach_toy_policy(cached, steps, seed)
+            (cached / ".complete").write_text("")
+    dest = pathlib.Path(dest)
+    shutil.copytree(cached, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".complete"))
+    return dest
+
+
+def _teach_toy_policy(dest, steps, seed):
     import torch
     import transformers
 
