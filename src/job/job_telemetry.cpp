@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "job/job_events.h"
+
 namespace trainer::job {
 namespace tel = trainer::telemetry;
 
@@ -41,6 +43,8 @@ Result<std::optional<tel::OtlpOptions>> export_options_for(const protocol::JobRe
   const int64_t interval = request.otlp_interval_ms;
   options.interval = std::chrono::milliseconds(interval);
   options.timeout = std::chrono::milliseconds(std::min(interval, kMaxPushTimeoutMs));
+  // trainerd restarting as the job ends still gets its last figures (as it gets its last events).
+  options.final_push_deadline = EventWriter::kFlushWait;
   if (base.rfind("http://", 0) != 0) {
     return invalid_field("TRAINER_OTLP_ENDPOINT", "'" + base + "' must start with http://");
   }

@@ -6,9 +6,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 #include "telemetry/telemetry.h"
 
@@ -265,7 +268,19 @@ void OtlpPusher::stop() {
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
-  (void)push_now();
+  Status last = push_now();
+  const auto deadline = std::chrono::steady_clock::now() + options_.final_push_deadline;
+  std::chrono::milliseconds backoff{250};
+  while (!last.is_ok() && std::chrono::steady_clock::now() + backoff <= deadline) {
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
+    last = push_now();
+  }
+  if (!last.is_ok() && options_.final_push_deadline.count() > 0) {
+    std::fprintf(stderr, "warning: telemetry: the last metrics were not delivered to %s within %lld s: %s\n",
+                 options_.endpoint.c_str(), static_cast<long long>(options_.final_push_deadline.count() / 1000),
+                 last.message().c_str());
+  }
 }
 
 void OtlpPusher::request_push() {

@@ -334,6 +334,9 @@ struct OtlpOptions {
   std::chrono::milliseconds interval{10000};  // time between pushes
   std::chrono::milliseconds timeout{5000};    // connect + read timeout of one push
   std::vector<std::pair<std::string, std::string>> headers = {};  // extra request headers
+  // stop()'s last push is retried with backoff (0.25 s doubling to 2 s) for this long when it
+  // fails: a job's last figures outlive a receiver restarting as the job ends. 0: one try.
+  std::chrono::milliseconds final_push_deadline{0};
 };
 
 // OtlpOptions from OpenTelemetry's standard environment variables, or nullopt when neither
@@ -352,8 +355,9 @@ Result<std::optional<OtlpOptions>> otlp_options_from_environment(
 Status otlp_push(const MetricsSnapshot& snapshot, const OtlpOptions& options);
 
 // Pushes the provider's metrics every `interval` on a thread of its own, and once more when
-// destroyed or stopped. Failed pushes are counted and retried at the next interval; a
-// warning goes to stderr when pushes start failing and a line when they recover.
+// destroyed or stopped (retried until `final_push_deadline`). Failed pushes are counted and
+// retried at the next interval; a warning goes to stderr when pushes start failing and a line
+// when they recover.
 class OtlpPusher {
  public:
   OtlpPusher(const MeterProvider& provider, OtlpOptions options);

@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -6,9 +7,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <memory>
+#include <thread>
 
 #include "telemetry/telemetry.h"
 
@@ -129,6 +133,64 @@ TEST(OtlpPush, ReportsAnUnreachableCollectorAsUnavailable) {
   ::close(fd);
   EXPECT_EQ(status.code(), StatusCode::kUnavailable);
   EXPECT_EQ(status.message().rfind("OTLP push to " + endpoint + " failed: ", 0), 0u) << status.message();
+}
+
+// A loopback port bound by a socket that does not listen (connecting is refused) until the
+// returned fd is closed and a server takes the port.
+int reserve_port(int* port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+  socklen_t length = sizeof address;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  *port = ntohs(address.sin_port);
+  return fd;
+}
+
+// The receiver restarting as the pusher stops (a job ending while trainerd restarts): with a final
+// push deadline, the last push is retried until the receiver answers; without, one try.
+void stop_while_the_receiver_starts_late(std::chrono::milliseconds final_deadline, int* pushes_received) {
+  int port = 0;
+  const int held = reserve_port(&port);
+  ASSERT_GT(port, 0);
+  MeterProvider provider(Resource{});
+  provider.instrument({.name = "job.steps", .description = "Steps.", .unit = "{step}",
+                       .kind = InstrumentKind::kCounter, .value_type = ValueType::kInt})
+      .add(12, AttributeSet{});
+  OtlpPusher pusher(provider, {.endpoint = "http://127.0.0.1:" + std::to_string(port) + "/v1/metrics",
+                               .interval = std::chrono::hours(1),
+                               .timeout = std::chrono::milliseconds(500),
+                               .final_push_deadline = final_deadline});
+  std::atomic<int> received{0};
+  httplib::Server server;
+  server.Post("/v1/metrics", [&](const httplib::Request& request, httplib::Response& response) {
+    if (request.body.find("job.steps") != std::string::npos) received.fetch_add(1);
+    response.status = 200;
+  });
+  std::thread late([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the receiver's restart
+    ::close(held);
+    server.listen("127.0.0.1", port);
+  });
+  pusher.stop();
+  while (!server.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  server.stop();
+  late.join();
+  *pushes_received = received.load();
+}
+
+TEST(OtlpPusher, RetriesItsLastPushUntilTheFinalDeadline) {
+  int received = 0;
+  stop_while_the_receiver_starts_late(std::chrono::seconds(20), &received);
+  EXPECT_EQ(received, 1);
+}
+
+TEST(OtlpPusher, TriesItsLastPushOnceWithoutAFinalDeadline) {
+  int received = 0;
+  stop_while_the_receiver_starts_late(std::chrono::milliseconds(0), &received);
+  EXPECT_EQ(received, 0);
 }
 
 }  // namespace
