@@ -259,4 +259,3 @@ def test_gpu_time_grows_while_a_gpu_claim_is_held_and_a_cpu_pool_adds_none(start
     text = d.get("/metrics").raw.decode()
     assert (metric_value(text, GPU_TIME, pool_accelerator="cpu") or 0.0) == 0.0
     assert metric_value(text, GPU_TIME, workload="triage") == total
-
