@@ -181,7 +181,8 @@ Status Validation::status(const std::string& field) const {
   std::string msg;
   for (const auto& e : errors) {
     if (!msg.empty()) msg += "; ";
-    msg += "line " + std::to_string(e.line) + ": " + e.status.describe();
+    msg += "line " + std::to_string(e.line) + (e.column > 0 ? ", column " + std::to_string(e.column) : "") + ": " +
+           e.status.describe();
   }
   if (bad_lines > 1) {
     msg += "; " + std::to_string(bad_lines) + " bad lines in all";
@@ -207,15 +208,15 @@ Validation validate_jsonl(std::string_view text) {
       if (end == text.size()) break;
       continue;
     }
-    auto bad = [&](Status st) {
+    auto bad = [&](Status st, int64_t column = 0) {
       ++out.bad_lines;
-      if (static_cast<int>(out.errors.size()) < kMaxReportedLines) out.errors.push_back({line_no, std::move(st)});
+      if (static_cast<int>(out.errors.size()) < kMaxReportedLines) out.errors.push_back({line_no, column, std::move(st)});
     };
-    auto row = parse_json(line, "row");
-    if (!row.is_ok()) {
-      std::string why = row.status().message();
-      if (why.rfind("row: ", 0) == 0) why = why.substr(5);
-      bad(invalid_argument(why));
+    JsonSyntaxError syntax;
+    auto row = parse_json_or_error(line, &syntax);
+    if (!row) {
+      // One line parsed alone: the error's column is the column within the file's line.
+      bad(invalid_argument("not valid JSON: " + syntax.reason), syntax.column);
     } else if (auto kind = check_row(*row); !kind.is_ok()) {
       bad(kind.status());
     } else {

@@ -153,6 +153,7 @@ Result<std::pair<json, bool>> ServiceImpl::submit_plan(const json& body, bool dr
                         "'" + base_ref + "' failed to prepare: " + m->value("failure", std::string("unknown")) +
                             "; select it again");
   }
+  TRAINER_RETURN_IF_ERROR(base_models_.check_trainable(*m, "baseModel"));
   auto d = datasets_.resolve(p.config.dataset, "config.dataset");
   if (!d.is_ok()) return d.status();
   std::optional<json> v;

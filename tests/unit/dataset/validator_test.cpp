@@ -75,11 +75,15 @@ TEST(DatasetValidator, ReportsTheFirstTwentyBadLinesAndCountsThemAll) {
 }
 
 TEST(DatasetValidator, AnUnparsableLineNamesLineAndColumn) {
-  Validation v = validate_jsonl(R"({"messages": [}])" "\n");
+  // The line of the file and the column within that line (not "line 1" of the row parsed alone).
+  const std::string good = R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})";
+  Validation v = validate_jsonl(good + "\n" + R"({"messages": [}])" "\n");
   ASSERT_EQ(v.errors.size(), 1u);
-  EXPECT_EQ(v.errors[0].line, 1);
-  EXPECT_NE(v.errors[0].status.message().find("not valid JSON at line 1, column"), std::string::npos)
-      << v.errors[0].status.message();
+  EXPECT_EQ(v.errors[0].line, 2);
+  EXPECT_EQ(v.errors[0].column, 15);
+  const Status st = v.status("rows");
+  EXPECT_EQ(st.message().rfind("line 2, column 15: not valid JSON: syntax error", 0), 0u) << st.message();
+  EXPECT_EQ(st.message().find("line 1"), std::string::npos) << st.message();
   std::string deep = R"({"messages": )" + std::string(5000, '[') + std::string(5000, ']') + "}";
   Validation d = validate_jsonl(deep);
   ASSERT_EQ(d.errors.size(), 1u);
