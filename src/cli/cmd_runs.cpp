@@ -19,6 +19,7 @@
 #include "cli/run_view.h"
 #include "common/spelling.h"
 #include "plan/plan.h"
+#include "plan/plan_errors.h"
 
 namespace trainer::cli {
 namespace {

@@ -1,4 +1,5 @@
 #include "common/json_parse.h"
+#include "common/json_syntax.h"
 
 #include <string>
 

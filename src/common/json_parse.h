@@ -3,9 +3,6 @@
 // recursive copy, dump or destructor can exhaust the stack.
 #pragma once
 
-#include <cstdint>
-#include <optional>
-#include <string>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
@@ -24,18 +21,5 @@ int json_nesting_depth(std::string_view text, int limit = kMaxJsonDepth);
 // Parses `text` as JSON nested at most `max_depth` levels. Errors (kInvalidArgument) name
 // `what` ("body", "stored run 1a2b", ...), the parser's reason and, where known, line and column.
 Result<nlohmann::json> parse_json(std::string_view text, std::string_view what, int max_depth = kMaxJsonDepth);
-
-// A JSON syntax error's place and reason, for callers that name the place themselves (one line of
-// a JSONL file: "line 6, column 92: not valid JSON: ...").
-struct JsonSyntaxError {
-  int64_t line = 0;    // 1-based, within the text parsed
-  int64_t column = 0;  // 1-based, within that line
-  std::string reason;  // the parser's words: "syntax error while parsing object - ..."
-};
-
-// Parses `text` as JSON nested at most `max_depth` levels; nullopt with `*error` filled in when it
-// is not valid JSON (a document nested too deeply is reported as such, at line 0, column 0: no place).
-std::optional<nlohmann::json> parse_json_or_error(std::string_view text, JsonSyntaxError* error,
-                                                  int max_depth = kMaxJsonDepth);
 
 }  // namespace trainer

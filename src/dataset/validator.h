@@ -38,7 +38,6 @@ inline constexpr int kMaxReportedLines = 20;
 
 struct LineError {
   int64_t line = 0;  // 1-based
-  int64_t column = 0;  // 1-based column within the line of a JSON syntax error; 0: the row as a whole
   Status status;     // blames the field inside the row, if any
 };
 

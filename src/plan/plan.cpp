@@ -1,4 +1,5 @@
 #include "plan/plan.h"
+#include "plan/plan_errors.h"
 #include "plan/document.h"
 
 

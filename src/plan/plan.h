@@ -207,16 +207,9 @@ struct Plan {
 // not JSON, not YAML) blame no field and name `source` ("plan.yaml", "stdin") in the message.
 Result<Plan> parse_plan(std::string_view text, std::string_view source);
 
-// The same, reading on past an error: `errors` gets every error of the plan (in the order the
-// fields are read, which is the documented order), and the first is returned. An error that
-// leaves the rest of its object unreadable (a reward term of no known kind) ends that object's
-// reading only; a text that does not parse is one error.
-Result<Plan> parse_plan(std::string_view text, std::string_view source, std::vector<Status>* errors);
-
 
 // The same, from an already-parsed JSON document.
 Result<Plan> plan_from_json(const nlohmann::json& doc, std::string_view source);
-Result<Plan> plan_from_json(const nlohmann::json& doc, std::string_view source, std::vector<Status>* errors);
 
 // The resolved plan: every field with its default filled in, in the documented shape
 // (enums as their documented strings: "sft", "BF16", "cosine").

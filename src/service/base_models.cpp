@@ -10,6 +10,7 @@
 #include "common/model_architectures.h"
 #include "common/sha256.h"
 #include "service/base_models.h"
+#include "service/trainable_models.h"
 #include "storage/content_hash.h"
 
 namespace trainer::service {
@@ -18,6 +19,13 @@ namespace {
 namespace fs = std::filesystem;
 
 }  // namespace
+
+Status check_trainable_model(const std::string& name, const std::string& folder, const std::string& field) {
+  Status st = check_trainable_folder(folder, "base model '" + name + "'");
+  if (st.is_ok()) return st;
+  return field_status(StatusCode::kFailedPrecondition, field,
+                      st.message() + "; choose a model of a supported architecture (trainer base-models list --all)");
+}
 
 BaseModels::BaseModels(ServiceCore& core)
     : core_(core), tasks_(base_model_phase_table(), [this](tasks::Step& s) { return step_task(s); }) {}
@@ -60,7 +68,7 @@ Result<json> BaseModels::select(const std::string& name) {
                             ") does not exist on this host; ask the operator to fix the deployment configuration");
   }
   // A folder the engine cannot train is refused now, not when a run's job starts.
-  TRAINER_RETURN_IF_ERROR(check_trainable(allowed->name, allowed->path, "name"));
+  TRAINER_RETURN_IF_ERROR(check_trainable_model(allowed->name, allowed->path, "name"));
   json doc = {{"name", allowed->name}, {"id", id_of(allowed->name)}, {"status", "preparing"},
               {"path", allowed->path}, {"selectedAt", core_.now_rfc3339()},       {"contentHash", nullptr},
               {"cacheKey", nullptr}};
@@ -69,22 +77,6 @@ Result<json> BaseModels::select(const std::string& name) {
     return core_.kernel->enter("base_model", allowed->name, "PREPARING");
   }));
   return doc;
-}
-
-Status BaseModels::check_trainable(const std::string& name, const std::string& folder, const std::string& field) {
-  Status st = check_trainable_folder(folder, "base model '" + name + "'");
-  if (st.is_ok()) return st;
-  return field_status(StatusCode::kFailedPrecondition, field,
-                      st.message() + "; choose a model of a supported architecture (trainer base-models list --all)");
-}
-
-Status BaseModels::check_trainable(const json& model, const std::string& field) {
-  const std::string name = model.value("name", std::string());
-  const AllowedBaseModel* allowed = find_allowed(name);
-  const std::string folder = allowed ? allowed->path : model.value("path", std::string());
-  std::error_code ec;
-  if (folder.empty() || !fs::is_directory(folder, ec)) return Status::ok();  // the run's own checks say why
-  return check_trainable(name, folder, field);
 }
 
 std::string BaseModels::id_of(const std::string& name) { return sha256_hex(name).substr(0, 16); }

@@ -40,10 +40,6 @@ class BaseModels {
   Result<json> resolve(const std::string& ref, const std::string& field);
   // The stored document of the selected model `name`; none when it is not selected.
   Result<std::optional<json>> find_selected(const std::string& name);
-  // ok when the selected model's folder holds an architecture the engine trains; otherwise
-  // kFailedPrecondition blaming `field`, naming the architecture and listing the supported ones.
-  // A folder that is not on this host is not checked here (the run's own checks say why).
-  Status check_trainable(const json& model, const std::string& field);
   // The deployment's entry of `name`; null when it is not allowed.
   const AllowedBaseModel* find_allowed(const std::string& name) const;
   // Why `name` is refused: it is not one of the deployment's base models (which are listed).
@@ -57,8 +53,6 @@ class BaseModels {
   std::string cache_path_of(const json& model) const;
 
  private:
-  // check_trainable() of the folder of base model `name`.
-  Status check_trainable(const std::string& name, const std::string& folder, const std::string& field);
   static std::string id_of(const std::string& name);
   static json present(json model);
   // One step of a base model's preparation (the kernel's "base_model" kind).

@@ -216,10 +216,12 @@ Result<json> ServiceImpl::run_hparams(const std::string& ref) {
   return json{{"sha", r->view.value("settingsSha", json(nullptr))}, {"hparams", flat}};
 }
 
+namespace {
+
 // Where a QUEUED claim waits in its pool's queue: {"queuePosition": 1-based, "ahead": the claims
 // queued before it in the same pool, in admission order (at most kMaxClaimsAhead of them), each
 // {owner, kind, devices, since}}.
-json ServiceImpl::queue_place(const store::ClaimRow& claim, const std::map<std::string, store::ClaimRow>& claims) {
+json queue_place(const store::ClaimRow& claim, const std::map<std::string, store::ClaimRow>& claims) {
   constexpr size_t kMaxClaimsAhead = 10;
   std::vector<const store::ClaimRow*> ahead;
   for (const auto& [owner, other] : claims) {
@@ -233,6 +235,8 @@ json ServiceImpl::queue_place(const store::ClaimRow& claim, const std::map<std::
   }
   return {{"queuePosition", static_cast<int64_t>(ahead.size()) + 1}, {"ahead", listed}};
 }
+
+}  // namespace
 
 // The run as the API shows it: the cost estimated while a job runs, its claim, and its
 // workload's current name (runs keep the workload's id across renames).

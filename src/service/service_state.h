@@ -206,11 +206,6 @@ class ServiceImpl final : public Service {
   Result<std::pair<json, bool>> branch_run(const std::string& parent_ref, const json& body, bool dry_run) override;
   Result<std::pair<json, bool>> continue_run(const std::string& ref, const json& body, bool dry_run) override;
   Result<json> sweep_run(const std::string& parent_ref, const json& body, bool dry_run) override;
-  // For each dry-run answer of a sweep's points (`checked`), the id of an existing child of the
-  // parent that trains exactly the same (sweep.cpp), or "": not FAILED or CANCELLED, the same
-  // source snapshot, restore and resolved config, and not started by this sweep's `submission`.
-  Result<std::vector<std::string>> repeated_children(const std::string& parent_id, const std::vector<json>& checked,
-                                                     const std::string& submission);
   Result<json> run_branches(const std::string& ref, int64_t limit, int64_t offset) override;
   Result<json> run_tree(const std::string& ref, int64_t depth) override;
   Result<json> run_ancestry(const std::string& ref) override;
@@ -285,8 +280,6 @@ class ServiceImpl final : public Service {
   // ---- runs (run_presentation.cpp)
   json present_run(const RunRecord& run, const std::map<std::string, store::ClaimRow>* claims = nullptr,
                    const std::map<std::string, std::string>* workload_names = nullptr);
-  // A QUEUED claim's place in its pool's queue: {"queuePosition", "ahead"} (run_presentation.cpp).
-  static json queue_place(const store::ClaimRow& claim, const std::map<std::string, store::ClaimRow>& claims);
 
   // ---- the phase machine (driver.cpp); mu_ held, inside a store transaction
   struct OpenRun {

@@ -29,18 +29,18 @@ std::string child_submission(const std::string& sweep, int64_t index) {
   return sweep + "-" + std::to_string(index);
 }
 
-}  // namespace
-
-Result<std::vector<std::string>> ServiceImpl::repeated_children(const std::string& parent_id,
-                                                                const std::vector<json>& checked,
-                                                                const std::string& submission) {
+// For each dry-run answer of a sweep's points (`checked`), the id of an existing child of the
+// parent that trains exactly the same, or "": not FAILED or CANCELLED, the same source snapshot,
+// restore and resolved config, and not started by this sweep's `submission`.
+Result<std::vector<std::string>> repeated_children(ServiceCore& core, const std::string& parent_id,
+                                                   const std::vector<json>& checked, const std::string& submission) {
   std::vector<std::string> repeats(checked.size());
   std::vector<RunRecord> kids;
   for (int64_t offset = 0;;) {
-    auto page = store_->run_children(parent_id, kMaxFan, offset);
+    auto page = core.store->run_children(parent_id, kMaxFan, offset);
     if (!page.is_ok()) return page.status();
     for (const auto& id : page->run_ids) {
-      auto kid = resolve_run(id, "run");
+      auto kid = core.resolve_run(id, "run");
       if (kid.is_ok()) kids.push_back(std::move(*kid));  // a damaged document: `runs get` reports it
     }
     offset += static_cast<int64_t>(page->run_ids.size());
@@ -67,6 +67,8 @@ Result<std::vector<std::string>> ServiceImpl::repeated_children(const std::strin
   }
   return repeats;
 }
+
+}  // namespace
 
 Result<json> ServiceImpl::sweep_run(const std::string& parent_ref, const json& body, bool dry_run) {
   TRAINER_RETURN_IF_ERROR(check_fields(body, {"snapshot", "steps", "restore", "grid", "submissionId", "force"}));
@@ -166,7 +168,7 @@ Result<json> ServiceImpl::sweep_run(const std::string& parent_ref, const json& b
   // `force`, naming that run; with it, or in a dry run, its entry names the run ("repeats").
   // The children this sweep's own submissionId started are no repeat: repeating it finishes it.
   TRAINER_ASSIGN_OR_RETURN(std::vector<std::string> repeats,
-                           repeated_children(parent->id, checked_children, submission));
+                           repeated_children(core_, parent->id, checked_children, submission));
   if (!force && !dry_run) {
     for (int64_t index = 0; index < points; ++index) {
       const std::string& same = repeats[static_cast<size_t>(index)];
