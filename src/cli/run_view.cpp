@@ -231,7 +231,9 @@ std::string progress_text(const json& run, const ViewStyle& style, bool with_pha
     std::snprintf(buf, sizeof buf, "step %lld/%lld", static_cast<long long>(step),
                   static_cast<long long>(total));
     parts.push_back(buf);
-  } else if (phase == "QUEUED") {
+  }
+  // Waiting for devices (its claim queued, or its job queued by the backend): where, and behind whom.
+  if (phase == "QUEUED" || phase == "WAITING_FOR_DEVICES") {
     const json& claim = field(run, "claim");
     std::string pool = str(claim, "pool");
     parts.push_back(pool.empty() ? "waiting for devices" : "waiting for devices in pool " + pool);

@@ -214,8 +214,8 @@ def test_a_queued_run_shows_its_place_in_its_pools_queue_and_the_claims_ahead(cl
     try:
         wait_step(cli, running, 1)
         queued = [start_run_id(cli, plan_text(100000)) for _ in range(2)]
-        second = wait_phase(cli, queued[1], "QUEUED")
-        first = wait_phase(cli, queued[0], "QUEUED")
+        second = wait_phase(cli, queued[1], "WAITING_FOR_DEVICES")
+        first = wait_phase(cli, queued[0], "WAITING_FOR_DEVICES")
         assert first["claim"]["queuePosition"] == 1 and first["claim"]["ahead"] == [], first["claim"]
         assert second["claim"]["queuePosition"] == 2, second["claim"]
         assert [a["owner"] for a in second["claim"]["ahead"]] == [queued[0]], second["claim"]
@@ -259,7 +259,7 @@ def test_runs_sweep_wait_follows_every_child_to_its_end(cli, parent, tmp_path):
     sweep = [c for c in children if c.get("childKind") == "sweep"]
     assert len(sweep) == 2 and all(c["phase"] == "COMPLETED" for c in sweep), sweep
     for child in sweep:
-        row = next((line for line in out.stdout.splitlines() if child["runId"][:12] in line), None)
+        row = next((line for line in reversed(out.stdout.splitlines()) if child["runId"][:12] in line), None)
         assert row and "COMPLETED" in row and re.search(r"loss [0-9.]+", row), out.stdout
     assert re.search(r"^sweep: point 0 \(hyperparams\.optimizer\.learningRate=0\.001\), run [0-9a-f]{12}: COMPLETED "
                      r"\([12] of 2 ended\)$", out.stderr, re.M), out.stderr

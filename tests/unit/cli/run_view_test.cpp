@@ -67,14 +67,14 @@ TEST(CliRunView, APausedRunShowsItsPauseAndHowToResume) {
 
 TEST(CliRunView, AQueuedRunShowsItsPlaceInItsPoolsQueue) {
   auto run = training_run();
-  run["phase"] = "QUEUED";
+  run["phase"] = "WAITING_FOR_DEVICES";
   run["progress"] = {{"step", 0}, {"totalSteps", 0}};
   run["latest"] = nlohmann::json::object();
   run["cost"] = {{"gpuSeconds", 0}, {"estimated", true}};
   run["claim"] = nlohmann::json::parse(R"({"pool": "cpu", "devices": 1, "state": "QUEUED", "queuePosition": 3,
     "ahead": [{"owner": "9a01c3d2e4f5a6b7", "kind": "SFT", "devices": 1}, {"owner": "77aa", "kind": "GRPO", "devices": 2}]})");
   EXPECT_EQ(run_progress_line(run, ViewStyle{false, false, 4}),
-            "QUEUED     waiting for devices in pool cpu  3rd in queue, behind 9a01c3d2e4f5 (SFT, 1 device), "
+            "WAITING_FOR_DEVICES  waiting for devices in pool cpu  3rd in queue, behind 9a01c3d2e4f5 (SFT, 1 device), "
             "77aa (GRPO, 2 devices)  cost 0 GPU-s (est.)");
   run["claim"]["queuePosition"] = 1;
   run["claim"]["ahead"] = nlohmann::json::array();
