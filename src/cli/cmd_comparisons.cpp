@@ -1,11 +1,15 @@
 // `trainer comparisons create|get|list` (docs/comparisons.md): a source snapshot scored against
 // candidate and branch models under one pinned contract.
+#include <chrono>
+#include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli/command_support.h"
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
+#include "cli/format.h"
 #include "cli/list_command.h"
 #include "cli/run_view.h"
 
@@ -94,6 +98,59 @@ void print_comparison(const json& c) {
   if (!differences.empty()) out("\nConfig differences against the source:\n" + differences);
 }
 
+// How often `comparisons create --wait` looks again (the comparison moves as its evaluations do).
+constexpr auto kComparisonPoll = std::chrono::milliseconds(500);
+
+bool comparison_ended(const std::string& phase) {
+  return phase == "COMPLETED" || phase == "PARTIAL" || phase == "FAILED";
+}
+
+// "RUNNING, 1 of 3 evaluations ended": the progress line of a wait.
+std::string comparison_progress(const json& c) {
+  const json targets = c.value("targets", json::array());
+  size_t done = 0;
+  for (const auto& t : targets) {
+    const std::string status = t.value("status", std::string());
+    if (status == "COMPLETED" || status == "FAILED" || status == "REFUSED" || status == "CANCELLED") ++done;
+  }
+  return c.value("phase", std::string()) + ", " + std::to_string(done) + " of " + std::to_string(targets.size()) +
+         " targets ended";
+}
+
+// Follows a comparison until it ends, a line on stderr each time its progress changes, then shows
+// it as `comparisons get` does (JSON: the final record). --exit-status: 3 when it ended FAILED.
+int wait_for_comparison(Context& ctx, const std::string& id) {
+  double timeout_seconds = 0;
+  if (auto t = ctx.inv.get("timeout")) {
+    auto parsed = parse_duration(*t);
+    if (!parsed) return ctx.fail("--timeout \"" + *t + "\" is not a duration; write it like 90s, 15m0s or 2h", kExitUsage);
+    timeout_seconds = *parsed;
+  }
+  const std::string short_ref = short_id(id);
+  const auto start = std::chrono::steady_clock::now();
+  std::string last;
+  for (;;) {
+    auto c = ctx.get("/v1/comparisons/" + seg(id));
+    if (!c) return ctx.last_failure_code();
+    const std::string phase = c->value("phase", std::string());
+    const std::string line = comparison_progress(*c);
+    if (ctx.text() && !ctx.quiet && line != last) std::fprintf(stderr, "comparison %s: %s\n", short_ref.c_str(), line.c_str());
+    last = line;
+    if (comparison_ended(phase)) {
+      if (ctx.text()) print_comparison(*c);
+      else ctx.print_json(*c);
+      return ctx.inv.has("exit-status") && phase == "FAILED" ? kExitRunFailed : kExitOk;
+    }
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (timeout_seconds > 0 && elapsed >= timeout_seconds) {
+      return ctx.fail("stopped waiting after " + format_duration(timeout_seconds) + " (--timeout); comparison " +
+                          short_ref + " carries on: `trainer comparisons get " + short_ref + "` shows it",
+                      kExitTimeout);
+    }
+    std::this_thread::sleep_for(kComparisonPoll);
+  }
+}
+
 int comparisons_create(Context& ctx) {
   json body = {{"source", ctx.inv.get_or("source", "")}, {"dataset", ctx.inv.get_or("dataset", "")}};
   for (const auto& [flag, key] : {std::pair<const char*, const char*>{"candidate", "candidates"},
@@ -111,6 +168,7 @@ int comparisons_create(Context& ctx) {
   if (max_new) body["maxNewTokens"] = *max_new;
   auto c = ctx.post("/v1/comparisons", body);
   if (!c) return ctx.last_failure_code();
+  if (ctx.inv.has("wait")) return wait_for_comparison(ctx, c->value("comparisonId", std::string()));
   if (!ctx.text()) {
     ctx.print_json(*c);
     return kExitOk;
@@ -175,7 +233,7 @@ Command comparisons_command() {
       "RUNNING, then COMPLETED (the winner is named), PARTIAL (some targets failed or were refused; no\n"
       "winner) or FAILED. Training spend is kept apart from evaluation spend. See docs/comparisons.md.";
   g.examples = {{"a snapshot against every completed branch from it", "trainer comparisons create --source 3c1f9a2b --all-branches 7d496e82 --dataset eval"},
-                {"poll it (there is no wait verb)", "trainer comparisons get 5e2b7c90 --jq .phase"}};
+                {"its phase, for a script", "trainer comparisons get 5e2b7c90 --jq .phase"}};
   Command create{"create", {}, "Start a durable comparison (returns once it is recorded)", "",
                  "Targets: --candidate, --branch and --all-branches may each be repeated and combined; at\n"
                  "least one is required, and at most 50 branch models. --all-branches takes every COMPLETED\n"
@@ -189,9 +247,14 @@ Command comparisons_command() {
                   {"dataset", 0, "DATASET", "dataset name, hash or unique prefix (pinned to its hash)", ""},
                   {"grader", 0, "GRADER", "default: the source workload's grader, else json-label-match", ""},
                   {"max-new-tokens", 0, "N", "the completion-token ceiling (default 256)", ""},
-                  {"submission-id", 0, "TOKEN", "makes the request idempotent", ""}},
+                  {"submission-id", 0, "TOKEN", "makes the request idempotent", ""},
+                  {"wait", 0, "", "follow it until it ends (a line each time a target ends), then show it", ""},
+                  {"timeout", 0, "DURATION", "with --wait: stop waiting after DURATION (it carries on; exit 5)", "wait"},
+                  {"exit-status", 0, "", "with --wait: exit 3 when the comparison ends FAILED", "wait"}},
                  {}, comparisons_create, 0, 0, {}};
   create.examples = {g.examples[0],
+                     {"start one and wait for its winner",
+                      "trainer comparisons create --source 3c1f9a2b --all-branches 7d496e82 --dataset eval --wait"},
                      {"two branches and a registered model, idempotently",
                       "trainer comparisons create --source 3c1f9a2b --branch 9a01 --branch 9a02 --candidate 41d0 --dataset eval --submission-id nightly-7"}};
   Command get{"get", {}, "Show the contract, each target's status and results, config differences and spend", "COMPARISON",

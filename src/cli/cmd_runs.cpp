@@ -8,6 +8,8 @@
 #include <random>
 #include <span>
 #include <string_view>
+#include <tuple>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
@@ -17,6 +19,7 @@
 #include "cli/run_view.h"
 #include "common/spelling.h"
 #include "plan/plan.h"
+#include "plan/plan_errors.h"
 
 namespace trainer::cli {
 namespace {
@@ -84,6 +87,41 @@ std::string describe_warning(const json& w) {
   return field.empty() || message.rfind(field, 0) == 0 ? message : field + ": " + message;
 }
 
+// Every error of a plan in one answer, each with its file:line:column, in the order of the text:
+// one error on one line ("stdin:3:5: config.x: ..."), several under a count, the first
+// kMaxPlanErrors of them, then how many more.
+constexpr size_t kMaxPlanErrors = 20;
+
+std::string plan_errors_text(const std::string& text, const std::string& source, const std::vector<Status>& errors) {
+  struct Located {
+    int line = 0, column = 0;
+    std::string text;
+  };
+  std::vector<Located> all;
+  for (const Status& st : errors) {
+    Located l;
+    if (st.field().empty()) {
+      l.text = st.message();
+    } else if (auto at = plan::locate_field(text, st.field())) {
+      l = {at->line, at->column,
+           source + ":" + std::to_string(at->line) + ":" + std::to_string(at->column) + ": " + st.describe()};
+    } else {
+      l.text = source + ": " + st.describe();
+    }
+    all.push_back(std::move(l));
+  }
+  std::stable_sort(all.begin(), all.end(), [](const Located& a, const Located& b) {
+    return std::tie(a.line, a.column) < std::tie(b.line, b.column);
+  });
+  if (all.size() == 1) return all[0].text;
+  std::string out = source + " has " + std::to_string(all.size()) + " errors; nothing was started:";
+  for (size_t i = 0; i < all.size() && i < kMaxPlanErrors; ++i) out += "\n  " + all[i].text;
+  if (all.size() > kMaxPlanErrors) {
+    out += "\n  ... and " + std::to_string(all.size() - kMaxPlanErrors) + " more (fix these and run it again)";
+  }
+  return out;
+}
+
 int runs_start(Context& ctx) {
   auto file = ctx.inv.get("file");
   if (!file) return ctx.fail("runs start needs -f PLAN (a JSON or YAML run plan; - reads stdin)", kExitUsage);
@@ -98,12 +136,9 @@ int runs_start(Context& ctx) {
     auto at = plan::locate_field(*text, field);
     return at ? source + ":" + std::to_string(at->line) + ":" + std::to_string(at->column) : source;
   };
-  auto parsed = plan::parse_plan(*text, source);
-  if (!parsed.is_ok()) {
-    const Status& st = parsed.status();
-    if (st.field().empty()) return ctx.fail(st.message(), kExitError);
-    return ctx.fail(ctx.locate_field(st.field()) + ": " + st.describe(), kExitError);
-  }
+  std::vector<Status> errors;
+  auto parsed = plan::parse_plan(*text, source, &errors);
+  if (!parsed.is_ok()) return ctx.fail(plan_errors_text(*text, source, errors), kExitError);
   plan::Plan plan = std::move(parsed.value());
   const bool generated_id = !plan.submissionId.has_value();
   if (generated_id && !dry_run) plan.submissionId = generate_submission_id();

@@ -1,12 +1,17 @@
 // `trainer runs branch PARENT --snapshot S --steps N` and `trainer runs continue RUN --steps N`:
 // child runs started from a parent's snapshot (docs/lineage.md).
+#include <chrono>
+#include <cstdio>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli/command_support.h"
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
+#include "cli/format.h"
+#include "cli/interrupt.h"
 #include "cli/run_view.h"
 #include "plan/document.h"
 #include "plan/plan.h"
@@ -132,6 +137,84 @@ int start_child(Context& ctx, bool continuation) {
   return kExitOk;
 }
 
+// How often `runs sweep --wait` looks at the children that have not ended.
+constexpr auto kSweepPoll = std::chrono::seconds(1);
+
+// "lr=0.001, batchSize=4": a sweep point's values.
+std::string point_values(const json& point) {
+  std::string values;
+  const json chosen = point.value("values", json::object());
+  for (const auto& [k, v] : chosen.items()) {
+    values += (values.empty() ? "" : ", ") + k + "=" + v.dump();
+  }
+  return values;
+}
+
+// Follows every child of a sweep (`doc`, the sweep's answer) until each has ended: a line on
+// stderr as each ends, then a table of the points and how each ended (JSON: the answer, each
+// point with its child's final record as "run"). --exit-status: 3 when a child FAILED, else 4
+// when one was CANCELLED.
+int wait_for_sweep(Context& ctx, const std::string& parent, json doc) {
+  double timeout_seconds = 0;
+  if (auto t = ctx.inv.get("timeout")) {
+    auto parsed = parse_duration(*t);
+    if (!parsed) return ctx.fail("--timeout \"" + *t + "\" is not a duration; write it like 90s, 15m0s or 2h", kExitUsage);
+    timeout_seconds = *parsed;
+  }
+  explain_interrupt("the sweep of run " + short_id(parent), "trainer runs branches " + short_id(parent),
+                    "trainer runs cancel CHILD");
+  json& points = doc["points"];
+  const size_t total = points.size();
+  size_t ended = 0;
+  const auto start = std::chrono::steady_clock::now();
+  while (ended < total) {
+    for (auto& p : points) {
+      if (p.contains("run") && is_terminal_phase(p["run"].value("phase", std::string()))) continue;
+      auto run = ctx.get("/v1/runs/" + seg(p.value("runId", std::string())));
+      if (!run) return ctx.last_failure_code();
+      p["run"] = *run;
+      const std::string phase = run->value("phase", std::string());
+      if (!is_terminal_phase(phase)) continue;
+      ++ended;
+      if (ctx.text() && !ctx.quiet) {
+        std::fprintf(stderr, "sweep: point %d (%s), run %s: %s (%zu of %zu ended)\n", p.value("index", 0),
+                     point_values(p).c_str(), short_id(p.value("runId", std::string())).c_str(), phase.c_str(), ended,
+                     total);
+      }
+    }
+    if (ended == total) break;
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (timeout_seconds > 0 && elapsed >= timeout_seconds) {
+      return ctx.fail("stopped waiting after " + format_duration(timeout_seconds) + " (--timeout); " +
+                          std::to_string(total - ended) + " of the sweep's " + std::to_string(total) +
+                          " children carry on: `trainer runs branches " + short_id(parent) + "` lists them",
+                      kExitTimeout);
+    }
+    std::this_thread::sleep_for(kSweepPoll);
+  }
+  bool failed = false, cancelled = false;
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& p : points) {
+    const json& run = p["run"];
+    const std::string phase = run.value("phase", std::string());
+    failed = failed || phase == "FAILED";
+    cancelled = cancelled || phase == "CANCELLED";
+    const json latest = run.value("latest", json::object());
+    std::string result = "-";
+    if (latest.contains("reward") && latest["reward"].is_number()) result = "reward " + format_number(latest["reward"].get<double>());
+    else if (latest.contains("loss") && latest["loss"].is_number()) result = "loss " + format_number(latest["loss"].get<double>());
+    rows.push_back({std::to_string(p.value("index", 0)), point_values(p), short_id(p.value("runId", std::string())),
+                    phase, result});
+  }
+  if (ctx.text()) {
+    out(render_table({"POINT", "VALUES", "RUN", "PHASE", "LAST"}, rows));
+  } else {
+    ctx.print_json(doc);
+  }
+  if (!ctx.inv.has("exit-status")) return kExitOk;
+  return failed ? kExitRunFailed : (cancelled ? kExitRunCancelled : kExitOk);
+}
+
 int runs_sweep(Context& ctx) {
   const std::string parent = ctx.inv.positionals[0];
   auto snapshot = ctx.inv.get("snapshot");
@@ -155,7 +238,9 @@ int runs_sweep(Context& ctx) {
     return ctx.fail("--restore must be weights or trainingState, got '" + restore + "'", kExitUsage);
   }
   json body = {{"snapshot", *snapshot}, {"steps", steps}, {"restore", restore}, {"grid", *grid}};
+  if (ctx.inv.has("force")) body["force"] = true;
   const bool dry_run = ctx.inv.has("dry-run");
+  if (dry_run && ctx.inv.has("wait")) return ctx.fail("--dry-run starts nothing to wait for; drop --wait", kExitUsage);
   std::string path = "/v1/runs/" + seg(parent) + "/sweep";
   std::string token;  // the submission id sent (none for a dry run)
   if (dry_run) {
@@ -171,19 +256,22 @@ int runs_sweep(Context& ctx) {
   auto doc = ctx.post(path, body);
   ctx.retry_hint.clear();
   if (!doc) return ctx.last_failure_code();
+  const bool wait = ctx.inv.has("wait");
   if (!ctx.text()) {
+    if (wait) return wait_for_sweep(ctx, parent, *doc);
     ctx.print_json(*doc);
     return kExitOk;
   }
   std::vector<std::vector<std::string>> rows;
   for (const auto& p : doc->value("points", json::array())) {
-    std::string values;
-    const json point = p.value("values", json::object());
-    for (const auto& [k, v] : point.items()) {
-      values += (values.empty() ? "" : ", ") + k + "=" + v.dump();
-    }
-    rows.push_back({std::to_string(p.value("index", 0)), values,
+    rows.push_back({std::to_string(p.value("index", 0)), point_values(p),
                     dry_run ? "(valid)" : short_id(p.value("runId", std::string()))});
+    // A point that trains exactly what an existing child trains (the service refuses it without --force).
+    if (const std::string same = p.value("repeats", std::string()); !same.empty()) {
+      std::fprintf(stderr, "Warning: point %d (%s) repeats run %s exactly (the same snapshot, restore and settings)%s\n",
+                   p.value("index", 0), point_values(p).c_str(), short_id(same).c_str(),
+                   dry_run ? "; the sweep is refused without --force" : "; trained again (--force)");
+    }
   }
   out(render_table({"POINT", "VALUES", "RUN"}, rows));
   if (dry_run) {
@@ -202,6 +290,8 @@ int runs_sweep(Context& ctx) {
   if (!ctx.inv.has("submission-id")) {
     out("To repeat this sweep safely (each child started once), add --submission-id " + token + ".\n");
   }
+  std::fflush(stdout);
+  if (wait) return wait_for_sweep(ctx, parent, *doc);
   return kExitOk;
 }
 
@@ -263,7 +353,13 @@ Command runs_sweep_command() {
              {"restore", 0, "weights|trainingState", "what each child restores (default weights)", ""},
              {"dry-run", 0, "", "validate every point and list them; start nothing", ""},
              {"submission-id", 0, "TOKEN",
-              "idempotency key: a repeat with the same TOKEN starts each child once (default: generated)", ""}},
+              "idempotency key: a repeat with the same TOKEN starts each child once (default: generated)", ""},
+             {"force", 0, "", "start points that repeat an existing child exactly (refused otherwise)", ""},
+             {"wait", 0, "", "follow every child until it ends (a line as each ends), then list how each ended", ""},
+             {"timeout", 0, "DURATION", "with --wait: stop waiting after DURATION (the children carry on; exit 5)",
+              "wait"},
+             {"exit-status", 0, "", "with --wait: exit 3 when a child ends FAILED, else 4 when one is CANCELLED",
+              "wait"}},
             {}, runs_sweep, 1, 1, {}};
   c.examples = {{"check a grid of learning rates and batch sizes",
                  "trainer runs sweep 7d496e82 --snapshot 3f2a9c71 --steps 100 --grid grid.yaml --dry-run"},

@@ -115,7 +115,16 @@ std::optional<double> run_eta_seconds(const json& run) {
   if (str(run, "phase") != "TRAINING") return std::nullopt;
   auto elapsed = training_elapsed_seconds(run);
   if (!elapsed) return std::nullopt;
-  return estimate_remaining(step, total, *elapsed);
+  // The elapsed time is this attempt's: so are the steps it is divided by. An attempt that
+  // resumed from a snapshot trained only the steps since the snapshot's.
+  int64_t start = 0;
+  if (const json& attempts = field(run, "attempts"); attempts.is_array()) {
+    for (const json& a : attempts) {
+      if (integer(a, "number") == integer(run, "attempt")) start = integer(a, "resumedFromStep");
+    }
+  }
+  if (start < 0 || start > step) start = 0;
+  return estimate_remaining(step - start, total - start, *elapsed);
 }
 
 namespace {
@@ -174,6 +183,31 @@ std::string attempts_text(const json& run, bool brief) {
 
 namespace {
 
+// A QUEUED claim's place in its pool's queue: "2nd in queue, behind 9a01c3d2e4f5 (SFT, 1 device)";
+// "first in queue"; "" when the answer carries no place (an older trainerd).
+std::string queue_text(const json& claim) {
+  auto position = num(claim, "queuePosition");
+  if (!position) return "";
+  const int64_t n = static_cast<int64_t>(*position);
+  if (n <= 1) return "first in queue";
+  const int64_t last = n % 10, tens = n % 100;
+  const char* suffix = (tens >= 11 && tens <= 13) ? "th" : last == 1 ? "st" : last == 2 ? "nd" : last == 3 ? "rd" : "th";
+  std::string text = std::to_string(n) + suffix + " in queue, behind ";
+  const json& ahead = field(claim, "ahead");
+  std::string listed;
+  int64_t shown = 0;
+  if (ahead.is_array()) {
+    for (const json& a : ahead) {
+      const int64_t devices = integer(a, "devices");
+      listed += (listed.empty() ? "" : ", ") + short_id(str(a, "owner")) + " (" + str(a, "kind") + ", " +
+                std::to_string(devices) + (devices == 1 ? " device)" : " devices)");
+      ++shown;
+    }
+  }
+  if (n - 1 > shown) listed += (listed.empty() ? "" : " and ") + std::to_string(n - 1 - shown) + " more";
+  return text + listed;
+}
+
 std::string progress_text(const json& run, const ViewStyle& style, bool with_phase) {
   const std::string phase = str(run, "phase");
   const json& progress = field(run, "progress");
@@ -201,10 +235,13 @@ std::string progress_text(const json& run, const ViewStyle& style, bool with_pha
     std::snprintf(buf, sizeof buf, "step %lld/%lld", static_cast<long long>(step),
                   static_cast<long long>(total));
     parts.push_back(buf);
-  } else if (phase == "QUEUED") {
+  }
+  // Waiting for devices (its claim queued, or its job queued by the backend): where, and behind whom.
+  if (phase == "QUEUED" || phase == "WAITING_FOR_DEVICES") {
     const json& claim = field(run, "claim");
     std::string pool = str(claim, "pool");
     parts.push_back(pool.empty() ? "waiting for devices" : "waiting for devices in pool " + pool);
+    if (std::string place = queue_text(claim); !place.empty()) parts.push_back(place);
   }
   // A reinforcement run shows its mean reward instead of the policy loss.
   if (auto reward = num(latest, "reward")) parts.push_back("reward " + format_number(*reward));
@@ -300,6 +337,48 @@ std::string run_progress_line(const json& run, const ViewStyle& style) {
   return progress_text(run, style, true);
 }
 
+namespace {
+
+// The Pause section of `runs get`: the latest pause while the run is PAUSING or PAUSED (and when
+// a resumed run resumed), with what to run next. Empty when the run was never paused.
+std::vector<std::pair<std::string, std::string>> pause_rows(const json& run) {
+  std::vector<std::pair<std::string, std::string>> rows;
+  const json& pause = field(run, "pause");
+  if (!pause.is_object()) return rows;
+  const std::string phase = str(run, "phase");
+  const std::string id = short_id(str(run, "runId"));
+  const std::string policy = str(pause, "policy");
+  rows.push_back({"Checkpoint", policy == "save" ? "save (a save at the next optimizer step, then stop)"
+                                                 : policy + " (stop against the newest committed snapshot)"});
+  if (!str(pause, "requestedAt").empty()) rows.push_back({"Requested", str(pause, "requestedAt")});
+  const std::string snapshot = str(pause, "snapshotId");
+  if (!snapshot.empty()) {
+    rows.push_back({"Snapshot", short_id(snapshot) + " (step " + format_number(integer(pause, "savedStep")) + ")"});
+  } else if (phase == "PAUSING" && policy == "save") {
+    rows.push_back({"Snapshot", "saving at the next optimizer step"});
+  }
+  if (!str(pause, "failureReason").empty()) rows.push_back({"Save failed", str(pause, "failureReason")});
+  if (pause.value("resourcesReleased", false)) {
+    rows.push_back({"Devices", "released" + (str(pause, "releasedAt").empty() ? "" : " at " + str(pause, "releasedAt"))});
+  } else if (phase == "PAUSING") {
+    rows.push_back({"Devices", "held until the job stops"});
+  }
+  if (!str(pause, "resumedAt").empty() && phase != "PAUSED") rows.push_back({"Resumed", str(pause, "resumedAt")});
+  if (phase == "PAUSED") {
+    rows.push_back({"Next", "`trainer runs resume " + id + "` continues it" +
+                                (snapshot.empty() ? "" : " from step " + format_number(integer(pause, "savedStep"))) +
+                                " as a new attempt; `trainer runs cancel " + id + "` ends it"});
+  } else if (phase == "PAUSING") {
+    rows.push_back({"Next", "`trainer runs get " + id + "` shows PAUSED once its devices are released; then "
+                            "`trainer runs resume " + id + "` continues it"});
+  } else if (str(pause, "resumedAt").empty()) {
+    rows.clear();  // a pause that ended otherwise (the run was cancelled or failed): its phase says it
+  }
+  return rows;
+}
+
+}  // namespace
+
 std::string run_detail(const json& run, const ViewStyle& style) {
   std::vector<std::pair<std::string, std::string>> state;
   const std::string phase = str(run, "phase");
@@ -382,6 +461,7 @@ std::string run_detail(const json& run, const ViewStyle& style) {
   if (claim.is_object()) {
     std::string devices = claim.contains("devices") ? claim["devices"].dump() : "";
     cost.push_back({"Claim", str(claim, "state") + " " + devices + " in pool " + str(claim, "pool")});
+    if (std::string place = queue_text(claim); !place.empty()) cost.push_back({"Queue", place});
   }
   // The device indices the current attempt was granted, kept after its claim is released.
   const json& placement = field(run, "placement");
@@ -393,6 +473,8 @@ std::string run_detail(const json& run, const ViewStyle& style) {
     cost.push_back({"Placement", str(placement, "backend") + " " + str(placement, "job") + ", pool " +
                                      str(placement, "pool") + (ids.empty() ? "" : ", devices " + ids)});
   }
+
+  const auto pause = pause_rows(run);
 
   // What identifies the record, apart from what it costs.
   std::vector<std::pair<std::string, std::string>> record;
@@ -406,7 +488,7 @@ std::string run_detail(const json& run, const ViewStyle& style) {
   auto section = [&](const char* title, const std::vector<std::pair<std::string, std::string>>& rows) {
     if (rows.empty()) return;
     size_t width = 0;
-    for (const auto& s : {state, results, memory, cost, record}) {
+    for (const auto& s : {state, pause, results, memory, cost, record}) {
       for (const auto& [k, v] : s) width = std::max(width, k.size());
     }
     out += paint(title, "1", style.color) + "\n";
@@ -415,6 +497,7 @@ std::string run_detail(const json& run, const ViewStyle& style) {
     }
   };
   section("State", state);
+  section("Pause", pause);
   section("Results", results);
   section("Memory", memory);
   section("Cost", cost);

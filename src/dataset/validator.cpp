@@ -4,9 +4,13 @@
 #include <iterator>
 
 #include "common/json_parse.h"
+#include "common/json_syntax.h"
 
 namespace trainer::dataset {
 namespace {
+
+// How a JSON syntax error's message starts: "column 91: not valid JSON: ...".
+constexpr const char* kColumnPrefix = "column ";
 
 using json = nlohmann::json;
 
@@ -181,7 +185,9 @@ Status Validation::status(const std::string& field) const {
   std::string msg;
   for (const auto& e : errors) {
     if (!msg.empty()) msg += "; ";
-    msg += "line " + std::to_string(e.line) + ": " + e.status.describe();
+    // A syntax error's message starts with its column (validate_jsonl): "line 6, column 91: ...".
+    const std::string what = e.status.describe();
+    msg += "line " + std::to_string(e.line) + (what.rfind(kColumnPrefix, 0) == 0 ? ", " : ": ") + what;
   }
   if (bad_lines > 1) {
     msg += "; " + std::to_string(bad_lines) + " bad lines in all";
@@ -211,11 +217,13 @@ Validation validate_jsonl(std::string_view text) {
       ++out.bad_lines;
       if (static_cast<int>(out.errors.size()) < kMaxReportedLines) out.errors.push_back({line_no, std::move(st)});
     };
-    auto row = parse_json(line, "row");
-    if (!row.is_ok()) {
-      std::string why = row.status().message();
-      if (why.rfind("row: ", 0) == 0) why = why.substr(5);
-      bad(invalid_argument(why));
+    JsonSyntaxError syntax;
+    auto row = parse_json_or_error(line, &syntax);
+    if (!row) {
+      // One line parsed alone: the error's column is the column within the file's line. Its
+      // message starts with it, and status() joins it to the line ("line 6, column 91: ...").
+      bad(invalid_argument((syntax.column > 0 ? kColumnPrefix + std::to_string(syntax.column) + ": " : std::string()) +
+                           "not valid JSON: " + syntax.reason));
     } else if (auto kind = check_row(*row); !kind.is_ok()) {
       bad(kind.status());
     } else {

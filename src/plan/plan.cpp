@@ -1,4 +1,5 @@
 #include "plan/plan.h"
+#include "plan/plan_errors.h"
 #include "plan/document.h"
 
 
@@ -23,6 +24,23 @@ using json = nlohmann::json;
 const std::vector<std::string> kKnownModules = {"q_proj", "k_proj", "v_proj", "o_proj",
                                                 "gate_proj", "up_proj", "down_proj"};
 
+// ---- every error of a plan, not only the first ----------------------------------------------
+
+// The errors a plan's reading found, in reading order. A reader keeps an error and reads on, so
+// that one answer names every mistake; an error that leaves the rest of its object unreadable
+// (a term of no known kind) ends that object's reading, and its caller keeps it.
+class Problems {
+ public:
+  void keep(Status st) {
+    if (!st.is_ok()) list_.push_back(std::move(st));
+  }
+  bool empty() const { return list_.empty(); }
+  std::vector<Status>& list() { return list_; }
+
+ private:
+  std::vector<Status> list_;
+};
+
 // ---- a strict reader over one JSON object ---------------------------------------------------
 
 // Reads the fields of one object of the plan; every field read is remembered so that the
@@ -32,8 +50,8 @@ class ObjectReader {
  public:
   // `spec_path` is the path the field table knows the object by when it differs from the one
   // messages blame ("config.reward.terms[]" for "config.reward.terms[2]").
-  ObjectReader(const json& obj, std::string path, std::string spec_path = {})
-      : obj_(obj), path_(std::move(path)), spec_path_(std::move(spec_path)) {}
+  ObjectReader(Problems& problems, const json& obj, std::string path, std::string spec_path = {})
+      : problems_(problems), obj_(obj), path_(std::move(path)), spec_path_(std::move(spec_path)) {}
 
   std::string field_path(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
 
@@ -120,7 +138,7 @@ class ObjectReader {
     return Status::ok();
   }
 
-  // Returns the nested object at `key` (an empty one when absent).
+  // Returns the nested object at `key` (an empty one when absent, or when it is not an object).
   Status read_object(const std::string& key, const json** out) {
     static const json kEmpty = json::object();
     const json* v = find(key);
@@ -128,23 +146,26 @@ class ObjectReader {
       *out = &kEmpty;
       return Status::ok();
     }
-    if (!v->is_object()) return fail(key, "must be an object, got " + v->dump());
+    if (!v->is_object()) {
+      *out = &kEmpty;  // read on as if absent: the error is kept, and the rest of the plan read
+      return fail(key, "must be an object, got " + v->dump());
+    }
     *out = v;
     return Status::ok();
   }
 
-  // Refuses the first field that no read asked for, suggesting the nearest one that is.
-  Status refuse_unknown() const {
+  // Keeps an error for every field that no read asked for, suggesting the nearest one that is.
+  void refuse_unknown() const {
     for (auto it = obj_.begin(); it != obj_.end(); ++it) {
       if (std::find(seen_.begin(), seen_.end(), it.key()) != seen_.end()) continue;
       if (auto near = nearest_name(it.key(), seen_)) {
-        return fail(it.key(), "unknown field; did you mean " + *near + "?");
+        problems_.keep(fail(it.key(), "unknown field; did you mean " + *near + "?"));
+        continue;
       }
       std::string known;
       for (const auto& k : seen_) known += (known.empty() ? "" : ", ") + k;
-      return fail(it.key(), "unknown field; " + (path_.empty() ? std::string("a plan") : path_) + " takes " + known);
+      problems_.keep(fail(it.key(), "unknown field; " + (path_.empty() ? std::string("a plan") : path_) + " takes " + known));
     }
-    return Status::ok();
   }
 
  private:
@@ -154,6 +175,7 @@ class ObjectReader {
     return *spec;
   }
 
+  Problems& problems_;
   const json& obj_;
   std::string path_;
   std::string spec_path_;
@@ -171,14 +193,20 @@ Status read_enum(ObjectReader& r, const std::string& key, const std::pair<const 
     return s;
   };
   std::string allowed;
+  std::vector<std::string> candidates;
   for (const auto& [name, value] : names) {
     if (*text == name || (case_insensitive && lower(*text) == lower(name))) {
       *out = value;
       return Status::ok();
     }
     allowed += (allowed.empty() ? "" : ", ") + std::string("\"") + name + "\"";
+    candidates.push_back(name);
   }
-  return r.fail(key, "must be one of " + allowed + ", got \"" + *text + "\"");
+  // Only a near miss is suggested ("cosin", "grop"): "fp16" is a choice, not a typo of FP32.
+  auto near = nearest_name(*text, candidates);
+  if (near && edit_distance(*text, *near) > std::max<size_t>(1, text->size() / 4)) near.reset();
+  return r.fail(key, "must be one of " + allowed + ", got \"" + *text + "\"" +
+                         (near ? "; did you mean " + *near + "?" : ""));
 }
 
 constexpr std::pair<const char*, Method> kMethods[] = {
@@ -200,11 +228,11 @@ const std::vector<std::string> kRlFields = {"reward", "klBeta", "rlHyperparams"}
 const std::vector<std::string> kSftOnlyTraining = {"batchSize", "gradientAccumulation", "validationFrequencySteps",
                                                    "validationSplit", "packing"};
 
-Status read_lora(const json& obj, const std::string& path, LoraSettings* lora) {
-  ObjectReader r(obj, path);
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("rank", &lora->rank));
-  TRAINER_RETURN_IF_ERROR(r.read_double("alpha", &lora->alpha));
-  TRAINER_RETURN_IF_ERROR(r.read_double("dropout", &lora->dropout));
+Status read_lora(Problems& p, const json& obj, const std::string& path, LoraSettings* lora) {
+  ObjectReader r(p, obj, path);
+  p.keep(r.read_int_as("rank", &lora->rank));
+  p.keep(r.read_double("alpha", &lora->alpha));
+  p.keep(r.read_double("dropout", &lora->dropout));
   if (const json* mods = r.find("targetModules")) {
     if (!mods->is_array() || mods->empty()) {
       return r.fail("targetModules", "must be a non-empty list of module names, got " + mods->dump());
@@ -226,59 +254,64 @@ Status read_lora(const json& obj, const std::string& path, LoraSettings* lora) {
       }
     }
   }
-  return r.refuse_unknown();
+  r.refuse_unknown();
+  return Status::ok();
 }
 
-Status read_optimizer(const json& obj, const std::string& path, OptimizerSettings* opt) {
-  ObjectReader r(obj, path);
-  TRAINER_RETURN_IF_ERROR(r.read_double("learningRate", &opt->learningRate));
-  TRAINER_RETURN_IF_ERROR(r.read_double("weightDecay", &opt->weightDecay));
-  TRAINER_RETURN_IF_ERROR(r.read_double("beta1", &opt->beta1));
-  TRAINER_RETURN_IF_ERROR(r.read_double("beta2", &opt->beta2));
-  TRAINER_RETURN_IF_ERROR(r.read_double("epsilon", &opt->epsilon));
-  TRAINER_RETURN_IF_ERROR(r.read_double("maxGradNorm", &opt->maxGradNorm));
-  TRAINER_RETURN_IF_ERROR(read_enum(r, "schedule", kSchedules, false, &opt->schedule));
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("warmupSteps", &opt->warmupSteps));
-  TRAINER_RETURN_IF_ERROR(r.read_double("warmupRatio", &opt->warmupRatio));
-  return r.refuse_unknown();
+Status read_optimizer(Problems& p, const json& obj, const std::string& path, OptimizerSettings* opt) {
+  ObjectReader r(p, obj, path);
+  p.keep(r.read_double("learningRate", &opt->learningRate));
+  p.keep(r.read_double("weightDecay", &opt->weightDecay));
+  p.keep(r.read_double("beta1", &opt->beta1));
+  p.keep(r.read_double("beta2", &opt->beta2));
+  p.keep(r.read_double("epsilon", &opt->epsilon));
+  p.keep(r.read_double("maxGradNorm", &opt->maxGradNorm));
+  p.keep(read_enum(r, "schedule", kSchedules, false, &opt->schedule));
+  p.keep(r.read_int_as("warmupSteps", &opt->warmupSteps));
+  p.keep(r.read_double("warmupRatio", &opt->warmupRatio));
+  r.refuse_unknown();
+  return Status::ok();
 }
 
-Status read_training(const json& obj, const std::string& path, TrainingSettings* t) {
-  ObjectReader r(obj, path);
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("epochs", &t->epochs));
-  TRAINER_RETURN_IF_ERROR(r.read_optional_int("maxSteps", &t->maxSteps));
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("batchSize", &t->batchSize));
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("gradientAccumulation", &t->gradientAccumulation));
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("validationFrequencySteps", &t->validationFrequencySteps));
-  TRAINER_RETURN_IF_ERROR(r.read_double("validationSplit", &t->validationSplit));
-  TRAINER_RETURN_IF_ERROR(r.read_bool("packing", &t->packing));
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("seed", &t->seed));
-  return r.refuse_unknown();
+Status read_training(Problems& p, const json& obj, const std::string& path, TrainingSettings* t) {
+  ObjectReader r(p, obj, path);
+  p.keep(r.read_int_as("epochs", &t->epochs));
+  p.keep(r.read_optional_int("maxSteps", &t->maxSteps));
+  p.keep(r.read_int_as("batchSize", &t->batchSize));
+  p.keep(r.read_int_as("gradientAccumulation", &t->gradientAccumulation));
+  p.keep(r.read_int_as("validationFrequencySteps", &t->validationFrequencySteps));
+  p.keep(r.read_double("validationSplit", &t->validationSplit));
+  p.keep(r.read_bool("packing", &t->packing));
+  p.keep(r.read_int_as("seed", &t->seed));
+  r.refuse_unknown();
+  return Status::ok();
 }
 
-Status read_judge(const json& obj, const std::string& at, JudgeEndpoint* judge) {
+Status read_judge(Problems& p, const json& obj, const std::string& at, JudgeEndpoint* judge) {
   // Not in the field table: trainerd writes it into the job's plan (docs/graders.md).
-  ObjectReader r(obj, at);
-  TRAINER_RETURN_IF_ERROR(r.read_string("url", &judge->url, /*required=*/true));
-  TRAINER_RETURN_IF_ERROR(r.read_string("model", &judge->model, false));
-  TRAINER_RETURN_IF_ERROR(r.read_string("apiKeyEnv", &judge->apiKeyEnv, false));
-  TRAINER_RETURN_IF_ERROR(r.read_string("caFile", &judge->caFile, false));
-  return r.refuse_unknown();
+  ObjectReader r(p, obj, at);
+  p.keep(r.read_string("url", &judge->url, /*required=*/true));
+  p.keep(r.read_string("model", &judge->model, false));
+  p.keep(r.read_string("apiKeyEnv", &judge->apiKeyEnv, false));
+  p.keep(r.read_string("caFile", &judge->caFile, false));
+  r.refuse_unknown();
+  return Status::ok();
 }
 
-Status read_term(const json& t, const std::string& at, RewardTermSpec* spec) {
+Status read_term(Problems& p, const json& t, const std::string& at, RewardTermSpec* spec) {
   if (!t.is_object()) return invalid_field(at, "must be an object {kind, weight}, got " + t.dump());
-  ObjectReader r(t, at, "config.reward.terms[]");
+  ObjectReader r(p, t, at, "config.reward.terms[]");
+  // A term of no known kind cannot be read further: which fields it takes depends on its kind.
   TRAINER_RETURN_IF_ERROR(r.read_string("kind", &spec->kind, /*required=*/true));
   TRAINER_RETURN_IF_ERROR(check_term_kind(at, spec->kind));
   const TermKind kind = *term_kind(spec->kind);
   if (const json* w = r.find("weight")) {
-    if (!w->is_number() || !std::isfinite(w->get<double>())) return r.fail("weight", "must be a number, got " + w->dump());
-    spec->weight = w->get<double>();
+    if (!w->is_number() || !std::isfinite(w->get<double>())) p.keep(r.fail("weight", "must be a number, got " + w->dump()));
+    else spec->weight = w->get<double>();
   }
   if (const json* n = r.find("name")) {
-    if (!n->is_string() || n->get<std::string>().empty()) return r.fail("name", "must be a non-empty string, got " + n->dump());
-    spec->name = n->get<std::string>();
+    if (!n->is_string() || n->get<std::string>().empty()) p.keep(r.fail("name", "must be a non-empty string, got " + n->dump()));
+    else spec->name = n->get<std::string>();
   }
   // Fields that only some kinds take are refused, by name, on the others.
   auto only = [&](const char* key, bool applies, const char* kinds) -> Status {
@@ -287,37 +320,41 @@ Status read_term(const json& t, const std::string& at, RewardTermSpec* spec) {
   };
   const bool external = kind != TermKind::kLabelMatch;
   const bool remote = kind == TermKind::kHttp || kind == TermKind::kModel;
-  TRAINER_RETURN_IF_ERROR(only("timeoutSeconds", external, "rule, bundle, http and model"));
-  TRAINER_RETURN_IF_ERROR(only("maxConsecutiveFailures", external, "rule, bundle, http and model"));
-  TRAINER_RETURN_IF_ERROR(only("retries", remote, "http and model"));
-  TRAINER_RETURN_IF_ERROR(only("concurrency", remote, "http and model"));
-  TRAINER_RETURN_IF_ERROR(only("graderInstructions", kind == TermKind::kModel, "model"));
-  TRAINER_RETURN_IF_ERROR(only("judge", kind == TermKind::kModel, "model"));
-  TRAINER_RETURN_IF_ERROR(only("maxTokens", kind == TermKind::kModel, "model"));
-  TRAINER_RETURN_IF_ERROR(only("caFile", kind == TermKind::kHttp, "http (a judge's CA file is declared with the judge)"));
-  TRAINER_RETURN_IF_ERROR(r.read_double("timeoutSeconds", &spec->timeoutSeconds));
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("maxConsecutiveFailures", &spec->maxConsecutiveFailures));
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("retries", &spec->retries));
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("concurrency", &spec->concurrency));
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("maxTokens", &spec->maxTokens));
-  TRAINER_RETURN_IF_ERROR(r.read_optional_string("graderInstructions", &spec->graderInstructions));
+  p.keep(only("timeoutSeconds", external, "rule, bundle, http and model"));
+  p.keep(only("maxConsecutiveFailures", external, "rule, bundle, http and model"));
+  p.keep(only("retries", remote, "http and model"));
+  p.keep(only("concurrency", remote, "http and model"));
+  p.keep(only("graderInstructions", kind == TermKind::kModel, "model"));
+  p.keep(only("judge", kind == TermKind::kModel, "model"));
+  p.keep(only("maxTokens", kind == TermKind::kModel, "model"));
+  p.keep(only("caFile", kind == TermKind::kHttp, "http (a judge's CA file is declared with the judge)"));
+  p.keep(r.read_double("timeoutSeconds", &spec->timeoutSeconds));
+  p.keep(r.read_int_as("maxConsecutiveFailures", &spec->maxConsecutiveFailures));
+  p.keep(r.read_int_as("retries", &spec->retries));
+  p.keep(r.read_int_as("concurrency", &spec->concurrency));
+  p.keep(r.read_int_as("maxTokens", &spec->maxTokens));
+  p.keep(r.read_optional_string("graderInstructions", &spec->graderInstructions));
   if (spec->graderInstructions && spec->graderInstructions->empty()) {
-    return r.fail("graderInstructions", "must not be empty; leave it out for the built-in instructions");
+    p.keep(r.fail("graderInstructions", "must not be empty; leave it out for the built-in instructions"));
   }
-  TRAINER_RETURN_IF_ERROR(r.read_optional_string("caFile", &spec->caFile));
+  p.keep(r.read_optional_string("caFile", &spec->caFile));
   if (spec->caFile && spec->caFile->empty()) {
-    return r.fail("caFile", "must not be empty; leave it out to trust the system's CA store");
+    p.keep(r.fail("caFile", "must not be empty; leave it out to trust the system's CA store"));
   }
   if (const json* j = r.find("judge")) {
-    if (!j->is_object()) return r.fail("judge", "must be an object {url, model, apiKeyEnv, caFile}, got " + j->dump());
-    spec->judge.emplace();
-    TRAINER_RETURN_IF_ERROR(read_judge(*j, at + ".judge", &*spec->judge));
+    if (!j->is_object()) {
+      p.keep(r.fail("judge", "must be an object {url, model, apiKeyEnv, caFile}, got " + j->dump()));
+    } else {
+      spec->judge.emplace();
+      p.keep(read_judge(p, *j, at + ".judge", &*spec->judge));
+    }
   }
-  return r.refuse_unknown();
+  r.refuse_unknown();
+  return Status::ok();
 }
 
-Status read_reward(const json& obj, std::vector<RewardTermSpec>* terms) {
-  ObjectReader r(obj, "config.reward");
+Status read_reward(Problems& p, const json& obj, std::vector<RewardTermSpec>* terms) {
+  ObjectReader r(p, obj, "config.reward");
   if (const json* list = r.find("terms")) {
     if (!list->is_array() || list->empty()) {
       return r.fail("terms", "must be a non-empty list of {kind, weight}, got " + list->dump());
@@ -326,31 +363,39 @@ Status read_reward(const json& obj, std::vector<RewardTermSpec>* terms) {
     for (size_t i = 0; i < list->size(); ++i) {
       const std::string at = "config.reward.terms[" + std::to_string(i) + "]";
       RewardTermSpec spec;
-      TRAINER_RETURN_IF_ERROR(read_term((*list)[i], at, &spec));
+      if (Status st = read_term(p, (*list)[i], at, &spec); !st.is_ok()) {
+        p.keep(std::move(st));
+        continue;
+      }
+      bool repeated = false;
       for (const auto& other : *terms) {
         const std::string a = term_label(other), b = term_label(spec);
-        if (a == b) return invalid_field(at + ".name", "two terms are named \"" + a + "\"; give each a distinct name");
+        if (a == b && !repeated) {
+          p.keep(invalid_field(at + ".name", "two terms are named \"" + a + "\"; give each a distinct name"));
+          repeated = true;
+        }
       }
       terms->push_back(std::move(spec));
     }
   }
-  return r.refuse_unknown();
+  r.refuse_unknown();
+  return Status::ok();
 }
 
-Status read_rl(const json& obj, RlSettings* rl) {
-  ObjectReader r(obj, "config.rlHyperparams");
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("groupSize", &rl->groupSize));
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("promptsPerStep", &rl->promptsPerStep));
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("maxCompletionLength", &rl->maxCompletionLength));
-  TRAINER_RETURN_IF_ERROR(r.read_double("temperature", &rl->temperature));
-  TRAINER_RETURN_IF_ERROR(r.read_double("topP", &rl->topP));
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("topK", &rl->topK));
-  TRAINER_RETURN_IF_ERROR(r.read_double("clipLow", &rl->clipLow));
-  TRAINER_RETURN_IF_ERROR(r.read_double("clipHigh", &rl->clipHigh));
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("iterationsPerBatch", &rl->iterationsPerBatch));
-  TRAINER_RETURN_IF_ERROR(read_enum(r, "lossAggregation", kAggregations, false, &rl->lossAggregation));
-  TRAINER_RETURN_IF_ERROR(read_enum(r, "scaleRewards", kScaleRewards, false, &rl->scaleRewards));
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("microBatchSize", &rl->microBatchSize));
+Status read_rl(Problems& p, const json& obj, RlSettings* rl) {
+  ObjectReader r(p, obj, "config.rlHyperparams");
+  p.keep(r.read_int_as("groupSize", &rl->groupSize));
+  p.keep(r.read_int_as("promptsPerStep", &rl->promptsPerStep));
+  p.keep(r.read_int_as("maxCompletionLength", &rl->maxCompletionLength));
+  p.keep(r.read_double("temperature", &rl->temperature));
+  p.keep(r.read_double("topP", &rl->topP));
+  p.keep(r.read_int_as("topK", &rl->topK));
+  p.keep(r.read_double("clipLow", &rl->clipLow));
+  p.keep(r.read_double("clipHigh", &rl->clipHigh));
+  p.keep(r.read_int_as("iterationsPerBatch", &rl->iterationsPerBatch));
+  p.keep(read_enum(r, "lossAggregation", kAggregations, false, &rl->lossAggregation));
+  p.keep(read_enum(r, "scaleRewards", kScaleRewards, false, &rl->scaleRewards));
+  p.keep(r.read_int_as("microBatchSize", &rl->microBatchSize));
   if (const json* stops = r.find("stopStrings")) {
     if (!stops->is_array() || stops->size() > kMaxStopStrings) {
       return r.fail("stopStrings", "must be a list of at most " + std::to_string(kMaxStopStrings) +
@@ -360,110 +405,120 @@ Status read_rl(const json& obj, RlSettings* rl) {
     for (size_t i = 0; i < stops->size(); ++i) {
       const json& s = (*stops)[i];
       if (!s.is_string() || s.get<std::string>().empty() || s.get<std::string>().size() > kMaxStopStringBytes) {
-        return invalid_field("config.rlHyperparams.stopStrings[" + std::to_string(i) + "]",
+        p.keep(invalid_field("config.rlHyperparams.stopStrings[" + std::to_string(i) + "]",
                              "must be a non-empty string of at most " + std::to_string(kMaxStopStringBytes) +
-                                 " bytes, got " + s.dump());
+                                 " bytes, got " + s.dump()));
+        continue;
       }
       rl->stopStrings.push_back(s.get<std::string>());
     }
   }
   if (const json* tools = r.find("tools"); tools && !tools->is_null()) {
     if (!tools->is_object()) return r.fail("tools", "must be an object {command, timeoutSeconds, maxCalls}, got " + tools->dump());
-    ObjectReader t(*tools, "config.rlHyperparams.tools");
+    ObjectReader t(p, *tools, "config.rlHyperparams.tools");
     ToolSettings ts;
-    TRAINER_RETURN_IF_ERROR(t.read_string("command", &ts.command, true));
-    TRAINER_RETURN_IF_ERROR(t.read_double("timeoutSeconds", &ts.timeoutSeconds));
-    TRAINER_RETURN_IF_ERROR(t.read_int_as("maxCalls", &ts.maxCalls));
-    TRAINER_RETURN_IF_ERROR(t.refuse_unknown());
+    p.keep(t.read_string("command", &ts.command, true));
+    p.keep(t.read_double("timeoutSeconds", &ts.timeoutSeconds));
+    p.keep(t.read_int_as("maxCalls", &ts.maxCalls));
+    t.refuse_unknown();
     rl->tools = std::move(ts);
   }
   const json* sub = nullptr;
-  TRAINER_RETURN_IF_ERROR(r.read_object("optimizer", &sub));
-  TRAINER_RETURN_IF_ERROR(read_optimizer(*sub, "config.rlHyperparams.optimizer", &rl->optimizer));
-  return r.refuse_unknown();
+  p.keep(r.read_object("optimizer", &sub));
+  p.keep(read_optimizer(p, *sub, "config.rlHyperparams.optimizer", &rl->optimizer));
+  r.refuse_unknown();
+  return Status::ok();
 }
 
-Status read_config(const json& obj, RunConfig* c) {
-  ObjectReader r(obj, "config");
-  TRAINER_RETURN_IF_ERROR(r.read_string("dataset", &c->dataset, /*required=*/true));
-  TRAINER_RETURN_IF_ERROR(read_enum(r, "method", kMethods, false, &c->method));
+Status read_config(Problems& p, const json& obj, RunConfig* c) {
+  ObjectReader r(p, obj, "config");
+  p.keep(r.read_string("dataset", &c->dataset, /*required=*/true));
+  Status method_read = read_enum(r, "method", kMethods, false, &c->method);
+  const bool method_known = method_read.is_ok();
+  p.keep(std::move(method_read));
   const bool rl = c->is_rl();
   const std::string method = std::string("\"") + method_name(c->method) + "\"";
-  // Fields that belong to the other kind of method are refused as such, before anything else.
-  if (!rl) {
+  // Fields that belong to the other kind of method are refused as such (and not again as unknown).
+  // With a method that is itself wrong, which kind they belong to is not known: neither is refused.
+  if (!method_known) {
+    for (const auto& key : kRlFields) r.find(key);
+  } else if (!rl) {
     for (const auto& key : kRlFields) {
       if (obj.contains(key)) {
-        return r.fail(key, "a reinforcement-learning field: it applies when config.method is \"grpo\" or \"gspo\", "
-                           "and this plan's method is \"sft\"");
+        r.find(key);
+        p.keep(r.fail(key, "a reinforcement-learning field: it applies when config.method is \"grpo\" or \"gspo\", "
+                           "and this plan's method is \"sft\""));
       }
     }
   } else {
     if (obj.contains("validationDataset")) {
-      return r.fail("validationDataset", "an SFT field: a " + method + " run has no validation loss");
+      r.find("validationDataset");
+      p.keep(r.fail("validationDataset", "an SFT field: a " + method + " run has no validation loss"));
     }
     const json* hp_in = obj.contains("hyperparams") && obj["hyperparams"].is_object() ? &obj["hyperparams"] : nullptr;
     if (hp_in != nullptr && hp_in->contains("optimizer")) {
-      return invalid_field("config.hyperparams.optimizer",
-                           "an SFT field: a " + method + " run sets its optimizer under config.rlHyperparams.optimizer");
+      p.keep(invalid_field("config.hyperparams.optimizer",
+                           "an SFT field: a " + method + " run sets its optimizer under config.rlHyperparams.optimizer"));
     }
     if (hp_in != nullptr && hp_in->contains("training") && (*hp_in)["training"].is_object()) {
       for (const auto& key : kSftOnlyTraining) {
         if ((*hp_in)["training"].contains(key)) {
-          return invalid_field("config.hyperparams.training." + key,
+          p.keep(invalid_field("config.hyperparams.training." + key,
                                "an SFT field: a " + method +
                                    " run sizes its batches with config.rlHyperparams (promptsPerStep, groupSize, "
-                                   "microBatchSize) and has no validation");
+                                   "microBatchSize) and has no validation"));
         }
       }
     }
   }
-  if (!rl) TRAINER_RETURN_IF_ERROR(r.read_optional_string("validationDataset", &c->validationDataset));
+  if (!rl) p.keep(r.read_optional_string("validationDataset", &c->validationDataset));
   const json* hp = nullptr;
-  TRAINER_RETURN_IF_ERROR(r.read_object("hyperparams", &hp));
+  p.keep(r.read_object("hyperparams", &hp));
   {
-    ObjectReader h(*hp, "config.hyperparams");
+    ObjectReader h(p, *hp, "config.hyperparams");
     const json* sub = nullptr;
-    TRAINER_RETURN_IF_ERROR(h.read_object("lora", &sub));
-    TRAINER_RETURN_IF_ERROR(read_lora(*sub, "config.hyperparams.lora", &c->lora));
-    TRAINER_RETURN_IF_ERROR(h.read_object("optimizer", &sub));
-    TRAINER_RETURN_IF_ERROR(read_optimizer(*sub, "config.hyperparams.optimizer", &c->optimizer));
-    TRAINER_RETURN_IF_ERROR(h.read_object("training", &sub));
-    TRAINER_RETURN_IF_ERROR(read_training(*sub, "config.hyperparams.training", &c->training));
-    TRAINER_RETURN_IF_ERROR(h.refuse_unknown());
+    p.keep(h.read_object("lora", &sub));
+    p.keep(read_lora(p, *sub, "config.hyperparams.lora", &c->lora));
+    p.keep(h.read_object("optimizer", &sub));
+    p.keep(read_optimizer(p, *sub, "config.hyperparams.optimizer", &c->optimizer));
+    p.keep(h.read_object("training", &sub));
+    p.keep(read_training(p, *sub, "config.hyperparams.training", &c->training));
+    h.refuse_unknown();
   }
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("maxSeqLength", &c->maxSeqLength));
+  p.keep(r.read_int_as("maxSeqLength", &c->maxSeqLength));
   const json* model = nullptr;
-  TRAINER_RETURN_IF_ERROR(r.read_object("model", &model));
+  p.keep(r.read_object("model", &model));
   {
-    ObjectReader m(*model, "config.model");
-    TRAINER_RETURN_IF_ERROR(read_enum(m, "precision", kPrecisions, true, &c->precision));
-    TRAINER_RETURN_IF_ERROR(m.refuse_unknown());
+    ObjectReader m(p, *model, "config.model");
+    p.keep(read_enum(m, "precision", kPrecisions, true, &c->precision));
+    m.refuse_unknown();
   }
   if (rl) {
     const json* sub = nullptr;
-    TRAINER_RETURN_IF_ERROR(r.read_object("reward", &sub));
-    TRAINER_RETURN_IF_ERROR(read_reward(*sub, &c->rewardTerms));
-    TRAINER_RETURN_IF_ERROR(r.read_double("klBeta", &c->klBeta));
-    TRAINER_RETURN_IF_ERROR(r.read_object("rlHyperparams", &sub));
-    TRAINER_RETURN_IF_ERROR(read_rl(*sub, &c->rl));
+    p.keep(r.read_object("reward", &sub));
+    p.keep(read_reward(p, *sub, &c->rewardTerms));
+    p.keep(r.read_double("klBeta", &c->klBeta));
+    p.keep(r.read_object("rlHyperparams", &sub));
+    p.keep(read_rl(p, *sub, &c->rl));
     if (c->rl.maxCompletionLength >= c->maxSeqLength) {
-      return invalid_field("config.rlHyperparams.maxCompletionLength",
+      p.keep(invalid_field("config.rlHyperparams.maxCompletionLength",
                            "must be below config.maxSeqLength (" + std::to_string(c->maxSeqLength) +
-                               "), which also holds the prompt; got " + std::to_string(c->rl.maxCompletionLength));
+                               "), which also holds the prompt; got " + std::to_string(c->rl.maxCompletionLength)));
     }
   }
-  TRAINER_RETURN_IF_ERROR(r.refuse_unknown());
+  r.refuse_unknown();
   return Status::ok();
 }
 
-Status read_execution(const json& obj, ExecutionSettings* e) {
-  ObjectReader r(obj, "execution");
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("gpus", &e->gpus));
-  TRAINER_RETURN_IF_ERROR(r.read_optional_int("saveEvery", &e->saveEvery));
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("keepAdapters", &e->keepAdapters));
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("keepTrainingStates", &e->keepTrainingStates));
-  TRAINER_RETURN_IF_ERROR(r.read_int_as("maxAttempts", &e->maxAttempts));
-  return r.refuse_unknown();
+Status read_execution(Problems& p, const json& obj, ExecutionSettings* e) {
+  ObjectReader r(p, obj, "execution");
+  p.keep(r.read_int_as("gpus", &e->gpus));
+  p.keep(r.read_optional_int("saveEvery", &e->saveEvery));
+  p.keep(r.read_int_as("keepAdapters", &e->keepAdapters));
+  p.keep(r.read_int_as("keepTrainingStates", &e->keepTrainingStates));
+  p.keep(r.read_int_as("maxAttempts", &e->maxAttempts));
+  r.refuse_unknown();
+  return Status::ok();
 }
 
 // The plan's top-level graderInstructions go to its model: terms that have none of their own; a
@@ -505,46 +560,68 @@ const char* scale_rewards_name(ScaleRewards s) {
 }
 
 Result<RewardTermSpec> parse_reward_term(const json& term, const std::string& at) {
+  Problems p;
   RewardTermSpec spec;
-  TRAINER_RETURN_IF_ERROR(read_term(term, at, &spec));
+  p.keep(read_term(p, term, at, &spec));
+  if (!p.empty()) return p.list().front();
   return spec;
 }
 
 const char* precision_name(Precision p) { return p == Precision::kBf16 ? "BF16" : "FP32"; }
 
-Result<Plan> plan_from_json(const nlohmann::json& doc, std::string_view source) {
+Result<Plan> plan_from_json(const nlohmann::json& doc, std::string_view source, std::vector<Status>* errors) {
   if (!doc.is_object()) {
-    return invalid_argument(std::string(source) + ": a plan must be an object with kind: run, got " + doc.dump());
+    Status st = invalid_argument(std::string(source) + ": a plan must be an object with kind: run, got " + doc.dump());
+    if (errors) errors->assign(1, st);
+    return st;
   }
+  Problems p;
   Plan plan;
-  ObjectReader r(doc, "");
-  TRAINER_RETURN_IF_ERROR(r.read_string("kind", &plan.kind, true));
-  if (plan.kind != "run") return invalid_field("kind", "must be \"run\", got \"" + plan.kind + "\"");
-  TRAINER_RETURN_IF_ERROR(r.read_string("workload", &plan.workload, true));
-  TRAINER_RETURN_IF_ERROR(r.read_optional_string("baseModel", &plan.baseModel));
+  ObjectReader r(p, doc, "");
+  p.keep(r.read_string("kind", &plan.kind, true));
+  if (!plan.kind.empty() && plan.kind != "run") p.keep(invalid_field("kind", "must be \"run\", got \"" + plan.kind + "\""));
+  p.keep(r.read_string("workload", &plan.workload, true));
+  p.keep(r.read_optional_string("baseModel", &plan.baseModel));
   const json* obj = nullptr;
-  TRAINER_RETURN_IF_ERROR(r.read_object("config", &obj));
-  if (obj->empty()) return invalid_field("config", "required field is missing");
-  TRAINER_RETURN_IF_ERROR(read_config(*obj, &plan.config));
-  TRAINER_RETURN_IF_ERROR(r.read_object("execution", &obj));
-  TRAINER_RETURN_IF_ERROR(read_execution(*obj, &plan.execution));
-  TRAINER_RETURN_IF_ERROR(r.read_optional_string("grader", &plan.grader));
-  TRAINER_RETURN_IF_ERROR(r.read_optional_string("graderInstructions", &plan.graderInstructions));
-  TRAINER_RETURN_IF_ERROR(apply_grader_instructions(&plan));
-  TRAINER_RETURN_IF_ERROR(r.read_optional_string("description", &plan.description));
-  TRAINER_RETURN_IF_ERROR(r.read_optional_string("configName", &plan.configName));
-  TRAINER_RETURN_IF_ERROR(r.read_optional_string("submissionId", &plan.submissionId));
-  TRAINER_RETURN_IF_ERROR(r.refuse_unknown());
-  return plan;
+  p.keep(r.read_object("config", &obj));
+  if (obj->empty()) {
+    if (!doc.contains("config") || doc["config"].is_null()) p.keep(invalid_field("config", "required field is missing"));
+  } else {
+    p.keep(read_config(p, *obj, &plan.config));
+  }
+  p.keep(r.read_object("execution", &obj));
+  p.keep(read_execution(p, *obj, &plan.execution));
+  p.keep(r.read_optional_string("grader", &plan.grader));
+  p.keep(r.read_optional_string("graderInstructions", &plan.graderInstructions));
+  p.keep(apply_grader_instructions(&plan));
+  p.keep(r.read_optional_string("description", &plan.description));
+  p.keep(r.read_optional_string("configName", &plan.configName));
+  p.keep(r.read_optional_string("submissionId", &plan.submissionId));
+  r.refuse_unknown();
+  if (p.empty()) return plan;
+  Status first = p.list().front();
+  if (errors) *errors = std::move(p.list());
+  return first;
 }
 
-Result<Plan> parse_plan(std::string_view text, std::string_view source) {
-  if (text.find_first_not_of(" \t\r\n") == std::string_view::npos) {
-    return invalid_argument(std::string(source) + ": the plan is empty");
-  }
-  TRAINER_ASSIGN_OR_RETURN(json doc, parse_document(text, source));
-  return plan_from_json(doc, source);
+Result<Plan> plan_from_json(const nlohmann::json& doc, std::string_view source) {
+  return plan_from_json(doc, source, nullptr);
 }
+
+Result<Plan> parse_plan(std::string_view text, std::string_view source, std::vector<Status>* errors) {
+  auto fail = [&](Status st) -> Result<Plan> {
+    if (errors) errors->assign(1, st);
+    return st;
+  };
+  if (text.find_first_not_of(" \t\r\n") == std::string_view::npos) {
+    return fail(invalid_argument(std::string(source) + ": the plan is empty"));
+  }
+  auto doc = parse_document(text, source);
+  if (!doc.is_ok()) return fail(doc.status());
+  return plan_from_json(*doc, source, errors);
+}
+
+Result<Plan> parse_plan(std::string_view text, std::string_view source) { return parse_plan(text, source, nullptr); }
 
 
 int64_t total_steps(const RunConfig& config, int64_t rows) {

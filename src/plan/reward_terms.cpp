@@ -7,6 +7,8 @@
 #include "plan/plan.h"
 #include "plan/reward_terms.h"
 
+#include "common/spelling.h"
+
 namespace trainer::plan {
 namespace {
 
@@ -25,9 +27,16 @@ bool is_identifier(const std::string& s) {
 Status check_term_kind(const std::string& at, const std::string& kind) {
   const std::optional<TermKind> k = term_kind(kind);
   if (!k) {
-    return invalid_field(at + ".kind", "\"" + kind +
-                                           "\" is not a reward term kind; use json-label-match, rule:PATH, "
-                                           "bundle:PATH, http:URL or model:NAME");
+    // A misspelt kind: the nearest whole kind, or the nearest prefix with what follows the colon.
+    std::string hint;
+    const size_t colon = kind.find(':');
+    if (colon == std::string::npos) {
+      if (auto near = nearest_name(kind, {"json-label-match"})) hint = "did you mean " + *near + "? ";
+    } else if (auto near = nearest_name(kind.substr(0, colon), {"rule", "bundle", "http", "model"})) {
+      hint = "did you mean " + *near + kind.substr(colon) + "? ";
+    }
+    return invalid_field(at + ".kind", "\"" + kind + "\" is not a reward term kind; " + hint +
+                                           "use json-label-match, rule:PATH, bundle:PATH, http:URL or model:NAME");
   }
   const std::string target = term_target(kind);
   if (*k != TermKind::kLabelMatch && target.empty()) {

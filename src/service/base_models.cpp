@@ -7,8 +7,10 @@
 #include <fstream>
 #include <set>
 
+#include "common/model_architectures.h"
 #include "common/sha256.h"
 #include "service/base_models.h"
+#include "service/trainable_models.h"
 #include "storage/content_hash.h"
 
 namespace trainer::service {
@@ -17,6 +19,13 @@ namespace {
 namespace fs = std::filesystem;
 
 }  // namespace
+
+Status check_trainable_model(const std::string& name, const std::string& folder, const std::string& field) {
+  Status st = check_trainable_folder(folder, "base model '" + name + "'");
+  if (st.is_ok()) return st;
+  return field_status(StatusCode::kFailedPrecondition, field,
+                      st.message() + "; choose a model of a supported architecture (trainer base-models list --all)");
+}
 
 BaseModels::BaseModels(ServiceCore& core)
     : core_(core), tasks_(base_model_phase_table(), [this](tasks::Step& s) { return step_task(s); }) {}
@@ -58,6 +67,8 @@ Result<json> BaseModels::select(const std::string& name) {
                         "the folder of base model '" + allowed->name + "' (" + allowed->path +
                             ") does not exist on this host; ask the operator to fix the deployment configuration");
   }
+  // A folder the engine cannot train is refused now, not when a run's job starts.
+  TRAINER_RETURN_IF_ERROR(check_trainable_model(allowed->name, allowed->path, "name"));
   json doc = {{"name", allowed->name}, {"id", id_of(allowed->name)}, {"status", "preparing"},
               {"path", allowed->path}, {"selectedAt", core_.now_rfc3339()},       {"contentHash", nullptr},
               {"cacheKey", nullptr}};

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "common/json_parse.h"
+#include "common/spelling.h"
 
 namespace trainer::service {
 namespace {
@@ -13,7 +14,11 @@ using json = nlohmann::json;
 Status check_keys(const json& obj, const std::string& where, const std::set<std::string>& allowed) {
   for (const auto& [k, v] : obj.items()) {
     if (!allowed.count(k)) {
-      return invalid_argument(where + k + ": unknown field");
+      const auto near = nearest_name(k, std::vector<std::string>(allowed.begin(), allowed.end()));
+      std::string known;
+      for (const auto& a : allowed) known += (known.empty() ? "" : ", ") + a;
+      return invalid_argument(where + k + ": unknown field; " +
+                              (near ? "did you mean " + *near + "?" : "the fields here are " + known));
     }
   }
   return Status::ok();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "service/service_state.h"
 
@@ -215,6 +216,28 @@ Result<json> ServiceImpl::run_hparams(const std::string& ref) {
   return json{{"sha", r->view.value("settingsSha", json(nullptr))}, {"hparams", flat}};
 }
 
+namespace {
+
+// Where a QUEUED claim waits in its pool's queue: {"queuePosition": 1-based, "ahead": the claims
+// queued before it in the same pool, in admission order (at most kMaxClaimsAhead of them), each
+// {owner, kind, devices, since}}.
+json queue_place(const store::ClaimRow& claim, const std::map<std::string, store::ClaimRow>& claims) {
+  constexpr size_t kMaxClaimsAhead = 10;
+  std::vector<const store::ClaimRow*> ahead;
+  for (const auto& [owner, other] : claims) {
+    if (other.state == "QUEUED" && other.pool == claim.pool && other.seq < claim.seq) ahead.push_back(&other);
+  }
+  std::sort(ahead.begin(), ahead.end(), [](const store::ClaimRow* a, const store::ClaimRow* b) { return a->seq < b->seq; });
+  json listed = json::array();
+  for (size_t i = 0; i < ahead.size() && i < kMaxClaimsAhead; ++i) {
+    listed.push_back({{"owner", ahead[i]->owner}, {"kind", ahead[i]->kind}, {"devices", ahead[i]->devices},
+                      {"since", ahead[i]->since}});
+  }
+  return {{"queuePosition", static_cast<int64_t>(ahead.size()) + 1}, {"ahead", listed}};
+}
+
+}  // namespace
+
 // The run as the API shows it: the cost estimated while a job runs, its claim, and its
 // workload's current name (runs keep the workload's id across renames).
 json ServiceImpl::present_run(const RunRecord& run, const std::map<std::string, store::ClaimRow>* claims,
@@ -231,20 +254,21 @@ json ServiceImpl::present_run(const RunRecord& run, const std::map<std::string, 
     double elapsed = std::max(0.0, now() - run.job->started_at);
     out["cost"] = {{"gpuSeconds", run.accumulated_seconds + elapsed * run.devices}, {"estimated", true}};
   }
+  std::optional<std::map<std::string, store::ClaimRow>> fetched;
+  if (!claims) {
+    auto all = capacity_.claims_by_owner();
+    if (all.is_ok()) fetched = std::move(*all);
+    claims = fetched ? &*fetched : nullptr;
+  }
   std::optional<store::ClaimRow> claim;
   if (claims) {
     auto it = claims->find(run.id);
     if (it != claims->end()) claim = it->second;
-  } else {
-    auto all = capacity_.claims_by_owner();
-    if (all.is_ok()) {
-      auto it = all->find(run.id);
-      if (it != all->end()) claim = it->second;
-    }
   }
   if (claim) {
     out["claim"] = {{"pool", claim->pool},   {"devices", claim->devices},      {"state", claim->state},
                     {"since", claim->since}, {"deviceIds", claim->device_ids}};
+    if (claim->state == "QUEUED") out["claim"].update(queue_place(*claim, *claims));
   }
   return out;
 }

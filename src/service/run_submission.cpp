@@ -2,11 +2,14 @@
 // cancelling and annotating a run.
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
+#include <system_error>
 
 #include "plan/plan.h"
 #include "plan/plan_warnings.h"
 #include "service/judges.h"
 #include "service/service_state.h"
+#include "service/trainable_models.h"
 
 namespace trainer::service {
 namespace {
@@ -152,6 +155,14 @@ Result<std::pair<json, bool>> ServiceImpl::submit_plan(const json& body, bool dr
     return field_status(StatusCode::kFailedPrecondition, "baseModel",
                         "'" + base_ref + "' failed to prepare: " + m->value("failure", std::string("unknown")) +
                             "; select it again");
+  }
+  // A model selected before its folder changed (or by a trainerd without the check) whose folder
+  // holds an architecture the engine does not train is refused now, not when the job starts.
+  if (const AllowedBaseModel* allowed = base_models_.find_allowed(m->value("name", std::string()))) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(allowed->path, ec)) {
+      TRAINER_RETURN_IF_ERROR(check_trainable_model(allowed->name, allowed->path, "baseModel"));
+    }
   }
   auto d = datasets_.resolve(p.config.dataset, "config.dataset");
   if (!d.is_ok()) return d.status();

@@ -6,7 +6,9 @@
 // reaches the same children, and finishes a sweep a crash interrupted (children it already
 // started are answered, not started again, and do not count against the fan).
 #include <chrono>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "service/service_state.h"
 
@@ -27,10 +29,52 @@ std::string child_submission(const std::string& sweep, int64_t index) {
   return sweep + "-" + std::to_string(index);
 }
 
+// For each dry-run answer of a sweep's points (`checked`), the id of an existing child of the
+// parent that trains exactly the same, or "": not FAILED or CANCELLED, the same source snapshot,
+// restore and resolved config, and not started by this sweep's `submission`.
+Result<std::vector<std::string>> repeated_children(ServiceCore& core, const std::string& parent_id,
+                                                   const std::vector<json>& checked, const std::string& submission) {
+  std::vector<std::string> repeats(checked.size());
+  std::vector<RunRecord> kids;
+  for (int64_t offset = 0;;) {
+    auto page = core.store->run_children(parent_id, kMaxFan, offset);
+    if (!page.is_ok()) return page.status();
+    for (const auto& id : page->run_ids) {
+      auto kid = core.resolve_run(id, "run");
+      if (kid.is_ok()) kids.push_back(std::move(*kid));  // a damaged document: `runs get` reports it
+    }
+    offset += static_cast<int64_t>(page->run_ids.size());
+    if (page->run_ids.empty() || offset >= page->total) break;
+  }
+  for (size_t index = 0; index < checked.size(); ++index) {
+    const json& answer = checked[index];
+    const json config = answer.value("plan", json::object()).value("config", json());
+    const json lineage = answer.value("child", json::object());  // the dry run's lineage of the child
+    const std::string own = submission.empty() ? "" : child_submission(submission, static_cast<int64_t>(index));
+    for (const RunRecord& kid : kids) {
+      if (kid.phase == Phase::kFailed || kid.phase == Phase::kCancelled) continue;
+      const json& v = kid.view;
+      const json sid = v.value("submissionId", json(nullptr));
+      if (!own.empty() && sid.is_string() && sid.get<std::string>() == own) continue;
+      if (v.value("sourceSnapshotId", json()) != lineage.value("sourceSnapshotId", json()) ||
+          v.value("restore", json()) != lineage.value("restore", json()) ||
+          v.value("plan", json::object()).value("config", json()) != config) {
+        continue;
+      }
+      repeats[index] = kid.id;
+      break;
+    }
+  }
+  return repeats;
+}
+
 }  // namespace
 
 Result<json> ServiceImpl::sweep_run(const std::string& parent_ref, const json& body, bool dry_run) {
-  TRAINER_RETURN_IF_ERROR(check_fields(body, {"snapshot", "steps", "restore", "grid", "submissionId"}));
+  TRAINER_RETURN_IF_ERROR(check_fields(body, {"snapshot", "steps", "restore", "grid", "submissionId", "force"}));
+  const json force_field = body.value("force", json(false));
+  if (!force_field.is_boolean()) return invalid_field("force", "must be true or false, got " + force_field.dump());
+  const bool force = force_field.get<bool>();
   auto grid = body.find("grid");
   if (grid == body.end() || !grid->is_object()) {
     return invalid_field("grid", "required: {axes: [{path, values}, ...]}");
@@ -96,6 +140,7 @@ Result<json> ServiceImpl::sweep_run(const std::string& parent_ref, const json& b
   // Every point, last axis fastest, validated before anything is submitted.
   std::vector<json> values(static_cast<size_t>(points));
   std::vector<json> children(static_cast<size_t>(points));
+  std::vector<json> checked_children(static_cast<size_t>(points));
   for (int64_t index = 0; index < points; ++index) {
     json point = json::object();
     int64_t rest = index;
@@ -116,12 +161,31 @@ Result<json> ServiceImpl::sweep_run(const std::string& parent_ref, const json& b
     }
     values[static_cast<size_t>(index)] = point;
     children[static_cast<size_t>(index)] = dry_run ? checked->first : child;
+    checked_children[static_cast<size_t>(index)] = checked->first;
+  }
+  // A point whose child would train exactly what an existing child of the parent trains (the same
+  // snapshot, restore and resolved settings; the child not FAILED or CANCELLED) is refused without
+  // `force`, naming that run; with it, or in a dry run, its entry names the run ("repeats").
+  // The children this sweep's own submissionId started are no repeat: repeating it finishes it.
+  TRAINER_ASSIGN_OR_RETURN(std::vector<std::string> repeats,
+                           repeated_children(core_, parent->id, checked_children, submission));
+  if (!force && !dry_run) {
+    for (int64_t index = 0; index < points; ++index) {
+      const std::string& same = repeats[static_cast<size_t>(index)];
+      if (same.empty()) continue;
+      return field_status(StatusCode::kFailedPrecondition, "grid",
+                          "grid point " + std::to_string(index) + " (" + values[static_cast<size_t>(index)].dump() +
+                              ") repeats run " + same +
+                              " exactly (the same snapshot, restore and settings); drop the point, or add --force "
+                              "to train it again (`trainer runs get " + same.substr(0, 12) + "` shows the run)");
+    }
   }
   json out = {{"parentRunId", parent->id}, {"total", points}, {"points", json::array()}};
   if (submission.empty()) submission = random_hex(16);
   int64_t created = 0;
   for (int64_t index = 0; index < points; ++index) {
     json entry = {{"index", index}, {"values", values[static_cast<size_t>(index)]}};
+    if (!repeats[static_cast<size_t>(index)].empty()) entry["repeats"] = repeats[static_cast<size_t>(index)];
     if (dry_run) {
       entry["plan"] = children[static_cast<size_t>(index)]["plan"];
     } else {

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/model_architectures.h"
+
 namespace trainer::engine::model {
 namespace fs = std::filesystem;
 
@@ -110,7 +112,7 @@ Result<ModelConfig> read_model_config(const std::string& dir) {
     c.architecture = Architecture::kLlama, c.model_type = "llama";
   } else {
     return invalid_argument(path + ": field 'architectures': unknown architecture '" + arch +
-                            "' (supported: Qwen3ForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM)");
+                            "' (supported: " + supported_architectures_text() + ")");
   }
   TRAINER_RETURN_IF_ERROR(get_int(doc, path, "vocab_size", &c.vocab_size, true));
   TRAINER_RETURN_IF_ERROR(get_int(doc, path, "hidden_size", &c.hidden_size, true));

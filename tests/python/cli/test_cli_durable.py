@@ -17,8 +17,8 @@ import time
 
 import pytest
 
-from cli_support import (MODEL_NAME, Cli, count_runs, ended, get_run, grid_file, plan_text, prepare, run_snapshots,
-                         snapshot_at, start_run_id, start_trainerd, stop, wait_for, wait_paused, wait_phase, wait_step)
+from cli_support import (GRID, MODEL_NAME, Cli, count_runs, ended, get_run, grid_file, plan_text, prepare,
+                         run_snapshots, snapshot_at, start_run_id, start_trainerd, stop, wait_for, wait_paused, wait_phase, wait_step)
 
 PARENT_STEPS = 4
 SAVE_EVERY = 2
@@ -228,10 +228,14 @@ def test_trainerd_killed_in_the_middle_of_a_sweep_submission_is_finished_by_repe
     cli = svc.cli
     run, source = parent
     token = "grid-killed"
+    # Other points than the other sweeps' of this parent: a point that repeats an existing child
+    # exactly is refused (docs/lineage.md).
+    killed_grid = GRID.replace("[0.001, 0.002]", "[0.0015, 0.0025]")
+    assert killed_grid != GRID
     before = {c["runId"] for c in children(cli, run["runId"])}
     svc.restart(TRAINER_TEST_SWEEP_PAUSE_MS=str(HOLD_MS))
     sweep = [str(cli.binary), "runs", "sweep", run["runId"], "--snapshot", source["snapshotId"], "--steps",
-             str(CHILD_STEPS), "--grid", str(grid_file(tmp_path)), "--submission-id", token, "-o", "json",
+             str(CHILD_STEPS), "--grid", str(grid_file(tmp_path, killed_grid)), "--submission-id", token, "-o", "json",
              "--trainer-url", cli.url]
     with subprocess.Popen(sweep, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as cut_short:
         wait_log(svc, rf"sweep {token} paused after point 0 ")  # point 0 submitted, 1 to 3 not
@@ -243,7 +247,7 @@ def test_trainerd_killed_in_the_middle_of_a_sweep_submission_is_finished_by_repe
     assert [c["submissionId"] for c in submitted.values()] == [f"{token}-0"]
 
     finished = cli.json("runs", "sweep", run["runId"], "--snapshot", source["snapshotId"], "--steps",
-                        str(CHILD_STEPS), "--grid", grid_file(tmp_path), "--submission-id", token)
+                        str(CHILD_STEPS), "--grid", grid_file(tmp_path, killed_grid), "--submission-id", token)
     assert finished["total"] == 4 and finished["created"] == 3
     assert [p["created"] for p in finished["points"]] == [False, True, True, True]
     assert finished["points"][0]["runId"] in submitted

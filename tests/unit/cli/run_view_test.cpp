@@ -29,6 +29,58 @@ TEST(CliRunView, TrainingLineShowsBarStepLossRateEtaAndCost) {
   EXPECT_DOUBLE_EQ(*run_eta_seconds(training_run()), 120);
 }
 
+TEST(CliRunView, TheEtaOfAResumedAttemptCountsOnlyTheStepsItTrained) {
+  // Attempt 2 resumed from step 30 and trained 10 steps in its 80 s: 60 steps left take 480 s
+  // (not 120 s, as 40 steps in 80 s would say).
+  auto run = training_run();
+  run["attempt"] = 2;
+  run["attempts"] = nlohmann::json::parse(R"([{"number": 1, "cause": "paused"},
+                                              {"number": 2, "resumedFromStep": 30}])");
+  EXPECT_DOUBLE_EQ(*run_eta_seconds(run), 480);
+  // An attempt that started from the beginning (no snapshot) counts every step.
+  run["attempts"][1]["resumedFromStep"] = nullptr;
+  EXPECT_DOUBLE_EQ(*run_eta_seconds(run), 120);
+}
+
+TEST(CliRunView, APausedRunShowsItsPauseAndHowToResume) {
+  auto run = training_run();
+  run["phase"] = "PAUSED";
+  run["pause"] = nlohmann::json::parse(R"({"policy": "save", "requestedAt": "2026-11-30T05:01:00Z",
+    "state": "paused", "savedStep": 40, "snapshotId": "5e1f0a9b2c3d4e5f66", "resourcesReleased": true,
+    "releasedAt": "2026-11-30T05:01:05Z"})");
+  const std::string text = run_detail(run, ViewStyle{false, false, 10});
+  ASSERT_NE(text.find("\nPause\n"), std::string::npos) << text;
+  // The value of the row `key` of the Pause section (rows are "  Key:   value").
+  auto row = [&](const std::string& key) {
+    const size_t at = text.find("  " + key + ":", text.find("\nPause\n"));
+    if (at == std::string::npos) return std::string("(no row)");
+    const size_t value = text.find_first_not_of(' ', at + key.size() + 3);
+    return text.substr(value, text.find('\n', value) - value);
+  };
+  EXPECT_EQ(row("Snapshot"), "5e1f0a9b2c3d (step 40)");
+  EXPECT_EQ(row("Devices"), "released at 2026-11-30T05:01:05Z");
+  EXPECT_EQ(row("Next"), "`trainer runs resume 7d496e82c3a1` continues it from step 40 as a new attempt; "
+                         "`trainer runs cancel 7d496e82c3a1` ends it");
+  // A run that was never paused has no such section.
+  EXPECT_EQ(run_detail(training_run(), ViewStyle{false, false, 10}).find("\nPause\n"), std::string::npos);
+}
+
+TEST(CliRunView, AQueuedRunShowsItsPlaceInItsPoolsQueue) {
+  auto run = training_run();
+  run["phase"] = "WAITING_FOR_DEVICES";
+  run["progress"] = {{"step", 0}, {"totalSteps", 0}};
+  run["latest"] = nlohmann::json::object();
+  run["cost"] = {{"gpuSeconds", 0}, {"estimated", true}};
+  run["claim"] = nlohmann::json::parse(R"({"pool": "cpu", "devices": 1, "state": "QUEUED", "queuePosition": 3,
+    "ahead": [{"owner": "9a01c3d2e4f5a6b7", "kind": "SFT", "devices": 1}, {"owner": "77aa", "kind": "GRPO", "devices": 2}]})");
+  EXPECT_EQ(run_progress_line(run, ViewStyle{false, false, 4}),
+            "WAITING_FOR_DEVICES  waiting for devices in pool cpu  3rd in queue, behind 9a01c3d2e4f5 (SFT, 1 device), "
+            "77aa (GRPO, 2 devices)  cost 0 GPU-s (est.)");
+  run["claim"]["queuePosition"] = 1;
+  run["claim"]["ahead"] = nlohmann::json::array();
+  EXPECT_NE(run_progress_line(run, ViewStyle{false, false, 4}).find("  first in queue"), std::string::npos);
+}
+
 TEST(CliRunView, AReinforcementRunShowsItsRewardInsteadOfTheLoss) {
   auto run = training_run();
   run["latest"]["reward"] = 0.625;

@@ -75,15 +75,20 @@ TEST(DatasetValidator, ReportsTheFirstTwentyBadLinesAndCountsThemAll) {
 }
 
 TEST(DatasetValidator, AnUnparsableLineNamesLineAndColumn) {
-  Validation v = validate_jsonl(R"({"messages": [}])" "\n");
+  // The line of the file and the column within that line (not "line 1" of the row parsed alone).
+  const std::string good = R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})";
+  Validation v = validate_jsonl(good + "\n" + R"({"messages": [}])" "\n");
   ASSERT_EQ(v.errors.size(), 1u);
-  EXPECT_EQ(v.errors[0].line, 1);
-  EXPECT_NE(v.errors[0].status.message().find("not valid JSON at line 1, column"), std::string::npos)
-      << v.errors[0].status.message();
+  EXPECT_EQ(v.errors[0].line, 2);
+  const Status st = v.status("rows");
+  EXPECT_EQ(st.message().rfind("line 2, column 15: not valid JSON: syntax error", 0), 0u) << st.message();
+  EXPECT_EQ(st.message().find("line 1"), std::string::npos) << st.message();
   std::string deep = R"({"messages": )" + std::string(5000, '[') + std::string(5000, ']') + "}";
   Validation d = validate_jsonl(deep);
   ASSERT_EQ(d.errors.size(), 1u);
   EXPECT_NE(d.errors[0].status.message().find("nested more than"), std::string::npos);
+  EXPECT_EQ(d.status("rows").message().rfind("line 1: not valid JSON: JSON nested more than", 0), 0u)
+      << d.status("rows").message();
 }
 
 TEST(DatasetValidator, SaysWhatWasExpectedWhenARowIsInAnotherKnownFormat) {

@@ -44,7 +44,8 @@ TEST(DeploymentConfig, ErrorsNameTheFileAndTheField) {
     const char* text;
     const char* message;
   } cases[] = {
-      {R"({"pool": []})", "deploy.json: pool: unknown field"},
+      {R"({"pool": []})", "deploy.json: pool: unknown field; did you mean pools?"},
+      {R"({"baseModels": [{"name": "x", "pth": "/a"}]})", "deploy.json: baseModels[0].pth: unknown field; did you mean path?"},
       {R"({"pools": [{"name": "a", "declared": -1}]})",
        "deploy.json: pools[0].declared: must be an integer between 0 and 1000000, got -1"},
       {R"({"pools": [{"name": "a", "declared": 1, "maxClaim": 2}]})",
@@ -70,7 +71,7 @@ TEST(DeploymentConfig, ErrorsNameTheFileAndTheField) {
       {R"({"compute": {"backend": "slurm", "slurm": {"extraArgs": ["-A x"]}}})",
        "deploy.json: compute.slurm.extraArgs[0]: must be an sbatch option starting with --, got \"-A x\""},
       {R"({"compute": {"backend": "slurm", "slurm": {"partitions": "x"}}})",
-       "deploy.json: compute.slurm.partitions: unknown field"},
+       "deploy.json: compute.slurm.partitions: unknown field; did you mean partition?"},
       {R"({"telemetry": {"otlpEndpoint": "collector:4318"}})",
        "deploy.json: telemetry.otlpEndpoint: 'collector:4318' must be an http:// or https:// URL"},
   };
