@@ -23,6 +23,17 @@ std::string workload_name(const json& m) {
   return m.contains("workload") && m["workload"].is_object() ? str(m["workload"], "name") : "-";
 }
 
+// "6.0 CPU-min": the training time of the run that made the model, on its kind of device; a
+// model of an older trainerd (gpuSeconds only) is shown as device time.
+std::string cost_of(const json& m) {
+  const json cost = m.value("cost", json(nullptr));
+  if (!cost.is_object()) return "-";
+  if (!cost.contains("deviceSeconds")) return format_device_seconds(cost.value("gpuSeconds", 0.0), "device");
+  const json kind = cost.value("deviceKind", json(nullptr));
+  if (!kind.is_string()) return "none (not trained here)";
+  return format_device_seconds(cost.value("deviceSeconds", 0.0), kind.get<std::string>());
+}
+
 std::string source_text(const json& m) {
   const json s = m.value("source", json::object());
   const std::string kind = str(s, "kind");
@@ -94,7 +105,7 @@ int trained_models_get(Context& ctx) {
                          : std::string()) +
                         (lineage.contains("runId") ? "run " + short_id(str(lineage, "runId")) : std::string("-"))},
         {"Adapter rank", str(m, "adapterRank").empty() ? "-" : str(m, "adapterRank")},
-        {"GPU cost", m.contains("cost") ? format_number(m["cost"].value("gpuSeconds", 0.0)) + " GPU-seconds" : "-"},
+        {"Cost", cost_of(m)},
         {"Artifact", artifact.is_object() ? str(artifact, "uri") : "- (not copied yet)"},
         {"Evaluations", std::to_string(m.value("evaluations", json::array()).size())},
         {"Created", str(m, "createdAt")}};
@@ -158,7 +169,7 @@ Command trained_models_command() {
                {}, trained_models_list, 0, 0, {}};
   list.examples = {{"a workload's models", "trainer trained-models list --workload sentiment-demo"},
                    {"their ids", "trainer trained-models list --jq '.models[].modelId'"}};
-  Command get{"get", {}, "Show a model: config, lineage, GPU cost, evaluations, where its artifact lives", "MODEL",
+  Command get{"get", {}, "Show a model: config, lineage, training cost (device kind and time), evaluations, where its artifact lives", "MODEL",
               "MODEL is an id or any unambiguous prefix of one.", {}, {}, trained_models_get, 1, 1, {}};
   get.examples = {{"one model", "trainer trained-models get 5be1c0de"},
                   {"where its adapter lives", "trainer trained-models get 5be1c0de --jq .servingModel.ref"}};
