@@ -40,6 +40,15 @@ void install_model_routes(http::Router& router, service::Service& svc, const ser
   }));
   router.add("GET", "/v1/trained-models/{ref}", max,
              route_json(200, [&svc](const Request& req) { return svc.get_trained_model(req.params[0]); }));
+  // One file of an adapter's PEFT folder, as the registry holds it (`trained-models export`).
+  router.add("GET", "/v1/trained-models/{ref}/files/{file}", max, [&svc](const Request& req) -> http::Outcome {
+    auto bytes = svc.trained_model_file(req.params[0], req.params[1]);
+    if (!bytes.is_ok()) return error_response(bytes.status());
+    http::Response out;
+    out.content_type = "application/octet-stream";
+    out.body = std::move(*bytes);
+    return out;
+  });
 }
 
 }  // namespace trainer::api

@@ -33,6 +33,23 @@ std::string rows_text(const json& progress) {
          (total.is_number_integer() ? std::to_string(total.get<int64_t>()) : "?");
 }
 
+// "+0.1667 [-0.0833, +0.4167]": a target's mean difference from the source and its interval.
+std::string interval_text(const json& v) {
+  if (!v.is_object() || !v.value("meanDifference", json(nullptr)).is_number()) return "-";
+  char buf[96];
+  std::snprintf(buf, sizeof(buf), "%+.4f [%+.4f, %+.4f]", v.value("meanDifference", 0.0), v.value("low", 0.0),
+                v.value("high", 0.0));
+  return buf;
+}
+
+// "95% paired bootstrap, 2000 resamples": how the intervals were made.
+std::string method_text(const json& statistics) {
+  if (!statistics.is_object()) return "paired bootstrap";
+  return std::to_string(static_cast<int>(statistics.value("confidence", 0.95) * 100 + 0.5)) + "% " +
+         statistics.value("method", std::string("paired bootstrap")) + ", " +
+         std::to_string(statistics.value("resamples", int64_t{0})) + " resamples";
+}
+
 std::string value_text(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
 
 std::string fan_text(const json& fan) {
@@ -60,25 +77,34 @@ void print_comparison(const json& c) {
       {"Max new tokens", std::to_string(contract.value("maxNewTokens", int64_t{0}))}};
   if (!c.value("fan", json::array()).empty()) rows.push_back({"Fan", fan_text(c["fan"])});
   const json winner = c.value("winner", json(nullptr));
+  const json leader = c.value("leader", json(nullptr));
+  auto named = [](const json& t) {
+    return t.value("kind", std::string()) + " " + t.value("target", std::string()) + " (model " +
+           short_id(t.value("modelId", std::string())) + ", mean " + score_text(t.value("meanScore", json(nullptr))) + ")";
+  };
+  const std::string method = method_text(c.value("statistics", json(nullptr)));
   if (winner.is_object()) {
-    rows.push_back({"Winner", winner.value("kind", std::string()) + " " + winner.value("target", std::string()) + " (model " +
-                                  short_id(winner.value("modelId", std::string())) + ", mean " +
-                                  score_text(winner.value("meanScore", json(nullptr))) + ")"});
+    rows.push_back({"Winner", named(winner) + ": ahead of every other target by more than chance (" + method + ")"});
+  } else if (c.value("outcome", json(nullptr)) == "noClearWinner") {
+    rows.push_back({"Winner", "no clear winner: " + (leader.is_object() ? "the highest mean, " + named(leader) + ", is"
+                                                                          : "no target is") +
+                                  " not ahead of every other target by more than chance (" + method +
+                                  "; intervals in VS SOURCE)"});
   } else if (c.value("phase", std::string()) == "PARTIAL") {
     rows.push_back({"Winner", "none named: not every target completed"});
   }
   const json cost = c.value("cost", json::object());
-  rows.push_back({"Training spend", format_gpu_seconds(cost.value("training", json::object()).value("gpuSeconds", 0.0))});
+  const json training = cost.value("training", json::object());
   const json evaluation = cost.value("evaluation", json::object());
-  rows.push_back({"Evaluation spend", format_gpu_seconds(evaluation.value("gpuSeconds", 0.0)) + " (" +
-                                          format_device_seconds(evaluation.value("deviceSeconds", 0.0), "device") +
-                                          " in all)"});
+  rows.push_back({"Training spend", format_device_time(training.value("byDeviceKind", json::object()))});
+  rows.push_back({"Evaluation spend", format_device_time(evaluation.value("byDeviceKind", json::object()))});
   rows.push_back({"Created", c.value("createdAt", std::string())});
   out(render_fields(rows));
 
   std::vector<std::vector<std::string>> table;
   std::string failures;
   std::string differences;
+  std::string reused;
   for (const auto& t : c.value("targets", json::array())) {
     const std::string target = t.value("kind", std::string()) == "source" ? short_id(t.value("target", std::string()))
                                                                           : t.value("target", std::string());
@@ -86,14 +112,20 @@ void print_comparison(const json& c) {
                      t["evaluationId"].is_string() ? short_id(t["evaluationId"].get<std::string>()) : "-",
                      t.value("status", std::string()), rows_text(t.value("progress", json(nullptr))),
                      score_text(t.value("meanScore", json(nullptr))),
-                     score_text(t.value("exactMatch", json(nullptr)))});
+                     score_text(t.value("exactMatch", json(nullptr))),
+                     t.value("kind", std::string()) == "source" ? "(source)" : interval_text(t.value("versusSource", json(nullptr)))});
+    if (t.value("reused", false) && t["evaluationId"].is_string()) {
+      reused += "  " + target + ": evaluation " + short_id(t["evaluationId"].get<std::string>()) +
+                " already scored this model under this contract; reused, not run again\n";
+    }
     if (t.value("failure", json(nullptr)).is_string()) failures += "  " + target + ": " + t["failure"].get<std::string>() + "\n";
     for (const auto& d : t.value("configDifferences", json::array())) {
       differences += "  " + target + ": " + d.value("field", std::string()) + " " + value_text(d.value("source", json(nullptr))) +
                      " -> " + value_text(d.value("target", json(nullptr))) + "\n";
     }
   }
-  out("\n" + render_table({"TARGET", "KIND", "MODEL", "EVALUATION", "STATUS", "ROWS", "MEAN", "EXACT"}, table));
+  out("\n" + render_table({"TARGET", "KIND", "MODEL", "EVALUATION", "STATUS", "ROWS", "MEAN", "EXACT", "VS SOURCE"}, table));
+  if (!reused.empty()) out("\nReused evaluations:\n" + reused);
   if (!failures.empty()) out("\nFailed or refused:\n" + failures);
   if (!differences.empty()) out("\nConfig differences against the source:\n" + differences);
 }
@@ -207,7 +239,9 @@ int comparisons_list(Context& ctx) {
             short_id(c.value("source", json::object()).value("snapshotId", std::string())),
             c.value("phase", std::string()),
             std::to_string(c.value("targetsCompleted", int64_t{0})) + "/" + std::to_string(c.value("targets", int64_t{0})),
-            winner.is_object() ? short_id(winner.value("modelId", std::string())) : "-",
+            winner.is_object()                                  ? short_id(winner.value("modelId", std::string()))
+            : c.value("outcome", json(nullptr)) == "noClearWinner" ? "no clear winner"
+                                                                   : "-",
             c.value("createdAt", std::string())};
   };
   view.empty = [](const json&) -> std::string {
@@ -230,8 +264,12 @@ Command comparisons_command() {
       "One contract is pinned at create time: the dataset's hash, the grader and the completion-token\n"
       "ceiling; every target, the source included, is scored by an evaluation with exactly that contract.\n"
       "The source snapshot is registered automatically as a protected candidate. Phases: PREPARING,\n"
-      "RUNNING, then COMPLETED (the winner is named), PARTIAL (some targets failed or were refused; no\n"
-      "winner) or FAILED. Training spend is kept apart from evaluation spend. See docs/comparisons.md.";
+      "RUNNING, then COMPLETED, PARTIAL (some targets failed or were refused; no winner) or FAILED.\n"
+      "A winner is named only when its lead is larger than chance: each target's 95% paired-bootstrap\n"
+      "interval of the score difference against the source is shown (VS SOURCE), and a COMPLETED\n"
+      "comparison whose best target is not ahead of every other beyond chance says \"no clear winner\".\n"
+      "An evaluation of a target under exactly the pinned contract that already exists is reused.\n"
+      "Training spend is kept apart from evaluation spend. See docs/comparisons.md.";
   g.examples = {{"a snapshot against every completed branch from it", "trainer comparisons create --source 3c1f9a2b --all-branches 7d496e82 --dataset eval"},
                 {"its phase, for a script", "trainer comparisons get 5e2b7c90 --jq .phase"}};
   Command create{"create", {}, "Start a durable comparison (returns once it is recorded)", "",

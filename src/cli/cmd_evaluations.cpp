@@ -114,8 +114,8 @@ int print_evaluation(Context& ctx, const json& e) {
   }
   const json cost = e.value("cost", json(nullptr));
   if (cost.is_object() && cost.contains("deviceSeconds")) {
-    rows.push_back({"Cost", format_gpu_seconds(cost.value("gpuSeconds", 0.0)) + ", " +
-                                format_device_seconds(cost.value("deviceSeconds", 0.0), "device")});
+    const std::string kind = cost.value("deviceKind", std::string(cost.value("gpuSeconds", 0.0) > 0 ? "GPU" : "CPU"));
+    rows.push_back({"Cost", format_device_seconds(cost.value("deviceSeconds", 0.0), kind)});
   }
   if (!e.value("description", std::string()).empty()) rows.push_back({"Description", e["description"].get<std::string>()});
   if (e.contains("failureReason")) rows.push_back({"Failure", e["failureReason"].get<std::string>()});

@@ -1,5 +1,7 @@
 // `trainer trained-models register|list|get`: the model registry; and `trainer snapshots
 // register|candidate`: registering a snapshot's weights as a candidate model.
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,17 @@ std::string base_model_name(const json& m) {
 
 std::string workload_name(const json& m) {
   return m.contains("workload") && m["workload"].is_object() ? str(m["workload"], "name") : "-";
+}
+
+// "6.0 CPU-min": the training time of the run that made the model, on its kind of device; a
+// model of an older trainerd (gpuSeconds only) is shown as device time.
+std::string cost_of(const json& m) {
+  const json cost = m.value("cost", json(nullptr));
+  if (!cost.is_object()) return "-";
+  if (!cost.contains("deviceSeconds")) return format_device_seconds(cost.value("gpuSeconds", 0.0), "device");
+  const json kind = cost.value("deviceKind", json(nullptr));
+  if (!kind.is_string()) return "none (not trained here)";
+  return format_device_seconds(cost.value("deviceSeconds", 0.0), kind.get<std::string>());
 }
 
 std::string source_text(const json& m) {
@@ -72,6 +85,40 @@ int trained_models_list(Context& ctx) {
   return run_list(ctx, view);
 }
 
+// `trained-models export MODEL --to DIR`: the adapter's PEFT folder as the registry holds it,
+// written into DIR (created; files already there with these names are replaced).
+int trained_models_export(Context& ctx) {
+  const std::string ref = ctx.inv.positionals[0];
+  const std::string to = ctx.inv.get_or("to", "");
+  if (to.empty()) return ctx.fail("trained-models export needs --to DIR (the folder the adapter is written into)", kExitUsage);
+  auto model = ctx.get("/v1/trained-models/" + seg(ref));
+  if (!model) return ctx.last_failure_code();
+  const std::string id = str(*model, "modelId");
+  std::error_code ec;
+  std::filesystem::create_directories(to, ec);
+  if (ec) return ctx.fail("--to " + to + ": cannot create the folder: " + ec.message(), kExitError);
+  json written = json::array();
+  for (const char* name : {"adapter_config.json", "adapter_model.safetensors"}) {
+    auto bytes = ctx.get_bytes("/v1/trained-models/" + seg(id) + "/files/" + name);
+    if (!bytes) return ctx.last_failure_code();
+    const std::filesystem::path path = std::filesystem::path(to) / name;
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(bytes->data(), static_cast<std::streamsize>(bytes->size()));
+    out.close();
+    if (!out) return ctx.fail(path.string() + ": cannot write the exported file", kExitError);
+    written.push_back({{"name", name}, {"bytes", bytes->size()}, {"path", path.string()}});
+  }
+  json doc = {{"modelId", id}, {"to", to}, {"format", "peft"}, {"files", written},
+              {"baseModel", model->value("baseModel", json(nullptr))}};
+  if (!ctx.text()) {
+    ctx.print_json(doc);
+    return kExitOk;
+  }
+  out("Exported model " + id + " (a PEFT LoRA adapter on base model " + base_model_name(*model) + ") to " + to + ".\n");
+  out("Load it with PEFT: PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(BASE), \"" + to + "\")\n");
+  return kExitOk;
+}
+
 int trained_models_get(Context& ctx) {
   return show(ctx, "/v1/trained-models/" + seg(ctx.inv.positionals[0]), [&](const json& doc) {
     const json& m = doc;
@@ -94,7 +141,7 @@ int trained_models_get(Context& ctx) {
                          : std::string()) +
                         (lineage.contains("runId") ? "run " + short_id(str(lineage, "runId")) : std::string("-"))},
         {"Adapter rank", str(m, "adapterRank").empty() ? "-" : str(m, "adapterRank")},
-        {"GPU cost", m.contains("cost") ? format_number(m["cost"].value("gpuSeconds", 0.0)) + " GPU-seconds" : "-"},
+        {"Cost", cost_of(m)},
         {"Artifact", artifact.is_object() ? str(artifact, "uri") : "- (not copied yet)"},
         {"Evaluations", std::to_string(m.value("evaluations", json::array()).size())},
         {"Created", str(m, "createdAt")}};
@@ -158,11 +205,17 @@ Command trained_models_command() {
                {}, trained_models_list, 0, 0, {}};
   list.examples = {{"a workload's models", "trainer trained-models list --workload sentiment-demo"},
                    {"their ids", "trainer trained-models list --jq '.models[].modelId'"}};
-  Command get{"get", {}, "Show a model: config, lineage, GPU cost, evaluations, where its artifact lives", "MODEL",
+  Command get{"get", {}, "Show a model: config, lineage, training cost (device kind and time), evaluations, where its artifact lives", "MODEL",
               "MODEL is an id or any unambiguous prefix of one.", {}, {}, trained_models_get, 1, 1, {}};
   get.examples = {{"one model", "trainer trained-models get 5be1c0de"},
                   {"where its adapter lives", "trainer trained-models get 5be1c0de --jq .servingModel.ref"}};
-  g.children = {reg, list, get};
+  Command exp{"export", {}, "Write a registered adapter's PEFT folder into a folder of yours", "MODEL",
+              "Writes adapter_config.json and adapter_model.safetensors exactly as the registry holds them\n"
+              "(a PEFT LoRA adapter folder: load it with peft.PeftModel.from_pretrained on its base model).\n"
+              "DIR is created; files of these names in it are replaced. A BASE model has no adapter to export.",
+              {{"to", 0, "DIR", "the folder to write the adapter into", ""}}, {}, trained_models_export, 1, 1, {}};
+  exp.examples = {{"take a model away", "trainer trained-models export 5be1c0de --to ./sentiment-adapter"}};
+  g.children = {reg, list, get, exp};
   return g;
 }
 

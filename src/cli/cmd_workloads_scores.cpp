@@ -25,9 +25,17 @@ std::string who(const json& cell) {
   return "-";
 }
 
-std::vector<std::string> row_of(const std::string& name, const json& cell) {
+// "[-0.0833, +0.4167] no clear difference": a column's interval against the baseline and its verdict.
+std::string interval_text(const json& v) {
+  if (!v.is_object() || !v.value("low", json(nullptr)).is_number()) return "-";
+  return "[" + signed_score(v.value("low", json(nullptr))) + ", " + signed_score(v.value("high", json(nullptr))) + "] " +
+         v.value("verdict", std::string());
+}
+
+std::vector<std::string> row_of(const std::string& name, const json& cell, bool baseline) {
   return {name, score_text(cell, "meanScore"), score_text(cell, "exactMatchRate"), signed_score(cell.value("delta", json(nullptr))),
-          str(cell, "evaluations"), who(cell), short_id(str(cell, "evaluationId"))};
+          baseline ? "-" : interval_text(cell.value("versusBaseline", json(nullptr))), str(cell, "evaluations"), who(cell),
+          short_id(str(cell, "evaluationId"))};
 }
 
 int workloads_scores(Context& ctx) {
@@ -51,10 +59,10 @@ int workloads_scores(Context& ctx) {
           (str(t, "revision").empty() ? "" : " (revision " + short_id(str(t, "revision")) + ")") + "\n");
       std::vector<std::vector<std::string>> rows;
       const json baseline = t.value("baseline", json(nullptr));
-      if (baseline.is_object()) rows.push_back(row_of("baseline", baseline));
-      else rows.push_back({"baseline", "-", "-", "-", "0", "not evaluated", "-"});
-      for (const auto& c : t.value("columns", json::array())) rows.push_back(row_of(str(c, "config"), c));
-      out(render_table({"CONFIG", "SCORE", "EXACT", "VS BASELINE", "EVALS", "NEWEST OF", "EVALUATION"}, rows));
+      if (baseline.is_object()) rows.push_back(row_of("baseline", baseline, true));
+      else rows.push_back({"baseline", "-", "-", "-", "-", "0", "not evaluated", "-"});
+      for (const auto& c : t.value("columns", json::array())) rows.push_back(row_of(str(c, "config"), c, false));
+      out(render_table({"CONFIG", "SCORE", "EXACT", "VS BASELINE", "95% INTERVAL", "EVALS", "NEWEST OF", "EVALUATION"}, rows));
     }
     const json others = doc.value("otherSettings", json::array());
     if (!others.empty()) {
@@ -74,8 +82,11 @@ int workloads_scores(Context& ctx) {
 Command workloads_scores_command() {
   Command c{"scores", {}, "Show score tables: the baseline beside one column per training configuration", "WORKLOAD",
             "One table per base-model revision. A column is a training configuration (runs with the same settings); "
-            "its header is the newest such run's config name (`trainer runs annotate --config-name`). Each cell is "
-            "the newest completed evaluation of that configuration's models, with how many there were. Only "
+            "its header is the newest such run's config name (`trainer runs annotate --config-name`), with a short "
+            "settings hash added where two configurations carry one name. Each cell is "
+            "the newest completed evaluation of that configuration's models, with how many there were, and the "
+            "95% paired-bootstrap interval of its score difference against the baseline's newest evaluation "
+            "(better, worse, or no clear difference). Only "
             "evaluations on the workload's current dataset, grader and judge instructions appear unless --dataset "
             "and --grader name an older setting.",
             {{"dataset", 0, "DATASET", "an older setting's dataset (name or hash)", ""},

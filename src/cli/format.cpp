@@ -111,6 +111,17 @@ std::string format_device_seconds(double device_seconds, std::string_view device
   return buf;
 }
 
+std::string format_device_time(const nlohmann::json& by_kind) {
+  std::string out;
+  if (by_kind.is_object()) {
+    for (const auto& [kind, seconds] : by_kind.items()) {
+      if (!seconds.is_number()) continue;
+      out += (out.empty() ? "" : " + ") + format_device_seconds(seconds.get<double>(), kind);
+    }
+  }
+  return out.empty() ? format_device_seconds(0, "device") : out;
+}
+
 std::string format_thousands(int64_t value) {
   std::string digits = std::to_string(value < 0 ? -value : value);
   std::string out;

@@ -28,6 +28,9 @@ std::string format_gpu_seconds(double gpu_seconds);
 // The same for any device: `device` names the unit ("GPU", "CPU"): "42 CPU-s", "3.20 CPU-h".
 std::string format_device_seconds(double device_seconds, std::string_view device);
 
+// Device time by kind ({"CPU": 360, "GPU": 12}): "6.0 CPU-min + 12 GPU-s"; "0 device-s" when empty.
+std::string format_device_time(const nlohmann::json& by_kind);
+
 // A number shortened for a column: integers as is, others with up to 4 significant digits
 // ("1.234", "0.0001", "1.5e-05"), large rates with thousands separators ("12,345").
 std::string format_number(double value);

@@ -126,7 +126,7 @@ void Capacity::settle_cost(RunRecord& run, double t) {
       }
     }
   }
-  run.view["cost"] = {{"gpuSeconds", run.accumulated_seconds}, {"estimated", false}};
+  run.view["cost"] = run_cost_json(run.view.value("plan", json::object()), run.accumulated_seconds, false);
   core_.relay.run_ended(run.id, run.attempt, t);
 }
 

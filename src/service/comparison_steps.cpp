@@ -3,10 +3,16 @@
 // evaluation and its id on the target commit together), reads the ended ones, and ends the
 // comparison once every target has an outcome: PREPARING, RUNNING, then COMPLETED, PARTIAL or FAILED.
 #include <cstdio>
+#include <map>
+#include <optional>
+
+#include "plan/plan.h"
 
 #include "service/comparison_names.h"
 #include "service/registry.h"
 #include "service/comparisons.h"
+#include "service/evaluation_rows.h"
+#include "service/paired_bootstrap.h"
 
 namespace trainer::service {
 namespace {
@@ -35,17 +41,94 @@ std::string phase_of(const json& targets) {
   return waiting ? kPreparing : evaluating ? kRunning : completed == targets.size() ? kCompleted : completed > 0 ? kPartial : kFailed;
 }
 
-// Only a comparison where every target completed names a winner: the highest mean score (the
-// earliest target on a tie).
-json winner_of(const json& targets) {
-  const json* best = nullptr;
-  for (const auto& t : targets) {
-    if (!t["meanScore"].is_number()) continue;
-    if (!best || t["meanScore"].get<double>() > (*best)["meanScore"].get<double>()) best = &t;
+// The judge instructions a grader carries ("" = none).
+std::string instructions_of(const json& grader) {
+  return grader.is_object() && grader.contains("graderInstructions") && grader["graderInstructions"].is_string()
+             ? grader["graderInstructions"].get<std::string>()
+             : "";
+}
+
+// An evaluation that scored model `model_id` under exactly the comparison's contract (dataset
+// hash, grader and its instructions, the rule file's content, the token ceiling) and did not fail:
+// the newest COMPLETED one, else an open one; null when none.
+json reusable_evaluation(const std::vector<json>& all, const std::string& model_id, const json& contract) {
+  const json& grader = contract["grader"];
+  const std::string rule_sha = grader_file_sha256(grader);
+  const bool rule = plan::term_kind(grader.value("kind", std::string())) == plan::TermKind::kRule;
+  if (rule && rule_sha.empty()) return nullptr;  // a rule file that cannot be read now is not known to be the same
+  const json* completed = nullptr;
+  const json* open = nullptr;
+  for (const auto& e : all) {
+    const std::string phase = text_of(e, "phase");
+    if (phase != "COMPLETED" && phase != "QUEUED" && phase != "RUNNING") continue;
+    const json m = e.contains("model") && e["model"].is_object() ? e["model"] : json::object();
+    if (text_of(m, "modelId") != model_id) continue;
+    if (text_of(e.value("dataset", json::object()), "hash") != text_of(contract["dataset"], "hash")) continue;
+    if (text_of(e.value("grader", json::object()), "kind") != text_of(grader, "kind")) continue;
+    if (instructions_of(e.value("grader", json::object())) != instructions_of(grader)) continue;
+    if (e.value("maxNewTokens", json(nullptr)) != contract["maxNewTokens"]) continue;
+    if (text_of(e, "graderFileSha256") != rule_sha) continue;
+    if (phase == "COMPLETED") {
+      if (!completed || text_of(e, "endedAt") > text_of(*completed, "endedAt")) completed = &e;
+    } else if (!open) {
+      open = &e;
+    }
   }
-  if (!best) return nullptr;
-  return {{"target", (*best)["target"]}, {"kind", (*best)["kind"]}, {"modelId", (*best)["modelId"]},
-          {"meanScore", (*best)["meanScore"]}};
+  return completed ? *completed : open ? *open : json(nullptr);
+}
+
+// Each completed target's paired-bootstrap interval against the source (`versusSource`), and the
+// outcome: a COMPLETED comparison names the target with the highest mean score only when its
+// interval against every other target lies above zero ("winner"); otherwise none is named
+// ("noClearWinner", with the leader shown). A comparison that did not complete is "incomplete".
+void judge_comparison(ServiceCore& core, json& doc, const std::string& phase) {
+  json& targets = doc["targets"];
+  std::map<size_t, std::map<int64_t, double>> scores;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    json& t = targets[i];
+    t["versusSource"] = nullptr;
+    if (t["status"] != kTargetCompleted || !t["evaluationId"].is_string()) continue;
+    auto rows = evaluation_row_scores(core, t["evaluationId"].get<std::string>());
+    if (rows.is_ok()) {
+      scores[i] = std::move(*rows);
+    } else {
+      std::fprintf(stderr, "trainerd: comparison %s: %s\n", text_of(doc, "comparisonId").c_str(),
+                   rows.status().describe().c_str());
+    }
+  }
+  auto interval = [&](size_t a, size_t b) -> std::optional<BootstrapInterval> {
+    if (!scores.count(a) || !scores.count(b)) return std::nullopt;
+    return paired_bootstrap(paired_differences(scores[a], scores[b]));
+  };
+  for (size_t i = 1; i < targets.size(); ++i) {
+    if (auto iv = interval(i, 0)) targets[i]["versusSource"] = bootstrap_json(*iv);
+  }
+  doc["statistics"] = bootstrap_method_json();
+  doc["winner"] = nullptr;
+  doc["leader"] = nullptr;
+  if (phase != kCompleted) {
+    doc["outcome"] = "incomplete";
+    return;
+  }
+  std::optional<size_t> best;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (!targets[i]["meanScore"].is_number()) continue;
+    if (!best || targets[i]["meanScore"].get<double>() > targets[*best]["meanScore"].get<double>()) best = i;
+  }
+  if (!best) {
+    doc["outcome"] = "noClearWinner";
+    return;
+  }
+  bool clear = true;
+  for (size_t i = 0; i < targets.size() && clear; ++i) {
+    if (i == *best) continue;
+    const auto iv = interval(*best, i);
+    clear = iv && iv->low > 0;
+  }
+  const json& b = targets[*best];
+  const json named = {{"target", b["target"]}, {"kind", b["kind"]}, {"modelId", b["modelId"]}, {"meanScore", b["meanScore"]}};
+  doc["outcome"] = clear ? "winner" : "noClearWinner";
+  doc[clear ? "winner" : "leader"] = named;
 }
 
 }  // namespace
@@ -99,6 +182,14 @@ Status Comparisons::step_comparison_target_locked(const json& doc, size_t index,
     TRAINER_ASSIGN_OR_RETURN(std::vector<json> all, core_.store->list_evaluations({}));
     for (const auto& e : all) {
       if (text_of(e, "description") == tag) t["evaluationId"] = e["evaluationId"];
+    }
+    // An evaluation of this model under exactly this contract is reused, not run again.
+    if (t["evaluationId"].is_null()) {
+      const json reused = reusable_evaluation(all, t["modelId"].get<std::string>(), contract);
+      if (reused.is_object()) {
+        t["evaluationId"] = reused["evaluationId"];
+        t["reused"] = true;
+      }
     }
     if (t["evaluationId"].is_null()) {
       json request = {{"model", t["modelId"]},
@@ -160,7 +251,7 @@ Status Comparisons::step_comparison_task(tasks::Step& step) {
   }
   if (ends) {
     doc["endedAt"] = core_.now_rfc3339();
-    if (phase == kCompleted) doc["winner"] = winner_of(doc["targets"]);
+    judge_comparison(core_, doc, phase);
   }
   if (doc == before) return Status::ok();
   TRAINER_RETURN_IF_ERROR(core_.store->update_comparison(doc));

@@ -157,19 +157,28 @@ json numbered_targets(json source, const json& listed) {
   }
   for (size_t i = 0; i < targets.size(); ++i) {
     targets[i]["index"] = i;
-    for (const char* key : {"evaluationId", "meanScore", "exactMatch"}) targets[i][key] = nullptr;
+    for (const char* key : {"evaluationId", "meanScore", "exactMatch", "versusSource"}) targets[i][key] = nullptr;
+    targets[i]["reused"] = false;
     if (!targets[i].contains("failure")) targets[i]["failure"] = nullptr;
   }
   return targets;
 }
 
-// The fields of two resolved plans that differ: [{field, source, target}], by dotted path.
-json plan_differences(const json& source_plan, const json& target_plan) {
+// The fields of two runs that differ: [{field, source, target}], by dotted path: their resolved
+// plans' config and execution, and how each started from its parent (lineage.restore, weights or
+// trainingState, and lineage.stepBudget, the steps it was given; null for a run with no parent).
+json run_differences(const json& source_run, const json& target_run) {
   json a = json::object();
   json b = json::object();
+  const json source_plan = source_run.value("plan", json::object());
+  const json target_plan = target_run.value("plan", json::object());
   for (const char* part : {"config", "execution"}) {
     flatten(source_plan.value(part, json::object()), part, a);
     flatten(target_plan.value(part, json::object()), part, b);
+  }
+  for (const char* key : {"restore", "stepBudget"}) {
+    a[std::string("lineage.") + key] = source_run.value(key, json(nullptr));
+    b[std::string("lineage.") + key] = target_run.value(key, json(nullptr));
   }
   std::set<std::string> keys;
   for (const auto& [k, v] : a.items()) keys.insert(k);
@@ -363,7 +372,10 @@ Result<std::pair<json, bool>> Comparisons::create(const json& body) {
                          {"maxNewTokens", req->max_new_tokens}}},
            {"fan", fan},
            {"targets", targets},
+           {"outcome", nullptr},
            {"winner", nullptr},
+           {"leader", nullptr},
+           {"statistics", nullptr},
            {"createdAt", t},
            {"endedAt", nullptr},
            {"_requestSha", request_sha},
@@ -382,26 +394,34 @@ json Comparisons::present_comparison(const json& doc) {
   for (const auto& [k, v] : doc.items()) {
     if (!k.empty() && k[0] != '_') out[k] = v;
   }
-  // Config differences against the source run's resolved plan, and the spend: training (the
-  // runs' GPU seconds) apart from evaluation (the evaluations' GPU seconds, else wall seconds).
-  json source_plan = json::object();
+  // Config differences against the source run's, and the spend: training (the runs' device
+  // seconds) apart from evaluation (the evaluations' device seconds), each by device kind.
+  json source_run = json::object();
   if (auto r = core_.store->get_run(doc["source"].value("runId", std::string())); r.is_ok() && r->has_value()) {
-    source_plan = (**r).value("plan", json::object());
+    source_run = **r;
   }
   json runs = json::array();
   std::set<std::string> counted;
   double training = 0;
   double evaluation_device = 0, evaluation_gpu = 0;
+  json training_by_kind = json::object();
+  json evaluation_by_kind = json::object();
+  auto add = [](json& by_kind, const std::string& kind, double seconds) {
+    by_kind[kind] = by_kind.value(kind, 0.0) + seconds;
+  };
   json evaluations = json::array();
   for (auto& t : out["targets"]) {
     const std::string run_id = t.value("runId", std::string());
     if (!run_id.empty()) {
       if (auto r = core_.store->get_run(run_id); r.is_ok() && r->has_value()) {
-        t["configDifferences"] = t["kind"] == "source" ? json::array() : plan_differences(source_plan, (**r).value("plan", json::object()));
-        const double gpu = number_of((**r).value("cost", json::object()), "gpuSeconds");
+        t["configDifferences"] = t["kind"] == "source" ? json::array() : run_differences(source_run, **r);
+        const json cost = (**r).value("cost", json::object());
+        const double seconds = number_of(cost, cost.contains("deviceSeconds") ? "deviceSeconds" : "gpuSeconds");
+        const std::string kind = text_of(cost, "deviceKind", run_device_kind((**r).value("plan", json::object())));
         if (counted.insert(run_id).second) {
-          runs.push_back({{"runId", run_id}, {"gpuSeconds", gpu}});
-          training += gpu;
+          runs.push_back({{"runId", run_id}, {"deviceKind", kind}, {"deviceSeconds", seconds}, {"gpuSeconds", seconds}});
+          training += seconds;
+          add(training_by_kind, kind, seconds);
         }
       }
     }
@@ -412,15 +432,20 @@ json Comparisons::present_comparison(const json& doc) {
         const json cost = (**e).value("cost", json::object());
         const double device = number_of(cost, cost.contains("deviceSeconds") ? "deviceSeconds" : "seconds");
         const double gpu = number_of(cost, "gpuSeconds");
-        evaluations.push_back({{"evaluationId", t["evaluationId"]}, {"deviceSeconds", device}, {"gpuSeconds", gpu}});
+        const std::string kind = text_of(cost, "deviceKind", gpu > 0 ? "GPU" : "CPU");
+        evaluations.push_back({{"evaluationId", t["evaluationId"]}, {"deviceKind", kind}, {"deviceSeconds", device},
+                               {"gpuSeconds", gpu}, {"reused", t.value("reused", false)}});
         evaluation_device += device;
         evaluation_gpu += gpu;
+        add(evaluation_by_kind, kind, device);
       }
     }
   }
-  out["cost"] = {{"training", {{"gpuSeconds", training}, {"runs", runs}}},
-                 {"evaluation", {{"deviceSeconds", evaluation_device}, {"gpuSeconds", evaluation_gpu},
-                                 {"evaluations", evaluations}}}};
+  // training.gpuSeconds is the device-seconds under their old name (deprecated, one release).
+  out["cost"] = {{"training", {{"deviceSeconds", training}, {"byDeviceKind", training_by_kind}, {"gpuSeconds", training},
+                               {"runs", runs}}},
+                 {"evaluation", {{"deviceSeconds", evaluation_device}, {"byDeviceKind", evaluation_by_kind},
+                                 {"gpuSeconds", evaluation_gpu}, {"evaluations", evaluations}}}};
   return out;
 }
 
@@ -453,6 +478,7 @@ Result<json> Comparisons::list(const ComparisonListQuery& query) {
                      {"targets", d["targets"].size()},
                      {"targetsCompleted", completed},
                      {"winner", d["winner"]},
+                     {"outcome", d.value("outcome", json(nullptr))},
                      {"createdAt", d["createdAt"]}});
   }
   json out = {{"comparisons", items}, {"total", page->total}};

@@ -85,7 +85,7 @@ Status ServiceImpl::fail_unreadable_run_locked(const OpenRun& row, const Status&
               {"phaseHistory", json::array({{{"phase", phase_name(Phase::kFailed)}, {"enteredAt", rfc3339(t)}}})},
               {"progress", json::object()},
               {"latest", json::object()},
-              {"cost", {{"gpuSeconds", 0.0}, {"estimated", true}}},
+              {"cost", run_cost_json(json::object(), 0.0, true)},
               {"plan", json::object()}};
   TRAINER_RETURN_IF_ERROR(store_->delete_claim(run.id));
   TRAINER_RETURN_IF_ERROR(kernel_->move("run", run.id, phase_name(Phase::kFailed)));

@@ -76,6 +76,7 @@ json Evaluations::evaluation_cost(const json& doc, double ended) const {
   const PoolConfig* pool = capacity_.pool_named(pool_name);
   const bool gpu = pool && pool->accelerator != "cpu";
   return json{{"seconds", seconds},
+              {"deviceKind", gpu ? "GPU" : "CPU"},
               {"pool", pool_name.empty() ? json(nullptr) : json(pool_name)},
               {"devices", devices},
               {"deviceSeconds", seconds * devices},

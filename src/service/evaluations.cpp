@@ -11,6 +11,7 @@
 #include "common/json_parse.h"
 #include "plan/plan.h"
 #include "protocol/inputs.h"
+#include "service/evaluation_rows.h"
 #include "service/input_staging.h"
 #include "service/judges.h"
 #include "service/registry.h"
@@ -296,6 +297,8 @@ Result<json> Evaluations::start_locked(const json& body) {
               {"createdAt", core_.now_rfc3339()},
               {"progress", {{"rowsDone", 0}, {"rowsTotal", dataset->value("rows", json(nullptr))}}},
               {"report", nullptr}};
+  // A rule file may change under its name: the hash says which file this evaluation graded with.
+  if (const std::string sha = grader_file_sha256(term); !sha.empty()) doc["graderFileSha256"] = sha;
   TRAINER_RETURN_IF_ERROR(core_.store->transaction([&]() -> Status {
     TRAINER_RETURN_IF_ERROR(core_.store->put_evaluation(doc));
     TRAINER_RETURN_IF_ERROR(core_.kernel->create("evaluation", id, "QUEUED"));
@@ -462,18 +465,9 @@ Result<json> Evaluations::rows(const std::string& ref, int64_t limit, int64_t of
     return field_status(StatusCode::kFailedPrecondition, "evaluation",
                         "evaluation " + id + " is " + (*doc)["phase"].get<std::string>() + "; its rows come when it is COMPLETED");
   }
-  // The job's output folder, or (a cluster job's folder is on its node) the copy it stored.
-  std::stringstream in;
-  if (std::ifstream file(fs::path(evaluation_dir(id)) / "output" / "rows.jsonl"); file) {
-    in << file.rdbuf();
-  } else {
-    auto stored = core_.artifacts().get(protocol::evaluation_rows_key(id));
-    if (!stored.is_ok()) {
-      return internal_error("evaluation " + id + ": its rows are neither in the data folder nor in the store (" +
-                            stored.status().message() + ")");
-    }
-    in.str(*stored);
-  }
+  auto text = evaluation_rows_text(core_, id);
+  if (!text.is_ok()) return text.status();
+  std::istringstream in(*text);
   json rows = json::array();
   int64_t n = 0;
   std::string line;

@@ -57,6 +57,31 @@ json lineage_entry(const RunRecord& r) {
   return e;
 }
 
+// A child's default config name, derived from its own settings: its parent's name followed by
+// the config fields whose values differ from the parent's ("lr-3e-3 (learningRate=0.02, maxSteps=3)"),
+// so that two configurations never share a name in score tables. `name` is the parent's (as
+// `runs annotate --config-name` left it); null when it has none (the table names the child by its
+// settings hash); the parent's own when nothing differs.
+json derived_config_name(const json& name, const json& parent_plan, const json& child_plan) {
+  if (!name.is_string() || name.get<std::string>().empty()) return nullptr;
+  json a = json::object();
+  json b = json::object();
+  flatten(parent_plan.value("config", json::object()), "", a);
+  flatten(child_plan.value("config", json::object()), "", b);
+  std::string changed;
+  for (const auto& [key, value] : b.items()) {
+    if (a.contains(key) && a[key] == value) continue;
+    const std::string leaf = key.substr(key.find_last_of('.') == std::string::npos ? 0 : key.find_last_of('.') + 1);
+    changed += (changed.empty() ? "" : ", ") + leaf + "=" + (value.is_string() ? value.get<std::string>() : value.dump());
+  }
+  for (const auto& [key, value] : a.items()) {
+    if (b.contains(key)) continue;
+    changed += (changed.empty() ? "" : ", ") + key.substr(key.find_last_of('.') + 1) + "=unset";
+  }
+  if (changed.empty()) return name;
+  return name.get<std::string>() + " (" + changed + ")";
+}
+
 // What `runs branch` and `runs continue` ask, checked before anything is read.
 struct ChildRequest {
   int64_t steps = 0;
@@ -230,6 +255,16 @@ Result<std::pair<json, bool>> ServiceImpl::start_child(const std::string& parent
                                 {.restore = request->restore, .continuation = continuation}, request->steps);
   if (!child.is_ok()) return child.status();
   (*child)["workload"] = parent->workload_id;  // the workload itself, whatever it is called now
+  // The child's name says how its settings differ from its parent's (a continuation keeps the name).
+  if (!continuation) {
+    const json name = derived_config_name(parent->view.value("configName", json(nullptr)),
+                                          parent->view.value("plan", json::object()), *child);
+    if (name.is_string()) {
+      (*child)["configName"] = name;
+    } else {
+      child->erase("configName");
+    }
+  }
   if (request->submission) (*child)["submissionId"] = *request->submission;
 
   json lineage = {{"parentRunId", parent->id},

@@ -38,6 +38,8 @@ class ModelRegistry {
   Result<std::pair<json, bool>> register_model(const json& descriptor);
   Result<json> list(const TrainedModelQuery& query);
   Result<json> get(const std::string& ref);
+  // Service::trained_model_file (trained_models.cpp): one file of an adapter's PEFT folder.
+  Result<std::string> file(const std::string& ref, const std::string& name);
   // Service::register_snapshot, snapshot_candidate (registration.cpp).
   Result<std::pair<json, bool>> register_snapshot(const std::string& snapshot_ref);
   Result<json> snapshot_candidate(const std::string& snapshot_ref);

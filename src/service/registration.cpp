@@ -68,6 +68,16 @@ void set_status(json& model, const std::string& status, const std::string& time)
 }
 
 // A field of the run's resolved plan, or null.
+// A registered model's cost: its run's (docs/registry.md): {deviceKind, deviceSeconds, gpuSeconds
+// (deprecated: the device-seconds under their old name)}.
+json model_cost_json(const json& run) {
+  const json cost = run.value("cost", json::object());
+  const double seconds = cost.value("deviceSeconds", cost.value("gpuSeconds", 0.0));
+  return {{"deviceKind", cost.value("deviceKind", run_device_kind(run.value("plan", json::object())))},
+          {"deviceSeconds", seconds},
+          {"gpuSeconds", seconds}};
+}
+
 json plan_value(const RunRecord& run, const char* pointer) {
   const json plan = run.view.value("plan", json::object());
   const json::json_pointer p(pointer);
@@ -135,7 +145,7 @@ Result<std::pair<json, bool>> ModelRegistry::start_registration_locked(json snap
                   {"dataset", run.view.value("dataset", json(nullptr))}}},
       {"lineage", {{"baseModel", base}, {"runId", run.id}, {"parentRunId", run.view.value("parentRunId", json(nullptr))},
                    {"snapshotId", sid.empty() ? json(nullptr) : json(sid)}, {"savedStep", step}}},
-      {"cost", {{"gpuSeconds", run.view.value("cost", json::object()).value("gpuSeconds", 0.0)}}},
+      {"cost", model_cost_json(run.view)},
       {"adapterRank", plan_value(run, "/config/hyperparams/lora/rank")},
       {"targetModules", plan_value(run, "/config/hyperparams/lora/targetModules")},
       {"artifact", nullptr},
@@ -368,7 +378,7 @@ Status ModelRegistry::record_registration_locked(json model, const Status& copie
   model["servingModel"]["ref"] = uri;
   model["registeredAt"] = t;
   if (auto run = core_.store->get_run(source.value("runId", std::string())); run.is_ok() && run->has_value()) {
-    model["cost"]["gpuSeconds"] = (**run).value("cost", json::object()).value("gpuSeconds", 0.0);
+    model["cost"] = model_cost_json(**run);
   }
   set_status(model, kModelRegistered, t);
   TRAINER_RETURN_IF_ERROR(core_.store->update_trained_model(model));

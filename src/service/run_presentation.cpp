@@ -252,7 +252,7 @@ json ServiceImpl::present_run(const RunRecord& run, const std::map<std::string, 
   // Cost: while a job runs, an estimate of elapsed time x devices on top of ended attempts.
   if (run.job && !run.job->ended_at) {
     double elapsed = std::max(0.0, now() - run.job->started_at);
-    out["cost"] = {{"gpuSeconds", run.accumulated_seconds + elapsed * run.devices}, {"estimated", true}};
+    out["cost"] = run_cost_json(run.view.value("plan", json::object()), run.accumulated_seconds + elapsed * run.devices, true);
   }
   std::optional<std::map<std::string, store::ClaimRow>> fetched;
   if (!claims) {

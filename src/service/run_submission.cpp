@@ -223,7 +223,7 @@ Result<std::pair<json, bool>> ServiceImpl::submit_plan(const json& body, bool dr
       {"phaseHistory", json::array({{{"phase", phase_name(Phase::kSizingDataset)}, {"enteredAt", rfc3339(t)}}})},
       {"progress", {{"step", 0}, {"totalSteps", nullptr}}},
       {"latest", json::object()},
-      {"cost", {{"gpuSeconds", 0.0}, {"estimated", false}}},
+      {"cost", run_cost_json(resolved, 0.0, false)},
       {"grader", p.grader ? json(*p.grader) : w->value("evaluation", json::object()).value("grader", json(kDefaultGrader))},
       {"plan", resolved},
   };

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <map>
 
+#include "service/evaluation_rows.h"
+#include "service/paired_bootstrap.h"
 #include "service/registry.h"
 #include "service/workloads.h"
 
@@ -180,7 +182,28 @@ Result<json> Workloads::scores(const std::string& ref, const ScoreQuery& query) 
       cell["settingsSha"] = column.find(':') == std::string::npos ? json(column) : json(nullptr);
       const double score = score_of(cell, "meanScore");
       cell["delta"] = baseline_score >= 0 && score >= 0 ? json(score - baseline_score) : json(nullptr);
+      // Whether the column beats the baseline by more than chance: the paired bootstrap of the
+      // two newest evaluations' rows (the same dataset and grader, so the same lines).
+      cell["versusBaseline"] = nullptr;
+      if (baseline.is_object()) {
+        auto mine = evaluation_row_scores(core_, cell["evaluationId"].get<std::string>());
+        auto theirs = evaluation_row_scores(core_, baseline["evaluationId"].get<std::string>());
+        if (mine.is_ok() && theirs.is_ok()) {
+          if (auto iv = paired_bootstrap(paired_differences(*mine, *theirs))) cell["versusBaseline"] = bootstrap_json(*iv);
+        }
+      }
       cols.push_back(std::move(cell));
+    }
+    // Two training configurations never share a header: a name two settings hashes carry gets
+    // each one's short hash (or run id) as a suffix.
+    std::map<std::string, int> uses;
+    for (const auto& c : cols) ++uses[c["config"].get<std::string>()];
+    for (auto& c : cols) {
+      if (uses[c["config"].get<std::string>()] < 2) continue;
+      const std::string suffix = c["settingsSha"].is_string() ? c["settingsSha"].get<std::string>().substr(0, 8)
+                                 : c["runId"].is_string()     ? "run " + c["runId"].get<std::string>().substr(0, 8)
+                                                              : c.value("evaluationId", std::string()).substr(0, 8);
+      c["config"] = c["config"].get<std::string>() + " (" + suffix + ")";
     }
     // Best first: the column a promotion decision looks at leads.
     std::stable_sort(cols.begin(), cols.end(), [](const json& a, const json& b) {
@@ -198,6 +221,7 @@ Result<json> Workloads::scores(const std::string& ref, const ScoreQuery& query) 
   return json{{"workload", {{"id", (*w)["id"]}, {"name", (*w)["name"]}}},
               {"setting", setting},
               {"tables", out_tables},
+              {"statistics", bootstrap_method_json()},
               {"otherSettings", others}};
 }
 

@@ -303,6 +303,10 @@ class Service {
   virtual Result<std::pair<json, bool>> register_trained_model(const json& descriptor) = 0;
   virtual Result<json> list_trained_models(const TrainedModelQuery& query) = 0;  // {models:[...]}
   virtual Result<json> get_trained_model(const std::string& ref) = 0;            // id or unique prefix
+  // The bytes of one file of a REGISTERED adapter model's PEFT folder (`adapter_config.json` or
+  // `adapter_model.safetensors`), as the registry holds it; not_found naming the file otherwise;
+  // FailedPrecondition for a model that is not REGISTERED or is a BASE model.
+  virtual Result<std::string> trained_model_file(const std::string& ref, const std::string& name) = 0;
   // Registers a committed snapshot's weights as a candidate model: returns once the registration
   // is durable (status PENDING); it copies the weights in durable steps (COPYING, REGISTERED or
   // FAILED), holding the snapshot while it copies. The id derives from the snapshot (again: the

@@ -197,6 +197,9 @@ class ServiceImpl final : public Service {
   }
   Result<json> list_trained_models(const TrainedModelQuery& query) override { return registry_.list(query); }
   Result<json> get_trained_model(const std::string& ref) override { return registry_.get(ref); }
+  Result<std::string> trained_model_file(const std::string& ref, const std::string& name) override {
+    return registry_.file(ref, name);
+  }
   Result<std::pair<json, bool>> register_snapshot(const std::string& snapshot_ref) override {
     return registry_.register_snapshot(snapshot_ref);
   }

@@ -106,6 +106,34 @@ Result<json> ModelRegistry::get(const std::string& ref) {
   return present_model(*m);
 }
 
+Result<std::string> ModelRegistry::file(const std::string& ref, const std::string& name) {
+  auto m = resolve(ref, "model");
+  if (!m.is_ok()) return m.status();
+  const std::string id = m->value("modelId", std::string());
+  if (name != "adapter_config.json" && name != "adapter_model.safetensors") {
+    return field_status(StatusCode::kNotFound, "file",
+                        "model " + id + " has no file '" + name + "' (an adapter's folder holds adapter_config.json "
+                        "and adapter_model.safetensors)");
+  }
+  if (m->value("variant", std::string()) == kVariantBase) {
+    return field_status(StatusCode::kFailedPrecondition, "model",
+                        "model " + id + " is a BASE model: its weights are the base model's own folder, not an adapter");
+  }
+  if (m->value("status", std::string()) != kModelRegistered) {
+    return field_status(StatusCode::kFailedPrecondition, "model",
+                        "model " + id + " is " + m->value("status", std::string("unknown")) +
+                            "; only a REGISTERED model's files can be exported (trainer trained-models get " + id + ")");
+  }
+  const json artifact = m->value("artifact", json::object());
+  const json key = artifact.is_object() ? artifact.value("key", json(nullptr)) : json(nullptr);
+  if (!key.is_string()) return internal_error("model " + id + " is REGISTERED but names no artifact key");
+  auto bytes = core_.artifacts().get(key.get<std::string>() + "/" + name);
+  if (!bytes.is_ok()) {
+    return Status(bytes.status().code(), "model", "model " + id + ": " + name + ": " + bytes.status().message());
+  }
+  return *bytes;
+}
+
 Result<json> ModelRegistry::register_base_locked(const json& base_model, const std::string& field) {
   if (base_model.value("status", std::string()) != "ready") {
     const std::string name = base_model.value("name", std::string());
@@ -128,7 +156,7 @@ Result<json> ModelRegistry::register_base_locked(const json& base_model, const s
               {"source", {{"kind", "baseModel"}, {"revision", hash}}},
               {"config", nullptr},
               {"lineage", {{"baseModel", base}}},
-              {"cost", {{"gpuSeconds", 0}}},
+              {"cost", {{"deviceKind", nullptr}, {"deviceSeconds", 0}, {"gpuSeconds", 0}}},
               {"adapterRank", nullptr},
               {"artifact", {{"key", nullptr}, {"uri", "file://" + base_models_.cache_path_of(base_model)}}},
               {"servingModel", {{"variant", kVariantBase}, {"baseModel", base_model["name"]}, {"revision", hash}}},
@@ -292,7 +320,7 @@ Result<std::pair<json, bool>> ModelRegistry::import_adapter(const json& sm, cons
                           {"weightsDigest", weights_digest}}},
               {"config", nullptr},
               {"lineage", {{"baseModel", base_ref}, {"importedFrom", dir}}},
-              {"cost", {{"gpuSeconds", 0}}},
+              {"cost", {{"deviceKind", nullptr}, {"deviceSeconds", 0}, {"gpuSeconds", 0}}},
               {"adapterRank", info->rank},
               {"targetModules", info->target_modules},
               {"artifact", {{"key", key}, {"uri", uri}}},

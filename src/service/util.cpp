@@ -72,4 +72,17 @@ void flatten(const json& v, const std::string& prefix, json& out) {
   }
 }
 
+std::string run_device_kind(const json& plan) {
+  const json execution = plan.is_object() ? plan.value("execution", json::object()) : json::object();
+  const json gpus = execution.is_object() ? execution.value("gpus", json(nullptr)) : json(nullptr);
+  return gpus.is_number() && gpus.get<double>() == 0 ? "CPU" : "GPU";
+}
+
+json run_cost_json(const json& plan, double device_seconds, bool estimated) {
+  return {{"deviceKind", run_device_kind(plan)},
+          {"deviceSeconds", device_seconds},
+          {"gpuSeconds", device_seconds},
+          {"estimated", estimated}};
+}
+
 }  // namespace trainer::service

@@ -42,4 +42,13 @@ std::string last_lines(const std::string& path, int n);
 // Flattens {"a":{"b":1}} into {"a.b":1} under `prefix`.
 void flatten(const json& v, const std::string& prefix, json& out);
 
+// The kind of device a run trains on: "CPU" when its resolved plan's execution.gpus is 0, else "GPU".
+std::string run_device_kind(const json& plan);
+
+// A run's cost as the API shows it (docs/openapi.yaml, RunCost): {deviceKind, deviceSeconds,
+// gpuSeconds, estimated}. deviceSeconds is the time its claims held times their devices;
+// gpuSeconds is the same number under its old name, kept for one release and deprecated (it counts
+// a CPU slot's seconds as well: read deviceKind and deviceSeconds instead).
+json run_cost_json(const json& plan, double device_seconds, bool estimated);
+
 }  // namespace trainer::service

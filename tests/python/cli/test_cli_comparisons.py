@@ -3,8 +3,13 @@ running the real jobs: a source snapshot scored against branches trained from it
 contract.
 
 A comparison of a snapshot and two branches ends COMPLETED with each target's mean score equal to a
-standalone `evaluations start` of the same model, dataset and grader, and names the highest as the
-winner; one with a cancelled branch (no model) ends PARTIAL and names none; bad requests are
+standalone `evaluations start` of the same model, dataset and grader, each target's paired-bootstrap
+interval against the source equal to numpy's on the same rows, and names the highest as the winner
+only when its lead is larger than chance ("no clear winner" otherwise); its config differences name
+the learning rate, the step budget and the restore mode; its spend says CPU time for CPU runs. One
+with a cancelled branch (no model) ends PARTIAL, names none, and reuses the evaluations of the same
+contract made before instead of running them again. The workload's score table shows each column's
+interval against the baseline, and two configurations never share a header; bad requests are
 refused by field and create nothing; a submission token makes create idempotent; trainerd killed
 with SIGKILL mid-comparison carries on after a restart and evaluates no target twice."""
 from __future__ import annotations
@@ -16,6 +21,7 @@ import urllib.request
 
 import pytest
 
+from bootstrap_check import assert_same, interval, row_scores
 from cli_support import EXAMPLES, MODEL_NAME, WORKLOAD, Cli, start_trainerd, stop, wait_for
 
 pytestmark = pytest.mark.timeout(1200)  # its runs are waited for up to 900 s each (run_to_end)
@@ -30,9 +36,10 @@ def compute_score(data_source, solution_str, ground_truth, extra_info):
 '''
 
 
-def plan(max_steps: int, save_every: int) -> str:
+def plan(max_steps: int, save_every: int, config_name: str | None = None) -> str:
     return "\n".join([
-        "kind: run", f"workload: {WORKLOAD}", f"baseModel: {MODEL_NAME}", "config:",
+        "kind: run", f"workload: {WORKLOAD}", f"baseModel: {MODEL_NAME}",
+        *([f"configName: {config_name}"] if config_name else []), "config:",
         "  dataset: sentiment-train", "  hyperparams:",
         "    optimizer: {learningRate: 0.003, schedule: constant, warmupSteps: 0}",
         f"    training: {{maxSteps: {max_steps}, batchSize: 4}}", "  maxSeqLength: 128",
@@ -79,7 +86,8 @@ def family(ready, tmp_path_factory):
     ready("datasets", "create", "-f", data, "--name", "held-out", check=True)
     rule = folder / "overlap.py"
     rule.write_text(RULE)
-    parent_id = ready("runs", "start", "-f", "-", "--force", "--jq", ".runId", input=plan(4, 2), check=True).stdout.strip()
+    parent_id = ready("runs", "start", "-f", "-", "--force", "--jq", ".runId", input=plan(4, 2, "base-lr"),
+                      check=True).stdout.strip()
     parent = run_to_end(ready, parent_id)
     assert parent["phase"] == "COMPLETED", parent.get("failureReason")
     snapshots = ready.json("runs", "snapshots", parent_id)["snapshots"]
@@ -140,8 +148,21 @@ def test_a_snapshot_and_two_branches_complete_each_scored_as_a_standalone_evalua
         means.append(t["meanScore"])
     assert len(set(means)) > 1, f"the targets must score differently for a winner to mean anything: {means}"
     best = max(range(len(means)), key=lambda i: (means[i], -i))
-    assert done["winner"] == {"target": targets[best]["target"], "kind": targets[best]["kind"],
-                              "modelId": targets[best]["modelId"], "meanScore": means[best]}
+    # Each target's interval against the source, recomputed with numpy from the same rows.
+    scores = [row_scores(ready, t["evaluationId"]) for t in targets]
+    assert targets[0]["versusSource"] is None
+    for i in (1, 2):
+        assert_same(targets[i]["versusSource"], interval(scores[i], scores[0]))
+    assert done["statistics"] == {"method": "paired bootstrap", "resamples": 2000, "confidence": 0.95,
+                                  "seed": 20261204, "pairing": "rows both evaluations scored, by dataset line"}
+    # A winner only when the best is ahead of every other target by more than chance.
+    clear = all(interval(scores[best], scores[j])["low"] > 0 for j in range(len(targets)) if j != best)
+    named = {"target": targets[best]["target"], "kind": targets[best]["kind"], "modelId": targets[best]["modelId"],
+             "meanScore": means[best]}
+    if clear:
+        assert done["outcome"] == "winner" and done["winner"] == named and done["leader"] is None, done
+    else:
+        assert done["outcome"] == "noClearWinner" and done["winner"] is None and done["leader"] == named, done
 
     # Config differences against the source run's plan: the branches' learning rates and budgets.
     for t in targets[1:]:
@@ -149,11 +170,17 @@ def test_a_snapshot_and_two_branches_complete_each_scored_as_a_standalone_evalua
         lr = ready.json("runs", "get", t["runId"])["plan"]["config"]["hyperparams"]["optimizer"]["learningRate"]
         assert diffs["config.hyperparams.optimizer.learningRate"] == (0.003, lr)
         assert diffs["config.hyperparams.training.maxSteps"] == (4, 3)
+        assert diffs["lineage.restore"] == (None, "weights")  # the source is a root run's snapshot
+        assert diffs["lineage.stepBudget"] == (None, 3)
     assert targets[0]["configDifferences"] == []
     # Training spend (the runs) apart from evaluation spend (the comparison's evaluations).
     cost = done["cost"]
     assert sorted(r["runId"] for r in cost["training"]["runs"]) == sorted([family["parent"]["runId"], *family["branches"]])
     assert cost["training"]["gpuSeconds"] == pytest.approx(sum(r["gpuSeconds"] for r in cost["training"]["runs"]))
+    # CPU runs: device time of kind CPU; gpuSeconds is the deprecated name of the same number.
+    assert all(r["deviceKind"] == "CPU" and r["deviceSeconds"] == r["gpuSeconds"] > 0 for r in cost["training"]["runs"])
+    assert cost["training"]["byDeviceKind"] == {"CPU": pytest.approx(cost["training"]["deviceSeconds"])}
+    assert cost["evaluation"]["byDeviceKind"] == {"CPU": pytest.approx(cost["evaluation"]["deviceSeconds"])}
     assert sorted(e["evaluationId"] for e in cost["evaluation"]["evaluations"]) == sorted(t["evaluationId"] for t in targets)
     assert cost["evaluation"]["deviceSeconds"] > 0 and cost["evaluation"]["gpuSeconds"] == 0  # one CPU slot each
     assert cost["evaluation"]["deviceSeconds"] == pytest.approx(
@@ -170,13 +197,77 @@ def test_a_snapshot_and_two_branches_complete_each_scored_as_a_standalone_evalua
 
     shown = ready("comparisons", "get", done["comparisonId"][:8], check=True).stdout
     assert "Winner" in shown and "COMPLETED" in shown and "Training spend" in shown and "learningRate" in shown, shown
+    assert "lineage.restore null -> weights" in shown and "lineage.stepBudget null -> 3" in shown, shown
     assert f"{HELD_OUT}/{HELD_OUT}" in shown, shown
+    assert "VS SOURCE" in shown, shown
+    for t in targets[1:]:
+        v = t["versusSource"]
+        assert f"{v['meanDifference']:+.4f} [{v['low']:+.4f}, {v['high']:+.4f}]" in shown, shown
+    if clear:
+        assert "ahead of every other target by more than chance (95% paired bootstrap, 2000 resamples)" in shown, shown
+    else:
+        assert "no clear winner: the highest mean" in shown, shown
+    spend = [line for line in shown.splitlines() if "spend" in line]
+    assert len(spend) == 2 and all("CPU-" in line and "GPU" not in line for line in spend), spend
     assert ready("comparisons", "get", done["comparisonId"], "--jq", ".winner.modelId",
-                 check=True).stdout.strip() == targets[best]["modelId"]
+                 check=True).stdout.strip() == (targets[best]["modelId"] if clear else "null")
+    listed = ready("comparisons", "list", check=True).stdout
+    assert (short(targets[best]["modelId"]) if clear else "no clear winner") in listed, listed
+
+    # A branch's model: its cost is CPU time, never "GPU".
+    model = ready.json("trained-models", "get", targets[1]["modelId"])
+    run = ready.json("runs", "get", targets[1]["runId"])
+    assert model["cost"] == {"deviceKind": "CPU", "deviceSeconds": run["cost"]["deviceSeconds"],
+                             "gpuSeconds": run["cost"]["deviceSeconds"]}
+    assert run["cost"]["deviceKind"] == "CPU" and run["cost"]["gpuSeconds"] == run["cost"]["deviceSeconds"]
+    text = ready("trained-models", "get", targets[1]["modelId"], check=True).stdout
+    cost_line = next(line for line in text.splitlines() if line.strip().startswith("Cost"))
+    assert "CPU-" in cost_line and "GPU" not in text, text
+
+
+def short(ident: str) -> str:
+    return ident[:12]  # the CLI's short ids
+
+
+def test_a_branch_is_named_by_its_own_settings_and_the_score_table_shows_intervals_and_distinct_headers(ready, family):
+    # A child's default name: its parent's, with what its settings change.
+    for run_id, lr in zip(family["branches"], ("0.02", "0.0005")):
+        assert ready.json("runs", "get", run_id)["configName"] == f"base-lr (learningRate={lr}, maxSteps=3)"
+    # One branch named like its parent by hand: two settings hashes, one name.
+    ready("runs", "annotate", family["branches"][1], "--config-name", "base-lr", check=True)
+    baseline = ready.json("evaluations", "start", "--model", MODEL_NAME, "--workload", WORKLOAD, "--dataset", "held-out",
+                          "--grader", family["grader"], "--max-new-tokens", MAX_NEW, "--wait", "-q", timeout=600)
+    assert baseline["phase"] == "COMPLETED", baseline
+    for run_id in family["branches"]:  # each branch's final model scored under the same setting
+        model = ready.json("runs", "get", run_id)["modelId"]
+        e = ready.json("evaluations", "start", "--model", model, "--dataset", "held-out", "--grader", family["grader"],
+                       "--max-new-tokens", MAX_NEW, "--wait", "-q", timeout=600)
+        assert e["phase"] == "COMPLETED", e
+    args = ["workloads", "scores", WORKLOAD, "--dataset", "held-out", "--grader", family["grader"]]
+    table = ready.json(*args)["tables"][0]
+    assert table["baseline"]["evaluationId"] == baseline["evaluationId"]
+    base_rows = row_scores(ready, baseline["evaluationId"])
+    columns = table["columns"]
+    headers = [c["config"] for c in columns]
+    assert len(set(headers)) == len(headers), headers
+    shas = {c["settingsSha"] for c in columns}
+    assert len(shas) == len(columns) >= 3, columns
+    parent_sha = ready.json("runs", "get", family["parent"]["runId"])["settingsSha"]
+    renamed_sha = ready.json("runs", "get", family["branches"][1])["settingsSha"]
+    assert f"base-lr ({parent_sha[:8]})" in headers and f"base-lr ({renamed_sha[:8]})" in headers, headers
+    assert "base-lr (learningRate=0.02, maxSteps=3)" in headers, headers
+    for c in columns:
+        assert_same(c["versusBaseline"], interval(row_scores(ready, c["evaluationId"]), base_rows))
+    text = ready(*args, check=True).stdout
+    assert "95% INTERVAL" in text and f"base-lr ({parent_sha[:8]})" in text, text
+    for c in columns:
+        v = c["versusBaseline"]
+        assert f"[{v['low']:+.4f}, {v['high']:+.4f}] {v['verdict']}" in text, text
 
 
 def test_a_cancelled_branch_is_a_refused_target_and_the_comparison_ends_partial_without_a_winner(ready, family):
     model = ready.json("runs", "get", family["branches"][0])["modelId"]
+    evaluations_before = len(ready.json("evaluations", "list", "--limit", "1000")["evaluations"])
     # The branch's model named again as a candidate is scored once.
     created = ready.json("comparisons", "create", "--source", family["source"], "--branch", family["branches"][0],
                          "--branch", family["cancelled"], "--candidate", model[:10], "--dataset", "held-out",
@@ -190,8 +281,25 @@ def test_a_cancelled_branch_is_a_refused_target_and_the_comparison_ends_partial_
     assert done["phase"] == "PARTIAL", done
     assert done["winner"] is None
     assert [t["status"] for t in done["targets"]] == ["COMPLETED", "COMPLETED", "REFUSED"]
+    assert done["outcome"] == "incomplete"
+    # The source's and the candidate's models were scored under this very contract before: reused.
+    assert [t["reused"] for t in done["targets"]] == [True, True, False]
+    assert len(ready.json("evaluations", "list", "--limit", "1000")["evaluations"]) == evaluations_before
+    for t in done["targets"][:2]:
+        e = ready.json("evaluations", "get", t["evaluationId"])
+        assert e["phase"] == "COMPLETED" and e["model"]["modelId"] == t["modelId"] and e["createdAt"] < created["createdAt"]
+        assert e["dataset"]["ref"] and e["maxNewTokens"] == MAX_NEW and e["grader"]["kind"] == family["grader"]
+    assert done["cost"]["evaluation"]["evaluations"][0]["reused"] is True
     shown = ready("comparisons", "get", created["comparisonId"], check=True).stdout
     assert "none named" in shown and "CANCELLED" in shown, shown
+    assert "Reused evaluations:" in shown and "already scored this model under this contract; reused, not run again" in shown
+    # The rule file changed: the contract is no longer the same, and the model is scored again.
+    family["rule"].write_text(RULE + "\n# changed\n")
+    again = ready.json("comparisons", "create", "--source", family["source"], "--candidate", model, "--dataset",
+                       "held-out", "--grader", family["grader"], "--max-new-tokens", MAX_NEW)
+    rescored = comparison_ended(ready, again["comparisonId"])
+    assert rescored["phase"] == "COMPLETED" and [t["reused"] for t in rescored["targets"]] == [False, False], rescored
+    assert len(ready.json("evaluations", "list", "--limit", "1000")["evaluations"]) == evaluations_before + 2
     request = ["--source", family["source"], "--branch", family["cancelled"], "--dataset", "held-out", "--grader",
                family["grader"], "--max-new-tokens", MAX_NEW, "--submission-id", "refused"]
     again = ready("comparisons", "create", *request, check=True).stdout

@@ -124,8 +124,12 @@ def test_a_completed_run_registers_its_final_snapshot_once(ready, trainerd):
     assert candidate["status"] == "REGISTERED" and candidate["modelId"] == run["modelId"]
     assert f"Model: {run['modelId']}" in " ".join(ready("runs", "get", run_id, check=True).stdout.split())
     text = ready("trained-models", "get", run["modelId"][:8], check=True).stdout
-    for expected in ("REGISTERED", "small-lr", model["artifact"]["uri"], "GPU-seconds", run_id[:8]):
+    for expected in ("REGISTERED", "small-lr", model["artifact"]["uri"], run_id[:8]):
         assert expected in text, text
+    # A CPU run's model costs CPU time, never "GPU" (issue 30).
+    assert model["cost"]["deviceKind"] == "CPU" and model["cost"]["deviceSeconds"] == model["cost"]["gpuSeconds"]
+    cost_line = next(line for line in text.splitlines() if line.startswith("Cost"))
+    assert "CPU-" in cost_line and "GPU" not in text, text
     listed = ready("trained-models", "list", "--workload", WORKLOAD, check=True).stdout
     assert run["modelId"] in listed and "ADAPTER" in listed
     by_base = ready.json("trained-models", "list", "--base-model-id", model["baseModel"]["id"][:8])["models"]

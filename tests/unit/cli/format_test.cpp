@@ -47,6 +47,9 @@ TEST(CliNumbers, ShortForColumns) {
   EXPECT_EQ(format_gpu_seconds(11520), "3.20 GPU-h");
   EXPECT_EQ(format_device_seconds(42, "CPU"), "42 CPU-s");
   EXPECT_EQ(format_device_seconds(11520, "CPU"), "3.20 CPU-h");
+  EXPECT_EQ(format_device_time(nlohmann::json{{"CPU", 360.0}}), "6.0 CPU-min");
+  EXPECT_EQ(format_device_time(nlohmann::json{{"CPU", 360.0}, {"GPU", 12.0}}), "6.0 CPU-min + 12 GPU-s");
+  EXPECT_EQ(format_device_time(nlohmann::json::object()), "0 device-s");
 }
 
 TEST(CliTable, AlignsColumnsByDisplayWidth) {
