@@ -83,19 +83,23 @@ int TaskKernel::drive_once() {
     const std::string& name = kind->table().kind();
     const double now = clock_->now_seconds();
     auto due = store_.due_tasks(name, now, opt_.batch);
+    const std::string listing = "listing due " + name + " tasks";
     if (!due.is_ok()) {
       ++step_errors_;
-      std::fprintf(stderr, "trainerd: listing due %s tasks: %s\n", name.c_str(), due.status().to_string().c_str());
+      if (auto line = said_.failed(listing, due.status().to_string(), now)) std::fprintf(stderr, "trainerd: %s\n", line->c_str());
       continue;
     }
+    if (auto line = said_.succeeded(listing, now)) std::fprintf(stderr, "trainerd: %s\n", line->c_str());
     for (const store::TaskRow& task : *due) {
       auto done = step_task(*kind, task, now);
+      const std::string key = name + " " + task.id;
       if (!done.is_ok()) {
         ++step_errors_;
-        std::fprintf(stderr, "trainerd: %s %s: %s\n", name.c_str(), task.id.c_str(), done.status().to_string().c_str());
-      } else if (*done) {
-        ++stepped;
+        if (auto line = said_.failed(key, done.status().to_string(), now)) std::fprintf(stderr, "trainerd: %s\n", line->c_str());
+        continue;
       }
+      if (auto line = said_.succeeded(key, now)) std::fprintf(stderr, "trainerd: %s\n", line->c_str());
+      if (*done) ++stepped;
     }
   }
   return stepped;
