@@ -148,6 +148,8 @@ class TaskKernel {
   Result<bool> step_task(TaskKind& kind, const store::TaskRow& task, double now);
   double due_after(const PhaseTable& table, const std::string& phase) const;
   void note_entered(const std::string& kind, const std::string& id, const std::string& phase);
+  // wake(), or, inside a step, once the step's transaction has committed.
+  void wake_when_committed();
 
   store::Store& store_;
   const std::shared_ptr<Clock> clock_;
@@ -157,6 +159,7 @@ class TaskKernel {
   std::atomic<int64_t> step_errors_{0};
   RepeatedErrors said_;      // guarded by the caller's lock: the step errors logged, by "KIND ID"
   bool in_step_ = false;     // guarded by the caller's lock: a step runs
+  bool wake_after_step_ = false;  // guarded by the caller's lock: the step moved a task
   std::string kill_reason_;  // guarded by the caller's lock: the hook's boundary, once crossed in a step
 
   std::mutex held_mu_;
