@@ -292,7 +292,10 @@ Result<std::unique_ptr<Storage>> make_folder_storage(const std::string& root) {
   std::error_code ec;
   fs::create_directories(root, ec);
   if (ec) return unavailable("cannot create the storage folder " + root + ": " + ec.message());
-  return std::unique_ptr<Storage>(new FolderStorage(fs::absolute(root, ec)));
+  // Normal form ("/data", not "/data/."): the root is named in messages (a full disk's).
+  fs::path normal = fs::absolute(root, ec).lexically_normal();
+  if (!normal.has_filename() && normal.has_parent_path()) normal = normal.parent_path();
+  return std::unique_ptr<Storage>(new FolderStorage(normal));
 }
 
 }  // namespace trainer::storage
