@@ -14,7 +14,6 @@ teardown."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import pathlib
 import re
