@@ -8,14 +8,16 @@
 
 #include <filesystem>
 #include <string>
+#include <system_error>
 
 #include "common/status.h"
 
 namespace trainer {
 
 // Writes `bytes` to `path` atomically: a temporary file beside it, fsync, rename, fsync of the folder.
-// Either the whole new content is there afterwards or the old one is. Errors (kInternal) name the
-// path and the system's reason.
+// Either the whole new content is there afterwards or the old one is, and no temporary remains.
+// Errors name the path and the system's reason: resource_exhausted when its disk is full
+// (disk_full_status), else kInternal.
 [[nodiscard]] Status write_file_atomic(const std::string& path, const std::string& bytes);
 
 // The bytes of the file at `path`; kNotFound when it cannot be read.
@@ -23,6 +25,16 @@ namespace trainer {
 
 // fsyncs the folder `dir` ("" = the working folder), so that a rename into it survives a crash.
 [[nodiscard]] Status sync_folder(const std::filesystem::path& dir);
+
+// Whether the system error `err` (an errno) means the disk, or the user's quota on it, is full.
+bool is_disk_full(int err);
+
+// A failed system call `what` ("cannot write") on `path` with the errno `err` as a status:
+// resource_exhausted "... no space left on the disk of PATH" when the disk is full (the caller
+// adds which folder it is), else kInternal with the system's reason.
+Status errno_status(const std::string& what, const std::string& path, int err);
+// The same for a std::filesystem error code.
+Status error_code_status(const std::string& what, const std::string& path, const std::error_code& ec);
 
 // A path beside `target` that no other writer (thread or process) of this host uses.
 std::filesystem::path temporary_beside(const std::filesystem::path& target);

@@ -283,6 +283,16 @@ class RunJob {
   void report(const protocol::Event& ev, bool pausing) {
     if (const auto* e = std::get_if<protocol::Step>(&ev)) epoch_ = e->epoch;
     if (SnapshotPublisher* publisher = pub_.publisher.get()) {
+      // A save that met a full disk stops the run at the next step boundary: training on
+      // without saves would only lose more work (the run pauses at its last committed snapshot).
+      if (!disk_full_ && stop_ != nullptr) {
+        if (auto full = publisher->disk_full()) {
+          disk_full_ = *full;
+          stop_->store(true);
+          std::fprintf(stderr, "trainer-job run: %s; the run stops now and pauses at its newest committed snapshot\n",
+                       full->message().c_str());
+        }
+      }
       if (const auto* e = std::get_if<protocol::Checkpoint>(&ev)) {
         // Staged at once (the engine may prune its folder later); published in the background.
         // A pause's save keeps its training state even when uploads lag: the run resumes from it.
@@ -296,8 +306,16 @@ class RunJob {
         auto staged = publisher->stage(e->steps, epoch_, kinds_of(e->adapter_dir, e->state_dir), /*every_kind=*/true);
         Status st = staged.is_ok() ? publisher->drain() : staged.status();
         if (!st.is_ok()) {
-          publication_failed_ = st;
-          return;  // not completed: the job fails in finish()
+          // Not completed (finish() says how it ended), but the finished adapter is not thrown
+          // away: it stays staged, and the reason says where.
+          const std::string kept = staged.is_ok() ? publisher->staged_dir(*staged) : std::string();
+          publication_failed_ = Status(st.code(), "the final snapshot of step " + std::to_string(e->steps) +
+                                                      " was not published: " + st.message() +
+                                                      (kept.empty() ? std::string()
+                                                                    : "; its adapter is kept staged at " + kept + "/" +
+                                                                          protocol::kWeightsKind));
+          std::fprintf(stderr, "trainer-job run: %s\n", publication_failed_->message().c_str());
+          return;
         }
       }
     }
@@ -308,6 +326,8 @@ class RunJob {
   int finish(const Result<engine::TrainResult>& result);
 
   Publication& publication() { return pub_; }
+  // The flag that stops the engine at its next step boundary (a save met a full disk).
+  void set_stop(std::atomic<bool>* stop) { stop_ = stop; }
   void set_board(std::unique_ptr<tensorboard::RunBoard> board) { board_ = std::move(board); }
 
  private:
@@ -327,14 +347,24 @@ class RunJob {
   ProgressPrinter progress_;
   int64_t epoch_ = 0;
   std::optional<Status> publication_failed_;
+  std::optional<Status> disk_full_;  // a save met a full disk: the run stopped, and pauses
+  std::atomic<bool>* stop_ = nullptr;
   std::unique_ptr<tensorboard::RunBoard> board_;  // null: no event file
 };
 
 int RunJob::finish(const Result<engine::TrainResult>& result) {
   if (!result.is_ok()) return fail_measured(result.status().message(), result.status().message());
-  if (publication_failed_) {
-    return fail_measured(publication_failed_->message(),
-                         "the final snapshot was not published: " + publication_failed_->message());
+  if (publication_failed_ && publication_failed_->code() != StatusCode::kResourceExhausted) {
+    return fail_measured(publication_failed_->message(), publication_failed_->message());
+  }
+  if (publication_failed_ || (disk_full_ && result->cancelled)) {
+    // A full disk: the run pauses (trainerd pauses it against its newest committed snapshot, or
+    // fails it when there is none) and resumes once space is freed.
+    const Status& why = publication_failed_ ? *publication_failed_ : *disk_full_;
+    report(protocol::Paused{.step = result->steps, .snapshot_id = "", .reason = why.message()}, true);
+    std::fprintf(stderr, "trainer-job run: paused after step %lld: %s\n", static_cast<long long>(result->steps),
+                 why.message().c_str());
+    return 0;
   }
   if (result->paused) {
     // The pause's checkpoint was staged when the engine reported it: await its commit.
@@ -451,6 +481,7 @@ int cmd_run(int argc, char** argv) {
   auto publication = open_publication(*request, identity, req.output_dir, telemetry);
   if (!publication.is_ok()) return job.fail(publication.status().message());
   job.publication() = std::move(*publication);
+  job.set_stop(&stop);
   if (Status st = restore_start(*request, identity, job.publication(), telemetry, req); !st.is_ok()) {
     return job.fail(st.message());
   }

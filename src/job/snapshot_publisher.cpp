@@ -30,7 +30,14 @@ tel::CheckpointArtifactKind artifact_kind(const std::string& kind) {
 Status copy_folder(const fs::path& from, const fs::path& to) {
   std::error_code ec;
   fs::copy(from, to, fs::copy_options::recursive, ec);
-  if (ec) return internal_error("cannot stage " + from.string() + " into " + to.string() + ": " + ec.message());
+  if (ec) {
+    Status st = error_code_status("cannot stage " + from.string() + " into", to.string(), ec);
+    if (st.code() == StatusCode::kResourceExhausted) {
+      return resource_exhausted("no space left on the disk of the job's staging folder " + to.parent_path().string() +
+                                ": " + st.message());
+    }
+    return st;
+  }
   return Status::ok();
 }
 
@@ -122,7 +129,8 @@ std::unique_ptr<Catalog> make_http_catalog(const ReportTarget& trainerd, const s
 bool SnapshotPublisher::Outcome::retryable() const {
   // Storage faults and an unreachable catalog pass; a refusal by the catalog does not.
   if (status.is_ok() || !reason) return false;
-  if (*reason == tel::CheckpointFailureReason::kStorage) return true;
+  // A full disk stays full until someone frees space: the run stops instead (disk_full()).
+  if (*reason == tel::CheckpointFailureReason::kStorage) return status.code() != StatusCode::kResourceExhausted;
   return *reason == tel::CheckpointFailureReason::kCatalog && status.code() == StatusCode::kUnavailable;
 }
 
@@ -178,12 +186,18 @@ Result<std::string> SnapshotPublisher::stage(int64_t step, int64_t epoch,
                  "trainer-job: warning: %zu snapshots await publication; the save at step %lld carries weights only\n",
                  waiting, static_cast<long long>(step));
   }
-  auto failed = [&](Status st) -> Result<std::string> {
-    record(tel::CheckpointOperation::kStage, seconds_since(t0), {st, tel::CheckpointFailureReason::kInternal});
-    return st;
-  };
   char name[48];
   std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(step));
+  auto failed = [&](Status st) -> Result<std::string> {
+    record(tel::CheckpointOperation::kStage, seconds_since(t0), {st, tel::CheckpointFailureReason::kInternal});
+    std::error_code gone;
+    fs::remove_all(fs::path(opt_.staging_dir) / (std::string(name) + ".staging"), gone);  // no half copy stays
+    if (st.code() == StatusCode::kResourceExhausted) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!disk_full_) disk_full_ = st.with_context("saving the checkpoint of step " + std::to_string(step));
+    }
+    return st;
+  };
   std::error_code ec;
   if (fs::exists(fs::path(opt_.staging_dir) / name, ec)) {
     // A save of the same step is still staged (a pause's save at a saveEvery step, its upload
@@ -196,7 +210,7 @@ Result<std::string> SnapshotPublisher::stage(int64_t step, int64_t epoch,
   fs::remove_all(tmp, ec);
   fs::remove_all(dir, ec);
   fs::create_directories(tmp, ec);
-  if (ec) return failed(internal_error("cannot create " + tmp.string() + ": " + ec.message()));
+  if (ec) return failed(error_code_status("cannot create", tmp.string(), ec));
   std::map<std::string, std::string> digests;
   for (const auto& [kind, from] : kinds) {
     if (Status st = protocol::check_artifact_kind(kind, "kind"); !st.is_ok()) return failed(st);
@@ -248,6 +262,17 @@ std::vector<PublicationResult> SnapshotPublisher::results() const {
   return results_;
 }
 
+std::optional<Status> SnapshotPublisher::disk_full() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return disk_full_;
+}
+
+std::string SnapshotPublisher::staged_dir(const std::string& snapshot_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = kept_.find(snapshot_id);
+  return it == kept_.end() ? std::string() : it->second;
+}
+
 void SnapshotPublisher::loop() {
   while (true) {
     Staged s;
@@ -286,6 +311,10 @@ void SnapshotPublisher::loop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       s.result.status = outcome.status;
+      if (!outcome.status.is_ok()) kept_[s.result.snapshot_id] = s.dir;  // staged still: say where
+      if (outcome.status.code() == StatusCode::kResourceExhausted && !disk_full_) {
+        disk_full_ = outcome.status.with_context("publishing the snapshot of step " + std::to_string(s.result.step));
+      }
       results_.push_back(s.result);
       in_flight_ = false;
       pending_gauge_.set(static_cast<int64_t>(queue_.size()));

@@ -9,7 +9,9 @@
 // An upload whose destination already holds the same manifest (the same bytes: a retry, or a
 // resumed attempt saving the same step again) is a success; different bytes are a conflict,
 // never overwritten. Transient failures (storage, catalog) are retried with backoff up to
-// the publication's deadline; a conflict or a refused verification is not. Every operation is timed into
+// the publication's deadline; a conflict, a refused verification or a full disk is not: a save
+// that met a full disk (staging's or the store's) is kept in disk_full(), and the job stops the
+// run at once (cmd_run.cpp). A staged snapshot whose publication failed stays in staging. Every operation is timed into
 // checkpoint.duration with its outcome and failure reason, uploads count their bytes into
 // checkpoint.transfer.size, and checkpoint.publication.pending counts what awaits publication.
 //
@@ -111,6 +113,10 @@ class SnapshotPublisher {
   Status drain();
   // Every publication so far, in staging order.
   std::vector<PublicationResult> results() const;
+  // The first save or publication that met a full disk (resource_exhausted, naming the folder), if any.
+  std::optional<Status> disk_full() const;
+  // Where the staged snapshot `snapshot_id` is kept ("" when it is not, or no longer, staged).
+  std::string staged_dir(const std::string& snapshot_id) const;
 
  private:
   struct Staged {
@@ -146,6 +152,8 @@ class SnapshotPublisher {
   bool in_flight_ = false;                   // guarded by mu_
   bool stopping_ = false;                    // guarded by mu_
   std::vector<PublicationResult> results_;   // guarded by mu_: finished, in order
+  std::map<std::string, std::string> kept_;  // guarded by mu_: snapshot id -> staged folder of a failed one
+  std::optional<Status> disk_full_;          // guarded by mu_: the first save that met a full disk
   std::thread thread_;
 };
 

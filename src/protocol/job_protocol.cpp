@@ -67,7 +67,8 @@ TRAINER_DESCRIBE(Completed, required("adapterDir", &Completed::adapter_dir),
                  defaulted("exportSeconds", &Completed::export_seconds), optional("stateDir", &Completed::state_dir))
 TRAINER_DESCRIBE(Failed, defaulted("reason", &Failed::reason))
 TRAINER_DESCRIBE(Cancelled, optional("steps", &Cancelled::steps))
-TRAINER_DESCRIBE(Paused, required("step", &Paused::step), required("snapshotId", &Paused::snapshot_id))
+TRAINER_DESCRIBE(Paused, required("step", &Paused::step), defaulted("snapshotId", &Paused::snapshot_id),
+                 if_set("reason", &Paused::reason))
 TRAINER_DESCRIBE(Warning, if_set("field", &Warning::field), required("message", &Warning::message))
 TRAINER_DESCRIBE(EvaluationProgress, required("done", &EvaluationProgress::done),
                  required("total", &EvaluationProgress::total))

@@ -177,10 +177,13 @@ struct Cancelled {
 };
 
 // "paused": asked to pause (SIGUSR1), the job saved its full state at a step boundary, the
-// snapshot is committed in the catalog, and it stops; the last event (exit 0).
+// snapshot is committed in the catalog, and it stops; the last event (exit 0). Or, with a
+// `reason`, the job stopped by itself because a save could not be kept (its disk is full): then
+// `snapshotId` is "" and the run pauses against its newest committed restorable snapshot.
 struct Paused {
-  int64_t step = 0;              // optimizer updates done when saved
-  std::string snapshot_id = {};  // the committed snapshot a resume starts from
+  int64_t step = 0;              // optimizer updates done when saved (or when it stopped)
+  std::string snapshot_id = {};  // the committed snapshot a resume starts from; "" with a reason
+  std::string reason = {};       // why the job paused without being asked; "" when asked
 };
 
 // "warning": the job trains, but not as the plan asked (e.g. an RL plan with execution.gpus > 1

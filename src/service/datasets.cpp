@@ -68,7 +68,12 @@ Result<std::pair<json, bool>> Datasets::register_rows(const std::optional<std::s
     if (name) TRAINER_RETURN_IF_ERROR(core_.store->set_alias(*name, hash));
     return Status::ok();
   });
-  if (!st.is_ok()) return st;
+  if (!st.is_ok()) {
+    // Not registered (the store refused: its disk may be full): its bytes go too, unless an
+    // earlier registration owns them.
+    if (!existing->has_value()) (void)core_.storage->remove(key);
+    return st;
+  }
   auto stored = core_.store->get_dataset(hash);
   if (!stored.is_ok()) return stored.status();
   if (!stored->has_value()) return internal_error("dataset " + hash + " vanished after it was registered");

@@ -47,7 +47,9 @@ void ServiceImpl::drive_once() {
   std::lock_guard<std::mutex> lock(mu_);
   kernel_->drive_once();  // every due task, each in its own transaction
   Status st = store_->transaction([&]() -> Status { return capacity_.admit_locked(); });
-  if (!st.is_ok()) std::fprintf(stderr, "trainerd: admission: %s\n", st.to_string().c_str());
+  const std::optional<std::string> line =
+      st.is_ok() ? admission_said_.succeeded("admission", now()) : admission_said_.failed("admission", st.to_string(), now());
+  if (line) std::fprintf(stderr, "trainerd: %s\n", line->c_str());
 }
 
 // One step of a run's task (the kernel's "run" kind).

@@ -72,6 +72,8 @@ Status ServiceImpl::follow_job(RunRecord& run) {
     TRAINER_RETURN_IF_ERROR(transition(run, Phase::kFinalizing));
     return finalize(run);
   }
+  // A job that stopped because a save met a full disk pauses the run, to resume once space is freed.
+  if (run.job_outcome == JobOutcome::kPaused) return pause_after_job(run);
   // A job that failed by its own verdict (bad data, a refused grader, an engine error) ends the run.
   if (run.job_outcome == JobOutcome::kFailed) return fail_in_cleanup(run, run.job_reason);
   // Any other end without an outcome loses the attempt; the run may get another (attempts.cpp).
@@ -189,7 +191,8 @@ Status ServiceImpl::apply_event(RunRecord& run, const protocol::Event& event, co
   } else if (const auto* e = std::get_if<protocol::Paused>(&event)) {
     run.job_outcome = JobOutcome::kPaused;
     run.paused_step = e->step;
-    run.paused_snapshot = e->snapshot_id;
+    if (!e->snapshot_id.empty()) run.paused_snapshot = e->snapshot_id;
+    if (!e->reason.empty()) run.job_reason = e->reason;  // it paused unasked: a save met a full disk
   }
   return Status::ok();
 }

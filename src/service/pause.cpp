@@ -15,6 +15,8 @@
 //
 // Resume (`runs resume RUN`): a PAUSED run becomes a new attempt (attempt + 1) restoring the
 // snapshot the pause stopped against; it claims the same devices again. Cost accumulates.
+#include <cstdio>
+
 #include "protocol/snapshot.h"
 #include "service/service_state.h"
 
@@ -158,7 +160,9 @@ Status ServiceImpl::step_pausing(RunRecord& run) {
       return finish_pause(run, std::nullopt);
     }
     if (!pause.contains("failureReason")) {
-      std::string why = run.job_outcome == JobOutcome::kFailed ? run.job_reason
+      const bool job_said = run.job_outcome == JobOutcome::kFailed ||
+                            (run.job_outcome == JobOutcome::kPaused && !run.job_reason.empty());
+      std::string why = job_said ? run.job_reason
                         : run.job_outcome == JobOutcome::kCompleted
                             ? "the run finished training before it could pause"
                             : "the job exited (code " + std::to_string(status.exit_code.value_or(-1)) +
@@ -187,6 +191,25 @@ Status ServiceImpl::step_pausing(RunRecord& run) {
     return finish_pause(run, tel::ServiceFailureReason::kProvider);
   }
   return finish_pause(run, std::nullopt);
+}
+
+Status ServiceImpl::pause_after_job(RunRecord& run) {
+  const std::string why = run.job_reason.empty() ? "the training job paused without being asked" : run.job_reason;
+  if (!run.view.contains("savedStep")) {
+    return fail_in_cleanup(run, why + "\nand the run has no committed snapshot with training state to pause at");
+  }
+  const double t = now();
+  run.view["pause"] = {{"requestedBy", "job"},
+                       {"requestedAt", rfc3339(t)},
+                       {"acceptedAt", t},
+                       {"failureReason", why},
+                       {"savedStep", run.view["savedStep"]},
+                       {"snapshotId", run.view.value("savedSnapshot", json(nullptr))},
+                       {"resourcesReleased", false}};
+  std::fprintf(stderr, "trainerd: run %s pauses at step %s: %s\n", run.id.c_str(), run.view["savedStep"].dump().c_str(),
+               why.c_str());
+  TRAINER_RETURN_IF_ERROR(transition(run, Phase::kPausing));
+  return finish_pause(run, tel::ServiceFailureReason::kProvider);
 }
 
 // The job is gone: release the claim, settle the cost, PAUSED.

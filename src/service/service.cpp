@@ -122,7 +122,7 @@ json ServiceImpl::info() const {
           {"configuration", configuration},
           {"phases", all_phase_names()},
           {"taskKinds", kernel_->describe()},
-          {"driver", {{"errors", driver_errors_.load()}}},
+          {"driver", {{"errors", driver_errors_.load() + kernel_->step_errors()}}},
           {"startup", {{"ready", ready_.load()}, {"steps", steps}}}};
 }
 

@@ -53,6 +53,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/repeated_errors.h"
 #include "protocol/job_protocol.h"
 #include "service/base_models.h"
 #include "service/bundles.h"
@@ -266,6 +267,9 @@ class ServiceImpl final : public Service {
   Status signal_pause(RunRecord& run);
   Status step_pausing(RunRecord& run);
   Status finish_pause(RunRecord& run, std::optional<telemetry::ServiceFailureReason> failed);
+  // The job paused by itself (its `paused` event has a reason: a save met a full disk): PAUSING,
+  // then PAUSED against the newest committed restorable snapshot, or FAILED when there is none.
+  Status pause_after_job(RunRecord& run);
 
 
   // ---- workloads (workloads.h), under the name the runs' files use
@@ -344,6 +348,7 @@ class ServiceImpl final : public Service {
   tasks::TaskKernel* const kernel_ = core_.kernel.get();
   ServiceTelemetry& metrics_ = core_.metrics;
   std::atomic<int64_t>& driver_errors_ = core_.driver_errors;
+  RepeatedErrors admission_said_;  // guarded by mu_: admission errors, said once with a count
   std::mutex& mu_ = core_.mu;
 
   // The resources, each over the core and the siblings it calls (constructed in this order).

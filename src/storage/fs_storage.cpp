@@ -22,7 +22,7 @@ namespace {
 namespace fs = std::filesystem;
 
 Status errno_status(const std::string& what, const std::string& path) {
-  return internal_error(what + " " + path + ": " + std::strerror(errno));
+  return trainer::errno_status(what, path, errno);
 }
 
 // Whether `name` is a temporary of write_file_atomic or a publish: "NAME.tmp.PID.N".
@@ -95,13 +95,13 @@ Status copy_file_synced(const fs::path& from, const fs::path& to) {
 Status copy_tree(const fs::path& from, const fs::path& to) {
   std::error_code ec;
   auto status = fs::symlink_status(from, ec);
-  if (ec) return internal_error("cannot read " + from.string() + ": " + ec.message());
+  if (ec) return error_code_status("cannot read", from.string(), ec);
   if (fs::is_regular_file(status)) return copy_file_synced(from, to);
   if (!fs::is_directory(status)) {
     return failed_precondition("cannot publish " + from.string() + ": not a regular file or folder");
   }
   fs::create_directory(to, ec);
-  if (ec) return internal_error("cannot create " + to.string() + ": " + ec.message());
+  if (ec) return error_code_status("cannot create", to.string(), ec);
   std::vector<fs::path> entries;
   for (auto it = fs::directory_iterator(from, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
     entries.push_back(it->path());
@@ -121,8 +121,8 @@ class FolderStorage final : public Storage {
   Status put(const std::string& key, const std::string& bytes) override {
     TRAINER_RETURN_IF_ERROR(check_key(key));
     const fs::path target = root_ / key;
-    TRAINER_RETURN_IF_ERROR(make_parent(target));
-    return write_file_atomic(target.string(), bytes);
+    TRAINER_RETURN_IF_ERROR(named(make_parent(target)));
+    return named(write_file_atomic(target.string(), bytes));
   }
 
   Result<std::string> get(const std::string& key) override {
@@ -186,13 +186,13 @@ class FolderStorage final : public Storage {
   Status publish(const std::string& source, const std::string& key) override {
     TRAINER_RETURN_IF_ERROR(check_key(key));
     const fs::path target = root_ / key;
-    TRAINER_RETURN_IF_ERROR(make_parent(target));
+    TRAINER_RETURN_IF_ERROR(named(make_parent(target)));
     const fs::path tmp = temporary_beside(target);
     std::error_code ec;
     Status st = copy_tree(source, tmp);
     if (!st.is_ok()) {
       fs::remove_all(tmp, ec);
-      return st;
+      return named(st);
     }
     // A folder cannot be renamed onto a non-empty one: the old one moves aside first.
     const fs::path old = temporary_beside(target);
@@ -212,21 +212,21 @@ class FolderStorage final : public Storage {
   Status publish_new(const std::string& source, const std::string& key) override {
     TRAINER_RETURN_IF_ERROR(check_key(key));
     const fs::path target = root_ / key;
-    TRAINER_RETURN_IF_ERROR(make_parent(target));
+    TRAINER_RETURN_IF_ERROR(named(make_parent(target)));
     std::error_code ec;
     if (fs::exists(target, ec)) return already_exists("an artifact already exists under " + key);
     const fs::path tmp = temporary_beside(target);
     Status st = copy_tree(source, tmp);
     if (!st.is_ok()) {
-      fs::remove_all(tmp, ec);
-      return st;
+      fs::remove_all(tmp, ec);  // nothing half written stays behind, nor is listed
+      return named(st);
     }
     // RENAME_NOREPLACE: the kernel refuses when the destination appeared meanwhile.
     if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, target.c_str(), RENAME_NOREPLACE) != 0) {
       const int err = errno;
       fs::remove_all(tmp, ec);
       if (err == EEXIST || err == ENOTEMPTY) return already_exists("an artifact already exists under " + key);
-      return internal_error("cannot publish " + target.string() + ": " + std::strerror(err));
+      return named(trainer::errno_status("cannot publish", target.string(), err));
     }
     return sync_folder(target.parent_path());
   }
@@ -256,8 +256,15 @@ class FolderStorage final : public Storage {
   Status make_parent(const fs::path& target) {
     std::error_code ec;
     fs::create_directories(target.parent_path(), ec);
-    if (ec) return internal_error("cannot create " + target.parent_path().string() + ": " + ec.message());
+    if (ec) return error_code_status("cannot create", target.parent_path().string(), ec);
     return Status::ok();
+  }
+
+  // A write that met a full disk names the folder whose disk it is.
+  Status named(Status st) const {
+    if (st.code() != StatusCode::kResourceExhausted) return st;
+    return resource_exhausted("no space left on the disk of the storage folder " + root_.string() + ": " +
+                              st.message());
   }
 
   const fs::path root_;
@@ -285,7 +292,10 @@ Result<std::unique_ptr<Storage>> make_folder_storage(const std::string& root) {
   std::error_code ec;
   fs::create_directories(root, ec);
   if (ec) return unavailable("cannot create the storage folder " + root + ": " + ec.message());
-  return std::unique_ptr<Storage>(new FolderStorage(fs::absolute(root, ec)));
+  // Normal form ("/data", not "/data/."): the root is named in messages (a full disk's).
+  fs::path normal = fs::absolute(root, ec).lexically_normal();
+  if (!normal.has_filename() && normal.has_parent_path()) normal = normal.parent_path();
+  return std::unique_ptr<Storage>(new FolderStorage(normal));
 }
 
 }  // namespace trainer::storage

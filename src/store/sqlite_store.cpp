@@ -373,9 +373,9 @@ Result<std::vector<ClaimRow>> SqliteStore::list_claims() {
 Status SqliteStore::exec(const char* sql) {
   char* err = nullptr;
   if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
-    std::string msg = err ? err : "unknown error";
-    sqlite3_free(err);
-    return internal_error(std::string("store: ") + msg);
+    sqlite3_free(err);  // the same text as sqlite3_errmsg(), which db_error() reads with the code
+    const std::string what(sql);
+    return db_error(db_, what.size() > 40 ? what.substr(0, 40) + "..." : what);
   }
   return Status::ok();
 }

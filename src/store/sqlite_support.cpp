@@ -1,6 +1,10 @@
 // SQLite plumbing of the store (declared in store/sqlite_support.h).
 #include "store/sqlite_support.h"
 
+#include <filesystem>
+
+#include "common/files.h"
+
 namespace trainer::store::sqlite {
 namespace {
 
@@ -176,6 +180,16 @@ std::vector<int> ids_of(const std::string& text) {
 }
 
 Status db_error(sqlite3* db, const std::string& what) {
+  // A full disk is named, with the database's file: nothing was written (SQLite rolls back), and
+  // the write succeeds again once space is freed.
+  const int code = sqlite3_errcode(db);
+  if (code == SQLITE_FULL || (code == SQLITE_IOERR && is_disk_full(sqlite3_system_errno(db)))) {
+    const char* file = sqlite3_db_filename(db, "main");
+    const std::string path = file != nullptr && *file != '\0' ? std::filesystem::path(file).parent_path().string()
+                                                                : std::string("(in memory)");
+    return resource_exhausted("store: " + what + ": no space left on the disk of the data folder " + path + " (" +
+                              sqlite3_errmsg(db) + ")");
+  }
   return internal_error("store: " + what + ": " + sqlite3_errmsg(db));
 }
 

@@ -51,7 +51,7 @@ Status TaskKernel::create(const std::string& kind, const std::string& id, const 
   row.due_at = due_after(*t, phase);
   TRAINER_RETURN_IF_ERROR(store_.insert_task(row));
   note_entered(kind, id, phase);
-  wake();
+  wake_when_committed();
   return Status::ok();
 }
 
@@ -68,7 +68,7 @@ Status TaskKernel::move(const std::string& kind, const std::string& id, const st
   row->due_at = due_after(*t, to);
   TRAINER_RETURN_IF_ERROR(store_.update_task_if_version(*row, version));
   note_entered(kind, id, to);
-  wake();
+  wake_when_committed();
   return Status::ok();
 }
 
@@ -83,19 +83,23 @@ int TaskKernel::drive_once() {
     const std::string& name = kind->table().kind();
     const double now = clock_->now_seconds();
     auto due = store_.due_tasks(name, now, opt_.batch);
+    const std::string listing = "listing due " + name + " tasks";
     if (!due.is_ok()) {
       ++step_errors_;
-      std::fprintf(stderr, "trainerd: listing due %s tasks: %s\n", name.c_str(), due.status().to_string().c_str());
+      if (auto line = said_.failed(listing, due.status().to_string(), now)) std::fprintf(stderr, "trainerd: %s\n", line->c_str());
       continue;
     }
+    if (auto line = said_.succeeded(listing, now)) std::fprintf(stderr, "trainerd: %s\n", line->c_str());
     for (const store::TaskRow& task : *due) {
       auto done = step_task(*kind, task, now);
+      const std::string key = name + " " + task.id;
       if (!done.is_ok()) {
         ++step_errors_;
-        std::fprintf(stderr, "trainerd: %s %s: %s\n", name.c_str(), task.id.c_str(), done.status().to_string().c_str());
-      } else if (*done) {
-        ++stepped;
+        if (auto line = said_.failed(key, done.status().to_string(), now)) std::fprintf(stderr, "trainerd: %s\n", line->c_str());
+        continue;
       }
+      if (auto line = said_.succeeded(key, now)) std::fprintf(stderr, "trainerd: %s\n", line->c_str());
+      if (*done) ++stepped;
     }
   }
   return stepped;
@@ -130,10 +134,15 @@ Result<bool> TaskKernel::step_task(TaskKind& kind, const store::TaskRow& task, d
     after->due_at = due;
     return store_.update_task(*after, fence);
   });
+  const bool wake_now = wake_after_step_;
+  wake_after_step_ = false;
   if (!st.is_ok()) {
-    kill_reason_.clear();  // rolled back: nothing was entered
+    // Rolled back: nothing was entered, and nothing moved that the next pass must see at once
+    // (waking for it would spin the driver while a write keeps failing, a full disk's).
+    kill_reason_.clear();
     return st;
   }
+  if (wake_now) wake();
   if (held) {
     std::lock_guard<std::mutex> lock(held_mu_);
     held_.emplace(task.kind, task.id);
@@ -217,6 +226,14 @@ void TaskKernel::release_leases() {
 }
 
 TaskKernel::~TaskKernel() { stop_work(); }
+
+void TaskKernel::wake_when_committed() {
+  if (in_step_) {
+    wake_after_step_ = true;  // a step's move wakes the driver once its transaction committed
+  } else {
+    wake();  // a request's move: its transaction is the caller's
+  }
+}
 
 void TaskKernel::wake() {
   {

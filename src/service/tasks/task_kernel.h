@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "common/repeated_errors.h"
 #include "common/status.h"
 #include "service/tasks/phase_table.h"
 #include "store/store.h"
@@ -117,7 +118,8 @@ class TaskKernel {
   Status enter(const std::string& kind, const std::string& id, const std::string& phase);
 
   // One pass: every due task of every kind stepped once under its lease, earliest due first.
-  // A step's error is logged ("trainerd: KIND ID: ...") and counted, and the task stays due.
+  // A step's error is logged ("trainerd: KIND ID: ...") and counted, and the task stays due; the
+  // same error again is counted, not logged again (common/repeated_errors.h).
   // Returns the tasks stepped.
   int drive_once();
   // Something changed: the driver's next wait() ends now.
@@ -146,6 +148,8 @@ class TaskKernel {
   Result<bool> step_task(TaskKind& kind, const store::TaskRow& task, double now);
   double due_after(const PhaseTable& table, const std::string& phase) const;
   void note_entered(const std::string& kind, const std::string& id, const std::string& phase);
+  // wake(), or, inside a step, once the step's transaction has committed.
+  void wake_when_committed();
 
   store::Store& store_;
   const std::shared_ptr<Clock> clock_;
@@ -153,7 +157,9 @@ class TaskKernel {
   std::map<std::string, TaskKind*> kinds_;     // constant after the first pass
   std::vector<TaskKind*> order_;               // constant after the first pass
   std::atomic<int64_t> step_errors_{0};
+  RepeatedErrors said_;      // guarded by the caller's lock: the step errors logged, by "KIND ID"
   bool in_step_ = false;     // guarded by the caller's lock: a step runs
+  bool wake_after_step_ = false;  // guarded by the caller's lock: the step moved a task
   std::string kill_reason_;  // guarded by the caller's lock: the hook's boundary, once crossed in a step
 
   std::mutex held_mu_;
