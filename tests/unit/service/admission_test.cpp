@@ -65,7 +65,7 @@ class AdmissionTest : public ::testing::Test {
                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_ / "model");
-    std::ofstream(dir_ / "model" / "config.json") << "{}";
+    std::ofstream(dir_ / "model" / "config.json") << R"({"architectures": ["Qwen3ForCausalLM"]})";
   }
   void TearDown() override {
     if (svc_) svc_->stop();

@@ -71,7 +71,7 @@ TEST(ServiceClock, CancelGraceRunsOnTheInjectedClockThenTheJobIsKilled) {
   fs::path dir = fs::temp_directory_path() / ("service-clock-" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir / "model");
-  std::ofstream(dir / "model" / "config.json") << "{}";
+  std::ofstream(dir / "model" / "config.json") << R"({"architectures": ["Qwen3ForCausalLM"]})";
   auto clock = std::make_shared<ManualClock>(1'800'000'000.0);
   ServiceOptions o;
   o.data_dir = (dir / "data").string();

@@ -55,7 +55,9 @@ TEST(Judges, BadDeclarationsAreRefusedByField) {
        "deploy.json: judges[0].caFile: '/no/such/ca.pem': no such file (an absolute path of a PEM file of CA certificates)"},
       {R"({"judges": [{"name": "j", "url": "https://x", "caFile": "ca.pem"}]})",
        "deploy.json: judges[0].caFile: 'ca.pem': no such file (an absolute path of a PEM file of CA certificates)"},
-      {R"({"judges": [{"name": "j", "url": "http://x", "key": "k"}]})", "deploy.json: judges[0].key: unknown field"},
+      {R"({"judges": [{"name": "j", "url": "http://x", "key": "k"}]})",
+       "deploy.json: judges[0].key: unknown field; the fields here are apiKeyEnv, caFile, model, name, readyTimeoutSeconds, "
+       "url"},
       {R"({"judges": [{"name": "j", "url": "http://x"}, {"name": "j", "url": "http://y"}]})",
        "deploy.json: judges[1].name: 'j' listed twice"},
       {R"({"judges": [{"name": "j", "url": "http://x", "readyTimeoutSeconds": 0}]})",
