@@ -60,6 +60,17 @@ class LiveView {
 
   void update(const json& run) {
     const std::string phase = run.value("phase", std::string());
+    // A warning the job reported since the last update (no learning signal, one device of
+    // several) goes above the live line, once.
+    if (const json warnings = run.value("warnings", json::array()); warnings.is_array()) {
+      for (size_t i = warnings_shown_; i < warnings.size(); ++i) {
+        const json& w = warnings[i];
+        const std::string f = w.is_object() ? w.value("field", std::string()) : "";
+        const std::string message = w.is_object() ? w.value("message", std::string()) : "";
+        note("warning: " + (f.empty() || message.rfind(f, 0) == 0 ? message : f + ": " + message));
+      }
+      warnings_shown_ = std::max(warnings_shown_, warnings.size());
+    }
     std::string line = run_progress_line(run, style_);
     if (redraw_) {
       // A redrawn line must not wrap: narrow the bar, then cut what still does not fit.
@@ -120,6 +131,7 @@ class LiveView {
   std::string last_phase_;
   std::string last_line_;
   int64_t last_step_ = -1;
+  size_t warnings_shown_ = 0;
   std::chrono::steady_clock::time_point last_print_{};
 };
 

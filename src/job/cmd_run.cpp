@@ -31,6 +31,7 @@
 #include "job/input_fetch.h"
 #include "job/job_events.h"
 #include "job/job_telemetry.h"
+#include "job/learning_signal.h"
 #include "job/rank_worker.h"
 #include "job/ranks.h"
 #include "job/snapshot_publisher.h"
@@ -339,10 +340,17 @@ class RunJob {
     if (protocol::ends_attempt(ev)) telemetry_.flush();
     writer_.write(ev);
     progress_.on_event(ev);
+    if (const auto* step = std::get_if<protocol::Step>(&ev)) {
+      if (auto warning = learning_signal_.observe(*step)) {
+        std::fprintf(stderr, "trainer-job run: warning: %s\n", warning->message.c_str());
+        writer_.write(*warning);
+      }
+    }
   }
 
   EventWriter& writer_;
   JobTelemetry& telemetry_;
+  LearningSignalWatch learning_signal_;  // an RL run whose groups never differ says so once
   Publication pub_;
   ProgressPrinter progress_;
   int64_t epoch_ = 0;

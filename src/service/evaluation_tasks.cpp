@@ -77,18 +77,9 @@ Status Evaluations::step_evaluation_task(tasks::Step& step) {
 // a job seen ended are all there.
 Status Evaluations::follow_evaluation_locked(json& doc) {
   const std::string id = doc["evaluationId"].get<std::string>();
-  if (!doc["_job"].is_object()) {
-    // No job recorded (an older store's evaluation): it starts under its claim, or queues again.
-    auto claim = evaluation_claim(id);
-    if (!claim.is_ok()) return claim.status();
-    if (*claim && (*claim)->state == "GRANTED") return launch_evaluation_locked(doc, **claim);
-    doc["phase"] = kQueued;
-    TRAINER_RETURN_IF_ERROR(core_.store->put_evaluation(doc));
-    TRAINER_RETURN_IF_ERROR(core_.kernel->move("evaluation", id, kQueued));
-    return claim_evaluation_locked(doc);
-  }
+  // No job recorded (an older store's evaluation), or its last attempt lost: the next one.
+  if (!doc["_job"].is_object() || doc["_job"].value("ended", false)) return next_evaluation_attempt_locked(doc);
   json& job = doc["_job"];
-  if (job.value("ended", false)) return next_evaluation_attempt_locked(doc);
   const backend::JobHandle handle{job.value("handle", std::string())};
   const backend::JobStatus status = core_.backend->poll(handle);
   const json before = doc;
@@ -158,12 +149,14 @@ Status Evaluations::follow_evaluation_locked(json& doc) {
   return core_.store->put_evaluation(doc);
 }
 
-// An evaluation whose last attempt was lost: its next attempt starts under its claim once the
-// backoff has passed (core_.mu held, inside the step's transaction); a cancel ends it here.
+// An evaluation whose last attempt was lost (or, from an older store, that has no job): its next
+// attempt starts under its claim once the backoff has passed, or it queues for a claim again
+// (core_.mu held, inside the step's transaction); a cancel ends it here.
 Status Evaluations::next_evaluation_attempt_locked(json& doc) {
   const std::string id = doc["evaluationId"].get<std::string>();
   if (doc.value("cancelRequested", false)) return end_evaluation_locked(doc, kCancelled);
-  if (core_.now() < doc["_job"].value("nextAttemptAtSeconds", 0.0)) return Status::ok();
+  const json& last = doc["_job"];
+  if (last.is_object() && core_.now() < last.value("nextAttemptAtSeconds", 0.0)) return Status::ok();
   auto claim = evaluation_claim(id);
   if (!claim.is_ok()) return claim.status();
   if (*claim && (*claim)->state == "GRANTED") return launch_evaluation_locked(doc, **claim);

@@ -120,14 +120,15 @@ Result<ChildRequest> parse_child_request(const json& body, bool continuation) {
   return r;
 }
 
-// The parent's newest committed snapshot holding training state (what `runs continue` starts from).
+// The parent's newest committed snapshot holding training state and weights (what `runs continue`
+// starts from; a job killed between the two commits left one without weights).
 Result<json> newest_training_state(store::Store& store, const std::string& parent_id) {
   int64_t seen = 0;
   for (int64_t offset = 0;; offset += kMaxLineagePage) {
     auto page = store.list_snapshots(parent_id, "committed", kMaxLineagePage, offset);
     if (!page.is_ok()) return page.status();
     for (const auto& s : page->snapshots) {
-      if (kind_committed(s, protocol::kTrainingStateKind)) return s;
+      if (kind_committed(s, protocol::kTrainingStateKind) && kind_committed(s, protocol::kWeightsKind)) return s;
     }
     seen += static_cast<int64_t>(page->snapshots.size());
     if (page->snapshots.empty() || seen >= page->total) break;

@@ -243,8 +243,15 @@ Result<json> SnapshotCatalog::commit(const JobCredentials& job, const std::strin
     if (!latest.is_object() || latest.value("savedStep", int64_t{-1}) <= step) {
       latest = {{"snapshotId", *id}, {"savedStep", step}};
     }
-    if (kind == protocol::kTrainingStateKind && run->view.value("savedStep", int64_t{-1}) < step) {
-      run->view["savedStep"] = step;  // the newest restorable state
+    // The newest restorable state: its training state and its weights both committed (the kinds
+    // commit one at a time; a job killed between the two left a snapshot no attempt can restore).
+    auto committed = [&](const char* k) {
+      return doc["kinds"].contains(k) && doc["kinds"][k].value("state", std::string()) == "committed";
+    };
+    if ((kind == protocol::kTrainingStateKind || kind == protocol::kWeightsKind) &&
+        committed(protocol::kTrainingStateKind) && committed(protocol::kWeightsKind) &&
+        run->view.value("savedStep", int64_t{-1}) < step) {
+      run->view["savedStep"] = step;
       run->view["savedSnapshot"] = *id;
     }
     return core_.store->update_run(run->to_json());

@@ -11,13 +11,16 @@ import re
 import signal
 import subprocess
 import threading
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from models import make_tiny_model
 from toy_rl_service import toy_rl_service
 
 MODEL = "toy-policy"
+RAW_MODEL = "raw-qwen3"
 DATASET = "toy-tickets"
 WORKLOAD = "second-hour"
 EVALUABLE = ("What can be evaluated: `trainer trained-models list`, `trainer runs list --phase COMPLETED`, "
@@ -60,7 +63,10 @@ class HeldEvaluator:
 
 @pytest.fixture(scope="module")
 def cli(bin_dir, tmp_path_factory):
-    with toy_rl_service(bin_dir, tmp_path_factory, model=MODEL, dataset=DATASET, workload=WORKLOAD) as (_, cli):
+    # Beside the toy policy, a random tiny model that never writes JSON (no RL learning signal).
+    raw = make_tiny_model(tmp_path_factory.mktemp("models") / RAW_MODEL, arch="qwen3", tokenizer="qwen3", seed=0)
+    with toy_rl_service(bin_dir, tmp_path_factory, model=MODEL, dataset=DATASET, workload=WORKLOAD,
+                        config={"baseModels": [{"name": RAW_MODEL, "path": str(raw)}]}) as (_, cli):
         yield cli
 
 
@@ -192,9 +198,9 @@ def test_evaluations_show_the_datasets_name_and_short_hash_and_json_keeps_the_fu
 
 # ---- runs list: an RL run's reward -------------------------------------------------------------
 
-def rl_plan(steps: int) -> str:
+def rl_plan(steps: int, model: str = MODEL) -> str:
     return "\n".join([
-        "kind: run", f"workload: {WORKLOAD}", f"baseModel: {MODEL}", "config:", f"  dataset: {DATASET}",
+        "kind: run", f"workload: {WORKLOAD}", f"baseModel: {model}", "config:", f"  dataset: {DATASET}",
         "  method: grpo", "  maxSeqLength: 64", "  model: {precision: FP32}",
         "  hyperparams:", "    lora: {rank: 8, alpha: 16}", f"    training: {{maxSteps: {steps}, seed: 3}}",
         "  reward: {terms: [{kind: json-label-match}]}",
@@ -231,3 +237,29 @@ def test_runs_list_shows_an_rl_runs_reward_labelled_and_an_sft_runs_loss(cli):
     assert "reward" not in sft and sft["loss"] > 0, sft
     assert "reward" not in rows["sft"], listed
     assert re.search(r"\s2/2\s+[0-9.]+\s", rows["sft"]), listed
+
+
+# ---- an RL run with no learning signal -------------------------------------------------------
+
+def test_an_rl_run_whose_groups_never_differ_warns_of_no_learning_signal(cli):
+    """A random tiny model never writes the JSON the reward scores: every group's completions get
+    reward 0, every advantage is 0, nothing is learnt. After 3 such steps the job says so, once: in
+    the live line of `runs wait`, in `runs get` and as the run's `warning` event."""
+    cli("base-models", "select", RAW_MODEL, "--wait", "--timeout", "2m", check=True)
+    run_id = cli("runs", "start", "-f", "-", "--force", "--jq", ".runId", input=rl_plan(5, RAW_MODEL),
+                 check=True).stdout.strip()
+    waited = cli("runs", "wait", run_id, timeout=900)
+    assert waited.returncode == 0, waited.stdout + waited.stderr
+    notes = [line for line in waited.stdout.splitlines() if line.startswith("warning: ")]
+    assert len(notes) == 1, waited.stdout
+    assert notes[0].startswith("warning: config.reward: no learning signal: in each of the last 3 steps (to step 3) "
+                               "every group's completions got the same reward (mean reward 0)"), notes[0]
+    run = cli.json("runs", "get", run_id)
+    assert run["phase"] == "COMPLETED", run
+    assert [w["field"] for w in run["warnings"]] == ["config.reward"], run["warnings"]
+    assert "start from a model that writes the expected form" in run["warnings"][0]["message"]
+    shown = cli("runs", "get", run_id, check=True).stdout
+    assert re.search(r"Warning:\s+config\.reward: no learning signal", shown), shown
+    with urllib.request.urlopen(f"{cli.url}/v1/runs/{run_id}/events?waitSeconds=0", timeout=30) as r:
+        events = json.loads(r.read())["events"]
+    assert [e["field"] for e in events if e.get("type") == "warning"] == ["config.reward"], events

@@ -16,10 +16,12 @@ from rl_toy import make_toy_policy, toy_rows
 @contextlib.contextmanager
 def toy_rl_service(bin_dir, tmp_path_factory, *, model: str, dataset: str, workload: str, rows: int = 32,
                    config: dict | None = None, reward_python: bool = False):
-    """Yields (trainerd, cli). `config` adds to trainerd's configuration (judges, pools). With
-    `reward_python`, trainerd (and so its jobs) runs Python scoring code with this interpreter."""
+    """Yields (trainerd, cli). `config` adds to trainerd's configuration (judges, pools; its
+    `baseModels` are declared beside the toy policy, not selected). With `reward_python`, trainerd
+    (and so its jobs) runs Python scoring code with this interpreter."""
     folder = make_toy_policy(tmp_path_factory.mktemp("models") / model)
-    full = {"baseModels": [{"name": model, "path": str(folder)}], **(config or {})}
+    config = dict(config or {})
+    full = {**config, "baseModels": [{"name": model, "path": str(folder)}, *config.get("baseModels", [])]}
     with pytest.MonkeyPatch.context() as mp:
         if reward_python:
             mp.setenv("TRAINER_REWARD_PYTHON", sys.executable)  # trainerd's environment reaches its jobs
