@@ -25,6 +25,7 @@
 #include "engine/engine.h"
 #include "job/args.h"
 #include "job/commands.h"
+#include "job/heartbeat.h"
 #include "job/input_fetch.h"
 #include "job/job_events.h"
 #include "job/stop_signals.h"
@@ -159,6 +160,8 @@ int cmd_evaluate(int argc, char** argv) {
   events.write(hello);
   // Its events and log go to trainerd over its API when it asks (the files stay the fallback).
   std::unique_ptr<PostedLog> posted_log = request.is_ok() ? report_to_trainerd(events, *request) : nullptr;
+  // Alive between progress events (a model load, a long row): trainerd stops a silent job as hung.
+  Heartbeat heartbeat(events, std::chrono::seconds(request.is_ok() ? request->heartbeat_seconds : 0));
   auto fail = [&](const std::string& reason) {
     events.write(protocol::Failed{reason});
     std::fprintf(stderr, "trainer-job evaluate: %s\n", reason.c_str());

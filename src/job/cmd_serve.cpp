@@ -1,5 +1,6 @@
 // trainer-job serve: a base model and its LoRA adapters at an OpenAI-compatible address, on the
 // native engine's serving core (docs/serving.md).
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -10,8 +11,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/version.h"
 #include "engine/serving.h"
 #include "job/commands.h"
+#include "job/heartbeat.h"
+#include "job/job_events.h"
 #include "job/serve_api.h"
 #include "job/stop_signals.h"
 
@@ -24,10 +28,13 @@ constexpr const char* kUsage =
     "                         [--kv-blocks N (1024)] [--block-size N (16)] [--context-limit N (0 = the model's)]\n"
     "                         [--prefill-chunk N (128)] [--max-batch N (64)] [--precision FP32|BF16 (FP32)]\n"
     "                         [--gpus N (0)] [--prefix-cache on|off (on)]\n"
+    "                         [--events FILE] [--heartbeat-seconds N (0 = none)]\n"
     "       trainer-job serve --spec FILE\n"
     "Serves the model and adapters over HTTP (OpenAI's /v1/models, /v1/chat/completions,\n"
     "/v1/completions; /v1/adapters to attach and detach; /v1/stats). Once listening it prints one JSON\n"
     "line on stdout: {\"event\": \"listening\", \"port\": N, \"models\": [...], \"contextLimit\": N}.\n"
+    "--events FILE: the job protocol's events (its hello, then a heartbeat every --heartbeat-seconds,\n"
+    "by which trainerd tells a live process from a hung one).\n"
     "SIGTERM or SIGINT stops it. --spec FILE gives the flags as one JSON object by name, as\n"
     "trainerd starts an endpoint's process: {\"model\": DIR, \"port\": 0, \"adapter\": {NAME: DIR}}.\n";
 
@@ -48,6 +55,8 @@ struct ServeArgs {
   engine::ServeOptions engine;
   ServeHttpOptions http;
   std::vector<std::pair<std::string, std::string>> adapters;  // NAME, DIR
+  std::string events_path;                                     // "": no events
+  int64_t heartbeat_seconds = 0;                               // 0: no heartbeat
 };
 
 // Fills `out` from argv (--adapter may repeat); returns an error message, empty when fine.
@@ -68,6 +77,7 @@ std::string parse_serve_args(int argc, char** argv, ServeArgs* out) {
       {"--prefill-chunk", 1, &out->engine.prefill_chunk},
       {"--max-batch", 1, &out->engine.max_batch},
       {"--gpus", 0, &gpus},
+      {"--heartbeat-seconds", 0, &out->heartbeat_seconds},
   };
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -84,6 +94,8 @@ std::string parse_serve_args(int argc, char** argv, ServeArgs* out) {
       out->engine.model_dir = value;
     } else if (arg == "--name") {
       out->engine.base_name = value;
+    } else if (arg == "--events") {
+      out->events_path = value;
     } else if (arg == "--host") {
       out->http.host = value;
     } else if (arg == "--precision") {
@@ -161,6 +173,16 @@ int cmd_serve(int argc, char** argv) {
     std::fprintf(stderr, "trainer-job serve: %s\n%s", error.c_str(), kUsage);
     return 2;
   }
+  // Its events: a hello, then a heartbeat from the start (a model load may take long).
+  EventWriter events;
+  if (!args.events_path.empty()) {
+    if (Status st = events.open(args.events_path); !st.is_ok()) {
+      std::fprintf(stderr, "trainer-job serve: --events: %s\n", st.message().c_str());
+      return 2;
+    }
+    events.write(protocol::Hello{.job_version = std::string("trainer-job ") + version_string()});
+  }
+  Heartbeat heartbeat(events, std::chrono::seconds(args.events_path.empty() ? 0 : args.heartbeat_seconds));
   block_stop_signals();
   std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-answer is a failed write, not a death
   auto engine = engine::ServingEngine::start(args.engine);

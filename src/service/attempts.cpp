@@ -129,22 +129,25 @@ Status ServiceImpl::attempt_lost(RunRecord& run, const LostAttempt& lost) {
 // limits.cancelGraceSeconds; once it has exited, follow_job() counts its attempt as lost (hung).
 // Silence counts from trainerd's own start too: a trainerd that was down heard nothing meanwhile.
 Status ServiceImpl::watch_silence(RunRecord& run) {
-  const int silence = opt_.config.limits.job_silence_seconds;
-  if (silence <= 0 || !run.job || run.cancel_requested) return Status::ok();
+  if (!run.job || run.cancel_requested) return Status::ok();
   JobRecord& job = *run.job;
-  if (!job.heard_at) return Status::ok();  // not heard from yet (queued on a cluster, starting)
+  const int silence = opt_.config.limits.job_silence_seconds;
   const double t = now();
-  if (!job.hung_at) {
-    const double heard = std::max(*job.heard_at, started_wall_);
-    if (t - heard <= silence) return Status::ok();
-    job.hung_at = t;
-    std::fprintf(stderr, "trainerd: run %s: attempt %d sent nothing for %.0f s (limits.jobSilenceSeconds %d); "
-                         "stopping it as hung\n", run.id.c_str(), run.attempt, t - heard, silence);
-    TRAINER_RETURN_IF_ERROR(store_->update_run(run.to_json()));
-    backend_->request_stop(job.handle);
-    return Status::ok();
+  switch (service::watch_silence(t, job.heard_at, core_.started_at, job.hung_at, silence,
+                                 opt_.config.limits.cancel_grace_seconds)) {
+    case SilenceAction::kNone:
+      return Status::ok();
+    case SilenceAction::kStop:
+      job.hung_at = t;
+      std::fprintf(stderr, "trainerd: run %s: attempt %d sent nothing for %.0f s (limits.jobSilenceSeconds %d); "
+                           "stopping it as hung\n", run.id.c_str(), run.attempt, t - std::max(*job.heard_at, core_.started_at), silence);
+      TRAINER_RETURN_IF_ERROR(store_->update_run(run.to_json()));
+      backend_->request_stop(job.handle);
+      return Status::ok();
+    case SilenceAction::kKill:
+      backend_->kill(job.handle);
+      return Status::ok();
   }
-  if (t - *job.hung_at > opt_.config.limits.cancel_grace_seconds) backend_->kill(job.handle);
   return Status::ok();
 }
 

@@ -10,6 +10,7 @@
 #include "plan/plan.h"
 #include "service/artifact_store.h"
 #include "service/input_staging.h"
+#include "service/lost_attempts.h"
 #include "service/service_state.h"
 
 namespace trainer::service {
@@ -17,7 +18,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr int kMaxHeartbeatSeconds = 30;
 
 std::string upper(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
@@ -219,10 +219,8 @@ backend::JobSpec ServiceImpl::job_spec(const RunRecord& run) const {
     }
   }
   spec.resume_snapshot = run.resume_from.value_or("");
-  // The job's heartbeat: four in each silence trainerd allows (attempts.cpp, watch_silence()).
-  if (const int silence = opt_.config.limits.job_silence_seconds; silence > 0) {
-    spec.heartbeat_seconds = std::clamp(silence / 4, 1, kMaxHeartbeatSeconds);
-  }
+  // The job's heartbeat: four in each silence trainerd allows (lost_attempts.h, watch_silence()).
+  spec.heartbeat_seconds = heartbeat_seconds_for(opt_.config.limits.job_silence_seconds);
   // A child run's first attempt starts from its parent's snapshot (later ones resume their own).
   if (!run.resume_from && run.view.contains("sourceSnapshotId") && run.view["sourceSnapshotId"].is_string()) {
     spec.branch_snapshot = run.view["sourceSnapshotId"].get<std::string>();

@@ -7,6 +7,7 @@
 // Every phase change is a kernel->move(); the claim is released in the transaction that ends the
 // endpoint.
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include "common/http_client.h"
 #include "service/base_models.h"
 #include "service/endpoints.h"
+#include "service/lost_attempts.h"
 
 namespace trainer::service {
 namespace {
@@ -132,17 +134,23 @@ Status Endpoints::launch_locked(json& doc, const store::ClaimRow& claim) {
   job.identity.profile = pool ? pool->accelerator : "";
   job.plan_path = (dir / "spec.json").string();
   job.output_dir = dir.string();
-  job.events_path = (dir / "events.jsonl").string();
   // Each launch its own log: the "listening" line read is this process's.
   const int launch = doc.value("restarts", 0) + 1;
   job.log_path = (dir / (launch == 1 ? std::string("serve.log") : "serve-" + std::to_string(launch) + ".log")).string();
   job.job_id = id + "-" + std::to_string(launch);
+  // Its events (a hello, then a heartbeat): a process silent past limits.jobSilenceSeconds is hung.
+  job.events_path = (dir / ("events-" + std::to_string(launch) + ".jsonl")).string();
+  if (const int beat = heartbeat_seconds_for(core_.options.config.limits.job_silence_seconds); beat > 0) {
+    spec["events"] = job.events_path;
+    spec["heartbeat-seconds"] = beat;
+  }
   job.gpus = gpu_pool ? claim.devices : 0;
   job.device_ids = claim.device_ids;
   TRAINER_RETURN_IF_ERROR(write_file_atomic(job.plan_path, spec.dump(2) + "\n"));
   auto started = core_.backend->start(job);
   if (!started.is_ok()) return end_locked(doc, kFailed, "the serving process did not start: " + started.status().message());
   doc["_job"] = {{"handle", started->value}, {"jobId", job.job_id}, {"log", job.log_path}, {"port", 0}};
+  if (spec.contains("events")) doc["_job"]["events"] = job.events_path;
   doc["phase"] = kStarting;
   doc["startedAt"] = core_.now_rfc3339();
   doc["startedAtSeconds"] = core_.now();
@@ -199,12 +207,20 @@ Status Endpoints::follow_locked(json& doc, tasks::Step& step) {
     return Status::ok();
   }
   if (status.state != backend::JobState::kRunning) {
-    std::string reason = "the serving process (" + core_.backend->describe(handle) + ") " + how_it_ended(status);
     const std::string tail = file_tail(doc["_job"].value("log", std::string()), kLogLinesInReason);
+    std::string reason;
+    if (doc["_job"].contains("hungAt")) {
+      reason = "the serving process (" + core_.backend->describe(handle) + ") sent nothing, not even its heartbeat, "
+               "for more than limits.jobSilenceSeconds (" + std::to_string(core_.options.config.limits.job_silence_seconds) +
+               " s); trainerd stopped it";
+    } else {
+      reason = "the serving process (" + core_.backend->describe(handle) + ") " + how_it_ended(status);
+    }
     if (!tail.empty()) reason += "; its last lines: " + tail;
     if (phase == kReady) return restart_locked(doc, reason);
     return end_locked(doc, kFailed, reason);
   }
+  TRAINER_RETURN_IF_ERROR(watch_process_silence(doc, handle));
   if (phase == kReady) return Status::ok();
   const int port = answering_port(doc);
   if (port == 0) {
@@ -219,6 +235,45 @@ Status Endpoints::follow_locked(json& doc, tasks::Step& step) {
   doc["readyAt"] = core_.now_rfc3339();
   TRAINER_RETURN_IF_ERROR(core_.store->put_endpoint(doc));
   return core_.kernel->move("endpoint", id, kReady);
+}
+
+// A STARTING or READY endpoint's process heard from when its events file grew (its heartbeat);
+// silent past limits.jobSilenceSeconds it is hung: SIGTERM, then SIGKILL after
+// limits.cancelGraceSeconds, and its end restarts the endpoint (or fails it while STARTING).
+Status Endpoints::watch_process_silence(json& doc, const backend::JobHandle& handle) {
+  json& job = doc["_job"];
+  const std::string events = job.value("events", std::string());
+  if (events.empty()) return Status::ok();  // started without a heartbeat
+  const double t = core_.now();
+  std::error_code ec;
+  const auto size = fs::file_size(events, ec);
+  bool changed = false;
+  if (!ec && static_cast<int64_t>(size) != job.value("eventsBytes", int64_t{-1})) {
+    job["eventsBytes"] = static_cast<int64_t>(size);
+    job["heardAt"] = t;
+    changed = true;
+  }
+  const auto number = [&](const char* key) {
+    return job.contains(key) && job[key].is_number() ? std::optional<double>(job[key].get<double>()) : std::nullopt;
+  };
+  const Limits& limits = core_.options.config.limits;
+  switch (watch_silence(t, number("heardAt"), core_.started_at, number("hungAt"), limits.job_silence_seconds,
+                        limits.cancel_grace_seconds)) {
+    case SilenceAction::kNone:
+      break;
+    case SilenceAction::kStop:
+      job["hungAt"] = t;
+      changed = true;
+      std::fprintf(stderr, "trainerd: endpoint %s: its serving process sent nothing for more than %d s "
+                           "(limits.jobSilenceSeconds); stopping it as hung\n",
+                   doc["endpointId"].get<std::string>().c_str(), limits.job_silence_seconds);
+      core_.backend->request_stop(handle);
+      break;
+    case SilenceAction::kKill:
+      core_.backend->kill(handle);
+      break;
+  }
+  return changed ? core_.store->put_endpoint(doc) : Status::ok();
 }
 
 // How it ended (mu held, inside a transaction): DELETED or FAILED (why); its claim released.

@@ -118,6 +118,7 @@ class Endpoints {
   Status launch_locked(json& doc, const store::ClaimRow& claim);
   Status restart_locked(json& doc, const std::string& reason);
   Status follow_locked(json& doc, tasks::Step& step);
+  Status watch_process_silence(json& doc, const backend::JobHandle& handle);  // STARTING, READY: a hung process stopped
   // The port the process printed on its "listening" line, once it answers; 0 until then.
   int answering_port(const json& doc) const;
   Status end_locked(json& doc, const std::string& phase, const std::string& reason);

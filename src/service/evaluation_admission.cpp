@@ -6,6 +6,7 @@
 
 #include "service/artifact_store.h"
 #include "service/evaluations.h"
+#include "service/lost_attempts.h"
 
 namespace trainer::service {
 namespace {
@@ -113,6 +114,8 @@ backend::JobSpec Evaluations::evaluation_job_spec(const json& doc, const store::
   job.gpus = gpu_pool ? claim.devices : 0;
   job.cpus = 1;
   job.device_ids = claim.device_ids;
+  // Its heartbeat: a job silent past limits.jobSilenceSeconds is stopped as hung (evaluation_tasks.cpp).
+  job.heartbeat_seconds = heartbeat_seconds_for(core_.options.config.limits.job_silence_seconds);
   if (gpu_pool) (*spec)["gpus"] = claim.devices;
   return job;
 }

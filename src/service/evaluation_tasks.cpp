@@ -90,6 +90,7 @@ Status Evaluations::follow_evaluation_locked(json& doc) {
   if (!batch.is_ok()) return batch.status();
   job["seq"] = batch->cursor.seq;
   job["cursor"] = batch->cursor.offset;
+  if (!batch->events.empty()) job["heardAt"] = core_.now();  // its heartbeat too: it is alive
   for (const JobEventLine& line : batch->events) {
     if (const auto* p = std::get_if<protocol::EvaluationProgress>(&line.event)) {
       doc["progress"] = {{"rowsDone", p->done}, {"rowsTotal", p->total}};
@@ -102,6 +103,7 @@ Status Evaluations::follow_evaluation_locked(json& doc) {
     }
   }
   if (status.state == backend::JobState::kRunning) {
+    if (!doc.value("cancelRequested", false)) watch_evaluation_silence(doc, handle);
     return doc == before ? Status::ok() : core_.store->put_evaluation(doc);
   }
   // Its job ended. With its report it completed: not before, so that its claim is held until the
@@ -124,8 +126,11 @@ Status Evaluations::follow_evaluation_locked(json& doc) {
     return end_evaluation_locked(doc, kFailed, reason.empty() ? log_tail : reason);
   }
   // Any other end without an outcome loses the attempt; while attempts are left, another starts.
-  const LostAttempt lost = lost_attempt_of(status, job.value("cancelled", false), "the evaluation job",
-                                           core_.backend->describe(handle), log_tail);
+  const LostAttempt lost =
+      job.contains("hungAt")
+          ? hung_attempt("the evaluation job", core_.options.config.limits.job_silence_seconds, status.exit_code, log_tail)
+          : lost_attempt_of(status, job.value("cancelled", false), "the evaluation job", core_.backend->describe(handle),
+                            log_tail);
   close_evaluation_attempt(doc, lost.cause, lost.exit_code, lost.reason);
   const int used = static_cast<int>(job.value("attempt", int64_t{1}));
   if (used >= kMaxAttempts) {
@@ -147,6 +152,33 @@ Status Evaluations::follow_evaluation_locked(json& doc) {
                static_cast<long long>(job.value("attempt", int64_t{1}) + 1), static_cast<long long>(kMaxAttempts),
                backoff);
   return core_.store->put_evaluation(doc);
+}
+
+// A running job silent past limits.jobSilenceSeconds is hung: SIGTERM, `_job.hungAt` set, then
+// SIGKILL after limits.cancelGraceSeconds; once it has ended its attempt is lost as hung.
+void Evaluations::watch_evaluation_silence(json& doc, const backend::JobHandle& handle) {
+  json& job = doc["_job"];
+  const auto number = [&](const char* key) {
+    return job.contains(key) && job[key].is_number() ? std::optional<double>(job[key].get<double>()) : std::nullopt;
+  };
+  const Limits& limits = core_.options.config.limits;
+  const double t = core_.now();
+  switch (watch_silence(t, number("heardAt"), core_.started_at, number("hungAt"), limits.job_silence_seconds,
+                        limits.cancel_grace_seconds)) {
+    case SilenceAction::kNone:
+      return;
+    case SilenceAction::kStop:
+      job["hungAt"] = t;
+      std::fprintf(stderr, "trainerd: evaluation %s: attempt %lld sent nothing for more than %d s "
+                           "(limits.jobSilenceSeconds); stopping it as hung\n",
+                   doc["evaluationId"].get<std::string>().c_str(), static_cast<long long>(job.value("attempt", int64_t{1})),
+                   limits.job_silence_seconds);
+      core_.backend->request_stop(handle);
+      return;
+    case SilenceAction::kKill:
+      core_.backend->kill(handle);
+      return;
+  }
 }
 
 // An evaluation whose last attempt was lost (or, from an older store, that has no job): its next

@@ -77,6 +77,7 @@ class Evaluations {
   Status step_evaluation_task(tasks::Step& step);  // the kernel's "evaluation" kind
   Status follow_evaluation_locked(json& doc);      // RUNNING: its job's events, its end
   Status next_evaluation_attempt_locked(json& doc);  // RUNNING, its attempt lost: the next one
+  void watch_evaluation_silence(json& doc, const backend::JobHandle& handle);  // RUNNING: stops a hung job
   void close_evaluation_attempt(json& doc, const std::string& cause, std::optional<int> exit_code,
                                 const std::string& reason = "");
   Status end_evaluation_locked(json& doc, const std::string& phase, const std::string& failure = "");

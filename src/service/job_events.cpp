@@ -81,10 +81,7 @@ Status ServiceImpl::follow_job(RunRecord& run) {
   LostAttempt lost = lost_attempt_of(status, run.job_outcome == JobOutcome::kCancelled, "the training job",
                                      backend_->describe(handle), log_tail);
   if (run.job->hung_at) {
-    lost.cause = "hung";
-    lost.reason = "the training job sent nothing, not even its heartbeat, for more than limits.jobSilenceSeconds (" +
-                  std::to_string(opt_.config.limits.job_silence_seconds) + " s); trainerd stopped it" +
-                  (log_tail.empty() ? "" : "\nlast lines of its log:\n" + log_tail);
+    lost = hung_attempt("the training job", opt_.config.limits.job_silence_seconds, status.exit_code, log_tail);
   }
   return attempt_lost(run, lost);
 }

@@ -8,6 +8,8 @@ namespace {
 
 constexpr int kSignalExitBase = 128;
 constexpr double kMaxBackoffSeconds = 600;
+constexpr int kBeatsPerSilence = 4;
+constexpr int kMaxHeartbeatSeconds = 30;
 
 std::string with_log(const std::string& reason, const std::string& log_tail) {
   return log_tail.empty() ? reason : reason + "\nlast lines of its log:\n" + log_tail;
@@ -58,6 +60,32 @@ std::string ended_attempts_summary(const nlohmann::json& attempts, int first) {
     out += (out.empty() ? "" : "; ") + std::string("attempt ") + std::to_string(n) + ": " + describe_attempt_end(a);
   }
   return out;
+}
+
+int heartbeat_seconds_for(int silence_seconds) {
+  if (silence_seconds <= 0) return 0;
+  return std::clamp(silence_seconds / kBeatsPerSilence, 1, kMaxHeartbeatSeconds);
+}
+
+SilenceAction watch_silence(double now, std::optional<double> heard_at, double trainerd_started_at,
+                            std::optional<double> hung_at, int silence_seconds, double grace_seconds) {
+  if (silence_seconds <= 0 || !heard_at) return SilenceAction::kNone;
+  if (!hung_at) {
+    const double heard = std::max(*heard_at, trainerd_started_at);
+    return now - heard > silence_seconds ? SilenceAction::kStop : SilenceAction::kNone;
+  }
+  return now - *hung_at > grace_seconds ? SilenceAction::kKill : SilenceAction::kNone;
+}
+
+LostAttempt hung_attempt(const std::string& what, int silence_seconds, std::optional<int> exit_code,
+                         const std::string& log_tail) {
+  LostAttempt lost;
+  lost.cause = "hung";
+  lost.exit_code = exit_code;
+  lost.reason = with_log(what + " sent nothing, not even its heartbeat, for more than limits.jobSilenceSeconds (" +
+                             std::to_string(silence_seconds) + " s); trainerd stopped it",
+                         log_tail);
+  return lost;
 }
 
 double attempt_backoff_seconds(double base, int used) {

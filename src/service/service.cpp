@@ -39,7 +39,7 @@ ServiceImpl::ServiceImpl(ServiceOptions options, std::unique_ptr<store::Store> s
 ServiceImpl::~ServiceImpl() { stop(); }
 
 Status ServiceImpl::start() {
-  started_wall_ = now();
+  core_.started_at = now();
   add_step("open store", true, "SQLite schema version " + std::to_string(store_->schema_version()));
   add_step("load configuration", true,
            opt_.config.source + ": " + std::to_string(opt_.config.base_models.size()) + " base models, " +

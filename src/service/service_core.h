@@ -54,6 +54,9 @@ class ServiceCore {
   // trainerd's own API base URL ("http://127.0.0.1:9001"), which jobs call back for their reports
   // and the snapshot catalog (Service::set_catalog_url); set before start(), then constant.
   std::string catalog_url;
+  // Wall seconds when trainerd started (set by ServiceImpl::start(), then constant): a job's
+  // silence counts from it at the earliest (lost_attempts.h, watch_silence()).
+  double started_at = 0;
 
   // ---- thread-safe
   ServiceTelemetry metrics;

@@ -375,8 +375,6 @@ class ServiceImpl final : public Service {
 
   // ServiceOptions::job_otlp_endpoint, or what the wiring set before start(); read by the driver.
   std::string job_otlp_endpoint_;
-  // Wall seconds when start() ran: a job's silence counts from it at the earliest.
-  double started_wall_ = 0;
 
   mutable std::mutex steps_mu_;
   std::vector<StartupStep> steps_;  // guarded by steps_mu_

@@ -3,7 +3,8 @@ trainerd running the real trainer-job: a job SIGKILLed mid-training (what an out
 a preemption does) gets a new attempt that resumes the newest committed training state and trains
 exactly the losses of the uninterrupted run (bit for bit, fp32 on the CPU); a job SIGSTOPped
 (hung: its heartbeat stops) is stopped by trainerd and resumed the same way; execution.maxAttempts
-1 fails the run at the first loss, and spent attempts fail it naming every attempt's cause."""
+1 fails the run at the first loss, and spent attempts fail it naming every attempt's cause. An
+endpoint's serving process SIGSTOPped is stopped as hung and started again."""
 from __future__ import annotations
 
 import os
@@ -12,8 +13,9 @@ import signal
 
 import pytest
 
-from cli_support import (MODEL_NAME, Cli, call, ended, job_pids, losses, plan_text, start_run_id, start_trainerd, stop,
-                         wait_for, wait_run, wait_step)
+from cli_support import (MODEL_NAME, WORKLOAD, Cli, call, ended, job_pids, losses, plan_text, start_run_id, start_trainerd,
+                         stop, wait_for, wait_run, wait_step)
+from serving_processes import serving_pids
 
 STEPS = 24
 SAVE_EVERY = 4
@@ -144,3 +146,26 @@ def test_spent_attempts_fail_the_run_naming_every_cause(ready):
     assert [a["resumedFromSnapshot"] for a in done["attempts"]] == [None, None]
     text = ready("runs", "get", run_id).stdout
     assert "attempt 2 of 2 (attempt 1: killed, code 137; attempt 2: killed, code 137)" in text, text
+
+
+def test_a_hung_serving_process_is_stopped_and_its_endpoint_started_again(ready):
+    created = ready.json("endpoints", "create", "--model", MODEL_NAME, "--workload", WORKLOAD, "--wait", "--timeout", "5m")
+    assert created["phase"] == "READY", created
+    eid = created["endpointId"]
+    [pid] = serving_pids(eid)
+    os.kill(pid, signal.SIGSTOP)  # alive, but silent: its heartbeat stops
+    try:
+        again = wait_for(lambda: (lambda e: e if e["phase"] == "READY" and e.get("restarts") == 1 else None)(
+            ready.json("endpoints", "get", eid)), 120, "the serving process to be started again")
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    why = again["lastRestart"]["reason"]
+    assert (f"the serving process (pid {pid}) sent nothing, not even its heartbeat, for more than "
+            f"limits.jobSilenceSeconds ({SILENCE_SECONDS} s); trainerd stopped it") in why, again
+    assert serving_pids(eid) != [pid]
+    assert ready.json("endpoints", "send", eid, "--input", "hi", "--max-tokens", 2)["usage"]["completion_tokens"] > 0
+    assert ready.json("endpoints", "delete", eid)["phase"] == "DELETING"
+    wait_for(lambda: ready.json("endpoints", "get", eid)["phase"] == "DELETED", 60, "the endpoint to be DELETED")

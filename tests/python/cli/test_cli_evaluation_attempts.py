@@ -1,8 +1,10 @@
 """An evaluation outlives its jobs (issue 33, "the same for evaluations"): through the real `trainer`
 against a real trainerd, the evaluation's real `trainer-job evaluate` is SIGKILLed while it grades
 (as an out-of-memory kill or a preemption would). The evaluation gets a new attempt after the
-backoff and completes; `evaluations get` lists each attempt with how it ended. Three lost attempts
-fail it, naming each; a job that fails by its own verdict (its grader refused) is not retried."""
+backoff and completes; `evaluations get` lists each attempt with how it ended. A job SIGSTOPped
+(alive but silent: its heartbeat stops) is stopped by trainerd as hung and the next attempt
+completes. Three lost attempts fail it, naming each; a job that fails by its own verdict (its
+grader refused) is not retried."""
 from __future__ import annotations
 
 import json
@@ -21,6 +23,7 @@ from waiting import wait_for
 MODEL = "toy-policy"
 DATASET = "toy-tickets"
 WORKLOAD = "evaluation-attempts"
+SILENCE_SECONDS = 6  # limits.jobSilenceSeconds of this module's trainerd: the job beats every second
 
 
 class Evaluator:
@@ -66,7 +69,8 @@ class Evaluator:
 @pytest.fixture(scope="module")
 def cli(bin_dir, tmp_path_factory):
     with toy_rl_service(bin_dir, tmp_path_factory, model=MODEL, dataset=DATASET, workload=WORKLOAD, rows=8,
-                        config={"limits": {"attemptBackoffSeconds": 1}}) as (_, cli):
+                        config={"limits": {"attemptBackoffSeconds": 1, "jobSilenceSeconds": SILENCE_SECONDS,
+                                           "cancelGraceSeconds": 1}}) as (_, cli):
         yield cli
 
 
@@ -87,15 +91,17 @@ def start(cli, evaluator) -> str:
                "--grader", evaluator.grader, "--jq", ".evaluationId", check=True).stdout.strip()
 
 
-def kill_attempt(cli, evaluator, evaluation_id: str, attempt: int) -> None:
-    """SIGKILLs the job of attempt `attempt` once it waits in a grader call."""
+def kill_attempt(cli, evaluator, evaluation_id: str, attempt: int, sig: int = signal.SIGKILL) -> list[int]:
+    """Sends `sig` to the job of attempt `attempt` once it waits in a grader call; the pids signalled."""
     calls = evaluator.calls
     wait_for(lambda: len(cli.json("evaluations", "get", evaluation_id).get("attempts") or []) >= attempt, 120,
              f"attempt {attempt} to start")
     wait_for(lambda: evaluator.calls > calls and evaluation_job_pids(evaluation_id), 120,
              f"attempt {attempt}'s job to call the grader")
-    for pid in evaluation_job_pids(evaluation_id):
-        os.kill(pid, signal.SIGKILL)
+    pids = evaluation_job_pids(evaluation_id)
+    for pid in pids:
+        os.kill(pid, sig)
+    return pids
 
 
 def ended(cli, evaluation_id: str) -> dict:
@@ -121,6 +127,31 @@ def test_a_killed_evaluation_job_gets_a_new_attempt_and_the_evaluation_completes
     assert done["startedAt"] == first["started"], done
     text = cli("evaluations", "get", evaluation_id, check=True).stdout
     assert "attempt 2 of 3 (attempt 1: killed, code 137)" in text, text
+
+
+def test_a_stopped_evaluation_job_is_stopped_as_hung_and_the_next_attempt_completes(cli, evaluator):
+    evaluator.held.set()
+    evaluation_id = start(cli, evaluator)
+    stopped = kill_attempt(cli, evaluator, evaluation_id, 1, signal.SIGSTOP)  # alive, but silent
+    try:
+        wait_for(lambda: len(cli.json("evaluations", "get", evaluation_id)["attempts"]) == 2, 60, "a second attempt")
+    finally:
+        for pid in stopped:  # never leave a stopped process behind, whatever happened
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    evaluator.held.clear()
+    done = ended(cli, evaluation_id)
+    assert done["phase"] == "COMPLETED", done
+    first, second = done["attempts"]
+    # SIGTERM waits while the process is stopped; the SIGKILL after cancelGraceSeconds ends it.
+    assert (first["cause"], first["exitCode"]) == ("hung", 137), first
+    assert (f"the evaluation job sent nothing, not even its heartbeat, for more than limits.jobSilenceSeconds "
+            f"({SILENCE_SECONDS} s); trainerd stopped it") in first["reason"], first
+    assert second["cause"] == "completed", second
+    text = cli("evaluations", "get", evaluation_id, check=True).stdout
+    assert "attempt 1: hung, code 137" in text, text
 
 
 def test_three_lost_attempts_fail_the_evaluation_naming_each(cli, evaluator):
