@@ -282,7 +282,10 @@ class RunJob {
   }
   // An event of the engine: staged checkpoints handed to the publisher, then written.
   void report(const protocol::Event& ev, bool pausing) {
-    if (const auto* e = std::get_if<protocol::Step>(&ev)) epoch_ = e->epoch;
+    if (const auto* e = std::get_if<protocol::Step>(&ev)) {
+      epoch_ = e->epoch;
+      last_step_ = e->step;
+    }
     if (SnapshotPublisher* publisher = pub_.publisher.get()) {
       // A save that met a full disk stops the run at the next step boundary: training on
       // without saves would only lose more work (the run pauses at its last committed snapshot).
@@ -354,6 +357,7 @@ class RunJob {
   Publication pub_;
   ProgressPrinter progress_;
   int64_t epoch_ = 0;
+  int64_t last_step_ = 0;  // the last step the engine reported
   std::optional<Status> publication_failed_;
   std::optional<Status> disk_full_;  // a save met a full disk: the run stopped, and pauses
   std::atomic<bool>* stop_ = nullptr;
@@ -361,6 +365,18 @@ class RunJob {
 };
 
 int RunJob::finish(const Result<engine::TrainResult>& result) {
+  if (!result.is_ok() && result.status().code() == StatusCode::kResourceExhausted && pub_.publisher) {
+    // The engine's own checkpoint write met a full disk: the run pauses at its newest committed
+    // snapshot (the saves before this one published first), as a full staging or store does.
+    const Status drained = pub_.publisher->drain();
+    if (!drained.is_ok() && drained.code() != StatusCode::kResourceExhausted) {
+      return fail_measured(drained.message(), result.status().message() + "; and " + drained.message());
+    }
+    report(protocol::Paused{.step = last_step_, .snapshot_id = "", .reason = result.status().message()}, true);
+    std::fprintf(stderr, "trainer-job run: paused after step %lld: %s\n", static_cast<long long>(last_step_),
+                 result.status().message().c_str());
+    return 0;
+  }
   if (!result.is_ok()) return fail_measured(result.status().message(), result.status().message());
   if (publication_failed_ && publication_failed_->code() != StatusCode::kResourceExhausted) {
     return fail_measured(publication_failed_->message(), publication_failed_->message());

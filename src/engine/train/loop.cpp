@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 
+#include "common/files.h"
 #include "common/sha256.h"
 #include "engine/device/peak_flops.h"
 #include "engine/engine_internal.h"
@@ -40,6 +42,33 @@ std::string file_sha256(const std::string& path) {
 }
 
 namespace {
+
+// Writes a checkpoint in `work` with `write`; a write that meets a full disk (ENOSPC, EDQUOT, in
+// our writers or in std::filesystem's) is thrown again as resource_exhausted naming the folder
+// ("no space left on the disk of the job's checkpoint folder ..."), which the job takes for a
+// pause, not a failure; the half-written folder is removed whatever the error.
+void write_checkpoint_or_name_a_full_disk(const fs::path& work, int64_t step, const std::function<void()>& write) {
+  auto full = [&](const std::string& why) {
+    return EngineError(StatusCode::kResourceExhausted,
+                       "no space left on the disk of the job's checkpoint folder " + work.parent_path().string() +
+                           ": saving the checkpoint of step " + std::to_string(step) + ": " + why);
+  };
+  std::error_code gone;
+  try {
+    write();
+  } catch (const EngineError& e) {
+    fs::remove_all(work, gone);
+    if (e.code() == StatusCode::kResourceExhausted) throw full(e.what());
+    throw;
+  } catch (const fs::filesystem_error& e) {
+    fs::remove_all(work, gone);
+    if (is_disk_full(e.code().value())) throw full(e.what());
+    throw;
+  } catch (...) {
+    fs::remove_all(work, gone);
+    throw;
+  }
+}
 
 // Removes all but the newest `keep` checkpoint folders (keys step-NNNNNNNN) of `checkpoints`.
 void prune_checkpoints(storage::Storage& checkpoints, size_t keep) {
@@ -211,9 +240,11 @@ TrainResult run(Method& method, Setup& setup, Updater& updater, const LoopOption
     std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(step));
     const fs::path work = checkpoint_root / (std::string(".writing-") + name);
     fs::remove_all(work);
-    lora::save_peft_folder(model, options.lora, options.base_model, (work / "adapter").string());
-    save_training_state((work / kTrainingStateDir).string(), updater, step, method.data_state(), device);
-    throw_if_error(checkpoints->publish(work.string(), name));
+    write_checkpoint_or_name_a_full_disk(work, step, [&] {
+      lora::save_peft_folder(model, options.lora, options.base_model, (work / "adapter").string());
+      save_training_state((work / kTrainingStateDir).string(), updater, step, method.data_state(), device);
+      throw_if_error(checkpoints->publish(work.string(), name));
+    });
     fs::remove_all(work);
     const fs::path folder = checkpoint_root / name;
     const std::string dir = (folder / "adapter").string();

@@ -6,6 +6,8 @@ folder (this machine and CI run the tests as root), filled with a filler file at
 - the final snapshot's publication meets the full disk: the finished adapter stays staged, and
   the reason says where;
 - a dataset upload meets a full disk: a clear error, nothing listed, the store intact;
+- the job's own folder full when the engine writes a checkpoint: the run pauses by name and
+  completes after a resume once space is freed;
 - the data folder itself full (the store's writes fail): reads keep answering, the driver says
   the failing write once with a count instead of once a tick, and the run moves on once space
   is freed.
@@ -17,8 +19,10 @@ import contextlib
 import os
 import pathlib
 import re
+import signal
 import sqlite3
 import subprocess
+import time
 
 import pytest
 
@@ -237,5 +241,54 @@ def test_a_full_data_folder_strands_no_run_and_is_logged_once_with_a_count(bin_d
             cli("runs", "cancel", run_id, "--force")
             ended(cli, run_id)
             assert integrity(service.data_dir) == "ok"
+        finally:
+            stop(service.proc, service.data_dir)
+
+
+def saving(output: pathlib.Path) -> bool:
+    """Whether the job is between writing a checkpoint and staging it (a folder half made)."""
+    return any(".writing-" in p.name or p.name.endswith(".staging") or ".tmp-" in p.name for p in output.rglob("*"))
+
+
+def test_a_checkpoint_the_engine_cannot_write_pauses_the_run_by_name(bin_dir, tiny_model, tmp_path):
+    """The job's own folder (where the engine writes each checkpoint before staging it) on a small
+    disk that fills during training: the engine's write fails by name, the run pauses at its
+    newest committed snapshot, and completes once space is freed."""
+    data = tmp_path / "data"
+    with tmpfs(data / "runs", 48) as runs:
+        service = start_trainerd(bin_dir, tmp_path, {"baseModels": [{"name": MODEL_NAME, "path": str(tiny_model)}]})
+        try:
+            cli = prepare(Cli(bin_dir / "trainer", service.url))
+            steps = 60
+            run_id = start_run_id(cli, plan_text(steps, save_every=2, keep_adapters=100))
+            wait_run(cli, run_id, lambda r: r.get("savedStep", 0) >= 2, "a committed snapshot")
+            [pid] = wait_for(lambda: job_pids(run_id), what="the run's trainer-job")
+            output = runs / run_id / "attempt-1" / "output"
+            # Filled while the job is stopped between saves: its next save is the engine's write.
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                while saving(output):
+                    os.kill(pid, signal.SIGCONT)
+                    time.sleep(0.02)
+                    os.kill(pid, signal.SIGSTOP)
+                filler = fill(runs)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            try:
+                run = wait_paused(cli, run_id, "PAUSED after the engine's checkpoint met the full disk")
+                reason = run["pause"]["failureReason"]
+                assert "no space left on the disk of the job's checkpoint folder" in reason, reason
+                assert str(output / "checkpoints") in reason, reason
+                assert run["pause"]["requestedBy"] == "job", run["pause"]
+                assert run["pause"]["snapshotId"] == run["savedSnapshot"], run["pause"]
+                assert run["progress"]["step"] < steps, run["progress"]
+                assert not list((output / "checkpoints").glob(".writing-*")), "a half-written checkpoint was left"
+                assert integrity(service.data_dir) == "ok"
+            finally:
+                filler.unlink()
+            cli("runs", "resume", run_id, check=True)
+            done = ended(cli, run_id)
+            assert done["phase"] == "COMPLETED", done.get("failureReason")
+            assert done["progress"]["step"] == steps and done["attempt"] == 2, done["progress"]
         finally:
             stop(service.proc, service.data_dir)
