@@ -20,8 +20,12 @@ bool ended(const std::string& phase) { return phase == "COMPLETED" || phase == "
 std::string model_text(const json& e) {
   const json m = e.value("model", json::object());
   const std::string kind = m.value("kind", std::string());
-  if (kind == "runAdapter") return "run " + short_id(m.value("runId", std::string())) + " adapter";
-  if (kind == "registeredAdapter") return "model " + short_id(m.value("modelId", std::string()));
+  // An adapter has two identities, the run that trained it and the model it was registered as:
+  // both are shown, the one it was named by first.
+  const std::string run = m.contains("runId") ? short_id(m.value("runId", std::string())) : "";
+  const std::string model = m.contains("modelId") ? short_id(m.value("modelId", std::string())) : "";
+  if (kind == "runAdapter") return "run " + run + " adapter" + (model.empty() ? "" : " (model " + model + ")");
+  if (kind == "registeredAdapter") return "model " + model + (run.empty() ? "" : " (run " + run + "'s adapter)");
   if (kind == "registeredBase") return "model " + short_id(m.value("modelId", std::string())) + " (base)";
   return m.value("baseModel", std::string()) + " (base)";
 }

@@ -102,13 +102,17 @@ Result<json> Evaluations::resolve_model(const std::string& ref) {
       if (adapter.empty() || !run->base_model_sha) {
         return field_status(StatusCode::kFailedPrecondition, "model", "run " + run->id + " left no adapter to evaluate");
       }
-      return json{{"ref", ref},
+      json out = {{"ref", ref},
                   {"kind", "runAdapter"},
                   {"runId", run->id},
                   {"baseModel", run->base_model},
                   {"baseModelHash", *run->base_model_sha},
                   {"adapterPath", adapter},
                   {"workloadId", run->workload_id}};
+      // The same adapter's other identity: the model its completion registered (the evaluation
+      // shows under the model too, and `evaluations list --model MODEL` finds it).
+      if (const json id = run->view.value("modelId", json(nullptr)); id.is_string()) out["modelId"] = id;
+      return out;
     }
     if (run.status().code() != StatusCode::kNotFound) return run.status();
   }
@@ -146,6 +150,14 @@ Result<json> Evaluations::evaluated_registered_model(const std::string& ref, con
               {"baseModel", base_name},
               {"baseModelHash", base->value("contentHash", std::string())}};
   if (model["workload"].is_object()) out["workloadId"] = model["workload"].value("id", std::string());
+  // The same adapter's other identity: the run whose completion registered it (not a model
+  // registered from one of its earlier snapshots), so `evaluations list --model RUN` finds it.
+  const std::string source_run = model.value("source", json::object()).value("runId", std::string());
+  if (!source_run.empty()) {
+    if (auto run = core_.resolve_run(source_run, "model"); run.is_ok() && run->view.value("modelId", std::string()) == id) {
+      out["runId"] = run->id;
+    }
+  }
   if (out["kind"] == "registeredAdapter") {
     const json artifact = model.value("artifact", json::object());
     out["artifactKey"] = artifact.value("key", std::string());

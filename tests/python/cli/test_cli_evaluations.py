@@ -134,6 +134,19 @@ def test_a_completed_runs_registered_model_evaluates_like_its_adapter(ready, set
     rows_run = ready.json("evaluations", "rows", by_run["evaluationId"])["rows"]
     assert [r["output"] for r in rows_model] == [r["output"] for r in rows_run]
 
+    # One adapter, two identities: each evaluation carries both and is found by either.
+    assert by_run["model"]["modelId"] == model_id and by_model["model"]["runId"] == setup["run"]
+    both = {by_model["evaluationId"], by_run["evaluationId"]}
+    for ref in (model_id, setup["run"]):
+        listed = {e["evaluationId"] for e in ready.json("evaluations", "list", "--model", ref)["evaluations"]}
+        assert both <= listed, (ref, listed)
+    on_model = {e["evaluationId"] for e in ready.json("trained-models", "get", model_id)["evaluations"]}
+    assert both <= on_model, on_model
+    text = ready("evaluations", "get", by_run["evaluationId"], check=True).stdout
+    assert f"run {setup['run'][:12]} adapter (model {model_id[:12]})" in text, text
+    text = ready("evaluations", "get", by_model["evaluationId"], check=True).stdout
+    assert f"model {model_id[:12]} (run {setup['run'][:12]}'s adapter)" in text, text
+
 
 def test_json_label_match_reports_per_field_accuracy_and_a_base_model_needs_a_workload(ready, setup):
     refused = ready("evaluations", "start", "--model", MODEL_NAME, "--dataset", "held-out")
