@@ -48,6 +48,41 @@ std::string overrides_text(const json& flat, const std::string& prefix = "") {
   return out;
 }
 
+// "Method: sft -> grpo; dropped config.validationDataset, ...: SFT fields a grpo run does not
+// have." for a child whose overrides changed its method (`lineage`: the answer's child or run).
+std::string method_change_line(const json& lineage) {
+  const json change = lineage.value("methodChange", json());
+  if (!change.is_object()) return "";
+  return "Method: " + change.value("from", std::string()) + " -> " + change.value("to", std::string()) + "; " +
+         change.value("message", std::string()) + ".\n";
+}
+
+// --method M: the child's method, as an override of `method` (an override document may set it
+// too, to the same value). Returns a usage error's text, or "".
+std::string apply_method_flag(const std::string& method, json& overrides) {
+  if (method != "sft" && method != "grpo" && method != "gspo") {
+    return "--method must be sft, grpo or gspo, got '" + method + "'";
+  }
+  if (overrides.is_null()) overrides = json::object();
+  for (const char* key : {"method", "config.method"}) {
+    if (!overrides.contains(key)) continue;
+    if (overrides[key] != method) {
+      return std::string("--method ") + method + " and the overrides' " + key + ": " + overrides[key].dump() +
+             " disagree; give the method once";
+    }
+    return "";
+  }
+  if (overrides.contains("config") && overrides["config"].is_object() && overrides["config"].contains("method")) {
+    if (overrides["config"]["method"] != method) {
+      return std::string("--method ") + method + " and the overrides' config.method: " +
+             overrides["config"]["method"].dump() + " disagree; give the method once";
+    }
+    return "";
+  }
+  overrides["method"] = method;
+  return "";
+}
+
 int start_child(Context& ctx, bool continuation) {
   const char* verb = continuation ? "continue" : "branch";
   const std::string parent = ctx.inv.positionals[0];
@@ -90,6 +125,11 @@ int start_child(Context& ctx, bool continuation) {
     }
     body["overrides"] = *doc;
   }
+  if (auto method = ctx.inv.get("method")) {
+    json overrides = body.value("overrides", json());
+    if (std::string error = apply_method_flag(*method, overrides); !error.empty()) return ctx.fail(error, kExitUsage);
+    body["overrides"] = overrides;
+  }
   const std::string base = "/v1/runs/" + seg(parent) + "/" + verb;
   if (dry_run) {
     auto checked = ctx.post(base + "?dryRun=true", body);
@@ -104,6 +144,7 @@ int start_child(Context& ctx, bool continuation) {
         std::to_string(child.value("sourceStep", int64_t{0})) + " of run " +
         short_id(child.value("parentRunId", std::string())) + "), restoring " +
         child.value("restore", std::string()) + ".\n");
+    out(method_change_line(child));
     if (body.contains("overrides") && body["overrides"].is_object() && !body["overrides"].empty()) {
       out("Overrides:\n" + overrides_text(body["overrides"]));
     }
@@ -127,6 +168,7 @@ int start_child(Context& ctx, bool continuation) {
         " from snapshot " + short_id(run->value("sourceSnapshotId", std::string())) + " (step " +
         std::to_string(run->value("sourceStep", int64_t{0})) + "), " + std::to_string(steps) + " steps, restoring " +
         run->value("restore", std::string()) + " (submission " + token + ").\n");
+    out(method_change_line(*run));
     if (!ctx.inv.has("wait")) out("Follow it with `trainer runs wait " + short_id(id) + "`.\n");
     if (!ctx.inv.has("submission-id")) {
       out("To repeat this safely (the same child, never a second one), add --submission-id " + token + ".\n");
@@ -308,6 +350,10 @@ std::vector<Flag> child_flags(bool continuation) {
   if (!continuation) {
     flags.push_back({"restore", 0, "weights|trainingState",
                      "weights (default): a fresh optimizer from the adapter; trainingState: everything", ""});
+    flags.push_back({"method", 0, "sft|grpo|gspo",
+                     "the child's method (as an override of method): the parent's fields of the other kind are "
+                     "dropped, the weights restored alone",
+                     ""});
   }
   flags.push_back({"overrides", 0, "FILE", "YAML or JSON of the config fields to change (dotted or nested)", ""});
   flags.push_back({"dry-run", 0, "", "show the resolved child plan; start nothing", ""});
@@ -329,13 +375,22 @@ Command runs_branch_command() {
             "RNG and data order; trainingState restores all of them and allows only the learning rate\n"
             "to change. Overrides name only declared config fields (docs/plans.md); epochs and maxSteps\n"
             "cannot be overridden (--steps is the budget). The child holds its source snapshot against\n"
-            "retention until it ends.",
+            "retention until it ends.\n"
+            "\n"
+            "--method (or `method` in the overrides) changes the method: an SFT snapshot branched into a\n"
+            "grpo or gspo run, or an RL one into sft. The parent's fields the new method does not have\n"
+            "(validationDataset, hyperparams.optimizer, SFT batch sizes; or reward, klBeta,\n"
+            "rlHyperparams) are dropped and listed; the child starts from the snapshot's weights alone\n"
+            "(--restore trainingState is refused); from sft to grpo/gspo the overrides must name\n"
+            "reward.terms (rlHyperparams take their defaults unless given).",
             child_flags(false), {}, runs_branch, 1, 1, {}};
   c.examples = {
       {"see the child plan first", "trainer runs branch 7d496e82 --snapshot 3f2a9c71 --steps 200 --overrides lr.yaml --dry-run"},
       {"branch from the weights with a new learning rate, follow it",
        "trainer runs branch 7d496e82 --snapshot 3f2a9c71 --steps 200 --overrides lr.yaml --wait --exit-status"},
-      {"continue everything from a snapshot", "trainer runs branch 7d496e82 --snapshot 3f2a9c71 --steps 100 --restore trainingState"}};
+      {"continue everything from a snapshot", "trainer runs branch 7d496e82 --snapshot 3f2a9c71 --steps 100 --restore trainingState"},
+      {"SFT, then RL: GRPO from an SFT snapshot's weights (rl.yaml: reward.terms, rlHyperparams)",
+       "trainer runs branch 7d496e82 --snapshot 3f2a9c71 --steps 50 --method grpo --overrides rl.yaml --dry-run"}};
   return c;
 }
 

@@ -18,6 +18,13 @@ std::string step_text(const json& run, const char* key) {
   return run.contains(key) && run[key].is_number_integer() ? std::to_string(run[key].get<int64_t>()) : "-";
 }
 
+// "grpo", or "grpo (from sft)" for a child whose method differs from its parent's.
+std::string method_text(const json& run) {
+  const std::string method = run.value("method", std::string("-"));
+  const std::string parent = run.value("parentMethod", std::string());
+  return parent.empty() || parent == method ? method : method + " (from " + parent + ")";
+}
+
 std::string progress_text(const json& run) {
   const json p = run.value("progress", json::object());
   const std::string step = p.contains("step") && p["step"].is_number() ? std::to_string(p["step"].get<int64_t>()) : "0";
@@ -32,9 +39,9 @@ int runs_branches(Context& ctx) {
   view.path = "/v1/runs/" + seg(parent) + "/branches";
   view.paging = Paging::kLimitOffset;
   view.items = "branches";
-  view.header = {"RUN", "KIND", "SNAPSHOT", "SOURCE STEP", "RESTORE", "STEPS", "PHASE", "PROGRESS"};
+  view.header = {"RUN", "KIND", "METHOD", "SNAPSHOT", "SOURCE STEP", "RESTORE", "STEPS", "PHASE", "PROGRESS"};
   view.row = [](const json& b, double) -> std::vector<std::string> {
-    return {short_id(b.value("runId", std::string())), b.value("childKind", std::string()),
+    return {short_id(b.value("runId", std::string())), b.value("childKind", std::string()), method_text(b),
             short_id(b.value("sourceSnapshotId", std::string())), step_text(b, "sourceStep"),
             b.value("restore", std::string()), step_text(b, "stepBudget"), b.value("phase", std::string()),
             progress_text(b)};
@@ -60,10 +67,10 @@ int runs_tree(Context& ctx) {
     for (const auto& r : doc.value("runs", json::array())) {
       const int64_t level = r.value("depth", int64_t{0});
       rows.push_back({std::string(static_cast<size_t>(level) * 2, ' ') + short_id(r.value("runId", std::string())),
-                      step_text(r, "sourceStep"), r.value("restore", std::string("-")), r.value("phase", std::string()),
+                      method_text(r), step_text(r, "sourceStep"), r.value("restore", std::string("-")), r.value("phase", std::string()),
                       progress_text(r)});
     }
-    out(render_table({"RUN", "SOURCE STEP", "RESTORE", "PHASE", "PROGRESS"}, rows));
+    out(render_table({"RUN", "METHOD", "SOURCE STEP", "RESTORE", "PHASE", "PROGRESS"}, rows));
     if (doc.value("truncated", false)) out("(truncated: the tree has more runs than one answer lists)\n");
   });
 }
@@ -72,11 +79,12 @@ int runs_ancestry(Context& ctx) {
   return show(ctx, "/v1/runs/" + seg(ctx.inv.positionals[0]) + "/ancestry", [&](const json& doc) {
     std::vector<std::vector<std::string>> rows;
     for (const auto& r : doc.value("runs", json::array())) {
-      rows.push_back({short_id(r.value("runId", std::string())), short_id(r.value("sourceSnapshotId", std::string("-"))),
+      rows.push_back({short_id(r.value("runId", std::string())), method_text(r),
+                      short_id(r.value("sourceSnapshotId", std::string("-"))),
                       step_text(r, "sourceStep"), step_text(r, "stepBudget"), r.value("restore", std::string("-")),
                       r.value("phase", std::string())});
     }
-    out(render_table({"RUN", "SNAPSHOT", "SOURCE STEP", "STEPS", "RESTORE", "PHASE"}, rows));
+    out(render_table({"RUN", "METHOD", "SNAPSHOT", "SOURCE STEP", "STEPS", "RESTORE", "PHASE"}, rows));
   });
 }
 

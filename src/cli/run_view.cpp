@@ -426,6 +426,19 @@ std::string run_detail(const json& run, const ViewStyle& style) {
     if (hash.empty()) hash = str(config, "dataset");
     state.push_back({"Dataset", ref.empty() || ref == hash ? hash : ref + " (" + short_id(hash) + ")"});
   }
+  // A child run: where it came from, with both methods (they differ after a method change).
+  if (!str(run, "parentRunId").empty()) {
+    std::string parent = "run " + short_id(str(run, "parentRunId"));
+    if (!str(run, "parentMethod").empty()) parent += " (" + str(run, "parentMethod") + ")";
+    parent += ", " + (str(run, "childKind").empty() ? std::string("child") : str(run, "childKind")) +
+              " from snapshot " + short_id(str(run, "sourceSnapshotId"));
+    if (auto step = num(run, "sourceStep")) parent += " (step " + format_number(*step) + ")";
+    if (!str(run, "restore").empty()) parent += ", restoring " + str(run, "restore");
+    state.push_back({"Parent", parent});
+    if (const json& change = field(run, "methodChange"); change.is_object()) {
+      state.push_back({"Method change", str(change, "from") + " -> " + str(change, "to") + "; " + str(change, "message")});
+    }
+  }
   if (!str(run, "configName").empty()) state.push_back({"Config name", str(run, "configName")});
   if (!str(run, "description").empty()) state.push_back({"Description", str(run, "description")});
   if (const json& judges = field(run, "judgeInstructions"); judges.is_array()) {

@@ -223,10 +223,18 @@ constexpr std::pair<const char*, ScaleRewards> kScaleRewards[] = {
 // Bounds of rlHyperparams.stopStrings (each is looked for after every sampled token).
 constexpr size_t kMaxStopStrings = 32;
 constexpr size_t kMaxStopStringBytes = 256;
-// Fields of an RL plan (method grpo/gspo) that an SFT plan refuses, and SFT fields an RL plan refuses.
-const std::vector<std::string> kRlFields = {"reward", "klBeta", "rlHyperparams"};
-const std::vector<std::string> kSftOnlyTraining = {"batchSize", "gradientAccumulation", "validationFrequencySteps",
-                                                   "validationSplit", "packing"};
+// The config's value at `path` (dotted, below "config."); nullptr when it is not written.
+const json* config_value(const json& config, std::string_view path) {
+  const json* at = &config;
+  for (size_t start = 0;;) {
+    const size_t dot = path.find('.', start);
+    const std::string key(path.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start));
+    if (!at->is_object() || !at->contains(key)) return nullptr;
+    at = &(*at)[key];
+    if (dot == std::string_view::npos) return at;
+    start = dot + 1;
+  }
+}
 
 Status read_lora(Problems& p, const json& obj, const std::string& path, LoraSettings* lora) {
   ObjectReader r(p, obj, path);
@@ -438,38 +446,22 @@ Status read_config(Problems& p, const json& obj, RunConfig* c) {
   p.keep(std::move(method_read));
   const bool rl = c->is_rl();
   const std::string method = std::string("\"") + method_name(c->method) + "\"";
-  // Fields that belong to the other kind of method are refused as such (and not again as unknown).
-  // With a method that is itself wrong, which kind they belong to is not known: neither is refused.
-  if (!method_known) {
-    for (const auto& key : kRlFields) r.find(key);
-  } else if (!rl) {
-    for (const auto& key : kRlFields) {
-      if (obj.contains(key)) {
-        r.find(key);
-        p.keep(r.fail(key, "a reinforcement-learning field: it applies when config.method is \"grpo\" or \"gspo\", "
-                           "and this plan's method is \"sft\""));
-      }
+  // Fields that belong to the other kind of method are refused as such (and not again as unknown),
+  // by the one list of them (method_only_fields()). With a method that is itself wrong, which
+  // kind they belong to is not known: neither is refused.
+  for (const MethodField& f : method_only_fields()) {
+    const std::string_view below = f.path.substr(std::string_view("config.").size());
+    const bool top = below.find('.') == std::string_view::npos;
+    if (!method_known) {
+      if (f.rl && top) r.find(std::string(below));
+      continue;
     }
-  } else {
-    if (obj.contains("validationDataset")) {
-      r.find("validationDataset");
-      p.keep(r.fail("validationDataset", "an SFT field: a " + method + " run has no validation loss"));
-    }
-    const json* hp_in = obj.contains("hyperparams") && obj["hyperparams"].is_object() ? &obj["hyperparams"] : nullptr;
-    if (hp_in != nullptr && hp_in->contains("optimizer")) {
-      p.keep(invalid_field("config.hyperparams.optimizer",
-                           "an SFT field: a " + method + " run sets its optimizer under config.rlHyperparams.optimizer"));
-    }
-    if (hp_in != nullptr && hp_in->contains("training") && (*hp_in)["training"].is_object()) {
-      for (const auto& key : kSftOnlyTraining) {
-        if ((*hp_in)["training"].contains(key)) {
-          p.keep(invalid_field("config.hyperparams.training." + key,
-                               "an SFT field: a " + method +
-                                   " run sizes its batches with config.rlHyperparams (promptsPerStep, groupSize, "
-                                   "microBatchSize) and has no validation"));
-        }
-      }
-    }
+    if (f.rl == rl || config_value(obj, below) == nullptr) continue;
+    if (top) r.find(std::string(below));
+    p.keep(invalid_field(std::string(f.path),
+                         f.rl ? std::string("a reinforcement-learning field: it applies when config.method is "
+                                            "\"grpo\" or \"gspo\", and this plan's method is \"sft\"")
+                              : "an SFT field: a " + method + " run " + std::string(f.instead)));
   }
   if (!rl) p.keep(r.read_optional_string("validationDataset", &c->validationDataset));
   const json* hp = nullptr;
@@ -544,6 +536,13 @@ Status apply_grader_instructions(Plan* plan) {
 }
 
 }  // namespace
+
+std::optional<Method> method_from_name(std::string_view name) {
+  for (const auto& [n, value] : kMethods) {
+    if (name == n) return value;
+  }
+  return std::nullopt;
+}
 
 const char* loss_aggregation_name(LossAggregation a) {
   for (const auto& [name, value] : kAggregations) {

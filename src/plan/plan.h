@@ -276,6 +276,29 @@ std::string field_range_text(const FieldSpec& spec);
 // docs/plans.md carries between its generated-table markers.
 std::string fields_reference_markdown();
 
+// ---- fields of one kind of method ----------------------------------------------------------
+
+// A config field that plans of one kind of method have and plans of the other kind refuse: an
+// SFT field on a grpo/gspo plan, a reinforcement-learning field on an sft plan. parse_plan()
+// refuses them by this list, and a child run that changes method drops its parent's by it
+// (plan/overrides.h), so the two cannot disagree.
+struct MethodField {
+  std::string_view path;  // dotted, as in the field table: "config.validationDataset"
+  bool rl;                // true: grpo and gspo plans only; false: sft plans only
+  // SFT fields: what an RL run does instead, the sentence's end after 'a "grpo" run ' ("has no
+  // validation loss"). Empty for RL fields (one message serves them all).
+  std::string_view instead;
+};
+
+// Every such field, SFT ones first, each in the order of the field table.
+const std::vector<MethodField>& method_only_fields();
+
+// True for grpo and gspo.
+inline bool is_rl_method(Method m) { return m != Method::kSft; }
+
+// The method named `name` ("sft", "grpo", "gspo"); nullopt for any other text.
+std::optional<Method> method_from_name(std::string_view name);
+
 const char* method_name(Method m);        // "sft", "grpo", "gspo"
 const char* precision_name(Precision p);  // "BF16", "FP32"
 const char* schedule_name(Schedule s);    // "linear", "cosine", "constant"

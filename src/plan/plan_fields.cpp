@@ -32,6 +32,10 @@ constexpr double kNoLimit = std::numeric_limits<double>::infinity();
 
 using FT = FieldType;
 
+// What an RL run has instead of SFT's batch and validation settings.
+constexpr std::string_view kRlBatches =
+    "sizes its batches with config.rlHyperparams (promptsPerStep, groupSize, microBatchSize) and has no validation";
+
 // The one list of plan fields. Ranges are what the parser enforces; defaults are those of the
 // structs in plan.h, rendered by to_json().
 const std::vector<FieldSpec> kFields = {
@@ -180,9 +184,25 @@ const std::vector<FieldSpec> kFields = {
      "idempotency key: resubmitting the same plan with it reaches the same run. Absent: the CLI generates one"},
 };
 
+// The fields of one kind of method (plan.h, MethodField). Each is a field of kFields.
+const std::vector<MethodField> kMethodFields = {
+    {"config.validationDataset", false, "has no validation loss"},
+    {"config.hyperparams.optimizer", false, "sets its optimizer under config.rlHyperparams.optimizer"},
+    {"config.hyperparams.training.batchSize", false, kRlBatches},
+    {"config.hyperparams.training.gradientAccumulation", false, kRlBatches},
+    {"config.hyperparams.training.validationFrequencySteps", false, kRlBatches},
+    {"config.hyperparams.training.validationSplit", false, kRlBatches},
+    {"config.hyperparams.training.packing", false, kRlBatches},
+    {"config.reward", true, ""},
+    {"config.klBeta", true, ""},
+    {"config.rlHyperparams", true, ""},
+};
+
 }  // namespace
 
 const std::vector<FieldSpec>& plan_fields() { return kFields; }
+
+const std::vector<MethodField>& method_only_fields() { return kMethodFields; }
 
 const FieldSpec* find_field(std::string_view path) {
   for (const auto& f : kFields) {

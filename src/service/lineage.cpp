@@ -5,9 +5,11 @@
 // config.hyperparams.training.maxSteps = its own budget (plan/overrides.h), the same workload,
 // base model, grader and device count. Its document names where it came from: parentRunId,
 // rootRunId, sourceSnapshotId, sourceStep, restore (weights | trainingState), stepBudget and
-// childKind (branch | continue). The run, its lineage row and its hold on the source snapshot
+// childKind (branch | continue), parentMethod and, when the overrides changed the method,
+// methodChange {from, to, dropped, message}. The run, its lineage row and its hold on the source snapshot
 // are written in one transaction; the hold is given back when the child ends (finish()).
 #include <algorithm>
+#include <map>
 
 #include "plan/overrides.h"
 #include "protocol/snapshot.h"
@@ -23,8 +25,9 @@ constexpr size_t kMaxTreeRuns = 1000;      // most descendants one `runs tree` a
 constexpr int kMaxGenerations = 1000;      // longest ancestry chain followed
 
 // The lineage fields a child's document carries (and lineage views repeat).
-const char* const kLineageFields[] = {"parentRunId", "rootRunId", "sourceSnapshotId", "sourceStep",
-                                      "restore",     "stepBudget", "childKind",        "sweepPoint"};
+const char* const kLineageFields[] = {"parentRunId", "rootRunId",  "sourceSnapshotId", "sourceStep",
+                                      "restore",     "stepBudget", "childKind",        "sweepPoint",
+                                      "parentMethod", "methodChange"};
 
 bool kind_committed(const json& snapshot, const std::string& kind) {
   const json kinds = snapshot.value("kinds", json::object());
@@ -61,25 +64,49 @@ json lineage_entry(const RunRecord& r) {
 // the config fields whose values differ from the parent's ("lr-3e-3 (learningRate=0.02, maxSteps=3)"),
 // so that two configurations never share a name in score tables. `name` is the parent's (as
 // `runs annotate --config-name` left it); null when it has none (the table names the child by its
-// settings hash); the parent's own when nothing differs.
-json derived_config_name(const json& name, const json& parent_plan, const json& child_plan) {
+// settings hash); the parent's own when nothing differs. A child of another kind of method
+// (`method_changed`) names its method and the fields its overrides set (`overridden`, dotted
+// below config): the fields it dropped and the new method's defaults follow from the method.
+json derived_config_name(const json& name, const json& parent_plan, const json& child_plan, bool method_changed,
+                         const std::map<std::string, json>& overridden) {
   if (!name.is_string() || name.get<std::string>().empty()) return nullptr;
   json a = json::object();
   json b = json::object();
   flatten(parent_plan.value("config", json::object()), "", a);
   flatten(child_plan.value("config", json::object()), "", b);
+  auto set_by_overrides = [&](const std::string& key) {
+    for (const auto& [path, value] : overridden) {
+      const std::string below = path.substr(std::string("config.").size());
+      if (key == below || key.rfind(below + ".", 0) == 0) return true;
+    }
+    return false;
+  };
   std::string changed;
   for (const auto& [key, value] : b.items()) {
     if (a.contains(key) && a[key] == value) continue;
+    if (method_changed && !a.contains(key) && !set_by_overrides(key)) continue;
     const std::string leaf = key.substr(key.find_last_of('.') == std::string::npos ? 0 : key.find_last_of('.') + 1);
     changed += (changed.empty() ? "" : ", ") + leaf + "=" + (value.is_string() ? value.get<std::string>() : value.dump());
   }
   for (const auto& [key, value] : a.items()) {
-    if (b.contains(key)) continue;
+    if (b.contains(key) || method_changed) continue;
     changed += (changed.empty() ? "" : ", ") + key.substr(key.find_last_of('.') + 1) + "=unset";
   }
   if (changed.empty()) return name;
   return name.get<std::string>() + " (" + changed + ")";
+}
+
+// What the child's document says of a method change (plan::MethodChange).
+json method_change_json(const plan::MethodChange& change) {
+  std::string message = plan::dropped_fields_text(change);
+  if (message.empty()) {
+    message = std::string("method changed from ") + plan::method_name(change.from) + " to " +
+              plan::method_name(change.to) + "; no field dropped";
+  }
+  return {{"from", plan::method_name(change.from)},
+          {"to", plan::method_name(change.to)},
+          {"dropped", change.dropped},
+          {"message", message}};
 }
 
 // What `runs branch` and `runs continue` ask, checked before anything is read.
@@ -252,21 +279,25 @@ Result<std::pair<json, bool>> ServiceImpl::start_child(const std::string& parent
     TRAINER_RETURN_IF_ERROR(catalog_.verify_restorable_locked(snapshot_id, needed));
   }
 
-  auto child = plan::child_plan(parent->view.value("plan", json::object()), request->overrides,
-                                {.restore = request->restore, .continuation = continuation}, request->steps);
-  if (!child.is_ok()) return child.status();
-  (*child)["workload"] = parent->workload_id;  // the workload itself, whatever it is called now
+  auto derived = plan::child_plan(parent->view.value("plan", json::object()), request->overrides,
+                                  {.restore = request->restore, .continuation = continuation}, request->steps);
+  if (!derived.is_ok()) return derived.status();
+  json& child = derived->plan;
+  child["workload"] = parent->workload_id;  // the workload itself, whatever it is called now
   // The child's name says how its settings differ from its parent's (a continuation keeps the name).
   if (!continuation) {
+    auto overridden = plan::flatten_overrides(request->overrides);  // child_plan() accepted them
     const json name = derived_config_name(parent->view.value("configName", json(nullptr)),
-                                          parent->view.value("plan", json::object()), *child);
+                                          parent->view.value("plan", json::object()), child,
+                                          derived->method_change.has_value(),
+                                          overridden.is_ok() ? *overridden : std::map<std::string, json>{});
     if (name.is_string()) {
-      (*child)["configName"] = name;
+      child["configName"] = name;
     } else {
-      child->erase("configName");
+      child.erase("configName");
     }
   }
-  if (request->submission) (*child)["submissionId"] = *request->submission;
+  if (request->submission) child["submissionId"] = *request->submission;
 
   json lineage = {{"parentRunId", parent->id},
                   {"rootRunId", parent->view.value("rootRunId", parent->id)},
@@ -282,6 +313,9 @@ Result<std::pair<json, bool>> ServiceImpl::start_child(const std::string& parent
   if (request->submission && !dry_run) {
     TRAINER_RETURN_IF_ERROR(check_child_submission(*store_, *request->submission, lineage));
   }
+  // What the child's plan already says, in words: both methods, and what a change dropped.
+  lineage["parentMethod"] = parent->method;
+  if (derived->method_change) lineage["methodChange"] = method_change_json(*derived->method_change);
   // Under mu_, in the run's transaction: the source is still there, the child holds it.
   auto on_insert = [&](RunRecord& run) -> Status {
     auto found = store_->get_snapshot(snapshot_id);
@@ -299,7 +333,7 @@ Result<std::pair<json, bool>> ServiceImpl::start_child(const std::string& parent
     return catalog_.add_branch_hold(doc, run.id, needed);
   };
   const double started = now();
-  auto out = submit_plan(*child, dry_run, on_insert, {{"child", lineage}});
+  auto out = submit_plan(child, dry_run, on_insert, {{"child", lineage}});
   if (!dry_run) record_branch(metrics_, out.is_ok(), now() - started);
   if (!out.is_ok()) {
     // The plan parser blames the child's plan; say it came from the overrides where it did.
