@@ -49,6 +49,19 @@ void install_model_routes(http::Router& router, service::Service& svc, const ser
     out.body = std::move(*bytes);
     return out;
   });
+  // The adapter merged into its base model, a Hugging Face model folder (`trained-models export
+  // --merged`): its listing (made on the first call; a GET because it changes nothing a client
+  // sees: the same model always merges to the same files), then each file.
+  router.add("GET", "/v1/trained-models/{ref}/merged", max,
+             route_json(200, [&svc](const Request& req) { return svc.merged_trained_model(req.params[0]); }));
+  router.add("GET", "/v1/trained-models/{ref}/merged/{file}", max, [&svc](const Request& req) -> http::Outcome {
+    auto bytes = svc.merged_trained_model_file(req.params[0], req.params[1]);
+    if (!bytes.is_ok()) return error_response(bytes.status());
+    http::Response out;
+    out.content_type = "application/octet-stream";
+    out.body = std::move(*bytes);
+    return out;
+  });
 }
 
 }  // namespace trainer::api

@@ -1,7 +1,10 @@
-// `trainer trained-models register|list|get`: the model registry; and `trainer snapshots
+// `trainer trained-models register|list|get|export`: the model registry; and `trainer snapshots
 // register|candidate`: registering a snapshot's weights as a candidate model.
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -85,15 +88,32 @@ int trained_models_list(Context& ctx) {
   return run_list(ctx, view);
 }
 
+// How long `export --merged` waits for trainerd's answer when no --timeout is given: the first
+// export of a model merges it (minutes for a large base model).
+constexpr int kMergeWaitSeconds = 3600;
+
+// The format `trained-models export` writes: --format peft|hf, --merged meaning hf. Empty (after
+// printing the error) when the flags are wrong.
+std::optional<std::string> export_format(Context& ctx) {
+  const std::string format = ctx.inv.get_or("format", "");
+  if (!format.empty() && format != "peft" && format != "hf") {
+    ctx.fail("--format: unknown format '" + format +
+                 "' (peft: the adapter's PEFT folder, the default; hf: the adapter merged into its base model, a "
+                 "Hugging Face model folder; --merged is the same as --format hf)",
+             kExitUsage);
+    return std::nullopt;
+  }
+  if (ctx.inv.has("merged") && format == "peft") {
+    ctx.fail("--merged and --format peft contradict each other (--merged is --format hf)", kExitUsage);
+    return std::nullopt;
+  }
+  return ctx.inv.has("merged") ? std::string("hf") : format.empty() ? std::string("peft") : format;
+}
+
 // `trained-models export MODEL --to DIR`: the adapter's PEFT folder as the registry holds it,
 // written into DIR (created; files already there with these names are replaced).
-int trained_models_export(Context& ctx) {
-  const std::string ref = ctx.inv.positionals[0];
-  const std::string to = ctx.inv.get_or("to", "");
-  if (to.empty()) return ctx.fail("trained-models export needs --to DIR (the folder the adapter is written into)", kExitUsage);
-  auto model = ctx.get("/v1/trained-models/" + seg(ref));
-  if (!model) return ctx.last_failure_code();
-  const std::string id = str(*model, "modelId");
+int export_peft(Context& ctx, const json& model, const std::string& to) {
+  const std::string id = str(model, "modelId");
   std::error_code ec;
   std::filesystem::create_directories(to, ec);
   if (ec) return ctx.fail("--to " + to + ": cannot create the folder: " + ec.message(), kExitError);
@@ -109,14 +129,97 @@ int trained_models_export(Context& ctx) {
     written.push_back({{"name", name}, {"bytes", bytes->size()}, {"path", path.string()}});
   }
   json doc = {{"modelId", id}, {"to", to}, {"format", "peft"}, {"files", written},
-              {"baseModel", model->value("baseModel", json(nullptr))}};
+              {"baseModel", model.value("baseModel", json(nullptr))}};
   if (!ctx.text()) {
     ctx.print_json(doc);
     return kExitOk;
   }
-  out("Exported model " + id + " (a PEFT LoRA adapter on base model " + base_model_name(*model) + ") to " + to + ".\n");
+  out("Exported model " + id + " (a PEFT LoRA adapter on base model " + base_model_name(model) + ") to " + to + ".\n");
   out("Load it with PEFT: PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(BASE), \"" + to + "\")\n");
   return kExitOk;
+}
+
+// A temporary folder beside DIR, removed (with what it holds) unless released by the rename.
+class ExportStaging {
+ public:
+  explicit ExportStaging(std::filesystem::path path) : path_(std::move(path)) {}
+  ~ExportStaging() {
+    std::error_code ec;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+  }
+  ExportStaging(const ExportStaging&) = delete;
+  ExportStaging& operator=(const ExportStaging&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  void release() { path_.clear(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// `trained-models export MODEL --merged --to DIR`: the adapter merged into its base model's
+// weights by trainerd (GET .../merged makes the folder once; see src/service/merged_models.cpp for
+// why the merge runs there), a Hugging Face model folder downloaded file by file into a
+// temporary folder beside DIR and renamed to DIR when every file is written. DIR must not exist
+// or be an empty folder: a merged export writes a new folder, never half of one.
+int export_merged(Context& ctx, const json& model, const std::string& to) {
+  namespace fs = std::filesystem;
+  const std::string id = str(model, "modelId");
+  const fs::path target = fs::path(to).lexically_normal();
+  if (target.empty() || target.filename().empty()) return ctx.fail("--to " + to + ": does not name a folder", kExitUsage);
+  std::error_code ec;
+  if (fs::exists(target, ec) && !(fs::is_directory(target, ec) && fs::is_empty(target, ec))) {
+    return ctx.fail("--to " + to + ": already exists and is not an empty folder; a merged export writes a new folder",
+                    kExitError);
+  }
+  const fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  fs::create_directories(parent, ec);
+  if (ec) return ctx.fail("--to " + to + ": cannot create " + parent.string() + ": " + ec.message(), kExitError);
+  ExportStaging staging(parent / ("." + target.filename().string() + ".export-" + std::to_string(::getpid())));
+  fs::remove_all(staging.path(), ec);
+  fs::create_directory(staging.path(), ec);
+  if (ec) return ctx.fail("--to " + to + ": cannot write into " + parent.string() + ": " + ec.message(), kExitError);
+
+  const std::string base = "/v1/trained-models/" + seg(id) + "/merged";
+  auto listing = ctx.get(base, ctx.client.call_timeout() ? -1 : kMergeWaitSeconds);
+  if (!listing) return ctx.last_failure_code();
+  json written = json::array();
+  for (const json& f : listing->value("files", json::array())) {
+    const std::string name = str(f, "name");
+    auto bytes = ctx.get_bytes(base + "/" + seg(name));
+    if (!bytes) return ctx.last_failure_code();
+    const fs::path path = staging.path() / name;
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(bytes->data(), static_cast<std::streamsize>(bytes->size()));
+    out.close();
+    if (!out) return ctx.fail(path.string() + ": cannot write the exported file", kExitError);
+    written.push_back({{"name", name}, {"bytes", bytes->size()}, {"path", (target / name).string()}});
+  }
+  if (fs::exists(target, ec)) fs::remove(target, ec);  // the empty folder checked above
+  fs::rename(staging.path(), target, ec);
+  if (ec) return ctx.fail("--to " + to + ": cannot move the export into place: " + ec.message(), kExitError);
+  staging.release();
+  json doc = {{"modelId", id}, {"to", to}, {"format", "hf"}, {"files", written},
+              {"baseModel", model.value("baseModel", json(nullptr))}};
+  if (!ctx.text()) {
+    ctx.print_json(doc);
+    return kExitOk;
+  }
+  out("Exported model " + id + " merged into base model " + base_model_name(model) + " (a Hugging Face model folder, " +
+      std::to_string(written.size()) + " files) to " + to + ".\n");
+  out("Load it with transformers: AutoModelForCausalLM.from_pretrained(\"" + to + "\"); or serve it: vllm serve " + to +
+      "\n");
+  return kExitOk;
+}
+
+int trained_models_export(Context& ctx) {
+  const std::string ref = ctx.inv.positionals[0];
+  const std::string to = ctx.inv.get_or("to", "");
+  auto format = export_format(ctx);
+  if (!format) return kExitUsage;
+  if (to.empty()) return ctx.fail("trained-models export needs --to DIR (the folder the model is written into)", kExitUsage);
+  auto model = ctx.get("/v1/trained-models/" + seg(ref));
+  if (!model) return ctx.last_failure_code();
+  return *format == "hf" ? export_merged(ctx, *model, to) : export_peft(ctx, *model, to);
 }
 
 int trained_models_get(Context& ctx) {
@@ -209,12 +312,27 @@ Command trained_models_command() {
               "MODEL is an id or any unambiguous prefix of one.", {}, {}, trained_models_get, 1, 1, {}};
   get.examples = {{"one model", "trainer trained-models get 5be1c0de"},
                   {"where its adapter lives", "trainer trained-models get 5be1c0de --jq .servingModel.ref"}};
-  Command exp{"export", {}, "Write a registered adapter's PEFT folder into a folder of yours", "MODEL",
-              "Writes adapter_config.json and adapter_model.safetensors exactly as the registry holds them\n"
-              "(a PEFT LoRA adapter folder: load it with peft.PeftModel.from_pretrained on its base model).\n"
-              "DIR is created; files of these names in it are replaced. A BASE model has no adapter to export.",
-              {{"to", 0, "DIR", "the folder to write the adapter into", ""}}, {}, trained_models_export, 1, 1, {}};
-  exp.examples = {{"take a model away", "trainer trained-models export 5be1c0de --to ./sentiment-adapter"}};
+  Command exp{"export", {}, "Write a registered adapter into a folder of yours: its PEFT folder, or merged into its base model", "MODEL",
+              "--format peft (the default) writes adapter_config.json and adapter_model.safetensors exactly as\n"
+              "the registry holds them (a PEFT LoRA adapter folder: load it with peft.PeftModel.from_pretrained\n"
+              "on its base model). DIR is created; files of these names in it are replaced.\n"
+              "\n"
+              "--merged (or --format hf) writes the adapter merged into its base model's weights, a Hugging Face\n"
+              "model folder that transformers and vLLM load without PEFT: the base's config.json and tokenizer\n"
+              "files, and model.safetensors with every base weight under its own name and dtype, each adapted\n"
+              "linear W + scale * B @ A (scale lora_alpha/r, or lora_alpha/sqrt(r) with rsLoRA), as PEFT's\n"
+              "merge_and_unload() does. trainerd does the merge (it has the base model; this host needs neither)\n"
+              "the first time the model is exported merged, which takes minutes on a large model, and keeps it.\n"
+              "The files are written into a temporary folder beside DIR and renamed to DIR at the end; DIR must\n"
+              "not exist or be empty.\n"
+              "\n"
+              "A BASE model has no adapter to export or merge.",
+              {{"to", 0, "DIR", "the folder to write the model into", ""},
+               {"format", 0, "FORMAT", "peft (the adapter's PEFT folder, the default) or hf (merged into the base model)", ""},
+               {"merged", 0, "", "the adapter merged into its base model: the same as --format hf", ""}},
+              {}, trained_models_export, 1, 1, {}};
+  exp.examples = {{"take a model away", "trainer trained-models export 5be1c0de --to ./sentiment-adapter"},
+                  {"a model transformers and vLLM load as is", "trainer trained-models export 5be1c0de --merged --to ./sentiment-model"}};
   g.children = {reg, list, get, exp};
   return g;
 }

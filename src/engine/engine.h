@@ -85,6 +85,25 @@ Result<TrainResult> train_rl(const TrainRequest& request, const EventSink& event
 // train_sft or train_rl, by plan.config.method.
 Result<TrainResult> run_training(const TrainRequest& request, const EventSink& events);
 
+// A PEFT LoRA adapter merged into its base model's weights, written as a Hugging Face model folder
+// (`trainer-job merge`; docs/registry.md, "Taking a model away"): config.json and the tokenizer
+// files of the base, and one model.safetensors holding every base tensor under its own name and
+// dtype, each adapted linear W' = W + scale * (B @ A) as PEFT's merge_and_unload() computes it.
+struct MergeRequest {
+  std::string model_dir;    // Hugging Face model folder (the base)
+  std::string adapter_dir;  // PEFT LoRA adapter folder trained on it
+  std::string output_dir;   // must not exist; written as a temporary sibling, then renamed
+};
+
+struct MergeResult {
+  int64_t merged_modules = 0;      // linears the adapter changed
+  std::vector<std::string> files;  // names of the files written, sorted
+};
+
+// Errors name the file and field or tensor at fault; nothing is left at output_dir on failure
+// (kAlreadyExists when it exists, kInvalidArgument for an adapter that does not fit the base).
+Result<MergeResult> merge_adapter(const MergeRequest& request);
+
 struct ScoreRequest {
   std::string model_dir;        // Hugging Face model folder
   std::string adapter_dir;      // PEFT LoRA adapter folder; empty = the base model

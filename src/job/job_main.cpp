@@ -21,6 +21,7 @@ constexpr const char* kHelp =
     "  tokenize  --tokenizer DIR                             token ids of the text on stdin\n"
     "  analyze   --model DIR --data FILE [--max-seq-length N] token lengths of a dataset\n"
     "  serve     --model DIR [--adapter NAME=DIR]... [--port N] an OpenAI-compatible endpoint\n"
+    "  merge     --model DIR --adapter DIR --output DIR       the adapter merged into the base: an HF model folder\n"
     "  --version                                             version, libtorch, CUDA\n";
 
 struct Command {
@@ -35,6 +36,7 @@ constexpr Command kCommands[] = {
     {"tokenize", cmd_tokenize},
     {"analyze", cmd_analyze},
     {"serve", cmd_serve},
+    {"merge", cmd_merge},
     {"debug-forward", cmd_debug_forward},
     {"debug-generate", cmd_debug_generate},
     {"debug-rl-loss", cmd_debug_rl_loss},

@@ -12,6 +12,7 @@
 // only read the store.
 #pragma once
 
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -40,6 +41,11 @@ class ModelRegistry {
   Result<json> get(const std::string& ref);
   // Service::trained_model_file (trained_models.cpp): one file of an adapter's PEFT folder.
   Result<std::string> file(const std::string& ref, const std::string& name);
+  // Service::merged_trained_model, merged_trained_model_file (merged_models.cpp): the adapter
+  // merged into its base model's weights, a Hugging Face model folder made once by
+  // `trainer-job merge` (Backend::run_tool) into DATA/merged-models/ID and served file by file.
+  Result<json> merged(const std::string& ref);
+  Result<std::string> merged_file(const std::string& ref, const std::string& name);
   // Service::register_snapshot, snapshot_candidate (registration.cpp).
   Result<std::pair<json, bool>> register_snapshot(const std::string& snapshot_ref);
   Result<json> snapshot_candidate(const std::string& snapshot_ref);
@@ -76,6 +82,12 @@ class ModelRegistry {
   Status publish_imported_adapter(const std::string& dir, const std::string& cache, const std::string& base_name,
                                   const std::string& id, const std::string& key);
 
+  // A REGISTERED ADAPTER model's document by id or prefix; FailedPrecondition naming what it is
+  // otherwise (a BASE model, a model not yet REGISTERED).
+  Result<json> registered_adapter(const std::string& ref);
+  // The merged folder of the REGISTERED ADAPTER `model`, made when missing; its path.
+  Result<std::string> merged_folder(const json& model);
+
   // One step of a registration (the kernel's "registration" kind; mu held).
   Status step_task(tasks::Step& step);
   // One attempt of a register_candidate operation's stage (service telemetry).
@@ -91,6 +103,9 @@ class ModelRegistry {
   Workloads& workloads_;
   SnapshotCatalog& catalog_;
   tasks::FunctionKind tasks_;
+  // Serialises merges (not core_.mu: a merge takes minutes on a large model): a second request
+  // for a model being merged waits, then finds its folder.
+  std::mutex merge_mu_;
 };
 
 }  // namespace trainer::service

@@ -27,6 +27,9 @@ inline constexpr const char* kRegistrationHold = "registration";
 // How long the engine may take to load an imported adapter onto its base model (trainer-job score).
 inline constexpr int kAdapterLoadTimeoutSeconds = 300;
 
+// How long `trainer-job merge` may take to merge an adapter into its base model's weights.
+inline constexpr int kMergeTimeoutSeconds = 3600;
+
 // A model id (16 lowercase hex) derived from what identifies it: `kind` ("snapshot", "run",
 // "import", "baseModel") and its parts, so registering the same thing again gives the same id.
 std::string model_id(const std::string& kind, const std::vector<std::string>& parts);

@@ -307,6 +307,14 @@ class Service {
   // `adapter_model.safetensors`), as the registry holds it; not_found naming the file otherwise;
   // FailedPrecondition for a model that is not REGISTERED or is a BASE model.
   virtual Result<std::string> trained_model_file(const std::string& ref, const std::string& name) = 0;
+  // A REGISTERED adapter model merged into its base model's weights, as a Hugging Face model
+  // folder (config.json, the tokenizer files, model.safetensors): {modelId, format: "hf",
+  // baseModel, files: [{name, bytes}]}. Made on the first call by `trainer-job merge` (minutes
+  // for a large model), then kept. FailedPrecondition for a BASE model or one not REGISTERED, or
+  // a base revision no longer in the model cache.
+  virtual Result<json> merged_trained_model(const std::string& ref) = 0;
+  // One file of that folder; NotFound naming the file when it has none of that name.
+  virtual Result<std::string> merged_trained_model_file(const std::string& ref, const std::string& name) = 0;
   // Registers a committed snapshot's weights as a candidate model: returns once the registration
   // is durable (status PENDING); it copies the weights in durable steps (COPYING, REGISTERED or
   // FAILED), holding the snapshot while it copies. The id derives from the snapshot (again: the

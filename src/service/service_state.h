@@ -201,6 +201,10 @@ class ServiceImpl final : public Service {
   Result<std::string> trained_model_file(const std::string& ref, const std::string& name) override {
     return registry_.file(ref, name);
   }
+  Result<json> merged_trained_model(const std::string& ref) override { return registry_.merged(ref); }
+  Result<std::string> merged_trained_model_file(const std::string& ref, const std::string& name) override {
+    return registry_.merged_file(ref, name);
+  }
   Result<std::pair<json, bool>> register_snapshot(const std::string& snapshot_ref) override {
     return registry_.register_snapshot(snapshot_ref);
   }

@@ -106,6 +106,23 @@ Result<json> ModelRegistry::get(const std::string& ref) {
   return present_model(*m);
 }
 
+Result<json> ModelRegistry::registered_adapter(const std::string& ref) {
+  auto m = resolve(ref, "model");
+  if (!m.is_ok()) return m.status();
+  const std::string id = m->value("modelId", std::string());
+  if (m->value("variant", std::string()) == kVariantBase) {
+    return field_status(StatusCode::kFailedPrecondition, "model",
+                        "model " + id + " is a BASE model: it has no adapter to export or merge; its weights are the "
+                        "base model's own folder");
+  }
+  if (m->value("status", std::string()) != kModelRegistered) {
+    return field_status(StatusCode::kFailedPrecondition, "model",
+                        "model " + id + " is " + m->value("status", std::string("unknown")) +
+                            "; only a REGISTERED model's files can be exported (trainer trained-models get " + id + ")");
+  }
+  return *m;
+}
+
 Result<std::string> ModelRegistry::file(const std::string& ref, const std::string& name) {
   auto m = resolve(ref, "model");
   if (!m.is_ok()) return m.status();
@@ -115,15 +132,8 @@ Result<std::string> ModelRegistry::file(const std::string& ref, const std::strin
                         "model " + id + " has no file '" + name + "' (an adapter's folder holds adapter_config.json "
                         "and adapter_model.safetensors)");
   }
-  if (m->value("variant", std::string()) == kVariantBase) {
-    return field_status(StatusCode::kFailedPrecondition, "model",
-                        "model " + id + " is a BASE model: its weights are the base model's own folder, not an adapter");
-  }
-  if (m->value("status", std::string()) != kModelRegistered) {
-    return field_status(StatusCode::kFailedPrecondition, "model",
-                        "model " + id + " is " + m->value("status", std::string("unknown")) +
-                            "; only a REGISTERED model's files can be exported (trainer trained-models get " + id + ")");
-  }
+  m = registered_adapter(id);
+  if (!m.is_ok()) return m.status();
   const json artifact = m->value("artifact", json::object());
   const json key = artifact.is_object() ? artifact.value("key", json(nullptr)) : json(nullptr);
   if (!key.is_string()) return internal_error("model " + id + " is REGISTERED but names no artifact key");

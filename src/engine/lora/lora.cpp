@@ -152,7 +152,7 @@ void save_peft_folder(model::CausalLM& model, const plan::LoraSettings& settings
   }
 }
 
-PeftAdapter read_peft(model::CausalLM& model, const std::string& dir) {
+PeftConfig read_peft_config(const std::string& dir) {
   const std::string cfg_path = (fs::path(dir) / "adapter_config.json").string();
   std::ifstream in(cfg_path);
   if (!in) throw EngineError(StatusCode::kNotFound, cfg_path + ": no such file (is this a PEFT adapter folder?)");
@@ -170,17 +170,32 @@ PeftAdapter read_peft(model::CausalLM& model, const std::string& dir) {
   if (!field("r").is_number_integer() || cfg["r"].get<int64_t>() <= 0) {
     throw EngineError(StatusCode::kInvalidArgument, cfg_path + ": field 'r' must be a positive integer");
   }
-  const int64_t r = cfg["r"].get<int64_t>();
-  const double alpha = cfg.value("lora_alpha", 8.0);
-  const bool rslora = cfg.value("use_rslora", false);
+  PeftConfig out;
+  out.rank = cfg["r"].get<int64_t>();
+  out.alpha = cfg.value("lora_alpha", 8.0);
+  out.rslora = cfg.value("use_rslora", false);
   if (cfg.value("use_dora", false)) throw EngineError(StatusCode::kInvalidArgument, cfg_path + ": field 'use_dora': DoRA is not supported");
   if (cfg.contains("fan_in_fan_out") && cfg["fan_in_fan_out"] == true) {
     throw EngineError(StatusCode::kInvalidArgument, cfg_path + ": field 'fan_in_fan_out': not supported");
   }
-  if (cfg.contains("rank_pattern") && cfg["rank_pattern"].is_object() && !cfg["rank_pattern"].empty()) {
-    throw EngineError(StatusCode::kInvalidArgument, cfg_path + ": field 'rank_pattern': per-module ranks are not supported");
+  for (const char* pattern : {"rank_pattern", "alpha_pattern"}) {
+    if (cfg.contains(pattern) && cfg[pattern].is_object() && !cfg[pattern].empty()) {
+      throw EngineError(StatusCode::kInvalidArgument,
+                        cfg_path + ": field '" + pattern + "': per-module ranks and alphas are not supported");
+    }
   }
-  const double scale = rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r);
+  // PEFT's LoraLayer.update_layer: lora_alpha / sqrt(r) with rsLoRA, lora_alpha / r without.
+  out.scale = out.rslora ? out.alpha / std::sqrt(static_cast<double>(out.rank)) : out.alpha / static_cast<double>(out.rank);
+  if (cfg.contains("bias")) out.bias = cfg["bias"].is_string() ? cfg["bias"].get<std::string>() : "";
+  out.has_modules_to_save = cfg.contains("modules_to_save") && !cfg["modules_to_save"].is_null() &&
+                            !(cfg["modules_to_save"].is_array() && cfg["modules_to_save"].empty());
+  return out;
+}
+
+PeftAdapter read_peft(model::CausalLM& model, const std::string& dir) {
+  const PeftConfig cfg = read_peft_config(dir);
+  const int64_t r = cfg.rank;
+  const double scale = cfg.scale;
   const std::string st_path = (fs::path(dir) / "adapter_model.safetensors").string();
   auto file = value_or_throw(model::SafetensorsFile::open(st_path));
   PeftAdapter out;

@@ -37,6 +37,30 @@ void save_peft(model::CausalLM& model, const plan::LoraSettings& settings, const
 void save_peft_folder(model::CausalLM& model, const plan::LoraSettings& settings, const std::string& base_model,
                       const std::string& final_dir);
 
+// The fields of a PEFT LoRA folder's adapter_config.json the engine reads. Refused (by field,
+// naming the file): a peft_type other than LORA, r not a positive integer, DoRA, fan_in_fan_out,
+// per-module rank_pattern or alpha_pattern.
+struct PeftConfig {
+  int64_t rank = 0;                  // r
+  double alpha = 8;                  // lora_alpha (PEFT's default 8 when absent)
+  bool rslora = false;               // use_rslora
+  double scale = 0;                  // as PEFT scales B·A: alpha / r, or alpha / sqrt(r) with rsLoRA
+  std::string bias = "none";         // bias ("none", "all", "lora_only"; "" when not a string)
+  bool has_modules_to_save = false;  // modules_to_save names modules saved whole
+};
+PeftConfig read_peft_config(const std::string& dir);
+
+// Writes into `out_dir` (an existing, empty folder) the Hugging Face model folder of the model
+// folder `model_dir` with the PEFT LoRA folder `adapter_dir` merged into its weights, as PEFT's
+// merge_and_unload() does: for each adapted linear W' = W + scale * (B @ A), the product in fp32,
+// the sum in fp32 rounded once to W's dtype. Every other tensor is copied unchanged under its
+// own name and dtype into one model.safetensors (a sharded base is written as one file); the
+// folder's other files (config.json, tokenizer files, ...) are copied. Throws EngineError
+// naming the file and tensor or field at fault: an adapter key that is not a LoRA A/B matrix of
+// a base weight, a missing half of a pair, shapes that do not fit, modules_to_save or bias
+// terms (which a merge of A and B alone would drop). Returns the number of linears merged.
+int64_t merge_peft_into(const std::string& model_dir, const std::string& adapter_dir, const std::string& out_dir);
+
 // A PEFT LoRA adapter folder's matrices for `model`'s layers (fp32, on the model's device, no
 // grad), kept apart from the model, and its rank. Errors name the file and field.
 struct PeftAdapter {
