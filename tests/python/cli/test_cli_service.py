@@ -132,7 +132,10 @@ def test_id_prefixes_resolve_and_ambiguous_ones_are_refused(ready):
     out = ready("runs", "get", common)
     assert out.returncode == 1
     assert a[:8] in out.stderr and b[:8] in out.stderr, out.stderr
-    unique = a[:len(common) + 1]
+    # The shortest prefix of a that no other run of this service shares (the module's other tests
+    # made runs too, and one of theirs may share a longer prefix with a than b does).
+    others = [r["runId"] for r in ready.json("runs", "list", "--limit", "1000")["runs"] if r["runId"] != a]
+    unique = next(a[:n] for n in range(len(common) + 1, len(a) + 1) if not any(o.startswith(a[:n]) for o in others))
     assert ready.json("runs", "get", unique)["runId"] == a
     assert ready.json("runs", "get", a)["runId"] == a
 
