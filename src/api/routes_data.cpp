@@ -61,6 +61,10 @@ void install_data_routes(http::Router& router, service::Service& svc, const serv
              route_json(200, [&svc](const Request& req) { return measure_dataset(svc, req); }));
   router.add("GET", "/v1/datasets/{ref}", max,
              route_json(200, [&svc](const Request& req) { return svc.get_dataset(req.params[0]); }));
+  // A name moved to other registered rows (body {"dataset": REF}), without an upload.
+  router.add("PUT", "/v1/dataset-names/{name}", max, route_body(200, [&svc](const Request& req, const json& body) {
+               return svc.name_dataset(req.params[0], body);
+             }));
 
   // ---- scoring bundles
   router.add("POST", "/v1/bundles", max_upload,

@@ -12,7 +12,13 @@ void install_workload_routes(http::Router& router, service::Service& svc, const 
 
   router.add("POST", "/v1/workloads", max,
              route_body(201, [&svc](const Request&, const json& body) { return svc.create_workload(body); }));
-  router.add("GET", "/v1/workloads", max, route_json(200, [&svc](const Request&) { return svc.list_workloads(); }));
+  router.add("GET", "/v1/workloads", max, route_json(200, [&svc](const Request& req) {
+               return svc.list_workloads(req.has_query("archived") ? req.query_value("archived") : "");
+             }));
+  router.add("POST", "/v1/workloads/{ref}/archive", max,
+             route_json(200, [&svc](const Request& req) { return svc.archive_workload(req.params[0]); }));
+  router.add("POST", "/v1/workloads/{ref}/unarchive", max,
+             route_json(200, [&svc](const Request& req) { return svc.unarchive_workload(req.params[0]); }));
   router.add("GET", "/v1/workloads/{ref}", max,
              route_json(200, [&svc](const Request& req) { return svc.get_workload(req.params[0]); }));
   router.add("PATCH", "/v1/workloads/{ref}", max, route_body(200, [&svc](const Request& req, const json& body) {

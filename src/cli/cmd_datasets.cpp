@@ -1,4 +1,4 @@
-// `trainer datasets create|list|get|measure`: chat-format JSONL datasets, identified by the hash of their rows.
+// `trainer datasets create|list|get|name|measure`: chat-format JSONL datasets, identified by the hash of their rows.
 #include <cstdlib>
 
 #include "cli/command_support.h"
@@ -60,6 +60,28 @@ int datasets_list(Context& ctx) {
 }
 
 int datasets_get(Context& ctx) { return show_document(ctx, "/v1/datasets/" + seg(ctx.inv.positionals[0])); }
+
+int datasets_name(Context& ctx) {
+  const std::string name = ctx.inv.positionals[0];
+  auto doc = ctx.put("/v1/dataset-names/" + seg(name), json{{"dataset", ctx.inv.positionals[1]}});
+  if (!doc) return ctx.last_failure_code();
+  if (!ctx.text()) {
+    ctx.print_json(*doc);
+    return kExitOk;
+  }
+  const std::string hash = str(*doc, "hash");
+  const std::string moved_from = str(*doc, "movedFrom");
+  if (moved_from == hash) {
+    out("The name " + name + " already points at dataset " + short_id(hash) + "; nothing changed.\n");
+  } else if (!moved_from.empty()) {
+    out("The name " + name + " moved from dataset " + short_id(moved_from) + " to " + short_id(hash) + " (" +
+        str(*doc, "rows") + " rows); plans naming " + name +
+        " now train on these rows (the old ones stay registered under their hash).\n");
+  } else {
+    out("Named dataset " + short_id(hash) + " (" + str(*doc, "rows") + " rows) " + name + ".\n");
+  }
+  return kExitOk;
+}
 
 int datasets_measure(Context& ctx) {
   auto model = ctx.inv.get("base-model");
@@ -135,7 +157,14 @@ Command datasets_command() {
   measure.examples = {{"lengths under a model's template", "trainer datasets measure sentiment-train --base-model tiny-qwen3"},
                       {"how many rows a plan's maxSeqLength: 128 would cut",
                        "trainer datasets measure sentiment-train --base-model tiny-qwen3 --max-seq-length 128"}};
-  g.children = {create, list, get, measure};
+  Command name{"name", {}, "Give a registered dataset a name, or move a name to it, without an upload", "NAME DATASET",
+               "NAME (a movable alias) points at DATASET (a name, a hash or a hash prefix) from now on; the\n"
+               "rows it pointed at before stay registered under their hash. Runs already submitted keep the\n"
+               "rows they were given.",
+               {}, {}, datasets_name, 2, 2, {}};
+  name.examples = {{"point a name back at earlier rows", "trainer datasets name sentiment-train 3f2a9c71"},
+                   {"a second name for the same rows", "trainer datasets name sentiment-v1 sentiment-train"}};
+  g.children = {create, list, get, name, measure};
   return g;
 }
 

@@ -221,6 +221,8 @@ int evaluations_list(Context& ctx) {
 }
 
 int evaluations_get(Context& ctx) {
+  // --follow: as `evaluations wait` (its progress, then the evaluation once it ended).
+  if (ctx.inv.has("follow")) return wait_for_evaluation(ctx, ctx.inv.positionals[0]);
   auto e = ctx.get("/v1/evaluations/" + seg(ctx.inv.positionals[0]));
   if (!e) return ctx.last_failure_code();
   return print_evaluation(ctx, *e);
@@ -322,9 +324,16 @@ Command evaluations_command() {
                            "at most N (default 50)", ""),
                {}, evaluations_list, 0, 0, {}};
   list.examples = {{"open evaluations", "trainer evaluations list --phase open"}};
-  Command get{"get", {}, "Show an evaluation: model, dataset, grader, progress, report", "EVALUATION", "", {}, {},
+  Flag follow_exit_status = exit_status;
+  follow_exit_status.requires_flag = "follow";
+  Flag follow_timeout = timeout;
+  follow_timeout.requires_flag = "follow";
+  Command get{"get", {}, "Show an evaluation: model, dataset, grader, progress, report", "EVALUATION",
+              "--follow shows its progress until it ends, then the evaluation (as `evaluations wait`).",
+              {{"follow", 0, "", "follow the evaluation until it ends", ""}, follow_exit_status, follow_timeout}, {},
               evaluations_get, 1, 1, {}};
-  get.examples = {{"the mean score", "trainer evaluations get 3f2a9c71 --jq .report.meanScore"}};
+  get.examples = {{"the mean score", "trainer evaluations get 3f2a9c71 --jq .report.meanScore"},
+                  {"follow it to its end, exit 3 if it failed", "trainer evaluations get 3f2a9c71 --follow --exit-status"}};
   Command wait_cmd{"wait", {}, "Follow an evaluation until it ends", "EVALUATION", "", {exit_status, timeout}, {},
                    evaluations_wait, 1, 1, {}};
   wait_cmd.flags[0].requires_flag = "";

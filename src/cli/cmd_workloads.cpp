@@ -1,4 +1,5 @@
-// `trainer workloads ...`: create, list, get, rename, annotate, set-evaluation, refs.
+// `trainer workloads ...`: create, list, get, rename, annotate, set-evaluation, refs, history,
+// archive, unarchive.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -67,10 +68,16 @@ int workloads_create(Context& ctx) {
 int workloads_list(Context& ctx) {
   ListView view;
   view.path = "/v1/workloads";
+  if (auto archived = ctx.inv.get("archived")) {
+    if (*archived != "include" && *archived != "only") {
+      return ctx.fail("--archived must be include or only, got \"" + *archived + "\"", kExitUsage);
+    }
+    view.path += "?archived=" + *archived;
+  }
   view.items = "workloads";
   view.header = {"NAME", "ID", "EVAL DATASET", "GRADER", "GPU QUOTA", "DESCRIPTION", "CREATED"};
   view.row = [](const json& w, double now) -> std::vector<std::string> {
-    return {str(w, "name"), short_id(str(w, "id")), evaluation_text(w, "dataset"), evaluation_text(w, "grader"),
+    return {str(w, "name") + (w.value("archived", false) ? " (archived)" : ""), short_id(str(w, "id")), evaluation_text(w, "dataset"), evaluation_text(w, "grader"),
             str(w, "gpuQuota"), str(w, "description"), age_text(str(w, "createdAt"), now)};
   };
   view.empty = [](const json&) -> std::string {
@@ -80,6 +87,25 @@ int workloads_list(Context& ctx) {
 }
 
 int workloads_get(Context& ctx) { return show_document(ctx, "/v1/workloads/" + seg(ctx.inv.positionals[0])); }
+
+// `workloads archive|unarchive WORKLOAD`: POST .../archive or .../unarchive.
+int workloads_archive_or_unarchive(Context& ctx, const std::string& verb) {
+  auto doc = ctx.post("/v1/workloads/" + seg(ctx.inv.positionals[0]) + "/" + verb, json::object());
+  if (!doc) return ctx.last_failure_code();
+  if (!ctx.text()) {
+    ctx.print_json(*doc);
+  } else if (verb == "archive") {
+    out("Archived workload " + str(*doc, "name") + ": hidden from `workloads list` (`--archived include` shows it), " +
+        "it takes no new runs, evaluations or endpoints; its runs, models and scores stay. " +
+        "`trainer workloads unarchive " + str(*doc, "name") + "` takes it back.\n");
+  } else {
+    out("Unarchived workload " + str(*doc, "name") + ": listed again and taking new work.\n");
+  }
+  return kExitOk;
+}
+
+int workloads_archive(Context& ctx) { return workloads_archive_or_unarchive(ctx, "archive"); }
+int workloads_unarchive(Context& ctx) { return workloads_archive_or_unarchive(ctx, "unarchive"); }
 
 int workloads_rename(Context& ctx) {
   auto doc = ctx.patch("/v1/workloads/" + seg(ctx.inv.positionals[0]), json{{"name", ctx.inv.positionals[1]}});
@@ -183,8 +209,22 @@ Command workloads_command() {
   create.examples = {{"a workload with defaults", "trainer workloads create sentiment-demo"},
                      {"with an evaluation dataset and a quota of 2 devices",
                       "trainer workloads create sentiment-demo --dataset sentiment-train --gpu-quota 2"}};
-  Command list{"list", {}, "List workloads, newest first", "", "", {}, {}, workloads_list, 0, 0, {}};
-  list.examples = {{"every workload", "trainer workloads list"}, {"as JSON", "trainer workloads list -o json"}};
+  Command list{"list", {}, "List workloads, newest first", "", "Archived workloads are hidden unless --archived asks.",
+               {{"archived", 0, "include|only", "list archived workloads too (include), or only them (only)", ""}}, {},
+               workloads_list, 0, 0, {}};
+  list.examples = {{"every workload", "trainer workloads list"}, {"as JSON", "trainer workloads list -o json"},
+                   {"the archived ones", "trainer workloads list --archived only"}};
+  Command archive{"archive", {}, "Archive a workload: hidden from the list, no new work (refused while work runs)",
+                  "WORKLOAD",
+                  "An archived workload still answers `workloads get`, keeps its runs, models, scores and refs,\n"
+                  "and refuses new runs, evaluations and endpoints. Archiving is refused while the workload has\n"
+                  "work in progress (open runs, evaluations or endpoints), each named. Datasets and bundles are\n"
+                  "not the workload's and stay as they are.",
+                  {}, {}, workloads_archive, 1, 1, {}};
+  archive.examples = {{"archive a finished workload", "trainer workloads archive sentiment-demo"}};
+  Command unarchive{"unarchive", {}, "Take an archived workload back: listed again and taking new work", "WORKLOAD", "",
+                    {}, {}, workloads_unarchive, 1, 1, {}};
+  unarchive.examples = {{"take it back", "trainer workloads unarchive sentiment-demo"}};
   Command get{"get", {}, "Show a workload: evaluation settings and refs", "WORKLOAD", "", {}, {}, workloads_get, 1, 1, {}};
   get.examples = {{"one workload", "trainer workloads get sentiment-demo"},
                   {"as JSON", "trainer workloads get sentiment-demo -o json"}};
@@ -227,7 +267,8 @@ Command workloads_command() {
                   {}, {}, workloads_history, 1, 1, {}};
   history.examples = {{"a workload's history", "trainer workloads history sentiment-demo"},
                       {"the models its refs pointed at", "trainer workloads history sentiment-demo --jq '.history[].to'"}};
-  g.children = {create, list, get, rename, annotate, set_eval, workloads_scores_command(), refs, history};
+  g.children = {create, list, get, rename, annotate, set_eval, workloads_scores_command(), refs, history, archive,
+                unarchive};
   return g;
 }
 

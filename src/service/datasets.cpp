@@ -83,6 +83,27 @@ Result<std::pair<json, bool>> Datasets::register_rows(const std::optional<std::s
   return std::make_pair(*out, created);
 }
 
+Result<json> Datasets::name(const std::string& name, const std::string& ref) {
+  TRAINER_RETURN_IF_ERROR(check_dataset_name(name));
+  std::lock_guard<std::mutex> lock(core_.mu);
+  auto d = resolve(ref, "dataset");
+  if (!d.is_ok()) return d.status();
+  const std::string hash = (*d)["hash"].get<std::string>();
+  auto before = core_.store->get_alias(name);
+  if (!before.is_ok()) return before.status();
+  if (!before->has_value() || **before != hash) {
+    TRAINER_RETURN_IF_ERROR(core_.store->transaction([&] { return core_.store->set_alias(name, hash); }));
+  }
+  auto stored = core_.store->get_dataset(hash);
+  if (!stored.is_ok()) return stored.status();
+  if (!stored->has_value()) return internal_error("dataset " + hash + " vanished while it was named");
+  auto out = present(**stored);
+  if (!out.is_ok()) return out.status();
+  (*out)["name"] = name;  // the name just given (the dataset may hold others too: `names`)
+  if (before->has_value()) (*out)["movedFrom"] = **before;
+  return out;
+}
+
 Result<json> Datasets::list() {
   auto rows = core_.store->list_datasets();
   if (!rows.is_ok()) return rows.status();

@@ -24,6 +24,9 @@ class Datasets {
   Result<std::pair<json, bool>> register_rows(const std::optional<std::string>& name, const std::string& rows);
   Result<json> list();
   Result<json> get(const std::string& ref);
+  // Points the alias `name` at the dataset `ref` (a name, hash or unique prefix) without an upload;
+  // the answer is the dataset, with `movedFrom` when the name pointed at other rows before.
+  Result<json> name(const std::string& name, const std::string& ref);
   Result<json> measure(const std::string& ref, const std::string& base_model, std::optional<int> max_seq_length);
 
   // For the other parts:

@@ -8,6 +8,7 @@
 
 #include "common/http_client.h"
 #include "common/json_parse.h"
+#include "service/workloads.h"
 
 namespace trainer::service {
 namespace {
@@ -99,6 +100,7 @@ Result<json> Endpoints::resolve_request(const json& body) {
   if (!workload) {
     return invalid_field("workload", "is required: a base model carries no workload; name the workload its devices count against");
   }
+  TRAINER_RETURN_IF_ERROR(Workloads::check_takes_work(*workload, "workload"));
   json served = {{"name", model.value("baseModel", std::string())}, {"kind", "base"}, {"enabled", true}};
   if (!base) {
     std::string adapter = model.value("adapterPath", std::string());

@@ -252,6 +252,8 @@ Result<json> Evaluations::start_locked(const json& body) {
                                      "one); name the workload whose baseline it is");
   }
 
+  if (workload) TRAINER_RETURN_IF_ERROR(Workloads::check_takes_work(*workload, "workload"));
+
   // The dataset: named, else the workload's evaluation dataset.
   std::string dataset_ref = body.value("dataset", std::string());
   if (dataset_ref.empty() && workload) {

@@ -144,6 +144,7 @@ Result<std::pair<json, bool>> ServiceImpl::submit_plan(const json& body, bool dr
 
   auto w = resolve_workload(p.workload, "workload");
   if (!w.is_ok()) return w.status();
+  TRAINER_RETURN_IF_ERROR(Workloads::check_takes_work(*w, "workload"));
   const std::string base_ref = base_model_ref(p, *w);
   if (base_ref.empty()) {
     return invalid_field("baseModel", "required: the plan names none and workload '" +

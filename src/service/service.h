@@ -181,6 +181,8 @@ class Service {
                                                          const std::string& rows) = 0;
   virtual Result<json> list_datasets() = 0;
   virtual Result<json> get_dataset(const std::string& ref) = 0;  // name, hash or unique prefix
+  // Moves (or gives) the name `name` to the dataset body {"dataset": REF}, without an upload.
+  virtual Result<json> name_dataset(const std::string& name, const json& body) = 0;
   // Token length distribution under a base model's tokenizer (runs `trainer-job analyze`).
   virtual Result<json> measure_dataset(const std::string& ref, const std::string& base_model,
                                        std::optional<int> max_seq_length) = 0;
@@ -195,9 +197,14 @@ class Service {
 
   // ---- workloads
   virtual Result<json> create_workload(const json& body) = 0;
-  virtual Result<json> list_workloads() = 0;
+  // `archived`: "" hides archived workloads, "include" lists them too, "only" lists only them.
+  virtual Result<json> list_workloads(const std::string& archived) = 0;
   virtual Result<json> get_workload(const std::string& ref) = 0;
   virtual Result<json> update_workload(const std::string& ref, const json& body) = 0;
+  // Hides a workload from the list and refuses it new work (refused while it has work in
+  // progress, naming each item); unarchive undoes it. Both answer the workload.
+  virtual Result<json> archive_workload(const std::string& ref) = 0;
+  virtual Result<json> unarchive_workload(const std::string& ref) = 0;
   virtual Result<json> set_evaluation(const std::string& ref, const json& body) = 0;
   virtual Result<json> get_ref(const std::string& ref, const std::string& which) = 0;
   virtual Result<json> set_ref(const std::string& ref, const std::string& which, const json& body) = 0;

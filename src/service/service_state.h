@@ -105,6 +105,13 @@ class ServiceImpl final : public Service {
   }
   Result<json> list_datasets() override { return datasets_.list(); }
   Result<json> get_dataset(const std::string& ref) override { return datasets_.get(ref); }
+  Result<json> name_dataset(const std::string& name, const json& body) override {
+    TRAINER_RETURN_IF_ERROR(check_fields(body, {"dataset"}));
+    if (!body.contains("dataset") || !body["dataset"].is_string()) {
+      return invalid_field("dataset", "required: the dataset's name, hash or hash prefix");
+    }
+    return datasets_.name(name, body["dataset"].get<std::string>());
+  }
   Result<json> measure_dataset(const std::string& ref, const std::string& base_model,
                                std::optional<int> max_seq_length) override {
     return datasets_.measure(ref, base_model, max_seq_length);
@@ -118,7 +125,9 @@ class ServiceImpl final : public Service {
   Result<json> get_bundle(const std::string& ref) override { return bundles_.get(ref); }
 
   Result<json> create_workload(const json& body) override { return workloads_.create(body); }
-  Result<json> list_workloads() override { return workloads_.list(); }
+  Result<json> list_workloads(const std::string& archived) override { return workloads_.list(archived); }
+  Result<json> archive_workload(const std::string& ref) override { return workloads_.archive(ref); }
+  Result<json> unarchive_workload(const std::string& ref) override { return workloads_.unarchive(ref); }
   Result<json> get_workload(const std::string& ref) override { return workloads_.get(ref); }
   Result<json> update_workload(const std::string& ref, const json& body) override {
     return workloads_.update(ref, body);

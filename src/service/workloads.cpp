@@ -3,6 +3,7 @@
 
 #include "plan/plan.h"
 #include "service/judges.h"
+#include "service/phases.h"
 
 #include "service/registry.h"
 #include "service/workloads.h"
@@ -124,10 +125,92 @@ Result<json> Workloads::create(const json& body) {
   return doc;
 }
 
-Result<json> Workloads::list() {
+Result<json> Workloads::list(const std::string& archived) {
+  if (!archived.empty() && archived != "include" && archived != "only") {
+    return invalid_field("archived", "'" + archived + "' is not include or only");
+  }
   auto rows = core_.store->list_workloads();
   if (!rows.is_ok()) return rows.status();
-  return json{{"workloads", *rows}};
+  json out = json::array();
+  for (auto& w : *rows) {
+    const bool is_archived = w.value("archived", false);
+    if (archived.empty() ? is_archived : archived == "only" && !is_archived) continue;
+    out.push_back(std::move(w));
+  }
+  return json{{"workloads", out}};
+}
+
+Status Workloads::check_takes_work(const json& w, const std::string& field) {
+  if (!w.value("archived", false)) return Status::ok();
+  const std::string name = w.value("name", std::string());
+  return field_status(StatusCode::kFailedPrecondition, field,
+                      "workload '" + name + "' is archived and takes no new work; `trainer workloads unarchive " + name +
+                          "` takes it back");
+}
+
+// The work of workload `id` still in progress, each item named: open runs, evaluations, endpoints.
+Result<std::vector<std::string>> Workloads::work_in_progress(const std::string& id) {
+  std::vector<std::string> items;
+  store::RunFilter filter;
+  filter.workload_id = id;
+  filter.limit = 1000;
+  for (int i = 0; i < kPhaseCount; ++i) {
+    if (!is_terminal(phase_at(i))) filter.phases.push_back(phase_name(phase_at(i)));
+  }
+  TRAINER_ASSIGN_OR_RETURN(store::RunPage runs, core_.store->list_runs(filter));
+  for (const auto& r : runs.runs) {
+    items.push_back("run " + r.value("runId", std::string()) + " (" + r.value("phase", std::string()) + ")");
+  }
+  const auto of_workload = [&](const json& doc) {
+    return doc.contains("workload") && doc["workload"].is_object() && doc["workload"].value("id", std::string()) == id;
+  };
+  TRAINER_ASSIGN_OR_RETURN(std::vector<json> evaluations, core_.store->list_evaluations({"QUEUED", "RUNNING"}));
+  for (const auto& e : evaluations) {
+    if (of_workload(e)) items.push_back("evaluation " + e.value("evaluationId", std::string()) + " (" + e.value("phase", std::string()) + ")");
+  }
+  TRAINER_ASSIGN_OR_RETURN(std::vector<json> endpoints,
+                           core_.store->list_endpoints({"AWAITING_CAPACITY", "STARTING", "READY", "DELETING"}));
+  for (const auto& e : endpoints) {
+    if (of_workload(e)) items.push_back("endpoint " + e.value("endpointId", std::string()) + " (" + e.value("phase", std::string()) + ")");
+  }
+  return items;
+}
+
+Result<json> Workloads::archive(const std::string& ref) {
+  std::lock_guard<std::mutex> lock(core_.mu);
+  TRAINER_ASSIGN_OR_RETURN(json doc, resolve(ref, "workload"));
+  if (doc.value("archived", false)) return doc;
+  const std::string name = doc.value("name", std::string());
+  TRAINER_ASSIGN_OR_RETURN(std::vector<std::string> busy, work_in_progress(doc["id"].get<std::string>()));
+  if (!busy.empty()) {
+    std::string list;
+    for (const auto& item : busy) list += (list.empty() ? "" : ", ") + item;
+    return field_status(StatusCode::kFailedPrecondition, "workload",
+                        "workload '" + name + "' has work in progress: " + list +
+                            "; let it end or cancel it, then archive the workload");
+  }
+  const std::string now = core_.now_rfc3339();
+  doc["archived"] = true;
+  doc["archivedAt"] = now;
+  doc["updatedAt"] = now;
+  if (!doc.contains("history") || !doc["history"].is_array()) doc["history"] = json::array();
+  doc["history"].push_back({{"time", now}, {"change", "archived"}});
+  TRAINER_RETURN_IF_ERROR(core_.store->update_workload(doc));
+  return doc;
+}
+
+Result<json> Workloads::unarchive(const std::string& ref) {
+  std::lock_guard<std::mutex> lock(core_.mu);
+  TRAINER_ASSIGN_OR_RETURN(json doc, resolve(ref, "workload"));
+  if (!doc.value("archived", false)) return doc;
+  const std::string now = core_.now_rfc3339();
+  doc.erase("archived");
+  doc.erase("archivedAt");
+  doc["updatedAt"] = now;
+  if (!doc.contains("history") || !doc["history"].is_array()) doc["history"] = json::array();
+  doc["history"].push_back({{"time", now}, {"change", "unarchived"}});
+  TRAINER_RETURN_IF_ERROR(core_.store->update_workload(doc));
+  return doc;
 }
 
 Result<json> Workloads::update(const std::string& ref, const json& body) {

@@ -33,7 +33,8 @@ class Workloads {
   // Service::create_workload, list_workloads, get_workload, update_workload, set_evaluation,
   // get_ref, set_ref, workload_history, workload_scores.
   Result<json> create(const json& body);
-  Result<json> list();
+  // `archived`: "" hides archived workloads, "include" shows them too, "only" shows only them.
+  Result<json> list(const std::string& archived = "");
   Result<json> get(const std::string& ref) { return resolve(ref, "workload"); }
   Result<json> update(const std::string& ref, const json& body);
   Result<json> set_evaluation(const std::string& ref, const json& body);
@@ -41,12 +42,22 @@ class Workloads {
   Result<json> set_ref(const std::string& ref, const std::string& which, const json& body);
   Result<json> history(const std::string& ref);
   Result<json> scores(const std::string& ref, const ScoreQuery& query);  // score_tables.cpp
+  // Archive: hidden from `list`, still answering `get`, refusing new work (runs, evaluations,
+  // endpoints); refused while work is in progress, naming each item. Unarchive undoes it.
+  Result<json> archive(const std::string& ref);
+  Result<json> unarchive(const std::string& ref);
 
   // For the other parts: a workload by name, id or unique id prefix; errors name `field`.
   // Reads the store only.
   Result<json> resolve(const std::string& ref, const std::string& field);
 
+  // failed_precondition naming `field` when the workload `w` is archived (it takes no new work).
+  static Status check_takes_work(const json& w, const std::string& field);
+
  private:
+  // The workload's open runs, evaluations and endpoints, each named ("run ID (PHASE)"); mu held.
+  Result<std::vector<std::string>> work_in_progress(const std::string& id);
+
   ServiceCore& core_;
   BaseModels& base_models_;
   Datasets& datasets_;

@@ -1,8 +1,9 @@
 """A new user's second hour (issue 30, "the rest of what the review found"), through the real
 `trainer` against a real trainerd: Ctrl-C on an evaluation's wait says the evaluation carries on
 and what to run next; an unknown model to evaluate ends with the commands that list what can be
-evaluated; evaluations show their dataset by name and short hash; `runs list` shows an RL run's
-reward, labelled, where an SFT run shows its loss."""
+evaluated; evaluations show their dataset by name and short hash; `evaluations get --follow`
+follows one to its end; `datasets name` moves a name without an upload; `runs list` shows an RL
+run's reward, labelled, where an SFT run shows its loss."""
 from __future__ import annotations
 
 import json
@@ -196,6 +197,52 @@ def test_evaluations_show_the_datasets_name_and_short_hash_and_json_keeps_the_fu
     assert re.search(rf"^Dataset:?\s+{nameless['hash'][:12]}$", text, re.M), text
 
 
+def test_evaluations_get_follow_watches_to_the_end_and_exit_status_says_how_it_ended(cli, evaluator, evaluations):
+    ref = start_held_evaluation(cli, evaluator, evaluations)
+    proc = subprocess.Popen([str(cli.binary), "evaluations", "get", ref, "--follow", "--exit-status",
+                             "--trainer-url", cli.url], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stderr.readline()
+        assert first.startswith(f"evaluation {ref[:12]}: "), first
+        cli("evaluations", "cancel", ref, "--force", check=True)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 4, out  # --exit-status: CANCELLED
+    assert re.search(r"^Phase:?\s+CANCELLED$", out, re.M), out
+    refused = cli("evaluations", "get", ref, "--exit-status")
+    assert refused.returncode == 2 and "--exit-status needs --follow" in refused.stderr, refused.stderr
+
+
+def test_datasets_name_moves_a_name_to_registered_rows_without_an_upload(cli, tmp_path):
+    def rows_file(name: str, label: str) -> str:
+        path = tmp_path / name
+        path.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"Ticket {i}: {label}"},
+                                                         {"role": "assistant", "content": f'{{"label": "{label}"}}'}]})
+                                + "\n" for i in range(3)))
+        return str(path)
+
+    first = cli.json("datasets", "create", "-f", rows_file("a.jsonl", "billing"), "--name", "moving-name")["hash"]
+    second = cli.json("datasets", "create", "-f", rows_file("b.jsonl", "outage"))["hash"]
+    moved = cli("datasets", "name", "moving-name", second[:12], check=True).stdout
+    assert f"The name moving-name moved from dataset {first[:12]} to {second[:12]} (3 rows)" in moved, moved
+    assert cli.json("datasets", "get", "moving-name")["hash"] == second
+    assert cli.json("datasets", "get", first)["hash"] == first  # the old rows stay, by hash
+    again = cli("datasets", "name", "moving-name", second, check=True).stdout
+    assert "already points at dataset" in again and "nothing changed" in again, again
+    given = cli.json("datasets", "name", "second-name", "moving-name")
+    assert given["hash"] == second and given["name"] == "second-name" and "movedFrom" not in given, given
+    for args, words in [(("Bad Name!", second), "is not a valid dataset name"),
+                        (("other-name", "no-such-dataset"), "no-such-dataset")]:
+        refused = cli("datasets", "name", *args)
+        assert refused.returncode == 1 and words in refused.stderr, refused.stderr
+    assert cli.json("datasets", "get", "moving-name")["hash"] == second
+    assert cli("datasets", "get", "other-name").returncode == 1
+
+
 # ---- runs list: an RL run's reward -------------------------------------------------------------
 
 def rl_plan(steps: int, model: str = MODEL) -> str:
@@ -263,3 +310,40 @@ def test_an_rl_run_whose_groups_never_differ_warns_of_no_learning_signal(cli):
     with urllib.request.urlopen(f"{cli.url}/v1/runs/{run_id}/events?waitSeconds=0", timeout=30) as r:
         events = json.loads(r.read())["events"]
     assert [e["field"] for e in events if e.get("type") == "warning"] == ["config.reward"], events
+
+
+# ---- workloads archive / unarchive --------------------------------------------------------------
+
+def test_an_archived_workload_is_hidden_answers_get_and_refuses_new_work_until_unarchived(cli):
+    name = "archive-me"
+    cli("workloads", "create", name, "--dataset", DATASET, check=True)
+    plan = sft_plan(100000).replace(f"workload: {WORKLOAD}", f"workload: {name}")
+    run_id = cli("runs", "start", "-f", "-", "--force", "--jq", ".runId", input=plan, check=True).stdout.strip()
+    busy = cli("workloads", "archive", name)
+    assert busy.returncode == 1, busy.stdout
+    assert f"workload '{name}' has work in progress: run {run_id} (" in busy.stderr, busy.stderr
+    assert name in [w["name"] for w in cli.json("workloads", "list")["workloads"]]  # nothing changed
+    cli("runs", "cancel", run_id, "--force", check=True)
+    cli("runs", "wait", run_id, "--timeout", "5m", "-q", check=True)
+
+    archived = cli("workloads", "archive", name, check=True).stdout
+    assert f"Archived workload {name}" in archived and f"trainer workloads unarchive {name}" in archived, archived
+    assert name not in [w["name"] for w in cli.json("workloads", "list")["workloads"]]
+    assert [w["name"] for w in cli.json("workloads", "list", "--archived", "only")["workloads"]] == [name]
+    assert f"{name} (archived)" in cli("workloads", "list", "--archived", "include", check=True).stdout
+    got = cli.json("workloads", "get", name)
+    assert got["archived"] is True and got["history"][-1]["change"] == "archived", got
+    assert cli.json("runs", "get", run_id)["phase"] == "CANCELLED"  # its runs stay
+    refusal = f"workload '{name}' is archived and takes no new work; `trainer workloads unarchive {name}` takes it back"
+    for args, kw in [(("runs", "start", "-f", "-", "--force"), {"input": plan}),
+                     (("evaluations", "start", "--model", MODEL, "--workload", name), {})]:
+        refused = cli(*args, **kw)
+        assert refused.returncode == 1 and refusal in refused.stderr, (args, refused.stderr)
+    bad = cli("workloads", "list", "--archived", "all")
+    assert bad.returncode == 2 and "--archived must be include or only" in bad.stderr, bad.stderr
+
+    cli("workloads", "unarchive", name, check=True)
+    assert name in [w["name"] for w in cli.json("workloads", "list")["workloads"]]
+    assert "archived" not in cli.json("workloads", "get", name)
+    again = cli("runs", "start", "-f", "-", "--dry-run", input=plan)
+    assert again.returncode == 0, again.stderr
