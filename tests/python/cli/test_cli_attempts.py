@@ -16,6 +16,7 @@ import pytest
 from cli_support import (MODEL_NAME, WORKLOAD, Cli, call, ended, job_pids, losses, plan_text, start_run_id, start_trainerd,
                          stop, wait_for, wait_run, wait_step)
 from serving_processes import serving_pids
+from stopped_processes import stopped
 
 STEPS = 24
 SAVE_EVERY = 4
@@ -103,15 +104,8 @@ def test_a_killed_job_gets_a_new_attempt_that_trains_exactly_as_uninterrupted(re
 def test_a_hung_job_is_stopped_and_the_run_resumes(ready, reference):
     run_id = start_run_id(ready, plan())
     running_past_a_snapshot(ready, run_id)
-    stopped = signal_attempt(run_id, 1, signal.SIGSTOP)  # alive, but silent: no heartbeat
-    try:
+    with stopped(wait_for(lambda: job_pids(run_id, 1), what="attempt 1's trainer-job")):  # alive, but silent
         done = ended(ready, run_id)
-    finally:
-        for pid in stopped:  # never leave a stopped process behind, whatever happened
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
     assert done["phase"] == "COMPLETED", done.get("failureReason")
     first = done["attempts"][0]
     assert first["cause"] == "hung" and first["exitCode"] == 137, first  # SIGTERM waits; SIGKILL ends it
@@ -153,15 +147,9 @@ def test_a_hung_serving_process_is_stopped_and_its_endpoint_started_again(ready)
     assert created["phase"] == "READY", created
     eid = created["endpointId"]
     [pid] = serving_pids(eid)
-    os.kill(pid, signal.SIGSTOP)  # alive, but silent: its heartbeat stops
-    try:
+    with stopped([pid]):  # alive, but silent: its heartbeat stops
         again = wait_for(lambda: (lambda e: e if e["phase"] == "READY" and e.get("restarts") == 1 else None)(
             ready.json("endpoints", "get", eid)), 120, "the serving process to be started again")
-    finally:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     why = again["lastRestart"]["reason"]
     assert (f"the serving process (pid {pid}) sent nothing, not even its heartbeat, for more than "
             f"limits.jobSilenceSeconds ({SILENCE_SECONDS} s); trainerd stopped it") in why, again

@@ -17,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from stopped_processes import stopped
 from toy_rl_service import toy_rl_service
 from waiting import wait_for
 
@@ -91,17 +92,20 @@ def start(cli, evaluator) -> str:
                "--grader", evaluator.grader, "--jq", ".evaluationId", check=True).stdout.strip()
 
 
-def kill_attempt(cli, evaluator, evaluation_id: str, attempt: int, sig: int = signal.SIGKILL) -> list[int]:
-    """Sends `sig` to the job of attempt `attempt` once it waits in a grader call; the pids signalled."""
+def grading_job_pids(cli, evaluator, evaluation_id: str, attempt: int) -> list[int]:
+    """The pids of attempt `attempt`'s job, once it waits in a grader call."""
     calls = evaluator.calls
     wait_for(lambda: len(cli.json("evaluations", "get", evaluation_id).get("attempts") or []) >= attempt, 120,
              f"attempt {attempt} to start")
     wait_for(lambda: evaluator.calls > calls and evaluation_job_pids(evaluation_id), 120,
              f"attempt {attempt}'s job to call the grader")
-    pids = evaluation_job_pids(evaluation_id)
-    for pid in pids:
-        os.kill(pid, sig)
-    return pids
+    return evaluation_job_pids(evaluation_id)
+
+
+def kill_attempt(cli, evaluator, evaluation_id: str, attempt: int) -> None:
+    """SIGKILLs the job of attempt `attempt` once it waits in a grader call."""
+    for pid in grading_job_pids(cli, evaluator, evaluation_id, attempt):
+        os.kill(pid, signal.SIGKILL)
 
 
 def ended(cli, evaluation_id: str) -> dict:
@@ -132,15 +136,8 @@ def test_a_killed_evaluation_job_gets_a_new_attempt_and_the_evaluation_completes
 def test_a_stopped_evaluation_job_is_stopped_as_hung_and_the_next_attempt_completes(cli, evaluator):
     evaluator.held.set()
     evaluation_id = start(cli, evaluator)
-    stopped = kill_attempt(cli, evaluator, evaluation_id, 1, signal.SIGSTOP)  # alive, but silent
-    try:
+    with stopped(grading_job_pids(cli, evaluator, evaluation_id, 1)):  # alive, but silent
         wait_for(lambda: len(cli.json("evaluations", "get", evaluation_id)["attempts"]) == 2, 60, "a second attempt")
-    finally:
-        for pid in stopped:  # never leave a stopped process behind, whatever happened
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
     evaluator.held.clear()
     done = ended(cli, evaluation_id)
     assert done["phase"] == "COMPLETED", done

@@ -13,29 +13,15 @@
 
 #include "engine/engine.h"
 #include "engine/model/safetensors.h"
+#include "../temp_dir.h"
 
 namespace trainer::engine {
 namespace {
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::temp_directory_path() / ("engine-merge-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
+using test_support::TempDir;
 
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-};
-
-void write(const fs::path& p, const std::string& bytes) {
-  std::ofstream out(p, std::ios::binary);
-  out << bytes;
-}
+void write(const fs::path& p, const std::string& bytes) { test_support::write_file(p, bytes); }
 
 model::TensorToWrite entry(const std::string& name, const at::Tensor& t, const std::string& dtype) {
   return {name, dtype, t.sizes().vec(), t.data_ptr(), static_cast<size_t>(t.nbytes())};
@@ -52,7 +38,7 @@ at::Tensor read(const model::SafetensorsFile& file, const std::string& name) {
 // A base folder: q_proj in F32, v_proj in BF16, an embedding; config and tokenizer files, and a
 // stray .bin that a merged folder must not carry. An adapter of rank 2 on q_proj and v_proj.
 struct Folders {
-  TempDir tmp;
+  TempDir tmp{"engine-merge"};
   fs::path base = tmp.path() / "base";
   fs::path adapter = tmp.path() / "adapter";
   at::Tensor q = at::randn({4, 3});

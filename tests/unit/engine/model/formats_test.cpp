@@ -9,33 +9,19 @@
 
 #include "engine/model/config.h"
 #include "engine/model/safetensors.h"
+#include "../temp_dir.h"
 #include "engine/optim/schedule.h"
 
 namespace trainer::engine {
 namespace {
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::temp_directory_path() / ("engine-formats-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
+using test_support::TempDir;
 
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-};
-
-void write(const fs::path& p, const std::string& bytes) {
-  std::ofstream out(p, std::ios::binary);
-  out << bytes;
-}
+void write(const fs::path& p, const std::string& bytes) { test_support::write_file(p, bytes); }
 
 TEST(Safetensors, WrittenFileReadsBackWithTheSameTensorsAndMetadata) {
-  TempDir dir;
+  TempDir dir{"engine-formats"};
   std::vector<float> a = {1.5f, -2.0f, 3.25f, 4.0f, 5.0f, 6.0f};
   std::vector<int64_t> b = {7, 8, 9};
   std::string bytes = model::serialize_safetensors(
@@ -57,7 +43,7 @@ TEST(Safetensors, WrittenFileReadsBackWithTheSameTensorsAndMetadata) {
 }
 
 TEST(Safetensors, TruncatedFileNamesTheTensorAndField) {
-  TempDir dir;
+  TempDir dir{"engine-formats"};
   std::vector<float> a(16, 1.0f);
   std::string bytes = model::serialize_safetensors({{"w", "F32", {16}, a.data(), 64}}, {});
   bytes.resize(bytes.size() - 10);
@@ -71,7 +57,7 @@ TEST(Safetensors, TruncatedFileNamesTheTensorAndField) {
 }
 
 TEST(Safetensors, GarbageIsNotASafetensorsFile) {
-  TempDir dir;
+  TempDir dir{"engine-formats"};
   const std::string path = (dir.path() / "junk.safetensors").string();
   write(path, "abc");
   auto file = model::SafetensorsFile::open(path);
@@ -86,7 +72,7 @@ const char* kQwen3Config = R"({"architectures": ["Qwen3ForCausalLM"], "vocab_siz
   "head_dim": 16, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": true})";
 
 TEST(ModelConfig, ReadsQwen3WithPerHeadNormsAndTiedHead) {
-  TempDir dir;
+  TempDir dir{"engine-formats"};
   write(dir.path() / "config.json", kQwen3Config);
   auto c = model::read_model_config(dir.path().string());
   ASSERT_TRUE(c.is_ok()) << c.status().message();
@@ -99,7 +85,7 @@ TEST(ModelConfig, ReadsQwen3WithPerHeadNormsAndTiedHead) {
 }
 
 TEST(ModelConfig, ReadsLlama3RopeScalingFromEitherSpelling) {
-  TempDir dir;
+  TempDir dir{"engine-formats"};
   for (const char* field : {"rope_scaling", "rope_parameters"}) {
     write(dir.path() / "config.json",
           std::string(R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 100, "hidden_size": 64,
@@ -117,7 +103,7 @@ TEST(ModelConfig, ReadsLlama3RopeScalingFromEitherSpelling) {
 }
 
 TEST(ModelConfig, UnknownArchitectureNamesTheFileAndField) {
-  TempDir dir;
+  TempDir dir{"engine-formats"};
   write(dir.path() / "config.json", R"({"architectures": ["GPT2LMHeadModel"], "vocab_size": 10})");
   auto c = model::read_model_config(dir.path().string());
   ASSERT_FALSE(c.is_ok());
@@ -128,7 +114,7 @@ TEST(ModelConfig, UnknownArchitectureNamesTheFileAndField) {
 }
 
 TEST(ModelConfig, MissingOrMalformedFieldsAreNamed) {
-  TempDir dir;
+  TempDir dir{"engine-formats"};
   write(dir.path() / "config.json", R"({"architectures": ["Qwen2ForCausalLM"], "vocab_size": 10, "hidden_size": 8})");
   auto c = model::read_model_config(dir.path().string());
   ASSERT_FALSE(c.is_ok());
@@ -141,7 +127,7 @@ TEST(ModelConfig, MissingOrMalformedFieldsAreNamed) {
 }
 
 TEST(ModelConfig, MissingWeightsAndMissingShardsAreNamed) {
-  TempDir dir;
+  TempDir dir{"engine-formats"};
   auto w = model::model_weight_files(dir.path().string());
   ASSERT_FALSE(w.is_ok());
   EXPECT_NE(w.status().message().find("neither model.safetensors nor model.safetensors.index.json"), std::string::npos);
