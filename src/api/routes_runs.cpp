@@ -152,7 +152,8 @@ void install_lineage_routes(http::Router& router, Service& svc, const service::L
              }));
   router.add("GET", "/v1/runs/{ref}/branches", max, route_json(200, [&svc](const Request& req) -> Result<json> {
                TRAINER_ASSIGN_OR_RETURN(Page page, page_params(req, 50));
-               return svc.run_branches(req.params[0], page.limit, page.offset);
+               return svc.run_branches(req.params[0], page.limit, page.offset,
+                                       req.has_query("submission") ? req.query_value("submission") : "");
              }));
   router.add("GET", "/v1/runs/{ref}/tree", max, route_json(200, [&svc](const Request& req) -> Result<json> {
                TRAINER_ASSIGN_OR_RETURN(int64_t depth, int_param(req, "depth", 0));

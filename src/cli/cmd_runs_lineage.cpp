@@ -33,10 +33,14 @@ std::string progress_text(const json& run) {
   return step + "/" + total;
 }
 
+const json kNoPhases = json::object();
+
 int runs_branches(Context& ctx) {
   const std::string parent = ctx.inv.positionals[0];
   ListView view;
   view.path = "/v1/runs/" + seg(parent) + "/branches";
+  const auto submission = ctx.inv.get("submission");
+  if (submission) view.path += "?submission=" + seg(*submission);
   view.paging = Paging::kLimitOffset;
   view.items = "branches";
   view.header = {"RUN", "KIND", "METHOD", "SNAPSHOT", "SOURCE STEP", "RESTORE", "STEPS", "PHASE", "PROGRESS"};
@@ -51,6 +55,15 @@ int runs_branches(Context& ctx) {
     return "Run " + id + " has no branches. Start one with `trainer runs branch " + id + " --snapshot SNAPSHOT --steps N`.\n";
   };
   view.more = [parent](const json& doc) {
+    if (doc.contains("submissionId")) {  // one submission's children, with a count by phase
+      std::string counts;
+      const json& phases = doc.contains("phases") && doc["phases"].is_object() ? doc["phases"] : kNoPhases;
+      for (auto it = phases.begin(); it != phases.end(); ++it) {
+        counts += (counts.empty() ? "" : ", ") + std::to_string(it.value().get<int64_t>()) + " " + it.key();
+      }
+      return "Submission " + doc.value("submissionId", std::string()) + ": " +
+             std::to_string(doc.value("total", int64_t{0})) + " children (" + counts + ")\n";
+    }
     return more_line(doc, "trainer runs branches " + short_id(doc.value("runId", parent)));
   };
   return run_list(ctx, view);
@@ -93,11 +106,15 @@ int runs_ancestry(Context& ctx) {
 Command runs_branches_command() {
   Command c{"branches", {}, "List a run's direct children, newest first", "PARENT",
             "Children started with `runs branch` or `runs continue`; SOURCE STEP is the parent's step\n"
-            "the child started from.",
-            with_paging({}, "at most N children (1-100; default 50)", "skip the first N (newest first)"),
+            "the child started from. --submission TOKEN shows one submission's children instead (a\n"
+            "branch's, continue's or sweep's token, as they print it), all of them, and how many are in\n"
+            "each phase: whether a submission whose answer was lost made its children.",
+            with_paging({{"submission", 0, "TOKEN", "only the children this submission made", ""}},
+                        "at most N children (1-100; default 50)", "skip the first N (newest first)"),
             {}, runs_branches, 1, 1, {}};
   c.examples = {{"a run's children", "trainer runs branches 7d496e82"},
-                {"their ids, for scripts", "trainer runs branches 7d496e82 --jq '.branches[].runId'"}};
+                {"their ids, for scripts", "trainer runs branches 7d496e82 --jq '.branches[].runId'"},
+                {"what a sweep whose answer was lost made", "trainer runs branches 7d496e82 --submission 5f1d2c3b"}};
   return c;
 }
 

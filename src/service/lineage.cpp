@@ -345,13 +345,43 @@ Result<std::pair<json, bool>> ServiceImpl::start_child(const std::string& parent
   return out;
 }
 
-Result<json> ServiceImpl::run_branches(const std::string& ref, int64_t limit, int64_t offset) {
+// The children of `parent` that submission `submission` made, all of them (newest first), with a
+// count by phase: one submission's state (`runs branches --submission`).
+Result<json> ServiceImpl::submission_branches(const RunRecord& parent, const std::string& submission) {
+  json branches = json::array();
+  json phases = json::object();
+  for (int64_t offset = 0;;) {
+    TRAINER_ASSIGN_OR_RETURN(auto page, store_->run_children(parent.id, kMaxLineagePage, offset));
+    for (const auto& id : page.run_ids) {
+      auto child = resolve_run(id, "run");
+      if (!child.is_ok()) continue;
+      const std::string sid = child->view.value("submissionId", std::string());
+      if (sid != submission && sid.rfind(submission + "-", 0) != 0) continue;
+      const std::string phase = phase_name(child->phase);
+      phases[phase] = phases.value(phase, int64_t{0}) + 1;
+      branches.push_back(present_run(*child));
+    }
+    offset += static_cast<int64_t>(page.run_ids.size());
+    if (page.run_ids.empty() || offset >= page.total) break;
+  }
+  if (branches.empty()) {
+    return field_status(StatusCode::kNotFound, "submission",
+                        "run " + parent.id + " has no child submitted with '" + submission +
+                            "' (`trainer runs branches " + parent.id.substr(0, 12) + "` lists its children)");
+  }
+  return json{{"runId", parent.id}, {"submissionId", submission}, {"branches", branches},
+              {"total", static_cast<int64_t>(branches.size())}, {"phases", phases}};
+}
+
+Result<json> ServiceImpl::run_branches(const std::string& ref, int64_t limit, int64_t offset,
+                                       const std::string& submission) {
   if (limit < 1 || limit > kMaxLineagePage) {
     return invalid_field("limit", "must be between 1 and " + std::to_string(kMaxLineagePage));
   }
   if (offset < 0) return invalid_field("offset", "must not be negative");
   auto run = resolve_run(ref, "run");
   if (!run.is_ok()) return run.status();
+  if (!submission.empty()) return submission_branches(*run, submission);
   auto page = store_->run_children(run->id, limit, offset);
   if (!page.is_ok()) return page.status();
   json branches = json::array();

@@ -350,7 +350,11 @@ class Service {
   // plan}], total}.
   virtual Result<json> sweep_run(const std::string& parent_ref, const json& body, bool dry_run) = 0;
   // A run's direct children, newest first: {runId, branches:[run], total, nextOffset?}.
-  virtual Result<json> run_branches(const std::string& ref, int64_t limit, int64_t offset) = 0;
+  // `submission` non-empty: only the children that submission made (a branch's or continue's
+  // submissionId, or a sweep's: its children carry SUBMISSION-INDEX), all of them, with a count by
+  // phase; not_found when it made none.
+  virtual Result<json> run_branches(const std::string& ref, int64_t limit, int64_t offset,
+                                    const std::string& submission) = 0;
   // Every descendant of `ref` to `depth` generations (0 = all), depth first, children newest
   // first: {runId, runs:[{runId, depth, parentRunId, sourceSnapshotId, sourceStep, phase, ...}]}.
   virtual Result<json> run_tree(const std::string& ref, int64_t depth) = 0;

@@ -223,7 +223,9 @@ class ServiceImpl final : public Service {
   Result<std::pair<json, bool>> branch_run(const std::string& parent_ref, const json& body, bool dry_run) override;
   Result<std::pair<json, bool>> continue_run(const std::string& ref, const json& body, bool dry_run) override;
   Result<json> sweep_run(const std::string& parent_ref, const json& body, bool dry_run) override;
-  Result<json> run_branches(const std::string& ref, int64_t limit, int64_t offset) override;
+  Result<json> run_branches(const std::string& ref, int64_t limit, int64_t offset,
+                            const std::string& submission) override;
+  Result<json> submission_branches(const RunRecord& parent, const std::string& submission);  // lineage.cpp
   Result<json> run_tree(const std::string& ref, int64_t depth) override;
   Result<json> run_ancestry(const std::string& ref) override;
   Result<std::pair<json, bool>> create_comparison(const json& body) override { return comparisons_.create(body); }

@@ -189,6 +189,7 @@ def test_branch_continue_and_sweep_print_the_submission_id_they_generated(servic
     assert re.search(r"Started run ([0-9a-f-]+)", again.stdout)[1] == child, again.stdout
     assert "add --submission-id" not in again.stdout  # the user chose the token
     assert len(cli.json("runs", "branches", parent, "--limit", "100")["branches"]) == 1
+    first_token = token[1]
 
     out = cli("runs", "continue", parent, "--steps", "1", check=True)
     assert TOKEN.search(out.stdout) and "(submission " in out.stdout, out.stdout
@@ -203,6 +204,18 @@ def test_branch_continue_and_sweep_print_the_submission_id_they_generated(servic
                 "--submission-id", token[1], check=True)
     assert "2 of the 2 were started before" in again.stdout, again.stdout
     assert len(cli.json("runs", "branches", parent, "--limit", "100")["branches"]) == before
+    # What one submission made, whatever its answer's fate: the sweep's two children, by phase.
+    made = cli.json("runs", "branches", parent, "--submission", token[1])
+    assert made["submissionId"] == token[1] and made["total"] == 2, made
+    sids = {b.get("submissionId", "") for b in made["branches"]}
+    assert len(sids) == 2 and all(sid.startswith(token[1] + "-") for sid in sids), made
+    assert sum(made["phases"].values()) == 2, made
+    text = cli("runs", "branches", parent, "--submission", token[1], check=True).stdout
+    assert re.search(rf"Submission {token[1]}: 2 children \(\d+ [A-Z_]+", text), text
+    made = cli.json("runs", "branches", parent, "--submission", first_token)
+    assert [b["runId"] for b in made["branches"]] == [child], made
+    unknown = cli("runs", "branches", parent, "--submission", "0123456789abcdef")
+    assert unknown.returncode == 1 and "has no child submitted with '0123456789abcdef'" in unknown.stderr, unknown.stderr
 
     # No answer at all (nothing listens there): the error says how to repeat it safely.
     nowhere = Cli(cli.binary, "http://127.0.0.1:1")
