@@ -380,12 +380,14 @@ Status Evaluations::launch_evaluation_locked(json& doc, const store::ClaimRow& c
   doc["phase"] = "RUNNING";
   doc.erase("nextAttemptAt");
   // Its cost counts from its first attempt's start: the claim stays held between attempts.
+  // One clock read: the first attempt's start is the evaluation's, to the millisecond.
+  const double now = core_.now();
   if (!doc.contains("startedAtSeconds")) {
-    doc["startedAt"] = core_.now_rfc3339();
-    doc["startedAtSeconds"] = core_.now();
+    doc["startedAt"] = rfc3339(now);
+    doc["startedAtSeconds"] = now;
   }
   if (!doc["attempts"].is_array()) doc["attempts"] = json::array();
-  doc["attempts"].push_back({{"number", attempt}, {"started", core_.now_rfc3339()}, {"ended", nullptr}, {"cause", nullptr}});
+  doc["attempts"].push_back({{"number", attempt}, {"started", rfc3339(now)}, {"ended", nullptr}, {"cause", nullptr}});
   TRAINER_RETURN_IF_ERROR(core_.store->put_evaluation(doc));
   return core_.kernel->move("evaluation", id, "RUNNING");
 }
