@@ -40,6 +40,7 @@ from audit_support import (BY_PROM, METRICS, PREFIX, Audit, OtlpCapture, Prometh
                            get_text, otlp_kind, otlp_points, parse_exposition, point_attrs, point_value, select,
                            short, wait_for)
 from cli_support import EXAMPLES, Cli, free_port, start_trainerd, stop  # noqa: E402
+import gen_grafana  # noqa: E402  (tools/, on the path audit_support gives)
 
 MODEL = "tiny-qwen3"
 DATASET = "sentiment-train"
@@ -170,6 +171,7 @@ def test_every_metric_of_a_short_sft_run_agrees_with_an_independent_figure(bin_d
 
         run_audit(audit, d, prom, capture, run_id, run, steps, during, (after_cap, after_runs, after_text), dataset,
                   model, events, tiny_model, snapshots)
+        check_the_grafana_dashboard_draws_the_run(prom)
     finally:
         table = audit.markdown()
         print("\n" + table)
@@ -182,6 +184,28 @@ def test_every_metric_of_a_short_sft_run_agrees_with_an_independent_figure(bin_d
     bad = audit.failures()
     assert not bad, "metrics that contradict what happened:\n" + "\n".join(
         f"  {r.metric} {r.attributes}: observed {r.observed}, expected {r.expected} ({r.compared_with})" for r in bad)
+
+
+def check_the_grafana_dashboard_draws_the_run(prom: Prometheus):
+    """docs/grafana/trainer.json on this run's series: every query whose metrics Prometheus holds
+    returns series, and the panels an SFT run must fill are among them. (This run holds no GPU:
+    the GPU time and device panels stay empty, as they should.)"""
+    present = set(prom.names())
+    drawn, empty = set(), []
+    for title, promql in gen_grafana.evaluable_queries():
+        names, _ = gen_grafana.names_and_labels(promql)
+        if not names or not all(n in present for n in names):
+            continue
+        if prom.query(promql):
+            drawn.add(title)
+        else:
+            empty.append(f"{title}: {promql}")
+    assert not empty, "dashboard queries that return nothing although Prometheus holds their metrics:\n" + \
+        "\n".join(empty)
+    must = {"Loss", "Learning rate", "Gradient norm", "Tokens per second", "Steps per second", "Step phases",
+            "Runs by phase", "Claims by state (queued claims wait for devices)", "Bytes moved", "Phase entries",
+            "Devices declared and claimed, by pool", "variable run", "variable workload"}
+    assert must <= drawn, f"panels an SFT run must fill, left empty: {sorted(must - drawn)}"
 
 
 def run_audit(audit: Audit, d, prom: Prometheus, capture: OtlpCapture, run_id, run, steps, during, after, dataset,
