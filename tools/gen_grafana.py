@@ -24,7 +24,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "grafana" / "trainer.json"
 P = "akka_optimize_training_"  # the registry's prefix, as Prometheus spells it
 DATASOURCE = {"type": "prometheus", "uid": "${DS_PROMETHEUS}"}
-RUN = f'{P}run_id=~"$run"'                     # a job's series, for the runs chosen
+RUN = f'{P}run_id=~"$run", {P}run_attempt=~"$attempt"'  # a job's series, for the runs and attempts chosen
 WORKLOAD = f'{P}workload=~"$workload"'
 RATE = "$__rate_interval"
 
@@ -154,6 +154,7 @@ ROWS = [
 VARIABLES = [
     ("workload", "Workload", f"label_values({m('workload_devices_quota')}, {P}workload)"),
     ("run", "Run", f"label_values({m('job_devices')}{{{WORKLOAD}}}, {P}run_id)"),
+    ("attempt", "Attempt", f'label_values({m("job_devices")}{{{P}run_id=~"$run"}}, {P}run_attempt)'),
 ]
 
 
@@ -207,7 +208,7 @@ def dashboard() -> dict:
 
 
 # What Prometheus reads in place of Grafana's own variables: every run, every workload, a minute.
-GRAFANA_ONLY = {"$__rate_interval": "1m", "$run": ".*", "$workload": ".*"}
+GRAFANA_ONLY = {"$__rate_interval": "1m", "$run": ".*", "$workload": ".*", "$attempt": ".*"}
 
 
 def evaluable_queries() -> list[tuple[str, str]]:

@@ -278,7 +278,11 @@ std::vector<std::pair<std::string, std::string>> pause_rows(const json& run) {
   const std::string policy = str(pause, "policy");
   rows.push_back({"Checkpoint", policy == "save" ? "save (a save at the next optimizer step, then stop)"
                                                  : policy + " (stop against the newest committed snapshot)"});
-  if (!str(pause, "requestedAt").empty()) rows.push_back({"Requested", str(pause, "requestedAt")});
+  if (!str(pause, "requestedAt").empty()) {
+    const std::string by = str(pause, "requestedBy");
+    rows.push_back({"Requested", str(pause, "requestedAt") +
+                                     (by == "plan" ? " (by the plan's pauseAtStep)" : by == "job" ? " (by the job)" : "")});
+  }
   const std::string snapshot = str(pause, "snapshotId");
   if (!snapshot.empty()) {
     rows.push_back({"Snapshot", short_id(snapshot) + " (step " + format_number(integer(pause, "savedStep")) + ")"});

@@ -66,6 +66,7 @@ struct TrainRequest {
 struct TrainResult {
   bool cancelled = false;       // stopped by `stop` before the last step; no adapter written
   bool paused = false;          // stopped by `pause` after saving a checkpoint (its event was emitted)
+  bool paused_by_plan = false;  // ... the plan's pauseAtStep, not `pause`, stopped it
   std::string adapter_dir;      // output_dir/adapter when completed
   int64_t steps = 0;            // optimizer steps done
   int64_t total_steps = 0;

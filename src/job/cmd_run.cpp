@@ -398,7 +398,7 @@ int RunJob::finish(const Result<engine::TrainResult>& result) {
     if (!st.is_ok()) return fail("the pause's snapshot was not published: " + st.message());
     for (const auto& r : publisher->results()) {
       if (r.step == result->steps && r.status.is_ok()) {
-        report(protocol::Paused{.step = r.step, .snapshot_id = r.snapshot_id}, true);
+        report(protocol::Paused{.step = r.step, .snapshot_id = r.snapshot_id, .planned = result->paused_by_plan}, true);
         std::fprintf(stderr, "trainer-job run: paused after step %lld (snapshot %s)\n",
                      static_cast<long long>(r.step), r.snapshot_id.c_str());
         return 0;

@@ -412,6 +412,13 @@ Result<Plan> plan_from_json(const nlohmann::json& doc, std::string_view source, 
   p.keep(r.read_optional_string("description", &plan.description));
   p.keep(r.read_optional_string("configName", &plan.configName));
   p.keep(r.read_optional_string("submissionId", &plan.submissionId));
+  p.keep(r.read_optional_int("pauseAtStep", &plan.pauseAtStep));
+  const auto& max_steps = plan.config.training.maxSteps;
+  if (plan.pauseAtStep && max_steps && *plan.pauseAtStep >= *max_steps) {
+    p.keep(invalid_field("pauseAtStep", "must be less than config.hyperparams.training.maxSteps (" +
+                                            std::to_string(*max_steps) + "), got " + std::to_string(*plan.pauseAtStep) +
+                                            ": a run at its last step completes rather than pausing"));
+  }
   r.refuse_unknown();
   if (p.empty()) return plan;
   Status first = p.list().front();

@@ -197,6 +197,9 @@ struct Plan {
   std::optional<std::string> description;    // description: free text
   std::optional<std::string> configName;     // configName: label of this configuration in score tables
   std::optional<std::string> submissionId;   // submissionId: idempotency key of the submission
+  // pauseAtStep: after this many optimizer steps the run saves and pauses itself, as
+  // `runs pause --checkpoint save` would; `runs resume` carries on. Absent: never.
+  std::optional<int> pauseAtStep;
 };
 
 // Parses a plan written in JSON or YAML (detected from the text). Errors are kInvalidArgument.

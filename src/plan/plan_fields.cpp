@@ -182,6 +182,9 @@ const std::vector<FieldSpec> kFields = {
     {"configName", FT::kString, 0, 0, false, false, "", "label of this configuration in score tables"},
     {"submissionId", FT::kString, 0, 0, false, false, "",
      "idempotency key: resubmitting the same plan with it reaches the same run. Absent: the CLI generates one"},
+    {"pauseAtStep", FT::kInteger, 1, kMaxInt, false, false, "",
+     "after this many optimizer steps the run saves its training state and pauses itself (as runs pause "
+     "--checkpoint save); runs resume carries on. Less than maxSteps"},
 };
 
 // The fields of one kind of method (plan.h, MethodField). Each is a field of kFields.

@@ -128,7 +128,8 @@ nlohmann::json to_json(const Plan& p) {
           {"graderInstructions", opt(p.graderInstructions)},
           {"description", opt(p.description)},
           {"configName", opt(p.configName)},
-          {"submissionId", opt(p.submissionId)}};
+          {"submissionId", opt(p.submissionId)},
+          {"pauseAtStep", p.pauseAtStep ? json(*p.pauseAtStep) : json(nullptr)}};
 }
 
 nlohmann::json flatten_config(const RunConfig& config, const std::string& dataset_hash) {

@@ -36,7 +36,7 @@ namespace trainer::protocol::fields {
 enum class Presence {
   kRequired,  // always written; reading fails without it ("required")
   kDefault,   // always written; absent or null keeps the member's default
-  kIfSet,     // written when set (a non-empty string, a positive number, a non-empty object);
+  kIfSet,     // written when set (a non-empty string, a positive number, true, a non-empty object);
               // absent or null keeps the default
   kOptional,  // a std::optional member: written when it holds a value; absent or null: empty
   kIfObject,  // a JSON member: written and read only when it is an object (anything else is ignored)
@@ -197,6 +197,7 @@ json write_value(const T& value) {
 
 // Whether a kIfSet value is written.
 inline bool is_set(const json& written) {
+  if (written.is_boolean()) return written.get<bool>();
   if (written.is_string()) return !written.get_ref<const std::string&>().empty();
   if (written.is_number()) return written.get<double>() > 0;
   if (written.is_object() || written.is_array()) return !written.empty();

@@ -68,7 +68,7 @@ TRAINER_DESCRIBE(Completed, required("adapterDir", &Completed::adapter_dir),
 TRAINER_DESCRIBE(Failed, defaulted("reason", &Failed::reason))
 TRAINER_DESCRIBE(Cancelled, optional("steps", &Cancelled::steps))
 TRAINER_DESCRIBE(Paused, required("step", &Paused::step), defaulted("snapshotId", &Paused::snapshot_id),
-                 if_set("reason", &Paused::reason))
+                 if_set("reason", &Paused::reason), if_set("planned", &Paused::planned))
 TRAINER_DESCRIBE(Warning, if_set("field", &Warning::field), required("message", &Warning::message))
 TRAINER_DESCRIBE(EvaluationProgress, required("done", &EvaluationProgress::done),
                  required("total", &EvaluationProgress::total))

@@ -184,6 +184,7 @@ struct Paused {
   int64_t step = 0;              // optimizer updates done when saved (or when it stopped)
   std::string snapshot_id = {};  // the committed snapshot a resume starts from; "" with a reason
   std::string reason = {};       // why the job paused without being asked; "" when asked
+  bool planned = false;          // it paused at the plan's pauseAtStep
 };
 
 // "warning": the job trains, but not as the plan asked (e.g. an RL plan with execution.gpus > 1

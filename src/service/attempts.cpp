@@ -93,6 +93,7 @@ Status ServiceImpl::attempt_lost(RunRecord& run, const LostAttempt& lost) {
   run.job.reset();
   run.job_outcome = JobOutcome::kNone;
   run.job_reason.clear();
+  run.paused_by_plan = false;
   run.adapter_dir.reset();
   run.stop_sent_at.reset();
   run.kill_sent = false;

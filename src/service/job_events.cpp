@@ -72,6 +72,9 @@ Status ServiceImpl::follow_job(RunRecord& run) {
     TRAINER_RETURN_IF_ERROR(transition(run, Phase::kFinalizing));
     return finalize(run);
   }
+  if (run.job_outcome == JobOutcome::kPaused && run.paused_by_plan && run.paused_snapshot) {
+    return pause_at_plan_step(run);
+  }
   // A job that stopped because a save met a full disk pauses the run, to resume once space is freed.
   if (run.job_outcome == JobOutcome::kPaused) return pause_after_job(run);
   // A job that failed by its own verdict (bad data, a refused grader, an engine error) ends the run.
@@ -190,6 +193,7 @@ Status ServiceImpl::apply_event(RunRecord& run, const protocol::Event& event, co
     run.paused_step = e->step;
     if (!e->snapshot_id.empty()) run.paused_snapshot = e->snapshot_id;
     if (!e->reason.empty()) run.job_reason = e->reason;  // it paused unasked: a save met a full disk
+    run.paused_by_plan = e->planned;
   }
   return Status::ok();
 }

@@ -212,6 +212,24 @@ Status ServiceImpl::pause_after_job(RunRecord& run) {
   return finish_pause(run, tel::ServiceFailureReason::kProvider);
 }
 
+Status ServiceImpl::pause_at_plan_step(RunRecord& run) {
+  const double t = now();
+  run.view["pause"] = {{"policy", "save"},
+                       {"requestedBy", "plan"},
+                       {"requestedAt", rfc3339(t)},
+                       {"acceptedAt", t},
+                       {"state", "saved"},
+                       {"savedStep", run.paused_step.value_or(0)},
+                       {"snapshotId", *run.paused_snapshot},
+                       {"resourcesReleased", false}};
+  metrics_.operation_attempt({.operation = tel::ServiceOperation::kPause,
+                              .stage = tel::ServiceStage::kAcknowledgeSave,
+                              .outcome = tel::ServiceOutcome::kSuccess,
+                              .pause_policy = tel::PausePolicy::kSave});
+  TRAINER_RETURN_IF_ERROR(transition(run, Phase::kPausing));
+  return finish_pause(run, std::nullopt);
+}
+
 // The job is gone: release the claim, settle the cost, PAUSED.
 Status ServiceImpl::finish_pause(RunRecord& run, std::optional<telemetry::ServiceFailureReason> failed) {
   json& pause = run.view["pause"];
@@ -266,6 +284,7 @@ Result<json> ServiceImpl::resume_run(const std::string& ref) {
   run.job_reason.clear();
   run.paused_step.reset();
   run.paused_snapshot.reset();
+  run.paused_by_plan = false;
   run.stop_sent_at.reset();
   run.kill_sent = false;
   run.view["pause"]["resumedAt"] = now_rfc3339();

@@ -191,6 +191,7 @@ json RunRecord::to_json() const {
   if (terminal) in["terminal"] = phase_name(*terminal);
   if (paused_step) in["pausedStep"] = *paused_step;
   if (paused_snapshot) in["pausedSnapshot"] = *paused_snapshot;
+  if (paused_by_plan) in["pausedByPlan"] = true;
   if (resume_from) in["resumeFrom"] = *resume_from;
   if (attempt_base != 1) in["attemptBase"] = attempt_base;
   if (next_attempt_at) in["nextAttemptAt"] = *next_attempt_at;
@@ -287,6 +288,7 @@ Result<RunRecord> RunRecord::from_json(const json& doc) {
     r.paused_step = step;
   }
   TRAINER_RETURN_IF_ERROR(b.opt_str("pausedSnapshot", &r.paused_snapshot));
+  TRAINER_RETURN_IF_ERROR(b.boolean("pausedByPlan", &r.paused_by_plan));
   TRAINER_RETURN_IF_ERROR(b.opt_str("resumeFrom", &r.resume_from));
   if (b.has("attemptBase")) {
     int64_t base = 1;

@@ -77,6 +77,7 @@ struct RunRecord {
   std::optional<Phase> terminal;               // the terminal phase CLEANING_UP leads to
   std::optional<int64_t> paused_step;          // kPaused: the step the job saved at
   std::optional<std::string> paused_snapshot;  // kPaused: the snapshot it committed
+  bool paused_by_plan = false;                 // kPaused: at the plan's pauseAtStep
   std::optional<std::string> resume_from;      // the snapshot the current attempt restores, if any
   // The first attempt of the current stretch (the submission's, or a resume's): execution.
   // maxAttempts bounds the attempts from it on (attempts.cpp).

@@ -285,6 +285,8 @@ class ServiceImpl final : public Service {
   // The job paused by itself (its `paused` event has a reason: a save met a full disk): PAUSING,
   // then PAUSED against the newest committed restorable snapshot, or FAILED when there is none.
   Status pause_after_job(RunRecord& run);
+  // The job saved and stopped at the plan's pauseAtStep: PAUSED as a save-pause is.
+  Status pause_at_plan_step(RunRecord& run);
 
 
   // ---- workloads (workloads.h), under the name the runs' files use

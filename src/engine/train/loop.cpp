@@ -189,6 +189,7 @@ LoopOptions loop_options(const TrainRequest& request) {
   options.resume_state_dir = request.resume_state_dir;
   options.branch = request.branch;
   options.save_every = plan.execution.saveEvery.value_or(0);
+  options.pause_at_step = plan.pauseAtStep.value_or(0);
   options.keep_checkpoints = plan.execution.keepAdapters;
   options.lora = plan.config.lora;
   options.base_model = *plan.baseModel;
@@ -284,9 +285,12 @@ TrainResult run(Method& method, Setup& setup, Updater& updater, const LoopOption
   const double flops_per_token = method.flops_per_token();
   for (int64_t step = first; step < total; ++step) {
     const std::vector<bool> requested = requests();
-    if (requested[0]) {
+    // The plan's pause, once: an attempt that resumes from that step trains on.
+    const bool planned = options.pause_at_step > 0 && step == options.pause_at_step && step > first;
+    if (requested[0] || planned) {
       if ((step > first || first > 0) && setup.writes()) save_checkpoint(step);
       result.paused = step > first || first > 0;
+      result.paused_by_plan = planned && !requested[0];
       result.cancelled = !result.paused;  // nothing trained yet: nothing to save
       return result;
     }

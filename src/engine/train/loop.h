@@ -116,6 +116,7 @@ struct LoopOptions {
   const std::atomic<bool>* stop = nullptr;      // checked at every step boundary
   int64_t validation_every = 0;                 // steps between validations; 0 = only at the end
   int64_t save_every = 0;                       // steps between checkpoints; 0 = none
+  int64_t pause_at_step = 0;                    // the plan's pauseAtStep: pause there as if asked; 0 = never
   int keep_checkpoints = 1;                     // newest checkpoints kept
   plan::LoraSettings lora;                      // written into every adapter folder
   std::string base_model;                       // base_model_name_or_path of the adapters

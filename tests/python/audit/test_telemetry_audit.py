@@ -204,7 +204,7 @@ def check_the_grafana_dashboard_draws_the_run(prom: Prometheus):
         "\n".join(empty)
     must = {"Loss", "Learning rate", "Gradient norm", "Tokens per second", "Steps per second", "Step phases",
             "Runs by phase", "Claims by state (queued claims wait for devices)", "Bytes moved", "Phase entries",
-            "Devices declared and claimed, by pool", "variable run", "variable workload"}
+            "Devices declared and claimed, by pool", "variable run", "variable workload", "variable attempt"}
     assert must <= drawn, f"panels an SFT run must fill, left empty: {sorted(must - drawn)}"
 
 

@@ -77,6 +77,37 @@ def test_a_run_paused_against_the_latest_snapshot_resumes_from_it_exactly(ready,
     assert adapter_bytes(done) == adapter_bytes(ref_run)
 
 
+def test_a_plan_with_pause_at_step_pauses_itself_there_once_and_resumes_exactly(ready, reference):
+    """pauseAtStep: the run saves and pauses itself after that step (not a multiple of saveEvery),
+    with nobody asking; the resumed attempt does not pause again and trains what the uninterrupted
+    run trained."""
+    ref_run, ref_losses = reference
+    at = SAVE_EVERY + 3
+    run_id = start_run_id(ready, plan_text(STEPS, save_every=SAVE_EVERY, keep_adapters=100, pauseAtStep=str(at)))
+    run = wait_paused(ready, run_id)
+    pause = run["pause"]
+    assert (pause["requestedBy"], pause["policy"], pause["state"], pause["savedStep"]) == ("plan", "save", "paused", at)
+    assert run["progress"]["step"] == at and run["savedStep"] == at and not run.get("claim")
+    assert sorted(ready.json("snapshots", "get", pause["snapshotId"][:12])["artifacts"]) == ["trainingState", "weights"]
+    assert "pauseAtStep" not in pause.get("failureReason", "")
+    shown = ready("runs", "get", run_id).stdout
+    assert "PAUSED" in shown and "by the plan's pauseAtStep" in shown, shown
+    ready("runs", "resume", run_id, check=True)
+    done = ended(ready, run_id)
+    assert done["phase"] == "COMPLETED" and done["attempt"] == 2, done.get("failureReason")
+    assert losses(ready, run_id) == ref_losses
+    assert adapter_bytes(done) == adapter_bytes(ref_run)
+
+
+@pytest.mark.parametrize("value, words", [("0", "must be between 1 and"), ("'7'", "must be an integer"),
+                                          (str(STEPS), f"must be less than config.hyperparams.training.maxSteps ({STEPS})")])
+def test_a_bad_pause_at_step_is_refused_by_name(ready, value, words):
+    before = ready.json("runs", "list")
+    out = ready("runs", "start", "-f", "-", "--force", input=plan_text(STEPS, pauseAtStep=value))
+    assert out.returncode != 0 and "pauseAtStep" in out.stderr and words in out.stderr, out.stderr
+    assert ready.json("runs", "list") == before
+
+
 def test_a_job_killed_while_saving_for_a_pause_leaves_no_half_snapshot(ready, trainerd, reference):
     """SIGKILL of the job right after the pause is accepted (its save and publication in
     flight): the pause records the failed save, never a success; the run pauses against its last

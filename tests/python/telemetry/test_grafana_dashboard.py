@@ -80,7 +80,7 @@ def test_the_dashboard_imports_with_a_prometheus_datasource_input():
                 assert (x, y) not in cells, f"{p['title']!r} overlaps {cells[(x, y)]!r}"
                 cells[(x, y)] = p["title"]
     variables = {v["name"]: v for v in DASHBOARD["templating"]["list"]}
-    assert set(variables) == {"workload", "run"}
+    assert set(variables) == {"workload", "run", "attempt"}  # the attempt: the specification's Grafana variable
     assert all(v["datasource"]["uid"] == "${DS_PROMETHEUS}" for v in variables.values())
 
 
