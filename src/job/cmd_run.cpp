@@ -518,7 +518,12 @@ int cmd_run(int argc, char** argv) {
   if (!started.is_ok()) return job.fail(started.status().message());
   other_ranks = std::move(*started);
   forward_to.store(other_ranks.get());
-  auto result = engine::run_training(req, [&](const protocol::Event& ev) { job.report(ev, pause_requested.load()); });
+  const int64_t pause_at = req.plan.pauseAtStep.value_or(0);
+  auto result = engine::run_training(req, [&](const protocol::Event& ev) {
+    // The plan's pauseAtStep save is a pause's save: its training state is kept whatever the uploads.
+    const auto* checkpoint = std::get_if<protocol::Checkpoint>(&ev);
+    job.report(ev, pause_requested.load() || (checkpoint && pause_at > 0 && checkpoint->step == pause_at));
+  });
   if (other_ranks) {
     if (auto failed = other_rank_failure(*other_ranks, result)) return job.fail_measured(*failed, *failed);
   }

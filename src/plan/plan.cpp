@@ -325,6 +325,10 @@ Status read_execution(Problems& p, const json& obj, ExecutionSettings* e) {
   p.keep(r.read_int_as("keepAdapters", &e->keepAdapters));
   p.keep(r.read_int_as("keepTrainingStates", &e->keepTrainingStates));
   p.keep(r.read_int_as("maxAttempts", &e->maxAttempts));
+  p.keep(r.read_optional_int("resumableSaveEvery", &e->resumableSaveEvery));
+  double minutes = std::numeric_limits<double>::quiet_NaN();  // stays NaN when absent, null or refused
+  p.keep(r.read_double("resumableSaveMinutes", &minutes));
+  if (!std::isnan(minutes)) e->resumableSaveMinutes = minutes;
   r.refuse_unknown();
   return Status::ok();
 }

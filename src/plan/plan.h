@@ -182,6 +182,13 @@ struct ExecutionSettings {
   int keepAdapters = 4;            // execution.keepAdapters: weight snapshots kept (newest first)
   int keepTrainingStates = 2;      // execution.keepTrainingStates: training-state snapshots kept (newest first)
   int maxAttempts = 3;             // execution.maxAttempts: attempts a job that ends without an outcome may use; 1 = no retry
+  // execution.resumableSaveEvery / resumableSaveMinutes: the training state (what a resume needs:
+  // optimizer, RNG, data position) is saved every N optimizer steps, and at the first step
+  // boundary M minutes after the last one. With either set, the saves of saveEvery between them
+  // hold the weights only; with neither, every save holds both.
+  std::optional<int> resumableSaveEvery;
+  std::optional<double> resumableSaveMinutes;
+  bool resumable_cadence() const { return resumableSaveEvery.has_value() || resumableSaveMinutes.has_value(); }
 };
 
 struct Plan {

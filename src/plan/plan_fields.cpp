@@ -171,6 +171,11 @@ const std::vector<FieldSpec> kFields = {
     {"execution.keepAdapters", FT::kInteger, 1, 1000, false, false, "", "saved adapters kept, newest first"},
     {"execution.keepTrainingStates", FT::kInteger, 1, 1000, false, false, "",
      "snapshots' training states kept, newest first (held ones and the final snapshot always stay)"},
+    {"execution.resumableSaveEvery", FT::kInteger, 1, kMaxInt, false, false, "",
+     "save the training state (what a resume needs) every N optimizer steps; with it or resumableSaveMinutes, the "
+     "saves of saveEvery between hold the weights only. Absent with both: every save holds the training state"},
+    {"execution.resumableSaveMinutes", FT::kNumber, 0, 10080, true, false, "",
+     "save the training state at the first step boundary this many minutes after the last one"},
     {"execution.maxAttempts", FT::kInteger, 1, 100, false, false, "",
      "attempts of a run whose job ends without an outcome (killed, crashed, lost, hung): each new one resumes the "
      "newest committed training state; 1 disables retries"},

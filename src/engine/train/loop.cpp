@@ -190,6 +190,9 @@ LoopOptions loop_options(const TrainRequest& request) {
   options.branch = request.branch;
   options.save_every = plan.execution.saveEvery.value_or(0);
   options.pause_at_step = plan.pauseAtStep.value_or(0);
+  options.resumable_cadence = plan.execution.resumable_cadence();
+  options.resumable_save_every = plan.execution.resumableSaveEvery.value_or(0);
+  options.resumable_save_seconds = plan.execution.resumableSaveMinutes.value_or(0) * 60.0;
   options.keep_checkpoints = plan.execution.keepAdapters;
   options.lora = plan.config.lora;
   options.base_model = *plan.baseModel;
@@ -234,7 +237,8 @@ TrainResult run(Method& method, Setup& setup, Updater& updater, const LoopOption
   const fs::path checkpoint_root = fs::path(options.output_dir) / "checkpoints";
   std::unique_ptr<storage::Storage> checkpoints;
   // A checkpoint: the adapter and the training state; returns its folder.
-  auto save_checkpoint = [&](int64_t step) {
+  auto last_state_save = SteadyClock::now();  // the attempt's start counts as one
+  auto save_checkpoint = [&](int64_t step, bool with_state) {
     const auto t0 = SteadyClock::now();
     if (!checkpoints) checkpoints = value_or_throw(storage::make_folder_storage(checkpoint_root.string()));
     char name[32];
@@ -243,17 +247,26 @@ TrainResult run(Method& method, Setup& setup, Updater& updater, const LoopOption
     fs::remove_all(work);
     write_checkpoint_or_name_a_full_disk(work, step, [&] {
       lora::save_peft_folder(model, options.lora, options.base_model, (work / "adapter").string());
-      save_training_state((work / kTrainingStateDir).string(), updater, step, method.data_state(), device);
+      if (with_state) save_training_state((work / kTrainingStateDir).string(), updater, step, method.data_state(), device);
       throw_if_error(checkpoints->publish(work.string(), name));
     });
     fs::remove_all(work);
     const fs::path folder = checkpoint_root / name;
     const std::string dir = (folder / "adapter").string();
-    const std::string state_dir = (folder / kTrainingStateDir).string();
+    std::optional<std::string> state_dir;
+    if (with_state) {
+      state_dir = (folder / kTrainingStateDir).string();
+      last_state_save = SteadyClock::now();
+    }
     if (on_checkpoint) on_checkpoint(step, folder.string());
     prune_checkpoints(*checkpoints, static_cast<size_t>(std::max(1, options.keep_checkpoints)));
     emit(protocol::Checkpoint{
         .step = step, .adapter_dir = dir, .checkpoint_seconds = seconds_since(t0), .state_dir = state_dir});
+  };
+  // After optimizer step `done`: whether the training state is due on the resumable cadence.
+  auto state_due = [&](int64_t done) {
+    return (options.resumable_save_every > 0 && done % options.resumable_save_every == 0) ||
+           (options.resumable_save_seconds > 0 && seconds_since(last_state_save) >= options.resumable_save_seconds);
   };
 
   // A resumed run: the adapter, the optimizer, the RNG and the data position as saved. A child
@@ -288,7 +301,7 @@ TrainResult run(Method& method, Setup& setup, Updater& updater, const LoopOption
     // The plan's pause, once: an attempt that resumes from that step trains on.
     const bool planned = options.pause_at_step > 0 && step == options.pause_at_step && step > first;
     if (requested[0] || planned) {
-      if ((step > first || first > 0) && setup.writes()) save_checkpoint(step);
+      if ((step > first || first > 0) && setup.writes()) save_checkpoint(step, /*with_state=*/true);
       result.paused = step > first || first > 0;
       result.paused_by_plan = planned && !requested[0];
       result.cancelled = !result.paused;  // nothing trained yet: nothing to save
@@ -313,8 +326,10 @@ TrainResult run(Method& method, Setup& setup, Updater& updater, const LoopOption
 
     const bool last = step + 1 == total;
     if (!last && options.validation_every > 0 && (step + 1) % options.validation_every == 0) run_validation(step + 1);
-    if (!last && options.save_every > 0 && (step + 1) % options.save_every == 0 && setup.writes()) {
-      save_checkpoint(step + 1);
+    const bool weights_due = options.save_every > 0 && (step + 1) % options.save_every == 0;
+    const bool resumable_due = options.resumable_cadence && state_due(step + 1);
+    if (!last && (weights_due || resumable_due) && setup.writes()) {
+      save_checkpoint(step + 1, /*with_state=*/!options.resumable_cadence || resumable_due);
     }
   }
   if (!setup.writes()) return result;  // rank 0 validates and exports

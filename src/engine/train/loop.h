@@ -117,6 +117,11 @@ struct LoopOptions {
   int64_t validation_every = 0;                 // steps between validations; 0 = only at the end
   int64_t save_every = 0;                       // steps between checkpoints; 0 = none
   int64_t pause_at_step = 0;                    // the plan's pauseAtStep: pause there as if asked; 0 = never
+  // The plan's resumable cadence (execution.resumableSaveEvery / Minutes); when set, a
+  // checkpoint holds the training state only when one of them is due, else the weights alone.
+  bool resumable_cadence = false;
+  int64_t resumable_save_every = 0;             // steps between training-state saves; 0 = none
+  double resumable_save_seconds = 0;            // seconds between them; 0 = none
   int keep_checkpoints = 1;                     // newest checkpoints kept
   plan::LoraSettings lora;                      // written into every adapter folder
   std::string base_model;                       // base_model_name_or_path of the adapters

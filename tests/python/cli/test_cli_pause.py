@@ -11,7 +11,8 @@ import signal
 import pytest
 
 from cli_support import (MODEL_NAME, Cli, adapter_bytes, ended, get_run, job_pids, losses, plan_text, prepare,
-                         start_run, start_run_id, start_trainerd, stop, wait_for, wait_paused, wait_run, wait_step)
+                         run_snapshots, start_run, start_run_id, start_trainerd, stop, wait_for, wait_paused, wait_run,
+                         wait_step)
 
 STEPS = 24
 SAVE_EVERY = 4
@@ -97,6 +98,47 @@ def test_a_plan_with_pause_at_step_pauses_itself_there_once_and_resumes_exactly(
     assert done["phase"] == "COMPLETED" and done["attempt"] == 2, done.get("failureReason")
     assert losses(ready, run_id) == ref_losses
     assert adapter_bytes(done) == adapter_bytes(ref_run)
+
+
+def with_execution(text: str, fields: str) -> str:
+    return text.replace("execution: {", "execution: {" + fields + ", ")
+
+
+def test_the_resumable_cadence_saves_the_training_state_apart_from_the_weights(ready, reference):
+    """execution.resumableSaveEvery: the training state every 12 steps, the weights every 4 (saveEvery):
+    the saves between hold the weights only; the final snapshot holds both; the run trains as ever."""
+    ref_run, ref_losses = reference
+    run = start_run(ready, with_execution(plan(), "resumableSaveEvery: 12"), "--wait")
+    assert run["phase"] == "COMPLETED", run.get("failureReason")
+    kinds = {s["savedStep"]: sorted(s["artifacts"]) for s in run_snapshots(ready, run["runId"])}
+    both, weights = ["trainingState", "weights"], ["weights"]
+    assert kinds == {4: weights, 8: weights, 12: both, 16: weights, 20: weights, 24: both}, kinds
+    assert losses(ready, run["runId"]) == ref_losses
+    assert adapter_bytes(run) == adapter_bytes(ref_run)
+    resolved = ready.json("runs", "get", run["runId"])
+    assert resolved["savedStep"] == 24
+
+
+def test_resumable_save_minutes_saves_the_training_state_when_that_much_time_passed(ready):
+    """execution.resumableSaveMinutes alone (no saveEvery): a training-state save at the first step
+    boundary that long after the last; a few milliseconds: after every step."""
+    text = with_execution(plan_text(4), "resumableSaveMinutes: 0.0001")
+    run = start_run(ready, text, "--wait")
+    assert run["phase"] == "COMPLETED", run.get("failureReason")
+    kinds = {s["savedStep"]: sorted(s["artifacts"]) for s in run_snapshots(ready, run["runId"])}
+    # keepTrainingStates (2) keeps the newest two states; the older snapshots keep their weights.
+    assert set(kinds) == {1, 2, 3, 4} and kinds[3] == kinds[4] == ["trainingState", "weights"], kinds
+
+
+@pytest.mark.parametrize("fields, words", [
+    ("resumableSaveEvery: 0", "execution.resumableSaveEvery: must be between 1 and"),
+    ("resumableSaveMinutes: 0", "execution.resumableSaveMinutes: must be in (0, 10080]"),
+    ("resumableSaveMinutes: soon", "execution.resumableSaveMinutes: must be a number")])
+def test_a_bad_resumable_cadence_is_refused_by_name(ready, fields, words):
+    before = ready.json("runs", "list")
+    out = ready("runs", "start", "-f", "-", "--force", input=with_execution(plan_text(STEPS), fields))
+    assert out.returncode != 0 and words in out.stderr, out.stderr
+    assert ready.json("runs", "list") == before
 
 
 @pytest.mark.parametrize("value, words", [("0", "must be between 1 and"), ("'7'", "must be an integer"),
