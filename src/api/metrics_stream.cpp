@@ -32,18 +32,31 @@ int64_t integer_at(const json& object, const char* key) {
   return it != object.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
 }
 
-bool terminal(const std::string& phase) { return phase == "COMPLETED" || phase == "FAILED" || phase == "CANCELLED"; }
+bool terminal(const std::string& phase) {
+  return phase == "COMPLETED" || phase == "FAILED" || phase == "CANCELLED";
+}
 
 // What the dashboard shows of a run as it changes (the whole view carries its plan: too much to
 // send after every step).
 json run_summary(const json& run) {
   json out = json::object();
-  for (const char* key : {"runId", "phase", "progress", "latest", "cost", "outcome", "failureReason", "updatedAt",
-                          "endedAt", "attempt"}) {
+  for (const char* key : {"runId", "phase", "progress", "latest", "cost", "outcome", "failureReason",
+                          "updatedAt", "endedAt", "attempt"}) {
     if (run.contains(key)) out[key] = run[key];
   }
   return out;
 }
+
+json problem(const Status& status) {
+  return {{"code", status_code_name(status.code())}, {"message", status.describe()}};
+}
+
+// The steps a batch of run events touched: a step's or a validation's (both carry `step`).
+struct TouchedSteps {
+  int64_t lowest = std::numeric_limits<int64_t>::max();
+  int64_t highest = 0;
+  bool any() const { return lowest <= highest; }
+};
 
 // One stream's view of its run: the event cursor, and what is still to send. Lives on the
 // stream's thread only.
@@ -51,39 +64,24 @@ class MetricsFollower {
  public:
   MetricsFollower(service::Service& svc, std::string run_id) : svc_(svc), run_id_(std::move(run_id)) {}
 
-  // Sends what changed since the last look (everything, the first time). False when the stream
-  // is over: the run ended (after the `end` event), an error was sent, or the client has gone.
+  // Sends what changed since the last look (every step, the first time). False when the stream
+  // is over: the run ended (after the `end` event), a problem was sent, or the client has gone.
   bool look(http::StreamWriter& writer) {
-    const bool first = cursor_ < 0;
-    if (first) cursor_ = 0;
-    int64_t lowest = first ? 0 : std::numeric_limits<int64_t>::max();  // the lowest step that changed
-    int64_t highest = 0;
-    bool changed = first;
+    const bool first = !looked_;
+    looked_ = true;
+    TouchedSteps touched;
     json run;
-    while (true) {
-      auto page = svc_.run_events(run_id_, cursor_, std::chrono::milliseconds(0));
-      if (!page.is_ok()) {
-        writer.write(sse_event("problem", {{"code", status_code_name(page.status().code())},
-                                         {"message", page.status().describe()}}));
-        return false;
-      }
-      const json& events = (*page)["events"];
-      for (const json& e : events) {
-        cursor_ = std::max(cursor_, integer_at(e, "seq"));
-        if (const int64_t step = integer_at(e, "step"); step > 0) {  // a step's or a validation's
-          lowest = std::min(lowest, step);
-          highest = std::max(highest, step);
-        }
-      }
-      changed = changed || !events.empty();
-      run = std::move((*page)["run"]);
-      if (events.size() < kEventPage) break;
-    }
-    if (!changed) return true;
-    if (lowest <= highest || first) {
-      if (!send_points(writer, lowest, std::max(highest, integer_at(run.value("progress", json::object()), "totalSteps")), first)) {
-        return false;
-      }
+    auto changed = read_events(touched, run);
+    if (!changed.is_ok()) return write_problem(writer, changed.status());
+    if (!*changed && !first) return true;
+    if (first) {
+      if (!send_points(writer, 0, kMaxSteps, true)) return false;
+    } else if (touched.any()) {
+      // Steps are numbered from 1, so the steps from `lowest` on are at most this many.
+      const int64_t total = integer_at(run.value("progress", json::object()), "totalSteps");
+      const int64_t span = std::max(touched.highest, total) - touched.lowest + 1;
+      const int64_t limit = std::clamp<int64_t>(span, 1, kMaxSteps);
+      if (!send_points(writer, touched.lowest, limit, false)) return false;
     }
     if (!writer.write(sse_event("run", run_summary(run)))) return false;
     const std::string phase = run.value("phase", std::string());
@@ -95,27 +93,50 @@ class MetricsFollower {
   }
 
  private:
-  // The stored steps from `lowest` on (a validation loss, or a new attempt after a restore, may
-  // change a step sent before); steps are numbered from 1, so at most highest - lowest + 1 rows.
-  bool send_points(http::StreamWriter& writer, int64_t lowest, int64_t highest, bool reset) {
-    const int64_t limit = reset ? kMaxSteps : std::clamp<int64_t>(highest - lowest + 1, 1, kMaxSteps);
-    auto metrics = svc_.run_metrics(run_id_, limit);
-    if (!metrics.is_ok()) {
-      writer.write(sse_event("problem", {{"code", status_code_name(metrics.status().code())},
-                                       {"message", metrics.status().describe()}}));
-      return false;
+  // Reads the run's events past the cursor, every page of them, noting the steps they touched, and
+  // the run as it is now into `run`. Whether there were any.
+  Result<bool> read_events(TouchedSteps& touched, json& run) {
+    bool any = false;
+    while (true) {
+      auto page = svc_.run_events(run_id_, cursor_, std::chrono::milliseconds(0));
+      if (!page.is_ok()) return page.status();
+      const json& events = (*page)["events"];
+      for (const json& e : events) {
+        cursor_ = std::max(cursor_, integer_at(e, "seq"));
+        if (const int64_t step = integer_at(e, "step"); step > 0) {
+          touched.lowest = std::min(touched.lowest, step);
+          touched.highest = std::max(touched.highest, step);
+        }
+      }
+      any = any || !events.empty();
+      run = std::move((*page)["run"]);
+      if (events.size() < kEventPage) return any;
     }
+  }
+
+  // The stored steps from `lowest` on, out of the last `limit` (a validation loss, or a new
+  // attempt after a restore, may change a step sent before); `reset`: they replace what was sent.
+  bool send_points(http::StreamWriter& writer, int64_t lowest, int64_t limit, bool reset) {
+    auto metrics = svc_.run_metrics(run_id_, limit);
+    if (!metrics.is_ok()) return write_problem(writer, metrics.status());
     json steps = json::array();
     for (json& s : (*metrics)["steps"]) {
-      if (s.value("step", int64_t{0}) >= lowest) steps.push_back(std::move(s));
+      if (integer_at(s, "step") >= lowest) steps.push_back(std::move(s));
     }
     if (steps.empty() && !reset) return true;
     return writer.write(sse_event("points", {{"reset", reset}, {"steps", std::move(steps)}}));
   }
 
+  // A read failed: says so, and ends the stream (false).
+  static bool write_problem(http::StreamWriter& writer, const Status& status) {
+    writer.write(sse_event("problem", problem(status)));
+    return false;
+  }
+
   service::Service& svc_;
   const std::string run_id_;
-  int64_t cursor_ = -1;  // the last event seq looked at; -1 before the first look
+  bool looked_ = false;
+  int64_t cursor_ = 0;  // the last event seq read
 };
 
 // The stream's producer: looks after every change of any run (the service's change count; a look
@@ -145,8 +166,8 @@ void follow(service::Service& svc, const std::string& run_id, http::StreamWriter
 
 std::string sse_event(std::string_view name, const json& data) {
   // json::dump() escapes every newline inside strings, so the data is one line.
-  return "event: " + std::string(name) + "\ndata: " + data.dump(-1, ' ', false, json::error_handler_t::replace) +
-         "\n\n";
+  const std::string line = data.dump(-1, ' ', false, json::error_handler_t::replace);
+  return "event: " + std::string(name) + "\ndata: " + line + "\n\n";
 }
 
 http::Outcome run_metrics_stream(service::Service& svc, const http::Request& req) {

@@ -45,7 +45,8 @@ Outcome ui_file(const Request& req) {
 void install_ui_routes(http::Router& router, const service::Limits& limits) {
   const size_t max = limits.max_request_bytes;
   for (const char* page : kPages) {
-    router.add("GET", page, max, [](const Request& req) -> Outcome { return asset_response(req, ui::index_page()); });
+    router.add("GET", page, max,
+               [](const Request& req) -> Outcome { return asset_response(req, ui::index_page()); });
   }
   router.add("GET", "/ui/{file}", max, [](const Request& req) { return ui_file(req); });
 }
