@@ -17,11 +17,14 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import urllib.error
+import urllib.request
 
 import pytest
 
-from cli_support import TERMINAL, cancel_run, ended, start_run_id, wait_run, wait_step
+from cli_support import TERMINAL, cancel_run, ended, start_run_id, wait_step
 from headless_chromium import Chromium
+from rl_toy import toy_rows
 from toy_rl_service import toy_rl_service
 
 pytestmark = pytest.mark.timeout(900)
@@ -121,6 +124,11 @@ def reinforced(cli, training):
 LOSS_POINTS = "Number(document.querySelector('#chart-loss').dataset.points)"
 
 
+def rows_of(selector: str) -> str:
+    """Script for the text of each cell of each body row of the table at `selector`."""
+    return f"[...document.querySelectorAll('{selector} tbody tr')].map(r => [...r.cells].map(c => c.textContent))"
+
+
 def test_the_runs_list_shows_a_training_run_with_its_phase(page, url, cli, training, artifacts):
     wait_step(cli, training, 1)
     page.navigate(url + "/")
@@ -165,13 +173,14 @@ def test_the_run_page_draws_a_loss_curve_that_grows_while_the_run_trains(page, u
 
 def test_a_reinforcement_runs_page_shows_its_best_and_worst_rollouts_and_reward_curve(page, url, cli, reinforced,
                                                                                       artifacts):
+    """Each rollout's reward and its terms' shares (weight x raw), as `runs rollouts --best/--worst`."""
     page.navigate(f"{url}/runs/{reinforced}")
     page.wait_for("document.querySelectorAll('#rollouts-best tbody tr').length > 0", what="the best rollouts")
-    best = page.evaluate("[...document.querySelectorAll('#rollouts-best tbody tr')].map(r => [...r.cells].map(c => c.textContent))")
-    worst = page.evaluate("[...document.querySelectorAll('#rollouts-worst tbody tr')].map(r => [...r.cells].map(c => c.textContent))")
+    best, worst = page.evaluate(rows_of("#rollouts-best")), page.evaluate(rows_of("#rollouts-worst"))
     api_best = cli.json("runs", "rollouts", reinforced, "--best", "5")["rollouts"]
-    assert len(best) == len(api_best) and len(worst) == len(api_best), (best, worst)
-    assert [float(r[0]) for r in best] == pytest.approx([r["reward"] for r in api_best], abs=1e-4)
+    api_worst = cli.json("runs", "rollouts", reinforced, "--worst", "5")["rollouts"]
+    assert [float(r[0]) for r in best] == pytest.approx([r["reward"] for r in api_best], abs=1e-4), best
+    assert [float(r[0]) for r in worst] == pytest.approx([r["reward"] for r in api_worst], abs=1e-4), worst
     assert "label" in best[0][1] and "label-again" in best[0][1], best[0]  # each term's share
     assert best[0][3] == api_best[0]["completion"]
     page.wait_for(f"Number(document.querySelector('#chart-reward').dataset.points) === {RL_STEPS}",
@@ -183,7 +192,6 @@ def test_a_reinforcement_runs_page_shows_its_best_and_worst_rollouts_and_reward_
 
 def test_a_workloads_page_shows_its_score_table(page, url, cli, reinforced, artifacts, tmp_path):
     held_out = tmp_path / "held-out.jsonl"
-    from rl_toy import toy_rows
     held_out.write_text("".join(json.dumps(r) + "\n" for r in toy_rows(4, offset=100)))
     cli("datasets", "create", "-f", held_out, "--name", "held-out", check=True)
     cli("workloads", "set-evaluation", WORKLOAD, "--dataset", "held-out", "--grader", "json-label-match", check=True)
@@ -192,8 +200,8 @@ def test_a_workloads_page_shows_its_score_table(page, url, cli, reinforced, arti
         assert done["phase"] == "COMPLETED", done
     table = cli.json("workloads", "scores", WORKLOAD)["tables"][0]
     page.navigate(f"{url}/workloads/{WORKLOAD}")
-    rows = page.wait_for("(rows => rows.length >= 2 && rows)([...document.querySelectorAll('#scores table.scores tbody tr')]"
-                         ".map(r => [...r.cells].map(c => c.textContent)))", what="the score table's rows")
+    rows = page.wait_for(f"(rows => rows.length >= 2 && rows)({rows_of('#scores table.scores')})",
+                         what="the score table's rows")
     assert [r[0] for r in rows] == ["baseline", "dashboard-grpo"], rows
     assert float(rows[1][1]) == pytest.approx(table["columns"][0]["meanScore"], abs=1e-4)
     page.screenshot(artifacts / "workload-scores.png")
@@ -211,8 +219,6 @@ def test_the_capacity_page_shows_the_pool(page, url, artifacts):
 
 
 def test_an_unknown_dashboard_file_is_a_404_naming_it(url):
-    import urllib.error
-    import urllib.request
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(url + "/ui/no-such.js", timeout=10)
     assert e.value.code == 404 and "no-such.js" in json.loads(e.value.read())["error"]["message"]
