@@ -6,7 +6,8 @@ DevTools protocol, against a real trainerd running real jobs of the toy policy (
   point count grows while the run trains, without the page asking for the metrics again;
 - a reinforcement run's page shows its best and worst rollouts with their terms' shares, and its
   reward curve;
-- a workload's page shows its score table; the capacity page its pool;
+- a workload's page shows its score table; the workloads list links it; the capacity page shows
+  its pool;
 - every view is reached by its own address, and no view logs an error (uncaught exceptions,
   console.error, failed requests).
 
@@ -93,11 +94,14 @@ def browser(tmp_path_factory):
 
 @pytest.fixture
 def page(browser, artifacts, request):
-    """The browser, checked after the test: nothing on the page went wrong."""
+    """The browser, checked after the test: nothing on the page went wrong. A test that failed, or
+    whose page logged errors, leaves a screenshot of where the page was (NAME-failed.png)."""
     browser.take_errors()
+    failed_before = request.session.testsfailed
     yield browser
     errors = browser.take_errors()
-    browser.screenshot(artifacts / f"{request.node.name}-last.png")
+    if errors or request.session.testsfailed > failed_before:
+        browser.screenshot(artifacts / f"{request.node.name}-failed.png")
     assert errors == [], f"the dashboard logged errors: {json.dumps(errors, indent=1)}"
 
 
@@ -208,6 +212,13 @@ def test_a_workloads_page_shows_its_score_table(page, url, cli, reinforced, arti
     # The run's page lists its evaluation.
     page.navigate(f"{url}/runs/{reinforced}")
     page.wait_for("document.querySelectorAll('#evaluations tbody tr').length === 1", what="the run's evaluation")
+
+
+def test_the_workloads_list_links_each_workload_to_its_page(page, url):
+    page.navigate(f"{url}/workloads")
+    rows = page.wait_for(f"(rows => rows.length && rows)({rows_of('#workloads')})", what="the workloads")
+    assert [r[0] for r in rows] == [WORKLOAD], rows
+    assert page.evaluate("document.querySelector('#workloads a').getAttribute('href')") == f"/workloads/{WORKLOAD}"
 
 
 def test_the_capacity_page_shows_the_pool(page, url, artifacts):
