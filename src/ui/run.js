@@ -65,23 +65,30 @@ export async function renderRun(view, ref) {
     ]);
   };
   await refresh();
-  follow(run, charts, streamState, throttle(refresh, PANEL_REFRESH_MS));
+  const refreshSoon = throttle(refresh, PANEL_REFRESH_MS);
+  // The stream's summary of the run (phase, progress, latest figures, cost) shows at once; the
+  // rest of the page follows at the panels' pace.
+  const onRun = (summary) => {
+    run = { ...run, ...summary };
+    drawHeader(panels.header, run);
+    refreshSoon();
+  };
+  follow(run, charts, streamState, onRun);
 }
 
-// The stream: points into the charts; each change of the run refreshes the panels (throttled);
-// the last event closes it (else the browser would connect again).
-function follow(run, charts, state, refreshSoon) {
+// The stream: points into the charts, the run's summary to `onRun` after each change; the last
+// event closes it (else the browser would connect again).
+function follow(run, charts, state, onRun) {
   const source = new EventSource(`/v1/runs/${encodeURIComponent(run.runId)}/metrics/stream`);
   source.addEventListener('open', () => { state.textContent = 'following'; });
   source.addEventListener('points', (e) => {
     const points = JSON.parse(e.data);
     for (const chart of charts) chart.update(points.steps, points.reset);
   });
-  source.addEventListener('run', () => refreshSoon());
+  source.addEventListener('run', (e) => onRun(JSON.parse(e.data)));
   source.addEventListener('end', (e) => {
     source.close();
     state.textContent = `ended (${JSON.parse(e.data).phase})`;
-    refreshSoon();
   });
   source.addEventListener('problem', (e) => {
     source.close();
