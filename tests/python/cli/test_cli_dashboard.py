@@ -9,7 +9,8 @@ DevTools protocol, against a real trainerd running real jobs of the toy policy (
 - a workload's page shows its score table; the workloads list links it; the capacity page shows
   its pool;
 - every view is reached by its own address, and no view logs an error (uncaught exceptions,
-  console.error, failed requests).
+  console.error, failed requests);
+- the stream of an ended run, read over plain HTTP, sends every step, the run and its end, and closes.
 
 Screenshots of each view go to $TRAINER_TEST_ARTIFACTS/dashboard when that is set, else to a
 temporary folder of the test session (named in the output)."""
@@ -192,6 +193,28 @@ def test_a_reinforcement_runs_page_shows_its_best_and_worst_rollouts_and_reward_
     page.wait_for("document.querySelector('#stream-state').textContent === 'ended (COMPLETED)'",
                   what="the stream of an ended run to end")
     page.screenshot(artifacts / "run-rollouts.png")
+
+
+def sse_events(text: str) -> list[tuple[str, dict]]:
+    """The (event, data) pairs of a Server-Sent Events body; comments and `retry:` left out."""
+    events = []
+    for block in text.split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.splitlines() if line and not line.startswith(":")
+                      and not line.startswith("retry:"))
+        if "event" in fields:
+            events.append((fields["event"], json.loads(fields["data"])))
+    return events
+
+
+def test_the_stream_of_an_ended_run_sends_every_step_then_its_end_and_closes(url, cli, reinforced):
+    with urllib.request.urlopen(f"{url}/v1/runs/{reinforced[:8]}/metrics/stream", timeout=30) as r:
+        assert r.headers["Content-Type"] == "text/event-stream"
+        events = sse_events(r.read().decode())  # the answer ends by itself
+    assert [name for name, _ in events] == ["points", "run", "end"], events
+    points, run, end = (data for _, data in events)
+    assert points["reset"] is True and points["steps"] == cli.json("runs", "metrics", reinforced)["steps"]
+    assert run["runId"] == reinforced and run["phase"] == "COMPLETED" and run["progress"]["step"] == RL_STEPS
+    assert end == {"phase": "COMPLETED", "outcome": "COMPLETED", "failureReason": None}
 
 
 def test_a_workloads_page_shows_its_score_table(page, url, cli, reinforced, artifacts, tmp_path):
