@@ -140,6 +140,7 @@ void install_routes(http::Router& router, Service& svc, const service::Limits& l
   install_endpoint_routes(router, svc, limits);
   install_lineage_routes(router, svc, limits);
   install_job_routes(router, svc, limits);
+  install_ui_routes(router, limits);
 }
 
 }  // namespace trainer::api

@@ -1,10 +1,12 @@
-// Runs: submission, the list, the events long poll, control (cancel, pause, resume), metrics,
-// rollouts, TensorBoard event files, annotations; and lineage: child runs from a snapshot
-// (branch, continue, sweep) and the family views (branches, tree, ancestry; docs/lineage.md).
+// Runs: submission, the list, the events long poll, control (cancel, pause, resume), metrics
+// (and their live stream, metrics_stream.h), rollouts, TensorBoard event files, annotations; and
+// lineage: child runs from a snapshot (branch, continue, sweep) and the family views (branches,
+// tree, ancestry; docs/lineage.md).
 #include <chrono>
 #include <functional>
 #include <string>
 
+#include "api/metrics_stream.h"
 #include "api/route_support.h"
 
 namespace trainer::api {
@@ -116,6 +118,8 @@ void install_run_routes(http::Router& router, Service& svc, const service::Limit
                TRAINER_ASSIGN_OR_RETURN(int64_t limit, int_param(req, "limit", 100000));
                return svc.run_metrics(req.params[0], limit);
              }));
+  router.add("GET", "/v1/runs/{ref}/metrics/stream", max,
+             [&svc](const Request& req) { return run_metrics_stream(svc, req); });
   router.add("GET", "/v1/runs/{ref}/rollouts", max,
              route_json(200, [&svc](const Request& req) { return run_rollouts(svc, req); }));
   router.add("GET", "/v1/runs/{ref}/tensorboard", max,

@@ -521,7 +521,7 @@ void Connection::arm_park(uint64_t id, std::chrono::steady_clock::time_point unt
 void Connection::write(Response response) {
   bool keep = keep_alive_ && !response.close && !body_pending_;
   out_ = std::make_shared<bhttp::response<bhttp::string_body>>(static_cast<bhttp::status>(response.status), 11);
-  out_->set(bhttp::field::content_type, response.content_type);
+  if (!response.content_type.empty()) out_->set(bhttp::field::content_type, response.content_type);
   for (const auto& [name, value] : response.headers) out_->set(name, value);
   out_->body() = std::move(response.body);
   out_->keep_alive(keep);

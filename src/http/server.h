@@ -46,7 +46,7 @@ struct Request {
 
 struct Response {
   int status = 200;
-  std::string content_type = "application/json";
+  std::string content_type = "application/json";  // "": no Content-Type (a bodiless 304)
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;  // extra headers
   bool close = false;  // close the connection after this answer

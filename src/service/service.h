@@ -223,6 +223,11 @@ class Service {
   // that made it; it must be quick and must not call back into the service. Lets a server park
   // long polls without holding a thread each. Callbacks live as long as the service.
   virtual void subscribe_run_changes(std::function<void()> on_change) = 0;
+  // The count of run changes so far (the changes subscribe_run_changes() reports), and a wait
+  // until it passes `seen` or `until` comes: what a stream that follows a run waits on, on its own
+  // thread, instead of asking the store again and again.
+  virtual uint64_t run_change_version() = 0;
+  virtual void wait_for_run_change(uint64_t seen, std::chrono::steady_clock::time_point until) = 0;
   virtual Result<json> cancel_run(const std::string& ref) = 0;
   virtual Result<json> annotate_run(const std::string& ref, const json& body) = 0;
   // Pauses an active run ({checkpoint: save|latest}); returns once accepted (PAUSING). The run's

@@ -152,6 +152,10 @@ class ServiceImpl final : public Service {
   Result<json> get_run(const std::string& ref) override;
   Result<json> run_events(const std::string& ref, int64_t after, std::chrono::milliseconds wait) override;
   void subscribe_run_changes(std::function<void()> on_change) override;
+  uint64_t run_change_version() override { return core_.change_version(); }
+  void wait_for_run_change(uint64_t seen, std::chrono::steady_clock::time_point until) override {
+    core_.wait_for_change(seen, until);
+  }
   Result<json> cancel_run(const std::string& ref) override;
   Result<json> annotate_run(const std::string& ref, const json& body) override;
   Result<json> run_metrics(const std::string& ref, int64_t limit) override;
