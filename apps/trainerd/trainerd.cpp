@@ -231,12 +231,19 @@ std::optional<service::DeploymentConfig> load_config(const Options& opt) {
   if (!opt.job_binary.empty()) config.job_binary = opt.job_binary;
   // Traces: the flag, else the configuration's, else OpenTelemetry's standard variable.
   std::string traces = opt.otlp_traces_endpoint;
-  if (traces.empty()) traces = config.telemetry.otlp_traces_endpoint;
-  if (const char* env = std::getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"); traces.empty() && env != nullptr) traces = env;
+  const char* source = "--otlp-traces-endpoint";
+  if (traces.empty()) {
+    traces = config.telemetry.otlp_traces_endpoint;
+    source = "telemetry.otlpTracesEndpoint";
+  }
+  if (const char* env = std::getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"); traces.empty() && env != nullptr) {
+    traces = env;
+    source = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT";
+  }
   if (!traces.empty()) {
     auto url = telemetry::traces_endpoint_url(traces);
     if (!url.is_ok()) {
-      std::fprintf(stderr, "trainerd: --otlp-traces-endpoint: %s\n", url.status().message().c_str());
+      std::fprintf(stderr, "trainerd: %s: %s\n", source, url.status().message().c_str());
       return std::nullopt;
     }
     config.telemetry.otlp_traces_endpoint = *url;

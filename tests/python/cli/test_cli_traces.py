@@ -300,3 +300,27 @@ def test_an_rl_steps_phases_are_its_children(bin_dir, tmp_path_factory, collecto
         assert sorted(c.name for c in children) == ["actor_update", "generation", "old_log_probs", "reward"]
         for c in children:
             assert step.start_time_unix_nano <= c.start_time_unix_nano <= c.end_time_unix_nano <= step.end_time_unix_nano
+
+
+# ---- a collector that is down -------------------------------------------------------------------
+
+def test_a_collector_that_is_down_loses_spans_not_runs(bin_dir, tiny_model, tmp_path_factory):
+    """Nothing listens at the traces endpoint: the run completes as ever, and trainerd and the job
+    each say on stderr that spans were dropped."""
+    url = f"http://127.0.0.1:{free_port()}"
+    service = start_trainerd(bin_dir, tmp_path_factory.mktemp("trainerd"),
+                             {"baseModels": [{"name": MODEL_NAME, "path": str(tiny_model)}],
+                              "telemetry": {"otlpTracesEndpoint": url}})
+    try:
+        cli = prepare(Cli(bin_dir / "trainer", service.url))
+        run_id = json.loads(cli("runs", "start", "-f", "-", "--force", "-o", "json", input=plan_text(2),
+                                check=True).stdout)["runId"]
+        done = ended(cli, run_id)
+        assert done["phase"] == "COMPLETED", done.get("failureReason")
+        job_log = next(service.data_dir.glob(f"runs/{run_id}/attempt-1/job.log"))
+        wait_for(lambda: "warning: traces: posting spans to " + url + "/v1/traces failed" in job_log.read_text(),
+                 timeout=30, what="the job's warning of its dropped spans")
+        wait_for(lambda: "warning: traces: posting spans to " + url + "/v1/traces failed" in service.log_text(),
+                 timeout=30, what="trainerd's warning of its dropped spans")
+    finally:
+        stop(service.proc, service.data_dir)
