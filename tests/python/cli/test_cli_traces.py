@@ -24,8 +24,8 @@ import pytest
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from cli_support import (MODEL_NAME, Cli, ended, free_port, get_run, plan_text, prepare, start_trainerd, stop,
-                         wait_for, wait_paused, wait_step)
+from cli_support import (MODEL_NAME, Cli, ended, free_port, get_run, plan_text, prepare, snapshot_at, start_trainerd,
+                         stop, wait_for, wait_paused, wait_step)
 from toy_rl_service import toy_rl_service
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
@@ -270,6 +270,37 @@ def test_a_run_submitted_while_tracing_has_its_trace_context_in_each_job(sft_cli
     trace = wait_trace(path, run_id, lambda t: len(t.named("step")) == 2 and t.named("attempt"), "the short run's steps")
     (attempt,) = trace.named("attempt")
     assert attempt.parent_span_id == root_of(path, run_id).span_id
+
+
+def test_a_branch_is_a_span_of_its_parents_trace_and_a_trace_of_its_own(sft_cli, collector):
+    """The child run has its own trace, its root linked to the parent's; the parent's trace has a
+    run.branch span linked to the child's root."""
+    _, path = collector
+    parent_id = json.loads(sft_cli("runs", "start", "-f", "-", "--force", "-o", "json", input=plan_text(2),
+                                   check=True).stdout)["runId"]
+    assert ended(sft_cli, parent_id)["phase"] == "COMPLETED"
+    snapshot = snapshot_at(sft_cli, parent_id, 2)["snapshotId"]
+    out = sft_cli("runs", "branch", parent_id, "--snapshot", snapshot, "--steps", "1", "--restore", "weights", "-o", "json",
+                  check=True)
+    child_id = json.loads(out.stdout)["runId"]
+    assert ended(sft_cli, child_id)["phase"] == "COMPLETED"
+    child = wait_trace(path, child_id, lambda t: t.named("step"), "the child's trace")
+    parent = wait_trace(path, parent_id, lambda t: t.named("run.branch"), "the branch span in the parent's trace")
+    child_root = root_of(path, child_id)
+    parent_root = root_of(path, parent_id)
+    assert child_root.trace_id != parent_root.trace_id
+    assert [(l.trace_id, l.span_id) for l in child_root.links] == [(parent_root.trace_id, parent_root.span_id)]
+    assert attributes(child_root.attributes)["trainer.run.parent_id"] == parent_id
+    (branch,) = parent.named("run.branch")
+    assert branch.parent_span_id == parent_root.span_id
+    assert attributes(branch.attributes)["trainer.child.run_id"] == child_id
+    assert attributes(branch.attributes)["trainer.child.kind"] == "branch"
+    assert [(l.trace_id, l.span_id) for l in branch.links] == [(child_root.trace_id, child_root.span_id)]
+    assert all(trace_ancestors_end_at_root(child, s) for s in child.named("step"))
+
+
+def trace_ancestors_end_at_root(trace: Trace, span) -> bool:
+    return trace.ancestors(span)[-1] == "run"
 
 
 # ---- a GRPO run's phases ----------------------------------------------------------------------------
