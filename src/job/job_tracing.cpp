@@ -34,7 +34,8 @@ std::unique_ptr<JobTracer> JobTracer::open(const protocol::JobRequest& request, 
   if (request.otlp_traces_endpoint.empty()) return nullptr;
   auto endpoint = tel::traces_endpoint_url(request.otlp_traces_endpoint);
   if (!endpoint.is_ok()) {
-    std::fprintf(stderr, "trainer-job: traces off: TRAINER_OTLP_TRACES_ENDPOINT: %s\n", endpoint.status().message().c_str());
+    std::fprintf(stderr, "trainer-job: traces off: TRAINER_OTLP_TRACES_ENDPOINT: %s\n",
+                 endpoint.status().message().c_str());
     return nullptr;
   }
   auto parent = tel::parse_traceparent(request.traceparent);

@@ -43,9 +43,10 @@ class JobTracer {
 
  private:
   JobTracer(telemetry::SpanContext parent, int64_t attempt, std::unique_ptr<telemetry::SpanExporter> exporter);
-  // A span of the attempt's trace under `parent_span_id`, ending at `end` after `seconds`.
+  // A span of the attempt's trace under `parent_span_id`, from `start` to `end` (a new span id).
   telemetry::SpanData span(const std::string& name, const std::string& parent_span_id,
-                           std::chrono::system_clock::time_point start, std::chrono::system_clock::time_point end) const;
+                           std::chrono::system_clock::time_point start,
+                           std::chrono::system_clock::time_point end) const;
   void on_step(const protocol::Step& step, std::chrono::system_clock::time_point end);
 
   // Constant after construction.

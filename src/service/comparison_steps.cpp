@@ -142,7 +142,9 @@ void trace_comparison(ServiceCore& core, const json& doc, const std::string& pha
   for (const auto& t : doc["targets"]) {
     const std::string run_id = t.value("runId", std::string());
     if (run_id.empty() || run_id == source->id) continue;
-    if (auto r = core.resolve_run(run_id, "target"); r.is_ok() && !r->trace_id.empty()) links.push_back(RunTraces::root_of(*r));
+    if (auto r = core.resolve_run(run_id, "target"); r.is_ok() && !r->trace_id.empty()) {
+      links.push_back(RunTraces::root_of(*r));
+    }
   }
   core.traces.operation(*source, kComparisonSpan, number_of(doc, "_acceptedAt"), core.now(),
                         {{"trainer.comparison.id", doc.value("comparisonId", std::string())},

@@ -233,18 +233,19 @@ Status ServiceImpl::finish_pause(RunRecord& run, std::optional<telemetry::Servic
   }
   TRAINER_RETURN_IF_ERROR(transition(run, Phase::kPaused));
   // The pause, from its acceptance to the release of its resources (the job saved and stopped).
-  std::vector<tel::Attribute> attributes = {{"trainer.pause.policy", pause.value("policy", std::string("job"))},
-                                            {"trainer.pause.requested_by", pause.value("requestedBy", std::string("user"))},
-                                            {"trainer.run.attempt", static_cast<int64_t>(run.attempt)}};
+  std::vector<tel::Attribute> attributes = {
+      {"trainer.pause.policy", pause.value("policy", std::string("job"))},
+      {"trainer.pause.requested_by", pause.value("requestedBy", std::string("user"))},
+      {"trainer.run.attempt", static_cast<int64_t>(run.attempt)}};
   if (pause.contains("savedStep") && pause["savedStep"].is_number_integer()) {
     attributes.push_back({"trainer.step", pause["savedStep"].get<int64_t>()});
   }
   if (pause.contains("snapshotId") && pause["snapshotId"].is_string()) {
     attributes.push_back({"trainer.snapshot.id", pause["snapshotId"].get<std::string>()});
   }
-  core_.traces.operation(run, kPauseSpan, pause.value("acceptedAt", t), t, std::move(attributes),
-                         failed ? Status(StatusCode::kUnavailable, pause.value("failureReason", std::string("save failed")))
-                                : Status::ok());
+  const Status outcome = failed ? unavailable(pause.value("failureReason", std::string("the save failed")))
+                                : Status::ok();
+  core_.traces.operation(run, kPauseSpan, pause.value("acceptedAt", t), t, std::move(attributes), outcome);
   return capacity_.admit_locked();
 }
 

@@ -98,7 +98,8 @@ TEST(JobTracer, AnAttemptsSpansHangUnderTheRunsRootSpan) {
     tracer->on_event(protocol::Step{.step = 1, .total_steps = 2, .step_seconds = 0.3, .input_seconds = 0.1,
                                     .forward_backward_seconds = 0.2, .optimizer_seconds = 0.1});
     protocol::Step rl{.step = 2, .total_steps = 2, .step_seconds = 1.0};
-    rl.rl = {{"generationSeconds", 0.5}, {"rewardSeconds", 0.1}, {"oldLogprobSeconds", 0.1}, {"actorUpdateSeconds", 0.2}};
+    rl.rl = {{"generationSeconds", 0.5}, {"rewardSeconds", 0.1}, {"oldLogprobSeconds", 0.1},
+             {"actorUpdateSeconds", 0.2}};
     tracer->on_event(rl);
     tracer->on_event(protocol::Checkpoint{.step = 2, .checkpoint_seconds = 0.05});
     const auto now = std::chrono::system_clock::now();

@@ -75,7 +75,8 @@ TEST(TracesEndpoint, AppendsThePathToABaseUrl) {
   auto https = traces_endpoint_url("https://collector:4318");
   ASSERT_FALSE(https.is_ok());
   EXPECT_EQ(https.status().message(),
-            "OTLP traces endpoint 'https://collector:4318' must start with http:// (e.g. http://collector:4318/v1/traces)");
+            "OTLP traces endpoint 'https://collector:4318' must start with http:// "
+            "(e.g. http://collector:4318/v1/traces)");
   EXPECT_FALSE(traces_endpoint_url("http://").is_ok());
 }
 
