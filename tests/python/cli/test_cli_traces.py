@@ -8,7 +8,9 @@ An SFT run paused and resumed (two attempts) is one trace: its root span `run`, 
 `run.pause` and `run.resume`, each attempt's `attempt` with `prepare`, one `step` per step
 across both attempts (with its input, forward_backward and optimizer phases), `checkpoint.save`
 and `publish` with its reserve, upload and commit, every one of them a descendant of the root.
-A GRPO run's steps have generation, reward, old_log_probs and actor_update children."""
+A GRPO run's steps have generation, reward, old_log_probs and actor_update children. A branch is a
+trace of its own linked to its parent's, where a run.branch span and a comparison's span link back
+to it. A collector that is down loses spans (said on stderr), never a run."""
 from __future__ import annotations
 
 import base64
@@ -272,9 +274,10 @@ def test_a_run_submitted_while_tracing_has_its_trace_context_in_each_job(sft_cli
     assert attempt.parent_span_id == root_of(path, run_id).span_id
 
 
-def test_a_branch_is_a_span_of_its_parents_trace_and_a_trace_of_its_own(sft_cli, collector):
+def test_a_branch_and_a_comparison_are_spans_of_the_parents_trace(sft_cli, collector):
     """The child run has its own trace, its root linked to the parent's; the parent's trace has a
-    run.branch span linked to the child's root."""
+    run.branch span linked to the child's root, and a comparison of the parent's snapshot and the
+    branch is a span of the parent's trace too, linked to the branch's root."""
     _, path = collector
     parent_id = json.loads(sft_cli("runs", "start", "-f", "-", "--force", "-o", "json", input=plan_text(2),
                                    check=True).stdout)["runId"]
@@ -297,6 +300,31 @@ def test_a_branch_is_a_span_of_its_parents_trace_and_a_trace_of_its_own(sft_cli,
     assert attributes(branch.attributes)["trainer.child.kind"] == "branch"
     assert [(l.trace_id, l.span_id) for l in branch.links] == [(child_root.trace_id, child_root.span_id)]
     assert all(trace_ancestors_end_at_root(child, s) for s in child.named("step"))
+
+    # A comparison of the parent's snapshot and the branch: a span of the source run's trace,
+    # linked to the branch's root.
+    rows = folder_rows(path.parent / "held-out.jsonl", 3)
+    sft_cli("datasets", "create", "-f", rows, "--name", "held-out", check=True)
+    rule = path.parent / "rule.py"
+    rule.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info):\n    return 1.0\n")
+    created = sft_cli.json("comparisons", "create", "--source", snapshot, "--branch", child_id, "--dataset", "held-out",
+                           "--grader", f"rule:{rule}", "--max-new-tokens", "4")
+    done = wait_for(lambda: (c := sft_cli.json("comparisons", "get", created["comparisonId"]))["phase"]
+                    in ("COMPLETED", "PARTIAL", "FAILED") and c, timeout=600, what="the comparison to end")
+    assert done["phase"] == "COMPLETED", done
+    parent = wait_trace(path, parent_id, lambda t: t.named("comparison"), "the comparison's span")
+    (comparison,) = parent.named("comparison")
+    assert comparison.parent_span_id == parent_root.span_id
+    assert attributes(comparison.attributes)["trainer.comparison.id"] == created["comparisonId"]
+    assert attributes(comparison.attributes)["trainer.comparison.phase"] == done["phase"]
+    assert [(l.trace_id, l.span_id) for l in comparison.links] == [(child_root.trace_id, child_root.span_id)]
+
+
+def folder_rows(path: pathlib.Path, n: int) -> pathlib.Path:
+    """The first `n` rows of the sentiment examples, written to `path`."""
+    lines = (REPO / "examples" / "sentiment" / "train.jsonl").read_text().splitlines()[:n]
+    path.write_text("\n".join(lines) + "\n")
+    return path
 
 
 def trace_ancestors_end_at_root(trace: Trace, span) -> bool:
