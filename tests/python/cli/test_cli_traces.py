@@ -331,6 +331,36 @@ def trace_ancestors_end_at_root(trace: Trace, span) -> bool:
     return trace.ancestors(span)[-1] == "run"
 
 
+def test_a_trainerd_restarted_while_a_run_is_paused_keeps_the_runs_trace(bin_dir, tiny_model, tmp_path_factory,
+                                                                          collector):
+    """The trace ids live in the run's record: the attempt a restarted trainerd starts joins the same
+    trace, and the root span that trainerd exports at the end is the one the first attempt named."""
+    url, path = collector
+    tmp = tmp_path_factory.mktemp("restarted")
+    config = {"baseModels": [{"name": MODEL_NAME, "path": str(tiny_model)}], "telemetry": {"otlpTracesEndpoint": url}}
+    port = free_port()
+    service = start_trainerd(bin_dir, tmp, config, port=port)
+    try:
+        cli = prepare(Cli(bin_dir / "trainer", service.url))
+        run_id = json.loads(cli("runs", "start", "-f", "-", "--force", "-o", "json", input=plan_text(6, save_every=2),
+                                check=True).stdout)["runId"]
+        wait_step(cli, run_id, 2)
+        cli("runs", "pause", run_id, "--checkpoint", "save", check=True)
+        wait_paused(cli, run_id)
+        stop(service.proc, service.data_dir)
+        service = start_trainerd(bin_dir, tmp, config, port=port)
+        cli("runs", "resume", run_id, check=True)
+        done = ended(cli, run_id)
+        assert done["phase"] == "COMPLETED" and done["attempt"] == 2, done.get("failureReason")
+    finally:
+        stop(service.proc, service.data_dir)
+    trace = wait_trace(path, run_id, lambda t: step_numbers(t) == list(range(1, 7)) and len(t.named("attempt")) == 2,
+                       "both attempts' steps in one trace")
+    root = root_of(path, run_id)
+    assert all(a.parent_span_id == root.span_id for a in trace.named("attempt"))
+    assert all(trace.ancestors(s) == ["attempt", "run"] for s in trace.named("step"))
+
+
 # ---- a GRPO run's phases ----------------------------------------------------------------------------
 
 RL_MODEL, RL_DATASET, RL_WORKLOAD = "toy-policy", "toy-tickets", "rl-traces"
