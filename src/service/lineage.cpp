@@ -348,8 +348,9 @@ Result<std::pair<json, bool>> ServiceImpl::start_child(const std::string& parent
     }
     core_.traces.operation(*parent, kBranchSpan, started, now(), std::move(attributes),
                            out.is_ok() ? Status::ok() : out.status(),
-                           child_trace.trace_id.empty() ? std::vector<telemetry::SpanContext>{}
-                                                        : std::vector<telemetry::SpanContext>{child_trace});
+                           !out.is_ok() || child_trace.trace_id.empty()
+                               ? std::vector<telemetry::SpanContext>{}
+                               : std::vector<telemetry::SpanContext>{child_trace});
   }
   if (!out.is_ok()) {
     // The plan parser blames the child's plan; say it came from the overrides where it did.
