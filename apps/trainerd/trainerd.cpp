@@ -24,6 +24,7 @@
 #include "service/config.h"
 #include "service/service.h"
 #include "store/store.h"
+#include "telemetry/tracing.h"
 
 namespace trainer::apps {
 namespace {
@@ -38,6 +39,7 @@ struct Options {
   std::string instance;     // --instance
   std::string job_binary;   // --job-binary
   std::string port_file;    // --port-file
+  std::string otlp_traces_endpoint;  // --otlp-traces-endpoint
   http::ServerOptions http; // --max-connections, --header-timeout, --body-timeout, ...
 };
 
@@ -106,6 +108,11 @@ const std::vector<OptionSpec>& option_table() {
        [](Options& o, const std::string& v) { o.instance = v; return !v.empty(); }},
       {"--job-binary", "PATH", "the trainer-job executable runs start; default trainer-job beside trainerd",
        [](Options& o, const std::string& v) { o.job_binary = v; return !v.empty(); }},
+      {"--otlp-traces-endpoint", "URL",
+       "the OpenTelemetry collector's OTLP/HTTP traces URL (http://HOST:4318/v1/traces; a base URL gets /v1/traces) "
+       "trainerd and its jobs post spans to, one trace per run (docs/traces.md); default "
+       "telemetry.otlpTracesEndpoint, else $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else no traces",
+       [](Options& o, const std::string& v) { o.otlp_traces_endpoint = v; return !v.empty(); }},
       {"--port-file", "FILE", "write the port the API listens on into FILE once it listens",
        [](Options& o, const std::string& v) { o.port_file = v; return !v.empty(); }},
       {"--max-connections", "N",
@@ -222,6 +229,26 @@ std::optional<service::DeploymentConfig> load_config(const Options& opt) {
     config = std::move(*parsed);
   }
   if (!opt.job_binary.empty()) config.job_binary = opt.job_binary;
+  // Traces: the flag, else the configuration's, else OpenTelemetry's standard variable.
+  std::string traces = opt.otlp_traces_endpoint;
+  const char* source = "--otlp-traces-endpoint";
+  if (traces.empty()) {
+    traces = config.telemetry.otlp_traces_endpoint;
+    source = "telemetry.otlpTracesEndpoint";
+  }
+  if (const char* env = std::getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"); traces.empty() && env != nullptr) {
+    traces = env;
+    source = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT";
+  }
+  if (!traces.empty()) {
+    auto url = telemetry::traces_endpoint_url(traces);
+    if (!url.is_ok()) {
+      std::fprintf(stderr, "trainerd: %s: %s\n", source, url.status().message().c_str());
+      return std::nullopt;
+    }
+    config.telemetry.otlp_traces_endpoint = *url;
+    std::fprintf(stderr, "trainerd: traces go to %s\n", url->c_str());
+  }
   if (config.job_binary.empty()) config.job_binary = (fs::path(self_dir()) / "trainer-job").string();
   return config;
 }

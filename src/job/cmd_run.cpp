@@ -31,6 +31,7 @@
 #include "job/input_fetch.h"
 #include "job/job_events.h"
 #include "job/job_telemetry.h"
+#include "job/job_tracing.h"
 #include "job/learning_signal.h"
 #include "job/rank_worker.h"
 #include "job/ranks.h"
@@ -130,7 +131,7 @@ struct Publication {
 };
 
 Result<Publication> open_publication(const protocol::JobRequest& request, const RunIdentity& identity,
-                                     const std::string& output_dir, JobTelemetry& telemetry) {
+                                     const std::string& output_dir, JobTelemetry& telemetry, JobTracer* tracer) {
   Publication out;
   if (request.catalog_url.empty() || request.artifact_root.empty()) return out;
   // The catalog takes snapshots only from the run's current attempt, as it proves itself.
@@ -151,6 +152,7 @@ Result<Publication> open_publication(const protocol::JobRequest& request, const 
   po.run_id = identity.run_id;
   po.attempt = identity.attempt;
   po.base_model_sha = identity.base_model_sha;
+  if (tracer != nullptr) po.observer = [tracer](const PublicationOperation& op) { tracer->on_publication(op); };
   out.publisher = std::make_unique<SnapshotPublisher>(po, *out.artifacts, *out.catalog, telemetry.provider());
   return out;
 }
@@ -272,7 +274,10 @@ class RunJob {
  public:
   RunJob(EventWriter& writer, JobTelemetry& telemetry) : writer_(writer), telemetry_(telemetry) {}
 
-  int fail(const std::string& reason) { return fail_job(writer_, reason); }
+  int fail(const std::string& reason) {
+    if (tracer_) tracer_->end_attempt("failed", reason);
+    return fail_job(writer_, reason);
+  }
   // A failure the telemetry counts as well (`measured` is the reason it records), pushed before
   // the event so trainerd has the series when it hears the attempt ended.
   int fail_measured(const std::string& measured, const std::string& reason) {
@@ -333,12 +338,15 @@ class RunJob {
   // The flag that stops the engine at its next step boundary (a save met a full disk).
   void set_stop(std::atomic<bool>* stop) { stop_ = stop; }
   void set_board(std::unique_ptr<tensorboard::RunBoard> board) { board_ = std::move(board); }
+  // The attempt's spans (null: untraced); it outlives the job.
+  void set_tracer(JobTracer* tracer) { tracer_ = tracer; }
 
  private:
   void emit(const protocol::Event& ev) {
     // The event file is copied before the attempt's last event tells trainerd it ended.
     if (board_) board_->on_event(ev);
     telemetry_.on_event(ev);
+    if (tracer_) tracer_->on_event(ev);
     // The series are at trainerd before it hears the attempt ended (and shows the run so).
     if (protocol::ends_attempt(ev)) telemetry_.flush();
     writer_.write(ev);
@@ -362,6 +370,7 @@ class RunJob {
   std::optional<Status> disk_full_;  // a save met a full disk: the run stopped, and pauses
   std::atomic<bool>* stop_ = nullptr;
   std::unique_ptr<tensorboard::RunBoard> board_;  // null: no event file
+  JobTracer* tracer_ = nullptr;                   // null: no spans
 };
 
 int RunJob::finish(const Result<engine::TrainResult>& result) {
@@ -500,9 +509,12 @@ int cmd_run(int argc, char** argv) {
   req.stop = &stop;
   req.pause = &pause_requested;
 
+  // The run's trace, when trainerd names a collector (docs/traces.md); outlives the job's publisher.
+  std::unique_ptr<JobTracer> tracer = JobTracer::open(*request, telemetry.provider().resource());
   RunJob job(writer, telemetry);
+  job.set_tracer(tracer.get());
   // Snapshots: published when the service names its catalog and artifact storage.
-  auto publication = open_publication(*request, identity, req.output_dir, telemetry);
+  auto publication = open_publication(*request, identity, req.output_dir, telemetry, tracer.get());
   if (!publication.is_ok()) return job.fail(publication.status().message());
   job.publication() = std::move(*publication);
   job.set_stop(&stop);

@@ -299,6 +299,7 @@ void SnapshotPublisher::loop() {
       backoff = std::min(backoff * 2, opt_.max_backoff);
     }
     record(tel::CheckpointOperation::kPublish, seconds_since(t0), outcome);
+    observe(tel::CheckpointOperation::kPublish, t0, outcome.status, s);
     if (!outcome.status.is_ok()) {
       std::fprintf(stderr, "trainer-job: publishing snapshot %s (step %lld) failed: %s\n",
                    s.result.snapshot_id.substr(0, 12).c_str(), static_cast<long long>(s.result.step),
@@ -323,6 +324,15 @@ void SnapshotPublisher::loop() {
   }
 }
 
+void SnapshotPublisher::observe(tel::CheckpointOperation op, Clock::time_point t0, const Status& status,
+                                const Staged& s, const std::string& kind) const {
+  if (!opt_.observer) return;
+  const auto end = std::chrono::system_clock::now();
+  const auto start = end - std::chrono::duration_cast<std::chrono::system_clock::duration>(Clock::now() - t0);
+  opt_.observer({.operation = op, .snapshot_id = s.result.snapshot_id, .step = s.result.step, .kind = kind,
+                 .start = start, .end = end, .status = status});
+}
+
 SnapshotPublisher::Outcome SnapshotPublisher::publish_once(const Staged& s) {
   protocol::Reservation r{.snapshot_id = s.result.snapshot_id, .attempt = opt_.attempt, .step = s.result.step,
                           .epoch = s.epoch};
@@ -332,6 +342,7 @@ SnapshotPublisher::Outcome SnapshotPublisher::publish_once(const Staged& s) {
     Status st = catalog_.reserve(r);
     Outcome o{st, st.is_ok() ? std::nullopt : std::optional(tel::CheckpointFailureReason::kCatalog)};
     record(tel::CheckpointOperation::kReserve, seconds_since(t0), o);
+    observe(tel::CheckpointOperation::kReserve, t0, st, s);
     if (!st.is_ok()) return o;
   }
   for (const auto& [kind, text] : s.manifests) {
@@ -347,6 +358,7 @@ SnapshotPublisher::Outcome SnapshotPublisher::publish_once(const Staged& s) {
                                                        : tel::CheckpointFailureReason::kValidation;
     }
     record(tel::CheckpointOperation::kAcknowledge, seconds_since(t0), o, kind);
+    observe(tel::CheckpointOperation::kAcknowledge, t0, st, s, kind);
     if (!st.is_ok()) return o;
   }
   return {Status::ok(), std::nullopt};
@@ -374,6 +386,7 @@ SnapshotPublisher::Outcome SnapshotPublisher::upload(const Staged& s, const std:
     o = {st, tel::CheckpointFailureReason::kStorage};
   }
   record(tel::CheckpointOperation::kUpload, seconds_since(t0), o, kind);
+  observe(tel::CheckpointOperation::kUpload, t0, o.status, s, kind);
   if (transferred > 0 || !o.status.is_ok()) {
     transfer_.record(transferred, {.checkpoint_operation = tel::CheckpointOperation::kUpload,
                                    .checkpoint_outcome = o.status.is_ok() ? tel::CheckpointOutcome::kSuccess

@@ -23,6 +23,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -70,6 +71,17 @@ std::unique_ptr<Catalog> make_http_catalog(const ReportTarget& trainerd, const s
                                            std::chrono::milliseconds timeout = std::chrono::seconds(30),
                                            std::chrono::milliseconds read_deadline = std::chrono::seconds(0));
 
+// One timed operation of a publication (reserve, upload, acknowledge: each try; publish: the
+// whole publication, its retries included), for the job's traces (job_tracing.h).
+struct PublicationOperation {
+  telemetry::CheckpointOperation operation;
+  std::string snapshot_id;
+  int64_t step = 0;
+  std::string kind;  // the artifact kind uploaded or acknowledged; "" for reserve and publish
+  std::chrono::system_clock::time_point start, end;  // wall clock; end - start is the measured duration
+  Status status;
+};
+
 struct PublisherOptions {
   std::string staging_dir;     // protected local staging, created when missing
   std::string run_id;          // the run the snapshots belong to
@@ -82,6 +94,8 @@ struct PublisherOptions {
   std::chrono::milliseconds max_backoff{5000};  // longest wait between tries
   // When this many snapshots already await publication, later saves stage weights only.
   int max_pending_full = 2;
+  // Called on the publication thread after each operation, when set. Must not block.
+  std::function<void(const PublicationOperation&)> observer = {};
 };
 
 // What one staged snapshot became.
@@ -137,6 +151,9 @@ class SnapshotPublisher {
   Outcome upload(const Staged& s, const std::string& kind);
   void record(telemetry::CheckpointOperation op, double seconds, const Outcome& outcome,
               std::optional<std::string> kind = std::nullopt);
+  // Tells opt_.observer (when set) of an operation on `s` that started at `t0`.
+  void observe(telemetry::CheckpointOperation op, std::chrono::steady_clock::time_point t0, const Status& status,
+               const Staged& s, const std::string& kind = "") const;
 
   // Constant after construction.
   const PublisherOptions opt_;

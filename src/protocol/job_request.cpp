@@ -11,6 +11,7 @@ enum class When {
   kAlways,        // even when empty
   kSet,           // a non-empty string, a positive number, a kind other than train
   kWithEndpoint,  // when the request names an OTLP endpoint
+  kWithTracesEndpoint,  // a non-empty string, when the request names an OTLP traces endpoint
 };
 
 constexpr JobKind kKinds[] = {JobKind::kTrain, JobKind::kEvaluate, JobKind::kServe, JobKind::kCurate};
@@ -29,6 +30,8 @@ void each_variable(Request& r, Visit&& visit) {
   visit("TRAINER_PROFILE", r.identity.profile, When::kSet);
   visit("TRAINER_OTLP_ENDPOINT", r.otlp_endpoint, When::kSet);
   visit("TRAINER_OTLP_INTERVAL_MS", r.otlp_interval_ms, When::kWithEndpoint);
+  visit("TRAINER_OTLP_TRACES_ENDPOINT", r.otlp_traces_endpoint, When::kSet);
+  visit("TRACEPARENT", r.traceparent, When::kWithTracesEndpoint);
   visit("TRAINER_CATALOG_URL", r.catalog_url, When::kSet);
   visit("TRAINER_JOB_ID", r.job_id, When::kSet);
   visit("TRAINER_JOB_TOKEN", r.job_token, When::kSet);
@@ -92,7 +95,8 @@ std::vector<std::pair<std::string, std::string>> job_environment(const JobReques
   std::vector<std::pair<std::string, std::string>> env;
   each_variable(request, [&](const char* name, const auto& value, When when) {
     const bool pass = when == When::kAlways || (when == When::kSet && is_set(value)) ||
-                      (when == When::kWithEndpoint && !request.otlp_endpoint.empty());
+                      (when == When::kWithEndpoint && !request.otlp_endpoint.empty()) ||
+                      (when == When::kWithTracesEndpoint && is_set(value) && !request.otlp_traces_endpoint.empty());
     if (pass) env.emplace_back(name, text_of(value));
   });
   return env;

@@ -57,6 +57,11 @@ struct JobRequest {
   JobIdentity identity;
   std::string otlp_endpoint;       // base URL the job pushes OTLP/HTTP JSON metrics to; "" = none (TRAINER_OTLP_ENDPOINT)
   int64_t otlp_interval_ms = 5000; // export interval, passed with the endpoint (TRAINER_OTLP_INTERVAL_MS)
+  // Traces (docs/traces.md): the collector's full traces URL the job posts its spans to
+  // (TRAINER_OTLP_TRACES_ENDPOINT; "" = no spans), and the W3C trace context its spans join
+  // (TRACEPARENT: the run's trace, parent the run's root span), passed with the endpoint.
+  std::string otlp_traces_endpoint;
+  std::string traceparent;
   std::string catalog_url;         // trainerd's API base URL for the snapshot catalog's callbacks (TRAINER_CATALOG_URL)
   // The attempt's identity to trainerd's API: the job posts its events and log lines to
   // CATALOG_URL/v1/jobs/{job_id}/events and /logs with this token (TRAINER_JOB_ID,

@@ -131,6 +131,29 @@ void judge_comparison(ServiceCore& core, json& doc, const std::string& phase) {
   doc[clear ? "winner" : "leader"] = named;
 }
 
+
+// The comparison in its source run's trace (a child of the run's root span, which may have ended
+// before it): from its acceptance to its end, linked to the root spans of the other runs it measured.
+void trace_comparison(ServiceCore& core, const json& doc, const std::string& phase) {
+  if (!core.traces.enabled()) return;
+  auto source = core.resolve_run(doc["source"].value("runId", std::string()), "source");
+  if (!source.is_ok()) return;
+  std::vector<tel::SpanContext> links;
+  for (const auto& t : doc["targets"]) {
+    const std::string run_id = t.value("runId", std::string());
+    if (run_id.empty() || run_id == source->id) continue;
+    if (auto r = core.resolve_run(run_id, "target"); r.is_ok() && !r->trace_id.empty()) {
+      links.push_back(RunTraces::root_of(*r));
+    }
+  }
+  core.traces.operation(*source, kComparisonSpan, number_of(doc, "_acceptedAt"), core.now(),
+                        {{"trainer.comparison.id", doc.value("comparisonId", std::string())},
+                         {"trainer.comparison.phase", phase},
+                         {"trainer.comparison.targets", static_cast<int64_t>(doc["targets"].size())}},
+                        phase == kFailed ? Status(StatusCode::kUnavailable, "the comparison failed") : Status::ok(),
+                        std::move(links));
+}
+
 }  // namespace
 
 // The kernel's "comparison" kind: PREPARING while a target's model registers, RUNNING while its
@@ -263,6 +286,7 @@ Status Comparisons::step_comparison_task(tasks::Step& step) {
     core_.metrics.operation_ended(tel::ServiceOperation::kCompare, won ? tel::ServiceOutcome::kSuccess : tel::ServiceOutcome::kFailure,
                              core_.now() - number_of(doc, "_acceptedAt"),
                              won ? std::nullopt : std::optional(tel::ServiceFailureReason::kProvider));
+    trace_comparison(core_, doc, phase);
   }
   return Status::ok();
 }

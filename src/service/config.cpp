@@ -5,6 +5,7 @@
 
 #include "common/json_parse.h"
 #include "common/spelling.h"
+#include "telemetry/tracing.h"
 
 namespace trainer::service {
 namespace {
@@ -330,13 +331,19 @@ Status parse_compute(const json& cp, backend::ComputeConfig& compute) {
 Status parse_telemetry(const json& t, TelemetryConfig& telemetry) {
   if (!t.is_object()) return invalid_argument("telemetry: must be an object");
   TRAINER_RETURN_IF_ERROR(
-      check_keys(t, "telemetry.", {"otlpEndpoint", "otlpIntervalMs", "jobSeriesRetentionSeconds"}));
+      check_keys(t, "telemetry.", {"otlpEndpoint", "otlpIntervalMs", "jobSeriesRetentionSeconds", "otlpTracesEndpoint"}));
   TRAINER_ASSIGN_OR_RETURN(std::string endpoint, string_field(t, "otlpEndpoint", "telemetry.", false));
   if (!endpoint.empty() && !is_http_url(endpoint)) {
     return invalid_argument("telemetry.otlpEndpoint: '" + endpoint + "' must be an http:// or https:// URL");
   }
   while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
   telemetry.otlp_endpoint = endpoint;
+  TRAINER_ASSIGN_OR_RETURN(std::string traces, string_field(t, "otlpTracesEndpoint", "telemetry.", false));
+  if (!traces.empty()) {
+    auto url = telemetry::traces_endpoint_url(traces);
+    if (!url.is_ok()) return invalid_argument("telemetry.otlpTracesEndpoint: " + url.status().message());
+    telemetry.otlp_traces_endpoint = *url;
+  }
   TRAINER_ASSIGN_OR_RETURN(int64_t interval, non_negative_int(t, "otlpIntervalMs", "telemetry.",
                                                               telemetry.otlp_interval_ms, 3600000));
   if (interval == 0) return invalid_argument("telemetry.otlpIntervalMs: must be at least 1");
@@ -492,6 +499,7 @@ nlohmann::json config_to_json(const DeploymentConfig& c) {
   }
   out["telemetry"] = {{"otlpEndpoint", c.telemetry.otlp_endpoint.empty() ? json(nullptr) : json(c.telemetry.otlp_endpoint)},
                       {"otlpIntervalMs", c.telemetry.otlp_interval_ms},
+                      {"otlpTracesEndpoint", c.telemetry.otlp_traces_endpoint.empty() ? json(nullptr) : json(c.telemetry.otlp_traces_endpoint)},
                       {"jobSeriesRetentionSeconds", c.telemetry.job_series_retention_seconds}};
   return out;
 }

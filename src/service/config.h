@@ -59,6 +59,9 @@ struct Limits {
 struct TelemetryConfig {
   std::string otlp_endpoint;     // base URL of an OTLP/HTTP collector; "" = trainerd's own route
   int otlp_interval_ms = 5000;   // how often jobs push (TRAINER_OTLP_INTERVAL_MS), > 0
+  // The collector's OTLP/HTTP traces URL (http://HOST:PORT/v1/traces; a base URL gets the path)
+  // trainerd and its jobs post spans to (docs/traces.md); "" = no traces.
+  std::string otlp_traces_endpoint;
   // How long a job's series stay on trainerd's /metrics after its run ended (embedded relay).
   double job_series_retention_seconds = 300;
 };

@@ -197,6 +197,8 @@ backend::JobSpec ServiceImpl::job_spec(const RunRecord& run) const {
   spec.otlp_endpoint =
       opt_.config.telemetry.otlp_endpoint.empty() ? job_otlp_endpoint_ : opt_.config.telemetry.otlp_endpoint;
   spec.otlp_interval_ms = opt_.config.telemetry.otlp_interval_ms;
+  spec.traceparent = core_.traces.traceparent(run);  // "" when off: then no endpoint either
+  if (!spec.traceparent.empty()) spec.otlp_traces_endpoint = core_.traces.endpoint();
   spec.catalog_url = core_.catalog_url;
   spec.artifact_root = storage_->local_path(".");
   if (const ArtifactStoreConfig& store = opt_.config.artifact_store; !store.uri.empty()) {
@@ -320,6 +322,7 @@ Status ServiceImpl::finish(RunRecord& run, Phase terminal) {
   close_attempt(run, t, cause, run.job ? run.job->exit_code : std::nullopt);
   if (terminal == Phase::kFailed) metrics_.run_failed(run.failed_in.value_or(run.phase));
   TRAINER_RETURN_IF_ERROR(transition(run, terminal));
+  core_.traces.run_ended(run, t);
   TRAINER_RETURN_IF_ERROR(store_->append_run_event(run.id, {{"time", rfc3339(t)},
                                                             {"type", "outcome"},
                                                             {"outcome", outcome},

@@ -316,6 +316,7 @@ Result<std::pair<json, bool>> ServiceImpl::start_child(const std::string& parent
   // What the child's plan already says, in words: both methods, and what a change dropped.
   lineage["parentMethod"] = parent->method;
   if (derived->method_change) lineage["methodChange"] = method_change_json(*derived->method_change);
+  telemetry::SpanContext child_trace;  // the child's root span, once inserted
   // Under mu_, in the run's transaction: the source is still there, the child holds it.
   auto on_insert = [&](RunRecord& run) -> Status {
     auto found = store_->get_snapshot(snapshot_id);
@@ -329,12 +330,28 @@ Result<std::pair<json, bool>> ServiceImpl::start_child(const std::string& parent
       }
     }
     for (const auto& [key, value] : lineage.items()) run.view[key] = value;
+    run.link_trace_id = parent->trace_id;  // the child's own trace links to its parent's
+    run.link_span_id = parent->root_span_id;
+    child_trace = RunTraces::root_of(run);
     TRAINER_RETURN_IF_ERROR(store_->insert_child(run.id, parent->id));
     return catalog_.add_branch_hold(doc, run.id, needed);
   };
   const double started = now();
   auto out = submit_plan(child, dry_run, on_insert, {{"child", lineage}});
   if (!dry_run) record_branch(metrics_, out.is_ok(), now() - started);
+  if (!dry_run && (!out.is_ok() || out->second)) {
+    // The branch in the parent's trace, linked to the child's own trace.
+    std::vector<telemetry::Attribute> attributes = {{"trainer.child.kind", lineage["childKind"].get<std::string>()},
+                                                    {"trainer.snapshot.id", snapshot_id}};
+    if (out.is_ok() && out->first.contains("runId")) {
+      attributes.push_back({"trainer.child.run_id", out->first["runId"].get<std::string>()});
+    }
+    core_.traces.operation(*parent, kBranchSpan, started, now(), std::move(attributes),
+                           out.is_ok() ? Status::ok() : out.status(),
+                           !out.is_ok() || child_trace.trace_id.empty()
+                               ? std::vector<telemetry::SpanContext>{}
+                               : std::vector<telemetry::SpanContext>{child_trace});
+  }
   if (!out.is_ok()) {
     // The plan parser blames the child's plan; say it came from the overrides where it did.
     const Status& st = out.status();

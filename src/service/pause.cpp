@@ -250,11 +250,26 @@ Status ServiceImpl::finish_pause(RunRecord& run, std::optional<telemetry::Servic
                              t - pause.value("acceptedAt", t), std::nullopt, policy);
   }
   TRAINER_RETURN_IF_ERROR(transition(run, Phase::kPaused));
+  // The pause, from its acceptance to the release of its resources (the job saved and stopped).
+  std::vector<tel::Attribute> attributes = {
+      {"trainer.pause.policy", pause.value("policy", std::string("job"))},
+      {"trainer.pause.requested_by", pause.value("requestedBy", std::string("user"))},
+      {"trainer.run.attempt", static_cast<int64_t>(run.attempt)}};
+  if (pause.contains("savedStep") && pause["savedStep"].is_number_integer()) {
+    attributes.push_back({"trainer.step", pause["savedStep"].get<int64_t>()});
+  }
+  if (pause.contains("snapshotId") && pause["snapshotId"].is_string()) {
+    attributes.push_back({"trainer.snapshot.id", pause["snapshotId"].get<std::string>()});
+  }
+  const Status outcome = failed ? unavailable(pause.value("failureReason", std::string("the save failed")))
+                                : Status::ok();
+  core_.traces.operation(run, kPauseSpan, pause.value("acceptedAt", t), t, std::move(attributes), outcome);
   return capacity_.admit_locked();
 }
 
 Result<json> ServiceImpl::resume_run(const std::string& ref) {
   std::lock_guard<std::mutex> lock(mu_);
+  const double started = now();
   auto r = resolve_run(ref, "run");
   if (!r.is_ok()) return r.status();
   RunRecord run = std::move(*r);
@@ -289,6 +304,10 @@ Result<json> ServiceImpl::resume_run(const std::string& ref) {
   run.kill_sent = false;
   run.view["pause"]["resumedAt"] = now_rfc3339();
   TRAINER_RETURN_IF_ERROR(store_->transaction([&]() -> Status { return claim_devices(run); }));
+  // The resume, from the request to the new attempt's claim (granted or queued).
+  core_.traces.operation(run, kResumeSpan, started, now(),
+                         {{"trainer.run.attempt", static_cast<int64_t>(run.attempt)},
+                          {"trainer.snapshot.id", source}});
   notify();
   return present_run(run);
 }

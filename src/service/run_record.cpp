@@ -195,6 +195,10 @@ json RunRecord::to_json() const {
   if (resume_from) in["resumeFrom"] = *resume_from;
   if (attempt_base != 1) in["attemptBase"] = attempt_base;
   if (next_attempt_at) in["nextAttemptAt"] = *next_attempt_at;
+  if (!trace_id.empty()) {
+    in["trace"] = {{"traceId", trace_id}, {"rootSpanId", root_span_id}};
+    if (!link_trace_id.empty()) in["trace"]["link"] = {{"traceId", link_trace_id}, {"spanId", link_span_id}};
+  }
   out["_"] = std::move(in);
   return out;
 }
@@ -297,6 +301,18 @@ Result<RunRecord> RunRecord::from_json(const json& doc) {
     r.attempt_base = static_cast<int>(base);
   }
   TRAINER_RETURN_IF_ERROR(b.opt_number("nextAttemptAt", &r.next_attempt_at));
+  if (b.has("trace")) {
+    if (!in["trace"].is_object()) return invalid_field("_.trace", "must be an object");
+    FieldReader t(in["trace"], "_.trace");
+    TRAINER_RETURN_IF_ERROR(t.str("traceId", &r.trace_id));
+    TRAINER_RETURN_IF_ERROR(t.str("rootSpanId", &r.root_span_id));
+    if (t.has("link")) {
+      if (!in["trace"]["link"].is_object()) return invalid_field("_.trace.link", "must be an object");
+      FieldReader l(in["trace"]["link"], "_.trace.link");
+      TRAINER_RETURN_IF_ERROR(l.str("traceId", &r.link_trace_id));
+      TRAINER_RETURN_IF_ERROR(l.str("spanId", &r.link_span_id));
+    }
+  }
   return r;
 }
 

@@ -83,6 +83,13 @@ struct RunRecord {
   // maxAttempts bounds the attempts from it on (attempts.cpp).
   int attempt_base = 1;
   std::optional<double> next_attempt_at;       // SUBMITTING after a lost attempt: not before this (wall seconds)
+  // The run's trace (run_traces.h): 32 and 16 hex digits, set at submission; "" = a run an older
+  // trainerd submitted, not traced. Every attempt joins it.
+  std::string trace_id;
+  std::string root_span_id;
+  // A child run's parent's trace (its root span), which the child's root span links to; "" = none.
+  std::string link_trace_id;
+  std::string link_span_id;
 
   // The stored document.
   nlohmann::json to_json() const;

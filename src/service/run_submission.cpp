@@ -239,6 +239,7 @@ Result<std::pair<json, bool>> ServiceImpl::submit_plan(const json& body, bool dr
   run.dataset_key = Datasets::key_of((*d)["hash"].get<std::string>());
   if (v) run.validation_key = Datasets::key_of((*v)["hash"].get<std::string>());
   run.rows = (*d)["rows"].get<int64_t>();
+  RunTraces::start_trace(run);
   Status st = store_->transaction([&]() -> Status {
     if (on_insert) TRAINER_RETURN_IF_ERROR(on_insert(run));
     TRAINER_RETURN_IF_ERROR(store_->insert_run(run.to_json()));

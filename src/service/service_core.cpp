@@ -27,7 +27,8 @@ ServiceCore::ServiceCore(ServiceOptions opts, std::unique_ptr<store::Store> st, 
       kernel(std::make_unique<tasks::TaskKernel>(
           *store, options.clock, tasks::KernelOptions{.owner = options.replica, .kill_after = options.kill_after})),
       metrics(options.instance),
-      relay(relay_options(options.config.telemetry)) {}
+      relay(relay_options(options.config.telemetry)),
+      traces(options.config.telemetry.otlp_traces_endpoint, options.instance) {}
 
 std::string ServiceCore::artifact_uri(const std::string& key) const {
   const std::string& uri = options.config.artifact_store.uri;

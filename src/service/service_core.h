@@ -25,6 +25,7 @@
 
 #include "service/metrics.h"
 #include "service/run_record.h"
+#include "service/run_traces.h"
 #include "service/service.h"
 #include "service/tasks/task_kernel.h"
 #include "service/util.h"
@@ -62,6 +63,8 @@ class ServiceCore {
   ServiceTelemetry metrics;
   // The jobs' OTLP pushes, served on /metrics after the service's own series.
   telemetry::TelemetryRelay relay;
+  // The runs' traces (config.telemetry.otlpTracesEndpoint; off when it names none).
+  RunTraces traces;
   std::atomic<int64_t> driver_errors{0};  // errors caught at the edge of the driver and worker threads
 
   // Serialises every read-modify-write of durable state (see the contract above).

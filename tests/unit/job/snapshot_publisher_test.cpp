@@ -118,6 +118,26 @@ TEST_F(SnapshotPublisherTest, PublishesStagedSnapshotsInOrderReservingBeforeUplo
   EXPECT_NE(metrics().find("akka_optimize_training_checkpoint_publication_pending 0"), std::string::npos);
 }
 
+TEST_F(SnapshotPublisherTest, ItsObserverHearsEachOperationOfAPublicationInOrder) {
+  RecordingCatalog catalog;
+  PublisherOptions o = options();
+  std::vector<std::string> heard;  // publication thread only until drain() returns
+  o.observer = [&](const PublicationOperation& op) {
+    EXPECT_LE(op.start, op.end);
+    EXPECT_EQ(op.step, 2);
+    EXPECT_TRUE(op.status.is_ok()) << op.status.to_string();
+    heard.push_back(std::string(telemetry::to_string(op.operation)) + (op.kind.empty() ? "" : " " + op.kind) + " " +
+                    op.snapshot_id.substr(0, 4));
+  };
+  SnapshotPublisher publisher(o, *storage_, catalog, provider_);
+  auto id = publisher.stage(2, 0, {{"weights", adapter("a2", "2")}});
+  ASSERT_TRUE(id.is_ok());
+  ASSERT_TRUE(publisher.drain().is_ok());
+  const std::string s = id->substr(0, 4);
+  EXPECT_EQ(heard, (std::vector<std::string>{"reserve " + s, "upload weights " + s, "acknowledge weights " + s,
+                                             "publish " + s}));
+}
+
 TEST_F(SnapshotPublisherTest, TheSameBytesAtTheDestinationAreASuccessDifferentOnesAConflict) {
   RecordingCatalog catalog;
   const std::string a = adapter("a", "same");

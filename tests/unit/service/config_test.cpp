@@ -74,6 +74,9 @@ TEST(DeploymentConfig, ErrorsNameTheFileAndTheField) {
        "deploy.json: compute.slurm.partitions: unknown field; did you mean partition?"},
       {R"({"telemetry": {"otlpEndpoint": "collector:4318"}})",
        "deploy.json: telemetry.otlpEndpoint: 'collector:4318' must be an http:// or https:// URL"},
+      {R"({"telemetry": {"otlpTracesEndpoint": "https://collector:4318"}})",
+       "deploy.json: telemetry.otlpTracesEndpoint: OTLP traces endpoint 'https://collector:4318' must start with "
+       "http:// (e.g. http://collector:4318/v1/traces)"},
   };
   for (const auto& c : cases) {
     auto r = parse_config(c.text, "deploy.json");
@@ -99,6 +102,10 @@ TEST(DeploymentConfig, ComputeAndTelemetrySections) {
   EXPECT_EQ(r->compute.backend, "local");
   EXPECT_EQ(r->telemetry.otlp_endpoint, "http://collector:4318");
   EXPECT_EQ(r->telemetry.otlp_interval_ms, 1000);
+  EXPECT_EQ(r->telemetry.otlp_traces_endpoint, "");  // no traces unless named
+  auto traced = parse_config(R"({"telemetry": {"otlpTracesEndpoint": "http://collector:4318/"}})", "deploy.json");
+  ASSERT_TRUE(traced.is_ok()) << traced.status().to_string();
+  EXPECT_EQ(traced->telemetry.otlp_traces_endpoint, "http://collector:4318/v1/traces");
   EXPECT_EQ(default_config().compute.backend, "local");
   auto slurm = parse_config(R"({"compute": {"backend": "slurm", "slurm": {"partition": "gpu", "slurmConf": "/etc/s.conf",
                                 "cpusPerGpu": 8, "extraArgs": ["--account=ml"]}}})", "deploy.json");

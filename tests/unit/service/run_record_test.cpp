@@ -110,6 +110,22 @@ TEST(RunRecord, AnEmptyDatasetKeyRoundTrips) {
   EXPECT_EQ(back->to_json(), r.to_json());
 }
 
+TEST(RunRecord, ItsTraceRoundTrips) {
+  RunRecord r = sample();
+  r.trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+  r.root_span_id = "00f067aa0ba902b7";
+  r.link_trace_id = "0af7651916cd43dd8448eb211c80319c";
+  r.link_span_id = "b9c7c989f97918e1";
+  auto back = parse_run_record(r.to_json().dump(), r.id);
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->trace_id, r.trace_id);
+  EXPECT_EQ(back->root_span_id, r.root_span_id);
+  EXPECT_EQ(back->link_trace_id, r.link_trace_id);
+  EXPECT_EQ(back->link_span_id, r.link_span_id);
+  EXPECT_FALSE(r.public_json().contains("_"));  // bookkeeping, never shown
+  EXPECT_FALSE(sample().to_json()["_"].contains("trace"));  // an untraced run stores none
+}
+
 TEST(RunRecord, ADamagedDocumentIsAnErrorNamingTheField) {
   struct Case {
     const char* path;
@@ -127,6 +143,8 @@ TEST(RunRecord, ADamagedDocumentIsAnErrorNamingTheField) {
       {"/_", json::array(), "_"},
       {"/_/attemptBase", 5, "_.attemptBase"},  // past the run's attempt (2)
       {"/_/job/heardAt", "now", "_.job.heardAt"},
+      {"/_/trace", "abc", "_.trace"},
+      {"/_/trace", {{"traceId", 7}, {"rootSpanId", "00f067aa0ba902b7"}}, "_.trace.traceId"},
   };
   for (const auto& c : cases) {
     json doc = sample().to_json();
