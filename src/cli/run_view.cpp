@@ -371,6 +371,12 @@ std::string run_detail(const json& run, const ViewStyle& style) {
       state.push_back({"Method change", str(change, "from") + " -> " + str(change, "to") + "; " + str(change, "message")});
     }
   }
+  // A warm start: the registered adapter it started from (and the run that trained it).
+  if (const json& warm = field(run, "warmStart"); warm.is_object()) {
+    std::string from = "model " + short_id(str(warm, "modelId"));
+    if (!str(warm, "sourceRunId").empty()) from += " (trained by run " + short_id(str(warm, "sourceRunId")) + ")";
+    state.push_back({"Warm start", from + ", its weights"});
+  }
   if (!str(run, "configName").empty()) state.push_back({"Config name", str(run, "configName")});
   if (!str(run, "description").empty()) state.push_back({"Description", str(run, "description")});
   if (const json& judges = field(run, "judgeInstructions"); judges.is_array()) {

@@ -22,6 +22,7 @@
 #include <string>
 #include <thread>
 
+#include "common/files.h"
 #include "common/sha256.h"
 #include "common/version.h"
 #include "engine/engine.h"
@@ -190,6 +191,20 @@ Status restore_start(const protocol::JobRequest& request, const RunIdentity& ide
     if (restore == protocol::kTrainingStateKind) req.resume_state_dir = restored->dirs.at(protocol::kTrainingStateKind);
     std::fprintf(stderr, "trainer-job run: starting from %s of snapshot %s (step %lld of run %s)\n", restore.c_str(),
                  branch.c_str(), static_cast<long long>(restored->step), restored->run_id.c_str());
+  } else if (const std::string& key = request.warm_start_adapter; !key.empty() && request.resume_snapshot.empty()) {
+    if (!pub.artifacts) return invalid_argument("TRAINER_WARM_START_ADAPTER needs TRAINER_CATALOG_URL and TRAINER_ARTIFACT_ROOT");
+    const std::filesystem::path dir = std::filesystem::path(req.output_dir) / "warm-start" / "adapter";
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) return internal_error("creating " + dir.string() + ": " + ec.message());
+    for (const char* file : {"adapter_config.json", "adapter_model.safetensors"}) {
+      auto bytes = pub.artifacts->get(key + "/" + file);
+      if (!bytes.is_ok()) return bytes.status().with_context("fetching the warm start's " + std::string(file));
+      TRAINER_RETURN_IF_ERROR(write_file_atomic((dir / file).string(), *bytes));
+    }
+    req.branch = true;  // the weights alone; steps count from zero
+    req.resume_weights_dir = dir.string();
+    std::fprintf(stderr, "trainer-job run: starting from the registered adapter %s\n", key.c_str());
   }
   return Status::ok();
 }

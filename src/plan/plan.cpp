@@ -417,6 +417,20 @@ Result<Plan> plan_from_json(const nlohmann::json& doc, std::string_view source, 
   p.keep(r.read_optional_string("configName", &plan.configName));
   p.keep(r.read_optional_string("submissionId", &plan.submissionId));
   p.keep(r.read_optional_int("pauseAtStep", &plan.pauseAtStep));
+  p.keep(r.read_optional_string("warmStartModelId", &plan.warmStartModelId));
+  p.keep(r.read_object("source", &obj));
+  if (!obj->empty()) {
+    ObjectReader source(p, *obj, "source");
+    std::optional<std::string> model;
+    p.keep(source.read_optional_string("model", &model));
+    source.refuse_unknown();
+    if (model && plan.warmStartModelId && *model != *plan.warmStartModelId) {
+      p.keep(invalid_field("source.model", "names model '" + *model + "', but warmStartModelId names '" +
+                                               *plan.warmStartModelId + "'; give one of the two"));
+    } else if (model) {
+      plan.warmStartModelId = model;
+    }
+  }
   const auto& max_steps = plan.config.training.maxSteps;
   if (plan.pauseAtStep && max_steps && *plan.pauseAtStep >= *max_steps) {
     p.keep(invalid_field("pauseAtStep", "must be less than config.hyperparams.training.maxSteps (" +

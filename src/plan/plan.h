@@ -207,6 +207,10 @@ struct Plan {
   // pauseAtStep: after this many optimizer steps the run saves and pauses itself, as
   // `runs pause --checkpoint save` would; `runs resume` carries on. Absent: never.
   std::optional<int> pauseAtStep;
+  // warmStartModelId (or, in the newer spelling, source.model): a registered adapter the run
+  // starts from instead of a fresh one (its weights; steps count from zero). Its base model must
+  // be the plan's, its rank, alpha and target modules the plan's LoRA settings.
+  std::optional<std::string> warmStartModelId;
 };
 
 // Parses a plan written in JSON or YAML (detected from the text). Errors are kInvalidArgument.

@@ -187,6 +187,12 @@ const std::vector<FieldSpec> kFields = {
     {"configName", FT::kString, 0, 0, false, false, "", "label of this configuration in score tables"},
     {"submissionId", FT::kString, 0, 0, false, false, "",
      "idempotency key: resubmitting the same plan with it reaches the same run. Absent: the CLI generates one"},
+    {"warmStartModelId", FT::kString, 0, 0, false, false, "",
+     "a registered adapter (trained-models id or prefix) the run starts from instead of a fresh adapter: its weights, "
+     "steps counted from zero (e.g. GRPO after SFT). Its base model must be the plan's, its rank, alpha and target "
+     "modules the plan's"},
+    {"source", FT::kObject, 0, 0, false, false, "", "where the run starts from (the newer spelling of warmStartModelId)"},
+    {"source.model", FT::kString, 0, 0, false, false, "", "the same as warmStartModelId"},
     {"pauseAtStep", FT::kInteger, 1, kMaxInt, false, false, "",
      "after this many optimizer steps the run saves its training state and pauses itself (as runs pause "
      "--checkpoint save); runs resume carries on. Less than maxSteps"},

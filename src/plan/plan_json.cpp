@@ -132,7 +132,8 @@ nlohmann::json to_json(const Plan& p) {
           {"description", opt(p.description)},
           {"configName", opt(p.configName)},
           {"submissionId", opt(p.submissionId)},
-          {"pauseAtStep", p.pauseAtStep ? json(*p.pauseAtStep) : json(nullptr)}};
+          {"pauseAtStep", p.pauseAtStep ? json(*p.pauseAtStep) : json(nullptr)},
+          {"warmStartModelId", opt(p.warmStartModelId)}};
 }
 
 nlohmann::json flatten_config(const RunConfig& config, const std::string& dataset_hash) {

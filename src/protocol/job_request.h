@@ -79,6 +79,10 @@ struct JobRequest {
   // read as weights when absent).
   std::string branch_snapshot;
   std::string branch_restore;
+  // A warm-started run's attempt that restores no snapshot: the storage key of the registered
+  // adapter folder it starts from (TRAINER_WARM_START_ADAPTER; its adapter_config.json and
+  // adapter_model.safetensors), the weights alone, steps counted from zero.
+  std::string warm_start_adapter;
   // Not in the environment: the job's arguments and output.
   std::string plan_path;    // the resolved plan (JSON), already written (--plan); evaluate: its spec (--spec)
   std::string output_dir;   // the job's output folder (--output)

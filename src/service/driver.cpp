@@ -227,6 +227,9 @@ backend::JobSpec ServiceImpl::job_spec(const RunRecord& run) const {
   if (!run.resume_from && run.view.contains("sourceSnapshotId") && run.view["sourceSnapshotId"].is_string()) {
     spec.branch_snapshot = run.view["sourceSnapshotId"].get<std::string>();
     spec.branch_restore = run.view.value("restore", std::string("weights"));
+  } else if (!run.resume_from && run.view.contains("warmStart")) {
+    // A warm-started run's attempts start from the registered adapter until one has a snapshot.
+    spec.warm_start_adapter = run.view["warmStart"].value("artifactKey", std::string());
   }
   return spec;
 }

@@ -165,6 +165,12 @@ Result<std::pair<json, bool>> ServiceImpl::submit_plan(const json& body, bool dr
       TRAINER_RETURN_IF_ERROR(check_trainable_model(allowed->name, allowed->path, "baseModel"));
     }
   }
+  std::optional<json> warm;
+  if (p.warmStartModelId) {
+    auto resolved_warm = resolve_warm_start(p, *m);
+    if (!resolved_warm.is_ok()) return resolved_warm.status();
+    warm = std::move(*resolved_warm);
+  }
   auto d = datasets_.resolve(p.config.dataset, "config.dataset");
   if (!d.is_ok()) return d.status();
   std::optional<json> v;
@@ -197,6 +203,7 @@ Result<std::pair<json, bool>> ServiceImpl::submit_plan(const json& body, bool dr
   resolved["baseModel"] = (*m)["name"];
   resolved["config"]["dataset"] = (*d)["hash"];
   if (v) resolved["config"]["validationDataset"] = (*v)["hash"];
+  if (warm) resolved["warmStartModelId"] = (*warm)["modelId"];
   const json judges = judge_instructions(p);
   if (dry_run) {
     json answer = {{"plan", resolved}};
@@ -230,6 +237,7 @@ Result<std::pair<json, bool>> ServiceImpl::submit_plan(const json& body, bool dr
   };
   if (p.description) run.view["description"] = *p.description;
   if (p.configName) run.view["configName"] = *p.configName;
+  if (warm) run.view["warmStart"] = *warm;
   if (!judges.empty()) run.view["judgeInstructions"] = judges;
   run.request = request;
   run.pool = (*pool)->name;

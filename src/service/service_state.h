@@ -270,6 +270,9 @@ class ServiceImpl final : public Service {
   // ---- runs in (run_submission.cpp). `on_insert`, when given, runs with mu_ held inside the
   // transaction that inserts the new run, before the insert: a child run records its lineage
   // and its hold there (lineage.cpp). The dry run's answer gets `dry_extra`'s fields.
+  // The plan's warmStartModelId checked against the registry and the plan (warm_start.cpp):
+  // {modelId, artifactKey} of a REGISTERED adapter of `base_model` with the plan's LoRA shape.
+  Result<json> resolve_warm_start(const plan::Plan& p, const json& base_model);
   Result<std::pair<json, bool>> submit_plan(const json& body, bool dry_run,
                                             const std::function<Status(RunRecord&)>& on_insert,
                                             const json& dry_extra);

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "telemetry/otlp_json.h"
 #include "telemetry/telemetry.h"
 
 namespace trainer::telemetry {
@@ -22,30 +23,9 @@ using nlohmann::json;
 
 constexpr int kAggregationTemporalityCumulative = 2;
 
-// Protobuf's JSON mapping writes non-finite doubles as strings (a NaN loss is worth sending).
-json number(double value) {
-  if (std::isnan(value)) return "NaN";
-  if (std::isinf(value)) return value > 0 ? "Infinity" : "-Infinity";
-  return value;
-}
+using otlp_encoding::number;
 
-json any_value(const AttributeValue& value) {
-  struct Visitor {
-    json operator()(const std::string& s) const { return {{"stringValue", s}}; }
-    json operator()(bool b) const { return {{"boolValue", b}}; }
-    json operator()(int64_t i) const { return {{"intValue", std::to_string(i)}}; }
-    json operator()(double d) const { return {{"doubleValue", number(d)}}; }
-  };
-  return std::visit(Visitor{}, value);
-}
-
-json key_values(const AttributeSet& attributes) {
-  json out = json::array();
-  for (const auto& attribute : attributes.attributes()) {
-    out.push_back({{"key", attribute.key}, {"value", any_value(attribute.value)}});
-  }
-  return out;
-}
+json key_values(const AttributeSet& attributes) { return otlp_encoding::key_values(attributes.attributes()); }
 
 json counts(const std::vector<uint64_t>& values) {
   json out = json::array();

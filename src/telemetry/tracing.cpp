@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <random>
 
+#include "telemetry/otlp_json.h"
+
 namespace trainer::telemetry {
 namespace {
 
@@ -38,21 +40,7 @@ std::string random_hex(size_t digits) {
   return out;
 }
 
-json attribute_value(const AttributeValue& value) {
-  struct Visitor {
-    json operator()(const std::string& s) const { return {{"stringValue", s}}; }
-    json operator()(bool b) const { return {{"boolValue", b}}; }
-    json operator()(int64_t i) const { return {{"intValue", std::to_string(i)}}; }
-    json operator()(double d) const { return {{"doubleValue", d}}; }
-  };
-  return std::visit(Visitor{}, value);
-}
-
-json key_values(const std::vector<Attribute>& attributes) {
-  json out = json::array();
-  for (const auto& a : attributes) out.push_back({{"key", a.key}, {"value", attribute_value(a.value)}});
-  return out;
-}
+using otlp_encoding::key_values;
 
 json span_json(const SpanData& s) {
   json out = {{"traceId", s.trace_id},

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import pathlib
 import re
+import time
 
 import pytest
 
@@ -210,3 +211,93 @@ def test_the_child_and_its_lineage_show_both_methods(rl_cli, sft, grpo_child, tm
     assert out.returncode == 0, out.stdout + out.stderr
     assert ("Method: grpo -> sft; dropped config.reward, config.klBeta, config.rlHyperparams: "
             "reinforcement-learning fields an sft run does not have.") in out.stdout, out.stdout
+
+
+# ---- warm starts: a plan's warmStartModelId (or source.model) names the registered SFT adapter ----
+
+def registered_model(cli, run: dict) -> str:
+    """The model the completed run registered, once REGISTERED."""
+    model_id = run["modelId"]
+    deadline = time.monotonic() + 120
+    while cli.json("trained-models", "get", model_id)["status"] != "REGISTERED":
+        assert time.monotonic() < deadline, cli.json("trained-models", "get", model_id)
+        time.sleep(0.2)
+    return model_id
+
+
+def warm_plan(child: dict, model_id: str | None, **changes) -> str:
+    """The GRPO child's resolved plan as a plan of its own, warm-started from `model_id`."""
+    plan = json.loads(json.dumps(child["plan"]))
+    plan.pop("submissionId", None)
+    if model_id:
+        plan["warmStartModelId"] = model_id
+    for path, value in changes.items():
+        node = plan
+        *parents, leaf = path.split(".")
+        for key in parents:
+            node = node[key]
+        node[leaf] = value
+    return json.dumps(plan)
+
+
+def start_plan(cli, text: str, *flags):
+    return cli("runs", "start", "-f", "-", "--force", "-o", "json", *flags, input=text)
+
+
+def test_a_grpo_run_warm_started_from_the_sft_model_starts_from_its_weights(rl_cli, sft, grpo_child):
+    """A plain GRPO plan naming the SFT run's registered model: its step-1 rollouts are the GRPO child's
+    (that branch started from the same weights with the same seed); a twin whose reward is always 0
+    ends with the SFT adapter itself, tensor for tensor; `runs get` says where it started."""
+    parent, _ = sft
+    child, _ = grpo_child
+    model_id = registered_model(rl_cli, parent)
+    out = start_plan(rl_cli, warm_plan(child, model_id[:10]))
+    assert out.returncode == 0, out.stderr
+    warm = ended(rl_cli, json.loads(out.stdout)["runId"])
+    assert warm["phase"] == "COMPLETED", warm.get("failureReason")
+    assert warm["plan"]["warmStartModelId"] == model_id and warm["warmStart"]["modelId"] == model_id
+    assert not warm.get("parentRunId")  # a warm start is not a child run
+    first = lambda run_id: [(r["promptIndex"], r["completion"])
+                            for r in rl_cli.json("runs", "rollouts", run_id, "--step", 1, "--limit", 200)["rollouts"]]
+    assert first(warm["runId"]) == first(child["runId"])
+    shown = rl_cli("runs", "get", warm["runId"], check=True).stdout
+    assert re.search(rf"Warm start:\s+model {model_id[:8]}[0-9a-f]* \(trained by run {parent['runId'][:8]}", shown), shown
+
+    text = warm_plan(child, model_id, **{"config.reward.terms": [{"kind": "json-label-match", "weight": 0}],
+                                         "config.hyperparams.training.maxSteps": 1})
+    out = start_plan(rl_cli, text)
+    assert out.returncode == 0, out.stderr
+    twin = ended(rl_cli, json.loads(out.stdout)["runId"])
+    assert twin["phase"] == "COMPLETED", twin.get("failureReason")
+    restored, trained = adapter_tensors(twin), adapter_tensors(parent)
+    assert sorted(restored) == sorted(trained)
+    for name, tensor in trained.items():
+        assert bool((restored[name] == tensor).all()), name
+
+
+def test_source_model_is_the_newer_spelling_of_warm_start_model_id(rl_cli, sft, grpo_child):
+    child, _ = grpo_child
+    model_id = registered_model(rl_cli, sft[0])
+    plan = json.loads(warm_plan(child, None))
+    plan["source"] = {"model": model_id[:12]}
+    out = start_plan(rl_cli, json.dumps(plan), "--dry-run")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["plan"]["warmStartModelId"] == model_id
+    plan["warmStartModelId"] = "0123abcd"
+    out = start_plan(rl_cli, json.dumps(plan), "--dry-run")
+    assert out.returncode != 0 and "source.model" in out.stderr and "give one of the two" in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"config.hyperparams.lora.rank": 4}, "has LoRA rank 8, the plan's config.hyperparams.lora.rank is 4"),
+    ({"config.hyperparams.lora.alpha": 32}, "has lora_alpha 16"),
+    ({"config.hyperparams.lora.targetModules": ["q_proj", "v_proj"]}, "the plan's config.hyperparams.lora.targetModules"),
+    ({"warmStartModelId": "feedbeef"}, "no model"),
+])
+def test_a_warm_start_that_does_not_fit_the_plan_is_refused_by_name(rl_cli, sft, grpo_child, change, words):
+    child, _ = grpo_child
+    model_id = registered_model(rl_cli, sft[0])
+    before = count_runs(rl_cli)
+    out = start_plan(rl_cli, warm_plan(child, model_id, **change))
+    assert out.returncode != 0 and "warmStartModelId" in out.stderr and words in out.stderr, out.stderr
+    assert count_runs(rl_cli) == before
