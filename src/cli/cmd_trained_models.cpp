@@ -24,6 +24,12 @@ std::string base_model_name(const json& m) {
   return m.contains("baseModel") && m["baseModel"].is_object() ? str(m["baseModel"], "name") : "";
 }
 
+// The model's name: the plan's modelName, else its base model's (a model registered before names
+// existed has none: its base model's).
+std::string model_name(const json& m) {
+  return str(m, "name").empty() ? base_model_name(m) : str(m, "name");
+}
+
 std::string workload_name(const json& m) {
   return m.contains("workload") && m["workload"].is_object() ? str(m["workload"], "name") : "-";
 }
@@ -77,9 +83,9 @@ int trained_models_list(Context& ctx) {
   if (auto b = ctx.inv.get("base-model")) append_query(&view.path, "baseModel", *b);
   if (auto b = ctx.inv.get("base-model-id")) append_query(&view.path, "baseModel", *b);
   view.items = "models";
-  view.header = {"MODEL", "VARIANT", "METHOD", "BASE MODEL", "WORKLOAD", "STATUS", "SOURCE", "CREATED"};
+  view.header = {"MODEL", "NAME", "VARIANT", "METHOD", "BASE MODEL", "WORKLOAD", "STATUS", "SOURCE", "CREATED"};
   view.row = [](const json& m, double now) -> std::vector<std::string> {
-    return {str(m, "modelId"), str(m, "variant"), str(m, "method"), base_model_name(m), workload_name(m),
+    return {str(m, "modelId"), model_name(m), str(m, "variant"), str(m, "method"), base_model_name(m), workload_name(m),
             str(m, "status"), source_text(m), age_text(str(m, "createdAt"), now)};
   };
   view.empty = [](const json&) -> std::string {
@@ -230,6 +236,7 @@ int trained_models_get(Context& ctx) {
     const json artifact = m.value("artifact", json(nullptr));
     std::vector<std::pair<std::string, std::string>> rows = {
         {"Model", str(m, "modelId")},
+        {"Name", model_name(m)},
         {"Variant", str(m, "variant")},
         {"Status", str(m, "status")},
         {"Base model", base_model_name(m)},

@@ -418,6 +418,10 @@ Result<Plan> plan_from_json(const nlohmann::json& doc, std::string_view source, 
   p.keep(r.read_optional_string("submissionId", &plan.submissionId));
   p.keep(r.read_optional_int("pauseAtStep", &plan.pauseAtStep));
   p.keep(r.read_optional_string("warmStartModelId", &plan.warmStartModelId));
+  p.keep(r.read_optional_string("modelName", &plan.modelName));
+  if (plan.modelName && (plan.modelName->empty() || plan.modelName->size() > 200)) {
+    p.keep(invalid_field("modelName", "must be 1 to 200 characters, got " + std::to_string(plan.modelName->size())));
+  }
   p.keep(r.read_object("source", &obj));
   if (!obj->empty()) {
     ObjectReader source(p, *obj, "source");

@@ -211,6 +211,7 @@ struct Plan {
   // starts from instead of a fresh one (its weights; steps count from zero). Its base model must
   // be the plan's, its rank, alpha and target modules the plan's LoRA settings.
   std::optional<std::string> warmStartModelId;
+  std::optional<std::string> modelName;  // modelName: the registered model's name; absent: the base model's
 };
 
 // Parses a plan written in JSON or YAML (detected from the text). Errors are kInvalidArgument.

@@ -191,6 +191,8 @@ const std::vector<FieldSpec> kFields = {
      "a registered adapter (trained-models id or prefix) the run starts from instead of a fresh adapter: its weights, "
      "steps counted from zero (e.g. GRPO after SFT). Its base model must be the plan's, its rank, alpha and target "
      "modules the plan's"},
+    {"modelName", FT::kString, 0, 0, false, false, "",
+     "the name of the model the completed run registers (trained-models list and get). Absent: the base model's"},
     {"source", FT::kObject, 0, 0, false, false, "", "where the run starts from (the newer spelling of warmStartModelId)"},
     {"source.model", FT::kString, 0, 0, false, false, "", "the same as warmStartModelId"},
     {"pauseAtStep", FT::kInteger, 1, kMaxInt, false, false, "",

@@ -133,7 +133,8 @@ nlohmann::json to_json(const Plan& p) {
           {"configName", opt(p.configName)},
           {"submissionId", opt(p.submissionId)},
           {"pauseAtStep", p.pauseAtStep ? json(*p.pauseAtStep) : json(nullptr)},
-          {"warmStartModelId", opt(p.warmStartModelId)}};
+          {"warmStartModelId", opt(p.warmStartModelId)},
+          {"modelName", opt(p.modelName)}};
 }
 
 nlohmann::json flatten_config(const RunConfig& config, const std::string& dataset_hash) {

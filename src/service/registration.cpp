@@ -130,8 +130,10 @@ Result<std::pair<json, bool>> ModelRegistry::start_registration_locked(json snap
     workload["name"] = (**w)["name"];
   }
   const json step = snapshot.value("savedStep", json(nullptr));
+  const json model_name = plan_value(run, "/modelName");
   json doc = {
       {"modelId", id},
+      {"name", model_name.is_string() ? model_name : json(run.base_model)},
       {"variant", kVariantAdapter},
       {"method", upper(run.method)},
       {"baseModel", base},

@@ -108,6 +108,7 @@ def test_a_completed_run_registers_its_final_snapshot_once(ready, trainerd):
     assert model["lineage"]["runId"] == run_id and model["lineage"]["snapshotId"] == final["snapshotId"]
     assert model["cost"]["gpuSeconds"] == ready.json("runs", "get", run_id)["cost"]["gpuSeconds"]
     assert model["adapterRank"] == 8 and model["evaluations"] == []
+    assert model["name"] == MODEL_NAME  # no modelName in the plan: the base model's name
     # The registry's copy holds exactly the snapshot's adapter files.
     snapshot_files = files_of(trainerd.data_dir / final["kinds"]["weights"]["location"])
     del snapshot_files["manifest.json"]
@@ -144,6 +145,20 @@ def test_a_completed_run_registers_its_final_snapshot_once(ready, trainerd):
         assert any(f'akka_optimize_training_service_stage="{stage}"' in line for line in metrics), (stage, metrics)
     assert any('akka_optimize_training_service_outcome="success"' in line and "_bucket" not in line and
                "stage" not in line for line in metrics), metrics
+
+
+def test_a_plans_model_name_names_the_model_it_registers(ready):
+    run = run_to_end(ready, plan(2) + "modelName: support triage v2\n")
+    model = wait_model(ready, run["modelId"])
+    assert model["name"] == "support triage v2" and run["plan"]["modelName"] == "support triage v2"
+    shown = ready("trained-models", "get", run["modelId"][:12], check=True).stdout
+    assert "Name:" in shown and "support triage v2" in shown, shown
+    listed = ready("trained-models", "list", check=True).stdout
+    header, *rows = listed.splitlines()
+    assert header.split()[:2] == ["MODEL", "NAME"], header
+    assert any(r.startswith(run["modelId"][:8]) and "support triage v2" in r for r in rows), listed
+    out = ready("runs", "start", "-f", "-", "--force", input=plan(2) + "modelName: ''\n")
+    assert out.returncode != 0 and "modelName: must be 1 to 200 characters, got 0" in out.stderr, out.stderr
 
 
 def test_snapshots_register_registers_an_earlier_snapshot_as_a_candidate(ready, trainerd):

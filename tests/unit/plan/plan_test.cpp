@@ -68,7 +68,7 @@ TEST(Plan, UnknownFieldsAreRefusedByTheirPath) {
   ASSERT_FALSE(top.is_ok());
   EXPECT_EQ(top.status().describe(),
             "retries: unknown field; a plan takes kind, workload, baseModel, config, execution, grader, graderInstructions, description, "
-            "configName, submissionId, pauseAtStep, warmStartModelId, source");
+            "configName, submissionId, pauseAtStep, warmStartModelId, modelName, source");
 }
 
 TEST(Plan, AMisspeltFieldSuggestsTheNearestValidOne) {
