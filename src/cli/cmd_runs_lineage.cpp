@@ -92,10 +92,13 @@ int runs_ancestry(Context& ctx) {
   return show(ctx, "/v1/runs/" + seg(ctx.inv.positionals[0]) + "/ancestry", [&](const json& doc) {
     std::vector<std::vector<std::string>> rows;
     for (const auto& r : doc.value("runs", json::array())) {
+      // A warm start: the weights of a registered model the run above trained.
+      const json warm = r.value("warmStart", json(nullptr));
+      const std::string restore = warm.is_object() ? "warm start from model " + short_id(warm.value("modelId", std::string()))
+                                                   : r.value("restore", std::string("-"));
       rows.push_back({short_id(r.value("runId", std::string())), method_text(r),
                       short_id(r.value("sourceSnapshotId", std::string("-"))),
-                      step_text(r, "sourceStep"), step_text(r, "stepBudget"), r.value("restore", std::string("-")),
-                      r.value("phase", std::string())});
+                      step_text(r, "sourceStep"), step_text(r, "stepBudget"), restore, r.value("phase", std::string())});
     }
     out(render_table({"RUN", "METHOD", "SNAPSHOT", "SOURCE STEP", "STEPS", "RESTORE", "PHASE"}, rows));
   });

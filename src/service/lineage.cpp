@@ -27,7 +27,7 @@ constexpr int kMaxGenerations = 1000;      // longest ancestry chain followed
 // The lineage fields a child's document carries (and lineage views repeat).
 const char* const kLineageFields[] = {"parentRunId", "rootRunId",  "sourceSnapshotId", "sourceStep",
                                       "restore",     "stepBudget", "childKind",        "sweepPoint",
-                                      "parentMethod", "methodChange"};
+                                      "parentMethod", "methodChange", "warmStart"};
 
 bool kind_committed(const json& snapshot, const std::string& kind) {
   const json kinds = snapshot.value("kinds", json::object());
@@ -449,11 +449,25 @@ Result<json> ServiceImpl::run_tree(const std::string& ref, int64_t depth) {
   return out;
 }
 
+namespace {
+
+// The run a run's weights came from: its parent, else the run that trained the model it
+// warm-started from (warm_start.cpp); "" for a run that started from the base model.
+std::string weights_source_run(const RunRecord& r) {
+  const std::string parent = r.view.value("parentRunId", std::string());
+  if (!parent.empty()) return parent;
+  const json warm = r.view.value("warmStart", json::object());
+  return warm.is_object() && warm.value("sourceRunId", json(nullptr)).is_string() ? warm["sourceRunId"].get<std::string>()
+                                                                                    : std::string();
+}
+
+}  // namespace
+
 Result<json> ServiceImpl::run_ancestry(const std::string& ref) {
   auto run = resolve_run(ref, "run");
   if (!run.is_ok()) return run.status();
   std::vector<json> chain = {lineage_entry(*run)};
-  std::string parent = run->view.value("parentRunId", std::string());
+  std::string parent = weights_source_run(*run);
   for (int generation = 0; !parent.empty() && generation < kMaxGenerations; ++generation) {
     auto up = resolve_run(parent, "run");
     if (!up.is_ok()) {
@@ -461,7 +475,7 @@ Result<json> ServiceImpl::run_ancestry(const std::string& ref) {
       break;
     }
     chain.push_back(lineage_entry(*up));
-    parent = up->view.value("parentRunId", std::string());
+    parent = weights_source_run(*up);
   }
   std::reverse(chain.begin(), chain.end());
   return json{{"runId", run->id}, {"runs", chain}};

@@ -262,6 +262,13 @@ def test_a_grpo_run_warm_started_from_the_sft_model_starts_from_its_weights(rl_c
     assert first(warm["runId"]) == first(child["runId"])
     shown = rl_cli("runs", "get", warm["runId"], check=True).stdout
     assert re.search(rf"Warm start:\s+model {model_id[:8]}[0-9a-f]* \(trained by run {parent['runId'][:8]}", shown), shown
+    # The lineage follows the weights: the SFT run, then the run warm-started from its model.
+    chain = rl_cli.json("runs", "ancestry", warm["runId"])["runs"]
+    assert [r["runId"] for r in chain] == [parent["runId"], warm["runId"]]
+    assert chain[1]["warmStart"]["modelId"] == model_id and "warmStart" not in chain[0]
+    table = rl_cli("runs", "ancestry", warm["runId"], check=True).stdout
+    assert f"warm start from model {model_id[:8]}" in table, table
+    assert warm["runId"] not in json.dumps(rl_cli.json("runs", "branches", parent["runId"]))
 
     text = warm_plan(child, model_id, **{"config.reward.terms": [{"kind": "json-label-match", "weight": 0}],
                                          "config.hyperparams.training.maxSteps": 1})
