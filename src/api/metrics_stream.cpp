@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "api/route_support.h"
+#include "service/phases.h"
 
 namespace trainer::api {
 namespace {
@@ -32,8 +33,10 @@ int64_t integer_at(const json& object, const char* key) {
   return it != object.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
 }
 
+// Whether the run's phase (by its name) is one it never leaves: the service's own table decides.
 bool terminal(const std::string& phase) {
-  return phase == "COMPLETED" || phase == "FAILED" || phase == "CANCELLED";
+  const auto parsed = service::parse_phase(phase);
+  return parsed && service::is_terminal(*parsed);
 }
 
 // What the dashboard shows of a run as it changes (the whole view carries its plan: too much to
