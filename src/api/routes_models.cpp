@@ -26,6 +26,9 @@ void install_model_routes(http::Router& router, service::Service& svc, const ser
     }
     return svc.select_base_model(body["name"].get<std::string>());
   }));
+  // Not under /v1/base-models/: every path there names a model (names hold slashes).
+  router.add("GET", "/v1/base-model-envelopes", max,
+             route_json(200, [&svc](const Request&) { return svc.base_model_envelopes(); }));
   router.add("GET", "/v1/base-models/{name...}", max,
              route_json(200, [&svc](const Request& req) { return svc.get_base_model(req.params[0]); }));
 

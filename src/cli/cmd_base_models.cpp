@@ -1,4 +1,4 @@
-// `trainer base-models list|get|select|wait`: the base models a deployment allows, and their selection.
+// `trainer base-models list|get|select|wait|envelopes`: the base models a deployment allows, and their selection.
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -92,6 +92,49 @@ int base_models_get(Context& ctx) {
     }
     out(render_sections({{"State", state}, {"Weights", weights}, {"Deployment", deployment}, {"Other", other}},
                         ctx.color));
+    // The run shapes the deployment admits for it.
+    const json shapes = m.value("admittedShapes", json::array());
+    if (m.value("anyShape", false)) {
+      out("\nAdmitted shapes: any method, precision and GPU count\n");
+    } else if (!shapes.empty()) {
+      std::vector<std::vector<std::string>> rows;
+      for (const auto& row : shapes) {
+        rows.push_back({str(row, "method"), str(row, "precision"), std::to_string(row.value("gpus", 0))});
+      }
+      out("\nAdmitted shapes (" + str(m, "shapeCatalog") + "):\n" +
+          render_table({"METHOD", "PRECISION", "GPUS"}, rows));
+    }
+  });
+}
+
+// The measured envelopes: one row per base model and shape, admitted or measured.
+int base_models_envelopes(Context& ctx) {
+  return show(ctx, "/v1/base-model-envelopes", [&](const json& doc) {
+    const std::string catalog = str(doc, "catalog");
+    out("Catalog: " + catalog +
+        (catalog == "strict" ? " (a run outside every admitted shape is refused)\n"
+                             : " (a run outside every admitted shape is admitted with a warning)\n"));
+    const json rows_in = doc.value("measurements", json::array());
+    if (rows_in.empty()) {
+      out("No envelopes: no base model lists admitted shapes and no run has completed.\n");
+      return;
+    }
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& r : rows_in) {
+      auto num = [&](const json& v, int digits) -> std::string {
+        if (!v.is_number()) return "-";
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%.*f", digits, v.get<double>());
+        return buf;
+      };
+      const json tps = r.value("tokensPerSecond", json());
+      rows.push_back({str(r, "baseModel"), str(r, "method"), str(r, "precision"), std::to_string(r.value("gpus", 0)),
+                      r.value("admitted", false) ? "yes" : "no", std::to_string(r.value("runs", 0)),
+                      num(r.value("peakDeviceMemoryGb", json()), 3),
+                      tps.is_object() ? num(tps.value("median", json()), 1) : "-"});
+    }
+    out(render_table({"BASE MODEL", "METHOD", "PRECISION", "GPUS", "ADMITTED", "RUNS", "PEAK MEMORY GB", "TOKENS/S"},
+                     rows));
   });
 }
 
@@ -192,7 +235,16 @@ Command base_models_command() {
                base_models_wait, 1, 1, {}};
   wait.examples = {{"wait until runs can use it", "trainer base-models wait tiny-qwen3"},
                    {"give up after 5 minutes (exit 5)", "trainer base-models wait tiny-qwen3 --timeout 5m"}};
-  g.children = {list, get, select, wait};
+  Command envelopes{"envelopes", {}, "List measured training envelopes and whether the catalog is advisory or strict",
+                    "",
+                    "One row per base model and run shape (method, precision, GPU count): the rows the deployment\n"
+                    "admits (baseModels[].shapes in `trainerd --config`) and the shapes completed runs trained in,\n"
+                    "with how many runs, the largest device memory one held (GiB) and the median tokens per second.\n"
+                    "Strict: a run outside every admitted shape is refused; advisory: admitted with a warning.",
+                    {}, {}, base_models_envelopes, 0, 0, {}};
+  envelopes.examples = {{"every envelope", "trainer base-models envelopes"},
+                        {"the one-GPU rows", "trainer base-models envelopes --jq '.measurements[] | select(.gpus==1)'"}};
+  g.children = {list, get, select, wait, envelopes};
   return g;
 }
 

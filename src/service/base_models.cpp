@@ -2,10 +2,13 @@
 // (hash the folder, publish a copy under models/HASH through Storage).
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
+#include <tuple>
 
 #include "common/model_architectures.h"
 #include "common/sha256.h"
@@ -51,7 +54,156 @@ Result<json> BaseModels::list(bool all) {
 Result<json> BaseModels::get(const std::string& ref) {
   auto m = resolve(ref, "name");
   if (!m.is_ok()) return m.status();
-  return present(*m);
+  json shown = present(*m);
+  // The run shapes this deployment admits for it; an empty list with anyShape: every shape.
+  const AllowedBaseModel* allowed = find_allowed(shown.value("name", std::string()));
+  shown["admittedShapes"] = allowed ? shapes_to_json(allowed->shapes) : json::array();
+  shown["anyShape"] = allowed && allowed->shapes.empty();
+  shown["shapeCatalog"] = shape_catalog_name(core_.options.config.shape_catalog);
+  return shown;
+}
+
+namespace {
+
+std::string shape_text(const AdmittedShape& s) {
+  return s.method + ", " + s.precision + ", " + std::to_string(s.gpus) + (s.gpus == 1 ? " gpu" : " gpus");
+}
+
+// How far `row` is from `want`: the fields that differ (method before precision before GPU count),
+// then how many GPUs apart.
+std::pair<int, int> shape_distance(const AdmittedShape& row, const AdmittedShape& want) {
+  const int differing = (row.method != want.method ? 4 : 0) + (row.precision != want.precision ? 2 : 0) +
+                        (row.gpus != want.gpus ? 1 : 0);
+  return {differing, std::abs(row.gpus - want.gpus)};
+}
+
+}  // namespace
+
+Status BaseModels::check_shape(const std::string& name, const AdmittedShape& shape, json& warnings) const {
+  const AllowedBaseModel* allowed = find_allowed(name);
+  if (!allowed || allowed->shapes.empty()) return Status::ok();
+  const AdmittedShape* nearest = nullptr;
+  for (const auto& row : allowed->shapes) {
+    if (row.method == shape.method && row.precision == shape.precision && row.gpus == shape.gpus) return Status::ok();
+    if (!nearest || shape_distance(row, shape) < shape_distance(*nearest, shape)) nearest = &row;
+  }
+  // The field to change first: the first that differs, in the order the distance weighs them.
+  std::string field, change;
+  if (nearest->method != shape.method) {
+    field = "config.method", change = "method " + nearest->method;
+  } else if (nearest->precision != shape.precision) {
+    field = "config.model.precision", change = "precision " + nearest->precision;
+  } else {
+    field = "execution.gpus", change = "gpus " + std::to_string(nearest->gpus);
+  }
+  std::string rows;
+  for (const auto& row : allowed->shapes) rows += (rows.empty() ? "" : "; ") + shape_text(row);
+  const std::string message = "base model '" + name + "' is not admitted in the shape (" + shape_text(shape) +
+                              ") on this deployment; the nearest admitted shape is (" + shape_text(*nearest) +
+                              "): use " + change + " (admitted: " + rows + "; trainer base-models get " + name + ")";
+  if (core_.options.config.shape_catalog == ShapeCatalog::kAdvisory) {
+    warnings.push_back({{"field", field}, {"message", message + "; admitted anyway: the shape catalog is advisory"}});
+    return Status::ok();
+  }
+  return field_status(StatusCode::kFailedPrecondition, field, message);
+}
+
+namespace {
+
+constexpr double kBytesPerGib = 1024.0 * 1024.0 * 1024.0;
+
+// One envelope row's measurements, gathered from completed runs.
+struct Envelope {
+  int runs = 0;
+  std::optional<double> peak_device_gb;  // the largest device memory a run's process held at its peak
+  std::string peak_run;                  // the run that held it
+  std::vector<double> tokens_per_second;
+  int max_seq_length = 0;                // the longest config.maxSeqLength measured
+};
+
+std::optional<double> number_at(const json& doc, std::initializer_list<const char*> path) {
+  const json* at = &doc;
+  for (const char* key : path) {
+    if (!at->is_object() || !at->contains(key)) return std::nullopt;
+    at = &(*at)[key];
+  }
+  return at->is_number() ? std::optional<double>(at->get<double>()) : std::nullopt;
+}
+
+// The device memory the run's process held at its peak, in GiB: the allocator's reserved peak and
+// what lies outside the allocator (as a step's maxDeviceMemoryGb).
+std::optional<double> peak_device_gb(const json& view) {
+  auto reserved = number_at(view, {"memory", "reservedPeakBytes"});
+  if (!reserved) return std::nullopt;
+  const double outside = number_at(view, {"memory", "usage", "outsideAllocator"}).value_or(0.0);
+  return (*reserved + outside) / kBytesPerGib;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+}  // namespace
+
+Result<json> BaseModels::envelopes() {
+  // Keyed by (base model, method, precision, gpus), in that order.
+  std::map<std::tuple<std::string, std::string, std::string, int>, Envelope> rows;
+  for (const auto& m : core_.options.config.base_models) {
+    for (const auto& s : m.shapes) rows[{m.name, s.method, s.precision, s.gpus}];
+  }
+  constexpr int64_t kPage = 500;
+  for (int64_t offset = 0;; offset += kPage) {
+    store::RunFilter filter;
+    filter.phases = {"COMPLETED"};
+    filter.limit = kPage;
+    filter.offset = offset;
+    TRAINER_ASSIGN_OR_RETURN(store::RunPage page, core_.store->list_runs(filter));
+    for (const auto& doc : page.runs) {
+      auto run = RunRecord::from_json(doc);
+      if (!run.is_ok()) continue;  // a document this trainerd cannot read measures nothing
+      const json& plan = run->view.value("plan", json::object());
+      const json config = plan.value("config", json::object());
+      const std::string precision = config.value("model", json::object()).value("precision", std::string("BF16"));
+      const int gpus = plan.value("execution", json::object()).value("gpus", 1);
+      Envelope& e = rows[{run->base_model, run->method, precision, gpus}];
+      ++e.runs;
+      if (auto gb = peak_device_gb(run->view); gb && (!e.peak_device_gb || *gb > *e.peak_device_gb)) {
+        e.peak_device_gb = *gb;
+        e.peak_run = run->id;
+      }
+      if (auto tps = number_at(run->view, {"latest", "tokensPerSecond"})) e.tokens_per_second.push_back(*tps);
+      e.max_seq_length = std::max(e.max_seq_length, config.value("maxSeqLength", 0));
+    }
+    if (static_cast<int64_t>(page.runs.size()) < kPage) break;
+  }
+  json measurements = json::array();
+  for (const auto& [key, e] : rows) {
+    const auto& [model, method, precision, gpus] = key;
+    const AllowedBaseModel* allowed = find_allowed(model);
+    bool admitted = allowed && allowed->shapes.empty();
+    if (allowed) {
+      for (const auto& s : allowed->shapes) {
+        admitted = admitted || (s.method == method && s.precision == precision && s.gpus == gpus);
+      }
+    }
+    json row = {{"baseModel", model}, {"method", method}, {"precision", precision}, {"gpus", gpus},
+                {"admitted", admitted}, {"runs", e.runs}};
+    row["peakDeviceMemoryGb"] = e.peak_device_gb ? json(*e.peak_device_gb) : json(nullptr);
+    row["peakRunId"] = e.peak_run.empty() ? json(nullptr) : json(e.peak_run);
+    if (e.tokens_per_second.empty()) {
+      row["tokensPerSecond"] = nullptr;
+    } else {
+      row["tokensPerSecond"] = {
+          {"min", *std::min_element(e.tokens_per_second.begin(), e.tokens_per_second.end())},
+          {"median", median(e.tokens_per_second)},
+          {"max", *std::max_element(e.tokens_per_second.begin(), e.tokens_per_second.end())}};
+    }
+    row["maxSeqLength"] = e.max_seq_length > 0 ? json(e.max_seq_length) : json(nullptr);
+    measurements.push_back(std::move(row));
+  }
+  return json{{"catalog", shape_catalog_name(core_.options.config.shape_catalog)}, {"measurements", measurements}};
 }
 
 Result<json> BaseModels::select(const std::string& name) {

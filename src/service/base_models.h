@@ -40,6 +40,15 @@ class BaseModels {
   Result<json> resolve(const std::string& ref, const std::string& field);
   // The stored document of the selected model `name`; none when it is not selected.
   Result<std::optional<json>> find_selected(const std::string& name);
+  // Whether the deployment admits a run of `shape` on base model `name` (its baseModels[].shapes;
+  // none listed = every shape). Outside every row: strict (shapeCatalog), failed_precondition naming
+  // the nearest row and the field that differs; advisory, ok with a {field, message} warning
+  // appended to `warnings`.
+  Status check_shape(const std::string& name, const AdmittedShape& shape, json& warnings) const;
+  // Service::base_model_envelopes: per base model and shape, what completed runs measured (peak
+  // device memory, tokens per second), beside the admitted rows; and the catalog's mode.
+  Result<json> envelopes();
+
   // The deployment's entry of `name`; null when it is not allowed.
   const AllowedBaseModel* find_allowed(const std::string& name) const;
   // Why `name` is refused: it is not one of the deployment's base models (which are listed).

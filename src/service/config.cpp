@@ -101,7 +101,39 @@ Result<std::vector<JudgeConfig>> parse_judges(const json& list) {
   return out;
 }
 
-// baseModels: [{name, path}]
+// baseModels[i].shapes: [{method, precision, gpus}], each row once.
+Status parse_shapes(const json& list, const std::string& where, std::vector<AdmittedShape>& out) {
+  if (!list.is_array()) return invalid_argument(where + "shapes: must be a list of {method, precision, gpus}");
+  std::set<std::string> seen;
+  for (size_t k = 0; k < list.size(); ++k) {
+    const json& row = list[k];
+    const std::string at = where + "shapes[" + std::to_string(k) + "].";
+    if (!row.is_object()) return not_an_object(at);
+    TRAINER_RETURN_IF_ERROR(check_keys(row, at, {"method", "precision", "gpus"}));
+    TRAINER_ASSIGN_OR_RETURN(std::string method, string_field(row, "method", at, true));
+    TRAINER_ASSIGN_OR_RETURN(std::string precision, string_field(row, "precision", at, true));
+    if (method != "sft" && method != "grpo" && method != "gspo") {
+      return invalid_argument(at + "method: '" + method + "' is not one of sft, grpo, gspo");
+    }
+    if (precision != "BF16" && precision != "FP32") {
+      return invalid_argument(at + "precision: '" + precision + "' is not one of BF16, FP32");
+    }
+    if (!row.contains("gpus")) return invalid_argument(at + "gpus: required (0 for a CPU run)");
+    const json& g = row["gpus"];
+    if (!g.is_number_integer() || g.get<int64_t>() < 0 || g.get<int64_t>() > 4096) {
+      return invalid_argument(at + "gpus: must be a whole number of devices from 0 to 4096, got " + g.dump());
+    }
+    const int gpus = g.get<int>();
+    if (!seen.insert(method + "/" + precision + "/" + std::to_string(gpus)).second) {
+      return invalid_argument(at.substr(0, at.size() - 1) + ": the row (" + method + ", " + precision + ", " +
+                              std::to_string(gpus) + " gpus) is listed twice");
+    }
+    out.push_back({method, precision, gpus});
+  }
+  return Status::ok();
+}
+
+// baseModels: [{name, path, shapes?}]
 Status parse_base_models(const json& list, std::vector<AllowedBaseModel>& out) {
   if (!list.is_array()) return invalid_argument("baseModels: must be a list");
   std::set<std::string> names;
@@ -109,11 +141,13 @@ Status parse_base_models(const json& list, std::vector<AllowedBaseModel>& out) {
     const json& m = list[i];
     const std::string where = "baseModels[" + std::to_string(i) + "].";
     if (!m.is_object()) return not_an_object(where);
-    TRAINER_RETURN_IF_ERROR(check_keys(m, where, {"name", "path"}));
+    TRAINER_RETURN_IF_ERROR(check_keys(m, where, {"name", "path", "shapes"}));
     TRAINER_ASSIGN_OR_RETURN(std::string name, string_field(m, "name", where, true));
     TRAINER_ASSIGN_OR_RETURN(std::string path, string_field(m, "path", where, true));
     if (!names.insert(name).second) return invalid_argument(where + "name: '" + name + "' listed twice");
-    out.push_back({name, path});
+    AllowedBaseModel allowed{name, path};
+    if (m.contains("shapes")) TRAINER_RETURN_IF_ERROR(parse_shapes(m["shapes"], where, allowed.shapes));
+    out.push_back(std::move(allowed));
   }
   return Status::ok();
 }
@@ -386,10 +420,21 @@ Status parse_artifact_store(const json& a, ArtifactStoreConfig& s) {
 
 // The document's sections, in the order they are checked; the first error wins.
 Status parse_sections(const json& doc, DeploymentConfig& c) {
-  TRAINER_RETURN_IF_ERROR(check_keys(doc, "", {"baseModels", "pools", "quotas", "limits", "jobBinary", "compute",
-                                               "telemetry", "judges", "artifactStore"}));
+  TRAINER_RETURN_IF_ERROR(check_keys(doc, "", {"baseModels", "shapeCatalog", "pools", "quotas", "limits", "jobBinary",
+                                               "compute", "telemetry", "judges", "artifactStore"}));
   if (doc.contains("baseModels")) {
     TRAINER_RETURN_IF_ERROR(parse_base_models(doc["baseModels"], c.base_models));
+  }
+  if (doc.contains("shapeCatalog")) {
+    const json& mode = doc["shapeCatalog"];
+    if (mode == "strict") {
+      c.shape_catalog = ShapeCatalog::kStrict;
+    } else if (mode == "advisory") {
+      c.shape_catalog = ShapeCatalog::kAdvisory;
+    } else {
+      return invalid_argument("shapeCatalog: must be \"strict\" (a run outside every admitted shape is refused) or "
+                              "\"advisory\" (admitted with a warning), got " + mode.dump());
+    }
   }
   if (doc.contains("pools")) {
     TRAINER_RETURN_IF_ERROR(parse_pools(doc["pools"], c.pools));
@@ -439,11 +484,24 @@ const JudgeConfig* find_judge(const DeploymentConfig& config, const std::string&
   return nullptr;
 }
 
+const char* shape_catalog_name(ShapeCatalog c) { return c == ShapeCatalog::kAdvisory ? "advisory" : "strict"; }
+
+nlohmann::json shapes_to_json(const std::vector<AdmittedShape>& shapes) {
+  json rows = json::array();
+  for (const auto& s : shapes) rows.push_back({{"method", s.method}, {"precision", s.precision}, {"gpus", s.gpus}});
+  return rows;
+}
+
 nlohmann::json config_to_json(const DeploymentConfig& c) {
   json out;
   out["source"] = c.source;
   out["baseModels"] = json::array();
-  for (const auto& m : c.base_models) out["baseModels"].push_back({{"name", m.name}, {"path", m.path}});
+  for (const auto& m : c.base_models) {
+    json entry = {{"name", m.name}, {"path", m.path}};
+    if (!m.shapes.empty()) entry["shapes"] = shapes_to_json(m.shapes);
+    out["baseModels"].push_back(std::move(entry));
+  }
+  out["shapeCatalog"] = shape_catalog_name(c.shape_catalog);
   out["pools"] = json::array();
   for (const auto& p : c.pools) {
     out["pools"].push_back({{"name", p.name},

@@ -17,10 +17,25 @@
 
 namespace trainer::service {
 
+// A run shape the deployment admits for a base model: one row of `base-models get`'s table.
+struct AdmittedShape {
+  std::string method;     // config.method: "sft" | "grpo" | "gspo"
+  std::string precision;  // config.model.precision: "BF16" | "FP32"
+  int gpus = 0;           // execution.gpus (0 = a CPU run)
+};
+
 // A base model the deployment allows: a name users write, and the folder its files are in.
 struct AllowedBaseModel {
   std::string name;  // e.g. "Qwen/Qwen3-0.6B"
   std::string path;  // a Hugging Face model folder on this host
+  // The run shapes it admits (baseModels[].shapes); empty = every shape.
+  std::vector<AdmittedShape> shapes = {};
+};
+
+// What submission does with a run whose shape is on no admitted row (shapeCatalog).
+enum class ShapeCatalog {
+  kStrict,    // refuses it, naming the nearest row
+  kAdvisory,  // admits it with a warning naming the nearest row
 };
 
 // A set of devices the deployment schedules.
@@ -94,6 +109,7 @@ struct ArtifactStoreConfig {
 
 struct DeploymentConfig {
   std::vector<AllowedBaseModel> base_models;
+  ShapeCatalog shape_catalog = ShapeCatalog::kStrict;  // how the base models' admitted shapes bind
   std::vector<PoolConfig> pools;
   int default_workload_quota = 8;             // devices a workload may hold at once, across pools
   std::map<std::string, int> workload_quotas; // per workload name, overriding the default at creation
@@ -114,6 +130,11 @@ Result<DeploymentConfig> parse_config(const std::string& text, const std::string
 
 // The judge called `name`; nullptr when the configuration declares none of that name.
 const JudgeConfig* find_judge(const DeploymentConfig& config, const std::string& name);
+
+// "strict" | "advisory".
+const char* shape_catalog_name(ShapeCatalog c);
+// Admitted shapes as JSON rows {method, precision, gpus}.
+nlohmann::json shapes_to_json(const std::vector<AdmittedShape>& shapes);
 
 // The configuration as `info` shows it.
 nlohmann::json config_to_json(const DeploymentConfig& config);

@@ -192,6 +192,9 @@ Result<std::pair<json, bool>> ServiceImpl::submit_plan(const json& body, bool dr
   }
 
   json warnings = json::array();
+  const AdmittedShape shape{plan::method_name(p.config.method), plan::precision_name(p.config.precision),
+                            p.execution.gpus};
+  TRAINER_RETURN_IF_ERROR(base_models_.check_shape((*m)["name"].get<std::string>(), shape, warnings));
   if (fit) TRAINER_RETURN_IF_ERROR(check_fit(*fit, p.config.maxSeqLength, warnings));
   if (auto single = plan::single_device_warning(p)) {
     warnings.push_back({{"field", single->field}, {"message", single->message}});

@@ -173,6 +173,9 @@ class Service {
   // ---- base models
   virtual Result<json> list_base_models(bool all) = 0;               // {baseModels:[...]}
   virtual Result<json> get_base_model(const std::string& ref) = 0;    // name or id (prefix)
+  // {catalog, measurements: [...]}: each base model's admitted shapes and what completed runs
+  // measured per shape (docs/api.md, "Envelopes").
+  virtual Result<json> base_model_envelopes() = 0;
   virtual Result<json> select_base_model(const std::string& name) = 0;
 
   // ---- datasets

@@ -97,6 +97,7 @@ class ServiceImpl final : public Service {
 
   Result<json> list_base_models(bool all) override { return base_models_.list(all); }
   Result<json> get_base_model(const std::string& ref) override { return base_models_.get(ref); }
+  Result<json> base_model_envelopes() override { return base_models_.envelopes(); }
   Result<json> select_base_model(const std::string& name) override { return base_models_.select(name); }
 
   Result<std::pair<json, bool>> register_dataset(const std::optional<std::string>& name,
