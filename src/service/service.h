@@ -66,6 +66,8 @@ struct ServiceOptions {
 
 // Most children one parent may have: a comparison covers at most this many branch models.
 inline constexpr int64_t kMaxFan = 50;
+// Most axes one sweep's grid may have (runs sweep --grid).
+inline constexpr int64_t kMaxSweepAxes = 16;
 
 // Largest OTLP push trainerd's relay takes from a job (POST /otlp/v1/metrics).
 inline constexpr size_t kMaxOtlpBodyBytes = size_t{4} << 20;

@@ -85,6 +85,12 @@ Result<json> ServiceImpl::sweep_run(const std::string& parent_ref, const json& b
     return invalid_field("grid.axes", "required: a non-empty list of {path, values}");
   }
   const json& axes = *axes_it;
+  // Each axis sets its own field and the fan holds at most kMaxFan points: more axes than that
+  // cannot make a useful grid, and checking them against each other would hold the request.
+  if (static_cast<int64_t>(axes.size()) > kMaxSweepAxes) {
+    return invalid_field("grid.axes", "at most " + std::to_string(kMaxSweepAxes) + " axes (each sets its own field), got " +
+                                          std::to_string(axes.size()));
+  }
   std::string submission;
   if (auto it = body.find("submissionId"); it != body.end() && !it->is_null()) {
     const size_t length = it->is_string() ? it->get<std::string>().size() : 0;

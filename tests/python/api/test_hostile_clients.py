@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from conftest import setup_basics
 from hostile import closed_by_peer, connect, json_of, read_response, request_bytes
@@ -143,6 +144,23 @@ def test_json_nested_tens_of_thousands_deep_is_refused_and_trainerd_stays_up(ser
     deep_object = '{"a":' * depth + "1" + "}" * depth
     r = d.request("PATCH", "/v1/workloads/none", raw=deep_object.encode())
     assert r.status == 400 and "nested" in r.json["error"]["message"], r
+    assert d.alive()
+    get_ok(d)
+
+
+def test_sweeps_of_twenty_thousand_axes_are_refused_by_name_and_hold_no_request(serve):
+    """A fault tour's finding (issue 32): 8 concurrent sweeps of 20,000 one-value axes (0.9 MB each)
+    held every request thread for 105 s. Now the grid's size is refused before any other work."""
+    d = serve()
+    axes = [{"path": f"config.x{i:05d}", "values": [1]} for i in range(20_000)]
+    body = json.dumps({"snapshot": "none", "steps": 1, "grid": {"axes": axes}}).encode()
+    assert 800_000 < len(body) < (1 << 20)
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = list(pool.map(lambda _: d.request("POST", "/v1/runs/none/sweep", raw=body), range(8)))
+    for r in answers:
+        assert r.status == 400, r
+        err = r.json["error"]
+        assert err["field"] == "grid.axes" and "at most 16 axes" in err["message"] and "20000" in err["message"], err
     assert d.alive()
     get_ok(d)
 

@@ -30,13 +30,14 @@ class HttpGrader final : public RemoteGrader {
       return a;
     }
     if (is_refusal(r.status)) {
-      a.refusal = "the evaluator answered HTTP " + std::to_string(r.status) + ": " + r.body.substr(0, 300);
+      a.refusal = remote_answer("the evaluator", r.status, r.body.size());
       return a;
     }
     auto reply = parse_json(r.body, "the evaluator's reply");
     if (r.status < 200 || r.status >= 300 || !reply.is_ok() || !reply->is_object()) {
       v.failure = FailureCause::kUnreachable;
-      v.detail = "the evaluator answered HTTP " + std::to_string(r.status) + " " + r.body.substr(0, 200);
+      v.detail = remote_answer("the evaluator", r.status, r.body.size()) +
+                 (r.status >= 200 && r.status < 300 ? ", not a JSON object" : "");
       return a;
     }
     if (auto score = evaluator_score(*reply)) {
@@ -44,7 +45,8 @@ class HttpGrader final : public RemoteGrader {
       return a;
     }
     v.failure = FailureCause::kNoVerdict;
-    v.detail = "the evaluator's reply has no score in [0, 1] and no boolean ok or passed: " + r.body.substr(0, 200);
+    v.detail = "the evaluator's reply (" + std::to_string(r.body.size()) +
+               " bytes, not shown) has no score in [0, 1] and no boolean ok or passed";
     return a;
   }
 

@@ -50,7 +50,7 @@ class JudgeGrader final : public RemoteGrader {
       return a;
     }
     if (is_refusal(r.status)) {
-      a.refusal = "the judge answered HTTP " + std::to_string(r.status) + ": " + r.body.substr(0, 300);
+      a.refusal = remote_answer("the judge", r.status, r.body.size());
       return a;
     }
     auto reply = parse_json(r.body, "the judge's reply");
@@ -58,7 +58,7 @@ class JudgeGrader final : public RemoteGrader {
     if (r.status >= 200 && r.status < 300 && reply.is_ok()) chat = read_chat_completion(*reply);
     if (!chat) {
       v.failure = FailureCause::kUnreachable;
-      v.detail = "the judge answered HTTP " + std::to_string(r.status) + " with no chat completion: " + r.body.substr(0, 200);
+      v.detail = remote_answer("the judge", r.status, r.body.size()) + " with no chat completion";
       return a;
     }
     v.input_tokens = chat->input_tokens;

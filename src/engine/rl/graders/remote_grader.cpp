@@ -36,6 +36,11 @@ HttpAnswer post_json(const std::string& url, const std::string& body, double tim
 
 bool is_refusal(int status) { return status >= 400 && status < 500 && status != 408 && status != 429; }
 
+std::string remote_answer(const std::string& who, int status, size_t reply_bytes) {
+  return who + " answered HTTP " + std::to_string(status) + " (a reply of " + std::to_string(reply_bytes) +
+         " bytes, not shown)";
+}
+
 Result<std::vector<Verdict>> RemoteGrader::grade(const std::vector<GradeItem>& items) {
   std::vector<Verdict> out(items.size());
   std::atomic<size_t> next{0};

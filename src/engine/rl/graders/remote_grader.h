@@ -36,6 +36,11 @@ struct Attempt {
 // A refusal is an answer the grader will give again: HTTP 400-class but 408 and 429.
 bool is_refusal(int status);
 
+// How a reason names a remote grader's answer: "WHO answered HTTP STATUS (a reply of N bytes, not
+// shown)". The reply's own bytes never go into a reason, a detail or a log line: a listener a plan
+// points at must not get its words into what the run shows (issue 32).
+std::string remote_answer(const std::string& who, int status, size_t reply_bytes);
+
 class RemoteGrader : public Grader {
  public:
   RemoteGrader(const plan::RewardTermSpec& term, std::string at)

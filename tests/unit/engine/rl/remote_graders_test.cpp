@@ -139,7 +139,7 @@ TEST(HttpGrader, PostsTheEnvelopeAndReadsScoreOkOrPassed) {
     else if (out == "e") res.set_content("not json", "text/plain");
     else {
       res.status = 403;
-      res.set_content("no", "text/plain");
+      res.set_content("SECRET-REPLY-403", "text/plain");
     }
   });
   plan::RewardTermSpec t;
@@ -157,7 +157,11 @@ TEST(HttpGrader, PostsTheEnvelopeAndReadsScoreOkOrPassed) {
   EXPECT_EQ((*v)[4].failure, FailureCause::kUnreachable);
   auto refused = (*g)->grade(items({"f"}));
   ASSERT_FALSE(refused.is_ok());
-  EXPECT_NE(refused.status().message().find("the evaluator answered HTTP 403"), std::string::npos);
+  EXPECT_NE(refused.status().message().find("the evaluator answered HTTP 403 (a reply of 16 bytes, not shown)"),
+            std::string::npos)
+      << refused.status().message();
+  // A listener's own words never reach the reason (issue 32).
+  EXPECT_EQ(refused.status().message().find("SECRET-REPLY"), std::string::npos) << refused.status().message();
 }
 
 TEST(HttpGrader, AnEvaluatorThatIsNotThereIsUnreachable) {
