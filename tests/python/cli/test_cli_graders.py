@@ -122,6 +122,8 @@ def test_a_refused_judge_call_stops_the_job_naming_the_term(cli, graders, tmp_pa
     run, _ = run_to_end(cli, plan("{kind: 'model:refuser'}"), tmp_path, expect="FAILED")
     reason = run["failureReason"]
     assert "config.reward.terms[0] (model:refuser) was refused" in reason and "HTTP 401" in reason, reason
+    # The judge's own words ("invalid API key") stay out of the reason (issue 32): status and size only.
+    assert "invalid API key" not in reason and "bytes, not shown" in reason, reason
 
 
 def test_a_judge_failing_too_many_calls_in_a_row_stops_the_job(cli, graders, tmp_path):
@@ -130,6 +132,7 @@ def test_a_judge_failing_too_many_calls_in_a_row_stops_the_job(cli, graders, tmp
     reason = run["failureReason"]
     assert "config.reward.terms[0] (model:broken) produced no score in 3 calls in a row" in reason, reason
     assert "unreachable" in reason and "HTTP 500" in reason, reason
+    assert "crashed" not in reason, reason
 
 
 def test_a_judge_that_does_not_answer_fails_the_run_before_devices_are_claimed(cli, tmp_path):
@@ -161,6 +164,7 @@ def test_a_refused_http_evaluator_stops_the_job(cli, graders, tmp_path):
     term = f"{{kind: '{graders.url}/eval-refuser/evaluate'}}"
     run, _ = run_to_end(cli, plan(term), tmp_path, expect="FAILED")
     assert "was refused" in run["failureReason"] and "HTTP 403" in run["failureReason"], run["failureReason"]
+    assert "forbidden" not in run["failureReason"], run["failureReason"]
 
 
 BAD_BUNDLE = '''
