@@ -526,7 +526,7 @@ Result<std::unique_ptr<Store>> open_sqlite_store(const std::string& path) {
     sqlite3_close(db);
     return unavailable("cannot open store " + path + ": " + msg);
   }
-  auto store = std::make_unique<sqlite::SqliteStore>(db);
+  auto store = std::make_unique<sqlite::SqliteStore>(db, path);
   Status st = store->init();
   if (!st.is_ok()) return st.with_context("opening store " + path);
   return std::unique_ptr<Store>(std::move(store));
