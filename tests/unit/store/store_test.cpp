@@ -1,8 +1,21 @@
-// The SQLite store: migrations, durability settings, uniqueness, ordering, transactions.
+// The Store's specification, run against both implementations: SQLite (a file in a temporary
+// folder) and PostgreSQL (a fresh database on the server the CTest fixture `postgres` starts,
+// tools/test-postgres). Migrations, uniqueness, ordering, paging, transactions, the change counter,
+// leases and fences, and what holds between two connections to one database (two processes).
+// Tests named PostgresStore.* and SqliteStore.* are about one implementation only.
 #include <gtest/gtest.h>
+#include <libpq-fe.h>
 #include <sqlite3.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <latch>
+#include <ostream>
+#include <thread>
 
 #include "store/store.h"
 
@@ -11,20 +24,209 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class SqliteStoreTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("store-test-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+enum class Kind { kSqlite, kPostgres };
+
+// How gtest (and so ctest's test names) shows a parameter.
+void PrintTo(Kind kind, std::ostream* os) { *os << (kind == Kind::kSqlite ? "sqlite" : "postgres"); }
+
+// One empty database of one implementation, and what a test does behind the store's back (raw
+// SQL, as an older trainerd or an operator would).
+class TestDatabase {
+ public:
+  virtual ~TestDatabase() = default;
+  // Whether the database was made (a failure to make it is reported already).
+  virtual bool ready() const = 0;
+  virtual Result<std::unique_ptr<Store>> open() = 0;
+  // Runs `sql` (one statement or several); a failure fails the test.
+  virtual void exec(const std::string& sql) = 0;
+  // The integer in the first column of the first row `sql` returns (-1 and a test failure when none).
+  virtual int64_t number(const std::string& sql) = 0;
+};
+
+std::string test_name() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string name = std::string(info->test_suite_name()) + "-" + info->name();
+  for (char& c : name) {
+    if (c == '/') c = '-';
+  }
+  return name;
+}
+
+class SqliteDatabase final : public TestDatabase {
+ public:
+  SqliteDatabase() {
+    dir_ = fs::temp_directory_path() / ("store-test-" + std::to_string(::getpid()) + "-" + test_name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     path_ = (dir_ / "state.db").string();
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  ~SqliteDatabase() override { fs::remove_all(dir_); }
+
+  bool ready() const override { return true; }
+
+  Result<std::unique_ptr<Store>> open() override { return open_sqlite_store(path_); }
+
+  void exec(const std::string& sql) override {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+    char* err = nullptr;
+    EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "") << "\n" << sql;
+    sqlite3_free(err);
+    sqlite3_close(db);
+  }
+
+  int64_t number(const std::string& sql) override {
+    sqlite3* db = nullptr;
+    if (sqlite3_open(path_.c_str(), &db) != SQLITE_OK) {
+      ADD_FAILURE() << "cannot open " << path_;
+      return -1;
+    }
+    sqlite3_stmt* st = nullptr;
+    int64_t out = -1;
+    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
+      out = sqlite3_column_int64(st, 0);
+    } else {
+      ADD_FAILURE() << sqlite3_errmsg(db) << "\n" << sql;
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return out;
+  }
+
+  const std::string& path() const { return path_; }
+
+ private:
+  fs::path dir_;
+  std::string path_;
+};
+
+// The server's URL (a superuser's, ending in /DATABASE): $TRAINER_TEST_POSTGRES_URL, else the
+// file $TRAINER_TEST_POSTGRES_URL_FILE names (what the CTest fixture writes). "" when neither.
+std::string server_url() {
+  if (const char* url = std::getenv("TRAINER_TEST_POSTGRES_URL"); url != nullptr && *url != '\0') return url;
+  const char* file = std::getenv("TRAINER_TEST_POSTGRES_URL_FILE");
+  if (file == nullptr || *file == '\0') return "";
+  std::ifstream in(file);
+  std::string url;
+  std::getline(in, url);
+  return url;
+}
+
+// A libpq connection of the test's own (to make databases, and to act behind the store's back).
+class RawConnection {
+ public:
+  explicit RawConnection(const std::string& url) : conn_(PQconnectdb(url.c_str())) {}
+  ~RawConnection() { PQfinish(conn_); }
+  bool ok() const { return PQstatus(conn_) == CONNECTION_OK; }
+  std::string error() const { return PQerrorMessage(conn_); }
+  // Runs `sql`; "" when it succeeded, else the server's message.
+  std::string exec(const std::string& sql, std::string* first_value = nullptr) {
+    PGresult* r = PQexec(conn_, sql.c_str());
+    std::string err;
+    const ExecStatusType st = PQresultStatus(r);
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+      err = PQresultErrorMessage(r);
+      if (err.empty()) err = "failed";
+    } else if (first_value != nullptr) {
+      if (PQntuples(r) > 0) {
+        *first_value = PQgetvalue(r, 0, 0);
+      } else {
+        err = "no rows";
+      }
+    }
+    PQclear(r);
+    return err;
+  }
+
+ private:
+  PGconn* conn_;
+};
+
+class PostgresDatabase final : public TestDatabase {
+ public:
+  PostgresDatabase() {
+    server_ = server_url();
+    if (server_.empty()) {
+      ADD_FAILURE() << "no PostgreSQL server for the tests: run them through ctest (its fixture `postgres` starts one "
+                       "with tools/test-postgres), or set TRAINER_TEST_POSTGRES_URL to a superuser's "
+                       "postgresql://USER@HOST:PORT/DATABASE";
+      return;
+    }
+    static std::atomic<int> made{0};
+    name_ = "store_test_" + std::to_string(::getpid()) + "_" + std::to_string(made++);
+    RawConnection admin(server_);
+    if (!admin.ok()) {
+      ADD_FAILURE() << "cannot connect to the tests' PostgreSQL server " << server_ << ": " << admin.error();
+      return;
+    }
+    const std::string err = admin.exec("CREATE DATABASE " + name_);
+    if (!err.empty()) {
+      ADD_FAILURE() << "CREATE DATABASE " << name_ << ": " << err;
+      return;
+    }
+    made_ = true;
+    url_ = server_.substr(0, server_.rfind('/') + 1) + name_;
+  }
+  ~PostgresDatabase() override {
+    if (name_.empty()) return;
+    RawConnection admin(server_);
+    if (admin.ok()) (void)admin.exec("DROP DATABASE IF EXISTS " + name_ + " WITH (FORCE)");
+  }
+
+  bool ready() const override { return made_; }
+
+  Result<std::unique_ptr<Store>> open() override {
+    if (!made_) return unavailable("no PostgreSQL server for the tests (see the failure above)");
+    return open_postgres_store(url_);
+  }
+
+  void exec(const std::string& sql) override {
+    RawConnection db(url_);
+    ASSERT_TRUE(db.ok()) << db.error();
+    EXPECT_EQ(db.exec(sql), "") << sql;
+  }
+
+  int64_t number(const std::string& sql) override {
+    RawConnection db(url_);
+    std::string value;
+    const std::string err = db.ok() ? db.exec(sql, &value) : db.error();
+    if (!err.empty()) {
+      ADD_FAILURE() << err << "\n" << sql;
+      return -1;
+    }
+    return std::stoll(value);
+  }
+
+  const std::string& url() const { return url_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  std::string server_;  // the server's URL (its own database)
+  std::string name_;    // this test's database
+  std::string url_;     // the URL of this test's database
+  bool made_ = false;   // the database was created
+};
+
+json queued_run(const std::string& id) {
+  return {{"runId", id}, {"workload", {{"id", "w1"}, {"name", "n"}}}, {"phase", "QUEUED"}, {"submissionId", nullptr}};
+}
+
+std::unique_ptr<TestDatabase> make_database(Kind kind) {
+  if (kind == Kind::kSqlite) return std::make_unique<SqliteDatabase>();
+  return std::make_unique<PostgresDatabase>();
+}
+
+class StoreTest : public ::testing::TestWithParam<Kind> {
+ protected:
+  void SetUp() override {
+    db_ = make_database(GetParam());
+    if (!db_->ready()) GTEST_FAIL() << "the test's database could not be made";
+  }
 
   std::unique_ptr<Store> open() {
-    auto s = open_sqlite_store(path_);
+    auto s = db_->open();
     EXPECT_TRUE(s.is_ok()) << s.status().to_string();
+    if (!s.is_ok()) return nullptr;
     return std::move(*s);
   }
 
@@ -32,28 +234,23 @@ class SqliteStoreTest : public ::testing::Test {
     return {{"runId", id}, {"workload", {{"id", workload}, {"name", "n"}}}, {"phase", phase}, {"submissionId", nullptr}};
   }
 
-  fs::path dir_;
-  std::string path_;
+  std::unique_ptr<TestDatabase> db_;
 };
 
-TEST_F(SqliteStoreTest, MigratesOnceAndRecordsTheSchemaVersion) {
-  EXPECT_EQ(open()->schema_version(), 11);
-  EXPECT_EQ(open()->schema_version(), 11);  // reopening applies nothing again
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
-  sqlite3_stmt* st = nullptr;
-  sqlite3_prepare_v2(db, "SELECT COUNT(*) FROM schema_migrations", -1, &st, nullptr);
-  ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
-  EXPECT_EQ(sqlite3_column_int(st, 0), 11);
-  sqlite3_finalize(st);
-  sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, nullptr);
-  ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
-  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)), "wal");
-  sqlite3_finalize(st);
-  sqlite3_close(db);
+std::string kind_name(const ::testing::TestParamInfo<Kind>& info) {
+  return info.param == Kind::kSqlite ? "sqlite" : "postgres";
 }
 
-TEST_F(SqliteStoreTest, BundleVersionsAreKeptPerNameInVersionOrder) {
+INSTANTIATE_TEST_SUITE_P(Sqlite, StoreTest, ::testing::Values(Kind::kSqlite), kind_name);
+INSTANTIATE_TEST_SUITE_P(Postgres, StoreTest, ::testing::Values(Kind::kPostgres), kind_name);
+
+TEST_P(StoreTest, MigratesOnceAndRecordsTheSchemaVersion) {
+  EXPECT_EQ(open()->schema_version(), 11);
+  EXPECT_EQ(open()->schema_version(), 11);  // reopening applies nothing again
+  EXPECT_EQ(db_->number("SELECT COUNT(*) FROM schema_migrations"), 11);
+}
+
+TEST_P(StoreTest, BundleVersionsAreKeptPerNameInVersionOrder) {
   auto s = open();
   ASSERT_TRUE(s->insert_bundle_version({{"name", "scoring"}, {"version", 2}, {"sha", "bb"}}).is_ok());
   ASSERT_TRUE(s->insert_bundle_version({{"name", "scoring"}, {"version", 1}, {"sha", "aa"}}).is_ok());
@@ -68,19 +265,16 @@ TEST_F(SqliteStoreTest, BundleVersionsAreKeptPerNameInVersionOrder) {
   EXPECT_EQ((*all)[2]["version"], 2);
 }
 
-TEST_F(SqliteStoreTest, RefusesASchemaNewerThanItKnows) {
+TEST_P(StoreTest, RefusesASchemaNewerThanItKnows) {
   { auto s = open(); }
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db, "INSERT INTO schema_migrations(version) VALUES (99)", nullptr, nullptr, nullptr), SQLITE_OK);
-  sqlite3_close(db);
-  auto s = open_sqlite_store(path_);
+  db_->exec("INSERT INTO schema_migrations(version) VALUES (99)");
+  auto s = db_->open();
   ASSERT_FALSE(s.is_ok());
   EXPECT_EQ(s.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(s.status().message().find("schema version 99 is newer"), std::string::npos);
 }
 
-TEST_F(SqliteStoreTest, ASubmissionIdBelongsToOneRun) {
+TEST_P(StoreTest, ASubmissionIdBelongsToOneRun) {
   auto s = open();
   json a = run("aa01", "QUEUED");
   a["submissionId"] = "sub";
@@ -97,7 +291,7 @@ TEST_F(SqliteStoreTest, ASubmissionIdBelongsToOneRun) {
   EXPECT_FALSE(s->get_run("bb02")->has_value());
 }
 
-TEST_F(SqliteStoreTest, ListsRunsNewestFirstWithFiltersAndTotals) {
+TEST_P(StoreTest, ListsRunsNewestFirstWithFiltersAndTotals) {
   auto s = open();
   for (int i = 0; i < 5; ++i) {
     ASSERT_TRUE(s->insert_run(run("r" + std::to_string(i), i % 2 ? "TRAINING" : "COMPLETED", i < 3 ? "w1" : "w2")).is_ok());
@@ -120,7 +314,7 @@ TEST_F(SqliteStoreTest, ListsRunsNewestFirstWithFiltersAndTotals) {
   EXPECT_EQ(page->runs[0]["runId"], "r3");
 }
 
-TEST_F(SqliteStoreTest, ATransactionThatFailsLeavesNothingBehind) {
+TEST_P(StoreTest, ATransactionThatFailsLeavesNothingBehind) {
   auto s = open();
   Status st = s->transaction([&]() -> Status {
     EXPECT_TRUE(s->insert_run(run("aa", "QUEUED")).is_ok());
@@ -133,7 +327,7 @@ TEST_F(SqliteStoreTest, ATransactionThatFailsLeavesNothingBehind) {
   EXPECT_TRUE(s->list_claims()->empty());
 }
 
-TEST_F(SqliteStoreTest, ClaimsKeepTheirAdmissionOrderAcrossReopen) {
+TEST_P(StoreTest, ClaimsKeepTheirAdmissionOrderAcrossReopen) {
   {
     auto s = open();
     for (const char* owner : {"c", "a", "b"}) {
@@ -160,7 +354,7 @@ TEST_F(SqliteStoreTest, ClaimsKeepTheirAdmissionOrderAcrossReopen) {
   EXPECT_EQ(s->list_claims()->size(), 2u);
 }
 
-TEST_F(SqliteStoreTest, DatasetsAreInsertedOnceAndAliasesMove) {
+TEST_P(StoreTest, DatasetsAreInsertedOnceAndAliasesMove) {
   auto s = open();
   EXPECT_TRUE(*s->insert_dataset({{"hash", "abc1"}, {"rows", 1}}));
   EXPECT_FALSE(*s->insert_dataset({{"hash", "abc1"}, {"rows", 1}}));
@@ -174,7 +368,7 @@ TEST_F(SqliteStoreTest, DatasetsAreInsertedOnceAndAliasesMove) {
   EXPECT_EQ(s->set_alias("x", "nothing").code(), StatusCode::kInternal);  // a dangling alias is refused
 }
 
-TEST_F(SqliteStoreTest, EventsAreNumberedPerRunAndStepMetricsReplaceARepeatedStep) {
+TEST_P(StoreTest, EventsAreNumberedPerRunAndStepMetricsReplaceARepeatedStep) {
   auto s = open();
   EXPECT_EQ(*s->append_run_event("r1", {{"type", "phase"}}), 1);
   EXPECT_EQ(*s->append_run_event("r1", {{"type", "step"}}), 2);
@@ -192,7 +386,7 @@ TEST_F(SqliteStoreTest, EventsAreNumberedPerRunAndStepMetricsReplaceARepeatedSte
   EXPECT_EQ(s->step_metrics("r1", 1)->front()["step"], 2);  // the last N, ascending
 }
 
-TEST_F(SqliteStoreTest, WorkloadNamesAreUniqueAndFreedByRename) {
+TEST_P(StoreTest, WorkloadNamesAreUniqueAndFreedByRename) {
   auto s = open();
   ASSERT_TRUE(s->insert_workload({{"id", "i1"}, {"name", "a"}}).is_ok());
   EXPECT_EQ(s->insert_workload({{"id", "i2"}, {"name", "a"}}).code(), StatusCode::kAlreadyExists);
@@ -201,7 +395,7 @@ TEST_F(SqliteStoreTest, WorkloadNamesAreUniqueAndFreedByRename) {
   EXPECT_EQ((**s->workload_by_name("b"))["id"], "i1");
 }
 
-TEST_F(SqliteStoreTest, TheChangeCountGrowsWithRunsWorkloadsAndClaimsOnly) {
+TEST_P(StoreTest, TheChangeCountGrowsWithRunsWorkloadsAndClaimsOnly) {
   auto s = open();
   uint64_t v = *s->change_count();
   auto grew = [&] {
@@ -233,7 +427,7 @@ TEST_F(SqliteStoreTest, TheChangeCountGrowsWithRunsWorkloadsAndClaimsOnly) {
   EXPECT_FALSE(grew());
 }
 
-TEST_F(SqliteStoreTest, TheChangeCountIsKeptInTheDatabaseAndSeenByEveryConnection) {
+TEST_P(StoreTest, TheChangeCountIsKeptInTheDatabaseAndSeenByEveryConnection) {
   auto a = open();
   auto b = open();  // a second process on the same file, as a second trainerd would be
   const uint64_t before = *b->change_count();
@@ -245,7 +439,7 @@ TEST_F(SqliteStoreTest, TheChangeCountIsKeptInTheDatabaseAndSeenByEveryConnectio
   EXPECT_EQ(*open()->change_count(), after) << "the count survives closing the store";
 }
 
-TEST_F(SqliteStoreTest, ARolledBackWriteLeavesTheChangeCountAlone) {
+TEST_P(StoreTest, ARolledBackWriteLeavesTheChangeCountAlone) {
   auto s = open();
   const uint64_t before = *s->change_count();
   Status st = s->transaction([&]() -> Status {
@@ -265,7 +459,7 @@ TaskRow task(const std::string& id, const std::string& phase = "A", double due =
   return r;
 }
 
-TEST_F(SqliteStoreTest, ATaskIsInsertedOnceAndListedWhenDueEarliestFirst) {
+TEST_P(StoreTest, ATaskIsInsertedOnceAndListedWhenDueEarliestFirst) {
   auto s = open();
   ASSERT_TRUE(s->insert_task(task("t2", "A", 20)).is_ok());
   ASSERT_TRUE(s->insert_task(task("t1", "A", 10)).is_ok());
@@ -280,7 +474,7 @@ TEST_F(SqliteStoreTest, ATaskIsInsertedOnceAndListedWhenDueEarliestFirst) {
   EXPECT_TRUE(s->due_tasks("other", 25, 10)->empty());
 }
 
-TEST_F(SqliteStoreTest, ALeaseIsRenewedByItsOwnerAndTakenOverWithANewFenceOnlyOnceItRunsOut) {
+TEST_P(StoreTest, ALeaseIsRenewedByItsOwnerAndTakenOverWithANewFenceOnlyOnceItRunsOut) {
   auto s = open();
   ASSERT_TRUE(s->insert_task(task("t1")).is_ok());
   auto a = s->acquire_task_lease("toy", "t1", "replica-a", 100, 30);
@@ -296,7 +490,7 @@ TEST_F(SqliteStoreTest, ALeaseIsRenewedByItsOwnerAndTakenOverWithANewFenceOnlyOn
   EXPECT_EQ(s->acquire_task_lease("toy", "nope", "replica-a", 100, 30).status().code(), StatusCode::kNotFound);
 }
 
-TEST_F(SqliteStoreTest, AWriteUnderAStaleFenceIsRefusedAndChangesNothing) {
+TEST_P(StoreTest, AWriteUnderAStaleFenceIsRefusedAndChangesNothing) {
   auto s = open();
   ASSERT_TRUE(s->insert_task(task("t1")).is_ok());
   const int64_t old_fence = (*s->acquire_task_lease("toy", "t1", "replica-a", 100, 30))->fence;
@@ -316,7 +510,7 @@ TEST_F(SqliteStoreTest, AWriteUnderAStaleFenceIsRefusedAndChangesNothing) {
   EXPECT_EQ((*now)->version, 2);
 }
 
-TEST_F(SqliteStoreTest, AWriteOfAnOldVersionIsRefused) {
+TEST_P(StoreTest, AWriteOfAnOldVersionIsRefused) {
   auto s = open();
   ASSERT_TRUE(s->insert_task(task("t1")).is_ok());
   ASSERT_TRUE(s->update_task_if_version(task("t1", "B"), 1).is_ok());
@@ -324,7 +518,7 @@ TEST_F(SqliteStoreTest, AWriteOfAnOldVersionIsRefused) {
   EXPECT_EQ((*s->get_task("toy", "t1"))->phase, "B");
 }
 
-TEST_F(SqliteStoreTest, AReleasedLeaseIsTakenAtOnceUnderANewFence) {
+TEST_P(StoreTest, AReleasedLeaseIsTakenAtOnceUnderANewFence) {
   auto s = open();
   ASSERT_TRUE(s->insert_task(task("t1")).is_ok());
   ASSERT_TRUE(s->acquire_task_lease("toy", "t1", "replica-a", 100, 30)->has_value());
@@ -334,24 +528,22 @@ TEST_F(SqliteStoreTest, AReleasedLeaseIsTakenAtOnceUnderANewFence) {
   EXPECT_EQ((*b)->fence, 2);
 }
 
-TEST_F(SqliteStoreTest, MigrationNineGivesEveryExistingRunATask) {
+TEST_P(StoreTest, MigrationNineGivesEveryExistingRunATask) {
   {
     auto s = open();
     ASSERT_TRUE(s->insert_run(run("aa", "TRAINING")).is_ok());
   }
   // Rewind to schema 8 as an older trainerd left it: no task rows, no counter (nor job reports, nor endpoints).
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db,
-                         "DROP TABLE tasks; DROP TABLE counters; DROP TRIGGER runs_inserted; DROP TRIGGER runs_updated;"
-                         "DROP TRIGGER runs_deleted; DROP TRIGGER workloads_inserted; DROP TRIGGER workloads_updated;"
-                         "DROP TRIGGER workloads_deleted; DROP TRIGGER claims_inserted; DROP TRIGGER claims_updated;"
-                         "DROP TRIGGER claims_deleted; DROP TABLE job_attempts; DROP TABLE job_events; DROP TABLE job_logs;"
-                         "DROP TABLE endpoints;"
-                         "DELETE FROM schema_migrations WHERE version >= 9;",
-                         nullptr, nullptr, nullptr),
-            SQLITE_OK);
-  sqlite3_close(db);
+  db_->exec(GetParam() == Kind::kSqlite
+                ? "DROP TABLE tasks; DROP TABLE counters; DROP TRIGGER runs_inserted; DROP TRIGGER runs_updated;"
+                  "DROP TRIGGER runs_deleted; DROP TRIGGER workloads_inserted; DROP TRIGGER workloads_updated;"
+                  "DROP TRIGGER workloads_deleted; DROP TRIGGER claims_inserted; DROP TRIGGER claims_updated;"
+                  "DROP TRIGGER claims_deleted; DROP TABLE job_attempts; DROP TABLE job_events; DROP TABLE job_logs;"
+                  "DROP TABLE endpoints;"
+                  "DELETE FROM schema_migrations WHERE version >= 9;"
+                : "DROP TABLE tasks; DROP TABLE counters; DROP FUNCTION count_change() CASCADE;"
+                  "DROP TABLE job_attempts; DROP TABLE job_events; DROP TABLE job_logs; DROP TABLE endpoints;"
+                  "DELETE FROM schema_migrations WHERE version >= 9;");
   auto s = open();
   auto t = s->get_task("run", "aa");
   ASSERT_TRUE(t.is_ok() && t->has_value());
@@ -359,7 +551,7 @@ TEST_F(SqliteStoreTest, MigrationNineGivesEveryExistingRunATask) {
   EXPECT_FALSE((*t)->terminal);
 }
 
-TEST_F(SqliteStoreTest, SnapshotCatalogKeepsOneRowPerIdAndListsARunsCommittedSnapshotsNewestFirst) {
+TEST_P(StoreTest, SnapshotCatalogKeepsOneRowPerIdAndListsARunsCommittedSnapshotsNewestFirst) {
   auto s = open();
   auto snap = [](const std::string& id, const std::string& run, int64_t step, const std::string& state) {
     return json{{"snapshotId", id}, {"runId", run}, {"savedStep", step}, {"state", state}};
@@ -392,7 +584,7 @@ TEST_F(SqliteStoreTest, SnapshotCatalogKeepsOneRowPerIdAndListsARunsCommittedSna
   EXPECT_FALSE(s->get_snapshot("nope")->has_value());
 }
 
-TEST_F(SqliteStoreTest, ModelRegistryKeepsOneRowPerIdAndListsByWorkloadBaseModelAndStatus) {
+TEST_P(StoreTest, ModelRegistryKeepsOneRowPerIdAndListsByWorkloadBaseModelAndStatus) {
   auto model = [](const std::string& id, const json& workload, const std::string& base, const std::string& status) {
     return json{{"modelId", id}, {"workload", workload}, {"baseModel", {{"name", base}}}, {"status", status}};
   };
@@ -421,7 +613,7 @@ TEST_F(SqliteStoreTest, ModelRegistryKeepsOneRowPerIdAndListsByWorkloadBaseModel
   EXPECT_EQ(*s->trained_model_ids_with_prefix("ab", 10), (std::vector<std::string>{"ab01", "ab02"}));
 }
 
-TEST_F(SqliteStoreTest, LineageListsAParentsChildrenNewestFirstAndGivesEachChildOneParent) {
+TEST_P(StoreTest, LineageListsAParentsChildrenNewestFirstAndGivesEachChildOneParent) {
   {
     auto s = open();
     ASSERT_TRUE(s->insert_child("c1", "p").is_ok());
@@ -442,7 +634,7 @@ TEST_F(SqliteStoreTest, LineageListsAParentsChildrenNewestFirstAndGivesEachChild
   EXPECT_EQ(s->run_children("nobody", 50, 0)->total, 0);
 }
 
-TEST_F(SqliteStoreTest, ComparisonsKeepOneRowPerIdAndListBySourceAndPhaseNewestFirst) {
+TEST_P(StoreTest, ComparisonsKeepOneRowPerIdAndListBySourceAndPhaseNewestFirst) {
   auto comparison = [](const std::string& id, const std::string& source, const std::string& phase) {
     return json{{"comparisonId", id}, {"source", {{"snapshotId", source}}}, {"phase", phase}};
   };
@@ -476,7 +668,7 @@ TEST_F(SqliteStoreTest, ComparisonsKeepOneRowPerIdAndListBySourceAndPhaseNewestF
   EXPECT_EQ(*s->comparison_ids_with_prefix("c", 2), (std::vector<std::string>{"c1", "c2"}));
 }
 
-TEST_F(SqliteStoreTest, EndpointsKeepOneRowPerIdAndListByPhaseNewestFirst) {
+TEST_P(StoreTest, EndpointsKeepOneRowPerIdAndListByPhaseNewestFirst) {
   auto endpoint = [](const std::string& id, const std::string& phase) {
     return json{{"endpointId", id}, {"phase", phase}};
   };
@@ -497,6 +689,266 @@ TEST_F(SqliteStoreTest, EndpointsKeepOneRowPerIdAndListByPhaseNewestFirst) {
   EXPECT_EQ((*s->get_endpoint("e1"))->at("phase"), "DELETED");
   EXPECT_FALSE(s->get_endpoint("e")->has_value());
   EXPECT_EQ(*s->endpoint_ids_with_prefix("e", 5), (std::vector<std::string>{"e1", "e2"}));
+}
+
+TEST_P(StoreTest, PagesTakeEveryRowForANegativeLimitAndCountANegativeOffsetAsZero) {
+  auto s = open();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(s->insert_run(run("r" + std::to_string(i), "QUEUED")).is_ok());
+  RunFilter f;
+  f.limit = -1;
+  f.offset = -5;
+  auto page = s->list_runs(f);
+  ASSERT_TRUE(page.is_ok()) << page.status().to_string();
+  ASSERT_EQ(page->runs.size(), 3u);
+  EXPECT_EQ(page->runs[0]["runId"], "r2");
+  ASSERT_TRUE(s->insert_child("c1", "p").is_ok());
+  ASSERT_TRUE(s->insert_child("c2", "p").is_ok());
+  EXPECT_EQ(s->run_children("p", -1, 0)->run_ids.size(), 2u);
+  ASSERT_TRUE(s->append_run_event("r0", {{"type", "a"}}).is_ok());
+  ASSERT_TRUE(s->append_run_event("r0", {{"type", "b"}}).is_ok());
+  EXPECT_EQ(s->run_events("r0", 0, -1)->size(), 2u);
+}
+
+TEST_P(StoreTest, IdsAndNamesAreOrderedByteByByte) {
+  auto s = open();
+  for (const char* id : {"ab", "a_1", "aB", "b"}) ASSERT_TRUE(s->insert_run(run(id, "QUEUED")).is_ok());
+  // 'B' (0x42) < '_' (0x5f) < 'b' (0x62), whatever the database's locale says.
+  EXPECT_EQ(*s->run_ids_with_prefix("a", 10), (std::vector<std::string>{"aB", "a_1", "ab"}));
+  ASSERT_TRUE(s->insert_workload({{"id", "1"}, {"name", "beta"}}).is_ok());
+  ASSERT_TRUE(s->insert_workload({{"id", "2"}, {"name", "Zeta"}}).is_ok());
+  auto all = s->list_workloads();
+  ASSERT_TRUE(all.is_ok());
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0]["name"], "Zeta");
+}
+
+TEST_P(StoreTest, ANestedTransactionJoinsTheOuterOne) {
+  auto s = open();
+  Status st = s->transaction([&]() -> Status {
+    TRAINER_RETURN_IF_ERROR(s->transaction([&]() -> Status { return s->insert_run(run("aa", "QUEUED")); }));
+    EXPECT_TRUE(s->get_run("aa")->has_value()) << "the inner write is seen inside the outer transaction";
+    return internal_error("outer fails");
+  });
+  EXPECT_EQ(st.message(), "outer fails");
+  EXPECT_FALSE(s->get_run("aa")->has_value()) << "the inner transaction's write went with the outer one";
+}
+
+TEST_P(StoreTest, SnapshotsWithAReservedKindAreListedOldestFirst) {
+  auto s = open();
+  auto snap = [](const std::string& id, const json& kinds) {
+    return json{{"snapshotId", id}, {"runId", "r1"}, {"savedStep", 1}, {"state", "reserved"}, {"kinds", kinds}};
+  };
+  ASSERT_TRUE(s->insert_snapshot(snap("s2", {{"adapter", {{"state", "reserved"}}}})).is_ok());
+  ASSERT_TRUE(s->insert_snapshot(snap("s1", {{"adapter", {{"state", "committed"}}}})).is_ok());
+  ASSERT_TRUE(s->insert_snapshot(snap("s0", {{"adapter", {{"state", "committed"}}}, {"training", {{"state", "reserved"}}}})).is_ok());
+  auto found = s->snapshots_with_reserved_kinds(10);
+  ASSERT_TRUE(found.is_ok()) << found.status().to_string();
+  ASSERT_EQ(found->size(), 2u);
+  EXPECT_EQ((*found)[0]["snapshotId"], "s2");
+  EXPECT_EQ((*found)[1]["snapshotId"], "s0");
+  EXPECT_EQ(s->snapshots_with_reserved_kinds(1)->size(), 1u);
+}
+
+TEST_P(StoreTest, JobReportsAreStoredOncePerSeqAndReadBackInOrder) {
+  auto s = open();
+  auto first = s->register_job_attempt({"RUN-1", "run", "run1", "secret"});
+  ASSERT_TRUE(first.is_ok());
+  auto again = s->register_job_attempt({"RUN-1", "run", "run1", "other"});
+  ASSERT_TRUE(again.is_ok());
+  EXPECT_EQ(again->token, "secret") << "an attempt registered before keeps its token";
+  EXPECT_FALSE(s->get_job_attempt("RUN-2")->has_value());
+  EXPECT_EQ(*s->put_job_events("RUN-1", {{1, "a"}, {2, "b"}}), 2);
+  EXPECT_EQ(*s->put_job_events("RUN-1", {{2, "changed"}, {3, "c"}}), 1);
+  auto events = s->job_events("RUN-1", 1, 10);
+  ASSERT_TRUE(events.is_ok());
+  ASSERT_EQ(events->size(), 2u);
+  EXPECT_EQ((*events)[0].text, "b");
+  EXPECT_EQ((*events)[1].seq, 3);
+  EXPECT_EQ(*s->put_job_log_lines("RUN-1", {{1, "l1"}, {2, "l2"}, {3, "l3"}}), 3);
+  auto tail = s->job_log_tail("RUN-1", 2);
+  ASSERT_EQ(tail->size(), 2u);
+  EXPECT_EQ((*tail)[0].text, "l2");
+  EXPECT_EQ((*tail)[1].text, "l3");
+}
+
+TEST_P(StoreTest, TwoConnectionsRacingForALeaseGetItOnceEachRound) {
+  auto a = open();
+  auto b = open();  // a second process on the same database, as a second trainerd would be
+  ASSERT_TRUE(a->insert_task(task("t1")).is_ok());
+  for (int round = 0; round < 20; ++round) {
+    const double now = 100.0 * (round + 1);  // the previous round's lease (30 s) ran out
+    std::latch go(2);
+    Result<std::optional<TaskLease>> got_a = internal_error("not run"), got_b = internal_error("not run");
+    std::thread ta([&] {
+      go.arrive_and_wait();
+      got_a = a->acquire_task_lease("toy", "t1", "replica-a", now, 30);
+    });
+    std::thread tb([&] {
+      go.arrive_and_wait();
+      got_b = b->acquire_task_lease("toy", "t1", "replica-b", now, 30);
+    });
+    ta.join();
+    tb.join();
+    ASSERT_TRUE(got_a.is_ok()) << got_a.status().to_string();
+    ASSERT_TRUE(got_b.is_ok()) << got_b.status().to_string();
+    ASSERT_NE(got_a->has_value(), got_b->has_value()) << "round " << round << ": exactly one replica holds the lease";
+    const std::string winner = got_a->has_value() ? "replica-a" : "replica-b";
+    const int64_t fence = got_a->has_value() ? (*got_a)->fence : (*got_b)->fence;
+    auto row = b->get_task("toy", "t1");
+    EXPECT_EQ((*row)->owner, winner);
+    EXPECT_EQ((*row)->fence, fence);
+  }
+}
+
+TEST_P(StoreTest, ALeaseCheckedInATransactionCannotBeTakenOverBeforeItsWritesCommit) {
+  auto a = open();
+  auto b = open();
+  ASSERT_TRUE(a->insert_task(task("t1")).is_ok());
+  ASSERT_TRUE(a->insert_run(run("r1", "QUEUED")).is_ok());
+  const int64_t fence = (*a->acquire_task_lease("toy", "t1", "replica-a", 100, 30))->fence;
+  std::latch checked(2);
+  Status step;
+  std::thread replica_a([&] {
+    step = a->transaction([&]() -> Status {
+      TRAINER_RETURN_IF_ERROR(a->check_task_lease("toy", "t1", "replica-a", fence));
+      checked.arrive_and_wait();
+      // A slow step: replica-b sees the lease as run out meanwhile.
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      return a->update_run(run("r1", "TRAINING"));
+    });
+  });
+  checked.arrive_and_wait();
+  auto taken = b->acquire_task_lease("toy", "t1", "replica-b", 1000, 30);
+  // The takeover waited for replica-a's transaction: its write is there once b holds the lease.
+  auto seen = b->get_run("r1");
+  replica_a.join();
+  EXPECT_TRUE(step.is_ok()) << step.to_string();
+  ASSERT_TRUE(taken.is_ok()) << taken.status().to_string();
+  ASSERT_TRUE(taken->has_value());
+  EXPECT_EQ((*taken)->fence, fence + 1);
+  ASSERT_TRUE(seen.is_ok() && seen->has_value());
+  EXPECT_EQ((**seen)["phase"], "TRAINING") << "the lease was taken over before the guarded write committed";
+}
+
+// ---- SQLite only
+
+TEST(SqliteStore, RunsInWalMode) {
+  SqliteDatabase db;
+  auto s = db.open();
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(db.path().c_str(), &raw), SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  sqlite3_prepare_v2(raw, "PRAGMA journal_mode", -1, &st, nullptr);
+  ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)), "wal");
+  sqlite3_finalize(st);
+  sqlite3_close(raw);
+  EXPECT_EQ((*s)->description(), "SQLite " + db.path());
+}
+
+// ---- PostgreSQL only
+
+class PostgresStore : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!db_.ready()) GTEST_FAIL() << "the test's database could not be made";
+  }
+  // The server's address as the store names it, "PostgreSQL at 127.0.0.1:PORT/DATABASE".
+  std::string server_name() const {
+    const std::string& url = db_.url();
+    const size_t at = url.find('@') + 1;
+    return "PostgreSQL at " + url.substr(at);
+  }
+  // Ends every other session on the test's database (as a server restart or a network cut would)
+  // and waits until they are gone.
+  void cut_connections() {
+    db_.exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+             "WHERE datname = current_database() AND pid <> pg_backend_pid()");
+    for (int i = 0; i < 200; ++i) {
+      if (db_.number("SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() "
+                     "AND pid <> pg_backend_pid()") == 0) {
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ADD_FAILURE() << "the store's session did not end";
+  }
+
+  PostgresDatabase db_;
+};
+
+TEST_F(PostgresStore, NamesItsServerWithoutThePassword) {
+  auto s = db_.open();
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  EXPECT_EQ((*s)->description(), server_name());
+}
+
+TEST_F(PostgresStore, ALostConnectionFailsTheCallNamingTheServerAndTheNextCallReconnects) {
+  auto s = db_.open();
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  ASSERT_TRUE((*s)->insert_run(queued_run("aa")).is_ok());
+  cut_connections();
+  auto lost = (*s)->get_run("aa");
+  ASSERT_FALSE(lost.is_ok());
+  EXPECT_EQ(lost.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(lost.status().message().find("lost the connection to " + server_name()), std::string::npos)
+      << lost.status().message();
+  auto again = (*s)->get_run("aa");
+  ASSERT_TRUE(again.is_ok()) << again.status().to_string();
+  EXPECT_TRUE(again->has_value());
+}
+
+TEST_F(PostgresStore, ATransactionThatLosesItsConnectionFailsWholeAndTheStoreGoesOn) {
+  auto s = db_.open();
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  Store& store = **s;
+  Status st = store.transaction([&]() -> Status {
+    TRAINER_RETURN_IF_ERROR(store.insert_run(queued_run("aa")));
+    cut_connections();
+    return store.insert_run(queued_run("bb"));
+  });
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.to_string();
+  auto aa = store.get_run("aa");
+  ASSERT_TRUE(aa.is_ok()) << aa.status().to_string();
+  EXPECT_FALSE(aa->has_value()) << "nothing of the lost transaction was committed";
+  EXPECT_TRUE(store.insert_run(queued_run("cc")).is_ok());
+}
+
+TEST_F(PostgresStore, TwoProcessesOpeningANewDatabaseAtOnceMigrateItOnce) {
+  constexpr int kOpeners = 4;
+  std::vector<Result<std::unique_ptr<Store>>> opened;
+  for (int i = 0; i < kOpeners; ++i) opened.emplace_back(internal_error("not run"));
+  std::latch go(kOpeners);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kOpeners; ++i) {
+    threads.emplace_back([&, i] {
+      go.arrive_and_wait();
+      opened[i] = open_postgres_store(db_.url());
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& s : opened) {
+    ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+    EXPECT_EQ((*s)->schema_version(), 11);
+  }
+  EXPECT_EQ(db_.number("SELECT COUNT(*) FROM schema_migrations"), 11);
+}
+
+TEST(PostgresStoreOpen, AServerThatDoesNotAnswerIsUnavailableAndNamed) {
+  auto s = open_postgres_store("postgresql://pg:secret@127.0.0.1:1/nothing");
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(s.status().message().find("cannot connect to PostgreSQL at 127.0.0.1:1/nothing"), std::string::npos)
+      << s.status().message();
+  EXPECT_EQ(s.status().message().find("secret"), std::string::npos) << "the password is never repeated";
+}
+
+TEST(PostgresStoreOpen, AUrlThatDoesNotParseIsRefused) {
+  auto s = open_postgres_store("not a url");
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("not a PostgreSQL connection URL"), std::string::npos) << s.status().message();
 }
 
 }  // namespace
