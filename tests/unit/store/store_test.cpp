@@ -830,6 +830,26 @@ TEST_P(StoreTest, ALeaseCheckedInATransactionCannotBeTakenOverBeforeItsWritesCom
   EXPECT_EQ((**seen)["phase"], "TRAINING") << "the lease was taken over before the guarded write committed";
 }
 
+TEST_P(StoreTest, TwoProcessesOpeningANewDatabaseAtOnceMigrateItOnce) {
+  constexpr int kOpeners = 4;
+  std::vector<Result<std::unique_ptr<Store>>> opened;
+  for (int i = 0; i < kOpeners; ++i) opened.emplace_back(internal_error("not run"));
+  std::latch go(kOpeners);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kOpeners; ++i) {
+    threads.emplace_back([&, i] {
+      go.arrive_and_wait();
+      opened[i] = db_->open();  // a connection of its own, as another trainerd's
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& s : opened) {
+    ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+    EXPECT_EQ((*s)->schema_version(), 11);
+  }
+  EXPECT_EQ(db_->number("SELECT COUNT(*) FROM schema_migrations"), 11);
+}
+
 // ---- SQLite only
 
 TEST(SqliteStore, RunsInWalMode) {
@@ -913,26 +933,6 @@ TEST_F(PostgresStore, ATransactionThatLosesItsConnectionFailsWholeAndTheStoreGoe
   ASSERT_TRUE(aa.is_ok()) << aa.status().to_string();
   EXPECT_FALSE(aa->has_value()) << "nothing of the lost transaction was committed";
   EXPECT_TRUE(store.insert_run(queued_run("cc")).is_ok());
-}
-
-TEST_F(PostgresStore, TwoProcessesOpeningANewDatabaseAtOnceMigrateItOnce) {
-  constexpr int kOpeners = 4;
-  std::vector<Result<std::unique_ptr<Store>>> opened;
-  for (int i = 0; i < kOpeners; ++i) opened.emplace_back(internal_error("not run"));
-  std::latch go(kOpeners);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < kOpeners; ++i) {
-    threads.emplace_back([&, i] {
-      go.arrive_and_wait();
-      opened[i] = open_postgres_store(db_.url());
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& s : opened) {
-    ASSERT_TRUE(s.is_ok()) << s.status().to_string();
-    EXPECT_EQ((*s)->schema_version(), 11);
-  }
-  EXPECT_EQ(db_.number("SELECT COUNT(*) FROM schema_migrations"), 11);
 }
 
 TEST(PostgresStoreOpen, AServerThatDoesNotAnswerIsUnavailableAndNamed) {
