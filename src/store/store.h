@@ -34,7 +34,7 @@ struct RunFilter {
   std::vector<std::string> phases;  // any of these phases
   std::string workload_id;          // only this workload's runs
   int64_t limit = 50;               // page size; negative = every row
-  int64_t offset = 0;               // rows skipped, newest first (>= 0)
+  int64_t offset = 0;               // rows skipped, newest first; below 0 counts as 0
 };
 
 // A run as stored, unparsed: for readers that can reuse what they made of the same text.
