@@ -2,13 +2,21 @@
 PostgreSQL"), end to end through the real `trainer` CLI, a real trainerd and its real jobs, on a
 real PostgreSQL server (the session's `postgres_server`): a run completes, its state is in the
 database and not in the data folder, and a restarted trainerd on the same database keeps it and
-goes on. Bad store settings stop trainerd at its start, naming the field."""
+goes on; a trainerd SIGKILLed while its run trains, started again on the same database, finds the
+run's job and the run completes on its first attempt (its leases renewed under the same fence).
+Bad store settings stop trainerd at its start, naming the field."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
+import time
 
-from cli_support import MODEL_NAME, Cli, call, get_run, plan_text, prepare, start_run, start_trainerd, stop
+import pytest
+
+from cli_support import (MODEL_NAME, Cli, call, ended, free_port, get_run, plan_text, prepare, start_run, start_run_id,
+                         start_trainerd, stop, wait_step)
 from pg_server import create_database
 
 
@@ -52,6 +60,42 @@ def test_a_run_on_postgres_completes_and_a_restarted_trainerd_keeps_it(bin_dir, 
         assert postgres_server.psql(database, "SELECT COUNT(*) FROM runs;") == "2"
     finally:
         stop(again.proc, again.data_dir)
+
+
+def test_a_trainerd_killed_while_its_run_trains_on_postgres_finds_the_job_again(bin_dir, tiny_model, postgres_server,
+                                                                                tmp_path):
+    url = create_database(postgres_server, "trainerd_kill")
+    database = url.rsplit("/", 1)[1]
+    config = {"baseModels": [{"name": MODEL_NAME, "path": str(tiny_model)}],
+              "store": {"kind": "postgres", "url": url}}
+    port = free_port()  # the job calls back the address it was given: the same port after the restart
+    service = start_trainerd(bin_dir, tmp_path, config, port=port)
+    try:
+        cli = prepare(Cli(bin_dir / "trainer", service.url))
+        steps = 12
+        run_id = start_run_id(cli, plan_text(max_steps=steps))
+        wait_step(cli, run_id, 2)
+        fence = postgres_server.psql(database, "SELECT fence FROM tasks WHERE kind = 'run' AND id = :'id';", id=run_id)
+        os.kill(service.proc.pid, signal.SIGKILL)
+        service.proc.wait(timeout=30)
+        deadline = time.time() + 30
+        while True:  # the port is free again once the killed process's socket is gone
+            try:
+                service = start_trainerd(bin_dir, tmp_path, config, port=port)
+                break
+            except pytest.fail.Exception:
+                if time.time() > deadline:
+                    raise
+                time.sleep(1.0)
+        run = ended(cli, run_id)
+        assert run["phase"] == "COMPLETED", run
+        assert run["attempt"] == 1, run["attempts"]
+        assert run["progress"]["step"] == steps, run["progress"]
+        assert postgres_server.psql(database, "SELECT fence FROM tasks WHERE kind = 'run' AND id = :'id';",
+                                    id=run_id) == fence, "the restarted replica renewed its own lease"
+        assert postgres_server.psql(database, "SELECT COUNT(*) FROM claims;") == "0", "no claim is left"
+    finally:
+        stop(service.proc, service.data_dir)
 
 
 def test_bad_store_settings_stop_trainerd_at_start_naming_the_field(bin_dir, tmp_path):
