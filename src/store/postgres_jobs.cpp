@@ -7,10 +7,10 @@
 namespace trainer::store::postgres {
 
 Result<JobAttemptRow> register_job_attempt(Connection& db, const JobAttemptRow& row) {
-  TRAINER_ASSIGN_OR_RETURN(Rows ins, db.run("INSERT INTO job_attempts(job_id, owner_kind, owner_id, token) "
-                                            "VALUES ($1, $2, $3, $4) ON CONFLICT (job_id) DO NOTHING",
-                                            {row.job_id, row.owner_kind, row.owner_id, row.token},
-                                            "registering a job attempt"));
+  TRAINER_ASSIGN_OR_RETURN(
+      Rows ins, db.run("INSERT INTO job_attempts(job_id, owner_kind, owner_id, token) "
+                       "VALUES ($1, $2, $3, $4) ON CONFLICT (job_id) DO NOTHING",
+                       {row.job_id, row.owner_kind, row.owner_id, row.token}, "registering a job attempt"));
   (void)ins;
   auto stored = get_job_attempt(db, row.job_id);
   if (!stored.is_ok()) return stored.status();
@@ -19,16 +19,17 @@ Result<JobAttemptRow> register_job_attempt(Connection& db, const JobAttemptRow& 
 }
 
 Result<std::optional<JobAttemptRow>> get_job_attempt(Connection& db, const std::string& job_id) {
-  TRAINER_ASSIGN_OR_RETURN(Rows r, db.run("SELECT job_id, owner_kind, owner_id, token FROM job_attempts WHERE job_id = $1",
-                                          {job_id}, "reading a job attempt"));
+  TRAINER_ASSIGN_OR_RETURN(
+      Rows r, db.run("SELECT job_id, owner_kind, owner_id, token FROM job_attempts WHERE job_id = $1",
+                     {job_id}, "reading a job attempt"));
   if (r.empty()) return std::optional<JobAttemptRow>();
   return std::optional<JobAttemptRow>(JobAttemptRow{r.text(0, 0), r.text(0, 1), r.text(0, 2), r.text(0, 3)});
 }
 
 Result<int64_t> put_job_items(Connection& db, const char* table, const std::string& job_id,
                               const std::vector<JobItem>& items) {
-  const std::string sql =
-      std::string("INSERT INTO ") + table + "(job_id, seq, doc) VALUES ($1, $2, $3) ON CONFLICT (job_id, seq) DO NOTHING";
+  const std::string sql = std::string("INSERT INTO ") + table +
+                          "(job_id, seq, doc) VALUES ($1, $2, $3) ON CONFLICT (job_id, seq) DO NOTHING";
   int64_t added = 0;
   for (const JobItem& item : items) {
     TRAINER_ASSIGN_OR_RETURN(Rows r, db.run(sql, Params().text(job_id).integer(item.seq).text(item.text),
@@ -51,16 +52,19 @@ std::vector<JobItem> items_of(const Rows& r) {
 
 Result<std::vector<JobItem>> job_items_after(Connection& db, const char* table, const std::string& job_id,
                                              int64_t after, int64_t limit) {
-  TRAINER_ASSIGN_OR_RETURN(
-      Rows r, db.run(std::string("SELECT seq, doc FROM ") + table + " WHERE job_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
-                     Params().text(job_id).integer(after).limit(limit), std::string("reading a job's ") + table));
+  TRAINER_ASSIGN_OR_RETURN(Rows r, db.run(std::string("SELECT seq, doc FROM ") + table +
+                                              " WHERE job_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+                                          Params().text(job_id).integer(after).limit(limit),
+                                          std::string("reading a job's ") + table));
   return items_of(r);
 }
 
-Result<std::vector<JobItem>> job_items_tail(Connection& db, const char* table, const std::string& job_id, int64_t n) {
+Result<std::vector<JobItem>> job_items_tail(Connection& db, const char* table, const std::string& job_id,
+                                            int64_t n) {
   TRAINER_ASSIGN_OR_RETURN(
-      Rows r, db.run(std::string("SELECT seq, doc FROM ") + table + " WHERE job_id = $1 ORDER BY seq DESC LIMIT $2",
-                     Params().text(job_id).limit(n), std::string("reading a job's ") + table));
+      Rows r,
+      db.run(std::string("SELECT seq, doc FROM ") + table + " WHERE job_id = $1 ORDER BY seq DESC LIMIT $2",
+             Params().text(job_id).limit(n), std::string("reading a job's ") + table));
   std::vector<JobItem> items = items_of(r);
   std::reverse(items.begin(), items.end());
   return items;

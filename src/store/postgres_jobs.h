@@ -19,6 +19,7 @@ Result<int64_t> put_job_items(Connection& db, const char* table, const std::stri
                               const std::vector<JobItem>& items);
 Result<std::vector<JobItem>> job_items_after(Connection& db, const char* table, const std::string& job_id,
                                              int64_t after, int64_t limit);
-Result<std::vector<JobItem>> job_items_tail(Connection& db, const char* table, const std::string& job_id, int64_t n);
+Result<std::vector<JobItem>> job_items_tail(Connection& db, const char* table, const std::string& job_id,
+                                            int64_t n);
 
 }  // namespace trainer::store::postgres

@@ -19,7 +19,9 @@ constexpr int64_t kMigrationLock = 0x747261696e6d6967;
 // The advisory lock key space (first int of the two-int form) of a run's event numbering.
 constexpr int kRunEventsLockSpace = 1;
 
-std::string text_of(const json& doc) { return doc.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string text_of(const json& doc) {
+  return doc.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 }  // namespace
 
@@ -28,15 +30,16 @@ Status PostgresStore::init() {
   const auto migrations = postgres::migrations();
   const int known = static_cast<int>(migrations.size());
   Status st = transaction([&]() -> Status {
-    TRAINER_ASSIGN_OR_RETURN(Rows locked, run("SELECT pg_advisory_xact_lock($1)", Params().integer(kMigrationLock),
-                                              "waiting for the migration lock"));
+    TRAINER_ASSIGN_OR_RETURN(Rows locked,
+                             run("SELECT pg_advisory_xact_lock($1)", Params().integer(kMigrationLock),
+                                 "waiting for the migration lock"));
     (void)locked;
-    TRAINER_RETURN_IF_ERROR(conn_->exec(
-        "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
-        "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
-        "creating schema_migrations"));
-    TRAINER_ASSIGN_OR_RETURN(Rows v, run("SELECT COALESCE(MAX(version), 0) FROM schema_migrations", {},
-                                         "reading schema version"));
+    TRAINER_RETURN_IF_ERROR(
+        conn_->exec("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
+                    "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+                    "creating schema_migrations"));
+    TRAINER_ASSIGN_OR_RETURN(
+        Rows v, run("SELECT COALESCE(MAX(version), 0) FROM schema_migrations", {}, "reading schema version"));
     version_ = static_cast<int>(v.integer(0, 0));
     if (version_ > known) {
       return failed_precondition("store: schema version " + std::to_string(version_) +
@@ -46,8 +49,8 @@ Status PostgresStore::init() {
     for (int next = version_ + 1; next <= known; ++next) {
       const std::string what = "migration " + std::to_string(next);
       TRAINER_RETURN_IF_ERROR(conn_->exec(migrations[next - 1], what));
-      TRAINER_RETURN_IF_ERROR(write("INSERT INTO schema_migrations(version) VALUES ($1)", Params().integer(next),
-                                    "recording " + what));
+      TRAINER_RETURN_IF_ERROR(write("INSERT INTO schema_migrations(version) VALUES ($1)",
+                                    Params().integer(next), "recording " + what));
     }
     return Status::ok();
   });
@@ -56,7 +59,9 @@ Status PostgresStore::init() {
   return Status::ok();
 }
 
-int PostgresStore::schema_version() const { return version_; }
+int PostgresStore::schema_version() const {
+  return version_;
+}
 
 Result<uint64_t> PostgresStore::change_count() {
   return locked([&] { return postgres::change_count(*conn_); });
@@ -78,7 +83,8 @@ Status PostgresStore::transaction(const std::function<Status()>& body) {
   if (st.is_ok() && conn_->transaction_failed()) {
     // A statement failed and the body went on as if it had not: PostgreSQL would turn the COMMIT
     // into a ROLLBACK without an error. Said instead of silently losing the writes.
-    st = internal_error("store: a statement of the transaction failed and the transaction was rolled back whole");
+    st = internal_error(
+        "store: a statement of the transaction failed and the transaction was rolled back whole");
   }
   if (!st.is_ok()) {
     (void)conn_->exec("ROLLBACK", "ROLLBACK");
@@ -98,9 +104,10 @@ Status PostgresStore::write(const char* sql, const Params& params, const std::st
 Status PostgresStore::put_base_model(const json& doc) {
   const Params p{doc.at("name").get<std::string>(), text_of(doc)};
   return locked([&] {
-    return write("INSERT INTO base_models(name, doc) VALUES ($1, $2) "
-                 "ON CONFLICT (name) DO UPDATE SET doc = EXCLUDED.doc",
-                 p, "writing base model");
+    return write(
+        "INSERT INTO base_models(name, doc) VALUES ($1, $2) "
+        "ON CONFLICT (name) DO UPDATE SET doc = EXCLUDED.doc",
+        p, "writing base model");
   });
 }
 
@@ -112,8 +119,9 @@ Result<std::vector<json>> PostgresStore::list_base_models() {
 Result<bool> PostgresStore::insert_dataset(const json& doc) {
   const Params p{doc.at("hash").get<std::string>(), text_of(doc)};
   return locked([&]() -> Result<bool> {
-    TRAINER_ASSIGN_OR_RETURN(Rows r, run("INSERT INTO datasets(hash, doc) VALUES ($1, $2) ON CONFLICT (hash) DO NOTHING",
-                                         p, "inserting dataset"));
+    TRAINER_ASSIGN_OR_RETURN(
+        Rows r, run("INSERT INTO datasets(hash, doc) VALUES ($1, $2) ON CONFLICT (hash) DO NOTHING", p,
+                    "inserting dataset"));
     return r.changed() > 0;
   });
 }
@@ -123,8 +131,8 @@ Result<std::optional<json>> PostgresStore::get_dataset(const std::string& hash) 
 }
 
 Result<std::vector<json>> PostgresStore::datasets_with_prefix(const std::string& prefix) {
-  return docs("SELECT doc FROM datasets WHERE hash >= $1 AND hash < $2 ORDER BY hash LIMIT 10", {prefix, prefix + "\x7f"},
-              "reading datasets");
+  return docs("SELECT doc FROM datasets WHERE hash >= $1 AND hash < $2 ORDER BY hash LIMIT 10",
+              {prefix, prefix + "\x7f"}, "reading datasets");
 }
 
 Result<std::vector<json>> PostgresStore::list_datasets() {
@@ -133,15 +141,17 @@ Result<std::vector<json>> PostgresStore::list_datasets() {
 
 Status PostgresStore::set_alias(const std::string& name, const std::string& hash) {
   return locked([&] {
-    return write("INSERT INTO dataset_aliases(name, hash) VALUES ($1, $2) "
-                 "ON CONFLICT (name) DO UPDATE SET hash = EXCLUDED.hash",
-                 {name, hash}, "writing alias");
+    return write(
+        "INSERT INTO dataset_aliases(name, hash) VALUES ($1, $2) "
+        "ON CONFLICT (name) DO UPDATE SET hash = EXCLUDED.hash",
+        {name, hash}, "writing alias");
   });
 }
 
 Result<std::optional<std::string>> PostgresStore::get_alias(const std::string& name) {
   return locked([&]() -> Result<std::optional<std::string>> {
-    TRAINER_ASSIGN_OR_RETURN(Rows r, run("SELECT hash FROM dataset_aliases WHERE name = $1", {name}, "reading alias"));
+    TRAINER_ASSIGN_OR_RETURN(
+        Rows r, run("SELECT hash FROM dataset_aliases WHERE name = $1", {name}, "reading alias"));
     if (r.empty()) return std::optional<std::string>();
     return std::optional<std::string>(r.text(0, 0));
   });
@@ -149,8 +159,8 @@ Result<std::optional<std::string>> PostgresStore::get_alias(const std::string& n
 
 Result<std::vector<std::string>> PostgresStore::aliases_of(const std::string& hash) {
   return locked([&]() -> Result<std::vector<std::string>> {
-    TRAINER_ASSIGN_OR_RETURN(Rows r, run("SELECT name FROM dataset_aliases WHERE hash = $1 ORDER BY name", {hash},
-                                         "reading aliases"));
+    TRAINER_ASSIGN_OR_RETURN(Rows r, run("SELECT name FROM dataset_aliases WHERE hash = $1 ORDER BY name",
+                                         {hash}, "reading aliases"));
     std::vector<std::string> out;
     for (int i = 0; i < r.size(); ++i) out.push_back(r.text(i, 0));
     return out;
@@ -171,8 +181,9 @@ Status PostgresStore::insert_workload(const json& doc) {
   const Params p{doc.at("id").get<std::string>(), name, text_of(doc)};
   return locked([&]() -> Status {
     // A taken id or name inserts nothing (no error that would fail an enclosing transaction).
-    TRAINER_ASSIGN_OR_RETURN(Rows r, run("INSERT INTO workloads(id, name, doc) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
-                                         p, "inserting workload"));
+    TRAINER_ASSIGN_OR_RETURN(
+        Rows r, run("INSERT INTO workloads(id, name, doc) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING", p,
+                    "inserting workload"));
     if (r.changed() == 0) return workload_name_taken(name);
     return Status::ok();
   });
@@ -183,8 +194,8 @@ Status PostgresStore::update_workload(const json& doc) {
   const std::string name = doc.at("name").get<std::string>();
   const Params p{name, text_of(doc), id};
   return locked([&]() -> Status {
-    TRAINER_ASSIGN_OR_RETURN(Rows taken, run("SELECT 1 FROM workloads WHERE name = $1 AND id <> $2", {name, id},
-                                             "updating workload"));
+    TRAINER_ASSIGN_OR_RETURN(Rows taken, run("SELECT 1 FROM workloads WHERE name = $1 AND id <> $2",
+                                             {name, id}, "updating workload"));
     if (!taken.empty()) return workload_name_taken(name);
     auto r = run("UPDATE workloads SET name = $1, doc = $2 WHERE id = $3", p, "updating workload");
     // Another process took the name since the check above.
@@ -221,7 +232,8 @@ Status PostgresStore::insert_run(const json& doc) {
     TRAINER_ASSIGN_OR_RETURN(Rows r, run("INSERT INTO runs(id, workload_id, phase, submission_id, doc) "
                                          "VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
                                          p, "inserting run"));
-    if (r.changed() == 0) return Status(StatusCode::kAlreadyExists, "submissionId", "already used by another run");
+    if (r.changed() == 0)
+      return Status(StatusCode::kAlreadyExists, "submissionId", "already used by another run");
     return Status::ok();
   });
 }
@@ -230,7 +242,8 @@ Status PostgresStore::update_run(const json& doc) {
   const std::string id = doc.at("runId").get<std::string>();
   const Params p{doc.at("phase").get<std::string>(), text_of(doc), id};
   return locked([&]() -> Status {
-    TRAINER_ASSIGN_OR_RETURN(Rows r, run("UPDATE runs SET phase = $1, doc = $2 WHERE id = $3", p, "updating run"));
+    TRAINER_ASSIGN_OR_RETURN(Rows r,
+                             run("UPDATE runs SET phase = $1, doc = $2 WHERE id = $3", p, "updating run"));
     if (r.changed() == 0) return not_found("run " + id);
     return Status::ok();
   });
@@ -242,8 +255,8 @@ Result<std::optional<json>> PostgresStore::get_run(const std::string& id) {
 
 Result<std::optional<RunRow>> PostgresStore::get_run_row(const std::string& id) {
   return locked([&]() -> Result<std::optional<RunRow>> {
-    TRAINER_ASSIGN_OR_RETURN(Rows r, run("SELECT id, workload_id, phase, doc FROM runs WHERE id = $1", {id},
-                                         "reading run"));
+    TRAINER_ASSIGN_OR_RETURN(
+        Rows r, run("SELECT id, workload_id, phase, doc FROM runs WHERE id = $1", {id}, "reading run"));
     if (r.empty()) return std::optional<RunRow>();
     return std::optional<RunRow>(RunRow{r.text(0, 0), r.text(0, 1), r.text(0, 2), r.text(0, 3)});
   });
@@ -286,11 +299,12 @@ Result<RunRowPage> PostgresStore::list_run_rows(const RunFilter& f) {
     TRAINER_ASSIGN_OR_RETURN(page.total, count("SELECT COUNT(*) FROM runs" + where, p, "counting runs"));
     Params paged = p;
     paged.limit(f.limit).offset(f.offset);
-    TRAINER_ASSIGN_OR_RETURN(Rows r, run("SELECT id, workload_id, phase, doc FROM runs" + where + " ORDER BY seq DESC LIMIT " +
-                                             at_limit + " OFFSET " + at_offset,
+    TRAINER_ASSIGN_OR_RETURN(Rows r, run("SELECT id, workload_id, phase, doc FROM runs" + where +
+                                             " ORDER BY seq DESC LIMIT " + at_limit + " OFFSET " + at_offset,
                                          paged, "listing runs"));
     page.rows.reserve(static_cast<size_t>(r.size()));
-    for (int i = 0; i < r.size(); ++i) page.rows.push_back(RunRow{r.text(i, 0), r.text(i, 1), r.text(i, 2), r.text(i, 3)});
+    for (int i = 0; i < r.size(); ++i)
+      page.rows.push_back(RunRow{r.text(i, 0), r.text(i, 1), r.text(i, 2), r.text(i, 3)});
     return page;
   });
 }
@@ -301,12 +315,12 @@ Result<int64_t> PostgresStore::append_run_event(const std::string& run_id, const
   // The next number and the insert under the run's advisory lock, held to the commit: two
   // processes appending to one run number their events one after the other.
   TRAINER_RETURN_IF_ERROR(transaction([&]() -> Status {
-    TRAINER_ASSIGN_OR_RETURN(Rows locked, run("SELECT pg_advisory_xact_lock($1, hashtext($2))",
-                                              Params().integer(kRunEventsLockSpace).text(run_id),
-                                              "locking the run's events"));
+    TRAINER_ASSIGN_OR_RETURN(
+        Rows locked, run("SELECT pg_advisory_xact_lock($1, hashtext($2))",
+                         Params().integer(kRunEventsLockSpace).text(run_id), "locking the run's events"));
     (void)locked;
-    TRAINER_ASSIGN_OR_RETURN(Rows q, run("SELECT COALESCE(MAX(seq), 0) + 1 FROM run_events WHERE run_id = $1", {run_id},
-                                         "reading event seq"));
+    TRAINER_ASSIGN_OR_RETURN(Rows q, run("SELECT COALESCE(MAX(seq), 0) + 1 FROM run_events WHERE run_id = $1",
+                                         {run_id}, "reading event seq"));
     seq = q.integer(0, 0);
     json doc = event;
     doc["seq"] = seq;
@@ -325,17 +339,19 @@ Result<std::vector<json>> PostgresStore::run_events(const std::string& run_id, i
 Status PostgresStore::put_step_metrics(const std::string& run_id, int64_t step, const json& doc) {
   const Params p = Params().text(run_id).integer(step).text(text_of(doc));
   return locked([&] {
-    return write("INSERT INTO run_metrics(run_id, step, doc) VALUES ($1, $2, $3) "
-                 "ON CONFLICT (run_id, step) DO UPDATE SET doc = EXCLUDED.doc",
-                 p, "writing step metrics");
+    return write(
+        "INSERT INTO run_metrics(run_id, step, doc) VALUES ($1, $2, $3) "
+        "ON CONFLICT (run_id, step) DO UPDATE SET doc = EXCLUDED.doc",
+        p, "writing step metrics");
   });
 }
 
 Result<std::vector<json>> PostgresStore::step_metrics(const std::string& run_id, int64_t limit) {
   // The last `limit` steps, ascending.
-  return docs("SELECT doc FROM (SELECT step, doc FROM run_metrics WHERE run_id = $1 "
-              "ORDER BY step DESC LIMIT $2) AS last ORDER BY step ASC",
-              Params().text(run_id).limit(limit), "reading step metrics of run " + run_id);
+  return docs(
+      "SELECT doc FROM (SELECT step, doc FROM run_metrics WHERE run_id = $1 "
+      "ORDER BY step DESC LIMIT $2) AS last ORDER BY step ASC",
+      Params().text(run_id).limit(limit), "reading step metrics of run " + run_id);
 }
 
 // ---- claims
@@ -350,9 +366,10 @@ Status PostgresStore::insert_claim(ClaimRow& c) {
                        .text(c.since)
                        .text(ids_text(c.device_ids));
   return locked([&]() -> Status {
-    TRAINER_ASSIGN_OR_RETURN(Rows r, run("INSERT INTO claims(owner, kind, workload_id, pool, devices, state, since, device_ids) "
-                                         "VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (owner) DO NOTHING RETURNING seq",
-                                         p, "inserting claim"));
+    TRAINER_ASSIGN_OR_RETURN(
+        Rows r, run("INSERT INTO claims(owner, kind, workload_id, pool, devices, state, since, device_ids) "
+                    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (owner) DO NOTHING RETURNING seq",
+                    p, "inserting claim"));
     if (r.empty()) return already_exists("claim for " + c.owner + " exists");
     c.seq = r.integer(0, 0);
     return Status::ok();
@@ -360,10 +377,17 @@ Status PostgresStore::insert_claim(ClaimRow& c) {
 }
 
 Status PostgresStore::update_claim(const ClaimRow& c) {
-  const Params p = Params().text(c.state).text(c.since).text(c.pool).integer(c.devices).text(ids_text(c.device_ids)).text(c.owner);
+  const Params p = Params()
+                       .text(c.state)
+                       .text(c.since)
+                       .text(c.pool)
+                       .integer(c.devices)
+                       .text(ids_text(c.device_ids))
+                       .text(c.owner);
   return locked([&] {
-    return write("UPDATE claims SET state = $1, since = $2, pool = $3, devices = $4, device_ids = $5 WHERE owner = $6", p,
-                 "updating claim");
+    return write(
+        "UPDATE claims SET state = $1, since = $2, pool = $3, devices = $4, device_ids = $5 WHERE owner = $6",
+        p, "updating claim");
   });
 }
 
@@ -373,13 +397,15 @@ Status PostgresStore::delete_claim(const std::string& owner) {
 
 Result<std::vector<ClaimRow>> PostgresStore::list_claims() {
   return locked([&]() -> Result<std::vector<ClaimRow>> {
-    TRAINER_ASSIGN_OR_RETURN(Rows r, run("SELECT owner, kind, workload_id, pool, devices, state, since, seq, device_ids "
-                                         "FROM claims ORDER BY seq",
-                                         {}, "listing claims"));
+    TRAINER_ASSIGN_OR_RETURN(
+        Rows r, run("SELECT owner, kind, workload_id, pool, devices, state, since, seq, device_ids "
+                    "FROM claims ORDER BY seq",
+                    {}, "listing claims"));
     std::vector<ClaimRow> out;
     for (int i = 0; i < r.size(); ++i) {
-      out.push_back(ClaimRow{r.text(i, 0), r.text(i, 1), r.text(i, 2), r.text(i, 3), static_cast<int>(r.integer(i, 4)),
-                             r.text(i, 5), r.text(i, 6), r.integer(i, 7), ids_of(r.text(i, 8))});
+      out.push_back(ClaimRow{r.text(i, 0), r.text(i, 1), r.text(i, 2), r.text(i, 3),
+                             static_cast<int>(r.integer(i, 4)), r.text(i, 5), r.text(i, 6), r.integer(i, 7),
+                             ids_of(r.text(i, 8))});
     }
     return out;
   });
@@ -403,11 +429,13 @@ Result<int64_t> PostgresStore::put_job_events(const std::string& job_id, const s
   return added;
 }
 
-Result<std::vector<JobItem>> PostgresStore::job_events(const std::string& job_id, int64_t after, int64_t limit) {
+Result<std::vector<JobItem>> PostgresStore::job_events(const std::string& job_id, int64_t after,
+                                                       int64_t limit) {
   return locked([&] { return postgres::job_items_after(*conn_, "job_events", job_id, after, limit); });
 }
 
-Result<int64_t> PostgresStore::put_job_log_lines(const std::string& job_id, const std::vector<JobItem>& lines) {
+Result<int64_t> PostgresStore::put_job_log_lines(const std::string& job_id,
+                                                 const std::vector<JobItem>& lines) {
   int64_t added = 0;
   TRAINER_RETURN_IF_ERROR(transaction([&]() -> Status {
     TRAINER_ASSIGN_OR_RETURN(added, postgres::put_job_items(*conn_, "job_logs", job_id, lines));
@@ -433,14 +461,15 @@ Result<std::vector<TaskRow>> PostgresStore::due_tasks(const std::string& kind, d
   return locked([&] { return postgres::due_tasks(*conn_, kind, now, limit); });
 }
 
-Result<std::optional<TaskLease>> PostgresStore::acquire_task_lease(const std::string& kind, const std::string& id,
-                                                                  const std::string& owner, double now,
-                                                                  double seconds) {
+Result<std::optional<TaskLease>> PostgresStore::acquire_task_lease(const std::string& kind,
+                                                                   const std::string& id,
+                                                                   const std::string& owner, double now,
+                                                                   double seconds) {
   return locked([&] { return postgres::acquire_task_lease(*conn_, kind, id, owner, now, seconds); });
 }
 
-Status PostgresStore::check_task_lease(const std::string& kind, const std::string& id, const std::string& owner,
-                                       int64_t fence) {
+Status PostgresStore::check_task_lease(const std::string& kind, const std::string& id,
+                                       const std::string& owner, int64_t fence) {
   return locked([&] { return postgres::check_task_lease(*conn_, kind, id, owner, fence); });
 }
 
@@ -452,14 +481,16 @@ Status PostgresStore::update_task_if_version(const TaskRow& row, int64_t version
   return locked([&] { return postgres::update_task_if_version(*conn_, row, version); });
 }
 
-Status PostgresStore::release_task_lease(const std::string& kind, const std::string& id, const std::string& owner) {
+Status PostgresStore::release_task_lease(const std::string& kind, const std::string& id,
+                                         const std::string& owner) {
   return locked([&] { return postgres::release_task_lease(*conn_, kind, id, owner); });
 }
 
 // ---- shared readers
-Result<std::vector<std::string>> PostgresStore::ids_with_prefix(const char* table, const std::string& prefix, int limit,
-                                                                const char* what) {
-  const std::string sql = std::string("SELECT id FROM ") + table + " WHERE id >= $1 AND id < $2 ORDER BY id LIMIT $3";
+Result<std::vector<std::string>> PostgresStore::ids_with_prefix(const char* table, const std::string& prefix,
+                                                                int limit, const char* what) {
+  const std::string sql =
+      std::string("SELECT id FROM ") + table + " WHERE id >= $1 AND id < $2 ORDER BY id LIMIT $3";
   return locked([&]() -> Result<std::vector<std::string>> {
     TRAINER_ASSIGN_OR_RETURN(Rows r, run(sql, Params().text(prefix).text(prefix + "\x7f").limit(limit),
                                          std::string("reading ") + what + " ids"));
@@ -469,7 +500,8 @@ Result<std::vector<std::string>> PostgresStore::ids_with_prefix(const char* tabl
   });
 }
 
-Result<std::vector<json>> PostgresStore::docs(const char* sql, const Params& params, const std::string& what) {
+Result<std::vector<json>> PostgresStore::docs(const char* sql, const Params& params,
+                                              const std::string& what) {
   std::vector<std::string> texts;
   {
     auto rows = locked([&]() -> Result<Rows> { return run(sql, params, what); });
@@ -488,7 +520,8 @@ Result<std::vector<json>> PostgresStore::docs(const char* sql, const Params& par
   return out;
 }
 
-Result<std::optional<json>> PostgresStore::one(const char* sql, const Params& params, const std::string& what) {
+Result<std::optional<json>> PostgresStore::one(const char* sql, const Params& params,
+                                               const std::string& what) {
   auto r = docs(sql, params, what);
   if (!r.is_ok()) return r.status();
   if (r->empty()) return std::optional<json>();

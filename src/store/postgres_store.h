@@ -99,7 +99,8 @@ class PostgresStore final : public Store {
   Status insert_trained_model(const json& doc) override;
   Status update_trained_model(const json& doc) override;
   Result<std::optional<json>> get_trained_model(const std::string& id) override;
-  Result<std::vector<std::string>> trained_model_ids_with_prefix(const std::string& prefix, int limit) override;
+  Result<std::vector<std::string>> trained_model_ids_with_prefix(const std::string& prefix,
+                                                                 int limit) override;
   Result<std::vector<json>> list_trained_models(const std::string& workload_id, const std::string& base_model,
                                                 const std::vector<std::string>& statuses) override;
 
@@ -124,8 +125,9 @@ class PostgresStore final : public Store {
   Status update_comparison(const json& doc) override;
   Result<std::optional<json>> get_comparison(const std::string& id) override;
   Result<std::vector<std::string>> comparison_ids_with_prefix(const std::string& prefix, int limit) override;
-  Result<ComparisonPage> list_comparisons(const std::string& source_snapshot, const std::vector<std::string>& phases,
-                                          int64_t limit, int64_t offset) override;
+  Result<ComparisonPage> list_comparisons(const std::string& source_snapshot,
+                                          const std::vector<std::string>& phases, int64_t limit,
+                                          int64_t offset) override;
 
   // ---- lineage
   Status insert_child(const std::string& run_id, const std::string& parent_id) override;
@@ -144,12 +146,14 @@ class PostgresStore final : public Store {
   Result<std::optional<TaskRow>> get_task(const std::string& kind, const std::string& id) override;
   Result<std::vector<TaskRow>> due_tasks(const std::string& kind, double now, int64_t limit) override;
   Result<std::optional<TaskLease>> acquire_task_lease(const std::string& kind, const std::string& id,
-                                                     const std::string& owner, double now, double seconds) override;
+                                                      const std::string& owner, double now,
+                                                      double seconds) override;
   Status check_task_lease(const std::string& kind, const std::string& id, const std::string& owner,
                           int64_t fence) override;
   Status update_task(const TaskRow& row, int64_t fence) override;
   Status update_task_if_version(const TaskRow& row, int64_t version) override;
-  Status release_task_lease(const std::string& kind, const std::string& id, const std::string& owner) override;
+  Status release_task_lease(const std::string& kind, const std::string& id,
+                            const std::string& owner) override;
 
  private:
   // `f()` with mu_ held, on a working connection: outside a transaction, a lost connection is

@@ -171,7 +171,7 @@ CREATE TABLE endpoints (
 // SQLSTATE classes and codes the store tells apart.
 constexpr const char* kUniqueViolation = "23505";
 constexpr const char* kDiskFull = "53100";
-constexpr const char* kBadEncoding = "22021";    // character_not_in_repertoire
+constexpr const char* kBadEncoding = "22021";     // character_not_in_repertoire
 constexpr const char* kUntranslatable = "22P05";  // untranslatable_character
 constexpr const char* kSerializationFailure = "40001";
 constexpr const char* kDeadlock = "40P01";
@@ -206,7 +206,9 @@ std::string describe_server(PGconn* conn) {
 
 }  // namespace
 
-std::span<const char* const> migrations() { return kMigrations; }
+std::span<const char* const> migrations() {
+  return kMigrations;
+}
 
 // ---- Params
 Params::Params(std::initializer_list<std::string> texts) {
@@ -240,9 +242,13 @@ Params& Params::null() {
   return *this;
 }
 
-Params& Params::limit(int64_t v) { return v < 0 ? null() : integer(v); }
+Params& Params::limit(int64_t v) {
+  return v < 0 ? null() : integer(v);
+}
 
-Params& Params::offset(int64_t v) { return integer(v < 0 ? 0 : v); }
+Params& Params::offset(int64_t v) {
+  return integer(v < 0 ? 0 : v);
+}
 
 std::string Params::in_list(const char* column, const std::vector<std::string>& values) {
   if (values.empty()) return "";
@@ -273,7 +279,9 @@ double Rows::real(int row, int col) const {
   return v;
 }
 
-bool Rows::boolean(int row, int col) const { return PQgetvalue(r_.get(), row, col)[0] == 't'; }
+bool Rows::boolean(int row, int col) const {
+  return PQgetvalue(r_.get(), row, col)[0] == 't';
+}
 
 int64_t Rows::changed() const {
   const char* n = PQcmdTuples(r_.get());
@@ -307,13 +315,16 @@ Result<std::unique_ptr<Connection>> Connection::open(const std::string& url) {
   return std::unique_ptr<Connection>(new Connection(conn, std::move(server)));
 }
 
-Connection::~Connection() { PQfinish(conn_); }
+Connection::~Connection() {
+  PQfinish(conn_);
+}
 
 Result<Rows> Connection::run(const char* sql, const Params& params, const std::string& what) {
   std::vector<const char*> values;
   values.reserve(params.values_.size());
   for (const auto& v : params.values_) values.push_back(v ? v->c_str() : nullptr);
-  Rows rows(PQexecParams(conn_, sql, static_cast<int>(values.size()), nullptr, values.data(), nullptr, nullptr, 0));
+  Rows rows(
+      PQexecParams(conn_, sql, static_cast<int>(values.size()), nullptr, values.data(), nullptr, nullptr, 0));
   const ExecStatusType st = PQresultStatus(rows.r_.get());
   if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return rows;
   return error(rows.r_.get(), what);
@@ -336,12 +347,14 @@ Status Connection::reconnect_if_lost() {
   return Status::ok();
 }
 
-bool Connection::transaction_failed() const { return PQtransactionStatus(conn_) == PQTRANS_INERROR; }
+bool Connection::transaction_failed() const {
+  return PQtransactionStatus(conn_) == PQTRANS_INERROR;
+}
 
 Status Connection::error(const PGresult* r, const std::string& what) const {
   const char* state = r != nullptr ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : nullptr;
   const std::string msg = one_line(r != nullptr && *PQresultErrorMessage(r) != '\0' ? PQresultErrorMessage(r)
-                                                                                     : PQerrorMessage(conn_));
+                                                                                    : PQerrorMessage(conn_));
   if (PQstatus(conn_) != CONNECTION_OK || connection_lost(state)) {
     return unavailable("store: " + what + ": lost the connection to " + server_ + " (" + msg +
                        "); the store connects again on its next call");
@@ -349,7 +362,8 @@ Status Connection::error(const PGresult* r, const std::string& what) const {
   const std::string code = state != nullptr ? state : "";
   if (code == kUniqueViolation) return already_exists("store: " + what + ": " + msg);
   if (code == kDiskFull) {
-    return resource_exhausted("store: " + what + ": no space left on the disk of " + server_ + " (" + msg + ")");
+    return resource_exhausted("store: " + what + ": no space left on the disk of " + server_ + " (" + msg +
+                              ")");
   }
   if (code == kBadEncoding || code == kUntranslatable) {
     return invalid_argument("store: " + what + ": text that is not valid UTF-8 (" + msg + ")");

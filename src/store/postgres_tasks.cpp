@@ -34,7 +34,9 @@ TaskRow row_of(const Rows& r, int i) {
   return t;
 }
 
-std::string task_name(const std::string& kind, const std::string& id) { return kind + " " + id; }
+std::string task_name(const std::string& kind, const std::string& id) {
+  return kind + " " + id;
+}
 
 // Why a conditional write to an existing task changed nothing, for a stale writer.
 Status stale(Connection& db, const std::string& kind, const std::string& id, const std::string& what) {
@@ -42,25 +44,29 @@ Status stale(Connection& db, const std::string& kind, const std::string& id, con
   if (!now.is_ok()) return now.status();
   if (!now->has_value()) return not_found("task " + task_name(kind, id));
   const TaskRow& r = **now;
-  return failed_precondition("task " + task_name(kind, id) + ": " + what + " is stale (the task is now under fence " +
-                             std::to_string(r.fence) + (r.owner.empty() ? std::string(", unowned") : ", owner " + r.owner) +
+  return failed_precondition("task " + task_name(kind, id) + ": " + what +
+                             " is stale (the task is now under fence " + std::to_string(r.fence) +
+                             (r.owner.empty() ? std::string(", unowned") : ", owner " + r.owner) +
                              ", version " + std::to_string(r.version) + "); the write was refused");
 }
 
 }  // namespace
 
 Status insert_task(Connection& db, const TaskRow& row) {
-  TRAINER_ASSIGN_OR_RETURN(Rows r, db.run("INSERT INTO tasks(kind, id, phase, terminal, due_at) VALUES ($1, $2, $3, $4, $5) "
-                                          "ON CONFLICT (kind, id) DO NOTHING",
-                                          Params().text(row.kind).text(row.id).text(row.phase).boolean(row.terminal).real(row.due_at),
-                                          "inserting task"));
+  TRAINER_ASSIGN_OR_RETURN(
+      Rows r,
+      db.run("INSERT INTO tasks(kind, id, phase, terminal, due_at) VALUES ($1, $2, $3, $4, $5) "
+             "ON CONFLICT (kind, id) DO NOTHING",
+             Params().text(row.kind).text(row.id).text(row.phase).boolean(row.terminal).real(row.due_at),
+             "inserting task"));
   if (r.changed() == 0) return already_exists("task " + task_name(row.kind, row.id) + " already exists");
   return Status::ok();
 }
 
 Result<std::optional<TaskRow>> get_task(Connection& db, const std::string& kind, const std::string& id) {
-  TRAINER_ASSIGN_OR_RETURN(Rows r, db.run(std::string("SELECT ") + kColumns + " FROM tasks WHERE kind = $1 AND id = $2",
-                                          {kind, id}, "reading task"));
+  TRAINER_ASSIGN_OR_RETURN(
+      Rows r, db.run(std::string("SELECT ") + kColumns + " FROM tasks WHERE kind = $1 AND id = $2",
+                     {kind, id}, "reading task"));
   if (r.empty()) return std::optional<TaskRow>();
   return std::optional<TaskRow>(row_of(r, 0));
 }
@@ -76,14 +82,17 @@ Result<std::vector<TaskRow>> due_tasks(Connection& db, const std::string& kind, 
   return out;
 }
 
-Result<std::optional<TaskLease>> acquire_task_lease(Connection& db, const std::string& kind, const std::string& id,
-                                                    const std::string& owner, double now, double seconds) {
+Result<std::optional<TaskLease>> acquire_task_lease(Connection& db, const std::string& kind,
+                                                    const std::string& id, const std::string& owner,
+                                                    double now, double seconds) {
   TRAINER_ASSIGN_OR_RETURN(
-      Rows r, db.run("UPDATE tasks SET fence = CASE WHEN owner = $3 THEN fence ELSE fence + 1 END, owner = $3, "
-                     "lease_until = $4 WHERE kind = $1 AND id = $2 AND (owner = '' OR owner = $3 OR lease_until < $5) "
-                     "RETURNING fence, lease_until",
-                     Params().text(kind).text(id).text(owner).real(now + seconds).real(now),
-                     "acquiring a task's lease"));
+      Rows r,
+      db.run(
+          "UPDATE tasks SET fence = CASE WHEN owner = $3 THEN fence ELSE fence + 1 END, owner = $3, "
+          "lease_until = $4 WHERE kind = $1 AND id = $2 AND (owner = '' OR owner = $3 OR lease_until < $5) "
+          "RETURNING fence, lease_until",
+          Params().text(kind).text(id).text(owner).real(now + seconds).real(now),
+          "acquiring a task's lease"));
   if (!r.empty()) return std::optional<TaskLease>(TaskLease{owner, r.integer(0, 0), r.real(0, 1)});
   auto row = get_task(db, kind, id);
   if (!row.is_ok()) return row.status();
@@ -91,13 +100,13 @@ Result<std::optional<TaskLease>> acquire_task_lease(Connection& db, const std::s
   return std::optional<TaskLease>();
 }
 
-Status check_task_lease(Connection& db, const std::string& kind, const std::string& id, const std::string& owner,
-                        int64_t fence) {
+Status check_task_lease(Connection& db, const std::string& kind, const std::string& id,
+                        const std::string& owner, int64_t fence) {
   // FOR UPDATE: the row stays locked until the enclosing transaction ends (see the top).
-  TRAINER_ASSIGN_OR_RETURN(Rows r, db.run("SELECT 1 FROM tasks WHERE kind = $1 AND id = $2 AND owner = $3 AND fence = $4 "
-                                          "FOR UPDATE",
-                                          Params().text(kind).text(id).text(owner).integer(fence),
-                                          "checking a task's lease"));
+  TRAINER_ASSIGN_OR_RETURN(
+      Rows r, db.run("SELECT 1 FROM tasks WHERE kind = $1 AND id = $2 AND owner = $3 AND fence = $4 "
+                     "FOR UPDATE",
+                     Params().text(kind).text(id).text(owner).integer(fence), "checking a task's lease"));
   if (!r.empty()) return Status::ok();
   return stale(db, kind, id, "the lease of " + owner + " under fence " + std::to_string(fence));
 }
@@ -108,11 +117,18 @@ namespace {
 Status update_task_where(Connection& db, const TaskRow& row, const char* column, int64_t expected,
                          const std::string& what) {
   TRAINER_ASSIGN_OR_RETURN(
-      Rows r, db.run(std::string("UPDATE tasks SET phase = $1, terminal = $2, due_at = $3, version = version + 1 "
-                                 "WHERE kind = $4 AND id = $5 AND ") +
-                         column + " = $6",
-                     Params().text(row.phase).boolean(row.terminal).real(row.due_at).text(row.kind).text(row.id).integer(expected),
-                     "updating task"));
+      Rows r,
+      db.run(std::string("UPDATE tasks SET phase = $1, terminal = $2, due_at = $3, version = version + 1 "
+                         "WHERE kind = $4 AND id = $5 AND ") +
+                 column + " = $6",
+             Params()
+                 .text(row.phase)
+                 .boolean(row.terminal)
+                 .real(row.due_at)
+                 .text(row.kind)
+                 .text(row.id)
+                 .integer(expected),
+             "updating task"));
   if (r.changed() > 0) return Status::ok();
   return stale(db, row.kind, row.id, what);
 }
@@ -127,15 +143,19 @@ Status update_task_if_version(Connection& db, const TaskRow& row, int64_t versio
   return update_task_where(db, row, "version", version, "a write of version " + std::to_string(version));
 }
 
-Status release_task_lease(Connection& db, const std::string& kind, const std::string& id, const std::string& owner) {
-  TRAINER_ASSIGN_OR_RETURN(Rows r, db.run("UPDATE tasks SET owner = '', lease_until = 0 WHERE kind = $1 AND id = $2 AND owner = $3",
-                                          {kind, id, owner}, "releasing a task's lease"));
+Status release_task_lease(Connection& db, const std::string& kind, const std::string& id,
+                          const std::string& owner) {
+  TRAINER_ASSIGN_OR_RETURN(
+      Rows r,
+      db.run("UPDATE tasks SET owner = '', lease_until = 0 WHERE kind = $1 AND id = $2 AND owner = $3",
+             {kind, id, owner}, "releasing a task's lease"));
   (void)r;
   return Status::ok();
 }
 
 Result<uint64_t> change_count(Connection& db) {
-  TRAINER_ASSIGN_OR_RETURN(Rows r, db.run("SELECT value FROM counters WHERE name = 'changes'", {}, "reading the change counter"));
+  TRAINER_ASSIGN_OR_RETURN(
+      Rows r, db.run("SELECT value FROM counters WHERE name = 'changes'", {}, "reading the change counter"));
   if (r.empty()) return internal_error("store: reading the change counter: the counter's row is missing");
   return static_cast<uint64_t>(r.integer(0, 0));
 }

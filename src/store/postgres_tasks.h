@@ -14,13 +14,15 @@ namespace trainer::store::postgres {
 Status insert_task(Connection& db, const TaskRow& row);
 Result<std::optional<TaskRow>> get_task(Connection& db, const std::string& kind, const std::string& id);
 Result<std::vector<TaskRow>> due_tasks(Connection& db, const std::string& kind, double now, int64_t limit);
-Result<std::optional<TaskLease>> acquire_task_lease(Connection& db, const std::string& kind, const std::string& id,
-                                                    const std::string& owner, double now, double seconds);
-Status check_task_lease(Connection& db, const std::string& kind, const std::string& id, const std::string& owner,
-                        int64_t fence);
+Result<std::optional<TaskLease>> acquire_task_lease(Connection& db, const std::string& kind,
+                                                    const std::string& id, const std::string& owner,
+                                                    double now, double seconds);
+Status check_task_lease(Connection& db, const std::string& kind, const std::string& id,
+                        const std::string& owner, int64_t fence);
 Status update_task(Connection& db, const TaskRow& row, int64_t fence);
 Status update_task_if_version(Connection& db, const TaskRow& row, int64_t version);
-Status release_task_lease(Connection& db, const std::string& kind, const std::string& id, const std::string& owner);
+Status release_task_lease(Connection& db, const std::string& kind, const std::string& id,
+                          const std::string& owner);
 Result<uint64_t> change_count(Connection& db);
 
 }  // namespace trainer::store::postgres

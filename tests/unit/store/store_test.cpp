@@ -3,6 +3,8 @@
 // tools/test-postgres). Migrations, uniqueness, ordering, paging, transactions, the change counter,
 // leases and fences, and what holds between two connections to one database (two processes).
 // Tests named PostgresStore.* and SqliteStore.* are about one implementation only.
+#include "store/store.h"
+
 #include <gtest/gtest.h>
 #include <libpq-fe.h>
 #include <sqlite3.h>
@@ -17,8 +19,6 @@
 #include <ostream>
 #include <thread>
 
-#include "store/store.h"
-
 namespace trainer::store {
 namespace {
 
@@ -27,7 +27,9 @@ namespace fs = std::filesystem;
 enum class Kind { kSqlite, kPostgres };
 
 // How gtest (and so ctest's test names) shows a parameter.
-void PrintTo(Kind kind, std::ostream* os) { *os << (kind == Kind::kSqlite ? "sqlite" : "postgres"); }
+void PrintTo(Kind kind, std::ostream* os) {
+  *os << (kind == Kind::kSqlite ? "sqlite" : "postgres");
+}
 
 // One empty database of one implementation, and what a test does behind the store's back (raw
 // SQL, as an older trainerd or an operator would).
@@ -70,7 +72,8 @@ class SqliteDatabase final : public TestDatabase {
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
     char* err = nullptr;
-    EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "") << "\n" << sql;
+    EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "") << "\n"
+                                                                                << sql;
     sqlite3_free(err);
     sqlite3_close(db);
   }
@@ -83,7 +86,8 @@ class SqliteDatabase final : public TestDatabase {
     }
     sqlite3_stmt* st = nullptr;
     int64_t out = -1;
-    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
+    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW) {
       out = sqlite3_column_int64(st, 0);
     } else {
       ADD_FAILURE() << sqlite3_errmsg(db) << "\n" << sql;
@@ -147,9 +151,10 @@ class PostgresDatabase final : public TestDatabase {
   PostgresDatabase() {
     server_ = server_url();
     if (server_.empty()) {
-      ADD_FAILURE() << "no PostgreSQL server for the tests: run them through ctest (its fixture `postgres` starts one "
-                       "with tools/test-postgres), or set TRAINER_TEST_POSTGRES_URL to a superuser's "
-                       "postgresql://USER@HOST:PORT/DATABASE";
+      ADD_FAILURE()
+          << "no PostgreSQL server for the tests: run them through ctest (its fixture `postgres` starts one "
+             "with tools/test-postgres), or set TRAINER_TEST_POSTGRES_URL to a superuser's "
+             "postgresql://USER@HOST:PORT/DATABASE";
       return;
     }
     static std::atomic<int> made{0};
@@ -208,7 +213,10 @@ class PostgresDatabase final : public TestDatabase {
 };
 
 json queued_run(const std::string& id) {
-  return {{"runId", id}, {"workload", {{"id", "w1"}, {"name", "n"}}}, {"phase", "QUEUED"}, {"submissionId", nullptr}};
+  return {{"runId", id},
+          {"workload", {{"id", "w1"}, {"name", "n"}}},
+          {"phase", "QUEUED"},
+          {"submissionId", nullptr}};
 }
 
 std::unique_ptr<TestDatabase> make_database(Kind kind) {
@@ -231,7 +239,10 @@ class StoreTest : public ::testing::TestWithParam<Kind> {
   }
 
   static json run(const std::string& id, const std::string& phase, const std::string& workload = "w1") {
-    return {{"runId", id}, {"workload", {{"id", workload}, {"name", "n"}}}, {"phase", phase}, {"submissionId", nullptr}};
+    return {{"runId", id},
+            {"workload", {{"id", workload}, {"name", "n"}}},
+            {"phase", phase},
+            {"submissionId", nullptr}};
   }
 
   std::unique_ptr<TestDatabase> db_;
@@ -294,7 +305,9 @@ TEST_P(StoreTest, ASubmissionIdBelongsToOneRun) {
 TEST_P(StoreTest, ListsRunsNewestFirstWithFiltersAndTotals) {
   auto s = open();
   for (int i = 0; i < 5; ++i) {
-    ASSERT_TRUE(s->insert_run(run("r" + std::to_string(i), i % 2 ? "TRAINING" : "COMPLETED", i < 3 ? "w1" : "w2")).is_ok());
+    ASSERT_TRUE(
+        s->insert_run(run("r" + std::to_string(i), i % 2 ? "TRAINING" : "COMPLETED", i < 3 ? "w1" : "w2"))
+            .is_ok());
   }
   RunFilter f;
   f.limit = 2;
@@ -364,7 +377,7 @@ TEST_P(StoreTest, DatasetsAreInsertedOnceAndAliasesMove) {
   EXPECT_EQ(**s->get_alias("train"), "abd2");
   EXPECT_EQ(s->datasets_with_prefix("ab")->size(), 2u);
   EXPECT_EQ(s->datasets_with_prefix("abc")->size(), 1u);
-  EXPECT_EQ((*s->list_datasets())[0]["hash"], "abd2");  // newest first
+  EXPECT_EQ((*s->list_datasets())[0]["hash"], "abd2");                    // newest first
   EXPECT_EQ(s->set_alias("x", "nothing").code(), StatusCode::kInternal);  // a dangling alias is refused
 }
 
@@ -480,14 +493,16 @@ TEST_P(StoreTest, ALeaseIsRenewedByItsOwnerAndTakenOverWithANewFenceOnlyOnceItRu
   auto a = s->acquire_task_lease("toy", "t1", "replica-a", 100, 30);
   ASSERT_TRUE(a.is_ok() && a->has_value());
   EXPECT_EQ((*a)->fence, 1);
-  EXPECT_FALSE(s->acquire_task_lease("toy", "t1", "replica-b", 120, 30)->has_value()) << "a's lease still runs";
+  EXPECT_FALSE(s->acquire_task_lease("toy", "t1", "replica-b", 120, 30)->has_value())
+      << "a's lease still runs";
   auto renewed = s->acquire_task_lease("toy", "t1", "replica-a", 125, 30);
   ASSERT_TRUE(renewed->has_value());
   EXPECT_EQ((*renewed)->fence, 1) << "a renewal keeps the fence";
   auto b = s->acquire_task_lease("toy", "t1", "replica-b", 160, 30);
   ASSERT_TRUE(b->has_value()) << "a's lease ran out at 155";
   EXPECT_EQ((*b)->fence, 2);
-  EXPECT_EQ(s->acquire_task_lease("toy", "nope", "replica-a", 100, 30).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(s->acquire_task_lease("toy", "nope", "replica-a", 100, 30).status().code(),
+            StatusCode::kNotFound);
 }
 
 TEST_P(StoreTest, AWriteUnderAStaleFenceIsRefusedAndChangesNothing) {
@@ -533,17 +548,20 @@ TEST_P(StoreTest, MigrationNineGivesEveryExistingRunATask) {
     auto s = open();
     ASSERT_TRUE(s->insert_run(run("aa", "TRAINING")).is_ok());
   }
-  // Rewind to schema 8 as an older trainerd left it: no task rows, no counter (nor job reports, nor endpoints).
-  db_->exec(GetParam() == Kind::kSqlite
-                ? "DROP TABLE tasks; DROP TABLE counters; DROP TRIGGER runs_inserted; DROP TRIGGER runs_updated;"
-                  "DROP TRIGGER runs_deleted; DROP TRIGGER workloads_inserted; DROP TRIGGER workloads_updated;"
-                  "DROP TRIGGER workloads_deleted; DROP TRIGGER claims_inserted; DROP TRIGGER claims_updated;"
-                  "DROP TRIGGER claims_deleted; DROP TABLE job_attempts; DROP TABLE job_events; DROP TABLE job_logs;"
-                  "DROP TABLE endpoints;"
-                  "DELETE FROM schema_migrations WHERE version >= 9;"
-                : "DROP TABLE tasks; DROP TABLE counters; DROP FUNCTION count_change() CASCADE;"
-                  "DROP TABLE job_attempts; DROP TABLE job_events; DROP TABLE job_logs; DROP TABLE endpoints;"
-                  "DELETE FROM schema_migrations WHERE version >= 9;");
+  // Rewind to schema 8 as an older trainerd left it: no task rows, no counter (nor job reports, nor
+  // endpoints).
+  db_->exec(
+      GetParam() == Kind::kSqlite
+          ? "DROP TABLE tasks; DROP TABLE counters; DROP TRIGGER runs_inserted; DROP TRIGGER runs_updated;"
+            "DROP TRIGGER runs_deleted; DROP TRIGGER workloads_inserted; DROP TRIGGER workloads_updated;"
+            "DROP TRIGGER workloads_deleted; DROP TRIGGER claims_inserted; DROP TRIGGER claims_updated;"
+            "DROP TRIGGER claims_deleted; DROP TABLE job_attempts; DROP TABLE job_events; DROP TABLE "
+            "job_logs;"
+            "DROP TABLE endpoints;"
+            "DELETE FROM schema_migrations WHERE version >= 9;"
+          : "DROP TABLE tasks; DROP TABLE counters; DROP FUNCTION count_change() CASCADE;"
+            "DROP TABLE job_attempts; DROP TABLE job_events; DROP TABLE job_logs; DROP TABLE endpoints;"
+            "DELETE FROM schema_migrations WHERE version >= 9;");
   auto s = open();
   auto t = s->get_task("run", "aa");
   ASSERT_TRUE(t.is_ok() && t->has_value());
@@ -585,7 +603,8 @@ TEST_P(StoreTest, SnapshotCatalogKeepsOneRowPerIdAndListsARunsCommittedSnapshots
 }
 
 TEST_P(StoreTest, ModelRegistryKeepsOneRowPerIdAndListsByWorkloadBaseModelAndStatus) {
-  auto model = [](const std::string& id, const json& workload, const std::string& base, const std::string& status) {
+  auto model = [](const std::string& id, const json& workload, const std::string& base,
+                  const std::string& status) {
     return json{{"modelId", id}, {"workload", workload}, {"baseModel", {{"name", base}}}, {"status", status}};
   };
   const json w1 = {{"id", "w1"}, {"name", "one"}};
@@ -594,7 +613,8 @@ TEST_P(StoreTest, ModelRegistryKeepsOneRowPerIdAndListsByWorkloadBaseModelAndSta
     ASSERT_TRUE(s->insert_trained_model(model("ab01", w1, "tiny", "PENDING")).is_ok());
     ASSERT_TRUE(s->insert_trained_model(model("ab02", nullptr, "tiny", "REGISTERED")).is_ok());
     ASSERT_TRUE(s->insert_trained_model(model("cd01", w1, "other", "COPYING")).is_ok());
-    EXPECT_EQ(s->insert_trained_model(model("ab01", w1, "tiny", "PENDING")).code(), StatusCode::kAlreadyExists);
+    EXPECT_EQ(s->insert_trained_model(model("ab01", w1, "tiny", "PENDING")).code(),
+              StatusCode::kAlreadyExists);
     EXPECT_EQ(s->update_trained_model(model("zz", w1, "tiny", "FAILED")).code(), StatusCode::kNotFound);
     ASSERT_TRUE(s->update_trained_model(model("ab01", w1, "tiny", "REGISTERED")).is_ok());
   }
@@ -606,7 +626,8 @@ TEST_P(StoreTest, ModelRegistryKeepsOneRowPerIdAndListsByWorkloadBaseModelAndSta
   };
   EXPECT_EQ(ids(s->list_trained_models("", "", {})), (std::vector<std::string>{"cd01", "ab02", "ab01"}));
   EXPECT_EQ(ids(s->list_trained_models("w1", "", {})), (std::vector<std::string>{"cd01", "ab01"}));
-  EXPECT_EQ(ids(s->list_trained_models("", "tiny", {"REGISTERED"})), (std::vector<std::string>{"ab02", "ab01"}));
+  EXPECT_EQ(ids(s->list_trained_models("", "tiny", {"REGISTERED"})),
+            (std::vector<std::string>{"ab02", "ab01"}));
   EXPECT_EQ(ids(s->list_trained_models("", "", {"PENDING", "COPYING"})), (std::vector<std::string>{"cd01"}));
   EXPECT_EQ((*s->get_trained_model("ab01"))->at("status"), "REGISTERED");
   EXPECT_FALSE(s->get_trained_model("ab")->has_value());
@@ -661,7 +682,8 @@ TEST_P(StoreTest, ComparisonsKeepOneRowPerIdAndListBySourceAndPhaseNewestFirst) 
   EXPECT_EQ(second->total, 3);
   EXPECT_EQ(ids(second), (std::vector<std::string>{"c2"}));
   EXPECT_EQ(ids(s->list_comparisons("s1", {}, 100, 0)), (std::vector<std::string>{"c3", "c1"}));
-  EXPECT_EQ(ids(s->list_comparisons("", {"PREPARING", "RUNNING"}, 100, 0)), (std::vector<std::string>{"c3", "c2"}));
+  EXPECT_EQ(ids(s->list_comparisons("", {"PREPARING", "RUNNING"}, 100, 0)),
+            (std::vector<std::string>{"c3", "c2"}));
   EXPECT_EQ(s->list_comparisons("s1", {"PREPARING"}, 100, 0)->total, 1);
   EXPECT_EQ((*s->get_comparison("c1"))->at("phase"), "COMPLETED");
   EXPECT_FALSE(s->get_comparison("c")->has_value());
@@ -736,11 +758,14 @@ TEST_P(StoreTest, ANestedTransactionJoinsTheOuterOne) {
 TEST_P(StoreTest, SnapshotsWithAReservedKindAreListedOldestFirst) {
   auto s = open();
   auto snap = [](const std::string& id, const json& kinds) {
-    return json{{"snapshotId", id}, {"runId", "r1"}, {"savedStep", 1}, {"state", "reserved"}, {"kinds", kinds}};
+    return json{
+        {"snapshotId", id}, {"runId", "r1"}, {"savedStep", 1}, {"state", "reserved"}, {"kinds", kinds}};
   };
   ASSERT_TRUE(s->insert_snapshot(snap("s2", {{"adapter", {{"state", "reserved"}}}})).is_ok());
   ASSERT_TRUE(s->insert_snapshot(snap("s1", {{"adapter", {{"state", "committed"}}}})).is_ok());
-  ASSERT_TRUE(s->insert_snapshot(snap("s0", {{"adapter", {{"state", "committed"}}}, {"training", {{"state", "reserved"}}}})).is_ok());
+  ASSERT_TRUE(s->insert_snapshot(
+                   snap("s0", {{"adapter", {{"state", "committed"}}}, {"training", {{"state", "reserved"}}}}))
+                  .is_ok());
   auto found = s->snapshots_with_reserved_kinds(10);
   ASSERT_TRUE(found.is_ok()) << found.status().to_string();
   ASSERT_EQ(found->size(), 2u);
@@ -791,7 +816,8 @@ TEST_P(StoreTest, TwoConnectionsRacingForALeaseGetItOnceEachRound) {
     tb.join();
     ASSERT_TRUE(got_a.is_ok()) << got_a.status().to_string();
     ASSERT_TRUE(got_b.is_ok()) << got_b.status().to_string();
-    ASSERT_NE(got_a->has_value(), got_b->has_value()) << "round " << round << ": exactly one replica holds the lease";
+    ASSERT_NE(got_a->has_value(), got_b->has_value())
+        << "round " << round << ": exactly one replica holds the lease";
     const std::string winner = got_a->has_value() ? "replica-a" : "replica-b";
     const int64_t fence = got_a->has_value() ? (*got_a)->fence : (*got_b)->fence;
     auto row = b->get_task("toy", "t1");
@@ -883,8 +909,9 @@ class PostgresStore : public ::testing::Test {
   // Ends every other session on the test's database (as a server restart or a network cut would)
   // and waits until they are gone.
   void cut_connections() {
-    db_.exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-             "WHERE datname = current_database() AND pid <> pg_backend_pid()");
+    db_.exec(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid()");
     for (int i = 0; i < 200; ++i) {
       if (db_.number("SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() "
                      "AND pid <> pg_backend_pid()") == 0) {
@@ -939,7 +966,8 @@ TEST(PostgresStoreOpen, AServerThatDoesNotAnswerIsUnavailableAndNamed) {
   auto s = open_postgres_store("postgresql://pg:secret@127.0.0.1:1/nothing");
   ASSERT_FALSE(s.is_ok());
   EXPECT_EQ(s.status().code(), StatusCode::kUnavailable);
-  EXPECT_NE(s.status().message().find("cannot connect to PostgreSQL at 127.0.0.1:1/nothing"), std::string::npos)
+  EXPECT_NE(s.status().message().find("cannot connect to PostgreSQL at 127.0.0.1:1/nothing"),
+            std::string::npos)
       << s.status().message();
   EXPECT_EQ(s.status().message().find("secret"), std::string::npos) << "the password is never repeated";
 }
@@ -948,7 +976,8 @@ TEST(PostgresStoreOpen, AUrlThatDoesNotParseIsRefused) {
   auto s = open_postgres_store("not a url");
   ASSERT_FALSE(s.is_ok());
   EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(s.status().message().find("not a PostgreSQL connection URL"), std::string::npos) << s.status().message();
+  EXPECT_NE(s.status().message().find("not a PostgreSQL connection URL"), std::string::npos)
+      << s.status().message();
 }
 
 }  // namespace
