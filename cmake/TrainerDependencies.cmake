@@ -12,3 +12,6 @@ include(GoogleTest)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 add_library(trainer::httplib ALIAS PkgConfig::HTTPLIB)
+# libpq (Debian's libpq-dev) for the PostgreSQL store (src/store/postgres_*).
+pkg_check_modules(LIBPQ REQUIRED IMPORTED_TARGET libpq)
+add_library(trainer::libpq ALIAS PkgConfig::LIBPQ)

@@ -91,7 +91,8 @@ bool parse_port(Options& o, const std::string& v) {
 const std::vector<OptionSpec>& option_table() {
   static const std::vector<OptionSpec> table = {
       {"--data-dir", "DIR",
-       "where state.db (SQLite), datasets, the model cache and run folders live; default $TRAINER_DATA_DIR, "
+       "where state.db (the SQLite store, unless the configuration's store says otherwise), datasets, the model "
+       "cache and run folders live; default $TRAINER_DATA_DIR, "
        "else $XDG_DATA_HOME/trainer, else ./trainer-data",
        [](Options& o, const std::string& v) { o.data_dir = v; return !v.empty(); }},
       {"--port", "N", "TCP port of the HTTP API; default 9001; 0 picks a free port (printed, and see --port-file)",
@@ -101,8 +102,9 @@ const std::vector<OptionSpec>& option_table() {
       {"--config", "FILE",
        "deployment configuration (JSON): allowed base models {name, path}, GPU pools {name, accelerator, "
        "serving, declared, maxClaim}, quotas {default, workloads}, limits {maxRequestBytes, maxDatasetBytes, "
-       "cancelGraceSeconds}, jobBinary; see docs/api.md. Default: no base models, one CPU pool of 1 device, "
-       "workload quota 8",
+       "cancelGraceSeconds}, jobBinary, store {kind: sqlite|postgres, url} (where the service's state is kept: "
+       "SQLite in the data folder by default, or a PostgreSQL database, url postgresql://USER@HOST:PORT/DATABASE); "
+       "see docs/api.md. Default: no base models, one CPU pool of 1 device, workload quota 8, SQLite",
        [](Options& o, const std::string& v) { o.config_path = v; return !v.empty(); }},
       {"--instance", "NAME", "the instance attribute of every service metric; default the host name",
        [](Options& o, const std::string& v) { o.instance = v; return !v.empty(); }},
@@ -146,7 +148,8 @@ const std::vector<OptionSpec>& option_table() {
 void print_help() {
   std::printf(
       "usage: trainerd [OPTIONS]\n\n"
-      "The trainer service: HTTP/JSON API (docs/api.md), durable state in SQLite, run lifecycle, GPU\n"
+      "The trainer service: HTTP/JSON API (docs/api.md), durable state in SQLite or PostgreSQL (the\n"
+      "configuration's store), run lifecycle, GPU\n"
       "pools, claims and quotas, training jobs as local processes, Slurm batch jobs or Ray jobs\n"
       "(compute.backend). With no options it starts on the\n"
       "embedded default: SQLite in the data folder, the local backend, port 9001, a CPU pool.\n\n"
@@ -272,6 +275,20 @@ void apply_test_hooks(service::ServiceOptions& sopt) {
   }
 }
 
+// The store the configuration names: SQLite in the data folder (or the file store.url names), or
+// the PostgreSQL database at store.url. A failure names the field that chose it.
+Result<std::unique_ptr<store::Store>> open_store(const service::StoreConfig& config, const std::string& data_dir) {
+  if (config.kind == "postgres") {
+    auto pg = store::open_postgres_store(config.url);
+    if (!pg.is_ok()) return pg.status().with_context("store.url");
+    std::fprintf(stderr, "trainerd: store: %s\n", (*pg)->description().c_str());
+    return pg;
+  }
+  fs::path file = config.url.empty() ? fs::path("state.db") : fs::path(config.url);
+  if (file.is_relative()) file = fs::path(data_dir) / file;
+  return store::open_sqlite_store(file.string());
+}
+
 // The data folder (created), its store, the backend and the service over them. Nothing when one
 // of them fails (said on stderr; `exit_status` is then trainerd's exit status).
 std::unique_ptr<service::Service> open_service(Options& opt, service::DeploymentConfig& config, int& exit_status) {
@@ -284,7 +301,7 @@ std::unique_ptr<service::Service> open_service(Options& opt, service::Deployment
     return nullptr;
   }
   opt.data_dir = fs::absolute(opt.data_dir).string();
-  auto store = store::open_sqlite_store((fs::path(opt.data_dir) / "state.db").string());
+  auto store = open_store(config.store, opt.data_dir);
   if (!store.is_ok()) {
     std::fprintf(stderr, "trainerd: %s\n", store.status().message().c_str());
     exit_status = 1;

@@ -1,5 +1,6 @@
 #include "service/config.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
 
@@ -418,10 +419,37 @@ Status parse_artifact_store(const json& a, ArtifactStoreConfig& s) {
   return Status::ok();
 }
 
+// store: {kind?, url?}
+Status parse_store(const json& st, StoreConfig& store) {
+  if (!st.is_object()) return invalid_argument("store: must be an object {kind, url}");
+  TRAINER_RETURN_IF_ERROR(check_keys(st, "store.", {"kind", "url"}));
+  TRAINER_ASSIGN_OR_RETURN(std::string kind, string_field(st, "kind", "store.", false));
+  if (!kind.empty()) store.kind = kind;
+  if (store.kind != "sqlite" && store.kind != "postgres") {
+    return invalid_argument("store.kind: '" + store.kind + "' is not a store of this build; use sqlite or postgres");
+  }
+  TRAINER_ASSIGN_OR_RETURN(store.url, string_field(st, "url", "store.", false));
+  const bool has_scheme = store.url.find("://") != std::string::npos;
+  if (store.kind == "postgres") {
+    if (store.url.empty()) {
+      return invalid_argument("store.url: required for kind postgres (postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE)");
+    }
+    if (store.url.rfind("postgresql://", 0) != 0 && store.url.rfind("postgres://", 0) != 0) {
+      return invalid_argument("store.url: '" + redact_password(store.url) +
+                              "' must be a postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE URL");
+    }
+  } else if (has_scheme) {
+    return invalid_argument("store.url: '" + redact_password(store.url) +
+                            "' is a URL; for kind sqlite it is the database file's path (leave it out for "
+                            "DATA/state.db), or set kind to postgres");
+  }
+  return Status::ok();
+}
+
 // The document's sections, in the order they are checked; the first error wins.
 Status parse_sections(const json& doc, DeploymentConfig& c) {
   TRAINER_RETURN_IF_ERROR(check_keys(doc, "", {"baseModels", "shapeCatalog", "pools", "quotas", "limits", "jobBinary",
-                                               "compute", "telemetry", "judges", "artifactStore"}));
+                                               "compute", "telemetry", "judges", "artifactStore", "store"}));
   if (doc.contains("baseModels")) {
     TRAINER_RETURN_IF_ERROR(parse_base_models(doc["baseModels"], c.base_models));
   }
@@ -454,6 +482,7 @@ Status parse_sections(const json& doc, DeploymentConfig& c) {
   if (doc.contains("artifactStore")) {
     TRAINER_RETURN_IF_ERROR(parse_artifact_store(doc["artifactStore"], c.artifact_store));
   }
+  if (doc.contains("store")) TRAINER_RETURN_IF_ERROR(parse_store(doc["store"], c.store));
   return Status::ok();
 }
 
@@ -475,6 +504,27 @@ Result<DeploymentConfig> parse_config(const std::string& text, const std::string
   Status st = parse_sections(doc, c);
   if (!st.is_ok()) return st.with_context(source);
   return c;
+}
+
+std::string redact_password(const std::string& url) {
+  std::string out = url;
+  const size_t scheme = out.find("://");
+  if (scheme != std::string::npos) {
+    const size_t start = scheme + 3;
+    const size_t end = std::min(out.find_first_of("/?#", start), out.size());
+    const size_t at = out.rfind('@', end);
+    if (at != std::string::npos && at >= start) {
+      const size_t colon = out.find(':', start);
+      if (colon != std::string::npos && colon < at) out.replace(colon + 1, at - colon - 1, "***");
+    }
+  }
+  // A password=VALUE parameter, in a URL's query or a key=value connection string.
+  for (size_t pos = out.find("password="); pos != std::string::npos; pos = out.find("password=", pos + 1)) {
+    const size_t value = pos + std::string("password=").size();
+    const size_t end = std::min(out.find_first_of("& ", value), out.size());
+    out.replace(value, end - value, "***");
+  }
+  return out;
 }
 
 const JudgeConfig* find_judge(const DeploymentConfig& config, const std::string& name) {
@@ -555,6 +605,8 @@ nlohmann::json config_to_json(const DeploymentConfig& c) {
   } else {
     out["artifactStore"] = {{"uri", nullptr}};
   }
+  out["store"] = {{"kind", c.store.kind},
+                  {"url", c.store.url.empty() ? json(nullptr) : json(redact_password(c.store.url))}};
   out["telemetry"] = {{"otlpEndpoint", c.telemetry.otlp_endpoint.empty() ? json(nullptr) : json(c.telemetry.otlp_endpoint)},
                       {"otlpIntervalMs", c.telemetry.otlp_interval_ms},
                       {"otlpTracesEndpoint", c.telemetry.otlp_traces_endpoint.empty() ? json(nullptr) : json(c.telemetry.otlp_traces_endpoint)},

@@ -107,6 +107,15 @@ struct ArtifactStoreConfig {
   std::string input_cache;
 };
 
+// Where trainerd keeps its durable state (src/store/store.h): SQLite in the data folder (the
+// embedded default) or a PostgreSQL database.
+struct StoreConfig {
+  std::string kind = "sqlite";  // "sqlite" | "postgres"
+  // sqlite: the database file ("" = DATA/state.db; a relative path is under the data folder).
+  // postgres (required): postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?PARAM=VALUE...]
+  std::string url;
+};
+
 struct DeploymentConfig {
   std::vector<AllowedBaseModel> base_models;
   ShapeCatalog shape_catalog = ShapeCatalog::kStrict;  // how the base models' admitted shapes bind
@@ -119,6 +128,7 @@ struct DeploymentConfig {
   TelemetryConfig telemetry;                  // where jobs push metrics
   std::vector<JudgeConfig> judges;            // judges of model: reward terms, by name
   ArtifactStoreConfig artifact_store;         // where snapshots are published
+  StoreConfig store;                          // where the service's state is kept
   std::string source = "embedded default";    // where this configuration came from
 };
 
@@ -135,6 +145,8 @@ const JudgeConfig* find_judge(const DeploymentConfig& config, const std::string&
 const char* shape_catalog_name(ShapeCatalog c);
 // Admitted shapes as JSON rows {method, precision, gpus}.
 nlohmann::json shapes_to_json(const std::vector<AdmittedShape>& shapes);
+// `url` with its password, if any, replaced by "***" (for messages and `info`).
+std::string redact_password(const std::string& url);
 
 // The configuration as `info` shows it.
 nlohmann::json config_to_json(const DeploymentConfig& config);

@@ -94,7 +94,7 @@ Result<std::vector<std::string>> ServiceImpl::judge_users(const std::string& end
   for (int i = 0; i < kPhaseCount; ++i) {
     if (!is_terminal(phase_at(i))) filter.phases.push_back(phase_name(phase_at(i)));
   }
-  filter.limit = -1;  // every one (SQLite's LIMIT -1)
+  filter.limit = -1;  // every one
   TRAINER_ASSIGN_OR_RETURN(store::RunRowPage page, store_->list_run_rows(filter));
   std::vector<std::string> out;
   for (const auto& row : page.rows) {

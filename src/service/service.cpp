@@ -40,7 +40,7 @@ ServiceImpl::~ServiceImpl() { stop(); }
 
 Status ServiceImpl::start() {
   core_.started_at = now();
-  add_step("open store", true, "SQLite schema version " + std::to_string(store_->schema_version()));
+  add_step("open store", true, store_->description() + ", schema version " + std::to_string(store_->schema_version()));
   add_step("load configuration", true,
            opt_.config.source + ": " + std::to_string(opt_.config.base_models.size()) + " base models, " +
                std::to_string(opt_.config.pools.size()) + " pools");

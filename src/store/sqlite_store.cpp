@@ -13,6 +13,8 @@ namespace trainer::store {
 namespace sqlite {
 
 Status SqliteStore::init() {
+  // First: another process may hold the file's lock while it opens it too.
+  sqlite3_busy_timeout(db_, 5000);
   TRAINER_RETURN_IF_ERROR(exec("PRAGMA journal_mode=WAL"));
   TRAINER_RETURN_IF_ERROR(exec("PRAGMA synchronous=FULL"));
   TRAINER_RETURN_IF_ERROR(exec("PRAGMA foreign_keys=ON"));
@@ -21,13 +23,16 @@ Status SqliteStore::init() {
   // kernel copying pages).
   TRAINER_RETURN_IF_ERROR(exec("PRAGMA mmap_size=1073741824"));
   TRAINER_RETURN_IF_ERROR(exec("PRAGMA cache_size=-65536"));
-  sqlite3_busy_timeout(db_, 5000);
   TRAINER_RETURN_IF_ERROR(exec(
       "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
       "applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ','now')))"));
-  Stmt q(db_, "SELECT COALESCE(MAX(version), 0) FROM schema_migrations");
-  if (!q.ok() || q.step() != SQLITE_ROW) return db_error(db_, "reading schema version");
-  version_ = static_cast<int>(q.integer(0));
+  {
+    // Finalized before the migrations: a statement left open would hold a read snapshot that a
+    // migration's write lock could not be taken from once another process has written.
+    Stmt q(db_, "SELECT COALESCE(MAX(version), 0) FROM schema_migrations");
+    if (!q.ok() || q.step() != SQLITE_ROW) return db_error(db_, "reading schema version");
+    version_ = static_cast<int>(q.integer(0));
+  }
   const auto migrations = sqlite::migrations();
   const int known = static_cast<int>(migrations.size());
   if (version_ > known) {
@@ -37,6 +42,15 @@ Status SqliteStore::init() {
   }
   for (int v = version_ + 1; v <= known; ++v) {
     Status st = transaction([&]() -> Status {
+      // Another process opening the same file at once may have applied it since the read above:
+      // BEGIN IMMEDIATE holds the write lock, so this second read is the truth.
+      int64_t applied = 0;
+      {
+        Stmt again(db_, "SELECT COALESCE(MAX(version), 0) FROM schema_migrations");
+        if (!again.ok() || again.step() != SQLITE_ROW) return db_error(db_, "reading schema version");
+        applied = again.integer(0);
+      }
+      if (applied >= v) return Status::ok();
       TRAINER_RETURN_IF_ERROR(exec(migrations[v - 1]));
       Stmt ins(db_, "INSERT INTO schema_migrations(version) VALUES (?)");
       ins.bind(1, static_cast<int64_t>(v));
@@ -526,7 +540,7 @@ Result<std::unique_ptr<Store>> open_sqlite_store(const std::string& path) {
     sqlite3_close(db);
     return unavailable("cannot open store " + path + ": " + msg);
   }
-  auto store = std::make_unique<sqlite::SqliteStore>(db);
+  auto store = std::make_unique<sqlite::SqliteStore>(db, path);
   Status st = store->init();
   if (!st.is_ok()) return st.with_context("opening store " + path);
   return std::unique_ptr<Store>(std::move(store));

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "store/sqlite_support.h"
@@ -20,12 +21,13 @@ namespace trainer::store::sqlite {
 
 class SqliteStore final : public Store {
  public:
-  explicit SqliteStore(sqlite3* db) : db_(db) {}
+  SqliteStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
   ~SqliteStore() override { sqlite3_close(db_); }
 
   Status init();
 
   int schema_version() const override;
+  std::string description() const override { return "SQLite " + path_; }
   Result<uint64_t> change_count() override;
 
   Status transaction(const std::function<Status()>& body) override;
@@ -168,6 +170,7 @@ class SqliteStore final : public Store {
   Result<std::optional<json>> one(const char* sql, const std::vector<std::string>& args);
 
   sqlite3* db_;  // owned; guarded by mu_
+  const std::string path_;  // the database file
   std::recursive_mutex mu_;
   int depth_ = 0;    // transaction nesting; guarded by mu_
   int version_ = 0;  // constant after init()

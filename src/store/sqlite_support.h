@@ -10,15 +10,12 @@
 #include <vector>
 
 #include "common/status.h"
+#include "store/device_ids.h"
 
 namespace trainer::store::sqlite {
 
 // Schema migrations, applied in order; index + 1 is the version recorded in schema_migrations.
 std::span<const char* const> migrations();
-
-// Device indices as stored in claims.device_ids ("0,1").
-std::string ids_text(const std::vector<int>& ids);
-std::vector<int> ids_of(const std::string& text);
 
 // internal_error "store: WHAT: " and SQLite's last error message.
 Status db_error(sqlite3* db, const std::string& what);

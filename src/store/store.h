@@ -1,9 +1,13 @@
-// The Store: durable state of the service behind one interface (SQLite is its implementation;
-// docs/architecture.md says what a second one needs).
+// The Store: durable state of the service behind one interface, with two implementations:
+// SQLite (a file in the data folder; the embedded default) and PostgreSQL (a server, chosen by
+// trainerd's configuration `store: {kind: postgres, url: ...}`). Both pass the same unit suite
+// (tests/unit/store/store_test.cpp); docs/architecture.md says how they differ inside.
 //
 // Entities are JSON documents (the shapes of docs/api.md) with the few columns the service
-// queries by kept beside them. Every write is a committed transaction when it returns: with
-// SQLite, WAL mode and synchronous=FULL, so an acknowledged commit survives power loss.
+// queries by kept beside them. Every write is a committed transaction when it returns, and an
+// acknowledged commit is durable as the database makes it: SQLite in WAL mode with
+// synchronous=FULL survives power loss; PostgreSQL as its server's fsync and synchronous_commit
+// settings say (on by default).
 //
 // Thread safety: every method may be called from any thread; the implementation serialises
 // access. transaction() runs `body` atomically: its writes commit together or not at all,
@@ -29,8 +33,8 @@ using json = nlohmann::json;
 struct RunFilter {
   std::vector<std::string> phases;  // any of these phases
   std::string workload_id;          // only this workload's runs
-  int64_t limit = 50;               // page size
-  int64_t offset = 0;               // rows skipped, newest first
+  int64_t limit = 50;               // page size; negative = every row
+  int64_t offset = 0;               // rows skipped, newest first; below 0 counts as 0
 };
 
 // A run as stored, unparsed: for readers that can reuse what they made of the same text.
@@ -121,12 +125,18 @@ struct TaskLease {
   double until = 0;  // wall seconds
 };
 
+// Pages and counts: a method's `limit` is a number of rows, negative meaning every row; an
+// `offset` below 0 counts as 0. Text compares byte by byte (ids, names, prefixes, orderings).
 class Store {
  public:
   virtual ~Store() = default;
 
   // Schema version after migrations.
   virtual int schema_version() const = 0;
+
+  // What the store is and where, for people (info's startup steps, errors): "SQLite PATH" or
+  // "PostgreSQL at HOST:PORT/DATABASE". Never a password.
+  virtual std::string description() const = 0;
 
   // Runs `body` in one transaction; commits when it returns ok, rolls back otherwise.
   // Nested calls join the outer transaction.
@@ -286,5 +296,11 @@ class Store {
 
 // Opens (creating and migrating as needed) the SQLite store at `path`.
 Result<std::unique_ptr<Store>> open_sqlite_store(const std::string& path);
+
+// Opens (migrating as needed) the PostgreSQL store in the database that `url` names: a libpq
+// connection URI, postgresql://[USER[:PASSWORD]@]HOST[:PORT]/DATABASE[?PARAM=VALUE...]. The
+// database must exist; its tables are created by the migrations. unavailable when the server does
+// not answer (naming it), failed_precondition when its schema is newer than this build knows.
+Result<std::unique_ptr<Store>> open_postgres_store(const std::string& url);
 
 }  // namespace trainer::store

@@ -8,6 +8,7 @@ import pathlib
 import pytest
 
 import suite_times
+from pg_server import start_postgres_server, stop_postgres_server
 from s3_server import start_s3_server, stop_s3_server
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -38,3 +39,12 @@ def s3_server(tmp_path_factory):
     server = start_s3_server(tmp_path_factory.mktemp("weed"))
     yield server
     stop_s3_server(server.proc)
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory):
+    """One real PostgreSQL server (tools/test-postgres) for the whole session: each user makes a
+    database of its own (pg_server.create_database)."""
+    server = start_postgres_server(tmp_path_factory.mktemp("postgres"))
+    yield server
+    stop_postgres_server(server)

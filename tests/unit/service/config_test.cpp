@@ -86,6 +86,57 @@ TEST(DeploymentConfig, ErrorsNameTheFileAndTheField) {
   }
 }
 
+TEST(DeploymentConfig, TheStoreIsSqliteInTheDataFolderUnlessItSaysPostgres) {
+  auto bare = parse_config("{}", "deploy.json");
+  ASSERT_TRUE(bare.is_ok()) << bare.status().to_string();
+  EXPECT_EQ(bare->store.kind, "sqlite");
+  EXPECT_EQ(bare->store.url, "");
+  auto pg = parse_config(R"({"store": {"kind": "postgres", "url": "postgresql://trainer:s3cret@db:5432/trainer"}})",
+                         "deploy.json");
+  ASSERT_TRUE(pg.is_ok()) << pg.status().to_string();
+  EXPECT_EQ(pg->store.kind, "postgres");
+  EXPECT_EQ(pg->store.url, "postgresql://trainer:s3cret@db:5432/trainer");
+  const auto shown = config_to_json(*pg);
+  EXPECT_EQ(shown["store"]["kind"], "postgres");
+  EXPECT_EQ(shown["store"]["url"], "postgresql://trainer:***@db:5432/trainer") << "info never shows the password";
+  auto file = parse_config(R"({"store": {"kind": "sqlite", "url": "/var/lib/trainer/state.db"}})", "deploy.json");
+  ASSERT_TRUE(file.is_ok()) << file.status().to_string();
+  EXPECT_EQ(file->store.url, "/var/lib/trainer/state.db");
+}
+
+TEST(DeploymentConfig, BadStoreSettingsAreRefusedByField) {
+  struct Case {
+    const char* text;
+    const char* message;
+  } cases[] = {
+      {R"({"store": {"kind": "mysql"}})",
+       "deploy.json: store.kind: 'mysql' is not a store of this build; use sqlite or postgres"},
+      {R"({"store": {"kind": "postgres"}})",
+       "deploy.json: store.url: required for kind postgres (postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE)"},
+      {R"({"store": {"kind": "postgres", "url": "mysql://u:pw@db/x"}})",
+       "deploy.json: store.url: 'mysql://u:***@db/x' must be a postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE URL"},
+      {R"({"store": {"url": "postgresql://db/x"}})",
+       "deploy.json: store.url: 'postgresql://db/x' is a URL; for kind sqlite it is the database file's path (leave "
+       "it out for DATA/state.db), or set kind to postgres"},
+      {R"({"store": {"kind": "postgres", "uri": "postgresql://db/x"}})",
+       "deploy.json: store.uri: unknown field; did you mean url?"},
+      {R"({"store": "postgres"})", "deploy.json: store: must be an object {kind, url}"},
+      {R"({"store": {"kind": ""}})", "deploy.json: store.kind: must be a non-empty string, got \"\""},
+  };
+  for (const auto& c : cases) {
+    auto r = parse_config(c.text, "deploy.json");
+    ASSERT_FALSE(r.is_ok()) << c.text;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(r.status().message(), c.message);
+  }
+}
+
+TEST(DeploymentConfig, PasswordsAreRedactedFromUrls) {
+  EXPECT_EQ(redact_password("postgresql://u:p%40ss@h:5432/d?sslmode=require"), "postgresql://u:***@h:5432/d?sslmode=require");
+  EXPECT_EQ(redact_password("postgresql://u@h/d?password=x&sslmode=require"), "postgresql://u@h/d?password=***&sslmode=require");
+  EXPECT_EQ(redact_password("postgresql://h:5432/d"), "postgresql://h:5432/d");
+}
+
 TEST(DeploymentConfig, ASyntaxErrorNamesLineAndColumn) {
   auto r = parse_config("{\n  \"pools\": [,]\n}", "deploy.json");
   ASSERT_FALSE(r.is_ok());

@@ -1,0 +1,207 @@
+// The PostgreSQL Store's class (internal to src/store): one libpq connection guarded by a mutex,
+// versioned migrations applied under an advisory lock. Its methods live in postgres_store.cpp
+// (opening, transactions, base models, datasets, workloads, runs and their events and metrics,
+// claims), postgres_catalog.cpp (snapshots, the model registry, evaluations, endpoints,
+// comparisons, bundles, lineage), postgres_jobs.cpp (jobs' posted reports) and
+// postgres_tasks.cpp (the task table and the change counter, as free functions on the connection).
+//
+// Thread safety: one connection, so one statement at a time: every method takes mu_, and
+// transaction() holds it for its whole body (other threads' calls wait, as with SQLite). Other
+// processes on the same database are not serialised by mu_: transactions run at PostgreSQL's
+// READ COMMITTED, and what must hold across processes is made to hold by the statements
+// themselves (conditional single-statement writes; the task row locked by check_task_lease;
+// an advisory lock per run for numbering its events; identity columns for creation order).
+//
+// A lost connection fails the call that met it with unavailable, naming the server; the next call
+// outside a transaction connects again. A transaction that lost its connection is gone: its
+// remaining statements fail, and it is reported failed.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "store/postgres_support.h"
+#include "store/store.h"
+
+namespace trainer::store::postgres {
+
+class PostgresStore final : public Store {
+ public:
+  explicit PostgresStore(std::unique_ptr<Connection> conn) : conn_(std::move(conn)) {}
+
+  // Applies the migrations this database lacks, in one transaction under an advisory lock.
+  Status init();
+
+  int schema_version() const override;
+  std::string description() const override { return conn_->server(); }
+  Result<uint64_t> change_count() override;
+
+  Status transaction(const std::function<Status()>& body) override;
+
+  // ---- base models
+  Status put_base_model(const json& doc) override;
+  Result<std::vector<json>> list_base_models() override;
+
+  // ---- datasets
+  Result<bool> insert_dataset(const json& doc) override;
+  Result<std::optional<json>> get_dataset(const std::string& hash) override;
+  Result<std::vector<json>> datasets_with_prefix(const std::string& prefix) override;
+  Result<std::vector<json>> list_datasets() override;
+  Status set_alias(const std::string& name, const std::string& hash) override;
+  Result<std::optional<std::string>> get_alias(const std::string& name) override;
+  Result<std::vector<std::string>> aliases_of(const std::string& hash) override;
+
+  // ---- workloads
+  Status insert_workload(const json& doc) override;
+  Status update_workload(const json& doc) override;
+  Result<std::optional<json>> get_workload(const std::string& id) override;
+  Result<std::optional<json>> workload_by_name(const std::string& name) override;
+  Result<std::vector<json>> list_workloads() override;
+
+  // ---- runs
+  Status insert_run(const json& doc) override;
+  Status update_run(const json& doc) override;
+  Result<std::optional<json>> get_run(const std::string& id) override;
+  Result<std::optional<RunRow>> get_run_row(const std::string& id) override;
+  Result<std::vector<std::string>> run_ids_with_prefix(const std::string& prefix, int limit) override;
+  Result<std::optional<json>> run_by_submission(const std::string& submission_id) override;
+  Result<RunPage> list_runs(const RunFilter& f) override;
+  Result<RunRowPage> list_run_rows(const RunFilter& f) override;
+
+  // ---- run events
+  Result<int64_t> append_run_event(const std::string& run_id, const json& event) override;
+  Result<std::vector<json>> run_events(const std::string& run_id, int64_t after, int64_t limit) override;
+
+  // ---- step metrics
+  Status put_step_metrics(const std::string& run_id, int64_t step, const json& doc) override;
+  Result<std::vector<json>> step_metrics(const std::string& run_id, int64_t limit) override;
+
+  // ---- claims
+  Status insert_claim(ClaimRow& c) override;
+  Status update_claim(const ClaimRow& c) override;
+  Status delete_claim(const std::string& owner) override;
+  Result<std::vector<ClaimRow>> list_claims() override;
+
+  // ---- snapshots
+  Status insert_snapshot(const json& doc) override;
+  Status update_snapshot(const json& doc) override;
+  Result<std::optional<json>> get_snapshot(const std::string& id) override;
+  Result<std::vector<std::string>> snapshot_ids_with_prefix(const std::string& prefix, int limit) override;
+  Result<std::vector<json>> snapshots_with_reserved_kinds(int64_t limit) override;
+  Result<SnapshotPage> list_snapshots(const std::string& run_id, const std::string& state, int64_t limit,
+                                      int64_t offset) override;
+
+  // ---- the model registry
+  Status insert_trained_model(const json& doc) override;
+  Status update_trained_model(const json& doc) override;
+  Result<std::optional<json>> get_trained_model(const std::string& id) override;
+  Result<std::vector<std::string>> trained_model_ids_with_prefix(const std::string& prefix,
+                                                                 int limit) override;
+  Result<std::vector<json>> list_trained_models(const std::string& workload_id, const std::string& base_model,
+                                                const std::vector<std::string>& statuses) override;
+
+  // ---- evaluations
+  Status put_evaluation(const json& doc) override;
+  Result<std::optional<json>> get_evaluation(const std::string& id) override;
+  Result<std::vector<std::string>> evaluation_ids_with_prefix(const std::string& prefix, int limit) override;
+  Result<std::vector<json>> list_evaluations(const std::vector<std::string>& phases) override;
+
+  // ---- endpoints
+  Status put_endpoint(const json& doc) override;
+  Result<std::optional<json>> get_endpoint(const std::string& id) override;
+  Result<std::vector<std::string>> endpoint_ids_with_prefix(const std::string& prefix, int limit) override;
+  Result<std::vector<json>> list_endpoints(const std::vector<std::string>& phases) override;
+
+  // ---- scoring bundles
+  Status insert_bundle_version(const json& doc) override;
+  Result<std::vector<json>> list_bundle_versions() override;
+
+  // ---- comparisons
+  Status insert_comparison(const json& doc) override;
+  Status update_comparison(const json& doc) override;
+  Result<std::optional<json>> get_comparison(const std::string& id) override;
+  Result<std::vector<std::string>> comparison_ids_with_prefix(const std::string& prefix, int limit) override;
+  Result<ComparisonPage> list_comparisons(const std::string& source_snapshot,
+                                          const std::vector<std::string>& phases, int64_t limit,
+                                          int64_t offset) override;
+
+  // ---- lineage
+  Status insert_child(const std::string& run_id, const std::string& parent_id) override;
+  Result<ChildPage> run_children(const std::string& parent_id, int64_t limit, int64_t offset) override;
+
+  // ---- jobs' reports (postgres_jobs.cpp)
+  Result<JobAttemptRow> register_job_attempt(const JobAttemptRow& row) override;
+  Result<std::optional<JobAttemptRow>> get_job_attempt(const std::string& job_id) override;
+  Result<int64_t> put_job_events(const std::string& job_id, const std::vector<JobItem>& items) override;
+  Result<std::vector<JobItem>> job_events(const std::string& job_id, int64_t after, int64_t limit) override;
+  Result<int64_t> put_job_log_lines(const std::string& job_id, const std::vector<JobItem>& lines) override;
+  Result<std::vector<JobItem>> job_log_tail(const std::string& job_id, int64_t n) override;
+
+  // ---- tasks (postgres_tasks.cpp)
+  Status insert_task(const TaskRow& row) override;
+  Result<std::optional<TaskRow>> get_task(const std::string& kind, const std::string& id) override;
+  Result<std::vector<TaskRow>> due_tasks(const std::string& kind, double now, int64_t limit) override;
+  Result<std::optional<TaskLease>> acquire_task_lease(const std::string& kind, const std::string& id,
+                                                      const std::string& owner, double now,
+                                                      double seconds) override;
+  Status check_task_lease(const std::string& kind, const std::string& id, const std::string& owner,
+                          int64_t fence) override;
+  Status update_task(const TaskRow& row, int64_t fence) override;
+  Status update_task_if_version(const TaskRow& row, int64_t version) override;
+  Status release_task_lease(const std::string& kind, const std::string& id,
+                            const std::string& owner) override;
+
+ private:
+  // `f()` with mu_ held, on a working connection: outside a transaction, a lost connection is
+  // made again first (its failure is the call's).
+  template <typename F>
+  auto locked(F&& f) -> decltype(f()) {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    if (depth_ == 0) {
+      Status st = conn_->reconnect_if_lost();
+      if (!st.is_ok()) return st;
+    }
+    return f();
+  }
+  // Runs one statement (with mu_ held by the caller).
+  Result<Rows> run(const char* sql, const Params& params, const std::string& what) {
+    return conn_->run(sql, params, what);
+  }
+  Result<Rows> run(const std::string& sql, const Params& params, const std::string& what) {
+    return conn_->run(sql.c_str(), params, what);
+  }
+  // Runs a write and drops its rows.
+  Status write(const char* sql, const Params& params, const std::string& what);
+
+  // The indexed columns of a registry or comparison document, then the document's text.
+  static Params trained_model_columns(const json& doc);
+  static Params comparison_columns(const json& doc);
+
+  // The ids of `table` that start with `prefix`, in order, at most `limit` (`what` names them in
+  // an error). A range on the key, so the primary key's index serves it.
+  Result<std::vector<std::string>> ids_with_prefix(const char* table, const std::string& prefix, int limit,
+                                                   const char* what);
+  // Writes `doc`, keyed by doc[id_key], into `table` (id, created_seq, phase, doc): a new id is
+  // numbered after the newest, a known one keeps its place (`what` names it in an error).
+  Status put_phased_doc(const char* table, const char* id_key, const json& doc, const char* what);
+
+  // The documents (column 0) of a statement's rows, parsed outside the lock.
+  Result<std::vector<json>> docs(const char* sql, const Params& params, const std::string& what);
+  Result<std::vector<json>> docs(const std::string& sql, const Params& params, const std::string& what) {
+    return docs(sql.c_str(), params, what);
+  }
+  Result<std::optional<json>> one(const char* sql, const Params& params, const std::string& what);
+  // The count (column 0 of the one row) a COUNT(*) statement returned.
+  Result<int64_t> count(const std::string& sql, const Params& params, const std::string& what);
+
+  std::recursive_mutex mu_;
+  std::unique_ptr<Connection> conn_;  // guarded by mu_
+  int depth_ = 0;                     // transaction nesting; guarded by mu_
+  int version_ = 0;                   // constant after init()
+};
+
+}  // namespace trainer::store::postgres

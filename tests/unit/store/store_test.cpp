@@ -1,0 +1,984 @@
+// The Store's specification, run against both implementations: SQLite (a file in a temporary
+// folder) and PostgreSQL (a fresh database on the server the CTest fixture `postgres` starts,
+// tools/test-postgres). Migrations, uniqueness, ordering, paging, transactions, the change counter,
+// leases and fences, and what holds between two connections to one database (two processes).
+// Tests named PostgresStore.* and SqliteStore.* are about one implementation only.
+#include "store/store.h"
+
+#include <gtest/gtest.h>
+#include <libpq-fe.h>
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <latch>
+#include <ostream>
+#include <thread>
+
+namespace trainer::store {
+namespace {
+
+namespace fs = std::filesystem;
+
+enum class Kind { kSqlite, kPostgres };
+
+// How gtest (and so ctest's test names) shows a parameter.
+void PrintTo(Kind kind, std::ostream* os) {
+  *os << (kind == Kind::kSqlite ? "sqlite" : "postgres");
+}
+
+// One empty database of one implementation, and what a test does behind the store's back (raw
+// SQL, as an older trainerd or an operator would).
+class TestDatabase {
+ public:
+  virtual ~TestDatabase() = default;
+  // Whether the database was made (a failure to make it is reported already).
+  virtual bool ready() const = 0;
+  virtual Result<std::unique_ptr<Store>> open() = 0;
+  // Runs `sql` (one statement or several); a failure fails the test.
+  virtual void exec(const std::string& sql) = 0;
+  // The integer in the first column of the first row `sql` returns (-1 and a test failure when none).
+  virtual int64_t number(const std::string& sql) = 0;
+};
+
+std::string test_name() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string name = std::string(info->test_suite_name()) + "-" + info->name();
+  for (char& c : name) {
+    if (c == '/') c = '-';
+  }
+  return name;
+}
+
+class SqliteDatabase final : public TestDatabase {
+ public:
+  SqliteDatabase() {
+    dir_ = fs::temp_directory_path() / ("store-test-" + std::to_string(::getpid()) + "-" + test_name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    path_ = (dir_ / "state.db").string();
+  }
+  ~SqliteDatabase() override { fs::remove_all(dir_); }
+
+  bool ready() const override { return true; }
+
+  Result<std::unique_ptr<Store>> open() override { return open_sqlite_store(path_); }
+
+  void exec(const std::string& sql) override {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+    char* err = nullptr;
+    EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "") << "\n"
+                                                                                << sql;
+    sqlite3_free(err);
+    sqlite3_close(db);
+  }
+
+  int64_t number(const std::string& sql) override {
+    sqlite3* db = nullptr;
+    if (sqlite3_open(path_.c_str(), &db) != SQLITE_OK) {
+      ADD_FAILURE() << "cannot open " << path_;
+      return -1;
+    }
+    sqlite3_stmt* st = nullptr;
+    int64_t out = -1;
+    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW) {
+      out = sqlite3_column_int64(st, 0);
+    } else {
+      ADD_FAILURE() << sqlite3_errmsg(db) << "\n" << sql;
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return out;
+  }
+
+  const std::string& path() const { return path_; }
+
+ private:
+  fs::path dir_;
+  std::string path_;
+};
+
+// The server's URL (a superuser's, ending in /DATABASE): $TRAINER_TEST_POSTGRES_URL, else the
+// file $TRAINER_TEST_POSTGRES_URL_FILE names (what the CTest fixture writes). "" when neither.
+std::string server_url() {
+  if (const char* url = std::getenv("TRAINER_TEST_POSTGRES_URL"); url != nullptr && *url != '\0') return url;
+  const char* file = std::getenv("TRAINER_TEST_POSTGRES_URL_FILE");
+  if (file == nullptr || *file == '\0') return "";
+  std::ifstream in(file);
+  std::string url;
+  std::getline(in, url);
+  return url;
+}
+
+// A libpq connection of the test's own (to make databases, and to act behind the store's back).
+class RawConnection {
+ public:
+  explicit RawConnection(const std::string& url) : conn_(PQconnectdb(url.c_str())) {}
+  ~RawConnection() { PQfinish(conn_); }
+  bool ok() const { return PQstatus(conn_) == CONNECTION_OK; }
+  std::string error() const { return PQerrorMessage(conn_); }
+  // Runs `sql`; "" when it succeeded, else the server's message.
+  std::string exec(const std::string& sql, std::string* first_value = nullptr) {
+    PGresult* r = PQexec(conn_, sql.c_str());
+    std::string err;
+    const ExecStatusType st = PQresultStatus(r);
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+      err = PQresultErrorMessage(r);
+      if (err.empty()) err = "failed";
+    } else if (first_value != nullptr) {
+      if (PQntuples(r) > 0) {
+        *first_value = PQgetvalue(r, 0, 0);
+      } else {
+        err = "no rows";
+      }
+    }
+    PQclear(r);
+    return err;
+  }
+
+ private:
+  PGconn* conn_;
+};
+
+class PostgresDatabase final : public TestDatabase {
+ public:
+  PostgresDatabase() {
+    server_ = server_url();
+    if (server_.empty()) {
+      ADD_FAILURE()
+          << "no PostgreSQL server for the tests: run them through ctest (its fixture `postgres` starts one "
+             "with tools/test-postgres), or set TRAINER_TEST_POSTGRES_URL to a superuser's "
+             "postgresql://USER@HOST:PORT/DATABASE";
+      return;
+    }
+    static std::atomic<int> made{0};
+    name_ = "store_test_" + std::to_string(::getpid()) + "_" + std::to_string(made++);
+    RawConnection admin(server_);
+    if (!admin.ok()) {
+      ADD_FAILURE() << "cannot connect to the tests' PostgreSQL server " << server_ << ": " << admin.error();
+      return;
+    }
+    const std::string err = admin.exec("CREATE DATABASE " + name_);
+    if (!err.empty()) {
+      ADD_FAILURE() << "CREATE DATABASE " << name_ << ": " << err;
+      return;
+    }
+    made_ = true;
+    url_ = server_.substr(0, server_.rfind('/') + 1) + name_;
+  }
+  ~PostgresDatabase() override {
+    if (name_.empty()) return;
+    RawConnection admin(server_);
+    if (admin.ok()) (void)admin.exec("DROP DATABASE IF EXISTS " + name_ + " WITH (FORCE)");
+  }
+
+  bool ready() const override { return made_; }
+
+  Result<std::unique_ptr<Store>> open() override {
+    if (!made_) return unavailable("no PostgreSQL server for the tests (see the failure above)");
+    return open_postgres_store(url_);
+  }
+
+  void exec(const std::string& sql) override {
+    RawConnection db(url_);
+    ASSERT_TRUE(db.ok()) << db.error();
+    EXPECT_EQ(db.exec(sql), "") << sql;
+  }
+
+  int64_t number(const std::string& sql) override {
+    RawConnection db(url_);
+    std::string value;
+    const std::string err = db.ok() ? db.exec(sql, &value) : db.error();
+    if (!err.empty()) {
+      ADD_FAILURE() << err << "\n" << sql;
+      return -1;
+    }
+    return std::stoll(value);
+  }
+
+  const std::string& url() const { return url_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  std::string server_;  // the server's URL (its own database)
+  std::string name_;    // this test's database
+  std::string url_;     // the URL of this test's database
+  bool made_ = false;   // the database was created
+};
+
+json queued_run(const std::string& id) {
+  return {{"runId", id},
+          {"workload", {{"id", "w1"}, {"name", "n"}}},
+          {"phase", "QUEUED"},
+          {"submissionId", nullptr}};
+}
+
+std::unique_ptr<TestDatabase> make_database(Kind kind) {
+  if (kind == Kind::kSqlite) return std::make_unique<SqliteDatabase>();
+  return std::make_unique<PostgresDatabase>();
+}
+
+class StoreTest : public ::testing::TestWithParam<Kind> {
+ protected:
+  void SetUp() override {
+    db_ = make_database(GetParam());
+    if (!db_->ready()) GTEST_FAIL() << "the test's database could not be made";
+  }
+
+  std::unique_ptr<Store> open() {
+    auto s = db_->open();
+    EXPECT_TRUE(s.is_ok()) << s.status().to_string();
+    if (!s.is_ok()) return nullptr;
+    return std::move(*s);
+  }
+
+  static json run(const std::string& id, const std::string& phase, const std::string& workload = "w1") {
+    return {{"runId", id},
+            {"workload", {{"id", workload}, {"name", "n"}}},
+            {"phase", phase},
+            {"submissionId", nullptr}};
+  }
+
+  std::unique_ptr<TestDatabase> db_;
+};
+
+std::string kind_name(const ::testing::TestParamInfo<Kind>& info) {
+  return info.param == Kind::kSqlite ? "sqlite" : "postgres";
+}
+
+INSTANTIATE_TEST_SUITE_P(Sqlite, StoreTest, ::testing::Values(Kind::kSqlite), kind_name);
+INSTANTIATE_TEST_SUITE_P(Postgres, StoreTest, ::testing::Values(Kind::kPostgres), kind_name);
+
+TEST_P(StoreTest, MigratesOnceAndRecordsTheSchemaVersion) {
+  EXPECT_EQ(open()->schema_version(), 11);
+  EXPECT_EQ(open()->schema_version(), 11);  // reopening applies nothing again
+  EXPECT_EQ(db_->number("SELECT COUNT(*) FROM schema_migrations"), 11);
+}
+
+TEST_P(StoreTest, BundleVersionsAreKeptPerNameInVersionOrder) {
+  auto s = open();
+  ASSERT_TRUE(s->insert_bundle_version({{"name", "scoring"}, {"version", 2}, {"sha", "bb"}}).is_ok());
+  ASSERT_TRUE(s->insert_bundle_version({{"name", "scoring"}, {"version", 1}, {"sha", "aa"}}).is_ok());
+  ASSERT_TRUE(s->insert_bundle_version({{"name", "other"}, {"version", 1}, {"sha", "aa"}}).is_ok());
+  Status again = s->insert_bundle_version({{"name", "scoring"}, {"version", 1}, {"sha", "cc"}});
+  EXPECT_EQ(again.code(), StatusCode::kAlreadyExists);
+  auto all = s->list_bundle_versions();
+  ASSERT_TRUE(all.is_ok());
+  ASSERT_EQ(all->size(), 3u);
+  EXPECT_EQ((*all)[0]["name"], "other");
+  EXPECT_EQ((*all)[1]["sha"], "aa");
+  EXPECT_EQ((*all)[2]["version"], 2);
+}
+
+TEST_P(StoreTest, RefusesASchemaNewerThanItKnows) {
+  { auto s = open(); }
+  db_->exec("INSERT INTO schema_migrations(version) VALUES (99)");
+  auto s = db_->open();
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.status().message().find("schema version 99 is newer"), std::string::npos);
+}
+
+TEST_P(StoreTest, ASubmissionIdBelongsToOneRun) {
+  auto s = open();
+  json a = run("aa01", "QUEUED");
+  a["submissionId"] = "sub";
+  ASSERT_TRUE(s->insert_run(a).is_ok());
+  json b = run("bb02", "QUEUED");
+  b["submissionId"] = "sub";
+  Status st = s->insert_run(b);
+  EXPECT_EQ(st.code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(st.field(), "submissionId");
+  EXPECT_EQ(st.describe(), "submissionId: already used by another run");
+  auto found = s->run_by_submission("sub");
+  ASSERT_TRUE(found.is_ok() && found->has_value());
+  EXPECT_EQ((**found)["runId"], "aa01");
+  EXPECT_FALSE(s->get_run("bb02")->has_value());
+}
+
+TEST_P(StoreTest, ListsRunsNewestFirstWithFiltersAndTotals) {
+  auto s = open();
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(
+        s->insert_run(run("r" + std::to_string(i), i % 2 ? "TRAINING" : "COMPLETED", i < 3 ? "w1" : "w2"))
+            .is_ok());
+  }
+  RunFilter f;
+  f.limit = 2;
+  auto page = s->list_runs(f);
+  ASSERT_TRUE(page.is_ok());
+  EXPECT_EQ(page->total, 5);
+  ASSERT_EQ(page->runs.size(), 2u);
+  EXPECT_EQ(page->runs[0]["runId"], "r4");
+  EXPECT_EQ(page->runs[1]["runId"], "r3");
+  f.phases = {"TRAINING"};
+  f.limit = 50;
+  page = s->list_runs(f);
+  EXPECT_EQ(page->total, 2);
+  f.workload_id = "w2";
+  page = s->list_runs(f);
+  ASSERT_EQ(page->total, 1);
+  EXPECT_EQ(page->runs[0]["runId"], "r3");
+}
+
+TEST_P(StoreTest, ATransactionThatFailsLeavesNothingBehind) {
+  auto s = open();
+  Status st = s->transaction([&]() -> Status {
+    EXPECT_TRUE(s->insert_run(run("aa", "QUEUED")).is_ok());
+    ClaimRow c{"aa", "SFT", "w1", "cpu", 1, "QUEUED", "t", 0};
+    EXPECT_TRUE(s->insert_claim(c).is_ok());
+    return internal_error("boom");
+  });
+  EXPECT_EQ(st.message(), "boom");
+  EXPECT_FALSE(s->get_run("aa")->has_value());
+  EXPECT_TRUE(s->list_claims()->empty());
+}
+
+TEST_P(StoreTest, ClaimsKeepTheirAdmissionOrderAcrossReopen) {
+  {
+    auto s = open();
+    for (const char* owner : {"c", "a", "b"}) {
+      ClaimRow c{owner, "SFT", "w1", "cpu", 1, "QUEUED", "t", 0};
+      ASSERT_TRUE(s->insert_claim(c).is_ok());
+    }
+    ClaimRow again{"a", "SFT", "w1", "cpu", 1, "QUEUED", "t", 0};
+    EXPECT_EQ(s->insert_claim(again).code(), StatusCode::kAlreadyExists);
+    ClaimRow granted{"a", "SFT", "w1", "cpu", 2, "GRANTED", "t2", 0, {3, 10}};
+    ASSERT_TRUE(s->update_claim(granted).is_ok());
+  }
+  auto s = open();
+  auto claims = s->list_claims();
+  ASSERT_TRUE(claims.is_ok());
+  ASSERT_EQ(claims->size(), 3u);
+  EXPECT_EQ((*claims)[0].owner, "c");
+  EXPECT_EQ((*claims)[1].owner, "a");
+  EXPECT_EQ((*claims)[1].state, "GRANTED");
+  EXPECT_EQ((*claims)[1].device_ids, (std::vector<int>{3, 10}));  // the grant's device indices
+  EXPECT_TRUE((*claims)[0].device_ids.empty());
+  EXPECT_EQ((*claims)[2].owner, "b");
+  ASSERT_TRUE(s->delete_claim("a").is_ok());
+  ASSERT_TRUE(s->delete_claim("a").is_ok());  // absent is fine
+  EXPECT_EQ(s->list_claims()->size(), 2u);
+}
+
+TEST_P(StoreTest, DatasetsAreInsertedOnceAndAliasesMove) {
+  auto s = open();
+  EXPECT_TRUE(*s->insert_dataset({{"hash", "abc1"}, {"rows", 1}}));
+  EXPECT_FALSE(*s->insert_dataset({{"hash", "abc1"}, {"rows", 1}}));
+  EXPECT_TRUE(*s->insert_dataset({{"hash", "abd2"}, {"rows", 2}}));
+  ASSERT_TRUE(s->set_alias("train", "abc1").is_ok());
+  ASSERT_TRUE(s->set_alias("train", "abd2").is_ok());
+  EXPECT_EQ(**s->get_alias("train"), "abd2");
+  EXPECT_EQ(s->datasets_with_prefix("ab")->size(), 2u);
+  EXPECT_EQ(s->datasets_with_prefix("abc")->size(), 1u);
+  EXPECT_EQ((*s->list_datasets())[0]["hash"], "abd2");                    // newest first
+  EXPECT_EQ(s->set_alias("x", "nothing").code(), StatusCode::kInternal);  // a dangling alias is refused
+}
+
+TEST_P(StoreTest, EventsAreNumberedPerRunAndStepMetricsReplaceARepeatedStep) {
+  auto s = open();
+  EXPECT_EQ(*s->append_run_event("r1", {{"type", "phase"}}), 1);
+  EXPECT_EQ(*s->append_run_event("r1", {{"type", "step"}}), 2);
+  EXPECT_EQ(*s->append_run_event("r2", {{"type", "phase"}}), 1);
+  auto after = s->run_events("r1", 1, 10);
+  ASSERT_EQ(after->size(), 1u);
+  EXPECT_EQ((*after)[0]["seq"], 2);
+  ASSERT_TRUE(s->put_step_metrics("r1", 2, {{"step", 2}, {"loss", 1.0}}).is_ok());
+  ASSERT_TRUE(s->put_step_metrics("r1", 1, {{"step", 1}, {"loss", 2.0}}).is_ok());
+  ASSERT_TRUE(s->put_step_metrics("r1", 2, {{"step", 2}, {"loss", 0.5}}).is_ok());
+  auto steps = s->step_metrics("r1", 10);
+  ASSERT_EQ(steps->size(), 2u);
+  EXPECT_EQ((*steps)[0]["step"], 1);
+  EXPECT_EQ((*steps)[1]["loss"], 0.5);
+  EXPECT_EQ(s->step_metrics("r1", 1)->front()["step"], 2);  // the last N, ascending
+}
+
+TEST_P(StoreTest, WorkloadNamesAreUniqueAndFreedByRename) {
+  auto s = open();
+  ASSERT_TRUE(s->insert_workload({{"id", "i1"}, {"name", "a"}}).is_ok());
+  EXPECT_EQ(s->insert_workload({{"id", "i2"}, {"name", "a"}}).code(), StatusCode::kAlreadyExists);
+  ASSERT_TRUE(s->update_workload({{"id", "i1"}, {"name", "b"}}).is_ok());
+  ASSERT_TRUE(s->insert_workload({{"id", "i2"}, {"name", "a"}}).is_ok());
+  EXPECT_EQ((**s->workload_by_name("b"))["id"], "i1");
+}
+
+TEST_P(StoreTest, TheChangeCountGrowsWithRunsWorkloadsAndClaimsOnly) {
+  auto s = open();
+  uint64_t v = *s->change_count();
+  auto grew = [&] {
+    uint64_t now = *s->change_count();
+    bool g = now > v;
+    v = now;
+    return g;
+  };
+  ASSERT_TRUE(s->insert_run(run("aa", "QUEUED")).is_ok());
+  EXPECT_TRUE(grew()) << "insert_run";
+  ASSERT_TRUE(s->update_run(run("aa", "RUNNING")).is_ok());
+  EXPECT_TRUE(grew()) << "update_run";
+  ASSERT_TRUE(s->insert_workload({{"id", "i1"}, {"name", "a"}}).is_ok());
+  EXPECT_TRUE(grew()) << "insert_workload";
+  ASSERT_TRUE(s->update_workload({{"id", "i1"}, {"name", "b"}}).is_ok());
+  EXPECT_TRUE(grew()) << "update_workload";
+  ClaimRow c{"aa", "SFT", "i1", "cpu", 1, "QUEUED", "t", 0};
+  ASSERT_TRUE(s->insert_claim(c).is_ok());
+  EXPECT_TRUE(grew()) << "insert_claim";
+  c.state = "GRANTED";
+  ASSERT_TRUE(s->update_claim(c).is_ok());
+  EXPECT_TRUE(grew()) << "update_claim";
+  ASSERT_TRUE(s->delete_claim("aa").is_ok());
+  EXPECT_TRUE(grew()) << "delete_claim";
+  // What a list of runs does not show leaves it alone, and so do reads.
+  ASSERT_TRUE(s->append_run_event("aa", {{"type", "x"}}).is_ok());
+  ASSERT_TRUE(s->put_step_metrics("aa", 1, {{"loss", 1.0}}).is_ok());
+  ASSERT_TRUE(s->list_run_rows(RunFilter{}).is_ok());
+  EXPECT_FALSE(grew());
+}
+
+TEST_P(StoreTest, TheChangeCountIsKeptInTheDatabaseAndSeenByEveryConnection) {
+  auto a = open();
+  auto b = open();  // a second process on the same file, as a second trainerd would be
+  const uint64_t before = *b->change_count();
+  ASSERT_TRUE(a->insert_run(run("aa", "QUEUED")).is_ok());
+  EXPECT_GT(*b->change_count(), before);
+  const uint64_t after = *a->change_count();
+  a.reset();
+  b.reset();
+  EXPECT_EQ(*open()->change_count(), after) << "the count survives closing the store";
+}
+
+TEST_P(StoreTest, ARolledBackWriteLeavesTheChangeCountAlone) {
+  auto s = open();
+  const uint64_t before = *s->change_count();
+  Status st = s->transaction([&]() -> Status {
+    TRAINER_RETURN_IF_ERROR(s->insert_run(run("aa", "QUEUED")));
+    return internal_error("no");
+  });
+  EXPECT_FALSE(st.is_ok());
+  EXPECT_EQ(*s->change_count(), before);
+}
+
+TaskRow task(const std::string& id, const std::string& phase = "A", double due = 0) {
+  TaskRow r;
+  r.kind = "toy";
+  r.id = id;
+  r.phase = phase;
+  r.due_at = due;
+  return r;
+}
+
+TEST_P(StoreTest, ATaskIsInsertedOnceAndListedWhenDueEarliestFirst) {
+  auto s = open();
+  ASSERT_TRUE(s->insert_task(task("t2", "A", 20)).is_ok());
+  ASSERT_TRUE(s->insert_task(task("t1", "A", 10)).is_ok());
+  ASSERT_TRUE(s->insert_task(task("t3", "A", kNeverDue)).is_ok());
+  EXPECT_EQ(s->insert_task(task("t1")).code(), StatusCode::kAlreadyExists);
+  auto due = s->due_tasks("toy", 25, 10);
+  ASSERT_TRUE(due.is_ok());
+  ASSERT_EQ(due->size(), 2u);
+  EXPECT_EQ((*due)[0].id, "t1");
+  EXPECT_EQ((*due)[1].id, "t2");
+  EXPECT_EQ((*due)[0].version, 1);
+  EXPECT_TRUE(s->due_tasks("other", 25, 10)->empty());
+}
+
+TEST_P(StoreTest, ALeaseIsRenewedByItsOwnerAndTakenOverWithANewFenceOnlyOnceItRunsOut) {
+  auto s = open();
+  ASSERT_TRUE(s->insert_task(task("t1")).is_ok());
+  auto a = s->acquire_task_lease("toy", "t1", "replica-a", 100, 30);
+  ASSERT_TRUE(a.is_ok() && a->has_value());
+  EXPECT_EQ((*a)->fence, 1);
+  EXPECT_FALSE(s->acquire_task_lease("toy", "t1", "replica-b", 120, 30)->has_value())
+      << "a's lease still runs";
+  auto renewed = s->acquire_task_lease("toy", "t1", "replica-a", 125, 30);
+  ASSERT_TRUE(renewed->has_value());
+  EXPECT_EQ((*renewed)->fence, 1) << "a renewal keeps the fence";
+  auto b = s->acquire_task_lease("toy", "t1", "replica-b", 160, 30);
+  ASSERT_TRUE(b->has_value()) << "a's lease ran out at 155";
+  EXPECT_EQ((*b)->fence, 2);
+  EXPECT_EQ(s->acquire_task_lease("toy", "nope", "replica-a", 100, 30).status().code(),
+            StatusCode::kNotFound);
+}
+
+TEST_P(StoreTest, AWriteUnderAStaleFenceIsRefusedAndChangesNothing) {
+  auto s = open();
+  ASSERT_TRUE(s->insert_task(task("t1")).is_ok());
+  const int64_t old_fence = (*s->acquire_task_lease("toy", "t1", "replica-a", 100, 30))->fence;
+  // replica-a stalls past its lease; replica-b takes the task over and moves it on.
+  const int64_t new_fence = (*s->acquire_task_lease("toy", "t1", "replica-b", 200, 30))->fence;
+  ASSERT_TRUE(s->update_task(task("t1", "B", 300), new_fence).is_ok());
+  // replica-a wakes up and writes what it decided before: refused by the fence.
+  Status st = s->update_task(task("t1", "C", 0), old_fence);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("stale"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("replica-b"), std::string::npos) << st.message();
+  EXPECT_EQ(s->check_task_lease("toy", "t1", "replica-a", old_fence).code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(s->check_task_lease("toy", "t1", "replica-b", new_fence).is_ok());
+  auto now = s->get_task("toy", "t1");
+  EXPECT_EQ((*now)->phase, "B");
+  EXPECT_DOUBLE_EQ((*now)->due_at, 300);
+  EXPECT_EQ((*now)->version, 2);
+}
+
+TEST_P(StoreTest, AWriteOfAnOldVersionIsRefused) {
+  auto s = open();
+  ASSERT_TRUE(s->insert_task(task("t1")).is_ok());
+  ASSERT_TRUE(s->update_task_if_version(task("t1", "B"), 1).is_ok());
+  EXPECT_EQ(s->update_task_if_version(task("t1", "C"), 1).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*s->get_task("toy", "t1"))->phase, "B");
+}
+
+TEST_P(StoreTest, AReleasedLeaseIsTakenAtOnceUnderANewFence) {
+  auto s = open();
+  ASSERT_TRUE(s->insert_task(task("t1")).is_ok());
+  ASSERT_TRUE(s->acquire_task_lease("toy", "t1", "replica-a", 100, 30)->has_value());
+  ASSERT_TRUE(s->release_task_lease("toy", "t1", "replica-a").is_ok());
+  auto b = s->acquire_task_lease("toy", "t1", "replica-b", 101, 30);
+  ASSERT_TRUE(b->has_value());
+  EXPECT_EQ((*b)->fence, 2);
+}
+
+TEST_P(StoreTest, MigrationNineGivesEveryExistingRunATask) {
+  {
+    auto s = open();
+    ASSERT_TRUE(s->insert_run(run("aa", "TRAINING")).is_ok());
+  }
+  // Rewind to schema 8 as an older trainerd left it: no task rows, no counter (nor job reports, nor
+  // endpoints).
+  db_->exec(
+      GetParam() == Kind::kSqlite
+          ? "DROP TABLE tasks; DROP TABLE counters; DROP TRIGGER runs_inserted; DROP TRIGGER runs_updated;"
+            "DROP TRIGGER runs_deleted; DROP TRIGGER workloads_inserted; DROP TRIGGER workloads_updated;"
+            "DROP TRIGGER workloads_deleted; DROP TRIGGER claims_inserted; DROP TRIGGER claims_updated;"
+            "DROP TRIGGER claims_deleted; DROP TABLE job_attempts; DROP TABLE job_events; DROP TABLE "
+            "job_logs;"
+            "DROP TABLE endpoints;"
+            "DELETE FROM schema_migrations WHERE version >= 9;"
+          : "DROP TABLE tasks; DROP TABLE counters; DROP FUNCTION count_change() CASCADE;"
+            "DROP TABLE job_attempts; DROP TABLE job_events; DROP TABLE job_logs; DROP TABLE endpoints;"
+            "DELETE FROM schema_migrations WHERE version >= 9;");
+  auto s = open();
+  auto t = s->get_task("run", "aa");
+  ASSERT_TRUE(t.is_ok() && t->has_value());
+  EXPECT_EQ((*t)->phase, "TRAINING");
+  EXPECT_FALSE((*t)->terminal);
+}
+
+TEST_P(StoreTest, SnapshotCatalogKeepsOneRowPerIdAndListsARunsCommittedSnapshotsNewestFirst) {
+  auto s = open();
+  auto snap = [](const std::string& id, const std::string& run, int64_t step, const std::string& state) {
+    return json{{"snapshotId", id}, {"runId", run}, {"savedStep", step}, {"state", state}};
+  };
+  ASSERT_TRUE(s->insert_snapshot(snap("aa01", "r1", 2, "committed")).is_ok());
+  ASSERT_TRUE(s->insert_snapshot(snap("aa02", "r1", 4, "reserved")).is_ok());
+  ASSERT_TRUE(s->insert_snapshot(snap("bb01", "r1", 6, "committed")).is_ok());
+  ASSERT_TRUE(s->insert_snapshot(snap("cc01", "r2", 2, "committed")).is_ok());
+  EXPECT_EQ(s->insert_snapshot(snap("aa01", "r1", 2, "reserved")).code(), StatusCode::kAlreadyExists);
+
+  auto committed = s->list_snapshots("r1", "committed", 50, 0);
+  ASSERT_TRUE(committed.is_ok());
+  ASSERT_EQ(committed->total, 2);
+  EXPECT_EQ(committed->snapshots[0]["snapshotId"], "bb01");
+  EXPECT_EQ(committed->snapshots[1]["snapshotId"], "aa01");
+  auto any = s->list_snapshots("r1", "", 1, 1);
+  ASSERT_TRUE(any.is_ok());
+  EXPECT_EQ(any->total, 3);
+  ASSERT_EQ(any->snapshots.size(), 1u);
+  EXPECT_EQ(any->snapshots[0]["snapshotId"], "aa02");
+
+  ASSERT_TRUE(s->update_snapshot(snap("aa02", "r1", 4, "committed")).is_ok());
+  EXPECT_EQ(s->list_snapshots("r1", "committed", 50, 0)->total, 3);
+  EXPECT_EQ(s->update_snapshot(snap("zz", "r1", 4, "committed")).code(), StatusCode::kNotFound);
+
+  auto ids = s->snapshot_ids_with_prefix("aa", 10);
+  ASSERT_TRUE(ids.is_ok());
+  EXPECT_EQ(*ids, (std::vector<std::string>{"aa01", "aa02"}));
+  EXPECT_EQ((*s->get_snapshot("cc01"))->at("runId"), "r2");
+  EXPECT_FALSE(s->get_snapshot("nope")->has_value());
+}
+
+TEST_P(StoreTest, ModelRegistryKeepsOneRowPerIdAndListsByWorkloadBaseModelAndStatus) {
+  auto model = [](const std::string& id, const json& workload, const std::string& base,
+                  const std::string& status) {
+    return json{{"modelId", id}, {"workload", workload}, {"baseModel", {{"name", base}}}, {"status", status}};
+  };
+  const json w1 = {{"id", "w1"}, {"name", "one"}};
+  {
+    auto s = open();
+    ASSERT_TRUE(s->insert_trained_model(model("ab01", w1, "tiny", "PENDING")).is_ok());
+    ASSERT_TRUE(s->insert_trained_model(model("ab02", nullptr, "tiny", "REGISTERED")).is_ok());
+    ASSERT_TRUE(s->insert_trained_model(model("cd01", w1, "other", "COPYING")).is_ok());
+    EXPECT_EQ(s->insert_trained_model(model("ab01", w1, "tiny", "PENDING")).code(),
+              StatusCode::kAlreadyExists);
+    EXPECT_EQ(s->update_trained_model(model("zz", w1, "tiny", "FAILED")).code(), StatusCode::kNotFound);
+    ASSERT_TRUE(s->update_trained_model(model("ab01", w1, "tiny", "REGISTERED")).is_ok());
+  }
+  auto s = open();  // durable across reopening
+  auto ids = [](const Result<std::vector<json>>& r) {
+    std::vector<std::string> out;
+    for (const auto& m : *r) out.push_back(m["modelId"]);
+    return out;
+  };
+  EXPECT_EQ(ids(s->list_trained_models("", "", {})), (std::vector<std::string>{"cd01", "ab02", "ab01"}));
+  EXPECT_EQ(ids(s->list_trained_models("w1", "", {})), (std::vector<std::string>{"cd01", "ab01"}));
+  EXPECT_EQ(ids(s->list_trained_models("", "tiny", {"REGISTERED"})),
+            (std::vector<std::string>{"ab02", "ab01"}));
+  EXPECT_EQ(ids(s->list_trained_models("", "", {"PENDING", "COPYING"})), (std::vector<std::string>{"cd01"}));
+  EXPECT_EQ((*s->get_trained_model("ab01"))->at("status"), "REGISTERED");
+  EXPECT_FALSE(s->get_trained_model("ab")->has_value());
+  EXPECT_EQ(*s->trained_model_ids_with_prefix("ab", 10), (std::vector<std::string>{"ab01", "ab02"}));
+}
+
+TEST_P(StoreTest, LineageListsAParentsChildrenNewestFirstAndGivesEachChildOneParent) {
+  {
+    auto s = open();
+    ASSERT_TRUE(s->insert_child("c1", "p").is_ok());
+    ASSERT_TRUE(s->insert_child("c2", "p").is_ok());
+    ASSERT_TRUE(s->insert_child("g1", "c1").is_ok());
+    EXPECT_EQ(s->insert_child("c1", "other").code(), StatusCode::kAlreadyExists);
+  }
+  auto s = open();  // durable across a reopen
+  auto page = s->run_children("p", 50, 0);
+  ASSERT_TRUE(page.is_ok());
+  EXPECT_EQ(page->total, 2);
+  EXPECT_EQ(page->run_ids, (std::vector<std::string>{"c2", "c1"}));
+  auto second = s->run_children("p", 1, 1);
+  ASSERT_TRUE(second.is_ok());
+  EXPECT_EQ(second->total, 2);
+  EXPECT_EQ(second->run_ids, (std::vector<std::string>{"c1"}));
+  EXPECT_EQ(s->run_children("c1", 50, 0)->run_ids, (std::vector<std::string>{"g1"}));
+  EXPECT_EQ(s->run_children("nobody", 50, 0)->total, 0);
+}
+
+TEST_P(StoreTest, ComparisonsKeepOneRowPerIdAndListBySourceAndPhaseNewestFirst) {
+  auto comparison = [](const std::string& id, const std::string& source, const std::string& phase) {
+    return json{{"comparisonId", id}, {"source", {{"snapshotId", source}}}, {"phase", phase}};
+  };
+  auto ids = [](const Result<ComparisonPage>& page) {
+    std::vector<std::string> out;
+    for (const auto& c : page->comparisons) out.push_back(c["comparisonId"].get<std::string>());
+    return out;
+  };
+  {
+    auto s = open();
+    ASSERT_TRUE(s->insert_comparison(comparison("c1", "s1", "PREPARING")).is_ok());
+    ASSERT_TRUE(s->insert_comparison(comparison("c2", "s2", "RUNNING")).is_ok());
+    ASSERT_TRUE(s->insert_comparison(comparison("c3", "s1", "PREPARING")).is_ok());
+    EXPECT_EQ(s->insert_comparison(comparison("c1", "s1", "PREPARING")).code(), StatusCode::kAlreadyExists);
+    ASSERT_TRUE(s->update_comparison(comparison("c1", "s1", "COMPLETED")).is_ok());
+    EXPECT_EQ(s->update_comparison(comparison("zz", "s1", "COMPLETED")).code(), StatusCode::kNotFound);
+  }
+  auto s = open();  // durable across a reopen
+  auto all = s->list_comparisons("", {}, 100, 0);
+  ASSERT_TRUE(all.is_ok());
+  EXPECT_EQ(all->total, 3);
+  EXPECT_EQ(ids(all), (std::vector<std::string>{"c3", "c2", "c1"}));
+  auto second = s->list_comparisons("", {}, 1, 1);
+  EXPECT_EQ(second->total, 3);
+  EXPECT_EQ(ids(second), (std::vector<std::string>{"c2"}));
+  EXPECT_EQ(ids(s->list_comparisons("s1", {}, 100, 0)), (std::vector<std::string>{"c3", "c1"}));
+  EXPECT_EQ(ids(s->list_comparisons("", {"PREPARING", "RUNNING"}, 100, 0)),
+            (std::vector<std::string>{"c3", "c2"}));
+  EXPECT_EQ(s->list_comparisons("s1", {"PREPARING"}, 100, 0)->total, 1);
+  EXPECT_EQ((*s->get_comparison("c1"))->at("phase"), "COMPLETED");
+  EXPECT_FALSE(s->get_comparison("c")->has_value());
+  EXPECT_EQ(*s->comparison_ids_with_prefix("c", 2), (std::vector<std::string>{"c1", "c2"}));
+}
+
+TEST_P(StoreTest, EndpointsKeepOneRowPerIdAndListByPhaseNewestFirst) {
+  auto endpoint = [](const std::string& id, const std::string& phase) {
+    return json{{"endpointId", id}, {"phase", phase}};
+  };
+  auto ids = [](const Result<std::vector<json>>& docs) {
+    std::vector<std::string> out;
+    for (const auto& d : *docs) out.push_back(d["endpointId"].get<std::string>());
+    return out;
+  };
+  {
+    auto s = open();
+    ASSERT_TRUE(s->put_endpoint(endpoint("e1", "STARTING")).is_ok());
+    ASSERT_TRUE(s->put_endpoint(endpoint("e2", "READY")).is_ok());
+    ASSERT_TRUE(s->put_endpoint(endpoint("e1", "DELETED")).is_ok());  // replaced, keeps its place
+  }
+  auto s = open();  // durable across a reopen
+  EXPECT_EQ(ids(s->list_endpoints({})), (std::vector<std::string>{"e2", "e1"}));
+  EXPECT_EQ(ids(s->list_endpoints({"READY", "STARTING"})), (std::vector<std::string>{"e2"}));
+  EXPECT_EQ((*s->get_endpoint("e1"))->at("phase"), "DELETED");
+  EXPECT_FALSE(s->get_endpoint("e")->has_value());
+  EXPECT_EQ(*s->endpoint_ids_with_prefix("e", 5), (std::vector<std::string>{"e1", "e2"}));
+}
+
+TEST_P(StoreTest, PagesTakeEveryRowForANegativeLimitAndCountANegativeOffsetAsZero) {
+  auto s = open();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(s->insert_run(run("r" + std::to_string(i), "QUEUED")).is_ok());
+  RunFilter f;
+  f.limit = -1;
+  f.offset = -5;
+  auto page = s->list_runs(f);
+  ASSERT_TRUE(page.is_ok()) << page.status().to_string();
+  ASSERT_EQ(page->runs.size(), 3u);
+  EXPECT_EQ(page->runs[0]["runId"], "r2");
+  ASSERT_TRUE(s->insert_child("c1", "p").is_ok());
+  ASSERT_TRUE(s->insert_child("c2", "p").is_ok());
+  EXPECT_EQ(s->run_children("p", -1, 0)->run_ids.size(), 2u);
+  ASSERT_TRUE(s->append_run_event("r0", {{"type", "a"}}).is_ok());
+  ASSERT_TRUE(s->append_run_event("r0", {{"type", "b"}}).is_ok());
+  EXPECT_EQ(s->run_events("r0", 0, -1)->size(), 2u);
+}
+
+TEST_P(StoreTest, IdsAndNamesAreOrderedByteByByte) {
+  auto s = open();
+  for (const char* id : {"ab", "a_1", "aB", "b"}) ASSERT_TRUE(s->insert_run(run(id, "QUEUED")).is_ok());
+  // 'B' (0x42) < '_' (0x5f) < 'b' (0x62), whatever the database's locale says.
+  EXPECT_EQ(*s->run_ids_with_prefix("a", 10), (std::vector<std::string>{"aB", "a_1", "ab"}));
+  ASSERT_TRUE(s->insert_workload({{"id", "1"}, {"name", "beta"}}).is_ok());
+  ASSERT_TRUE(s->insert_workload({{"id", "2"}, {"name", "Zeta"}}).is_ok());
+  auto all = s->list_workloads();
+  ASSERT_TRUE(all.is_ok());
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0]["name"], "Zeta");
+}
+
+TEST_P(StoreTest, ANestedTransactionJoinsTheOuterOne) {
+  auto s = open();
+  Status st = s->transaction([&]() -> Status {
+    TRAINER_RETURN_IF_ERROR(s->transaction([&]() -> Status { return s->insert_run(run("aa", "QUEUED")); }));
+    EXPECT_TRUE(s->get_run("aa")->has_value()) << "the inner write is seen inside the outer transaction";
+    return internal_error("outer fails");
+  });
+  EXPECT_EQ(st.message(), "outer fails");
+  EXPECT_FALSE(s->get_run("aa")->has_value()) << "the inner transaction's write went with the outer one";
+}
+
+TEST_P(StoreTest, SnapshotsWithAReservedKindAreListedOldestFirst) {
+  auto s = open();
+  auto snap = [](const std::string& id, const json& kinds) {
+    return json{
+        {"snapshotId", id}, {"runId", "r1"}, {"savedStep", 1}, {"state", "reserved"}, {"kinds", kinds}};
+  };
+  ASSERT_TRUE(s->insert_snapshot(snap("s2", {{"adapter", {{"state", "reserved"}}}})).is_ok());
+  ASSERT_TRUE(s->insert_snapshot(snap("s1", {{"adapter", {{"state", "committed"}}}})).is_ok());
+  ASSERT_TRUE(s->insert_snapshot(
+                   snap("s0", {{"adapter", {{"state", "committed"}}}, {"training", {{"state", "reserved"}}}}))
+                  .is_ok());
+  auto found = s->snapshots_with_reserved_kinds(10);
+  ASSERT_TRUE(found.is_ok()) << found.status().to_string();
+  ASSERT_EQ(found->size(), 2u);
+  EXPECT_EQ((*found)[0]["snapshotId"], "s2");
+  EXPECT_EQ((*found)[1]["snapshotId"], "s0");
+  EXPECT_EQ(s->snapshots_with_reserved_kinds(1)->size(), 1u);
+}
+
+TEST_P(StoreTest, JobReportsAreStoredOncePerSeqAndReadBackInOrder) {
+  auto s = open();
+  auto first = s->register_job_attempt({"RUN-1", "run", "run1", "secret"});
+  ASSERT_TRUE(first.is_ok());
+  auto again = s->register_job_attempt({"RUN-1", "run", "run1", "other"});
+  ASSERT_TRUE(again.is_ok());
+  EXPECT_EQ(again->token, "secret") << "an attempt registered before keeps its token";
+  EXPECT_FALSE(s->get_job_attempt("RUN-2")->has_value());
+  EXPECT_EQ(*s->put_job_events("RUN-1", {{1, "a"}, {2, "b"}}), 2);
+  EXPECT_EQ(*s->put_job_events("RUN-1", {{2, "changed"}, {3, "c"}}), 1);
+  auto events = s->job_events("RUN-1", 1, 10);
+  ASSERT_TRUE(events.is_ok());
+  ASSERT_EQ(events->size(), 2u);
+  EXPECT_EQ((*events)[0].text, "b");
+  EXPECT_EQ((*events)[1].seq, 3);
+  EXPECT_EQ(*s->put_job_log_lines("RUN-1", {{1, "l1"}, {2, "l2"}, {3, "l3"}}), 3);
+  auto tail = s->job_log_tail("RUN-1", 2);
+  ASSERT_EQ(tail->size(), 2u);
+  EXPECT_EQ((*tail)[0].text, "l2");
+  EXPECT_EQ((*tail)[1].text, "l3");
+}
+
+TEST_P(StoreTest, TwoConnectionsRacingForALeaseGetItOnceEachRound) {
+  auto a = open();
+  auto b = open();  // a second process on the same database, as a second trainerd would be
+  ASSERT_TRUE(a->insert_task(task("t1")).is_ok());
+  for (int round = 0; round < 20; ++round) {
+    const double now = 100.0 * (round + 1);  // the previous round's lease (30 s) ran out
+    std::latch go(2);
+    Result<std::optional<TaskLease>> got_a = internal_error("not run"), got_b = internal_error("not run");
+    std::thread ta([&] {
+      go.arrive_and_wait();
+      got_a = a->acquire_task_lease("toy", "t1", "replica-a", now, 30);
+    });
+    std::thread tb([&] {
+      go.arrive_and_wait();
+      got_b = b->acquire_task_lease("toy", "t1", "replica-b", now, 30);
+    });
+    ta.join();
+    tb.join();
+    ASSERT_TRUE(got_a.is_ok()) << got_a.status().to_string();
+    ASSERT_TRUE(got_b.is_ok()) << got_b.status().to_string();
+    ASSERT_NE(got_a->has_value(), got_b->has_value())
+        << "round " << round << ": exactly one replica holds the lease";
+    const std::string winner = got_a->has_value() ? "replica-a" : "replica-b";
+    const int64_t fence = got_a->has_value() ? (*got_a)->fence : (*got_b)->fence;
+    auto row = b->get_task("toy", "t1");
+    EXPECT_EQ((*row)->owner, winner);
+    EXPECT_EQ((*row)->fence, fence);
+  }
+}
+
+TEST_P(StoreTest, ALeaseCheckedInATransactionCannotBeTakenOverBeforeItsWritesCommit) {
+  auto a = open();
+  auto b = open();
+  ASSERT_TRUE(a->insert_task(task("t1")).is_ok());
+  ASSERT_TRUE(a->insert_run(run("r1", "QUEUED")).is_ok());
+  const int64_t fence = (*a->acquire_task_lease("toy", "t1", "replica-a", 100, 30))->fence;
+  std::latch checked(2);
+  Status step;
+  std::thread replica_a([&] {
+    step = a->transaction([&]() -> Status {
+      TRAINER_RETURN_IF_ERROR(a->check_task_lease("toy", "t1", "replica-a", fence));
+      checked.arrive_and_wait();
+      // A slow step: replica-b sees the lease as run out meanwhile.
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      return a->update_run(run("r1", "TRAINING"));
+    });
+  });
+  checked.arrive_and_wait();
+  auto taken = b->acquire_task_lease("toy", "t1", "replica-b", 1000, 30);
+  // The takeover waited for replica-a's transaction: its write is there once b holds the lease.
+  auto seen = b->get_run("r1");
+  replica_a.join();
+  EXPECT_TRUE(step.is_ok()) << step.to_string();
+  ASSERT_TRUE(taken.is_ok()) << taken.status().to_string();
+  ASSERT_TRUE(taken->has_value());
+  EXPECT_EQ((*taken)->fence, fence + 1);
+  ASSERT_TRUE(seen.is_ok() && seen->has_value());
+  EXPECT_EQ((**seen)["phase"], "TRAINING") << "the lease was taken over before the guarded write committed";
+}
+
+TEST_P(StoreTest, TwoProcessesOpeningANewDatabaseAtOnceMigrateItOnce) {
+  constexpr int kOpeners = 4;
+  std::vector<Result<std::unique_ptr<Store>>> opened;
+  for (int i = 0; i < kOpeners; ++i) opened.emplace_back(internal_error("not run"));
+  std::latch go(kOpeners);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kOpeners; ++i) {
+    threads.emplace_back([&, i] {
+      go.arrive_and_wait();
+      opened[i] = db_->open();  // a connection of its own, as another trainerd's
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& s : opened) {
+    ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+    EXPECT_EQ((*s)->schema_version(), 11);
+  }
+  EXPECT_EQ(db_->number("SELECT COUNT(*) FROM schema_migrations"), 11);
+}
+
+// ---- SQLite only
+
+TEST(SqliteStore, RunsInWalMode) {
+  SqliteDatabase db;
+  auto s = db.open();
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(db.path().c_str(), &raw), SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  sqlite3_prepare_v2(raw, "PRAGMA journal_mode", -1, &st, nullptr);
+  ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)), "wal");
+  sqlite3_finalize(st);
+  sqlite3_close(raw);
+  EXPECT_EQ((*s)->description(), "SQLite " + db.path());
+}
+
+// ---- PostgreSQL only
+
+class PostgresStore : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!db_.ready()) GTEST_FAIL() << "the test's database could not be made";
+  }
+  // The server's address as the store names it, "PostgreSQL at 127.0.0.1:PORT/DATABASE".
+  std::string server_name() const {
+    const std::string& url = db_.url();
+    const size_t at = url.find('@') + 1;
+    return "PostgreSQL at " + url.substr(at);
+  }
+  // Ends every other session on the test's database (as a server restart or a network cut would)
+  // and waits until they are gone.
+  void cut_connections() {
+    db_.exec(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid()");
+    for (int i = 0; i < 200; ++i) {
+      if (db_.number("SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() "
+                     "AND pid <> pg_backend_pid()") == 0) {
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ADD_FAILURE() << "the store's session did not end";
+  }
+
+  PostgresDatabase db_;
+};
+
+TEST_F(PostgresStore, NamesItsServerWithoutThePassword) {
+  auto s = db_.open();
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  EXPECT_EQ((*s)->description(), server_name());
+}
+
+TEST_F(PostgresStore, ALostConnectionFailsTheCallNamingTheServerAndTheNextCallReconnects) {
+  auto s = db_.open();
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  ASSERT_TRUE((*s)->insert_run(queued_run("aa")).is_ok());
+  cut_connections();
+  auto lost = (*s)->get_run("aa");
+  ASSERT_FALSE(lost.is_ok());
+  EXPECT_EQ(lost.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(lost.status().message().find("lost the connection to " + server_name()), std::string::npos)
+      << lost.status().message();
+  auto again = (*s)->get_run("aa");
+  ASSERT_TRUE(again.is_ok()) << again.status().to_string();
+  EXPECT_TRUE(again->has_value());
+}
+
+TEST_F(PostgresStore, ATransactionThatLosesItsConnectionFailsWholeAndTheStoreGoesOn) {
+  auto s = db_.open();
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  Store& store = **s;
+  Status st = store.transaction([&]() -> Status {
+    TRAINER_RETURN_IF_ERROR(store.insert_run(queued_run("aa")));
+    cut_connections();
+    return store.insert_run(queued_run("bb"));
+  });
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.to_string();
+  auto aa = store.get_run("aa");
+  ASSERT_TRUE(aa.is_ok()) << aa.status().to_string();
+  EXPECT_FALSE(aa->has_value()) << "nothing of the lost transaction was committed";
+  EXPECT_TRUE(store.insert_run(queued_run("cc")).is_ok());
+}
+
+TEST(PostgresStoreOpen, AServerThatDoesNotAnswerIsUnavailableAndNamed) {
+  auto s = open_postgres_store("postgresql://pg:secret@127.0.0.1:1/nothing");
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(s.status().message().find("cannot connect to PostgreSQL at 127.0.0.1:1/nothing"),
+            std::string::npos)
+      << s.status().message();
+  EXPECT_EQ(s.status().message().find("secret"), std::string::npos) << "the password is never repeated";
+}
+
+TEST(PostgresStoreOpen, AUrlThatDoesNotParseIsRefused) {
+  auto s = open_postgres_store("not a url");
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("not a PostgreSQL connection URL"), std::string::npos)
+      << s.status().message();
+}
+
+}  // namespace
+}  // namespace trainer::store
