@@ -535,11 +535,11 @@ Result<int64_t> PostgresStore::count(const std::string& sql, const Params& param
 
 }  // namespace postgres
 
-Result<std::unique_ptr<Store>> open_postgres_store(const std::string& url) {
-  auto conn = postgres::Connection::open(url);
+Result<std::unique_ptr<Store>> open_postgres_store(const std::string& url, const PostgresSessionLimits& limits) {
+  auto conn = postgres::Connection::open(url, limits);
   if (!conn.is_ok()) return conn.status();
   const std::string server = (*conn)->server();
-  auto store = std::make_unique<postgres::PostgresStore>(std::move(*conn));
+  auto store = std::make_unique<postgres::PostgresStore>(std::move(*conn), url, limits);
   Status st = store->init();
   if (!st.is_ok()) return st.with_context("opening store " + server);
   return std::unique_ptr<Store>(std::move(store));

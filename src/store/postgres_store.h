@@ -2,8 +2,10 @@
 // versioned migrations applied under an advisory lock. Its methods live in postgres_store.cpp
 // (opening, transactions, base models, datasets, workloads, runs and their events and metrics,
 // claims), postgres_catalog.cpp (snapshots, the model registry, evaluations, endpoints,
-// comparisons, bundles, lineage), postgres_jobs.cpp (jobs' posted reports) and
-// postgres_tasks.cpp (the task table and the change counter, as free functions on the connection).
+// comparisons, bundles, lineage), postgres_jobs.cpp (jobs' posted reports),
+// postgres_replicas.cpp (the replicas table, the admission lock, change notices on a listener's
+// own connection) and postgres_tasks.cpp (the task table and the change counter, as free functions
+// on the connection).
 //
 // Thread safety: one connection, so one statement at a time: every method takes mu_, and
 // transaction() holds it for its whole body (other threads' calls wait, as with SQLite). Other
@@ -31,7 +33,9 @@ namespace trainer::store::postgres {
 
 class PostgresStore final : public Store {
  public:
-  explicit PostgresStore(std::unique_ptr<Connection> conn) : conn_(std::move(conn)) {}
+  // `url` and `limits` are the ones `conn` was opened with (a listener opens its own connection).
+  PostgresStore(std::unique_ptr<Connection> conn, std::string url, const PostgresSessionLimits& limits)
+      : conn_(std::move(conn)), url_(std::move(url)), limits_(limits) {}
 
   // Applies the migrations this database lacks, in one transaction under an advisory lock.
   Status init();
@@ -85,6 +89,7 @@ class PostgresStore final : public Store {
   Status update_claim(const ClaimRow& c) override;
   Status delete_claim(const std::string& owner) override;
   Result<std::vector<ClaimRow>> list_claims() override;
+  Status lock_admission() override;
 
   // ---- snapshots
   Status insert_snapshot(const json& doc) override;
@@ -140,6 +145,15 @@ class PostgresStore final : public Store {
   Result<std::vector<JobItem>> job_events(const std::string& job_id, int64_t after, int64_t limit) override;
   Result<int64_t> put_job_log_lines(const std::string& job_id, const std::vector<JobItem>& lines) override;
   Result<std::vector<JobItem>> job_log_tail(const std::string& job_id, int64_t n) override;
+
+  // ---- change notices
+  Status announce_change(const std::string& origin) override;
+  Result<std::unique_ptr<ChangeListener>> listen_for_changes(const std::string& origin) override;
+
+  // ---- replicas
+  Status beat_replica(const ReplicaRow& row) override;
+  Result<std::vector<ReplicaRow>> live_replicas(double since) override;
+  Status remove_replica(const std::string& name) override;
 
   // ---- tasks (postgres_tasks.cpp)
   Status insert_task(const TaskRow& row) override;
@@ -202,6 +216,8 @@ class PostgresStore final : public Store {
   std::unique_ptr<Connection> conn_;  // guarded by mu_
   int depth_ = 0;                     // transaction nesting; guarded by mu_
   int version_ = 0;                   // constant after init()
+  const std::string url_;             // constant: where conn_ connects
+  const PostgresSessionLimits limits_;  // constant: conn_'s session limits
 };
 
 }  // namespace trainer::store::postgres

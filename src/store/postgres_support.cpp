@@ -1,6 +1,9 @@
 // PostgreSQL plumbing of the store (declared in store/postgres_support.h).
 #include "store/postgres_support.h"
 
+#include <poll.h>
+
+#include <cerrno>
 #include <charconv>
 #include <cstring>
 #include <system_error>
@@ -166,6 +169,15 @@ CREATE TABLE endpoints (
   phase TEXT COLLATE "C" NOT NULL,
   doc TEXT NOT NULL);
 )sql",
+    // 12: replicas: each trainerd on the store, by its unique name, with its heartbeat.
+    R"sql(
+CREATE TABLE replicas (
+  name TEXT COLLATE "C" PRIMARY KEY,
+  instance TEXT NOT NULL,
+  url TEXT NOT NULL,
+  started_at DOUBLE PRECISION NOT NULL,
+  heartbeat_at DOUBLE PRECISION NOT NULL);
+)sql",
 };
 
 // SQLSTATE classes and codes the store tells apart.
@@ -175,6 +187,8 @@ constexpr const char* kBadEncoding = "22021";     // character_not_in_repertoire
 constexpr const char* kUntranslatable = "22P05";  // untranslatable_character
 constexpr const char* kSerializationFailure = "40001";
 constexpr const char* kDeadlock = "40P01";
+constexpr const char* kLockNotAvailable = "55P03";  // lock_timeout ran out
+constexpr const char* kQueryCanceled = "57014";     // statement_timeout ran out
 // Class 08: connection exceptions; 57P01..57P03: the server is shutting down or restarting.
 bool connection_lost(const char* state) {
   return state != nullptr && (std::strncmp(state, "08", 2) == 0 || std::strncmp(state, "57P0", 4) == 0);
@@ -291,7 +305,7 @@ int64_t Rows::changed() const {
 }
 
 // ---- Connection
-Result<std::unique_ptr<Connection>> Connection::open(const std::string& url) {
+Result<std::unique_ptr<Connection>> Connection::open(const std::string& url, const PostgresSessionLimits& limits) {
   char* err = nullptr;
   PQconninfoOption* parsed = PQconninfoParse(url.c_str(), &err);
   if (parsed == nullptr) {
@@ -301,8 +315,20 @@ Result<std::unique_ptr<Connection>> Connection::open(const std::string& url) {
   }
   PQconninfoFree(parsed);
   // Our defaults come first: what the URL says overrides them (libpq's expand_dbname).
-  const char* keys[] = {"connect_timeout", "application_name", "dbname", nullptr};
-  const char* values[] = {"10", "trainerd", url.c_str(), nullptr};
+  const std::string idle = std::to_string(limits.keepalive_idle_s);
+  const std::string interval = std::to_string(limits.keepalive_interval_s);
+  const std::string count = std::to_string(limits.keepalive_count);
+  // The server's side: a session stuck in a transaction, waiting for a lock or running a statement
+  // too long is ended or its statement failed; the server probes a silent client as we probe it.
+  const std::string server_options =
+      "-c idle_in_transaction_session_timeout=" + std::to_string(limits.idle_in_transaction_ms) +
+      " -c lock_timeout=" + std::to_string(limits.lock_timeout_ms) +
+      " -c statement_timeout=" + std::to_string(limits.statement_timeout_ms) + " -c tcp_keepalives_idle=" + idle +
+      " -c tcp_keepalives_interval=" + interval + " -c tcp_keepalives_count=" + count;
+  const char* keys[] = {"connect_timeout", "application_name", "keepalives", "keepalives_idle",
+                        "keepalives_interval", "keepalives_count", "options", "dbname", nullptr};
+  const char* values[] = {"10", "trainerd", "1", idle.c_str(), interval.c_str(), count.c_str(),
+                          server_options.c_str(), url.c_str(), nullptr};
   PGconn* conn = PQconnectdbParams(keys, values, /*expand_dbname=*/1);
   if (conn == nullptr) return unavailable("cannot connect to PostgreSQL: out of memory");
   std::string server = describe_server(conn);
@@ -347,6 +373,32 @@ Status Connection::reconnect_if_lost() {
   return Status::ok();
 }
 
+Result<std::vector<std::string>> Connection::wait_notifications(std::chrono::milliseconds timeout) {
+  std::vector<std::string> payloads;
+  auto take = [&] {
+    while (PGnotify* n = PQnotifies(conn_)) {
+      payloads.emplace_back(n->extra != nullptr ? n->extra : "");
+      PQfreemem(n);
+    }
+  };
+  auto lost = [&] {
+    return unavailable("store: listening for changes: lost the connection to " + server_ + " (" +
+                       one_line(PQerrorMessage(conn_)) + ")");
+  };
+  take();
+  if (!payloads.empty()) return payloads;
+  const int fd = PQsocket(conn_);
+  if (fd < 0 || PQstatus(conn_) != CONNECTION_OK) return lost();
+  pollfd p{fd, POLLIN, 0};
+  const int ready = ::poll(&p, 1, static_cast<int>(timeout.count()));
+  if (ready < 0 && errno != EINTR) return lost();
+  if (ready > 0) {
+    if (PQconsumeInput(conn_) == 0) return lost();
+    take();
+  }
+  return payloads;
+}
+
 bool Connection::transaction_failed() const {
   return PQtransactionStatus(conn_) == PQTRANS_INERROR;
 }
@@ -367,6 +419,10 @@ Status Connection::error(const PGresult* r, const std::string& what) const {
   }
   if (code == kBadEncoding || code == kUntranslatable) {
     return invalid_argument("store: " + what + ": text that is not valid UTF-8 (" + msg + ")");
+  }
+  if (code == kLockNotAvailable || code == kQueryCanceled) {
+    return unavailable("store: " + what + ": " + msg +
+                       " (another session held what it needed, or it ran past the session's limits); try again");
   }
   if (code == kSerializationFailure || code == kDeadlock) {
     return unavailable("store: " + what + ": " + msg + "; the transaction was rolled back, try again");

@@ -8,6 +8,7 @@
 
 #include <libpq-fe.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "store/store.h"
 
 namespace trainer::store::postgres {
 
@@ -71,7 +73,8 @@ class Connection {
  public:
   // Connects to `url` (a libpq URI). invalid_argument when the URL does not parse (without
   // repeating it: it may hold a password), unavailable naming the server when it does not answer.
-  static Result<std::unique_ptr<Connection>> open(const std::string& url);
+  // `limits` are set on the session (libpq's keepalive parameters and the server's `options`).
+  static Result<std::unique_ptr<Connection>> open(const std::string& url, const PostgresSessionLimits& limits = {});
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -90,6 +93,9 @@ class Connection {
   // When the connection was lost, connects again (a transaction that was open is gone: call this
   // only between transactions). ok when the connection works.
   Status reconnect_if_lost();
+  // The payloads of the notifications (LISTEN) that arrived within `timeout`; empty when none did.
+  // Returns at the first that arrives. unavailable when the connection is lost.
+  Result<std::vector<std::string>> wait_notifications(std::chrono::milliseconds timeout);
   // Whether the server has marked the open transaction failed (every later statement of it fails,
   // and COMMIT would roll it back).
   bool transaction_failed() const;

@@ -1,8 +1,10 @@
 // The SQLite Store's class (internal to src/store): one connection, WAL, synchronous=FULL, a
 // migrations table. Its methods live in sqlite_store.cpp (opening, transactions, base models,
 // datasets, workloads, runs and their events and metrics, claims), sqlite_catalog.cpp (snapshots,
-// the model registry, evaluations, comparisons, bundles, lineage) sqlite_jobs.cpp (jobs' posted reports) and sqlite_tasks.cpp (the task
-// table and the change counter, as free functions on the connection).
+// the model registry, evaluations, comparisons, bundles, lineage) sqlite_jobs.cpp (jobs' posted reports),
+// sqlite_replicas.cpp (the replicas table; admission lock and change notices, which one process
+// needs none of) and sqlite_tasks.cpp (the task table and the change counter, as free functions on
+// the connection).
 #pragma once
 
 #include <sqlite3.h>
@@ -75,6 +77,7 @@ class SqliteStore final : public Store {
   Status update_claim(const ClaimRow& c) override;
   Status delete_claim(const std::string& owner) override;
   Result<std::vector<ClaimRow>> list_claims() override;
+  Status lock_admission() override;
 
   // ---- snapshots
   Status insert_snapshot(const json& doc) override;
@@ -128,6 +131,15 @@ class SqliteStore final : public Store {
   Result<std::vector<JobItem>> job_events(const std::string& job_id, int64_t after, int64_t limit) override;
   Result<int64_t> put_job_log_lines(const std::string& job_id, const std::vector<JobItem>& lines) override;
   Result<std::vector<JobItem>> job_log_tail(const std::string& job_id, int64_t n) override;
+
+  // ---- change notices
+  Status announce_change(const std::string& origin) override;
+  Result<std::unique_ptr<ChangeListener>> listen_for_changes(const std::string& origin) override;
+
+  // ---- replicas
+  Status beat_replica(const ReplicaRow& row) override;
+  Result<std::vector<ReplicaRow>> live_replicas(double since) override;
+  Status remove_replica(const std::string& name) override;
 
   // ---- tasks (sqlite_tasks.cpp)
   Status insert_task(const TaskRow& row) override;

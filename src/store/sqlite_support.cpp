@@ -152,6 +152,15 @@ CREATE TABLE endpoints (
   phase TEXT NOT NULL,
   doc TEXT NOT NULL);
 )sql",
+    // 12: replicas: each trainerd on the store, by its unique name, with its heartbeat.
+    R"sql(
+CREATE TABLE replicas (
+  name TEXT PRIMARY KEY,
+  instance TEXT NOT NULL,
+  url TEXT NOT NULL,
+  started_at REAL NOT NULL,
+  heartbeat_at REAL NOT NULL);
+)sql",
 };
 
 }  // namespace

@@ -14,6 +14,7 @@
 // and other threads' calls wait until it ends.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -115,6 +116,15 @@ struct JobItem {
   std::string text;
 };
 
+// A live trainerd on the store (the replicas table): written by its own heartbeat.
+struct ReplicaRow {
+  std::string name;       // unique per process start: the owner its task leases carry
+  std::string instance;   // its --instance (the `instance` attribute of its metrics)
+  std::string url;        // its API base URL ("http://127.0.0.1:9001")
+  double started_at = 0;  // wall seconds when it started
+  double heartbeat_at = 0;  // wall seconds of its last heartbeat
+};
+
 // A due time that never comes: the task waits for a change (a request, another task) to wake it.
 inline constexpr double kNeverDue = 1e300;
 
@@ -123,6 +133,18 @@ struct TaskLease {
   std::string owner;
   int64_t fence = 0;
   double until = 0;  // wall seconds
+};
+
+// Change notices from the other processes on one store: how a replica learns that another one
+// changed something its long polls and event streams wait on. Not thread-safe: one thread waits.
+class ChangeListener {
+ public:
+  virtual ~ChangeListener() = default;
+  // Waits up to `timeout` for a change announced by another process (announce_change() with
+  // another origin). true when one came, or when one may have been missed (the listener lost its
+  // connection and listens again): the caller looks again either way. unavailable while the
+  // store cannot be reached (the caller waits and calls again).
+  virtual Result<bool> wait(std::chrono::milliseconds timeout) = 0;
 };
 
 // Pages and counts: a method's `limit` is a number of rows, negative meaning every row; an
@@ -195,6 +217,12 @@ class Store {
   virtual Status update_claim(const ClaimRow& claim) = 0;
   virtual Status delete_claim(const std::string& owner) = 0;  // ok when absent
   virtual Result<std::vector<ClaimRow>> list_claims() = 0;    // by seq ascending
+  // Serialises admission across every process on the store: holds the store's admission lock until
+  // the enclosing transaction ends (call it inside transaction(), before reading the claims that
+  // admission rewrites). PostgreSQL: a transaction-scoped advisory lock, so a second replica's
+  // admission waits and then reads the first one's committed grants. SQLite: nothing to take (one
+  // trainerd, whose writes the service's mutex already serialises).
+  virtual Status lock_admission() = 0;
 
   // ---- the snapshot catalog: keyed by doc["snapshotId"]; doc["runId"], doc["savedStep"] and
   // doc["state"] ("reserved" | "committed") are kept as columns
@@ -288,6 +316,25 @@ class Store {
   // The job's last `n` log lines, in seq order.
   virtual Result<std::vector<JobItem>> job_log_tail(const std::string& job_id, int64_t n) = 0;
 
+  // ---- replicas: every trainerd on the store announces itself and beats
+  // Inserts the replica, or rewrites its instance, url and heartbeat (started_at is kept from the
+  // first beat).
+  virtual Status beat_replica(const ReplicaRow& row) = 0;
+  // Replicas whose last heartbeat is at `since` or later, by name.
+  virtual Result<std::vector<ReplicaRow>> live_replicas(double since) = 0;
+  // Removes the replica's row (a clean stop); ok when absent.
+  virtual Status remove_replica(const std::string& name) = 0;
+
+  // ---- change notices between processes (ChangeListener)
+  // Tells the other processes listening on the store that something changed. `origin` names this
+  // process (its replica name): its own listener ignores the notice. PostgreSQL: NOTIFY, delivered
+  // when the enclosing transaction commits (never when it rolls back), or at once outside one.
+  // SQLite: nothing to tell (one trainerd).
+  virtual Status announce_change(const std::string& origin) = 0;
+  // A listener of the notices whose origin is not `origin`, on a connection of its own; null when
+  // no other process can share the store (SQLite).
+  virtual Result<std::unique_ptr<ChangeListener>> listen_for_changes(const std::string& origin) = 0;
+
   // ---- lineage: which run a child run (runs branch, runs continue) was started from
   virtual Status insert_child(const std::string& run_id, const std::string& parent_id) = 0;  // already_exists twice
   // The direct children of `parent_id`, newest first.
@@ -297,10 +344,29 @@ class Store {
 // Opens (creating and migrating as needed) the SQLite store at `path`.
 Result<std::unique_ptr<Store>> open_sqlite_store(const std::string& path);
 
+// How long a PostgreSQL session may hold or wait for what other replicas need, so that a replica
+// that stopped (SIGSTOP, a partition, a dead host) cannot block the others for longer than these.
+// Set on every connection of the store; the URL's own `options` parameter, when it has one,
+// replaces the server-side ones.
+struct PostgresSessionLimits {
+  // The server ends a session that sat this long inside a transaction (a stopped replica),
+  // rolling it back and freeing its row locks. Milliseconds.
+  int64_t idle_in_transaction_ms = 10000;
+  // A statement waits at most this long for a lock, then fails with unavailable (try again).
+  int64_t lock_timeout_ms = 5000;
+  // A statement runs at most this long, then fails with unavailable.
+  int64_t statement_timeout_ms = 60000;
+  // TCP keepalives, on both ends: the first probe after this many idle seconds, then one every
+  // keepalive_interval_s; the connection is dead after keepalive_count unanswered probes.
+  int keepalive_idle_s = 10;
+  int keepalive_interval_s = 5;
+  int keepalive_count = 3;
+};
+
 // Opens (migrating as needed) the PostgreSQL store in the database that `url` names: a libpq
 // connection URI, postgresql://[USER[:PASSWORD]@]HOST[:PORT]/DATABASE[?PARAM=VALUE...]. The
 // database must exist; its tables are created by the migrations. unavailable when the server does
 // not answer (naming it), failed_precondition when its schema is newer than this build knows.
-Result<std::unique_ptr<Store>> open_postgres_store(const std::string& url);
+Result<std::unique_ptr<Store>> open_postgres_store(const std::string& url, const PostgresSessionLimits& limits = {});
 
 }  // namespace trainer::store

@@ -12,12 +12,14 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <latch>
 #include <ostream>
 #include <thread>
+#include <vector>
 
 namespace trainer::store {
 namespace {
@@ -256,9 +258,9 @@ INSTANTIATE_TEST_SUITE_P(Sqlite, StoreTest, ::testing::Values(Kind::kSqlite), ki
 INSTANTIATE_TEST_SUITE_P(Postgres, StoreTest, ::testing::Values(Kind::kPostgres), kind_name);
 
 TEST_P(StoreTest, MigratesOnceAndRecordsTheSchemaVersion) {
-  EXPECT_EQ(open()->schema_version(), 11);
-  EXPECT_EQ(open()->schema_version(), 11);  // reopening applies nothing again
-  EXPECT_EQ(db_->number("SELECT COUNT(*) FROM schema_migrations"), 11);
+  EXPECT_EQ(open()->schema_version(), 12);
+  EXPECT_EQ(open()->schema_version(), 12);  // reopening applies nothing again
+  EXPECT_EQ(db_->number("SELECT COUNT(*) FROM schema_migrations"), 12);
 }
 
 TEST_P(StoreTest, BundleVersionsAreKeptPerNameInVersionOrder) {
@@ -543,13 +545,52 @@ TEST_P(StoreTest, AReleasedLeaseIsTakenAtOnceUnderANewFence) {
   EXPECT_EQ((*b)->fence, 2);
 }
 
+TEST_P(StoreTest, ReplicasBeatAndOnlyRecentBeatsAreLive) {
+  auto s = open();
+  ASSERT_TRUE(s->beat_replica({"b-1", "host-b", "http://127.0.0.1:2", 100, 100}).is_ok());
+  ASSERT_TRUE(s->beat_replica({"a-1", "host-a", "http://127.0.0.1:1", 90, 95}).is_ok());
+  // A later beat moves the heartbeat and keeps when the replica started.
+  ASSERT_TRUE(s->beat_replica({"a-1", "host-a", "http://127.0.0.1:1", 120, 120}).is_ok());
+  auto live = s->live_replicas(100);
+  ASSERT_TRUE(live.is_ok()) << live.status().to_string();
+  ASSERT_EQ(live->size(), 2u);
+  EXPECT_EQ((*live)[0].name, "a-1");
+  EXPECT_EQ((*live)[0].instance, "host-a");
+  EXPECT_EQ((*live)[0].url, "http://127.0.0.1:1");
+  EXPECT_EQ((*live)[0].started_at, 90);
+  EXPECT_EQ((*live)[0].heartbeat_at, 120);
+  EXPECT_EQ((*live)[1].name, "b-1");
+  // A replica whose last beat is older than `since` is not live.
+  auto recent = s->live_replicas(110);
+  ASSERT_TRUE(recent.is_ok());
+  ASSERT_EQ(recent->size(), 1u);
+  EXPECT_EQ((*recent)[0].name, "a-1");
+  // A clean stop removes the row; removing it again is no error.
+  ASSERT_TRUE(s->remove_replica("a-1").is_ok());
+  ASSERT_TRUE(s->remove_replica("a-1").is_ok());
+  auto after = s->live_replicas(0);
+  ASSERT_TRUE(after.is_ok());
+  ASSERT_EQ(after->size(), 1u);
+  EXPECT_EQ((*after)[0].name, "b-1");
+}
+
+TEST_P(StoreTest, TheAdmissionLockIsTakenInsideATransaction) {
+  auto s = open();
+  Status st = s->transaction([&]() -> Status {
+    TRAINER_RETURN_IF_ERROR(s->lock_admission());
+    TRAINER_RETURN_IF_ERROR(s->lock_admission());  // taken again by the same transaction: no wait
+    return s->list_claims().status();
+  });
+  EXPECT_TRUE(st.is_ok()) << st.to_string();
+}
+
 TEST_P(StoreTest, MigrationNineGivesEveryExistingRunATask) {
   {
     auto s = open();
     ASSERT_TRUE(s->insert_run(run("aa", "TRAINING")).is_ok());
   }
   // Rewind to schema 8 as an older trainerd left it: no task rows, no counter (nor job reports, nor
-  // endpoints).
+  // endpoints, nor replicas).
   db_->exec(
       GetParam() == Kind::kSqlite
           ? "DROP TABLE tasks; DROP TABLE counters; DROP TRIGGER runs_inserted; DROP TRIGGER runs_updated;"
@@ -557,11 +598,11 @@ TEST_P(StoreTest, MigrationNineGivesEveryExistingRunATask) {
             "DROP TRIGGER workloads_deleted; DROP TRIGGER claims_inserted; DROP TRIGGER claims_updated;"
             "DROP TRIGGER claims_deleted; DROP TABLE job_attempts; DROP TABLE job_events; DROP TABLE "
             "job_logs;"
-            "DROP TABLE endpoints;"
+            "DROP TABLE endpoints; DROP TABLE replicas;"
             "DELETE FROM schema_migrations WHERE version >= 9;"
           : "DROP TABLE tasks; DROP TABLE counters; DROP FUNCTION count_change() CASCADE;"
             "DROP TABLE job_attempts; DROP TABLE job_events; DROP TABLE job_logs; DROP TABLE endpoints;"
-            "DELETE FROM schema_migrations WHERE version >= 9;");
+            "DROP TABLE replicas; DELETE FROM schema_migrations WHERE version >= 9;");
   auto s = open();
   auto t = s->get_task("run", "aa");
   ASSERT_TRUE(t.is_ok() && t->has_value());
@@ -871,9 +912,9 @@ TEST_P(StoreTest, TwoProcessesOpeningANewDatabaseAtOnceMigrateItOnce) {
   for (auto& t : threads) t.join();
   for (auto& s : opened) {
     ASSERT_TRUE(s.is_ok()) << s.status().to_string();
-    EXPECT_EQ((*s)->schema_version(), 11);
+    EXPECT_EQ((*s)->schema_version(), 12);
   }
-  EXPECT_EQ(db_->number("SELECT COUNT(*) FROM schema_migrations"), 11);
+  EXPECT_EQ(db_->number("SELECT COUNT(*) FROM schema_migrations"), 12);
 }
 
 // ---- SQLite only
@@ -960,6 +1001,93 @@ TEST_F(PostgresStore, ATransactionThatLosesItsConnectionFailsWholeAndTheStoreGoe
   ASSERT_TRUE(aa.is_ok()) << aa.status().to_string();
   EXPECT_FALSE(aa->has_value()) << "nothing of the lost transaction was committed";
   EXPECT_TRUE(store.insert_run(queued_run("cc")).is_ok());
+}
+
+TEST_F(PostgresStore, AStalledReplicasTransactionIsEndedByTheServerAndAnotherTakesTheLeaseOver) {
+  // Two replicas with short session limits: A locks a task's row in a transaction and stalls there
+  // (as a SIGSTOPped trainerd would); B's writes to the row wait at most lock_timeout and fail with
+  // unavailable until the server ends A's idle transaction, then B takes the lease over.
+  PostgresSessionLimits limits;
+  limits.idle_in_transaction_ms = 500;
+  limits.lock_timeout_ms = 100;
+  auto a = open_postgres_store(db_.url(), limits);
+  auto b = open_postgres_store(db_.url(), limits);
+  ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+  ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+  ASSERT_TRUE((*a)->insert_task(task("t1", "P1")).is_ok());
+  auto lease = (*a)->acquire_task_lease("toy", "t1", "replica-a", 100, 10);
+  ASSERT_TRUE(lease.is_ok() && lease->has_value());
+
+  std::latch locked(1);
+  std::latch taken_over(1);
+  Status stalled;
+  std::thread replica_a([&] {
+    stalled = (*a)->transaction([&]() -> Status {
+      TRAINER_RETURN_IF_ERROR((*a)->check_task_lease("toy", "t1", "replica-a", 1));
+      locked.count_down();
+      taken_over.wait();  // stalled, holding the row's lock, until B has the lease
+      return (*a)->update_task(task("t1", "P2"), 1);
+    });
+  });
+  locked.wait();
+  int refused = 0;
+  Result<std::optional<TaskLease>> b_lease = std::optional<TaskLease>();
+  for (int i = 0; i < 600; ++i) {  // a guard against a hang; each try waits at most lock_timeout
+    b_lease = (*b)->acquire_task_lease("toy", "t1", "replica-b", 200, 10);
+    if (b_lease.is_ok()) break;
+    EXPECT_EQ(b_lease.status().code(), StatusCode::kUnavailable) << b_lease.status().to_string();
+    ++refused;
+  }
+  taken_over.count_down();
+  replica_a.join();
+  ASSERT_TRUE(b_lease.is_ok()) << b_lease.status().to_string();
+  ASSERT_TRUE(b_lease->has_value()) << "A's lease ran out: B takes it";
+  EXPECT_EQ((*b_lease)->fence, 2);
+  EXPECT_FALSE(stalled.is_ok()) << "the stalled transaction never commits";
+  auto task = (*b)->get_task("toy", "t1");
+  ASSERT_TRUE(task.is_ok() && task->has_value());
+  EXPECT_EQ((*task)->phase, "P1") << "nothing of the stalled transaction was committed";
+  EXPECT_EQ((*task)->owner, "replica-b");
+  std::printf("B's lease was refused %d times (lock_timeout) before the server ended A's transaction\n", refused);
+}
+
+TEST_F(PostgresStore, TheAdmissionLockMakesASecondAdmissionWaitAndThenSeeTheFirstsGrants) {
+  auto a = db_.open();
+  auto b = db_.open();
+  ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+  ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+  EXPECT_EQ((*a)->lock_admission().code(), StatusCode::kFailedPrecondition) << "only inside a transaction";
+  std::latch a_holds(1);
+  std::vector<ClaimRow> b_saw;
+  Status b_done;
+  std::thread replica_b;
+  Status a_done = (*a)->transaction([&]() -> Status {
+    TRAINER_RETURN_IF_ERROR((*a)->lock_admission());
+    replica_b = std::thread([&] {
+      a_holds.wait();
+      b_done = (*b)->transaction([&]() -> Status {
+        TRAINER_RETURN_IF_ERROR((*b)->lock_admission());
+        TRAINER_ASSIGN_OR_RETURN(b_saw, (*b)->list_claims());
+        return Status::ok();
+      });
+    });
+    a_holds.count_down();
+    // B is waiting for the lock (the server says so) before A grants and commits.
+    const std::string waiting =
+        "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+        "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
+    for (int i = 0; i < 2000 && db_.number(waiting) == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    EXPECT_EQ(db_.number(waiting), 1);
+    ClaimRow c{"run-a", "SFT", "w1", "p", 1, "GRANTED", "2026-01-01T00:00:00Z", 0, {}};
+    return (*a)->insert_claim(c);
+  });
+  replica_b.join();
+  ASSERT_TRUE(a_done.is_ok()) << a_done.to_string();
+  ASSERT_TRUE(b_done.is_ok()) << b_done.to_string();
+  ASSERT_EQ(b_saw.size(), 1u) << "B read the claims after A's grant committed";
+  EXPECT_EQ(b_saw[0].owner, "run-a");
 }
 
 TEST(PostgresStoreOpen, AServerThatDoesNotAnswerIsUnavailableAndNamed) {
