@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -40,6 +42,7 @@ struct Options {
   std::string job_binary;   // --job-binary
   std::string port_file;    // --port-file
   std::string otlp_traces_endpoint;  // --otlp-traces-endpoint
+  std::chrono::milliseconds lease{30000};  // --lease-seconds
   http::ServerOptions http; // --max-connections, --header-timeout, --body-timeout, ...
 };
 
@@ -108,6 +111,11 @@ const std::vector<OptionSpec>& option_table() {
        [](Options& o, const std::string& v) { o.config_path = v; return !v.empty(); }},
       {"--instance", "NAME", "the instance attribute of every service metric; default the host name",
        [](Options& o, const std::string& v) { o.instance = v; return !v.empty(); }},
+      {"--lease-seconds", "SECONDS",
+       "how long a task lease (a run, an evaluation, ... driven by this replica) lasts unless renewed; another "
+       "replica on the same PostgreSQL store takes the work of a replica that stopped within about this long; "
+       "default 30",
+       [](Options& o, const std::string& v) { return parse_seconds(v, o.lease); }},
       {"--job-binary", "PATH", "the trainer-job executable runs start; default trainer-job beside trainerd",
        [](Options& o, const std::string& v) { o.job_binary = v; return !v.empty(); }},
       {"--otlp-traces-endpoint", "URL",
@@ -211,6 +219,18 @@ std::optional<int> parse_options(int argc, char** argv, Options& opt) {
   return std::nullopt;
 }
 
+// This process's replica name: on PostgreSQL, which other trainerds may share, the instance name
+// and 8 random hex digits, new at every start, so that a restarted or a second trainerd never
+// signs leases with the name of one that may still be running (paused, partitioned). On SQLite, one
+// trainerd owns the store: "trainerd", as before, so a restarted one takes its leases back at once.
+std::string replica_name(const service::StoreConfig& store, const std::string& instance) {
+  if (store.kind != "postgres") return "trainerd";
+  std::random_device entropy;
+  char suffix[16];
+  std::snprintf(suffix, sizeof suffix, "%08x", static_cast<unsigned>(entropy()));
+  return instance + "-" + suffix;
+}
+
 // The deployment configuration: --config's file, else the embedded default; the job binary from
 // --job-binary, else the configuration's, else trainer-job beside trainerd. Nothing when the file
 // cannot be read or is invalid (said on stderr).
@@ -276,10 +296,16 @@ void apply_test_hooks(service::ServiceOptions& sopt) {
 }
 
 // The store the configuration names: SQLite in the data folder (or the file store.url names), or
-// the PostgreSQL database at store.url. A failure names the field that chose it.
-Result<std::unique_ptr<store::Store>> open_store(const service::StoreConfig& config, const std::string& data_dir) {
+// the PostgreSQL database at store.url. A failure names the field that chose it. On PostgreSQL a
+// stopped replica's transaction is ended within half a lease and a lock is waited for at most a
+// quarter of one, so the replica that takes its work over is not blocked past the lease's bound.
+Result<std::unique_ptr<store::Store>> open_store(const service::StoreConfig& config, const std::string& data_dir,
+                                                 std::chrono::milliseconds lease) {
   if (config.kind == "postgres") {
-    auto pg = store::open_postgres_store(config.url);
+    store::PostgresSessionLimits limits;
+    limits.idle_in_transaction_ms = std::clamp<int64_t>(lease.count() / 2, 1, limits.idle_in_transaction_ms);
+    limits.lock_timeout_ms = std::clamp<int64_t>(lease.count() / 4, 1, limits.lock_timeout_ms);  // 0 would mean none
+    auto pg = store::open_postgres_store(config.url, limits);
     if (!pg.is_ok()) return pg.status().with_context("store.url");
     std::fprintf(stderr, "trainerd: store: %s\n", (*pg)->description().c_str());
     return pg;
@@ -301,7 +327,7 @@ std::unique_ptr<service::Service> open_service(Options& opt, service::Deployment
     return nullptr;
   }
   opt.data_dir = fs::absolute(opt.data_dir).string();
-  auto store = open_store(config.store, opt.data_dir);
+  auto store = open_store(config.store, opt.data_dir, opt.lease);
   if (!store.is_ok()) {
     std::fprintf(stderr, "trainerd: %s\n", store.status().message().c_str());
     exit_status = 1;
@@ -318,6 +344,8 @@ std::unique_ptr<service::Service> open_service(Options& opt, service::Deployment
   sopt.data_dir = opt.data_dir;
   sopt.config = config;
   sopt.instance = opt.instance;
+  sopt.replica = replica_name(config.store, opt.instance);
+  sopt.lease_seconds = std::chrono::duration<double>(opt.lease).count();
   apply_test_hooks(sopt);
   auto svc = service::make_service(std::move(sopt), std::move(*store), std::move(*backend));
   if (!svc.is_ok()) {

@@ -28,8 +28,19 @@ int run_info(Context& ctx) {
     std::string version = info.contains("build") ? str(info["build"], "version") : "";
     rows.push_back({"Service", ctx.client.base_url() + (version.empty() ? "" : " (trainerd " + version + ")")});
     rows.push_back({"Backend", str(info, "backend")});
+    if (!str(info, "replica").empty()) rows.push_back({"Replica", str(info, "replica") + " (answered)"});
     rows.push_back({"Ready", ready ? ctx.paint("yes", "32") : ctx.paint("no", "31")});
     out(render_fields(rows));
+    if (info.contains("replicas") && info["replicas"].is_array() && !info["replicas"].empty()) {
+      out("Live replicas:\n");
+      std::vector<std::vector<std::string>> replicas;
+      const double now = now_seconds();
+      for (const auto& r : info["replicas"]) {
+        replicas.push_back({str(r, "name"), str(r, "instance"), str(r, "url"), age_text(str(r, "startedAt"), now),
+                            age_text(str(r, "heartbeatAt"), now)});
+      }
+      out(render_table({"NAME", "INSTANCE", "URL", "STARTED", "HEARTBEAT"}, replicas));
+    }
     if (startup.contains("steps") && startup["steps"].is_array()) {
       out("Startup:\n");
       for (const auto& step : startup["steps"]) {

@@ -6,6 +6,15 @@
 namespace trainer::service {
 
 Status Capacity::admit_locked() {
+  // In the caller's transaction (or one of its own when the caller has none): other replicas'
+  // admissions wait at the lock until it ends, then read its grants.
+  return core_.store->transaction([&]() -> Status {
+    TRAINER_RETURN_IF_ERROR(core_.store->lock_admission());
+    return admit_under_lock();
+  });
+}
+
+Status Capacity::admit_under_lock() {
   auto claims = core_.store->list_claims();
   if (!claims.is_ok()) return claims.status();
   auto workloads = core_.store->list_workloads();

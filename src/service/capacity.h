@@ -28,7 +28,9 @@ class Capacity {
   void read();
 
   // For runs and evaluations (mu held, inside a store transaction):
-  // Grants what admission grants of the queued claims, and places granted claims on devices.
+  // Grants what admission grants of the queued claims, and places granted claims on devices, under
+  // the store's admission lock (store.h, lock_admission()): no pool or quota is over-granted by
+  // replicas admitting at once.
   Status admit_locked();
   // Moves the time of an ended job into the run's cost, and tells the relay the run ended.
   void settle_cost(RunRecord& run, double now);
@@ -44,6 +46,8 @@ class Capacity {
   Result<std::map<std::string, store::ClaimRow>> claims_by_owner();
 
  private:
+  // admit_locked()'s work, with the admission lock held.
+  Status admit_under_lock();
   static int observed_for(const PoolConfig& p, const std::map<std::string, int>& observed);
   void refresh_gauges();
 

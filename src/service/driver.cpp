@@ -284,6 +284,9 @@ Status ServiceImpl::submit_job(RunRecord& run) {
   }
   Status st = write_file_atomic(spec.plan_path, job_plan.dump(2) + "\n");
   if (!st.is_ok()) return fail(run, "could not write the resolved plan\n" + st.message());
+  // Fenced: a replica that lost this run's lease (or whose transaction the server ended) starts
+  // nothing; the replica that holds it finds the job a start before it made (find() above).
+  TRAINER_RETURN_IF_ERROR(kernel_->recheck_lease());
   auto handle = backend_->start(spec);
   if (!handle.is_ok()) return fail(run, "the backend could not start the training job\n" + handle.status().message());
   TRAINER_RETURN_IF_ERROR(record_job(std::move(*handle)));

@@ -147,6 +147,7 @@ Status Endpoints::launch_locked(json& doc, const store::ClaimRow& claim) {
   job.gpus = gpu_pool ? claim.devices : 0;
   job.device_ids = claim.device_ids;
   TRAINER_RETURN_IF_ERROR(write_file_atomic(job.plan_path, spec.dump(2) + "\n"));
+  TRAINER_RETURN_IF_ERROR(core_.kernel->recheck_lease());  // fenced, as a run's job (driver.cpp)
   auto started = core_.backend->start(job);
   if (!started.is_ok()) return end_locked(doc, kFailed, "the serving process did not start: " + started.status().message());
   doc["_job"] = {{"handle", started->value}, {"jobId", job.job_id}, {"log", job.log_path}, {"port", 0}};

@@ -369,6 +369,7 @@ Status Evaluations::launch_evaluation_locked(json& doc, const store::ClaimRow& c
   std::optional<backend::JobHandle> handle = core_.backend->find(job);
   if (!handle) {
     TRAINER_RETURN_IF_ERROR(write_file_atomic(job.plan_path, spec.dump(2) + "\n"));
+    TRAINER_RETURN_IF_ERROR(core_.kernel->recheck_lease());  // fenced, as a run's job (driver.cpp)
     auto started = core_.backend->start(job);
     if (!started.is_ok()) {
       return end_evaluation_locked(doc, "FAILED", "the evaluation job did not start: " + started.status().message());

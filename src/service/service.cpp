@@ -15,6 +15,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// "30 s", "2.5 s".
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g s", s);
+  return buf;
+}
+
 json all_phase_names() {
   json out = json::array();
   for (int i = 0; i < kPhaseCount; ++i) out.push_back(phase_name(phase_at(i)));
@@ -86,6 +93,18 @@ Status ServiceImpl::start() {
   if (!st.is_ok()) return st;
   capacity_.read();
   add_step("read capacity", true, backend_->observed_source());
+  // Replicas: this one's heartbeat, and a listener of the others' changes where the store can have
+  // others (PostgreSQL). A step of its own only there: on SQLite, startup reads as it always did.
+  auto listener = store_->listen_for_changes(opt_.replica);
+  st = listener.is_ok() ? beat() : listener.status();
+  if (!st.is_ok() || *listener) {
+    add_step("join replicas", st.is_ok(),
+             st.is_ok() ? "replica " + opt_.replica + ", task leases of " + seconds_text(opt_.lease_seconds) +
+                              ", listening for the other replicas' changes"
+                        : st.describe());
+  }
+  if (!st.is_ok()) return st;
+  if (*listener) listener_ = std::thread([this, l = std::move(*listener)]() mutable { listen(*l); });
   driver_ = std::thread([this] { drive(); });
   add_step("start run driver", true, "every " + std::to_string(opt_.tick.count()) + " ms");
   ready_ = true;
@@ -95,8 +114,60 @@ Status ServiceImpl::start() {
 void ServiceImpl::stop() {
   stopping_ = true;
   if (driver_.joinable()) driver_.join();
+  if (listener_.joinable()) listener_.join();
   kernel_->stop_work();
   kernel_->release_leases();
+  if (ready_) {
+    Status st = store_->remove_replica(opt_.replica);
+    if (!st.is_ok()) std::fprintf(stderr, "trainerd: warning: leaving the replicas table: %s\n", st.describe().c_str());
+  }
+}
+
+// The listener thread: another replica's change wakes this one's long polls and its driver. Nothing
+// escapes it; while the store cannot be reached it tries again every kListenRetry.
+void ServiceImpl::listen(store::ChangeListener& listener) {
+  constexpr auto kListenWait = std::chrono::milliseconds(500);  // how often it looks at stopping_
+  constexpr auto kListenRetry = std::chrono::milliseconds(500);
+  bool warned = false;
+  while (!stopping_) {
+    auto changed = listener.wait(kListenWait);
+    if (changed.is_ok()) {
+      warned = false;
+      if (*changed) {
+        core_.notify_here();
+        kernel_->wake();
+      }
+      continue;
+    }
+    ++driver_errors_;
+    if (!warned) {
+      std::fprintf(stderr, "trainerd: warning: listening for other replicas' changes: %s (trying again)\n",
+                   changed.status().describe().c_str());
+      warned = true;
+    }
+    std::this_thread::sleep_for(kListenRetry);
+  }
+}
+
+Status ServiceImpl::beat() {
+  const double at = now();
+  Status st = store_->beat_replica({opt_.replica, opt_.instance, core_.catalog_url, core_.started_at, at});
+  if (st.is_ok()) last_beat_ = at;
+  return st;
+}
+
+Result<json> ServiceImpl::live_replicas() const {
+  const double window = ServiceCore::kLiveBeats * std::chrono::duration<double>(opt_.heartbeat).count();
+  TRAINER_ASSIGN_OR_RETURN(std::vector<store::ReplicaRow> rows, store_->live_replicas(now() - window));
+  json out = json::array();
+  for (const auto& r : rows) {
+    out.push_back({{"name", r.name},
+                   {"instance", r.instance},
+                   {"url", r.url},
+                   {"startedAt", rfc3339(r.started_at)},
+                   {"heartbeatAt", rfc3339(r.heartbeat_at)}});
+  }
+  return out;
 }
 
 std::vector<StartupStep> ServiceImpl::startup_steps() const {
@@ -113,16 +184,26 @@ json ServiceImpl::info() const {
   json steps = json::array();
   for (const auto& s : startup_steps()) steps.push_back({{"name", s.name}, {"ok", s.ok}, {"message", s.message}});
   json configuration = config_to_json(opt_.config);
+  // The live replicas; a store that does not answer says so in place of the list.
+  json replicas = json::array();
+  if (ready_) {
+    auto live = live_replicas();
+    replicas = live.is_ok() ? *live : json{{"error", live.status().describe()}};
+  }
   return {{"backend", backend_->name()},
           {"build", {{"version", version_string()}}},
           {"instance", opt_.instance},
+          {"replica", opt_.replica},
+          {"replicas", replicas},
           {"dataDir", opt_.data_dir},
           {"storage", storage_->describe()},
           {"artifactStore", artifact_store_ ? artifact_store_->describe() : storage_->describe()},
           {"configuration", configuration},
           {"phases", all_phase_names()},
           {"taskKinds", kernel_->describe()},
-          {"driver", {{"errors", driver_errors_.load() + kernel_->step_errors()}}},
+          {"driver",
+           {{"errors", driver_errors_.load() + kernel_->step_errors()},
+            {"announceErrors", core_.announce_errors.load()}}},
           {"startup", {{"ready", ready_.load()}, {"steps", steps}}}};
 }
 
@@ -195,6 +276,13 @@ void ServiceImpl::drive() {
         last_capacity = opt_.clock->steady_now();
       }
       catalog_.sweep_leftovers_if_due();
+      if (now() - last_beat_ >= std::chrono::duration<double>(opt_.heartbeat).count()) {
+        Status st = beat();
+        if (!st.is_ok()) {
+          ++driver_errors_;
+          std::fprintf(stderr, "trainerd: warning: the replica's heartbeat failed: %s\n", st.describe().c_str());
+        }
+      }
     } catch (const std::exception& e) {
       ++driver_errors_;
       std::fprintf(stderr, "trainerd: warning: the run driver caught an error and goes on: %s\n", e.what());

@@ -40,7 +40,12 @@ struct ServiceOptions {
   std::string data_dir;                  // state.db, datasets/, models/, runs/ live here
   DeploymentConfig config;               // allowed base models, pools, quotas, limits
   std::string instance;                  // the `instance` attribute of every service metric
-  std::string replica = "trainerd";      // this replica's name on the task leases it takes
+  // This replica's name on the task leases it takes and in the replicas table: unique per process
+  // start on a shared store (trainerd: the instance name and a random suffix), so that two
+  // processes never both think they hold one lease.
+  std::string replica = "trainerd";
+  double lease_seconds = 30;             // seconds a task lease lasts unless renewed (renewed at half)
+  std::chrono::milliseconds heartbeat{2000};  // how often this replica beats in the replicas table
   // Test hook (TRAINER_TEST_KILL_AFTER=KIND:PHASE): trainerd SIGKILLs itself right after the commit
   // of the step that moved a task of KIND into PHASE (tasks/task_kernel.h). "" = none.
   std::string kill_after;

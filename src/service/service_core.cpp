@@ -2,6 +2,7 @@
 #include "service/service_core.h"
 
 #include <algorithm>
+#include <cstdio>
 
 namespace trainer::service {
 namespace {
@@ -25,7 +26,9 @@ ServiceCore::ServiceCore(ServiceOptions opts, std::unique_ptr<store::Store> st, 
       backend(std::move(be)),
       storage(std::move(sto)),
       kernel(std::make_unique<tasks::TaskKernel>(
-          *store, options.clock, tasks::KernelOptions{.owner = options.replica, .kill_after = options.kill_after})),
+          *store, options.clock, tasks::KernelOptions{.owner = options.replica,
+                                                   .lease_seconds = options.lease_seconds,
+                                                   .kill_after = options.kill_after})),
       metrics(options.instance),
       relay(relay_options(options.config.telemetry)),
       traces(options.config.telemetry.otlp_traces_endpoint, options.instance) {}
@@ -60,6 +63,15 @@ Result<RunRecord> ServiceCore::resolve_run(const std::string& ref, const std::st
 }
 
 void ServiceCore::notify() {
+  notify_here();
+  Status st = store->announce_change(options.replica);
+  if (!st.is_ok() && announce_errors.fetch_add(1) == 0) {
+    std::fprintf(stderr, "trainerd: warning: telling the other replicas of a change failed (counted in info's "
+                 "driver.announceErrors; said once): %s\n", st.describe().c_str());
+  }
+}
+
+void ServiceCore::notify_here() {
   std::vector<std::function<void()>> subscribers;
   {
     std::lock_guard<std::mutex> lock(events_mu_);
@@ -83,6 +95,17 @@ uint64_t ServiceCore::change_version() {
 void ServiceCore::wait_for_change(uint64_t seen, std::chrono::steady_clock::time_point until) {
   std::unique_lock<std::mutex> lock(events_mu_);
   events_cv_.wait_until(lock, until, [&] { return events_version_ != seen; });
+}
+
+std::string ServiceCore::job_catalog_urls() const {
+  const double window = kLiveBeats * std::chrono::duration<double>(options.heartbeat).count();
+  auto live = store->live_replicas(now() - window);
+  std::string urls = catalog_url;
+  if (!live.is_ok()) return urls;
+  for (const store::ReplicaRow& r : *live) {
+    if (r.name != options.replica && !r.url.empty() && r.url.find(',') == std::string::npos) urls += "," + r.url;
+  }
+  return urls;
 }
 
 Result<store::JobAttemptRow> ServiceCore::authenticated_attempt(const std::string& job_id, const std::string& token) {

@@ -55,6 +55,13 @@ class ServiceCore {
   // trainerd's own API base URL ("http://127.0.0.1:9001"), which jobs call back for their reports
   // and the snapshot catalog (Service::set_catalog_url); set before start(), then constant.
   std::string catalog_url;
+  // What a new job is given as TRAINER_CATALOG_URL: catalog_url, then the API URLs of the other
+  // live replicas on the store (comma separated), so that its reports and snapshot commits reach a
+  // replica while the one that started it is down (job/report_sender.h). catalog_url alone when
+  // the store cannot list them, or on SQLite. Reads the store only.
+  std::string job_catalog_urls() const;
+  // A replica is live while its last heartbeat is at most this many heartbeat periods old.
+  static constexpr int kLiveBeats = 3;
   // Wall seconds when trainerd started (set by ServiceImpl::start(), then constant): a job's
   // silence counts from it at the earliest (lost_attempts.h, watch_silence()).
   double started_at = 0;
@@ -96,8 +103,14 @@ class ServiceCore {
   std::string job_log_tail(const std::string& job_id, const std::string& log_path, int n);
 
   // ---- run changes: notify() after every change to any run (phase, progress, events, the models
-  // and snapshots it shows); long polls wait for the next one.
+  // and snapshots it shows); long polls wait for the next one. notify() also announces the change
+  // to the other replicas on the store (store.h, announce_change(); when called inside a store
+  // transaction, they hear of it at its commit), whose listeners call notify_here().
   void notify();
+  // A change made elsewhere (another replica): wakes this process's waiters only.
+  void notify_here();
+  // Announcements that failed (the store unreachable): other replicas' long polls wait longer.
+  std::atomic<int64_t> announce_errors{0};
   // `on_change` is called by every notify() from the notifying thread (Service::subscribe_run_changes).
   void subscribe(std::function<void()> on_change);
   // The count of notify() calls so far; wait_for_change() waits until it passes `seen`.

@@ -421,7 +421,17 @@ class ServiceImpl final : public Service {
   // through kernel_->move() (transition()), which checks run_phase_table().
   tasks::FunctionKind run_tasks_;         // driver.cpp
 
+  // Writes this replica's heartbeat into the replicas table (start(), then the driver thread).
+  Status beat();
+  // The live replicas, for info().
+  Result<json> live_replicas() const;
+  double last_beat_ = 0;  // wall seconds of the last heartbeat written; the driver thread's (and start()'s)
+
+  // The listener thread's loop (start() runs it when the store has other processes).
+  void listen(store::ChangeListener& listener);
+
   std::thread driver_;
+  std::thread listener_;  // other replicas' changes; not started on SQLite
   std::atomic<bool> stopping_{false};
   std::atomic<bool> ready_{false};
 };

@@ -122,8 +122,11 @@ Result<bool> TaskKernel::step_task(TaskKind& kind, const store::TaskRow& task, d
     }
     Step step(*this, task, now);
     in_step_ = true;
+    stepping_ = &task;
+    stepping_fence_ = fence;
     Status stepped = kind.step(step);
     in_step_ = false;
+    stepping_ = nullptr;
     TRAINER_RETURN_IF_ERROR(stepped);
     // The step may have moved the task (move()); what is stored now decides when it is next due.
     TRAINER_ASSIGN_OR_RETURN(std::optional<store::TaskRow> after, store_.get_task(task.kind, task.id));
@@ -223,6 +226,11 @@ void TaskKernel::release_leases() {
                    st.to_string().c_str());
     }
   }
+}
+
+Status TaskKernel::recheck_lease() {
+  if (!in_step_ || stepping_ == nullptr) return Status::ok();
+  return store_.check_task_lease(stepping_->kind, stepping_->id, opt_.owner, stepping_fence_);
 }
 
 TaskKernel::~TaskKernel() { stop_work(); }

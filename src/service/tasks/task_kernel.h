@@ -127,6 +127,13 @@ class TaskKernel {
   // Waits until wake() or until `tick` passed: what the driver does between passes.
   void wait(std::chrono::milliseconds tick);
   int64_t step_errors() const { return step_errors_.load(); }
+  // Inside a step: checks again, in the step's transaction, that this replica still holds the
+  // stepped task's lease under the step's fence (failed_precondition for a lease taken over;
+  // unavailable when the server ended the step's transaction, as it does to a replica that was
+  // stopped longer than its idle limit). Called right before an effect outside the store that must
+  // happen at most once per attempt (starting a job), so that a replica resuming from a stop does
+  // not start what the replica that took its lease over has started. ok outside a step.
+  Status recheck_lease();
   // Waits for every launched work to end (the service's stop()); later launches are refused.
   void stop_work();
   // Gives back the leases this replica took (the service's stop(), after the driver's last pass),
@@ -159,6 +166,8 @@ class TaskKernel {
   std::atomic<int64_t> step_errors_{0};
   RepeatedErrors said_;      // guarded by the caller's lock: the step errors logged, by "KIND ID"
   bool in_step_ = false;     // guarded by the caller's lock: a step runs
+  const store::TaskRow* stepping_ = nullptr;  // guarded by the caller's lock: the task a step runs for
+  int64_t stepping_fence_ = 0;                // guarded by the caller's lock: that step's fence
   bool wake_after_step_ = false;  // guarded by the caller's lock: the step moved a task
   std::string kill_reason_;  // guarded by the caller's lock: the hook's boundary, once crossed in a step
 

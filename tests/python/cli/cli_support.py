@@ -53,8 +53,12 @@ class Trainerd:
 
 
 def start_trainerd(bin_dir: pathlib.Path, tmp: pathlib.Path, config: dict, port: int = 0,
-                   wait_ready: bool = True) -> Trainerd:
-    """Starts trainerd and waits until it answers and (with `wait_ready`) its startup completed."""
+                   wait_ready: bool = True, data_dir: pathlib.Path | None = None,
+                   args: tuple[str, ...] = ()) -> Trainerd:
+    """Starts trainerd and waits until it answers and (with `wait_ready`) its startup completed.
+    `data_dir`: its data folder (default TMP/data; replicas on one store share one); `args`: more
+    of trainerd's options."""
+    data_dir = data_dir or tmp / "data"
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "trainerd.json").write_text(json.dumps(config))
     port_file = tmp / "port"
@@ -62,14 +66,14 @@ def start_trainerd(bin_dir: pathlib.Path, tmp: pathlib.Path, config: dict, port:
     log = tmp / "trainerd.log"
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            [str(bin_dir / "trainerd"), "--data-dir", str(tmp / "data"), "--port", str(port),
+            [str(bin_dir / "trainerd"), "--data-dir", str(data_dir), "--port", str(port),
              "--port-file", str(port_file), "--config", str(tmp / "trainerd.json"),
-             "--job-binary", str(bin_dir / "trainer-job")],
+             "--job-binary", str(bin_dir / "trainer-job"), *args],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.time() + 30
     while not (port_file.exists() and port_file.read_text().strip()):
         if proc.poll() is not None or time.time() > deadline:
-            stop(proc, tmp / "data")
+            stop(proc, data_dir)
             pytest.fail(f"trainerd did not start (exit {proc.returncode}):\n{log.read_text()}")
         time.sleep(0.05)
     url = f"http://127.0.0.1:{port_file.read_text().strip()}"
@@ -89,10 +93,10 @@ def start_trainerd(bin_dir: pathlib.Path, tmp: pathlib.Path, config: dict, port:
         except (urllib.error.URLError, ConnectionError, json.JSONDecodeError):
             pass
         if proc.poll() is not None or time.time() > deadline:
-            stop(proc, tmp / "data")
+            stop(proc, data_dir)
             pytest.fail(f"trainerd did not become ready:\n{log.read_text()}")
         time.sleep(0.1)
-    return Trainerd(url=url, data_dir=tmp / "data", proc=proc, log=log)
+    return Trainerd(url=url, data_dir=data_dir, proc=proc, log=log)
 
 
 def stop(proc: subprocess.Popen, data_dir: pathlib.Path | None = None) -> None:

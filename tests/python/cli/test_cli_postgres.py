@@ -2,8 +2,9 @@
 PostgreSQL"), end to end through the real `trainer` CLI, a real trainerd and its real jobs, on a
 real PostgreSQL server (the session's `postgres_server`): a run completes, its state is in the
 database and not in the data folder, and a restarted trainerd on the same database keeps it and
-goes on; a trainerd SIGKILLed while its run trains, started again on the same database, finds the
-run's job and the run completes on its first attempt (its leases renewed under the same fence).
+goes on; a trainerd SIGKILLed while its run trains, started again on the same database, is a new
+replica: it takes the run over once the killed one's lease ran out (under a new fence), finds the
+run's job and the run completes on its first attempt.
 Bad store settings stop trainerd at its start, naming the field."""
 from __future__ import annotations
 
@@ -69,19 +70,21 @@ def test_a_trainerd_killed_while_its_run_trains_on_postgres_finds_the_job_again(
     config = {"baseModels": [{"name": MODEL_NAME, "path": str(tiny_model)}],
               "store": {"kind": "postgres", "url": url}}
     port = free_port()  # the job calls back the address it was given: the same port after the restart
-    service = start_trainerd(bin_dir, tmp_path, config, port=port)
+    lease = ("--lease-seconds", "5")  # how long the restarted replica waits for the killed one's lease
+    service = start_trainerd(bin_dir, tmp_path, config, port=port, args=lease)
     try:
         cli = prepare(Cli(bin_dir / "trainer", service.url))
         steps = 12
         run_id = start_run_id(cli, plan_text(max_steps=steps))
         wait_step(cli, run_id, 2)
-        fence = postgres_server.psql(database, "SELECT fence FROM tasks WHERE kind = 'run' AND id = :'id';", id=run_id)
+        fence, owner = postgres_server.psql(
+            database, "SELECT fence, owner FROM tasks WHERE kind = 'run' AND id = :'id';", id=run_id).split("|")
         os.kill(service.proc.pid, signal.SIGKILL)
         service.proc.wait(timeout=30)
         deadline = time.time() + 30
         while True:  # the port is free again once the killed process's socket is gone
             try:
-                service = start_trainerd(bin_dir, tmp_path, config, port=port)
+                service = start_trainerd(bin_dir, tmp_path, config, port=port, args=lease)
                 break
             except pytest.fail.Exception:
                 if time.time() > deadline:
@@ -91,8 +94,11 @@ def test_a_trainerd_killed_while_its_run_trains_on_postgres_finds_the_job_again(
         assert run["phase"] == "COMPLETED", run
         assert run["attempt"] == 1, run["attempts"]
         assert run["progress"]["step"] == steps, run["progress"]
-        assert postgres_server.psql(database, "SELECT fence FROM tasks WHERE kind = 'run' AND id = :'id';",
-                                    id=run_id) == fence, "the restarted replica renewed its own lease"
+        fence_after, owner_after = postgres_server.psql(
+            database, "SELECT fence, owner FROM tasks WHERE kind = 'run' AND id = :'id';", id=run_id).split("|")
+        assert owner_after in ("", call(f"{service.url}/v1/info")[1]["replica"]), owner_after
+        assert owner_after != owner, "the restarted trainerd is a new replica, with a name of its own"
+        assert int(fence_after) == int(fence) + 1, "it took the run over under a new fence"
         assert postgres_server.psql(database, "SELECT COUNT(*) FROM claims;") == "0", "no claim is left"
     finally:
         stop(service.proc, service.data_dir)
