@@ -20,12 +20,33 @@ std::string trimmed(std::string url) {
   return url;
 }
 
+std::vector<std::string> route_urls(const ReportTarget& target, const std::string& route) {
+  std::vector<std::string> out;
+  for (const std::string& base : catalog_bases(target.base_url)) {
+    out.push_back(base + "/v1/jobs/" + target.job_id + "/" + route);
+  }
+  return out;
+}
+
 }  // namespace
+
+std::vector<std::string> catalog_bases(const std::string& catalog_url) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= catalog_url.size()) {
+    const size_t comma = std::min(catalog_url.find(',', start), catalog_url.size());
+    std::string base = trimmed(catalog_url.substr(start, comma - start));
+    if (!base.empty()) out.push_back(std::move(base));
+    start = comma + 1;
+  }
+  if (out.empty()) out.emplace_back();
+  return out;
+}
 
 ReportSender::ReportSender(ReportTarget target, std::string route, std::string list, std::string field,
                            SenderOptions options)
     : target_(std::move(target)),
-      url_(trimmed(target_.base_url) + "/v1/jobs/" + target_.job_id + "/" + route),
+      urls_(route_urls(target_, route)),
       list_(std::move(list)),
       field_(std::move(field)),
       opt_(options) {
@@ -49,7 +70,7 @@ void ReportSender::add(int64_t seq, std::string json_value) {
       if (!dropped_) {
         dropped_ = true;
         std::fprintf(stderr, "trainer-job: %zu reports wait for %s; later ones are not posted (the job's files keep them)\n",
-                     queue_.size(), url_.c_str());
+                     queue_.size(), urls_.front().c_str());
       }
       return;
     }
@@ -80,7 +101,7 @@ void ReportSender::loop() {
     if (outcome == 0) {
       queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(n));
       backoff = opt_.backoff;
-      if (said_unreachable) std::fprintf(stderr, "trainer-job: %s answers again\n", url_.c_str());
+      if (said_unreachable) std::fprintf(stderr, "trainer-job: %s answers again\n", urls_[current_].c_str());
       said_unreachable = false;
     } else if (outcome == 2) {
       refused_ = true;
@@ -88,9 +109,10 @@ void ReportSender::loop() {
     } else {
       if (!said_unreachable) {
         std::fprintf(stderr, "trainer-job: cannot post to %s yet; retrying (the job's files keep everything)\n",
-                     url_.c_str());
+                     urls_[current_].c_str());
         said_unreachable = true;
       }
+      current_ = (current_ + 1) % urls_.size();  // another replica may answer
       cv_.wait_for(lock, backoff, [&] { return stopping_; });
       backoff = std::min(backoff * 2, opt_.max_backoff);
     }
@@ -109,14 +131,14 @@ int ReportSender::post(size_t n) {
   }
   body += "]}";
   HttpRequest request;
-  request.url = url_;
+  request.url = urls_[current_];
   request.headers = {{"Authorization", "Bearer " + target_.token}};
   request.body = std::move(body);
   request.timeout_seconds = opt_.request_timeout_seconds;
   const HttpResponse answer = http_call(request);
   if (answer.failure != HttpFailure::kNone || answer.status >= 500 || answer.status == 429) return 1;
   if (answer.status >= 200 && answer.status < 300) return 0;
-  std::fprintf(stderr, "trainer-job: %s refused the reports (HTTP %d): %s; they are not posted again\n", url_.c_str(),
+  std::fprintf(stderr, "trainer-job: %s refused the reports (HTTP %d): %s; they are not posted again\n", urls_[current_].c_str(),
                answer.status, answer.body.substr(0, 300).c_str());
   return 2;
 }

@@ -21,10 +21,13 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 namespace trainer::job {
 
 // Where a job posts: trainerd's API base URL and the attempt's identity (protocol/job_request.h).
+// base_url may name several trainerd replicas on one store, separated by commas: the job posts to
+// the one that last answered and moves on to the next when it cannot be reached (or answers 5xx).
 struct ReportTarget {
   std::string base_url;  // TRAINER_CATALOG_URL
   std::string job_id;    // TRAINER_JOB_ID
@@ -38,6 +41,10 @@ struct SenderOptions {
   std::chrono::milliseconds max_backoff{2000};  // longest wait between tries
   double request_timeout_seconds = 10;
 };
+
+// The base URLs a TRAINER_CATALOG_URL names (comma separated), without trailing slashes; one ""
+// when it names none.
+std::vector<std::string> catalog_bases(const std::string& catalog_url);
 
 class ReportSender {
  public:
@@ -59,7 +66,8 @@ class ReportSender {
   int post(size_t n);
 
   const ReportTarget target_;
-  const std::string url_;
+  const std::vector<std::string> urls_;  // one per replica named by target_.base_url, this route's
+  size_t current_ = 0;  // the URL posted to; used by the sender's thread only
   const std::string list_;
   const std::string field_;
   const SenderOptions opt_;

@@ -45,13 +45,11 @@ class HttpCatalog final : public Catalog {
  public:
   HttpCatalog(const ReportTarget& trainerd, std::string run_id, std::chrono::milliseconds timeout,
               std::chrono::milliseconds read_deadline)
-      : base_url_(trainerd.base_url),
+      : bases_(catalog_bases(trainerd.base_url)),
         run_id_(std::move(run_id)),
         timeout_(timeout),
         read_deadline_(read_deadline),
-        headers_{{"X-Trainer-Job", trainerd.job_id}, {"Authorization", "Bearer " + trainerd.token}} {
-    while (!base_url_.empty() && base_url_.back() == '/') base_url_.pop_back();
-  }
+        headers_{{"X-Trainer-Job", trainerd.job_id}, {"Authorization", "Bearer " + trainerd.token}} {}
 
   Status reserve(const protocol::Reservation& reservation) override {
     return post("/v1/runs/" + run_id_ + "/snapshots", protocol::reservation_to_json(reservation));
@@ -81,15 +79,32 @@ class HttpCatalog final : public Catalog {
  private:
   Status post(const std::string& path, const json& body) { return call("POST", path, body, nullptr); }
 
+  // One call, to the replica that last answered, then to each other one while the one tried cannot
+  // be reached or answers 5xx (every replica serves the catalog from the same store).
   Status call(const std::string& method, const std::string& path, const json& body, json* answer) {
-    httplib::Client client(base_url_);
+    const size_t first = current_.load();
+    Status st;
+    for (size_t i = 0; i < bases_.size(); ++i) {
+      const size_t at = (first + i) % bases_.size();
+      st = call_one(bases_[at], method, path, body, answer);
+      if (st.code() != StatusCode::kUnavailable) {
+        current_.store(at);
+        return st;
+      }
+    }
+    return st;
+  }
+
+  Status call_one(const std::string& base, const std::string& method, const std::string& path, const json& body,
+                  json* answer) {
+    httplib::Client client(base);
     const auto s = std::chrono::duration_cast<std::chrono::seconds>(timeout_);
     const auto us = std::chrono::duration_cast<std::chrono::microseconds>(timeout_ - s);
     client.set_connection_timeout(s.count(), us.count());
     client.set_read_timeout(s.count(), us.count());
     client.set_write_timeout(s.count(), us.count());
     auto response = method == "GET" ? client.Get(path, headers_) : client.Post(path, headers_, body.dump(), "application/json");
-    if (!response) return unavailable("catalog " + base_url_ + path + ": " + httplib::to_string(response.error()));
+    if (!response) return unavailable("catalog " + base + path + ": " + httplib::to_string(response.error()));
     if (response->status >= 200 && response->status < 300) {
       if (answer != nullptr) {
         auto doc = parse_json(response->body, "catalog answer");
@@ -112,7 +127,8 @@ class HttpCatalog final : public Catalog {
   static constexpr std::chrono::milliseconds kFirstReadBackoff{250};
   static constexpr std::chrono::milliseconds kMaxReadBackoff{5000};
 
-  std::string base_url_;
+  const std::vector<std::string> bases_;  // the replicas TRAINER_CATALOG_URL names
+  std::atomic<size_t> current_{0};        // the one that last answered
   const std::string run_id_;
   const std::chrono::milliseconds timeout_;
   const std::chrono::milliseconds read_deadline_;  // describe() retries an unavailable trainerd this long

@@ -62,7 +62,9 @@ struct JobRequest {
   // (TRACEPARENT: the run's trace, parent the run's root span), passed with the endpoint.
   std::string otlp_traces_endpoint;
   std::string traceparent;
-  std::string catalog_url;         // trainerd's API base URL for the snapshot catalog's callbacks (TRAINER_CATALOG_URL)
+  // trainerd's API base URL for the snapshot catalog's callbacks (TRAINER_CATALOG_URL); with
+  // replicas on one store, each live one's, comma separated: the job uses whichever answers.
+  std::string catalog_url;
   // The attempt's identity to trainerd's API: the job posts its events and log lines to
   // CATALOG_URL/v1/jobs/{job_id}/events and /logs with this token (TRAINER_JOB_ID,
   // TRAINER_JOB_TOKEN). "" = the job posts nothing (its events file is all trainerd reads).

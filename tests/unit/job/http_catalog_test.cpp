@@ -103,6 +103,19 @@ TEST(HttpCatalog, EveryCallCarriesTheAttemptsCredentials) {
   }
 }
 
+TEST(HttpCatalog, ACatalogUrlNamingSeveralReplicasUsesOneThatAnswersAndStaysWithIt) {
+  CatalogServer starting(200, /*unavailable_first=*/1000);  // a replica that answers 503 only
+  CatalogServer answering(200);
+  auto catalog = make_http_catalog({starting.url() + "," + answering.url(), "run1-2", "s3cret"}, "run1");
+  ASSERT_TRUE(catalog->reserve(reservation()).is_ok());
+  ASSERT_TRUE(catalog->commit(std::string(64, 'a'), "weights").is_ok());
+  EXPECT_EQ(starting.seen().size(), 1u) << "tried once, then the replica that answered is kept";
+  const auto seen = answering.seen();
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0].call, "POST /v1/runs/run1/snapshots");
+  EXPECT_EQ(seen[1].authorization, "Bearer s3cret");
+}
+
 TEST(HttpCatalog, ARefusedAttemptIsARefusalNamingTrainerdsAnswer) {
   for (int status : {401, 403}) {
     CatalogServer trainerd(status);

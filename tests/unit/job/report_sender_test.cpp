@@ -169,5 +169,27 @@ TEST(ReportSender, AnUnreachableTrainerdIsRetriedUntilItListens) {
   EXPECT_EQ(texts, (std::vector<std::string>{"first line", "second line"}));
 }
 
+TEST(ReportSender, ATargetNamingSeveralReplicasPostsToOneThatAnswers) {
+  // The first replica named is down (nothing listens on its port); the second one gets everything,
+  // once each, in order.
+  int down = 0;
+  {
+    httplib::Server probe;
+    down = probe.bind_to_any_port("127.0.0.1");
+  }
+  Trainerd replica;
+  ReportSender sender({"http://127.0.0.1:" + std::to_string(down) + "/," + replica.url(), "run1-1", "t"}, "events",
+                      "events", "event", quick());
+  for (int64_t seq = 1; seq <= 3; ++seq) sender.add(seq, "{\"type\":\"step\"}");
+  EXPECT_TRUE(sender.flush(std::chrono::seconds(60)));  // a bound on a hang, not a speed check
+  EXPECT_EQ(replica.seqs("events"), (std::vector<int64_t>{1, 2, 3}));
+}
+
+TEST(CatalogBases, SplitsCommasAndDropsTrailingSlashes) {
+  EXPECT_EQ(catalog_bases("http://a:1/,http://b:2"), (std::vector<std::string>{"http://a:1", "http://b:2"}));
+  EXPECT_EQ(catalog_bases("http://a:1"), (std::vector<std::string>{"http://a:1"}));
+  EXPECT_EQ(catalog_bases(""), (std::vector<std::string>{""}));
+}
+
 }  // namespace
 }  // namespace trainer::job
