@@ -1090,6 +1090,52 @@ TEST_F(PostgresStore, TheAdmissionLockMakesASecondAdmissionWaitAndThenSeeTheFirs
   EXPECT_EQ(b_saw[0].owner, "run-a");
 }
 
+TEST_F(PostgresStore, AChangeIsHeardByTheOtherReplicasListenersAtCommitAndNotByItsOwn) {
+  auto a = db_.open();
+  auto b = db_.open();
+  ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+  ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+  auto a_hears = (*a)->listen_for_changes("replica-a");
+  auto b_hears = (*b)->listen_for_changes("replica-b");
+  ASSERT_TRUE(a_hears.is_ok() && *a_hears) << a_hears.status().to_string();
+  ASSERT_TRUE(b_hears.is_ok() && *b_hears) << b_hears.status().to_string();
+  const auto bound = std::chrono::seconds(30);  // a guard against a hang; a notice ends the wait
+  const auto none = std::chrono::milliseconds(300);
+
+  // A rolled-back transaction's notice is never delivered; a committed one's is, to B only.
+  Status rolled_back = (*a)->transaction([&]() -> Status {
+    TRAINER_RETURN_IF_ERROR((*a)->announce_change("replica-a"));
+    return failed_precondition("changed its mind");
+  });
+  EXPECT_FALSE(rolled_back.is_ok());
+  auto nothing = (*b_hears)->wait(none);
+  ASSERT_TRUE(nothing.is_ok()) << nothing.status().to_string();
+  EXPECT_FALSE(*nothing) << "a rolled-back change is not announced";
+  ASSERT_TRUE((*a)->transaction([&] { return (*a)->announce_change("replica-a"); }).is_ok());
+  auto heard = (*b_hears)->wait(bound);
+  ASSERT_TRUE(heard.is_ok()) << heard.status().to_string();
+  EXPECT_TRUE(*heard);
+  auto own = (*a_hears)->wait(none);
+  ASSERT_TRUE(own.is_ok()) << own.status().to_string();
+  EXPECT_FALSE(*own) << "a replica's listener ignores its own notices";
+
+  // A listener whose connection was cut answers unavailable, then listens again and says a notice
+  // may have been missed.
+  cut_connections();
+  Result<bool> after_cut = false;
+  for (int i = 0; i < 100 && after_cut.is_ok() && !*after_cut; ++i) after_cut = (*b_hears)->wait(none);
+  EXPECT_EQ(after_cut.status().code(), StatusCode::kUnavailable) << after_cut.status().to_string();
+  auto again = (*b_hears)->wait(none);
+  ASSERT_TRUE(again.is_ok()) << again.status().to_string();
+  EXPECT_TRUE(*again) << "listening again, it may have missed one";
+  // A's own connection was cut too: its first call says so, the next connects again.
+  EXPECT_EQ((*a)->announce_change("replica-a").code(), StatusCode::kUnavailable);
+  ASSERT_TRUE((*a)->announce_change("replica-a").is_ok());  // outside a transaction: at once
+  auto later = (*b_hears)->wait(bound);
+  ASSERT_TRUE(later.is_ok()) << later.status().to_string();
+  EXPECT_TRUE(*later);
+}
+
 TEST(PostgresStoreOpen, AServerThatDoesNotAnswerIsUnavailableAndNamed) {
   auto s = open_postgres_store("postgresql://pg:secret@127.0.0.1:1/nothing");
   ASSERT_FALSE(s.is_ok());
