@@ -96,8 +96,9 @@ Status ServiceImpl::start() {
   // Replicas: this one's heartbeat, and a listener of the others' changes where the store can have
   // others (PostgreSQL). A step of its own only there: on SQLite, startup reads as it always did.
   auto listener = store_->listen_for_changes(opt_.replica);
-  st = listener.is_ok() ? beat() : listener.status();
-  if (!st.is_ok() || *listener) {
+  shared_store_ = listener.is_ok() && *listener;
+  st = !listener.is_ok() ? listener.status() : shared_store_ ? beat() : Status::ok();
+  if (!st.is_ok() || shared_store_) {
     add_step("join replicas", st.is_ok(),
              st.is_ok() ? "replica " + opt_.replica + ", task leases of " + seconds_text(opt_.lease_seconds) +
                               ", listening for the other replicas' changes"
@@ -117,7 +118,7 @@ void ServiceImpl::stop() {
   if (listener_.joinable()) listener_.join();
   kernel_->stop_work();
   kernel_->release_leases();
-  if (ready_) {
+  if (ready_ && shared_store_) {
     Status st = store_->remove_replica(opt_.replica);
     if (!st.is_ok()) std::fprintf(stderr, "trainerd: warning: leaving the replicas table: %s\n", st.describe().c_str());
   }
@@ -157,6 +158,13 @@ Status ServiceImpl::beat() {
 }
 
 Result<json> ServiceImpl::live_replicas() const {
+  if (!shared_store_) {  // one trainerd on the store: this one, as it is now
+    return json::array({{{"name", opt_.replica},
+                         {"instance", opt_.instance},
+                         {"url", core_.catalog_url},
+                         {"startedAt", rfc3339(core_.started_at)},
+                         {"heartbeatAt", rfc3339(now())}}});
+  }
   const double window = ServiceCore::kLiveBeats * std::chrono::duration<double>(opt_.heartbeat).count();
   TRAINER_ASSIGN_OR_RETURN(std::vector<store::ReplicaRow> rows, store_->live_replicas(now() - window));
   json out = json::array();
@@ -276,7 +284,7 @@ void ServiceImpl::drive() {
         last_capacity = opt_.clock->steady_now();
       }
       catalog_.sweep_leftovers_if_due();
-      if (now() - last_beat_ >= std::chrono::duration<double>(opt_.heartbeat).count()) {
+      if (shared_store_ && now() - last_beat_ >= std::chrono::duration<double>(opt_.heartbeat).count()) {
         Status st = beat();
         if (!st.is_ok()) {
           ++driver_errors_;

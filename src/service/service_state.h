@@ -426,6 +426,10 @@ class ServiceImpl final : public Service {
   // The live replicas, for info().
   Result<json> live_replicas() const;
   double last_beat_ = 0;  // wall seconds of the last heartbeat written; the driver thread's (and start()'s)
+  // Other trainerds may share the store (PostgreSQL): this one beats in its replicas table and
+  // listens for their changes. false on SQLite: no heartbeat writes, and info lists this one
+  // only. Set by start() before the driver runs, then constant.
+  bool shared_store_ = false;
 
   // The listener thread's loop (start() runs it when the store has other processes).
   void listen(store::ChangeListener& listener);

@@ -34,6 +34,9 @@ def test_info_reports_backend_build_configuration_and_startup(start_trainerd):
                      "resume base model preparation", "recover runs", "recover evaluations", "resume registrations",
                      "resume comparisons", "read capacity", "start run driver"]
     assert all(s["ok"] for s in info["startup"]["steps"])
+    # One trainerd on SQLite: the replica that answers is the only one listed, under its fixed name.
+    assert info["replica"] == "trainerd"
+    assert [(r["name"], r["instance"]) for r in info["replicas"]] == [("trainerd", info["instance"])]
     assert len(info["phases"]) == 16
     kinds = {k["kind"]: k for k in info["taskKinds"]}
     assert [p["name"] for p in kinds["run"]["phases"]] == info["phases"]
