@@ -64,10 +64,9 @@ Status PostgresStore::beat_replica(const ReplicaRow& row) {
 
 Result<std::vector<ReplicaRow>> PostgresStore::live_replicas(double since) {
   return locked([&]() -> Result<std::vector<ReplicaRow>> {
-    TRAINER_ASSIGN_OR_RETURN(
-        Rows r, run("SELECT name, instance, url, started_at, heartbeat_at FROM replicas "
-                    "WHERE heartbeat_at >= $1 ORDER BY name",
-                    Params().real(since), "reading replicas"));
+    TRAINER_ASSIGN_OR_RETURN(Rows r, run("SELECT name, instance, url, started_at, heartbeat_at FROM replicas "
+                                         "WHERE heartbeat_at >= $1 ORDER BY name",
+                                         Params().real(since), "reading replicas"));
     std::vector<ReplicaRow> out;
     for (int i = 0; i < r.size(); ++i) {
       out.push_back({r.text(i, 0), r.text(i, 1), r.text(i, 2), r.real(i, 3), r.real(i, 4)});
@@ -91,7 +90,8 @@ Result<std::unique_ptr<ChangeListener>> PostgresStore::listen_for_changes(const 
 Status PostgresStore::lock_admission() {
   return locked([&]() -> Status {
     if (depth_ == 0) return failed_precondition("store: the admission lock is taken inside a transaction");
-    return write("SELECT pg_advisory_xact_lock($1)", Params().integer(kAdmissionLock), "waiting for the admission lock");
+    return write("SELECT pg_advisory_xact_lock($1)", Params().integer(kAdmissionLock),
+                 "waiting for the admission lock");
   });
 }
 
