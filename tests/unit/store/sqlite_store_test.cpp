@@ -37,14 +37,14 @@ class SqliteStoreTest : public ::testing::Test {
 };
 
 TEST_F(SqliteStoreTest, MigratesOnceAndRecordsTheSchemaVersion) {
-  EXPECT_EQ(open()->schema_version(), 11);
-  EXPECT_EQ(open()->schema_version(), 11);  // reopening applies nothing again
+  EXPECT_EQ(open()->schema_version(), 12);
+  EXPECT_EQ(open()->schema_version(), 12);  // reopening applies nothing again
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
   sqlite3_stmt* st = nullptr;
   sqlite3_prepare_v2(db, "SELECT COUNT(*) FROM schema_migrations", -1, &st, nullptr);
   ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
-  EXPECT_EQ(sqlite3_column_int(st, 0), 11);
+  EXPECT_EQ(sqlite3_column_int(st, 0), 12);
   sqlite3_finalize(st);
   sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, nullptr);
   ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
@@ -347,7 +347,7 @@ TEST_F(SqliteStoreTest, MigrationNineGivesEveryExistingRunATask) {
                          "DROP TRIGGER runs_deleted; DROP TRIGGER workloads_inserted; DROP TRIGGER workloads_updated;"
                          "DROP TRIGGER workloads_deleted; DROP TRIGGER claims_inserted; DROP TRIGGER claims_updated;"
                          "DROP TRIGGER claims_deleted; DROP TABLE job_attempts; DROP TABLE job_events; DROP TABLE job_logs;"
-                         "DROP TABLE endpoints;"
+                         "DROP TABLE endpoints; DROP TABLE dataset_analyses;"
                          "DELETE FROM schema_migrations WHERE version >= 9;",
                          nullptr, nullptr, nullptr),
             SQLITE_OK);
@@ -497,6 +497,33 @@ TEST_F(SqliteStoreTest, EndpointsKeepOneRowPerIdAndListByPhaseNewestFirst) {
   EXPECT_EQ((*s->get_endpoint("e1"))->at("phase"), "DELETED");
   EXPECT_FALSE(s->get_endpoint("e")->has_value());
   EXPECT_EQ(*s->endpoint_ids_with_prefix("e", 5), (std::vector<std::string>{"e1", "e2"}));
+}
+
+TEST_F(SqliteStoreTest, DatasetAnalysesKeepOneRowPerIdAndListADatasetsNewestFirst) {
+  auto analysis = [](const std::string& id, const std::string& hash, const std::string& phase) {
+    return json{{"analysisId", id}, {"dataset", {{"hash", hash}}}, {"phase", phase}};
+  };
+  auto ids = [](const Result<std::vector<json>>& docs) {
+    std::vector<std::string> out;
+    for (const auto& d : *docs) out.push_back(d["analysisId"].get<std::string>());
+    return out;
+  };
+  {
+    auto s = open();
+    ASSERT_TRUE(s->put_dataset_analysis(analysis("a1", "h1", "PENDING")).is_ok());
+    ASSERT_TRUE(s->put_dataset_analysis(analysis("a2", "h2", "PENDING")).is_ok());
+    ASSERT_TRUE(s->put_dataset_analysis(analysis("a3", "h1", "RUNNING")).is_ok());
+    ASSERT_TRUE(s->put_dataset_analysis(analysis("a1", "h1", "COMPLETED")).is_ok());  // replaced, keeps its place
+  }
+  auto s = open();  // durable across a reopen
+  EXPECT_EQ(ids(s->list_dataset_analyses("h1")), (std::vector<std::string>{"a3", "a1"}));
+  EXPECT_EQ(ids(s->list_dataset_analyses("h2")), (std::vector<std::string>{"a2"}));
+  EXPECT_TRUE(s->list_dataset_analyses("h3")->empty());
+  EXPECT_EQ((*s->get_dataset_analysis("a1"))->at("phase"), "COMPLETED");
+  EXPECT_FALSE(s->get_dataset_analysis("a")->has_value());
+  // A document without its keyed fields is refused, not stored half.
+  EXPECT_FALSE(s->put_dataset_analysis(json{{"analysisId", "a4"}, {"phase", "PENDING"}}).is_ok());
+  EXPECT_FALSE(s->get_dataset_analysis("a4")->has_value());
 }
 
 }  // namespace
