@@ -66,7 +66,9 @@ plan::Plan check_plan(const plan::Plan& run, const std::string& rows_path, int s
   return p;
 }
 
-bool finite(double x) { return std::isfinite(x); }
+bool finite(double x) {
+  return std::isfinite(x);
+}
 
 }  // namespace
 
@@ -97,7 +99,8 @@ Result<SmokeResult> smoke_check(const TrainRequest& request, const plan::SmokeSe
     if (rows.status().code() == StatusCode::kInternal) return rows.status();
     return finish(Failure{"load", rows.status().message()});
   }
-  if (*rows == 0) return finish(Failure{"load", "config.dataset: " + request.plan.config.dataset + " has no row"});
+  if (*rows == 0)
+    return finish(Failure{"load", "config.dataset: " + request.plan.config.dataset + " has no row"});
   verdict.rows = *rows;
 
   // The first training: every step but the last, a checkpoint with its training state, then the last.
@@ -115,11 +118,12 @@ Result<SmokeResult> smoke_check(const TrainRequest& request, const plan::SmokeSe
       verdict.steps = s->step;
       verdict.loss = s->loss;
       if (!bad_step && (!finite(s->loss) || !finite(s->grad_norm))) {
-        bad_step = Failure{"loss", "step " + std::to_string(s->step) + " of " + std::to_string(smoke.steps) +
-                                       ": the loss is " + std::to_string(s->loss) + " and the gradient norm " +
-                                       std::to_string(s->grad_norm) +
-                                       "; the run would train on numbers that are not finite (lower the learning "
-                                       "rate, weight decay or lora.alpha, or keep maxGradNorm on)"};
+        bad_step =
+            Failure{"loss", "step " + std::to_string(s->step) + " of " + std::to_string(smoke.steps) +
+                                ": the loss is " + std::to_string(s->loss) + " and the gradient norm " +
+                                std::to_string(s->grad_norm) +
+                                "; the run would train on numbers that are not finite (lower the learning "
+                                "rate, weight decay or lora.alpha, or keep maxGradNorm on)"};
       }
     } else if (const auto* c = std::get_if<protocol::Checkpoint>(&ev)) {
       if (c->state_dir) checkpoint_dir = fs::path(c->adapter_dir).parent_path().string();
@@ -156,7 +160,8 @@ Result<SmokeResult> smoke_check(const TrainRequest& request, const plan::SmokeSe
   if (!resumed.is_ok()) {
     const Status& st = resumed.status();
     if (st.code() == StatusCode::kResourceExhausted) return st;
-    return finish(Failure{"checkpoint", "restoring the checkpoint of step " + std::to_string(smoke.steps - 1) +
+    return finish(Failure{"checkpoint", "restoring the checkpoint of step " +
+                                            std::to_string(smoke.steps - 1) +
                                             " and training on: " + st.describe()});
   }
   if (resumed->cancelled) {
@@ -173,9 +178,10 @@ Result<SmokeResult> smoke_check(const TrainRequest& request, const plan::SmokeSe
   }
   if (!request.plan.config.is_rl() &&
       std::fabs(*restored - loss) > kRestoredLossTolerance * std::max(1.0, std::fabs(loss))) {
-    return finish(Failure{"checkpoint", "step " + std::to_string(smoke.steps) + " trained from the restored checkpoint " +
-                                            "has loss " + std::to_string(*restored) + ", and " + std::to_string(loss) +
-                                            " before the save: the checkpoint does not restore the training state"});
+    return finish(Failure{"checkpoint",
+                          "step " + std::to_string(smoke.steps) + " trained from the restored checkpoint " +
+                              "has loss " + std::to_string(*restored) + ", and " + std::to_string(loss) +
+                              " before the save: the checkpoint does not restore the training state"});
   }
   return finish(std::nullopt);
 }

@@ -20,9 +20,9 @@ constexpr int64_t kMaxSeqLength = 1 << 20;
 }  // namespace
 
 const tasks::PhaseTable& dataset_analysis_phase_table() {
-  static const tasks::PhaseTable table = *tasks::PhaseTable::make(
-      kKind, {{kPending}, {kRunning}, {kCompleted, true}, {kFailed, true}},
-      {{kPending, {kRunning, kFailed}}, {kRunning, {kCompleted, kFailed}}});
+  static const tasks::PhaseTable table =
+      *tasks::PhaseTable::make(kKind, {{kPending}, {kRunning}, {kCompleted, true}, {kFailed, true}},
+                               {{kPending, {kRunning, kFailed}}, {kRunning, {kCompleted, kFailed}}});
   return table;
 }
 
@@ -33,18 +33,21 @@ DatasetAnalyses::DatasetAnalyses(ServiceCore& core, Datasets& datasets, BaseMode
       tasks_(dataset_analysis_phase_table(), [this](tasks::Step& s) { return step_task(s); }) {}
 
 Result<std::pair<json, bool>> DatasetAnalyses::create(const std::string& ref, const json& body) {
-  if (!body.is_object()) return invalid_argument("the request body must be a JSON object {baseModel, maxSeqLength}");
+  if (!body.is_object())
+    return invalid_argument("the request body must be a JSON object {baseModel, maxSeqLength}");
   TRAINER_RETURN_IF_ERROR(check_fields(body, {"baseModel", "maxSeqLength"}));
-  if (!body.contains("baseModel") || !body["baseModel"].is_string() || body["baseModel"].get<std::string>().empty()) {
-    return invalid_field("baseModel", "required: the base model whose tokenizer and chat template measure the rows");
+  if (!body.contains("baseModel") || !body["baseModel"].is_string() ||
+      body["baseModel"].get<std::string>().empty()) {
+    return invalid_field("baseModel",
+                         "required: the base model whose tokenizer and chat template measure the rows");
   }
   const std::string base = body["baseModel"].get<std::string>();
   json max_seq_length = nullptr;
   if (body.contains("maxSeqLength") && !body["maxSeqLength"].is_null()) {
     const json& v = body["maxSeqLength"];
     if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > kMaxSeqLength) {
-      return invalid_field("maxSeqLength", "must be an integer between 1 and " + std::to_string(kMaxSeqLength) +
-                                               ", got " + v.dump());
+      return invalid_field("maxSeqLength", "must be an integer between 1 and " +
+                                               std::to_string(kMaxSeqLength) + ", got " + v.dump());
     }
     max_seq_length = v;
   }
@@ -53,8 +56,9 @@ Result<std::pair<json, bool>> DatasetAnalyses::create(const std::string& ref, co
   auto m = base_models_.resolve(base, "baseModel");
   if (!m.is_ok()) return m.status();
   if ((*m)["status"] != "ready") {
-    return field_status(StatusCode::kFailedPrecondition, "baseModel",
-                        "'" + base + "' is " + m->value("status", std::string("unknown")) + "; wait until it is ready");
+    return field_status(
+        StatusCode::kFailedPrecondition, "baseModel",
+        "'" + base + "' is " + m->value("status", std::string("unknown")) + "; wait until it is ready");
   }
   const std::string hash = d->value("hash", std::string());
   const std::string model_name = m->value("name", std::string());
@@ -64,8 +68,10 @@ Result<std::pair<json, bool>> DatasetAnalyses::create(const std::string& ref, co
   // The same question asked again gets the analysis that answers it, unless that one failed.
   TRAINER_ASSIGN_OR_RETURN(std::vector<json> existing, core_.store->list_dataset_analyses(hash));
   for (const json& a : existing) {
-    if (a.value("baseModel", std::string()) == model_name && a.value("_modelHash", std::string()) == model_hash &&
-        a.value("maxSeqLength", json(nullptr)) == max_seq_length && a.value("phase", std::string()) != kFailed) {
+    if (a.value("baseModel", std::string()) == model_name &&
+        a.value("_modelHash", std::string()) == model_hash &&
+        a.value("maxSeqLength", json(nullptr)) == max_seq_length &&
+        a.value("phase", std::string()) != kFailed) {
       return std::make_pair(present(a), false);
     }
   }
@@ -91,17 +97,20 @@ Result<std::pair<json, bool>> DatasetAnalyses::create(const std::string& ref, co
 Result<json> DatasetAnalyses::list(const std::string& ref) {
   auto d = datasets_.resolve(ref, "dataset");
   if (!d.is_ok()) return d.status();
-  TRAINER_ASSIGN_OR_RETURN(std::vector<json> all, core_.store->list_dataset_analyses(d->value("hash", std::string())));
+  TRAINER_ASSIGN_OR_RETURN(std::vector<json> all,
+                           core_.store->list_dataset_analyses(d->value("hash", std::string())));
   json out = json::array();
   for (const json& a : all) out.push_back(present(a));
-  return json{{"dataset", {{"hash", (*d)["hash"]}, {"name", d->value("name", json(nullptr))}}}, {"analyses", out}};
+  return json{{"dataset", {{"hash", (*d)["hash"]}, {"name", d->value("name", json(nullptr))}}},
+              {"analyses", out}};
 }
 
 Result<json> DatasetAnalyses::get(const std::string& ref, const std::string& id) {
   auto d = datasets_.resolve(ref, "dataset");
   if (!d.is_ok()) return d.status();
   TRAINER_ASSIGN_OR_RETURN(std::optional<json> a, core_.store->get_dataset_analysis(id));
-  if (!a || a->value("dataset", json::object()).value("hash", std::string()) != d->value("hash", std::string())) {
+  if (!a ||
+      a->value("dataset", json::object()).value("hash", std::string()) != d->value("hash", std::string())) {
     return field_status(StatusCode::kNotFound, "analysis",
                         "dataset " + ref + " has no analysis " + id + " (`trainer datasets analyses " + ref +
                             "` lists its analyses)");
@@ -142,14 +151,16 @@ Status DatasetAnalyses::step_task(tasks::Step& step) {
   // Not started yet, or started by a trainerd that stopped before it ended: the next attempt.
   const int attempt = doc.value("attempt", 0);
   if (attempt >= kMaxAttempts) {
-    doc["failureReason"] = "the analysis was interrupted " + std::to_string(attempt) +
-                           " times (trainerd stopped while it ran); start it again with `trainer datasets analyze`";
+    doc["failureReason"] =
+        "the analysis was interrupted " + std::to_string(attempt) +
+        " times (trainerd stopped while it ran); start it again with `trainer datasets analyze`";
     return end(kFailed);
   }
   // Where the rows and the model are on this host, found now (stored documents keep keys).
   TRAINER_ASSIGN_OR_RETURN(std::optional<json> dataset,
                            core_.store->get_dataset(doc["dataset"].value("hash", std::string())));
-  TRAINER_ASSIGN_OR_RETURN(std::optional<json> model, base_models_.find_selected(doc.value("baseModel", std::string())));
+  TRAINER_ASSIGN_OR_RETURN(std::optional<json> model,
+                           base_models_.find_selected(doc.value("baseModel", std::string())));
   if (!dataset || !model || model->value("status", std::string()) != "ready" ||
       model->value("contentHash", std::string()) != doc.value("_modelHash", std::string())) {
     doc["failureReason"] = std::string(!dataset ? "the dataset is no longer registered"
@@ -157,8 +168,9 @@ Status DatasetAnalyses::step_task(tasks::Step& step) {
                                                       "' is no longer selected as it was");
     return end(kFailed);
   }
-  std::vector<std::string> args = {"analyze", "--model", base_models_.cache_path_of(*model), "--data",
-                                   datasets_.local_path(*dataset), "-o", "json"};
+  std::vector<std::string> args = {
+      "analyze", "--model", base_models_.cache_path_of(*model), "--data", datasets_.local_path(*dataset),
+      "-o",      "json"};
   if (doc["maxSeqLength"].is_number_integer()) {
     args.push_back("--max-seq-length");
     args.push_back(std::to_string(doc["maxSeqLength"].get<int64_t>()));
