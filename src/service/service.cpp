@@ -34,6 +34,7 @@ ServiceImpl::ServiceImpl(ServiceOptions options, std::unique_ptr<store::Store> s
   kernel_->add_kind(comparisons_.task_kind());  // an evaluation it starts is launched in the same pass
   kernel_->add_kind(evaluations_.task_kind());
   kernel_->add_kind(endpoints_.task_kind());
+  kernel_->add_kind(analyses_.task_kind());
 }
 
 ServiceImpl::~ServiceImpl() { stop(); }

@@ -191,6 +191,11 @@ class Service {
   // Token length distribution under a base model's tokenizer (runs `trainer-job analyze`).
   virtual Result<json> measure_dataset(const std::string& ref, const std::string& base_model,
                                        std::optional<int> max_seq_length) = 0;
+  // The same measurement in the background (dataset_analyses.h): body {baseModel, maxSeqLength?};
+  // the new analysis and true, or the one already started or completed alike and false.
+  virtual Result<std::pair<json, bool>> analyze_dataset(const std::string& ref, const json& body) = 0;
+  virtual Result<json> list_dataset_analyses(const std::string& ref) = 0;  // {dataset, analyses} newest first
+  virtual Result<json> get_dataset_analysis(const std::string& ref, const std::string& id) = 0;
 
   // ---- scoring bundles (docs/graders.md, "Registered bundles")
   // body {name, files: [{path, content}]}: stores a Python package folder's files, content-

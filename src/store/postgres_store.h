@@ -110,6 +110,10 @@ class PostgresStore final : public Store {
   Result<std::vector<std::string>> evaluation_ids_with_prefix(const std::string& prefix, int limit) override;
   Result<std::vector<json>> list_evaluations(const std::vector<std::string>& phases) override;
 
+  // ---- dataset analyses
+  Status put_dataset_analysis(const json& doc) override;
+  Result<std::optional<json>> get_dataset_analysis(const std::string& id) override;
+  Result<std::vector<json>> list_dataset_analyses(const std::string& dataset_hash) override;
   // ---- endpoints
   Status put_endpoint(const json& doc) override;
   Result<std::optional<json>> get_endpoint(const std::string& id) override;

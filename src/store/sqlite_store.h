@@ -93,6 +93,10 @@ class SqliteStore final : public Store {
   Result<std::vector<json>> list_trained_models(const std::string& workload_id, const std::string& base_model,
                                                 const std::vector<std::string>& statuses) override;
 
+  // ---- dataset analyses
+  Status put_dataset_analysis(const json& doc) override;
+  Result<std::optional<json>> get_dataset_analysis(const std::string& id) override;
+  Result<std::vector<json>> list_dataset_analyses(const std::string& dataset_hash) override;
   // ---- evaluations
   Status put_evaluation(const json& doc) override;
   Result<std::optional<json>> get_evaluation(const std::string& id) override;

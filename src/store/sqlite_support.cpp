@@ -152,6 +152,16 @@ CREATE TABLE endpoints (
   phase TEXT NOT NULL,
   doc TEXT NOT NULL);
 )sql",
+    // 12: dataset analyses (datasets analyze), a dataset's newest first by created_seq.
+    R"sql(
+CREATE TABLE dataset_analyses (
+  id TEXT PRIMARY KEY,
+  created_seq INTEGER NOT NULL,
+  dataset_hash TEXT NOT NULL,
+  phase TEXT NOT NULL,
+  doc TEXT NOT NULL);
+CREATE INDEX dataset_analyses_by_dataset ON dataset_analyses(dataset_hash, created_seq);
+)sql",
 };
 
 }  // namespace

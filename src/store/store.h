@@ -243,6 +243,12 @@ class Store {
   virtual Result<ComparisonPage> list_comparisons(const std::string& source_snapshot,
                                                   const std::vector<std::string>& phases, int64_t limit,
                                                   int64_t offset) = 0;
+  // ---- dataset analyses (docs/api.md, "Dataset analyses"): keyed by doc["analysisId"];
+  // doc["dataset"]["hash"] and doc["phase"] are kept as columns
+  virtual Status put_dataset_analysis(const json& doc) = 0;  // inserts, or replaces the stored document
+  virtual Result<std::optional<json>> get_dataset_analysis(const std::string& id) = 0;
+  // The analyses of the dataset with content hash `dataset_hash`, newest first.
+  virtual Result<std::vector<json>> list_dataset_analyses(const std::string& dataset_hash) = 0;
   // ---- scoring bundles: versions keyed by (doc["name"], doc["version"]), doc["sha"] the hash of
   // their files
   virtual Status insert_bundle_version(const json& doc) = 0;  // already_exists when (name, version) exists

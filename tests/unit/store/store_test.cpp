@@ -33,6 +33,9 @@ void PrintTo(Kind kind, std::ostream* os) {
 
 // One empty database of one implementation, and what a test does behind the store's back (raw
 // SQL, as an older trainerd or an operator would).
+// The schema version both stores migrate to (one per migration; each store's list has them all).
+constexpr int kSchemaVersion = 12;
+
 class TestDatabase {
  public:
   virtual ~TestDatabase() = default;
@@ -256,9 +259,9 @@ INSTANTIATE_TEST_SUITE_P(Sqlite, StoreTest, ::testing::Values(Kind::kSqlite), ki
 INSTANTIATE_TEST_SUITE_P(Postgres, StoreTest, ::testing::Values(Kind::kPostgres), kind_name);
 
 TEST_P(StoreTest, MigratesOnceAndRecordsTheSchemaVersion) {
-  EXPECT_EQ(open()->schema_version(), 11);
-  EXPECT_EQ(open()->schema_version(), 11);  // reopening applies nothing again
-  EXPECT_EQ(db_->number("SELECT COUNT(*) FROM schema_migrations"), 11);
+  EXPECT_EQ(open()->schema_version(), kSchemaVersion);
+  EXPECT_EQ(open()->schema_version(), kSchemaVersion);  // reopening applies nothing again
+  EXPECT_EQ(db_->number("SELECT COUNT(*) FROM schema_migrations"), kSchemaVersion);
 }
 
 TEST_P(StoreTest, BundleVersionsAreKeptPerNameInVersionOrder) {
@@ -557,10 +560,11 @@ TEST_P(StoreTest, MigrationNineGivesEveryExistingRunATask) {
             "DROP TRIGGER workloads_deleted; DROP TRIGGER claims_inserted; DROP TRIGGER claims_updated;"
             "DROP TRIGGER claims_deleted; DROP TABLE job_attempts; DROP TABLE job_events; DROP TABLE "
             "job_logs;"
-            "DROP TABLE endpoints;"
+            "DROP TABLE endpoints; DROP TABLE dataset_analyses;"
             "DELETE FROM schema_migrations WHERE version >= 9;"
           : "DROP TABLE tasks; DROP TABLE counters; DROP FUNCTION count_change() CASCADE;"
             "DROP TABLE job_attempts; DROP TABLE job_events; DROP TABLE job_logs; DROP TABLE endpoints;"
+            "DROP TABLE dataset_analyses;"
             "DELETE FROM schema_migrations WHERE version >= 9;");
   auto s = open();
   auto t = s->get_task("run", "aa");
@@ -711,6 +715,33 @@ TEST_P(StoreTest, EndpointsKeepOneRowPerIdAndListByPhaseNewestFirst) {
   EXPECT_EQ((*s->get_endpoint("e1"))->at("phase"), "DELETED");
   EXPECT_FALSE(s->get_endpoint("e")->has_value());
   EXPECT_EQ(*s->endpoint_ids_with_prefix("e", 5), (std::vector<std::string>{"e1", "e2"}));
+}
+
+TEST_P(StoreTest, DatasetAnalysesKeepOneRowPerIdAndListADatasetsNewestFirst) {
+  auto analysis = [](const std::string& id, const std::string& hash, const std::string& phase) {
+    return json{{"analysisId", id}, {"dataset", {{"hash", hash}}}, {"phase", phase}};
+  };
+  auto ids = [](const Result<std::vector<json>>& docs) {
+    std::vector<std::string> out;
+    for (const auto& d : *docs) out.push_back(d["analysisId"].get<std::string>());
+    return out;
+  };
+  {
+    auto s = open();
+    ASSERT_TRUE(s->put_dataset_analysis(analysis("a1", "h1", "PENDING")).is_ok());
+    ASSERT_TRUE(s->put_dataset_analysis(analysis("a2", "h2", "PENDING")).is_ok());
+    ASSERT_TRUE(s->put_dataset_analysis(analysis("a3", "h1", "RUNNING")).is_ok());
+    ASSERT_TRUE(s->put_dataset_analysis(analysis("a1", "h1", "COMPLETED")).is_ok());  // replaced, keeps its place
+  }
+  auto s = open();  // durable across a reopen
+  EXPECT_EQ(ids(s->list_dataset_analyses("h1")), (std::vector<std::string>{"a3", "a1"}));
+  EXPECT_EQ(ids(s->list_dataset_analyses("h2")), (std::vector<std::string>{"a2"}));
+  EXPECT_TRUE(s->list_dataset_analyses("h3")->empty());
+  EXPECT_EQ((*s->get_dataset_analysis("a1"))->at("phase"), "COMPLETED");
+  EXPECT_FALSE(s->get_dataset_analysis("a")->has_value());
+  // A document without its keyed fields is refused, not stored half.
+  EXPECT_FALSE(s->put_dataset_analysis(json{{"analysisId", "a4"}, {"phase", "PENDING"}}).is_ok());
+  EXPECT_FALSE(s->get_dataset_analysis("a4")->has_value());
 }
 
 TEST_P(StoreTest, PagesTakeEveryRowForANegativeLimitAndCountANegativeOffsetAsZero) {
@@ -871,9 +902,9 @@ TEST_P(StoreTest, TwoProcessesOpeningANewDatabaseAtOnceMigrateItOnce) {
   for (auto& t : threads) t.join();
   for (auto& s : opened) {
     ASSERT_TRUE(s.is_ok()) << s.status().to_string();
-    EXPECT_EQ((*s)->schema_version(), 11);
+    EXPECT_EQ((*s)->schema_version(), kSchemaVersion);
   }
-  EXPECT_EQ(db_->number("SELECT COUNT(*) FROM schema_migrations"), 11);
+  EXPECT_EQ(db_->number("SELECT COUNT(*) FROM schema_migrations"), kSchemaVersion);
 }
 
 // ---- SQLite only
