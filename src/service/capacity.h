@@ -19,8 +19,10 @@ class Capacity {
  public:
   explicit Capacity(ServiceCore& core) : core_(core) {}
 
-  // Service::capacity, metrics_text, ingest_job_metrics.
-  Result<json> report();
+  // Service::capacity (`workload`: a workload's name, whose claims and quota alone are listed;
+  // "" = all), device_hours, metrics_text, ingest_job_metrics.
+  Result<json> report(const std::string& workload);
+  Result<json> device_hours(const std::string& from, const std::string& to, const std::string& by);
   std::string metrics_text();
   Status ingest_job_metrics(std::string_view otlp_json);
 
@@ -30,6 +32,8 @@ class Capacity {
   // For runs and evaluations (mu held, inside a store transaction):
   // Grants what admission grants of the queued claims, and places granted claims on devices.
   Status admit_locked();
+  // Releases `owner`'s claim (ok when it has none) and ends its hold in the claims' history.
+  Status release_claim(const std::string& owner);
   // Moves the time of an ended job into the run's cost, and tells the relay the run ended.
   void settle_cost(RunRecord& run, double now);
   // Adds the GPU time of a GPU pool's claim up to `upto` to cost.gpu.time (not yet counted).
@@ -38,7 +42,8 @@ class Capacity {
   // The deployment's pool `name`; null when there is none.
   const PoolConfig* pool_named(const std::string& name) const;
   // The training pool a claim of `devices` devices goes to (execution.gpus `gpus`; 0 = a CPU
-  // run): the largest that can ever hold it, else failed_precondition naming the pools.
+  // run): the largest that can ever hold it, now or in a capacity window still to come, else
+  // failed_precondition naming the pools and their windows.
   Result<const PoolConfig*> choose_pool(int gpus, int devices);
   // Every claim, by its owner's id (a run, an evaluation, an endpoint).
   Result<std::map<std::string, store::ClaimRow>> claims_by_owner();
