@@ -230,7 +230,8 @@ Result<json> Capacity::report(const std::string& workload) {
         if (of_window.empty()) continue;
         const std::string wname = names.count(c.workload_id) ? names[c.workload_id] : c.workload_id;
         if (!workload.empty() && wname != workload) continue;
-        warnings.push_back({{"kind", c.kind},
+        warnings.push_back({{"reason", "windowEnded"},
+                            {"kind", c.kind},
                             {"owner", c.owner},
                             {"workload", wname},
                             {"pool", p.name},
@@ -276,14 +277,16 @@ Result<json> Capacity::report(const std::string& workload) {
     (c.state == "GRANTED" ? pw.first : pw.second) += c.devices;
     const std::string wname = names.count(c.workload_id) ? names[c.workload_id] : c.workload_id;
     if (!workload.empty() && wname != workload) continue;
-    cl.push_back({{"kind", c.kind},
+    json entry = {{"kind", c.kind},
                   {"owner", c.owner},
                   {"workload", wname},
                   {"devices", c.devices},
                   {"pool", c.pool},
                   {"state", c.state},
                   {"since", c.since},
-                  {"deviceIds", c.device_ids}});
+                  {"deviceIds", c.device_ids}};
+    TRAINER_RETURN_IF_ERROR(check_host_ram(c, wname, entry, warnings));
+    cl.push_back(std::move(entry));
   }
   json quotas = json::array();
   for (const auto& w : *workloads) {
@@ -295,6 +298,42 @@ Result<json> Capacity::report(const std::string& workload) {
                       {"queued", pw.second}});
   }
   return json{{"time", rfc3339(t)}, {"pools", pools}, {"claims", cl}, {"quotas", quotas}, {"warnings", warnings}};
+}
+
+// The host-RAM check: a run's host memory figure is the peak its job reported of the tensors it
+// held in host memory (memory.allocatedPeakBytes of a run on a CPU pool; a GPU run's tensors are
+// in device memory, and its host memory is not measured). Shown as the claim's hostMemoryGiB;
+// over its pool's hostRamGiB (when the configuration states it), a warning.
+Status Capacity::check_host_ram(const store::ClaimRow& c, const std::string& workload_name, json& entry,
+                                json& warnings) {
+  const PoolConfig* pool = pool_named(c.pool);
+  if (pool == nullptr || pool->accelerator != "cpu" || c.kind == "EVALUATION" || c.kind == "SERVING") {
+    return Status::ok();
+  }
+  auto run = core_.store->get_run(c.owner);
+  if (!run.is_ok()) return run.status();
+  if (!run->has_value()) return Status::ok();
+  const json& doc = **run;
+  if (!doc.contains("memory") || !doc["memory"].is_object()) return Status::ok();
+  const json& memory = doc["memory"];
+  const json& peak = memory.value("allocatedPeakBytes", json());
+  if (!peak.is_number()) return Status::ok();
+  constexpr double kBytesPerGiB = 1024.0 * 1024.0 * 1024.0;
+  const double gib = peak.get<double>() / kBytesPerGiB;
+  entry["hostMemoryGiB"] = gib;
+  if (pool->host_ram_gib <= 0 || gib <= pool->host_ram_gib) return Status::ok();
+  char figures[128];
+  std::snprintf(figures, sizeof figures, "%.4g GiB at step %lld is over pool %s's HOST RAM of %.4g GiB", gib,
+                static_cast<long long>(memory.value("step", 0)), pool->name.c_str(), pool->host_ram_gib);
+  warnings.push_back({{"reason", "hostRam"},
+                      {"kind", c.kind},
+                      {"owner", c.owner},
+                      {"workload", workload_name},
+                      {"pool", pool->name},
+                      {"hostMemoryGiB", gib},
+                      {"hostRamGiB", pool->host_ram_gib},
+                      {"message", c.kind + " " + c.owner + "'s host memory figure " + figures}});
+  return Status::ok();
 }
 
 namespace {

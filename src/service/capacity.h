@@ -50,6 +50,9 @@ class Capacity {
 
  private:
   static int observed_for(const PoolConfig& p, const std::map<std::string, int>& observed);
+  // Adds hostMemoryGiB to a run's claim `entry`, and to `warnings` when it is over its pool's
+  // hostRamGiB (report()).
+  Status check_host_ram(const store::ClaimRow& c, const std::string& workload_name, json& entry, json& warnings);
   void refresh_gauges();
 
   ServiceCore& core_;

@@ -200,3 +200,32 @@ def test_a_window_config_error_is_refused_at_start_naming_the_field(bin_dir, tmp
                           "--config", str(tmp_path / "bad.json")], capture_output=True, text=True, timeout=60)
     assert out.returncode != 0
     assert 'pools[0].windows[0].closes: "soon" is not a UTC time' in out.stderr, out.stderr
+
+
+def test_a_runs_host_memory_figure_over_its_pools_host_ram_is_a_warning(bin_dir, tiny_model, tmp_path):
+    """The host-RAM check: a CPU run's host memory figure (the peak of the tensors its job held,
+    memory.allocatedPeakBytes) against its pool's HOST RAM, here stated far too small (0.0001 GiB,
+    about 100 KiB) for even the tiny model."""
+    config = {"baseModels": [{"name": MODEL_NAME, "path": str(tiny_model)}],
+              "pools": [{"name": "small", "accelerator": "cpu", "declared": 1, "hostRamGiB": 0.0001}]}
+    trainerd = start_trainerd(bin_dir, tmp_path, config)
+    try:
+        cli = prepare(Cli(bin_dir / "trainer", trainerd.url))
+        run = submit(cli)
+        figure = wait_for(lambda: cli.json("runs", "get", run).get("memory", {}).get("allocatedPeakBytes"), 300,
+                          "the run's first memory figure")
+        cap = wait_for(lambda: (lambda d: d if d["warnings"] else None)(cli.json("capacity")), 60, "the warning")
+        [warning] = cap["warnings"]
+        assert warning["reason"] == "hostRam" and warning["owner"] == run and warning["hostRamGiB"] == 0.0001
+        assert warning["hostMemoryGiB"] >= figure / 2**30 > 0.0001
+        [claim] = cap["claims"]
+        assert claim["hostMemoryGiB"] == warning["hostMemoryGiB"]
+        assert cap["pools"][0]["hostRamGiB"] == 0.0001
+        text = cli("capacity", check=True).stdout
+        assert "Warnings" in text and "host memory figure" in text and "over pool small's HOST RAM of 0.0001 GiB" \
+            in text, text
+        assert "0.0001 GiB" in text.split("Windows")[0].split("Claims")[0], text  # the HOST RAM column
+        cancel(cli, run)
+        assert cli.json("capacity")["warnings"] == []
+    finally:
+        stop(trainerd.proc, trainerd.data_dir)
