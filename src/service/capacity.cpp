@@ -297,7 +297,7 @@ Result<json> Capacity::report(const std::string& workload) {
                       {"held", pw.first},
                       {"queued", pw.second}});
   }
-  return json{{"time", rfc3339(t)}, {"pools", pools}, {"claims", cl}, {"quotas", quotas}, {"warnings", warnings}};
+  return json{{"pools", pools}, {"claims", cl}, {"quotas", quotas}, {"warnings", warnings}};
 }
 
 // The host-RAM check: a run's host memory figure is the peak its job reported of the tensors it
