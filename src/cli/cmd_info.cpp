@@ -127,6 +127,20 @@ int run_capacity(Context& ctx) {
       out("\n" + ctx.paint("Windows", "1") + " (UTC; DECLARED includes a window while it is open)\n");
       out(render_table({"POOL", "DEVICES", "OPENS", "CLOSES", "STATE"}, window_rows));
     }
+    if (doc.contains("cluster") && doc["cluster"].is_object()) {
+      const json& c = doc["cluster"];
+      out("\n" + ctx.paint("Cluster", "1") + " (" + str(c, "backend") + ": " + str(c, "source") + ")\n");
+      std::string devices;
+      if (c.contains("devices") && c["devices"].is_object()) {
+        for (const auto& [profile, count] : c["devices"].items()) {
+          devices += (devices.empty() ? "" : ", ") + count.dump() + " " + profile;
+        }
+      }
+      out(render_table({"NODES", "DEVICES", "HELD", "OUTSIDE", "READ"},
+                       {{count_text(c, "nodes"), devices.empty() ? "-" : devices, count_text(c, "held"),
+                         count_text(c, "outside"),
+                         str(c, "readAt").empty() ? "not yet" : age_text(str(c, "readAt"), now)}}));
+    }
     if (!warnings.empty()) {
       out("\n" + ctx.paint("Warnings", "1;33") + "\n");
       for (const auto& w : warnings) out("  " + str(w, "message") + "\n");
@@ -247,8 +261,10 @@ Command capacity_command() {
       "devices only while it is open; OUTSIDE is what claims holding devices outside DECLARED (an\n"
       "ended window's) take of it, since admission counts every granted device against DECLARED.\n"
       "A claim holds devices (GRANTED) or waits for them (QUEUED). WARNINGS lists claims still\n"
-      "holding devices of a window that has ended (they are not stopped). --workload keeps only\n"
-      "that workload's claims and quota; the pools' totals stay whole.";
+      "holding devices of a window that has ended, and runs whose host memory figure is over their\n"
+      "pool's HOST RAM (neither is stopped). With a Slurm or Ray backend, Cluster shows what it last\n"
+      "read: NODES, DEVICES, HELD (by this service's claims), OUTSIDE, READ. --workload keeps only\n"
+      "that workload's claims, quota and warnings; the pools' totals stay whole.";
   c.flags = {{"workload", 0, "NAME", "show only this workload's claims, quota and warnings", ""}};
   c.run = run_capacity;
   c.children = {hours};

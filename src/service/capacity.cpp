@@ -133,9 +133,11 @@ void Capacity::settle_cost(RunRecord& run, double t) {
 
 void Capacity::read() {
   auto devices = core_.backend->observed_devices();
+  const double t = core_.now();
   std::lock_guard<std::mutex> lock(observed_mu_);
   observed_ = devices;
   observed_read_ = true;
+  observed_at_ = t;
 }
 
 int Capacity::observed_for(const PoolConfig& p, const std::map<std::string, int>& observed) {
@@ -192,10 +194,12 @@ Result<json> Capacity::report(const std::string& workload) {
   }
   std::map<std::string, int> observed;
   bool read;
+  double read_at;
   {
     std::lock_guard<std::mutex> lock(observed_mu_);
     observed = observed_;
     read = observed_read_;
+    read_at = observed_at_;
   }
   const double t = core_.now();
   json pools = json::array();
@@ -297,7 +301,43 @@ Result<json> Capacity::report(const std::string& workload) {
                       {"held", pw.first},
                       {"queued", pw.second}});
   }
-  return json{{"pools", pools}, {"claims", cl}, {"quotas", quotas}, {"warnings", warnings}};
+  return json{{"pools", pools},
+              {"claims", cl},
+              {"quotas", quotas},
+              {"warnings", warnings},
+              {"cluster", cluster_json(*claims, observed, read ? std::optional<double>(read_at) : std::nullopt)}};
+}
+
+// The cluster a Slurm or Ray backend schedules on, as last read: its nodes (each counted as one
+// "cpu" device by observed_devices), its devices by profile (GPUs; the nodes' CPU devices where
+// it has none), and the devices this service's granted claims hold. What work outside this
+// service holds is not read from either backend: outside is null. Null for the local backend.
+json Capacity::cluster_json(const std::vector<store::ClaimRow>& claims, const std::map<std::string, int>& observed,
+                            std::optional<double> read_at) const {
+  const std::string backend = core_.backend->name();
+  if (backend != "slurm" && backend != "ray") return nullptr;
+  int held = 0;
+  for (const auto& c : claims) held += c.state == "GRANTED" ? c.devices : 0;
+  json devices = json::object();
+  int total = 0;
+  for (const auto& [profile, count] : observed) {
+    if (profile == "cpu") continue;
+    devices[profile] = count;
+    total += count;
+  }
+  auto nodes = observed.find("cpu");
+  if (total == 0 && nodes != observed.end()) {
+    devices["cpu"] = nodes->second;
+    total = nodes->second;
+  }
+  return {{"backend", backend},
+          {"source", core_.backend->observed_source()},
+          {"nodes", read_at && nodes != observed.end() ? json(nodes->second) : json(read_at ? json(0) : json(nullptr))},
+          {"devices", devices},
+          {"deviceCount", read_at ? json(total) : json(nullptr)},
+          {"held", held},
+          {"outside", nullptr},
+          {"readAt", read_at ? json(rfc3339(*read_at)) : json(nullptr)}};
 }
 
 // The host-RAM check: a run's host memory figure is the peak its job reported of the tensors it

@@ -8,8 +8,10 @@
 
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "service/service_core.h"
 
@@ -50,6 +52,9 @@ class Capacity {
 
  private:
   static int observed_for(const PoolConfig& p, const std::map<std::string, int>& observed);
+  // The "cluster" of report(): what a Slurm or Ray backend last read; null for another backend.
+  json cluster_json(const std::vector<store::ClaimRow>& claims, const std::map<std::string, int>& observed,
+                    std::optional<double> read_at) const;
   // Adds hostMemoryGiB to a run's claim `entry`, and to `warnings` when it is over its pool's
   // hostRamGiB (report()).
   Status check_host_ram(const store::ClaimRow& c, const std::string& workload_name, json& entry, json& warnings);
@@ -63,6 +68,7 @@ class Capacity {
   std::mutex observed_mu_;
   std::map<std::string, int> observed_;  // guarded by observed_mu_
   bool observed_read_ = false;           // guarded by observed_mu_
+  double observed_at_ = 0;               // guarded by observed_mu_: when read (service clock, seconds)
 };
 
 }  // namespace trainer::service

@@ -85,6 +85,8 @@ def test_a_window_admits_a_queued_claim_and_its_end_warns_without_stopping_it(se
     assert (pool["declared"], pool["granted"], pool["free"], pool["outside"], pool["queued"]) == (1, 1, 0, 0, 2)
     assert pool["free"] + pool["granted"] + pool["outside"] == pool["declared"]
     assert [w["open"] for w in pool["windows"]] == [False]
+    assert cli.json("capacity")["cluster"] is None  # the local backend has no cluster to read
+    assert "Cluster" not in cli("capacity", check=True).stdout
 
     # 18:10: the window opens; B gets its two devices (the window's), A keeps the pool's own.
     set_clock(clock, OPENS)
