@@ -515,7 +515,7 @@ void Capacity::refresh_gauges() {
     PoolGauge g;
     g.accelerator = p.accelerator;
     g.serving = p.serving;
-    g.declared = p.declared;
+    g.declared = declared_at(p, core_.now());  // DECLARED: with the windows open now
     if (read) g.observed = observed_for(p, observed);
     for (const auto& c : *claims) {
       if (c.pool != p.name) continue;

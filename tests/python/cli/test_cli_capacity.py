@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import datetime
 import json
+import subprocess
+import urllib.request
 
 import pytest
 
@@ -43,6 +45,14 @@ def service(bin_dir, tiny_model, tmp_path_factory):
 
 def set_clock(clock, t: datetime.datetime) -> None:
     clock.write_text(str(t.timestamp()))
+
+
+def declared_gauge(trainerd) -> float:
+    with urllib.request.urlopen(trainerd.url + "/metrics", timeout=30) as r:
+        lines = [line for line in r.read().decode().splitlines()
+                 if line.startswith("akka_optimize_training_pool_devices_declared{")]
+    assert len(lines) == 1, lines
+    return float(lines[0].rsplit(" ", 1)[1])
 
 
 def plan(gpus: int = 0, workload: str = WORKLOAD) -> str:
@@ -85,6 +95,7 @@ def test_a_window_admits_a_queued_claim_and_its_end_warns_without_stopping_it(se
     assert (pool["declared"], pool["granted"], pool["free"], pool["outside"], pool["queued"]) == (1, 1, 0, 0, 2)
     assert pool["free"] + pool["granted"] + pool["outside"] == pool["declared"]
     assert [w["open"] for w in pool["windows"]] == [False]
+    assert declared_gauge(service[0]) == 1
     assert cli.json("capacity")["cluster"] is None  # the local backend has no cluster to read
     assert "Cluster" not in cli("capacity", check=True).stdout
 
@@ -97,6 +108,7 @@ def test_a_window_admits_a_queued_claim_and_its_end_warns_without_stopping_it(se
     assert claim_of(cli, b)["deviceIds"] == [1, 2] and claim_of(cli, a)["deviceIds"] == [0]
     assert claim_of(cli, b)["since"].startswith("2026-01-31T18:10:00")
     assert cap["warnings"] == []
+    assert declared_gauge(service[0]) == 3  # /metrics' DECLARED counts the open window too
     text = cli("capacity", check=True).stdout
     assert "Windows" in text and "2026-01-31T18:10:00Z" in text and "open" in text, text
     assert "Warnings" not in text, text
@@ -197,7 +209,6 @@ def test_a_window_config_error_is_refused_at_start_naming_the_field(bin_dir, tmp
     config = {"pools": [{"name": "cpu", "accelerator": "cpu", "declared": 1,
                          "windows": [{"devices": 2, "opens": "2026-01-31T18:00:00Z", "closes": "soon"}]}]}
     (tmp_path / "bad.json").write_text(json.dumps(config))
-    import subprocess
     out = subprocess.run([str(bin_dir / "trainerd"), "--data-dir", str(tmp_path / "data"), "--port", "0",
                           "--config", str(tmp_path / "bad.json")], capture_output=True, text=True, timeout=60)
     assert out.returncode != 0
