@@ -133,6 +133,8 @@ void install_routes(http::Router& router, Service& svc, const service::Limits& l
   router.add("GET", "/v1/capacity/device-hours", max_request, route_json(200, [&svc](const Request& req) {
                return svc.device_hours(req.query_value("from"), req.query_value("to"), req.query_value("by"));
              }));
+  router.add("POST", "/v1/capacity/scan", max_request,
+             route_json(200, [&svc](const Request&) { return svc.scan_capacity(); }));
 
   // ---- the resources, in the order of docs/api.md
   install_model_routes(router, svc, limits);

@@ -221,6 +221,47 @@ int run_device_hours(Context& ctx) {
   });
 }
 
+// "12.3 GiB" for a byte count.
+std::string gib_text(const json& bytes) {
+  if (!bytes.is_number()) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", bytes.get<double>() / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
+int run_scan(Context& ctx) {
+  auto doc = ctx.post("/v1/capacity/scan", json::object());
+  if (!doc) return ctx.last_failure_code();
+  if (!ctx.text()) {
+    ctx.print_json(*doc);
+    return kExitOk;
+  }
+  for (const auto& node : doc->value("nodes", json::array())) {
+    out(ctx.paint("Node " + str(node, "node"), "1") + " (trainer-job " + str(node, "version") + ")\n");
+    const json devices = node.value("devices", json::object());
+    std::string gpus;
+    for (const auto& g : devices.value("gpus", json::array())) gpus += (gpus.empty() ? "" : ", ") + str(g, "name");
+    out("  Devices:  " + (gpus.empty() ? std::string("no GPU") : gpus) +
+        (devices.contains("error") ? " (" + str(devices, "error") + ")" : "") + "\n");
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& d : node.value("disks", json::array())) {
+      rows.push_back({str(d, "role"), str(d, "path"),
+                      d.contains("error") ? "unreadable: " + str(d, "error") : gib_text(d.value("freeBytes", json()))});
+    }
+    out(render_table({"FOLDER", "PATH", "FREE"}, rows));
+    std::vector<std::vector<std::string>> left;
+    for (const auto& f : node.value("jobFolders", json::array())) {
+      if (f.value("leftover", false)) left.push_back({str(f, "runId"), str(f, "attempt"), str(f, "path")});
+    }
+    if (left.empty()) out("  Leftover job folders: none\n");
+    else {
+      out("  Leftover job folders (no open run's current attempt):\n");
+      out(render_table({"RUN", "ATTEMPT", "PATH"}, left));
+    }
+  }
+  return kExitOk;
+}
+
 }  // namespace
 
 Command info_command() {
@@ -253,6 +294,18 @@ Command capacity_command() {
                     {"one day, by workload", "trainer capacity device-hours --from 2026-01-31T00:00:00Z --to 2026-02-01T00:00:00Z --by workload"},
                     {"the keys still holding devices", "trainer capacity device-hours --jq '.rows[] | select(.held) | .key'"}};
 
+  Command scan;
+  scan.name = "scan";
+  scan.summary = "A short read-only look at the backend's nodes: devices, free disk, leftover job folders";
+  scan.description =
+      "Runs `trainer-job scan` where jobs run (the local backend: trainerd's host): the GPUs NVML\n"
+      "sees, the free space of the data, temporary and shared-memory folders, job folders no open\n"
+      "run's current attempt owns, and the installed trainer-job's version. A device or disk that\n"
+      "cannot be read is named in the answer; it does not change the exit status.";
+  scan.run = run_scan;
+  scan.examples = {{"look at the nodes", "trainer capacity scan"},
+                   {"the free bytes of each folder", "trainer capacity scan --jq '.nodes[].disks[] | [.role, .freeBytes]'"}};
+
   Command c;
   c.name = "capacity";
   c.summary = "Show GPU pools, capacity windows, claims, quotas and warnings";
@@ -267,7 +320,7 @@ Command capacity_command() {
       "that workload's claims, quota and warnings; the pools' totals stay whole.";
   c.flags = {{"workload", 0, "NAME", "show only this workload's claims, quota and warnings", ""}};
   c.run = run_capacity;
-  c.children = {hours};
+  c.children = {hours, scan};
   c.examples = {{"pools, claims and quotas", "trainer capacity"},
                 {"one workload's claims and quota", "trainer capacity --workload sentiment"},
                 {"as JSON", "trainer capacity -o json"}};

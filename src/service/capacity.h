@@ -25,6 +25,9 @@ class Capacity {
   // "" = all), device_hours, metrics_text, ingest_job_metrics.
   Result<json> report(const std::string& workload);
   Result<json> device_hours(const std::string& from, const std::string& to, const std::string& by);
+  // Service::scan_capacity: `trainer-job scan` on the backend's node (the local backend's host),
+  // its job folders marked leftover where no open run's current attempt owns them.
+  Result<json> scan();
   std::string metrics_text();
   Status ingest_job_metrics(std::string_view otlp_json);
 

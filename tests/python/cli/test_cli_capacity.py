@@ -242,3 +242,44 @@ def test_a_runs_host_memory_figure_over_its_pools_host_ram_is_a_warning(bin_dir,
         assert cli.json("capacity")["warnings"] == []
     finally:
         stop(trainerd.proc, trainerd.data_dir)
+
+
+def test_scan_reports_the_node_and_its_leftover_job_folders(service, bin_dir):
+    """`trainer capacity scan` after the runs above ended: their attempt folders are left over.
+    NVML is absent on a CPU host: the devices reading names why, and the exit status stays 0."""
+    trainerd, cli, _ = service
+    out = cli("capacity", "scan", "-o", "json")
+    assert out.returncode == 0, out.stderr
+    scan = json.loads(out.stdout)
+    assert scan["backend"] == "local"
+    [node] = scan["nodes"]
+    version = subprocess.run([str(bin_dir / "trainer-job"), "--version"], capture_output=True, text=True,
+                             check=True).stdout.split()[1]
+    assert node["version"] == version
+    assert [d["role"] for d in node["disks"]] == ["data", "tmp", "shm"]
+    data = node["disks"][0]
+    assert data["path"] == str(trainerd.data_dir) and data["freeBytes"] > 0, data
+    assert node["devices"]["gpus"] or "NVML not available" in node["devices"]["error"], node["devices"]
+    folders = node["jobFolders"]
+    assert folders and all(f["leftover"] for f in folders), folders  # every run here was cancelled
+    assert all(f["path"].startswith(str(trainerd.data_dir / "runs")) for f in folders), folders
+    text = cli("capacity", "scan", check=True).stdout
+    assert f"(trainer-job {version})" in text and "FOLDER" in text and "Leftover job folders" in text, text
+
+
+def test_a_folder_scan_cannot_read_is_named_and_the_exit_status_stays_zero(bin_dir, tmp_path):
+    missing = tmp_path / "no-such-tmp"
+    trainerd = start_trainerd(bin_dir, tmp_path, {"pools": [{"name": "cpu", "accelerator": "cpu", "declared": 1}]},
+                              env={"TMPDIR": str(missing)})
+    try:
+        cli = Cli(bin_dir / "trainer", trainerd.url)
+        out = cli("capacity", "scan", "-o", "json")
+        assert out.returncode == 0, out.stderr
+        [node] = json.loads(out.stdout)["nodes"]
+        tmp = next(d for d in node["disks"] if d["role"] == "tmp")
+        assert tmp["path"] == str(missing) and "freeBytes" not in tmp and tmp["error"], tmp
+        assert node["jobFolders"] == []
+        text = cli("capacity", "scan")
+        assert text.returncode == 0 and "unreadable: " in text.stdout, text.stdout
+    finally:
+        stop(trainerd.proc, trainerd.data_dir)
