@@ -292,7 +292,7 @@ Command capacity_command() {
   hours.run = run_device_hours;
   hours.examples = {{"the last 24 hours, by pool", "trainer capacity device-hours"},
                     {"one day, by workload", "trainer capacity device-hours --from 2026-01-31T00:00:00Z --to 2026-02-01T00:00:00Z --by workload"},
-                    {"the keys still holding devices", "trainer capacity device-hours --jq '.rows[] | select(.held) | .key'"}};
+                    {"the keys still holding devices", "trainer capacity device-hours --jq '.rows[]|select(.held)|.key'"}};
 
   Command scan;
   scan.name = "scan";
@@ -304,7 +304,7 @@ Command capacity_command() {
       "cannot be read is named in the answer; it does not change the exit status.";
   scan.run = run_scan;
   scan.examples = {{"look at the nodes", "trainer capacity scan"},
-                   {"the free bytes of each folder", "trainer capacity scan --jq '.nodes[].disks[] | [.role, .freeBytes]'"}};
+                   {"the free bytes of each folder", "trainer capacity scan --jq '.nodes[].disks[]|[.role,.freeBytes]'"}};
 
   Command c;
   c.name = "capacity";
