@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import subprocess
 import urllib.request
 
@@ -44,7 +45,10 @@ def service(bin_dir, tiny_model, tmp_path_factory):
 
 
 def set_clock(clock, t: datetime.datetime) -> None:
-    clock.write_text(str(t.timestamp()))
+    """Moves trainerd's clock to `t`: the file is replaced whole, so no reading sees half of it."""
+    staged = clock.with_suffix(".next")
+    staged.write_text(str(t.timestamp()))
+    os.replace(staged, clock)
 
 
 def declared_gauge(trainerd) -> float:
