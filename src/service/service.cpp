@@ -154,7 +154,7 @@ Status ServiceImpl::recover_runs(std::string* summary) {
       if (*open) continue;
     }
     if (!run->has_value() || ended) {
-      TRAINER_RETURN_IF_ERROR(store_->delete_claim(c.owner));
+      TRAINER_RETURN_IF_ERROR(capacity_.release_claim(c.owner));
       ++released;
     }
   }

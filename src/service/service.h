@@ -397,7 +397,16 @@ class Service {
   virtual Result<json> release_snapshot(const std::string& ref) = 0;
 
   // ---- capacity and telemetry
-  virtual Result<json> capacity() = 0;
+  // Pools, claims, quotas and warnings (GET /v1/capacity); `workload` (a name; "" = all) keeps
+  // only its claims, quota and warnings, never changing the pools' totals.
+  virtual Result<json> capacity(const std::string& workload) = 0;
+  // Device-hours the claims held in [from, to) (GET /v1/capacity/device-hours): UTC times, ""
+  // for the defaults (to = now, from = to - 24 h; at most 366 days apart), grouped `by` pool
+  // (""), endpoint or workload. InvalidArgument naming the parameter for a bad value.
+  virtual Result<json> device_hours(const std::string& from, const std::string& to, const std::string& by) = 0;
+  // A short read-only scan of the backend's nodes (POST /v1/capacity/scan): {backend, nodes:[{node,
+  // version, devices, disks, jobFolders}]}. A node's failed reading is in its answer, not an error.
+  virtual Result<json> scan_capacity() = 0;
   // Prometheus text exposition of every service metric, followed by the series jobs pushed to
   // ingest_job_metrics() (a family the service emits itself is never repeated from a job).
   virtual std::string metrics_text() = 0;

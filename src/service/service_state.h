@@ -248,7 +248,11 @@ class ServiceImpl final : public Service {
   Result<json> unpin_snapshot(const std::string& ref, const json& body) override { return catalog_.unpin(ref, body); }
   Result<json> release_snapshot(const std::string& ref) override { return catalog_.release(ref); }
 
-  Result<json> capacity() override { return capacity_.report(); }
+  Result<json> capacity(const std::string& workload) override { return capacity_.report(workload); }
+  Result<json> device_hours(const std::string& from, const std::string& to, const std::string& by) override {
+    return capacity_.device_hours(from, to, by);
+  }
+  Result<json> scan_capacity() override { return capacity_.scan(); }
   std::string metrics_text() override { return capacity_.metrics_text() + endpoints_.metrics_text(); }
   Status ingest_job_metrics(std::string_view otlp_json) override { return capacity_.ingest_job_metrics(otlp_json); }
 

@@ -85,6 +85,9 @@ class PostgresStore final : public Store {
   Status update_claim(const ClaimRow& c) override;
   Status delete_claim(const std::string& owner) override;
   Result<std::vector<ClaimRow>> list_claims() override;
+  Status insert_claim_hold(ClaimHoldRow& hold) override;
+  Status end_claim_holds(const std::string& owner, double released_at) override;
+  Result<std::vector<ClaimHoldRow>> list_claim_holds(double from, double to) override;
 
   // ---- snapshots
   Status insert_snapshot(const json& doc) override;

@@ -53,8 +53,9 @@ class Trainerd:
 
 
 def start_trainerd(bin_dir: pathlib.Path, tmp: pathlib.Path, config: dict, port: int = 0,
-                   wait_ready: bool = True) -> Trainerd:
-    """Starts trainerd and waits until it answers and (with `wait_ready`) its startup completed."""
+                   wait_ready: bool = True, env: dict | None = None) -> Trainerd:
+    """Starts trainerd and waits until it answers and (with `wait_ready`) its startup completed.
+    `env`: variables added to trainerd's environment (TRAINER_TEST_CLOCK_FILE, ...)."""
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "trainerd.json").write_text(json.dumps(config))
     port_file = tmp / "port"
@@ -65,7 +66,8 @@ def start_trainerd(bin_dir: pathlib.Path, tmp: pathlib.Path, config: dict, port:
             [str(bin_dir / "trainerd"), "--data-dir", str(tmp / "data"), "--port", str(port),
              "--port-file", str(port_file), "--config", str(tmp / "trainerd.json"),
              "--job-binary", str(bin_dir / "trainer-job")],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, **env} if env else None)
     deadline = time.time() + 30
     while not (port_file.exists() and port_file.read_text().strip()):
         if proc.poll() is not None or time.time() > deadline:

@@ -34,7 +34,7 @@ void PrintTo(Kind kind, std::ostream* os) {
 // One empty database of one implementation, and what a test does behind the store's back (raw
 // SQL, as an older trainerd or an operator would).
 // The schema version both stores migrate to (one per migration; each store's list has them all).
-constexpr int kSchemaVersion = 12;
+constexpr int kSchemaVersion = 13;
 
 class TestDatabase {
  public:
@@ -560,11 +560,11 @@ TEST_P(StoreTest, MigrationNineGivesEveryExistingRunATask) {
             "DROP TRIGGER workloads_deleted; DROP TRIGGER claims_inserted; DROP TRIGGER claims_updated;"
             "DROP TRIGGER claims_deleted; DROP TABLE job_attempts; DROP TABLE job_events; DROP TABLE "
             "job_logs;"
-            "DROP TABLE endpoints; DROP TABLE dataset_analyses;"
+            "DROP TABLE endpoints; DROP TABLE dataset_analyses; DROP TABLE claim_holds;"
             "DELETE FROM schema_migrations WHERE version >= 9;"
           : "DROP TABLE tasks; DROP TABLE counters; DROP FUNCTION count_change() CASCADE;"
             "DROP TABLE job_attempts; DROP TABLE job_events; DROP TABLE job_logs; DROP TABLE endpoints;"
-            "DROP TABLE dataset_analyses;"
+            "DROP TABLE dataset_analyses; DROP TABLE claim_holds;"
             "DELETE FROM schema_migrations WHERE version >= 9;");
   auto s = open();
   auto t = s->get_task("run", "aa");
@@ -715,6 +715,82 @@ TEST_P(StoreTest, EndpointsKeepOneRowPerIdAndListByPhaseNewestFirst) {
   EXPECT_EQ((*s->get_endpoint("e1"))->at("phase"), "DELETED");
   EXPECT_FALSE(s->get_endpoint("e")->has_value());
   EXPECT_EQ(*s->endpoint_ids_with_prefix("e", 5), (std::vector<std::string>{"e1", "e2"}));
+}
+
+TEST_P(StoreTest, ClaimHoldsEndOnReleaseAndListByOverlapAcrossReopen) {
+  {
+    auto s = open();
+    ClaimHoldRow a{0, "a", "SFT", "w1", "cpu", 2, 1000, std::nullopt};
+    ClaimHoldRow b{0, "b", "SERVING", "w2", "gpu", 1, 1500, std::nullopt};
+    ClaimHoldRow old{0, "c", "EVALUATION", "w1", "cpu", 1, 100, 200.0};
+    ASSERT_TRUE(s->insert_claim_hold(a).is_ok());
+    ASSERT_TRUE(s->insert_claim_hold(b).is_ok());
+    ASSERT_TRUE(s->insert_claim_hold(old).is_ok());
+    EXPECT_LT(a.seq, b.seq);
+    ASSERT_TRUE(s->end_claim_holds("a", 2000).is_ok());
+    ASSERT_TRUE(s->end_claim_holds("a", 3000).is_ok());  // nothing open: the first release stays
+    ASSERT_TRUE(s->end_claim_holds("nobody", 3000).is_ok());
+    ClaimHoldRow again{0, "a", "SFT", "w1", "cpu", 2, 2500.25, std::nullopt};  // granted again
+    ASSERT_TRUE(s->insert_claim_hold(again).is_ok());
+  }
+  auto s = open();
+  auto all = s->list_claim_holds(0, 1e12);
+  ASSERT_TRUE(all.is_ok());
+  ASSERT_EQ(all->size(), 4u);
+  EXPECT_EQ((*all)[0].owner, "a");
+  EXPECT_EQ((*all)[0].kind, "SFT");
+  EXPECT_EQ((*all)[0].workload_id, "w1");
+  EXPECT_EQ((*all)[0].pool, "cpu");
+  EXPECT_EQ((*all)[0].devices, 2);
+  EXPECT_EQ((*all)[0].granted_at, 1000);
+  EXPECT_EQ((*all)[0].released_at, std::optional<double>(2000));
+  EXPECT_FALSE((*all)[1].released_at.has_value());  // b is still held
+  EXPECT_EQ((*all)[3].granted_at, 2500.25);
+  EXPECT_FALSE((*all)[3].released_at.has_value());
+  // [2000, 2400): a's first hold ended at 2000 exactly (not in it), c long before; b holds on.
+  auto mid = s->list_claim_holds(2000, 2400);
+  ASSERT_TRUE(mid.is_ok());
+  ASSERT_EQ(mid->size(), 1u);
+  EXPECT_EQ((*mid)[0].owner, "b");
+  // [0, 1000): only c, granted at 100; a was granted at the range's end.
+  auto early = s->list_claim_holds(0, 1000);
+  ASSERT_TRUE(early.is_ok());
+  ASSERT_EQ(early->size(), 1u);
+  EXPECT_EQ((*early)[0].owner, "c");
+}
+
+TEST_P(StoreTest, AClaimHoldWrittenInAFailedTransactionIsGone) {
+  auto s = open();
+  Status st = s->transaction([&]() -> Status {
+    ClaimHoldRow h{0, "a", "SFT", "w1", "cpu", 1, 10, std::nullopt};
+    EXPECT_TRUE(s->insert_claim_hold(h).is_ok());
+    return internal_error("boom");
+  });
+  EXPECT_EQ(st.message(), "boom");
+  EXPECT_TRUE(s->list_claim_holds(0, 1e12)->empty());
+}
+
+TEST_P(StoreTest, MigrationThirteenGivesEveryGrantedClaimAnOpenHoldFromItsSince) {
+  {
+    auto s = open();
+    ClaimRow granted{"a", "SFT", "w1", "cpu", 2, "QUEUED", "2026-01-31T18:00:00.000Z", 0};
+    ASSERT_TRUE(s->insert_claim(granted).is_ok());
+    granted.state = "GRANTED";
+    granted.since = "2026-01-31T18:00:01.500Z";
+    ASSERT_TRUE(s->update_claim(granted).is_ok());
+    ClaimRow queued{"b", "SFT", "w1", "cpu", 1, "QUEUED", "2026-01-31T18:00:00.000Z", 0};
+    ASSERT_TRUE(s->insert_claim(queued).is_ok());
+  }
+  // Rewind to schema 12, as the trainerd before claim holds left it.
+  db_->exec("DROP TABLE claim_holds; DELETE FROM schema_migrations WHERE version >= 13;");
+  auto s = open();
+  auto holds = s->list_claim_holds(0, 1e12);
+  ASSERT_TRUE(holds.is_ok());
+  ASSERT_EQ(holds->size(), 1u);
+  EXPECT_EQ((*holds)[0].owner, "a");
+  EXPECT_EQ((*holds)[0].devices, 2);
+  EXPECT_DOUBLE_EQ((*holds)[0].granted_at, 1769882401.5);  // 2026-01-31T18:00:01.5Z
+  EXPECT_FALSE((*holds)[0].released_at.has_value());
 }
 
 TEST_P(StoreTest, DatasetAnalysesKeepOneRowPerIdAndListADatasetsNewestFirst) {
