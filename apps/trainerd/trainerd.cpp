@@ -21,6 +21,7 @@
 
 #include "api/api.h"
 #include "backend/backend.h"
+#include "common/clock.h"
 #include "common/version.h"
 #include "http/server.h"
 #include "service/config.h"
@@ -292,6 +293,11 @@ void apply_test_hooks(service::ServiceOptions& sopt) {
     sopt.commit_pause = std::chrono::milliseconds(std::strtol(pause, nullptr, 10));
     const char* at = std::getenv("TRAINER_TEST_COMMIT_PAUSE_AT");
     sopt.commit_pause_stored = at != nullptr && std::strcmp(at, "stored") == 0;
+  }
+  // The service's wall time read from a file the test writes (capacity windows, device-hours).
+  if (const char* file = std::getenv("TRAINER_TEST_CLOCK_FILE"); file && *file) {
+    sopt.clock = file_clock(file);
+    std::fprintf(stderr, "trainerd: the service's time is read from %s (TRAINER_TEST_CLOCK_FILE)\n", file);
   }
 }
 

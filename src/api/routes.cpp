@@ -128,7 +128,13 @@ void install_routes(http::Router& router, Service& svc, const service::Limits& l
     if (!st.is_ok()) return error_response(st.with_field("body"));
     return json_response(200, json::object());  // an ExportMetricsServiceResponse with nothing rejected
   });
-  router.add("GET", "/v1/capacity", max_request, route_json(200, [&svc](const Request&) { return svc.capacity(); }));
+  router.add("GET", "/v1/capacity", max_request,
+             route_json(200, [&svc](const Request& req) { return svc.capacity(req.query_value("workload")); }));
+  router.add("GET", "/v1/capacity/device-hours", max_request, route_json(200, [&svc](const Request& req) {
+               return svc.device_hours(req.query_value("from"), req.query_value("to"), req.query_value("by"));
+             }));
+  router.add("POST", "/v1/capacity/scan", max_request,
+             route_json(200, [&svc](const Request&) { return svc.scan_capacity(); }));
 
   // ---- the resources, in the order of docs/api.md
   install_model_routes(router, svc, limits);

@@ -59,6 +59,15 @@ void install_data_routes(http::Router& router, service::Service& svc, const serv
   router.add("GET", "/v1/datasets", max, route_json(200, [&svc](const Request&) { return svc.list_datasets(); }));
   router.add("POST", "/v1/datasets/{ref}/measure", max,
              route_json(200, [&svc](const Request& req) { return measure_dataset(svc, req); }));
+  // Background analyses: the measurement as a task (service/dataset_analyses.h).
+  router.add("POST", "/v1/datasets/{ref}/analyses", max, route_body(201, [&svc](const Request& req, const json& body) {
+               return svc.analyze_dataset(req.params[0], body);
+             }));
+  router.add("GET", "/v1/datasets/{ref}/analyses", max,
+             route_json(200, [&svc](const Request& req) { return svc.list_dataset_analyses(req.params[0]); }));
+  router.add("GET", "/v1/datasets/{ref}/analyses/{id}", max, route_json(200, [&svc](const Request& req) {
+               return svc.get_dataset_analysis(req.params[0], req.params[1]);
+             }));
   router.add("GET", "/v1/datasets/{ref}", max,
              route_json(200, [&svc](const Request& req) { return svc.get_dataset(req.params[0]); }));
   // A name moved to other registered rows (body {"dataset": REF}), without an upload.

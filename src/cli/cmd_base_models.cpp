@@ -243,7 +243,7 @@ Command base_models_command() {
                     "Strict: a run outside every admitted shape is refused; advisory: admitted with a warning.",
                     {}, {}, base_models_envelopes, 0, 0, {}};
   envelopes.examples = {{"every envelope", "trainer base-models envelopes"},
-                        {"the one-GPU rows", "trainer base-models envelopes --jq '.measurements[] | select(.gpus==1)'"}};
+                        {"the one-GPU rows", "trainer base-models envelopes --jq '.measurements[]|select(.gpus==1)'"}};
   g.children = {list, get, select, wait, envelopes};
   return g;
 }

@@ -2,6 +2,7 @@
 // candidate and branch models under one pinned contract.
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -60,6 +61,8 @@ std::string fan_text(const json& fan) {
   }
   return text;
 }
+
+}  // namespace
 
 void print_comparison(const json& c) {
   const json contract = c.value("contract", json::object());
@@ -130,6 +133,8 @@ void print_comparison(const json& c) {
   if (!differences.empty()) out("\nConfig differences against the source:\n" + differences);
 }
 
+namespace {
+
 // How often `comparisons create --wait` looks again (the comparison moves as its evaluations do).
 constexpr auto kComparisonPoll = std::chrono::milliseconds(500);
 
@@ -149,13 +154,16 @@ std::string comparison_progress(const json& c) {
          " targets ended";
 }
 
-// Follows a comparison until it ends, a line on stderr each time its progress changes, then shows
-// it as `comparisons get` does (JSON: the final record). --exit-status: 3 when it ended FAILED.
-int wait_for_comparison(Context& ctx, const std::string& id) {
+}  // namespace
+
+std::optional<json> follow_comparison(Context& ctx, const std::string& id, int* code) {
   double timeout_seconds = 0;
   if (auto t = ctx.inv.get("timeout")) {
     auto parsed = parse_duration(*t);
-    if (!parsed) return ctx.fail("--timeout \"" + *t + "\" is not a duration; write it like 90s, 15m0s or 2h", kExitUsage);
+    if (!parsed) {
+      *code = ctx.fail("--timeout \"" + *t + "\" is not a duration; write it like 90s, 15m0s or 2h", kExitUsage);
+      return std::nullopt;
+    }
     timeout_seconds = *parsed;
   }
   const std::string short_ref = short_id(id);
@@ -163,24 +171,36 @@ int wait_for_comparison(Context& ctx, const std::string& id) {
   std::string last;
   for (;;) {
     auto c = ctx.get("/v1/comparisons/" + seg(id));
-    if (!c) return ctx.last_failure_code();
-    const std::string phase = c->value("phase", std::string());
+    if (!c) {
+      *code = ctx.last_failure_code();
+      return std::nullopt;
+    }
     const std::string line = comparison_progress(*c);
     if (ctx.text() && !ctx.quiet && line != last) std::fprintf(stderr, "comparison %s: %s\n", short_ref.c_str(), line.c_str());
     last = line;
-    if (comparison_ended(phase)) {
-      if (ctx.text()) print_comparison(*c);
-      else ctx.print_json(*c);
-      return ctx.inv.has("exit-status") && phase == "FAILED" ? kExitRunFailed : kExitOk;
-    }
+    if (comparison_ended(c->value("phase", std::string()))) return c;
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (timeout_seconds > 0 && elapsed >= timeout_seconds) {
-      return ctx.fail("stopped waiting after " + format_duration(timeout_seconds) + " (--timeout); comparison " +
-                          short_ref + " carries on: `trainer comparisons get " + short_ref + "` shows it",
-                      kExitTimeout);
+      *code = ctx.fail("stopped waiting after " + format_duration(timeout_seconds) + " (--timeout); comparison " +
+                           short_ref + " carries on: `trainer comparisons get " + short_ref + "` shows it",
+                       kExitTimeout);
+      return std::nullopt;
     }
     std::this_thread::sleep_for(kComparisonPoll);
   }
+}
+
+namespace {
+
+// Follows a comparison until it ends, then shows it as `comparisons get` does (JSON: the final
+// record). --exit-status: 3 when it ended FAILED.
+int wait_for_comparison(Context& ctx, const std::string& id) {
+  int code = kExitOk;
+  auto c = follow_comparison(ctx, id, &code);
+  if (!c) return code;
+  if (ctx.text()) print_comparison(*c);
+  else ctx.print_json(*c);
+  return ctx.inv.has("exit-status") && c->value("phase", std::string()) == "FAILED" ? kExitRunFailed : kExitOk;
 }
 
 int comparisons_create(Context& ctx) {

@@ -1,10 +1,14 @@
-// `trainer info` (the readiness probe) and `trainer capacity` (pools, claims and quotas).
+// `trainer info` (the readiness probe) and `trainer capacity` (pools, windows, claims, quotas and
+// warnings; device-hours).
+#include <cstdio>
+
 #include "cli/command_support.h"
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
 #include "cli/list_command.h"
 #include "cli/format.h"
 #include "cli/run_view.h"
+#include "common/utc_time.h"
 
 namespace trainer::cli {
 namespace {
@@ -85,13 +89,26 @@ std::string device_ids_text(const json& claim) {
   return out.empty() ? "-" : out;
 }
 
+// "3" for a number field; "-" when absent or null.
+std::string count_text(const json& doc, const char* key) {
+  std::string v = str(doc, key);
+  return v.empty() ? "-" : v;
+}
+
 int run_capacity(Context& ctx) {
-  return show(ctx, "/v1/capacity", [&](const json& doc) {
+  std::string path = "/v1/capacity";
+  const std::string workload = ctx.inv.get_or("workload", "");
+  if (ctx.inv.has("workload")) {
+    if (workload.empty()) return ctx.fail("--workload needs a workload's name", kExitUsage);
+    path += "?workload=" + Client::escape(workload);
+  }
+  return show(ctx, path, [&](const json& doc) {
     const json pools = doc.value("pools", json::array());
     const json claims = doc.value("claims", json::array());
     const json quotas = doc.value("quotas", json::array());
+    const json warnings = doc.value("warnings", json::array());
     const double now = now_seconds();
-    out(ctx.paint("Pools", "1") + "\n");
+    out(ctx.paint("Pools", "1") + " (FREE + GRANTED + OUTSIDE = DECLARED)\n");
     if (pools.empty()) out("  (none declared)\n");
     else {
       std::vector<std::vector<std::string>> rows;
@@ -100,12 +117,44 @@ int run_capacity(Context& ctx) {
         if (free.empty() && p.contains("declared") && p["declared"].is_number() && p.contains("granted") && p["granted"].is_number()) {
           free = std::to_string(p["declared"].get<long long>() - p["granted"].get<long long>());
         }
-        rows.push_back({str(p, "name"), str(p, "accelerator"), str(p, "declared"), str(p, "observed"),
-                        str(p, "granted"), free, str(p, "queued"), str(p, "maxClaim"),
+        rows.push_back({str(p, "name"), str(p, "accelerator"), free, str(p, "granted"), count_text(p, "outside"),
+                        str(p, "declared"), str(p, "queued"), count_text(p, "observed"), str(p, "maxClaim"),
+                        p.contains("hostRamGiB") && p["hostRamGiB"].is_number() ? str(p, "hostRamGiB") + " GiB" : "-",
                         p.value("serving", false) ? "yes" : "no"});
       }
-      out(render_table({"POOL", "ACCELERATOR", "DECLARED", "OBSERVED", "GRANTED", "FREE", "QUEUED", "MAX CLAIM", "SERVING"},
+      out(render_table({"POOL", "ACCELERATOR", "FREE", "GRANTED", "OUTSIDE", "DECLARED", "QUEUED", "OBSERVED",
+                        "MAX CLAIM", "HOST RAM", "SERVING"},
                        rows));
+    }
+    std::vector<std::vector<std::string>> window_rows;
+    for (const auto& p : pools) {
+      if (!p.contains("windows") || !p["windows"].is_array()) continue;
+      for (const auto& w : p["windows"]) {
+        const std::string state = w.value("open", false) ? "open" : w.value("ended", false) ? "ended" : "to come";
+        window_rows.push_back({str(p, "name"), "+" + str(w, "devices"), str(w, "opens"), str(w, "closes"), state});
+      }
+    }
+    if (!window_rows.empty()) {
+      out("\n" + ctx.paint("Windows", "1") + " (UTC; DECLARED includes a window while it is open)\n");
+      out(render_table({"POOL", "DEVICES", "OPENS", "CLOSES", "STATE"}, window_rows));
+    }
+    if (doc.contains("cluster") && doc["cluster"].is_object()) {
+      const json& c = doc["cluster"];
+      out("\n" + ctx.paint("Cluster", "1") + " (" + str(c, "backend") + ": " + str(c, "source") + ")\n");
+      std::string devices;
+      if (c.contains("devices") && c["devices"].is_object()) {
+        for (const auto& [profile, count] : c["devices"].items()) {
+          devices += (devices.empty() ? "" : ", ") + count.dump() + " " + profile;
+        }
+      }
+      out(render_table({"NODES", "DEVICES", "HELD", "OUTSIDE", "READ"},
+                       {{count_text(c, "nodes"), devices.empty() ? "-" : devices, count_text(c, "held"),
+                         count_text(c, "outside"),
+                         str(c, "readAt").empty() ? "not yet" : age_text(str(c, "readAt"), now)}}));
+    }
+    if (!warnings.empty()) {
+      out("\n" + ctx.paint("Warnings", "1;33") + "\n");
+      for (const auto& w : warnings) out("  " + str(w, "message") + "\n");
     }
     out("\n" + ctx.paint("Claims", "1") + "\n");
     if (claims.empty()) out("  (none)\n");
@@ -113,9 +162,9 @@ int run_capacity(Context& ctx) {
       std::vector<std::vector<std::string>> rows;
       for (const auto& c : claims) {
         rows.push_back({str(c, "kind"), short_id(str(c, "owner")), str(c, "workload"), str(c, "devices"),
-                        device_ids_text(c), str(c, "pool"), str(c, "state"), age_text(str(c, "since"), now)});
+                        str(c, "pool"), str(c, "state"), age_text(str(c, "since"), now), device_ids_text(c)});
       }
-      out(render_table({"KIND", "OWNER", "WORKLOAD", "DEVICES", "DEVICE IDS", "POOL", "STATE", "SINCE"}, rows));
+      out(render_table({"KIND", "FOR", "WORKLOAD", "DEVICES", "POOL", "STATE", "SINCE", "DEVICE IDS"}, rows));
     }
     out("\n" + ctx.paint("Quotas", "1") + "\n");
     if (quotas.empty()) out("  (none set)\n");
@@ -127,6 +176,101 @@ int run_capacity(Context& ctx) {
       out(render_table({"WORKLOAD", "QUOTA", "HELD", "QUEUED"}, rows));
     }
   });
+}
+
+// "12.5" hours to the second's precision: hours with four decimals (0.0003 h is one second).
+std::string hours_text(double device_seconds) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.4f", device_seconds / 3600.0);
+  return buf;
+}
+
+constexpr double kSecondsPerDay = 86400;
+constexpr double kMaxDeviceHoursDays = 366;  // the service refuses a longer range too
+
+int run_device_hours(Context& ctx) {
+  std::string query;
+  for (const char* flag : {"from", "to"}) {
+    auto v = ctx.inv.get(flag);
+    if (!v) continue;
+    if (!parse_utc_time(*v)) {
+      return ctx.fail(std::string("--") + flag + " \"" + *v +
+                          "\" is not an ISO 8601 UTC time; write it like 2026-01-31T18:00:00Z (or with an offset, +02:00)",
+                      kExitUsage);
+    }
+    query += std::string(query.empty() ? "?" : "&") + flag + "=" + Client::escape(*v);
+  }
+  if (auto from = ctx.inv.get("from"), to = ctx.inv.get("to"); from && to) {
+    const double seconds = *parse_utc_time(*to) - *parse_utc_time(*from);
+    if (seconds <= 0) return ctx.fail("--from " + *from + " is not before --to " + *to, kExitUsage);
+    if (seconds > kMaxDeviceHoursDays * kSecondsPerDay) {
+      return ctx.fail("--from " + *from + " to --to " + *to + " is " +
+                          std::to_string(static_cast<long long>(seconds / kSecondsPerDay)) +
+                          " days long; device-hours reads at most 366 days",
+                      kExitUsage);
+    }
+  }
+  if (auto by = ctx.inv.get("by")) {
+    if (*by != "pool" && *by != "endpoint" && *by != "workload") {
+      return ctx.fail("--by \"" + *by + "\" is not a grouping; use pool, endpoint or workload", kExitUsage);
+    }
+    query += std::string(query.empty() ? "?" : "&") + "by=" + Client::escape(*by);
+  }
+  return show(ctx, "/v1/capacity/device-hours" + query, [&](const json& doc) {
+    const json rows = doc.value("rows", json::array());
+    out("From " + str(doc, "from") + " to " + str(doc, "to") + ", by " + str(doc, "by") + "\n");
+    if (rows.empty()) {
+      out("  (no claim held devices in this period)\n");
+      return;
+    }
+    std::vector<std::vector<std::string>> table;
+    for (const auto& r : rows) {
+      table.push_back({str(r, "key"), str(r, "pool"), hours_text(r.value("deviceSeconds", 0.0)),
+                       r.value("held", false) ? "yes" : "no"});
+    }
+    out(render_table({"KEY", "POOL", "DEVICE HOURS", "HELD"}, table));
+  });
+}
+
+// "12.3 GiB" for a byte count.
+std::string gib_text(const json& bytes) {
+  if (!bytes.is_number()) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", bytes.get<double>() / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
+int run_scan(Context& ctx) {
+  auto doc = ctx.post("/v1/capacity/scan", json::object());
+  if (!doc) return ctx.last_failure_code();
+  if (!ctx.text()) {
+    ctx.print_json(*doc);
+    return kExitOk;
+  }
+  for (const auto& node : doc->value("nodes", json::array())) {
+    out(ctx.paint("Node " + str(node, "node"), "1") + " (trainer-job " + str(node, "version") + ")\n");
+    const json devices = node.value("devices", json::object());
+    std::string gpus;
+    for (const auto& g : devices.value("gpus", json::array())) gpus += (gpus.empty() ? "" : ", ") + str(g, "name");
+    out("  Devices:  " + (gpus.empty() ? std::string("no GPU") : gpus) +
+        (devices.contains("error") ? " (" + str(devices, "error") + ")" : "") + "\n");
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& d : node.value("disks", json::array())) {
+      rows.push_back({str(d, "role"), str(d, "path"),
+                      d.contains("error") ? "unreadable: " + str(d, "error") : gib_text(d.value("freeBytes", json()))});
+    }
+    out(render_table({"FOLDER", "PATH", "FREE"}, rows));
+    std::vector<std::vector<std::string>> left;
+    for (const auto& f : node.value("jobFolders", json::array())) {
+      if (f.value("leftover", false)) left.push_back({str(f, "runId"), str(f, "attempt"), str(f, "path")});
+    }
+    if (left.empty()) out("  Leftover job folders: none\n");
+    else {
+      out("  Leftover job folders (no open run's current attempt):\n");
+      out(render_table({"RUN", "ATTEMPT", "PATH"}, left));
+    }
+  }
+  return kExitOk;
 }
 
 }  // namespace
@@ -146,12 +290,51 @@ Command info_command() {
 }
 
 Command capacity_command() {
+  Command hours;
+  hours.name = "device-hours";
+  hours.summary = "Device-hours the claims held in a period, by pool, endpoint or workload";
+  hours.description =
+      "From the claims' history: each claim counts its devices from its grant to its release,\n"
+      "clipped to the period; a claim still held counts up to now (HELD yes). The period is\n"
+      "--from to --to (default: the last 24 hours up to now), at most 366 days.";
+  hours.flags = {{"from", 0, "ISO", "start of the period, e.g. 2026-01-31T00:00:00Z (default: --to minus 24 hours)", ""},
+                 {"to", 0, "ISO", "end of the period (default: now)", ""},
+                 {"by", 0, "KEY", "group the rows by pool (default), endpoint or workload", ""}};
+  hours.run = run_device_hours;
+  hours.examples = {{"the last 24 hours, by pool", "trainer capacity device-hours"},
+                    {"one day, by workload", "trainer capacity device-hours --from 2026-01-31T00:00:00Z --to 2026-02-01T00:00:00Z --by workload"},
+                    {"the keys still holding devices", "trainer capacity device-hours --jq '.rows[]|select(.held)|.key'"}};
+
+  Command scan;
+  scan.name = "scan";
+  scan.summary = "A short read-only look at the backend's nodes: devices, free disk, leftover job folders";
+  scan.description =
+      "Runs `trainer-job scan` where jobs run (the local backend: trainerd's host): the GPUs NVML\n"
+      "sees, the free space of the data, temporary and shared-memory folders, job folders no open\n"
+      "run's current attempt owns, and the installed trainer-job's version. A device or disk that\n"
+      "cannot be read is named in the answer; it does not change the exit status.";
+  scan.run = run_scan;
+  scan.examples = {{"look at the nodes", "trainer capacity scan"},
+                   {"the free bytes of each folder", "trainer capacity scan --jq '.nodes[].disks[]|[.role,.freeBytes]'"}};
+
   Command c;
   c.name = "capacity";
-  c.summary = "Show GPU pools, claims and quotas";
-  c.description = "Pools: FREE + GRANTED = DECLARED. A claim holds devices (GRANTED) or waits for them (QUEUED).";
+  c.summary = "Show GPU pools, capacity windows, claims, quotas and warnings";
+  c.description =
+      "Pools: FREE + GRANTED + OUTSIDE = DECLARED, and QUEUED. DECLARED includes a capacity window's\n"
+      "devices only while it is open; OUTSIDE is what claims holding devices outside DECLARED (an\n"
+      "ended window's) take of it, since admission counts every granted device against DECLARED.\n"
+      "A claim holds devices (GRANTED) or waits for them (QUEUED). WARNINGS lists claims still\n"
+      "holding devices of a window that has ended, and runs whose host memory figure is over their\n"
+      "pool's HOST RAM (neither is stopped). With a Slurm or Ray backend, Cluster shows what it last\n"
+      "read: NODES, DEVICES, HELD (by this service's claims), OUTSIDE, READ. --workload keeps only\n"
+      "that workload's claims, quota and warnings; the pools' totals stay whole.";
+  c.flags = {{"workload", 0, "NAME", "show only this workload's claims, quota and warnings", ""}};
   c.run = run_capacity;
-  c.examples = {{"pools, claims and quotas", "trainer capacity"}, {"as JSON", "trainer capacity -o json"}};
+  c.children = {hours, scan};
+  c.examples = {{"pools, claims and quotas", "trainer capacity"},
+                {"one workload's claims and quota", "trainer capacity --workload sentiment"},
+                {"as JSON", "trainer capacity -o json"}};
   return c;
 }
 

@@ -1,6 +1,7 @@
 // `trainer runs branch PARENT --snapshot S --steps N` and `trainer runs continue RUN --steps N`:
 // child runs started from a parent's snapshot (docs/lineage.md).
 #include <chrono>
+#include <optional>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -192,11 +193,10 @@ std::string point_values(const json& point) {
   return values;
 }
 
-// Follows every child of a sweep (`doc`, the sweep's answer) until each has ended: a line on
-// stderr as each ends, then a table of the points and how each ended (JSON: the answer, each
-// point with its child's final record as "run"). --exit-status: 3 when a child FAILED, else 4
-// when one was CANCELLED.
-int wait_for_sweep(Context& ctx, const std::string& parent, json doc) {
+// Follows every child of a sweep (`doc`, the sweep's answer) until each has ended, a line on
+// stderr as each ends; each point of `doc` gets its child's final record as "run". kExitOk, or
+// the exit code of a failure it printed.
+int follow_sweep(Context& ctx, const std::string& parent, json& doc) {
   double timeout_seconds = 0;
   if (auto t = ctx.inv.get("timeout")) {
     auto parsed = parse_duration(*t);
@@ -234,6 +234,14 @@ int wait_for_sweep(Context& ctx, const std::string& parent, json doc) {
     }
     std::this_thread::sleep_for(kSweepPoll);
   }
+  return kExitOk;
+}
+
+// A followed sweep's points and how each ended: a table (JSON: the answer, each point with its
+// child's final record as "run"). Its exit code under --exit-status: 3 when a child FAILED, else
+// 4 when one was CANCELLED.
+int report_sweep(Context& ctx, const json& doc, bool print) {
+  const json& points = doc["points"];
   bool failed = false, cancelled = false;
   std::vector<std::vector<std::string>> rows;
   for (const auto& p : points) {
@@ -250,11 +258,76 @@ int wait_for_sweep(Context& ctx, const std::string& parent, json doc) {
   }
   if (ctx.text()) {
     out(render_table({"POINT", "VALUES", "RUN", "PHASE", "LAST"}, rows));
-  } else {
+  } else if (print) {
     ctx.print_json(doc);
   }
   if (!ctx.inv.has("exit-status")) return kExitOk;
   return failed ? kExitRunFailed : (cancelled ? kExitRunCancelled : kExitOk);
+}
+
+// `runs sweep --wait`: follows the children, then lists how each ended.
+int wait_for_sweep(Context& ctx, const std::string& parent, json doc) {
+  if (int code = follow_sweep(ctx, parent, doc); code != kExitOk) return code;
+  return report_sweep(ctx, doc, true);
+}
+
+// The comparison `runs sweep --compare` asks for once every child ended: the sweep's snapshot
+// against the children that COMPLETED, on --dataset (--grader, --max-new-tokens as given).
+struct CompareRequest {
+  std::string snapshot = {};
+  std::string dataset = {};
+  std::optional<std::string> grader = {};
+  std::optional<long long> max_new_tokens = {};
+};
+
+// `runs sweep --compare`: follows the children, lists how each ended, then starts the comparison
+// of the source snapshot against those that completed (idempotent by the sweep's submission id),
+// follows it and shows it. JSON: {sweep, comparison}. --exit-status: 3 when a child or the
+// comparison FAILED, else 4 when a child was CANCELLED.
+int compare_sweep(Context& ctx, const std::string& parent, json doc, const CompareRequest& request,
+                  const std::string& token) {
+  if (int code = follow_sweep(ctx, parent, doc); code != kExitOk) return code;
+  const int sweep_code = report_sweep(ctx, doc, false);
+  json branches = json::array();
+  std::string left_out;
+  for (const auto& p : doc["points"]) {
+    const std::string phase = p["run"].value("phase", std::string());
+    if (phase == "COMPLETED") {
+      branches.push_back(p.value("runId", std::string()));
+    } else {
+      left_out += (left_out.empty() ? "" : ", ") + short_id(p.value("runId", std::string())) + " " + phase;
+    }
+  }
+  if (branches.empty()) {
+    return ctx.fail("no child of the sweep COMPLETED (" + left_out + "), so there is nothing to compare; `trainer runs get "
+                    "CHILD` says why each ended",
+                    ctx.inv.has("exit-status") ? kExitRunFailed : kExitError);
+  }
+  if (ctx.text() && !ctx.quiet && !left_out.empty()) {
+    std::fprintf(stderr, "sweep: left out of the comparison (no model): %s\n", left_out.c_str());
+  }
+  json body = {{"source", request.snapshot}, {"branches", branches}, {"dataset", request.dataset},
+               {"submissionId", token + "-compare"}};
+  if (request.grader) body["grader"] = *request.grader;
+  if (request.max_new_tokens) body["maxNewTokens"] = *request.max_new_tokens;
+  auto created = ctx.post("/v1/comparisons", body);
+  if (!created) return ctx.last_failure_code();
+  const std::string id = created->value("comparisonId", std::string());
+  if (ctx.text() && !ctx.quiet) {
+    std::fprintf(stderr, "sweep: comparison %s of snapshot %s against %zu children started\n", short_id(id).c_str(),
+                 short_id(request.snapshot).c_str(), branches.size());
+  }
+  int code = kExitOk;
+  auto comparison = follow_comparison(ctx, id, &code);
+  if (!comparison) return code;
+  if (ctx.text()) {
+    out("\n");
+    print_comparison(*comparison);
+  } else {
+    ctx.print_json(json{{"sweep", doc}, {"comparison", *comparison}});
+  }
+  if (ctx.inv.has("exit-status") && comparison->value("phase", std::string()) == "FAILED") return kExitRunFailed;
+  return sweep_code;
 }
 
 int runs_sweep(Context& ctx) {
@@ -283,6 +356,33 @@ int runs_sweep(Context& ctx) {
   if (ctx.inv.has("force")) body["force"] = true;
   const bool dry_run = ctx.inv.has("dry-run");
   if (dry_run && ctx.inv.has("wait")) return ctx.fail("--dry-run starts nothing to wait for; drop --wait", kExitUsage);
+  // --compare: everything it needs is checked before a child starts.
+  const bool compare = ctx.inv.has("compare");
+  for (const char* flag : {"timeout", "exit-status"}) {
+    if (ctx.inv.has(flag) && !ctx.inv.has("wait") && !compare) {
+      return ctx.fail(std::string("--") + flag + " applies with --wait or --compare", kExitUsage);
+    }
+  }
+  CompareRequest compare_request{.snapshot = *snapshot};
+  if (compare) {
+    if (dry_run) return ctx.fail("--dry-run starts nothing to compare; drop --compare", kExitUsage);
+    auto dataset = ctx.inv.get("dataset");
+    if (!dataset || dataset->empty()) {
+      return ctx.fail("runs sweep --compare needs --dataset DATASET: the rows the comparison scores the source "
+                      "snapshot and every child on",
+                      kExitUsage);
+    }
+    compare_request.dataset = *dataset;
+    compare_request.grader = ctx.inv.get("grader");
+    int code = kExitOk;
+    compare_request.max_new_tokens = int_flag(ctx, "max-new-tokens", &code);
+    if (code != kExitOk) return code;
+    if (compare_request.max_new_tokens && *compare_request.max_new_tokens < 1) {
+      return ctx.fail("--max-new-tokens must be at least 1, got " + std::to_string(*compare_request.max_new_tokens),
+                      kExitUsage);
+    }
+    if (!ctx.get("/v1/datasets/" + seg(*dataset))) return ctx.last_failure_code();  // names the dataset
+  }
   std::string path = "/v1/runs/" + seg(parent) + "/sweep";
   std::string token;  // the submission id sent (none for a dry run)
   if (dry_run) {
@@ -300,6 +400,7 @@ int runs_sweep(Context& ctx) {
   if (!doc) return ctx.last_failure_code();
   const bool wait = ctx.inv.has("wait");
   if (!ctx.text()) {
+    if (compare) return compare_sweep(ctx, parent, *doc, compare_request, token);
     if (wait) return wait_for_sweep(ctx, parent, *doc);
     ctx.print_json(*doc);
     return kExitOk;
@@ -333,6 +434,7 @@ int runs_sweep(Context& ctx) {
     out("To repeat this sweep safely (each child started once), add --submission-id " + token + ".\n");
   }
   std::fflush(stdout);
+  if (compare) return compare_sweep(ctx, parent, *doc, compare_request, token);
   if (wait) return wait_for_sweep(ctx, parent, *doc);
   return kExitOk;
 }
@@ -401,7 +503,13 @@ Command runs_sweep_command() {
             "(as `runs branch --overrides`). Two axes may not set the same or nested fields. Every point\n"
             "is validated before any is submitted; a parent's children may not pass 50. Each child is\n"
             "labelled with its point (sweepPoint). A sweep cut short (trainerd restarted, the answer\n"
-            "lost) is finished by repeating it with the same --submission-id: no child starts twice.",
+            "lost) is finished by repeating it with the same --submission-id: no child starts twice.\n"
+            "\n"
+            "--compare waits for every child to end, then compares them (docs/comparisons.md): the\n"
+            "source snapshot against each child that COMPLETED, scored on --dataset, and shows the\n"
+            "comparison (the winner only beyond chance). The comparison's submission id derives from\n"
+            "the sweep's, so repeating the command compares once. --dataset is checked before any child\n"
+            "starts.",
             {{"snapshot", 0, "SNAPSHOT", "the parent's snapshot every child starts from; required", ""},
              {"steps", 0, "N", "each child's budget of optimizer updates; required", ""},
              {"grid", 0, "FILE", "the grid: axes: [{path, values}]; - reads stdin", ""},
@@ -411,14 +519,25 @@ Command runs_sweep_command() {
               "idempotency key: a repeat with the same TOKEN starts each child once (default: generated)", ""},
              {"force", 0, "", "start points that repeat an existing child exactly (refused otherwise)", ""},
              {"wait", 0, "", "follow every child until it ends (a line as each ends), then list how each ended", ""},
-             {"timeout", 0, "DURATION", "with --wait: stop waiting after DURATION (the children carry on; exit 5)",
-              "wait"},
-             {"exit-status", 0, "", "with --wait: exit 3 when a child ends FAILED, else 4 when one is CANCELLED",
-              "wait"}},
+             {"timeout", 0, "DURATION",
+              "with --wait or --compare: stop waiting after DURATION (the children and comparison carry on; exit 5)",
+              ""},
+             {"exit-status", 0, "",
+              "with --wait or --compare: exit 3 when a child (or the comparison) ends FAILED, else 4 when a child "
+              "is CANCELLED",
+              ""},
+             {"compare", 0, "",
+              "wait for every child, then compare the source snapshot with those that completed (implies --wait)", ""},
+             {"dataset", 0, "DATASET", "with --compare: the rows the comparison scores on (required)", "compare"},
+             {"grader", 0, "GRADER", "with --compare: default the source workload's grader, else json-label-match",
+              "compare"},
+             {"max-new-tokens", 0, "N", "with --compare: the completion-token ceiling (default 256)", "compare"}},
             {}, runs_sweep, 1, 1, {}};
   c.examples = {{"check a grid of learning rates and batch sizes",
                  "trainer runs sweep 7d496e82 --snapshot 3f2a9c71 --steps 100 --grid grid.yaml --dry-run"},
                 {"start it", "trainer runs sweep 7d496e82 --snapshot 3f2a9c71 --steps 100 --grid grid.yaml"},
+                {"start it, wait for every child, then compare them with the source on held-out rows",
+                 "trainer runs sweep 7d496e82 --snapshot 3f2a9c71 --steps 100 --grid grid.yaml --compare --dataset eval"},
                 {"start it safely to repeat (the same token never starts a child twice)",
                  "trainer runs sweep 7d496e82 --snapshot 3f2a9c71 --steps 100 --grid grid.yaml "
                  "--submission-id lr-grid-1"}};

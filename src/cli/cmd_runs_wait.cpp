@@ -138,7 +138,7 @@ class LiveView {
 json terminal_event(const json& run) {
   json ev = {{"type", "terminal"}, {"runId", run.value("runId", std::string())},
              {"phase", run.value("phase", std::string())}};
-  for (const char* k : {"outcome", "failureReason", "adapterPath", "modelId"}) {
+  for (const char* k : {"outcome", "failureReason", "smoke", "adapterPath", "modelId"}) {
     if (run.contains(k)) ev[k] = run[k];
   }
   return ev;

@@ -81,4 +81,11 @@ std::optional<double> timeout_flag(Context& ctx, double fallback, int* exit_code
 // Runs the live watch of `runs wait` (also `runs start --wait`) on the run `ref`.
 int wait_for_run(Context& ctx, const std::string& ref);
 
+// Follows the comparison `id` until it ends (a line on stderr each time its progress changes;
+// --timeout bounds it); its final record, or nullopt after a failure was printed (`*code` its
+// exit code). `comparisons create --wait`, `runs sweep --compare`.
+std::optional<nlohmann::json> follow_comparison(Context& ctx, const std::string& id, int* code);
+// The text view of a comparison (`comparisons get`).
+void print_comparison(const nlohmann::json& comparison);
+
 }  // namespace trainer::cli

@@ -309,6 +309,19 @@ std::vector<std::pair<std::string, std::string>> pause_rows(const json& run) {
   return rows;
 }
 
+// The plan's smoke check: pending, passed, or failed naming the check and why.
+std::string smoke_text(const json& smoke) {
+  const std::string verdict = str(smoke, "verdict");
+  const std::string scope = format_number(integer(smoke, "steps")) + " steps on " +
+                            (verdict == "pending" ? "the first " : "") + format_number(integer(smoke, "rows")) + " rows";
+  if (verdict == "pending") return "pending (" + scope + ", before training)";
+  std::string text = verdict + " (" + scope;
+  if (auto seconds = num(smoke, "seconds")) text += ", " + format_duration(*seconds);
+  text += ")";
+  if (verdict == "failed") text += ": " + str(smoke, "check") + ": " + first_line(str(smoke, "reason"));
+  return text;
+}
+
 }  // namespace
 
 std::string run_detail(const json& run, const ViewStyle& style) {
@@ -377,6 +390,7 @@ std::string run_detail(const json& run, const ViewStyle& style) {
     if (!str(warm, "sourceRunId").empty()) from += " (trained by run " + short_id(str(warm, "sourceRunId")) + ")";
     state.push_back({"Warm start", from + ", its weights"});
   }
+  if (const json& smoke = field(run, "smoke"); smoke.is_object()) state.push_back({"Smoke check", smoke_text(smoke)});
   if (!str(run, "configName").empty()) state.push_back({"Config name", str(run, "configName")});
   if (!str(run, "description").empty()) state.push_back({"Description", str(run, "description")});
   if (const json& judges = field(run, "judgeInstructions"); judges.is_array()) {

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <string>
 
 namespace trainer {
 
@@ -21,6 +22,13 @@ class Clock {
 
 // The real clock of the machine.
 std::shared_ptr<Clock> system_clock();
+
+// A clock whose wall time is the number of seconds since the epoch written in the file `path`,
+// read again at every reading: end-to-end tests drive a whole trainerd's time from outside with
+// it (TRAINER_TEST_CLOCK_FILE). Its monotonic reading is the machine's, so waits and timeouts
+// still pass. A file that cannot be read or holds no number reads as the last good value (the
+// machine's wall time before the first).
+std::shared_ptr<Clock> file_clock(std::string path);
 
 // A clock that moves only when told to; both readings advance together.
 class ManualClock final : public Clock {

@@ -86,6 +86,24 @@ Result<TrainResult> train_rl(const TrainRequest& request, const EventSink& event
 // train_sft or train_rl, by plan.config.method.
 Result<TrainResult> run_training(const TrainRequest& request, const EventSink& events);
 
+// The plan's smoke check (plan.smoke, docs/plans.md "Smoke checks"), run by trainer-job before
+// the training, in OUTPUT/smoke (removed after; it publishes nothing). On one device:
+//   load        the model, its tokenizer and the dataset's first smoke.rows rows load;
+//   train       smoke.steps optimizer steps on them run without an error;
+//   loss        every step's loss and gradient norm is finite;
+//   checkpoint  the training state saved before the last step restores, and that step trained
+//               again from it gives a finite loss, for SFT the same loss (relative 1e-3).
+// The request is the run's (its plan, output folder, stop flag and any warm start or branch
+// weights); its pause flag and cadences are not used. The steps' events are not passed on.
+struct SmokeResult {
+  protocol::Smoke verdict;  // passed, or the first check that failed and why
+  bool cancelled = false;   // `stop` was set: no verdict
+};
+
+// An error only where the check could not be run (its folder cannot be written, a full disk);
+// a plan or data at fault is a failed verdict.
+Result<SmokeResult> smoke_check(const TrainRequest& request, const plan::SmokeSettings& smoke);
+
 // A PEFT LoRA adapter merged into its base model's weights, written as a Hugging Face model folder
 // (`trainer-job merge`; docs/registry.md, "Taking a model away"): config.json and the tokenizer
 // files of the base, and one model.safetensors holding every base tensor under its own name and

@@ -541,6 +541,26 @@ int cmd_run(int argc, char** argv) {
     job.write(protocol::Warning{.field = w->field, .message = w->message});
     std::fprintf(stderr, "trainer-job run: warning: %s\n", w->message.c_str());
   }
+  // The plan's smoke check, before the training and on one device; a resumed attempt's run passed
+  // it already (its first attempt trained past it).
+  if (req.plan.smoke && request->resume_snapshot.empty()) {
+    std::fprintf(stderr, "trainer-job run: smoke check: %d steps on the first %d rows\n", req.plan.smoke->steps,
+                 req.plan.smoke->rows);
+    job.write(protocol::Phase{.phase = "PREPARING"});
+    auto smoke = engine::smoke_check(req, *req.plan.smoke);
+    if (!smoke.is_ok()) return job.fail(smoke.status().with_context("smoke check").message());
+    if (smoke->cancelled) {
+      job.report(protocol::Cancelled{.steps = 0}, false);
+      return kExitCancelled;
+    }
+    const protocol::Smoke& verdict = smoke->verdict;
+    job.report(verdict, false);
+    if (!verdict.passed) {
+      return job.fail_measured("smoke check failed",
+                               "smoke check failed (" + verdict.check + "): " + verdict.reason);
+    }
+    std::fprintf(stderr, "trainer-job run: smoke check passed in %.1fs\n", verdict.seconds);
+  }
   auto started = start_other_ranks(req, plan_path, writer);
   if (!started.is_ok()) return job.fail(started.status().message());
   other_ranks = std::move(*started);

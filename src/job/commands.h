@@ -11,6 +11,7 @@ int cmd_tokenize(int argc, char** argv);  // tokenize --tokenizer DIR  (text on 
 int cmd_analyze(int argc, char** argv);   // analyze --model DIR --data FILE.jsonl [--max-seq-length N]
 int cmd_serve(int argc, char** argv);
 int cmd_merge(int argc, char** argv);     // merge --model DIR --adapter DIR --output DIR     // serve --model DIR [--adapter NAME=DIR]... [--port N]
+int cmd_scan(int argc, char** argv);      // scan --data DIR  (a read-only look at this node, JSON)
 // Hidden test hook: one forward/backward pass on given ids, dumped as safetensors.
 int cmd_debug_forward(int argc, char** argv);
 int cmd_debug_generate(int argc, char** argv);

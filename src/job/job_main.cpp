@@ -22,6 +22,7 @@ constexpr const char* kHelp =
     "  analyze   --model DIR --data FILE [--max-seq-length N] token lengths of a dataset\n"
     "  serve     --model DIR [--adapter NAME=DIR]... [--port N] an OpenAI-compatible endpoint\n"
     "  merge     --model DIR --adapter DIR --output DIR       the adapter merged into the base: an HF model folder\n"
+    "  scan      --data DIR                                  a read-only look at this node (devices, disks, job folders)\n"
     "  --version                                             version, libtorch, CUDA\n";
 
 struct Command {
@@ -37,6 +38,7 @@ constexpr Command kCommands[] = {
     {"analyze", cmd_analyze},
     {"serve", cmd_serve},
     {"merge", cmd_merge},
+    {"scan", cmd_scan},
     {"debug-forward", cmd_debug_forward},
     {"debug-generate", cmd_debug_generate},
     {"debug-rl-loss", cmd_debug_rl_loss},

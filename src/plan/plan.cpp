@@ -422,6 +422,20 @@ Result<Plan> plan_from_json(const nlohmann::json& doc, std::string_view source, 
   if (plan.modelName && (plan.modelName->empty() || plan.modelName->size() > 200)) {
     p.keep(invalid_field("modelName", "must be 1 to 200 characters, got " + std::to_string(plan.modelName->size())));
   }
+  if (const json* smoke = r.find("smoke"); smoke && !smoke->is_null()) {
+    if (smoke->is_boolean()) {
+      if (smoke->get<bool>()) plan.smoke = SmokeSettings{};
+    } else if (!smoke->is_object()) {
+      p.keep(invalid_field("smoke", "must be an object {steps, rows} or true, got " + smoke->dump()));
+    } else {
+      ObjectReader s(p, *smoke, "smoke");
+      SmokeSettings settings;
+      p.keep(s.read_int_as("steps", &settings.steps));
+      p.keep(s.read_int_as("rows", &settings.rows));
+      s.refuse_unknown();
+      plan.smoke = settings;
+    }
+  }
   p.keep(r.read_object("source", &obj));
   if (!obj->empty()) {
     ObjectReader source(p, *obj, "source");

@@ -191,6 +191,15 @@ struct ExecutionSettings {
   bool resumable_cadence() const { return resumableSaveEvery.has_value() || resumableSaveMinutes.has_value(); }
 };
 
+// smoke: a short check run before the training, in the same job (docs/plans.md, "Smoke checks"):
+// `steps` optimizer steps on the dataset's first `rows` rows, every loss and gradient norm
+// finite, a checkpoint saved before the last step restored and that step trained again to the
+// same loss. A failed check ends the run FAILED with its verdict; a passed one lets it train.
+struct SmokeSettings {
+  int steps = 4;   // smoke.steps: optimizer steps of the check (the last one also from the restored checkpoint)
+  int rows = 16;   // smoke.rows: the dataset's first rows the check trains on
+};
+
 struct Plan {
   std::string kind = "run";                  // kind: "run". Required
   std::string workload;                      // workload: name or id. Required
@@ -212,6 +221,7 @@ struct Plan {
   // be the plan's, its rank, alpha and target modules the plan's LoRA settings.
   std::optional<std::string> warmStartModelId;
   std::optional<std::string> modelName;  // modelName: the registered model's name; absent: the base model's
+  std::optional<SmokeSettings> smoke;    // smoke: the check run first; absent: none (`smoke: true` = the defaults)
 };
 
 // Parses a plan written in JSON or YAML (detected from the text). Errors are kInvalidArgument.

@@ -198,6 +198,15 @@ const std::vector<FieldSpec> kFields = {
     {"pauseAtStep", FT::kInteger, 1, kMaxInt, false, false, "",
      "after this many optimizer steps the run saves its training state and pauses itself (as runs pause "
      "--checkpoint save); runs resume carries on. Less than maxSteps"},
+    {"smoke", FT::kObject, 0, 0, false, false, "",
+     "a short check the job runs before training (sft, grpo, gspo): a few steps on the dataset's first rows, every "
+     "loss and gradient norm finite, a checkpoint saved before the last step restored and that step trained again to "
+     "the same loss. A failed check ends the run FAILED with its verdict (runs get; runs wait --exit-status exits 3); "
+     "a passed one lets it train as without. `smoke: true` takes the defaults; absent: no check"},
+    {"smoke.steps", FT::kInteger, 2, 100, false, false, "",
+     "optimizer steps of the check, the last one trained twice (on, and from the restored checkpoint). Default 4"},
+    {"smoke.rows", FT::kInteger, 1, 10000, false, false, "",
+     "the dataset's first rows the check trains on (fewer when the dataset has fewer). Default 16"},
 };
 
 // The fields of one kind of method (plan.h, MethodField). Each is a field of kFields.

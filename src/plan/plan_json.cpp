@@ -134,7 +134,8 @@ nlohmann::json to_json(const Plan& p) {
           {"submissionId", opt(p.submissionId)},
           {"pauseAtStep", p.pauseAtStep ? json(*p.pauseAtStep) : json(nullptr)},
           {"warmStartModelId", opt(p.warmStartModelId)},
-          {"modelName", opt(p.modelName)}};
+          {"modelName", opt(p.modelName)},
+          {"smoke", p.smoke ? json{{"steps", p.smoke->steps}, {"rows", p.smoke->rows}} : json(nullptr)}};
 }
 
 nlohmann::json flatten_config(const RunConfig& config, const std::string& dataset_hash) {

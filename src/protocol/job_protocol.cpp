@@ -74,6 +74,10 @@ TRAINER_DESCRIBE(EvaluationProgress, required("done", &EvaluationProgress::done)
                  required("total", &EvaluationProgress::total))
 TRAINER_DESCRIBE(EvaluationReport, required("report", &EvaluationReport::report))
 TRAINER_DESCRIBE(Heartbeat, optional("step", &Heartbeat::step), required("uptimeSeconds", &Heartbeat::uptime_seconds))
+TRAINER_DESCRIBE(Smoke, required("passed", &Smoke::passed), if_set("check", &Smoke::check),
+                 if_set("reason", &Smoke::reason), defaulted("steps", &Smoke::steps), defaulted("rows", &Smoke::rows),
+                 optional("loss", &Smoke::loss), optional("restoredLoss", &Smoke::restored_loss),
+                 defaulted("seconds", &Smoke::seconds))
 #undef TRAINER_DESCRIBE
 
 namespace {
@@ -107,6 +111,7 @@ struct TypeName {
   std::string_view operator()(const EvaluationProgress&) const { return "evaluation_progress"; }
   std::string_view operator()(const EvaluationReport&) const { return "evaluation_report"; }
   std::string_view operator()(const Heartbeat&) const { return "heartbeat"; }
+  std::string_view operator()(const Smoke&) const { return "smoke"; }
 };
 
 }  // namespace
@@ -141,6 +146,7 @@ TRAINER_EVENT_JSON(Warning)
 TRAINER_EVENT_JSON(EvaluationProgress)
 TRAINER_EVENT_JSON(EvaluationReport)
 TRAINER_EVENT_JSON(Heartbeat)
+TRAINER_EVENT_JSON(Smoke)
 #undef TRAINER_EVENT_JSON
 
 void to_json(json& out, const Failed& e) { fields::write(out, e); }
@@ -187,6 +193,7 @@ Result<std::optional<Event>> event_from_json(const json& in) {
   else if (type == "evaluation_progress") out = decode_as<EvaluationProgress>(in);
   else if (type == "evaluation_report") out = decode_as<EvaluationReport>(in);
   else if (type == "heartbeat") out = decode_as<Heartbeat>(in);
+  else if (type == "smoke") out = decode_as<Smoke>(in);
   if (!out.is_ok()) return out.status().with_field(type);
   return out;
 }

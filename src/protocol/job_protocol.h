@@ -194,6 +194,19 @@ struct Warning {
   std::string message = {};  // for a person
 };
 
+// "smoke": the verdict of the plan's smoke check (plan.smoke), run before the training; a failed
+// one is followed by "failed" naming it. Checks, in order: load, train, loss, checkpoint (engine.h).
+struct Smoke {
+  bool passed = false;
+  std::string check = {};          // the check that failed; "" when passed
+  std::string reason = {};         // why it failed, for a person; "" when passed
+  int64_t steps = 0;               // optimizer steps it trained, the restored one not counted
+  int64_t rows = 0;                // rows it trained on
+  std::optional<double> loss = {};           // the last step's loss (null when not finite)
+  std::optional<double> restored_loss = {};  // the same step's loss trained from the restored checkpoint
+  double seconds = 0;              // the whole check
+};
+
 // "heartbeat": the job is alive (TRAINER_HEARTBEAT_SECONDS apart, from a thread of its own, so it
 // comes between steps too); a job silent past trainerd's limits.jobSilenceSeconds is stopped as
 // hung. Not kept in the run's events.
@@ -217,7 +230,7 @@ struct EvaluationReport {
 
 using Event = std::variant<Hello, Phase, Preparing, DataFit, DataSplit, Devices, Resolved, Step, Validation,
                            Checkpoint, Completed, Failed, Cancelled, Paused, Warning, EvaluationProgress,
-                           EvaluationReport, Heartbeat>;
+                           EvaluationReport, Heartbeat, Smoke>;
 
 // The event's "type" value, e.g. "step".
 std::string_view event_type(const Event& event);
@@ -243,6 +256,7 @@ void to_json(nlohmann::json& out, const Warning& e);
 void to_json(nlohmann::json& out, const EvaluationProgress& e);
 void to_json(nlohmann::json& out, const EvaluationReport& e);
 void to_json(nlohmann::json& out, const Heartbeat& e);
+void to_json(nlohmann::json& out, const Smoke& e);
 void to_json(nlohmann::json& out, const StepMemory& e);
 nlohmann::json to_json(const Event& event);  // with "type"
 std::string to_line(const Event& event);     // compact JSON, no trailing newline
@@ -267,6 +281,7 @@ Status from_json(const nlohmann::json& in, Warning* e);
 Status from_json(const nlohmann::json& in, EvaluationProgress* e);
 Status from_json(const nlohmann::json& in, EvaluationReport* e);
 Status from_json(const nlohmann::json& in, Heartbeat* e);
+Status from_json(const nlohmann::json& in, Smoke* e);
 Status from_json(const nlohmann::json& in, StepMemory* e);
 
 // A whole event object: nullopt for an unknown "type" (skip it); an error for an object

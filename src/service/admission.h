@@ -9,8 +9,14 @@
 //     (no overtaking: FIFO per pool); pools do not hold each other back (a CPU pool and a GPU
 //     pool admit independently);
 //   - a claim over its workload's quota waits without holding back others;
-//   - a claim on a pool the configuration does not declare, or larger than the pool's
-//     max_claim, can never be granted: it stays queued and holds back nothing.
+//   - a claim on a pool the configuration does not declare, larger than the pool's max_claim,
+//     or larger than what the pool declares now (a claim waiting for a capacity window to open)
+//     is not granted now: it stays queued and holds back nothing.
+//
+// The caller states each pool as it is now: declared and device_ids include the capacity
+// windows open now (config.h, declared_at and device_ids_at). A granted claim may hold indices
+// the pool no longer lists (a window's, after it closed): they stay its own and still count
+// against the pool's declared size (admission never grants past DECLARED).
 //
 // Placement: a granted claim holds specific device indices of its pool (the pool's listed
 // indices, or 0..declared-1), the lowest ones no other granted claim of the pool holds. Two
@@ -34,9 +40,9 @@ struct AdmissionClaim {
 };
 
 struct AdmissionPool {
-  int declared = 0;             // devices admitted against
+  int declared = 0;             // devices admitted against now
   int max_claim = 0;            // largest single claim it accepts
-  std::vector<int> device_ids = {};  // the pool's device indices; empty = 0..declared-1
+  std::vector<int> device_ids = {};  // the pool's device indices now; empty = 0..declared-1
 };
 
 struct AdmissionInput {

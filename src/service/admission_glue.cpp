@@ -1,5 +1,6 @@
 // Admission applied to the store: the claims and quotas read, admission.h decides, the grants
-// written. Called with the core's mu held, inside a store transaction.
+// written, each grant and release recorded in the claims' history (store::ClaimHoldRow) in the
+// same transaction. Called with the core's mu held, inside a store transaction.
 #include "service/admission.h"
 #include "service/capacity.h"
 
@@ -21,8 +22,10 @@ Status Capacity::admit_under_lock() {
   if (!workloads.is_ok()) return workloads.status();
   AdmissionInput input;
   input.default_quota = core_.options.config.default_workload_quota;
+  // The pools as they are now: their capacity windows open now included.
+  const double t = core_.now();
   for (const auto& p : core_.options.config.pools) {
-    input.pools[p.name] = AdmissionPool{p.declared, p.max_claim, p.device_ids};
+    input.pools[p.name] = AdmissionPool{declared_at(p, t), p.max_claim, device_ids_at(p, t)};
   }
   for (const auto& w : *workloads) {
     if (w.contains("gpuQuota") && w["gpuQuota"].is_number_integer()) {
@@ -39,9 +42,18 @@ Status Capacity::admit_under_lock() {
   for (const auto& owner : result.granted) {
     store::ClaimRow& c = *by_owner[owner];
     c.state = "GRANTED";
-    c.since = core_.now_rfc3339();
+    c.since = rfc3339(t);
     c.device_ids = result.placed.at(owner);
     TRAINER_RETURN_IF_ERROR(core_.store->update_claim(c));
+    store::ClaimHoldRow hold{.seq = 0,
+                             .owner = c.owner,
+                             .kind = c.kind,
+                             .workload_id = c.workload_id,
+                             .pool = c.pool,
+                             .devices = c.devices,
+                             .granted_at = t,
+                             .released_at = std::nullopt};
+    TRAINER_RETURN_IF_ERROR(core_.store->insert_claim_hold(hold));
   }
   // Claims granted before placement existed: their indices, written once.
   for (const auto& [owner, ids] : result.placed) {
@@ -51,6 +63,11 @@ Status Capacity::admit_under_lock() {
     TRAINER_RETURN_IF_ERROR(core_.store->update_claim(c));
   }
   return Status::ok();
+}
+
+Status Capacity::release_claim(const std::string& owner) {
+  TRAINER_RETURN_IF_ERROR(core_.store->delete_claim(owner));
+  return core_.store->end_claim_holds(owner, core_.now());
 }
 
 }  // namespace trainer::service

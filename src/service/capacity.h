@@ -8,8 +8,10 @@
 
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "service/service_core.h"
 
@@ -19,8 +21,13 @@ class Capacity {
  public:
   explicit Capacity(ServiceCore& core) : core_(core) {}
 
-  // Service::capacity, metrics_text, ingest_job_metrics.
-  Result<json> report();
+  // Service::capacity (`workload`: a workload's name, whose claims and quota alone are listed;
+  // "" = all), device_hours, metrics_text, ingest_job_metrics.
+  Result<json> report(const std::string& workload);
+  Result<json> device_hours(const std::string& from, const std::string& to, const std::string& by);
+  // Service::scan_capacity: `trainer-job scan` on the backend's node (the local backend's host),
+  // its job folders marked leftover where no open run's current attempt owns them.
+  Result<json> scan();
   std::string metrics_text();
   Status ingest_job_metrics(std::string_view otlp_json);
 
@@ -32,6 +39,8 @@ class Capacity {
   // the store's admission lock (store.h, lock_admission()): no pool or quota is over-granted by
   // replicas admitting at once.
   Status admit_locked();
+  // Releases `owner`'s claim (ok when it has none) and ends its hold in the claims' history.
+  Status release_claim(const std::string& owner);
   // Moves the time of an ended job into the run's cost, and tells the relay the run ended.
   void settle_cost(RunRecord& run, double now);
   // Adds the GPU time of a GPU pool's claim up to `upto` to cost.gpu.time (not yet counted).
@@ -40,7 +49,8 @@ class Capacity {
   // The deployment's pool `name`; null when there is none.
   const PoolConfig* pool_named(const std::string& name) const;
   // The training pool a claim of `devices` devices goes to (execution.gpus `gpus`; 0 = a CPU
-  // run): the largest that can ever hold it, else failed_precondition naming the pools.
+  // run): the largest that can ever hold it, now or in a capacity window still to come, else
+  // failed_precondition naming the pools and their windows.
   Result<const PoolConfig*> choose_pool(int gpus, int devices);
   // Every claim, by its owner's id (a run, an evaluation, an endpoint).
   Result<std::map<std::string, store::ClaimRow>> claims_by_owner();
@@ -49,6 +59,12 @@ class Capacity {
   // admit_locked()'s work, with the admission lock held.
   Status admit_under_lock();
   static int observed_for(const PoolConfig& p, const std::map<std::string, int>& observed);
+  // The "cluster" of report(): what a Slurm or Ray backend last read; null for another backend.
+  json cluster_json(const std::vector<store::ClaimRow>& claims, const std::map<std::string, int>& observed,
+                    std::optional<double> read_at) const;
+  // Adds hostMemoryGiB to a run's claim `entry`, and to `warnings` when it is over its pool's
+  // hostRamGiB (report()).
+  Status check_host_ram(const store::ClaimRow& c, const std::string& workload_name, json& entry, json& warnings);
   void refresh_gauges();
 
   ServiceCore& core_;
@@ -59,6 +75,7 @@ class Capacity {
   std::mutex observed_mu_;
   std::map<std::string, int> observed_;  // guarded by observed_mu_
   bool observed_read_ = false;           // guarded by observed_mu_
+  double observed_at_ = 0;               // guarded by observed_mu_: when read (service clock, seconds)
 };
 
 }  // namespace trainer::service

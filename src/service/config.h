@@ -38,17 +38,40 @@ enum class ShapeCatalog {
   kAdvisory,  // admits it with a warning naming the nearest row
 };
 
+// Devices a pool has for a bounded time (a reservation, a lent node): added to its declared
+// devices from opens_at (included) to closes_at (excluded), UTC.
+struct CapacityWindow {
+  int devices = 0;          // devices added while open (> 0)
+  double opens_at = 0;      // seconds since the epoch
+  double closes_at = 0;     // seconds since the epoch; after opens_at
+  // The device indices it adds, distinct from the pool's and its other windows'; filled in by
+  // parse_config (the next free indices after the pool's) when the file lists none.
+  std::vector<int> device_ids = {};
+};
+
 // A set of devices the deployment schedules.
 struct PoolConfig {
   std::string name;                 // pool key, e.g. "training"
   std::string accelerator = "any";  // device profile ("cpu", "any", "nvidia-h100-80gb")
   bool serving = false;             // true: serving endpoints draw from it; runs never do
   int declared = 0;                 // devices admitted against (>= 0)
-  int max_claim = 0;                // largest single claim it accepts (> 0; <= declared)
+  // Largest single claim it accepts (<= its peak size: declared plus the most devices its
+  // windows add at one time; by default that peak).
+  int max_claim = 0;
   // The device indices it grants from (CUDA_VISIBLE_DEVICES values on the local backend), one
   // per declared device; empty = 0..declared-1.
   std::vector<int> device_ids = {};
+  std::vector<CapacityWindow> windows = {};  // bounded-time additions, in the file's order
+  double host_ram_gib = 0;                   // host memory of one of its nodes, GiB; 0 = not stated
 };
+
+// The devices `pool` admits against at time `t`: declared plus its windows open at t.
+int declared_at(const PoolConfig& pool, double t);
+// The device indices `pool` grants from at time `t`: its own, then those of its windows open at t.
+std::vector<int> device_ids_at(const PoolConfig& pool, double t);
+// The most devices `pool` will declare at any time from `t` on (declared, or more while windows
+// overlap); what a claim must fit to be admissible at all.
+int peak_from(const PoolConfig& pool, double t);
 
 struct Limits {
   size_t max_request_bytes = 1 << 20;         // any JSON body except dataset uploads

@@ -89,7 +89,7 @@ Status ServiceImpl::fail_unreadable_run_locked(const OpenRun& row, const Status&
               {"latest", json::object()},
               {"cost", run_cost_json(json::object(), 0.0, true)},
               {"plan", json::object()}};
-  TRAINER_RETURN_IF_ERROR(store_->delete_claim(run.id));
+  TRAINER_RETURN_IF_ERROR(capacity_.release_claim(run.id));
   TRAINER_RETURN_IF_ERROR(kernel_->move("run", run.id, phase_name(Phase::kFailed)));
   TRAINER_RETURN_IF_ERROR(store_->update_run(run.to_json()));
   TRAINER_RETURN_IF_ERROR(store_->append_run_event(run.id, {{"time", rfc3339(t)},
@@ -315,7 +315,7 @@ Status ServiceImpl::transition(RunRecord& run, Phase to) {
 // Ends the run in a terminal phase: releases its claim, settles its cost, records the outcome.
 Status ServiceImpl::finish(RunRecord& run, Phase terminal) {
   const double t = now();
-  TRAINER_RETURN_IF_ERROR(store_->delete_claim(run.id));
+  TRAINER_RETURN_IF_ERROR(capacity_.release_claim(run.id));
   TRAINER_RETURN_IF_ERROR(catalog_.release_branch_hold(run));  // a child gives its source snapshot back
   capacity_.settle_cost(run, t);
   const std::string outcome = terminal == Phase::kCompleted ? "COMPLETED"

@@ -285,7 +285,7 @@ Status Endpoints::end_locked(json& doc, const std::string& phase, const std::str
   if (phase == kFailed) doc["failureReason"] = reason;
   TRAINER_RETURN_IF_ERROR(core_.store->put_endpoint(doc));
   TRAINER_RETURN_IF_ERROR(core_.kernel->move("endpoint", id, phase));
-  TRAINER_RETURN_IF_ERROR(core_.store->delete_claim(id));
+  TRAINER_RETURN_IF_ERROR(capacity_.release_claim(id));
   return capacity_.admit_locked();
 }
 

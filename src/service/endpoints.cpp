@@ -124,8 +124,9 @@ Result<json> Endpoints::resolve_request(const json& body) {
 const PoolConfig* Endpoints::serving_pool() const {
   for (const bool serving : {true, false}) {
     for (const auto& p : core_.options.config.pools) {
+      // Now, or once a capacity window still to come opens (the claim waits for it).
       if (p.serving == serving && (serving || p.accelerator == "cpu") && p.max_claim >= kEndpointDevices &&
-          p.declared >= kEndpointDevices) {
+          peak_from(p, core_.now()) >= kEndpointDevices) {
         return &p;
       }
     }

@@ -63,7 +63,7 @@ Status Evaluations::show_claim_state(json* doc) {
 }
 
 Status Evaluations::release_evaluation_claim_locked(const std::string& id) {
-  TRAINER_RETURN_IF_ERROR(core_.store->delete_claim(id));
+  TRAINER_RETURN_IF_ERROR(capacity_.release_claim(id));
   return capacity_.admit_locked();
 }
 

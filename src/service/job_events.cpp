@@ -188,6 +188,17 @@ Status ServiceImpl::apply_event(RunRecord& run, const protocol::Event& event, co
     ev["type"] = "warning";
     ev["time"] = now_rfc3339();
     TRAINER_RETURN_IF_ERROR(store_->append_run_event(run.id, ev).status());
+  } else if (const auto* e = std::get_if<protocol::Smoke>(&event)) {
+    // The plan's smoke check: its verdict in the run (runs get, runs wait's terminal event) and
+    // its events. A failed one is followed by the job's `failed`, which ends the run.
+    json smoke = *e;
+    smoke["verdict"] = e->passed ? "passed" : "failed";
+    smoke["attempt"] = run.attempt;
+    run.view["smoke"] = smoke;
+    json ev = smoke;
+    ev["type"] = "smoke";
+    ev["time"] = now_rfc3339();
+    TRAINER_RETURN_IF_ERROR(store_->append_run_event(run.id, ev).status());
   } else if (const auto* e = std::get_if<protocol::Paused>(&event)) {
     run.job_outcome = JobOutcome::kPaused;
     run.paused_step = e->step;

@@ -235,7 +235,7 @@ Status ServiceImpl::finish_pause(RunRecord& run, std::optional<telemetry::Servic
   json& pause = run.view["pause"];
   const auto policy = policy_of(pause);
   const double t = now();
-  TRAINER_RETURN_IF_ERROR(store_->delete_claim(run.id));
+  TRAINER_RETURN_IF_ERROR(capacity_.release_claim(run.id));
   capacity_.settle_cost(run, t);
   pause["resourcesReleased"] = true;
   pause["releasedAt"] = rfc3339(t);

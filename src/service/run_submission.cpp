@@ -241,6 +241,7 @@ Result<std::pair<json, bool>> ServiceImpl::submit_plan(const json& body, bool dr
   if (p.description) run.view["description"] = *p.description;
   if (p.configName) run.view["configName"] = *p.configName;
   if (warm) run.view["warmStart"] = *warm;
+  if (p.smoke) run.view["smoke"] = {{"verdict", "pending"}, {"steps", p.smoke->steps}, {"rows", p.smoke->rows}};
   if (!judges.empty()) run.view["judgeInstructions"] = judges;
   run.request = request;
   run.pool = (*pool)->name;

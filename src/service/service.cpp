@@ -41,6 +41,7 @@ ServiceImpl::ServiceImpl(ServiceOptions options, std::unique_ptr<store::Store> s
   kernel_->add_kind(comparisons_.task_kind());  // an evaluation it starts is launched in the same pass
   kernel_->add_kind(evaluations_.task_kind());
   kernel_->add_kind(endpoints_.task_kind());
+  kernel_->add_kind(analyses_.task_kind());
 }
 
 ServiceImpl::~ServiceImpl() { stop(); }
@@ -242,7 +243,7 @@ Status ServiceImpl::recover_runs(std::string* summary) {
       if (*open) continue;
     }
     if (!run->has_value() || ended) {
-      TRAINER_RETURN_IF_ERROR(store_->delete_claim(c.owner));
+      TRAINER_RETURN_IF_ERROR(capacity_.release_claim(c.owner));
       ++released;
     }
   }

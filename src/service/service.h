@@ -196,6 +196,11 @@ class Service {
   // Token length distribution under a base model's tokenizer (runs `trainer-job analyze`).
   virtual Result<json> measure_dataset(const std::string& ref, const std::string& base_model,
                                        std::optional<int> max_seq_length) = 0;
+  // The same measurement in the background (dataset_analyses.h): body {baseModel, maxSeqLength?};
+  // the new analysis and true, or the one already started or completed alike and false.
+  virtual Result<std::pair<json, bool>> analyze_dataset(const std::string& ref, const json& body) = 0;
+  virtual Result<json> list_dataset_analyses(const std::string& ref) = 0;  // {dataset, analyses} newest first
+  virtual Result<json> get_dataset_analysis(const std::string& ref, const std::string& id) = 0;
 
   // ---- scoring bundles (docs/graders.md, "Registered bundles")
   // body {name, files: [{path, content}]}: stores a Python package folder's files, content-
@@ -397,7 +402,16 @@ class Service {
   virtual Result<json> release_snapshot(const std::string& ref) = 0;
 
   // ---- capacity and telemetry
-  virtual Result<json> capacity() = 0;
+  // Pools, claims, quotas and warnings (GET /v1/capacity); `workload` (a name; "" = all) keeps
+  // only its claims, quota and warnings, never changing the pools' totals.
+  virtual Result<json> capacity(const std::string& workload) = 0;
+  // Device-hours the claims held in [from, to) (GET /v1/capacity/device-hours): UTC times, ""
+  // for the defaults (to = now, from = to - 24 h; at most 366 days apart), grouped `by` pool
+  // (""), endpoint or workload. InvalidArgument naming the parameter for a bad value.
+  virtual Result<json> device_hours(const std::string& from, const std::string& to, const std::string& by) = 0;
+  // A short read-only scan of the backend's nodes (POST /v1/capacity/scan): {backend, nodes:[{node,
+  // version, devices, disks, jobFolders}]}. A node's failed reading is in its answer, not an error.
+  virtual Result<json> scan_capacity() = 0;
   // Prometheus text exposition of every service metric, followed by the series jobs pushed to
   // ingest_job_metrics() (a family the service emits itself is never repeated from a job).
   virtual std::string metrics_text() = 0;

@@ -59,6 +59,7 @@
 #include "service/bundles.h"
 #include "service/capacity.h"
 #include "service/comparisons.h"
+#include "service/dataset_analyses.h"
 #include "service/datasets.h"
 #include "service/endpoints.h"
 #include "service/evaluations.h"
@@ -116,6 +117,13 @@ class ServiceImpl final : public Service {
   Result<json> measure_dataset(const std::string& ref, const std::string& base_model,
                                std::optional<int> max_seq_length) override {
     return datasets_.measure(ref, base_model, max_seq_length);
+  }
+  Result<std::pair<json, bool>> analyze_dataset(const std::string& ref, const json& body) override {
+    return analyses_.create(ref, body);
+  }
+  Result<json> list_dataset_analyses(const std::string& ref) override { return analyses_.list(ref); }
+  Result<json> get_dataset_analysis(const std::string& ref, const std::string& id) override {
+    return analyses_.get(ref, id);
   }
   // Datasets::measure_cached() of a plan's dataset, base model and maxSeqLength; none when a name
   // does not resolve (submit_run() reports that), the model is not ready yet or the measurement fails.
@@ -240,7 +248,11 @@ class ServiceImpl final : public Service {
   Result<json> unpin_snapshot(const std::string& ref, const json& body) override { return catalog_.unpin(ref, body); }
   Result<json> release_snapshot(const std::string& ref) override { return catalog_.release(ref); }
 
-  Result<json> capacity() override { return capacity_.report(); }
+  Result<json> capacity(const std::string& workload) override { return capacity_.report(workload); }
+  Result<json> device_hours(const std::string& from, const std::string& to, const std::string& by) override {
+    return capacity_.device_hours(from, to, by);
+  }
+  Result<json> scan_capacity() override { return capacity_.scan(); }
   std::string metrics_text() override { return capacity_.metrics_text() + endpoints_.metrics_text(); }
   Status ingest_job_metrics(std::string_view otlp_json) override { return capacity_.ingest_job_metrics(otlp_json); }
 
@@ -380,6 +392,7 @@ class ServiceImpl final : public Service {
   Bundles bundles_{core_};
   BaseModels base_models_{core_};
   Datasets datasets_{core_, base_models_};
+  DatasetAnalyses analyses_{core_, datasets_, base_models_};
   Capacity capacity_{core_};
   Endpoints endpoints_{core_, capacity_,
                       Endpoints::Hooks{[this](const std::string& ref) { return evaluations_.resolve_model(ref); },

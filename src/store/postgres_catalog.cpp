@@ -160,6 +160,32 @@ Result<std::vector<json>> PostgresStore::list_evaluations(const std::vector<std:
   return docs(sql, p, "listing evaluations");
 }
 
+// ---- dataset analyses
+Status PostgresStore::put_dataset_analysis(const json& doc) {
+  const json id = doc.value("analysisId", json()), phase = doc.value("phase", json());
+  const json dataset = doc.value("dataset", json());
+  const json hash = dataset.is_object() ? dataset.value("hash", json()) : json();
+  if (!id.is_string() || !phase.is_string() || !hash.is_string()) {
+    return invalid_argument("a dataset analysis needs string analysisId, phase and dataset.hash");
+  }
+  // A replaced row keeps its created_seq (its place in the list).
+  const Params p{id.get<std::string>(), hash.get<std::string>(), phase.get<std::string>(), text_of(doc)};
+  return locked([&] {
+    return write("INSERT INTO dataset_analyses(id, dataset_hash, phase, doc) VALUES ($1, $2, $3, $4) "
+                 "ON CONFLICT (id) DO UPDATE SET phase = EXCLUDED.phase, doc = EXCLUDED.doc",
+                 p, "writing dataset analysis");
+  });
+}
+
+Result<std::optional<json>> PostgresStore::get_dataset_analysis(const std::string& id) {
+  return one("SELECT doc FROM dataset_analyses WHERE id = $1", {id}, "reading dataset analysis");
+}
+
+Result<std::vector<json>> PostgresStore::list_dataset_analyses(const std::string& dataset_hash) {
+  return docs("SELECT doc FROM dataset_analyses WHERE dataset_hash = $1 ORDER BY created_seq DESC",
+              Params{dataset_hash}, "listing dataset analyses");
+}
+
 Status PostgresStore::put_endpoint(const json& doc) {
   return put_phased_doc("endpoints", "endpointId", doc, "endpoint");
 }

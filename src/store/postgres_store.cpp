@@ -411,6 +411,47 @@ Result<std::vector<ClaimRow>> PostgresStore::list_claims() {
   });
 }
 
+// ---- claim holds
+Status PostgresStore::insert_claim_hold(ClaimHoldRow& h) {
+  Params p = Params().text(h.owner).text(h.kind).text(h.workload_id).text(h.pool).integer(h.devices).real(h.granted_at);
+  if (h.released_at) p.real(*h.released_at);
+  else p.null();
+  return locked([&]() -> Status {
+    TRAINER_ASSIGN_OR_RETURN(
+        Rows r, run("INSERT INTO claim_holds(owner, kind, workload_id, pool, devices, granted_at, released_at) "
+                    "VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING seq",
+                    p, "inserting a claim hold"));
+    h.seq = r.integer(0, 0);
+    return Status::ok();
+  });
+}
+
+Status PostgresStore::end_claim_holds(const std::string& owner, double released_at) {
+  const Params p = Params().real(released_at).text(owner);
+  return locked([&] {
+    return write("UPDATE claim_holds SET released_at = $1 WHERE owner = $2 AND released_at IS NULL", p,
+                 "ending the claim holds of " + owner);
+  });
+}
+
+Result<std::vector<ClaimHoldRow>> PostgresStore::list_claim_holds(double from, double to) {
+  const Params p = Params().real(to).real(from);
+  return locked([&]() -> Result<std::vector<ClaimHoldRow>> {
+    TRAINER_ASSIGN_OR_RETURN(
+        Rows r, run("SELECT seq, owner, kind, workload_id, pool, devices, granted_at, released_at FROM claim_holds "
+                    "WHERE granted_at < $1 AND (released_at IS NULL OR released_at > $2) ORDER BY seq",
+                    p, "listing claim holds"));
+    std::vector<ClaimHoldRow> out;
+    for (int i = 0; i < r.size(); ++i) {
+      ClaimHoldRow h{r.integer(i, 0), r.text(i, 1), r.text(i, 2), r.text(i, 3), r.text(i, 4),
+                     static_cast<int>(r.integer(i, 5)), r.real(i, 6), std::nullopt};
+      if (!r.is_null(i, 7)) h.released_at = r.real(i, 7);
+      out.push_back(std::move(h));
+    }
+    return out;
+  });
+}
+
 // ---- jobs' reports (postgres_jobs.cpp)
 Result<JobAttemptRow> PostgresStore::register_job_attempt(const JobAttemptRow& row) {
   return locked([&] { return postgres::register_job_attempt(*conn_, row); });

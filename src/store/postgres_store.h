@@ -90,6 +90,9 @@ class PostgresStore final : public Store {
   Status delete_claim(const std::string& owner) override;
   Result<std::vector<ClaimRow>> list_claims() override;
   Status lock_admission() override;
+  Status insert_claim_hold(ClaimHoldRow& hold) override;
+  Status end_claim_holds(const std::string& owner, double released_at) override;
+  Result<std::vector<ClaimHoldRow>> list_claim_holds(double from, double to) override;
 
   // ---- snapshots
   Status insert_snapshot(const json& doc) override;
@@ -115,6 +118,10 @@ class PostgresStore final : public Store {
   Result<std::vector<std::string>> evaluation_ids_with_prefix(const std::string& prefix, int limit) override;
   Result<std::vector<json>> list_evaluations(const std::vector<std::string>& phases) override;
 
+  // ---- dataset analyses
+  Status put_dataset_analysis(const json& doc) override;
+  Result<std::optional<json>> get_dataset_analysis(const std::string& id) override;
+  Result<std::vector<json>> list_dataset_analyses(const std::string& dataset_hash) override;
   // ---- endpoints
   Status put_endpoint(const json& doc) override;
   Result<std::optional<json>> get_endpoint(const std::string& id) override;

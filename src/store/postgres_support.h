@@ -60,6 +60,7 @@ class Rows {
   int64_t integer(int row, int col) const;
   double real(int row, int col) const;
   bool boolean(int row, int col) const;
+  bool is_null(int row, int col) const;
   // Rows an INSERT, UPDATE or DELETE changed.
   int64_t changed() const;
 

@@ -149,6 +149,35 @@ Result<std::vector<json>> SqliteStore::list_evaluations(const std::vector<std::s
   return out;
 }
 
+// ---- dataset analyses
+Status SqliteStore::put_dataset_analysis(const json& doc) {
+  const json id = doc.value("analysisId", json()), phase = doc.value("phase", json());
+  const json dataset = doc.value("dataset", json());
+  const json hash = dataset.is_object() ? dataset.value("hash", json()) : json();
+  if (!id.is_string() || !phase.is_string() || !hash.is_string()) {
+    return invalid_argument("a dataset analysis needs string analysisId, phase and dataset.hash");
+  }
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  Stmt s(db_,
+         "INSERT INTO dataset_analyses(id, created_seq, dataset_hash, phase, doc) VALUES (?1, (SELECT "
+         "COALESCE(MAX(created_seq), 0) + 1 FROM dataset_analyses), ?2, ?3, ?4) ON CONFLICT(id) DO UPDATE SET "
+         "phase = excluded.phase, doc = excluded.doc");
+  s.bind(1, id.get<std::string>())
+      .bind(2, hash.get<std::string>())
+      .bind(3, phase.get<std::string>())
+      .bind(4, doc.dump(-1, ' ', false, json::error_handler_t::replace));
+  if (s.step() != SQLITE_DONE) return db_error(db_, "writing dataset analysis");
+  return Status::ok();
+}
+
+Result<std::optional<json>> SqliteStore::get_dataset_analysis(const std::string& id) {
+  return one("SELECT doc FROM dataset_analyses WHERE id = ?", {id});
+}
+
+Result<std::vector<json>> SqliteStore::list_dataset_analyses(const std::string& dataset_hash) {
+  return docs("SELECT doc FROM dataset_analyses WHERE dataset_hash = ? ORDER BY created_seq DESC", {dataset_hash});
+}
+
 // ---- endpoints
 Status SqliteStore::put_endpoint(const json& doc) { return put_phased_doc("endpoints", "endpointId", doc, "endpoint"); }
 

@@ -384,6 +384,45 @@ Result<std::vector<ClaimRow>> SqliteStore::list_claims() {
   return out;
 }
 
+// ---- claim holds
+Status SqliteStore::insert_claim_hold(ClaimHoldRow& h) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  Stmt s(db_, "INSERT INTO claim_holds(owner, kind, workload_id, pool, devices, granted_at, released_at) "
+              "VALUES (?, ?, ?, ?, ?, ?, ?)");
+  s.bind(1, h.owner).bind(2, h.kind).bind(3, h.workload_id).bind(4, h.pool)
+      .bind(5, static_cast<int64_t>(h.devices)).bind_real(6, h.granted_at);
+  if (h.released_at) s.bind_real(7, *h.released_at);
+  else s.bind_null(7);
+  if (s.step() != SQLITE_DONE) return db_error(db_, "inserting a claim hold");
+  h.seq = sqlite3_last_insert_rowid(db_);
+  return Status::ok();
+}
+
+Status SqliteStore::end_claim_holds(const std::string& owner, double released_at) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  Stmt s(db_, "UPDATE claim_holds SET released_at = ? WHERE owner = ? AND released_at IS NULL");
+  s.bind_real(1, released_at).bind(2, owner);
+  if (s.step() != SQLITE_DONE) return db_error(db_, "ending the claim holds of " + owner);
+  return Status::ok();
+}
+
+Result<std::vector<ClaimHoldRow>> SqliteStore::list_claim_holds(double from, double to) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  Stmt s(db_, "SELECT seq, owner, kind, workload_id, pool, devices, granted_at, released_at FROM claim_holds "
+              "WHERE granted_at < ? AND (released_at IS NULL OR released_at > ?) ORDER BY seq");
+  s.bind_real(1, to).bind_real(2, from);
+  std::vector<ClaimHoldRow> out;
+  int rc;
+  while ((rc = s.step()) == SQLITE_ROW) {
+    ClaimHoldRow h{s.integer(0), s.text(1), s.text(2), s.text(3), s.text(4), static_cast<int>(s.integer(5)),
+                   s.real(6), std::nullopt};
+    if (!s.is_null(7)) h.released_at = s.real(7);
+    out.push_back(std::move(h));
+  }
+  if (rc != SQLITE_DONE) return db_error(db_, "listing claim holds");
+  return out;
+}
+
 Status SqliteStore::exec(const char* sql) {
   char* err = nullptr;
   if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {

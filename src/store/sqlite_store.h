@@ -78,6 +78,9 @@ class SqliteStore final : public Store {
   Status delete_claim(const std::string& owner) override;
   Result<std::vector<ClaimRow>> list_claims() override;
   Status lock_admission() override;
+  Status insert_claim_hold(ClaimHoldRow& hold) override;
+  Status end_claim_holds(const std::string& owner, double released_at) override;
+  Result<std::vector<ClaimHoldRow>> list_claim_holds(double from, double to) override;
 
   // ---- snapshots
   Status insert_snapshot(const json& doc) override;
@@ -96,6 +99,10 @@ class SqliteStore final : public Store {
   Result<std::vector<json>> list_trained_models(const std::string& workload_id, const std::string& base_model,
                                                 const std::vector<std::string>& statuses) override;
 
+  // ---- dataset analyses
+  Status put_dataset_analysis(const json& doc) override;
+  Result<std::optional<json>> get_dataset_analysis(const std::string& id) override;
+  Result<std::vector<json>> list_dataset_analyses(const std::string& dataset_hash) override;
   // ---- evaluations
   Status put_evaluation(const json& doc) override;
   Result<std::optional<json>> get_evaluation(const std::string& id) override;

@@ -152,7 +152,35 @@ CREATE TABLE endpoints (
   phase TEXT NOT NULL,
   doc TEXT NOT NULL);
 )sql",
-    // 12: replicas: each trainerd on the store, by its unique name, with its heartbeat.
+    // 12: dataset analyses (datasets analyze), a dataset's newest first by created_seq.
+    R"sql(
+CREATE TABLE dataset_analyses (
+  id TEXT PRIMARY KEY,
+  created_seq INTEGER NOT NULL,
+  dataset_hash TEXT NOT NULL,
+  phase TEXT NOT NULL,
+  doc TEXT NOT NULL);
+CREATE INDEX dataset_analyses_by_dataset ON dataset_analyses(dataset_hash, created_seq);
+)sql",
+    // 13: claim holds, each claim's grant and release (seconds since the epoch; released_at NULL
+    // while held), for device-hours. Claims granted before it hold from their `since`.
+    R"sql(
+CREATE TABLE claim_holds (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  owner TEXT NOT NULL,
+  kind TEXT NOT NULL,
+  workload_id TEXT NOT NULL,
+  pool TEXT NOT NULL,
+  devices INTEGER NOT NULL,
+  granted_at REAL NOT NULL,
+  released_at REAL);
+CREATE INDEX claim_holds_by_owner ON claim_holds(owner, released_at);
+CREATE INDEX claim_holds_by_grant ON claim_holds(granted_at);
+INSERT INTO claim_holds(owner, kind, workload_id, pool, devices, granted_at)
+  SELECT owner, kind, workload_id, pool, devices, round((julianday(since) - 2440587.5) * 86400.0, 3)
+  FROM claims WHERE state = 'GRANTED' ORDER BY seq;
+)sql",
+    // 14: replicas: each trainerd on the store, by its unique name, with its heartbeat.
     R"sql(
 CREATE TABLE replicas (
   name TEXT PRIMARY KEY,

@@ -54,6 +54,7 @@ class Stmt {
   }
   int64_t integer(int col) const { return sqlite3_column_int64(stmt_, col); }
   double real(int col) const { return sqlite3_column_double(stmt_, col); }
+  bool is_null(int col) const { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
   std::string error() const { return sqlite3_errmsg(db_); }
 
  private:

@@ -69,6 +69,19 @@ struct ClaimRow {
   std::vector<int> device_ids = {};  // GRANTED: the pool's device indices it holds (admission.h)
 };
 
+// One claim's hold of devices, from its grant to its release: the durable history that
+// device-hours reads (a claim granted again after a release is a second hold).
+struct ClaimHoldRow {
+  int64_t seq = 0;                    // assigned by the store on insert
+  std::string owner;                  // run, evaluation or endpoint id
+  std::string kind;                   // the claim's kind: "SFT", "EVALUATION", "SERVING", ...
+  std::string workload_id;            // workload the devices counted against
+  std::string pool;                   // pool name
+  int devices = 0;                    // devices held
+  double granted_at = 0;              // seconds since the epoch
+  std::optional<double> released_at;  // seconds since the epoch; nullopt while held
+};
+
 // A page of a run's snapshots.
 struct SnapshotPage {
   std::vector<json> snapshots;  // newest saved step first
@@ -217,6 +230,14 @@ class Store {
   virtual Status update_claim(const ClaimRow& claim) = 0;
   virtual Status delete_claim(const std::string& owner) = 0;  // ok when absent
   virtual Result<std::vector<ClaimRow>> list_claims() = 0;    // by seq ascending
+  // ---- claim holds: the history of grants and releases, written in the transaction that
+  // grants or releases the claim
+  virtual Status insert_claim_hold(ClaimHoldRow& hold) = 0;  // assigns hold.seq
+  // Sets released_at on every hold of `owner` still open; ok when none is.
+  virtual Status end_claim_holds(const std::string& owner, double released_at) = 0;
+  // The holds overlapping [from, to): granted before `to`, and not released by `from` (still
+  // held, or released after it); by seq ascending.
+  virtual Result<std::vector<ClaimHoldRow>> list_claim_holds(double from, double to) = 0;
   // Serialises admission across every process on the store: holds the store's admission lock until
   // the enclosing transaction ends (call it inside transaction(), before reading the claims that
   // admission rewrites). PostgreSQL: a transaction-scoped advisory lock, so a second replica's
@@ -271,6 +292,12 @@ class Store {
   virtual Result<ComparisonPage> list_comparisons(const std::string& source_snapshot,
                                                   const std::vector<std::string>& phases, int64_t limit,
                                                   int64_t offset) = 0;
+  // ---- dataset analyses (docs/api.md, "Dataset analyses"): keyed by doc["analysisId"];
+  // doc["dataset"]["hash"] and doc["phase"] are kept as columns
+  virtual Status put_dataset_analysis(const json& doc) = 0;  // inserts, or replaces the stored document
+  virtual Result<std::optional<json>> get_dataset_analysis(const std::string& id) = 0;
+  // The analyses of the dataset with content hash `dataset_hash`, newest first.
+  virtual Result<std::vector<json>> list_dataset_analyses(const std::string& dataset_hash) = 0;
   // ---- scoring bundles: versions keyed by (doc["name"], doc["version"]), doc["sha"] the hash of
   // their files
   virtual Status insert_bundle_version(const json& doc) = 0;  // already_exists when (name, version) exists

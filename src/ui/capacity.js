@@ -1,5 +1,6 @@
-// Capacity: the pools (declared, granted, free, queued), the claims that hold devices, the queue
-// in admission order, and each workload's quota.
+// Capacity: the pools (declared, granted, outside, free, queued), the claims that hold devices,
+// the queue in admission order, the warnings (claims holding an ended window's devices), and
+// each workload's quota.
 import {
   api, h, number, runLink, section, show, table, time, workloadLink,
 } from './util.js';
@@ -19,10 +20,12 @@ export async function renderCapacity(view) {
       { title: 'Declared', cell: (p) => number(p.declared), className: 'num' },
       { title: 'Observed', cell: (p) => number(p.observed), className: 'num' },
       { title: 'Granted', cell: (p) => number(p.granted), className: 'num' },
+      { title: 'Outside', cell: (p) => number(p.outside), className: 'num' },
       { title: 'Free', cell: (p) => number(p.free), className: 'num' },
       { title: 'Queued', cell: (p) => number(p.queued), className: 'num' },
       { title: 'Max claim', cell: (p) => number(p.maxClaim), className: 'num' },
     ], capacity.pools || [], { id: 'pools' })),
+    section('Warnings', null, warningsList(capacity.warnings || [])),
     section('Claims', null, claimsTable(granted, 'claims', 'No devices are claimed.')),
     section('Queue', null, claimsTable(queued, 'queue', 'Nothing waits for devices.')),
     section('Quotas', null, table([
@@ -44,4 +47,11 @@ function claimsTable(claims, id, empty) {
     { title: 'State', cell: (c) => c.state },
     { title: 'Since', cell: (c) => time(typeof c.since === 'number' ? new Date(c.since * 1000).toISOString() : c.since) },
   ], claims, { id });
+}
+
+function warningsList(warnings) {
+  if (!warnings.length) return h('p', { class: 'muted', id: 'warnings' }, 'No claim holds devices of an ended window.');
+  return table([
+    { title: 'Warning', cell: (w) => w.message },
+  ], warnings, { id: 'warnings' });
 }

@@ -66,6 +66,11 @@ def test_trainerd_killed_and_restarted_follows_its_ray_job(service, ray_head):
 def test_capacity_observes_the_ray_node(service, ray_head):
     cap = service.cli.json("capacity")
     assert cap["pools"][0]["observed"] == 1  # one alive node, one CPU device per node
+    cluster = cap["cluster"]
+    assert (cluster["backend"], cluster["nodes"], cluster["devices"], cluster["held"], cluster["outside"]) == \
+        ("ray", 1, {"cpu": 1}, 0, None), cluster
+    assert cluster["readAt"], cluster
+    assert "Cluster (ray: " in service.cli("capacity", check=True).stdout
 
 
 # A job the cluster lost: test_ray_lost_job.py (a head of its own, stopped and replaced under the job).

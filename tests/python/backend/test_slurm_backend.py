@@ -90,6 +90,13 @@ def test_capacity_observes_the_slurm_node(service, slurm):
     cap = service.cli.json("capacity")
     pool = cap["pools"][0]
     assert pool["observed"] == 1  # one node up, one CPU device per node
+    # The cluster section: what the Slurm backend read (nothing held yet; what others hold is not read).
+    cluster = cap["cluster"]
+    assert (cluster["backend"], cluster["nodes"], cluster["devices"], cluster["held"], cluster["outside"]) == \
+        ("slurm", 1, {"cpu": 1}, 0, None), cluster
+    assert cluster["readAt"] and "sinfo" in cluster["source"], cluster
+    text = service.cli("capacity", check=True).stdout
+    assert "Cluster (slurm: " in text and "NODES" in text and "READ" in text, text
     info = service.cli.json("info")
     assert "Slurm" in str(info), info
     # The spec's observed-devices series, for the pool.

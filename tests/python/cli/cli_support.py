@@ -54,10 +54,10 @@ class Trainerd:
 
 def start_trainerd(bin_dir: pathlib.Path, tmp: pathlib.Path, config: dict, port: int = 0,
                    wait_ready: bool = True, data_dir: pathlib.Path | None = None,
-                   args: tuple[str, ...] = ()) -> Trainerd:
+                   args: tuple[str, ...] = (), env: dict | None = None) -> Trainerd:
     """Starts trainerd and waits until it answers and (with `wait_ready`) its startup completed.
     `data_dir`: its data folder (default TMP/data; replicas on one store share one); `args`: more
-    of trainerd's options."""
+    of trainerd's options; `env`: variables added to trainerd's environment (TRAINER_TEST_CLOCK_FILE, ...)."""
     data_dir = data_dir or tmp / "data"
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "trainerd.json").write_text(json.dumps(config))
@@ -69,7 +69,8 @@ def start_trainerd(bin_dir: pathlib.Path, tmp: pathlib.Path, config: dict, port:
             [str(bin_dir / "trainerd"), "--data-dir", str(data_dir), "--port", str(port),
              "--port-file", str(port_file), "--config", str(tmp / "trainerd.json"),
              "--job-binary", str(bin_dir / "trainer-job"), *args],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, **env} if env else None)
     deadline = time.time() + 30
     while not (port_file.exists() and port_file.read_text().strip()):
         if proc.poll() is not None or time.time() > deadline:

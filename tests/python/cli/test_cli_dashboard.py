@@ -249,6 +249,11 @@ def test_the_capacity_page_shows_the_pool(page, url, artifacts):
     pools = page.wait_for("(rows => rows.length && rows)([...document.querySelectorAll('#pools tbody tr')]"
                           ".map(r => r.cells[0].textContent))", what="the pools")
     assert len(pools) >= 1
+    headers = page.evaluate("[...document.querySelectorAll('#pools thead th')].map(c => c.textContent)")
+    assert "Outside" in headers and "Free" in headers and "Declared" in headers, headers
+    # No window in this deployment: the warnings section says none holds an ended window's devices.
+    assert "No claim holds devices of an ended window." in page.evaluate(
+        "document.querySelector('#warnings').textContent")
     page.screenshot(artifacts / "capacity.png")
 
 

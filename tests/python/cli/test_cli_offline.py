@@ -55,7 +55,8 @@ def test_usage_errors_say_where_to_look(bin_dir):
 def test_help_on_every_level(bin_dir):
     cli = Cli(bin_dir / "trainer", None)
     for path in ([], ["runs"], ["runs", "start"], ["runs", "wait"], ["base-models", "select"],
-                 ["datasets", "measure"], ["workloads", "refs", "set"], ["capacity"], ["info"]):
+                 ["datasets", "measure"], ["workloads", "refs", "set"], ["capacity"], ["capacity", "device-hours"],
+                 ["capacity", "scan"], ["info"]):
         out = cli(*path, "--help")
         assert out.returncode == 0, (path, out.stderr)
         assert "Usage:" in out.stdout and "--trainer-url" in out.stdout

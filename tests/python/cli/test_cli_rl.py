@@ -93,3 +93,23 @@ def test_a_grpo_run_paused_and_resumed_trains_exactly_as_uninterrupted(rl_cli, c
     assert [s["loss"] for s in steps] == [s["loss"] for s in ref_steps]
     adapter = lambda r: (pathlib.Path(r["adapterPath"]) / "adapter_model.safetensors").read_bytes()
     assert adapter(done) == adapter(ref_run)
+
+
+def test_a_grpo_run_passes_its_smoke_check_and_trains_exactly_as_without_it(rl_cli):
+    """The plan's smoke check on a GRPO plan: rollouts scored and trained on the first rows, a
+    checkpoint restored and its step trained again to a finite loss; then the run trains the same
+    steps as the same plan without the check."""
+    def run(plan: str) -> tuple[dict, list]:
+        out = rl_cli("runs", "start", "-f", "-", "--force", "--wait", "--exit-status", input=plan, timeout=900)
+        assert out.returncode == 0, out.stdout + out.stderr
+        run_id = re.search(r"Started run ([0-9a-f]+)", out.stdout).group(1)
+        return rl_cli.json("runs", "get", run_id), rl_cli.json("runs", "metrics", run_id)["steps"]
+
+    reference, reference_steps = run(rl_plan(4))
+    checked, steps = run(rl_plan(4) + "smoke: {steps: 2, rows: 8}\n")
+    smoke = checked["smoke"]
+    assert (smoke["verdict"], smoke["steps"], smoke["rows"]) == ("passed", 2, 8), smoke
+    assert smoke["restoredLoss"] is not None and smoke["loss"] is not None, smoke
+    assert "smoke" not in reference
+    assert [(s["step"], s["loss"], s["rl"]["rewardMean"]) for s in steps] == \
+        [(s["step"], s["loss"], s["rl"]["rewardMean"]) for s in reference_steps]

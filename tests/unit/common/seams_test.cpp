@@ -2,6 +2,10 @@
 // bounded JSON parsing.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "common/clock.h"
@@ -63,6 +67,22 @@ TEST(ManualClock, MovesOnlyWhenAdvanced) {
 
 TEST(SystemClock, WallTimeIsRecent) {
   EXPECT_GT(system_clock()->now_seconds(), 1'600'000'000.0);
+}
+
+TEST(FileClock, ReadsTheFileAtEveryReadingAndKeepsTheLastGoodValue) {
+  const std::filesystem::path file =
+      std::filesystem::temp_directory_path() / ("file-clock-" + std::to_string(::getpid()));
+  std::ofstream(file) << "1769882400.5\n";
+  auto clock = file_clock(file.string());
+  EXPECT_EQ(clock->now_seconds(), 1769882400.5);
+  std::ofstream(file) << "1769882460";
+  EXPECT_EQ(clock->now_seconds(), 1769882460.0);
+  std::ofstream(file) << "";  // being rewritten: the last good value stands
+  EXPECT_EQ(clock->now_seconds(), 1769882460.0);
+  std::filesystem::remove(file);
+  EXPECT_EQ(clock->now_seconds(), 1769882460.0);
+  const auto a = clock->steady_now();
+  EXPECT_LE(a, clock->steady_now());  // the machine's monotonic time
 }
 
 TEST(BoundedJson, DepthIgnoresBracketsInsideStrings) {

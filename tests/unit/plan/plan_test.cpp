@@ -68,7 +68,34 @@ TEST(Plan, UnknownFieldsAreRefusedByTheirPath) {
   ASSERT_FALSE(top.is_ok());
   EXPECT_EQ(top.status().describe(),
             "retries: unknown field; a plan takes kind, workload, baseModel, config, execution, grader, graderInstructions, description, "
-            "configName, submissionId, pauseAtStep, warmStartModelId, modelName, source");
+            "configName, submissionId, pauseAtStep, warmStartModelId, modelName, smoke, source");
+}
+
+TEST(Plan, SmokeTakesItsSettingsOrTrueForTheDefaultsAndRefusesBadOnesByName) {
+  const std::string head = "kind: run\nworkload: w\nconfig: {dataset: d}\n";
+  Result<Plan> none = parse_plan(head, "p.yaml");
+  ASSERT_TRUE(none.is_ok());
+  EXPECT_FALSE(none->smoke.has_value());
+  EXPECT_TRUE(to_json(*none)["smoke"].is_null());
+  Result<Plan> set = parse_plan(head + "smoke: {steps: 3, rows: 8}\n", "p.yaml");
+  ASSERT_TRUE(set.is_ok()) << set.status().to_string();
+  EXPECT_EQ(to_json(*set)["smoke"], (nlohmann::json{{"steps", 3}, {"rows", 8}}));
+  Result<Plan> defaults = parse_plan(head + "smoke: true\n", "p.yaml");
+  ASSERT_TRUE(defaults.is_ok());
+  EXPECT_EQ(defaults->smoke->steps, 4);
+  EXPECT_EQ(defaults->smoke->rows, 16);
+  EXPECT_FALSE(parse_plan(head + "smoke: false\n", "p.yaml")->smoke.has_value());
+  const std::pair<std::string, std::string> bad[] = {
+      {"smoke: {steps: 1}", "smoke.steps: must be between 2 and 100, got 1"},
+      {"smoke: {rows: 0}", "smoke.rows: must be between 1 and 10000, got 0"},
+      {"smoke: {step: 3}", "smoke.step: unknown field; did you mean steps?"},
+      {"smoke: 3", "smoke: must be an object {steps, rows} or true, got 3"},
+  };
+  for (const auto& [line, error] : bad) {
+    Result<Plan> p = parse_plan(head + line + "\n", "p.yaml");
+    ASSERT_FALSE(p.is_ok()) << line;
+    EXPECT_EQ(p.status().describe(), error) << line;
+  }
 }
 
 TEST(Plan, AMisspeltFieldSuggestsTheNearestValidOne) {
@@ -137,6 +164,9 @@ TEST(PlanFields, TheTableCoversEveryFieldOfTheResolvedPlan) {
   Plan with_tools = rl;  // rlHyperparams.tools is absent (null) unless set
   with_tools.config.rl.tools = ToolSettings{.command = "/opt/tool"};
   walk(to_json(with_tools), "");
+  Plan with_smoke;  // smoke is absent (null) unless set
+  with_smoke.smoke = SmokeSettings{};
+  walk(to_json(with_smoke), "");
   for (const auto& path : leaves) EXPECT_NE(find_field(path), nullptr) << path << " is not in the field table";
   // Input spellings only: the resolved plan writes source.model as warmStartModelId.
   const std::vector<std::string> input_only = {"source", "source.model"};

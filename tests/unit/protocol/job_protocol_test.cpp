@@ -61,6 +61,8 @@ std::vector<Event> every_event() {
       EvaluationProgress{.done = 8, .total = 32},
       EvaluationReport{.report = json{{"rows", 32}, {"meanScore", 0.75}}},
       Heartbeat{.step = 7, .uptime_seconds = 12.5},
+      Smoke{.passed = false, .check = "loss", .reason = "step 3 of 4: the loss is nan", .steps = 4, .rows = 16,
+            .loss = 2.5, .restored_loss = 2.5, .seconds = 1.5},
   };
 }
 
@@ -106,6 +108,11 @@ TEST(JobProtocol, LinesAreByteForByteTheWireFormat) {
       {EvaluationProgress{.done = 8, .total = 32}, R"({"done":8,"total":32,"type":"evaluation_progress"})"},
       {EvaluationReport{.report = json{{"rows", 2}}}, R"({"report":{"rows":2},"type":"evaluation_report"})"},
       {Heartbeat{.uptime_seconds = 2.0}, R"({"type":"heartbeat","uptimeSeconds":2.0})"},
+      {Smoke{.passed = true, .steps = 4, .rows = 16, .loss = 1.5, .restored_loss = 1.5, .seconds = 0.5},
+       R"({"loss":1.5,"passed":true,"restoredLoss":1.5,"rows":16,"seconds":0.5,"steps":4,"type":"smoke"})"},
+      {Smoke{.check = "load", .reason = "config.dataset: d cannot be read"},
+       R"({"check":"load","passed":false,"reason":"config.dataset: d cannot be read","rows":0,"seconds":0.0,"steps":0,)"
+       R"("type":"smoke"})"},
   };
   for (const auto& [event, line] : cases) EXPECT_EQ(to_line(event), line);
 }
@@ -125,6 +132,7 @@ TEST(JobProtocol, NestedFieldsAreNamedInTheirErrors) {
       {R"({"type":"validation","step":1,"validationLoss":"x"})", {"validation.validationLoss", "must be a number"}},
       {R"({"type":"evaluation_progress","done":1})", {"evaluation_progress.total", "required"}},
       {R"({"type":"evaluation_report","report":[]})", {"evaluation_report.report", "must be an object"}},
+      {R"({"type":"smoke","check":"loss"})", {"smoke.passed", "required"}},
   };
   for (const auto& [line, expected] : cases) {
     auto decoded = decode_event(line);

@@ -72,11 +72,12 @@ class AdmissionTest : public ::testing::Test {
     fs::remove_all(dir_);
   }
 
-  void start(int declared, int quota) {
+  void start(int declared, int quota, std::vector<CapacityWindow> windows = {}, int max_claim = 1) {
     ServiceOptions o;
     o.data_dir = (dir_ / "data").string();
     o.config.base_models = {{"tiny", (dir_ / "model").string()}};
-    o.config.pools = {{"cpu", "cpu", false, declared, 1}};
+    o.config.pools = {{"cpu", "cpu", false, declared, max_claim, {}, std::move(windows)}};
+    o.clock = clock_;
     o.config.default_workload_quota = quota;
     o.instance = "test";
     o.tick = std::chrono::milliseconds(10);
@@ -96,9 +97,9 @@ class AdmissionTest : public ::testing::Test {
                     .is_ok());
   }
 
-  std::string submit() {
+  std::string submit(int gpus = 0) {
     auto r = svc_->submit_run({{"kind", "run"}, {"workload", "w"}, {"baseModel", "tiny"},
-                               {"config", {{"dataset", "d"}}}, {"execution", {{"gpus", 0}}}},
+                               {"config", {{"dataset", "d"}}}, {"execution", {{"gpus", gpus}}}},
                               false);
     EXPECT_TRUE(r.is_ok()) << r.status().to_string();
     return r->first["runId"];
@@ -115,6 +116,8 @@ class AdmissionTest : public ::testing::Test {
     return false;
   }
 
+  static constexpr double kStart = 1769882400;  // 2026-01-31T18:00:00Z
+  std::shared_ptr<ManualClock> clock_ = std::make_shared<ManualClock>(kStart);
   fs::path dir_;
   std::unique_ptr<Service> svc_;
   ScriptedBackend* backend_ = nullptr;  // owned by svc_
@@ -125,7 +128,7 @@ TEST_F(AdmissionTest, TheSecondRunWaitsForTheOnlyDeviceAndIsAdmittedWhenItFrees)
   std::string a = submit(), b = submit();
   ASSERT_TRUE(wait_for([&] { return phase(a) == "QUEUED" && phase(b) == "WAITING_FOR_DEVICES"; }));
   EXPECT_EQ(backend_->started(), 1);
-  auto cap = *svc_->capacity();
+  auto cap = *svc_->capacity("");
   EXPECT_EQ(cap["pools"][0]["granted"], 1);
   EXPECT_EQ(cap["pools"][0]["queued"], 1);
   ASSERT_TRUE(svc_->cancel_run(a).is_ok());
@@ -133,14 +136,14 @@ TEST_F(AdmissionTest, TheSecondRunWaitsForTheOnlyDeviceAndIsAdmittedWhenItFrees)
   EXPECT_EQ(backend_->started(), 2);
   ASSERT_TRUE(svc_->cancel_run(b).is_ok());
   ASSERT_TRUE(wait_for([&] { return phase(b) == "CANCELLED"; }));
-  EXPECT_TRUE((*svc_->capacity())["claims"].empty());
+  EXPECT_TRUE((*svc_->capacity(""))["claims"].empty());
 }
 
 TEST_F(AdmissionTest, AWorkloadAtItsQuotaWaitsWhileDevicesAreFree) {
   start(/*declared=*/3, /*quota=*/1);
   std::string a = submit(), b = submit();
   ASSERT_TRUE(wait_for([&] { return phase(a) == "QUEUED" && phase(b) == "WAITING_FOR_DEVICES"; }));
-  auto cap = *svc_->capacity();
+  auto cap = *svc_->capacity("");
   EXPECT_EQ(cap["pools"][0]["granted"], 1);
   EXPECT_EQ(cap["quotas"][0], json({{"workload", "w"}, {"quota", 1}, {"held", 1}, {"queued", 1}}));
   ASSERT_TRUE(svc_->cancel_run(b).is_ok());
@@ -161,6 +164,73 @@ TEST_F(AdmissionTest, ARunLargerThanEveryPoolIsRefusedAndNothingIsStored) {
             "execution.gpus: no CPU training pool can ever hold a claim of 2 devices (pools: cpu (maxClaim 1, "
             "declared 1)); ask for fewer devices");
   EXPECT_EQ((*svc_->list_runs({}))["total"], 0);
+}
+
+TEST_F(AdmissionTest, AClaimLargerThanThePoolWaitsForItsWindowAndKeepsItsDevicesAfterTheWindowEnds) {
+  // One slot always, one more from 18:10 to 18:20 UTC; a claim of two fits only while it is open.
+  start(/*declared=*/1, /*quota=*/8, {{1, kStart + 600, kStart + 1200, {1}}}, /*max_claim=*/2);
+  const std::string a = submit(/*gpus=*/2);
+  ASSERT_TRUE(wait_for([&] { return phase(a) == "WAITING_FOR_DEVICES"; }));
+  auto before = *svc_->capacity("");
+  EXPECT_EQ(before["pools"][0]["declared"], 1);
+  EXPECT_EQ(before["claims"][0]["state"], "QUEUED");
+
+  clock_->advance(std::chrono::seconds(600));  // the window opens
+  ASSERT_TRUE(wait_for([&] { return phase(a) == "QUEUED"; }));  // granted; its job was started
+  auto open = *svc_->capacity("");
+  EXPECT_EQ(open["pools"][0]["declared"], 2);
+  EXPECT_EQ(open["pools"][0]["granted"], 2);
+  EXPECT_EQ(open["pools"][0]["free"], 0);
+  EXPECT_EQ(open["claims"][0]["deviceIds"], json::array({0, 1}));
+  EXPECT_TRUE(open["warnings"].empty());
+
+  clock_->advance(std::chrono::seconds(600));  // the window ends while the claim holds its device
+  auto ended = *svc_->capacity("");
+  EXPECT_EQ(ended["pools"][0]["declared"], 1);
+  EXPECT_EQ(ended["pools"][0]["granted"], 1);
+  EXPECT_EQ(ended["pools"][0]["heldBeyondDeclared"], 1);
+  ASSERT_EQ(ended["warnings"].size(), 1u);
+  EXPECT_EQ(ended["warnings"][0]["owner"], a);
+  EXPECT_EQ(ended["warnings"][0]["deviceIds"], json::array({1}));
+  EXPECT_EQ(phase(a), "QUEUED");  // not stopped
+  EXPECT_EQ(backend_->started(), 1);
+
+  // Device-hours: two devices from 18:10 to now (18:20), still held.
+  auto hours = *svc_->device_hours("2026-01-31T18:00:00Z", "2026-01-31T19:00:00Z", "");
+  ASSERT_EQ(hours["rows"].size(), 1u);
+  EXPECT_EQ(hours["rows"][0]["key"], "cpu");
+  EXPECT_EQ(hours["rows"][0]["deviceSeconds"], 1200.0);
+  EXPECT_EQ(hours["rows"][0]["held"], true);
+
+  // No window remains: a claim of two can never be held now, and is refused.
+  auto r = svc_->submit_run({{"kind", "run"}, {"workload", "w"}, {"baseModel", "tiny"},
+                             {"config", {{"dataset", "d"}}}, {"execution", {{"gpus", 2}}}},
+                            false);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().field(), "execution.gpus");
+  EXPECT_EQ(r.status().describe(),
+            "execution.gpus: no CPU training pool can ever hold a claim of 2 devices (pools: cpu (maxClaim 2, "
+            "declared 1, windows: +1 from 2026-01-31T18:10:00Z to 2026-01-31T18:20:00Z (ended))); no remaining "
+            "window adds enough; ask for fewer devices");
+  ASSERT_TRUE(svc_->cancel_run(a).is_ok());
+  ASSERT_TRUE(wait_for([&] { return phase(a) == "CANCELLED"; }));
+}
+
+TEST_F(AdmissionTest, DeviceHoursRefuseABadRangeByName) {
+  start(/*declared=*/1, /*quota=*/8);
+  auto bad = [&](const char* from, const char* to, const char* by) { return svc_->device_hours(from, to, by).status(); };
+  EXPECT_EQ(bad("yesterday", "", "").describe(),
+            "from: 'yesterday' is not an ISO 8601 UTC time; write YYYY-MM-DDTHH:MM:SSZ (or an offset such as +02:00)");
+  EXPECT_EQ(bad("2026-01-02T00:00:00Z", "2026-01-01T00:00:00Z", "").describe(),
+            "from: 2026-01-02T00:00:00Z is not before to 2026-01-01T00:00:00Z; the range must be forwards");
+  EXPECT_EQ(bad("2025-01-01T00:00:00Z", "2026-01-03T00:00:00Z", "").describe(),
+            "from: the range 2025-01-01T00:00:00Z to 2026-01-03T00:00:00Z is 367 days long; at most 366 days");
+  EXPECT_EQ(bad("", "", "owner").describe(), "by: 'owner' is not a grouping; use pool, endpoint or workload");
+  auto fine = svc_->device_hours("", "", "");
+  ASSERT_TRUE(fine.is_ok());
+  EXPECT_EQ((*fine)["from"], "2026-01-30T18:00:00Z");  // the last 24 hours of the service's clock
+  EXPECT_EQ((*fine)["to"], "2026-01-31T18:00:00Z");
+  EXPECT_EQ((*fine)["by"], "pool");
 }
 
 }  // namespace

@@ -60,6 +60,34 @@ TEST(DeploymentConfig, ErrorsNameTheFileAndTheField) {
        "deploy.json: pools[0].deviceIds[1]: device 1 listed twice"},
       {R"({"pools": [{"name": "g", "declared": 1, "deviceIds": [-1]}]})",
        "deploy.json: pools[0].deviceIds[0]: must be a device index between 0 and 4095, got -1"},
+      {R"({"pools": [{"name": "g", "declared": 1, "windows": [{"devices": 2, "opens": "2026-01-31T18:00:00Z"}]}]})",
+       "deploy.json: pools[0].windows[0].closes: required (a UTC time, e.g. 2026-01-31T18:00:00Z)"},
+      {R"({"pools": [{"name": "g", "declared": 1, "windows": [{"devices": 2, "opens": "tomorrow",
+           "closes": "2026-01-31T18:00:00Z"}]}]})",
+       "deploy.json: pools[0].windows[0].opens: \"tomorrow\" is not a UTC time; write YYYY-MM-DDTHH:MM:SSZ (or an "
+       "offset such as +02:00)"},
+      {R"({"pools": [{"name": "g", "declared": 1, "windows": [{"devices": 2, "opens": "2026-02-30T18:00:00Z",
+           "closes": "2026-03-01T18:00:00Z"}]}]})",
+       "deploy.json: pools[0].windows[0].opens: \"2026-02-30T18:00:00Z\" is not a UTC time; write "
+       "YYYY-MM-DDTHH:MM:SSZ (or an offset such as +02:00)"},
+      {R"({"pools": [{"name": "g", "declared": 1, "windows": [{"devices": 2, "opens": "2026-01-31T18:00:00Z",
+           "closes": "2026-01-31T17:00:00Z"}]}]})",
+       "deploy.json: pools[0].windows[0].closes: \"2026-01-31T17:00:00Z\" is not after opens \"2026-01-31T18:00:00Z\""},
+      {R"({"pools": [{"name": "g", "declared": 1, "windows": [{"devices": 0, "opens": "2026-01-31T18:00:00Z",
+           "closes": "2026-01-31T19:00:00Z"}]}]})",
+       "deploy.json: pools[0].windows[0].devices: must be at least 1 (the devices the window adds)"},
+      {R"({"pools": [{"name": "g", "declared": 1, "windows": [{"devices": 1, "opens": "2026-01-31T18:00:00Z",
+           "closes": "2026-01-31T19:00:00Z", "deviceIds": [0]}]}]})",
+       "deploy.json: pools[0].windows[0].deviceIds[0]: device 0 is already the pool's or another window's"},
+      {R"({"pools": [{"name": "g", "declared": 1, "windows": [{"devices": 1, "open": "2026-01-31T18:00:00Z"}]}]})",
+       "deploy.json: pools[0].windows[0].open: unknown field; did you mean opens?"},
+      {R"({"pools": [{"name": "g", "declared": 1, "windows": {}}]})",
+       "deploy.json: pools[0].windows: must be a list of {devices, opens, closes}"},
+      {R"({"pools": [{"name": "g", "declared": 1, "maxClaim": 4, "windows": [{"devices": 2,
+           "opens": "2026-01-31T18:00:00Z", "closes": "2026-01-31T19:00:00Z"}]}]})",
+       "deploy.json: pools[0].maxClaim: 4 is larger than declared 1 with its windows' devices (at most 3)"},
+      {R"({"pools": [{"name": "g", "declared": 1, "hostRamGiB": 0}]})",
+       "deploy.json: pools[0].hostRamGiB: must be a positive number of GiB (a node's host memory), got 0"},
       {R"({"compute": {"backend": "pbs"}})",
        "deploy.json: compute.backend: 'pbs' is not a compute backend of this build; use local, slurm or ray"},
       {R"({"compute": {"backend": "ray"}})",
@@ -135,6 +163,36 @@ TEST(DeploymentConfig, PasswordsAreRedactedFromUrls) {
   EXPECT_EQ(redact_password("postgresql://u:p%40ss@h:5432/d?sslmode=require"), "postgresql://u:***@h:5432/d?sslmode=require");
   EXPECT_EQ(redact_password("postgresql://u@h/d?password=x&sslmode=require"), "postgresql://u@h/d?password=***&sslmode=require");
   EXPECT_EQ(redact_password("postgresql://h:5432/d"), "postgresql://h:5432/d");
+}
+
+TEST(DeploymentConfig, CapacityWindowsAddDevicesOnlyWhileOpen) {
+  // 1 device always; +2 from 18:00 to 20:00; +1 from 19:00 to 21:00 (overlapping: 4 at 19:00).
+  auto r = parse_config(R"({"pools": [{"name": "g", "declared": 1, "hostRamGiB": 64, "windows": [
+      {"devices": 2, "opens": "2026-01-31T18:00:00Z", "closes": "2026-01-31T20:00:00Z"},
+      {"devices": 1, "opens": "2026-01-31T21:00:00+02:00", "closes": "2026-01-31T21:00:00Z"}]}]})",
+                        "deploy.json");
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  const PoolConfig& p = r->pools.at(0);
+  ASSERT_EQ(p.windows.size(), 2u);
+  const double six_pm = 1769882400;  // 2026-01-31T18:00:00Z
+  EXPECT_EQ(p.windows[0].opens_at, six_pm);
+  EXPECT_EQ(p.windows[1].opens_at, six_pm + 3600);  // 21:00 at +02:00 is 19:00Z
+  EXPECT_EQ(p.windows[0].device_ids, (std::vector<int>{1, 2}));  // after the pool's own 0
+  EXPECT_EQ(p.windows[1].device_ids, (std::vector<int>{3}));
+  EXPECT_EQ(p.max_claim, 4);  // the peak, by default
+  EXPECT_EQ(p.host_ram_gib, 64);
+  EXPECT_EQ(declared_at(p, six_pm - 1), 1);
+  EXPECT_EQ(declared_at(p, six_pm), 3);        // opens is included
+  EXPECT_EQ(declared_at(p, six_pm + 3600), 4);
+  EXPECT_EQ(declared_at(p, six_pm + 7200), 2);  // closes is excluded
+  EXPECT_EQ(declared_at(p, six_pm + 3 * 3600), 1);
+  EXPECT_EQ(device_ids_at(p, six_pm + 7200), (std::vector<int>{0, 3}));
+  EXPECT_EQ(peak_from(p, 0), 4);
+  EXPECT_EQ(peak_from(p, six_pm + 7200), 2);  // the first window has ended
+  EXPECT_EQ(peak_from(p, six_pm + 3 * 3600), 1);
+  const auto shown = config_to_json(*r)["pools"][0]["windows"][1];
+  EXPECT_EQ(shown["opens"], "2026-01-31T19:00:00Z");
+  EXPECT_EQ(shown["deviceIds"], nlohmann::json::array({3}));
 }
 
 TEST(DeploymentConfig, ASyntaxErrorNamesLineAndColumn) {

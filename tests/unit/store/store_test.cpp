@@ -35,6 +35,9 @@ void PrintTo(Kind kind, std::ostream* os) {
 
 // One empty database of one implementation, and what a test does behind the store's back (raw
 // SQL, as an older trainerd or an operator would).
+// The schema version both stores migrate to (one per migration; each store's list has them all).
+constexpr int kSchemaVersion = 14;
+
 class TestDatabase {
  public:
   virtual ~TestDatabase() = default;
@@ -258,9 +261,9 @@ INSTANTIATE_TEST_SUITE_P(Sqlite, StoreTest, ::testing::Values(Kind::kSqlite), ki
 INSTANTIATE_TEST_SUITE_P(Postgres, StoreTest, ::testing::Values(Kind::kPostgres), kind_name);
 
 TEST_P(StoreTest, MigratesOnceAndRecordsTheSchemaVersion) {
-  EXPECT_EQ(open()->schema_version(), 12);
-  EXPECT_EQ(open()->schema_version(), 12);  // reopening applies nothing again
-  EXPECT_EQ(db_->number("SELECT COUNT(*) FROM schema_migrations"), 12);
+  EXPECT_EQ(open()->schema_version(), kSchemaVersion);
+  EXPECT_EQ(open()->schema_version(), kSchemaVersion);  // reopening applies nothing again
+  EXPECT_EQ(db_->number("SELECT COUNT(*) FROM schema_migrations"), kSchemaVersion);
 }
 
 TEST_P(StoreTest, BundleVersionsAreKeptPerNameInVersionOrder) {
@@ -598,11 +601,12 @@ TEST_P(StoreTest, MigrationNineGivesEveryExistingRunATask) {
             "DROP TRIGGER workloads_deleted; DROP TRIGGER claims_inserted; DROP TRIGGER claims_updated;"
             "DROP TRIGGER claims_deleted; DROP TABLE job_attempts; DROP TABLE job_events; DROP TABLE "
             "job_logs;"
-            "DROP TABLE endpoints; DROP TABLE replicas;"
+            "DROP TABLE endpoints; DROP TABLE dataset_analyses; DROP TABLE claim_holds; DROP TABLE replicas;"
             "DELETE FROM schema_migrations WHERE version >= 9;"
           : "DROP TABLE tasks; DROP TABLE counters; DROP FUNCTION count_change() CASCADE;"
             "DROP TABLE job_attempts; DROP TABLE job_events; DROP TABLE job_logs; DROP TABLE endpoints;"
-            "DROP TABLE replicas; DELETE FROM schema_migrations WHERE version >= 9;");
+            "DROP TABLE dataset_analyses; DROP TABLE claim_holds; DROP TABLE replicas;"
+            "DELETE FROM schema_migrations WHERE version >= 9;");
   auto s = open();
   auto t = s->get_task("run", "aa");
   ASSERT_TRUE(t.is_ok() && t->has_value());
@@ -752,6 +756,109 @@ TEST_P(StoreTest, EndpointsKeepOneRowPerIdAndListByPhaseNewestFirst) {
   EXPECT_EQ((*s->get_endpoint("e1"))->at("phase"), "DELETED");
   EXPECT_FALSE(s->get_endpoint("e")->has_value());
   EXPECT_EQ(*s->endpoint_ids_with_prefix("e", 5), (std::vector<std::string>{"e1", "e2"}));
+}
+
+TEST_P(StoreTest, ClaimHoldsEndOnReleaseAndListByOverlapAcrossReopen) {
+  {
+    auto s = open();
+    ClaimHoldRow a{0, "a", "SFT", "w1", "cpu", 2, 1000, std::nullopt};
+    ClaimHoldRow b{0, "b", "SERVING", "w2", "gpu", 1, 1500, std::nullopt};
+    ClaimHoldRow old{0, "c", "EVALUATION", "w1", "cpu", 1, 100, 200.0};
+    ASSERT_TRUE(s->insert_claim_hold(a).is_ok());
+    ASSERT_TRUE(s->insert_claim_hold(b).is_ok());
+    ASSERT_TRUE(s->insert_claim_hold(old).is_ok());
+    EXPECT_LT(a.seq, b.seq);
+    ASSERT_TRUE(s->end_claim_holds("a", 2000).is_ok());
+    ASSERT_TRUE(s->end_claim_holds("a", 3000).is_ok());  // nothing open: the first release stays
+    ASSERT_TRUE(s->end_claim_holds("nobody", 3000).is_ok());
+    ClaimHoldRow again{0, "a", "SFT", "w1", "cpu", 2, 2500.25, std::nullopt};  // granted again
+    ASSERT_TRUE(s->insert_claim_hold(again).is_ok());
+  }
+  auto s = open();
+  auto all = s->list_claim_holds(0, 1e12);
+  ASSERT_TRUE(all.is_ok());
+  ASSERT_EQ(all->size(), 4u);
+  EXPECT_EQ((*all)[0].owner, "a");
+  EXPECT_EQ((*all)[0].kind, "SFT");
+  EXPECT_EQ((*all)[0].workload_id, "w1");
+  EXPECT_EQ((*all)[0].pool, "cpu");
+  EXPECT_EQ((*all)[0].devices, 2);
+  EXPECT_EQ((*all)[0].granted_at, 1000);
+  EXPECT_EQ((*all)[0].released_at, std::optional<double>(2000));
+  EXPECT_FALSE((*all)[1].released_at.has_value());  // b is still held
+  EXPECT_EQ((*all)[3].granted_at, 2500.25);
+  EXPECT_FALSE((*all)[3].released_at.has_value());
+  // [2000, 2400): a's first hold ended at 2000 exactly (not in it), c long before; b holds on.
+  auto mid = s->list_claim_holds(2000, 2400);
+  ASSERT_TRUE(mid.is_ok());
+  ASSERT_EQ(mid->size(), 1u);
+  EXPECT_EQ((*mid)[0].owner, "b");
+  // [0, 1000): only c, granted at 100; a was granted at the range's end.
+  auto early = s->list_claim_holds(0, 1000);
+  ASSERT_TRUE(early.is_ok());
+  ASSERT_EQ(early->size(), 1u);
+  EXPECT_EQ((*early)[0].owner, "c");
+}
+
+TEST_P(StoreTest, AClaimHoldWrittenInAFailedTransactionIsGone) {
+  auto s = open();
+  Status st = s->transaction([&]() -> Status {
+    ClaimHoldRow h{0, "a", "SFT", "w1", "cpu", 1, 10, std::nullopt};
+    EXPECT_TRUE(s->insert_claim_hold(h).is_ok());
+    return internal_error("boom");
+  });
+  EXPECT_EQ(st.message(), "boom");
+  EXPECT_TRUE(s->list_claim_holds(0, 1e12)->empty());
+}
+
+TEST_P(StoreTest, MigrationThirteenGivesEveryGrantedClaimAnOpenHoldFromItsSince) {
+  {
+    auto s = open();
+    ClaimRow granted{"a", "SFT", "w1", "cpu", 2, "QUEUED", "2026-01-31T18:00:00.000Z", 0};
+    ASSERT_TRUE(s->insert_claim(granted).is_ok());
+    granted.state = "GRANTED";
+    granted.since = "2026-01-31T18:00:01.500Z";
+    ASSERT_TRUE(s->update_claim(granted).is_ok());
+    ClaimRow queued{"b", "SFT", "w1", "cpu", 1, "QUEUED", "2026-01-31T18:00:00.000Z", 0};
+    ASSERT_TRUE(s->insert_claim(queued).is_ok());
+  }
+  // Rewind to schema 12, as the trainerd before claim holds left it (and before replicas).
+  db_->exec("DROP TABLE claim_holds; DROP TABLE replicas; DELETE FROM schema_migrations WHERE version >= 13;");
+  auto s = open();
+  auto holds = s->list_claim_holds(0, 1e12);
+  ASSERT_TRUE(holds.is_ok());
+  ASSERT_EQ(holds->size(), 1u);
+  EXPECT_EQ((*holds)[0].owner, "a");
+  EXPECT_EQ((*holds)[0].devices, 2);
+  EXPECT_DOUBLE_EQ((*holds)[0].granted_at, 1769882401.5);  // 2026-01-31T18:00:01.5Z
+  EXPECT_FALSE((*holds)[0].released_at.has_value());
+}
+
+TEST_P(StoreTest, DatasetAnalysesKeepOneRowPerIdAndListADatasetsNewestFirst) {
+  auto analysis = [](const std::string& id, const std::string& hash, const std::string& phase) {
+    return json{{"analysisId", id}, {"dataset", {{"hash", hash}}}, {"phase", phase}};
+  };
+  auto ids = [](const Result<std::vector<json>>& docs) {
+    std::vector<std::string> out;
+    for (const auto& d : *docs) out.push_back(d["analysisId"].get<std::string>());
+    return out;
+  };
+  {
+    auto s = open();
+    ASSERT_TRUE(s->put_dataset_analysis(analysis("a1", "h1", "PENDING")).is_ok());
+    ASSERT_TRUE(s->put_dataset_analysis(analysis("a2", "h2", "PENDING")).is_ok());
+    ASSERT_TRUE(s->put_dataset_analysis(analysis("a3", "h1", "RUNNING")).is_ok());
+    ASSERT_TRUE(s->put_dataset_analysis(analysis("a1", "h1", "COMPLETED")).is_ok());  // replaced, keeps its place
+  }
+  auto s = open();  // durable across a reopen
+  EXPECT_EQ(ids(s->list_dataset_analyses("h1")), (std::vector<std::string>{"a3", "a1"}));
+  EXPECT_EQ(ids(s->list_dataset_analyses("h2")), (std::vector<std::string>{"a2"}));
+  EXPECT_TRUE(s->list_dataset_analyses("h3")->empty());
+  EXPECT_EQ((*s->get_dataset_analysis("a1"))->at("phase"), "COMPLETED");
+  EXPECT_FALSE(s->get_dataset_analysis("a")->has_value());
+  // A document without its keyed fields is refused, not stored half.
+  EXPECT_FALSE(s->put_dataset_analysis(json{{"analysisId", "a4"}, {"phase", "PENDING"}}).is_ok());
+  EXPECT_FALSE(s->get_dataset_analysis("a4")->has_value());
 }
 
 TEST_P(StoreTest, PagesTakeEveryRowForANegativeLimitAndCountANegativeOffsetAsZero) {
@@ -912,9 +1019,9 @@ TEST_P(StoreTest, TwoProcessesOpeningANewDatabaseAtOnceMigrateItOnce) {
   for (auto& t : threads) t.join();
   for (auto& s : opened) {
     ASSERT_TRUE(s.is_ok()) << s.status().to_string();
-    EXPECT_EQ((*s)->schema_version(), 12);
+    EXPECT_EQ((*s)->schema_version(), kSchemaVersion);
   }
-  EXPECT_EQ(db_->number("SELECT COUNT(*) FROM schema_migrations"), 12);
+  EXPECT_EQ(db_->number("SELECT COUNT(*) FROM schema_migrations"), kSchemaVersion);
 }
 
 // ---- SQLite only
