@@ -8,6 +8,8 @@
 #include <ctime>
 #include <sstream>
 
+#include "common/utc_time.h"
+
 namespace trainer::cli {
 namespace {
 
@@ -324,31 +326,8 @@ std::string to_yaml_text(const nlohmann::json& doc, int indent) {
 }
 
 std::optional<double> parse_rfc3339(std::string_view text) {
-  int year, month, day, hour, minute;
-  double second;
-  std::string s(text);
-  char rest[16] = {0};
-  if (std::sscanf(s.c_str(), "%4d-%2d-%2dT%2d:%2d:%lf%15s", &year, &month, &day, &hour, &minute,
-                  &second, rest) < 6) {
-    return std::nullopt;
-  }
-  std::tm tm{};
-  tm.tm_year = year - 1900;
-  tm.tm_mon = month - 1;
-  tm.tm_mday = day;
-  tm.tm_hour = hour;
-  tm.tm_min = minute;
-  tm.tm_sec = 0;
-  double epoch = static_cast<double>(timegm(&tm)) + second;
-  std::string offset(rest);
-  if (!offset.empty() && offset != "Z" && offset != "z" && (offset[0] == '+' || offset[0] == '-')) {
-    int oh = 0, om = 0;
-    if (std::sscanf(offset.c_str() + 1, "%2d:%2d", &oh, &om) >= 1) {
-      const double off = oh * kHour + om * kMinute;
-      epoch += offset[0] == '+' ? -off : off;
-    }
-  }
-  return epoch;
+  if (auto t = parse_utc_time(text)) return t;
+  return parse_utc_time(std::string(text) + "Z");  // a time without an offset is UTC
 }
 
 std::optional<double> seconds_between(std::string_view from, std::string_view to) {

@@ -73,7 +73,6 @@ class PostgresStore final : public Store {
   Result<std::optional<RunRow>> get_run_row(const std::string& id) override;
   Result<std::vector<std::string>> run_ids_with_prefix(const std::string& prefix, int limit) override;
   Result<std::optional<json>> run_by_submission(const std::string& submission_id) override;
-  Result<RunPage> list_runs(const RunFilter& f) override;
   Result<RunRowPage> list_run_rows(const RunFilter& f) override;
 
   // ---- run events

@@ -243,21 +243,6 @@ Result<std::optional<json>> SqliteStore::run_by_submission(const std::string& su
   return one("SELECT doc FROM runs WHERE submission_id = ?", {submission_id});
 }
 
-Result<RunPage> SqliteStore::list_runs(const RunFilter& f) {
-  auto rows = list_run_rows(f);
-  if (!rows.is_ok()) return rows.status();
-  RunPage page;
-  page.total = rows->total;
-  page.runs.reserve(rows->rows.size());
-  // Parsing outside the lock lets concurrent readers use every core.
-  for (const auto& r : rows->rows) {
-    auto doc = parse_json(r.doc, "stored run " + r.id);
-    if (!doc.is_ok()) return internal_error(doc.status().message());
-    page.runs.push_back(std::move(*doc));
-  }
-  return page;
-}
-
 Result<RunRowPage> SqliteStore::list_run_rows(const RunFilter& f) {
   std::string where = " WHERE 1=1";
   std::vector<std::string> args;

@@ -214,8 +214,9 @@ class Store {
   virtual Result<std::optional<RunRow>> get_run_row(const std::string& id) = 0;
   virtual Result<std::vector<std::string>> run_ids_with_prefix(const std::string& prefix, int limit) = 0;
   virtual Result<std::optional<json>> run_by_submission(const std::string& submission_id) = 0;
-  virtual Result<RunPage> list_runs(const RunFilter& filter) = 0;
   virtual Result<RunRowPage> list_run_rows(const RunFilter& filter) = 0;
+  // list_run_rows() with each document parsed (store.cpp: the same for every implementation).
+  Result<RunPage> list_runs(const RunFilter& filter);
 
   // ---- run events: append-only, seq from 1 per run
   virtual Result<int64_t> append_run_event(const std::string& run_id, const json& event) = 0;

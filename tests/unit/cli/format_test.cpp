@@ -121,7 +121,9 @@ TEST(CliTime, ParsesRfc3339) {
   EXPECT_DOUBLE_EQ(*parse_rfc3339("1970-01-01T00:01:00Z"), 60);
   EXPECT_DOUBLE_EQ(*seconds_between("2026-11-30T05:28:45Z", "2026-11-30T05:30:00.5Z"), 75.5);
   EXPECT_DOUBLE_EQ(*parse_rfc3339("1970-01-01T01:00:00+01:00"), 0);
+  EXPECT_DOUBLE_EQ(*parse_rfc3339("1970-01-01T00:01:00"), 60);  // no offset: UTC
   EXPECT_FALSE(parse_rfc3339("yesterday"));
+  EXPECT_FALSE(parse_rfc3339("2026-02-30T00:00:00Z"));
 }
 
 }  // namespace
