@@ -25,8 +25,9 @@ class Capacity {
   // "" = all), device_hours, metrics_text, ingest_job_metrics.
   Result<json> report(const std::string& workload);
   Result<json> device_hours(const std::string& from, const std::string& to, const std::string& by);
-  // Service::scan_capacity: `trainer-job scan` on the backend's node (the local backend's host),
-  // its job folders marked leftover where no open run's current attempt owns them.
+  // Service::scan_capacity: `trainer-job scan` on every live node of the backend (scan_nodes), each
+  // node's job folders marked leftover where no open run's current attempt owns them; a node whose
+  // scan failed is an entry {node, error}.
   Result<json> scan();
   std::string metrics_text();
   Status ingest_job_metrics(std::string_view otlp_json);

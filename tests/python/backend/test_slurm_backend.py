@@ -5,11 +5,12 @@ evaluation's job, submitted the same way; and an endpoint's serving process, as 
 its delete ends (one node: trainerd reaches it at 127.0.0.1)."""
 from __future__ import annotations
 
+import json
 import urllib.request
 
 import pytest
 
-from backend_support import Service
+from backend_support import Service, trainer_job_version
 from cli_support import EXAMPLES, MODEL_NAME, WORKLOAD
 from waiting import wait_for
 
@@ -144,3 +145,20 @@ def test_an_endpoint_serves_from_a_slurm_job_and_delete_ends_it(service, slurm):
     wait_for(lambda: service.cli.json("endpoints", "get", eid)["phase"] == "DELETED", 120, "the endpoint to go")
     wait_for(lambda: slurm_state() != "RUNNING", 60, "its Slurm job to end")
     assert eid not in {c["owner"] for c in service.cli.json("capacity")["claims"]}
+
+
+def test_capacity_scan_runs_one_job_on_each_slurm_node(service, slurm, bin_dir):
+    """`trainer capacity scan` on Slurm: one srun per node sinfo lists up, its answer under the
+    node's Slurm name, with the trainer-job version and the free space of the shared data folder."""
+    out = service.cli("capacity", "scan", "-o", "json")
+    assert out.returncode == 0, out.stderr
+    scan = json.loads(out.stdout)
+    assert scan["backend"] == "slurm"
+    [node] = scan["nodes"]  # the cluster's one node, "localhost"
+    assert node["node"] == "localhost" and "error" not in node, node
+    assert node["version"] == trainer_job_version(bin_dir)
+    assert [d["role"] for d in node["disks"]] == ["data", "tmp", "shm"], node
+    data = node["disks"][0]
+    assert data["path"] == str(service.daemon.data_dir) and data["freeBytes"] > 0, data
+    text = service.cli("capacity", "scan", check=True).stdout
+    assert "Node localhost (trainer-job " in text and "FOLDER" in text, text
