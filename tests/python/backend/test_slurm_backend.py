@@ -162,3 +162,30 @@ def test_capacity_scan_runs_one_job_on_each_slurm_node(service, slurm, bin_dir):
     assert data["path"] == str(service.daemon.data_dir) and data["freeBytes"] > 0, data
     text = service.cli("capacity", "scan", check=True).stdout
     assert "Node localhost (trainer-job " in text and "FOLDER" in text, text
+
+
+def test_a_node_whose_scan_job_fails_is_named_with_its_error_and_the_exit_status_stays_zero(bin_dir, tiny_model,
+                                                                                          tmp_path, slurm):
+    """The scan's job fails on the node (a trainer-job that exits 3): the node is in the answer with
+    srun's exit and the job's message, and `trainer capacity scan` still exits 0."""
+    bins = tmp_path / "bin"  # trainerd and the CLI as built, beside a trainer-job that fails
+    bins.mkdir()
+    for name in ("trainerd", "trainer"):
+        (bins / name).symlink_to(bin_dir / name)
+    failing = bins / "trainer-job"
+    failing.write_text("#!/bin/sh\necho 'this node cannot scan' >&2\nexit 3\n")
+    failing.chmod(0o755)
+    svc = Service(bins, tmp_path, tiny_model, {
+        "compute": {"backend": "slurm", "slurm": {"slurmConf": str(slurm.conf)}},
+        "pools": [{"name": "cpu", "accelerator": "cpu", "declared": 1}],
+    })
+    try:
+        out = svc.cli("capacity", "scan", "-o", "json")
+        assert out.returncode == 0, out.stderr
+        [node] = json.loads(out.stdout)["nodes"]
+        assert node["node"] == "localhost" and "version" not in node, node
+        assert node["error"].startswith("srun exited ") and "this node cannot scan" in node["error"], node
+        text = svc.cli("capacity", "scan")
+        assert text.returncode == 0 and "Node localhost: no answer: srun exited " in text.stdout, text.stdout
+    finally:
+        svc.close()
