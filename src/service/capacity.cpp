@@ -604,6 +604,18 @@ Result<std::map<std::string, store::ClaimRow>> Capacity::claims_by_owner() {
   return out;
 }
 
+std::string Capacity::never_granted(const std::string& pool, int devices) {
+  const PoolConfig* p = pool_named(pool);
+  const double t = core_.now();
+  if (p == nullptr || devices <= peak_from(*p, t)) return "";
+  std::string windows;
+  for (const auto& w : p->windows) windows += (windows.empty() ? "" : "; ") + window_text(w, t);
+  return "pool " + p->name + " can never hold this claim of " + std::to_string(devices) + " device" +
+         (devices == 1 ? "" : "s") + ": it declares " + std::to_string(p->declared) +
+         (windows.empty() ? std::string() : " and no remaining window adds enough (windows: " + windows + ")") +
+         "; start the run again with fewer devices";
+}
+
 // A run with execution.gpus N > 0 goes to a GPU pool. Where the deployment declares no GPU
 // training pool, it goes to a CPU pool, whose declared devices are CPU slots: it holds N of them
 // and trains as N data-parallel ranks on the CPU (docs/data-parallel.md). A CPU run (gpus 0)

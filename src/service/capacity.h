@@ -51,6 +51,10 @@ class Capacity {
   // run): the largest that can ever hold it, now or in a capacity window still to come, else
   // failed_precondition naming the pools and their windows.
   Result<const PoolConfig*> choose_pool(int gpus, int devices);
+  // Why a queued claim of `devices` devices in pool `pool` can never be granted: neither the
+  // pool's permanent size nor a capacity window still to come holds that many (the windows that
+  // would have have ended). "" while one can, and for a pool the configuration does not name.
+  std::string never_granted(const std::string& pool, int devices);
   // Every claim, by its owner's id (a run, an evaluation, an endpoint).
   Result<std::map<std::string, store::ClaimRow>> claims_by_owner();
 
