@@ -46,7 +46,7 @@ RayHandle decode(const JobHandle& handle) {
 }
 
 // How Ray's job supervisor begins the message of a job whose entrypoint exited non-zero.
-constexpr double kNodePin = 0.001;  // of the resource "node:ADDRESS" a scan job asks for
+constexpr double kNodePin = 0.001;     // of the resource "node:ADDRESS" a scan job asks for
 constexpr size_t kMaxBodyChars = 500;  // of an answer quoted in a message
 constexpr auto kScanPollInterval = std::chrono::milliseconds(500);  // between looks at the scan jobs
 
