@@ -50,6 +50,13 @@ enum class JobState {
   kGone,     // it ended and its exit status is unknown (not our child any more, e.g. after a restart)
 };
 
+// One node's answer to Backend::scan_nodes().
+struct NodeScan {
+  std::string node;    // the node's name as the backend lists it (the local backend: this host's name)
+  std::string output;  // what `trainer-job scan` printed on the node; "" when `error` is set
+  std::string error;   // why the node gave no answer (its job failed, timed out, was refused); "" when it answered
+};
+
 struct JobStatus {
   JobState state = JobState::kRunning;
   std::optional<int> exit_code;  // kExited: exit code, or 128 + signal number
@@ -91,6 +98,12 @@ class Backend {
   // Runs a short trainer-job tool command (e.g. `analyze ...`) on the backend and returns its
   // standard output; fails with its standard error when it exits non-zero or runs past `timeout_s`.
   virtual Result<std::string> run_tool(const std::vector<std::string>& args, int timeout_s) = 0;
+
+  // Runs the trainer-job tool command `args` (`scan --data DIR`) once on every live node, each within
+  // `timeout_s`, all at once: the local backend on this host, Slurm one srun per node that sinfo
+  // lists up, Ray one job per alive node pinned to it. A node whose job fails or times out is in the
+  // answer with its error; fails (unavailable) only when the backend cannot list its nodes.
+  virtual Result<std::vector<NodeScan>> scan_nodes(const std::vector<std::string>& args, int timeout_s) = 0;
 
   // Devices the cluster reports, by accelerator profile ("cpu", "nvidia-h100-80gb", ...).
   // Absent entries were not reported.

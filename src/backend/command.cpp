@@ -1,5 +1,7 @@
 #include "backend/command.h"
 
+#include <unistd.h>
+
 #include <chrono>
 
 #include "common/subprocess.h"
@@ -40,6 +42,12 @@ Result<std::string> run_tool(const std::string& job_binary, const std::vector<st
     return failed_precondition("trainer-job " + args[0] + " failed: " + (err.empty() ? "no message" : err));
   }
   return r->out;
+}
+
+std::string host_name() {
+  char host[256] = {0};
+  if (gethostname(host, sizeof host - 1) != 0) return "";
+  return host;
 }
 
 std::string shell_quote(const std::string& s) {

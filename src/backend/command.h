@@ -28,6 +28,9 @@ Result<CommandResult> run_command(const std::vector<std::string>& argv,
 // error when it exits non-zero.
 Result<std::string> run_tool(const std::string& job_binary, const std::vector<std::string>& args, int timeout_s);
 
+// This host's name ("" when it cannot be read).
+std::string host_name();
+
 // `s` quoted for a POSIX shell ('...' with embedded quotes escaped).
 std::string shell_quote(const std::string& s);
 

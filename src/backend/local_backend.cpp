@@ -192,6 +192,13 @@ class LocalBackend final : public Backend {
     return backend::run_tool(options_.job_binary, args, timeout_s);
   }
 
+  // One node: this host, the tool run beside trainerd.
+  Result<std::vector<NodeScan>> scan_nodes(const std::vector<std::string>& args, int timeout_s) override {
+    auto out = run_tool(args, timeout_s);
+    if (!out.is_ok()) return std::vector<NodeScan>{{host_name(), "", out.status().message()}};
+    return std::vector<NodeScan>{{host_name(), *out, ""}};
+  }
+
   std::map<std::string, int> observed_devices() override {
     std::map<std::string, int> out;
     out["cpu"] = 1;  // this host

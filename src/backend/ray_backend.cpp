@@ -5,6 +5,7 @@
 // output) are on a folder the cluster's nodes share with trainerd.
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <thread>
@@ -45,6 +46,10 @@ RayHandle decode(const JobHandle& handle) {
 }
 
 // How Ray's job supervisor begins the message of a job whose entrypoint exited non-zero.
+constexpr double kNodePin = 0.001;     // of the resource "node:ADDRESS" a scan job asks for
+constexpr size_t kMaxBodyChars = 500;  // of an answer quoted in a message
+constexpr auto kScanPollInterval = std::chrono::milliseconds(500);  // between looks at the scan jobs
+
 constexpr const char* kEntrypointFailed = "Job entrypoint command failed with exit code ";
 
 // An answer of the REST API: its HTTP status and body, or why there was none.
@@ -80,13 +85,7 @@ class RayBackend final : public Backend {
     if (spec.gpus > 0) body["entrypoint_num_gpus"] = spec.gpus;
     // A submission starts Ray's job agent on first use, which can take longer than a status
     // call: it gets a longer timeout, and one that times out is looked up before it counts as failed.
-    Answer a;
-    for (int attempt = 0; attempt < 5; ++attempt) {
-      a = request("POST", "/api/jobs/", body.dump(), 6 * options_.request_timeout_s);
-      // A head whose job agent is not up yet says "try again later": it does, briefly.
-      if (a.body.find("try again later") == std::string::npos) break;
-      std::this_thread::sleep_for(std::chrono::seconds(2));
-    }
+    Answer a = submit(body);
     if (a.status == 200) return encode(RayHandle{id, spec.log_path});
     if (a.status == 0 && request("GET", "/api/jobs/" + id, "").status == 200) {
       return encode(RayHandle{id, spec.log_path});
@@ -155,30 +154,85 @@ class RayBackend final : public Backend {
     return backend::run_tool(job_binary_, args, timeout_s);
   }
 
+  // One Ray job per alive node, all submitted at once, each pinned to its node by a sliver of the
+  // resource "node:ADDRESS" that Ray gives every node (and no CPU, so a busy node still runs it),
+  // then followed until each ends or `timeout_s` passes (a job still running is stopped then). A
+  // node's answer is the last line its job printed.
+  Result<std::vector<NodeScan>> scan_nodes(const std::vector<std::string>& args, int timeout_s) override {
+    auto nodes = alive_nodes();
+    if (!nodes.is_ok()) return nodes.status();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+    const std::string batch = std::to_string(
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count());
+    std::string entrypoint = shell_quote(job_binary_);
+    for (const auto& arg : args) entrypoint += " " + shell_quote(arg);
+    std::vector<NodeScan> out;
+    std::vector<std::string> ids;  // the submission id of each node's job; "" when none was submitted
+    for (size_t i = 0; i < nodes->size(); ++i) {
+      const AliveNode& node = (*nodes)[i];
+      out.push_back(NodeScan{node.name, "", ""});
+      ids.push_back(options_.submission_prefix + "-scan-" + batch + "-" + std::to_string(i));
+      if (node.address.empty()) {
+        out.back().error = "Ray listed the node without an address to pin its scan to";
+        ids.back().clear();
+        continue;
+      }
+      json body = {{"entrypoint", entrypoint},
+                   {"submission_id", ids.back()},
+                   {"entrypoint_num_cpus", 0},
+                   {"entrypoint_resources", {{"node:" + node.address, kNodePin}}},
+                   {"metadata", {{"trainerScanNode", node.name}}}};
+      Answer a = submit(body);
+      if (a.status != 200) {
+        out.back().error = a.status == 0 ? "the cluster did not answer the scan job's submission: " + a.error
+                                         : "the cluster refused the scan job (HTTP " + std::to_string(a.status) +
+                                               "): " + a.body.substr(0, kMaxBodyChars);
+        ids.back().clear();
+      }
+    }
+    std::vector<bool> done(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) done[i] = ids[i].empty();
+    while (std::find(done.begin(), done.end(), false) != done.end()) {
+      const bool late = std::chrono::steady_clock::now() >= deadline;
+      for (size_t i = 0; i < ids.size(); ++i) {
+        if (done[i]) continue;
+        Answer a = request("GET", "/api/jobs/" + ids[i], "");
+        auto doc = a.status == 200 ? parse_json(a.body, "Ray job status", 16) : Result<json>(json());
+        const std::string status = doc.is_ok() && doc->is_object() ? doc->value("status", std::string()) : "";
+        if (status == "SUCCEEDED") {
+          out[i].output = last_line(job_logs(ids[i]));
+          done[i] = true;
+        } else if (status == "FAILED" || status == "STOPPED") {
+          const std::string tail = last_line(job_logs(ids[i]));
+          out[i].error = "Ray job " + ids[i] + " " + lower(status) + ": " + doc->value("message", std::string()) +
+                         (tail.empty() ? "" : " (" + tail.substr(0, kMaxBodyChars) + ")");
+          done[i] = true;
+        } else if (late) {
+          (void)request("POST", "/api/jobs/" + ids[i] + "/stop", "");
+          out[i].error = "timed out after " + std::to_string(timeout_s) + "s: Ray job " + ids[i] + " was " +
+                         (status.empty() ? "not reported" : status);
+          done[i] = true;
+        }
+      }
+      if (std::find(done.begin(), done.end(), false) != done.end()) std::this_thread::sleep_for(kScanPollInterval);
+    }
+    return out;
+  }
+
   std::map<std::string, int> observed_devices() override {
     std::map<std::string, int> out;
-    Answer a = request("GET", "/nodes?view=summary", "");
-    if (a.status != 200) return out;
-    auto doc = parse_json(a.body, "Ray nodes", 64);
-    if (!doc.is_ok()) return out;
-    const json* summary = nullptr;
-    if (doc->contains("data") && (*doc)["data"].is_object() && (*doc)["data"].contains("summary")) {
-      summary = &(*doc)["data"]["summary"];
-    }
-    if (summary == nullptr || !summary->is_array()) return out;
-    for (const auto& node : *summary) {
-      if (!node.is_object() || !node.contains("raylet") || !node["raylet"].is_object()) continue;
-      const json& raylet = node["raylet"];
-      if (raylet.value("state", std::string()) != "ALIVE") continue;
+    auto nodes = alive_nodes();
+    if (!nodes.is_ok()) return out;
+    for (const auto& node : *nodes) {
       out["cpu"] += 1;  // one CPU device per node, as on one host
-      if (!raylet.contains("resourcesTotal") || !raylet["resourcesTotal"].is_object()) continue;
-      const json& resources = raylet["resourcesTotal"];
-      for (const auto& [key, value] : resources.items()) {
+      if (!node.resources.is_object()) continue;
+      for (const auto& [key, value] : node.resources.items()) {
         if (!value.is_number()) continue;
         // "GPU" counts the node's GPUs; "accelerator_type:H100" names their kind.
         if (key == "GPU") {
           std::string profile = "gpu";
-          for (const auto& [k2, v2] : resources.items()) {
+          for (const auto& [k2, v2] : node.resources.items()) {
             if (k2.rfind("accelerator_type:", 0) == 0) profile = "nvidia-" + lower(k2.substr(17));
           }
           out[profile] += static_cast<int>(value.get<double>());
@@ -194,6 +248,58 @@ class RayBackend final : public Backend {
   }
 
  private:
+  // POST /api/jobs/ with `body`. A submission starts Ray's job agent on first use, which can take
+  // longer than a status call: it gets a longer timeout, and a head whose job agent is not up yet
+  // says "try again later": it does, briefly.
+  Answer submit(const json& body) const {
+    constexpr int kTries = 5;
+    constexpr auto kRetryWait = std::chrono::seconds(2);
+    Answer a;
+    for (int attempt = 0; attempt < kTries; ++attempt) {
+      a = request("POST", "/api/jobs/", body.dump(), 6 * options_.request_timeout_s);
+      if (a.body.find("try again later") == std::string::npos) break;
+      std::this_thread::sleep_for(kRetryWait);
+    }
+    return a;
+  }
+
+  struct AliveNode {
+    std::string name;     // the raylet's node name (its address unless the node was started with --node-name)
+    std::string address;  // the raylet's address: Ray gives each node the resource "node:ADDRESS"
+    json resources;       // the raylet's resourcesTotal (an object; null when it reported none)
+  };
+
+  // The cluster's alive nodes (GET /nodes?view=summary); unavailable when the dashboard does not answer.
+  Result<std::vector<AliveNode>> alive_nodes() const {
+    Answer a = request("GET", "/nodes?view=summary", "");
+    if (a.status != 200) {
+      return unavailable("Ray backend: the dashboard at " + options_.address + " did not list its nodes" +
+                         (a.status == 0 ? ": " + a.error : " (HTTP " + std::to_string(a.status) + ")"));
+    }
+    auto doc = parse_json(a.body, "Ray nodes", 64);
+    if (!doc.is_ok()) return unavailable("Ray backend: " + doc.status().message());
+    const json* summary = nullptr;
+    if (doc->contains("data") && (*doc)["data"].is_object() && (*doc)["data"].contains("summary")) {
+      summary = &(*doc)["data"]["summary"];
+    }
+    if (summary == nullptr || !summary->is_array()) {
+      return unavailable("Ray backend: the dashboard's node list has no data.summary array");
+    }
+    std::vector<AliveNode> out;
+    for (const auto& node : *summary) {
+      if (!node.is_object() || !node.contains("raylet") || !node["raylet"].is_object()) continue;
+      const json& raylet = node["raylet"];
+      if (raylet.value("state", std::string()) != "ALIVE") continue;
+      AliveNode n;
+      n.address = raylet.value("nodeManagerAddress", std::string());
+      n.name = raylet.value("nodeName", std::string());
+      if (n.name.empty()) n.name = n.address;
+      if (raylet.contains("resourcesTotal") && raylet["resourcesTotal"].is_object()) n.resources = raylet["resourcesTotal"];
+      out.push_back(std::move(n));
+    }
+    return out;
+  }
+
   static std::string lower(std::string s) {
     for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     return s;
@@ -252,6 +358,21 @@ class RayBackend final : public Backend {
   void stop(const JobHandle& handle) {
     const RayHandle h = decode(handle);
     if (!h.submission_id.empty()) (void)request("POST", "/api/jobs/" + h.submission_id + "/stop", "");
+  }
+
+  // What a job printed (its Ray log); "" when the cluster does not say.
+  std::string job_logs(const std::string& id) const {
+    Answer a = request("GET", "/api/jobs/" + id + "/logs", "");
+    if (a.status != 200) return "";
+    auto doc = parse_json(a.body, "Ray job logs", 4);
+    if (!doc.is_ok() || !doc->is_object() || !doc->contains("logs") || !(*doc)["logs"].is_string()) return "";
+    return (*doc)["logs"].get<std::string>();
+  }
+
+  static std::string last_line(const std::string& text) {
+    const std::string t = trim(text);
+    const size_t nl = t.rfind('\n');
+    return nl == std::string::npos ? t : trim(t.substr(nl + 1));
   }
 
   // A job that ended without writing its own log (its entrypoint failed before trainer-job ran):

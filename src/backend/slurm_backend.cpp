@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <filesystem>
+#include <future>
 #include <set>
 #include <sstream>
 
@@ -19,6 +20,7 @@ using json = nlohmann::json;
 namespace fs = std::filesystem;
 
 constexpr int kCommandTimeoutS = 30;
+constexpr size_t kMaxErrorChars = 500;  // of a command's standard error quoted in an answer
 
 struct SlurmHandle {
   std::string job_id;  // Slurm's job id ("123")
@@ -219,29 +221,44 @@ class SlurmBackend final : public Backend {
     return backend::run_tool(job_binary_, args, timeout_s);
   }
 
+  // One srun per node that sinfo lists up, all at once, each pinned to its node (--nodelist=NODE
+  // -N1 -n1, one task of the partition's default size). A node whose CPUs are all allocated keeps
+  // its scan pending until `timeout_s`, when srun is killed and the node is answered as timed out.
+  Result<std::vector<NodeScan>> scan_nodes(const std::vector<std::string>& args, int timeout_s) override {
+    auto nodes = up_nodes();
+    if (!nodes.is_ok()) return nodes.status();
+    std::vector<std::future<NodeScan>> pending;
+    for (const auto& node : *nodes) {
+      pending.push_back(std::async(std::launch::async, [this, name = node.name, &args, timeout_s] {
+        std::vector<std::string> argv = {tool("srun"), "--nodelist=" + name, "--nodes=1", "--ntasks=1",
+                                         "--job-name=" + options_.job_name_prefix + "-scan", "--quiet"};
+        if (!options_.partition.empty()) argv.push_back("--partition=" + options_.partition);
+        argv.insert(argv.end(), options_.extra_args.begin(), options_.extra_args.end());
+        argv.push_back(job_binary_);
+        argv.insert(argv.end(), args.begin(), args.end());
+        auto r = run_command(argv, env(), timeout_s);
+        if (!r.is_ok()) return NodeScan{name, "", "srun: " + r.status().message()};
+        if (r->exit_code != 0) {
+          const std::string err = trim(r->err);
+          return NodeScan{name, "", "srun exited " + std::to_string(r->exit_code) + ": " +
+                                        (err.empty() ? "no message" : err.substr(0, kMaxErrorChars))};
+        }
+        return NodeScan{name, r->out, ""};
+      }));
+    }
+    std::vector<NodeScan> out;
+    for (auto& p : pending) out.push_back(p.get());
+    return out;
+  }
+
   std::map<std::string, int> observed_devices() override {
-    std::vector<std::string> argv = {tool("sinfo"), "-h", "-N", "-o", "%N|%T|%G"};
-    if (!options_.partition.empty()) argv.push_back("--partition=" + options_.partition);
-    auto r = run_command(argv, env(), kCommandTimeoutS);
     std::map<std::string, int> out;
-    if (!r.is_ok() || r->exit_code != 0) return out;
-    std::set<std::string> seen;
-    std::istringstream lines(r->out);
-    std::string line;
-    while (std::getline(lines, line)) {
-      std::vector<std::string> f;
-      std::string item;
-      std::istringstream fields(trim(line));
-      while (std::getline(fields, item, '|')) f.push_back(item);
-      if (f.size() < 3 || !seen.insert(f[0]).second) continue;
-      const std::string state = f[1];
-      // A node that is down, drained or failing holds nothing a job could use.
-      if (state.rfind("down", 0) == 0 || state.rfind("drain", 0) == 0 || state.rfind("fail", 0) == 0 ||
-          state.rfind("unknown", 0) == 0 || state.find('*') != std::string::npos) {
-        continue;
-      }
+    auto nodes = up_nodes();
+    if (!nodes.is_ok()) return out;
+    for (const auto& node : *nodes) {
       out["cpu"] += 1;  // one CPU device per node, as on one host
-      std::istringstream gres(f[2]);
+      std::istringstream gres(node.gres);
+      std::string item;
       while (std::getline(gres, item, ',')) {
         item = item.substr(0, item.find('('));  // "gpu:h100:8(S:0-1)"
         if (item.rfind(options_.gres_name + ":", 0) != 0) continue;
@@ -266,6 +283,41 @@ class SlurmBackend final : public Backend {
   }
 
  private:
+  struct Node {
+    std::string name;  // sinfo's %N
+    std::string gres;  // sinfo's %G ("gpu:h100:8(S:0-1),...")
+  };
+
+  // The nodes sinfo lists (in the partition, when one is set) that are up: not down, drained,
+  // failing, unknown or unresponsive ('*'); unavailable when sinfo does not answer.
+  Result<std::vector<Node>> up_nodes() const {
+    std::vector<std::string> argv = {tool("sinfo"), "-h", "-N", "-o", "%N|%T|%G"};
+    if (!options_.partition.empty()) argv.push_back("--partition=" + options_.partition);
+    auto r = run_command(argv, env(), kCommandTimeoutS);
+    if (!r.is_ok()) return unavailable("Slurm backend: sinfo: " + r.status().message());
+    if (r->exit_code != 0) {
+      return unavailable("Slurm backend: sinfo exited " + std::to_string(r->exit_code) + ": " + trim(r->err));
+    }
+    std::vector<Node> out;
+    std::set<std::string> seen;
+    std::istringstream lines(r->out);
+    std::string line;
+    while (std::getline(lines, line)) {
+      std::vector<std::string> f;
+      std::string item;
+      std::istringstream fields(trim(line));
+      while (std::getline(fields, item, '|')) f.push_back(item);
+      if (f.size() < 3 || !seen.insert(f[0]).second) continue;
+      const std::string& state = f[1];
+      if (state.rfind("down", 0) == 0 || state.rfind("drain", 0) == 0 || state.rfind("fail", 0) == 0 ||
+          state.rfind("unknown", 0) == 0 || state.find('*') != std::string::npos) {
+        continue;
+      }
+      out.push_back({f[0], f[2]});
+    }
+    return out;
+  }
+
   std::string job_name(const JobSpec& spec) const {
     return options_.job_name_prefix + "-" + spec.run_id + "-" + std::to_string(spec.attempt);
   }

@@ -248,6 +248,10 @@ int run_scan(Context& ctx) {
     return kExitOk;
   }
   for (const auto& node : doc->value("nodes", json::array())) {
+    if (node.contains("error")) {
+      out(ctx.paint("Node " + str(node, "node"), "1") + ": no answer: " + str(node, "error") + "\n");
+      continue;
+    }
     out(ctx.paint("Node " + str(node, "node"), "1") + " (trainer-job " + str(node, "version") + ")\n");
     const json devices = node.value("devices", json::object());
     std::string gpus;
@@ -309,13 +313,16 @@ Command capacity_command() {
   scan.name = "scan";
   scan.summary = "A short read-only look at the backend's nodes: devices, free disk, leftover job folders";
   scan.description =
-      "Runs `trainer-job scan` where jobs run (the local backend: trainerd's host): the GPUs NVML\n"
+      "Runs `trainer-job scan` on every live node of the backend (local: trainerd's host; Slurm:\n"
+      "one srun per node sinfo lists up; Ray: one job pinned to each alive node): the GPUs NVML\n"
       "sees, the free space of the data, temporary and shared-memory folders, job folders no open\n"
-      "run's current attempt owns, and the installed trainer-job's version. A device or disk that\n"
-      "cannot be read is named in the answer; it does not change the exit status.";
+      "run's current attempt owns, and the installed trainer-job's version. A node whose scan job\n"
+      "failed or timed out, and a device or disk that cannot be read, are named in the answer;\n"
+      "they do not change the exit status.";
   scan.run = run_scan;
   scan.examples = {{"look at the nodes", "trainer capacity scan"},
-                   {"the free bytes of each folder", "trainer capacity scan --jq '.nodes[].disks[]|[.role,.freeBytes]'"}};
+                   {"the free bytes of each folder", "trainer capacity scan --jq '.nodes[].disks[]|[.role,.freeBytes]'"},
+                   {"the nodes that gave no answer", "trainer capacity scan --jq '.nodes[]|select(.error)|[.node,.error]'"}};
 
   Command c;
   c.name = "capacity";

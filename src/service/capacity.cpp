@@ -342,33 +342,42 @@ json Capacity::cluster_json(const std::vector<store::ClaimRow>& claims, const st
 }
 
 Result<json> Capacity::scan() {
-  const std::string backend = core_.backend->name();
-  if (backend != "local") {
-    return field_status(StatusCode::kFailedPrecondition, "backend",
-                        "capacity scan runs on the local backend's host only; a scan job on every " + backend +
-                            " node is not implemented yet");
-  }
   constexpr int kScanTimeoutSeconds = 60;
-  auto out = core_.backend->run_tool({"scan", "--data", core_.options.data_dir}, kScanTimeoutSeconds);
-  if (!out.is_ok()) return out.status();
-  auto node = parse_json(*out, "the output of trainer-job scan");
-  if (!node.is_ok() || !node->is_object()) return internal_error("trainer-job scan printed something other than a JSON object");
-  // A job folder is left over unless it is the current attempt of a run still open.
-  json& folders = (*node)["jobFolders"];
-  if (folders.is_array()) {
-    for (auto& f : folders) {
-      auto run = core_.store->get_run(f.value("runId", std::string()));
-      if (!run.is_ok()) return run.status();
-      bool current = false;
-      if (run->has_value()) {
-        const json& doc = **run;
-        auto phase = parse_phase(doc.value("phase", std::string()));
-        current = phase && !is_terminal(*phase) && doc.value("attempt", 0) == f.value("attempt", -1);
-      }
-      f["leftover"] = !current;
+  auto answers = core_.backend->scan_nodes({"scan", "--data", core_.options.data_dir}, kScanTimeoutSeconds);
+  if (!answers.is_ok()) return answers.status();
+  json nodes = json::array();
+  for (const auto& answer : *answers) {
+    if (!answer.error.empty()) {
+      nodes.push_back({{"node", answer.node}, {"error", answer.error}});
+      continue;
     }
+    auto node = parse_json(answer.output, "the output of trainer-job scan");
+    if (!node.is_ok() || !node->is_object()) {
+      nodes.push_back({{"node", answer.node}, {"error", "trainer-job scan printed something other than a JSON object"}});
+      continue;
+    }
+    // The node as the backend names it; the host name trainer-job read there, when it differs.
+    const std::string host = node->value("node", std::string());
+    (*node)["node"] = answer.node;
+    if (!host.empty() && host != answer.node) (*node)["host"] = host;
+    // A job folder is left over unless it is the current attempt of a run still open.
+    json& folders = (*node)["jobFolders"];
+    if (folders.is_array()) {
+      for (auto& f : folders) {
+        auto run = core_.store->get_run(f.value("runId", std::string()));
+        if (!run.is_ok()) return run.status();
+        bool current = false;
+        if (run->has_value()) {
+          const json& doc = **run;
+          auto phase = parse_phase(doc.value("phase", std::string()));
+          current = phase && !is_terminal(*phase) && doc.value("attempt", 0) == f.value("attempt", -1);
+        }
+        f["leftover"] = !current;
+      }
+    }
+    nodes.push_back(std::move(*node));
   }
-  return json{{"backend", backend}, {"nodes", json::array({*node})}};
+  return json{{"backend", core_.backend->name()}, {"nodes", nodes}};
 }
 
 // The host-RAM check: a run's host memory figure is the peak its job reported of the tensors it
@@ -593,6 +602,18 @@ Result<std::map<std::string, store::ClaimRow>> Capacity::claims_by_owner() {
   std::map<std::string, store::ClaimRow> out;
   for (auto& c : *claims) out[c.owner] = c;
   return out;
+}
+
+std::string Capacity::never_granted(const std::string& pool, int devices) {
+  const PoolConfig* p = pool_named(pool);
+  const double t = core_.now();
+  if (p == nullptr || devices <= peak_from(*p, t)) return "";
+  std::string windows;
+  for (const auto& w : p->windows) windows += (windows.empty() ? "" : "; ") + window_text(w, t);
+  return "pool " + p->name + " can never hold this claim of " + std::to_string(devices) + " device" +
+         (devices == 1 ? "" : "s") + ": it declares " + std::to_string(p->declared) +
+         (windows.empty() ? std::string() : " and no remaining window adds enough (windows: " + windows + ")") +
+         "; start the run again with fewer devices";
 }
 
 // A run with execution.gpus N > 0 goes to a GPU pool. Where the deployment declares no GPU

@@ -25,8 +25,9 @@ class Capacity {
   // "" = all), device_hours, metrics_text, ingest_job_metrics.
   Result<json> report(const std::string& workload);
   Result<json> device_hours(const std::string& from, const std::string& to, const std::string& by);
-  // Service::scan_capacity: `trainer-job scan` on the backend's node (the local backend's host),
-  // its job folders marked leftover where no open run's current attempt owns them.
+  // Service::scan_capacity: `trainer-job scan` on every live node of the backend (scan_nodes), each
+  // node's job folders marked leftover where no open run's current attempt owns them; a node whose
+  // scan failed is an entry {node, error}.
   Result<json> scan();
   std::string metrics_text();
   Status ingest_job_metrics(std::string_view otlp_json);
@@ -52,6 +53,10 @@ class Capacity {
   // run): the largest that can ever hold it, now or in a capacity window still to come, else
   // failed_precondition naming the pools and their windows.
   Result<const PoolConfig*> choose_pool(int gpus, int devices);
+  // Why a queued claim of `devices` devices in pool `pool` can never be granted: neither the
+  // pool's permanent size nor a capacity window still to come holds that many (the windows that
+  // would have have ended). "" while one can, and for a pool the configuration does not name.
+  std::string never_granted(const std::string& pool, int devices);
   // Every claim, by its owner's id (a run, an evaluation, an endpoint).
   Result<std::map<std::string, store::ClaimRow>> claims_by_owner();
 

@@ -121,6 +121,9 @@ Status ServiceImpl::step_run(RunRecord& run) {
       auto it = claims->find(run.id);
       if (it == claims->end()) return claim_devices(run);  // never lose a waiting run's claim
       if (it->second.state == "GRANTED") return transition(run, Phase::kSubmitting);
+      // A claim the windows it waited for have passed by waits forever: the run fails instead.
+      const std::string never = capacity_.never_granted(it->second.pool, it->second.devices);
+      if (!never.empty()) return fail(run, "waiting for devices: " + never);
       return Status::ok();
     }
     case Phase::kSubmitting:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import subprocess
 import time
 import urllib.request
 
@@ -131,3 +132,9 @@ def job_environment(run_id: str, timeout: float = 120) -> dict:
                 return env
         time.sleep(0.2)
     raise AssertionError(f"no trainer-job process of run {run_id} found")
+
+
+def trainer_job_version(bin_dir: pathlib.Path) -> str:
+    """The version `trainer-job --version` prints (its second word)."""
+    out = subprocess.run([str(bin_dir / "trainer-job"), "--version"], capture_output=True, text=True, check=True)
+    return out.stdout.split()[1]

@@ -4,9 +4,11 @@ the submission id derived from run and attempt, stopped by cancel, and followed 
 and restarted trainerd."""
 from __future__ import annotations
 
+import json
+import urllib.request
 import pytest
 
-from backend_support import Service
+from backend_support import Service, trainer_job_version
 
 LONG = 100000
 
@@ -74,3 +76,23 @@ def test_capacity_observes_the_ray_node(service, ray_head):
 
 
 # A job the cluster lost: test_ray_lost_job.py (a head of its own, stopped and replaced under the job).
+
+
+def test_capacity_scan_runs_one_job_on_each_ray_node(service, ray_head, bin_dir):
+    """`trainer capacity scan` on Ray: one job pinned to each alive node (the head here), its answer
+    with the trainer-job version and the free space of the shared data folder; the scan job is a
+    Ray job of the cluster that succeeded."""
+    out = service.cli("capacity", "scan", "-o", "json")
+    assert out.returncode == 0, out.stderr
+    scan = json.loads(out.stdout)
+    assert scan["backend"] == "ray"
+    [node] = scan["nodes"]  # the cluster's one alive node, named as Ray lists it
+    with urllib.request.urlopen(ray_head.address + "/nodes?view=summary", timeout=30) as r:
+        alive = [n["raylet"]["nodeName"] for n in json.load(r)["data"]["summary"] if n["raylet"]["state"] == "ALIVE"]
+    assert [node["node"]] == alive and "error" not in node, (node, alive)
+    assert node["version"] == trainer_job_version(bin_dir)
+    assert [d["role"] for d in node["disks"]] == ["data", "tmp", "shm"], node
+    data = node["disks"][0]
+    assert data["path"] == str(service.daemon.data_dir) and data["freeBytes"] > 0, data
+    text = service.cli("capacity", "scan", check=True).stdout
+    assert f"Node {alive[0]} (trainer-job " in text and "FOLDER" in text, text

@@ -5,11 +5,12 @@ evaluation's job, submitted the same way; and an endpoint's serving process, as 
 its delete ends (one node: trainerd reaches it at 127.0.0.1)."""
 from __future__ import annotations
 
+import json
 import urllib.request
 
 import pytest
 
-from backend_support import Service
+from backend_support import Service, trainer_job_version
 from cli_support import EXAMPLES, MODEL_NAME, WORKLOAD
 from waiting import wait_for
 
@@ -144,3 +145,47 @@ def test_an_endpoint_serves_from_a_slurm_job_and_delete_ends_it(service, slurm):
     wait_for(lambda: service.cli.json("endpoints", "get", eid)["phase"] == "DELETED", 120, "the endpoint to go")
     wait_for(lambda: slurm_state() != "RUNNING", 60, "its Slurm job to end")
     assert eid not in {c["owner"] for c in service.cli.json("capacity")["claims"]}
+
+
+def test_capacity_scan_runs_one_job_on_each_slurm_node(service, slurm, bin_dir):
+    """`trainer capacity scan` on Slurm: one srun per node sinfo lists up, its answer under the
+    node's Slurm name, with the trainer-job version and the free space of the shared data folder."""
+    out = service.cli("capacity", "scan", "-o", "json")
+    assert out.returncode == 0, out.stderr
+    scan = json.loads(out.stdout)
+    assert scan["backend"] == "slurm"
+    [node] = scan["nodes"]  # the cluster's one node, "localhost"
+    assert node["node"] == "localhost" and "error" not in node, node
+    assert node["version"] == trainer_job_version(bin_dir)
+    assert [d["role"] for d in node["disks"]] == ["data", "tmp", "shm"], node
+    data = node["disks"][0]
+    assert data["path"] == str(service.daemon.data_dir) and data["freeBytes"] > 0, data
+    text = service.cli("capacity", "scan", check=True).stdout
+    assert "Node localhost (trainer-job " in text and "FOLDER" in text, text
+
+
+def test_a_node_whose_scan_job_fails_is_named_with_its_error_and_the_exit_status_stays_zero(bin_dir, tiny_model,
+                                                                                          tmp_path, slurm):
+    """The scan's job fails on the node (a trainer-job that exits 3): the node is in the answer with
+    srun's exit and the job's message, and `trainer capacity scan` still exits 0."""
+    bins = tmp_path / "bin"  # trainerd and the CLI as built, beside a trainer-job that fails
+    bins.mkdir()
+    for name in ("trainerd", "trainer"):
+        (bins / name).symlink_to(bin_dir / name)
+    failing = bins / "trainer-job"
+    failing.write_text("#!/bin/sh\necho 'this node cannot scan' >&2\nexit 3\n")
+    failing.chmod(0o755)
+    svc = Service(bins, tmp_path, tiny_model, {
+        "compute": {"backend": "slurm", "slurm": {"slurmConf": str(slurm.conf)}},
+        "pools": [{"name": "cpu", "accelerator": "cpu", "declared": 1}],
+    })
+    try:
+        out = svc.cli("capacity", "scan", "-o", "json")
+        assert out.returncode == 0, out.stderr
+        [node] = json.loads(out.stdout)["nodes"]
+        assert node["node"] == "localhost" and "version" not in node, node
+        assert node["error"].startswith("srun exited ") and "this node cannot scan" in node["error"], node
+        text = svc.cli("capacity", "scan")
+        assert text.returncode == 0 and "Node localhost: no answer: srun exited " in text.stdout, text.stdout
+    finally:
+        svc.close()

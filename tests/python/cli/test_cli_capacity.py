@@ -193,6 +193,33 @@ def test_a_run_no_window_can_hold_is_refused_at_submission_naming_the_pool_and_i
     assert len(cli.json("runs", "list")["runs"]) == before
 
 
+def test_a_claim_still_queued_when_its_windows_have_ended_fails_naming_the_pool_and_windows(bin_dir, tiny_model,
+                                                                                           tmp_path):
+    """A claim of three slots fits only while the window is open and waits for it; the clock then
+    passes the window's end before it was granted: nothing can ever hold it, so its run fails
+    naming the pool and its windows, and the claim is released."""
+    clock = tmp_path / "clock"
+    clock.write_text(str(T0.timestamp()))
+    config = {"baseModels": [{"name": MODEL_NAME, "path": str(tiny_model)}],
+              "pools": [{"name": "cpu", "accelerator": "cpu", "declared": 1, "maxClaim": 3,
+                         "windows": [{"devices": 2, "opens": iso(OPENS), "closes": iso(CLOSES)}]}]}
+    trainerd = start_trainerd(bin_dir, tmp_path, config, env={"TRAINER_TEST_CLOCK_FILE": str(clock)})
+    try:
+        cli = prepare(Cli(bin_dir / "trainer", trainerd.url))
+        run = submit(cli, gpus=3)
+        wait_state(cli, run, "QUEUED")
+        assert cli.json("runs", "get", run)["phase"] == "WAITING_FOR_DEVICES"
+        set_clock(clock, CLOSES + datetime.timedelta(minutes=5))  # past the window, which never opened for it
+        done = wait_for(lambda: (lambda r: r if r["phase"] == "FAILED" else None)(cli.json("runs", "get", run)), 300,
+                        "the run to fail")
+        reason = done["failureReason"]
+        assert reason.startswith("waiting for devices: pool cpu can never hold this claim of 3 devices"), reason
+        assert f"+2 from {iso(OPENS)} to {iso(CLOSES)} (ended)" in reason, reason
+        wait_state(cli, run, None)
+    finally:
+        stop(trainerd.proc, trainerd.data_dir)
+
+
 @pytest.mark.parametrize("args, message", [
     (["--from", "yesterday"], '--from "yesterday" is not an ISO 8601 UTC time'),
     (["--to", "2026-02-30T00:00:00Z"], '--to "2026-02-30T00:00:00Z" is not an ISO 8601 UTC time'),

@@ -43,6 +43,9 @@ class ScriptedBackend final : public backend::Backend {
   void kill(const backend::JobHandle& h) override { request_stop(h); }
   std::optional<backend::JobHandle> find(const backend::JobSpec&) override { return std::nullopt; }
   Result<std::string> run_tool(const std::vector<std::string>&, int) override { return unavailable("none"); }
+  Result<std::vector<backend::NodeScan>> scan_nodes(const std::vector<std::string>&, int) override {
+    return unavailable("none");
+  }
   std::map<std::string, int> observed_devices() override { return {{"cpu", 1}}; }
   std::string observed_source() const override { return "scripted"; }
 

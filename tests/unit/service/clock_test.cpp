@@ -42,6 +42,9 @@ class StubbornBackend final : public backend::Backend {
   }
   std::optional<backend::JobHandle> find(const backend::JobSpec&) override { return std::nullopt; }
   Result<std::string> run_tool(const std::vector<std::string>&, int) override { return unavailable("none"); }
+  Result<std::vector<backend::NodeScan>> scan_nodes(const std::vector<std::string>&, int) override {
+    return unavailable("none");
+  }
   std::map<std::string, int> observed_devices() override { return {{"cpu", 1}}; }
   std::string observed_source() const override { return "stubborn"; }
   backend::JobSpec spec_of(const std::string& run) {
