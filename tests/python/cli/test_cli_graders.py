@@ -114,7 +114,9 @@ def test_judge_timeouts_and_replies_without_a_verdict_score_zero_and_are_counted
     assert sum(s["rl"]["terms"][0]["failures"] for s in steps) == 5
     # A timed-out call waited its timeout (the run ending at all shows it waited no longer: the
     # judge never answers those calls). No upper bound on durations: a loaded machine stretches them.
-    slow = [x for s in steps for x in s["rl"]["terms"][0]["callSeconds"] if x >= 1.0]
+    # The socket's own timer may fire a hair before the call's clock reads 1 s (CI saw one such
+    # call); the judge's other answers take milliseconds, so 0.95 s still tells them apart.
+    slow = [x for s in steps for x in s["rl"]["terms"][0]["callSeconds"] if x >= 0.95]
     assert len(slow) >= 2, slow
 
 

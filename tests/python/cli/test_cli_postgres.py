@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -33,7 +34,7 @@ def test_a_run_on_postgres_completes_and_a_restarted_trainerd_keeps_it(bin_dir, 
         assert status == 200, info
         opened = next(s for s in info["startup"]["steps"] if s["name"] == "open store")
         assert opened["ok"] and opened["message"].startswith(f"PostgreSQL at 127.0.0.1:"), opened
-        assert opened["message"].endswith(f"/{database}, schema version 12"), opened
+        assert re.search(rf"/{database}, schema version \d+$", opened["message"]), opened
         assert info["configuration"]["store"] == {"kind": "postgres", "url": url}
 
         cli = prepare(Cli(bin_dir / "trainer", service.url))
