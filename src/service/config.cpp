@@ -7,56 +7,15 @@
 #include "common/json_parse.h"
 #include "common/spelling.h"
 #include "common/utc_time.h"
+#include "service/config_fields.h"
 #include "telemetry/tracing.h"
 
 namespace trainer::service {
 namespace {
 
 using json = nlohmann::json;
+using namespace config_fields;
 
-Status check_keys(const json& obj, const std::string& where, const std::set<std::string>& allowed) {
-  for (const auto& [k, v] : obj.items()) {
-    if (!allowed.count(k)) {
-      const auto near = nearest_name(k, std::vector<std::string>(allowed.begin(), allowed.end()));
-      std::string known;
-      for (const auto& a : allowed) known += (known.empty() ? "" : ", ") + a;
-      return invalid_argument(where + k + ": unknown field; " +
-                              (near ? "did you mean " + *near + "?" : "the fields here are " + known));
-    }
-  }
-  return Status::ok();
-}
-
-Result<int64_t> non_negative_int(const json& obj, const std::string& key, const std::string& where, int64_t fallback,
-                                 int64_t max = 1000000) {
-  if (!obj.contains(key)) return fallback;
-  const json& v = obj[key];
-  if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > max) {
-    return invalid_argument(where + key + ": must be an integer between 0 and " + std::to_string(max) + ", got " +
-                            v.dump());
-  }
-  return v.get<int64_t>();
-}
-
-Result<std::string> string_field(const json& obj, const std::string& key, const std::string& where, bool required) {
-  if (!obj.contains(key)) {
-    if (required) return invalid_argument(where + key + ": required");
-    return std::string();
-  }
-  if (!obj[key].is_string() || obj[key].get<std::string>().empty()) {
-    return invalid_argument(where + key + ": must be a non-empty string, got " + obj[key].dump());
-  }
-  return obj[key].get<std::string>();
-}
-
-// The error of a list element that is not an object: "pools[2]: must be an object" for where
-// "pools[2].".
-Status not_an_object(const std::string& where) {
-  return invalid_argument(where.substr(0, where.size() - 1) + ": must be an object");
-}
-
-// Whether `s` starts with http:// or https://.
-bool is_http_url(const std::string& s) { return s.rfind("http://", 0) == 0 || s.rfind("https://", 0) == 0; }
 
 // judges: [{name, url, model?, apiKeyEnv?, caFile?, readyTimeoutSeconds?}]
 Result<std::vector<JudgeConfig>> parse_judges(const json& list) {
@@ -154,146 +113,6 @@ Status parse_base_models(const json& list, std::vector<AllowedBaseModel>& out) {
   return Status::ok();
 }
 
-// A pool's deviceIds: distinct device indices, one per declared device.
-Status parse_device_ids(const json& ids, const std::string& where, PoolConfig& pool) {
-  if (!ids.is_array()) return invalid_argument(where + "deviceIds: must be a list of device indices");
-  std::set<int> seen;
-  for (size_t k = 0; k < ids.size(); ++k) {
-    const json& v = ids[k];
-    const std::string at = where + "deviceIds[" + std::to_string(k) + "]";
-    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 4095) {
-      return invalid_argument(at + ": must be a device index between 0 and 4095, got " + v.dump());
-    }
-    if (!seen.insert(v.get<int>()).second) {
-      return invalid_argument(at + ": device " + v.dump() + " listed twice");
-    }
-    pool.device_ids.push_back(v.get<int>());
-  }
-  if (static_cast<int>(pool.device_ids.size()) != pool.declared) {
-    return invalid_argument(where + "deviceIds: lists " + std::to_string(pool.device_ids.size()) +
-                            " devices but declared is " + std::to_string(pool.declared));
-  }
-  return Status::ok();
-}
-
-// A window's opens or closes: a UTC date-time.
-Result<double> time_field(const json& w, const std::string& key, const std::string& where) {
-  if (!w.contains(key)) return invalid_argument(where + key + ": required (a UTC time, e.g. 2026-01-31T18:00:00Z)");
-  const json& v = w[key];
-  std::optional<double> t = v.is_string() ? parse_utc_time(v.get<std::string>()) : std::nullopt;
-  if (!t) {
-    return invalid_argument(where + key + ": " + v.dump() +
-                            " is not a UTC time; write YYYY-MM-DDTHH:MM:SSZ (or an offset such as +02:00)");
-  }
-  return *t;
-}
-
-// A pool's windows: [{devices, opens, closes, deviceIds?}]. Their indices are distinct from the
-// pool's and from each other's; a window listing none gets the next free ones.
-Status parse_windows(const json& list, const std::string& where, PoolConfig& pool) {
-  if (!list.is_array()) return invalid_argument(where + "windows: must be a list of {devices, opens, closes}");
-  std::set<int> used(pool.device_ids.begin(), pool.device_ids.end());
-  if (pool.device_ids.empty()) {
-    for (int i = 0; i < pool.declared; ++i) used.insert(i);
-  }
-  std::vector<json> listed_ids(list.size());
-  for (size_t i = 0; i < list.size(); ++i) {
-    const json& w = list[i];
-    const std::string at = where + "windows[" + std::to_string(i) + "].";
-    if (!w.is_object()) return not_an_object(at);
-    TRAINER_RETURN_IF_ERROR(check_keys(w, at, {"devices", "opens", "closes", "deviceIds"}));
-    CapacityWindow window;
-    TRAINER_ASSIGN_OR_RETURN(int64_t devices, non_negative_int(w, "devices", at, -1));
-    if (devices <= 0) {
-      return invalid_argument(at + "devices: " + (devices < 0 ? std::string("required") : "must be at least 1") +
-                              " (the devices the window adds)");
-    }
-    window.devices = static_cast<int>(devices);
-    TRAINER_ASSIGN_OR_RETURN(window.opens_at, time_field(w, "opens", at));
-    TRAINER_ASSIGN_OR_RETURN(window.closes_at, time_field(w, "closes", at));
-    if (window.closes_at <= window.opens_at) {
-      return invalid_argument(at + "closes: " + w["closes"].dump() + " is not after opens " + w["opens"].dump());
-    }
-    if (w.contains("deviceIds")) {
-      PoolConfig ids;  // parse_device_ids checks a list against a declared count
-      ids.declared = window.devices;
-      TRAINER_RETURN_IF_ERROR(parse_device_ids(w["deviceIds"], at, ids));
-      for (size_t k = 0; k < ids.device_ids.size(); ++k) {
-        if (!used.insert(ids.device_ids[k]).second) {
-          return invalid_argument(at + "deviceIds[" + std::to_string(k) + "]: device " +
-                                  std::to_string(ids.device_ids[k]) +
-                                  " is already the pool's or another window's");
-        }
-      }
-      window.device_ids = ids.device_ids;
-    }
-    pool.windows.push_back(std::move(window));
-  }
-  // Windows without indices take the lowest ones nothing else uses.
-  int next = 0;
-  for (auto& window : pool.windows) {
-    while (static_cast<int>(window.device_ids.size()) < window.devices) {
-      while (used.count(next)) ++next;
-      used.insert(next);
-      window.device_ids.push_back(next);
-    }
-  }
-  return Status::ok();
-}
-
-// One pool: {name, accelerator?, serving?, declared, maxClaim?, deviceIds?, windows?, hostRamGiB?}
-Result<PoolConfig> parse_pool(const json& p, const std::string& where) {
-  if (!p.is_object()) return not_an_object(where);
-  TRAINER_RETURN_IF_ERROR(check_keys(
-      p, where, {"name", "accelerator", "serving", "declared", "maxClaim", "deviceIds", "windows", "hostRamGiB"}));
-  PoolConfig pool;
-  TRAINER_ASSIGN_OR_RETURN(pool.name, string_field(p, "name", where, true));
-  TRAINER_ASSIGN_OR_RETURN(std::string accelerator, string_field(p, "accelerator", where, false));
-  if (!accelerator.empty()) pool.accelerator = accelerator;
-  if (p.contains("serving")) {
-    if (!p["serving"].is_boolean()) return invalid_argument(where + "serving: must be true or false");
-    pool.serving = p["serving"].get<bool>();
-  }
-  TRAINER_ASSIGN_OR_RETURN(int64_t declared, non_negative_int(p, "declared", where, -1));
-  if (declared < 0) return invalid_argument(where + "declared: required");
-  pool.declared = static_cast<int>(declared);
-  if (p.contains("deviceIds")) TRAINER_RETURN_IF_ERROR(parse_device_ids(p["deviceIds"], where, pool));
-  if (p.contains("windows")) TRAINER_RETURN_IF_ERROR(parse_windows(p["windows"], where, pool));
-  // The peak over all time: from before the first window opens.
-  const int peak = peak_from(pool, 0);
-  TRAINER_ASSIGN_OR_RETURN(int64_t max_claim, non_negative_int(p, "maxClaim", where, peak));
-  pool.max_claim = static_cast<int>(max_claim);
-  if (pool.max_claim > peak) {
-    return invalid_argument(where + "maxClaim: " + std::to_string(pool.max_claim) + " is larger than declared " +
-                            std::to_string(pool.declared) +
-                            (pool.windows.empty() ? std::string()
-                                                  : " with its windows' devices (at most " + std::to_string(peak) + ")"));
-  }
-  if (p.contains("hostRamGiB")) {
-    const json& v = p["hostRamGiB"];
-    if (!v.is_number() || v.get<double>() <= 0 || v.get<double>() > 1e6) {
-      return invalid_argument(where + "hostRamGiB: must be a positive number of GiB (a node's host memory), got " +
-                              v.dump());
-    }
-    pool.host_ram_gib = v.get<double>();
-  }
-  return pool;
-}
-
-// pools: a list of pools with distinct names.
-Status parse_pools(const json& list, std::vector<PoolConfig>& out) {
-  if (!list.is_array()) return invalid_argument("pools: must be a list");
-  std::set<std::string> names;
-  for (size_t i = 0; i < list.size(); ++i) {
-    const std::string where = "pools[" + std::to_string(i) + "].";
-    TRAINER_ASSIGN_OR_RETURN(PoolConfig pool, parse_pool(list[i], where));
-    if (!names.insert(pool.name).second) {
-      return invalid_argument(where + "name: '" + pool.name + "' listed twice");
-    }
-    out.push_back(std::move(pool));
-  }
-  return Status::ok();
-}
 
 // quotas: {default?, workloads?: {NAME: devices}}
 Status parse_quotas(const json& q, DeploymentConfig& c) {
@@ -357,89 +176,6 @@ Status parse_limits(const json& l, Limits& limits) {
   return Status::ok();
 }
 
-// compute.slurm: sbatch's partition, paths and per-job options.
-Status parse_slurm(const json& sl, backend::SlurmOptions& o) {
-  const std::string where = "compute.slurm.";
-  if (!sl.is_object()) return invalid_argument("compute.slurm: must be an object");
-  TRAINER_RETURN_IF_ERROR(check_keys(sl, where, {"partition", "slurmConf", "binDir", "gresName", "cpusPerTask",
-                                                 "cpusPerGpu", "jobNamePrefix", "extraArgs"}));
-  for (auto [key, field] : {std::pair{"partition", &o.partition}, std::pair{"slurmConf", &o.slurm_conf},
-                            std::pair{"binDir", &o.bin_dir}, std::pair{"gresName", &o.gres_name},
-                            std::pair{"jobNamePrefix", &o.job_name_prefix}}) {
-    TRAINER_ASSIGN_OR_RETURN(std::string v, string_field(sl, key, where, false));
-    if (!v.empty()) *field = v;
-  }
-  TRAINER_ASSIGN_OR_RETURN(int64_t cpus_per_task,
-                           non_negative_int(sl, "cpusPerTask", where, o.cpus_per_task, 4096));
-  TRAINER_ASSIGN_OR_RETURN(int64_t cpus_per_gpu, non_negative_int(sl, "cpusPerGpu", where, o.cpus_per_gpu, 4096));
-  if (cpus_per_task == 0) return invalid_argument(where + "cpusPerTask: must be at least 1");
-  if (cpus_per_gpu == 0) return invalid_argument(where + "cpusPerGpu: must be at least 1");
-  o.cpus_per_task = static_cast<int>(cpus_per_task);
-  o.cpus_per_gpu = static_cast<int>(cpus_per_gpu);
-  if (!sl.contains("extraArgs")) return Status::ok();
-  const json& ea = sl["extraArgs"];
-  if (!ea.is_array()) return invalid_argument(where + "extraArgs: must be a list of sbatch arguments");
-  for (size_t i = 0; i < ea.size(); ++i) {
-    if (!ea[i].is_string() || ea[i].get<std::string>().rfind("--", 0) != 0) {
-      return invalid_argument(where + "extraArgs[" + std::to_string(i) +
-                              "]: must be an sbatch option starting with --, got " + ea[i].dump());
-    }
-    o.extra_args.push_back(ea[i].get<std::string>());
-  }
-  return Status::ok();
-}
-
-// compute.ray (required for the ray backend): the dashboard's address and per-job options.
-Status parse_ray(const json& cp, backend::RayOptions& o) {
-  const std::string where = "compute.ray.";
-  if (!cp.contains("ray") || !cp["ray"].is_object()) {
-    return invalid_argument("compute.ray: required for the ray backend (an object with address)");
-  }
-  const json& ry = cp["ray"];
-  TRAINER_RETURN_IF_ERROR(
-      check_keys(ry, where, {"address", "cpusPerJob", "submissionPrefix", "requestTimeoutSeconds", "jobFolder"}));
-  TRAINER_ASSIGN_OR_RETURN(std::string address, string_field(ry, "address", where, true));
-  if (!is_http_url(address)) {
-    return invalid_argument(where + "address: '" + address +
-                            "' must be the dashboard's http:// URL, e.g. http://127.0.0.1:8265");
-  }
-  o.address = address;
-  TRAINER_ASSIGN_OR_RETURN(std::string prefix, string_field(ry, "submissionPrefix", where, false));
-  if (!prefix.empty()) o.submission_prefix = prefix;
-  TRAINER_ASSIGN_OR_RETURN(int64_t cpus, non_negative_int(ry, "cpusPerJob", where, 1, 4096));
-  o.cpus_per_job = static_cast<double>(cpus);
-  TRAINER_ASSIGN_OR_RETURN(int64_t timeout,
-                           non_negative_int(ry, "requestTimeoutSeconds", where, o.request_timeout_s, 600));
-  if (timeout == 0) return invalid_argument(where + "requestTimeoutSeconds: must be at least 1");
-  o.request_timeout_s = static_cast<int>(timeout);
-  TRAINER_ASSIGN_OR_RETURN(std::string job_folder, string_field(ry, "jobFolder", where, false));
-  if (!job_folder.empty() && job_folder[0] != '/') {
-    return invalid_argument(where + "jobFolder: '" + job_folder + "' must be an absolute path on the nodes");
-  }
-  o.job_folder = job_folder;
-  return Status::ok();
-}
-
-// compute: {backend?, slurm?, ray?}; a backend's section only beside that backend.
-Status parse_compute(const json& cp, backend::ComputeConfig& compute) {
-  if (!cp.is_object()) return invalid_argument("compute: must be an object");
-  TRAINER_RETURN_IF_ERROR(check_keys(cp, "compute.", {"backend", "slurm", "ray"}));
-  TRAINER_ASSIGN_OR_RETURN(std::string backend, string_field(cp, "backend", "compute.", false));
-  if (!backend.empty()) compute.backend = backend;
-  if (compute.backend != "local" && compute.backend != "slurm" && compute.backend != "ray") {
-    return invalid_argument("compute.backend: '" + compute.backend +
-                            "' is not a compute backend of this build; use local, slurm or ray");
-  }
-  for (const char* section : {"slurm", "ray"}) {
-    if (cp.contains(section) && compute.backend != section) {
-      return invalid_argument(std::string("compute.") + section + ": set, but compute.backend is " +
-                              compute.backend);
-    }
-  }
-  if (cp.contains("slurm")) TRAINER_RETURN_IF_ERROR(parse_slurm(cp["slurm"], compute.slurm));
-  if (compute.backend == "ray") TRAINER_RETURN_IF_ERROR(parse_ray(cp, compute.ray));
-  return Status::ok();
-}
 
 // telemetry: {otlpEndpoint?, otlpIntervalMs?, jobSeriesRetentionSeconds?}
 Status parse_telemetry(const json& t, TelemetryConfig& telemetry) {
@@ -498,32 +234,6 @@ Status parse_artifact_store(const json& a, ArtifactStoreConfig& s) {
   return Status::ok();
 }
 
-// store: {kind?, url?}
-Status parse_store(const json& st, StoreConfig& store) {
-  if (!st.is_object()) return invalid_argument("store: must be an object {kind, url}");
-  TRAINER_RETURN_IF_ERROR(check_keys(st, "store.", {"kind", "url"}));
-  TRAINER_ASSIGN_OR_RETURN(std::string kind, string_field(st, "kind", "store.", false));
-  if (!kind.empty()) store.kind = kind;
-  if (store.kind != "sqlite" && store.kind != "postgres") {
-    return invalid_argument("store.kind: '" + store.kind + "' is not a store of this build; use sqlite or postgres");
-  }
-  TRAINER_ASSIGN_OR_RETURN(store.url, string_field(st, "url", "store.", false));
-  const bool has_scheme = store.url.find("://") != std::string::npos;
-  if (store.kind == "postgres") {
-    if (store.url.empty()) {
-      return invalid_argument("store.url: required for kind postgres (postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE)");
-    }
-    if (store.url.rfind("postgresql://", 0) != 0 && store.url.rfind("postgres://", 0) != 0) {
-      return invalid_argument("store.url: '" + redact_password(store.url) +
-                              "' must be a postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE URL");
-    }
-  } else if (has_scheme) {
-    return invalid_argument("store.url: '" + redact_password(store.url) +
-                            "' is a URL; for kind sqlite it is the database file's path (leave it out for "
-                            "DATA/state.db), or set kind to postgres");
-  }
-  return Status::ok();
-}
 
 // The document's sections, in the order they are checked; the first error wins.
 Status parse_sections(const json& doc, DeploymentConfig& c) {
@@ -606,33 +316,6 @@ std::string redact_password(const std::string& url) {
   return out;
 }
 
-int declared_at(const PoolConfig& pool, double t) {
-  int n = pool.declared;
-  for (const auto& w : pool.windows) {
-    if (w.opens_at <= t && t < w.closes_at) n += w.devices;
-  }
-  return n;
-}
-
-std::vector<int> device_ids_at(const PoolConfig& pool, double t) {
-  std::vector<int> ids = pool.device_ids;
-  if (ids.empty()) {
-    for (int i = 0; i < pool.declared; ++i) ids.push_back(i);
-  }
-  for (const auto& w : pool.windows) {
-    if (w.opens_at <= t && t < w.closes_at) ids.insert(ids.end(), w.device_ids.begin(), w.device_ids.end());
-  }
-  return ids;
-}
-
-int peak_from(const PoolConfig& pool, double t) {
-  // The size changes only when a window opens, so the peak is at t or at a later opening.
-  int peak = declared_at(pool, t);
-  for (const auto& w : pool.windows) {
-    if (w.opens_at > t) peak = std::max(peak, declared_at(pool, w.opens_at));
-  }
-  return peak;
-}
 
 const JudgeConfig* find_judge(const DeploymentConfig& config, const std::string& name) {
   for (const auto& j : config.judges) {

@@ -72,6 +72,9 @@ std::vector<int> device_ids_at(const PoolConfig& pool, double t);
 // The most devices `pool` will declare at any time from `t` on (declared, or more while windows
 // overlap); what a claim must fit to be admissible at all.
 int peak_from(const PoolConfig& pool, double t);
+// A window for messages: "+2 from 2026-01-31T18:00:00Z to 2026-01-31T22:00:00Z (ended)" (or
+// "(open)", or nothing for one still to come) at time `t`.
+std::string window_text(const CapacityWindow& w, double t);
 
 struct Limits {
   size_t max_request_bytes = 1 << 20;         // any JSON body except dataset uploads
