@@ -28,6 +28,38 @@ bool skipped(const fs::path& relative) {
   return ext == ".pyc" || ext == ".pyo";
 }
 
+// The server's limit on one file of a bundle (kMaxFileBytes in src/service/bundles.cpp): checked
+// here too, so a huge file is refused before it is read.
+constexpr uintmax_t kMaxFileBytes = 8u << 20;
+
+// Why `entry` (at `relative` in the folder whose canonical path is `root`) cannot be part of a
+// bundle, or "" when it can: a link leading outside the folder (a bundle is copied as it is, and
+// the service would otherwise carry a host file such as /etc/passwd away), a link to a folder
+// (not followed), anything but a regular file, or a file over the server's limit.
+std::string refused_entry(const fs::directory_entry& entry, const std::string& relative, const fs::path& root) {
+  std::error_code ec;
+  if (entry.is_symlink(ec)) {
+    const fs::path target = fs::weakly_canonical(entry.path(), ec);
+    const auto [end, unused] = std::mismatch(root.begin(), root.end(), target.begin(), target.end());
+    if (ec || end != root.end()) {
+      return relative + ": a link leading outside the bundle's folder (to " + (ec ? "?" : target.string()) +
+             "); bundles register copies the folder's own files only";
+    }
+    if (fs::is_directory(target, ec)) {
+      return relative + ": a link to a folder, which bundles register does not follow; copy the folder in";
+    }
+  }
+  if (entry.is_directory(ec)) return "";
+  if (!entry.is_regular_file(ec)) return relative + ": not a regular file (a device, socket or pipe)";
+  const uintmax_t size = entry.file_size(ec);
+  if (ec) return relative + ": " + ec.message();
+  if (size > kMaxFileBytes) {
+    return relative + ": " + std::to_string(size) + " bytes; a bundle's file holds at most " +
+           std::to_string(kMaxFileBytes) + " bytes (8 MiB)";
+  }
+  return "";
+}
+
 // The folder's files as [{path, content}], in path order; nullopt with `error` set on a failure.
 std::optional<json> folder_files(const std::string& folder, std::string* error) {
   std::error_code ec;
@@ -35,12 +67,18 @@ std::optional<json> folder_files(const std::string& folder, std::string* error) 
     *error = folder + ": no such folder (bundles register takes a Python package folder)";
     return std::nullopt;
   }
+  const fs::path root = fs::canonical(folder, ec);
   std::vector<std::pair<std::string, fs::path>> found;
   for (fs::recursive_directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
-    const fs::path relative = fs::relative(it->path(), folder, ec);
+    const fs::path relative = it->path().lexically_relative(folder);  // not through links
     if (skipped(relative)) {
       if (it->is_directory()) it.disable_recursion_pending();
       continue;
+    }
+    const std::string refused = refused_entry(*it, (fs::path(folder) / relative).string(), root);
+    if (!refused.empty()) {
+      *error = refused;
+      return std::nullopt;
     }
     if (it->is_regular_file()) found.emplace_back(relative.generic_string(), it->path());
   }

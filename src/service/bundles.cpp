@@ -19,6 +19,8 @@ const std::regex kBundleName("^[a-z][a-z0-9._-]{0,63}$");
 // A file of a bundle: relative, segments of letters, digits, '.', '_', '-', none of them "." or "..".
 const std::regex kFilePath("^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$");
 constexpr size_t kMaxFiles = 1000;
+// One file's bytes at most (the CLI checks the same before it reads a file: src/cli/cmd_bundles.cpp).
+constexpr size_t kMaxFileBytes = 8u << 20;
 
 Status check_bundle_name(const std::string& name) {
   if (!std::regex_match(name, kBundleName) || name.find("..") != std::string::npos) {
@@ -63,6 +65,12 @@ Result<std::vector<BundleFile>> read_files(const json& body) {
     if (!std::regex_match(path, kFilePath) || dots) {
       return invalid_field(at + ".path", "'" + path + "' must be a relative path of letters, digits, '.', '_', '-' and '/' "
                                                        "(no '..', no leading '/')");
+    }
+    if (f["content"].get_ref<const std::string&>().size() > kMaxFileBytes) {
+      return invalid_field(at + ".content", "'" + path + "' holds " +
+                                                std::to_string(f["content"].get_ref<const std::string&>().size()) +
+                                                " bytes; a bundle's file holds at most " +
+                                                std::to_string(kMaxFileBytes) + " bytes (8 MiB)");
     }
     if (path.size() >= 3 && path.compare(path.size() - 3, 3, ".py") == 0) python = true;
     out.push_back({std::move(path), f["content"].get<std::string>()});

@@ -5,8 +5,11 @@ version (the latest by default), and its function scores the run. A run pinned t
 scoring with version 1 after version 2 is registered."""
 from __future__ import annotations
 
+import json
 
 import pytest
+
+from cli_support import call
 
 from graders_support import DATASET, MODEL, WORKLOAD, plan, run_to_end
 from toy_rl_service import toy_rl_service
@@ -102,3 +105,54 @@ def test_an_evaluation_grades_with_the_registered_version_it_names(cli):
     refused = cli("evaluations", "start", "--model", MODEL, "--workload", WORKLOAD, "--dataset", DATASET,
                   "--grader", "bundle:labels:7#scoring.labels")
     assert refused.returncode != 0 and "bundle 'labels' has no version 7" in refused.stderr, refused.stderr
+
+
+def registered_versions(cli) -> list:
+    out = cli("bundles", "list", "-o", "json")
+    assert out.returncode == 0, out.stderr
+    return [(b["name"], b["version"]) for b in json.loads(out.stdout)["bundles"]]
+
+
+def test_a_folder_with_a_link_out_of_it_or_a_huge_file_is_refused_before_anything_is_sent(cli, tmp_path):
+    """A link to /etc/passwd would carry a host file into the service; a 10 GB file would be read
+    whole into memory. Both are refused by the CLI, naming the entry, and nothing is registered."""
+    before = registered_versions(cli)
+    linked = write_bundle(tmp_path / "linked", 0.5)
+    (linked / "scoring" / "secrets.py").symlink_to("/etc/passwd")
+    out = cli("bundles", "register", str(linked), "--name", "linked")
+    assert out.returncode != 0
+    assert "scoring/secrets.py: a link leading outside the bundle's folder (to /etc/passwd)" in out.stderr, out.stderr
+
+    escaping = write_bundle(tmp_path / "escaping", 0.5)
+    (escaping / "scoring" / "up.py").symlink_to("../../linked/scoring/labels.py")
+    out = cli("bundles", "register", str(escaping), "--name", "escaping")
+    assert out.returncode != 0 and "scoring/up.py: a link leading outside" in out.stderr, out.stderr
+
+    huge = write_bundle(tmp_path / "huge", 0.5)
+    with open(huge / "scoring" / "weights.bin", "wb") as f:
+        f.truncate(10 * 1024 ** 3)  # sparse: 10 GB long, nothing on disk
+    out = cli("bundles", "register", str(huge), "--name", "huge")
+    assert out.returncode != 0
+    assert "scoring/weights.bin: 10737418240 bytes; a bundle's file holds at most 8388608 bytes" in out.stderr, \
+        out.stderr
+
+    inside = write_bundle(tmp_path / "inside", 0.5)
+    (inside / "scoring" / "alias.py").symlink_to("labels.py")  # a link within the folder is its target's bytes
+    out = cli("bundles", "register", str(inside), "--name", "inside")
+    assert out.returncode == 0, out.stderr
+    assert set(registered_versions(cli)) == set(before) | {("inside", 1)}
+
+
+def test_the_api_refuses_paths_leaving_the_bundle_and_oversized_files_by_field(cli):
+    url = cli.service.url
+    before = registered_versions(cli)
+    for files, field, says in [
+        ([{"path": "../evil.py", "content": ""}], "files[0].path", "no '..'"),
+        ([{"path": "/etc/cron.d/evil.py", "content": ""}], "files[0].path", "no leading '/'"),
+        ([{"path": "ok.py", "content": ""}, {"path": "big.py", "content": "x" * (8 * 1024 * 1024 + 1)}],
+         "files[1].content", "holds 8388609 bytes; a bundle's file holds at most 8388608 bytes"),
+    ]:
+        status, answer = call(f"{url}/v1/bundles", "POST", {"name": "evil", "files": files})
+        assert status == 400, (status, answer)
+        assert field in json.dumps(answer) and says in json.dumps(answer), answer
+    assert registered_versions(cli) == before
