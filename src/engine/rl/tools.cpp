@@ -3,7 +3,9 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 
+#include "common/confinement.h"
 #include "common/subprocess.h"
 
 namespace trainer::engine::rl {
@@ -67,9 +69,29 @@ ToolAnswer failed_call(const std::string& why) {
   return {.content = json{{"error", why}}.dump(), .failed = true, .error = why};
 }
 
+// The argv that runs `command` as the job's confinement says (common/confinement.h: the tool sees
+// its own file and interpreter, read-only, and `scratch`; no network, no environment of the job's).
+Result<std::vector<std::string>> tool_argv(const std::string& command, const std::string& scratch) {
+  TRAINER_ASSIGN_OR_RETURN(ConfinementMode mode, user_code_confinement());
+  if (mode == ConfinementMode::kNone) return std::vector<std::string>{command};
+  TRAINER_ASSIGN_OR_RETURN(ConfinedExecutable exe, confined_executable(command));
+  Confinement c;
+  c.read_only = exe.mounts;
+  c.scratch = scratch;
+  return confined_argv(c, exe.argv);
+}
+
 ToolAnswer run_tool(const std::string& command, const ToolCall& call, double timeout_seconds) {
+  auto scratch = make_scratch(std::filesystem::temp_directory_path().string());
+  if (!scratch.is_ok()) return failed_call(scratch.status().message());
+  struct Cleanup {
+    std::string folder;
+    ~Cleanup() { remove_scratch(folder); }
+  } cleanup{*scratch};
+  auto argv = tool_argv(command, *scratch);
+  if (!argv.is_ok()) return failed_call(argv.status().message());
   SpawnOptions options;
-  options.argv = {command};
+  options.argv = std::move(*argv);
   options.stderr_stream = ChildStream::null();
   options.group = ChildGroup::kNewGroup;  // a timeout ends the tool and whatever it started
   options.unblock_signals = true;

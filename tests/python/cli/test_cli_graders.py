@@ -170,8 +170,10 @@ def test_a_refused_http_evaluator_stops_the_job(cli, graders, tmp_path):
 
 
 BAD_BUNDLE = '''
-import pathlib, time
-COUNTER = pathlib.Path(__file__).with_name("calls.txt")  # survives the worker's restarts
+import os, pathlib, time
+# The worker runs confined: its scratch folder (TMPDIR) is the one place it may write, and it
+# survives the worker's restarts within the job.
+COUNTER = pathlib.Path(os.environ["TMPDIR"]) / "calls.txt"
 
 def compute_score(data_source, solution_str, ground_truth, extra_info):
     k = int(COUNTER.read_text()) if COUNTER.exists() else 0
@@ -190,13 +192,15 @@ def test_a_bundle_that_raises_hangs_or_returns_garbage_is_counted_and_bounded(cl
     module = tmp_path / "bad_scorer.py"
     module.write_text(BAD_BUNDLE)
     run, steps = run_to_end(cli, plan(f"{{kind: 'bundle:{module}', timeoutSeconds: 1}}"), tmp_path)
-    assert (tmp_path / "calls.txt").read_text() == "8"
+    assert not (tmp_path / "calls.txt").exists()  # 8 calls (the counts below), none written beside the module
     assert steps[0]["rl"]["terms"][0]["name"] == "bundle:bad_scorer.py"
     assert term_totals(steps, "failuresByCause") == {"timeout": 2, "unreachable": 0, "no_verdict": 4, "gold_not_label": 0}
     assert sorted(r for s in steps for r in s["rl"]["rewards"]) == [0.0] * 6 + [1.0] * 2
-    # The hung calls waited their timeout; the run ending shows the hang was cut there.
-    hung = [x for s in steps for x in s["rl"]["terms"][0]["callSeconds"] if x >= 1.0]
-    assert len(hung) >= 2, hung
+    # The hung calls waited their timeout (its timer may fire a hair early: counted from 0.95 s; a
+    # call that answers takes milliseconds); the run ending shows the hang was cut there.
+    calls = [x for s in steps for x in s["rl"]["terms"][0]["callSeconds"]]
+    hung = [x for x in calls if x >= 0.95]
+    assert len(hung) >= 2 and max(calls) < 10, calls
 
 
 def test_a_rule_that_does_not_load_or_is_not_on_the_host_is_refused(cli, tmp_path):
@@ -269,3 +273,59 @@ def test_a_rule_reward_rises_on_the_toy_task_reproducibly(cli, tmp_path):
     # The same seed gives the same rollouts and rewards.
     _, again = run_to_end(cli, plan(term, steps=4, group=8, prompts=4, length=10), tmp_path)
     assert [s["rl"]["rewards"] for s in again] == [s["rl"]["rewards"] for s in steps[:4]]
+
+
+HOSTILE_SCORER = '''
+import os, signal, socket
+
+def refused(fn):
+    try:
+        fn()
+        return 0
+    except (OSError, MemoryError):
+        return 1
+
+def fork_bomb():
+    children = []
+    try:
+        for _ in range(10000):
+            pid = os.fork()
+            if pid == 0:
+                signal.pause()
+                os._exit(0)
+            children.append(pid)
+    finally:
+        for pid in children:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+
+def compute_score(data_source, solution_str, ground_truth, extra_info):
+    checks = [
+        refused(lambda: bytearray(50 * 1024 ** 3)),
+        refused(lambda: bytearray(8 * 1024 ** 3)),  # within this host's memory, beyond the confinement's
+        refused(fork_bomb),
+        refused(lambda: socket.create_connection(("127.0.0.1", PORT), timeout=2)),
+        refused(lambda: open("/etc/shadow").read(1)),
+        refused(lambda: open(STORE, "rb").read(1)),
+        refused(lambda: open(OUTSIDE, "w").write("x")),
+    ]
+    return 1.0 if all(checks) else 0.0
+'''
+
+
+def test_a_hostile_scoring_function_is_confined_and_the_run_completes(cli, tmp_path):
+    """A reward function that allocates 50 GB, forks 10,000 processes, connects to trainerd, reads
+    /etc/shadow and the store, and writes outside its scratch folder: each is refused inside the
+    confinement (every call scores 1 only when all were), the run completes, nothing outside changed."""
+    store = cli.service.data_dir / "state.db"
+    assert store.exists()
+    outside = tmp_path / "written-by-the-scorer"
+    port = int(cli.service.url.rsplit(":", 1)[1])
+    module = tmp_path / "hostile.py"
+    module.write_text(HOSTILE_SCORER.replace("PORT", str(port)).replace("STORE", repr(str(store)))
+                      .replace("OUTSIDE", repr(str(outside))))
+    run, steps = run_to_end(cli, plan(f"{{kind: 'rule:{module}', timeoutSeconds: 60}}"), tmp_path)
+    rewards = [r for s in steps for r in s["rl"]["rewards"]]
+    assert rewards == [1.0] * len(rewards) and len(rewards) == 8, rewards
+    assert not outside.exists()
+    assert cli("info").returncode == 0  # trainerd answers as before

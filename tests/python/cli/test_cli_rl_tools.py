@@ -10,6 +10,7 @@ its error shown to the model; a tool command that cannot be run fails the run by
 from __future__ import annotations
 
 import json
+import os
 import re
 import stat
 import sys
@@ -70,29 +71,26 @@ def run_to_end(cli, plan: str):
 
 @pytest.fixture(scope="module")
 def answered(service, tmp_path_factory):
-    """A run whose tool answers; the requests the tool received."""
+    """A run whose tool answers with what it received (it runs confined and can write nowhere the
+    test could read: the answer in the rollout is the record)."""
     _, cli, _ = service
     folder = tmp_path_factory.mktemp("tool")
-    log = folder / "requests.jsonl"
-    tool = write_tool(folder / "lookup", f"req = sys.stdin.readline()\n"
-                                         f"open({str(log)!r}, 'a').write(req)\n"
-                                         f"args = json.loads(req)['arguments']\n"
-                                         f"print(json.dumps({{'label': 'billing', 'ticket': args['ticket']}}))\n")
+    # Its answer is the one expected only when the request was exactly {name, arguments}.
+    tool = write_tool(folder / "lookup", "req = json.loads(sys.stdin.readline())\n"
+                                         f"ok = sorted(req) == ['arguments', 'name'] and req['name'] == {CALL['name']!r}\n"
+                                         "ticket = req['arguments']['ticket'] if ok else -1\n"
+                                         "print(json.dumps({'label': 'billing', 'ticket': ticket}))\n")
     run_id, run = run_to_end(cli, tool_plan(tool))
-    requests = [json.loads(line) for line in log.read_text().splitlines()]
-    return run_id, run, requests
+    return run_id, run
 
 
 def test_a_declared_tool_is_called_and_its_answer_is_in_the_rollout(service, answered):
     _, cli, _ = service
-    run_id, run, requests = answered
+    run_id, run = answered
     assert run["phase"] == "COMPLETED", run.get("failureReason")
-    # Every completion calls twice (then its third call ends it): 2 batches x 4 completions x 2.
-    assert len(requests) == STEPS * GROUP * PROMPTS * MAX_CALLS
-    assert all(r == {"name": CALL["name"], "arguments": CALL["arguments"]} for r in requests), requests[:2]
     doc = cli.json("runs", "rollouts", run_id)
     assert len(doc["rollouts"]) == GROUP * PROMPTS
-    answer = '{"label":"billing","ticket":7}'
+    answer = '{"label":"billing","ticket":7}'  # the ticket of CALL's arguments: the request was whole
     for r in doc["rollouts"]:
         assert r["toolCalls"] == MAX_CALLS and r["toolFailures"] == 0, r
         # The call, then the answer in the template's tool role, twice; the third call ends it.
@@ -106,7 +104,7 @@ def test_a_declared_tool_is_called_and_its_answer_is_in_the_rollout(service, ans
 
 def test_tool_calls_per_completion_and_the_failed_share_are_measured(service, answered):
     svc, cli, model = service
-    run_id, _, _ = answered
+    run_id, _ = answered
     import transformers
 
     tok = transformers.AutoTokenizer.from_pretrained(model)
@@ -158,3 +156,55 @@ def test_a_tool_command_that_cannot_run_fails_the_run_by_name(service, tmp_path)
     run_id = re.search(r"Started run ([0-9a-f]+)", out.stdout).group(1)
     reason = cli.json("runs", "get", run_id)["failureReason"]
     assert "config.rlHyperparams.tools.command" in reason and str(missing) in reason, reason
+
+
+# What a confined tool tries; its answer is short (the completion holds it within its token budget):
+# for each attempt 1 when it was allowed, else 0; the connection's error; the environment's names
+# beyond the confinement's own; the user id.
+PROBE = '''
+import os, socket
+report = {}
+def attempt(name, fn):
+    try:
+        fn()
+        report[name] = 1
+    except Exception as e:
+        report[name] = 0
+attempt("s", lambda: open("/etc/shadow").read(1))
+attempt("d", lambda: open(STORE, "rb").read(1))
+attempt("l", lambda: os.listdir(DATA))
+attempt("w", lambda: open(OUTSIDE, "w").write("x"))
+attempt("x", lambda: open(os.path.join(os.environ["TMPDIR"], "x"), "w").write("x"))
+try:
+    socket.create_connection(("127.0.0.1", PORT), timeout=2).close()
+    report["c"] = "connected"
+except Exception as e:
+    report["c"] = type(e).__name__
+report["e"] = len(set(os.environ) - {"HOME", "PATH", "TMPDIR", "PWD", "LC_CTYPE"})
+report["u"] = os.getuid()
+sys.stdin.readline()
+print(json.dumps(report))
+'''
+
+
+def test_a_tool_runs_confined_it_reaches_neither_the_store_nor_the_service_nor_the_jobs_environment(service, tmp_path):
+    """The fault tour's user code listed runs and cancelled them through the API, read the store
+    file and the job's environment. A confined tool (bubblewrap) sees its own file, its
+    interpreter and a scratch folder; no network, no host files, nothing of the job's environment."""
+    svc, cli, _ = service
+    store = svc.data_dir / "state.db"
+    assert store.exists()
+    outside = tmp_path / "written-by-the-tool"
+    body = (PROBE.replace("STORE", repr(str(store))).replace("DATA", repr(str(svc.data_dir)))
+            .replace("OUTSIDE", repr(str(outside))).replace("PORT", str(int(svc.url.rsplit(":", 1)[1]))))
+    tool = write_tool(tmp_path / "probe", body)
+    run_id, run = run_to_end(cli, tool_plan(tool))
+    assert run["phase"] == "COMPLETED", run.get("failureReason")
+    completion = cli.json("runs", "rollouts", run_id)["rollouts"][0]["completion"]
+    report = json.loads(re.search(r"<tool_response>\n(.*?)\n</tool_response>", completion, re.S).group(1))
+    assert {k: report[k] for k in "sdlwx"} == {"s": 0, "d": 0, "l": 0, "w": 0, "x": 1}, report
+    assert report["c"] == "ConnectionRefusedError", report  # a private loopback: trainerd is not there
+    assert not outside.exists()
+    assert report["e"] == 0, report  # nothing of the job's environment (its catalog URL, keys)
+    if os.geteuid() == 0:
+        assert report["u"] == 65534, report  # nobody, not trainerd's root

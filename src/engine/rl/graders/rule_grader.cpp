@@ -2,9 +2,13 @@
 // (compute_score() unless the kind names another, plan::scoring_function) in one
 // persistent Python worker per term (reward_worker.py, built into the binary), spoken to in JSON
 // lines. A call that hangs past the term's timeout kills the worker, which is started again for
-// the items left; so does a worker that exits.
+// the items left; so does a worker that exits. The worker runs confined (common/confinement.h):
+// it sees the interpreter's install and the term's own file or package folder, read-only, and a
+// scratch folder; no network, no store, no environment of the job's.
 #include <chrono>
+#include <filesystem>
 
+#include "common/confinement.h"
 #include "common/json_parse.h"
 #include "common/subprocess.h"
 #include "engine/rl/graders/grader.h"
@@ -25,16 +29,40 @@ Clock::time_point after(double seconds) {
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
+// The interpreter `python` names, as the confinement runs it: Python's own sys.executable (a
+// launcher such as pyenv's shim is a shell script that cannot run inside), with its install.
+Result<ConfinedExecutable> interpreter_path(const std::string& python) {
+  SpawnOptions options;
+  options.argv = {python, "-c", "import sys; print(sys.executable)"};
+  options.search_path = true;
+  CaptureOptions capture;
+  capture.timeout = std::chrono::seconds(60);
+  auto run = run_captured(options, capture);
+  std::string path = run.is_ok() && run->exit_code == 0 ? run->out : "";
+  while (!path.empty() && (path.back() == '\n' || path.back() == '\r')) path.pop_back();
+  if (path.empty()) {
+    return Status(StatusCode::kFailedPrecondition,
+                  "the reward worker could not start (" + python +
+                      " did not run as a Python 3 interpreter); set TRAINER_REWARD_PYTHON to a Python 3 interpreter");
+  }
+  return confined_executable(path);
+}
+
 class RuleGrader final : public Grader {
  public:
   RuleGrader(std::string at, std::string kind, std::vector<std::string> argv, std::string function, double timeout,
-             std::string data_source)
+             std::string data_source, std::string scratch)
       : at_(std::move(at)),
         kind_(std::move(kind)),
         argv_(std::move(argv)),
         function_(std::move(function)),
         timeout_(timeout),
-        data_source_(std::move(data_source)) {}
+        data_source_(std::move(data_source)),
+        scratch_(std::move(scratch)) {}
+  ~RuleGrader() override {
+    worker_.kill();
+    if (!scratch_.empty()) remove_scratch(scratch_);
+  }
 
   Status start() {
     if (worker_.running()) return Status::ok();
@@ -141,6 +169,7 @@ class RuleGrader final : public Grader {
   const std::string function_;  // the user's function ("compute_score" unless the kind names another)
   const double timeout_;        // seconds one call of it may take
   const std::string data_source_;
+  const std::string scratch_;  // the confined worker's scratch folder ("" unconfined)
   Subprocess worker_;  // the worker; restarted after a timeout or an exit
 };
 
@@ -149,9 +178,36 @@ class RuleGrader final : public Grader {
 Result<std::unique_ptr<Grader>> make_rule_grader(const plan::RewardTermSpec& term, const std::string& at,
                                                  const GraderContext& ctx) {
   const plan::ScoringFunction f = *plan::scoring_function(term.kind);
-  const std::string target = f.module.empty() ? f.path : f.path + "#" + f.module;
+  const std::string path = std::filesystem::absolute(f.path).lexically_normal().string();
+  const std::string target = f.module.empty() ? path : path + "#" + f.module;
+  const auto refused = [&](const std::string& why) {
+    return Status(StatusCode::kFailedPrecondition, at + ".kind: " + term.kind + ": " + why);
+  };
+  auto mode = user_code_confinement();
+  if (!mode.is_ok()) return refused(mode.status().message());
   std::vector<std::string> argv = {ctx.python, "-c", kRewardWorkerSource, target, f.function};
-  auto g = std::make_unique<RuleGrader>(at, term.kind, std::move(argv), f.function, term.timeoutSeconds, ctx.data_source);
+  std::string scratch;
+  if (*mode == ConfinementMode::kBubblewrap) {
+    auto python = interpreter_path(ctx.python);
+    if (!python.is_ok()) return refused(python.status().message());
+    Confinement c;
+    c.read_only = python->mounts;
+    c.read_only.push_back(path);  // the rule file, or the bundle's package folder
+    c.env = {{"PYTHONDONTWRITEBYTECODE", "1"}, {"PYTHONUNBUFFERED", "1"}};
+    auto made = make_scratch(std::filesystem::temp_directory_path().string());
+    if (!made.is_ok()) return refused(made.status().message());
+    scratch = c.scratch = *made;
+    argv.erase(argv.begin());
+    argv.insert(argv.begin(), python->argv.begin(), python->argv.end());
+    auto confined = confined_argv(c, argv);
+    if (!confined.is_ok()) {
+      remove_scratch(scratch);
+      return refused(confined.status().message());
+    }
+    argv = std::move(*confined);
+  }
+  auto g = std::make_unique<RuleGrader>(at, term.kind, std::move(argv), f.function, term.timeoutSeconds, ctx.data_source,
+                                        std::move(scratch));
   TRAINER_RETURN_IF_ERROR(g->start());  // a module that does not load stops the job before its first step
   return std::unique_ptr<Grader>(std::move(g));
 }
