@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "common/json_parse.h"
+#include "grading/verdict.h"
 
 namespace trainer::engine::rl {
 namespace {
@@ -19,6 +20,8 @@ std::string trim(std::string_view s) {
 }
 
 }  // namespace
+
+std::optional<json> extract_json(std::string_view text) { return grading::extract_json(text); }
 
 double json_label_match(std::string_view completion, std::string_view gold) {
   std::optional<json> want = extract_json(gold);

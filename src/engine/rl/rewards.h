@@ -18,12 +18,12 @@
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
-#include "grading/verdict.h"
 
 namespace trainer::engine::rl {
 
-// The first JSON object or array in `text` (grading/verdict.h).
-using grading::extract_json;
+// The first JSON object or array in `text`: a fenced ```json block first, else the first
+// balanced {...} or [...] that parses. nullopt when there is none.
+std::optional<nlohmann::json> extract_json(std::string_view text);
 
 // json-label-match score of `completion` against `gold` in [0, 1].
 double json_label_match(std::string_view completion, std::string_view gold);
