@@ -69,7 +69,7 @@ Command sessions_command() {
                   {"source", 0, "SOURCE", "oasst1, otel or canonical (required)", ""}},
                  {}, sessions_create, 0, 0, {}};
   create.examples = {{"an OTLP/JSON logs export", "trainer sessions create -f calls.otlp.jsonl --source otel"},
-                     {"captured calls, hash kept in a variable", "S=$(trainer sessions create -f calls.jsonl --source canonical)"}};
+                     {"captured calls, the JSON answer with its counts", "trainer sessions create -f calls.jsonl --source canonical -o json"}};
   g.children = {create};
   return g;
 }

@@ -234,5 +234,14 @@ def test_bad_curation_requests_are_refused_naming_the_field_and_start_nothing(bi
         assert out.returncode == 2, out.stderr  # not cancellable: there is no such command
         out = cli("curations", "get", "nope")
         assert out.returncode == 1 and "nope" in out.stderr
+
+        # A curation that keeps nothing fails, registers nothing, and --exit-status says so.
+        out = cli("curations", "apply", "-f", "-", "--wait", "--exit-status",
+                  input=json.dumps(request("too-strict", [digest], threshold=1.0)))
+        assert out.returncode == 3, out.stdout + out.stderr
+        failed = cli.json("curations", "get", "too-strict")
+        assert failed["phase"] == "FAILED" and "no candidate scored at least the threshold" in failed["failureReason"]
+        assert (failed["accepted"], failed["rejected"]) == (0, 3)
+        assert cli("datasets", "get", "support").returncode == 1
     finally:
         stop(svc.proc, svc.data_dir)
