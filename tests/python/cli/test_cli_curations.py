@@ -52,6 +52,13 @@ class Judge:
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path.startswith("/refuse/"):  # the refusing judge: a bad key, say
+                    data = b'{"error": "bad key"}'
+                    self.send_response(401)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
                 user = body["messages"][1]["content"]
                 answer = user.split("The assistant's answer:\n", 1)[1]
                 with judge.lock:
@@ -104,7 +111,8 @@ def judge():
 
 
 def config(judge: Judge) -> dict:
-    return {"judges": [{"name": "test-judge", "url": judge.url, "model": "judge-model"}]}
+    return {"judges": [{"name": "test-judge", "url": judge.url, "model": "judge-model"},
+                       {"name": "refusing-judge", "url": judge.url + "/refuse"}]}
 
 
 def canonical(tmp_path, name: str, numbers) -> tuple[str, list[str]]:
@@ -243,5 +251,12 @@ def test_bad_curation_requests_are_refused_naming_the_field_and_start_nothing(bi
         assert failed["phase"] == "FAILED" and "no candidate scored at least the threshold" in failed["failureReason"]
         assert (failed["accepted"], failed["rejected"]) == (0, 3)
         assert cli("datasets", "get", "support").returncode == 1
+        # A judge that refuses a call fails the curation at once, naming it, never its reply's bytes.
+        out = cli("curations", "apply", "-f", "-", "--wait", "--exit-status",
+                  input=json.dumps(request("refused", [digest], judge="refusing-judge")))
+        assert out.returncode == 3, out.stdout + out.stderr
+        failed = cli.json("curations", "get", "refused")
+        assert "judge 'refusing-judge' answered HTTP 401" in failed["failureReason"], failed
+        assert "bad key" not in failed["failureReason"] and failed["progress"]["judged"] == 0
     finally:
         stop(svc.proc, svc.data_dir)

@@ -15,7 +15,7 @@ import random
 import pytest
 from google.protobuf import json_format
 
-from cli_support import Cli, start_trainerd, stop
+from cli_support import Cli, call, start_trainerd, stop
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +83,9 @@ def test_an_oasst1_file_gives_every_prompter_assistant_path_and_the_same_bytes_s
     session = cli.json("sessions", "create", "-f", path, "--source", "oasst1")
     assert (session["hash"], session["source"], session["candidates"]) == (digest, "oasst1", kept)
     assert session["dropped"] == dropped
+    assert call(f"{svc.url}/v1/sessions/{digest}") == (200, session)
+    status, answer = call(f"{svc.url}/v1/sessions/{'0' * 64}")
+    assert status == 404 and answer["error"]["field"] == "session", answer
     stored = sorted(p.name for p in (svc.data_dir / "sessions").iterdir())
     again = cli("sessions", "create", "-f", path, "--source", "oasst1", check=True)
     assert again.stdout == digest + "\n" and "Already stored" in again.stderr, again.stderr
