@@ -1,5 +1,5 @@
-// Data: datasets (registered rows, measured under a base model) and scoring bundles
-// (docs/graders.md, "Registered bundles").
+// Data: datasets (registered rows, measured under a base model), sessions and curations
+// (docs/curations.md) and scoring bundles (docs/graders.md, "Registered bundles").
 #include <optional>
 #include <string>
 
@@ -74,6 +74,17 @@ void install_data_routes(http::Router& router, service::Service& svc, const serv
   router.add("PUT", "/v1/dataset-names/{name}", max, route_body(200, [&svc](const Request& req, const json& body) {
                return svc.name_dataset(req.params[0], body);
              }));
+
+  // ---- sessions and curations (docs/curations.md)
+  router.add("POST", "/v1/sessions", max_upload,
+             route_body(201, [&svc](const Request&, const json& body) { return svc.create_session(body); }));
+  router.add("GET", "/v1/sessions/{hash}", max,
+             route_json(200, [&svc](const Request& req) { return svc.get_session(req.params[0]); }));
+  router.add("POST", "/v1/curations", max,
+             route_body(201, [&svc](const Request&, const json& body) { return svc.apply_curation(body); }));
+  router.add("GET", "/v1/curations", max, route_json(200, [&svc](const Request&) { return svc.list_curations(); }));
+  router.add("GET", "/v1/curations/{id}", max,
+             route_json(200, [&svc](const Request& req) { return svc.get_curation(req.params[0]); }));
 
   // ---- scoring bundles
   router.add("POST", "/v1/bundles", max_upload,

@@ -36,7 +36,8 @@ Command build_command_tree() {
   help.examples = {{"how to start a run, with a short plan", "trainer help runs start"},
                    {"the commands of a noun", "trainer help datasets"}};
   // The parser answers `trainer help ...` itself; this entry lists it and carries its help.
-  root.children = {info_command(),      status_command(),      base_models_command(), datasets_command(), workloads_command(),
+  root.children = {info_command(),      status_command(),      base_models_command(), datasets_command(),
+                   sessions_command(),  curations_command(),   workloads_command(),
                    runs_command(),      snapshots_command(),   evaluations_command(), trained_models_command(),
                    comparisons_command(), bundles_command(), endpoints_command(), capacity_command(),
                    help};

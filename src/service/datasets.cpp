@@ -13,19 +13,23 @@ namespace {
 const std::regex kDatasetName("^[a-z0-9][a-z0-9._-]{0,127}$");
 const std::regex kLooksLikeId("^[0-9a-f]{8,}$");
 
-Status check_dataset_name(const std::string& name) {
+Status check_dataset_name(const std::string& name, const std::string& field = "name") {
   if (!std::regex_match(name, kDatasetName) || name.find("..") != std::string::npos) {
-    return invalid_field("name", "'" + name +
+    return invalid_field(field, "'" + name +
                                      "' is not a valid dataset name: use 1-128 of a-z, 0-9, '.', '_' and '-', "
                                      "starting with a letter or digit, without '..'");
   }
   if (std::regex_match(name, kLooksLikeId)) {
-    return invalid_field("name", "'" + name + "' looks like a content hash; choose a name that does not");
+    return invalid_field(field, "'" + name + "' looks like a content hash; choose a name that does not");
   }
   return Status::ok();
 }
 
 }  // namespace
+
+Status Datasets::check_name(const std::string& name, const std::string& field) {
+  return check_dataset_name(name, field);
+}
 
 std::string Datasets::key_of(const std::string& hash) { return "datasets/" + hash + ".jsonl"; }
 

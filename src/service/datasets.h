@@ -30,6 +30,8 @@ class Datasets {
   Result<json> measure(const std::string& ref, const std::string& base_model, std::optional<int> max_seq_length);
 
   // For the other parts:
+  // Refuses a name a dataset cannot have, naming `field`.
+  static Status check_name(const std::string& name, const std::string& field);
   // A dataset by name, full hash or unique hash prefix; errors name `field`.
   Result<json> resolve(const std::string& ref, const std::string& field);
   // trainer-job analyze of a stored dataset under a ready base model, cached by dataset hash,

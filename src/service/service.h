@@ -202,6 +202,17 @@ class Service {
   virtual Result<json> list_dataset_analyses(const std::string& ref) = 0;  // {dataset, analyses} newest first
   virtual Result<json> get_dataset_analysis(const std::string& ref, const std::string& id) = 0;
 
+  // ---- sessions and curations (docs/curations.md)
+  // body {source, content}: a raw conversation corpus stored by the hash of its bytes; the session
+  // {hash, source, candidates, dropped, ...} and whether it is new.
+  virtual Result<std::pair<json, bool>> create_session(const json& body) = 0;
+  virtual Result<json> get_session(const std::string& hash) = 0;
+  // body {curationId, sessionHashes, source, threshold, dataset, systemPrompt?, judge,
+  // graderInstructions?}: the new curation and true, or the one of that id and false.
+  virtual Result<std::pair<json, bool>> apply_curation(const json& body) = 0;
+  virtual Result<json> get_curation(const std::string& id) = 0;
+  virtual Result<json> list_curations() = 0;  // {curations} newest first
+
   // ---- scoring bundles (docs/graders.md, "Registered bundles")
   // body {name, files: [{path, content}]}: stores a Python package folder's files, content-
   // addressed, as the next version of `name`; returns it and whether it is new (the same files

@@ -59,7 +59,9 @@
 #include "service/bundles.h"
 #include "service/capacity.h"
 #include "service/comparisons.h"
+#include "service/curations.h"
 #include "service/dataset_analyses.h"
+#include "service/sessions.h"
 #include "service/datasets.h"
 #include "service/endpoints.h"
 #include "service/evaluations.h"
@@ -125,6 +127,11 @@ class ServiceImpl final : public Service {
   Result<json> get_dataset_analysis(const std::string& ref, const std::string& id) override {
     return analyses_.get(ref, id);
   }
+  Result<std::pair<json, bool>> create_session(const json& body) override { return sessions_.create(body); }
+  Result<json> get_session(const std::string& hash) override { return sessions_.get(hash); }
+  Result<std::pair<json, bool>> apply_curation(const json& body) override { return curations_.apply(body); }
+  Result<json> get_curation(const std::string& id) override { return curations_.get(id); }
+  Result<json> list_curations() override { return curations_.list(); }
   // Datasets::measure_cached() of a plan's dataset, base model and maxSeqLength; none when a name
   // does not resolve (submit_run() reports that), the model is not ready yet or the measurement fails.
   std::optional<json> measure_plan(const plan::Plan& p);
@@ -393,6 +400,8 @@ class ServiceImpl final : public Service {
   BaseModels base_models_{core_};
   Datasets datasets_{core_, base_models_};
   DatasetAnalyses analyses_{core_, datasets_, base_models_};
+  Sessions sessions_{core_};
+  Curations curations_{core_, sessions_, datasets_};
   Capacity capacity_{core_};
   Endpoints endpoints_{core_, capacity_,
                       Endpoints::Hooks{[this](const std::string& ref) { return evaluations_.resolve_model(ref); },

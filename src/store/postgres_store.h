@@ -121,6 +121,13 @@ class PostgresStore final : public Store {
   Status put_dataset_analysis(const json& doc) override;
   Result<std::optional<json>> get_dataset_analysis(const std::string& id) override;
   Result<std::vector<json>> list_dataset_analyses(const std::string& dataset_hash) override;
+  Result<bool> insert_session(const json& doc) override;
+  Result<std::optional<json>> get_session(const std::string& hash) override;
+  Status put_curation(const json& doc) override;
+  Result<std::optional<json>> get_curation(const std::string& id) override;
+  Result<std::vector<json>> list_curations() override;
+  Result<bool> put_curation_score(const std::string& curation_id, const json& doc) override;
+  Result<std::vector<json>> list_curation_scores(const std::string& curation_id) override;
   // ---- endpoints
   Status put_endpoint(const json& doc) override;
   Result<std::optional<json>> get_endpoint(const std::string& id) override;

@@ -189,6 +189,21 @@ CREATE TABLE replicas (
   started_at REAL NOT NULL,
   heartbeat_at REAL NOT NULL);
 )sql",
+    // 15: sessions (raw conversation corpora by content hash) and curations (a judge's pass over
+    // them), each judged candidate's score kept as it arrives (docs/curations.md).
+    R"sql(
+CREATE TABLE sessions (hash TEXT PRIMARY KEY, created_seq INTEGER NOT NULL, doc TEXT NOT NULL);
+CREATE TABLE curations (
+  id TEXT PRIMARY KEY,
+  created_seq INTEGER NOT NULL,
+  phase TEXT NOT NULL,
+  doc TEXT NOT NULL);
+CREATE TABLE curation_scores (
+  curation_id TEXT NOT NULL,
+  candidate INTEGER NOT NULL,
+  doc TEXT NOT NULL,
+  PRIMARY KEY (curation_id, candidate));
+)sql",
 };
 
 }  // namespace

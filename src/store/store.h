@@ -299,6 +299,18 @@ class Store {
   virtual Result<std::optional<json>> get_dataset_analysis(const std::string& id) = 0;
   // The analyses of the dataset with content hash `dataset_hash`, newest first.
   virtual Result<std::vector<json>> list_dataset_analyses(const std::string& dataset_hash) = 0;
+  // ---- sessions (docs/curations.md): raw conversation corpora keyed by doc["hash"]
+  virtual Result<bool> insert_session(const json& doc) = 0;  // false when the hash exists (nothing written)
+  virtual Result<std::optional<json>> get_session(const std::string& hash) = 0;
+  // ---- curations: keyed by doc["curationId"]; doc["phase"] is kept as a column. Each judged
+  // candidate's score is a row of its own, keyed by (curation, candidate index).
+  virtual Status put_curation(const json& doc) = 0;  // inserts, or replaces the stored document
+  virtual Result<std::optional<json>> get_curation(const std::string& id) = 0;
+  virtual Result<std::vector<json>> list_curations() = 0;  // newest first
+  // Stores doc (doc["candidate"], an integer) unless that candidate has a score already; false then.
+  virtual Result<bool> put_curation_score(const std::string& curation_id, const json& doc) = 0;
+  // The curation's scores, by candidate index.
+  virtual Result<std::vector<json>> list_curation_scores(const std::string& curation_id) = 0;
   // ---- scoring bundles: versions keyed by (doc["name"], doc["version"]), doc["sha"] the hash of
   // their files
   virtual Status insert_bundle_version(const json& doc) = 0;  // already_exists when (name, version) exists

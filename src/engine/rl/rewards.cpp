@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "common/json_parse.h"
+#include "grading/verdict.h"
 
 namespace trainer::engine::rl {
 namespace {
@@ -18,53 +19,9 @@ std::string trim(std::string_view s) {
   return std::string(s.substr(a, b - a + 1));
 }
 
-// The end (exclusive) of the balanced bracket group starting at `start`, skipping strings;
-// npos when unbalanced.
-size_t balanced_end(std::string_view s, size_t start) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (size_t i = start; i < s.size(); ++i) {
-    const char c = s[i];
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-      continue;
-    }
-    if (c == '"') in_string = true;
-    else if (c == '{' || c == '[') ++depth;
-    else if (c == '}' || c == ']') {
-      if (--depth == 0) return i + 1;
-    }
-  }
-  return std::string_view::npos;
-}
-
-std::optional<json> first_balanced(std::string_view text) {
-  for (size_t i = 0; i < text.size(); ++i) {
-    if (text[i] != '{' && text[i] != '[') continue;
-    const size_t end = balanced_end(text, i);
-    if (end == std::string_view::npos) continue;
-    auto parsed = parse_json(text.substr(i, end - i), "completion");
-    if (parsed.is_ok() && (parsed->is_object() || parsed->is_array())) return *parsed;
-  }
-  return std::nullopt;
-}
-
 }  // namespace
 
-std::optional<json> extract_json(std::string_view text) {
-  // A fenced block: ```json ... ``` or ``` ... ```.
-  for (size_t at = text.find("```"); at != std::string_view::npos; at = text.find("```", at + 3)) {
-    size_t body = text.find('\n', at + 3);
-    if (body == std::string_view::npos) break;
-    const size_t close = text.find("```", body);
-    if (close == std::string_view::npos) break;
-    if (auto j = first_balanced(text.substr(body, close - body))) return j;
-    at = close;
-  }
-  return first_balanced(text);
-}
+std::optional<json> extract_json(std::string_view text) { return grading::extract_json(text); }
 
 double json_label_match(std::string_view completion, std::string_view gold) {
   std::optional<json> want = extract_json(gold);

@@ -213,6 +213,11 @@ void TaskKernel::stop_work() {
   }
 }
 
+bool TaskKernel::work_stopping() {
+  std::lock_guard<std::mutex> lock(work_mu_);
+  return work_stopped_;
+}
+
 void TaskKernel::release_leases() {
   std::set<std::pair<std::string, std::string>> held;
   {

@@ -136,6 +136,9 @@ class TaskKernel {
   Status recheck_lease();
   // Waits for every launched work to end (the service's stop()); later launches are refused.
   void stop_work();
+  // Whether stop_work() was called: long work made of many pieces checks it between them and ends
+  // early (its task's next step after a restart launches it anew).
+  bool work_stopping();
   // Gives back the leases this replica took (the service's stop(), after the driver's last pass),
   // so that another replica may step its tasks at once instead of waiting for the leases to run
   // out, as it must for a replica that was killed.

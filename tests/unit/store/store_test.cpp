@@ -36,7 +36,7 @@ void PrintTo(Kind kind, std::ostream* os) {
 // One empty database of one implementation, and what a test does behind the store's back (raw
 // SQL, as an older trainerd or an operator would).
 // The schema version both stores migrate to (one per migration; each store's list has them all).
-constexpr int kSchemaVersion = 14;
+constexpr int kSchemaVersion = 15;
 
 class TestDatabase {
  public:
@@ -601,11 +601,11 @@ TEST_P(StoreTest, MigrationNineGivesEveryExistingRunATask) {
             "DROP TRIGGER workloads_deleted; DROP TRIGGER claims_inserted; DROP TRIGGER claims_updated;"
             "DROP TRIGGER claims_deleted; DROP TABLE job_attempts; DROP TABLE job_events; DROP TABLE "
             "job_logs;"
-            "DROP TABLE endpoints; DROP TABLE dataset_analyses; DROP TABLE claim_holds; DROP TABLE replicas;"
+            "DROP TABLE endpoints; DROP TABLE dataset_analyses; DROP TABLE claim_holds; DROP TABLE replicas; DROP TABLE sessions; DROP TABLE curations; DROP TABLE curation_scores;"
             "DELETE FROM schema_migrations WHERE version >= 9;"
           : "DROP TABLE tasks; DROP TABLE counters; DROP FUNCTION count_change() CASCADE;"
             "DROP TABLE job_attempts; DROP TABLE job_events; DROP TABLE job_logs; DROP TABLE endpoints;"
-            "DROP TABLE dataset_analyses; DROP TABLE claim_holds; DROP TABLE replicas;"
+            "DROP TABLE dataset_analyses; DROP TABLE claim_holds; DROP TABLE replicas; DROP TABLE sessions; DROP TABLE curations; DROP TABLE curation_scores;"
             "DELETE FROM schema_migrations WHERE version >= 9;");
   auto s = open();
   auto t = s->get_task("run", "aa");
@@ -823,7 +823,7 @@ TEST_P(StoreTest, MigrationThirteenGivesEveryGrantedClaimAnOpenHoldFromItsSince)
     ASSERT_TRUE(s->insert_claim(queued).is_ok());
   }
   // Rewind to schema 12, as the trainerd before claim holds left it (and before replicas).
-  db_->exec("DROP TABLE claim_holds; DROP TABLE replicas; DELETE FROM schema_migrations WHERE version >= 13;");
+  db_->exec("DROP TABLE claim_holds; DROP TABLE replicas; DROP TABLE sessions; DROP TABLE curations; DROP TABLE curation_scores; DELETE FROM schema_migrations WHERE version >= 13;");
   auto s = open();
   auto holds = s->list_claim_holds(0, 1e12);
   ASSERT_TRUE(holds.is_ok());
@@ -859,6 +859,43 @@ TEST_P(StoreTest, DatasetAnalysesKeepOneRowPerIdAndListADatasetsNewestFirst) {
   // A document without its keyed fields is refused, not stored half.
   EXPECT_FALSE(s->put_dataset_analysis(json{{"analysisId", "a4"}, {"phase", "PENDING"}}).is_ok());
   EXPECT_FALSE(s->get_dataset_analysis("a4")->has_value());
+}
+
+TEST_P(StoreTest, SessionsAreKeptOncePerHash) {
+  {
+    auto s = open();
+    EXPECT_TRUE(*s->insert_session(json{{"hash", "h1"}, {"source", "oasst1"}}));
+    EXPECT_FALSE(*s->insert_session(json{{"hash", "h1"}, {"source", "otel"}}));  // the first one stays
+  }
+  auto s = open();
+  EXPECT_EQ((*s->get_session("h1"))->at("source"), "oasst1");
+  EXPECT_FALSE(s->get_session("h2")->has_value());
+}
+
+TEST_P(StoreTest, CurationScoresAreKeptOncePerCandidateAcrossAReopen) {
+  {
+    auto s = open();
+    ASSERT_TRUE(s->put_curation(json{{"curationId", "c1"}, {"phase", "PENDING"}}).is_ok());
+    ASSERT_TRUE(s->put_curation(json{{"curationId", "c2"}, {"phase", "PENDING"}}).is_ok());
+    ASSERT_TRUE(s->put_curation(json{{"curationId", "c1"}, {"phase", "JUDGING"}}).is_ok());  // replaced
+    EXPECT_TRUE(*s->put_curation_score("c1", json{{"candidate", 2}, {"score", 0.5}}));
+    EXPECT_TRUE(*s->put_curation_score("c1", json{{"candidate", 0}, {"score", 0.9}}));
+    EXPECT_FALSE(*s->put_curation_score("c1", json{{"candidate", 2}, {"score", 0.1}}));  // judged once
+    EXPECT_TRUE(*s->put_curation_score("c2", json{{"candidate", 2}, {"score", 0.3}}));
+  }
+  auto s = open();
+  auto curations = s->list_curations();
+  ASSERT_TRUE(curations.is_ok());
+  ASSERT_EQ(curations->size(), 2u);
+  EXPECT_EQ((*curations)[0]["curationId"], "c2");  // newest first
+  EXPECT_EQ((*s->get_curation("c1"))->at("phase"), "JUDGING");
+  auto scores = s->list_curation_scores("c1");
+  ASSERT_TRUE(scores.is_ok());
+  ASSERT_EQ(scores->size(), 2u);
+  EXPECT_EQ((*scores)[0]["candidate"], 0);
+  EXPECT_EQ((*scores)[1]["score"], 0.5);
+  EXPECT_FALSE(s->put_curation_score("c1", json{{"score", 1}}).is_ok());  // no candidate index
+  EXPECT_FALSE(s->put_curation(json{{"phase", "PENDING"}}).is_ok());
 }
 
 TEST_P(StoreTest, PagesTakeEveryRowForANegativeLimitAndCountANegativeOffsetAsZero) {

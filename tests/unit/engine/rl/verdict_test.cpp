@@ -1,4 +1,4 @@
-// Reading external graders' replies (src/engine/rl/graders/verdict.h).
+// Reading external graders' replies (src/grading/verdict.h, as the engine names it).
 #include "engine/rl/graders/verdict.h"
 
 #include <gtest/gtest.h>

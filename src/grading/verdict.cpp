@@ -1,16 +1,49 @@
-// Replies of external graders (declared in graders/verdict.h).
-#include "engine/rl/graders/verdict.h"
+// Replies of external graders (declared in grading/verdict.h).
+#include "grading/verdict.h"
 
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
 
-#include "engine/rl/rewards.h"
+#include "common/json_parse.h"
 
-namespace trainer::engine::rl {
+namespace trainer::grading {
 namespace {
 
 using json = nlohmann::json;
+
+// The end (exclusive) of the balanced bracket group starting at `start`, skipping strings;
+// npos when unbalanced.
+size_t balanced_end(std::string_view s, size_t start) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (size_t i = start; i < s.size(); ++i) {
+    const char c = s[i];
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    else if (c == '{' || c == '[') ++depth;
+    else if (c == '}' || c == ']') {
+      if (--depth == 0) return i + 1;
+    }
+  }
+  return std::string_view::npos;
+}
+
+std::optional<json> first_balanced(std::string_view text) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '{' && text[i] != '[') continue;
+    const size_t end = balanced_end(text, i);
+    if (end == std::string_view::npos) continue;
+    auto parsed = parse_json(text.substr(i, end - i), "completion");
+    if (parsed.is_ok() && (parsed->is_object() || parsed->is_array())) return *parsed;
+  }
+  return std::nullopt;
+}
 
 std::optional<double> in_unit_range(double x) {
   if (!std::isfinite(x) || x < 0.0 || x > 1.0) return std::nullopt;
@@ -78,6 +111,19 @@ std::optional<double> from_json_object(const json& obj) {
 
 }  // namespace
 
+std::optional<json> extract_json(std::string_view text) {
+  // A fenced block: ```json ... ``` or ``` ... ```.
+  for (size_t at = text.find("```"); at != std::string_view::npos; at = text.find("```", at + 3)) {
+    size_t body = text.find('\n', at + 3);
+    if (body == std::string_view::npos) break;
+    const size_t close = text.find("```", body);
+    if (close == std::string_view::npos) break;
+    if (auto j = first_balanced(text.substr(body, close - body))) return j;
+    at = close;
+  }
+  return first_balanced(text);
+}
+
 std::optional<double> evaluator_score(const json& reply) {
   if (!reply.is_object()) return std::nullopt;
   if (auto s = reply.find("score"); s != reply.end()) {
@@ -128,4 +174,4 @@ std::optional<double> judge_verdict(std::string_view text) {
   return std::nullopt;
 }
 
-}  // namespace trainer::engine::rl
+}  // namespace trainer::grading
