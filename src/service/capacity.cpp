@@ -280,7 +280,7 @@ std::string Capacity::never_granted(const std::string& pool, int devices) {
   return "pool " + p->name + " can never hold this claim of " + std::to_string(devices) + " device" +
          (devices == 1 ? "" : "s") + ": it declares " + std::to_string(p->declared) +
          (windows.empty() ? std::string() : " and no remaining window adds enough (windows: " + windows + ")") +
-         "; start the run again with fewer devices";
+         "; start it again with fewer devices";
 }
 
 // A run with execution.gpus N > 0 goes to a GPU pool. Where the deployment declares no GPU

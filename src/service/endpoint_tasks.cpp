@@ -98,6 +98,9 @@ Status Endpoints::step_task(tasks::Step& step) {
   TRAINER_ASSIGN_OR_RETURN(std::optional<store::ClaimRow> claim, claim_of(id));
   if (!claim) return end_locked(doc, kFailed, "its device claim is gone");
   if (claim->state == "GRANTED") return launch_locked(doc, *claim);
+  // A claim the windows it waited for have passed by waits forever: the endpoint fails instead.
+  const std::string never = capacity_.never_granted(claim->pool, claim->devices);
+  if (!never.empty()) return end_locked(doc, kFailed, "waiting for devices: " + never);
   step.due_at(step.now() + kFollowSeconds);
   return Status::ok();
 }

@@ -67,6 +67,11 @@ Status Evaluations::step_evaluation_task(tasks::Step& step) {
       if (!claim.is_ok()) return claim.status();
     }
     if (*claim && (*claim)->state == "GRANTED") return launch_evaluation_locked(doc, **claim);
+    // A claim the windows it waited for have passed by waits forever: the evaluation fails instead.
+    if (*claim) {
+      const std::string never = capacity_.never_granted((*claim)->pool, (*claim)->devices);
+      if (!never.empty()) return end_evaluation_locked(doc, kFailed, "waiting for devices: " + never);
+    }
     return Status::ok();
   }
   return follow_evaluation_locked(doc);

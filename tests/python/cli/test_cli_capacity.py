@@ -16,8 +16,9 @@ import urllib.request
 
 import pytest
 
-from cli_support import (MODEL_NAME, WORKLOAD, Cli, cancel_run, plan_text, prepare, start_trainerd, stop,
-                         wait_for)
+from cli_support import (DATASET_NAME, MODEL_NAME, WORKLOAD, Cli, cancel_run, plan_text, prepare, start_trainerd,
+                         stop, wait_for)
+from overlap_rule import write_rule
 
 T0 = datetime.datetime(2026, 1, 31, 18, 0, 0, tzinfo=datetime.timezone.utc)
 OPENS, CLOSES = T0 + datetime.timedelta(minutes=10), T0 + datetime.timedelta(minutes=20)
@@ -216,6 +217,35 @@ def test_a_claim_still_queued_when_its_windows_have_ended_fails_naming_the_pool_
         assert reason.startswith("waiting for devices: pool cpu can never hold this claim of 3 devices"), reason
         assert f"+2 from {iso(OPENS)} to {iso(CLOSES)} (ended)" in reason, reason
         wait_state(cli, run, None)
+    finally:
+        stop(trainerd.proc, trainerd.data_dir)
+
+
+def test_an_evaluation_whose_window_has_ended_before_its_claim_was_granted_fails_naming_the_pool(
+        bin_dir, tiny_model, tmp_path):
+    """Evaluations claim devices as runs do: with a pool that has none but in a window, an
+    evaluation queued for the window fails once the window has ended, naming the pool and the
+    window, and its claim is released."""
+    clock = tmp_path / "clock"
+    clock.write_text(str(T0.timestamp()))
+    config = {"baseModels": [{"name": MODEL_NAME, "path": str(tiny_model)}],
+              "pools": [{"name": "cpu", "accelerator": "cpu", "declared": 0,
+                         "windows": [{"devices": 1, "opens": iso(OPENS), "closes": iso(CLOSES)}]}]}
+    trainerd = start_trainerd(bin_dir, tmp_path, config, env={"TRAINER_TEST_CLOCK_FILE": str(clock)})
+    try:
+        cli = prepare(Cli(bin_dir / "trainer", trainerd.url))
+        rule = write_rule(tmp_path)
+        evaluation = cli.json("evaluations", "start", "--model", MODEL_NAME, "--dataset", DATASET_NAME,
+                              "--grader", f"rule:{rule}", "--max-new-tokens", "4")["evaluationId"]
+        wait_state(cli, evaluation, "QUEUED")
+        set_clock(clock, CLOSES + datetime.timedelta(minutes=5))  # past the window, which never opened for it
+        done = wait_for(lambda: (lambda e: e if e["phase"] == "FAILED" else None)(
+            cli.json("evaluations", "get", evaluation)), 300, "the evaluation to fail")
+        reason = done["failureReason"]
+        assert reason.startswith("waiting for devices: pool cpu can never hold this claim of 1 device: it declares 0"), \
+            reason
+        assert f"+1 from {iso(OPENS)} to {iso(CLOSES)} (ended)" in reason, reason
+        wait_state(cli, evaluation, None)
     finally:
         stop(trainerd.proc, trainerd.data_dir)
 
