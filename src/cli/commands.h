@@ -24,6 +24,7 @@ Command snapshots_command();
 Command evaluations_command();
 Command trained_models_command();
 Command comparisons_command();
+Command pipelines_command();  // cmd_pipelines.cpp
 Command bundles_command();  // cmd_bundles.cpp
 Command endpoints_command();  // cmd_endpoints.cpp
 Command endpoints_proxy_command();  // `endpoints proxy ENDPOINT` (cmd_endpoints_proxy.cpp)

@@ -121,6 +121,11 @@ class PostgresStore final : public Store {
   Status put_dataset_analysis(const json& doc) override;
   Result<std::optional<json>> get_dataset_analysis(const std::string& id) override;
   Result<std::vector<json>> list_dataset_analyses(const std::string& dataset_hash) override;
+  // ---- pipelines
+  Status put_pipeline(const json& doc) override;
+  Result<std::optional<json>> get_pipeline(const std::string& id) override;
+  Result<std::vector<std::string>> pipeline_ids_with_prefix(const std::string& prefix, int limit) override;
+  Result<std::vector<json>> list_pipelines(const std::vector<std::string>& phases) override;
   // ---- endpoints
   Status put_endpoint(const json& doc) override;
   Result<std::optional<json>> get_endpoint(const std::string& id) override;

@@ -189,6 +189,14 @@ CREATE TABLE replicas (
   started_at REAL NOT NULL,
   heartbeat_at REAL NOT NULL);
 )sql",
+    // 15: pipelines (docs/pipelines.md), newest first by created_seq.
+    R"sql(
+CREATE TABLE pipelines (
+  id TEXT PRIMARY KEY,
+  created_seq INTEGER NOT NULL,
+  phase TEXT NOT NULL,
+  doc TEXT NOT NULL);
+)sql",
 };
 
 }  // namespace
