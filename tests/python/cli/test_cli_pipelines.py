@@ -148,6 +148,13 @@ def test_train_evaluate_train_completes_with_its_stage_runs_linked(setup, traine
         assert any(line.startswith("akka_optimize_training_pipeline_stage_duration_seconds_count{") and
                    f'pipeline_stage_type="{kind}"' in line and 'pipeline_stage_outcome="success"' in line
                    for line in metrics.splitlines()), kind
+    # Every relayed job signal of a stage's run carries the pipeline's id and the stage's name.
+    for stage in (train, again):
+        series = [line for line in metrics.splitlines()
+                  if not line.startswith("#") and f'akka_optimize_training_run_id="{stage["runId"]}"' in line]
+        assert series, f"no relayed series of run {stage['runId']}"
+        assert all(f'akka_optimize_training_pipeline_id="{pid}"' in line and
+                   f'akka_optimize_training_pipeline_stage_name="{stage["name"]}"' in line for line in series), series[:3]
     # annotate sets the description; an empty one clears it.
     assert cli.json("pipelines", "annotate", pid, "--description", "kept")["description"] == "kept"
     assert cli.json("pipelines", "annotate", pid, "--description", "")["description"] is None
