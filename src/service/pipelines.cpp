@@ -2,6 +2,7 @@
 #include "service/pipelines.h"
 
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <vector>
 
@@ -107,20 +108,22 @@ Result<json> Pipelines::check_stage(const pipeline::Stage& stage, size_t index, 
     return std::any_of(stage.references.begin(), stage.references.end(),
                        [&](const pipeline::Reference& r) { return r.json_path == std::string("/") + key; });
   };
+  std::map<std::string, std::string> given;  // the string fields present
   for (const char* key : {"dataset", "grader", "graderInstructions", "workload", "description"}) {
     auto v = optional_string(b, key);
     if (!v.is_ok()) return blame_stage(v.status(), index, stage.name);
+    if (*v) given[key] = **v;
   }
   if (!referenced("model")) {
     auto m = evaluations_.resolve_model(b["model"].get<std::string>());
     if (!m.is_ok()) return blame_stage(m.status(), index, stage.name);
   }
-  if (b.contains("dataset") && !referenced("dataset")) {
-    auto d = datasets_.resolve(b["dataset"].get<std::string>(), "dataset");
+  if (given.count("dataset") && !referenced("dataset")) {
+    auto d = datasets_.resolve(given["dataset"], "dataset");
     if (!d.is_ok()) return blame_stage(d.status(), index, stage.name);
   }
-  if (b.contains("grader") && !referenced("grader")) {
-    Status g = check_grader("grader", b["grader"].get<std::string>());
+  if (given.count("grader") && !referenced("grader")) {
+    Status g = check_grader("grader", given["grader"]);
     if (!g.is_ok()) return blame_stage(g, index, stage.name);
   }
   out["resolution"] = referenced("model") ? "evaluates the output of an earlier stage" : "checked: its model resolves now";

@@ -15,8 +15,8 @@ import urllib.request
 
 import pytest
 
-from cli_support import (DATASET_NAME, EXAMPLES, MODEL_NAME, WORKLOAD, Cli, call, prepare, start_trainerd, stop,
-                         wait_for)
+from cli_support import (DATASET_NAME, EXAMPLES, MODEL_NAME, WORKLOAD, Cli, call, free_port, kill_job_of, prepare,
+                         start_trainerd, stop, wait_for)
 
 MAX_NEW = 4
 
@@ -186,7 +186,9 @@ def test_a_gate_below_its_minimum_fails_the_pipeline_and_starts_nothing_after_it
 @pytest.mark.parametrize("kill_after", ["run:TRAINING", "evaluation:RUNNING"])
 def test_trainerd_killed_in_a_stage_runs_no_finished_stage_again(bin_dir, tiny_model, tmp_path, kill_after):
     config = {"baseModels": [{"name": MODEL_NAME, "path": str(tiny_model)}]}
-    service = start_trainerd(bin_dir, tmp_path / "svc", config)
+    # One port throughout: the stage's job, which outlives the killed trainerd, publishes to it.
+    port = free_port()
+    service = start_trainerd(bin_dir, tmp_path / "svc", config, port=port)
     try:
         cli = prepare(Cli(bin_dir / "trainer", service.url))
         held_out(cli, tmp_path)
@@ -194,7 +196,7 @@ def test_trainerd_killed_in_a_stage_runs_no_finished_stage_again(bin_dir, tiny_m
         stop(service.proc)
     os.environ["TRAINER_TEST_KILL_AFTER"] = kill_after
     try:
-        service = start_trainerd(bin_dir, tmp_path / "svc", config)
+        service = start_trainerd(bin_dir, tmp_path / "svc", config, port=port)
     finally:
         del os.environ["TRAINER_TEST_KILL_AFTER"]
     try:
@@ -202,14 +204,14 @@ def test_trainerd_killed_in_a_stage_runs_no_finished_stage_again(bin_dir, tiny_m
         pid = start(cli, pipeline(train_stage("train"), evaluate_stage("score", "@train")))["pipelineId"]
         service.proc.wait(timeout=600)
         assert service.proc.returncode == -signal.SIGKILL
-        service = start_trainerd(bin_dir, tmp_path / "svc", config)
+        service = start_trainerd(bin_dir, tmp_path / "svc", config, port=port)
         cli = Cli(bin_dir / "trainer", service.url)
         before = get(cli, pid)
         train_run = before["stages"][0]["runId"]
         assert train_run, before
         cli("pipelines", "resume", pid, check=True)  # a no-op unless it was interrupted
         after = wait_end(cli, pid)
-        assert after["phase"] == "COMPLETED", after
+        assert after["phase"] == "COMPLETED", (after["failureReason"], after["stages"])
         assert after["stages"][0]["runId"] == train_run  # the finished or running stage was not started again
         assert [r["runId"] for r in cli.json("runs", "list", "--limit", "50")["runs"]] == [train_run]
         evaluations = cli.json("evaluations", "list", "--limit", "50")["evaluations"]
@@ -287,3 +289,29 @@ def test_a_dry_run_shows_each_stages_resolution_and_starts_nothing(setup):
     out = cli("pipelines", "start", "-f", "-", "--show-resolved", input=json.dumps(plan))
     assert out.returncode == 2 and "--dry-run" in out.stderr, out.stderr
     assert counts(cli) == before
+
+
+def test_a_stage_that_failed_interrupts_the_pipeline_and_resume_runs_only_that_stage_again(setup):
+    cli = setup
+    first = train_stage("train")
+    first["execution"]["maxAttempts"] = 1  # a job killed from outside fails the run
+    plan = pipeline(evaluate_stage("baseline", MODEL_NAME, workload=WORKLOAD, gate={"minMeanScore": 0.0}), first,
+                    evaluate_stage("score", "@train"))
+    pid = start(cli, plan)["pipelineId"]
+    failed_run = wait_for(lambda: get(cli, pid)["stages"][1]["runId"], timeout=600, what="the train stage's run")
+    kill_job_of(failed_run, timeout=300)
+    out = cli("pipelines", "wait", pid, "--timeout", "15m", "--exit-status", timeout=1000)
+    assert out.returncode == 3, out.stdout + out.stderr
+    p = get(cli, pid)
+    assert p["phase"] == "INTERRUPTED" and "stage 'train' did not complete" in p["failureReason"], p
+    baseline = p["stages"][0]
+    assert [s["state"] for s in p["stages"]] == ["COMPLETED", "FAILED", "PENDING"], p
+    resumed = cli.json("pipelines", "resume", pid)
+    assert resumed["resumed"] is True and resumed["pipeline"]["phase"] == "RUNNING", resumed
+    done = wait_end(cli, pid)
+    assert done["phase"] == "COMPLETED", (done["failureReason"], done["stages"])
+    again = done["stages"][1]
+    assert again["runId"] != failed_run and again["previousAttempts"][0]["runId"] == failed_run, again
+    # The stage that had completed was not run again.
+    assert done["stages"][0]["evaluationId"] == baseline["evaluationId"]
+    assert cli.json("runs", "get", failed_run)["phase"] == "FAILED"
