@@ -315,3 +315,17 @@ def test_a_stage_that_failed_interrupts_the_pipeline_and_resume_runs_only_that_s
     # The stage that had completed was not run again.
     assert done["stages"][0]["evaluationId"] == baseline["evaluationId"]
     assert cli.json("runs", "get", failed_run)["phase"] == "FAILED"
+
+
+def test_a_model_grader_names_an_earlier_stages_model_as_model_at_name(setup):
+    """The documentation's shape: a judge trained, gated on its own score, then a run whose grader
+    is `model:@judge` (an RL run's reward term takes it the same way, through an endpoint of ours)."""
+    cli = setup
+    plan = pipeline(train_stage("judge"), evaluate_stage("judge-eval", "@judge", gate={"minMeanScore": 0.0}),
+                    train_stage("sft", grader="model:@judge"))
+    done = wait_end(cli, start(cli, plan)["pipelineId"])
+    assert done["phase"] == "COMPLETED", (done["failureReason"], done["stages"])
+    judge, _, sft = done["stages"]
+    run = cli.json("runs", "get", sft["runId"])
+    assert run["grader"] == f"model:{judge['output']['modelId']}", run["grader"]
+    assert run["plan"]["grader"] == f"model:{judge['output']['modelId']}"
