@@ -84,10 +84,11 @@ Result<json> Pipelines::check_stage(const pipeline::Stage& stage, size_t index, 
       if (show_resolved) out["plan"] = (*dry)["plan"];
       if (dry->contains("warnings")) out["warnings"] = (*dry)["warnings"];
     } else {
-      // Its shape only: what it refers to does not exist yet.
+      // Its shape only: what it refers to does not exist yet (a model: term or grader keeps its
+      // form, naming a stand-in the plan parser takes as any model).
       json shaped = run_plan_of(stage.body);
       for (const auto& r : stage.references) {
-        if (r.slot->model_prefixed) shaped[json::json_pointer(r.json_path)] = "json-label-match";
+        if (r.slot->model_prefixed) shaped[json::json_pointer(r.json_path)] = "model:stage-output";
       }
       auto parsed = plan::plan_from_json(shaped, "plan");
       if (!parsed.is_ok()) return blame_stage(parsed.status(), index, stage.name);

@@ -286,6 +286,13 @@ def test_a_dry_run_shows_each_stages_resolution_and_starts_nothing(setup):
     assert "plan" not in dry["stages"][1] and dry["stages"][1]["references"][0]["field"] == "stages[1].model"
     text = cli("pipelines", "start", "-f", "-", "--dry-run", input=json.dumps(plan), check=True).stdout
     assert "Pipeline plan is valid: 2 stages" in text and "Nothing was started" in text, text
+    # An RL stage whose reward term is the judge stage's model: its shape is checked, it waits for @judge.
+    rl = train_stage("rl", config={"dataset": DATASET_NAME, "method": "grpo", "maxSeqLength": 64,
+                                   "model": {"precision": "FP32"},
+                                   "reward": {"terms": [{"kind": "model:@judge", "weight": 1.0}]},
+                                   "rlHyperparams": {"groupSize": 2, "promptsPerStep": 2, "maxCompletionLength": 8}})
+    dry = cli.json("pipelines", "start", "-f", "-", "--dry-run", input=json.dumps(pipeline(train_stage("judge"), rl)))
+    assert dry["stages"][1]["references"] == [{"field": "stages[1].config.reward.terms[0].kind", "stage": 0}], dry
     out = cli("pipelines", "start", "-f", "-", "--show-resolved", input=json.dumps(plan))
     assert out.returncode == 2 and "--dry-run" in out.stderr, out.stderr
     assert counts(cli) == before
