@@ -88,6 +88,7 @@ void install_model_routes(http::Router& router, service::Service& svc, const ser
 void install_data_routes(http::Router& router, service::Service& svc, const service::Limits& limits);
 void install_workload_routes(http::Router& router, service::Service& svc, const service::Limits& limits);
 void install_run_routes(http::Router& router, service::Service& svc, const service::Limits& limits);
+void install_pipeline_routes(http::Router& router, service::Service& svc, const service::Limits& limits);
 void install_lineage_routes(http::Router& router, service::Service& svc, const service::Limits& limits);
 void install_snapshot_routes(http::Router& router, service::Service& svc, const service::Limits& limits);
 void install_evaluation_routes(http::Router& router, service::Service& svc, const service::Limits& limits);

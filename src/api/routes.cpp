@@ -143,6 +143,7 @@ void install_routes(http::Router& router, Service& svc, const service::Limits& l
   install_run_routes(router, svc, limits);
   install_snapshot_routes(router, svc, limits);
   install_evaluation_routes(router, svc, limits);
+  install_pipeline_routes(router, svc, limits);
   install_endpoint_routes(router, svc, limits);
   install_lineage_routes(router, svc, limits);
   install_job_routes(router, svc, limits);

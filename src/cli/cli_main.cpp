@@ -38,7 +38,7 @@ Command build_command_tree() {
   // The parser answers `trainer help ...` itself; this entry lists it and carries its help.
   root.children = {info_command(),      status_command(),      base_models_command(), datasets_command(),
                    sessions_command(),  curations_command(),   workloads_command(),
-                   runs_command(),      snapshots_command(),   evaluations_command(), trained_models_command(),
+                   runs_command(),      pipelines_command(),   snapshots_command(),   evaluations_command(), trained_models_command(),
                    comparisons_command(), bundles_command(), endpoints_command(), capacity_command(),
                    help};
   root.examples = {{"which service am I talking to, and is it up?", "trainer status"},

@@ -24,6 +24,7 @@ Command snapshots_command();
 Command evaluations_command();
 Command trained_models_command();
 Command comparisons_command();
+Command pipelines_command();  // cmd_pipelines.cpp
 Command bundles_command();  // cmd_bundles.cpp
 Command sessions_command();  // cmd_sessions.cpp
 Command curations_command();  // cmd_curations.cpp

@@ -512,8 +512,15 @@ std::string run_summary(const json& run) {
   return out;
 }
 
+// A pipeline stage's run: "PIPELINE/STAGE" (the pipeline's short id); "-" for any other run.
+std::string pipeline_text(const json& run) {
+  const json& p = field(run, "pipeline");
+  if (!p.is_object()) return "-";
+  return short_id(str(p, "pipelineId")) + "/" + str(p, "stage");
+}
+
 std::vector<std::string> run_list_header() {
-  return {"RUN", "WORKLOAD", "BASE MODEL", "PHASE", "STEP", "LOSS", "CONFIG", "CREATED"};
+  return {"RUN", "WORKLOAD", "BASE MODEL", "PHASE", "STEP", "LOSS", "CONFIG", "PIPELINE", "CREATED"};
 }
 
 std::vector<std::string> run_list_row(const json& run, double now_epoch_seconds) {
@@ -534,6 +541,7 @@ std::vector<std::string> run_list_row(const json& run, double now_epoch_seconds)
           step,
           result,
           str(run, "configName"),
+          pipeline_text(run),
           age_text(str(run, "createdAt"), now_epoch_seconds)};
 }
 

@@ -30,6 +30,8 @@ RunIdentity RunIdentity::of(const protocol::JobRequest& request) {
   id.base_model = request.identity.base_model;
   id.base_model_sha = request.identity.base_model_sha;
   if (!request.identity.profile.empty()) id.profile = request.identity.profile;
+  id.pipeline_id = request.identity.pipeline_id;
+  id.pipeline_stage = request.identity.pipeline_stage;
   return id;
 }
 
@@ -62,7 +64,9 @@ JobTelemetry::JobTelemetry(const plan::Plan& plan, const RunIdentity& identity, 
       // One per attempt, as the specification's job.submission_id is: the run id and attempt
       // (the plan's submissionId is the API's idempotency key, the same for every attempt).
       submission_id_(identity.run_id + "-" + std::to_string(identity.attempt)),
-      profile_(identity.profile) {
+      profile_(identity.profile),
+      pipeline_id_(identity.pipeline_id),
+      pipeline_stage_(identity.pipeline_stage) {
   tel::TrainingJobResource resource{.run_id = run_id_,
                                     .run_attempt = identity.attempt,
                                     .workload = workload_,
@@ -75,6 +79,10 @@ JobTelemetry::JobTelemetry(const plan::Plan& plan, const RunIdentity& identity, 
                                     .job_submission_id = submission_id_,
                                     .profile = profile_};
   if (!base_model_sha_.empty()) resource.run_base_model_sha = base_model_sha_;
+  if (!pipeline_id_.empty()) {
+    resource.pipeline_id = pipeline_id_;
+    resource.pipeline_stage_name = pipeline_stage_;
+  }
   provider_ = std::make_unique<tel::MeterProvider>(resource.to_resource("trainer-job"));
   metrics_ = std::make_unique<tel::JobMetrics>(*provider_);
   if (export_options) {

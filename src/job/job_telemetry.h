@@ -36,6 +36,8 @@ struct RunIdentity {
   std::string base_model;        // TRAINER_BASE_MODEL, the user-facing name; empty: the plan's
   std::string base_model_sha;    // TRAINER_BASE_MODEL_SHA; empty: not reported
   std::string profile = "local"; // TRAINER_PROFILE
+  std::string pipeline_id;       // TRAINER_PIPELINE_ID; empty: not a pipeline stage's run
+  std::string pipeline_stage;    // TRAINER_PIPELINE_STAGE
   static RunIdentity of(const protocol::JobRequest& request);
 };
 
@@ -79,6 +81,7 @@ class JobTelemetry {
 
   // Constant after construction: strings the resource refers to, the provider, its metrics.
   std::string run_id_, workload_, method_, base_model_, base_model_sha_, settings_sha_, submission_id_, profile_;
+  std::string pipeline_id_, pipeline_stage_;
   std::unique_ptr<telemetry::MeterProvider> provider_;
   std::unique_ptr<telemetry::JobMetrics> metrics_;
   std::unique_ptr<telemetry::OtlpPusher> pusher_;  // destroyed before the provider

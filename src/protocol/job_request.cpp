@@ -28,6 +28,8 @@ void each_variable(Request& r, Visit&& visit) {
   visit("TRAINER_BASE_MODEL", r.identity.base_model, When::kSet);
   visit("TRAINER_BASE_MODEL_SHA", r.identity.base_model_sha, When::kSet);
   visit("TRAINER_PROFILE", r.identity.profile, When::kSet);
+  visit("TRAINER_PIPELINE_ID", r.identity.pipeline_id, When::kSet);
+  visit("TRAINER_PIPELINE_STAGE", r.identity.pipeline_stage, When::kSet);
   visit("TRAINER_OTLP_ENDPOINT", r.otlp_endpoint, When::kSet);
   visit("TRAINER_OTLP_INTERVAL_MS", r.otlp_interval_ms, When::kWithEndpoint);
   visit("TRAINER_OTLP_TRACES_ENDPOINT", r.otlp_traces_endpoint, When::kSet);

@@ -33,6 +33,10 @@ struct JobIdentity {
   std::string base_model;      // the user-facing base model name (TRAINER_BASE_MODEL)
   std::string base_model_sha;  // content hash of the cached model (TRAINER_BASE_MODEL_SHA)
   std::string profile;         // accelerator profile of the run's pool, e.g. "cpu" (TRAINER_PROFILE)
+  // A pipeline stage's run: its pipeline's id and the stage's name (TRAINER_PIPELINE_ID,
+  // TRAINER_PIPELINE_STAGE); "" = not started by a pipeline.
+  std::string pipeline_id;
+  std::string pipeline_stage;
 };
 
 // How the job reaches an S3 artifact store, from trainerd's configuration and environment

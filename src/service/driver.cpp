@@ -197,6 +197,10 @@ backend::JobSpec ServiceImpl::job_spec(const RunRecord& run) const {
   spec.identity.base_model_sha = run.base_model_sha.value_or("");
   const PoolConfig* pool = capacity_.pool_named(run.pool);
   spec.identity.profile = pool ? pool->accelerator : "";
+  if (const json p = run.view.value("pipeline", json(nullptr)); p.is_object()) {
+    spec.identity.pipeline_id = p.value("pipelineId", std::string());
+    spec.identity.pipeline_stage = p.value("stage", std::string());
+  }
   spec.otlp_endpoint =
       opt_.config.telemetry.otlp_endpoint.empty() ? job_otlp_endpoint_ : opt_.config.telemetry.otlp_endpoint;
   spec.otlp_interval_ms = opt_.config.telemetry.otlp_interval_ms;

@@ -515,6 +515,12 @@ Result<json> Evaluations::cancel(const std::string& ref) {
   return shown(std::move(*doc));
 }
 
+Status Evaluations::cancel_locked(const std::string& id) {
+  TRAINER_ASSIGN_OR_RETURN(std::optional<json> doc, core_.store->get_evaluation(id));
+  if (!doc || evaluation_ended((*doc)["phase"].get<std::string>())) return Status::ok();
+  return cancel_evaluation_locked(*doc);
+}
+
 Result<json> Evaluations::annotate(const std::string& ref, const json& body) {
   TRAINER_RETURN_IF_ERROR(check_fields(body, {"description"}));
   auto description = optional_string(body, "description");

@@ -44,6 +44,8 @@ class Evaluations {
   // For the other parts:
   // start() with mu held, in its own transaction or inside the caller's (a comparison's step).
   Result<json> start_locked(const json& body);
+  // cancel() of evaluation `id` with core_.mu held (a pipeline's cancel); ok when it already ended.
+  Status cancel_locked(const std::string& id);
   // What `model` names: a registered model, a completed run's adapter on its base model, or a
   // ready base model, in that order: {ref, kind, baseModel, baseModelHash, adapterPath?,
   // artifactKey?, artifactUri?, runId?, modelId?, workloadId?}; errors name "model".

@@ -142,6 +142,16 @@ void ServiceTelemetry::set_runs_active(const std::map<Phase, int>& by_phase) {
   }
 }
 
+void ServiceTelemetry::set_pipelines_active(int n) {
+  impl_->metrics.pipeline_active.set(n, {.instance = instance_});
+}
+
+void ServiceTelemetry::pipeline_stage_ended(tel::PipelineStageType type, bool success, double seconds) {
+  impl_->metrics.pipeline_stage_duration.record(
+      seconds, {.pipeline_stage_type = type,
+                .pipeline_stage_outcome = success ? tel::PipelineStageOutcome::kSuccess : tel::PipelineStageOutcome::kFailure});
+}
+
 std::string ServiceTelemetry::render() const { return tel::prometheus_exposition(impl_->provider).body; }
 
 std::string ServiceTelemetry::content_type() const { return tel::kPrometheusTextContentType; }

@@ -67,6 +67,9 @@ class ServiceTelemetry {
   void set_pools(const std::vector<PoolGauge>& pools);
   void set_workloads(const std::vector<WorkloadGauge>& workloads);
   void set_runs_active(const std::map<Phase, int>& by_phase);
+  void set_pipelines_active(int n);
+  // A pipeline stage's end: its type, whether it succeeded, `seconds` from its start.
+  void pipeline_stage_ended(telemetry::PipelineStageType type, bool success, double seconds);
 
   std::string render() const;
   std::string content_type() const;

@@ -104,9 +104,7 @@ Result<std::pair<json, bool>> ServiceImpl::submit_run(const json& body, bool dry
   return submit_plan(body, dry_run, nullptr, json::object());
 }
 
-Result<std::pair<json, bool>> ServiceImpl::submit_plan(const json& body, bool dry_run,
-                                                       const std::function<Status(RunRecord&)>& on_insert,
-                                                       const json& dry_extra) {
+Result<plan::Plan> ServiceImpl::parse_run_plan(const json& body) {
   if (!body.is_object()) return invalid_field("plan", "must be a JSON object");
   auto parsed = plan::plan_from_json(body, "plan");
   if (!parsed.is_ok()) return plan_error(parsed.status());
@@ -116,12 +114,32 @@ Result<std::pair<json, bool>> ServiceImpl::submit_plan(const json& body, bool dr
   TRAINER_RETURN_IF_ERROR(bundles_.resolve_terms(p));
   TRAINER_RETURN_IF_ERROR(
       check_reward_terms(p.config, opt_.config, [this](const std::string& name) { return endpoints_.servable(name); }));
+  return p;
+}
 
+Result<std::pair<json, bool>> ServiceImpl::submit_plan(const json& body, bool dry_run,
+                                                       const std::function<Status(RunRecord&)>& on_insert,
+                                                       const json& dry_extra) {
+  TRAINER_ASSIGN_OR_RETURN(plan::Plan p, parse_run_plan(body));
   // The plan's fit to its dataset, measured before the lock: trainer-job analyze takes a while
   // the first time a dataset, model and length meet (then it is cached).
   auto fit = measure_plan(p);
 
   std::lock_guard<std::mutex> lock(mu_);
+  return admit_plan_locked(body, std::move(p), fit, dry_run, on_insert, dry_extra);
+}
+
+Result<json> ServiceImpl::submit_stage_run_locked(const json& body, const std::function<Status(RunRecord&)>& on_insert) {
+  TRAINER_ASSIGN_OR_RETURN(plan::Plan p, parse_run_plan(body));
+  // Not measured here (the driver holds the lock): the run's own sizing step measures the fit.
+  TRAINER_ASSIGN_OR_RETURN(auto admitted, admit_plan_locked(body, std::move(p), std::nullopt, false, on_insert, json::object()));
+  return std::move(admitted.first);
+}
+
+Result<std::pair<json, bool>> ServiceImpl::admit_plan_locked(const json& body, plan::Plan p,
+                                                              const std::optional<json>& fit, bool dry_run,
+                                                              const std::function<Status(RunRecord&)>& on_insert,
+                                                              const json& dry_extra) {
   const std::string request = body.dump();
   if (p.submissionId) {
     if (p.submissionId->empty() || p.submissionId->size() > 255) {
@@ -270,6 +288,10 @@ Result<std::pair<json, bool>> ServiceImpl::submit_plan(const json& body, bool dr
 
 Result<json> ServiceImpl::cancel_run(const std::string& ref) {
   std::lock_guard<std::mutex> lock(mu_);
+  return cancel_run_locked(ref);
+}
+
+Result<json> ServiceImpl::cancel_run_locked(const std::string& ref) {
   auto r = resolve_run(ref, "run");
   if (!r.is_ok()) return r.status();
   RunRecord run = std::move(*r);

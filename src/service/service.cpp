@@ -36,6 +36,7 @@ ServiceImpl::ServiceImpl(ServiceOptions options, std::unique_ptr<store::Store> s
       job_otlp_endpoint_(opt_.job_otlp_endpoint),
       run_tasks_(run_phase_table(), [this](tasks::Step& s) { return step_run_task(s.task().id); }) {
   kernel_->add_kind(base_models_.task_kind());  // a run waiting for its base model sees it ready in the same pass
+  kernel_->add_kind(pipelines_.task_kind());  // a stage's run it starts is stepped in the same pass
   kernel_->add_kind(run_tasks_);
   kernel_->add_kind(registry_.task_kind());
   kernel_->add_kind(comparisons_.task_kind());  // an evaluation it starts is launched in the same pass
@@ -93,6 +94,7 @@ Status ServiceImpl::start() {
   st = comparisons_.resume();
   add_step("resume comparisons", st.is_ok(), st.is_ok() ? "ok" : st.describe());
   if (!st.is_ok()) return st;
+  pipelines_.refresh_active();
   capacity_.read();
   add_step("read capacity", true, backend_->observed_source());
   // Replicas: this one's heartbeat, and a listener of the others' changes where the store can have

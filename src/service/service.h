@@ -392,6 +392,17 @@ class Service {
   // The chain from the root run down to `ref`: {runId, runs:[root, ..., ref]}.
   virtual Result<json> run_ancestry(const std::string& ref) = 0;
 
+  // ---- pipelines (docs/pipelines.md): stages in one submission, each a run or an evaluation
+  // linked to the pipeline. start: the plan {kind: pipeline, stages} checked whole (nothing is
+  // created when any stage is refused); the new pipeline and true, or with `dry_run` each stage's
+  // resolution ({dryRun, stages}) and false.
+  virtual Result<std::pair<json, bool>> start_pipeline(const json& plan, bool dry_run, bool show_resolved) = 0;
+  virtual Result<json> list_pipelines(const std::string& phase) = 0;  // {pipelines:[...]} newest first
+  virtual Result<json> get_pipeline(const std::string& ref) = 0;
+  virtual Result<json> resume_pipeline(const std::string& ref) = 0;  // {resumed, message?, pipeline}
+  virtual Result<json> cancel_pipeline(const std::string& ref) = 0;
+  virtual Result<json> annotate_pipeline(const std::string& ref, const json& body) = 0;  // {description}
+
   // ---- comparisons (docs/comparisons.md): a source snapshot against candidate and branch models
   // under one pinned contract (dataset hash, grader, completion-token ceiling).
   // body: {source, candidates?: [MODEL], branches?: [RUN], allBranches?: [PARENT], dataset, grader?,

@@ -23,6 +23,8 @@
 //                       registry.h: the names and helpers it shares with the other files
 //   comparisons.h       Comparisons: a source snapshot against candidates and branches under one
 //                       pinned contract (comparisons.cpp, comparison_steps.cpp, a task kind)
+//   pipelines.h         Pipelines: stages in one submission, each a run or an evaluation
+//                       (pipelines.cpp, pipeline_plan.cpp: the stage-type table; a task kind)
 //
 // ServiceImpl itself keeps the runs, each concern in its own file:
 //
@@ -69,6 +71,7 @@
 #include "service/lost_attempts.h"
 #include "service/model_registry.h"
 #include "service/phases.h"
+#include "service/pipelines.h"
 #include "service/service_core.h"
 #include "service/snapshot_catalog.h"
 #include "service/workloads.h"
@@ -251,6 +254,17 @@ class ServiceImpl final : public Service {
   Result<std::pair<json, bool>> create_comparison(const json& body) override { return comparisons_.create(body); }
   Result<json> get_comparison(const std::string& ref) override { return comparisons_.get(ref); }
   Result<json> list_comparisons(const ComparisonListQuery& query) override { return comparisons_.list(query); }
+
+  Result<std::pair<json, bool>> start_pipeline(const json& plan, bool dry_run, bool show_resolved) override {
+    return pipelines_.start(plan, dry_run, show_resolved);
+  }
+  Result<json> list_pipelines(const std::string& phase) override { return pipelines_.list(phase); }
+  Result<json> get_pipeline(const std::string& ref) override { return pipelines_.get(ref); }
+  Result<json> resume_pipeline(const std::string& ref) override { return pipelines_.resume(ref); }
+  Result<json> cancel_pipeline(const std::string& ref) override { return pipelines_.cancel(ref); }
+  Result<json> annotate_pipeline(const std::string& ref, const json& body) override {
+    return pipelines_.annotate(ref, body);
+  }
   Result<json> pin_snapshot(const std::string& ref, const json& body) override { return catalog_.pin(ref, body); }
   Result<json> unpin_snapshot(const std::string& ref, const json& body) override { return catalog_.unpin(ref, body); }
   Result<json> release_snapshot(const std::string& ref) override { return catalog_.release(ref); }
@@ -296,6 +310,18 @@ class ServiceImpl final : public Service {
   Result<std::pair<json, bool>> submit_plan(const json& body, bool dry_run,
                                             const std::function<Status(RunRecord&)>& on_insert,
                                             const json& dry_extra);
+  // The checks of a run plan that need no lock: parsed, kind "run", its grader and reward terms.
+  Result<plan::Plan> parse_run_plan(const json& body);
+  // submit_plan()'s admission and insert, mu_ held; `fit` as measure_plan() answered (none: the
+  // run's sizing step measures it).
+  Result<std::pair<json, bool>> admit_plan_locked(const json& body, plan::Plan p, const std::optional<json>& fit,
+                                                  bool dry_run, const std::function<Status(RunRecord&)>& on_insert,
+                                                  const json& dry_extra);
+  // A pipeline's train stage (Pipelines::Hooks): the run of plan `body`, mu_ held, inside the
+  // caller's transaction; `on_insert` records its id with the pipeline in the same transaction.
+  Result<json> submit_stage_run_locked(const json& body, const std::function<Status(RunRecord&)>& on_insert);
+  // cancel_run() with mu_ held.
+  Result<json> cancel_run_locked(const std::string& ref);
 
   // ---- lineage (lineage.cpp)
   // `sweep_point`, when not null, labels the child (its document's sweepPoint).
@@ -419,6 +445,19 @@ class ServiceImpl final : public Service {
   ModelRegistry registry_{core_, base_models_, workloads_, catalog_};
   Evaluations evaluations_{core_, base_models_, datasets_, bundles_, capacity_, workloads_, registry_};
   Comparisons comparisons_{core_, datasets_, catalog_, registry_, evaluations_};
+  Pipelines pipelines_{core_, datasets_, evaluations_,
+                       Pipelines::Hooks{[this](const json& plan) -> Result<json> {
+                                          TRAINER_ASSIGN_OR_RETURN(auto dry, submit_run(plan, true));
+                                          return std::move(dry.first);
+                                        },
+                                        [this](const json& plan, const std::string& pipeline_id,
+                                               const std::string& stage) {
+                                          return submit_stage_run_locked(plan, [&](RunRecord& run) {
+                                            run.view["pipeline"] = {{"pipelineId", pipeline_id}, {"stage", stage}};
+                                            return Status::ok();
+                                          });
+                                        },
+                                        [this](const std::string& id) { return cancel_run_locked(id); }}};
 
   // ServiceOptions::job_otlp_endpoint, or what the wiring set before start(); read by the driver.
   std::string job_otlp_endpoint_;

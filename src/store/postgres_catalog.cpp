@@ -186,6 +186,25 @@ Result<std::vector<json>> PostgresStore::list_dataset_analyses(const std::string
               Params{dataset_hash}, "listing dataset analyses");
 }
 
+Status PostgresStore::put_pipeline(const json& doc) {
+  return put_phased_doc("pipelines", "pipelineId", doc, "pipeline");
+}
+
+Result<std::optional<json>> PostgresStore::get_pipeline(const std::string& id) {
+  return one("SELECT doc FROM pipelines WHERE id = $1", {id}, "reading pipeline");
+}
+
+Result<std::vector<std::string>> PostgresStore::pipeline_ids_with_prefix(const std::string& prefix, int limit) {
+  return ids_with_prefix("pipelines", prefix, limit, "pipeline");
+}
+
+Result<std::vector<json>> PostgresStore::list_pipelines(const std::vector<std::string>& phases) {
+  Params p;
+  const std::string sql =
+      "SELECT doc FROM pipelines WHERE true" + p.in_list("phase", phases) + " ORDER BY created_seq DESC";
+  return docs(sql, p, "listing pipelines");
+}
+
 Status PostgresStore::put_endpoint(const json& doc) {
   return put_phased_doc("endpoints", "endpointId", doc, "endpoint");
 }

@@ -128,6 +128,11 @@ class PostgresStore final : public Store {
   Result<std::vector<json>> list_curations() override;
   Result<bool> put_curation_score(const std::string& curation_id, const json& doc) override;
   Result<std::vector<json>> list_curation_scores(const std::string& curation_id) override;
+  // ---- pipelines
+  Status put_pipeline(const json& doc) override;
+  Result<std::optional<json>> get_pipeline(const std::string& id) override;
+  Result<std::vector<std::string>> pipeline_ids_with_prefix(const std::string& prefix, int limit) override;
+  Result<std::vector<json>> list_pipelines(const std::vector<std::string>& phases) override;
   // ---- endpoints
   Status put_endpoint(const json& doc) override;
   Result<std::optional<json>> get_endpoint(const std::string& id) override;

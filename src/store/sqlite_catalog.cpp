@@ -197,6 +197,25 @@ Result<std::vector<json>> SqliteStore::list_endpoints(const std::vector<std::str
   return docs(sql.c_str(), args);
 }
 
+// ---- pipelines
+Status SqliteStore::put_pipeline(const json& doc) { return put_phased_doc("pipelines", "pipelineId", doc, "pipeline"); }
+
+Result<std::optional<json>> SqliteStore::get_pipeline(const std::string& id) {
+  return one("SELECT doc FROM pipelines WHERE id = ?", {id});
+}
+
+Result<std::vector<std::string>> SqliteStore::pipeline_ids_with_prefix(const std::string& prefix, int limit) {
+  return ids_with_prefix("pipelines", prefix, limit, "pipeline");
+}
+
+Result<std::vector<json>> SqliteStore::list_pipelines(const std::vector<std::string>& phases) {
+  std::string sql = "SELECT doc FROM pipelines WHERE 1 = 1";
+  std::vector<std::string> args;
+  sql += in_list("phase", phases, &args);
+  sql += " ORDER BY created_seq DESC";
+  return docs(sql.c_str(), args);
+}
+
 // ---- comparisons
 std::vector<std::string> SqliteStore::comparison_columns(const json& doc) {
   return {doc.at("comparisonId").get<std::string>(), doc.at("source").at("snapshotId").get<std::string>(),

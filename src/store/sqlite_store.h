@@ -115,6 +115,11 @@ class SqliteStore final : public Store {
   Result<std::vector<std::string>> evaluation_ids_with_prefix(const std::string& prefix, int limit) override;
   Result<std::vector<json>> list_evaluations(const std::vector<std::string>& phases) override;
 
+  // ---- pipelines
+  Status put_pipeline(const json& doc) override;
+  Result<std::optional<json>> get_pipeline(const std::string& id) override;
+  Result<std::vector<std::string>> pipeline_ids_with_prefix(const std::string& prefix, int limit) override;
+  Result<std::vector<json>> list_pipelines(const std::vector<std::string>& phases) override;
   // ---- endpoints
   Status put_endpoint(const json& doc) override;
   Result<std::optional<json>> get_endpoint(const std::string& id) override;

@@ -204,6 +204,14 @@ CREATE TABLE curation_scores (
   doc TEXT NOT NULL,
   PRIMARY KEY (curation_id, candidate));
 )sql",
+    // 16: pipelines (docs/pipelines.md), newest first by created_seq.
+    R"sql(
+CREATE TABLE pipelines (
+  id TEXT PRIMARY KEY,
+  created_seq INTEGER NOT NULL,
+  phase TEXT NOT NULL,
+  doc TEXT NOT NULL);
+)sql",
 };
 
 }  // namespace

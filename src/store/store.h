@@ -272,6 +272,12 @@ class Store {
   virtual Result<std::vector<std::string>> endpoint_ids_with_prefix(const std::string& prefix, int limit) = 0;
   // Newest first; `phases` empty = any.
   virtual Result<std::vector<json>> list_endpoints(const std::vector<std::string>& phases) = 0;
+  // ---- pipelines (docs/pipelines.md): keyed by doc["pipelineId"]; doc["phase"] kept as a column
+  virtual Status put_pipeline(const json& doc) = 0;  // inserts, or replaces the stored document
+  virtual Result<std::optional<json>> get_pipeline(const std::string& id) = 0;
+  virtual Result<std::vector<std::string>> pipeline_ids_with_prefix(const std::string& prefix, int limit) = 0;
+  // Newest first; `phases` empty = any.
+  virtual Result<std::vector<json>> list_pipelines(const std::vector<std::string>& phases) = 0;
   // ---- the model registry: keyed by doc["modelId"]; doc["workload"]["id"] ("" for none),
   // doc["baseModel"]["name"] and doc["status"] are kept as columns
   virtual Status insert_trained_model(const json& doc) = 0;  // already_exists when the id exists

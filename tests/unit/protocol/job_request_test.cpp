@@ -26,7 +26,7 @@ JobRequest full_request() {
   r.run_id = "run-7f3a";
   r.attempt = 2;
   r.identity = {.workload = "sentiment", .method = "sft", .base_model = "Qwen/Qwen3-0.6B", .base_model_sha = "ab12",
-                .profile = "cpu"};
+                .profile = "cpu", .pipeline_id = "5e2b7c90a1b2c3d4", .pipeline_stage = "judge"};
   r.otlp_endpoint = "http://127.0.0.1:9001/otlp";
   r.otlp_interval_ms = 1000;
   r.otlp_traces_endpoint = "http://127.0.0.1:4318/v1/traces";
@@ -52,6 +52,8 @@ TEST(JobRequest, TheEnvironmentNamesEveryFieldInItsFixedOrder) {
                  {"TRAINER_BASE_MODEL", "Qwen/Qwen3-0.6B"},
                  {"TRAINER_BASE_MODEL_SHA", "ab12"},
                  {"TRAINER_PROFILE", "cpu"},
+                 {"TRAINER_PIPELINE_ID", "5e2b7c90a1b2c3d4"},
+                 {"TRAINER_PIPELINE_STAGE", "judge"},
                  {"TRAINER_OTLP_ENDPOINT", "http://127.0.0.1:9001/otlp"},
                  {"TRAINER_OTLP_INTERVAL_MS", "1000"},
                  {"TRAINER_OTLP_TRACES_ENDPOINT", "http://127.0.0.1:4318/v1/traces"},
@@ -90,6 +92,7 @@ TEST(JobRequest, TheReaderGivesBackWhatTheWriterWrote) {
     EXPECT_EQ(back->kind, kind);
     EXPECT_EQ(back->attempt, 2);
     EXPECT_EQ(back->identity.base_model_sha, "ab12");
+    EXPECT_EQ(back->identity.pipeline_stage, "judge");
     EXPECT_EQ(back->store.publish_deadline_seconds, 300);
     EXPECT_EQ(job_environment(*back), job_environment(r));
   }

@@ -36,7 +36,7 @@ void PrintTo(Kind kind, std::ostream* os) {
 // One empty database of one implementation, and what a test does behind the store's back (raw
 // SQL, as an older trainerd or an operator would).
 // The schema version both stores migrate to (one per migration; each store's list has them all).
-constexpr int kSchemaVersion = 15;
+constexpr int kSchemaVersion = 16;
 
 class TestDatabase {
  public:
@@ -601,11 +601,11 @@ TEST_P(StoreTest, MigrationNineGivesEveryExistingRunATask) {
             "DROP TRIGGER workloads_deleted; DROP TRIGGER claims_inserted; DROP TRIGGER claims_updated;"
             "DROP TRIGGER claims_deleted; DROP TABLE job_attempts; DROP TABLE job_events; DROP TABLE "
             "job_logs;"
-            "DROP TABLE endpoints; DROP TABLE dataset_analyses; DROP TABLE claim_holds; DROP TABLE replicas; DROP TABLE sessions; DROP TABLE curations; DROP TABLE curation_scores;"
+            "DROP TABLE endpoints; DROP TABLE dataset_analyses; DROP TABLE claim_holds; DROP TABLE replicas; DROP TABLE sessions; DROP TABLE curations; DROP TABLE curation_scores; DROP TABLE pipelines;"
             "DELETE FROM schema_migrations WHERE version >= 9;"
           : "DROP TABLE tasks; DROP TABLE counters; DROP FUNCTION count_change() CASCADE;"
             "DROP TABLE job_attempts; DROP TABLE job_events; DROP TABLE job_logs; DROP TABLE endpoints;"
-            "DROP TABLE dataset_analyses; DROP TABLE claim_holds; DROP TABLE replicas; DROP TABLE sessions; DROP TABLE curations; DROP TABLE curation_scores;"
+            "DROP TABLE dataset_analyses; DROP TABLE claim_holds; DROP TABLE replicas; DROP TABLE sessions; DROP TABLE curations; DROP TABLE curation_scores; DROP TABLE pipelines;"
             "DELETE FROM schema_migrations WHERE version >= 9;");
   auto s = open();
   auto t = s->get_task("run", "aa");
@@ -758,6 +758,29 @@ TEST_P(StoreTest, EndpointsKeepOneRowPerIdAndListByPhaseNewestFirst) {
   EXPECT_EQ(*s->endpoint_ids_with_prefix("e", 5), (std::vector<std::string>{"e1", "e2"}));
 }
 
+TEST_P(StoreTest, PipelinesKeepOneRowPerIdAndListByPhaseNewestFirst) {
+  auto pipeline = [](const std::string& id, const std::string& phase) {
+    return json{{"pipelineId", id}, {"phase", phase}, {"stages", json::array()}};
+  };
+  auto ids = [](const Result<std::vector<json>>& docs) {
+    std::vector<std::string> out;
+    for (const auto& d : *docs) out.push_back(d["pipelineId"].get<std::string>());
+    return out;
+  };
+  {
+    auto s = open();
+    ASSERT_TRUE(s->put_pipeline(pipeline("p1", "RUNNING")).is_ok());
+    ASSERT_TRUE(s->put_pipeline(pipeline("p2", "RUNNING")).is_ok());
+    ASSERT_TRUE(s->put_pipeline(pipeline("p1", "COMPLETED")).is_ok());  // replaced, keeps its place
+  }
+  auto s = open();  // durable across a reopen
+  EXPECT_EQ(ids(s->list_pipelines({})), (std::vector<std::string>{"p2", "p1"}));
+  EXPECT_EQ(ids(s->list_pipelines({"RUNNING"})), (std::vector<std::string>{"p2"}));
+  EXPECT_EQ((*s->get_pipeline("p1"))->at("phase"), "COMPLETED");
+  EXPECT_FALSE(s->get_pipeline("p")->has_value());
+  EXPECT_EQ(*s->pipeline_ids_with_prefix("p", 5), (std::vector<std::string>{"p1", "p2"}));
+}
+
 TEST_P(StoreTest, ClaimHoldsEndOnReleaseAndListByOverlapAcrossReopen) {
   {
     auto s = open();
@@ -823,7 +846,7 @@ TEST_P(StoreTest, MigrationThirteenGivesEveryGrantedClaimAnOpenHoldFromItsSince)
     ASSERT_TRUE(s->insert_claim(queued).is_ok());
   }
   // Rewind to schema 12, as the trainerd before claim holds left it (and before replicas).
-  db_->exec("DROP TABLE claim_holds; DROP TABLE replicas; DROP TABLE sessions; DROP TABLE curations; DROP TABLE curation_scores; DELETE FROM schema_migrations WHERE version >= 13;");
+  db_->exec("DROP TABLE claim_holds; DROP TABLE replicas; DROP TABLE sessions; DROP TABLE curations; DROP TABLE curation_scores; DROP TABLE pipelines; DELETE FROM schema_migrations WHERE version >= 13;");
   auto s = open();
   auto holds = s->list_claim_holds(0, 1e12);
   ASSERT_TRUE(holds.is_ok());
