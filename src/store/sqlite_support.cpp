@@ -204,6 +204,20 @@ CREATE TABLE curation_scores (
   doc TEXT NOT NULL,
   PRIMARY KEY (curation_id, candidate));
 )sql",
+    // 16: distillations (a teacher answers every assistant turn of a dataset's rows), the
+    // answers stored a chunk at a time (docs/distillations.md).
+    R"sql(
+CREATE TABLE distillations (
+  id TEXT PRIMARY KEY,
+  created_seq INTEGER NOT NULL,
+  phase TEXT NOT NULL,
+  doc TEXT NOT NULL);
+CREATE TABLE distillation_chunks (
+  distillation_id TEXT NOT NULL,
+  chunk INTEGER NOT NULL,
+  doc TEXT NOT NULL,
+  PRIMARY KEY (distillation_id, chunk));
+)sql",
 };
 
 }  // namespace
