@@ -65,6 +65,10 @@ NOT_IN_THIS_FLOW = {
     # No curation in these flows: tests/python/cli/test_cli_curations.py SIGKILLs trainerd
     # mid-curation and sees it resume without judging a candidate twice.
     "curation": {"PENDING", "JUDGING", "COMPLETED", "FAILED"},
+    # No distillation in these flows: tests/python/cli/test_cli_distillations.py SIGKILLs trainerd
+    # mid-distillation and sees it complete, asking at most one chunk again.
+    "distillation": {"PENDING", "SMOKE_TEST", "DISTILLING", "PAUSED", "ASSEMBLING", "COMPLETED", "FAILED",
+                     "CANCELLED"},
 }
 
 
@@ -81,7 +85,7 @@ def test_every_boundary_of_the_flow_is_a_phase_of_its_kinds_table(start_trainerd
     d = start_trainerd(job="real")
     kinds = {k["kind"]: k for k in d.ok(d.get("/v1/info"))["taskKinds"]}
     assert set(kinds) == {"run", "base_model", "registration", "comparison", "evaluation", "endpoint",
-                          "dataset_analysis", "curation"}
+                          "dataset_analysis", "curation", "distillation"}
     for kind, table in kinds.items():
         phases = {p["name"] for p in table["phases"]}
         covered = {phase for k, phase in BOUNDARIES + COMPARISON_BOUNDARIES if k == kind}
