@@ -32,9 +32,9 @@ std::string progress_of(const json& d) {
   const json p = d.value("progress", json::object());
   const json decisions = p.value("decisions", json::object());
   const json chunks = p.value("chunks", json::object());
-  return str(decisions, "answered") + "/" + str(decisions, "total") + " decisions (" + str(decisions, "accepted") +
-         " accepted, " + str(decisions, "rejected") + " rejected), chunks " + str(chunks, "stored") + "/" +
-         str(chunks, "total");
+  return str(decisions, "answered") + "/" + str(decisions, "total") + " decisions (" +
+         str(decisions, "accepted") + " accepted, " + str(decisions, "rejected") + " rejected), chunks " +
+         str(chunks, "stored") + "/" + str(chunks, "total");
 }
 
 void print_distillation(const json& d) {
@@ -47,8 +47,9 @@ void print_distillation(const json& d) {
       {"From", str(d, "from") + " (" + short_id(str(d.value("source", json::object()), "hash")) + ")"},
       {"To", str(d, "to")},
       {"Progress", progress_of(d)},
-      {"Sampling", "replicas " + str(s, "replicas") + ", max tokens " + str(s, "maxTokens") + ", temperature " +
-                       str(s, "temperature") + ", top-p " + str(s, "topP") + ", seed " + str(s, "seed")}};
+      {"Sampling", "replicas " + str(s, "replicas") + ", max tokens " + str(s, "maxTokens") +
+                       ", temperature " + str(s, "temperature") + ", top-p " + str(s, "topP") + ", seed " +
+                       str(s, "seed")}};
   const json smoke = d.value("smokeResult", json(nullptr));
   if (smoke.is_object()) {
     rows.push_back({"Smoke", std::string(smoke.value("passed", false) ? "passed" : "failed") + " (" +
@@ -57,7 +58,8 @@ void print_distillation(const json& d) {
   const json result = d.value("result", json(nullptr));
   if (result.is_object()) {
     const json r = result.value("dataset", json::object());
-    rows.push_back({"Registered", str(r, "name") + " (" + short_id(str(r, "hash")) + ", " + str(r, "rows") + " rows)"});
+    rows.push_back(
+        {"Registered", str(r, "name") + " (" + short_id(str(r, "hash")) + ", " + str(r, "rows") + " rows)"});
   }
   if (!str(d, "failureReason").empty()) rows.push_back({"Failure", str(d, "failureReason")});
   out(render_fields(rows));
@@ -78,14 +80,17 @@ int follow(Context& ctx, const std::string& ref, double timeout_seconds) {
     }
     last = line;
     if (distillation_ended(phase)) {
-      if (ctx.text()) print_distillation(*d);
-      else ctx.print_json(*d);
+      if (ctx.text())
+        print_distillation(*d);
+      else
+        ctx.print_json(*d);
       return ctx.inv.has("exit-status") && phase != "COMPLETED" ? kExitRunFailed : kExitOk;
     }
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (timeout_seconds > 0 && elapsed >= timeout_seconds) {
-      return ctx.fail("stopped waiting after " + format_duration(timeout_seconds) + " (--timeout); distillation " +
-                          str(*d, "distillationId") + " carries on (" + line + ")",
+      return ctx.fail("stopped waiting after " + format_duration(timeout_seconds) +
+                          " (--timeout); distillation " + str(*d, "distillationId") + " carries on (" + line +
+                          ")",
                       kExitTimeout);
     }
     std::this_thread::sleep_for(kDistillationPoll);
@@ -93,7 +98,8 @@ int follow(Context& ctx, const std::string& ref, double timeout_seconds) {
 }
 
 // A flag's value as a number into body[key]; false (after printing) when it is not one.
-bool number_into(Context& ctx, json& body, const std::string& flag, const std::string& key, bool integer, int* code) {
+bool number_into(Context& ctx, json& body, const std::string& flag, const std::string& key, bool integer,
+                 int* code) {
   auto v = ctx.inv.get(flag);
   if (!v) return true;
   try {
@@ -108,8 +114,9 @@ bool number_into(Context& ctx, json& body, const std::string& flag, const std::s
     if (used == v->size()) return true;
   } catch (const std::exception&) {
   }
-  *code = ctx.fail("--" + flag + ": " + (integer ? "an integer" : "a number") + " is expected, got '" + *v + "'",
-                   kExitUsage);
+  *code =
+      ctx.fail("--" + flag + ": " + (integer ? "an integer" : "a number") + " is expected, got '" + *v + "'",
+               kExitUsage);
   return false;
 }
 
@@ -124,7 +131,8 @@ int distillations_create(Context& ctx) {
   if (!number_into(ctx, body, "replicas", "replicas", true, &code) ||
       !number_into(ctx, body, "max-tokens", "maxTokens", true, &code) ||
       !number_into(ctx, body, "temperature", "temperature", false, &code) ||
-      !number_into(ctx, body, "top-p", "topP", false, &code) || !number_into(ctx, body, "seed", "seed", true, &code)) {
+      !number_into(ctx, body, "top-p", "topP", false, &code) ||
+      !number_into(ctx, body, "seed", "seed", true, &code)) {
     return code;
   }
   if (auto v = ctx.inv.get("instructions")) body["instructions"] = *v;
@@ -139,8 +147,9 @@ int distillations_create(Context& ctx) {
     }
     body["smoke"] = smoke;
   }
-  switch (confirm(ctx, "Start a distillation of " + body["from"].get<std::string>() + " by teacher " +
-                           body["teacher"].get<std::string>() + " into " + body["to"].get<std::string>() + "?",
+  switch (confirm(ctx,
+                  "Start a distillation of " + body["from"].get<std::string>() + " by teacher " +
+                      body["teacher"].get<std::string>() + " into " + body["to"].get<std::string>() + "?",
                   false)) {
     case Confirmation::kYes:
       break;
@@ -156,7 +165,8 @@ int distillations_create(Context& ctx) {
     return kExitOk;
   }
   print_distillation(*doc);
-  out("It runs in the background: `trainer distillations wait " + str(*doc, "distillationId") + "` follows it.\n");
+  out("It runs in the background: `trainer distillations wait " + str(*doc, "distillationId") +
+      "` follows it.\n");
   return kExitOk;
 }
 
@@ -179,8 +189,14 @@ int distillations_list(Context& ctx) {
   view.header = {"DISTILLATION", "STATUS", "TEACHER", "FROM", "TO", "DECISIONS", "ACCEPTED", "CREATED"};
   view.row = [](const json& d, double now) -> std::vector<std::string> {
     const json p = d.value("progress", json::object()).value("decisions", json::object());
-    return {str(d, "distillationId"), str(d, "phase"), str(d, "teacher"), str(d, "from"), str(d, "to"),
-            str(p, "answered") + "/" + str(p, "total"), str(p, "accepted"), age_text(str(d, "createdAt"), now)};
+    return {str(d, "distillationId"),
+            str(d, "phase"),
+            str(d, "teacher"),
+            str(d, "from"),
+            str(d, "to"),
+            str(p, "answered") + "/" + str(p, "total"),
+            str(p, "accepted"),
+            age_text(str(d, "createdAt"), now)};
   };
   view.empty = [](const json&) -> std::string {
     return "No distillations; start one with `trainer distillations create`.\n";
@@ -192,13 +208,19 @@ int distillations_list(Context& ctx) {
 int change(Context& ctx, const std::string& what, const std::string& said) {
   auto d = ctx.post("/v1/distillations/" + seg(ctx.inv.positionals[0]) + "/" + what, json::object());
   if (!d) return ctx.last_failure_code();
-  if (!ctx.text()) ctx.print_json(*d);
-  else out("Distillation " + str(*d, "distillationId") + " " + said + " (" + str(*d, "phase") + ").\n");
+  if (!ctx.text())
+    ctx.print_json(*d);
+  else
+    out("Distillation " + str(*d, "distillationId") + " " + said + " (" + str(*d, "phase") + ").\n");
   return kExitOk;
 }
 
-int distillations_pause(Context& ctx) { return change(ctx, "pause", "pauses after the chunk in flight"); }
-int distillations_resume(Context& ctx) { return change(ctx, "resume", "resumes at its next unanswered chunk"); }
+int distillations_pause(Context& ctx) {
+  return change(ctx, "pause", "pauses after the chunk in flight");
+}
+int distillations_resume(Context& ctx) {
+  return change(ctx, "resume", "resumes at its next unanswered chunk");
+}
 
 int distillations_cancel(Context& ctx) {
   auto d = ctx.get("/v1/distillations/" + seg(ctx.inv.positionals[0]));
@@ -206,7 +228,8 @@ int distillations_cancel(Context& ctx) {
   const std::string id = str(*d, "distillationId");
   const std::string phase = str(*d, "phase");
   if (distillation_ended(phase)) {
-    return ctx.fail("distillation " + id + " has already ended (" + phase + "); there is nothing to cancel", kExitError);
+    return ctx.fail("distillation " + id + " has already ended (" + phase + "); there is nothing to cancel",
+                    kExitError);
   }
   switch (confirm(ctx, "Cancel distillation " + id + " (" + phase + ")?", false)) {
     case Confirmation::kYes:
@@ -255,56 +278,121 @@ Command distillations_command() {
   g.aliases = {"distillation"};
   g.summary = "A teacher answers every decision of a dataset; the accepted answers become a new version";
   g.examples = {{"distil a dataset with a declared judge as teacher",
-                 "trainer distillations create --workload support --teacher judge-4b --from calls --to calls-distilled --force"}};
+                 "trainer distillations create --workload support --teacher judge-4b --from calls --to "
+                 "calls-distilled --force"}};
   const Flag force{"force", 0, "", "do not ask for confirmation", ""};
-  Command create{"create", {}, "Start a distillation", "",
-                 "The teacher (a judge of trainerd's configuration, or a model served at one of its endpoints)\n"
-                 "answers every decision of --from: each assistant message (ROW:MESSAGE, zero-based), from the\n"
-                 "messages before it and the row's tools. A smoke pass comes first (the first 16 decisions, all\n"
-                 "but one must be accepted; or the --smoke list, all accepted), then the rest, stored 32 answers\n"
-                 "at a time. The accepted answers, in place of the source's turns, are registered as a new\n"
-                 "version of --to. Asks for confirmation unless --force.",
-                 {{"workload", 0, "WORKLOAD", "the workload it belongs to (required)", ""},
-                  {"teacher", 0, "MODEL", "a declared judge or a model served at an endpoint (required)", ""},
-                  {"from", 0, "DATASET", "the source dataset: name, hash or unique prefix (required)", ""},
-                  {"to", 0, "NAME", "the dataset name the rows become a new version of (required)", ""},
-                  {"replicas", 0, "N", "teacher calls at once (default 1)", ""},
-                  {"max-tokens", 0, "N", "an answer at most (default 4096)", ""},
-                  {"temperature", 0, "T", "sampling temperature, 0 to 2 (default 1.0)", ""},
-                  {"top-p", 0, "P", "nucleus sampling mass, above 0 to 1 (default 1.0)", ""},
-                  {"seed", 0, "N", "the requests' seed (default 0)", ""},
-                  {"instructions", 0, "TEXT", "a system message put before each decision's history", ""},
-                  {"smoke", 0, "ROW:MSG,...", "the smoke pass's decisions (all must be accepted)", ""},
-                  force},
-                 {}, distillations_create, 0, 0, {}};
-  create.examples = {
-      {"start one", "trainer distillations create --workload support --teacher judge-4b --from calls --to calls-v2 --force"},
-      {"with an explicit smoke pass and four calls at once",
-       "trainer distillations create --workload support --teacher judge-4b --from calls --to calls-v2 --smoke 0:1,3:1 "
-       "--replicas 4 --force"}};
+  Command create{
+      "create",
+      {},
+      "Start a distillation",
+      "",
+      "The teacher (a judge of trainerd's configuration, or a model served at one of its endpoints)\n"
+      "answers every decision of --from: each assistant message (ROW:MESSAGE, zero-based), from the\n"
+      "messages before it and the row's tools. A smoke pass comes first (the first 16 decisions, all\n"
+      "but one must be accepted; or the --smoke list, all accepted), then the rest, stored 32 answers\n"
+      "at a time. The accepted answers, in place of the source's turns, are registered as a new\n"
+      "version of --to. Asks for confirmation unless --force.",
+      {{"workload", 0, "WORKLOAD", "the workload it belongs to (required)", ""},
+       {"teacher", 0, "MODEL", "a declared judge or a model served at an endpoint (required)", ""},
+       {"from", 0, "DATASET", "the source dataset: name, hash or unique prefix (required)", ""},
+       {"to", 0, "NAME", "the dataset name the rows become a new version of (required)", ""},
+       {"replicas", 0, "N", "teacher calls at once (default 1)", ""},
+       {"max-tokens", 0, "N", "an answer at most (default 4096)", ""},
+       {"temperature", 0, "T", "sampling temperature, 0 to 2 (default 1.0)", ""},
+       {"top-p", 0, "P", "nucleus sampling mass, above 0 to 1 (default 1.0)", ""},
+       {"seed", 0, "N", "the requests' seed (default 0)", ""},
+       {"instructions", 0, "TEXT", "a system message put before each decision's history", ""},
+       {"smoke", 0, "ROW:MSG,...", "the smoke pass's decisions (all must be accepted)", ""},
+       force},
+      {},
+      distillations_create,
+      0,
+      0,
+      {}};
+  create.examples = {{"start one",
+                      "trainer distillations create --workload support --teacher judge-4b --from calls --to "
+                      "calls-v2 --force"},
+                     {"with an explicit smoke pass and four calls at once",
+                      "trainer distillations create --workload support --teacher judge-4b --from calls --to "
+                      "calls-v2 --smoke 0:1,3:1 "
+                      "--replicas 4 --force"}};
   Command list{"list", {}, "List distillations, newest first", "", "", {}, {}, distillations_list, 0, 0, {}};
   list.examples = {{"every distillation", "trainer distillations list"}};
-  Command get{"get", {}, "Show one distillation: progress, smoke result, the registered dataset", "DISTILLATION", "",
+  Command get{"get",
+              {},
+              "Show one distillation: progress, smoke result, the registered dataset",
+              "DISTILLATION",
+              "",
               {{"follow", 0, "", "follow it until it ends", ""},
                {"exit-status", 0, "", "with --follow: exit 3 unless it COMPLETED", "follow"}},
-              {}, distillations_get, 1, 1, {}};
-  get.examples = {{"accepted decisions so far", "trainer distillations get 3f2a9c71bd04 --jq .progress.decisions.accepted"}};
-  Command wait{"wait", {}, "Follow a distillation until it ends (waiting through a pause) and show it", "DISTILLATION",
-               "", {{"exit-status", 0, "", "exit 3 unless it COMPLETED", ""},
-                    {"timeout", 0, "DURATION", "stop waiting after this long (default 0 = no deadline; exits 5)", ""}},
-               {}, distillations_wait, 1, 1, {}};
+              {},
+              distillations_get,
+              1,
+              1,
+              {}};
+  get.examples = {{"accepted decisions so far",
+                   "trainer distillations get 3f2a9c71bd04 --jq .progress.decisions.accepted"}};
+  Command wait{
+      "wait",
+      {},
+      "Follow a distillation until it ends (waiting through a pause) and show it",
+      "DISTILLATION",
+      "",
+      {{"exit-status", 0, "", "exit 3 unless it COMPLETED", ""},
+       {"timeout", 0, "DURATION", "stop waiting after this long (default 0 = no deadline; exits 5)", ""}},
+      {},
+      distillations_wait,
+      1,
+      1,
+      {}};
   wait.examples = {{"wait at most an hour", "trainer distillations wait 3f2a --timeout 1h --exit-status"}};
-  Command pause{"pause", {}, "Pause a distillation after the chunk in flight (stored chunks are kept)", "DISTILLATION",
-                "", {}, {}, distillations_pause, 1, 1, {}};
+  Command pause{"pause",
+                {},
+                "Pause a distillation after the chunk in flight (stored chunks are kept)",
+                "DISTILLATION",
+                "",
+                {},
+                {},
+                distillations_pause,
+                1,
+                1,
+                {}};
   pause.examples = {{"pause one", "trainer distillations pause 3f2a"}};
-  Command resume{"resume", {}, "Resume a paused distillation at its next unanswered chunk", "DISTILLATION", "", {},
-                 {}, distillations_resume, 1, 1, {}};
+  Command resume{"resume",
+                 {},
+                 "Resume a paused distillation at its next unanswered chunk",
+                 "DISTILLATION",
+                 "",
+                 {},
+                 {},
+                 distillations_resume,
+                 1,
+                 1,
+                 {}};
   resume.examples = {{"resume one", "trainer distillations resume 3f2a"}};
-  Command cancel{"cancel", {}, "Cancel a distillation; nothing is registered", "DISTILLATION", "", {force}, {},
-                 distillations_cancel, 1, 1, {}};
+  Command cancel{"cancel",
+                 {},
+                 "Cancel a distillation; nothing is registered",
+                 "DISTILLATION",
+                 "",
+                 {force},
+                 {},
+                 distillations_cancel,
+                 1,
+                 1,
+                 {}};
   cancel.examples = {{"cancel without asking", "trainer distillations cancel 3f2a --force"}};
-  Command rejections{"rejections", {}, "List the rejected decisions and why", "DISTILLATION", "",
-                     {{"limit", 0, "N", "at most N (default all)", ""}}, {}, distillations_rejections, 1, 1, {}};
+  Command rejections{"rejections",
+                     {},
+                     "List the rejected decisions and why",
+                     "DISTILLATION",
+                     "",
+                     {{"limit", 0, "N", "at most N (default all)", ""}},
+                     {},
+                     distillations_rejections,
+                     1,
+                     1,
+                     {}};
   rejections.examples = {{"the first ten", "trainer distillations rejections 3f2a --limit 10"}};
   g.children = {create, list, get, wait, pause, resume, cancel, rejections};
   return g;

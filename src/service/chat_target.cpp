@@ -8,7 +8,8 @@ namespace trainer::service {
 Result<json> find_chat_target(ServiceCore& core, const std::string& name, const std::string& field,
                               const std::string& role) {
   if (find_judge(core.options.config, name) != nullptr) return json{{"declared", name}};
-  TRAINER_ASSIGN_OR_RETURN(std::vector<json> open, core.store->list_endpoints({"AWAITING_CAPACITY", "STARTING", "READY"}));
+  TRAINER_ASSIGN_OR_RETURN(std::vector<json> open,
+                           core.store->list_endpoints({"AWAITING_CAPACITY", "STARTING", "READY"}));
   for (const json& e : open) {
     for (const json& m : e.value("models", json::array())) {
       if (m.is_object() && m.value("name", std::string()) == name) {
@@ -29,7 +30,8 @@ Result<ChatTarget> chat_target_of(ServiceCore& core, const json& target, const s
   if (target.contains("declared")) {
     const std::string name = target["declared"].get<std::string>();
     const JudgeConfig* c = find_judge(core.options.config, name);
-    if (c == nullptr) return failed_precondition(role + " '" + name + "' is no longer declared in trainerd's configuration");
+    if (c == nullptr)
+      return failed_precondition(role + " '" + name + "' is no longer declared in trainerd's configuration");
     std::string base = c->url;
     while (!base.empty() && base.back() == '/') base.pop_back();
     t.label = role + " '" + name + "'";

@@ -2,8 +2,8 @@
 #include "service/distillations.h"
 
 #include <algorithm>
-#include <map>
 #include <atomic>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -29,7 +29,9 @@ constexpr const char* kCancelled = "CANCELLED";
 constexpr int kIdChars = 12;
 constexpr int64_t kMaxTokens = 1048576;
 
-bool ended(const std::string& phase) { return phase == kCompleted || phase == kFailed || phase == kCancelled; }
+bool ended(const std::string& phase) {
+  return phase == kCompleted || phase == kFailed || phase == kCancelled;
+}
 
 std::string at_of(const json& d) {
   return std::to_string(d.value("row", int64_t{0})) + ":" + std::to_string(d.value("message", int64_t{0}));
@@ -38,8 +40,9 @@ std::string at_of(const json& d) {
 // A dataset row as a chat row: a {prompt, completion} row becomes a user and an assistant message.
 json as_chat(json row) {
   if (row.contains("messages")) return row;
-  json out = {{"messages", json::array({{{"role", "user"}, {"content", row.value("prompt", json(""))}},
-                                        {{"role", "assistant"}, {"content", row.value("completion", json(""))}}})}};
+  json out = {
+      {"messages", json::array({{{"role", "user"}, {"content", row.value("prompt", json(""))}},
+                                {{"role", "assistant"}, {"content", row.value("completion", json(""))}}})}};
   for (auto& [k, v] : row.items()) {
     if (k != "prompt" && k != "completion") out[k] = v;
   }
@@ -85,7 +88,8 @@ std::vector<json> chunk_of(const json& doc, const std::vector<json>& decisions, 
   const size_t from = static_cast<size_t>(k - 1) * Distillations::kChunkDecisions;
   if (from >= rest.size()) return {};
   const size_t to = std::min(rest.size(), from + Distillations::kChunkDecisions);
-  return std::vector<json>(rest.begin() + static_cast<std::ptrdiff_t>(from), rest.begin() + static_cast<std::ptrdiff_t>(to));
+  return std::vector<json>(rest.begin() + static_cast<std::ptrdiff_t>(from),
+                           rest.begin() + static_cast<std::ptrdiff_t>(to));
 }
 
 // The chunks after the smoke pass.
@@ -96,14 +100,15 @@ int64_t rest_chunks(int64_t decisions, int64_t smoke) {
 }
 
 // A number field of the request in [lo, hi]; `fallback` when absent.
-Result<json> number_field(const json& body, const char* field, double lo, double hi, json fallback, bool integer,
-                          const std::string& flag) {
+Result<json> number_field(const json& body, const char* field, double lo, double hi, json fallback,
+                          bool integer, const std::string& flag) {
   const json v = body.value(field, json());
   if (v.is_null()) return fallback;
   const bool ok = integer ? v.is_number_integer() : v.is_number();
   if (!ok || v.get<double>() < lo || v.get<double>() > hi) {
     return invalid_field(field, std::string("must be ") + (integer ? "an integer" : "a number") + " from " +
-                                    json(lo).dump() + " to " + json(hi).dump() + " (" + flag + "), got " + v.dump());
+                                    json(lo).dump() + " to " + json(hi).dump() + " (" + flag + "), got " +
+                                    v.dump());
   }
   return v;
 }
@@ -122,15 +127,21 @@ std::optional<json> decision_at(const std::string& s) {
 }  // namespace
 
 const tasks::PhaseTable& distillation_phase_table() {
-  static const tasks::PhaseTable table = *tasks::PhaseTable::make(
-      kKind,
-      {{kPending}, {kSmoke}, {kDistilling}, {kPaused, false, false, true}, {kAssembling}, {kCompleted, true},
-       {kFailed, true}, {kCancelled, true}},
-      {{kPending, {kSmoke, kPaused, kFailed, kCancelled}},
-       {kSmoke, {kDistilling, kPaused, kFailed, kCancelled}},
-       {kDistilling, {kAssembling, kPaused, kFailed, kCancelled}},
-       {kPaused, {kPending, kSmoke, kDistilling, kFailed, kCancelled}},
-       {kAssembling, {kCompleted, kFailed}}});
+  static const tasks::PhaseTable table =
+      *tasks::PhaseTable::make(kKind,
+                               {{kPending},
+                                {kSmoke},
+                                {kDistilling},
+                                {kPaused, false, false, true},
+                                {kAssembling},
+                                {kCompleted, true},
+                                {kFailed, true},
+                                {kCancelled, true}},
+                               {{kPending, {kSmoke, kPaused, kFailed, kCancelled}},
+                                {kSmoke, {kDistilling, kPaused, kFailed, kCancelled}},
+                                {kDistilling, {kAssembling, kPaused, kFailed, kCancelled}},
+                                {kPaused, {kPending, kSmoke, kDistilling, kFailed, kCancelled}},
+                                {kAssembling, {kCompleted, kFailed}}});
   return table;
 }
 
@@ -146,7 +157,8 @@ Result<std::vector<json>> load_rows(ServiceCore& core, const json& doc) {
     size_t end = text.find('\n', start);
     if (end == std::string::npos) end = text.size();
     if (end > start) {
-      TRAINER_ASSIGN_OR_RETURN(json row, parse_json(std::string_view(text).substr(start, end - start), "a dataset row"));
+      TRAINER_ASSIGN_OR_RETURN(
+          json row, parse_json(std::string_view(text).substr(start, end - start), "a dataset row"));
       rows.push_back(as_chat(std::move(row)));
     }
     start = end + 1;
@@ -167,58 +179,74 @@ Result<json> Distillations::create(const json& body) {
     }
   }
   json sampling = json::object();
-  TRAINER_ASSIGN_OR_RETURN(sampling["replicas"], number_field(body, "replicas", 1, kMaxReplicas, 1, true, "--replicas"));
-  TRAINER_ASSIGN_OR_RETURN(sampling["maxTokens"],
-                           number_field(body, "maxTokens", 1, static_cast<double>(kMaxTokens), 4096, true, "--max-tokens"));
-  TRAINER_ASSIGN_OR_RETURN(sampling["temperature"], number_field(body, "temperature", 0, 2, 1.0, false, "--temperature"));
+  TRAINER_ASSIGN_OR_RETURN(sampling["replicas"],
+                           number_field(body, "replicas", 1, kMaxReplicas, 1, true, "--replicas"));
+  TRAINER_ASSIGN_OR_RETURN(
+      sampling["maxTokens"],
+      number_field(body, "maxTokens", 1, static_cast<double>(kMaxTokens), 4096, true, "--max-tokens"));
+  TRAINER_ASSIGN_OR_RETURN(sampling["temperature"],
+                           number_field(body, "temperature", 0, 2, 1.0, false, "--temperature"));
   TRAINER_ASSIGN_OR_RETURN(sampling["topP"], number_field(body, "topP", 0, 1, 1.0, false, "--top-p"));
   if (sampling["topP"].get<double>() <= 0) return invalid_field("topP", "must be above 0 (--top-p)");
-  TRAINER_ASSIGN_OR_RETURN(sampling["seed"], number_field(body, "seed", 0, 9007199254740991.0, 0, true, "--seed"));
+  TRAINER_ASSIGN_OR_RETURN(sampling["seed"],
+                           number_field(body, "seed", 0, 9007199254740991.0, 0, true, "--seed"));
   TRAINER_ASSIGN_OR_RETURN(std::optional<std::string> instructions, optional_string(body, "instructions"));
-  if (instructions && instructions->empty()) return invalid_field("instructions", "must not be empty when given");
+  if (instructions && instructions->empty())
+    return invalid_field("instructions", "must not be empty when given");
   sampling["instructions"] = instructions ? json(*instructions) : json(nullptr);
   const std::string to = body["to"].get<std::string>();
   TRAINER_RETURN_IF_ERROR(Datasets::check_name(to, "to"));
-  TRAINER_ASSIGN_OR_RETURN(json workload, workloads_.resolve(body["workload"].get<std::string>(), "workload"));
+  TRAINER_ASSIGN_OR_RETURN(json workload,
+                           workloads_.resolve(body["workload"].get<std::string>(), "workload"));
   TRAINER_ASSIGN_OR_RETURN(json source, datasets_.resolve(body["from"].get<std::string>(), "from"));
-  json doc = {{"source", {{"hash", source.value("hash", std::string())}, {"rows", source.value("rows", json())}}}};
+  json doc = {
+      {"source", {{"hash", source.value("hash", std::string())}, {"rows", source.value("rows", json())}}}};
   TRAINER_ASSIGN_OR_RETURN(std::vector<json> rows, load_rows(core_, doc));
   const std::vector<json> decisions = decisions_of(rows);
   if (decisions.empty()) {
-    return invalid_field("from", "dataset '" + body["from"].get<std::string>() +
-                                     "' has no assistant message: there is no decision for a teacher to answer");
+    return invalid_field("from",
+                         "dataset '" + body["from"].get<std::string>() +
+                             "' has no assistant message: there is no decision for a teacher to answer");
   }
   json smoke = nullptr;
   if (body.contains("smoke") && !body["smoke"].is_null()) {
     const json& listed = body["smoke"];
     if (!listed.is_array() || listed.empty()) {
-      return invalid_field("smoke", "must be a non-empty list of decisions ROW:MESSAGE (zero-based), e.g. 0:1,3:1");
+      return invalid_field("smoke",
+                           "must be a non-empty list of decisions ROW:MESSAGE (zero-based), e.g. 0:1,3:1");
     }
     smoke = json::array();
     std::set<std::string> seen;
     for (size_t i = 0; i < listed.size(); ++i) {
       const std::string at = "smoke[" + std::to_string(i) + "]";
-      std::optional<json> d = listed[i].is_string() ? decision_at(listed[i].get<std::string>()) : std::nullopt;
+      std::optional<json> d =
+          listed[i].is_string() ? decision_at(listed[i].get<std::string>()) : std::nullopt;
       if (!d) {
-        return invalid_field(at, listed[i].dump() + " is not a decision ROW:MESSAGE (two zero-based numbers, e.g. 3:1)");
+        return invalid_field(
+            at, listed[i].dump() + " is not a decision ROW:MESSAGE (two zero-based numbers, e.g. 3:1)");
       }
       const auto r = (*d)["row"].get<size_t>(), m = (*d)["message"].get<size_t>();
       if (r >= rows.size()) {
-        return invalid_field(at, listed[i].get<std::string>() + ": the dataset has " + std::to_string(rows.size()) +
-                                     " rows (0 to " + std::to_string(rows.size() - 1) + ")");
+        return invalid_field(at, listed[i].get<std::string>() + ": the dataset has " +
+                                     std::to_string(rows.size()) + " rows (0 to " +
+                                     std::to_string(rows.size() - 1) + ")");
       }
       const json& messages = rows[r]["messages"];
       if (m >= messages.size() || messages[m].value("role", std::string()) != "assistant") {
-        return invalid_field(at, listed[i].get<std::string>() + ": message " + std::to_string(m) + " of row " +
-                                     std::to_string(r) + " is not an assistant message (a decision)");
+        return invalid_field(at, listed[i].get<std::string>() + ": message " + std::to_string(m) +
+                                     " of row " + std::to_string(r) +
+                                     " is not an assistant message (a decision)");
       }
-      if (!seen.insert(at_of(*d)).second) return invalid_field(at, listed[i].get<std::string>() + " is listed twice");
+      if (!seen.insert(at_of(*d)).second)
+        return invalid_field(at, listed[i].get<std::string>() + " is listed twice");
       smoke.push_back(*d);
     }
   }
-  TRAINER_ASSIGN_OR_RETURN(json teacher, find_chat_target(core_, body["teacher"].get<std::string>(), "teacher", "teacher"));
-  const int64_t smoke_count = smoke.is_array() ? static_cast<int64_t>(smoke.size())
-                                               : static_cast<int64_t>(std::min(decisions.size(), kSmokeDecisions));
+  TRAINER_ASSIGN_OR_RETURN(json teacher,
+                           find_chat_target(core_, body["teacher"].get<std::string>(), "teacher", "teacher"));
+  const int64_t smoke_count = smoke.is_array()
+                                  ? static_cast<int64_t>(smoke.size())
+                                  : static_cast<int64_t>(std::min(decisions.size(), kSmokeDecisions));
   doc["distillationId"] = random_hex(kIdChars);
   doc["workload"] = workload.value("name", body["workload"].get<std::string>());
   doc["teacher"] = body["teacher"];
@@ -251,8 +279,9 @@ Result<json> Distillations::create(const json& body) {
 Result<json> Distillations::find(const std::string& ref) {
   if (ref.empty() || !is_hex(ref)) {
     return field_status(StatusCode::kNotFound, "distillation",
-                        "no distillation '" + ref + "': an id is 12 hex digits, or a prefix of one "
-                        "(`trainer distillations list` lists them)");
+                        "no distillation '" + ref +
+                            "': an id is 12 hex digits, or a prefix of one "
+                            "(`trainer distillations list` lists them)");
   }
   if (ref.size() == static_cast<size_t>(kIdChars)) {
     TRAINER_ASSIGN_OR_RETURN(std::optional<json> doc, core_.store->get_distillation(ref));
@@ -301,7 +330,9 @@ Result<json> Distillations::rejections(const std::string& ref, int64_t limit) {
       if (a.value("accepted", false)) continue;
       ++total;
       if (limit == 0 || static_cast<int64_t>(out.size()) < limit) {
-        out.push_back({{"row", a["row"]}, {"message", a["message"]}, {"reason", a.value("reason", std::string())},
+        out.push_back({{"row", a["row"]},
+                       {"message", a["message"]},
+                       {"reason", a.value("reason", std::string())},
                        {"chunk", c["chunk"]}});
       }
     }
@@ -324,12 +355,14 @@ Result<json> Distillations::present(const json& doc) {
       if (a.value("accepted", false)) ++accepted;
     }
   }
-  out["progress"] = {{"decisions",
-                      {{"total", doc.value("decisions", int64_t{0})},
-                       {"answered", answered},
-                       {"accepted", accepted},
-                       {"rejected", answered - accepted}}},
-                     {"chunks", {{"stored", static_cast<int64_t>(chunks.size())}, {"total", doc.value("chunks", int64_t{0})}}}};
+  out["progress"] = {
+      {"decisions",
+       {{"total", doc.value("decisions", int64_t{0})},
+        {"answered", answered},
+        {"accepted", accepted},
+        {"rejected", answered - accepted}}},
+      {"chunks",
+       {{"stored", static_cast<int64_t>(chunks.size())}, {"total", doc.value("chunks", int64_t{0})}}}};
   return out;
 }
 
@@ -357,14 +390,16 @@ Result<json> Distillations::request(const std::string& ref, const std::string& w
     to = kPaused;
   } else if (what == "resume") {
     if (phase != kPaused) {
-      return field_status(StatusCode::kFailedPrecondition, "distillation", name + " is " + phase + ", not PAUSED");
+      return field_status(StatusCode::kFailedPrecondition, "distillation",
+                          name + " is " + phase + ", not PAUSED");
     }
     to = doc.value("_resumeTo", std::string(kPending));
     doc.erase("_resumeTo");
   } else {  // cancel
     if (phase == kAssembling) {
-      return field_status(StatusCode::kFailedPrecondition, "distillation",
-                          name + " is ASSEMBLING: its rows are being registered; it can no longer be cancelled");
+      return field_status(
+          StatusCode::kFailedPrecondition, "distillation",
+          name + " is ASSEMBLING: its rows are being registered; it can no longer be cancelled");
     }
     to = kCancelled;
     doc["endedAt"] = core_.now_rfc3339();
@@ -379,22 +414,30 @@ Result<json> Distillations::request(const std::string& ref, const std::string& w
   return present(doc);
 }
 
-Result<json> Distillations::pause(const std::string& ref) { return request(ref, "pause"); }
-Result<json> Distillations::resume(const std::string& ref) { return request(ref, "resume"); }
-Result<json> Distillations::cancel(const std::string& ref) { return request(ref, "cancel"); }
+Result<json> Distillations::pause(const std::string& ref) {
+  return request(ref, "pause");
+}
+Result<json> Distillations::resume(const std::string& ref) {
+  return request(ref, "resume");
+}
+Result<json> Distillations::cancel(const std::string& ref) {
+  return request(ref, "cancel");
+}
 
 Result<json> Distillations::answer_chunk(const json& doc, const std::vector<json>& rows,
                                          const std::vector<json>& decisions, int64_t chunk) {
   const std::string id = doc["distillationId"].get<std::string>();
   const std::vector<json> todo = chunk_of(doc, decisions, chunk);
-  TRAINER_ASSIGN_OR_RETURN(ChatTarget teacher, chat_target_of(core_, doc.value("_teacher", json::object()), "teacher"));
+  TRAINER_ASSIGN_OR_RETURN(ChatTarget teacher,
+                           chat_target_of(core_, doc.value("_teacher", json::object()), "teacher"));
   const json s = doc["sampling"];
   TeacherSampling sampling;
   sampling.max_tokens = s.value("maxTokens", 4096);
   sampling.temperature = s.value("temperature", 1.0);
   sampling.top_p = s.value("topP", 1.0);
   sampling.seed = s.value("seed", int64_t{0});
-  if (s.value("instructions", json()).is_string()) sampling.instructions = s["instructions"].get<std::string>();
+  if (s.value("instructions", json()).is_string())
+    sampling.instructions = s["instructions"].get<std::string>();
 
   std::vector<json> answers(todo.size());
   std::atomic<size_t> next{0};
@@ -428,7 +471,8 @@ Result<json> Distillations::answer_chunk(const json& doc, const std::vector<json
           ask_teacher(teacher, sampling, rows[static_cast<size_t>(r)], static_cast<size_t>(m), keep_going);
       if (core_.kernel->work_stopping()) return stop_with("trainerd is stopping");  // nothing stored
       if (a.refused) return stop_with(teacher.label + " refused a call: " + a.reason);
-      json answer = {{"row", r}, {"message", m}, {"accepted", a.accepted}, {"answeredAt", core_.now_rfc3339()}};
+      json answer = {
+          {"row", r}, {"message", m}, {"accepted", a.accepted}, {"answeredAt", core_.now_rfc3339()}};
       if (a.accepted) {
         answer["answer"] = a.message;
       } else {
@@ -477,7 +521,8 @@ Result<json> Distillations::run_smoke(const json& doc) {
   for (const json& a : answers) {
     if (a.value("accepted", false)) continue;
     ++rejected;
-    if (rejected <= 5) which += (which.empty() ? "" : "; ") + at_of(a) + " (" + a.value("reason", std::string()) + ")";
+    if (rejected <= 5)
+      which += (which.empty() ? "" : "; ") + at_of(a) + " (" + a.value("reason", std::string()) + ")";
   }
   const bool listed = doc.value("smoke", json()).is_array();
   const int64_t allowed = listed ? 0 : 1;
@@ -486,10 +531,11 @@ Result<json> Distillations::run_smoke(const json& doc) {
                        {"rejected", rejected},
                        {"passed", rejected <= allowed}};
   if (rejected > allowed) {
-    return failed_precondition("the smoke pass failed: " + std::to_string(rejected) + " of " +
-                               std::to_string(answers.size()) + " smoke decisions were rejected (" +
-                               (listed ? std::string("every listed one must be accepted") : "at most 1 may be") +
-                               "): " + which + (rejected > 5 ? "; ..." : "") + "; nothing was registered");
+    return failed_precondition(
+        "the smoke pass failed: " + std::to_string(rejected) + " of " + std::to_string(answers.size()) +
+        " smoke decisions were rejected (" +
+        (listed ? std::string("every listed one must be accepted") : "at most 1 may be") + "): " + which +
+        (rejected > 5 ? "; ..." : "") + "; nothing was registered");
   }
   return json{{"smoke", result}};
 }
@@ -558,7 +604,8 @@ Result<json> Distillations::assemble(const json& doc) {
       for (size_t i = 0; same_calls && i < ours.size(); ++i) {
         const json& f = theirs[i].contains("function") ? theirs[i]["function"] : theirs[i];
         same_calls = f.value("name", std::string()) == ours[i]["function"].value("name", std::string());
-        if (same_calls && theirs[i].value("id", json()).is_string()) answer["tool_calls"][i]["id"] = theirs[i]["id"];
+        if (same_calls && theirs[i].value("id", json()).is_string())
+          answer["tool_calls"][i]["id"] = theirs[i]["id"];
       }
       messages.push_back(std::move(answer));
       keep = messages.size();
@@ -571,8 +618,9 @@ Result<json> Distillations::assemble(const json& doc) {
     ++kept_rows;
   }
   if (kept_rows == 0) {
-    return failed_precondition("no row kept an accepted answer (each row's first decision was rejected); "
-                               "nothing was registered");
+    return failed_precondition(
+        "no row kept an accepted answer (each row's first decision was rejected); "
+        "nothing was registered");
   }
   TRAINER_ASSIGN_OR_RETURN(auto registered, datasets_.register_rows(doc["to"].get<std::string>(), text));
   json dataset = {{"name", doc["to"]},

@@ -37,7 +37,9 @@ class Distillations {
   static constexpr int kMaxReplicas = 64;
 
   Distillations(ServiceCore& core, Datasets& datasets, Workloads& workloads)
-      : core_(core), datasets_(datasets), workloads_(workloads),
+      : core_(core),
+        datasets_(datasets),
+        workloads_(workloads),
         tasks_(distillation_phase_table(), [this](tasks::Step& s) { return step_task(s); }) {}
 
   // Service::create_distillation: body {workload, teacher, from, to, replicas?, maxTokens?,
@@ -70,8 +72,8 @@ class Distillations {
   Result<json> assemble(const json& doc);
   // Answers the decisions of chunk `chunk` and stores them as one chunk; {stopped: PHASE} when the
   // distillation was cancelled meanwhile (nothing stored).
-  Result<json> answer_chunk(const json& doc, const std::vector<json>& rows, const std::vector<json>& decisions,
-                            int64_t chunk);
+  Result<json> answer_chunk(const json& doc, const std::vector<json>& rows,
+                            const std::vector<json>& decisions, int64_t chunk);
   // A pause or cancel request: the phase it may come from checked, the document and task moved.
   Result<json> request(const std::string& ref, const std::string& what);
   // The stored document with its progress from the stored chunks.

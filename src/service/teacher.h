@@ -8,20 +8,19 @@
 
 #include <cstdint>
 #include <functional>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "service/chat_target.h"
 
 namespace trainer::service {
 
 struct TeacherSampling {
-  int max_tokens = 4096;     // the answer at most, in tokens
-  double temperature = 1.0;  // sampling temperature
-  double top_p = 1.0;        // nucleus sampling's mass
-  int64_t seed = 0;          // the request's seed
-  std::string instructions;  // a system message put first; "" = none
+  int max_tokens = 4096;         // the answer at most, in tokens
+  double temperature = 1.0;      // sampling temperature
+  double top_p = 1.0;            // nucleus sampling's mass
+  int64_t seed = 0;              // the request's seed
+  std::string instructions;      // a system message put first; "" = none
   double timeout_seconds = 120;  // one call
   int retries = 2;               // further tries of a call without a chat completion
 };
@@ -37,11 +36,12 @@ struct TeacherAnswer {
 // Asks `teacher` to answer the assistant turn messages[index] of `row` from the messages before
 // it and the row's tools. `keep_going` is asked about once a second while a call runs: false stops
 // the call (and its retries). Thread-safe.
-TeacherAnswer ask_teacher(const ChatTarget& teacher, const TeacherSampling& sampling, const nlohmann::json& row,
-                          size_t index, const std::function<bool()>& keep_going);
+TeacherAnswer ask_teacher(const ChatTarget& teacher, const TeacherSampling& sampling,
+                          const nlohmann::json& row, size_t index, const std::function<bool()>& keep_going);
 
 // Whether `message` (a chat completion's choices[0].message, with its finish_reason) is an
 // acceptable answer for a row declaring `tools`: "" when it is, else why not.
-std::string rejection_of(const nlohmann::json& message, const std::string& finish_reason, const nlohmann::json& tools);
+std::string rejection_of(const nlohmann::json& message, const std::string& finish_reason,
+                         const nlohmann::json& tools);
 
 }  // namespace trainer::service

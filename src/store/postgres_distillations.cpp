@@ -25,9 +25,10 @@ Result<bool> PostgresStore::put_distillation_chunk(const std::string& distillati
   const Params p{distillation_id, std::to_string(doc["chunk"].get<int64_t>()),
                  doc.dump(-1, ' ', false, json::error_handler_t::replace)};
   return locked([&]() -> Result<bool> {
-    TRAINER_ASSIGN_OR_RETURN(Rows r, run("INSERT INTO distillation_chunks(distillation_id, chunk, doc) "
-                                         "VALUES ($1, $2::bigint, $3) ON CONFLICT (distillation_id, chunk) DO NOTHING",
-                                         p, "writing distillation chunk"));
+    TRAINER_ASSIGN_OR_RETURN(
+        Rows r, run("INSERT INTO distillation_chunks(distillation_id, chunk, doc) "
+                    "VALUES ($1, $2::bigint, $3) ON CONFLICT (distillation_id, chunk) DO NOTHING",
+                    p, "writing distillation chunk"));
     return r.changed() > 0;
   });
 }

@@ -23,8 +23,9 @@ Result<bool> SqliteStore::put_distillation_chunk(const std::string& distillation
     return invalid_argument("a distillation chunk needs an integer chunk");
   }
   std::lock_guard<std::recursive_mutex> lock(mu_);
-  Stmt s(db_, "INSERT INTO distillation_chunks(distillation_id, chunk, doc) VALUES (?, ?, ?) "
-              "ON CONFLICT(distillation_id, chunk) DO NOTHING");
+  Stmt s(db_,
+         "INSERT INTO distillation_chunks(distillation_id, chunk, doc) VALUES (?, ?, ?) "
+         "ON CONFLICT(distillation_id, chunk) DO NOTHING");
   s.bind(1, distillation_id)
       .bind(2, doc["chunk"].get<int64_t>())
       .bind(3, doc.dump(-1, ' ', false, json::error_handler_t::replace));
@@ -33,7 +34,8 @@ Result<bool> SqliteStore::put_distillation_chunk(const std::string& distillation
 }
 
 Result<std::vector<json>> SqliteStore::list_distillation_chunks(const std::string& distillation_id) {
-  return docs("SELECT doc FROM distillation_chunks WHERE distillation_id = ? ORDER BY chunk", {distillation_id});
+  return docs("SELECT doc FROM distillation_chunks WHERE distillation_id = ? ORDER BY chunk",
+              {distillation_id});
 }
 
 }  // namespace trainer::store::sqlite
