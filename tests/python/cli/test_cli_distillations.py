@@ -36,6 +36,7 @@ class Teacher:
         self.answered: dict[tuple[int, int], int] = {}      # decision -> answers given
         self.requests: dict[tuple[int, int], dict] = {}     # decision -> the last request
         self.bad: set[tuple[int, int]] = set()
+        self.odd: dict[tuple[int, int], dict] = {}          # decision -> the choice given instead
         self.hold_after: int | None = None
         self.admitted = 0
         self.gate = threading.Event()
@@ -69,8 +70,9 @@ class Teacher:
                 message = answer_of(decision, "tools" in body, wants_call)
                 if decision in teacher.bad:
                     message = {"role": "assistant", "content": ""}
-                reply = {"id": "x", "object": "chat.completion", "model": body["model"],
-                         "choices": [{"index": 0, "finish_reason": "stop", "message": message}]}
+                choice = {"index": 0, "finish_reason": "stop", "message": message}
+                choice.update(teacher.odd.get(decision, {}))
+                reply = {"id": "x", "object": "chat.completion", "model": body["model"], "choices": [choice]}
                 data = json.dumps(reply).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
@@ -198,16 +200,20 @@ def test_a_distillation_registers_the_teachers_answers_in_place_of_the_assistant
     try:
         decisions = decisions_of(rows)  # 42: the smoke pass's 16, then one chunk of 26
         teacher.bad = {(2, 1), (10, 3)}  # one in the smoke pass (allowed), one after it
+        teacher.odd = {(12, 1): {"message": {"role": "assistant", "content": None,  # a row without tools
+                                             "tool_calls": [{"id": "x", "type": "function",
+                                                             "function": {"name": "delete_all", "arguments": "{}"}}]}},
+                       (14, 3): {"finish_reason": "length"}}
         started = create(cli, "--replicas", "3", "--max-tokens", "256", "--temperature", "0.5", "--top-p", "0.9",
                          "--seed", "7", "--instructions", "Answer as the ACME agent.")
         ident = started["distillationId"]
         assert re.fullmatch(r"[0-9a-f]{12}", ident) and started["phase"] in ("PENDING", "SMOKE_TEST"), started
         done = cli.json("distillations", "wait", ident[:6], "--exit-status", timeout=300)
         assert done["phase"] == "COMPLETED", done
-        assert done["progress"] == {"decisions": {"total": 42, "answered": 42, "accepted": 40, "rejected": 2},
+        assert done["progress"] == {"decisions": {"total": 42, "answered": 42, "accepted": 38, "rejected": 4},
                                     "chunks": {"stored": 2, "total": 2}}
         assert done["smokeResult"] == {"decisions": 16, "accepted": 15, "rejected": 1, "passed": True}
-        assert dataset_rows(svc, cli, "distilled") == expected_rows(rows, teacher.bad)
+        assert dataset_rows(svc, cli, "distilled") == expected_rows(rows, teacher.bad | set(teacher.odd))
         assert done["result"]["dataset"]["hash"] == cli.json("datasets", "get", "distilled")["hash"]
         assert teacher.answered == {d: 1 for d in decisions}  # every decision asked once
         # The request: the history before the decision after the instructions, the row's tools, the sampling.
@@ -219,9 +225,11 @@ def test_a_distillation_registers_the_teachers_answers_in_place_of_the_assistant
             "model": "big-model", "max_tokens": 256, "temperature": 0.5, "top_p": 0.9, "seed": 7}
 
         rejected = cli.json("distillations", "rejections", ident)
-        assert [(x["row"], x["message"]) for x in rejected["rejections"]] == [(2, 1), (10, 3)]
-        assert all(x["reason"].startswith("empty") for x in rejected["rejections"])
-        assert len(cli.json("distillations", "rejections", ident, "--limit", "1")["rejections"]) == 1
+        assert [(x["row"], x["message"], x["reason"].split(":")[0]) for x in rejected["rejections"]] == [
+            (2, 1, "empty"), (10, 3, "empty"), (12, 1, "unknown_tool"), (14, 3, "truncated")]
+        assert "'delete_all'" in rejected["rejections"][2]["reason"]
+        limited = cli.json("distillations", "rejections", ident, "--limit", "1")
+        assert len(limited["rejections"]) == 1 and limited["total"] == 4
         text = cli("distillations", "rejections", ident, check=True).stdout
         assert "2:1" in text and "10:3" in text
         listed = cli.json("distillations", "list")["distillations"]
