@@ -1,5 +1,5 @@
 // Data: datasets (registered rows, measured under a base model), sessions and curations
-// (docs/curations.md) and scoring bundles (docs/graders.md, "Registered bundles").
+// (docs/curations.md), distillations (docs/distillations.md) and scoring bundles (docs/graders.md, "Registered bundles").
 #include <optional>
 #include <string>
 
@@ -85,6 +85,24 @@ void install_data_routes(http::Router& router, service::Service& svc, const serv
   router.add("GET", "/v1/curations", max, route_json(200, [&svc](const Request&) { return svc.list_curations(); }));
   router.add("GET", "/v1/curations/{id}", max,
              route_json(200, [&svc](const Request& req) { return svc.get_curation(req.params[0]); }));
+
+  // ---- distillations (docs/distillations.md)
+  router.add("POST", "/v1/distillations", max,
+             route_body(201, [&svc](const Request&, const json& body) { return svc.create_distillation(body); }));
+  router.add("GET", "/v1/distillations", max,
+             route_json(200, [&svc](const Request&) { return svc.list_distillations(); }));
+  router.add("GET", "/v1/distillations/{id}", max,
+             route_json(200, [&svc](const Request& req) { return svc.get_distillation(req.params[0]); }));
+  router.add("GET", "/v1/distillations/{id}/rejections", max, route_json(200, [&svc](const Request& req) -> Result<json> {
+               TRAINER_ASSIGN_OR_RETURN(int64_t limit, int_param(req, "limit", 0));
+               return svc.distillation_rejections(req.params[0], limit);
+             }));
+  router.add("POST", "/v1/distillations/{id}/pause", max,
+             route_json(200, [&svc](const Request& req) { return svc.pause_distillation(req.params[0]); }));
+  router.add("POST", "/v1/distillations/{id}/resume", max,
+             route_json(200, [&svc](const Request& req) { return svc.resume_distillation(req.params[0]); }));
+  router.add("POST", "/v1/distillations/{id}/cancel", max,
+             route_json(200, [&svc](const Request& req) { return svc.cancel_distillation(req.params[0]); }));
 
   // ---- scoring bundles
   router.add("POST", "/v1/bundles", max_upload,

@@ -37,7 +37,7 @@ Command build_command_tree() {
                    {"the commands of a noun", "trainer help datasets"}};
   // The parser answers `trainer help ...` itself; this entry lists it and carries its help.
   root.children = {info_command(),      status_command(),      base_models_command(), datasets_command(),
-                   sessions_command(),  curations_command(),   workloads_command(),
+                   sessions_command(),  curations_command(),   distillations_command(),   workloads_command(),
                    runs_command(),      pipelines_command(),   snapshots_command(),   evaluations_command(), trained_models_command(),
                    comparisons_command(), bundles_command(), endpoints_command(), capacity_command(),
                    help};

@@ -28,6 +28,7 @@ Command pipelines_command();  // cmd_pipelines.cpp
 Command bundles_command();  // cmd_bundles.cpp
 Command sessions_command();  // cmd_sessions.cpp
 Command curations_command();  // cmd_curations.cpp
+Command distillations_command();  // cmd_distillations.cpp
 Command endpoints_command();  // cmd_endpoints.cpp
 Command endpoints_proxy_command();  // `endpoints proxy ENDPOINT` (cmd_endpoints_proxy.cpp)
 // `snapshots register SNAPSHOT` and `snapshots candidate SNAPSHOT` (children of snapshots_command()).

@@ -3,12 +3,12 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <optional>
 #include <regex>
 #include <thread>
 
 #include "dataset/sessions.h"
+#include "service/chat_target.h"
 
 namespace trainer::service {
 namespace {
@@ -86,20 +86,7 @@ Result<json> Curations::check_request(const json& body) {
 }
 
 Result<json> Curations::find_judge_target(const std::string& name) {
-  if (find_judge(core_.options.config, name) != nullptr) return json{{"declared", name}};
-  TRAINER_ASSIGN_OR_RETURN(std::vector<json> open, core_.store->list_endpoints({"AWAITING_CAPACITY", "STARTING", "READY"}));
-  for (const json& e : open) {
-    for (const json& m : e.value("models", json::array())) {
-      if (m.is_object() && m.value("name", std::string()) == name) {
-        return json{{"endpointId", e.value("endpointId", std::string())}, {"model", name}};
-      }
-    }
-  }
-  std::string declared;
-  for (const auto& j : core_.options.config.judges) declared += (declared.empty() ? "" : ", ") + j.name;
-  return invalid_field("judge", "'" + name + "' is neither a judge of this trainerd (declared: " +
-                                    (declared.empty() ? std::string("none") : declared) +
-                                    ") nor a model served at one of its endpoints (`trainer endpoints list`)");
+  return find_chat_target(core_, name, "judge", "judge");
 }
 
 Result<std::pair<json, bool>> Curations::apply(const json& body) {
@@ -215,34 +202,15 @@ Result<json> Curations::present(const json& doc, bool rejections) {
 }
 
 Result<CurationJudge> Curations::judge_of(const json& doc) {
-  const json target = doc.value("_judge", json::object());
   CurationJudge j;
   const json instructions = doc.value("graderInstructions", json());
   j.instructions = instructions.is_string() ? instructions.get<std::string>() : kDefaultJudgeInstructions;
-  if (target.contains("declared")) {
-    const std::string name = target["declared"].get<std::string>();
-    const JudgeConfig* c = find_judge(core_.options.config, name);
-    if (c == nullptr) return failed_precondition("judge '" + name + "' is no longer declared in trainerd's configuration");
-    std::string base = c->url;
-    while (!base.empty() && base.back() == '/') base.pop_back();
-    j.label = "judge '" + name + "'";
-    j.url = base + "/v1/chat/completions";
-    j.model = c->model.empty() ? c->name : c->model;
-    j.ca_file = c->ca_file;
-    if (!c->api_key_env.empty()) {
-      const char* key = std::getenv(c->api_key_env.c_str());
-      if (key == nullptr || *key == '\0') {
-        return failed_precondition("judge '" + name + "' declares apiKeyEnv " + c->api_key_env +
-                                   ", which trainerd's environment does not set");
-      }
-      j.headers.push_back({"Authorization", std::string("Bearer ") + key});
-    }
-    return j;
-  }
-  const std::string endpoint = target.value("endpointId", std::string());
-  j.label = "judge '" + target.value("model", std::string()) + "' (endpoint " + endpoint + ")";
-  j.url = core_.catalog_url + "/v1/endpoints/" + endpoint + "/v1/chat/completions";
-  j.model = target.value("model", std::string());
+  TRAINER_ASSIGN_OR_RETURN(ChatTarget t, chat_target_of(core_, doc.value("_judge", json::object()), "judge"));
+  j.label = std::move(t.label);
+  j.url = std::move(t.url);
+  j.model = std::move(t.model);
+  j.ca_file = std::move(t.ca_file);
+  j.headers = std::move(t.headers);
   return j;
 }
 

@@ -44,6 +44,7 @@ ServiceImpl::ServiceImpl(ServiceOptions options, std::unique_ptr<store::Store> s
   kernel_->add_kind(endpoints_.task_kind());
   kernel_->add_kind(analyses_.task_kind());
   kernel_->add_kind(curations_.task_kind());
+  kernel_->add_kind(distillations_.task_kind());
 }
 
 ServiceImpl::~ServiceImpl() { stop(); }

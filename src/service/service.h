@@ -213,6 +213,18 @@ class Service {
   virtual Result<json> get_curation(const std::string& id) = 0;
   virtual Result<json> list_curations() = 0;  // {curations} newest first
 
+  // ---- distillations (docs/distillations.md); `ref` is an id or an unambiguous prefix of one
+  // body {workload, teacher, from, to, replicas?, maxTokens?, temperature?, topP?, seed?,
+  // instructions?, smoke?}: the new distillation.
+  virtual Result<json> create_distillation(const json& body) = 0;
+  virtual Result<json> get_distillation(const std::string& ref) = 0;
+  virtual Result<json> list_distillations() = 0;  // {distillations} newest first
+  // {distillationId, rejections: [{row, message, reason, chunk}], total}; at most `limit` (0 = all).
+  virtual Result<json> distillation_rejections(const std::string& ref, int64_t limit) = 0;
+  virtual Result<json> pause_distillation(const std::string& ref) = 0;
+  virtual Result<json> resume_distillation(const std::string& ref) = 0;
+  virtual Result<json> cancel_distillation(const std::string& ref) = 0;
+
   // ---- scoring bundles (docs/graders.md, "Registered bundles")
   // body {name, files: [{path, content}]}: stores a Python package folder's files, content-
   // addressed, as the next version of `name`; returns it and whether it is new (the same files

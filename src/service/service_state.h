@@ -62,6 +62,7 @@
 #include "service/capacity.h"
 #include "service/comparisons.h"
 #include "service/curations.h"
+#include "service/distillations.h"
 #include "service/dataset_analyses.h"
 #include "service/sessions.h"
 #include "service/datasets.h"
@@ -135,6 +136,15 @@ class ServiceImpl final : public Service {
   Result<std::pair<json, bool>> apply_curation(const json& body) override { return curations_.apply(body); }
   Result<json> get_curation(const std::string& id) override { return curations_.get(id); }
   Result<json> list_curations() override { return curations_.list(); }
+  Result<json> create_distillation(const json& body) override { return distillations_.create(body); }
+  Result<json> get_distillation(const std::string& ref) override { return distillations_.get(ref); }
+  Result<json> list_distillations() override { return distillations_.list(); }
+  Result<json> distillation_rejections(const std::string& ref, int64_t limit) override {
+    return distillations_.rejections(ref, limit);
+  }
+  Result<json> pause_distillation(const std::string& ref) override { return distillations_.pause(ref); }
+  Result<json> resume_distillation(const std::string& ref) override { return distillations_.resume(ref); }
+  Result<json> cancel_distillation(const std::string& ref) override { return distillations_.cancel(ref); }
   // Datasets::measure_cached() of a plan's dataset, base model and maxSeqLength; none when a name
   // does not resolve (submit_run() reports that), the model is not ready yet or the measurement fails.
   std::optional<json> measure_plan(const plan::Plan& p);
@@ -458,6 +468,7 @@ class ServiceImpl final : public Service {
                                           });
                                         },
                                         [this](const std::string& id) { return cancel_run_locked(id); }}};
+  Distillations distillations_{core_, datasets_, workloads_};
 
   // ServiceOptions::job_otlp_endpoint, or what the wiring set before start(); read by the driver.
   std::string job_otlp_endpoint_;

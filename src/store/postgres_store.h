@@ -133,6 +133,11 @@ class PostgresStore final : public Store {
   Result<std::optional<json>> get_pipeline(const std::string& id) override;
   Result<std::vector<std::string>> pipeline_ids_with_prefix(const std::string& prefix, int limit) override;
   Result<std::vector<json>> list_pipelines(const std::vector<std::string>& phases) override;
+  Status put_distillation(const json& doc) override;
+  Result<std::optional<json>> get_distillation(const std::string& id) override;
+  Result<std::vector<json>> list_distillations() override;
+  Result<bool> put_distillation_chunk(const std::string& distillation_id, const json& doc) override;
+  Result<std::vector<json>> list_distillation_chunks(const std::string& distillation_id) override;
   // ---- endpoints
   Status put_endpoint(const json& doc) override;
   Result<std::optional<json>> get_endpoint(const std::string& id) override;

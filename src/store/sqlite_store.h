@@ -109,6 +109,11 @@ class SqliteStore final : public Store {
   Result<std::vector<json>> list_curations() override;
   Result<bool> put_curation_score(const std::string& curation_id, const json& doc) override;
   Result<std::vector<json>> list_curation_scores(const std::string& curation_id) override;
+  Status put_distillation(const json& doc) override;
+  Result<std::optional<json>> get_distillation(const std::string& id) override;
+  Result<std::vector<json>> list_distillations() override;
+  Result<bool> put_distillation_chunk(const std::string& distillation_id, const json& doc) override;
+  Result<std::vector<json>> list_distillation_chunks(const std::string& distillation_id) override;
   // ---- evaluations
   Status put_evaluation(const json& doc) override;
   Result<std::optional<json>> get_evaluation(const std::string& id) override;

@@ -212,6 +212,20 @@ CREATE TABLE pipelines (
   phase TEXT NOT NULL,
   doc TEXT NOT NULL);
 )sql",
+    // 17: distillations (a teacher answers every assistant turn of a dataset's rows), the
+    // answers stored a chunk at a time (docs/distillations.md).
+    R"sql(
+CREATE TABLE distillations (
+  id TEXT PRIMARY KEY,
+  created_seq INTEGER NOT NULL,
+  phase TEXT NOT NULL,
+  doc TEXT NOT NULL);
+CREATE TABLE distillation_chunks (
+  distillation_id TEXT NOT NULL,
+  chunk INTEGER NOT NULL,
+  doc TEXT NOT NULL,
+  PRIMARY KEY (distillation_id, chunk));
+)sql",
 };
 
 }  // namespace

@@ -317,6 +317,16 @@ class Store {
   virtual Result<bool> put_curation_score(const std::string& curation_id, const json& doc) = 0;
   // The curation's scores, by candidate index.
   virtual Result<std::vector<json>> list_curation_scores(const std::string& curation_id) = 0;
+  // ---- distillations (docs/distillations.md): keyed by doc["distillationId"]; doc["phase"] is kept
+  // as a column. The teacher's answers are stored in chunks, each a row of its own keyed by
+  // (distillation, chunk index), written once when the chunk is complete.
+  virtual Status put_distillation(const json& doc) = 0;  // inserts, or replaces the stored document
+  virtual Result<std::optional<json>> get_distillation(const std::string& id) = 0;
+  virtual Result<std::vector<json>> list_distillations() = 0;  // newest first
+  // Stores doc (doc["chunk"], an integer) unless that chunk is stored already; false then.
+  virtual Result<bool> put_distillation_chunk(const std::string& distillation_id, const json& doc) = 0;
+  // The distillation's stored chunks, by chunk index.
+  virtual Result<std::vector<json>> list_distillation_chunks(const std::string& distillation_id) = 0;
   // ---- scoring bundles: versions keyed by (doc["name"], doc["version"]), doc["sha"] the hash of
   // their files
   virtual Status insert_bundle_version(const json& doc) = 0;  // already_exists when (name, version) exists

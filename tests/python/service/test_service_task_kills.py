@@ -68,6 +68,10 @@ NOT_IN_THIS_FLOW = {
     # No pipeline in these flows: tests/python/cli/test_cli_pipelines.py kills trainerd while a
     # stage's run trains and while its evaluation runs, and sees no stage started twice.
     "pipeline": {"RUNNING", "INTERRUPTED", "COMPLETED", "FAILED", "CANCELLED"},
+    # No distillation in these flows: tests/python/cli/test_cli_distillations.py SIGKILLs trainerd
+    # mid-distillation and sees it complete, asking at most one chunk again.
+    "distillation": {"PENDING", "SMOKE_TEST", "DISTILLING", "PAUSED", "ASSEMBLING", "COMPLETED", "FAILED",
+                     "CANCELLED"},
 }
 
 
@@ -84,7 +88,7 @@ def test_every_boundary_of_the_flow_is_a_phase_of_its_kinds_table(start_trainerd
     d = start_trainerd(job="real")
     kinds = {k["kind"]: k for k in d.ok(d.get("/v1/info"))["taskKinds"]}
     assert set(kinds) == {"run", "base_model", "registration", "comparison", "evaluation", "endpoint",
-                          "dataset_analysis", "curation", "pipeline"}
+                          "dataset_analysis", "curation", "pipeline", "distillation"}
     for kind, table in kinds.items():
         phases = {p["name"] for p in table["phases"]}
         covered = {phase for k, phase in BOUNDARIES + COMPARISON_BOUNDARIES if k == kind}

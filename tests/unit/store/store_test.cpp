@@ -36,7 +36,7 @@ void PrintTo(Kind kind, std::ostream* os) {
 // One empty database of one implementation, and what a test does behind the store's back (raw
 // SQL, as an older trainerd or an operator would).
 // The schema version both stores migrate to (one per migration; each store's list has them all).
-constexpr int kSchemaVersion = 16;
+constexpr int kSchemaVersion = 17;
 
 class TestDatabase {
  public:
@@ -601,11 +601,11 @@ TEST_P(StoreTest, MigrationNineGivesEveryExistingRunATask) {
             "DROP TRIGGER workloads_deleted; DROP TRIGGER claims_inserted; DROP TRIGGER claims_updated;"
             "DROP TRIGGER claims_deleted; DROP TABLE job_attempts; DROP TABLE job_events; DROP TABLE "
             "job_logs;"
-            "DROP TABLE endpoints; DROP TABLE dataset_analyses; DROP TABLE claim_holds; DROP TABLE replicas; DROP TABLE sessions; DROP TABLE curations; DROP TABLE curation_scores; DROP TABLE pipelines;"
+            "DROP TABLE endpoints; DROP TABLE dataset_analyses; DROP TABLE claim_holds; DROP TABLE replicas; DROP TABLE sessions; DROP TABLE curations; DROP TABLE curation_scores; DROP TABLE pipelines; DROP TABLE distillations; DROP TABLE distillation_chunks;"
             "DELETE FROM schema_migrations WHERE version >= 9;"
           : "DROP TABLE tasks; DROP TABLE counters; DROP FUNCTION count_change() CASCADE;"
             "DROP TABLE job_attempts; DROP TABLE job_events; DROP TABLE job_logs; DROP TABLE endpoints;"
-            "DROP TABLE dataset_analyses; DROP TABLE claim_holds; DROP TABLE replicas; DROP TABLE sessions; DROP TABLE curations; DROP TABLE curation_scores; DROP TABLE pipelines;"
+            "DROP TABLE dataset_analyses; DROP TABLE claim_holds; DROP TABLE replicas; DROP TABLE sessions; DROP TABLE curations; DROP TABLE curation_scores; DROP TABLE pipelines; DROP TABLE distillations; DROP TABLE distillation_chunks;"
             "DELETE FROM schema_migrations WHERE version >= 9;");
   auto s = open();
   auto t = s->get_task("run", "aa");
@@ -846,7 +846,7 @@ TEST_P(StoreTest, MigrationThirteenGivesEveryGrantedClaimAnOpenHoldFromItsSince)
     ASSERT_TRUE(s->insert_claim(queued).is_ok());
   }
   // Rewind to schema 12, as the trainerd before claim holds left it (and before replicas).
-  db_->exec("DROP TABLE claim_holds; DROP TABLE replicas; DROP TABLE sessions; DROP TABLE curations; DROP TABLE curation_scores; DROP TABLE pipelines; DELETE FROM schema_migrations WHERE version >= 13;");
+  db_->exec("DROP TABLE claim_holds; DROP TABLE replicas; DROP TABLE sessions; DROP TABLE curations; DROP TABLE curation_scores; DROP TABLE pipelines; DROP TABLE distillations; DROP TABLE distillation_chunks; DELETE FROM schema_migrations WHERE version >= 13;");
   auto s = open();
   auto holds = s->list_claim_holds(0, 1e12);
   ASSERT_TRUE(holds.is_ok());
@@ -919,6 +919,33 @@ TEST_P(StoreTest, CurationScoresAreKeptOncePerCandidateAcrossAReopen) {
   EXPECT_EQ((*scores)[1]["score"], 0.5);
   EXPECT_FALSE(s->put_curation_score("c1", json{{"score", 1}}).is_ok());  // no candidate index
   EXPECT_FALSE(s->put_curation(json{{"phase", "PENDING"}}).is_ok());
+}
+
+TEST_P(StoreTest, DistillationChunksAreStoredOnceEachAcrossAReopen) {
+  {
+    auto s = open();
+    ASSERT_TRUE(s->put_distillation(json{{"distillationId", "d1"}, {"phase", "PENDING"}}).is_ok());
+    ASSERT_TRUE(s->put_distillation(json{{"distillationId", "d2"}, {"phase", "PENDING"}}).is_ok());
+    ASSERT_TRUE(s->put_distillation(json{{"distillationId", "d1"}, {"phase", "PAUSED"}}).is_ok());  // replaced
+    EXPECT_TRUE(*s->put_distillation_chunk("d1", json{{"chunk", 1}, {"answers", json::array({1})}}));
+    EXPECT_TRUE(*s->put_distillation_chunk("d1", json{{"chunk", 0}, {"answers", json::array()}}));
+    EXPECT_FALSE(*s->put_distillation_chunk("d1", json{{"chunk", 1}, {"answers", json::array({2})}}));  // once
+    EXPECT_TRUE(*s->put_distillation_chunk("d2", json{{"chunk", 1}}));
+  }
+  auto s = open();
+  auto all = s->list_distillations();
+  ASSERT_TRUE(all.is_ok());
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0]["distillationId"], "d2");  // newest first
+  EXPECT_EQ((*s->get_distillation("d1"))->at("phase"), "PAUSED");
+  EXPECT_FALSE(s->get_distillation("d3")->has_value());
+  auto chunks = s->list_distillation_chunks("d1");
+  ASSERT_TRUE(chunks.is_ok());
+  ASSERT_EQ(chunks->size(), 2u);
+  EXPECT_EQ((*chunks)[0]["chunk"], 0);
+  EXPECT_EQ((*chunks)[1]["answers"], json::array({1}));  // the first write stays
+  EXPECT_FALSE(s->put_distillation_chunk("d1", json{{"answers", 1}}).is_ok());  // no chunk index
+  EXPECT_FALSE(s->put_distillation(json{{"phase", "PENDING"}}).is_ok());
 }
 
 TEST_P(StoreTest, PagesTakeEveryRowForANegativeLimitAndCountANegativeOffsetAsZero) {
