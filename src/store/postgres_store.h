@@ -121,6 +121,10 @@ class PostgresStore final : public Store {
   Status put_dataset_analysis(const json& doc) override;
   Result<std::optional<json>> get_dataset_analysis(const std::string& id) override;
   Result<std::vector<json>> list_dataset_analyses(const std::string& dataset_hash) override;
+  // ---- API tokens
+  Status put_api_token(const json& doc) override;
+  Result<std::optional<json>> find_api_token(const std::string& hash) override;
+  Result<std::vector<json>> list_api_tokens() override;
   // ---- endpoints
   Status put_endpoint(const json& doc) override;
   Result<std::optional<json>> get_endpoint(const std::string& id) override;

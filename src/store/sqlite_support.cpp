@@ -189,6 +189,14 @@ CREATE TABLE replicas (
   started_at REAL NOT NULL,
   heartbeat_at REAL NOT NULL);
 )sql",
+    // 15: API tokens (docs/security.md): the secret's SHA-256 only, never the secret.
+    R"sql(
+CREATE TABLE api_tokens (
+  id TEXT PRIMARY KEY,
+  created_seq INTEGER NOT NULL,
+  hash TEXT NOT NULL UNIQUE,
+  doc TEXT NOT NULL);
+)sql",
 };
 
 }  // namespace

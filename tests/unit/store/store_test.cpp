@@ -36,7 +36,7 @@ void PrintTo(Kind kind, std::ostream* os) {
 // One empty database of one implementation, and what a test does behind the store's back (raw
 // SQL, as an older trainerd or an operator would).
 // The schema version both stores migrate to (one per migration; each store's list has them all).
-constexpr int kSchemaVersion = 14;
+constexpr int kSchemaVersion = 15;
 
 class TestDatabase {
  public:
@@ -859,6 +859,33 @@ TEST_P(StoreTest, DatasetAnalysesKeepOneRowPerIdAndListADatasetsNewestFirst) {
   // A document without its keyed fields is refused, not stored half.
   EXPECT_FALSE(s->put_dataset_analysis(json{{"analysisId", "a4"}, {"phase", "PENDING"}}).is_ok());
   EXPECT_FALSE(s->get_dataset_analysis("a4")->has_value());
+}
+
+TEST_P(StoreTest, ApiTokensAreFoundByTheirHashAndListedOldestFirst) {
+  auto token = [](const std::string& id, const std::string& hash, const std::string& role) {
+    return json{{"tokenId", id}, {"hash", hash}, {"role", role}};
+  };
+  {
+    auto s = open();
+    ASSERT_TRUE(s->put_api_token(token("t1", "h1", "admin")).is_ok());
+    ASSERT_TRUE(s->put_api_token(token("t2", "h2", "read")).is_ok());
+    json revoked = token("t1", "h1", "admin");
+    revoked["revokedAt"] = "2026-12-05T00:00:00Z";
+    ASSERT_TRUE(s->put_api_token(revoked).is_ok());  // replaced, keeps its place
+  }
+  auto s = open();  // durable across a reopen
+  auto all = s->list_api_tokens();
+  ASSERT_TRUE(all.is_ok());
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0]["tokenId"], "t1");
+  EXPECT_EQ((*all)[0]["revokedAt"], "2026-12-05T00:00:00Z");
+  EXPECT_EQ((*all)[1]["tokenId"], "t2");
+  EXPECT_EQ((*s->find_api_token("h2"))->at("role"), "read");
+  EXPECT_FALSE(s->find_api_token("h3")->has_value());
+  // Another token with a hash already taken is refused: one secret names one token.
+  EXPECT_FALSE(s->put_api_token(token("t3", "h2", "admin")).is_ok());
+  EXPECT_FALSE(s->put_api_token(json{{"tokenId", "t4"}}).is_ok());
+  EXPECT_EQ(s->list_api_tokens()->size(), 2u);
 }
 
 TEST_P(StoreTest, PagesTakeEveryRowForANegativeLimitAndCountANegativeOffsetAsZero) {
