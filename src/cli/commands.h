@@ -26,7 +26,9 @@ Command trained_models_command();
 Command comparisons_command();
 Command bundles_command();  // cmd_bundles.cpp
 Command endpoints_command();  // cmd_endpoints.cpp
-Command endpoints_proxy_command();  // `endpoints proxy ENDPOINT` (cmd_endpoints_proxy.cpp)
+Command endpoints_proxy_command();
+Command tokens_command();  // cmd_tokens.cpp
+Command login_command();   // cmd_tokens.cpp  // `endpoints proxy ENDPOINT` (cmd_endpoints_proxy.cpp)
 // `snapshots register SNAPSHOT` and `snapshots candidate SNAPSHOT` (children of snapshots_command()).
 Command snapshots_register_command();
 Command snapshots_candidate_command();
