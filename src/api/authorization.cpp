@@ -95,7 +95,7 @@ const std::vector<RouteRule>& role_table() {
       {"GET", "/v1/runs/{ref}/ancestry", R, kRunPath},
       // snapshots: the job's reserve and commit, the users' reads, registration and holds
       {"POST", "/v1/runs/{ref}/snapshots", J, kNone},
-      {"GET", "/v1/runs/{ref}/snapshots", R, kRunPath},
+      {"GET", "/v1/runs/{ref}/snapshots", R, kRunPath, /*job_too=*/true},
       {"POST", "/v1/snapshots/{ref}/commit", J, kNone},
       {"GET", "/v1/snapshots/{ref}", R, kSnapshotPath, /*job_too=*/true},
       {"POST", "/v1/snapshots/{ref}/register", S, kSnapshotPath},
