@@ -149,8 +149,8 @@ Command login_command() {
             "per service address. Every later command to that address sends it; TRAINER_TOKEN overrides it.",
             {{"token-stdin", 0, "", "read the token from standard input (required)", ""}},
             {}, login, 0, 0, {}};
-  c.examples = {{"log in with a token someone gave you", "trainer login --token-stdin < token.txt"},
-                {"log in to another service", "trainer --trainer-url http://gpu-box:9001 login --token-stdin < token.txt"}};
+  c.examples = {{"log in with a token someone gave you (typed or piped on standard input)", "trainer login --token-stdin"},
+                {"log in to another service", "trainer --trainer-url http://gpu-box:9001 login --token-stdin"}};
   return c;
 }
 
