@@ -20,8 +20,10 @@
 #include <vector>
 
 #include "api/api.h"
+#include "api/authorization.h"
 #include "backend/backend.h"
 #include "common/clock.h"
+#include "common/token_file.h"
 #include "common/version.h"
 #include "http/server.h"
 #include "service/config.h"
@@ -44,6 +46,8 @@ struct Options {
   std::string port_file;    // --port-file
   std::string otlp_traces_endpoint;  // --otlp-traces-endpoint
   std::chrono::milliseconds lease{30000};  // --lease-seconds
+  bool plaintext_beyond_loopback = false;  // --allow-plaintext-beyond-loopback
+  bool local_token = true;  // --no-local-token: no token written to the token file
   http::ServerOptions http; // --max-connections, --header-timeout, --body-timeout, ...
 };
 
@@ -148,6 +152,15 @@ const std::vector<OptionSpec>& option_table() {
          o.http.worker_threads = static_cast<int>(n);
          return true;
        }},
+      {"--allow-plaintext-beyond-loopback", nullptr,
+       "serve a --host that is not a loopback address without TLS (tokens then cross the network in the clear: "
+       "only on a network you trust); without it such a --host refuses to start",
+       [](Options& o, const std::string&) { o.plaintext_beyond_loopback = true; return true; }},
+      {"--no-local-token", nullptr,
+       "do not make a local admin token and write it to the token file ($XDG_CONFIG_HOME/trainer/tokens.json, else "
+       "~/.config/trainer/tokens.json); by default trainerd keeps one there for its address (docs/security.md)",
+       [](Options& o, const std::string&) { o.local_token = false; return true; }},
+      {"--print-roles", nullptr, "print the role table every route is checked against (JSON) and exit", nullptr},
       {"--version", nullptr, "print the version and exit", nullptr},
       {"--help", nullptr, "print this help and exit", nullptr},
   };
@@ -175,6 +188,11 @@ std::string self_dir() {
   return ec ? "." : exe.parent_path().string();
 }
 
+// Whether `host` is an address of this machine only: 127.0.0.0/8, ::1 or localhost.
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host == "[::1]" || host.rfind("127.", 0) == 0;
+}
+
 // Reads argv into `opt` by the option table, then fills the defaults. Returns the exit status
 // when trainerd ends at once: 0 after --version or --help, 2 for a bad option (said on stderr).
 std::optional<int> parse_options(int argc, char** argv, Options& opt) {
@@ -186,6 +204,10 @@ std::optional<int> parse_options(int argc, char** argv, Options& opt) {
     }
     if (a == "--help" || a == "-h") {
       print_help();
+      return 0;
+    }
+    if (a == "--print-roles") {
+      std::printf("%s\n", api::role_table_json().dump(2).c_str());
       return 0;
     }
     std::string value;
@@ -203,7 +225,12 @@ std::optional<int> parse_options(int argc, char** argv, Options& opt) {
       std::fprintf(stderr, "trainerd: unknown option '%s'; see trainerd --help\n", argv[i]);
       return 2;
     }
-    if (!has_inline) {
+    if (spec->arg == nullptr) {
+      if (has_inline) {
+        std::fprintf(stderr, "trainerd: %s takes no value\n", spec->name);
+        return 2;
+      }
+    } else if (!has_inline) {
       if (i + 1 >= argc) {
         std::fprintf(stderr, "trainerd: %s needs a value (%s)\n", spec->name, spec->arg);
         return 2;
@@ -217,6 +244,15 @@ std::optional<int> parse_options(int argc, char** argv, Options& opt) {
   }
   if (opt.data_dir.empty()) opt.data_dir = default_data_dir();
   if (opt.instance.empty()) opt.instance = default_instance();
+  if (!is_loopback(opt.host) && !opt.plaintext_beyond_loopback) {
+    std::fprintf(stderr,
+                 "trainerd: --host %s is not a loopback address, and this trainerd serves its API without TLS: API "
+                 "tokens would cross the network in the clear. Bind --host 127.0.0.1 (the default) and put a "
+                 "TLS-terminating proxy in front, or pass --allow-plaintext-beyond-loopback on a network you trust "
+                 "(docs/security.md)\n",
+                 opt.host.c_str());
+    return 2;
+  }
   return std::nullopt;
 }
 
@@ -365,13 +401,37 @@ std::unique_ptr<service::Service> open_service(Options& opt, service::Deployment
 // Jobs push their metrics to this trainerd, which serves them on /metrics (unless the operator's
 // telemetry.otlpEndpoint sends them to a collector instead), and call its snapshot catalog: both
 // at the address it listens on, as a job on this host reaches it.
-void advertise_address(service::Service& service, const std::string& listen_host, int port) {
+// The address a client on this host reaches trainerd at ("http://127.0.0.1:9001").
+std::string local_url(const std::string& listen_host, int port) {
   std::string host = listen_host;
   if (host.empty() || host == "0.0.0.0" || host == "localhost") host = "127.0.0.1";
   if (host == "::") host = "::1";
-  if (host.find(':') != std::string::npos) host = "[" + host + "]";
-  service.set_job_otlp_endpoint("http://" + host + ":" + std::to_string(port) + "/otlp");
-  service.set_catalog_url("http://" + host + ":" + std::to_string(port));
+  if (host.find(':') != std::string::npos && host.front() != '[') host = "[" + host + "]";
+  return "http://" + host + ":" + std::to_string(port);
+}
+
+void advertise_address(service::Service& service, const std::string& listen_host, int port) {
+  const std::string url = local_url(listen_host, port);
+  service.set_job_otlp_endpoint(url + "/otlp");
+  service.set_catalog_url(url);
+}
+
+// The embedded default's local token (docs/security.md, "The token file"): the token file's entry
+// for this address when it is still a live token of this service, else a new admin and control
+// token on every workload, written there. A failure is said and leaves trainerd running: tokens
+// can still be made with another admin token.
+void keep_local_token(service::Service& service, const std::string& url) {
+  if (auto known = read_token_file(url); known && service.authenticate_token(*known).is_ok()) return;
+  auto made = service.create_token(
+      {{"name", "local (" + url + ")"}, {"roles", {"admin", "control"}}, {"workloads", {"*"}}});
+  Status st = made.is_ok() ? write_token_file(url, (*made)["token"].get<std::string>()) : made.status();
+  if (!st.is_ok()) {
+    std::fprintf(stderr, "trainerd: warning: no local token written to %s: %s\n", token_file_path().c_str(),
+                 st.message().c_str());
+    return;
+  }
+  std::fprintf(stderr, "trainerd: a local admin token for %s is in %s (token %s)\n", url.c_str(),
+               token_file_path().c_str(), (*made)["tokenId"].get<std::string>().c_str());
 }
 
 // Starts the service's work (recovery, the driver) and says how each startup step went. A failed
@@ -429,6 +489,8 @@ int trainerd_main(int argc, char** argv) {
   });
   const int port = server->port();
   advertise_address(service, opt.host, port);
+  // Before the port file: a client that reads the port finds the token too.
+  if (opt.local_token) keep_local_token(service, local_url(opt.host, port));
   if (!opt.port_file.empty()) {
     std::error_code ec;
     std::ofstream(opt.port_file + ".tmp") << port << "\n";

@@ -9,7 +9,8 @@ namespace trainer::api {
 
 // Installs every route of docs/api.md on `router`, answering from `service` (not owned; must
 // outlive the router). Until the service is ready, every route but /v1/info and /metrics
-// answers 503 unavailable. Errors are JSON bodies {"error": {code, message, field?}}.
+// answers 503 unavailable. Every route checks the caller's API token against the role table
+// (authorization.h, docs/security.md). Errors are JSON bodies {"error": {code, message, field?}}.
 //
 // The events long poll parks its request without a thread; whoever owns the server must call
 // Server::wake() on every run change (Service::subscribe_run_changes) so that it answers.

@@ -15,6 +15,7 @@
 #include <fcntl.h>
 
 #include "cli/format.h"
+#include "common/token_file.h"
 
 namespace trainer::cli {
 namespace {
@@ -130,7 +131,7 @@ struct PreflightAnswer {
 // service refuses a body over its limit at once (413, naming the limit), so an upload over it
 // ends with that answer instead of a connection reset mid-send.
 PreflightAnswer preflight_body(const std::string& url, const std::string& method, const std::string& path,
-                               size_t length, double timeout_seconds) {
+                               size_t length, double timeout_seconds, const std::string& token) {
   PreflightAnswer none;
   std::string host, port;
   if (url.rfind("http://", 0) != 0 || !host_and_port(url, &host, &port)) return none;
@@ -156,7 +157,8 @@ PreflightAnswer preflight_body(const std::string& url, const std::string& method
   if (fd < 0) return none;
   const std::string head = method + " " + path + " HTTP/1.1\r\nHost: " + host + ":" + port +
                            "\r\nContent-Type: application/json\r\nAccept: application/json\r\nContent-Length: " +
-                           std::to_string(length) + "\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n";
+                           std::to_string(length) + "\r\nExpect: 100-continue\r\nConnection: close\r\n" +
+                           (token.empty() ? std::string() : "Authorization: Bearer " + token + "\r\n") + "\r\n";
   bool sent = ::send(fd, head.data(), head.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(head.size());
   std::string answer;
   size_t head_end = std::string::npos;
@@ -192,6 +194,20 @@ ServiceAddress resolve_trainer_address(const std::string& flag_value, bool flag_
   const char* env = std::getenv("TRAINER_URL");
   if (env && *env) return {env, "TRAINER_URL"};
   return {"http://localhost:9001", "default"};
+}
+
+std::string resolve_token(const std::string& url, std::string* source) {
+  if (const char* env = std::getenv("TRAINER_TOKEN"); env && *env) {
+    if (source) *source = "TRAINER_TOKEN";
+    return env;
+  }
+  std::string base = url.find("://") == std::string::npos ? "http://" + url : url;
+  if (auto token = read_token_file(base)) {
+    if (source) *source = token_file_path();
+    return *token;
+  }
+  if (source) source->clear();
+  return "";
 }
 
 std::vector<std::string> resolve_addresses(const std::string& url, std::string* error) {
@@ -296,9 +312,10 @@ bool Client::call(const std::string& method, const std::string& path, const nloh
   const std::string content_type = "application/json";
   const std::string text = body ? body->dump() : std::string();
   httplib::Headers headers = {{"Accept", raw_body ? "*/*" : "application/json"}};
+  if (!token_.empty()) headers.emplace("Authorization", "Bearer " + token_);
   if (text.size() > kPreflightBytes) {
     // A large body is announced first: a refusal (413 over the limit) is read before it is sent.
-    PreflightAnswer pre = preflight_body(base_url_, method, path, text.size(), read_timeout_seconds);
+    PreflightAnswer pre = preflight_body(base_url_, method, path, text.size(), read_timeout_seconds, token_);
     if (pre.http_status >= 400) return answered(method, path, pre.http_status, pre.body, out, err);
   }
   SigpipeIgnored sigpipe_ignored;
@@ -373,7 +390,8 @@ bool Client::answered(const std::string& method, const std::string& path, int ht
     for (StatusCode c : {StatusCode::kInvalidArgument, StatusCode::kNotFound,
                          StatusCode::kAlreadyExists, StatusCode::kFailedPrecondition,
                          StatusCode::kResourceExhausted, StatusCode::kUnavailable,
-                         StatusCode::kInternal, StatusCode::kCancelled}) {
+                         StatusCode::kInternal, StatusCode::kCancelled,
+                         StatusCode::kUnauthenticated, StatusCode::kPermissionDenied}) {
       if (name == status_code_name(c)) code = c;
     }
   }

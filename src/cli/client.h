@@ -49,6 +49,9 @@ class Client {
   // Bounds each call (connecting, sending, waiting for the answer) to `seconds` (> 0), as
   // `--timeout` asks. Unset, reads wait 30 s and changes 60 s for their answer.
   void set_call_timeout(double seconds) { call_timeout_seconds_ = seconds; }
+  // The API token every call sends (Authorization: Bearer); "" sends none.
+  void set_token(std::string token) { token_ = std::move(token); }
+  const std::string& token() const { return token_; }
   // When set, every change (POST, PUT, PATCH, DELETE) fails with this message and is not sent.
   void refuse_changes(std::string message) { refuse_changes_ = std::move(message); }
   // The --timeout given, or nullopt when none was.
@@ -81,6 +84,7 @@ class Client {
   std::string base_url_;
   double call_timeout_seconds_ = 0;  // 0: the defaults (30 s reads, 60 s changes)
   std::string refuse_changes_;       // non-empty: changes fail with this message, unsent
+  std::string token_;                // the API token sent with every call; "" none
   std::unique_ptr<httplib::Client> http_;
 };
 
@@ -95,6 +99,11 @@ ServiceAddress resolve_trainer_address(const std::string& flag_value, bool flag_
 inline std::string resolve_trainer_url(const std::string& flag_value, bool flag_given) {
   return resolve_trainer_address(flag_value, flag_given).url;
 }
+
+// The API token for the service at `url`: $TRAINER_TOKEN, else the token file's entry for the
+// address (`trainer login`, or the one trainerd wrote at its first start); "" when neither.
+// `source` says which ("TRAINER_TOKEN", the file's path, or "").
+std::string resolve_token(const std::string& url, std::string* source = nullptr);
 
 // The numeric addresses ("127.0.0.1:9001", "[::1]:9001") a call to `url` tries, in order;
 // empty when the host does not resolve (`error` then says why).

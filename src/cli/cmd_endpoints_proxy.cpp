@@ -37,10 +37,11 @@ http::Response openai_error(int status, const std::string& code, const std::stri
 }
 
 // Answers POST /v1/chat/completions by forwarding it to `target` (trainerd's route).
-http::Handler forward_to(const std::string& target, const std::string& trainer_url) {
-  return [target, trainer_url](const http::Request& req) -> http::Outcome {
+http::Handler forward_to(const std::string& target, const std::string& trainer_url, const std::string& token) {
+  return [target, trainer_url, token](const http::Request& req) -> http::Outcome {
     HttpRequest call;
     call.url = target;
+    if (!token.empty()) call.headers.emplace_back("Authorization", "Bearer " + token);
     call.body = req.body;
     auto unreachable = [trainer_url](const HttpResponse& failed) {
       return openai_error(502, "trainer_unreachable",
@@ -80,7 +81,7 @@ int endpoints_proxy(Context& ctx) {
   });
   router.add("POST", "/v1/chat/completions", kMaxBodyBytes,
              forward_to(ctx.client.base_url() + "/v1/endpoints/" + seg(id) + "/v1/chat/completions",
-                        ctx.client.base_url()));
+                        ctx.client.base_url(), ctx.client.token()));
 
   // SIGINT and SIGTERM wait for sigwait below: blocked before the server's threads start, so
   // none of them takes the signal.

@@ -30,7 +30,9 @@ Command sessions_command();  // cmd_sessions.cpp
 Command curations_command();  // cmd_curations.cpp
 Command distillations_command();  // cmd_distillations.cpp
 Command endpoints_command();  // cmd_endpoints.cpp
-Command endpoints_proxy_command();  // `endpoints proxy ENDPOINT` (cmd_endpoints_proxy.cpp)
+Command endpoints_proxy_command();
+Command tokens_command();  // cmd_tokens.cpp
+Command login_command();   // cmd_tokens.cpp  // `endpoints proxy ENDPOINT` (cmd_endpoints_proxy.cpp)
 // `snapshots register SNAPSHOT` and `snapshots candidate SNAPSHOT` (children of snapshots_command()).
 Command snapshots_register_command();
 Command snapshots_candidate_command();

@@ -14,6 +14,7 @@ Context::Context(Invocation& invocation)
     : inv(invocation),
       address(resolve_trainer_address(invocation.get_or("trainer-url", ""), invocation.has("trainer-url"))),
       client(address.url) {
+  client.set_token(resolve_token(address.url));
   const std::string output = inv.get_or("output", "text");
   if (output == "text") format = OutputFormat::kText;
   else if (output == "json") format = OutputFormat::kJson;

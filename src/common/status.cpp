@@ -13,6 +13,8 @@ const char* status_code_name(StatusCode code) {
     case StatusCode::kUnavailable: return "unavailable";
     case StatusCode::kInternal: return "internal";
     case StatusCode::kCancelled: return "cancelled";
+    case StatusCode::kUnauthenticated: return "unauthenticated";
+    case StatusCode::kPermissionDenied: return "permission_denied";
   }
   return "internal";
 }
@@ -28,6 +30,8 @@ int http_status(StatusCode code) {
     case StatusCode::kUnavailable: return 503;
     case StatusCode::kInternal: return 500;
     case StatusCode::kCancelled: return 499;
+    case StatusCode::kUnauthenticated: return 401;
+    case StatusCode::kPermissionDenied: return 403;
   }
   return 500;
 }

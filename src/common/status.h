@@ -21,6 +21,8 @@ enum class StatusCode {
   kUnavailable,         // a dependency is not answering, retry later: 503
   kInternal,            // broken invariant or unexpected failure: 500
   kCancelled,           // the operation was cancelled: 499
+  kUnauthenticated,     // no token, or one that is unknown, revoked or expired: 401
+  kPermissionDenied,    // a known token whose roles do not allow the request: 403
 };
 
 const char* status_code_name(StatusCode code);  // stable snake_case name, e.g. "invalid_argument"
@@ -65,6 +67,8 @@ inline Status resource_exhausted(std::string m) { return {StatusCode::kResourceE
 inline Status unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
 inline Status internal_error(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 inline Status cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
+inline Status unauthenticated(std::string m) { return {StatusCode::kUnauthenticated, std::move(m)}; }
+inline Status permission_denied(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
 // Bad user input in one field: the API reports `field` separately from the message.
 inline Status invalid_field(std::string field, std::string m) {
   return {StatusCode::kInvalidArgument, std::move(field), std::move(m)};

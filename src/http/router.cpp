@@ -55,6 +55,7 @@ Router::Router() {
 void Router::add(const std::string& method, const std::string& pattern, size_t max_body_bytes, Handler handler) {
   Route route;
   route.method = method;
+  route.pattern = pattern;
   route.segments = split_path(pattern);
   if (!route.segments.empty()) {
     const std::string& last = route.segments.back();
@@ -68,6 +69,14 @@ void Router::add(const std::string& method, const std::string& pattern, size_t m
 void Router::set_error_renderer(ErrorRenderer renderer) { render_ = std::move(renderer); }
 
 void Router::set_gate(std::function<std::optional<Response>(const Request&)> gate) { gate_ = std::move(gate); }
+
+void Router::set_authorizer(Authorizer authorizer) { authorize_ = std::move(authorizer); }
+
+std::vector<std::pair<std::string, std::string>> Router::routes() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& r : routes_) out.emplace_back(r.method, r.pattern);
+  return out;
+}
 
 Router::Match Router::match(const std::string& method, const std::string& path) const {
   Match m;
@@ -116,6 +125,7 @@ Router::Match Router::match(const std::string& method, const std::string& path) 
     m.status = 0;
     m.max_body_bytes = route.max_body_bytes;
     m.params = std::move(params);
+    m.pattern = &route.pattern;
     return m;
   }
   return m;
@@ -135,6 +145,9 @@ Outcome Router::dispatch(Request& request) const {
                                "no route " + request.method + " " + request.path + " (see docs/api.md)"));
     }
     request.params = std::move(m.params);
+    if (authorize_) {
+      if (auto r = authorize_(request, *m.pattern)) return *r;
+    }
     return (*m.handler)(request);
   } catch (const std::exception& e) {
     return error(500, internal_error(std::string("unexpected error: ") + e.what()));

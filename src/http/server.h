@@ -107,12 +107,20 @@ class Router {
   void set_error_renderer(ErrorRenderer renderer);
   // Runs on every request before routing; an answer it gives ends the request there.
   void set_gate(std::function<std::optional<Response>(const Request&)> gate);
+  // Runs on every request that matched a route, after the gate, with the route's pattern and its
+  // params filled in, before the handler; an answer it gives ends the request there (the API's
+  // authorization: docs/security.md).
+  using Authorizer = std::function<std::optional<Response>(const Request&, const std::string& pattern)>;
+  void set_authorizer(Authorizer authorizer);
+  // Every route added, as (method, pattern), in the order added.
+  std::vector<std::pair<std::string, std::string>> routes() const;
 
   struct Match {
     const Handler* handler = nullptr;  // null: no route (see status)
     int status = 0;                    // 404 (no path matches) or 405 (path matches, method does not)
     size_t max_body_bytes = 0;
     std::vector<std::string> params;
+    const std::string* pattern = nullptr;  // the matched route's pattern
   };
   Match match(const std::string& method, const std::string& path) const;
   // Routes `request` (its params filled from the match) and runs the handler; never throws.
@@ -124,6 +132,7 @@ class Router {
  private:
   struct Route {
     std::string method;
+    std::string pattern;
     std::vector<std::string> segments;
     bool rest = false;  // the last segment is {name...}
     size_t max_body_bytes = 0;
@@ -132,6 +141,7 @@ class Router {
   std::vector<Route> routes_;
   ErrorRenderer render_;
   std::function<std::optional<Response>(const Request&)> gate_;
+  Authorizer authorize_;
 };
 
 struct ServerOptions {

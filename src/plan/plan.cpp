@@ -118,6 +118,7 @@ Status read_judge(Problems& p, const json& obj, const std::string& at, JudgeEndp
   p.keep(r.read_string("model", &judge->model, false));
   p.keep(r.read_string("apiKeyEnv", &judge->apiKeyEnv, false));
   p.keep(r.read_string("caFile", &judge->caFile, false));
+  p.keep(r.read_string("jobIdEnv", &judge->jobIdEnv, false));
   r.refuse_unknown();
   return Status::ok();
 }

@@ -75,6 +75,9 @@ struct JudgeEndpoint {
   std::string model;      // config.reward.terms[].judge.model: the request's `model`; "" = the judge's name
   std::string apiKeyEnv;  // config.reward.terms[].judge.apiKeyEnv: variable holding a bearer token; "" = none
   std::string caFile;     // config.reward.terms[].judge.caFile: PEM CAs trusted for an https url; "" = the system's
+  // config.reward.terms[].judge.jobIdEnv: variable holding the job attempt's id, sent as X-Trainer-Job
+  // (trainerd's own endpoints take the attempt's credentials: docs/security.md, "Jobs"); "" = none
+  std::string jobIdEnv;
 };
 
 // One weighted reward term of an RL run (config.reward.terms[]).

@@ -62,6 +62,15 @@ Status ServiceImpl::authenticate_job(const std::string& job_id, const std::strin
   return core_.authenticated_attempt(job_id, token).status();
 }
 
+Result<std::string> ServiceImpl::job_workload(const std::string& job_id, const std::string& token) {
+  TRAINER_ASSIGN_OR_RETURN(store::JobAttemptRow attempt, core_.authenticated_attempt(job_id, token));
+  if (attempt.owner_kind != "run") {
+    return permission_denied("job attempt " + job_id + " works for a " + attempt.owner_kind + ", not a run");
+  }
+  TRAINER_ASSIGN_OR_RETURN(RunRecord run, core_.resolve_run(attempt.owner_id, "X-Trainer-Job"));
+  return run.workload_id;
+}
+
 Result<json> ServiceImpl::post_job_events(const std::string& job_id, const json& body) {
   TRAINER_ASSIGN_OR_RETURN(auto items, items_of(body, "events", "event", true));
   TRAINER_ASSIGN_OR_RETURN(int64_t stored, store_->put_job_events(job_id, items));

@@ -83,7 +83,9 @@ std::map<std::string, json> ServiceImpl::endpoint_judges(const RunRecord& run) c
   for (const auto& [name, e] : found.items()) {
     out[name] = {{"url", core_.catalog_url + "/v1/endpoints/" + e.value("endpointId", std::string())},
                  {"model", e.value("model", std::string())},
-                 {"apiKeyEnv", ""},
+                 // trainerd's forwarding route takes the attempt's own credentials (docs/security.md)
+                 {"apiKeyEnv", "TRAINER_JOB_TOKEN"},
+                 {"jobIdEnv", "TRAINER_JOB_ID"},
                  {"caFile", ""}};
   }
   return out;

@@ -29,6 +29,7 @@
 #include "common/http_client.h"
 #include "common/status.h"
 #include "service/config.h"
+#include "service/identity.h"
 #include "store/store.h"
 
 namespace trainer::service {
@@ -233,6 +234,16 @@ class Service {
   virtual Result<json> list_bundles() = 0;                      // {bundles: [version, ...]} by name, version
   virtual Result<json> get_bundle(const std::string& ref) = 0;  // NAME (latest), NAME:VERSION or a hash prefix
 
+  // ---- API tokens (docs/security.md)
+  // body {name, roles, workloads?, expiresAt?}: the new token with its secret under "token" (shown
+  // this once; only its hash is stored).
+  virtual Result<json> create_token(const json& body) = 0;
+  virtual Result<json> list_tokens() = 0;                        // {tokens: [...]}, no secrets
+  virtual Result<json> revoke_token(const std::string& ref) = 0;  // id or unique prefix
+  // The identity of a request's bearer secret; Unauthenticated when it is none, unknown, revoked
+  // or expired.
+  virtual Result<Identity> authenticate_token(const std::string& secret) = 0;
+
   // ---- workloads
   virtual Result<json> create_workload(const json& body) = 0;
   // `archived`: "" hides archived workloads, "include" lists them too, "only" lists only them.
@@ -290,6 +301,9 @@ class Service {
   // Whether `token` is the job attempt's (TRAINER_JOB_TOKEN): not_found for an unknown attempt,
   // invalid_argument for another token (the route answers 403). Nothing changes either way.
   virtual Status authenticate_job(const std::string& job_id, const std::string& token) = 0;
+  // The id of the workload of the run whose attempt `job_id` is, once its `token` is checked (the
+  // attempt's credentials on trainerd's own routes a job reads: docs/security.md, "Jobs").
+  virtual Result<std::string> job_workload(const std::string& job_id, const std::string& token) = 0;
   // An authenticated job's events ({events: [{seq, event}]}) or log lines ({lines: [{seq, text}]}),
   // stored by (attempt, seq): a seq posted before changes nothing. Returns {received, stored}.
   virtual Result<json> post_job_events(const std::string& job_id, const json& body) = 0;

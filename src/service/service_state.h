@@ -75,6 +75,7 @@
 #include "service/pipelines.h"
 #include "service/service_core.h"
 #include "service/snapshot_catalog.h"
+#include "service/tokens.h"
 #include "service/workloads.h"
 
 namespace trainer::plan {
@@ -153,6 +154,10 @@ class ServiceImpl final : public Service {
   Result<json> list_bundles() override { return bundles_.list(); }
   Result<json> get_bundle(const std::string& ref) override { return bundles_.get(ref); }
 
+  Result<json> create_token(const json& body) override { return tokens_.create(body); }
+  Result<json> list_tokens() override { return tokens_.list(); }
+  Result<json> revoke_token(const std::string& ref) override { return tokens_.revoke(ref); }
+  Result<Identity> authenticate_token(const std::string& secret) override { return tokens_.authenticate(secret); }
   Result<json> create_workload(const json& body) override { return workloads_.create(body); }
   Result<json> list_workloads(const std::string& archived) override { return workloads_.list(archived); }
   Result<json> archive_workload(const std::string& ref) override { return workloads_.archive(ref); }
@@ -194,6 +199,7 @@ class ServiceImpl final : public Service {
   Result<std::string> run_event_file(const std::string& ref, const std::string& name) override;
 
   Status authenticate_job(const std::string& job_id, const std::string& token) override;
+  Result<std::string> job_workload(const std::string& job_id, const std::string& token) override;
   Result<json> post_job_events(const std::string& job_id, const json& body) override;
   Result<json> post_job_logs(const std::string& job_id, const json& body) override;
   Result<std::pair<json, bool>> reserve_snapshot(const JobCredentials& job, const std::string& run_ref,
@@ -469,6 +475,7 @@ class ServiceImpl final : public Service {
                                         },
                                         [this](const std::string& id) { return cancel_run_locked(id); }}};
   Distillations distillations_{core_, datasets_, workloads_};
+  Tokens tokens_{core_, workloads_};
 
   // ServiceOptions::job_otlp_endpoint, or what the wiring set before start(); read by the driver.
   std::string job_otlp_endpoint_;

@@ -203,6 +203,24 @@ Result<std::vector<json>> PostgresStore::list_pipelines(const std::vector<std::s
   const std::string sql =
       "SELECT doc FROM pipelines WHERE true" + p.in_list("phase", phases) + " ORDER BY created_seq DESC";
   return docs(sql, p, "listing pipelines");
+// ---- API tokens
+Status PostgresStore::put_api_token(const json& doc) {
+  const json id = doc.value("tokenId", json()), hash = doc.value("hash", json());
+  if (!id.is_string() || !hash.is_string()) return invalid_argument("an API token needs string tokenId and hash");
+  const Params p{id.get<std::string>(), hash.get<std::string>(), text_of(doc)};
+  return locked([&] {
+    return write("INSERT INTO api_tokens(id, hash, doc) VALUES ($1, $2, $3) "
+                 "ON CONFLICT (id) DO UPDATE SET doc = EXCLUDED.doc",
+                 p, "writing API token");
+  });
+}
+
+Result<std::optional<json>> PostgresStore::find_api_token(const std::string& hash) {
+  return one("SELECT doc FROM api_tokens WHERE hash = $1", {hash}, "reading API token");
+}
+
+Result<std::vector<json>> PostgresStore::list_api_tokens() {
+  return docs("SELECT doc FROM api_tokens ORDER BY created_seq", Params{}, "listing API tokens");
 }
 
 Status PostgresStore::put_endpoint(const json& doc) {

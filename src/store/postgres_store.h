@@ -138,6 +138,10 @@ class PostgresStore final : public Store {
   Result<std::vector<json>> list_distillations() override;
   Result<bool> put_distillation_chunk(const std::string& distillation_id, const json& doc) override;
   Result<std::vector<json>> list_distillation_chunks(const std::string& distillation_id) override;
+  // ---- API tokens
+  Status put_api_token(const json& doc) override;
+  Result<std::optional<json>> find_api_token(const std::string& hash) override;
+  Result<std::vector<json>> list_api_tokens() override;
   // ---- endpoints
   Status put_endpoint(const json& doc) override;
   Result<std::optional<json>> get_endpoint(const std::string& id) override;

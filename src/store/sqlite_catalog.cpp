@@ -178,6 +178,24 @@ Result<std::vector<json>> SqliteStore::list_dataset_analyses(const std::string& 
   return docs("SELECT doc FROM dataset_analyses WHERE dataset_hash = ? ORDER BY created_seq DESC", {dataset_hash});
 }
 
+// ---- API tokens
+Status SqliteStore::put_api_token(const json& doc) {
+  const json id = doc.value("tokenId", json()), hash = doc.value("hash", json());
+  if (!id.is_string() || !hash.is_string()) return invalid_argument("an API token needs string tokenId and hash");
+  return write(
+      "INSERT INTO api_tokens(id, created_seq, hash, doc) VALUES (?1, (SELECT COALESCE(MAX(created_seq), 0) + 1 "
+      "FROM api_tokens), ?2, ?3) ON CONFLICT(id) DO UPDATE SET doc = excluded.doc",
+      {id.get<std::string>(), hash.get<std::string>(), doc.dump(-1, ' ', false, json::error_handler_t::replace)});
+}
+
+Result<std::optional<json>> SqliteStore::find_api_token(const std::string& hash) {
+  return one("SELECT doc FROM api_tokens WHERE hash = ?", {hash});
+}
+
+Result<std::vector<json>> SqliteStore::list_api_tokens() {
+  return docs("SELECT doc FROM api_tokens ORDER BY created_seq", {});
+}
+
 // ---- endpoints
 Status SqliteStore::put_endpoint(const json& doc) { return put_phased_doc("endpoints", "endpointId", doc, "endpoint"); }
 

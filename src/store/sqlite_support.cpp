@@ -226,6 +226,14 @@ CREATE TABLE distillation_chunks (
   doc TEXT NOT NULL,
   PRIMARY KEY (distillation_id, chunk));
 )sql",
+    // 18: API tokens (docs/security.md): the secret's SHA-256 only, never the secret.
+    R"sql(
+CREATE TABLE api_tokens (
+  id TEXT PRIMARY KEY,
+  created_seq INTEGER NOT NULL,
+  hash TEXT NOT NULL UNIQUE,
+  doc TEXT NOT NULL);
+)sql",
 };
 
 }  // namespace

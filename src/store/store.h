@@ -327,6 +327,11 @@ class Store {
   virtual Result<bool> put_distillation_chunk(const std::string& distillation_id, const json& doc) = 0;
   // The distillation's stored chunks, by chunk index.
   virtual Result<std::vector<json>> list_distillation_chunks(const std::string& distillation_id) = 0;
+  // ---- API tokens (docs/security.md): keyed by doc["tokenId"]; doc["hash"] (the SHA-256 of the
+  // secret, hex; the secret itself is never stored) is kept as a unique column
+  virtual Status put_api_token(const json& doc) = 0;  // inserts, or replaces the stored document
+  virtual Result<std::optional<json>> find_api_token(const std::string& hash) = 0;  // by the secret's hash
+  virtual Result<std::vector<json>> list_api_tokens() = 0;  // oldest first
   // ---- scoring bundles: versions keyed by (doc["name"], doc["version"]), doc["sha"] the hash of
   // their files
   virtual Status insert_bundle_version(const json& doc) = 0;  // already_exists when (name, version) exists

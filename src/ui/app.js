@@ -3,7 +3,7 @@
 import { renderCapacity } from './capacity.js';
 import { renderRun } from './run.js';
 import { renderRuns } from './runs.js';
-import { failure, h, show } from './util.js';
+import { failure, h, LoginNeeded, loginForm, show } from './util.js';
 import { renderWorkload, renderWorkloads } from './workloads.js';
 
 // [path pattern, the nav entry it belongs to, view(element, ...decoded captures)]
@@ -26,7 +26,7 @@ async function route() {
     try {
       await render(view, ...match.slice(1).map(decodeURIComponent));
     } catch (error) {
-      show(view, failure(error));
+      show(view, error instanceof LoginNeeded ? loginForm(error.message) : failure(error));
     }
     return;
   }

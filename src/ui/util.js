@@ -1,9 +1,15 @@
 // What every view uses: the JSON API, building elements, and formatting figures the same way.
 
 // GET `path` of trainerd's API as JSON; throws an Error carrying the API's message.
+// The page sends its API token as the trainer_token cookie (trainerd reads it on GET requests
+// only; docs/security.md), so the metrics stream's EventSource carries it too. A 401 throws a
+// LoginNeeded, which the router answers with the login form.
+export class LoginNeeded extends Error {}
+
 export async function api(path) {
-  const response = await fetch(path, { headers: { Accept: 'application/json' } });
+  const response = await fetch(path, { headers: { Accept: 'application/json' }, credentials: 'same-origin' });
   const body = await response.json().catch(() => ({}));
+  if (response.status === 401) throw new LoginNeeded(body.error ? body.error.message : 'an API token is needed');
   if (!response.ok) {
     const message = body.error ? body.error.message : `${response.status} ${response.statusText}`;
     throw new Error(`${path}: ${message}`);
@@ -136,4 +142,20 @@ export function show(view, ...nodes) {
 
 export function failure(error) {
   return h('p', { class: 'error' }, String(error && error.message ? error.message : error));
+}
+
+// The form that keeps a token for this page: a read token is enough (`trainer tokens create NAME
+// --role read`). Kept as a cookie of this address for the browser's session.
+export function loginForm(reason) {
+  const input = h('input', { type: 'password', id: 'token', autocomplete: 'off', placeholder: 'trn_…', size: 40 });
+  const form = h('form', { id: 'login' },
+    h('p', {}, 'This dashboard reads trainerd\'s API, which needs a token: ', reason),
+    h('p', { class: 'muted' }, 'Make a read token with `trainer tokens create NAME --role read`.'),
+    h('label', { for: 'token' }, 'API token '), input, ' ', h('button', { type: 'submit' }, 'Use it'));
+  form.addEventListener('submit', (event) => {
+    event.preventDefault();
+    document.cookie = `trainer_token=${encodeURIComponent(input.value.trim())}; Path=/; SameSite=Strict`;
+    location.reload();
+  });
+  return form;
 }

@@ -2,17 +2,28 @@
 
 Paths to the built binaries and the repository come from here, so a test never guesses.
 """
+import atexit
 import os
 import pathlib
+import shutil
+import tempfile
 
 import pytest
 
+import auth
 import suite_times
 from pg_server import start_postgres_server, stop_postgres_server
 from s3_server import start_s3_server, stop_s3_server
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 BUILD = pathlib.Path(os.environ.get("TRAINER_BUILD_DIR", REPO / "build"))
+
+# API tokens (docs/security.md): every trainerd a test starts writes its local admin token into the
+# token file under XDG_CONFIG_HOME, which the `trainer` binary reads; a folder of this session's own
+# keeps the user's file out of it. urllib requests send the token kept for their address (auth.py).
+os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="trainer-test-config-")
+atexit.register(shutil.rmtree, os.environ["XDG_CONFIG_HOME"], True)
+auth.install()
 
 
 def pytest_configure(config):

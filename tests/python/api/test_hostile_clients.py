@@ -11,6 +11,7 @@ import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from auth import auth_headers
 from conftest import setup_basics
 from hostile import closed_by_peer, connect, json_of, read_response, request_bytes
 from service_helpers import plan
@@ -176,7 +177,8 @@ def test_500_followers_parked_on_the_events_long_poll_do_not_stop_other_requests
     followers = []
     for _ in range(500):
         s = connect(d.port, timeout=60)
-        s.sendall(request_bytes("GET", f"/v1/runs/{run_id}/events?after={last}&waitSeconds=60"))
+        s.sendall(request_bytes("GET", f"/v1/runs/{run_id}/events?after={last}&waitSeconds=60",
+                                headers=auth_headers(d.url)))
         followers.append(s)
     # While they wait, every other request is answered.
     for _ in range(5):

@@ -3,7 +3,8 @@
 Real objects stand behind the path parameters (the tiny base model, dataset `train`, workload
 `triage`, a run held in QUEUED by the stand-in job), so generated requests reach the service and
 not only its 404s; the snapshot catalog's job callbacks are sent as that run's job attempt (its
-X-Trainer-Job and bearer token, which the stand-in job writes out). Checks: no 5xx, status codes and content types the schema declares, and
+X-Trainer-Job and bearer token, which the stand-in job writes out); every other request carries the
+local admin token. Checks: no 5xx, status codes and content types the schema declares, and
 response bodies that conform to it. Bounded: a few examples per operation, and a wall-clock
 limit. schemathesis lives in its own environment (.venv-schemathesis, made by tools/setup).
 
@@ -21,6 +22,7 @@ import subprocess
 
 import pytest
 
+from auth import token_for
 from conftest import setup_basics
 from service_helpers import plan
 from waiting import wait_for
@@ -67,7 +69,14 @@ def test_the_api_conforms_to_its_openapi_schema_under_fuzzing(serve, tmp_path):
     }
     # The catalog's job callbacks (and the list beside reserve) carry the attempt's credentials.
     headers = {"/v1/runs/{id}/snapshots": as_job, "/v1/snapshots/{id}/commit": as_job}
-    lines = ["generation.max-examples = 8", "request-timeout = 30.0", ""]
+    # Every request carries the local admin token trainerd wrote (docs/security.md), but the job's
+    # callbacks, which carry the attempt's credentials; revocation is pinned to a token of its own,
+    # so a generated id prefix never revokes the token the run uses.
+    admin = token_for(d.url)
+    spare = d.ok(d.post("/v1/tokens", {"name": "fuzz-spare", "roles": ["read"]}), 201)["tokenId"]
+    pinned["/v1/tokens/{ref}/revoke"] = {"ref": spare}
+    lines = ["generation.max-examples = 8", "request-timeout = 30.0",
+             f"headers = {{ {toml_string('Authorization')} = {toml_string('Bearer ' + admin)} }}", ""]
     for path, params in pinned.items():
         lines.append("[[operations]]")
         lines.append(f"include-path = {toml_string(path)}")

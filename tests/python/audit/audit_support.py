@@ -25,6 +25,7 @@ import yaml
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "tools"))
+from auth import token_for  # noqa: E402
 from gen_telemetry import prometheus_name  # noqa: E402  (the registry's own name translation)
 
 REGISTRY = yaml.safe_load((REPO / "telemetry" / "registry.yaml").read_text())
@@ -118,6 +119,7 @@ global: {{scrape_interval: 1s, evaluation_interval: 1s}}
 scrape_configs:
   - job_name: trainerd
     scrape_interval: 1s
+    authorization: {{credentials: "{token_for(target_url)}"}}
     static_configs: [{{targets: ["{target_url.removeprefix('http://')}"]}}]
 """)
         self.log = open(tmp / "prometheus.log", "w")

@@ -59,6 +59,14 @@ class Chromium:
             self.close()
             raise
 
+    def set_cookie(self, url: str, name: str, value: str) -> None:
+        """Gives the browser the cookie `name` for `url`'s site (the dashboard's API token)."""
+        result = self.send("Network.setCookie", name=name, value=value, url=url, sameSite="Strict")
+        assert result.get("success", True), result
+
+    def clear_cookies(self) -> None:
+        self.send("Network.clearBrowserCookies")
+
     def _check_alive(self) -> bool:
         if self.proc.poll() is not None:
             raise AssertionError(f"chromium exited {self.proc.returncode}; see {self._log.name}")

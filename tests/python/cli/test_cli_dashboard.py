@@ -24,6 +24,7 @@ import urllib.request
 
 import pytest
 
+from auth import token_for
 from cli_support import TERMINAL, cancel_run, ended, start_run_id, wait_step
 from headless_chromium import Chromium
 from rl_toy import toy_rows
@@ -87,8 +88,10 @@ def artifacts(tmp_path_factory) -> pathlib.Path:
 
 
 @pytest.fixture(scope="module")
-def browser(tmp_path_factory):
+def browser(tmp_path_factory, url):
+    """Chromium holding the dashboard's token cookie for the service (docs/security.md, "The dashboard")."""
     chromium = Chromium(tmp_path_factory.mktemp("chromium"))
+    chromium.set_cookie(url, "trainer_token", token_for(url))
     yield chromium
     chromium.close()
 
@@ -261,3 +264,27 @@ def test_an_unknown_dashboard_file_is_a_404_naming_it(url):
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(url + "/ui/no-such.js", timeout=10)
     assert e.value.code == 404 and "no-such.js" in json.loads(e.value.read())["error"]["message"]
+
+
+def test_without_a_token_the_dashboard_asks_for_one_and_a_read_token_opens_it(browser, url, cli):
+    """docs/security.md, "The dashboard": the page and its files are open, its reads are not."""
+    reader = cli.json("tokens", "create", "dashboard-reader", "--role", "read")["token"]
+    browser.clear_cookies()
+    try:
+        browser.navigate(f"{url}/workloads")
+        browser.wait_for("!!document.querySelector('#login')", what="the login form")
+        assert browser.evaluate("document.querySelector('#workloads')") is None
+        browser.evaluate(f"document.querySelector('#token').value = {json.dumps(reader)}; "
+                         "document.querySelector('#login').requestSubmit(); true")
+        rows = browser.wait_for(f"(rows => rows.length && rows)({rows_of('#workloads')})",
+                                what="the workloads, read with the token typed in")
+        assert [r[0] for r in rows] == [WORKLOAD], rows
+        # A stale token is asked for again, not shown as a broken page.
+        browser.set_cookie(url, "trainer_token", "trn_" + "0" * 64)
+        browser.navigate(f"{url}/capacity")
+        message = browser.wait_for("(f => f && f.textContent)(document.querySelector('#login'))", what="the login form")
+        assert "not known" in message, message
+    finally:
+        browser.clear_cookies()
+        browser.set_cookie(url, "trainer_token", token_for(url))
+        browser.take_errors()  # the refused reads were logged as failed requests, as they should be

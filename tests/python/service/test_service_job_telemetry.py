@@ -18,6 +18,7 @@ import time
 import pytest
 import requests
 
+from auth import token_for
 from service_helpers import metric_value, plan
 
 STEP_COUNT = "akka_optimize_training_sft_step_count_total"
@@ -90,6 +91,7 @@ global:
 scrape_configs:
   - job_name: trainerd
     scrape_interval: 1s
+    authorization: {{credentials: "{token_for(target_url)}"}}
     static_configs:
       - targets: ["{target}"]
 """)

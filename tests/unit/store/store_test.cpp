@@ -36,7 +36,7 @@ void PrintTo(Kind kind, std::ostream* os) {
 // One empty database of one implementation, and what a test does behind the store's back (raw
 // SQL, as an older trainerd or an operator would).
 // The schema version both stores migrate to (one per migration; each store's list has them all).
-constexpr int kSchemaVersion = 17;
+constexpr int kSchemaVersion = 18;
 
 class TestDatabase {
  public:
@@ -601,11 +601,11 @@ TEST_P(StoreTest, MigrationNineGivesEveryExistingRunATask) {
             "DROP TRIGGER workloads_deleted; DROP TRIGGER claims_inserted; DROP TRIGGER claims_updated;"
             "DROP TRIGGER claims_deleted; DROP TABLE job_attempts; DROP TABLE job_events; DROP TABLE "
             "job_logs;"
-            "DROP TABLE endpoints; DROP TABLE dataset_analyses; DROP TABLE claim_holds; DROP TABLE replicas; DROP TABLE sessions; DROP TABLE curations; DROP TABLE curation_scores; DROP TABLE pipelines; DROP TABLE distillations; DROP TABLE distillation_chunks;"
+            "DROP TABLE endpoints; DROP TABLE dataset_analyses; DROP TABLE claim_holds; DROP TABLE replicas; DROP TABLE sessions; DROP TABLE curations; DROP TABLE curation_scores; DROP TABLE pipelines; DROP TABLE distillations; DROP TABLE distillation_chunks; DROP TABLE api_tokens;"
             "DELETE FROM schema_migrations WHERE version >= 9;"
           : "DROP TABLE tasks; DROP TABLE counters; DROP FUNCTION count_change() CASCADE;"
             "DROP TABLE job_attempts; DROP TABLE job_events; DROP TABLE job_logs; DROP TABLE endpoints;"
-            "DROP TABLE dataset_analyses; DROP TABLE claim_holds; DROP TABLE replicas; DROP TABLE sessions; DROP TABLE curations; DROP TABLE curation_scores; DROP TABLE pipelines; DROP TABLE distillations; DROP TABLE distillation_chunks;"
+            "DROP TABLE dataset_analyses; DROP TABLE claim_holds; DROP TABLE replicas; DROP TABLE sessions; DROP TABLE curations; DROP TABLE curation_scores; DROP TABLE pipelines; DROP TABLE distillations; DROP TABLE distillation_chunks; DROP TABLE api_tokens;"
             "DELETE FROM schema_migrations WHERE version >= 9;");
   auto s = open();
   auto t = s->get_task("run", "aa");
@@ -846,7 +846,7 @@ TEST_P(StoreTest, MigrationThirteenGivesEveryGrantedClaimAnOpenHoldFromItsSince)
     ASSERT_TRUE(s->insert_claim(queued).is_ok());
   }
   // Rewind to schema 12, as the trainerd before claim holds left it (and before replicas).
-  db_->exec("DROP TABLE claim_holds; DROP TABLE replicas; DROP TABLE sessions; DROP TABLE curations; DROP TABLE curation_scores; DROP TABLE pipelines; DROP TABLE distillations; DROP TABLE distillation_chunks; DELETE FROM schema_migrations WHERE version >= 13;");
+  db_->exec("DROP TABLE claim_holds; DROP TABLE replicas; DROP TABLE sessions; DROP TABLE curations; DROP TABLE curation_scores; DROP TABLE pipelines; DROP TABLE distillations; DROP TABLE distillation_chunks; DROP TABLE api_tokens; DELETE FROM schema_migrations WHERE version >= 13;");
   auto s = open();
   auto holds = s->list_claim_holds(0, 1e12);
   ASSERT_TRUE(holds.is_ok());
@@ -946,6 +946,31 @@ TEST_P(StoreTest, DistillationChunksAreStoredOnceEachAcrossAReopen) {
   EXPECT_EQ((*chunks)[1]["answers"], json::array({1}));  // the first write stays
   EXPECT_FALSE(s->put_distillation_chunk("d1", json{{"answers", 1}}).is_ok());  // no chunk index
   EXPECT_FALSE(s->put_distillation(json{{"phase", "PENDING"}}).is_ok());
+TEST_P(StoreTest, ApiTokensAreFoundByTheirHashAndListedOldestFirst) {
+  auto token = [](const std::string& id, const std::string& hash, const std::string& role) {
+    return json{{"tokenId", id}, {"hash", hash}, {"role", role}};
+  };
+  {
+    auto s = open();
+    ASSERT_TRUE(s->put_api_token(token("t1", "h1", "admin")).is_ok());
+    ASSERT_TRUE(s->put_api_token(token("t2", "h2", "read")).is_ok());
+    json revoked = token("t1", "h1", "admin");
+    revoked["revokedAt"] = "2026-12-05T00:00:00Z";
+    ASSERT_TRUE(s->put_api_token(revoked).is_ok());  // replaced, keeps its place
+  }
+  auto s = open();  // durable across a reopen
+  auto all = s->list_api_tokens();
+  ASSERT_TRUE(all.is_ok());
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0]["tokenId"], "t1");
+  EXPECT_EQ((*all)[0]["revokedAt"], "2026-12-05T00:00:00Z");
+  EXPECT_EQ((*all)[1]["tokenId"], "t2");
+  EXPECT_EQ((*s->find_api_token("h2"))->at("role"), "read");
+  EXPECT_FALSE(s->find_api_token("h3")->has_value());
+  // Another token with a hash already taken is refused: one secret names one token.
+  EXPECT_FALSE(s->put_api_token(token("t3", "h2", "admin")).is_ok());
+  EXPECT_FALSE(s->put_api_token(json{{"tokenId", "t4"}}).is_ok());
+  EXPECT_EQ(s->list_api_tokens()->size(), 2u);
 }
 
 TEST_P(StoreTest, PagesTakeEveryRowForANegativeLimitAndCountANegativeOffsetAsZero) {

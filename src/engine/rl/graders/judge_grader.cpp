@@ -99,6 +99,14 @@ Result<std::unique_ptr<Grader>> make_judge_grader(const plan::RewardTermSpec& te
     }
     headers.emplace_back("Authorization", std::string("Bearer ") + key);
   }
+  if (!term.judge->jobIdEnv.empty()) {
+    const char* id = std::getenv(term.judge->jobIdEnv.c_str());
+    if (id == nullptr || *id == '\0') {
+      return Status(StatusCode::kFailedPrecondition, at + ".kind: " + term.kind + ": the judge's job id variable " +
+                                                         term.judge->jobIdEnv + " is not set in the job's environment");
+    }
+    headers.emplace_back("X-Trainer-Job", id);
+  }
   return std::unique_ptr<Grader>(std::make_unique<JudgeGrader>(
       term, at, url + "/v1/chat/completions", term.judge->model.empty() ? name : term.judge->model,
       term.graderInstructions.value_or(term.planGraderInstructions.value_or(kDefaultInstructions)), std::move(headers), term.judge->caFile));

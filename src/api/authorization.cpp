@@ -1,0 +1,341 @@
+// The role table and the authorizer (authorization.h, docs/security.md).
+#include "api/authorization.h"
+
+#include <cstring>
+#include <strings.h>
+
+#include "api/route_support.h"
+
+namespace trainer::api {
+namespace {
+
+using http::Request;
+using http::Response;
+using service::Identity;
+using service::Service;
+
+constexpr Need P = Need::kPublic, R = Need::kRead, S = Need::kSubmit, A = Need::kAdmin, C = Need::kControl,
+               J = Need::kJob;
+
+// The name of the cookie the dashboard keeps its token in; read for GET requests only, so that a
+// page of another site cannot make a browser write with it.
+constexpr const char* kTokenCookie = "trainer_token";
+
+}  // namespace
+
+const std::vector<RouteRule>& role_table() {
+  using enum Scope;
+  static const std::vector<RouteRule> table = {
+      // info and telemetry
+      {"GET", "/v1/info", P, kNone},
+      {"GET", "/metrics", R, kAllWorkloads},
+      {"POST", "/otlp/v1/metrics", J, kNone},
+      {"GET", "/v1/capacity", R, kQueryWorkload},
+      {"GET", "/v1/capacity/device-hours", R, kAllWorkloads},
+      {"POST", "/v1/capacity/scan", C, kAllWorkloads},
+      // API tokens
+      {"POST", "/v1/tokens", A, kAllWorkloads},
+      {"GET", "/v1/tokens", A, kAllWorkloads},
+      {"POST", "/v1/tokens/{ref}/revoke", A, kAllWorkloads},
+      // base models and the model registry
+      {"GET", "/v1/base-models", R, kNone},
+      {"POST", "/v1/base-models/select", A, kAllWorkloads},
+      {"GET", "/v1/base-model-envelopes", R, kNone},
+      {"GET", "/v1/base-models/{name...}", R, kNone},
+      {"POST", "/v1/trained-models", S, kBodyWorkload},
+      {"GET", "/v1/trained-models", R, kQueryWorkload},
+      {"GET", "/v1/trained-models/{ref}", R, kTrainedModelPath},
+      {"GET", "/v1/trained-models/{ref}/files/{file}", R, kTrainedModelPath},
+      {"GET", "/v1/trained-models/{ref}/merged", R, kTrainedModelPath},
+      {"GET", "/v1/trained-models/{ref}/merged/{file}", R, kTrainedModelPath},
+      // datasets and bundles: the shared catalog
+      {"POST", "/v1/datasets", S, kNone},
+      {"GET", "/v1/datasets", R, kNone},
+      {"POST", "/v1/datasets/{ref}/measure", S, kNone},
+      {"POST", "/v1/datasets/{ref}/analyses", S, kNone},
+      {"GET", "/v1/datasets/{ref}/analyses", R, kNone},
+      {"GET", "/v1/datasets/{ref}/analyses/{id}", R, kNone},
+      {"GET", "/v1/datasets/{ref}", R, kNone},
+      {"PUT", "/v1/dataset-names/{name}", S, kNone},
+      {"POST", "/v1/bundles", A, kAllWorkloads},
+      {"GET", "/v1/bundles", R, kNone},
+      {"GET", "/v1/bundles/{ref}", R, kNone},
+      // workloads
+      {"POST", "/v1/workloads", A, kAllWorkloads},
+      {"GET", "/v1/workloads", R, kAllWorkloads},
+      {"POST", "/v1/workloads/{ref}/archive", A, kWorkloadPath},
+      {"POST", "/v1/workloads/{ref}/unarchive", A, kWorkloadPath},
+      {"GET", "/v1/workloads/{ref}", R, kWorkloadPath},
+      {"PATCH", "/v1/workloads/{ref}", A, kWorkloadPath},
+      {"PUT", "/v1/workloads/{ref}/evaluation", A, kWorkloadPath},
+      {"GET", "/v1/workloads/{ref}/history", R, kWorkloadPath},
+      {"GET", "/v1/workloads/{ref}/scores", R, kWorkloadPath},
+      {"GET", "/v1/workloads/{ref}/refs/{which}", R, kWorkloadPath},
+      {"PUT", "/v1/workloads/{ref}/refs/{which}", A, kWorkloadPath},
+      // runs
+      {"POST", "/v1/runs", S, kBodyWorkload},
+      {"GET", "/v1/runs", R, kQueryWorkload},
+      {"GET", "/v1/runs/{ref}/events", R, kRunPath},
+      {"POST", "/v1/runs/{ref}/cancel", S, kRunPath},
+      {"POST", "/v1/runs/{ref}/pause", S, kRunPath},
+      {"POST", "/v1/runs/{ref}/resume", S, kRunPath},
+      {"GET", "/v1/runs/{ref}/metrics", R, kRunPath},
+      {"GET", "/v1/runs/{ref}/metrics/stream", R, kRunPath},
+      {"GET", "/v1/runs/{ref}/rollouts", R, kRunPath},
+      {"GET", "/v1/runs/{ref}/tensorboard", R, kRunPath},
+      {"GET", "/v1/runs/{ref}/tensorboard/{file}", R, kRunPath},
+      {"GET", "/v1/runs/{ref}/hparams", R, kRunPath},
+      {"PATCH", "/v1/runs/{ref}", S, kRunPath},
+      {"GET", "/v1/runs/{ref}", R, kRunPath},
+      {"POST", "/v1/runs/{ref}/branch", S, kRunPath},
+      {"POST", "/v1/runs/{ref}/continue", S, kRunPath},
+      {"POST", "/v1/runs/{ref}/sweep", S, kRunPath},
+      {"GET", "/v1/runs/{ref}/branches", R, kRunPath},
+      {"GET", "/v1/runs/{ref}/tree", R, kRunPath},
+      {"GET", "/v1/runs/{ref}/ancestry", R, kRunPath},
+      // snapshots: the job's reserve and commit, the users' reads, registration and holds
+      {"POST", "/v1/runs/{ref}/snapshots", J, kNone},
+      {"GET", "/v1/runs/{ref}/snapshots", R, kRunPath, /*job_too=*/true},
+      {"POST", "/v1/snapshots/{ref}/commit", J, kNone},
+      {"GET", "/v1/snapshots/{ref}", R, kSnapshotPath, /*job_too=*/true},
+      {"POST", "/v1/snapshots/{ref}/register", S, kSnapshotPath},
+      {"GET", "/v1/snapshots/{ref}/candidate", R, kSnapshotPath},
+      {"POST", "/v1/snapshots/{ref}/pin", C, kSnapshotPath},
+      {"POST", "/v1/snapshots/{ref}/unpin", C, kSnapshotPath},
+      {"POST", "/v1/snapshots/{ref}/release", C, kSnapshotPath},
+      // evaluations and comparisons
+      {"POST", "/v1/evaluations", S, kBodyWorkload},
+      {"GET", "/v1/evaluations", R, kQueryWorkload},
+      {"GET", "/v1/evaluations/{ref}", R, kEvaluationPath},
+      {"GET", "/v1/evaluations/{ref}/report", R, kEvaluationPath},
+      {"GET", "/v1/evaluations/{ref}/rows", R, kEvaluationPath},
+      {"POST", "/v1/evaluations/{ref}/cancel", S, kEvaluationPath},
+      {"PATCH", "/v1/evaluations/{ref}", S, kEvaluationPath},
+      {"POST", "/v1/comparisons", S, kAllWorkloads},
+      {"GET", "/v1/comparisons", R, kAllWorkloads},
+      {"GET", "/v1/comparisons/{ref}", R, kComparisonPath},
+      // endpoints
+      {"POST", "/v1/endpoints", S, kBodyWorkload},
+      {"GET", "/v1/endpoints", R, kAllWorkloads},
+      {"GET", "/v1/endpoints/info", R, kNone},
+      {"GET", "/v1/endpoints/{ref}", R, kEndpointPath},
+      {"DELETE", "/v1/endpoints/{ref}/models/{model}", S, kEndpointPath},
+      {"POST", "/v1/endpoints/{ref}/models/{model}/disable", S, kEndpointPath},
+      {"POST", "/v1/endpoints/{ref}/models/{model}/enable", S, kEndpointPath},
+      {"DELETE", "/v1/endpoints/{ref}", S, kEndpointPath},
+      {"POST", "/v1/endpoints/{ref}/v1/chat/completions", S, kEndpointPath, /*job_too=*/true},
+      // a job's reports
+      {"POST", "/v1/jobs/{id}/events", J, kNone},
+      {"POST", "/v1/jobs/{id}/logs", J, kNone},
+      // the dashboard's page and files: its JSON reads need a token like any other client's
+      {"GET", "/", P, kNone},
+      {"GET", "/runs", P, kNone},
+      {"GET", "/runs/{id}", P, kNone},
+      {"GET", "/workloads", P, kNone},
+      {"GET", "/workloads/{name}", P, kNone},
+      {"GET", "/capacity", P, kNone},
+      {"GET", "/ui/{file}", P, kNone},
+  };
+  return table;
+}
+
+const RouteRule* find_rule(const std::string& method, const std::string& pattern) {
+  for (const RouteRule& rule : role_table()) {
+    if (method == rule.method && pattern == rule.pattern) return &rule;
+  }
+  return nullptr;
+}
+
+const char* need_name(Need need) {
+  switch (need) {
+    case Need::kPublic: return "public";
+    case Need::kRead: return "read";
+    case Need::kSubmit: return "submit";
+    case Need::kAdmin: return "admin";
+    case Need::kControl: return "control";
+    case Need::kJob: return "job";
+  }
+  return "?";
+}
+
+const char* scope_name(Scope scope) {
+  switch (scope) {
+    case Scope::kNone: return "none";
+    case Scope::kAllWorkloads: return "all";
+    case Scope::kWorkloadPath: return "workload";
+    case Scope::kRunPath: return "run";
+    case Scope::kSnapshotPath: return "snapshot";
+    case Scope::kEvaluationPath: return "evaluation";
+    case Scope::kEndpointPath: return "endpoint";
+    case Scope::kTrainedModelPath: return "trained-model";
+    case Scope::kComparisonPath: return "comparison";
+    case Scope::kBodyWorkload: return "body";
+    case Scope::kQueryWorkload: return "query";
+  }
+  return "?";
+}
+
+json role_table_json() {
+  json routes = json::array();
+  for (const RouteRule& r : role_table()) {
+    routes.push_back({{"method", r.method}, {"pattern", r.pattern},
+                      {"role", std::string(need_name(r.need)) + (r.job_too ? " or job" : "")},
+                      {"scope", scope_name(r.scope)}});
+  }
+  return json{{"routes", routes}};
+}
+
+std::vector<std::string> routes_without_rule(const http::Router& router) {
+  std::vector<std::string> out;
+  for (const auto& [method, pattern] : router.routes()) {
+    if (!find_rule(method, pattern)) out.push_back(method + " " + pattern);
+  }
+  return out;
+}
+
+namespace {
+
+// The token a request carries: its bearer token, else (for a GET, the dashboard's reads and its
+// metrics stream, which a browser's EventSource sends without headers) the dashboard's cookie.
+std::string request_token(const Request& req) {
+  std::string token = bearer_token(req);
+  if (!token.empty() || req.method != "GET") return token;
+  const std::string cookies = header_value(req, "Cookie");
+  const std::string key = std::string(kTokenCookie) + "=";
+  size_t at = 0;
+  while (at < cookies.size()) {
+    while (at < cookies.size() && (cookies[at] == ' ' || cookies[at] == ';')) ++at;
+    size_t end = cookies.find(';', at);
+    if (end == std::string::npos) end = cookies.size();
+    if (cookies.compare(at, key.size(), key) == 0) {
+      return http::url_decode(cookies.substr(at + key.size(), end - at - key.size()), false);
+    }
+    at = end;
+  }
+  return "";
+}
+
+// The same answer for an object outside the token's workloads as for one that does not exist.
+Response hidden(const std::string& what, const std::string& ref) {
+  return error_response(not_found(what + " '" + ref + "' not found"));
+}
+
+// The workload id an object's document names (workload.id, else workloadId); "" when none.
+std::string workload_of(const json& doc) {
+  if (doc.contains("workload") && doc["workload"].is_object()) return doc["workload"].value("id", std::string());
+  return doc.value("workloadId", std::string());
+}
+
+// Whether the token may touch the workload `ref` (a name or id) names; false when none does.
+bool may_touch_workload(Service& svc, const Identity& who, const std::string& ref) {
+  if (ref.empty()) return false;
+  auto w = svc.get_workload(ref);
+  return w.is_ok() && who.may_touch(w->value("id", std::string()));
+}
+
+bool may_touch_run(Service& svc, const Identity& who, const std::string& ref) {
+  auto run = svc.get_run(ref);
+  return run.is_ok() && who.may_touch(workload_of(*run));
+}
+
+// A limited token's request: allowed when the workload it touches is one of the token's.
+std::optional<Response> check_scope(Service& svc, const Identity& who, const RouteRule& rule, const Request& req) {
+  const std::string ref = req.params.empty() ? std::string() : req.params[0];
+  switch (rule.scope) {
+    case Scope::kNone: return std::nullopt;
+    case Scope::kAllWorkloads:
+      return error_response(permission_denied(std::string(rule.method) + " " + rule.pattern +
+                                              " needs a token on every workload; this one is limited to some"));
+    case Scope::kWorkloadPath:
+      if (may_touch_workload(svc, who, ref)) return std::nullopt;
+      return hidden("workload", ref);
+    case Scope::kRunPath:
+      if (may_touch_run(svc, who, ref)) return std::nullopt;
+      return hidden("run", ref);
+    case Scope::kSnapshotPath: {
+      auto snap = svc.get_snapshot(ref);
+      if (snap.is_ok() && may_touch_run(svc, who, snap->value("runId", std::string()))) return std::nullopt;
+      return hidden("snapshot", ref);
+    }
+    case Scope::kComparisonPath: {
+      auto doc = svc.get_comparison(ref);
+      if (doc.is_ok()) {
+        const std::string w = workload_of(*doc);
+        if (!w.empty() && who.may_touch(w)) return std::nullopt;
+      }
+      return hidden("comparison", ref);
+    }
+    case Scope::kEvaluationPath:
+    case Scope::kEndpointPath:
+    case Scope::kTrainedModelPath: {
+      const bool evaluation = rule.scope == Scope::kEvaluationPath, endpoint = rule.scope == Scope::kEndpointPath;
+      auto doc = evaluation ? svc.get_evaluation(ref) : endpoint ? svc.get_endpoint(ref) : svc.get_trained_model(ref);
+      if (doc.is_ok()) {
+        const std::string w = workload_of(*doc);
+        if (!w.empty() && who.may_touch(w)) return std::nullopt;
+      }
+      return hidden(evaluation ? "evaluation" : endpoint ? "endpoint" : "trained model", ref);
+    }
+    case Scope::kBodyWorkload:
+    case Scope::kQueryWorkload: {
+      std::string workload;
+      if (rule.scope == Scope::kQueryWorkload) {
+        workload = req.query_value("workload");
+      } else if (auto body = body_json(req); body.is_ok() && body->value("workload", json()).is_string()) {
+        workload = body->value("workload", std::string());
+      }
+      if (workload.empty()) {
+        return error_response(Status(StatusCode::kPermissionDenied, "workload",
+                                     "a token limited to some workloads must name one of them (" +
+                                         std::string(rule.scope == Scope::kQueryWorkload ? "?workload=NAME"
+                                                                                         : "\"workload\" in the body") +
+                                         ")"));
+      }
+      if (may_touch_workload(svc, who, workload)) return std::nullopt;
+      return hidden("workload", workload);
+    }
+  }
+  return hidden("object", ref);
+}
+
+}  // namespace
+
+void install_authorizer(http::Router& router, Service& svc) {
+  router.set_authorizer([&svc](const Request& req, const std::string& pattern) -> std::optional<Response> {
+    const RouteRule* rule = find_rule(req.method, pattern);
+    if (rule == nullptr) {
+      return error_response(permission_denied(req.method + " " + pattern +
+                                              " has no entry in the role table (src/api/authorization.cpp); refused"));
+    }
+    if (rule->need == Need::kPublic || rule->need == Need::kJob) return std::nullopt;
+    if (rule->job_too && !header_value(req, service::kJobIdHeader).empty()) {
+      // A job attempt's own credentials: as a token on its run's workload with the route's role.
+      const service::JobCredentials job = job_credentials(req);
+      auto workload = svc.job_workload(job.job_id, job.token);
+      if (!workload.is_ok()) {
+        const Status& st = workload.status();
+        return error_response(st, st.code() == StatusCode::kInvalidArgument ? 403 : 0);
+      }
+      Identity as_job;
+      as_job.roles = {need_name(rule->need)};
+      as_job.workloads = {*workload};
+      return check_scope(svc, as_job, *rule, req);
+    }
+    auto who = svc.authenticate_token(request_token(req));
+    if (!who.is_ok()) {
+      Response r = error_response(who.status());
+      r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"trainer\"");
+      return r;
+    }
+    if (!who->has(need_name(rule->need))) {
+      std::string roles;
+      for (const std::string& role : who->roles) roles += (roles.empty() ? "" : ", ") + role;
+      return error_response(permission_denied(req.method + " " + pattern + " needs the " + need_name(rule->need) +
+                                              " role; token " + who->token_id + " has " + roles));
+    }
+    if (who->all_workloads) return std::nullopt;
+    return check_scope(svc, *who, *rule, req);
+  });
+}
+
+}  // namespace trainer::api

@@ -1,0 +1,73 @@
+// Who may call which route (docs/security.md): the one role table, and the authorizer that checks
+// every request against it. The table says, for each route (method and pattern), the role it
+// needs and how the workload it touches is found; docs/security.md's table is printed from it
+// (`trainerd --print-roles`), and a route without an entry is refused (and fails a unit test).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "http/server.h"
+#include "service/service.h"
+
+namespace trainer::api {
+
+// The role a route needs.
+enum class Need {
+  kPublic,   // anyone, no token (the service's info, the dashboard's static files)
+  kRead,     // read ⊂ submit ⊂ admin; control includes read
+  kSubmit,
+  kAdmin,
+  kControl,  // the operator's commands
+  kJob,      // a job attempt's own token (X-Trainer-Job and Bearer), checked by the handler
+};
+
+// How the workload a request touches is found, for a token limited to some workloads (a token
+// on every workload skips this). An object of a workload outside the token's answers 404, as a
+// missing one does, so ids cannot be probed.
+enum class Scope {
+  kNone,             // not tied to a workload (the shared catalog: datasets, bundles, base models)
+  kAllWorkloads,     // only a token on every workload (service-wide lists and writes)
+  kWorkloadPath,     // the first path parameter names the workload
+  kRunPath,          // ... a run, its workload
+  kSnapshotPath,     // ... a snapshot, its run's workload
+  kEvaluationPath,   // ... an evaluation, its workload (none: only a token on every workload)
+  kEndpointPath,     // ... an endpoint, its workload (likewise)
+  kTrainedModelPath, // ... a registered model, its workload (likewise)
+  kComparisonPath,   // ... a comparison, its source run's workload
+  kBodyWorkload,     // the JSON body's "workload" (a limited token must name one of its own)
+  kQueryWorkload,    // the query's ?workload= (a limited token must name one of its own)
+};
+
+struct RouteRule {
+  const char* method;
+  const char* pattern;
+  Need need;
+  Scope scope;
+  // Also answered for a job attempt's own credentials (X-Trainer-Job and its bearer token) within
+  // its run's workload: the snapshot a job reads back, the endpoint a job's judge calls.
+  bool job_too = false;
+};
+
+// The role table: every route trainerd serves, in the order of docs/api.md.
+const std::vector<RouteRule>& role_table();
+// The rule of (method, pattern); null when the table has none.
+const RouteRule* find_rule(const std::string& method, const std::string& pattern);
+// The names the table and docs/security.md use ("read", "run", ...).
+const char* need_name(Need need);
+const char* scope_name(Scope scope);
+// The table as JSON ({routes: [{method, pattern, role, scope}]}: `trainerd --print-roles`; a
+// role of "read or job" for a rule with job_too).
+nlohmann::json role_table_json();
+// The routes of `router` the table does not name, as "METHOD PATTERN".
+std::vector<std::string> routes_without_rule(const http::Router& router);
+
+// Installs the authorizer on `router`: every matched request is checked against its rule, the
+// caller's bearer token authenticated through `service` (401 without a live one, 403 without the
+// role, 404 for an object of a workload outside the token's). A route without a rule answers 403.
+void install_authorizer(http::Router& router, service::Service& service);
+
+}  // namespace trainer::api

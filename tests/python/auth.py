@@ -1,0 +1,68 @@
+"""The tests' side of API tokens (docs/security.md).
+
+Every trainerd the tests start keeps a local admin token for its address in the token file under
+$XDG_CONFIG_HOME/trainer/tokens.json; conftest.py points XDG_CONFIG_HOME at a folder of the test
+session's own, so the tests' trainerds never touch the user's file, and the `trainer` binary the
+tests run reads the same file. install() makes every urllib request that carries no Authorization
+header of its own send the token kept for its address, as the CLI does.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import urllib.parse
+import urllib.request
+
+
+def token_file() -> pathlib.Path:
+    """The token file trainerd writes and `trainer` reads, as the environment says."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(pathlib.Path.home() / ".config")
+    return pathlib.Path(base) / "trainer" / "tokens.json"
+
+
+def address_key(url: str) -> str:
+    """The token file's key of a server address: scheme://host:port, localhost as 127.0.0.1."""
+    parts = urllib.parse.urlsplit(url if "://" in url else "http://" + url)
+    host = parts.hostname or ""
+    if host == "localhost":
+        host = "127.0.0.1"
+    if ":" in host:
+        host = f"[{host}]"
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return f"{parts.scheme}://{host}:{port}"
+
+
+def token_for(url: str) -> str | None:
+    """The token the token file keeps for the server at `url` (None when it keeps none)."""
+    try:
+        servers = json.loads(token_file().read_text()).get("servers", {})
+    except (OSError, ValueError):
+        return None
+    token = servers.get(address_key(url))
+    return token if isinstance(token, str) and token else None
+
+
+def auth_headers(url: str) -> dict:
+    """{"Authorization": "Bearer TOKEN"} for the server at `url`; {} when no token is kept for it."""
+    token = token_for(url)
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+class _TokenHandler(urllib.request.BaseHandler):
+    """Adds the kept token to a request that carries no Authorization header of its own."""
+    handler_order = 100
+
+    def http_request(self, req):
+        if not req.has_header("Authorization"):
+            token = token_for(req.full_url)
+            if token:
+                req.add_unredirected_header("Authorization", f"Bearer {token}")
+        return req
+
+    https_request = http_request
+
+
+def install() -> None:
+    """Makes urllib.request.urlopen send the kept token (see the module's docstring)."""
+    urllib.request.install_opener(urllib.request.build_opener(_TokenHandler()))
