@@ -60,6 +60,21 @@ const std::vector<RouteRule>& role_table() {
       {"POST", "/v1/bundles", A, kAllWorkloads},
       {"GET", "/v1/bundles", R, kNone},
       {"GET", "/v1/bundles/{ref}", R, kNone},
+      // sessions and curations: they feed the shared catalog's datasets
+      {"POST", "/v1/sessions", S, kNone},
+      {"GET", "/v1/sessions/{hash}", R, kNone},
+      {"POST", "/v1/curations", S, kNone},
+      {"GET", "/v1/curations", R, kNone},
+      {"GET", "/v1/curations/{id}", R, kNone},
+      // distillations: a workload's teacher calls, into the shared catalog; one is found by id only,
+      // so reading or moving it needs a token on every workload
+      {"POST", "/v1/distillations", S, kBodyWorkload},
+      {"GET", "/v1/distillations", R, kAllWorkloads},
+      {"GET", "/v1/distillations/{id}", R, kAllWorkloads},
+      {"GET", "/v1/distillations/{id}/rejections", R, kAllWorkloads},
+      {"POST", "/v1/distillations/{id}/pause", S, kAllWorkloads},
+      {"POST", "/v1/distillations/{id}/resume", S, kAllWorkloads},
+      {"POST", "/v1/distillations/{id}/cancel", S, kAllWorkloads},
       // workloads
       {"POST", "/v1/workloads", A, kAllWorkloads},
       {"GET", "/v1/workloads", R, kAllWorkloads},
@@ -114,6 +129,14 @@ const std::vector<RouteRule>& role_table() {
       {"POST", "/v1/comparisons", S, kAllWorkloads},
       {"GET", "/v1/comparisons", R, kAllWorkloads},
       {"GET", "/v1/comparisons/{ref}", R, kComparisonPath},
+      // pipelines: their stages may be of several workloads, so only a token on every workload
+      {"POST", "/v1/pipelines", S, kAllWorkloads},
+      {"GET", "/v1/pipelines", R, kAllWorkloads},
+      {"GET", "/v1/pipelines/{ref}", R, kAllWorkloads},
+      {"GET", "/v1/pipelines/{ref}/events", R, kAllWorkloads},
+      {"POST", "/v1/pipelines/{ref}/resume", S, kAllWorkloads},
+      {"POST", "/v1/pipelines/{ref}/cancel", S, kAllWorkloads},
+      {"PATCH", "/v1/pipelines/{ref}", S, kAllWorkloads},
       // endpoints
       {"POST", "/v1/endpoints", S, kBodyWorkload},
       {"GET", "/v1/endpoints", R, kAllWorkloads},
