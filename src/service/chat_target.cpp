@@ -51,6 +51,7 @@ Result<ChatTarget> chat_target_of(ServiceCore& core, const json& target, const s
   const std::string endpoint = target.value("endpointId", std::string());
   t.label = role + " '" + target.value("model", std::string()) + "' (endpoint " + endpoint + ")";
   t.url = core.catalog_url + "/v1/endpoints/" + endpoint + "/v1/chat/completions";
+  t.headers.push_back({"Authorization", "Bearer " + core.own_token});
   t.model = target.value("model", std::string());
   return t;
 }

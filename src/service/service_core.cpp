@@ -1,5 +1,6 @@
 // The service's shared state: construction, run lookups and the notice of run changes.
 #include "service/service_core.h"
+#include "service/tokens.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -25,6 +26,7 @@ ServiceCore::ServiceCore(ServiceOptions opts, std::unique_ptr<store::Store> st, 
       store(std::move(st)),
       backend(std::move(be)),
       storage(std::move(sto)),
+      own_token(new_token_secret()),
       kernel(std::make_unique<tasks::TaskKernel>(
           *store, options.clock, tasks::KernelOptions{.owner = options.replica,
                                                    .lease_seconds = options.lease_seconds,

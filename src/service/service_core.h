@@ -52,6 +52,11 @@ class ServiceCore {
   // The snapshots' store when artifactStore names one (set by ServiceImpl::start(), before the
   // driver runs); else null and snapshots live in `storage`. See artifacts().
   std::unique_ptr<storage::Storage> artifact_store;
+  // trainerd's credential for its own calls to its API (a curation's judge or a distillation's
+  // teacher served at one of our endpoints goes through the endpoint's chat route, so that the
+  // forwarding meters count it): random at every start, held in memory only, never stored or
+  // logged. Tokens::authenticate() answers it as submit on every workload.
+  const std::string own_token;
   // trainerd's own API base URL ("http://127.0.0.1:9001"), which jobs call back for their reports
   // and the snapshot catalog (Service::set_catalog_url); set before start(), then constant.
   std::string catalog_url;
