@@ -203,6 +203,8 @@ Result<std::vector<json>> PostgresStore::list_pipelines(const std::vector<std::s
   const std::string sql =
       "SELECT doc FROM pipelines WHERE true" + p.in_list("phase", phases) + " ORDER BY created_seq DESC";
   return docs(sql, p, "listing pipelines");
+}
+
 // ---- API tokens
 Status PostgresStore::put_api_token(const json& doc) {
   const json id = doc.value("tokenId", json()), hash = doc.value("hash", json());
