@@ -1,12 +1,14 @@
 """A pipeline's `curate` stage (issue 26, docs/pipelines.md) through the real CLI against a real
 trainerd and a real HTTP judge (curation_support.py): curate → train on `@curate` → evaluate on
 `@curate` to COMPLETED, the run trained on exactly the dataset version the curation registered and
-each candidate judged once, `resume` starting no second curation; `cancel` while the curation
+each candidate judged once, `resume` starting no second curation; trainerd SIGKILLed mid-curation
+follows the same curation after its restart, judging nothing twice; `cancel` while the curation
 judges ends the pipeline CANCELLED and the curation runs to completion; a curate stage with a bad
 field is refused naming `stages[i].curation.FIELD` and creates nothing."""
 from __future__ import annotations
 
 import json
+import signal
 import urllib.request
 
 import pytest
@@ -118,6 +120,34 @@ def test_cancel_while_the_curation_judges_ends_the_pipeline_and_the_curation_run
     after = get(cli, pid)
     assert after["phase"] == "CANCELLED" and after["stages"][1]["runId"] is None, after
     assert [r for r in cli.json("runs", "list", "--limit", "50")["runs"] if r.get("pipeline")] == []
+
+
+def test_trainerd_killed_mid_curation_follows_the_same_curation_and_judges_nothing_twice(
+        bin_dir, tiny_model, judge, tmp_path):
+    settings = {"baseModels": [{"name": MODEL_NAME, "path": str(tiny_model)}], **config(judge)}
+    svc = start_trainerd(bin_dir, tmp_path / "svc", settings)
+    try:
+        cli = prepare(Cli(bin_dir / "trainer", svc.url))
+        digest, answers = session(cli, tmp_path, range(16))
+        judge.hold_after = 5  # the judge answers 5 calls, then holds every further one
+        pid = start(cli, pipeline(curate_stage("curate", [digest]), curated_train_stage("train")))["pipelineId"]
+        curation_id = wait_for(lambda: get(cli, pid)["stages"][0]["curationId"], timeout=120, what="the curation")
+        wait_for(lambda: cli.json("curations", "get", curation_id)["progress"]["judged"] == 5, 120, "5 scores stored")
+        svc.proc.send_signal(signal.SIGKILL)
+        svc.proc.wait(timeout=30)
+        judge.restart()
+        svc = start_trainerd(bin_dir, tmp_path / "svc", settings)
+        cli = Cli(bin_dir / "trainer", svc.url)
+        final = wait_end(cli, pid)
+        assert final["phase"] == "COMPLETED", (final["failureReason"], final["stages"])
+        # The same curation followed, no second one started, every candidate given one verdict.
+        assert final["stages"][0]["curationId"] == curation_id and final["stages"][0]["previousAttempts"] == []
+        assert [c["curationId"] for c in cli.json("curations", "list")["curations"]] == [curation_id]
+        assert judge.verdicts == {a: 1 for a in answers}
+        registered = cli.json("curations", "get", curation_id)["result"]["dataset"]["hash"]
+        assert cli.json("runs", "get", final["stages"][1]["runId"])["dataset"]["hash"] == registered
+    finally:
+        stop(svc.proc, svc.data_dir)
 
 
 def test_a_curate_stage_with_a_bad_field_is_refused_naming_it_and_creates_nothing(service, judge, tmp_path):
