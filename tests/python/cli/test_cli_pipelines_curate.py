@@ -3,7 +3,8 @@ trainerd and a real HTTP judge (curation_support.py): curate → train on `@cura
 `@curate` to COMPLETED, the run trained on exactly the dataset version the curation registered and
 each candidate judged once, `resume` starting no second curation; trainerd SIGKILLed mid-curation
 follows the same curation after its restart, judging nothing twice; `cancel` while the curation
-judges ends the pipeline CANCELLED and the curation runs to completion; a curate stage with a bad
+judges ends the pipeline CANCELLED and the curation runs to completion; a curation that keeps
+nothing interrupts the pipeline and `resume` starts a new attempt's curation; a curate stage with a bad
 field is refused naming `stages[i].curation.FIELD` and creates nothing."""
 from __future__ import annotations
 
@@ -184,3 +185,27 @@ def test_a_curate_stage_with_a_bad_field_is_refused_naming_it_and_creates_nothin
     assert [s["type"] for s in dry["stages"]] == ["curate", "train"] and "support" in dry["stages"][0]["resolution"]
     assert counts(cli) == before
     assert cli.json("curations", "list")["curations"] == [] and judge.verdicts == {}
+
+
+def test_a_curation_that_keeps_nothing_interrupts_the_pipeline_and_resume_starts_a_new_attempt(
+        service, judge, tmp_path):
+    _, cli = service
+    digest, answers = session(cli, tmp_path, range(6))
+    assert all(score_of(a) < 0.99 for a in answers)
+    plan = pipeline(curate_stage("curate", [digest], threshold=0.99), curated_train_stage("train"))
+    pid = start(cli, plan)["pipelineId"]
+    first = wait_end(cli, pid)
+    assert first["phase"] == "INTERRUPTED" and [s["state"] for s in first["stages"]] == ["FAILED", "PENDING"], first
+    assert "its curation ended FAILED" in first["stages"][0]["failure"] and "nothing was registered" in \
+        first["failureReason"], first
+    assert first["stages"][1]["runId"] is None
+    resumed = cli.json("pipelines", "resume", pid)
+    assert resumed["resumed"] is True
+    second = wait_for(lambda: (p := get(cli, pid))["phase"] == "INTERRUPTED" and p, timeout=120,
+                      what="the second attempt's end")
+    curate = second["stages"][0]
+    assert curate["curationId"] == f"pipeline-{pid}-curate-attempt-2", curate
+    assert [a["curationId"] for a in curate["previousAttempts"]] == [f"pipeline-{pid}-curate"]
+    assert sorted(c["curationId"] for c in cli.json("curations", "list")["curations"]) == sorted(
+        [f"pipeline-{pid}-curate", f"pipeline-{pid}-curate-attempt-2"])
+    assert judge.verdicts == {a: 2 for a in answers}  # once per attempt, each its own curation
