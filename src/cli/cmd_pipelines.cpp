@@ -42,6 +42,7 @@ std::string progress_text(const json& p) {
 std::string stage_work(const json& s) {
   if (!str(s, "runId").empty()) return "run " + short_id(str(s, "runId"));
   if (!str(s, "evaluationId").empty()) return "evaluation " + short_id(str(s, "evaluationId"));
+  if (!str(s, "curationId").empty()) return "curation " + str(s, "curationId");
   return "-";
 }
 
@@ -49,6 +50,10 @@ std::string stage_output(const json& s) {
   const json o = s.value("output", json(nullptr));
   if (!o.is_object()) return "-";
   if (str(o, "kind") == "score") return "mean score " + score_text(o, "meanScore");
+  if (str(o, "kind") == "dataset") {
+    const json d = o.value("dataset", json::object());
+    return "dataset " + str(d, "name") + " " + short_id(str(o, "id"));
+  }
   if (!str(o, "modelId").empty()) return "model " + short_id(str(o, "modelId"));
   return "run " + short_id(str(o, "runId")) + "'s adapter";
 }
@@ -257,12 +262,14 @@ Command pipelines_command() {
   Command g;
   g.name = "pipelines";
   g.aliases = {"pipeline"};
-  g.summary = "Pipelines: train and evaluate stages in one submission, later stages using earlier outputs";
+  g.summary = "Pipelines: curate, train and evaluate stages in one submission, later stages using earlier outputs";
   g.description =
-      "A pipeline plan is {kind: pipeline, stages: [...]}; each stage has a name and a type (train,\n"
-      "evaluate; curate and distill are not available yet). A stage refers to an earlier stage's output\n"
-      "as @NAME (a train stage's config.dataset or warmStartModelId, an evaluate stage's model, the\n"
-      "model inside a model: grader). An evaluate stage may gate the rest: gate: {minMeanScore: 0.8}.\n"
+      "A pipeline plan is {kind: pipeline, stages: [...]}; each stage has a name and a type (curate,\n"
+      "train, evaluate; distill is not available yet). A stage refers to an earlier stage's output as\n"
+      "@NAME (a train stage's config.dataset or warmStartModelId, an evaluate stage's model or dataset,\n"
+      "the model inside a model: grader); a curate stage's output is the dataset version its curation\n"
+      "registers. An evaluate stage may gate the rest: gate: {minMeanScore: 0.8}. Cancelling a pipeline\n"
+      "leaves a running curation to run to completion (curations cannot be cancelled).\n"
       "See docs/pipelines.md.";
   g.examples = {{"start a pipeline and wait for it", "trainer pipelines start -f pipeline.yaml --force --wait"},
                 {"each stage's state and score", "trainer pipelines get 7d496e82 --jq '.stages[] | {name,state,meanScore}'"}};

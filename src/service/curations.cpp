@@ -89,7 +89,54 @@ Result<json> Curations::find_judge_target(const std::string& name) {
   return find_chat_target(core_, name, "judge", "judge");
 }
 
+Result<json> Curations::new_document(const std::string& id, const json& request) {
+  int64_t total = 0;
+  const json& hashes = request["sessionHashes"];
+  for (size_t i = 0; i < hashes.size(); ++i) {
+    const std::string at = "sessionHashes[" + std::to_string(i) + "]";
+    TRAINER_ASSIGN_OR_RETURN(json session, sessions_.find(hashes[i].get<std::string>(), at));
+    if (session.value("source", std::string()) != request["source"]) {
+      return invalid_field("source", "session " + hashes[i].get<std::string>() + " (" + at + ") is " +
+                                         session.value("source", std::string()) + ", not " +
+                                         request["source"].get<std::string>());
+    }
+    total += session.value("candidates", int64_t{0});
+  }
+  TRAINER_ASSIGN_OR_RETURN(json target, find_judge_target(request["judge"].get<std::string>()));
+  json doc = request;
+  doc["curationId"] = id;
+  doc["phase"] = kPending;
+  doc["progress"] = {{"judged", 0}, {"total", total}};
+  doc["attempt"] = 0;
+  doc["createdAt"] = core_.now_rfc3339();
+  doc["startedAt"] = nullptr;
+  doc["endedAt"] = nullptr;
+  doc["result"] = nullptr;
+  doc["_request"] = request;
+  doc["_judge"] = target;
+  return doc;
+}
+
+Status Curations::check(const json& body) {
+  if (!body.is_object()) return invalid_argument("a curation request must be an object");
+  if (body.contains("curationId")) {
+    return invalid_field("curationId", "is not given here: a pipeline's curation takes its id from the pipeline and "
+                                       "the stage, so that a restart or a resume finds the same curation");
+  }
+  TRAINER_RETURN_IF_ERROR(check_fields(body, {"sessionHashes", "source", "threshold", "dataset", "systemPrompt",
+                                              "judge", "graderInstructions"}));
+  TRAINER_ASSIGN_OR_RETURN(json request, check_request(body));
+  TRAINER_ASSIGN_OR_RETURN(json doc, new_document("", request));
+  (void)doc;
+  return Status::ok();
+}
+
 Result<std::pair<json, bool>> Curations::apply(const json& body) {
+  std::lock_guard<std::mutex> lock(core_.mu);
+  return apply_locked(body);
+}
+
+Result<std::pair<json, bool>> Curations::apply_locked(const json& body) {
   if (!body.is_object()) return invalid_argument("the request body must be a JSON object");
   TRAINER_RETURN_IF_ERROR(check_fields(body, {"curationId", "sessionHashes", "source", "threshold", "dataset",
                                               "systemPrompt", "judge", "graderInstructions"}));
@@ -115,40 +162,7 @@ Result<std::pair<json, bool>> Curations::apply(const json& body) {
       return std::make_pair(shown, false);
     }
   }
-  int64_t total = 0;
-  const json& hashes = request["sessionHashes"];
-  for (size_t i = 0; i < hashes.size(); ++i) {
-    const std::string at = "sessionHashes[" + std::to_string(i) + "]";
-    TRAINER_ASSIGN_OR_RETURN(json session, sessions_.find(hashes[i].get<std::string>(), at));
-    if (session.value("source", std::string()) != request["source"]) {
-      return invalid_field("source", "session " + hashes[i].get<std::string>() + " (" + at + ") is " +
-                                         session.value("source", std::string()) + ", not " +
-                                         request["source"].get<std::string>());
-    }
-    total += session.value("candidates", int64_t{0});
-  }
-  TRAINER_ASSIGN_OR_RETURN(json target, find_judge_target(request["judge"].get<std::string>()));
-  json doc = request;
-  doc["curationId"] = curation_id;
-  doc["phase"] = kPending;
-  doc["progress"] = {{"judged", 0}, {"total", total}};
-  doc["attempt"] = 0;
-  doc["createdAt"] = core_.now_rfc3339();
-  doc["startedAt"] = nullptr;
-  doc["endedAt"] = nullptr;
-  doc["result"] = nullptr;
-  doc["_request"] = request;
-  doc["_judge"] = target;
-  std::lock_guard<std::mutex> lock(core_.mu);
-  TRAINER_ASSIGN_OR_RETURN(std::optional<json> raced, core_.store->get_curation(curation_id));
-  if (raced) {  // the same id applied meanwhile: answer as above
-    if (raced->value("_request", json::object()) != request) {
-      return field_status(StatusCode::kAlreadyExists, "curationId",
-                          "curation '" + curation_id + "' exists with another request; choose another curationId");
-    }
-    TRAINER_ASSIGN_OR_RETURN(json shown, present(*raced, true));
-    return std::make_pair(shown, false);
-  }
+  TRAINER_ASSIGN_OR_RETURN(json doc, new_document(curation_id, request));
   TRAINER_RETURN_IF_ERROR(core_.store->transaction([&]() -> Status {
     TRAINER_RETURN_IF_ERROR(core_.store->put_curation(doc));
     return core_.kernel->create(kKind, curation_id, kPending);

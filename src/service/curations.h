@@ -40,6 +40,12 @@ class Curations {
   // systemPrompt?, judge, graderInstructions?}; the new curation (true), or the one of that id
   // when the request is the same (false). The same id with another request is refused, naming it.
   Result<std::pair<json, bool>> apply(const json& body);
+  // apply() with mu held, inside the caller's transaction when it has one (a pipeline's curate
+  // stage starts its curation in the step that records its id).
+  Result<std::pair<json, bool>> apply_locked(const json& body);
+  // A request without its curationId checked as apply() would check it (its fields, its
+  // sessions, its judge), creating nothing: a pipeline's curate stage at submission.
+  Status check(const json& body);
   // Service::get_curation: one curation by its id, with its progress and rejections.
   Result<json> get(const std::string& id);
   // Service::list_curations: {curations: [...]} newest first (without their rejections).
@@ -52,6 +58,9 @@ class Curations {
  private:
   // The request checked and with its defaults: what idempotency compares.
   Result<json> check_request(const json& body);
+  // The document of a new curation `id` of checked request `request`: its sessions found (of its
+  // source) and counted, its judge found.
+  Result<json> new_document(const std::string& id, const json& request);
   // How the judge named by the request is reached: a judge of trainerd's configuration, or a model
   // served at one of its endpoints ({endpointId, model}).
   Result<json> find_judge_target(const std::string& name);

@@ -78,7 +78,9 @@ std::string_view output_name(Output o) {
 
 const std::vector<StageType>& stage_types() {
   static const std::vector<StageType> types = {
-      {"curate", false, Output::kDataset, false, {}, tel::PipelineStageType::kCurate},
+      // The rest of a curate stage is {curation: a curation request without its curationId}; its
+      // output is the dataset version its curation registers.
+      {"curate", true, Output::kDataset, false, {}, tel::PipelineStageType::kCurate},
       // distill has no value of its own in the telemetry registry yet: it counts as curation (it
       // makes a dataset).
       {"distill", false, Output::kDataset, false, {}, tel::PipelineStageType::kCurate},
@@ -164,7 +166,7 @@ Result<std::vector<Stage>> check_pipeline_plan(const json& plan) {
     }
     if (!stage.type->available) {
       return invalid_field(field + ".type", label + " is a " + type + " stage: the " + type +
-                                                " stage type is not available yet on this trainerd (available: train, evaluate)");
+                                                " stage type is not available yet on this trainerd (available: curate, train, evaluate)");
     }
     if (s.contains("gate")) {
       const json& g = s["gate"];

@@ -53,6 +53,12 @@ Status blame_stage(const Status& st, size_t index, const std::string& name) {
   return Status(st.code(), field.empty() ? prefix : prefix + "." + field, "stage '" + name + "': " + st.message());
 }
 
+// The id of the curation that attempt `attempt` (1, 2, ...) of curate stage `stage` starts: the
+// same for every step, restart and resume that finds the attempt, so it is never started twice.
+std::string curation_id_of(const std::string& pipeline_id, const std::string& stage, size_t attempt) {
+  return "pipeline-" + pipeline_id + "-" + stage + (attempt > 1 ? "-attempt-" + std::to_string(attempt) : "");
+}
+
 }  // namespace
 
 const tasks::PhaseTable& pipeline_phase_table() {
@@ -63,10 +69,12 @@ const tasks::PhaseTable& pipeline_phase_table() {
   return table;
 }
 
-Pipelines::Pipelines(ServiceCore& core, Datasets& datasets, Evaluations& evaluations, Hooks hooks)
+Pipelines::Pipelines(ServiceCore& core, Datasets& datasets, Evaluations& evaluations, Curations& curations,
+                     Hooks hooks)
     : core_(core),
       datasets_(datasets),
       evaluations_(evaluations),
+      curations_(curations),
       hooks_(std::move(hooks)),
       tasks_(pipeline_phase_table(), [this](tasks::Step& s) { return step_task(s); }) {}
 
@@ -94,6 +102,25 @@ Result<json> Pipelines::check_stage(const pipeline::Stage& stage, size_t index, 
       if (!parsed.is_ok()) return blame_stage(parsed.status(), index, stage.name);
       out["resolution"] = "its plan's shape is checked; the rest once the stages it refers to have their outputs";
     }
+    return out;
+  }
+  if (stage.type->name == "curate") {
+    const json& b = stage.body;
+    Status fields = check_fields(b, {"curation"});
+    if (!fields.is_ok()) return blame_stage(fields, index, stage.name);
+    if (!b.contains("curation") || !b["curation"].is_object()) {
+      return blame_stage(invalid_field("curation", "required: the curation request {sessionHashes, source, threshold, "
+                                                   "dataset, judge, systemPrompt?, graderInstructions?} "
+                                                   "(docs/curations.md), without a curationId"),
+                         index, stage.name);
+    }
+    Status checked = curations_.check(b["curation"]);
+    if (!checked.is_ok()) {
+      const std::string field = checked.field().empty() ? "curation" : "curation." + checked.field();
+      return blame_stage(Status(checked.code(), field, checked.message()), index, stage.name);
+    }
+    out["resolution"] = "checked: its sessions and its judge are found; its curation registers a version of dataset '" +
+                        b["curation"]["dataset"].get<std::string>() + "'";
     return out;
   }
   // evaluate
@@ -162,6 +189,7 @@ Result<std::pair<json, bool>> Pipelines::start(const json& plan, bool dry_run, b
                {"state", kStagePending},
                {"runId", nullptr},
                {"evaluationId", nullptr},
+               {"curationId", nullptr},
                {"output", nullptr},
                {"meanScore", nullptr},
                {"startedAt", nullptr},
@@ -235,11 +263,13 @@ Result<json> Pipelines::resume(const std::string& ref) {
     if (st["state"] != kStageFailed && st["state"] != kStageCancelled) continue;
     st["previousAttempts"].push_back({{"runId", st["runId"]},
                                       {"evaluationId", st["evaluationId"]},
+                                      {"curationId", st.value("curationId", json(nullptr))},
                                       {"state", st["state"]},
                                       {"failure", st.value("failure", json(nullptr))}});
     st["state"] = kStagePending;
     st["runId"] = nullptr;
     st["evaluationId"] = nullptr;
+    st["curationId"] = nullptr;
     st["startedAt"] = nullptr;
     st["endedAt"] = nullptr;
     st.erase("failure");
@@ -279,6 +309,11 @@ Result<json> Pipelines::cancel(const std::string& ref) {
         }
         st["state"] = kStageCancelled;
         st["failure"] = "the pipeline was cancelled";
+        if (st.value("curationId", json(nullptr)).is_string()) {
+          // A curation cannot be cancelled: it runs to completion, its dataset registered as usual.
+          st["failure"] = "the pipeline was cancelled; its curation " + st["curationId"].get<std::string>() +
+                          " cannot be cancelled and runs to completion";
+        }
         stage_ended(st, false);
       } else if (st["state"] == kStagePending) {
         st["state"] = kStageSkipped;
@@ -368,6 +403,16 @@ Status Pipelines::start_stage_locked(json& doc, size_t i) {
   if (st["type"] == "train") {
     started = hooks_.start_run_locked(run_plan_of(body), id, name);
     if (started.is_ok()) st["runId"] = (*started)["runId"];
+  } else if (st["type"] == "curate") {
+    json request = body.value("curation", json::object());
+    request["curationId"] = curation_id_of(id, name, st["previousAttempts"].size() + 1);
+    auto applied = curations_.apply_locked(request);
+    if (applied.is_ok()) {
+      st["curationId"] = request["curationId"];
+      started = std::move(applied->first);
+    } else {
+      started = applied.status();
+    }
   } else {
     json request = body;
     if (!request.contains("description")) request["description"] = "pipeline " + id + " stage " + name;
@@ -433,14 +478,29 @@ Result<bool> Pipelines::follow_stage_locked(json& doc, size_t i) {
       mean = e->value("report", json::object()).value("meanScore", json(nullptr));
       output = {{"kind", "score"}, {"evaluationId", (*e)["evaluationId"]}, {"meanScore", mean}};
     }
+  } else if (st.value("curationId", json(nullptr)).is_string()) {
+    const std::string cid = st["curationId"].get<std::string>();
+    TRAINER_ASSIGN_OR_RETURN(std::optional<json> c, core_.store->get_curation(cid));
+    if (!c) return internal_error("curation " + cid + " of a pipeline is missing");
+    phase = text(*c, "phase");
+    if (phase != "COMPLETED" && phase != "FAILED") return false;
+    failure = text(*c, "failureReason");
+    if (phase == "COMPLETED") {
+      // The output is the dataset version it registered, by its content hash: a later stage's
+      // @NAME trains or evaluates on exactly these rows, wherever the dataset's name moves.
+      const json dataset = c->value("result", json::object()).value("dataset", json::object());
+      output = {{"kind", "dataset"}, {"id", text(dataset, "hash")}, {"curationId", cid}, {"dataset", dataset}};
+    }
   } else {
-    return internal_error("a running stage of pipeline " + text(doc, "pipelineId") + " has no run or evaluation");
+    return internal_error("a running stage of pipeline " + text(doc, "pipelineId") +
+                          " has no run, evaluation or curation");
   }
   const bool completed = phase == "COMPLETED";
   st["state"] = completed ? kStageCompleted : kStageFailed;
   st["output"] = output;
   st["meanScore"] = mean;
-  if (!completed) st["failure"] = "its " + std::string(st["runId"].is_string() ? "run" : "evaluation") + " ended " + phase +
+  const char* what = st["runId"].is_string() ? "run" : st["evaluationId"].is_string() ? "evaluation" : "curation";
+  if (!completed) st["failure"] = "its " + std::string(what) + " ended " + phase +
                                    (failure.empty() ? "" : ": " + failure);
   stage_ended(st, completed);
   return true;

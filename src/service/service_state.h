@@ -23,7 +23,8 @@
 //                       registry.h: the names and helpers it shares with the other files
 //   comparisons.h       Comparisons: a source snapshot against candidates and branches under one
 //                       pinned contract (comparisons.cpp, comparison_steps.cpp, a task kind)
-//   pipelines.h         Pipelines: stages in one submission, each a run or an evaluation
+//   pipelines.h         Pipelines: stages in one submission, each a run, an evaluation or a
+//                       curation
 //                       (pipelines.cpp, pipeline_plan.cpp: the stage-type table; a task kind)
 //
 // ServiceImpl itself keeps the runs, each concern in its own file:
@@ -461,7 +462,7 @@ class ServiceImpl final : public Service {
   ModelRegistry registry_{core_, base_models_, workloads_, catalog_};
   Evaluations evaluations_{core_, base_models_, datasets_, bundles_, capacity_, workloads_, registry_};
   Comparisons comparisons_{core_, datasets_, catalog_, registry_, evaluations_};
-  Pipelines pipelines_{core_, datasets_, evaluations_,
+  Pipelines pipelines_{core_, datasets_, evaluations_, curations_,
                        Pipelines::Hooks{[this](const json& plan) -> Result<json> {
                                           TRAINER_ASSIGN_OR_RETURN(auto dry, submit_run(plan, true));
                                           return std::move(dry.first);

@@ -15,58 +15,9 @@ import urllib.request
 
 import pytest
 
-from cli_support import (DATASET_NAME, EXAMPLES, MODEL_NAME, WORKLOAD, Cli, call, free_port, kill_job_of, prepare,
-                         start_trainerd, stop, wait_for)
-
-MAX_NEW = 4
-
-
-def train_stage(name: str, steps: int = 3, **extra) -> dict:
-    stage = {"name": name, "type": "train", "workload": WORKLOAD, "baseModel": MODEL_NAME,
-             "config": {"dataset": DATASET_NAME, "maxSeqLength": 128, "model": {"precision": "FP32"},
-                        "hyperparams": {"optimizer": {"learningRate": 0.003},
-                                        "training": {"maxSteps": steps, "batchSize": 4}}},
-             "execution": {"gpus": 0}}
-    stage.update(extra)
-    return stage
-
-
-def evaluate_stage(name: str, model: str, **extra) -> dict:
-    stage = {"name": name, "type": "evaluate", "model": model, "dataset": "held-out", "maxNewTokens": MAX_NEW}
-    stage.update(extra)
-    return stage
-
-
-def pipeline(*stages: dict, **extra) -> dict:
-    return {"kind": "pipeline", "stages": list(stages), **extra}
-
-
-def start(cli: Cli, plan: dict, *flags) -> dict:
-    out = cli("pipelines", "start", "-f", "-", "--force", "-o", "json", *flags, input=json.dumps(plan))
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
-
-
-def get(cli: Cli, pid: str) -> dict:
-    return cli.json("pipelines", "get", pid)
-
-
-def wait_end(cli: Cli, pid: str) -> dict:
-    cli("pipelines", "wait", pid, "--timeout", "15m", "-q", timeout=1000)
-    return get(cli, pid)
-
-
-def counts(cli: Cli) -> tuple[int, int, int]:
-    return (len(cli.json("runs", "list", "--limit", "500")["runs"]),
-            len(cli.json("evaluations", "list", "--limit", "1000")["evaluations"]),
-            len(cli.json("pipelines", "list")["pipelines"]))
-
-
-def held_out(cli: Cli, folder) -> None:
-    rows = (EXAMPLES / "sentiment" / "train.jsonl").read_text().splitlines()[-4:]
-    data = folder / "held-out.jsonl"
-    data.write_text("\n".join(rows) + "\n")
-    cli("datasets", "create", "-f", data, "--name", "held-out", check=True)
+from cli_support import (DATASET_NAME, MODEL_NAME, WORKLOAD, Cli, call, free_port, kill_job_of, prepare, start_trainerd,
+                         stop, wait_for)
+from pipeline_support import counts, evaluate_stage, get, held_out, pipeline, start, train_stage, wait_end
 
 
 @pytest.fixture(scope="module")
@@ -257,7 +208,7 @@ def test_bad_plans_are_refused_by_stage_and_field_and_create_nothing(setup, trai
          "produces a model"),
         (pipeline(train_stage("train"), train_stage("next", gate={"minMeanScore": 0.5})), "stages[1].gate",
          "no mean score to gate on"),
-        (pipeline({"name": "curate", "type": "curate"}), "stages[0].type", "not available yet"),
+        (pipeline({"name": "curate", "type": "curate"}), "stages[0].curation", "required"),
         (pipeline({"name": "distill", "type": "distill"}), "stages[0].type", "not available yet"),
         (pipeline(train_stage("train", config={"dataset": "no-such-dataset"})), "stages[0].config", "stage 'train'"),
         ({"kind": "run", "stages": []}, "kind", "pipeline"),
