@@ -26,11 +26,11 @@ ServiceCore::ServiceCore(ServiceOptions opts, std::unique_ptr<store::Store> st, 
       store(std::move(st)),
       backend(std::move(be)),
       storage(std::move(sto)),
-      own_token(new_token_secret()),
       kernel(std::make_unique<tasks::TaskKernel>(
           *store, options.clock, tasks::KernelOptions{.owner = options.replica,
                                                    .lease_seconds = options.lease_seconds,
                                                    .kill_after = options.kill_after})),
+      own_token(new_token_secret()),
       metrics(options.instance),
       relay(relay_options(options.config.telemetry)),
       traces(options.config.telemetry.otlp_traces_endpoint, options.instance) {}
