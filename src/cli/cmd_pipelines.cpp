@@ -272,7 +272,7 @@ Command pipelines_command() {
       "leaves a running curation to run to completion (curations cannot be cancelled).\n"
       "See docs/pipelines.md.";
   g.examples = {{"start a pipeline and wait for it", "trainer pipelines start -f pipeline.yaml --force --wait"},
-                {"each stage's state and score", "trainer pipelines get 7d496e82 --jq '.stages[] | {name,state,meanScore}'"}};
+                {"each stage's state and score", "trainer pipelines get 7d496e82 --jq '.stages[]|{name,state,meanScore}'"}};
   const Flag exit_status{"exit-status", 0, "", "exit 3 when it ends FAILED or INTERRUPTED, 4 when CANCELLED", "wait"};
   const Flag timeout{"timeout", 0, "DURATION", "stop waiting after this long (exits 5; the pipeline carries on)", ""};
   Command start{"start", {}, "Submit a pipeline plan (asks first unless --force)", "",

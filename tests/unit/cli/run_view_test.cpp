@@ -191,8 +191,9 @@ TEST(CliRunView, SummaryNamesAdapterAndFinalLoss) {
 
 TEST(CliRunView, ListRowIsShortAndAged) {
   auto row = run_list_row(training_run(), *parse_rfc3339("2026-11-30T05:05:00Z"));
+  // "-": no pipeline (a pipeline-stage run shows PIPELINE/stage there).
   EXPECT_EQ(row, (std::vector<std::string>{"7d496e82c3a1", "demo", "tiny-qwen3", "TRAINING", "40/100", "1.235", "",
-                                           "5m ago"}));
+                                           "-", "5m ago"}));
 }
 
 TEST(CliRunView, AReinforcementRunsListRowShowsItsRewardLabelledWhereTheLossGoes) {

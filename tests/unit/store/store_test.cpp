@@ -946,6 +946,8 @@ TEST_P(StoreTest, DistillationChunksAreStoredOnceEachAcrossAReopen) {
   EXPECT_EQ((*chunks)[1]["answers"], json::array({1}));  // the first write stays
   EXPECT_FALSE(s->put_distillation_chunk("d1", json{{"answers", 1}}).is_ok());  // no chunk index
   EXPECT_FALSE(s->put_distillation(json{{"phase", "PENDING"}}).is_ok());
+}
+
 TEST_P(StoreTest, ApiTokensAreFoundByTheirHashAndListedOldestFirst) {
   auto token = [](const std::string& id, const std::string& hash, const std::string& role) {
     return json{{"tokenId", id}, {"hash", hash}, {"role", role}};

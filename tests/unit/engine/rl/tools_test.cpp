@@ -20,7 +20,8 @@ std::string script(const std::string& name, const std::string& body) {
   fs::create_directories(dir);
   const fs::path path = dir / name;
   std::ofstream(path) << "#!/bin/sh\n" << body;
-  fs::permissions(path, fs::perms::owner_all);
+  // Readable by others: the tool runs confined, as the user nobody when the tests run as root.
+  fs::permissions(path, fs::perms::owner_all | fs::perms::others_read | fs::perms::others_exec);
   return path.string();
 }
 
