@@ -190,16 +190,26 @@ def check_the_grafana_dashboard_draws_the_run(prom: Prometheus):
     """docs/grafana/trainer.json on this run's series: every query whose metrics Prometheus holds
     returns series, and the panels an SFT run must fill are among them. (This run holds no GPU:
     the GPU time and device panels stay empty, as they should.)"""
-    present = set(prom.names())
-    drawn, empty = set(), []
-    for title, promql in gen_grafana.evaluable_queries():
-        names, _ = gen_grafana.names_and_labels(promql)
-        if not names or not all(n in present for n in names):
-            continue
-        if prom.query(promql):
-            drawn.add(title)
-        else:
-            empty.append(f"{title}: {promql}")
+    def evaluate():
+        present = set(prom.names())
+        drawn, empty = set(), []
+        for title, promql in gen_grafana.evaluable_queries():
+            names, _ = gen_grafana.names_and_labels(promql)
+            if not names or not all(n in present for n in names):
+                continue
+            if prom.query(promql):
+                drawn.add(title)
+            else:
+                empty.append(f"{title}: {promql}")
+        return drawn, empty
+
+    # A rate() needs two scrapes of a series: one that first appeared at the run's end (its
+    # duration) is drawn from the next scrape on (1 s apart), so the queries are given a while.
+    deadline = time.monotonic() + 30
+    drawn, empty = evaluate()
+    while empty and time.monotonic() < deadline:
+        time.sleep(1)
+        drawn, empty = evaluate()
     assert not empty, "dashboard queries that return nothing although Prometheus holds their metrics:\n" + \
         "\n".join(empty)
     must = {"Loss", "Learning rate", "Gradient norm", "Tokens per second", "Steps per second", "Step phases",
@@ -312,6 +322,8 @@ def run_audit(audit: Audit, d, prom: Prometheus, capture: OtlpCapture, run_id, r
                     {p: int(n) for p, n in active.items() if n}, open_phases,
                     "`trainer runs list`: runs by phase, open phases")
         assert active, f"run.active missing {when}"
+        audit.check(PREFIX + "pipeline.active", when, value(PREFIX + "pipeline.active", instance=instance), 0,
+                    "`trainer pipelines list --phase open`: this audit starts no pipeline")
 
     # ---- service: the run's lifecycle against its phase timestamps ---------------------------------
     _, samples = parse_exposition(after[2])

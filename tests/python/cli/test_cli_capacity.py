@@ -236,7 +236,8 @@ def test_an_evaluation_whose_window_has_ended_before_its_claim_was_granted_fails
         cli = prepare(Cli(bin_dir / "trainer", trainerd.url))
         rule = write_rule(tmp_path)
         evaluation = cli.json("evaluations", "start", "--model", MODEL_NAME, "--dataset", DATASET_NAME,
-                              "--grader", f"rule:{rule}", "--max-new-tokens", "4")["evaluationId"]
+                              "--grader", f"rule:{rule}", "--max-new-tokens", "4",
+                              "--workload", WORKLOAD)["evaluationId"]
         wait_state(cli, evaluation, "QUEUED")
         set_clock(clock, CLOSES + datetime.timedelta(minutes=5))  # past the window, which never opened for it
         done = wait_for(lambda: (lambda e: e if e["phase"] == "FAILED" else None)(

@@ -13,6 +13,8 @@ import urllib.error
 import urllib.request
 
 import openai
+
+import auth
 import pytest
 
 from cli_support import MODEL_NAME
@@ -41,7 +43,8 @@ def metric(text: str, series: str) -> float:
 
 
 def client_at(base_url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=120)
+    # Through trainerd the client's key is the API token trainerd keeps for its address (tests/python/auth.py).
+    return openai.OpenAI(base_url=base_url, api_key=auth.token_for(base_url) or "unused", max_retries=0, timeout=120)
 
 
 @pytest.fixture(scope="module")

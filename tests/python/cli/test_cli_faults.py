@@ -146,7 +146,8 @@ def test_an_upload_over_the_body_limit_gets_the_limit_and_what_to_do(service, tm
     bundle = tmp_path / "bundle" / "scoring"
     bundle.mkdir(parents=True)
     (bundle / "__init__.py").write_text("")
-    (bundle / "table.py").write_text("TABLE = '" + "x" * (70 << 20) + "'\n")
+    for k in range(10):  # 10 files of 7 MiB: each under a bundle file's 8 MiB, together over the body limit
+        (bundle / f"table{k}.py").write_text("TABLE = '" + "x" * (7 << 20) + "'\n")
     out = cli("bundles", "register", tmp_path / "bundle", "--name", "too-big", timeout=300)
     assert out.returncode == 1, (out.returncode, out.stderr)
     assert f"over the limit of {limit} bytes" in out.stderr, out.stderr
