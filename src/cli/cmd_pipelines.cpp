@@ -43,6 +43,7 @@ std::string stage_work(const json& s) {
   if (!str(s, "runId").empty()) return "run " + short_id(str(s, "runId"));
   if (!str(s, "evaluationId").empty()) return "evaluation " + short_id(str(s, "evaluationId"));
   if (!str(s, "curationId").empty()) return "curation " + str(s, "curationId");
+  if (!str(s, "distillationId").empty()) return "distillation " + str(s, "distillationId");
   return "-";
 }
 
@@ -262,14 +263,15 @@ Command pipelines_command() {
   Command g;
   g.name = "pipelines";
   g.aliases = {"pipeline"};
-  g.summary = "Pipelines: curate, train and evaluate stages in one submission, later stages using earlier outputs";
+  g.summary = "Pipelines: curate, distill, train and evaluate stages in one submission, later stages using earlier outputs";
   g.description =
       "A pipeline plan is {kind: pipeline, stages: [...]}; each stage has a name and a type (curate,\n"
-      "train, evaluate; distill is not available yet). A stage refers to an earlier stage's output as\n"
-      "@NAME (a train stage's config.dataset or warmStartModelId, an evaluate stage's model or dataset,\n"
-      "the model inside a model: grader); a curate stage's output is the dataset version its curation\n"
-      "registers. An evaluate stage may gate the rest: gate: {minMeanScore: 0.8}. Cancelling a pipeline\n"
-      "leaves a running curation to run to completion (curations cannot be cancelled).\n"
+      "distill, train, evaluate). A stage refers to an earlier stage's output as @NAME (a train stage's\n"
+      "config.dataset or warmStartModelId, an evaluate stage's model or dataset, the model inside a\n"
+      "model: grader, a distill stage's distillation.from); a curate or distill stage's output is the\n"
+      "dataset version its curation or distillation registers. An evaluate stage may gate the rest:\n"
+      "gate: {minMeanScore: 0.8}. Cancelling a pipeline cancels its running stage, but a curation (never\n"
+      "cancelled), a run already FINALIZING and a distillation already ASSEMBLING run to their end.\n"
       "See docs/pipelines.md.";
   g.examples = {{"start a pipeline and wait for it", "trainer pipelines start -f pipeline.yaml --force --wait"},
                 {"each stage's state and score", "trainer pipelines get 7d496e82 --jq '.stages[]|{name,state,meanScore}'"}};

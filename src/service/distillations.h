@@ -55,6 +55,17 @@ class Distillations {
   Result<json> resume(const std::string& ref);
   Result<json> cancel(const std::string& ref);
 
+  // For a pipeline's distill stage (mu held, inside the step's transaction):
+  // The request checked as create() checks it, creating nothing (at the pipeline's submission);
+  // with `source_later` its `from` is an earlier stage's output, not made yet: its name and rows
+  // are checked when the distillation is created.
+  Status check(const json& body, bool source_later);
+  // create() under the id `id` (12 hex digits, derived from the pipeline, stage and attempt); the
+  // distillation of that id when one is stored already, so a repeated step starts nothing twice.
+  Result<json> create_locked(const json& body, const std::string& id);
+  // cancel() of the distillation `id`.
+  Result<json> cancel_locked(const std::string& id);
+
   // For the other parts:
   // The kernel's "distillation" kind, added by ServiceImpl.
   tasks::TaskKind& task_kind() { return tasks_; }
@@ -74,8 +85,15 @@ class Distillations {
   // distillation was cancelled meanwhile (nothing stored).
   Result<json> answer_chunk(const json& doc, const std::vector<json>& rows,
                             const std::vector<json>& decisions, int64_t chunk);
-  // A pause or cancel request: the phase it may come from checked, the document and task moved.
+  // Every check of a create request; the document to store, without its id (check()'s
+  // `source_later`: the source's checks left out, and the document not to be stored).
+  Result<json> check_request(const json& body, bool source_later = false);
+  // Stores a new distillation's document and its task (mu held).
+  Result<json> store_new_locked(json doc);
+  // A pause, resume or cancel request: the phase it may come from checked, the document and task
+  // moved; request_locked() with mu held, of a distillation's full id.
   Result<json> request(const std::string& ref, const std::string& what);
+  Result<json> request_locked(const std::string& id, const std::string& what);
   // The stored document with its progress from the stored chunks.
   Result<json> present(const json& doc);
 

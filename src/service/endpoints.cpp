@@ -221,13 +221,14 @@ Status Endpoints::refuse_if_judging(const json& doc, const std::string& model, c
   for (const auto& m : doc["models"]) {
     const std::string name = m.value("name", std::string());
     if (!model.empty() && name != model) continue;
-    TRAINER_ASSIGN_OR_RETURN(std::vector<std::string> runs, hooks_.judge_users(id, name));
-    if (runs.empty()) continue;
+    TRAINER_ASSIGN_OR_RETURN(std::vector<std::string> users, hooks_.judge_users(id, name));
+    if (users.empty()) continue;
     std::string named;
-    for (const auto& r : runs) named += (named.empty() ? "" : ", ") + r;
+    for (const auto& u : users) named += (named.empty() ? "" : ", ") + u;
     return field_status(StatusCode::kFailedPrecondition, model.empty() ? "endpoint" : "model",
-                        "cannot " + what + ": '" + name + "' of endpoint " + id + " is the judge of run " + named +
-                            ", which has not ended (cancel it, or wait until it ends)");
+                        "cannot " + what + ": '" + name + "' of endpoint " + id + " is called by " + named +
+                            " (a run's judge, a curation's judge or a distillation's teacher), which has not "
+                            "ended (cancel it, or wait until it ends)");
   }
   return Status::ok();
 }

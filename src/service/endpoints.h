@@ -35,7 +35,8 @@ class Endpoints {
     std::function<Result<json>(const std::string& ref)> resolve_model;
     // A workload by name, id or prefix; errors name `field`.
     std::function<Result<json>(const std::string& ref, const std::string& field)> resolve_workload;
-    // The runs not ended whose judge is `model` of endpoint `endpoint_id` (their ids).
+    // What calls `model` of endpoint `endpoint_id` and has not ended: runs whose judge it is,
+    // curations whose judge and distillations whose teacher it is ("run ID", "curation ID", ...).
     std::function<Result<std::vector<std::string>>(const std::string& endpoint_id, const std::string& model)> judge_users;
   };
 

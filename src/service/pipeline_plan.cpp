@@ -81,9 +81,15 @@ const std::vector<StageType>& stage_types() {
       // The rest of a curate stage is {curation: a curation request without its curationId}; its
       // output is the dataset version its curation registers.
       {"curate", true, Output::kDataset, false, {}, tel::PipelineStageType::kCurate},
-      // distill has no value of its own in the telemetry registry yet: it counts as curation (it
-      // makes a dataset).
-      {"distill", false, Output::kDataset, false, {}, tel::PipelineStageType::kCurate},
+      // The rest of a distill stage is {distillation: a distillation request}; its output is the
+      // dataset version its distillation registers. The telemetry registry's stage types have no
+      // value of its own for it: it counts as curation (it makes a dataset).
+      {"distill",
+       true,
+       Output::kDataset,
+       false,
+       {{"distillation.from", Output::kDataset}},
+       tel::PipelineStageType::kCurate},
       {"train",
        true,
        Output::kModel,
@@ -165,8 +171,13 @@ Result<std::vector<Stage>> check_pipeline_plan(const json& plan) {
       return invalid_field(field + ".type", label + " has type '" + type + "'; the types are curate, distill, train and evaluate");
     }
     if (!stage.type->available) {
+      std::string available;
+      for (const auto& t : stage_types()) {
+        if (t.available) available += (available.empty() ? "" : ", ") + std::string(t.name);
+      }
       return invalid_field(field + ".type", label + " is a " + type + " stage: the " + type +
-                                                " stage type is not available yet on this trainerd (available: curate, train, evaluate)");
+                                                " stage type is not available yet on this trainerd (available: " +
+                                                available + ")");
     }
     if (s.contains("gate")) {
       const json& g = s["gate"];

@@ -1,6 +1,7 @@
 // A pipeline plan (docs/pipelines.md): `{kind: pipeline, description?, stages: [...]}`, each
 // stage `{name, type, gate?, ...}` where the rest is what its type starts (a train stage's run
-// plan, an evaluate stage's evaluation request, a curate stage's `curation` request). A stage refers to an earlier stage's output as
+// plan, an evaluate stage's evaluation request, a curate stage's `curation` request, a distill
+// stage's `distillation` request). A stage refers to an earlier stage's output as
 // `@NAME` (or `model:@NAME` in a grader or reward term) in the places its type's row allows.
 //
 // The stage types are one table (stage_types()): what each produces, where it takes references,

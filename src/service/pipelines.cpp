@@ -6,6 +6,7 @@
 #include <optional>
 #include <vector>
 
+#include "common/sha256.h"
 #include "plan/plan.h"
 #include "service/registry.h"
 #include "service/workloads.h"
@@ -59,6 +60,18 @@ std::string curation_id_of(const std::string& pipeline_id, const std::string& st
   return "pipeline-" + pipeline_id + "-" + stage + (attempt > 1 ? "-attempt-" + std::to_string(attempt) : "");
 }
 
+// The id of the distillation that attempt `attempt` of distill stage `stage` starts (a
+// distillation id is 12 hex digits): the same for every step that finds the attempt.
+std::string distillation_id_of(const std::string& pipeline_id, const std::string& stage, size_t attempt) {
+  return sha256_hex("pipeline " + pipeline_id + " stage " + stage + " attempt " + std::to_string(attempt)).substr(0, 12);
+}
+
+// The id fields a stage records, one per kind of thing a stage starts.
+const char* const kStageIds[] = {"runId", "evaluationId", "curationId", "distillationId"};
+
+// Whether the stage has started `key`'s kind of thing (documents from before a kind existed lack it).
+bool has_id(const json& stage, const char* key) { return stage.value(key, json(nullptr)).is_string(); }
+
 }  // namespace
 
 const tasks::PhaseTable& pipeline_phase_table() {
@@ -70,11 +83,12 @@ const tasks::PhaseTable& pipeline_phase_table() {
 }
 
 Pipelines::Pipelines(ServiceCore& core, Datasets& datasets, Evaluations& evaluations, Curations& curations,
-                     Hooks hooks)
+                     Distillations& distillations, Hooks hooks)
     : core_(core),
       datasets_(datasets),
       evaluations_(evaluations),
       curations_(curations),
+      distillations_(distillations),
       hooks_(std::move(hooks)),
       tasks_(pipeline_phase_table(), [this](tasks::Step& s) { return step_task(s); }) {}
 
@@ -121,6 +135,28 @@ Result<json> Pipelines::check_stage(const pipeline::Stage& stage, size_t index, 
     }
     out["resolution"] = "checked: its sessions and its judge are found; its curation registers a version of dataset '" +
                         b["curation"]["dataset"].get<std::string>() + "'";
+    return out;
+  }
+  if (stage.type->name == "distill") {
+    const json& b = stage.body;
+    Status fields = check_fields(b, {"distillation"});
+    if (!fields.is_ok()) return blame_stage(fields, index, stage.name);
+    if (!b.contains("distillation") || !b["distillation"].is_object()) {
+      return blame_stage(invalid_field("distillation", "required: the distillation request {workload, teacher, from, "
+                                                       "to, replicas?, maxTokens?, temperature?, topP?, seed?, "
+                                                       "instructions?, smoke?} (docs/distillations.md)"),
+                         index, stage.name);
+    }
+    const bool source_later = !stage.references.empty();  // its only slot: distillation.from
+    Status checked = distillations_.check(b["distillation"], source_later);
+    if (!checked.is_ok()) {
+      const std::string field = checked.field().empty() ? "distillation" : "distillation." + checked.field();
+      return blame_stage(Status(checked.code(), field, checked.message()), index, stage.name);
+    }
+    out["resolution"] = std::string(source_later ? "checked but for its source, an earlier stage's output"
+                                                 : "checked: its source and its teacher are found") +
+                        "; its distillation registers a version of dataset '" +
+                        b["distillation"]["to"].get<std::string>() + "'";
     return out;
   }
   // evaluate
@@ -190,6 +226,7 @@ Result<std::pair<json, bool>> Pipelines::start(const json& plan, bool dry_run, b
                {"runId", nullptr},
                {"evaluationId", nullptr},
                {"curationId", nullptr},
+               {"distillationId", nullptr},
                {"output", nullptr},
                {"meanScore", nullptr},
                {"startedAt", nullptr},
@@ -261,15 +298,13 @@ Result<json> Pipelines::resume(const std::string& ref) {
   // The stage that did not complete starts again as a new run or evaluation; finished ones stay.
   for (auto& st : doc["stages"]) {
     if (st["state"] != kStageFailed && st["state"] != kStageCancelled) continue;
-    st["previousAttempts"].push_back({{"runId", st["runId"]},
-                                      {"evaluationId", st["evaluationId"]},
-                                      {"curationId", st.value("curationId", json(nullptr))},
-                                      {"state", st["state"]},
-                                      {"failure", st.value("failure", json(nullptr))}});
+    json previous = {{"state", st["state"]}, {"failure", st.value("failure", json(nullptr))}};
+    for (const char* key : kStageIds) {
+      previous[key] = st.value(key, json(nullptr));
+      st[key] = nullptr;
+    }
+    st["previousAttempts"].push_back(std::move(previous));
     st["state"] = kStagePending;
-    st["runId"] = nullptr;
-    st["evaluationId"] = nullptr;
-    st["curationId"] = nullptr;
     st["startedAt"] = nullptr;
     st["endedAt"] = nullptr;
     st.erase("failure");
@@ -300,20 +335,28 @@ Result<json> Pipelines::cancel(const std::string& ref) {
   TRAINER_RETURN_IF_ERROR(core_.store->transaction([&]() -> Status {
     for (auto& st : doc["stages"]) {
       if (st["state"] == kStageRunning) {
-        // The running stage ends: its run or evaluation is cancelled, which frees its claim.
+        // The running stage ends: its run, evaluation or distillation is cancelled, which frees
+        // its claim. One past the point of no return (a run FINALIZING, a distillation
+        // ASSEMBLING, one that just ended) and a curation (never cancelled) run to their end; the
+        // stage says so, and no later stage starts.
+        std::string refusal;
+        auto refused = [&](const Status& st_) -> Status {
+          if (st_.is_ok()) return Status::ok();
+          if (st_.code() != StatusCode::kFailedPrecondition) return st_;
+          refusal = st_.message();
+          return Status::ok();
+        };
         if (st["runId"].is_string()) {
-          auto r = hooks_.cancel_run_locked(st["runId"].get<std::string>());
-          if (!r.is_ok() && r.status().code() != StatusCode::kFailedPrecondition) return r.status();
+          TRAINER_RETURN_IF_ERROR(refused(hooks_.cancel_run_locked(st["runId"].get<std::string>()).status()));
         } else if (st["evaluationId"].is_string()) {
-          TRAINER_RETURN_IF_ERROR(evaluations_.cancel_locked(st["evaluationId"].get<std::string>()));
+          TRAINER_RETURN_IF_ERROR(refused(evaluations_.cancel_locked(st["evaluationId"].get<std::string>())));
+        } else if (has_id(st, "distillationId")) {
+          TRAINER_RETURN_IF_ERROR(refused(distillations_.cancel_locked(st["distillationId"].get<std::string>()).status()));
+        } else if (has_id(st, "curationId")) {
+          refusal = "its curation " + st["curationId"].get<std::string>() + " cannot be cancelled and runs to completion";
         }
         st["state"] = kStageCancelled;
-        st["failure"] = "the pipeline was cancelled";
-        if (st.value("curationId", json(nullptr)).is_string()) {
-          // A curation cannot be cancelled: it runs to completion, its dataset registered as usual.
-          st["failure"] = "the pipeline was cancelled; its curation " + st["curationId"].get<std::string>() +
-                          " cannot be cancelled and runs to completion";
-        }
+        st["failure"] = "the pipeline was cancelled" + (refusal.empty() ? std::string() : "; " + refusal);
         stage_ended(st, false);
       } else if (st["state"] == kStagePending) {
         st["state"] = kStageSkipped;
@@ -413,6 +456,10 @@ Status Pipelines::start_stage_locked(json& doc, size_t i) {
     } else {
       started = applied.status();
     }
+  } else if (st["type"] == "distill") {
+    const std::string did = distillation_id_of(id, name, st["previousAttempts"].size() + 1);
+    started = distillations_.create_locked(body.value("distillation", json::object()), did);
+    if (started.is_ok()) st["distillationId"] = did;
   } else {
     json request = body;
     if (!request.contains("description")) request["description"] = "pipeline " + id + " stage " + name;
@@ -491,15 +538,29 @@ Result<bool> Pipelines::follow_stage_locked(json& doc, size_t i) {
       const json dataset = c->value("result", json::object()).value("dataset", json::object());
       output = {{"kind", "dataset"}, {"id", text(dataset, "hash")}, {"curationId", cid}, {"dataset", dataset}};
     }
+  } else if (has_id(st, "distillationId")) {
+    const std::string did = st["distillationId"].get<std::string>();
+    TRAINER_ASSIGN_OR_RETURN(std::optional<json> d, core_.store->get_distillation(did));
+    if (!d) return internal_error("distillation " + did + " of a pipeline is missing");
+    phase = text(*d, "phase");
+    if (phase != "COMPLETED" && phase != "FAILED" && phase != "CANCELLED") return false;
+    failure = text(*d, "failureReason");
+    if (phase == "COMPLETED") {
+      const json dataset = d->value("result", json::object()).value("dataset", json::object());
+      output = {{"kind", "dataset"}, {"id", text(dataset, "hash")}, {"distillationId", did}, {"dataset", dataset}};
+    }
   } else {
     return internal_error("a running stage of pipeline " + text(doc, "pipelineId") +
-                          " has no run, evaluation or curation");
+                          " has no run, evaluation, curation or distillation");
   }
   const bool completed = phase == "COMPLETED";
   st["state"] = completed ? kStageCompleted : kStageFailed;
   st["output"] = output;
   st["meanScore"] = mean;
-  const char* what = st["runId"].is_string() ? "run" : st["evaluationId"].is_string() ? "evaluation" : "curation";
+  const char* what = st["runId"].is_string()          ? "run"
+                     : st["evaluationId"].is_string() ? "evaluation"
+                     : has_id(st, "curationId")       ? "curation"
+                                                      : "distillation";
   if (!completed) st["failure"] = "its " + std::string(what) + " ended " + phase +
                                    (failure.empty() ? "" : ": " + failure);
   stage_ended(st, completed);

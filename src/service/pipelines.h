@@ -1,5 +1,5 @@
-// Pipelines (docs/pipelines.md): stages in one submission, each a run, an evaluation or a curation
-// linked to the pipeline, later stages taking earlier outputs as `@NAME` (pipeline_plan.h). Each pipeline is
+// Pipelines (docs/pipelines.md): stages in one submission, each a run, an evaluation, a curation or
+// a distillation linked to the pipeline, later stages taking earlier outputs as `@NAME` (pipeline_plan.h). Each pipeline is
 // a task of the kernel's "pipeline" kind: RUNNING while its stages run one after the other,
 // INTERRUPTED (idle) when a stage's run or evaluation ended without completing, until
 // `pipelines resume` starts that stage again; COMPLETED, FAILED (a gate's mean score below its
@@ -17,6 +17,7 @@
 
 #include "service/curations.h"
 #include "service/datasets.h"
+#include "service/distillations.h"
 #include "service/evaluations.h"
 #include "service/pipeline_plan.h"
 #include "service/service_core.h"
@@ -39,7 +40,8 @@ class Pipelines {
     std::function<Result<json>(const std::string& id)> cancel_run_locked;
   };
 
-  Pipelines(ServiceCore& core, Datasets& datasets, Evaluations& evaluations, Curations& curations, Hooks hooks);
+  Pipelines(ServiceCore& core, Datasets& datasets, Evaluations& evaluations, Curations& curations,
+            Distillations& distillations, Hooks hooks);
 
   // Service::start_pipeline: the plan checked (every stage, before anything is spent), then the
   // new pipeline (true), or with `dry_run` each stage's resolution (false).
@@ -61,10 +63,10 @@ class Pipelines {
   // Checks one stage beyond its shape (names that resolve now); with `dry_run`, its resolution.
   Result<json> check_stage(const pipeline::Stage& stage, size_t index, bool show_resolved);
   Status step_task(tasks::Step& step);
-  // Starts stage `i` of `doc` (mu held, in the step's transaction): its run, evaluation or
-  // curation, its id.
+  // Starts stage `i` of `doc` (mu held, in the step's transaction): its run, evaluation,
+  // curation or distillation, its id.
   Status start_stage_locked(json& doc, size_t i);
-  // Reads the outcome of stage `i`'s run, evaluation or curation; true when it ended.
+  // Reads the outcome of stage `i`'s run, evaluation, curation or distillation; true when it ended.
   Result<bool> follow_stage_locked(json& doc, size_t i);
   void stage_ended(json& stage, bool success);
   Status end_locked(json& doc, const std::string& phase);
@@ -74,6 +76,7 @@ class Pipelines {
   Datasets& datasets_;
   Evaluations& evaluations_;
   Curations& curations_;
+  Distillations& distillations_;
   Hooks hooks_;
   tasks::FunctionKind tasks_;
 };

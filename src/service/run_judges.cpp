@@ -105,9 +105,29 @@ Result<std::vector<std::string>> ServiceImpl::judge_users(const std::string& end
     const json found = r.is_object() ? r.value("judgeEndpoints", json::object()) : json::object();
     for (const auto& [name, e] : found.items()) {
       if (e.value("endpointId", std::string()) == endpoint_id && e.value("model", std::string()) == model) {
-        out.push_back(row.id);
+        out.push_back("run " + row.id);
         break;
       }
+    }
+  }
+  // A curation's judge and a distillation's teacher, until they end (a paused one calls it again
+  // when resumed).
+  auto calls_it = [&](const json& target) {
+    return target.is_object() && target.value("endpointId", std::string()) == endpoint_id &&
+           target.value("model", std::string()) == model;
+  };
+  TRAINER_ASSIGN_OR_RETURN(std::vector<json> curations, store_->list_curations());
+  for (const auto& c : curations) {
+    const std::string phase = c.value("phase", std::string());
+    if (phase == "COMPLETED" || phase == "FAILED") continue;
+    if (calls_it(c.value("_judge", json()))) out.push_back("curation " + c.value("curationId", std::string()));
+  }
+  TRAINER_ASSIGN_OR_RETURN(std::vector<json> distillations, store_->list_distillations());
+  for (const auto& d : distillations) {
+    const std::string phase = d.value("phase", std::string());
+    if (phase == "COMPLETED" || phase == "FAILED" || phase == "CANCELLED") continue;
+    if (calls_it(d.value("_teacher", json()))) {
+      out.push_back("distillation " + d.value("distillationId", std::string()));
     }
   }
   return out;

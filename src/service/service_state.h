@@ -390,7 +390,8 @@ class ServiceImpl final : public Service {
   Status after_dataset(RunRecord& run);
   Status claim_devices(RunRecord& run);
   // run_judges.cpp: DEPLOYING_GRADER finds or creates the endpoints of judges on our own models;
-  // WAITING_FOR_GRADER waits until every judge answers; what the job's plan is given for them.
+  // WAITING_FOR_GRADER waits until every judge answers; what the job's plan is given for them;
+  // what calls an endpoint's model (Endpoints::Hooks::judge_users).
   Status deploy_judges(RunRecord& run);
   Status wait_for_judges(RunRecord& run);
   std::map<std::string, json> endpoint_judges(const RunRecord& run) const;
@@ -462,7 +463,8 @@ class ServiceImpl final : public Service {
   ModelRegistry registry_{core_, base_models_, workloads_, catalog_};
   Evaluations evaluations_{core_, base_models_, datasets_, bundles_, capacity_, workloads_, registry_};
   Comparisons comparisons_{core_, datasets_, catalog_, registry_, evaluations_};
-  Pipelines pipelines_{core_, datasets_, evaluations_, curations_,
+  Distillations distillations_{core_, datasets_, workloads_};
+  Pipelines pipelines_{core_, datasets_, evaluations_, curations_, distillations_,
                        Pipelines::Hooks{[this](const json& plan) -> Result<json> {
                                           TRAINER_ASSIGN_OR_RETURN(auto dry, submit_run(plan, true));
                                           return std::move(dry.first);
@@ -475,7 +477,6 @@ class ServiceImpl final : public Service {
                                           });
                                         },
                                         [this](const std::string& id) { return cancel_run_locked(id); }}};
-  Distillations distillations_{core_, datasets_, workloads_};
   Tokens tokens_{core_, workloads_};
 
   // ServiceOptions::job_otlp_endpoint, or what the wiring set before start(); read by the driver.

@@ -73,7 +73,7 @@ def test_an_endpoint_refuses_to_drop_the_judge_of_a_running_run(cli, tmp_path):
     eid = run["judgeEndpoints"][MODEL]["endpointId"]
     for args in (("delete", eid), ("detach", eid, MODEL), ("disable", eid, MODEL)):
         out = cli("endpoints", *args)
-        assert out.returncode == 1 and f"judge of run {run_id}" in out.stderr, (args, out.stderr)
+        assert out.returncode == 1 and f"called by run {run_id}" in out.stderr, (args, out.stderr)
     e = cli.json("endpoints", "get", eid)
     assert e["phase"] == "READY" and e["models"][0]["enabled"] is True, e
     cli("runs", "cancel", run_id, "--force", check=True)

@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from cli_support import MODEL_NAME, Cli, call, prepare, start_trainerd, stop, wait_for
+from cli_support import MODEL_NAME, WORKLOAD, Cli, call, prepare, start_trainerd, stop, wait_for
 from curation_support import THRESHOLD, canonical, config, judge, score_of  # noqa: F401 (judge: a fixture)
 from pipeline_support import counts, evaluate_stage, get, pipeline, start, train_stage, wait_end
 
@@ -171,7 +171,12 @@ def test_a_curate_stage_with_a_bad_field_is_refused_naming_it_and_creates_nothin
         (pipeline(curate_stage("curate", [digest]), curate_stage("again", [digest], dataset="@curate")),
          "stages[1].curation.dataset", "an @ reference is not allowed here"),
         (pipeline({**curate_stage("curate", [digest]), "dataset": "support"}), "stages[0].dataset", "unknown field"),
-        (pipeline({"name": "distill", "type": "distill"}), "stages[0].type", "not available yet"),
+        # A distill stage whose source is the curation's output: its other fields are checked now.
+        (pipeline(curate_stage("curate", [digest]),
+                  {"name": "distill", "type": "distill",
+                   "distillation": {"workload": WORKLOAD, "teacher": "no-such-teacher", "from": "@curate",
+                                    "to": "distilled"}}),
+         "stages[1].distillation.teacher", "no-such-teacher"),
     ]
     for plan, field, message in cases:
         status, answer = call(f"{svc.url}/v1/pipelines", "POST", plan)
