@@ -1,6 +1,8 @@
 // HTTP calls over libcurl (declared in common/http_client.h).
 #include "common/http_client.h"
 
+#include "common/outbound.h"
+
 #include <curl/curl.h>
 
 #include <algorithm>
@@ -67,6 +69,26 @@ HttpFailure failure_of(CURLcode code) {
   }
 }
 
+// What the connection check of a call with an outbound policy needs, and what it found.
+struct ConnectCheck {
+  const OutboundPolicy* policy;
+  std::string host;
+  int port;
+  std::string refusal;  // why the address was refused; "" when none was
+};
+
+curl_socket_t open_checked(void* data, curlsocktype purpose, curl_sockaddr* address) {
+  auto* check = static_cast<ConnectCheck*>(data);
+  if (purpose == CURLSOCKTYPE_IPCXN) {
+    std::string why = outbound_refusal_at_connect(*check->policy, check->host, check->port, &address->addr);
+    if (!why.empty()) {
+      check->refusal = std::move(why);
+      return CURL_SOCKET_BAD;
+    }
+  }
+  return socket(address->family, address->socktype, address->protocol);
+}
+
 struct CurlDeleter {
   void operator()(CURL* c) const { curl_easy_cleanup(c); }
 };
@@ -107,6 +129,26 @@ HttpResponse http_call(const HttpRequest& request) {
   curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, limit_ms);
   curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, limit_ms);
   if (!request.ca_file.empty()) curl_easy_setopt(c, CURLOPT_CAINFO, request.ca_file.c_str());
+  ConnectCheck check{request.outbound, "", 0, ""};
+  std::unique_ptr<curl_slist, ListDeleter> resolve;
+  if (request.outbound != nullptr) {
+    if (!url_host_port(request.url, &check.host, &check.port)) {
+      out.failure = HttpFailure::kBadUrl;
+      out.detail = "'" + request.url + "' is not an http:// or https:// URL with a host";
+      return out;
+    }
+    curl_easy_setopt(c, CURLOPT_PROXY, "");  // the address checked is the one called
+    curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, open_checked);
+    curl_easy_setopt(c, CURLOPT_OPENSOCKETDATA, &check);
+    for (const auto& entry : test_resolve_entries(check.port)) {
+      curl_slist* grown = curl_slist_append(resolve.get(), entry.c_str());
+      if (grown != nullptr) {
+        (void)resolve.release();
+        resolve.reset(grown);
+      }
+    }
+    if (resolve) curl_easy_setopt(c, CURLOPT_RESOLVE, resolve.get());
+  }
   if (request.method == "POST") {
     add_header("Content-Type: application/json");
     curl_easy_setopt(c, CURLOPT_POST, 1L);
@@ -142,6 +184,12 @@ HttpResponse http_call(const HttpRequest& request) {
     return out;
   }
   out.body.clear();
+  if (!check.refusal.empty()) {
+    out.failure = HttpFailure::kRefused;
+    out.outbound_refused = true;
+    out.detail = request.url + ": " + check.refusal;
+    return out;
+  }
   const std::string why = error[0] != '\0' ? std::string(error) : std::string(curl_easy_strerror(code));
   switch (out.failure) {
     case HttpFailure::kTimeout:

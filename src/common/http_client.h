@@ -11,6 +11,8 @@
 
 namespace trainer {
 
+struct OutboundPolicy;  // common/outbound.h
+
 // Why no HTTP answer came.
 enum class HttpFailure {
   kNone,     // an answer came (any status)
@@ -32,6 +34,10 @@ struct HttpRequest {
   std::function<bool(int status, std::string_view bytes)> on_body = {};
   // When set, asked about once a second while the call runs; returning false stops it likewise.
   std::function<bool()> keep_going = {};
+  // When set (a URL a user's plan names), the address the call connects to is checked against it
+  // as it connects, with no proxy between (common/outbound.h); a refused one fails kRefused, its
+  // detail saying why. Not owned; outlives the call.
+  const OutboundPolicy* outbound = nullptr;
 };
 
 struct HttpResponse {
@@ -40,6 +46,7 @@ struct HttpResponse {
   HttpFailure failure = HttpFailure::kNone;
   std::string detail;                      // the failure in words, naming the URL; "" when none
   bool stopped = false;                    // on_body or keep_going stopped it (failure kRefused)
+  bool outbound_refused = false;           // the outbound policy refused the address (failure kRefused)
 };
 
 // Performs `request`. Thread-safe: each call has its own connection.

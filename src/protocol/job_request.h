@@ -89,6 +89,10 @@ struct JobRequest {
   // adapter folder it starts from (TRAINER_WARM_START_ADAPTER; its adapter_config.json and
   // adapter_model.safetensors), the weights alone, steps counted from zero.
   std::string warm_start_adapter;
+  // Where URLs the plan names (http: reward terms and graders) may be called: trainerd's
+  // outbound.allow as a JSON list of HOST:PORT rules (TRAINER_OUTBOUND_ALLOW, common/outbound.h),
+  // checked as each call connects. "" = not passed: no check (a job started by hand).
+  std::string outbound_allow;
   // Not in the environment: the job's arguments and output.
   std::string plan_path;    // the resolved plan (JSON), already written (--plan); evaluate: its spec (--spec)
   std::string output_dir;   // the job's output folder (--output)

@@ -238,7 +238,7 @@ Status parse_artifact_store(const json& a, ArtifactStoreConfig& s) {
 // The document's sections, in the order they are checked; the first error wins.
 Status parse_sections(const json& doc, DeploymentConfig& c) {
   TRAINER_RETURN_IF_ERROR(check_keys(doc, "", {"baseModels", "shapeCatalog", "pools", "quotas", "limits", "jobBinary",
-                                               "compute", "telemetry", "judges", "artifactStore", "store"}));
+                                               "compute", "telemetry", "judges", "outbound", "artifactStore", "store"}));
   if (doc.contains("baseModels")) {
     TRAINER_RETURN_IF_ERROR(parse_base_models(doc["baseModels"], c.base_models));
   }
@@ -267,6 +267,12 @@ Status parse_sections(const json& doc, DeploymentConfig& c) {
   if (doc.contains("telemetry")) TRAINER_RETURN_IF_ERROR(parse_telemetry(doc["telemetry"], c.telemetry));
   if (doc.contains("judges")) {
     TRAINER_ASSIGN_OR_RETURN(c.judges, parse_judges(doc["judges"]));
+  }
+  if (doc.contains("outbound")) {
+    TRAINER_RETURN_IF_ERROR(check_keys(doc["outbound"], "outbound", {"allow"}));
+    auto policy = parse_outbound_policy(doc["outbound"].value("allow", json::array()), "outbound.allow");
+    if (!policy.is_ok()) return invalid_argument(policy.status().field() + ": " + policy.status().message());
+    c.outbound = std::move(*policy);
   }
   if (doc.contains("artifactStore")) {
     TRAINER_RETURN_IF_ERROR(parse_artifact_store(doc["artifactStore"], c.artifact_store));
@@ -389,6 +395,7 @@ nlohmann::json config_to_json(const DeploymentConfig& c) {
                              {"requestTimeoutSeconds", o.request_timeout_s},
                              {"jobFolder", o.job_folder}};
   }
+  out["outbound"] = {{"allow", outbound_policy_json(c.outbound)}};
   out["judges"] = json::array();
   for (const auto& j : c.judges) {
     out["judges"].push_back({{"name", j.name},

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
+#include "common/outbound.h"
 #include "common/status.h"
 
 namespace trainer::service {
@@ -153,6 +154,7 @@ struct DeploymentConfig {
   backend::ComputeConfig compute;             // which compute backend runs jobs
   TelemetryConfig telemetry;                  // where jobs push metrics
   std::vector<JudgeConfig> judges;            // judges of model: reward terms, by name
+  OutboundPolicy outbound;                    // where URLs that plans name may be called (outbound.allow)
   ArtifactStoreConfig artifact_store;         // where snapshots are published
   StoreConfig store;                          // where the service's state is kept
   std::string source = "embedded default";    // where this configuration came from

@@ -45,6 +45,11 @@ Status check_reward_terms(const plan::RunConfig& config, const DeploymentConfig&
         }
       }
     }
+    if (kind == plan::TermKind::kHttp) {
+      // A URL the plan names: only where trainerd's outbound.allow lets calls go (checked again
+      // by the job as it connects).
+      TRAINER_RETURN_IF_ERROR(check_outbound_url(deployment.outbound, plan::term_target(t.kind), at + ".kind"));
+    }
     if (t.caFile) {
       std::error_code ec;
       if (!fs::path(*t.caFile).is_absolute() || !fs::is_regular_file(*t.caFile, ec)) {

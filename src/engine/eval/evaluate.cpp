@@ -34,9 +34,7 @@ Result<EvaluateResult> evaluate(const EvaluateRequest& request, const EvaluatePr
   Status st = guard([&] {
     at::NoGradGuard no_grad;
     std::vector<rl::RlRow> rows = value_or_throw(rl::read_rl_rows(request.data_path, request.field));
-    rl::GraderContext graders;
-    if (const char* py = std::getenv("TRAINER_REWARD_PYTHON"); py != nullptr && *py != '\0') graders.python = py;
-    graders.data_source = std::filesystem::path(request.data_path).filename().string();
+    const rl::GraderContext graders = value_or_throw(rl::grader_context_from_environment(request.data_path));
     auto scorer = value_or_throw(rl::Scorer::create({request.grader}, graders));
 
     auto model = model::CausalLM::load(request.model_dir, dtype_of(request.precision), pick_device(request.gpus));

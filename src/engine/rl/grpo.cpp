@@ -107,9 +107,7 @@ class GrpoMethod : public train::Method {
     emit(protocol::DataSplit{.train_rows = static_cast<int64_t>(prompts_.size()), .validation_rows = 0, .held_out = false});
     emit(protocol::Resolved{.config = plan::config_to_json(cfg_),
                             .settings_sha = plan::settings_sha(cfg_, train::file_sha256(cfg_.dataset))});
-    GraderContext graders;
-    if (const char* py = std::getenv("TRAINER_REWARD_PYTHON"); py != nullptr && *py != '\0') graders.python = py;
-    graders.data_source = std::filesystem::path(cfg_.dataset).filename().string();
+    const GraderContext graders = value_or_throw(grader_context_from_environment(cfg_.dataset));
     scorer_ = value_or_throw(Scorer::create(cfg_.rewardTerms, graders));
     if (rl_.tools && ::access(rl_.tools->command.c_str(), X_OK) != 0) {
       throw EngineError(StatusCode::kInvalidArgument, "config.rlHyperparams.tools.command: " + rl_.tools->command +

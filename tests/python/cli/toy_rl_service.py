@@ -17,11 +17,14 @@ from rl_toy import make_toy_policy, toy_rows
 def toy_rl_service(bin_dir, tmp_path_factory, *, model: str, dataset: str, workload: str, rows: int = 32,
                    config: dict | None = None, reward_python: bool = False):
     """Yields (trainerd, cli). `config` adds to trainerd's configuration (judges, pools; its
-    `baseModels` are declared beside the toy policy, not selected). With `reward_python`, trainerd
+    `baseModels` are declared beside the toy policy, not selected; outbound calls to 127.0.0.1
+    allowed unless it says otherwise). With `reward_python`, trainerd
     (and so its jobs) runs Python scoring code with this interpreter."""
     folder = make_toy_policy(tmp_path_factory.mktemp("models") / model)
     config = dict(config or {})
-    full = {**config, "baseModels": [{"name": model, "path": str(folder)}, *config.get("baseModels", [])]}
+    # The tests' evaluators listen on loopback: plans may call them (docs/security.md, "Outbound calls").
+    full = {"outbound": {"allow": ["127.0.0.1:*"]}, **config,
+            "baseModels": [{"name": model, "path": str(folder)}, *config.get("baseModels", [])]}
     with pytest.MonkeyPatch.context() as mp:
         if reward_python:
             mp.setenv("TRAINER_REWARD_PYTHON", sys.executable)  # trainerd's environment reaches its jobs

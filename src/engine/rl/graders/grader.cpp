@@ -4,6 +4,11 @@
 
 #include "engine/rl/rewards.h"
 
+#include <cstdlib>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
 namespace trainer::engine::rl {
 namespace {
 
@@ -54,11 +59,24 @@ Result<std::unique_ptr<Grader>> make_grader(const plan::RewardTermSpec& term, co
     case plan::TermKind::kBundle:
       return make_rule_grader(term, at, ctx);
     case plan::TermKind::kHttp:
-      return make_http_grader(term, at);
+      return make_http_grader(term, at, ctx);
     case plan::TermKind::kModel:
       return make_judge_grader(term, at);
   }
   return Status(StatusCode::kInvalidArgument, at + ".kind: \"" + term.kind + "\" is not a reward term kind");
+}
+
+Result<GraderContext> grader_context_from_environment(const std::string& data_path) {
+  GraderContext ctx;
+  if (const char* py = std::getenv("TRAINER_REWARD_PYTHON"); py != nullptr && *py != '\0') ctx.python = py;
+  ctx.data_source = std::filesystem::path(data_path).filename().string();
+  if (const char* allow = std::getenv("TRAINER_OUTBOUND_ALLOW"); allow != nullptr && *allow != '\0') {
+    const nlohmann::json rules = nlohmann::json::parse(allow, nullptr, false);
+    auto policy = parse_outbound_policy(rules, "TRAINER_OUTBOUND_ALLOW");
+    if (!policy.is_ok()) return invalid_argument("TRAINER_OUTBOUND_ALLOW: " + policy.status().message());
+    ctx.outbound = std::move(*policy);
+  }
+  return ctx;
 }
 
 }  // namespace trainer::engine::rl

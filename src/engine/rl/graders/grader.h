@@ -5,9 +5,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "common/outbound.h"
 #include "common/status.h"
 #include "plan/plan.h"
 
@@ -52,7 +54,14 @@ class Grader {
 struct GraderContext {
   std::string python = "python3";  // the interpreter of rule/bundle workers (TRAINER_REWARD_PYTHON)
   std::string data_source;         // passed as compute_score's data_source: the dataset's file name
+  // Where http: terms may connect (TRAINER_OUTBOUND_ALLOW, protocol/job_request.h); unset: no
+  // check (a job started by hand).
+  std::optional<OutboundPolicy> outbound;
 };
+
+// The context from the job's environment (TRAINER_REWARD_PYTHON, TRAINER_OUTBOUND_ALLOW), for the
+// dataset file `data_path`; a malformed TRAINER_OUTBOUND_ALLOW is invalid_argument naming it.
+Result<GraderContext> grader_context_from_environment(const std::string& data_path);
 
 // The grader of `term` (its kind decides); errors name `at` ("config.reward.terms[0]").
 Result<std::unique_ptr<Grader>> make_grader(const plan::RewardTermSpec& term, const std::string& at,
@@ -62,7 +71,8 @@ Result<std::unique_ptr<Grader>> make_grader(const plan::RewardTermSpec& term, co
 std::unique_ptr<Grader> make_label_match_grader();
 Result<std::unique_ptr<Grader>> make_rule_grader(const plan::RewardTermSpec& term, const std::string& at,
                                                  const GraderContext& ctx);
-std::unique_ptr<Grader> make_http_grader(const plan::RewardTermSpec& term, const std::string& at);
+std::unique_ptr<Grader> make_http_grader(const plan::RewardTermSpec& term, const std::string& at,
+                                         const GraderContext& ctx);
 Result<std::unique_ptr<Grader>> make_judge_grader(const plan::RewardTermSpec& term, const std::string& at);
 
 }  // namespace trainer::engine::rl

@@ -12,18 +12,23 @@ using json = nlohmann::json;
 
 class HttpGrader final : public RemoteGrader {
  public:
-  HttpGrader(const plan::RewardTermSpec& term, std::string at)
+  HttpGrader(const plan::RewardTermSpec& term, std::string at, std::optional<OutboundPolicy> outbound)
       : RemoteGrader(term, std::move(at)), url_(plan::term_target(term.kind)),
         ca_file_(term.caFile.value_or("")),
-        timeout_(term.timeoutSeconds) {}
+        timeout_(term.timeoutSeconds),
+        outbound_(std::move(outbound)) {}
 
  protected:
   Attempt call(const GradeItem& item) const override {
     Attempt a;
     const json envelope = {{"input", item.input}, {"output", item.output}, {"expected", item.expected}};
     HttpAnswer r = post_json(url_, envelope.dump(-1, ' ', false, json::error_handler_t::replace), timeout_, {},
-                              ca_file_);
+                              ca_file_, outbound_ ? &*outbound_ : nullptr);
     Verdict& v = a.verdict;
+    if (r.not_allowed) {  // it would be refused again: the job stops, naming why
+      a.refusal = r.detail;
+      return a;
+    }
     if (r.transport != FailureCause::kNone) {
       v.failure = r.transport;
       v.detail = r.detail;
@@ -53,12 +58,14 @@ class HttpGrader final : public RemoteGrader {
  private:
   const std::string url_, ca_file_;
   const double timeout_;
+  const std::optional<OutboundPolicy> outbound_;
 };
 
 }  // namespace
 
-std::unique_ptr<Grader> make_http_grader(const plan::RewardTermSpec& term, const std::string& at) {
-  return std::make_unique<HttpGrader>(term, at);
+std::unique_ptr<Grader> make_http_grader(const plan::RewardTermSpec& term, const std::string& at,
+                                         const GraderContext& ctx) {
+  return std::make_unique<HttpGrader>(term, at, ctx.outbound);
 }
 
 }  // namespace trainer::engine::rl

@@ -12,10 +12,12 @@
 namespace trainer::engine::rl {
 
 HttpAnswer post_json(const std::string& url, const std::string& body, double timeout_seconds,
-                     const std::vector<std::pair<std::string, std::string>>& headers, const std::string& ca_file) {
+                     const std::vector<std::pair<std::string, std::string>>& headers, const std::string& ca_file,
+                     const OutboundPolicy* outbound) {
   HttpResponse r = http_call({.method = "POST", .url = url, .headers = headers, .body = body,
-                              .timeout_seconds = timeout_seconds, .ca_file = ca_file});
+                              .timeout_seconds = timeout_seconds, .ca_file = ca_file, .outbound = outbound});
   HttpAnswer out;
+  out.not_allowed = r.outbound_refused;
   out.status = r.status;
   out.body = std::move(r.body);
   out.detail = std::move(r.detail);

@@ -19,13 +19,15 @@ struct HttpAnswer {
   std::string body;
   FailureCause transport = FailureCause::kNone;  // kTimeout or kUnreachable when no answer came
   std::string detail;   // the transport error in words
+  bool not_allowed = false;  // refused by the outbound policy as it connected (detail says why)
 };
 
 // POSTs `body` (application/json) to `url` (http:// or https://) within `timeout_seconds`,
 // trusting `ca_file` ("" = the system's CA store) for https. A TLS failure is kUnreachable, its
-// detail naming the URL.
+// detail naming the URL. With `outbound`, the address it connects to is checked (not_allowed).
 HttpAnswer post_json(const std::string& url, const std::string& body, double timeout_seconds,
-                     const std::vector<std::pair<std::string, std::string>>& headers, const std::string& ca_file);
+                     const std::vector<std::pair<std::string, std::string>>& headers, const std::string& ca_file,
+                     const OutboundPolicy* outbound = nullptr);
 
 // One attempt at one item.
 struct Attempt {

@@ -1,0 +1,138 @@
+// common/outbound.h: rules parsed and refused by name; internal addresses reached only through a
+// rule that names them; the check at connection time (common/http_client.h) against a real
+// loopback server, including a name whose answer changes between the check and the call (through
+// the test hosts file, a fake named as such: no DNS server can be made to rebind here).
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "common/http_client.h"
+#include "common/outbound.h"
+
+namespace trainer {
+namespace {
+
+OutboundPolicy policy(std::initializer_list<const char*> rules) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const char* r : rules) list.push_back(r);
+  auto p = parse_outbound_policy(list, "outbound.allow");
+  EXPECT_TRUE(p.is_ok()) << p.status().describe();
+  return p.is_ok() ? *p : OutboundPolicy{};
+}
+
+TEST(Outbound, BadRulesAreRefusedNamingTheRule) {
+  for (const char* bad : {"judge.example.com", "judge.example.com:0", "judge.example.com:70000", "a b:80", ":80",
+                          "10.0.0.0/40:80", "*.:80"}) {
+    auto p = parse_outbound_policy(nlohmann::json::array({"ok.example.com:443", bad}), "outbound.allow");
+    ASSERT_FALSE(p.is_ok()) << bad;
+    EXPECT_EQ(p.status().field(), "outbound.allow[1]") << bad;
+  }
+  EXPECT_FALSE(parse_outbound_policy(nlohmann::json::array({5}), "outbound.allow").is_ok());
+  EXPECT_FALSE(parse_outbound_policy(nlohmann::json::object(), "outbound.allow").is_ok());
+  EXPECT_EQ(outbound_policy_json(policy({"Judge.Example.com:443", "*:*", "[::1]:8080"})),
+            nlohmann::json::array({"judge.example.com:443", "*:*", "[::1]:8080"}));
+}
+
+TEST(Outbound, InternalAddressesAreToldApart) {
+  EXPECT_EQ(internal_address_kind("127.0.0.1"), "a loopback address");
+  EXPECT_EQ(internal_address_kind("::1"), "a loopback address");
+  EXPECT_NE(internal_address_kind("169.254.169.254").find("metadata"), std::string::npos);
+  for (const char* a : {"10.1.2.3", "172.16.0.1", "192.168.1.1", "100.64.0.1", "fd00::1", "0.0.0.0", "fe80::1"}) {
+    EXPECT_NE(internal_address_kind(a), "") << a;
+  }
+  for (const char* a : {"8.8.8.8", "172.32.0.1", "2001:4860::1", "203.0.113.7"}) EXPECT_EQ(internal_address_kind(a), "") << a;
+}
+
+TEST(Outbound, WildcardsNeverReachInternalAddresses) {
+  const OutboundPolicy any = policy({"*:*"});
+  EXPECT_EQ(outbound_refusal(any, "eval.example.com", 443, "203.0.113.7"), "");
+  const std::string loop = outbound_refusal(any, "rebind.example.com", 443, "127.0.0.1");
+  EXPECT_NE(loop.find("loopback"), std::string::npos) << loop;
+  EXPECT_NE(outbound_refusal(policy({"*.example.com:443"}), "x.example.com", 443, "169.254.169.254"), "");
+  // Named explicitly: by address or block, or by the host's exact name.
+  EXPECT_EQ(outbound_refusal(policy({"127.0.0.1:8080"}), "127.0.0.1", 8080, "127.0.0.1"), "");
+  EXPECT_EQ(outbound_refusal(policy({"127.0.0.0/8:*"}), "localhost", 9, "127.0.0.1"), "");
+  EXPECT_EQ(outbound_refusal(policy({"localhost:9"}), "localhost", 9, "127.0.0.1"), "");
+  // The port counts; an empty list allows nothing.
+  EXPECT_NE(outbound_refusal(policy({"127.0.0.1:8080"}), "127.0.0.1", 8081, "127.0.0.1"), "");
+  const std::string none = outbound_refusal(OutboundPolicy{}, "eval.example.com", 443, "203.0.113.7");
+  EXPECT_NE(none.find("empty"), std::string::npos) << none;
+}
+
+TEST(Outbound, UrlsAreCheckedOnEveryAddressTheirHostResolvesTo) {
+  std::string host;
+  int port = 0;
+  ASSERT_TRUE(url_host_port("https://User@Eval.Example.com/score", &host, &port));
+  EXPECT_EQ(host, "eval.example.com");
+  EXPECT_EQ(port, 443);
+  ASSERT_TRUE(url_host_port("http://[::1]:8080/x", &host, &port));
+  EXPECT_EQ(host, "::1");
+  EXPECT_EQ(port, 8080);
+  EXPECT_FALSE(url_host_port("ftp://x/", &host, &port));
+  EXPECT_TRUE(check_outbound_url(policy({"127.0.0.1:8080"}), "http://127.0.0.1:8080/score", "f").is_ok());
+  const Status refused = check_outbound_url(policy({"*:*"}), "http://localhost:8080/score", "config.reward.terms[0].kind");
+  EXPECT_EQ(refused.field(), "config.reward.terms[0].kind");
+  EXPECT_NE(refused.message().find("loopback"), std::string::npos) << refused.message();
+}
+
+class Server {
+ public:
+  Server() {
+    server_.Post("/score", [this](const httplib::Request&, httplib::Response& res) {
+      ++calls;
+      res.set_content("{\"score\": 1}", "application/json");
+    });
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+  }
+  ~Server() {
+    while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    server_.stop();
+    thread_.join();
+  }
+  int port() const { return port_; }
+  std::atomic<int> calls{0};
+
+ private:
+  httplib::Server server_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+TEST(Outbound, TheCallIsCheckedAsItConnects) {
+  Server s;
+  const std::string url = "http://127.0.0.1:" + std::to_string(s.port()) + "/score";
+  const OutboundPolicy listed = policy({("127.0.0.1:" + std::to_string(s.port())).c_str()});
+  HttpResponse ok = http_call({.url = url, .body = "{}", .timeout_seconds = 5, .outbound = &listed});
+  EXPECT_EQ(ok.status, 200) << ok.detail;
+  const OutboundPolicy any = policy({"*:*"});
+  HttpResponse refused = http_call({.url = url, .body = "{}", .timeout_seconds = 5, .outbound = &any});
+  EXPECT_EQ(refused.failure, HttpFailure::kRefused);
+  EXPECT_TRUE(refused.outbound_refused);
+  EXPECT_NE(refused.detail.find("loopback"), std::string::npos) << refused.detail;
+  EXPECT_EQ(s.calls.load(), 1);  // the refused call never reached the server
+}
+
+TEST(Outbound, ANameThatRebindsBetweenTheCheckAndTheCallIsRefusedAtTheCall) {
+  Server s;
+  const auto hosts = std::filesystem::temp_directory_path() / ("outbound-hosts-" + std::to_string(::getpid()));
+  ASSERT_EQ(setenv("TRAINER_TEST_HOSTS_FILE", hosts.c_str(), 1), 0);
+  const OutboundPolicy any = policy({"*:*"});
+  const std::string url = "http://rebind.test:" + std::to_string(s.port()) + "/score";
+  std::ofstream(hosts) << "rebind.test 203.0.113.7\n";  // a public (documentation) address when checked
+  EXPECT_TRUE(check_outbound_url(any, url, "f").is_ok());
+  std::ofstream(hosts) << "rebind.test 127.0.0.1\n";  // loopback when called
+  HttpResponse r = http_call({.url = url, .body = "{}", .timeout_seconds = 5, .outbound = &any});
+  EXPECT_TRUE(r.outbound_refused) << r.detail;
+  EXPECT_NE(r.detail.find("rebind.test"), std::string::npos) << r.detail;
+  EXPECT_EQ(s.calls.load(), 0);
+  unsetenv("TRAINER_TEST_HOSTS_FILE");
+  std::filesystem::remove(hosts);
+}
+
+}  // namespace
+}  // namespace trainer
