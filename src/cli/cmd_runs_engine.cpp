@@ -68,7 +68,7 @@ Command runs_engine_config_command() {
             "Not found until the job writes it, before its first training step.",
             {}, {}, runs_engine_config, 1, 1, {}};
   c.examples = {{"what the engine made of a plan", "trainer runs engine-config 7d496e82"},
-                {"one knob, as JSON", "trainer runs engine-config 7d496e82 -o json | jq .resolved.config.adam_beta1"}};
+                {"one knob, as JSON", "trainer runs engine-config 7d496e82 --jq .resolved.config.adam_beta1"}};
   return c;
 }
 
@@ -81,7 +81,7 @@ Command runs_engine_runtime_command() {
             "the job writes it, once the model is loaded.",
             {}, {}, runs_engine_runtime, 1, 1, {}};
   c.examples = {{"the latest attempt's setup and memory", "trainer runs engine-runtime 7d496e82"},
-                {"parameter counts, as JSON", "trainer runs engine-runtime 7d496e82 -o json | jq .model"}};
+                {"parameter counts, as JSON", "trainer runs engine-runtime 7d496e82 --jq .model"}};
   return c;
 }
 
