@@ -100,6 +100,8 @@ const std::vector<RouteRule>& role_table() {
       {"GET", "/v1/runs/{ref}/tensorboard", R, kRunPath},
       {"GET", "/v1/runs/{ref}/tensorboard/{file}", R, kRunPath},
       {"GET", "/v1/runs/{ref}/hparams", R, kRunPath},
+      {"GET", "/v1/runs/{ref}/engine-config", R, kRunPath},
+      {"GET", "/v1/runs/{ref}/engine-runtime", R, kRunPath},
       {"PATCH", "/v1/runs/{ref}", S, kRunPath},
       {"GET", "/v1/runs/{ref}", R, kRunPath},
       {"POST", "/v1/runs/{ref}/branch", S, kRunPath},

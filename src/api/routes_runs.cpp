@@ -128,6 +128,10 @@ void install_run_routes(http::Router& router, Service& svc, const service::Limit
              [&svc](const Request& req) { return run_event_file(svc, req); });
   router.add("GET", "/v1/runs/{ref}/hparams", max,
              route_json(200, [&svc](const Request& req) { return svc.run_hparams(req.params[0]); }));
+  router.add("GET", "/v1/runs/{ref}/engine-config", max,
+             route_json(200, [&svc](const Request& req) { return svc.run_engine_config(req.params[0]); }));
+  router.add("GET", "/v1/runs/{ref}/engine-runtime", max,
+             route_json(200, [&svc](const Request& req) { return svc.run_engine_runtime(req.params[0]); }));
   router.add("PATCH", "/v1/runs/{ref}", max, route_body(200, [&svc](const Request& req, const json& body) {
                return svc.annotate_run(req.params[0], body);
              }));

@@ -413,6 +413,8 @@ Command runs_command() {
 
   g.children.push_back(runs_metrics_command());
   g.children.push_back(runs_hparams_command());
+  g.children.push_back(runs_engine_config_command());
+  g.children.push_back(runs_engine_runtime_command());
   g.children.push_back(runs_rollouts_command());
   g.children.push_back(runs_tensorboard_command());
   g.children.push_back(runs_pause_command());

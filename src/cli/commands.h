@@ -44,6 +44,9 @@ Command runs_resume_command();
 // `runs metrics RUN` and `runs hparams RUN` (children of runs_command()).
 Command runs_metrics_command();
 Command runs_hparams_command();
+// `runs engine-config RUN` and `runs engine-runtime RUN` (children of runs_command()).
+Command runs_engine_config_command();
+Command runs_engine_runtime_command();
 // `runs compare RUN --baseline RUN2` (a child of runs_command()).
 Command runs_compare_command();
 // `runs rollouts RUN` (a child of runs_command()).

@@ -69,6 +69,16 @@ int64_t cpu_current_bytes() { return g_current.load(std::memory_order_relaxed); 
 int64_t cpu_peak_bytes() { return g_peak.load(std::memory_order_relaxed); }
 void reset_cpu_peak() { g_peak.store(g_current.load(std::memory_order_relaxed), std::memory_order_relaxed); }
 
+nlohmann::json held_now(at::Device device, int64_t uncounted) {
+  if (!device.is_cuda()) return {{"allocatedBytes", cpu_current_bytes() + uncounted}};
+  const auto stats = at::accelerator::getDeviceStats(device.index());
+  const auto [free_bytes, total_bytes] = at::accelerator::getMemoryInfo(device.index());
+  return {{"allocatedBytes", stats.allocated_bytes[0].current},
+          {"reservedBytes", stats.reserved_bytes[0].current},
+          {"deviceFreeBytes", static_cast<int64_t>(free_bytes)},
+          {"deviceTotalBytes", static_cast<int64_t>(total_bytes)}};
+}
+
 StepMeter::StepMeter(at::Device device, StaticParts parts) : device_(device), parts_(parts) {}
 
 int64_t StepMeter::allocated_now() const {

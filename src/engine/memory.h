@@ -12,6 +12,8 @@
 
 #include <cstdint>
 
+#include <nlohmann/json.hpp>
+
 #include "protocol/job_protocol.h"
 
 namespace trainer::engine::memory {
@@ -24,6 +26,12 @@ bool counted_by_cpu_meter(const at::Tensor& tensor);
 int64_t cpu_current_bytes();
 int64_t cpu_peak_bytes();
 void reset_cpu_peak();
+
+// The memory held right now (engine_runtime's moments: afterLoad, afterFirstRollout,
+// afterFirstStep), as {allocatedBytes, and on CUDA reservedBytes, deviceFreeBytes,
+// deviceTotalBytes}. `uncounted`: CPU tensor bytes the meter does not see (mapped weights).
+// Leaves the peaks StepMeter reads alone.
+nlohmann::json held_now(at::Device device, int64_t uncounted);
 
 // What the engine knows from its own tensors, fixed for the run once training starts.
 struct StaticParts {

@@ -78,6 +78,8 @@ TRAINER_DESCRIBE(Smoke, required("passed", &Smoke::passed), if_set("check", &Smo
                  if_set("reason", &Smoke::reason), defaulted("steps", &Smoke::steps), defaulted("rows", &Smoke::rows),
                  optional("loss", &Smoke::loss), optional("restoredLoss", &Smoke::restored_loss),
                  defaulted("seconds", &Smoke::seconds))
+TRAINER_DESCRIBE(EngineConfig, required("engine", &EngineConfig::engine), required("config", &EngineConfig::config))
+TRAINER_DESCRIBE(EngineRuntime, required("engine", &EngineRuntime::engine), required("report", &EngineRuntime::report))
 #undef TRAINER_DESCRIBE
 
 namespace {
@@ -112,6 +114,8 @@ struct TypeName {
   std::string_view operator()(const EvaluationReport&) const { return "evaluation_report"; }
   std::string_view operator()(const Heartbeat&) const { return "heartbeat"; }
   std::string_view operator()(const Smoke&) const { return "smoke"; }
+  std::string_view operator()(const EngineConfig&) const { return "engine_config"; }
+  std::string_view operator()(const EngineRuntime&) const { return "engine_runtime"; }
 };
 
 }  // namespace
@@ -147,6 +151,8 @@ TRAINER_EVENT_JSON(EvaluationProgress)
 TRAINER_EVENT_JSON(EvaluationReport)
 TRAINER_EVENT_JSON(Heartbeat)
 TRAINER_EVENT_JSON(Smoke)
+TRAINER_EVENT_JSON(EngineConfig)
+TRAINER_EVENT_JSON(EngineRuntime)
 #undef TRAINER_EVENT_JSON
 
 void to_json(json& out, const Failed& e) { fields::write(out, e); }
@@ -194,6 +200,8 @@ Result<std::optional<Event>> event_from_json(const json& in) {
   else if (type == "evaluation_report") out = decode_as<EvaluationReport>(in);
   else if (type == "heartbeat") out = decode_as<Heartbeat>(in);
   else if (type == "smoke") out = decode_as<Smoke>(in);
+  else if (type == "engine_config") out = decode_as<EngineConfig>(in);
+  else if (type == "engine_runtime") out = decode_as<EngineRuntime>(in);
   if (!out.is_ok()) return out.status().with_field(type);
   return out;
 }

@@ -93,6 +93,26 @@ struct Resolved {
   std::string settings_sha = {}; // plan::settings_sha over the config and the dataset's content
 };
 
+// "engine_config": the engine's own resolved configuration, once per attempt before the first
+// step: every knob it trains with, under the names engine configurations use (adam_beta1,
+// lr_scheduler_type, per_device_train_batch_size, lora_r, ...). trainerd shows it beside the plan's
+// config as submitted (`runs engine-config`).
+struct EngineConfig {
+  std::string engine = {};                           // "native", "trl", "verl"
+  nlohmann::json config = nlohmann::json::object();  // knob -> value
+};
+
+// "engine_runtime": part of what the engine decided and measured at setup (`runs engine-runtime`),
+// written at the moments it is known; trainerd merges each part into what the attempt wrote
+// before (objects key by key). The sections (docs/job-protocol.md): rolloutEngine (RL: what
+// generates rollouts; null for SFT), trainer.changedBySetup (a list of {field, from, to, why}),
+// model (totalParameters, trainableParameters, ...), memory.afterLoad / afterFirstRollout /
+// afterFirstStep (bytes).
+struct EngineRuntime {
+  std::string engine = {};                           // "native", "trl", "verl"
+  nlohmann::json report = nlohmann::json::object();  // the sections this part sets
+};
+
 // What held the device's memory at the peak of a step (telemetry memory.component). Each part
 // is absent when not measured (see docs/telemetry-usage.md for what each device kind reports).
 struct MemoryUsage {
@@ -230,7 +250,7 @@ struct EvaluationReport {
 
 using Event = std::variant<Hello, Phase, Preparing, DataFit, DataSplit, Devices, Resolved, Step, Validation,
                            Checkpoint, Completed, Failed, Cancelled, Paused, Warning, EvaluationProgress,
-                           EvaluationReport, Heartbeat, Smoke>;
+                           EvaluationReport, Heartbeat, Smoke, EngineConfig, EngineRuntime>;
 
 // The event's "type" value, e.g. "step".
 std::string_view event_type(const Event& event);
@@ -257,6 +277,8 @@ void to_json(nlohmann::json& out, const EvaluationProgress& e);
 void to_json(nlohmann::json& out, const EvaluationReport& e);
 void to_json(nlohmann::json& out, const Heartbeat& e);
 void to_json(nlohmann::json& out, const Smoke& e);
+void to_json(nlohmann::json& out, const EngineConfig& e);
+void to_json(nlohmann::json& out, const EngineRuntime& e);
 void to_json(nlohmann::json& out, const StepMemory& e);
 nlohmann::json to_json(const Event& event);  // with "type"
 std::string to_line(const Event& event);     // compact JSON, no trailing newline
@@ -282,6 +304,8 @@ Status from_json(const nlohmann::json& in, EvaluationProgress* e);
 Status from_json(const nlohmann::json& in, EvaluationReport* e);
 Status from_json(const nlohmann::json& in, Heartbeat* e);
 Status from_json(const nlohmann::json& in, Smoke* e);
+Status from_json(const nlohmann::json& in, EngineConfig* e);
+Status from_json(const nlohmann::json& in, EngineRuntime* e);
 Status from_json(const nlohmann::json& in, StepMemory* e);
 
 // A whole event object: nullopt for an unknown "type" (skip it); an error for an object

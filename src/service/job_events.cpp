@@ -14,6 +14,26 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// `part` written into `into`: objects key by key (recursively), anything else replaced; a null
+// in `part` is kept as null (unlike a JSON merge patch, which would delete the key).
+void merge_into(json& into, const json& part) {
+  if (!into.is_object() || !part.is_object()) {
+    into = part;
+    return;
+  }
+  for (auto it = part.begin(); it != part.end(); ++it) merge_into(into[it.key()], it.value());
+}
+
+// What an attempt's engine_runtime shows before the job has set a section.
+json empty_engine_runtime(const std::string& engine, int attempt) {
+  return {{"engine", engine},
+          {"attempt", attempt},
+          {"rolloutEngine", nullptr},
+          {"trainer", {{"changedBySetup", json::array()}}},
+          {"model", json::object()},
+          {"memory", json::object()}};
+}
+
 }  // namespace
 
 Status ServiceImpl::follow_job(RunRecord& run) {
@@ -130,6 +150,15 @@ Status ServiceImpl::apply_event(RunRecord& run, const protocol::Event& event, co
     run.view["dataSplit"] = json(*e);
   } else if (const auto* e = std::get_if<protocol::Resolved>(&event)) {
     if (!e->settings_sha.empty()) run.job_settings_sha = e->settings_sha;
+  } else if (const auto* e = std::get_if<protocol::EngineConfig>(&event)) {
+    run.engine_config = {{"engine", e->engine}, {"config", e->config}, {"attempt", run.attempt}};
+  } else if (const auto* e = std::get_if<protocol::EngineRuntime>(&event)) {
+    // The latest attempt's: its first part replaces what an earlier attempt reported.
+    if (!run.engine_runtime.is_object() || run.engine_runtime.value("attempt", 0) != run.attempt) {
+      run.engine_runtime = empty_engine_runtime(e->engine, run.attempt);
+    }
+    merge_into(run.engine_runtime, e->report);
+    run.engine_runtime["engine"] = e->engine;
   } else if (const auto* e = std::get_if<protocol::Step>(&event)) {
     json m = doc;
     m.erase("type");

@@ -213,7 +213,41 @@ Result<json> ServiceImpl::run_hparams(const std::string& ref) {
   json config = r->view["plan"].value("config", json::object());
   json flat = json::object();
   flatten(config, "config", flat);
+  // What the hash is taken over (plan::flatten_config): the native engine is left out of it.
+  if (flat.value("config.engine", "") == "native") flat.erase("config.engine");
   return json{{"sha", r->view.value("settingsSha", json(nullptr))}, {"hparams", flat}};
+}
+
+Result<json> ServiceImpl::run_engine_config(const std::string& ref) {
+  auto r = resolve_run(ref, "run");
+  if (!r.is_ok()) return r.status();
+  if (!r->engine_config.is_object()) {
+    return not_found("run " + r->id + " has no engine configuration yet: not found until the job writes it, before its "
+                     "first training step (phase " + phase_name(r->phase) + ")");
+  }
+  // The plan's config as submitted: the request's, else (a run made by trainerd, as a branch
+  // is) the stored plan's.
+  json requested = r->view["plan"].value("config", json::object());
+  if (auto submitted = json::parse(r->request, nullptr, false); submitted.is_object() && submitted.contains("config")) {
+    requested = submitted["config"];
+  }
+  return json{{"runId", r->id},
+              {"attempt", r->engine_config.value("attempt", json(nullptr))},
+              {"requested", std::move(requested)},
+              {"resolved", {{"engine", r->engine_config.value("engine", "")},
+                            {"config", r->engine_config.value("config", json::object())}}}};
+}
+
+Result<json> ServiceImpl::run_engine_runtime(const std::string& ref) {
+  auto r = resolve_run(ref, "run");
+  if (!r.is_ok()) return r.status();
+  if (!r->engine_runtime.is_object()) {
+    return not_found("run " + r->id + " has no engine runtime report yet: not found until the job writes it, once its "
+                     "model is loaded (phase " + phase_name(r->phase) + ")");
+  }
+  json out = r->engine_runtime;
+  out["runId"] = r->id;
+  return out;
 }
 
 namespace {

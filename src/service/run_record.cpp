@@ -185,6 +185,8 @@ json RunRecord::to_json() const {
   if (job) in["job"] = job_to_json(*job);
   if (job_outcome != JobOutcome::kNone) in["jobOutcome"] = job_outcome_name(job_outcome);
   if (!job_reason.empty()) in["jobReason"] = job_reason;
+  if (!engine_config.is_null()) in["engineConfig"] = engine_config;
+  if (!engine_runtime.is_null()) in["engineRuntime"] = engine_runtime;
   if (adapter_dir) in["adapterDir"] = *adapter_dir;
   if (stop_sent_at) in["stopSentAt"] = *stop_sent_at;
   if (failed_in) in["failedIn"] = phase_name(*failed_in);
@@ -280,6 +282,11 @@ Result<RunRecord> RunRecord::from_json(const json& doc) {
   TRAINER_RETURN_IF_ERROR(b.str("jobReason", &r.job_reason, false));
   TRAINER_RETURN_IF_ERROR(b.opt_str("adapterDir", &r.adapter_dir));
   r.job_settings_sha = in.value("jobSettingsSha", json(nullptr));
+  r.engine_config = in.value("engineConfig", json(nullptr));
+  r.engine_runtime = in.value("engineRuntime", json(nullptr));
+  for (const char* key : {"engineConfig", "engineRuntime"}) {
+    if (b.has(key) && !in[key].is_object()) return invalid_field(std::string("_.") + key, "must be an object");
+  }
   TRAINER_RETURN_IF_ERROR(b.boolean("cancelRequested", &r.cancel_requested));
   TRAINER_RETURN_IF_ERROR(b.opt_number("stopSentAt", &r.stop_sent_at));
   if (r.stop_sent_at && *r.stop_sent_at == 0.0) r.stop_sent_at.reset();

@@ -70,6 +70,11 @@ struct RunRecord {
   std::string job_reason;                      // kFailed: the job's reason
   std::optional<std::string> adapter_dir;      // kCompleted: where the job wrote the adapter
   nlohmann::json job_settings_sha;             // the job's settings hash (resolved event), or null
+  // The engine's reports (job events engine_config and engine_runtime; `runs engine-config` and
+  // `runs engine-runtime`): null until the job writes them. Each carries the attempt that wrote
+  // it; a new attempt's engine_runtime starts afresh.
+  nlohmann::json engine_config;                // {engine, config, attempt}
+  nlohmann::json engine_runtime;               // {engine, attempt, rolloutEngine, trainer, model, memory}
   bool cancel_requested = false;
   std::optional<double> stop_sent_at;          // wall seconds when the stop request went out
   bool kill_sent = false;

@@ -286,6 +286,12 @@ class Service {
   virtual Result<json> resume_run(const std::string& ref) = 0;
   virtual Result<json> run_metrics(const std::string& ref, int64_t limit) = 0;
   virtual Result<json> run_hparams(const std::string& ref) = 0;
+  // The engine's resolved configuration beside the plan's config as submitted ({runId, attempt,
+  // requested, resolved: {engine, config}}); not found until the job writes it.
+  virtual Result<json> run_engine_config(const std::string& ref) = 0;
+  // The latest attempt's engine runtime report ({runId, engine, attempt, rolloutEngine, trainer:
+  // {changedBySetup}, model, memory}); not found until the job writes it.
+  virtual Result<json> run_engine_runtime(const std::string& ref) = 0;
   // A grpo/gspo run's rollouts of one generation batch: {runId, phase, step, steps, total, order,
   // rollouts:[{step, index, promptIndex, prompt, completion, reward, terms:[{name, weight, raw,
   // share, failed}], completionTokens, terminated}]}. An SFT run is FailedPrecondition.

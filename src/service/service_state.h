@@ -195,6 +195,8 @@ class ServiceImpl final : public Service {
   Result<json> annotate_run(const std::string& ref, const json& body) override;
   Result<json> run_metrics(const std::string& ref, int64_t limit) override;
   Result<json> run_hparams(const std::string& ref) override;
+  Result<json> run_engine_config(const std::string& ref) override;
+  Result<json> run_engine_runtime(const std::string& ref) override;
   Result<json> run_rollouts(const std::string& ref, const RolloutQuery& query) override;
   Result<json> run_event_files(const std::string& ref) override;
   Result<std::string> run_event_file(const std::string& ref, const std::string& name) override;

@@ -184,10 +184,9 @@ void CausalLM::ensure_rope_cache(int64_t positions) {
   rope_sin_ = emb.sin().to(device_);
 }
 
-int64_t CausalLM::weight_bytes(const std::function<bool(const at::Tensor&)>& include) const {
-  int64_t total = 0;
+void CausalLM::for_each_weight(const std::function<void(const at::Tensor&)>& visit) const {
   auto add = [&](const at::Tensor& t) {
-    if (t.defined() && (!include || include(t))) total += static_cast<int64_t>(t.nbytes());
+    if (t.defined()) visit(t);
   };
   add(embed_tokens);
   add(final_norm);
@@ -199,6 +198,19 @@ int64_t CausalLM::weight_bytes(const std::function<bool(const at::Tensor&)>& inc
     }
     for (const at::Tensor* t : {&L.input_norm, &L.post_attention_norm, &L.q_norm, &L.k_norm}) add(*t);
   }
+}
+
+int64_t CausalLM::weight_bytes(const std::function<bool(const at::Tensor&)>& include) const {
+  int64_t total = 0;
+  for_each_weight([&](const at::Tensor& t) {
+    if (!include || include(t)) total += static_cast<int64_t>(t.nbytes());
+  });
+  return total;
+}
+
+int64_t CausalLM::parameter_count() const {
+  int64_t total = 0;
+  for_each_weight([&](const at::Tensor& t) { total += t.numel(); });
   return total;
 }
 

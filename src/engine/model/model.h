@@ -124,6 +124,8 @@ class CausalLM {
   // Bytes held by the base weights and norms (for memory reports); with `include`, only of the
   // tensors it accepts.
   int64_t weight_bytes(const std::function<bool(const at::Tensor&)>& include = nullptr) const;
+  // Elements of the base weights and norms (the frozen parameters; adapters not counted).
+  int64_t parameter_count() const;
 
  private:
   CausalLM() : device_(at::kCPU) {}
@@ -133,6 +135,8 @@ class CausalLM {
                           size_t layer, size_t target) const;
   at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) const;
   void ensure_rope_cache(int64_t positions);
+  // Calls `visit` with each base weight and norm once (a tied head is the embedding).
+  void for_each_weight(const std::function<void(const at::Tensor&)>& visit) const;
 
   std::string dir_;
   ModelConfig config_;

@@ -66,6 +66,7 @@ class GrpoMethod : public train::Method {
         model_(*setup.model),
         tok_(*setup.tokenizer),
         device_(setup.device),
+        emit_(emit),
         rollouts_path_(output_dir.empty() ? "" : output_dir + "/rollouts.jsonl") {
     std::vector<RlRow> rows = value_or_throw(read_rl_rows(cfg_.dataset));
     const int64_t budget = cfg_.maxSeqLength - rl_.maxCompletionLength;
@@ -329,6 +330,12 @@ class GrpoMethod : public train::Method {
     sampling_logps(gen.completion_ids.size(0), rl);
     record_rollouts(gen, tools, which, scored, rl);
     last_rollout_ = *rl;
+    // The attempt's first rollout: what generating and scoring left in memory (engine_runtime).
+    if (!rollout_reported_) {
+      rollout_reported_ = true;
+      emit_(protocol::EngineRuntime{
+          .engine = "native", .report = {{"memory", {{"afterFirstRollout", train::memory_moment(device_, model_)}}}}});
+    }
   }
 
   // The prompts of the next batch, in the epoch's shuffled order: their indices, their ids.
@@ -531,6 +538,8 @@ class GrpoMethod : public train::Method {
   model::CausalLM& model_;
   text::Tokenizer& tok_;
   const at::Device device_;
+  const EventSink emit_;              // the job's events (engine_runtime's afterFirstRollout)
+  bool rollout_reported_ = false;     // afterFirstRollout written
   const std::string rollouts_path_;  // output_dir/rollouts.jsonl; "" = not written
   std::vector<std::vector<int32_t>> prompts_;
   std::vector<std::string> golds_;

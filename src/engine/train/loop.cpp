@@ -15,6 +15,7 @@
 #include "common/sha256.h"
 #include "engine/device/peak_flops.h"
 #include "engine/engine_internal.h"
+#include "engine/engine_reports.h"
 #include "engine/lora/lora.h"
 #include "engine/train/state.h"
 #include "engine/optim/schedule.h"
@@ -196,8 +197,41 @@ LoopOptions loop_options(const TrainRequest& request) {
   options.keep_checkpoints = plan.execution.keepAdapters;
   options.lora = plan.config.lora;
   options.base_model = *plan.baseModel;
+  options.plan = &plan;
   return options;
 }
+
+nlohmann::json memory_moment(const at::Device& device, const model::CausalLM& model) {
+  const int64_t uncounted =
+      device.is_cuda() ? 0 : model.weight_bytes([](const at::Tensor& t) { return !memory::counted_by_cpu_meter(t); });
+  return memory::held_now(device, uncounted);
+}
+
+namespace {
+
+// The engine's reports before the first step: its resolved configuration, and its runtime
+// report with the model loaded (rollout engine, setup changes, parameter counts, memory).
+void report_engine_setup(const plan::Plan& plan, const SetupFacts& facts, const model::CausalLM& model,
+                         const Updater& updater, const at::Device& device, const EventSink& emit) {
+  emit(protocol::EngineConfig{.engine = "native", .config = native_engine_config(plan, facts)});
+  int64_t trainable = 0;
+  for (const auto& p : updater.params()) trainable += p.numel();
+  const int64_t base = model.parameter_count();
+  const int64_t total = base + trainable;
+  nlohmann::json report = {
+      {"rolloutEngine", native_rollout_engine(plan, facts)},
+      {"trainer", {{"changedBySetup", native_setup_changes(plan, facts)}}},
+      {"model",
+       {{"totalParameters", total},
+        {"trainableParameters", trainable},
+        {"frozenParameters", base},
+        {"trainableShare", total > 0 ? static_cast<double>(trainable) / static_cast<double>(total) : 0.0},
+        {"dtype", plan.config.precision == plan::Precision::kBf16 ? "bfloat16" : "float32"}}},
+      {"memory", {{"afterLoad", memory_moment(device, model)}}}};
+  emit(protocol::EngineRuntime{.engine = "native", .report = std::move(report)});
+}
+
+}  // namespace
 
 TrainResult run(Method& method, Setup& setup, Updater& updater, const LoopOptions& options, const EventSink& emit,
                 const CheckpointHook& on_checkpoint) {
@@ -217,6 +251,15 @@ TrainResult run(Method& method, Setup& setup, Updater& updater, const LoopOption
   }
   memory::StepMeter meter(device, parts);
   const int64_t total = updater.total_steps();
+  const bool reports = options.plan != nullptr && setup.writes();
+  if (reports) {
+    const SetupFacts facts{.device = device.str(),
+                           .cuda = device.is_cuda(),
+                           .ranks = setup.world.size,
+                           .total_steps = total,
+                           .warmup_steps = updater.warmup_steps()};
+    report_engine_setup(*options.plan, facts, model, updater, device, emit);
+  }
 
   emit(protocol::Phase{.phase = "TRAINING",
                        .total_steps = total,
@@ -322,7 +365,14 @@ TrainResult run(Method& method, Setup& setup, Updater& updater, const LoopOption
     }
     result.steps = step + 1;
     result.final_loss = ev.loss;
+    const std::optional<protocol::StepMemory> step_memory = ev.memory;
     emit(ev);
+    if (reports && step == first) {
+      nlohmann::json after = memory_moment(device, model);
+      if (step_memory && step_memory->allocated_peak_bytes) after["peakAllocatedBytes"] = *step_memory->allocated_peak_bytes;
+      if (step_memory && step_memory->reserved_peak_bytes) after["peakReservedBytes"] = *step_memory->reserved_peak_bytes;
+      emit(protocol::EngineRuntime{.engine = "native", .report = {{"memory", {{"afterFirstStep", std::move(after)}}}}});
+    }
 
     const bool last = step + 1 == total;
     if (!last && options.validation_every > 0 && (step + 1) % options.validation_every == 0) run_validation(step + 1);

@@ -67,6 +67,7 @@ class Updater {
   optim::AdamW& optimizer() { return optimizer_; }
   const plan::OptimizerSettings& settings() const { return settings_; }
   int64_t total_steps() const { return total_; }
+  int64_t warmup_steps() const { return warmup_; }  // warmupRatio resolved against total_steps
 
   // Data parallelism: clip() first sums the gradients over the ranks of `group` (not owned; null
   // = one rank). A method scales its losses by the whole update's token count, so the sum is
@@ -130,6 +131,9 @@ struct LoopOptions {
   std::string resume_weights_dir;  // continue from this adapter folder ...
   std::string resume_state_dir;    // ... and this training state (train/state.h); "" = fresh
   bool branch = false;             // a child run: count steps from zero (TrainRequest::branch)
+  // The run's plan (not owned; outlives the loop): the loop writes the engine's reports from it
+  // (engine_config, engine_runtime; engine/engine_reports.h). Null: none written.
+  const plan::Plan* plan = nullptr;
 };
 
 // The options every method shares, from the request: output folder, stop and pause flags, the
@@ -143,6 +147,10 @@ LoopOptions loop_options(const TrainRequest& request);
 // (checkpoint_dir = output_dir/checkpoints/step-NNNNNNNN), before older checkpoints are pruned:
 // where a method or the job adds training state (optimizer moments, data position, RNG).
 using CheckpointHook = std::function<void(int64_t step, const std::string& checkpoint_dir)>;
+
+// The memory `model`'s process holds on `device` now (memory::held_now, the CPU's mapped
+// weights counted): a moment of the engine_runtime report.
+nlohmann::json memory_moment(const at::Device& device, const model::CausalLM& model);
 
 // Emits phase TRAINING, runs `updater.total_steps()` steps of `method` with the memory meter,
 // validation and checkpoints, then the final validation, phase EXPORTING, the final adapter and

@@ -24,7 +24,8 @@ COMMANDS = [[], ["info"], ["status"], ["base-models"], ["base-models", "list"], 
             ["workloads", "annotate"], ["workloads", "set-evaluation"], ["workloads", "refs"],
             ["workloads", "refs", "get"], ["workloads", "refs", "set"], ["runs"], ["runs", "start"],
             ["runs", "list"], ["runs", "get"], ["runs", "wait"], ["runs", "cancel"], ["runs", "annotate"],
-            ["runs", "metrics"], ["runs", "hparams"], ["pipelines"], ["pipelines", "start"], ["pipelines", "list"],
+            ["runs", "metrics"], ["runs", "hparams"], ["runs", "engine-config"],
+            ["runs", "engine-runtime"], ["pipelines"], ["pipelines", "start"], ["pipelines", "list"],
             ["pipelines", "get"], ["pipelines", "wait"], ["pipelines", "resume"], ["pipelines", "cancel"],
             ["pipelines", "annotate"], ["capacity"], ["help"]]
 

@@ -63,7 +63,7 @@ TEST(CliArgs, AMisspeltCommandSuggestsTheNearestOne) {
   auto noun = parse({"wrokloads", "list"});
   EXPECT_NE(noun.output.find("(did you mean `trainer workloads`?)"), std::string::npos) << noun.output;
   auto far = parse({"runs", "xyzzy"});
-  EXPECT_NE(far.output.find("(commands: start, list, get, wait, cancel, annotate, metrics, hparams, rollouts, tensorboard, pause, resume, snapshots, compare, branch, continue, sweep, branches, tree, ancestry)"),
+  EXPECT_NE(far.output.find("(commands: start, list, get, wait, cancel, annotate, metrics, hparams, engine-config, engine-runtime, rollouts, tensorboard, pause, resume, snapshots, compare, branch, continue, sweep, branches, tree, ancestry)"),
             std::string::npos)
       << far.output;
 }

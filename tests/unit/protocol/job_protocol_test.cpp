@@ -63,6 +63,8 @@ std::vector<Event> every_event() {
       Heartbeat{.step = 7, .uptime_seconds = 12.5},
       Smoke{.passed = false, .check = "loss", .reason = "step 3 of 4: the loss is nan", .steps = 4, .rows = 16,
             .loss = 2.5, .restored_loss = 2.5, .seconds = 1.5},
+      EngineConfig{.engine = "native", .config = json{{"adam_beta1", 0.9}, {"lora_r", 8}}},
+      EngineRuntime{.engine = "native", .report = json{{"memory", {{"afterLoad", {{"allocatedBytes", 1024}}}}}}},
   };
 }
 
@@ -113,6 +115,10 @@ TEST(JobProtocol, LinesAreByteForByteTheWireFormat) {
       {Smoke{.check = "load", .reason = "config.dataset: d cannot be read"},
        R"({"check":"load","passed":false,"reason":"config.dataset: d cannot be read","rows":0,"seconds":0.0,"steps":0,)"
        R"("type":"smoke"})"},
+      {EngineConfig{.engine = "trl", .config = json{{"adam_beta1", 0.9}}},
+       R"({"config":{"adam_beta1":0.9},"engine":"trl","type":"engine_config"})"},
+      {EngineRuntime{.engine = "native", .report = json{{"rolloutEngine", nullptr}}},
+       R"({"engine":"native","report":{"rolloutEngine":null},"type":"engine_runtime"})"},
   };
   for (const auto& [event, line] : cases) EXPECT_EQ(to_line(event), line);
 }

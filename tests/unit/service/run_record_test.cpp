@@ -68,6 +68,27 @@ TEST(RunRecord, AttemptBookkeepingRoundTrips) {
   EXPECT_EQ(back->to_json(), r.to_json());
 }
 
+TEST(RunRecord, TheEnginesReportsRoundTripHiddenFromThePublicDocument) {
+  RunRecord r = sample();
+  r.engine_config = {{"engine", "native"}, {"config", {{"adam_beta1", 0.9}}}, {"attempt", 2}};
+  r.engine_runtime = {{"engine", "native"}, {"attempt", 2}, {"memory", {{"afterLoad", {{"allocatedBytes", 7}}}}}};
+  auto back = parse_run_record(r.to_json().dump(), r.id);
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->engine_config, r.engine_config);
+  EXPECT_EQ(back->engine_runtime, r.engine_runtime);
+  EXPECT_FALSE(r.public_json().contains("engineConfig"));
+  // A record written before engines has neither.
+  auto before = parse_run_record(sample().to_json().dump(), r.id);
+  ASSERT_TRUE(before.is_ok());
+  EXPECT_TRUE(before->engine_config.is_null() && before->engine_runtime.is_null());
+  json bad = r.to_json();
+  bad["_"]["engineRuntime"] = 3;
+  auto refused = parse_run_record(bad.dump(), r.id);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("_.engineRuntime: must be an object"), std::string::npos)
+      << refused.status().message();
+}
+
 TEST(RunRecord, ThePublicDocumentHidesTheBookkeeping) {
   json shown = sample().public_json();
   EXPECT_FALSE(shown.contains("_"));
