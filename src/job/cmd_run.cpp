@@ -497,6 +497,11 @@ int cmd_run(int argc, char** argv) {
   const std::string plan_path = args.get("plan");
   auto plan = read_plan(plan_path, *request);
   if (!plan.is_ok()) return fail(plan.status().message());
+  // A peer engine (config.engine) trains in a worker of its own, which this trainer-job lacks.
+  if (plan->config.engine != plan::Engine::kNative) {
+    return fail(std::string("engine ") + plan::engine_name(plan->config.engine) +
+                ": worker not built into this trainer-job");
+  }
 
   std::atomic<bool> stop{false};
   std::atomic<bool> pause_requested{false};

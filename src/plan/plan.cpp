@@ -27,6 +27,8 @@ const std::vector<std::string> kKnownModules = {"q_proj", "k_proj", "v_proj", "o
 
 constexpr std::pair<const char*, Method> kMethods[] = {
     {"sft", Method::kSft}, {"grpo", Method::kGrpo}, {"gspo", Method::kGspo}};
+constexpr std::pair<const char*, Engine> kEngines[] = {
+    {"native", Engine::kNative}, {"trl", Engine::kTrl}, {"verl", Engine::kVerl}};
 constexpr std::pair<const char*, Precision> kPrecisions[] = {{"BF16", Precision::kBf16}, {"FP32", Precision::kFp32}};
 constexpr std::pair<const char*, Schedule> kSchedules[] = {
     {"linear", Schedule::kLinear}, {"cosine", Schedule::kCosine}, {"constant", Schedule::kConstant}};
@@ -261,6 +263,7 @@ Status read_config(Problems& p, const json& obj, RunConfig* c) {
   Status method_read = read_enum(r, "method", kMethods, false, &c->method);
   const bool method_known = method_read.is_ok();
   p.keep(std::move(method_read));
+  p.keep(read_enum(r, "engine", kEngines, false, &c->engine));
   const bool rl = c->is_rl();
   const std::string method = std::string("\"") + method_name(c->method) + "\"";
   // Fields that belong to the other kind of method are refused as such (and not again as unknown),
@@ -363,6 +366,20 @@ std::optional<Method> method_from_name(std::string_view name) {
     if (name == n) return value;
   }
   return std::nullopt;
+}
+
+std::optional<Engine> engine_from_name(std::string_view name) {
+  for (const auto& [n, value] : kEngines) {
+    if (name == n) return value;
+  }
+  return std::nullopt;
+}
+
+const char* engine_name(Engine e) {
+  for (const auto& [name, value] : kEngines) {
+    if (value == e) return name;
+  }
+  return "native";
 }
 
 const char* loss_aggregation_name(LossAggregation a) {

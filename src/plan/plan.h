@@ -27,6 +27,9 @@ enum class Schedule { kLinear, kCosine, kConstant };
 enum class LossAggregation { kDapo, kBnpo, kGrpo, kDrGrpo };
 // What the group-centred rewards are divided by (TRL's scale_rewards).
 enum class ScaleRewards { kGroup, kBatch, kNone };
+// The engine that trains a run (config.engine): this project's own libtorch engine, or a peer
+// behind the same job protocol. What each can do is in plan/engine_capabilities.h.
+enum class Engine { kNative, kTrl, kVerl };
 
 struct LoraSettings {
   int rank = 8;                  // hyperparams.lora.rank: adapter rank r (> 0)
@@ -164,6 +167,7 @@ struct RunConfig {
   std::string dataset;                       // config.dataset: name, hash, or (local runs) a JSONL path. Required
   std::optional<std::string> validationDataset;  // config.validationDataset: held-out rows for validation loss
   Method method = Method::kSft;              // config.method: "sft" | "grpo" | "gspo"
+  Engine engine = Engine::kNative;           // config.engine: "native" | "trl" | "verl"
   LoraSettings lora;
   OptimizerSettings optimizer;
   TrainingSettings training;
@@ -248,11 +252,12 @@ nlohmann::json config_to_json(const RunConfig& config);
 
 // run.settings_sha: hex SHA-256 of the flattened, resolved config with `config.dataset`
 // replaced by `dataset_hash`. Identical settings and data give the identical hash, whatever
-// the run ids, descriptions or execution settings.
+// the run ids, descriptions or execution settings. config.engine counts only when it is not
+// "native", so the runs hashed before engines existed keep their hash.
 std::string settings_sha(const RunConfig& config, const std::string& dataset_hash);
 
 // The flattened hyperparameters the hash is taken over: {"config.hyperparams.lora.rank": 8, ...}
-// (`runs hparams`), with config.dataset = dataset_hash.
+// (`runs hparams`), with config.dataset = dataset_hash; config.engine only when not "native".
 nlohmann::json flatten_config(const RunConfig& config, const std::string& dataset_hash);
 
 // Total optimizer steps for `rows` training rows (after packing, if any) under `config`.
@@ -328,6 +333,9 @@ inline bool is_rl_method(Method m) { return m != Method::kSft; }
 std::optional<Method> method_from_name(std::string_view name);
 
 const char* method_name(Method m);        // "sft", "grpo", "gspo"
+const char* engine_name(Engine e);        // "native", "trl", "verl"
+// The engine named `name`; nullopt for any other text.
+std::optional<Engine> engine_from_name(std::string_view name);
 const char* precision_name(Precision p);  // "BF16", "FP32"
 const char* schedule_name(Schedule s);    // "linear", "cosine", "constant"
 const char* loss_aggregation_name(LossAggregation a);  // "dapo", "bnpo", "grpo", "dr_grpo"

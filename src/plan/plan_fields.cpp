@@ -50,6 +50,10 @@ const std::vector<FieldSpec> kFields = {
      "held-out rows for the validation loss; absent: validationSplit decides"},
     {"config.method", FT::kEnum, 0, 0, false, false, "sft, grpo, gspo",
      "training method: supervised fine-tuning, or reinforcement with GRPO (token-level ratio) or GSPO (sequence-level ratio)"},
+    {"config.engine", FT::kEnum, 0, 0, false, false, "native, trl, verl",
+     "the engine that trains the run: native (this project's engine), trl (TRL's SFTTrainer and GRPOTrainer in a "
+     "Python worker), verl (GRPO and GSPO as a Ray job; needs a GPU rollout engine). A plan asking its engine for "
+     "what it cannot do is refused at submission, naming the engine and the field"},
     {"config.hyperparams", FT::kObject, 0, 0, false, false, "", "LoRA, optimizer and training settings"},
     {"config.hyperparams.lora", FT::kObject, 0, 0, false, false, "", "the adapter"},
     {"config.hyperparams.lora.rank", FT::kInteger, 1, 4096, false, false, "", "adapter rank r"},

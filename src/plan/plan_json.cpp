@@ -58,6 +58,7 @@ json rl_config_to_json(const RunConfig& c) {
   const RlSettings& r = c.rl;
   return {{"dataset", c.dataset},
           {"method", method_name(c.method)},
+          {"engine", engine_name(c.engine)},
           {"hyperparams",
            {{"lora", lora_json(c.lora)},
             {"training",
@@ -104,6 +105,7 @@ nlohmann::json config_to_json(const RunConfig& c) {
   return {{"dataset", c.dataset},
           {"validationDataset", c.validationDataset ? json(*c.validationDataset) : json(nullptr)},
           {"method", method_name(c.method)},
+          {"engine", engine_name(c.engine)},
           {"hyperparams",
            {{"lora", lora_json(c.lora)},
             {"optimizer", optimizer_json(c.optimizer)},
@@ -141,6 +143,9 @@ nlohmann::json to_json(const Plan& p) {
 nlohmann::json flatten_config(const RunConfig& config, const std::string& dataset_hash) {
   json cfg = config_to_json(config);
   cfg["dataset"] = dataset_hash;
+  // The native engine is what every run used before config.engine existed: leaving it out keeps
+  // those runs' settings hash; another engine is part of what determines the trained model.
+  if (config.engine == Engine::kNative) cfg.erase("engine");
   // A judge's instructions shape the reward wherever the plan wrote them: a model: term given the
   // plan's top-level graderInstructions counts as one that wrote them itself.
   for (size_t i = 0; i < config.rewardTerms.size(); ++i) {

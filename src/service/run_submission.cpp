@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <system_error>
 
+#include "plan/engine_capabilities.h"
 #include "plan/plan.h"
 #include "plan/plan_warnings.h"
 #include "service/judges.h"
@@ -36,6 +37,12 @@ Status plan_error(const Status& st) {
     return Status(st.code(), msg.substr(0, colon), msg.substr(colon + 2));
   }
   return Status(st.code(), msg);
+}
+
+// What this deployment offers the engines beyond the native one. No configuration declares a
+// GPU rollout engine yet, and trainer-job has no verl worker: verl is refused, naming both.
+plan::EngineDeployment engine_deployment(const DeploymentConfig& config) {
+  return {.ray_backend = config.compute.backend == "ray", .gpu_rollout_engine = false, .verl_worker = false};
 }
 
 int64_t count(const json& m, const char* key) {
@@ -110,6 +117,7 @@ Result<plan::Plan> ServiceImpl::parse_run_plan(const json& body) {
   if (!parsed.is_ok()) return plan_error(parsed.status());
   plan::Plan p = std::move(*parsed);
   if (p.kind != "run") return invalid_field("kind", "must be \"run\", got \"" + p.kind + "\"");
+  TRAINER_RETURN_IF_ERROR(plan::check_engine_capabilities(p, engine_deployment(opt_.config)));
   if (p.grader) TRAINER_RETURN_IF_ERROR(check_grader("grader", *p.grader));
   TRAINER_RETURN_IF_ERROR(bundles_.resolve_terms(p));
   TRAINER_RETURN_IF_ERROR(
