@@ -29,6 +29,8 @@ class TokenCounter:
         self.trained_tokens = 0
 
     def count(self, batch) -> None:
+        if not hasattr(batch, "keys") or "input_ids" not in batch:
+            return  # GRPO's generation batch: its tokens are not counted (docs/engines.md)
         if "attention_mask" in batch:
             self.batch_tokens += int(batch["attention_mask"].sum())
         else:
@@ -83,7 +85,7 @@ def fault_injection() -> str:
 
 class ProtocolCallback(TrainerCallback):
     def __init__(self, channel, counter: TokenCounter, *, total_steps: int, rows: int, batch_rows: int,
-                 save_every: int | None, pause_at: int | None, snapshots: pathlib.Path) -> None:
+                 save_every: int | None, pause_at: int | None, snapshots: pathlib.Path, rl_hook=None) -> None:
         self.ch = channel
         self.counter = counter
         self.total_steps = total_steps
@@ -92,6 +94,7 @@ class ProtocolCallback(TrainerCallback):
         self.save_every = save_every
         self.pause_at = pause_at
         self.snapshots = snapshots
+        self.rl_hook = rl_hook  # GRPO: (step, logs) -> the step event's rl object
         self.fault = fault_injection()
         self.outcome = "completed"  # or paused, cancelled
         self.last_loss = 0.0
@@ -139,7 +142,8 @@ class ProtocolCallback(TrainerCallback):
                      loss=self.last_loss, learningRate=self._lr, gradNorm=float(logs.get("grad_norm") or 0.0),
                      tokenAccuracy=float(logs.get("mean_token_accuracy", 0.0)),
                      tokensPerSecond=batch_tokens / seconds if seconds > 0 else 0.0,
-                     batchTokens=batch_tokens, trainedTokens=trained, stepSeconds=seconds)
+                     batchTokens=batch_tokens, trainedTokens=trained, stepSeconds=seconds,
+                     rl=self.rl_hook(step, logs) if self.rl_hook else None)
 
     def on_save(self, args, state, control, **kw):
         t0 = time.perf_counter()

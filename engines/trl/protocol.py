@@ -6,7 +6,9 @@ at stderr, so whatever a library prints lands in the job's log, never in the eve
 
 Commands: one JSON object per line on stdin, from trainer-job: {"type": "pause"} (save the full
 state at the next step boundary and stop), {"type": "stop"} (stop at the next step boundary,
-nothing saved). End of stdin means trainer-job is gone: the worker stops as for "stop".
+nothing saved), and {"type": "rewards", "id": N, "scores": [...]} (or "error"), the reply to the
+worker's reward_request N (score()). End of stdin means trainer-job is gone: the worker stops as
+for "stop".
 """
 from __future__ import annotations
 
@@ -26,6 +28,10 @@ class Channel:
         self._lock = threading.Lock()
         self.pause = threading.Event()
         self.stop = threading.Event()
+        self._replies: dict[int, dict] = {}
+        self._reply_ready = threading.Condition()
+        self._next_request = 0
+        self._closed = False
         threading.Thread(target=self._read_commands, name="commands", daemon=True).start()
 
     def emit(self, event_type: str, **fields) -> None:
@@ -74,6 +80,31 @@ class Channel:
                 self.pause.set()
             elif command == "stop":
                 self.stop.set()
+            elif command == "rewards":
+                with self._reply_ready:
+                    self._replies[json.loads(line)["id"]] = json.loads(line)
+                    self._reply_ready.notify_all()
             else:
                 print(f"trl worker: ignoring unknown command {command!r}", file=sys.stderr)
         self.stop.set()  # trainer-job closed our stdin: it is gone or wants us gone
+        with self._reply_ready:
+            self._closed = True
+            self._reply_ready.notify_all()
+
+    def score(self, term: int, items: list[dict]) -> list[float]:
+        """Asks trainer-job to score `items` ({row, input, output, expected}) with the plan's reward
+        term `term` (reward_request on stdout, its `rewards` reply on stdin): the job's own graders
+        score a TRL run as they score a native one."""
+        with self._reply_ready:
+            self._next_request += 1
+            rid = self._next_request
+        self.emit("reward_request", id=rid, term=term, items=items)
+        with self._reply_ready:
+            while rid not in self._replies:
+                if self._closed:
+                    raise RuntimeError("trainer-job went away while scoring")
+                self._reply_ready.wait(1.0)
+            reply = self._replies.pop(rid)
+        if "error" in reply:
+            raise RuntimeError(reply["error"])
+        return [float(x) for x in reply["scores"]]

@@ -9,7 +9,6 @@ import math
 
 # Plan fields the TRL engine does not offer, with why: refused before anything loads.
 UNSUPPORTED = {
-    "config.method": "the trl engine trains method sft; grpo and gspo through TRL are not built yet",
     "config.hyperparams.training.packing": "packing: TRL packs by its own rule (BFD), not the native engine's greedy rows",
     "config.hyperparams.training.validationSplit": "validation is not relayed from TRL yet",
     "config.validationDataset": "validation is not relayed from TRL yet",
@@ -26,7 +25,7 @@ def refusals(config: dict) -> list[str]:
     out = []
     training = config["hyperparams"]["training"]
     if config.get("method", "sft") != "sft":
-        out.append("config.method")
+        return out  # GRPO/GSPO: grpo.py translates them; the capability table refuses what it lacks
     if training.get("packing"):
         out.append("config.hyperparams.training.packing")
     if training.get("validationSplit", 0) > 0:

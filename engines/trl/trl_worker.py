@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""The TRL engine's worker: trains a resolved plan with TRL's SFTTrainer (PEFT LoRA), started by
+"""The TRL engine's worker: trains a resolved plan with TRL's SFTTrainer, or GRPOTrainer for grpo and
+gspo (grpo.py), with PEFT LoRA, started by
 trainer-job (src/job/trl_engine.cpp) when the plan's engine is trl. docs/engines.md describes it.
 
     trl_worker.py --input FILE
 
 FILE (written by trainer-job) holds: plan (plan::to_json of the resolved plan), settingsSha,
 order (the dataset's row indices in the order the native engine trains on them, epoch after epoch),
-rows (rows per epoch), totalSteps, outputDir, and resume (the restored snapshot's weightsDir and
+rows (rows per epoch), totalSteps, outputDir, rolloutsPath (GRPO's rollouts file), and resume (the restored snapshot's weightsDir and
 stateDir; null for a fresh start). Events go to stdout, commands come on stdin (protocol.py).
 Exit status 0 after completed, paused or cancelled; 1 after failed.
 """
@@ -27,13 +28,14 @@ from protocol import Channel  # noqa: E402
 import translate  # noqa: E402
 
 
-def read_rows(path: str) -> list[dict]:
+def read_rows(path: str) -> list[tuple[int, dict]]:
+    """The dataset's rows with their 1-based line numbers."""
     rows = []
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             if line.strip():
                 try:
-                    rows.append(json.loads(line))
+                    rows.append((n, json.loads(line)))
                 except ValueError as e:
                     raise ValueError(f"{path}:{n}: not a JSON row ({e})") from None
     return rows
@@ -51,7 +53,8 @@ def train(ch: Channel, job: dict) -> int:
     setup_done = threading.Event()
     ch.alive_until(setup_done)
     ch.emit("resolved", config=config, settingsSha=job["settingsSha"])
-    rows = read_rows(config["dataset"])
+    numbered = read_rows(config["dataset"])
+    rows = [r for _, r in numbered]
     order = job["order"]
     if any(i < 0 or i >= len(rows) for i in order):
         raise ValueError(f"the job's row order names a row past the dataset's {len(rows)}")
@@ -68,14 +71,30 @@ def train(ch: Channel, job: dict) -> int:
 
     use_cpu = plan["execution"]["gpus"] == 0 or not torch.cuda.is_available()
     out = pathlib.Path(job["outputDir"])
-    kwargs = translate.sft_kwargs(plan, total, str(out / "trainer"), use_cpu)
+    rl = config["method"] != "sft"
+    if rl:
+        import grpo
+        kwargs = grpo.grpo_kwargs(plan, total, str(out / "trainer"), use_cpu)
+    else:
+        kwargs = translate.sft_kwargs(plan, total, str(out / "trainer"), use_cpu)
     dtype = kwargs["model_init_kwargs"]["dtype"]
     kwargs["model_init_kwargs"] = {"dtype": getattr(torch, dtype)}
     set_seed(kwargs["seed"])  # the adapter's initialisation as well as the run's
-    dataset = Dataset.from_list([rows[i] for i in order])
     tokenizer = AutoTokenizer.from_pretrained(plan["baseModel"])
-    trainer = SFTTrainer(model=plan["baseModel"], args=SFTConfig(**kwargs), train_dataset=dataset,
-                         peft_config=LoraConfig(**translate.lora_kwargs(config)), processing_class=tokenizer)
+    lora = LoraConfig(**translate.lora_kwargs(config))
+    rewards = None
+    if rl:
+        from trl import GRPOConfig, GRPOTrainer
+        prompts = grpo.rl_rows(numbered)
+        rewards = grpo.Rewards(ch, config["reward"]["terms"])
+        kwargs["reward_weights"] = rewards.weights()
+        trainer = GRPOTrainer(model=plan["baseModel"], reward_funcs=rewards.functions(), args=GRPOConfig(**kwargs),
+                              train_dataset=Dataset.from_list([prompts[i] for i in order]), peft_config=lora,
+                              processing_class=tokenizer)
+    else:
+        trainer = SFTTrainer(model=plan["baseModel"], args=SFTConfig(**kwargs),
+                             train_dataset=Dataset.from_list([rows[i] for i in order]), peft_config=lora,
+                             processing_class=tokenizer)
     counter = TokenCounter()
     train_step = trainer.training_step
 
@@ -85,8 +104,16 @@ def train(ch: Channel, job: dict) -> int:
 
     trainer.training_step = counted_step
     training = config["hyperparams"]["training"]
-    cb = ProtocolCallback(ch, counter, total_steps=total, rows=int(job["rows"]),
-                          batch_rows=int(training["batchSize"]) * int(training["gradientAccumulation"]),
+    batch_rows = (int(config["rlHyperparams"]["promptsPerStep"]) if rl
+                  else int(training["batchSize"]) * int(training["gradientAccumulation"]))
+    rl_hook = None
+    if rl:
+        names = [f.__name__ for f in rewards.functions()]
+
+        def rl_hook(step, logs):
+            return grpo.rl_figures(logs, rewards.rollouts(step, job["rolloutsPath"], tokenizer), names)
+    cb = ProtocolCallback(ch, counter, total_steps=total, rows=int(job["rows"]), rl_hook=rl_hook,
+                          batch_rows=batch_rows,
                           save_every=plan["execution"].get("saveEvery"), pause_at=plan.get("pauseAtStep"),
                           snapshots=out / "snapshots")
     trainer.add_callback(cb)

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <variant>
@@ -17,6 +18,7 @@
 #include "common/files.h"
 #include "common/subprocess.h"
 #include "engine/data/dataset.h"
+#include "engine/rl/graders/scorer.h"
 #include "protocol/job_protocol.h"
 
 namespace trainer::job {
@@ -102,13 +104,71 @@ Status take_line(const std::string& line, const engine::EventSink& events, Outco
   return Status::ok();
 }
 
+// The job's side of the worker's reward_request (engines/trl/grpo.py): the plan's reward terms
+// scored by the job's own graders, exactly as for a native run. The reply goes to the worker's
+// stdin: {"type":"rewards","id":N,"scores":[...]} or, when the term cannot score, "error".
+class RewardDesk {
+ public:
+  static Result<std::unique_ptr<RewardDesk>> open(const plan::Plan& plan) {
+    auto desk = std::make_unique<RewardDesk>();
+    if (!plan.config.is_rl()) return desk;
+    engine::rl::GraderContext ctx;
+    if (const char* py = std::getenv("TRAINER_REWARD_PYTHON"); py != nullptr && *py != '\0') ctx.python = py;
+    ctx.data_source = std::filesystem::path(plan.config.dataset).filename().string();
+    auto scorer = engine::rl::Scorer::create(plan.config.rewardTerms, ctx);
+    if (!scorer.is_ok()) return scorer.status();
+    desk->scorer_ = std::move(*scorer);
+    return desk;
+  }
+  // The reply to `request`; an error only for a request that is malformed.
+  Result<nlohmann::json> answer(const nlohmann::json& request) {
+    if (!request.contains("id") || !request["id"].is_number_integer() || !request.contains("term") ||
+        !request["term"].is_number_integer() || !request.contains("items") || !request["items"].is_array()) {
+      return invalid_argument("reward_request: needs an integer id and term and an items array");
+    }
+    nlohmann::json reply = {{"type", "rewards"}, {"id", request["id"]}};
+    const int64_t term = request["term"].get<int64_t>();
+    if (!scorer_ || term < 0 || static_cast<size_t>(term) >= scorer_->size()) {
+      return invalid_argument("reward_request: term " + std::to_string(term) + " is not a reward term of the plan");
+    }
+    std::vector<engine::rl::GradeItem> items;
+    for (const auto& it : request["items"]) {
+      if (!it.is_object()) return invalid_argument("reward_request: an item is not an object");
+      items.push_back({.input = it.value("input", std::string()),
+                       .output = it.value("output", std::string()),
+                       .expected = it.value("expected", std::string()),
+                       .row = it.value("row", int64_t{0})});
+    }
+    auto scores = scorer_->score(static_cast<size_t>(term), items);
+    if (!scores.is_ok()) {
+      reply["error"] = scores.status().message();
+    } else {
+      reply["scores"] = scores->raw;
+    }
+    return reply;
+  }
+
+ private:
+  std::unique_ptr<engine::rl::Scorer> scorer_;
+};
+
+// The worker's reward_request in `line`, or nullopt for any other line.
+std::optional<nlohmann::json> reward_request_of(const std::string& line) {
+  if (line.find("\"reward_request\"") == std::string::npos) return std::nullopt;
+  auto doc = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object() || doc.value("type", std::string()) != "reward_request") return std::nullopt;
+  return doc;
+}
+
 }  // namespace
 
 std::vector<size_t> native_row_order(const plan::RunConfig& config, size_t rows, int64_t total_steps) {
   std::vector<size_t> order;
   if (rows == 0) return order;
-  const auto per_step = static_cast<size_t>(config.training.batchSize) *
-                        static_cast<size_t>(std::max(1, config.training.gradientAccumulation));
+  // Rows per optimizer step: an RL step's generation batch takes promptsPerStep prompts.
+  const auto per_step = config.is_rl() ? static_cast<size_t>(config.rl.promptsPerStep)
+                                       : static_cast<size_t>(config.training.batchSize) *
+                                             static_cast<size_t>(std::max(1, config.training.gradientAccumulation));
   const size_t needed = static_cast<size_t>(std::max<int64_t>(total_steps, 0)) * per_step;
   for (int64_t epoch = 0; order.size() < needed || epoch == 0; ++epoch) {
     const auto one = engine::data::shuffled_order(rows, config.training.seed, epoch);
@@ -140,6 +200,7 @@ Result<engine::TrainResult> run_trl_training(const engine::TrainRequest& request
                           {"rows", *rows},
                           {"totalSteps", total},
                           {"outputDir", dir.string()},
+                          {"rolloutsPath", (std::filesystem::path(request.output_dir) / "rollouts.jsonl").string()},
                           {"resume", nullptr}};
   if (!request.resume_weights_dir.empty()) {
     input["resume"] = {{"weightsDir", request.resume_weights_dir}, {"stateDir", request.resume_state_dir}};
@@ -147,6 +208,8 @@ Result<engine::TrainResult> run_trl_training(const engine::TrainRequest& request
   const std::string input_path = (dir / "input.json").string();
   TRAINER_RETURN_IF_ERROR(write_file_atomic(input_path, input.dump()));
 
+  auto rewards = RewardDesk::open(plan);
+  if (!rewards.is_ok()) return rewards.status();
   const std::string python = env_or("TRAINER_TRL_PYTHON", TRAINER_TRL_PYTHON_DEFAULT);
   const std::string worker = env_or("TRAINER_TRL_WORKER", TRAINER_TRL_WORKER_DEFAULT);
   Subprocess proc;
@@ -183,6 +246,17 @@ Result<engine::TrainResult> run_trl_training(const engine::TrainRequest& request
     }
     if (result == Subprocess::ReadResult::kClosed) break;
     last_event = Clock::now();
+    // Not an event: the worker asks for rewards and waits for the reply on its stdin.
+    if (auto request = reward_request_of(line)) {
+      auto reply = (*rewards)->answer(*request);
+      if (!reply.is_ok() || !proc.write_line(reply->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)).is_ok()) {
+        proc.kill();
+        return invalid_argument("engine trl: " + (reply.is_ok() ? std::string("the worker stopped reading its rewards")
+                                                                 : reply.status().message()));
+      }
+      last_event = Clock::now();
+      continue;
+    }
     if (Status st = take_line(line, events, out); !st.is_ok()) {
       proc.kill();
       return invalid_argument("engine trl: the worker wrote a line that is not a job-protocol event (" + st.message() +

@@ -1,5 +1,5 @@
 // The TRL engine (config.engine: trl): trainer-job trains the plan in a Python worker running
-// TRL's SFTTrainer with PEFT LoRA (engines/trl/trl_worker.py; docs/engines.md), and relays what
+// TRL's SFTTrainer or GRPOTrainer with PEFT LoRA (engines/trl/trl_worker.py; docs/engines.md), and relays what
 // the worker reports as this job's own events, so the run's publication, pause, resume,
 // telemetry and outcome are those of a native run (job/cmd_run.cpp drives both the same way).
 //
@@ -10,7 +10,8 @@
 // {"type":"stop"}). Every line it writes must be an event (protocol::decode_event): a malformed
 // line, an exit before its last event, a non-zero exit, or silence longer than
 // TRAINER_TRL_SILENCE_SECONDS (default 600) ends the run failed, naming which, and the worker's
-// process group is killed.
+// process group is killed. A GRPO/GSPO worker's reward_request lines are not events: the job
+// scores them with its own graders (engine::rl::Scorer) and replies on the worker's stdin.
 #pragma once
 
 #include <cstdint>

@@ -21,9 +21,6 @@ const std::vector<EngineLimit> kLimits = {
     {Engine::kTrl, "smoke", [](const Plan& p) { return p.smoke.has_value(); },
      "the smoke check (save, restore, replay the last step) is the native engine's; leave smoke out"},
     // What the TRL worker (engines/trl) does not translate yet; docs/engines.md lists each.
-    {Engine::kTrl, "config.method", [](const Plan& p) { return p.config.is_rl(); },
-     "the TRL worker trains sft runs; GRPOTrainer and its reward bridge are not built yet; use engine native for "
-     "grpo and gspo"},
     {Engine::kTrl, "config.hyperparams.training.packing", [](const Plan& p) { return p.config.training.packing; },
      "TRL packs rows by its own rule (best-fit decreasing), not the native engine's greedy rows in order; leave "
      "packing off or use engine native"},

@@ -6,7 +6,9 @@ model's loss on the same batch (a fresh LoRA adds nothing), so both engines must
 A TRL run paused and resumed trains the same losses as one uninterrupted (TRL's optimizer,
 scheduler and RNG restored from our snapshot). A worker that crashes, hangs, writes a line that is
 not an event, or is SIGKILLed ends its run FAILED, naming which, with no claim left (the worker's
-faults are injected through TRAINER_TRL_FAULT_FILE, a test-only hook of the worker)."""
+faults are injected through TRAINER_TRL_FAULT_FILE, a test-only hook of the worker). A TRL GRPO
+run scored by json-label-match (the job's own grader, asked by the worker) completes with its
+reward figures and rollouts."""
 from __future__ import annotations
 
 import json
@@ -17,7 +19,7 @@ import subprocess
 
 import pytest
 
-from cli_support import (MODEL_NAME, WORKLOAD, Cli, ended, get_run, job_pids, losses, start_run_id, start_trainerd,
+from cli_support import (EXAMPLES, MODEL_NAME, WORKLOAD, Cli, ended, get_run, job_pids, losses, start_run_id, start_trainerd,
                          stop, wait_for, wait_paused, wait_step)
 
 STEPS = 8
@@ -67,6 +69,7 @@ def ready(bin_dir, trainerd, tmp_path_factory) -> Cli:
     data.write_text("".join(json.dumps(r) + "\n" for r in rows()))
     cli("base-models", "select", MODEL_NAME, "--wait", "--timeout", "2m", check=True)
     cli("datasets", "create", "-f", data, "--name", "prompt-completion", check=True)
+    cli("datasets", "create", "-f", EXAMPLES / "sentiment" / "train.jsonl", "--name", "sentiment", check=True)
     cli("workloads", "create", WORKLOAD, check=True)
     return cli
 
@@ -164,3 +167,28 @@ def test_a_worker_that_crashes_hangs_misspeaks_or_is_killed_fails_its_run_by_nam
     assert "engine trl" in run["failureReason"]
     assert not get_run(ready, run_id).get("claim")
     wait_for(lambda: not job_pids(run_id) and not worker_pids(run_id), timeout=60, what="no job or worker left")
+
+
+def test_a_trl_grpo_run_scored_by_the_jobs_json_label_match_completes_with_rewards_and_rollouts(ready):
+    text = "\n".join([
+        "kind: run", f"workload: {WORKLOAD}", f"baseModel: {MODEL_NAME}", "config:",
+        "  dataset: sentiment", "  method: grpo", "  engine: trl",
+        "  hyperparams: {lora: {rank: 8, alpha: 16}, training: {maxSteps: 2, seed: 3}}",
+        "  reward: {terms: [{kind: json-label-match}]}",
+        "  rlHyperparams: {groupSize: 2, promptsPerStep: 2, maxCompletionLength: 12}",
+        "  maxSeqLength: 256", "  model: {precision: FP32}", "execution: {gpus: 0, maxAttempts: 1}", ""])
+    run = ended(ready, start_run_id(ready, text))
+    assert run["phase"] == "COMPLETED", run.get("failureReason")
+    steps = ready.json("runs", "metrics", run["runId"])["steps"]
+    assert [s["step"] for s in steps] == [1, 2]
+    for s in steps:
+        rl = s["rl"]
+        assert [t["name"] for t in rl["terms"]] == ["json-label-match"] and rl["completionsScored"] == 4, rl
+        assert len(rl["rollouts"]) == 4
+        assert rl["rewardMean"] == pytest.approx(sum(r["reward"] for r in rl["rollouts"]) / 4, abs=1e-6)
+        assert all(0.0 <= r["reward"] <= 1.0 and r["completion"] for r in rl["rollouts"])
+    doc = ready.json("runs", "rollouts", run["runId"])
+    assert doc["total"] == 4 and len(doc["rollouts"]) == 4, doc
+    assert [r["completion"] for r in doc["rollouts"]] == [r["completion"][:2000] for r in steps[1]["rl"]["rollouts"]]
+    for r in doc["rollouts"]:
+        assert r["terms"][0]["name"] == "json-label-match" and r["reward"] == pytest.approx(r["terms"][0]["raw"])
