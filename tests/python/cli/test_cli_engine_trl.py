@@ -6,7 +6,8 @@ model's loss on the same batch (a fresh LoRA adds nothing), so both engines must
 A TRL run paused and resumed trains the same losses as one uninterrupted (TRL's optimizer,
 scheduler and RNG restored from our snapshot). A worker that crashes, hangs, writes a line that is
 not an event, or is SIGKILLed ends its run FAILED, naming which, with no claim left (the worker's
-faults are injected through TRAINER_TRL_FAULT_FILE, a test-only hook of the worker). A TRL GRPO
+faults are injected through TRAINER_TRL_FAULT_FILE, a test-only hook of the worker); a cancelled one
+stops its worker at a step boundary. A TRL GRPO
 run scored by json-label-match (the job's own grader, asked by the worker) completes with its
 reward figures and rollouts."""
 from __future__ import annotations
@@ -137,6 +138,16 @@ def test_a_trl_run_paused_and_resumed_trains_as_the_uninterrupted_one(ready, pai
     assert sorted(resumed) == sorted(reference)
     for step in reference:
         assert resumed[step] == pytest.approx(reference[step], rel=1e-6, abs=1e-7), (step, resumed, reference)
+
+
+def test_a_cancelled_trl_run_stops_its_worker_at_a_step_boundary(ready):
+    run_id = start_run_id(ready, plan("trl", steps=200))
+    wait_step(ready, run_id, 1)
+    ready("runs", "cancel", run_id, "--force", check=True)
+    run = ended(ready, run_id)
+    assert run["phase"] == "CANCELLED", (run["phase"], run.get("failureReason"))
+    assert 1 <= run["progress"]["step"] < 200 and not run.get("claim")
+    wait_for(lambda: not job_pids(run_id) and not worker_pids(run_id), timeout=60, what="no job or worker left")
 
 
 def worker_pids(run_id: str) -> list[int]:
