@@ -7,8 +7,9 @@ trainer-job (src/job/trl_engine.cpp) when the plan's engine is trl. docs/engines
 
 FILE (written by trainer-job) holds: plan (plan::to_json of the resolved plan), settingsSha,
 order (the dataset's row indices in the order the native engine trains on them, epoch after epoch),
-rows (rows per epoch), totalSteps, outputDir, rolloutsPath (GRPO's rollouts file), and resume (the restored snapshot's weightsDir and
-stateDir; null for a fresh start). Events go to stdout, commands come on stdin (protocol.py).
+rows (rows per epoch), totalSteps, outputDir, rolloutsPath (GRPO's rollouts file), resume (the
+restored snapshot's weightsDir and stateDir, a paused run's resume; null otherwise) and startFrom
+(a child run's or a warm start's weightsDir: the adapter alone; null otherwise). Events go to stdout, commands come on stdin (protocol.py).
 Exit status 0 after completed, paused or cancelled; 1 after failed.
 """
 from __future__ import annotations
@@ -81,18 +82,25 @@ def train(ch: Channel, job: dict) -> int:
     kwargs["model_init_kwargs"] = {"dtype": getattr(torch, dtype)}
     set_seed(kwargs["seed"])  # the adapter's initialisation as well as the run's
     tokenizer = AutoTokenizer.from_pretrained(plan["baseModel"])
-    lora = LoraConfig(**translate.lora_kwargs(config))
+    model, lora = plan["baseModel"], LoraConfig(**translate.lora_kwargs(config))
+    if job.get("startFrom"):
+        # A child run (runs branch --restore weights) or a warm start: the snapshot's adapter, trainable,
+        # on the base model; a fresh optimizer, schedule, RNG and data order.
+        from peft import PeftModel
+        from transformers import AutoModelForCausalLM
+        base = AutoModelForCausalLM.from_pretrained(plan["baseModel"], **kwargs.pop("model_init_kwargs"))
+        model, lora = PeftModel.from_pretrained(base, job["startFrom"]["weightsDir"], is_trainable=True), None
     rewards = None
     if rl:
         from trl import GRPOConfig, GRPOTrainer
         prompts = grpo.rl_rows(numbered)
         rewards = grpo.Rewards(ch, config["reward"]["terms"])
         kwargs["reward_weights"] = rewards.weights()
-        trainer = GRPOTrainer(model=plan["baseModel"], reward_funcs=rewards.functions(), args=GRPOConfig(**kwargs),
+        trainer = GRPOTrainer(model=model, reward_funcs=rewards.functions(), args=GRPOConfig(**kwargs),
                               train_dataset=Dataset.from_list([prompts[i] for i in order]), peft_config=lora,
                               processing_class=tokenizer)
     else:
-        trainer = SFTTrainer(model=plan["baseModel"], args=SFTConfig(**kwargs),
+        trainer = SFTTrainer(model=model, args=SFTConfig(**kwargs),
                              train_dataset=Dataset.from_list([rows[i] for i in order]), peft_config=lora,
                              processing_class=tokenizer)
     counter = TokenCounter()

@@ -180,9 +180,10 @@ std::vector<size_t> native_row_order(const plan::RunConfig& config, size_t rows,
 Result<engine::TrainResult> run_trl_training(const engine::TrainRequest& request, const std::string& settings_sha,
                                              const engine::EventSink& events) {
   const plan::Plan& plan = request.plan;
-  if (request.branch) {
-    return invalid_argument("engine trl: starting from another run's snapshot (runs branch, runs continue, a warm "
-                            "start) is not built for the TRL worker yet; use engine native");
+  if (request.branch && !request.resume_state_dir.empty()) {
+    return invalid_argument("engine trl: a child run that restores trainingState (runs continue, runs branch --restore "
+                            "trainingState) is not built for the TRL worker yet; branch with --restore weights, or use "
+                            "engine native");
   }
   auto silence = silence_limit();
   if (!silence.is_ok()) return silence.status();
@@ -201,8 +202,11 @@ Result<engine::TrainResult> run_trl_training(const engine::TrainRequest& request
                           {"totalSteps", total},
                           {"outputDir", dir.string()},
                           {"rolloutsPath", (std::filesystem::path(request.output_dir) / "rollouts.jsonl").string()},
-                          {"resume", nullptr}};
-  if (!request.resume_weights_dir.empty()) {
+                          {"resume", nullptr},
+                          {"startFrom", nullptr}};
+  if (request.branch) {  // a child run's or a warm start's weights: steps, optimizer and schedule start afresh
+    input["startFrom"] = {{"weightsDir", request.resume_weights_dir}};
+  } else if (!request.resume_weights_dir.empty()) {
     input["resume"] = {{"weightsDir", request.resume_weights_dir}, {"stateDir", request.resume_state_dir}};
   }
   const std::string input_path = (dir / "input.json").string();

@@ -29,9 +29,6 @@ const std::vector<EngineLimit> kLimits = {
     {Engine::kTrl, "config.hyperparams.training.validationSplit",
      [](const Plan& p) { return p.config.training.validationSplit > 0; },
      "the TRL worker does not report validation loss yet; leave it out or use engine native"},
-    {Engine::kTrl, "warmStartModelId", [](const Plan& p) { return p.warmStartModelId.has_value(); },
-     "the TRL worker starts from a fresh adapter or resumes its own run; starting from a registered model is not "
-     "built yet; use engine native"},
     // verl: GRPO and GSPO with rollouts generated on GPUs.
     {Engine::kVerl, "config.method", [](const Plan& p) { return !p.config.is_rl(); },
      "verl trains grpo and gspo runs; use engine native or trl for sft"},

@@ -4,7 +4,8 @@ same tiny SFT plan trained by the native engine and by TRL's SFTTrainer in the j
 model's loss on the same batch (a fresh LoRA adds nothing), so both engines must agree on it to
 1e-5; `runs compare --across-plans` sees no window past a small margin; both adapters load in PEFT.
 A TRL run paused and resumed trains the same losses as one uninterrupted (TRL's optimizer,
-scheduler and RNG restored from our snapshot). A worker that crashes, hangs, writes a line that is
+scheduler and RNG restored from our snapshot). A native run's adapter branched onto TRL trains the
+same first step as branched onto native. A worker that crashes, hangs, writes a line that is
 not an event, or is SIGKILLed ends its run FAILED, naming which, with no claim left (the worker's
 faults are injected through TRAINER_TRL_FAULT_FILE, a test-only hook of the worker); a cancelled one
 stops its worker at a step boundary. A TRL GRPO
@@ -20,8 +21,8 @@ import subprocess
 
 import pytest
 
-from cli_support import (EXAMPLES, MODEL_NAME, WORKLOAD, Cli, ended, get_run, job_pids, losses, start_run_id, start_trainerd,
-                         stop, wait_for, wait_paused, wait_step)
+from cli_support import (EXAMPLES, MODEL_NAME, WORKLOAD, Cli, ended, get_run, job_pids, losses, snapshot_at,
+                         start_run_id, start_trainerd, stop, wait_for, wait_paused, wait_step)
 
 STEPS = 8
 SILENCE_SECONDS = 40  # TRAINER_TRL_SILENCE_SECONDS of this module's trainerd: a worker silent this long is hung
@@ -118,6 +119,29 @@ def test_both_adapters_load_in_peft_and_change_the_model(pair, tiny_model):
         with torch.no_grad():
             adapted = model(ids).logits
         assert not torch.allclose(adapted, plain), f"the {engine} adapter changes nothing"
+
+
+def test_a_native_adapter_branched_onto_trl_trains_the_same_first_step_as_onto_native(ready, pair, tmp_path):
+    """`runs branch --restore weights` of the native run's final snapshot, once on each engine (the
+    TRL child by an override of config.engine): TRL loads our adapter and, on the same batch, computes
+    the same loss; a child restoring trainingState is refused by the TRL job by name."""
+    parent = pair["native"]["runId"]
+    source = snapshot_at(ready, parent, STEPS)
+    to_trl = tmp_path / "trl.yaml"
+    to_trl.write_text("engine: trl\n")
+    children = {"native": ready.json("runs", "branch", parent, "--snapshot", source["snapshotId"], "--steps", "2",
+                                     "--restore", "weights")["runId"],
+                "trl": ready.json("runs", "branch", parent, "--snapshot", source["snapshotId"], "--steps", "2",
+                                  "--restore", "weights", "--overrides", to_trl)["runId"]}
+    done = {e: ended(ready, c) for e, c in children.items()}
+    for engine, run in done.items():
+        assert run["phase"] == "COMPLETED", (engine, run.get("failureReason"))
+    first = {e: losses(ready, c)[1] for e, c in children.items()}
+    assert abs(first["native"] - first["trl"]) <= 1e-5, first
+    # The adapter was loaded: not the fresh adapter's (the base model's) loss of the parent's first step.
+    assert abs(first["trl"] - losses(ready, parent)[1]) > 1e-3, (first, losses(ready, parent)[1])
+    refused = ended(ready, ready.json("runs", "continue", pair["trl"]["runId"], "--steps", "2")["runId"])
+    assert refused["phase"] == "FAILED" and "restores trainingState" in refused["failureReason"], refused
 
 
 def test_a_trl_run_paused_and_resumed_trains_as_the_uninterrupted_one(ready, pair):
