@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cli/command_support.h"
@@ -23,7 +24,10 @@ constexpr double kDefaultSpikeFactor = 3.0;
 constexpr double kDefaultMargin = 0.1;
 
 // Plan fields two runs must share for their losses to be comparable step by step.
-constexpr const char* kComparedPlanFields[] = {"baseModel", "config.method", "config.dataset", "config.maxSeqLength"};
+// config.engine: the same plan on two engines is how a user checks one engine against another
+// (docs/engines.md); a plan that does not name its engine trains on the native one.
+constexpr const char* kComparedPlanFields[] = {"baseModel", "config.method", "config.engine", "config.dataset",
+                                               "config.maxSeqLength"};
 
 const json* at_path(const json& doc, const std::string& dotted) {
   const json* cur = &doc;
@@ -195,7 +199,8 @@ int runs_compare(Context& ctx) {
   for (const char* field : kComparedPlanFields) {
     const json* a = at_path(plan, field);
     const json* b = at_path(base_plan, field);
-    const json av = a ? *a : json(nullptr), bv = b ? *b : json(nullptr);
+    const json absent = std::string_view(field) == "config.engine" ? json("native") : json(nullptr);
+    const json av = a ? *a : absent, bv = b ? *b : absent;
     if (av != bv) differences.push_back({{"field", field}, {"run", av}, {"baseline", bv}});
   }
   if (!differences.empty() && !across_plans) {

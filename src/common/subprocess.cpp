@@ -334,4 +334,23 @@ void Subprocess::kill() {
   buffered_.clear();
 }
 
+int Subprocess::wait_exit(std::chrono::milliseconds grace) {
+  if (pid_ <= 0) return -1;
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  int status = 0;
+  pid_t done = 0;
+  while ((done = ::waitpid(pid_, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (done == pid_) {
+    ::kill(-pid_, SIGKILL);  // whatever it started and left behind
+    ::close(to_child_);
+    pid_ = to_child_ = from_child_ = -1;
+    buffered_.clear();
+    return exit_code_of(status);
+  }
+  kill();
+  return 128 + SIGKILL;
+}
+
 }  // namespace trainer

@@ -133,6 +133,11 @@ class Subprocess {
   // SIGKILLs the child's process group and reaps the child. A no-op when none runs.
   void kill();
 
+  // Waits up to `grace` for the child to exit by itself (it closed its stdout), then ends its
+  // group as kill() does; the child's exit_code_of() status (128 + 9 when it had to be killed).
+  // -1 when none runs.
+  int wait_exit(std::chrono::milliseconds grace);
+
   bool running() const { return pid_ > 0; }
   pid_t pid() const { return pid_; }
 

@@ -20,6 +20,15 @@ const std::vector<EngineLimit> kLimits = {
      "to 0 or 1, or use engine native"},
     {Engine::kTrl, "smoke", [](const Plan& p) { return p.smoke.has_value(); },
      "the smoke check (save, restore, replay the last step) is the native engine's; leave smoke out"},
+    // What the TRL worker (engines/trl) does not translate yet; docs/engines.md lists each.
+    {Engine::kTrl, "config.hyperparams.training.packing", [](const Plan& p) { return p.config.training.packing; },
+     "TRL packs rows by its own rule (best-fit decreasing), not the native engine's greedy rows in order; leave "
+     "packing off or use engine native"},
+    {Engine::kTrl, "config.validationDataset", [](const Plan& p) { return p.config.validationDataset.has_value(); },
+     "the TRL worker does not report validation loss yet; leave it out or use engine native"},
+    {Engine::kTrl, "config.hyperparams.training.validationSplit",
+     [](const Plan& p) { return p.config.training.validationSplit > 0; },
+     "the TRL worker does not report validation loss yet; leave it out or use engine native"},
     // verl: GRPO and GSPO with rollouts generated on GPUs.
     {Engine::kVerl, "config.method", [](const Plan& p) { return !p.config.is_rl(); },
      "verl trains grpo and gspo runs; use engine native or trl for sft"},

@@ -55,5 +55,20 @@ TEST(Subprocess, AProgramThatDoesNotExistClosesAtOnce) {
   EXPECT_EQ(p.read_line(in(10s), &line), Subprocess::ReadResult::kClosed);
 }
 
+TEST(Subprocess, WaitExitGivesTheExitStatusOrKillsAChildThatDoesNotExit) {
+  Subprocess exits;
+  ASSERT_TRUE(exits.start({"sh", "-c", "exit 3"}).is_ok());
+  std::string line;
+  EXPECT_EQ(exits.read_line(in(10s), &line), Subprocess::ReadResult::kClosed);
+  EXPECT_EQ(exits.wait_exit(10s), 3);
+  EXPECT_FALSE(exits.running());
+  Subprocess stays;
+  ASSERT_TRUE(stays.start({"sleep", "60"}).is_ok());
+  const pid_t pid = stays.pid();
+  EXPECT_EQ(stays.wait_exit(100ms), 128 + SIGKILL);
+  EXPECT_NE(::kill(pid, 0), 0);  // killed and reaped
+  EXPECT_EQ(stays.wait_exit(100ms), -1);  // none runs
+}
+
 }  // namespace
 }  // namespace trainer

@@ -58,6 +58,20 @@ TEST(EngineCapabilities, NativeAndTrlTrainPlainSftAndGrpoPlans) {
   }
 }
 
+TEST(EngineCapabilities, TrlRefusesWhatItsWorkerDoesNotTranslateYet) {
+  const EngineDeployment here;
+  Status packing = check_engine_capabilities(plan_of("sft", "trl", R"("hyperparams": {"training": {"packing": true}})"), here);
+  EXPECT_EQ(packing.field(), "config.hyperparams.training.packing");
+  EXPECT_EQ(packing.message().rfind("engine trl cannot run this: ", 0), 0u) << packing.message();
+  Status split =
+      check_engine_capabilities(plan_of("sft", "trl", R"("hyperparams": {"training": {"validationSplit": 0.1}})"), here);
+  EXPECT_EQ(split.field(), "config.hyperparams.training.validationSplit");
+  Status validation = check_engine_capabilities(plan_of("sft", "trl", R"("validationDataset": "v")"), here);
+  EXPECT_EQ(validation.field(), "config.validationDataset");
+  EXPECT_TRUE(
+      check_engine_capabilities(plan_of("sft", "native", R"("hyperparams": {"training": {"packing": true}})"), here).is_ok());
+}
+
 TEST(EngineCapabilities, TrlRefusesWhatItsTranslationLacksNamingEngineAndField) {
   const EngineDeployment here;
   Status stops = check_engine_capabilities(plan_of("grpo", "trl", R"("rlHyperparams": {"stopStrings": ["\n"]})"), here);
