@@ -264,3 +264,12 @@ def test_long_polls_over_a_tokens_cap_get_429_while_another_tokens_are_taken(ser
     latest = max(e["seq"] for e in call(url, "GET", f"/v1/runs/{run_id}/events?after={after}", follower)[2]["events"])
     status, _, answer = call(url, "GET", f"/v1/runs/{run_id}/events?after={latest}&waitSeconds=1", follower)
     assert status == 200, answer
+
+
+def test_a_bad_limit_is_refused_at_start_by_name(tmp_path, tiny_model):
+    d = start(tmp_path, tiny_model, "bad", {"requestsPerSecond": -1})
+    with pytest.raises(RuntimeError, match="limits.requestsPerSecond"):
+        d.start()
+    d = start(tmp_path, tiny_model, "bad2", {"longPollsPerToken": "many"})
+    with pytest.raises(RuntimeError, match="limits.longPollsPerToken"):
+        d.start()
