@@ -123,12 +123,42 @@ Outcome holding(Outcome out, std::shared_ptr<void> slot) {
   return out;
 }
 
+// The 429 of a request over its token's or its workload's rate; nullopt when both take it.
+std::optional<Response> over_rate(service::Service& svc, RequestLimiter& tokens, RequestLimiter& workloads,
+                                  const RouteRule* rule, const Request& req, const Caller& caller) {
+  const auto now = RequestLimiter::Clock::now();
+  if (auto wait = tokens.take(caller.token_id, now)) {
+    return too_many("token " + caller.token_id + " is over its rate of " +
+                        std::to_string(tokens.requests_per_second()) + " requests per second (burst " +
+                        std::to_string(tokens.request_burst()) +
+                        ", limits.requestsPerSecond and limits.requestBurst); retry after " +
+                        std::to_string(*wait) + " s",
+                    *wait);
+  }
+  if (workloads.requests_per_second() <= 0 || rule == nullptr) return std::nullopt;
+  const std::string ref = workload_of_request(svc, *rule, req);
+  if (ref.empty()) return std::nullopt;
+  auto workload = svc.get_workload(ref);
+  if (!workload.is_ok()) return std::nullopt;  // the handler answers for a workload that is not there
+  const std::string name = workload->value("name", ref);
+  if (auto wait = workloads.take(workload->value("id", ref), now)) {
+    return too_many(
+        "workload " + name + " is over its rate of " + std::to_string(workloads.requests_per_second()) +
+            " requests per second, all tokens together (burst " + std::to_string(workloads.request_burst()) +
+            ", limits.workloadRequestsPerSecond and limits.workloadRequestBurst); retry after " +
+            std::to_string(*wait) + " s",
+        *wait);
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 void install_request_guard(http::Router& router, service::Service& svc, const service::Limits& limits) {
-  std::shared_ptr<RequestLimiter> limiter = RequestLimiter::create(limits);
-  router.set_guard([&svc, limiter](const Request& req, const std::string& pattern,
-                                   const http::Handler& handler) -> Outcome {
+  std::shared_ptr<RequestLimiter> tokens = RequestLimiter::for_tokens(limits);
+  std::shared_ptr<RequestLimiter> workloads = RequestLimiter::for_workloads(limits);
+  router.set_guard([&svc, tokens, workloads](const Request& req, const std::string& pattern,
+                                             const http::Handler& handler) -> Outcome {
     const RouteRule* rule = find_rule(req.method, pattern);
     Caller caller;
     Outcome out;
@@ -137,21 +167,16 @@ void install_request_guard(http::Router& router, service::Service& svc, const se
     } else if (caller.token_id.empty() || caller.token_id == "trainerd") {
       // Not counted: the public routes, a job's own calls, trainerd's own token.
       out = handler(req);
-    } else if (auto wait = limiter->take(caller.token_id, RequestLimiter::Clock::now())) {
-      out = too_many("token " + caller.token_id + " is over its rate of " +
-                         std::to_string(limiter->requests_per_second()) + " requests per second (burst " +
-                         std::to_string(limiter->request_burst()) +
-                         ", limits.requestsPerSecond and limits.requestBurst); retry after " +
-                         std::to_string(*wait) + " s",
-                     *wait);
+    } else if (auto limited = over_rate(svc, *tokens, *workloads, rule, req, caller)) {
+      out = std::move(*limited);
     } else {
       out = handler(req);
       if (std::holds_alternative<http::Park>(out) || std::holds_alternative<http::Stream>(out)) {
-        if (auto slot = limiter->hold_long_poll(caller.token_id)) {
+        if (auto slot = tokens->hold_long_poll(caller.token_id)) {
           out = holding(std::move(out), std::move(slot));
         } else {
           out = too_many(
-              "token " + caller.token_id + " holds " + std::to_string(limiter->long_polls_per_token()) +
+              "token " + caller.token_id + " holds " + std::to_string(tokens->long_polls_per_token()) +
                   " long polls and streams already, the most one token may (limits.longPollsPerToken); "
                   "end one or retry later",
               kLongPollRetrySeconds);

@@ -10,10 +10,11 @@ namespace trainer::api {
 
 // Installs the guard on `router` (Router::set_guard): each matched request is
 //   1. authorized against its role table entry (authorize(): 401, 403, 404);
-//   2. counted against its token's rate (limits.requestsPerSecond, limits.requestBurst) and, when
-//      its handler parks or streams, its token's long polls (limits.longPollsPerToken): 429 with
-//      Retry-After past either (trainerd's own token, the public routes and a job's own calls
-//      are not counted);
+//   2. counted against its token's rate (limits.requestsPerSecond, limits.requestBurst), the rate
+//      of the workload it names or whose run it touches (limits.workloadRequestsPerSecond,
+//      limits.workloadRequestBurst) and, when its handler parks or streams, its token's long polls
+//      (limits.longPollsPerToken): 429 with Retry-After past any (trainerd's own token, the public
+//      routes and a job's own calls are not counted);
 //   3. when it writes (not a GET, not a job's own call nor a route a job also calls), recorded in
 //      the audit log through `service` with how it was answered, refused ones included. Its body
 //      never is.

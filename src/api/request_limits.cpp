@@ -6,14 +6,22 @@
 
 namespace trainer::api {
 
-std::shared_ptr<RequestLimiter> RequestLimiter::create(const service::Limits& limits) {
-  return std::shared_ptr<RequestLimiter>(new RequestLimiter(limits));
+std::shared_ptr<RequestLimiter> RequestLimiter::create(int requests_per_second, int burst, int long_polls) {
+  return std::shared_ptr<RequestLimiter>(new RequestLimiter(requests_per_second, burst, long_polls));
 }
 
-RequestLimiter::RequestLimiter(const service::Limits& limits)
-    : rate_(limits.requests_per_second),
-      burst_(std::max(1, limits.request_burst > 0 ? limits.request_burst : limits.requests_per_second)),
-      max_polls_(limits.long_polls_per_token) {}
+std::shared_ptr<RequestLimiter> RequestLimiter::for_tokens(const service::Limits& limits) {
+  return create(limits.requests_per_second, limits.request_burst, limits.long_polls_per_token);
+}
+
+std::shared_ptr<RequestLimiter> RequestLimiter::for_workloads(const service::Limits& limits) {
+  return create(limits.workload_requests_per_second, limits.workload_request_burst, 0);
+}
+
+RequestLimiter::RequestLimiter(int requests_per_second, int burst, int long_polls)
+    : rate_(requests_per_second),
+      burst_(std::max(1, burst > 0 ? burst : requests_per_second)),
+      max_polls_(long_polls) {}
 
 std::optional<int> RequestLimiter::take(const std::string& key, Clock::time_point now) {
   if (rate_ <= 0) return std::nullopt;

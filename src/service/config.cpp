@@ -138,7 +138,7 @@ Status parse_limits(const json& l, Limits& limits) {
                                       "pauseDeadlineSeconds", "maxAdapterRank", "publishDeadlineSeconds",
                                       "abandonedPublicationSeconds", "jobSilenceSeconds",
                                       "attemptBackoffSeconds", "requestsPerSecond", "requestBurst",
-                                      "longPollsPerToken"}));
+                                      "longPollsPerToken", "workloadRequestsPerSecond", "workloadRequestBurst"}));
   auto field = [&](const char* key, int64_t fallback, int64_t max = 1000000) {
     return non_negative_int(l, key, "limits.", fallback, max);
   };
@@ -180,6 +180,10 @@ Status parse_limits(const json& l, Limits& limits) {
   limits.request_burst = static_cast<int>(burst);
   TRAINER_ASSIGN_OR_RETURN(int64_t polls, field("longPollsPerToken", limits.long_polls_per_token));
   limits.long_polls_per_token = static_cast<int>(polls);
+  TRAINER_ASSIGN_OR_RETURN(int64_t workload_rate, field("workloadRequestsPerSecond", limits.workload_requests_per_second));
+  limits.workload_requests_per_second = static_cast<int>(workload_rate);
+  TRAINER_ASSIGN_OR_RETURN(int64_t workload_burst, field("workloadRequestBurst", limits.workload_request_burst));
+  limits.workload_request_burst = static_cast<int>(workload_burst);
   return Status::ok();
 }
 
@@ -381,7 +385,9 @@ nlohmann::json config_to_json(const DeploymentConfig& c) {
                    {"attemptBackoffSeconds", c.limits.attempt_backoff_seconds},
                    {"requestsPerSecond", c.limits.requests_per_second},
                    {"requestBurst", c.limits.request_burst},
-                   {"longPollsPerToken", c.limits.long_polls_per_token}};
+                   {"longPollsPerToken", c.limits.long_polls_per_token},
+                   {"workloadRequestsPerSecond", c.limits.workload_requests_per_second},
+                   {"workloadRequestBurst", c.limits.workload_request_burst}};
   out["jobBinary"] = c.job_binary;
   out["compute"] = {{"backend", c.compute.backend}};
   if (c.compute.backend == "slurm") {

@@ -103,6 +103,11 @@ struct Limits {
   // Long polls and streams (an events wait, a metrics stream, a streamed chat answer) one token
   // may hold open at once; past it 429 with Retry-After. 0 = no limit.
   int long_polls_per_token = 0;
+  // Requests per second, on average, all tokens together may make that name one workload or touch
+  // its objects (a token bucket per workload); past it 429 with Retry-After. 0 = no limit.
+  int workload_requests_per_second = 0;
+  // The workload's bucket size; 0 = as many as workload_requests_per_second (at least 1).
+  int workload_request_burst = 0;
 };
 
 // Where jobs send their metrics when the operator runs a collector.

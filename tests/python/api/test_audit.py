@@ -10,6 +10,8 @@ through the real CLI and HTTP against a real trainerd:
   store's rows;
 - with a low configured rate, a burst of requests by one token gets 429 with Retry-After (and the
   CLI says so) while another token is still served;
+- with a low configured rate per workload, requests of two tokens on one workload get 429 while
+  another workload is still served;
 - long polls over a token's cap get 429 with Retry-After while another token's poll is taken.
 """
 from __future__ import annotations
@@ -216,6 +218,33 @@ def test_a_token_over_its_rate_gets_429_with_retry_after_while_another_is_served
 
     out = wait_for(cli_refused, timeout=120, what="the CLI refused over the rate", interval=0)
     assert "too many requests (HTTP 429)" in out.stderr and "limits.requestsPerSecond" in out.stderr, out.stderr
+
+
+def test_a_workload_over_its_rate_gets_429_while_another_workload_is_served(servers):
+    d = servers("workload-rate", {"workloadRequestsPerSecond": 1, "workloadRequestBurst": 2})
+    url = d.url
+    admin = token_for(url)
+    busy, quiet = "busy", "quiet"
+    for name in (busy, quiet):
+        d.ok(d.post("/v1/workloads", {"name": name}), 201)
+    one = make_token(url, admin, "one", ["read"])["token"]
+    two = make_token(url, admin, "two", ["read"])["token"]
+
+    def refused():
+        # Two tokens share the workload's bucket.
+        for token in (one, two):
+            status, headers, body = call(url, "GET", f"/v1/workloads/{busy}", token)
+            if status == 429:
+                return status, headers, body
+        return None
+
+    status, headers, body = wait_for(refused, timeout=120, what="a 429 for a workload over its rate", interval=0)
+    assert int(headers["Retry-After"]) >= 1
+    assert "workload busy" in body["error"]["message"], body
+    assert "limits.workloadRequestsPerSecond" in body["error"]["message"], body
+    # Another workload has a bucket of its own, and requests that name none are not counted.
+    assert call(url, "GET", f"/v1/workloads/{quiet}", one)[0] == 200
+    assert call(url, "GET", "/v1/workloads", two)[0] == 200
 
 
 def test_long_polls_over_a_tokens_cap_get_429_while_another_tokens_are_taken(servers):
