@@ -37,6 +37,8 @@ const std::vector<RouteRule>& role_table() {
       {"POST", "/v1/tokens", A, kAllWorkloads},
       {"GET", "/v1/tokens", A, kAllWorkloads},
       {"POST", "/v1/tokens/{ref}/revoke", A, kAllWorkloads},
+      // the audit log of every write
+      {"GET", "/v1/audit", A, kAllWorkloads},
       // base models and the model registry
       {"GET", "/v1/base-models", R, kNone},
       {"POST", "/v1/base-models/select", A, kAllWorkloads},
@@ -325,42 +327,44 @@ std::optional<Response> check_scope(Service& svc, const Identity& who, const Rou
 
 }  // namespace
 
-void install_authorizer(http::Router& router, Service& svc) {
-  router.set_authorizer([&svc](const Request& req, const std::string& pattern) -> std::optional<Response> {
-    const RouteRule* rule = find_rule(req.method, pattern);
-    if (rule == nullptr) {
-      return error_response(permission_denied(req.method + " " + pattern +
-                                              " has no entry in the role table (src/api/authorization.cpp); refused"));
+std::optional<Response> authorize(Service& svc, const Request& req, const std::string& pattern, Caller& caller) {
+  const RouteRule* rule = find_rule(req.method, pattern);
+  if (rule == nullptr) {
+    return error_response(permission_denied(req.method + " " + pattern +
+                                            " has no entry in the role table (src/api/authorization.cpp); refused"));
+  }
+  if (rule->need == Need::kPublic || rule->need == Need::kJob) return std::nullopt;
+  if (rule->job_too && !header_value(req, service::kJobIdHeader).empty()) {
+    // A job attempt's own credentials: as a token on its run's workload with the route's role.
+    const service::JobCredentials job = job_credentials(req);
+    caller.job_id = job.job_id;
+    auto workload = svc.job_workload(job.job_id, job.token);
+    if (!workload.is_ok()) {
+      const Status& st = workload.status();
+      return error_response(st, st.code() == StatusCode::kInvalidArgument ? 403 : 0);
     }
-    if (rule->need == Need::kPublic || rule->need == Need::kJob) return std::nullopt;
-    if (rule->job_too && !header_value(req, service::kJobIdHeader).empty()) {
-      // A job attempt's own credentials: as a token on its run's workload with the route's role.
-      const service::JobCredentials job = job_credentials(req);
-      auto workload = svc.job_workload(job.job_id, job.token);
-      if (!workload.is_ok()) {
-        const Status& st = workload.status();
-        return error_response(st, st.code() == StatusCode::kInvalidArgument ? 403 : 0);
-      }
-      Identity as_job;
-      as_job.roles = {need_name(rule->need)};
-      as_job.workloads = {*workload};
-      return check_scope(svc, as_job, *rule, req);
-    }
-    auto who = svc.authenticate_token(request_token(req));
-    if (!who.is_ok()) {
-      Response r = error_response(who.status());
-      r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"trainer\"");
-      return r;
-    }
-    if (!who->has(need_name(rule->need))) {
-      std::string roles;
-      for (const std::string& role : who->roles) roles += (roles.empty() ? "" : ", ") + role;
-      return error_response(permission_denied(req.method + " " + pattern + " needs the " + need_name(rule->need) +
-                                              " role; token " + who->token_id + " has " + roles));
-    }
-    if (who->all_workloads) return std::nullopt;
-    return check_scope(svc, *who, *rule, req);
-  });
+    Identity as_job;
+    as_job.roles = {need_name(rule->need)};
+    as_job.workloads = {*workload};
+    return check_scope(svc, as_job, *rule, req);
+  }
+  auto who = svc.authenticate_token(request_token(req));
+  if (!who.is_ok()) {
+    Response r = error_response(who.status());
+    r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"trainer\"");
+    return r;
+  }
+  caller.token_id = who->token_id;
+  caller.token_name = who->name;
+  caller.roles = who->roles;
+  if (!who->has(need_name(rule->need))) {
+    std::string roles;
+    for (const std::string& role : who->roles) roles += (roles.empty() ? "" : ", ") + role;
+    return error_response(permission_denied(req.method + " " + pattern + " needs the " + need_name(rule->need) +
+                                            " role; token " + who->token_id + " has " + roles));
+  }
+  if (who->all_workloads) return std::nullopt;
+  return check_scope(svc, *who, *rule, req);
 }
 
 }  // namespace trainer::api

@@ -65,9 +65,19 @@ nlohmann::json role_table_json();
 // The routes of `router` the table does not name, as "METHOD PATTERN".
 std::vector<std::string> routes_without_rule(const http::Router& router);
 
-// Installs the authorizer on `router`: every matched request is checked against its rule, the
-// caller's bearer token authenticated through `service` (401 without a live one, 403 without the
-// role, 404 for an object of a workload outside the token's). A route without a rule answers 403.
-void install_authorizer(http::Router& router, service::Service& service);
+// Who a request comes from, as authorize() found it (the audit log and the request limits use it).
+struct Caller {
+  std::string token_id;            // the API token's id ("trainerd": its own); "" for none
+  std::string token_name;          // the token's name
+  std::vector<std::string> roles;  // the token's roles
+  std::string job_id;              // a job attempt's own credentials (X-Trainer-Job); "" for none
+};
+
+// Checks a request that matched (method, `pattern`) against its rule: the caller's bearer token
+// authenticated through `service` (401 without a live one, 403 without the role, 404 for an object
+// of a workload outside the token's); a route without a rule answers 403. The refusal, or nullopt
+// to let it through; `caller` says who it came from, as far as it was found.
+std::optional<http::Response> authorize(service::Service& service, const http::Request& req,
+                                        const std::string& pattern, Caller& caller);
 
 }  // namespace trainer::api

@@ -95,6 +95,7 @@ void install_evaluation_routes(http::Router& router, service::Service& svc, cons
 void install_endpoint_routes(http::Router& router, service::Service& svc, const service::Limits& limits);
 void install_job_routes(http::Router& router, service::Service& svc, const service::Limits& limits);
 void install_token_routes(http::Router& router, service::Service& svc, const service::Limits& limits);
+void install_audit_routes(http::Router& router, service::Service& svc, const service::Limits& limits);
 // The web dashboard's pages and files (routes_ui.cpp); they answer from the binary, not the service.
 void install_ui_routes(http::Router& router, const service::Limits& limits);
 

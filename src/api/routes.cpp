@@ -6,7 +6,7 @@
 #include <string>
 #include <strings.h>
 
-#include "api/authorization.h"
+#include "api/request_guard.h"
 #include "api/route_support.h"
 #include "common/json_parse.h"
 
@@ -149,10 +149,12 @@ void install_routes(http::Router& router, Service& svc, const service::Limits& l
   install_lineage_routes(router, svc, limits);
   install_job_routes(router, svc, limits);
   install_token_routes(router, svc, limits);
+  install_audit_routes(router, svc, limits);
   install_ui_routes(router, limits);
   // Every route above is checked against the role table (docs/security.md); one without an entry
-  // is refused (and fails tests/unit/api/authorization_test.cpp).
-  install_authorizer(router, svc);
+  // is refused (and fails tests/unit/api/authorization_test.cpp). Writes are audited, and each
+  // token's requests limited (request_guard.h).
+  install_request_guard(router, svc, limits);
 }
 
 }  // namespace trainer::api

@@ -356,6 +356,7 @@ bool Client::call(const std::string& method, const std::string& path, const nloh
     out->http_status = res->status;
     return true;
   }
+  if (res->status == 429) err->retry_after_seconds = std::max(0, std::atoi(res->get_header_value("Retry-After").c_str()));
   return answered(method, path, res->status, res->body, out, err);
 }
 
@@ -402,6 +403,11 @@ bool Client::answered(const std::string& method, const std::string& path, int ht
                "bundle), or have the operator raise limits.maxDatasetBytes (dataset and bundle uploads) or "
                "limits.maxRequestBytes (other requests) in trainerd's configuration; `trainer info -o json` shows "
                "them under configuration.limits";
+  }
+  if (http_status == 429) {
+    // A request limit of the service (docs/security.md, "Request limits"): its message names which.
+    message = "too many requests (HTTP 429), the service limits this token: " +
+              (message.empty() ? method + " " + path + " was refused" : message);
   }
   if (message.empty()) {
     if (http_status == 404) {

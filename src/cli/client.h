@@ -34,6 +34,7 @@ struct CallError {
   bool transport = false;  // no HTTP answer: refused, dropped, timed out
   bool timed_out = false;  // no answer within the call's timeout (also `transport`)
   std::string field;       // from the error body, when one field is to blame
+  int retry_after_seconds = 0;  // a 429's Retry-After: when the service takes the request again; 0 = none
 };
 
 class Client {

@@ -213,6 +213,12 @@ int wait_for_run(Context& ctx, const std::string& ref) {
     Response r;
     CallError e;
     if (!ctx.client.get(path, &r, &e, static_cast<int>(poll) + 30)) {
+      if (!e.transport && e.retry_after_seconds > 0) {
+        // Over a request limit (429): follow again once the service says it takes the poll.
+        if (live) view.note(describe_failure(e) + "; following again in " + std::to_string(e.retry_after_seconds) + "s");
+        std::this_thread::sleep_for(std::chrono::seconds(e.retry_after_seconds));
+        continue;
+      }
       if (!e.transport) {
         if (text) view.finish();
         return ctx.fail(describe_failure(e) + next_step(ctx, e, path, nullptr), kExitError);

@@ -32,6 +32,7 @@ Command distillations_command();  // cmd_distillations.cpp
 Command endpoints_command();  // cmd_endpoints.cpp
 Command endpoints_proxy_command();
 Command tokens_command();  // cmd_tokens.cpp
+Command audit_command();   // cmd_audit.cpp
 Command login_command();   // cmd_tokens.cpp  // `endpoints proxy ENDPOINT` (cmd_endpoints_proxy.cpp)
 // `snapshots register SNAPSHOT` and `snapshots candidate SNAPSHOT` (children of snapshots_command()).
 Command snapshots_register_command();

@@ -70,7 +70,7 @@ void Router::set_error_renderer(ErrorRenderer renderer) { render_ = std::move(re
 
 void Router::set_gate(std::function<std::optional<Response>(const Request&)> gate) { gate_ = std::move(gate); }
 
-void Router::set_authorizer(Authorizer authorizer) { authorize_ = std::move(authorizer); }
+void Router::set_guard(Guard guard) { guard_ = std::move(guard); }
 
 std::vector<std::pair<std::string, std::string>> Router::routes() const {
   std::vector<std::pair<std::string, std::string>> out;
@@ -145,9 +145,7 @@ Outcome Router::dispatch(Request& request) const {
                                "no route " + request.method + " " + request.path + " (see docs/api.md)"));
     }
     request.params = std::move(m.params);
-    if (authorize_) {
-      if (auto r = authorize_(request, *m.pattern)) return *r;
-    }
+    if (guard_) return guard_(request, *m.pattern, *m.handler);
     return (*m.handler)(request);
   } catch (const std::exception& e) {
     return error(500, internal_error(std::string("unexpected error: ") + e.what()));

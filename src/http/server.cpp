@@ -392,6 +392,9 @@ void Connection::on_head(beast::error_code ec) {
   if (ec) return fail(400, invalid_field("request", "not valid HTTP/1.1: " + ec.message()));
 
   const auto& head = parser_->get();
+  beast::error_code peer_ec;
+  const tcp::endpoint peer = stream_.socket().remote_endpoint(peer_ec);
+  if (!peer_ec) request_.remote_address = peer.address().to_string();
   size_t count = 0;
   for (const auto& field : head) {
     ++count;

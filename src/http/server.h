@@ -38,6 +38,7 @@ struct Request {
   std::vector<std::pair<std::string, std::string>> headers; // names as sent
   std::vector<std::string> params;                          // the route's {placeholders}, in order
   std::string body;
+  std::string remote_address;                               // the peer's IP address; "" when unknown
 
   bool has_query(const std::string& name) const;
   // The first value of query parameter `name`; "" when absent.
@@ -108,10 +109,11 @@ class Router {
   // Runs on every request before routing; an answer it gives ends the request there.
   void set_gate(std::function<std::optional<Response>(const Request&)> gate);
   // Runs on every request that matched a route, after the gate, with the route's pattern and its
-  // params filled in, before the handler; an answer it gives ends the request there (the API's
-  // authorization: docs/security.md).
-  using Authorizer = std::function<std::optional<Response>(const Request&, const std::string& pattern)>;
-  void set_authorizer(Authorizer authorizer);
+  // params filled in, in place of the route's handler: it decides whether to call `handler` and
+  // answers its outcome or another (the API's authorization, audit log and request limits:
+  // docs/security.md). Without a guard the handler answers.
+  using Guard = std::function<Outcome(const Request&, const std::string& pattern, const Handler& handler)>;
+  void set_guard(Guard guard);
   // Every route added, as (method, pattern), in the order added.
   std::vector<std::pair<std::string, std::string>> routes() const;
 
@@ -141,7 +143,7 @@ class Router {
   std::vector<Route> routes_;
   ErrorRenderer render_;
   std::function<std::optional<Response>(const Request&)> gate_;
-  Authorizer authorize_;
+  Guard guard_;
 };
 
 struct ServerOptions {

@@ -137,7 +137,8 @@ Status parse_limits(const json& l, Limits& limits) {
                                      {"maxRequestBytes", "maxDatasetBytes", "cancelGraceSeconds",
                                       "pauseDeadlineSeconds", "maxAdapterRank", "publishDeadlineSeconds",
                                       "abandonedPublicationSeconds", "jobSilenceSeconds",
-                                      "attemptBackoffSeconds"}));
+                                      "attemptBackoffSeconds", "requestsPerSecond", "requestBurst",
+                                      "longPollsPerToken", "workloadRequestsPerSecond", "workloadRequestBurst"}));
   auto field = [&](const char* key, int64_t fallback, int64_t max = 1000000) {
     return non_negative_int(l, key, "limits.", fallback, max);
   };
@@ -173,6 +174,16 @@ Status parse_limits(const json& l, Limits& limits) {
   limits.job_silence_seconds = static_cast<int>(silence);
   TRAINER_ASSIGN_OR_RETURN(int64_t backoff, field("attemptBackoffSeconds", limits.attempt_backoff_seconds, 3600));
   limits.attempt_backoff_seconds = static_cast<int>(backoff);
+  TRAINER_ASSIGN_OR_RETURN(int64_t rate, field("requestsPerSecond", limits.requests_per_second));
+  limits.requests_per_second = static_cast<int>(rate);
+  TRAINER_ASSIGN_OR_RETURN(int64_t burst, field("requestBurst", limits.request_burst));
+  limits.request_burst = static_cast<int>(burst);
+  TRAINER_ASSIGN_OR_RETURN(int64_t polls, field("longPollsPerToken", limits.long_polls_per_token));
+  limits.long_polls_per_token = static_cast<int>(polls);
+  TRAINER_ASSIGN_OR_RETURN(int64_t workload_rate, field("workloadRequestsPerSecond", limits.workload_requests_per_second));
+  limits.workload_requests_per_second = static_cast<int>(workload_rate);
+  TRAINER_ASSIGN_OR_RETURN(int64_t workload_burst, field("workloadRequestBurst", limits.workload_request_burst));
+  limits.workload_request_burst = static_cast<int>(workload_burst);
   return Status::ok();
 }
 
@@ -377,7 +388,12 @@ nlohmann::json config_to_json(const DeploymentConfig& c) {
                    {"publishDeadlineSeconds", c.limits.publish_deadline_seconds},
                    {"abandonedPublicationSeconds", c.limits.abandoned_publication_seconds},
                    {"jobSilenceSeconds", c.limits.job_silence_seconds},
-                   {"attemptBackoffSeconds", c.limits.attempt_backoff_seconds}};
+                   {"attemptBackoffSeconds", c.limits.attempt_backoff_seconds},
+                   {"requestsPerSecond", c.limits.requests_per_second},
+                   {"requestBurst", c.limits.request_burst},
+                   {"longPollsPerToken", c.limits.long_polls_per_token},
+                   {"workloadRequestsPerSecond", c.limits.workload_requests_per_second},
+                   {"workloadRequestBurst", c.limits.workload_request_burst}};
   out["jobBinary"] = c.job_binary;
   out["compute"] = {{"backend", c.compute.backend}};
   if (c.compute.backend == "slurm") {

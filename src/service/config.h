@@ -95,6 +95,20 @@ struct Limits {
   int job_silence_seconds = 300;
   // Wait before a run's next attempt after a lost one; doubled for each further lost attempt.
   int attempt_backoff_seconds = 10;
+  // Requests per second one API token may make, on average (a token bucket; the public routes and
+  // a job's own calls are not counted); past it 429 with Retry-After. 0 = no limit.
+  int requests_per_second = 0;
+  // Requests one token may make at once before the rate applies (the bucket's size); 0 = as many
+  // as requests_per_second (at least 1).
+  int request_burst = 0;
+  // Long polls and streams (an events wait, a metrics stream, a streamed chat answer) one token
+  // may hold open at once; past it 429 with Retry-After. 0 = no limit.
+  int long_polls_per_token = 0;
+  // Requests per second, on average, all tokens together may make that name one workload or touch
+  // its objects (a token bucket per workload); past it 429 with Retry-After. 0 = no limit.
+  int workload_requests_per_second = 0;
+  // The workload's bucket size; 0 = as many as workload_requests_per_second (at least 1).
+  int workload_request_burst = 0;
 };
 
 // Where jobs send their metrics when the operator runs a collector.

@@ -10,6 +10,7 @@ namespace trainer::service {
 // What a request's token grants, once authenticated.
 struct Identity {
   std::string token_id;                // the token's public id ("" for none)
+  std::string name;                    // the token's name, as its creator gave it
   std::vector<std::string> roles;      // read, submit, admin, control
   bool all_workloads = false;          // true: every workload, present and future
   std::vector<std::string> workloads;  // the workload ids it may touch, when not all

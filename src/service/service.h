@@ -244,6 +244,16 @@ class Service {
   // or expired.
   virtual Result<Identity> authenticate_token(const std::string& secret) = 0;
 
+  // ---- the audit log (docs/security.md, "Audit log")
+  // Appends `entry`, what the API records of one write request ({tokenId, tokenName, roles, from,
+  // method, route, path, target?, workload?, status, error?}; never its body), stamped "at" now.
+  virtual Status record_audit(json entry) = 0;
+  // The entries recorded at `since` (RFC 3339; "" = from the first) or later whose token's id or
+  // name is `token` and whose workload (a name or id) is `workload` ("" = any): the newest
+  // `limit` (1 to 10000), oldest first.
+  virtual Result<std::vector<json>> list_audit(const std::string& since, const std::string& token,
+                                               const std::string& workload, int64_t limit) = 0;
+
   // ---- workloads
   virtual Result<json> create_workload(const json& body) = 0;
   // `archived`: "" hides archived workloads, "include" lists them too, "only" lists only them.

@@ -58,6 +58,7 @@
 
 #include "common/repeated_errors.h"
 #include "protocol/job_protocol.h"
+#include "service/audit.h"
 #include "service/base_models.h"
 #include "service/bundles.h"
 #include "service/capacity.h"
@@ -159,6 +160,11 @@ class ServiceImpl final : public Service {
   Result<json> list_tokens() override { return tokens_.list(); }
   Result<json> revoke_token(const std::string& ref) override { return tokens_.revoke(ref); }
   Result<Identity> authenticate_token(const std::string& secret) override { return tokens_.authenticate(secret); }
+  Status record_audit(json entry) override { return audit_.record(std::move(entry)); }
+  Result<std::vector<json>> list_audit(const std::string& since, const std::string& token, const std::string& workload,
+                                       int64_t limit) override {
+    return audit_.list(since, token, workload, limit);
+  }
   Result<json> create_workload(const json& body) override { return workloads_.create(body); }
   Result<json> list_workloads(const std::string& archived) override { return workloads_.list(archived); }
   Result<json> archive_workload(const std::string& ref) override { return workloads_.archive(ref); }
@@ -480,6 +486,7 @@ class ServiceImpl final : public Service {
                                         },
                                         [this](const std::string& id) { return cancel_run_locked(id); }}};
   Tokens tokens_{core_, workloads_};
+  AuditLog audit_{core_, workloads_};
 
   // ServiceOptions::job_otlp_endpoint, or what the wiring set before start(); read by the driver.
   std::string job_otlp_endpoint_;

@@ -172,6 +172,7 @@ Result<Identity> Tokens::authenticate(const std::string& secret) {
   if (same_secret(secret, core_.own_token)) {
     Identity self;  // trainerd calling its own API (ServiceCore::own_token)
     self.token_id = "trainerd";
+    self.name = "trainerd";
     self.roles = {"submit"};
     self.all_workloads = true;
     return self;
@@ -188,6 +189,7 @@ Result<Identity> Tokens::authenticate(const std::string& secret) {
   }
   Identity who;
   who.token_id = id;
+  who.name = doc->value("name", std::string());
   who.roles = doc->value("roles", std::vector<std::string>{});
   who.all_workloads = doc->value("allWorkloads", false);
   for (const json& w : doc->value("workloads", json::array())) who.workloads.push_back(w.value("id", std::string()));

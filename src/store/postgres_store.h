@@ -142,6 +142,9 @@ class PostgresStore final : public Store {
   Status put_api_token(const json& doc) override;
   Result<std::optional<json>> find_api_token(const std::string& hash) override;
   Result<std::vector<json>> list_api_tokens() override;
+  // ---- the audit log (postgres_audit.cpp)
+  Status append_audit(double at, const json& doc) override;
+  Result<std::vector<json>> list_audit(const AuditQuery& query) override;
   // ---- endpoints
   Status put_endpoint(const json& doc) override;
   Result<std::optional<json>> get_endpoint(const std::string& id) override;

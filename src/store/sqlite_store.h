@@ -118,6 +118,9 @@ class SqliteStore final : public Store {
   Status put_api_token(const json& doc) override;
   Result<std::optional<json>> find_api_token(const std::string& hash) override;
   Result<std::vector<json>> list_api_tokens() override;
+  // ---- the audit log (sqlite_audit.cpp)
+  Status append_audit(double at, const json& doc) override;
+  Result<std::vector<json>> list_audit(const AuditQuery& query) override;
   // ---- evaluations
   Status put_evaluation(const json& doc) override;
   Result<std::optional<json>> get_evaluation(const std::string& id) override;

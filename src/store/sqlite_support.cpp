@@ -234,6 +234,17 @@ CREATE TABLE api_tokens (
   hash TEXT NOT NULL UNIQUE,
   doc TEXT NOT NULL);
 )sql",
+    // 19: the audit log (docs/security.md, "Audit log"): one row per write request, appended only.
+    R"sql(
+CREATE TABLE audit_log (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  at REAL NOT NULL,
+  token_id TEXT NOT NULL,
+  token_name TEXT NOT NULL,
+  workload_id TEXT NOT NULL,
+  doc TEXT NOT NULL);
+CREATE INDEX audit_log_at ON audit_log(at);
+)sql",
 };
 
 }  // namespace

@@ -94,6 +94,14 @@ struct ComparisonPage {
   int64_t total = 0;              // rows matching, ignoring limit and offset
 };
 
+// Which audit entries list_audit() answers (empty strings: any).
+struct AuditQuery {
+  double since = 0;      // seconds since the epoch: entries appended at this time or later
+  std::string token;     // the token's id or name
+  std::string workload;  // the workload id the request touched
+  int64_t limit = 100;   // the newest this many
+};
+
 // A page of a parent run's direct children (run_lineage).
 struct ChildPage {
   std::vector<std::string> run_ids;  // newest first
@@ -332,6 +340,13 @@ class Store {
   virtual Status put_api_token(const json& doc) = 0;  // inserts, or replaces the stored document
   virtual Result<std::optional<json>> find_api_token(const std::string& hash) = 0;  // by the secret's hash
   virtual Result<std::vector<json>> list_api_tokens() = 0;  // oldest first
+  // ---- the audit log (docs/security.md, "Audit log"): one row per write request, in the order
+  // appended; `at` (seconds since the epoch), doc["tokenId"], doc["tokenName"] and doc["workload"]
+  // are kept as columns. Rows are only ever appended.
+  virtual Status append_audit(double at, const json& doc) = 0;
+  // The entries appended at `query.since` or later that match its filters, the newest
+  // `query.limit`, newest first.
+  virtual Result<std::vector<json>> list_audit(const AuditQuery& query) = 0;
   // ---- scoring bundles: versions keyed by (doc["name"], doc["version"]), doc["sha"] the hash of
   // their files
   virtual Status insert_bundle_version(const json& doc) = 0;  // already_exists when (name, version) exists

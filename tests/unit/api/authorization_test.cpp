@@ -7,6 +7,7 @@
 
 #include "api/api.h"
 #include "api/authorization.h"
+#include "api/request_guard.h"
 #include "backend/backend.h"
 #include "service/config.h"
 #include "store/store.h"
@@ -66,7 +67,7 @@ TEST_F(RoleTable, EveryEntryNamesAnInstalledRouteOnce) {
 TEST_F(RoleTable, ARouteWithoutAnEntryIsRefused) {
   http::Router router;
   router.add("GET", "/v1/unlisted", 1024, [](const http::Request&) -> http::Outcome { return http::Response{}; });
-  install_authorizer(router, *service_);
+  install_request_guard(router, *service_, service::Limits{});
   http::Request req;
   req.method = "GET";
   req.path = "/v1/unlisted";

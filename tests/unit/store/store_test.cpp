@@ -36,7 +36,7 @@ void PrintTo(Kind kind, std::ostream* os) {
 // One empty database of one implementation, and what a test does behind the store's back (raw
 // SQL, as an older trainerd or an operator would).
 // The schema version both stores migrate to (one per migration; each store's list has them all).
-constexpr int kSchemaVersion = 18;
+constexpr int kSchemaVersion = 19;
 
 class TestDatabase {
  public:
@@ -601,11 +601,11 @@ TEST_P(StoreTest, MigrationNineGivesEveryExistingRunATask) {
             "DROP TRIGGER workloads_deleted; DROP TRIGGER claims_inserted; DROP TRIGGER claims_updated;"
             "DROP TRIGGER claims_deleted; DROP TABLE job_attempts; DROP TABLE job_events; DROP TABLE "
             "job_logs;"
-            "DROP TABLE endpoints; DROP TABLE dataset_analyses; DROP TABLE claim_holds; DROP TABLE replicas; DROP TABLE sessions; DROP TABLE curations; DROP TABLE curation_scores; DROP TABLE pipelines; DROP TABLE distillations; DROP TABLE distillation_chunks; DROP TABLE api_tokens;"
+            "DROP TABLE endpoints; DROP TABLE dataset_analyses; DROP TABLE claim_holds; DROP TABLE replicas; DROP TABLE sessions; DROP TABLE curations; DROP TABLE curation_scores; DROP TABLE pipelines; DROP TABLE distillations; DROP TABLE distillation_chunks; DROP TABLE api_tokens; DROP TABLE audit_log;"
             "DELETE FROM schema_migrations WHERE version >= 9;"
           : "DROP TABLE tasks; DROP TABLE counters; DROP FUNCTION count_change() CASCADE;"
             "DROP TABLE job_attempts; DROP TABLE job_events; DROP TABLE job_logs; DROP TABLE endpoints;"
-            "DROP TABLE dataset_analyses; DROP TABLE claim_holds; DROP TABLE replicas; DROP TABLE sessions; DROP TABLE curations; DROP TABLE curation_scores; DROP TABLE pipelines; DROP TABLE distillations; DROP TABLE distillation_chunks; DROP TABLE api_tokens;"
+            "DROP TABLE dataset_analyses; DROP TABLE claim_holds; DROP TABLE replicas; DROP TABLE sessions; DROP TABLE curations; DROP TABLE curation_scores; DROP TABLE pipelines; DROP TABLE distillations; DROP TABLE distillation_chunks; DROP TABLE api_tokens; DROP TABLE audit_log;"
             "DELETE FROM schema_migrations WHERE version >= 9;");
   auto s = open();
   auto t = s->get_task("run", "aa");
@@ -846,7 +846,7 @@ TEST_P(StoreTest, MigrationThirteenGivesEveryGrantedClaimAnOpenHoldFromItsSince)
     ASSERT_TRUE(s->insert_claim(queued).is_ok());
   }
   // Rewind to schema 12, as the trainerd before claim holds left it (and before replicas).
-  db_->exec("DROP TABLE claim_holds; DROP TABLE replicas; DROP TABLE sessions; DROP TABLE curations; DROP TABLE curation_scores; DROP TABLE pipelines; DROP TABLE distillations; DROP TABLE distillation_chunks; DROP TABLE api_tokens; DELETE FROM schema_migrations WHERE version >= 13;");
+  db_->exec("DROP TABLE claim_holds; DROP TABLE replicas; DROP TABLE sessions; DROP TABLE curations; DROP TABLE curation_scores; DROP TABLE pipelines; DROP TABLE distillations; DROP TABLE distillation_chunks; DROP TABLE api_tokens; DROP TABLE audit_log; DELETE FROM schema_migrations WHERE version >= 13;");
   auto s = open();
   auto holds = s->list_claim_holds(0, 1e12);
   ASSERT_TRUE(holds.is_ok());
@@ -973,6 +973,44 @@ TEST_P(StoreTest, ApiTokensAreFoundByTheirHashAndListedOldestFirst) {
   EXPECT_FALSE(s->put_api_token(token("t3", "h2", "admin")).is_ok());
   EXPECT_FALSE(s->put_api_token(json{{"tokenId", "t4"}}).is_ok());
   EXPECT_EQ(s->list_api_tokens()->size(), 2u);
+}
+
+TEST_P(StoreTest, AuditLogListsTheNewestMatchingEntriesFirstAndKeepsThemAcrossAReopen) {
+  auto entry = [](const std::string& token_id, const std::string& name, const std::string& workload,
+                  const std::string& path) {
+    return json{{"tokenId", token_id}, {"tokenName", name}, {"workload", workload}, {"path", path}};
+  };
+  {
+    auto s = open();
+    ASSERT_TRUE(s->append_audit(100.0, entry("t1", "alice", "w1", "/a")).is_ok());
+    ASSERT_TRUE(s->append_audit(200.5, entry("t2", "bob", "w2", "/b")).is_ok());
+    ASSERT_TRUE(s->append_audit(300.0, entry("t1", "alice", "", "/c")).is_ok());
+  }
+  auto s = open();  // durable across a reopen
+  auto paths = [&](const AuditQuery& q) {
+    std::vector<std::string> out;
+    auto rows = s->list_audit(q);
+    EXPECT_TRUE(rows.is_ok()) << rows.status().describe();
+    if (rows.is_ok()) {
+      for (const json& r : *rows) out.push_back(r.value("path", std::string()));
+    }
+    return out;
+  };
+  auto query = [](double since, const std::string& token, const std::string& workload, int64_t limit) {
+    AuditQuery q;
+    q.since = since;
+    q.token = token;
+    q.workload = workload;
+    q.limit = limit;
+    return q;
+  };
+  EXPECT_EQ(paths(query(0, "", "", 100)), (std::vector<std::string>{"/c", "/b", "/a"}));
+  EXPECT_EQ(paths(query(200.5, "", "", 100)), (std::vector<std::string>{"/c", "/b"}));
+  EXPECT_EQ(paths(query(0, "t1", "", 100)), (std::vector<std::string>{"/c", "/a"}));
+  EXPECT_EQ(paths(query(0, "bob", "", 100)), (std::vector<std::string>{"/b"}));  // by name too
+  EXPECT_EQ(paths(query(0, "", "w1", 100)), (std::vector<std::string>{"/a"}));
+  EXPECT_EQ(paths(query(0, "", "", 2)), (std::vector<std::string>{"/c", "/b"}));
+  EXPECT_TRUE(paths(query(0, "nobody", "", 100)).empty());
 }
 
 TEST_P(StoreTest, PagesTakeEveryRowForANegativeLimitAndCountANegativeOffsetAsZero) {
