@@ -36,6 +36,7 @@ class Rewards:
         self.terms = terms
         self.last: dict = {}  # term index -> scores of the last batch
         self.batch: list[dict] = []  # the last batch's rows and completions
+        self.on_first_score = None  # called once, when the first rollouts are scored (engine_runtime)
 
     def functions(self):
         funcs = []
@@ -45,6 +46,9 @@ class Rewards:
                 items = [{"row": int(r), "input": i, "output": t, "expected": g}
                          for r, i, t, g in zip(line, input, texts, gold)]
                 scores = self.ch.score(_k, items)
+                if _k == 0 and self.on_first_score is not None:
+                    first, self.on_first_score = self.on_first_score, None
+                    first()
                 self.last[_k] = scores
                 if _k == 0:
                     self.batch = [{"line": int(r), "prompt": i, "completion": t} for r, i, t in zip(line, input, texts)]

@@ -126,6 +126,30 @@ def train(ch: Channel, job: dict) -> int:
                           snapshots=out / "snapshots")
     trainer.add_callback(cb)
 
+    # The engine's reports: its resolved arguments, and what setup decided and measured.
+    import reports
+    from transformers import TrainerCallback
+    changed = []
+    if plan["execution"]["gpus"] > 0 and use_cpu:
+        changed.append({"field": "execution.gpus", "from": plan["execution"]["gpus"], "to": "cpu",
+                        "why": "torch sees no CUDA device"})
+    ch.emit("engine_config", engine="trl", config=reports.engine_config(trainer))
+    ch.emit("engine_runtime", engine="trl", report=reports.setup_report(trainer, rl, dtype, changed, torch))
+
+    class FirstStepMemory(TrainerCallback):
+        sent = False
+
+        def on_step_end(self, args, state, control, **kw):
+            if not self.sent:  # the first step of this attempt
+                self.sent = True
+                ch.emit("engine_runtime", engine="trl",
+                        report={"memory": {"afterFirstStep": reports.memory_now(trainer, torch)}})
+
+    trainer.add_callback(FirstStepMemory())
+    if rl:
+        rewards.on_first_score = lambda: ch.emit(
+            "engine_runtime", engine="trl", report={"memory": {"afterFirstRollout": reports.memory_now(trainer, torch)}})
+
     resume = None
     if job.get("resume"):
         resume = join_checkpoint(job["resume"]["weightsDir"], job["resume"]["stateDir"], out / "resume")

@@ -102,6 +102,25 @@ def test_native_and_trl_train_the_same_plan_and_agree_on_the_first_step(ready, p
     assert refused.returncode == 2 and "config.engine" in refused.stderr, refused.stderr
 
 
+def test_a_trl_run_reports_its_engine_config_runtime_and_hparams_as_a_native_one_does(ready, pair):
+    run_id = pair["trl"]["runId"]
+    config = ready.json("runs", "engine-config", run_id)
+    assert config["requested"]["engine"] == "trl" and config["resolved"]["engine"] == "trl", config["resolved"]
+    knobs = config["resolved"]["config"]  # TRL's own arguments, by TRL's names
+    assert (knobs["adam_beta1"], knobs["adam_beta2"], knobs["learning_rate"]) == (0.9, 0.999, 0.002), knobs
+    assert (knobs["max_steps"], knobs["per_device_train_batch_size"], knobs["seed"]) == (STEPS, 4, 7), knobs
+    assert (knobs["lora_r"], knobs["lora_alpha"], knobs["lora_dropout"]) == (8, 16, 0.0), knobs
+    report = ready.json("runs", "engine-runtime", run_id)
+    assert report["engine"] == "trl", report
+    model = report["model"]
+    assert 0 < model["trainableParameters"] < model["totalParameters"], model
+    assert report["rolloutEngine"] is None and report["trainer"]["changedBySetup"] == []
+    for moment in ("afterLoad", "afterFirstStep"):
+        assert report["memory"][moment]["allocatedBytes"] > 0, report["memory"]
+    hparams = ready.json("runs", "hparams", run_id)
+    assert hparams["sha"] == ready.json("runs", "get", run_id)["settingsSha"], hparams
+
+
 def test_both_adapters_load_in_peft_and_change_the_model(pair, tiny_model):
     import torch
     from peft import PeftModel
@@ -227,3 +246,6 @@ def test_a_trl_grpo_run_scored_by_the_jobs_json_label_match_completes_with_rewar
     assert [r["completion"] for r in doc["rollouts"]] == [r["completion"][:2000] for r in steps[1]["rl"]["rollouts"]]
     for r in doc["rollouts"]:
         assert r["terms"][0]["name"] == "json-label-match" and r["reward"] == pytest.approx(r["terms"][0]["raw"])
+    runtime = ready.json("runs", "engine-runtime", run["runId"])
+    assert runtime["rolloutEngine"]["engine"] == "trl" and runtime["rolloutEngine"]["groupSize"] == 2, runtime
+    assert set(runtime["memory"]) == {"afterLoad", "afterFirstRollout", "afterFirstStep"}, runtime["memory"]
