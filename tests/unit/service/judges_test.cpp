@@ -71,7 +71,7 @@ TEST(Judges, BadDeclarationsAreRefusedByField) {
 }
 
 TEST(Judges, ASubmittedPlanNamesDeclaredJudgesAndExistingRuleFiles) {
-  const DeploymentConfig c = with_judges();
+  DeploymentConfig c = with_judges();
   EXPECT_TRUE(check_reward_terms(rl_config(R"([{"kind": "model:tiny"}, {"kind": "json-label-match"}])"), c).is_ok());
 
   Status st = check_reward_terms(rl_config(R"([{"kind": "json-label-match"}, {"kind": "model:big"}])"), c);
@@ -92,6 +92,11 @@ TEST(Judges, ASubmittedPlanNamesDeclaredJudgesAndExistingRuleFiles) {
   std::ofstream(file) << "def compute_score(a, b, c, d):\n    return 1\n";
   EXPECT_TRUE(check_reward_terms(rl_config(R"([{"kind": "rule:)" + file + R"("}])"), c).is_ok());
 
+  // An http: term's URL only where outbound.allow lets it: loopback through a rule naming it.
+  st = check_reward_terms(rl_config(R"([{"kind": "http:https://127.0.0.1:9/score"}])"), c);
+  EXPECT_EQ(st.field(), "config.reward.terms[0].kind");
+  EXPECT_NE(st.message().find("outbound.allow"), std::string::npos) << st.message();
+  c.outbound.allow = {{"127.0.0.1", 9}};
   // An http: term's caFile is a file on trainerd's host.
   st = check_reward_terms(rl_config(R"([{"kind": "http:https://127.0.0.1:9/score", "caFile": "/no/such/ca.pem"}])"), c);
   EXPECT_EQ(st.field(), "config.reward.terms[0].caFile");

@@ -79,7 +79,9 @@ TEST(RuleGrader, ScoresWithTheUsersComputeScoreAndCountsEachFailureByCause) {
   }
   EXPECT_NE((*v)[2].detail.find("ValueError: bad completion"), std::string::npos) << (*v)[2].detail;
   EXPECT_NE((*v)[4].detail.find("outside [0, 1]"), std::string::npos) << (*v)[4].detail;
-  EXPECT_GE((*v)[6].seconds, 1.0);  // the hang cost its timeout, no more: the items after it were scored
+  // The hang cost its timeout (1 s, give or take the clocks' rounding), no more: the items after it
+  // were scored.
+  EXPECT_GE((*v)[6].seconds, 0.9);
   // The worker restarted after the hang and the exit goes on serving later batches.
   auto again = (*g)->grade(items({"0.75"}));
   ASSERT_TRUE(again.is_ok());
