@@ -1,100 +1,54 @@
 """What the distillation tests share (test_cli_distillations.py, test_cli_pipelines_distill.py): a
-real HTTP teacher, an OpenAI-compatible /v1/chat/completions written here that answers each decision
-deterministically, counts its calls per decision, can hold calls until released and gives bad
-answers for chosen decisions; trainerd's configuration declaring it; and source rows whose user
+real HTTP teacher (fake_chat_server.py) that answers each decision deterministically, counts its
+calls per decision, can hold calls until released and gives bad answers for chosen decisions; trainerd's configuration declaring it; and source rows whose user
 messages name their row."""
 from __future__ import annotations
 
-import http.server
 import json
 import re
-import threading
 
 import pytest
+
+from fake_chat_server import FakeChatServer, completion
 
 TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "look a thing up",
                                            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}]
 
 
-class Teacher:
+class Teacher(FakeChatServer):
     """Answers decision (ROW, MSG) (the last user message names ROW; MSG is the history's length)
     with "teacher R:M", or, when the row declares tools and the question asks for it, a call of
-    `lookup`. Decisions in `bad` get an empty answer. With `hold_after` set, every call past that
-    many answers waits until release(); calls held through a restart() get no answer."""
+    `lookup`. Decisions in `bad` get an empty answer. Holds and restarts as FakeChatServer does."""
 
     def __init__(self):
-        self.lock = threading.Lock()
-        self.asked: list[tuple[int, tuple[int, int]]] = []  # (generation, decision) of every call
         self.answered: dict[tuple[int, int], int] = {}      # decision -> answers given
         self.requests: dict[tuple[int, int], dict] = {}     # decision -> the last request
         self.bad: set[tuple[int, int]] = set()
         self.odd: dict[tuple[int, int], dict] = {}          # decision -> the choice given instead
-        self.hold_after: int | None = None
-        self.admitted = 0
-        self.gate = threading.Event()
-        self.generation = 0
-        teacher = self
+        super().__init__()
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
+    @staticmethod
+    def history(body: dict) -> list[dict]:
+        return [m for m in body["messages"] if m.get("content") != "Answer as the ACME agent."]
 
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                history = [m for m in body["messages"] if m.get("content") != "Answer as the ACME agent."]
-                last_user = [m for m in history if m["role"] == "user"][-1]["content"]
-                decision = (int(re.search(r"row (\d+)", last_user).group(1)), len(history))
-                with teacher.lock:
-                    generation = teacher.generation
-                    teacher.asked.append((generation, decision))
-                    teacher.requests[decision] = body
-                    hold = teacher.hold_after is not None and teacher.admitted >= teacher.hold_after
-                    teacher.admitted += not hold
-                if hold:
-                    teacher.gate.wait()
-                    with teacher.lock:
-                        if generation != teacher.generation:
-                            self.close_connection = True
-                            return
-                with teacher.lock:
-                    teacher.answered[decision] = teacher.answered.get(decision, 0) + 1
-                wants_call = history[-1]["role"] == "user" and "call lookup" in history[-1]["content"]
-                message = answer_of(decision, "tools" in body, wants_call)
-                if decision in teacher.bad:
-                    message = {"role": "assistant", "content": ""}
-                choice = {"index": 0, "finish_reason": "stop", "message": message}
-                choice.update(teacher.odd.get(decision, {}))
-                reply = {"id": "x", "object": "chat.completion", "model": body["model"], "choices": [choice]}
-                data = json.dumps(reply).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def asked_count(self) -> int:
+    def key_of(self, body: dict):
+        history = self.history(body)
+        last_user = [m for m in history if m["role"] == "user"][-1]["content"]
+        decision = (int(re.search(r"row (\d+)", last_user).group(1)), len(history))
         with self.lock:
-            return len(self.asked)
+            self.requests[decision] = body
+        return decision
 
-    def release(self):
+    def reply(self, body: dict, decision) -> dict:
         with self.lock:
-            self.hold_after = None
-        self.gate.set()
-
-    def restart(self):
-        """The asker restarted: calls held so far get no answer; nothing is held from now on."""
-        with self.lock:
-            self.generation += 1
-        self.release()
-
-    def close(self):
-        self.gate.set()
-        self.server.shutdown()
+            self.answered[decision] = self.answered.get(decision, 0) + 1
+        history = self.history(body)
+        wants_call = history[-1]["role"] == "user" and "call lookup" in history[-1]["content"]
+        message = answer_of(decision, "tools" in body, wants_call)
+        if decision in self.bad:
+            message = {"role": "assistant", "content": ""}
+        choice = {"message": message, **self.odd.get(decision, {})}
+        return completion(body["model"], choice.pop("message"), **choice)
 
 
 def answer_of(decision, has_tools: bool, wants_call: bool) -> dict:
