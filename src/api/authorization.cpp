@@ -2,6 +2,7 @@
 #include "api/authorization.h"
 
 #include <cstring>
+#include <set>
 #include <strings.h>
 
 #include "api/route_support.h"
@@ -45,7 +46,7 @@ const std::vector<RouteRule>& role_table() {
       {"GET", "/v1/base-model-envelopes", R, kNone},
       {"GET", "/v1/base-models/{name...}", R, kNone},
       {"POST", "/v1/trained-models", S, kBodyWorkload},
-      {"GET", "/v1/trained-models", R, kQueryWorkload},
+      {"GET", "/v1/trained-models", R, kListFiltered},
       {"GET", "/v1/trained-models/{ref}", R, kTrainedModelPath},
       {"GET", "/v1/trained-models/{ref}/files/{file}", R, kTrainedModelPath},
       {"GET", "/v1/trained-models/{ref}/merged", R, kTrainedModelPath},
@@ -79,7 +80,7 @@ const std::vector<RouteRule>& role_table() {
       {"POST", "/v1/distillations/{id}/cancel", S, kAllWorkloads},
       // workloads
       {"POST", "/v1/workloads", A, kAllWorkloads},
-      {"GET", "/v1/workloads", R, kAllWorkloads},
+      {"GET", "/v1/workloads", R, kListFiltered},
       {"POST", "/v1/workloads/{ref}/archive", A, kWorkloadPath},
       {"POST", "/v1/workloads/{ref}/unarchive", A, kWorkloadPath},
       {"GET", "/v1/workloads/{ref}", R, kWorkloadPath},
@@ -91,7 +92,7 @@ const std::vector<RouteRule>& role_table() {
       {"PUT", "/v1/workloads/{ref}/refs/{which}", A, kWorkloadPath},
       // runs
       {"POST", "/v1/runs", S, kBodyWorkload},
-      {"GET", "/v1/runs", R, kQueryWorkload},
+      {"GET", "/v1/runs", R, kListFiltered},
       {"GET", "/v1/runs/{ref}/events", R, kRunPath},
       {"POST", "/v1/runs/{ref}/cancel", S, kRunPath},
       {"POST", "/v1/runs/{ref}/pause", S, kRunPath},
@@ -124,14 +125,14 @@ const std::vector<RouteRule>& role_table() {
       {"POST", "/v1/snapshots/{ref}/release", C, kSnapshotPath},
       // evaluations and comparisons
       {"POST", "/v1/evaluations", S, kBodyWorkload},
-      {"GET", "/v1/evaluations", R, kQueryWorkload},
+      {"GET", "/v1/evaluations", R, kListFiltered},
       {"GET", "/v1/evaluations/{ref}", R, kEvaluationPath},
       {"GET", "/v1/evaluations/{ref}/report", R, kEvaluationPath},
       {"GET", "/v1/evaluations/{ref}/rows", R, kEvaluationPath},
       {"POST", "/v1/evaluations/{ref}/cancel", S, kEvaluationPath},
       {"PATCH", "/v1/evaluations/{ref}", S, kEvaluationPath},
       {"POST", "/v1/comparisons", S, kAllWorkloads},
-      {"GET", "/v1/comparisons", R, kAllWorkloads},
+      {"GET", "/v1/comparisons", R, kListFiltered},
       {"GET", "/v1/comparisons/{ref}", R, kComparisonPath},
       // pipelines: their stages may be of several workloads, so only a token on every workload
       {"POST", "/v1/pipelines", S, kAllWorkloads},
@@ -143,7 +144,7 @@ const std::vector<RouteRule>& role_table() {
       {"PATCH", "/v1/pipelines/{ref}", S, kAllWorkloads},
       // endpoints
       {"POST", "/v1/endpoints", S, kBodyWorkload},
-      {"GET", "/v1/endpoints", R, kAllWorkloads},
+      {"GET", "/v1/endpoints", R, kListFiltered},
       {"GET", "/v1/endpoints/info", R, kNone},
       {"GET", "/v1/endpoints/{ref}", R, kEndpointPath},
       {"DELETE", "/v1/endpoints/{ref}/models/{model}", S, kEndpointPath},
@@ -197,6 +198,7 @@ const char* scope_name(Scope scope) {
     case Scope::kTrainedModelPath: return "trained-model";
     case Scope::kComparisonPath: return "comparison";
     case Scope::kBodyWorkload: return "body";
+    case Scope::kListFiltered: return "list";
     case Scope::kQueryWorkload: return "query";
   }
   return "?";
@@ -266,9 +268,21 @@ bool may_touch_run(Service& svc, const Identity& who, const std::string& ref) {
 }
 
 // A limited token's request: allowed when the workload it touches is one of the token's.
-std::optional<Response> check_scope(Service& svc, const Identity& who, const RouteRule& rule, const Request& req) {
+std::optional<Response> check_scope(Service& svc, const Identity& who, const RouteRule& rule, const Request& req,
+                                   Caller* caller = nullptr) {
   const std::string ref = req.params.empty() ? std::string() : req.params[0];
   switch (rule.scope) {
+    case Scope::kListFiltered: {
+      const std::string workload = req.query_value("workload");
+      if (!workload.empty()) {
+        if (may_touch_workload(svc, who, workload)) return std::nullopt;
+        return hidden("workload", workload);
+      }
+      if (caller == nullptr) return hidden("object", ref);
+      caller->filtered = true;
+      caller->only_workloads = who.workloads;
+      return std::nullopt;
+    }
     case Scope::kNone: return std::nullopt;
     case Scope::kAllWorkloads:
       return error_response(permission_denied(std::string(rule.method) + " " + rule.pattern +
@@ -364,7 +378,28 @@ std::optional<Response> authorize(Service& svc, const Request& req, const std::s
                                             " role; token " + who->token_id + " has " + roles));
   }
   if (who->all_workloads) return std::nullopt;
-  return check_scope(svc, *who, *rule, req);
+  return check_scope(svc, *who, *rule, req, &caller);
+}
+
+void filter_to_workloads(const Caller& caller, const std::string& pattern, Response& response) {
+  if (!caller.filtered || response.status < 200 || response.status >= 300) return;
+  json doc = json::parse(response.body, nullptr, false);
+  if (!doc.is_object()) return;
+  const std::set<std::string> allowed(caller.only_workloads.begin(), caller.only_workloads.end());
+  for (auto& [key, value] : doc.items()) {
+    if (!value.is_array()) continue;
+    json kept = json::array();
+    for (auto& item : value) {
+      if (!item.is_object()) {
+        kept.push_back(std::move(item));
+        continue;
+      }
+      const std::string w = pattern == "/v1/workloads" ? item.value("id", std::string()) : workload_of(item);
+      if (allowed.count(w) != 0) kept.push_back(std::move(item));
+    }
+    value = std::move(kept);
+  }
+  response.body = doc.dump();
 }
 
 }  // namespace trainer::api

@@ -40,6 +40,8 @@ enum class Scope {
   kComparisonPath,   // ... a comparison, its source run's workload
   kBodyWorkload,     // the JSON body's "workload" (a limited token must name one of its own)
   kQueryWorkload,    // the query's ?workload= (a limited token must name one of its own)
+  kListFiltered,     // a list: ?workload= as kQueryWorkload; without it a limited token is answered
+                     // the items of its own workloads only (filter_to_workloads())
 };
 
 struct RouteRule {
@@ -71,6 +73,10 @@ struct Caller {
   std::string token_name;          // the token's name
   std::vector<std::string> roles;  // the token's roles
   std::string job_id;              // a job attempt's own credentials (X-Trainer-Job); "" for none
+  // A limited token's list (Scope::kListFiltered without ?workload=): only the items of these
+  // workload ids go out.
+  bool filtered = false;
+  std::vector<std::string> only_workloads;
 };
 
 // Checks a request that matched (method, `pattern`) against its rule: the caller's bearer token
@@ -79,5 +85,11 @@ struct Caller {
 // to let it through; `caller` says who it came from, as far as it was found.
 std::optional<http::Response> authorize(service::Service& service, const http::Request& req,
                                         const std::string& pattern, Caller& caller);
+
+// A list's answer cut down to the items of `caller.only_workloads` (when `caller.filtered`): every
+// top-level array of objects keeps the items whose workload (workload.id, workloadId; a workload
+// list's own id) is one of them; an item naming no workload is left out. Answers that are not a
+// JSON object with status 2xx pass unchanged.
+void filter_to_workloads(const Caller& caller, const std::string& pattern, http::Response& response);
 
 }  // namespace trainer::api

@@ -171,6 +171,7 @@ void install_request_guard(http::Router& router, service::Service& svc, const se
       out = std::move(*limited);
     } else {
       out = handler(req);
+      if (auto* r = std::get_if<Response>(&out)) filter_to_workloads(caller, pattern, *r);
       if (std::holds_alternative<http::Park>(out) || std::holds_alternative<http::Stream>(out)) {
         if (auto slot = tokens->hold_long_poll(caller.token_id)) {
           out = holding(std::move(out), std::move(slot));

@@ -178,7 +178,7 @@ def expected(rule: dict, kind: str) -> str:
         return "pass"
     if rule["scope"] == "all":
         return "403"
-    if rule["scope"] in ("workload", "run", "body", "query"):
+    if rule["scope"] in ("workload", "run", "body", "query", "list"):
         return "pass" if workload == A else "404"
     return "404"  # snapshot, evaluation, endpoint, ...: the request names none that exists
 
@@ -199,7 +199,7 @@ def concrete(pattern: str, rule: dict, run_a: str) -> str:
         else:
             parts.append(seg)
     path = "/".join(parts)
-    if rule["scope"] == "query":
+    if rule["scope"] in ("query", "list"):
         path += f"?workload={A}"
     if pattern == "/v1/runs/{ref}/events":
         path += "?waitSeconds=0"
@@ -215,8 +215,13 @@ def test_an_object_of_another_workload_is_404_as_a_missing_one(service):
     assert missing[1]["error"]["message"] == f"run '{MISSING}' not found"
     # Its own workload's run is answered; a list names the workload it reads.
     assert call(d.url, "GET", f"/v1/runs/{runs[A]}", tokens["submit-a"])[0] == 200
+    # A list that names no workload answers a limited token its own workloads' items only.
     status, answer = call(d.url, "GET", "/v1/runs", tokens["submit-a"])
-    assert status == 403 and answer["error"]["field"] == "workload", answer
+    assert status == 200 and [r["runId"] for r in answer["runs"]] == [runs[A]], answer
+    status, answer = call(d.url, "GET", "/v1/workloads", tokens["submit-a"])
+    assert status == 200 and [w["name"] for w in answer["workloads"]] == [A], answer
+    status, answer = call(d.url, "GET", "/v1/workloads", tokens["admin"])
+    assert status == 200 and {A, B} <= {w["name"] for w in answer["workloads"]}, answer
     status, answer = call(d.url, "GET", f"/v1/runs?workload={A}", tokens["submit-a"])
     assert status == 200 and [r["runId"] for r in answer["runs"]] == [runs[A]], answer
     assert call(d.url, "GET", f"/v1/runs?workload={B}", tokens["submit-a"])[0] == 404
