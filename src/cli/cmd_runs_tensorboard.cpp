@@ -186,8 +186,10 @@ int runs_tensorboard(Context& ctx) {
       continue;  // TensorBoard keeps what it has; the next look may work
     }
     ended = s->ended;
-    if (ctx.text() && s->changed > 0 && sync_only) {
-      out("synced " + std::to_string(s->changed) + " file(s)" + (ended ? "; the run has ended" : "") + "\n");
+    if (ctx.text() && sync_only && (s->changed > 0 || ended)) {
+      // The end is said even when the last look found nothing new (everything was synced before).
+      out(s->changed > 0 ? "synced " + std::to_string(s->changed) + " file(s)" + (ended ? "; the run has ended" : "") + "\n"
+                         : std::string("the run has ended; every file is synced\n"));
       std::fflush(stdout);
     }
   }

@@ -5,6 +5,7 @@ list shows the documented columns; a trainerd killed right after an analysis sta
 on as its second attempt; bad requests are refused by name and start nothing."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 
@@ -92,15 +93,19 @@ def test_trainerd_killed_right_after_an_analysis_started_runs_it_again_as_its_se
         del os.environ["TRAINER_TEST_KILL_AFTER"]
     try:
         cli = Cli(bin_dir / "trainer", service.url)
-        started = cli.json("datasets", "analyze", DATASET_NAME, "--base-model", MODEL_NAME)
+        # The kill comes as the analysis starts, which may be before trainerd has answered the
+        # request (the CLI then says the connection dropped, exit 6): the analysis is stored either way.
+        out = cli("datasets", "analyze", DATASET_NAME, "--base-model", MODEL_NAME, "-o", "json")
+        assert out.returncode in (0, 6), out.stderr
+        started = json.loads(out.stdout)["analysisId"] if out.returncode == 0 else None
         service.proc.wait(timeout=120)
         assert service.proc.returncode == -signal.SIGKILL
         service = start_trainerd(bin_dir, tmp_path / "svc", config)
         cli = Cli(bin_dir / "trainer", service.url)
         done = cli.json("datasets", "analyze", DATASET_NAME, "--base-model", MODEL_NAME, "--wait")
-        assert done["analysisId"] == started["analysisId"]
+        assert started in (None, done["analysisId"]), (started, done)
         assert (done["phase"], done["attempt"]) == ("COMPLETED", 2), done
         assert done["result"] == cli.json("datasets", "measure", DATASET_NAME, "--base-model", MODEL_NAME)
-        assert [(a["analysisId"], a["attempt"]) for a in analyses(cli)] == [(started["analysisId"], 2)]
+        assert [(a["analysisId"], a["attempt"]) for a in analyses(cli)] == [(done["analysisId"], 2)]
     finally:
         stop(service.proc, service.data_dir)
