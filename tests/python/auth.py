@@ -66,3 +66,29 @@ class _TokenHandler(urllib.request.BaseHandler):
 def install() -> None:
     """Makes urllib.request.urlopen send the kept token (see the module's docstring)."""
     urllib.request.install_opener(urllib.request.build_opener(_TokenHandler()))
+
+
+_RAW = urllib.request.build_opener()  # no token handler: each request sends exactly what it is given
+
+
+def call_as(url: str, method: str, path: str, token: str | None, body=None, timeout: float = 60,
+            headers: dict | None = None):
+    """(status, headers, parsed JSON or raw text) of one request sending exactly `token` (none
+    when it is None or empty) and `headers`, not the token kept for the address: what the role and
+    audit tests check."""
+    import urllib.error
+
+    data = json.dumps(body).encode() if body is not None else None
+    sent = {"Content-Type": "application/json", **(headers or {})}
+    if token:
+        sent["Authorization"] = f"Bearer {token}"
+    req = urllib.request.Request(url + path, data=data, method=method, headers=sent)
+    try:
+        with _RAW.open(req, timeout=timeout) as r:
+            raw, status, got = r.read(), r.status, dict(r.headers)
+    except urllib.error.HTTPError as e:
+        raw, status, got = e.read(), e.code, dict(e.headers)
+    try:
+        return status, got, json.loads(raw)
+    except ValueError:
+        return status, got, raw.decode(errors="replace")

@@ -21,36 +21,20 @@ import os
 import sqlite3
 import subprocess
 import threading
-import urllib.error
-import urllib.request
 
 import pytest
 
-from auth import token_for
+from auth import call_as, token_for
 from conftest import ServerUnderTest, setup_basics
 from service_helpers import BUILD, STANDIN_JOB, kill_jobs_under, plan
 from waiting import wait_for
 
-RAW = urllib.request.build_opener()  # no token handler: each request sends what the case says
 WORKLOAD = "audited"
 
 
 def call(url: str, method: str, path: str, token: str | None, body=None, timeout: float = 60):
     """(status, headers, parsed JSON or raw text) of one request with exactly `token`."""
-    data = json.dumps(body).encode() if body is not None else None
-    headers = {"Content-Type": "application/json"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    req = urllib.request.Request(url + path, data=data, method=method, headers=headers)
-    try:
-        with RAW.open(req, timeout=timeout) as r:
-            raw, status, got = r.read(), r.status, dict(r.headers)
-    except urllib.error.HTTPError as e:
-        raw, status, got = e.read(), e.code, dict(e.headers)
-    try:
-        return status, got, json.loads(raw)
-    except ValueError:
-        return status, got, raw.decode(errors="replace")
+    return call_as(url, method, path, token, body, timeout)
 
 
 def trainer(url: str, *args, token: str | None = None) -> subprocess.CompletedProcess:

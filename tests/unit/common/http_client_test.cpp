@@ -6,35 +6,26 @@
 #include <thread>
 
 #include "common/http_client.h"
+#include "loopback_server.h"
 
 namespace trainer {
 namespace {
 
-class Server {
+// The server the tests call: /echo answers the request's Content-Type and body (503 when asked
+// with X-Want), /slow answers after 1.5 s.
+class Server : public LoopbackServer {
  public:
-  Server() {
-    server_.Post("/echo", [](const httplib::Request& req, httplib::Response& res) {
-      res.status = req.get_header_value("X-Want") == "503" ? 503 : 200;
-      res.set_content(req.get_header_value("Content-Type") + "|" + req.body, "text/plain");
-    });
-    server_.Get("/slow", [](const httplib::Request&, httplib::Response& res) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-      res.set_content("late", "text/plain");
-    });
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
-  }
-  ~Server() {
-    while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    server_.stop();
-    thread_.join();
-  }
-  std::string url(const std::string& path) const { return "http://127.0.0.1:" + std::to_string(port_) + path; }
-
- private:
-  httplib::Server server_;
-  int port_ = 0;
-  std::thread thread_;
+  Server()
+      : LoopbackServer([](httplib::Server& s) {
+          s.Post("/echo", [](const httplib::Request& req, httplib::Response& res) {
+            res.status = req.get_header_value("X-Want") == "503" ? 503 : 200;
+            res.set_content(req.get_header_value("Content-Type") + "|" + req.body, "text/plain");
+          });
+          s.Get("/slow", [](const httplib::Request&, httplib::Response& res) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+            res.set_content("late", "text/plain");
+          });
+        }) {}
 };
 
 TEST(HttpClient, PostsJsonWithHeadersAndReturnsAnyStatusWithItsBody) {

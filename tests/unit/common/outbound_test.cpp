@@ -12,6 +12,7 @@
 
 #include "common/http_client.h"
 #include "common/outbound.h"
+#include "loopback_server.h"
 
 namespace trainer {
 namespace {
@@ -79,28 +80,17 @@ TEST(Outbound, UrlsAreCheckedOnEveryAddressTheirHostResolvesTo) {
   EXPECT_NE(refused.message().find("loopback"), std::string::npos) << refused.message();
 }
 
-class Server {
+// An evaluator that counts the calls that reached it.
+class Server : public LoopbackServer {
  public:
-  Server() {
-    server_.Post("/score", [this](const httplib::Request&, httplib::Response& res) {
-      ++calls;
-      res.set_content("{\"score\": 1}", "application/json");
-    });
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
-  }
-  ~Server() {
-    while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    server_.stop();
-    thread_.join();
-  }
-  int port() const { return port_; }
+  Server()
+      : LoopbackServer([this](httplib::Server& s) {
+          s.Post("/score", [this](const httplib::Request&, httplib::Response& res) {
+            ++calls;
+            res.set_content("{\"score\": 1}", "application/json");
+          });
+        }) {}
   std::atomic<int> calls{0};
-
- private:
-  httplib::Server server_;
-  int port_ = 0;
-  std::thread thread_;
 };
 
 TEST(Outbound, TheCallIsCheckedAsItConnects) {
