@@ -14,6 +14,7 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <utility>
 
 namespace trainer {
 namespace {
@@ -237,8 +238,11 @@ bool url_host_port(const std::string& url, std::string* host, int* port) {
   return true;
 }
 
-std::vector<std::string> test_resolve_entries(int port) {
-  std::vector<std::string> out;
+namespace {
+
+// The test hosts file's (name, address) lines; none when TRAINER_TEST_HOSTS_FILE is unset.
+std::vector<std::pair<std::string, std::string>> test_hosts() {
+  std::vector<std::pair<std::string, std::string>> out;
   const char* file = std::getenv("TRAINER_TEST_HOSTS_FILE");
   if (file == nullptr || *file == '\0') return out;
   std::ifstream in(file);
@@ -246,8 +250,16 @@ std::vector<std::string> test_resolve_entries(int port) {
   while (std::getline(in, line)) {
     std::istringstream words(line);
     std::string name, address;
-    if (words >> name >> address) out.push_back(lower(name) + ":" + std::to_string(port) + ":" + address);
+    if (words >> name >> address) out.emplace_back(lower(name), address);
   }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> test_resolve_entries(int port) {
+  std::vector<std::string> out;
+  for (const auto& [name, address] : test_hosts()) out.push_back(name + ":" + std::to_string(port) + ":" + address);
   return out;
 }
 
@@ -255,9 +267,8 @@ std::vector<std::string> resolve_addresses(const std::string& host) {
   const std::string name = lower(host);
   if (parse_address(name)) return {name};
   std::vector<std::string> out;
-  for (const auto& entry : test_resolve_entries(0)) {  // "NAME:0:ADDRESS"
-    const size_t first = entry.find(':');
-    if (entry.substr(0, first) == name) out.push_back(entry.substr(entry.find(':', first + 1) + 1));
+  for (const auto& [listed, address] : test_hosts()) {
+    if (listed == name) out.push_back(address);
   }
   if (!out.empty()) return out;
   addrinfo hints{};
