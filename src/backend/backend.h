@@ -110,6 +110,11 @@ class Backend {
   virtual std::map<std::string, int> observed_devices() = 0;
   // A one-line description of what observed_devices() read, for `info`.
   virtual std::string observed_source() const = 0;
+  // Of observed_devices(), those the cluster reports allocated to any work at all (this
+  // service's jobs and everything else), by the same profiles: a node counts one "cpu" device in
+  // use while anything holds part of it. nullopt when the backend cannot say (the local backend,
+  // or a cluster that did not answer).
+  virtual std::optional<std::map<std::string, int>> devices_in_use() { return std::nullopt; }
 };
 
 struct LocalBackendOptions {

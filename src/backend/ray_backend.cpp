@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <thread>
 #include <filesystem>
@@ -227,17 +228,37 @@ class RayBackend final : public Backend {
     for (const auto& node : *nodes) {
       out["cpu"] += 1;  // one CPU device per node, as on one host
       if (!node.resources.is_object()) continue;
-      for (const auto& [key, value] : node.resources.items()) {
-        if (!value.is_number()) continue;
-        // "GPU" counts the node's GPUs; "accelerator_type:H100" names their kind.
-        if (key == "GPU") {
-          std::string profile = "gpu";
-          for (const auto& [k2, v2] : node.resources.items()) {
-            if (k2.rfind("accelerator_type:", 0) == 0) profile = "nvidia-" + lower(k2.substr(17));
-          }
-          out[profile] += static_cast<int>(value.get<double>());
-        }
-      }
+      // "GPU" counts the node's GPUs.
+      const json& gpus = node.resources.value("GPU", json(nullptr));
+      if (gpus.is_number()) out[gpu_profile(node)] += static_cast<int>(gpus.get<double>());
+    }
+    return out;
+  }
+
+  // What the cluster's resource report (GET /api/cluster_status, its usage by node) says is in
+  // use on each alive node: its GPUs in use, and the node as one "cpu" device while any of its
+  // CPUs or GPUs is.
+  std::optional<std::map<std::string, int>> devices_in_use() override {
+    auto nodes = alive_nodes();
+    if (!nodes.is_ok()) return std::nullopt;
+    Answer a = request("GET", "/api/cluster_status?format=0", "");
+    if (a.status != 200) return std::nullopt;
+    auto doc = parse_json(a.body, "Ray cluster status", 64);
+    if (!doc.is_ok()) return std::nullopt;
+    const json usage = doc->value("/data/clusterStatus/loadMetricsReport/usageByNode"_json_pointer, json(nullptr));
+    if (!usage.is_object()) return std::nullopt;
+    // A resource's [used, total].
+    auto used = [](const json& node_usage, const char* resource) {
+      const json& pair = node_usage.value(resource, json(nullptr));
+      return pair.is_array() && !pair.empty() && pair[0].is_number() ? pair[0].get<double>() : 0.0;
+    };
+    std::map<std::string, int> out;
+    for (const auto& node : *nodes) {
+      const json node_usage = usage.value(node.id, json(nullptr));
+      if (!node_usage.is_object()) continue;
+      const double gpus = used(node_usage, "GPU");
+      if (used(node_usage, "CPU") > 0 || gpus > 0) out["cpu"] += 1;
+      if (gpus > 0) out[gpu_profile(node)] += static_cast<int>(std::ceil(gpus));
     }
     return out;
   }
@@ -264,10 +285,21 @@ class RayBackend final : public Backend {
   }
 
   struct AliveNode {
+    std::string id;       // the raylet's node id (hex)
     std::string name;     // the raylet's node name (its address unless the node was started with --node-name)
     std::string address;  // the raylet's address: Ray gives each node the resource "node:ADDRESS"
     json resources;       // the raylet's resourcesTotal (an object; null when it reported none)
   };
+
+  // A node's GPU profile: "nvidia-h100" from its resource "accelerator_type:H100", "gpu" without one.
+  static std::string gpu_profile(const AliveNode& node) {
+    if (node.resources.is_object()) {
+      for (const auto& [key, value] : node.resources.items()) {
+        if (key.rfind("accelerator_type:", 0) == 0) return "nvidia-" + lower(key.substr(17));
+      }
+    }
+    return "gpu";
+  }
 
   // The cluster's alive nodes (GET /nodes?view=summary); unavailable when the dashboard does not answer.
   Result<std::vector<AliveNode>> alive_nodes() const {
@@ -291,6 +323,7 @@ class RayBackend final : public Backend {
       const json& raylet = node["raylet"];
       if (raylet.value("state", std::string()) != "ALIVE") continue;
       AliveNode n;
+      n.id = raylet.value("nodeId", std::string());
       n.address = raylet.value("nodeManagerAddress", std::string());
       n.name = raylet.value("nodeName", std::string());
       if (n.name.empty()) n.name = n.address;

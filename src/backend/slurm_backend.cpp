@@ -257,21 +257,23 @@ class SlurmBackend final : public Backend {
     if (!nodes.is_ok()) return out;
     for (const auto& node : *nodes) {
       out["cpu"] += 1;  // one CPU device per node, as on one host
-      std::istringstream gres(node.gres);
-      std::string item;
-      while (std::getline(gres, item, ',')) {
-        item = item.substr(0, item.find('('));  // "gpu:h100:8(S:0-1)"
-        if (item.rfind(options_.gres_name + ":", 0) != 0) continue;
-        std::vector<std::string> parts;
-        std::string p;
-        std::istringstream colon(item);
-        while (std::getline(colon, p, ':')) parts.push_back(p);
-        try {
-          if (parts.size() == 2) out[gres_profile("")] += std::stoi(parts[1]);
-          if (parts.size() >= 3) out[gres_profile(parts[1])] += std::stoi(parts[2]);
-        } catch (const std::exception&) {
-        }
+      add_gres(node.gres, out);
+    }
+    return out;
+  }
+
+  // sinfo's GresUsed of the same nodes; a node is one "cpu" device in use while it is allocated
+  // or mixed (any job holds part of it).
+  std::optional<std::map<std::string, int>> devices_in_use() override {
+    auto nodes = up_nodes();
+    if (!nodes.is_ok()) return std::nullopt;
+    std::map<std::string, int> out;
+    for (const auto& node : *nodes) {
+      if (node.state.rfind("alloc", 0) == 0 || node.state.rfind("mix", 0) == 0 ||
+          node.state.rfind("completing", 0) == 0) {
+        out["cpu"] += 1;
       }
+      add_gres(node.gres_used, out);
     }
     return out;
   }
@@ -284,14 +286,37 @@ class SlurmBackend final : public Backend {
 
  private:
   struct Node {
-    std::string name;  // sinfo's %N
-    std::string gres;  // sinfo's %G ("gpu:h100:8(S:0-1),...")
+    std::string name;       // sinfo's NodeList
+    std::string state;      // sinfo's StateLong ("idle", "mixed", "allocated", ...)
+    std::string gres;       // sinfo's Gres ("gpu:h100:8(S:0-1),...")
+    std::string gres_used;  // sinfo's GresUsed ("gpu:h100:2(IDX:0-1),...")
   };
+
+  // Adds the devices of a gres list ("gpu:h100:8(S:0-1),gpu:2") named options_.gres_name to
+  // `out`, by profile.
+  void add_gres(const std::string& list, std::map<std::string, int>& out) const {
+    std::istringstream gres(list);
+    std::string item;
+    while (std::getline(gres, item, ',')) {
+      item = item.substr(0, item.find('('));  // "gpu:h100:8(S:0-1)"
+      if (item.rfind(options_.gres_name + ":", 0) != 0) continue;
+      std::vector<std::string> parts;
+      std::string p;
+      std::istringstream colon(item);
+      while (std::getline(colon, p, ':')) parts.push_back(p);
+      try {
+        if (parts.size() == 2) out[gres_profile("")] += std::stoi(parts[1]);
+        if (parts.size() >= 3) out[gres_profile(parts[1])] += std::stoi(parts[2]);
+      } catch (const std::exception&) {
+      }
+    }
+  }
 
   // The nodes sinfo lists (in the partition, when one is set) that are up: not down, drained,
   // failing, unknown or unresponsive ('*'); unavailable when sinfo does not answer.
   Result<std::vector<Node>> up_nodes() const {
-    std::vector<std::string> argv = {tool("sinfo"), "-h", "-N", "-o", "%N|%T|%G"};
+    // -O with '|' after each field: no padding, no truncation.
+    std::vector<std::string> argv = {tool("sinfo"), "-h", "-N", "-O", "NodeList:|,StateLong:|,Gres:|,GresUsed:|"};
     if (!options_.partition.empty()) argv.push_back("--partition=" + options_.partition);
     auto r = run_command(argv, env(), kCommandTimeoutS);
     if (!r.is_ok()) return unavailable("Slurm backend: sinfo: " + r.status().message());
@@ -307,13 +332,13 @@ class SlurmBackend final : public Backend {
       std::string item;
       std::istringstream fields(trim(line));
       while (std::getline(fields, item, '|')) f.push_back(item);
-      if (f.size() < 3 || !seen.insert(f[0]).second) continue;
+      if (f.size() < 4 || !seen.insert(f[0]).second) continue;
       const std::string& state = f[1];
       if (state.rfind("down", 0) == 0 || state.rfind("drain", 0) == 0 || state.rfind("fail", 0) == 0 ||
           state.rfind("unknown", 0) == 0 || state.find('*') != std::string::npos) {
         continue;
       }
-      out.push_back({f[0], f[2]});
+      out.push_back({f[0], state, f[2] == "(null)" ? "" : f[2], f[3] == "(null)" ? "" : f[3]});
     }
     return out;
   }

@@ -334,7 +334,8 @@ Command capacity_command() {
       "A claim holds devices (GRANTED) or waits for them (QUEUED). WARNINGS lists claims still\n"
       "holding devices of a window that has ended, and runs whose host memory figure is over their\n"
       "pool's HOST RAM (neither is stopped). With a Slurm or Ray backend, Cluster shows what it last\n"
-      "read: NODES, DEVICES, HELD (by this service's claims), OUTSIDE, READ. --workload keeps only\n"
+      "read: NODES, DEVICES, HELD (by this service's claims), OUTSIDE (of DEVICES, what the cluster\n"
+      "gives to other work), READ (a report reads it again when that is over 5 s old). --workload keeps only\n"
       "that workload's claims, quota and warnings; the pools' totals stay whole.";
   c.flags = {{"workload", 0, "NAME", "show only this workload's claims, quota and warnings", ""}};
   c.run = run_capacity;

@@ -134,11 +134,22 @@ void Capacity::settle_cost(RunRecord& run, double t) {
 
 void Capacity::read() {
   auto devices = core_.backend->observed_devices();
+  auto in_use = core_.backend->devices_in_use();
   const double t = core_.now();
   std::lock_guard<std::mutex> lock(observed_mu_);
   observed_ = devices;
+  in_use_ = std::move(in_use);
   observed_read_ = true;
   observed_at_ = t;
+}
+
+void Capacity::read_if_older(std::chrono::seconds age) {
+  std::unique_lock<std::mutex> reading(reading_mu_, std::try_to_lock);
+  if (!reading.owns_lock()) return;  // another request is reading it now
+  const auto t = std::chrono::steady_clock::now();
+  if (t - read_steady_ < age) return;
+  read();
+  read_steady_ = std::chrono::steady_clock::now();
 }
 
 int Capacity::observed_for(const PoolConfig& p, const std::map<std::string, int>& observed) {

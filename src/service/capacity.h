@@ -6,6 +6,7 @@
 // publish_gpu_time() run with the core's mu held, inside a store transaction.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -34,6 +35,9 @@ class Capacity {
 
   // Reads the devices the backend observes (start(), then the driver every 30 s).
   void read();
+  // read() again when the last read is older than `age` (report(): the cluster as it is now, not
+  // as it was up to 30 s ago); one caller reads while the others use what it read.
+  void read_if_older(std::chrono::seconds age);
 
   // For runs and evaluations (mu held, inside a store transaction):
   // Grants what admission grants of the queued claims, and places granted claims on devices, under
@@ -66,7 +70,7 @@ class Capacity {
   static int observed_for(const PoolConfig& p, const std::map<std::string, int>& observed);
   // The "cluster" of report(): what a Slurm or Ray backend last read; null for another backend.
   json cluster_json(const std::vector<store::ClaimRow>& claims, const std::map<std::string, int>& observed,
-                    std::optional<double> read_at) const;
+                    const std::optional<std::map<std::string, int>>& in_use, std::optional<double> read_at) const;
   // Adds hostMemoryGiB to a run's claim `entry`, and to `warnings` when it is over its pool's
   // hostRamGiB (report()).
   Status check_host_ram(const store::ClaimRow& c, const std::string& workload_name, json& entry, json& warnings);
@@ -79,8 +83,12 @@ class Capacity {
 
   std::mutex observed_mu_;
   std::map<std::string, int> observed_;  // guarded by observed_mu_
+  // Of observed_, what the cluster reported in use by any work (Backend::devices_in_use).
+  std::optional<std::map<std::string, int>> in_use_;  // guarded by observed_mu_
   bool observed_read_ = false;           // guarded by observed_mu_
   double observed_at_ = 0;               // guarded by observed_mu_: when read (service clock, seconds)
+  std::mutex reading_mu_;                // held by the one read_if_older() that reads
+  std::chrono::steady_clock::time_point read_steady_;  // guarded by reading_mu_: the last read
 };
 
 }  // namespace trainer::service

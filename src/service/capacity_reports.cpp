@@ -31,6 +31,8 @@ std::string ids_text(const std::vector<int>& ids) {
 }  // namespace
 
 Result<json> Capacity::report(const std::string& workload) {
+  constexpr std::chrono::seconds kClusterFreshness(5);
+  if (core_.backend->name() == "slurm" || core_.backend->name() == "ray") read_if_older(kClusterFreshness);
   auto claims = core_.store->list_claims();
   if (!claims.is_ok()) return claims.status();
   auto workloads = core_.store->list_workloads();
@@ -43,11 +45,13 @@ Result<json> Capacity::report(const std::string& workload) {
     if (!known) return field_status(StatusCode::kNotFound, "workload", "no workload named '" + workload + "'");
   }
   std::map<std::string, int> observed;
+  std::optional<std::map<std::string, int>> in_use;
   bool read;
   double read_at;
   {
     std::lock_guard<std::mutex> lock(observed_mu_);
     observed = observed_;
+    in_use = in_use_;
     read = observed_read_;
     read_at = observed_at_;
   }
@@ -155,14 +159,16 @@ Result<json> Capacity::report(const std::string& workload) {
               {"claims", cl},
               {"quotas", quotas},
               {"warnings", warnings},
-              {"cluster", cluster_json(*claims, observed, read ? std::optional<double>(read_at) : std::nullopt)}};
+              {"cluster", cluster_json(*claims, observed, in_use, read ? std::optional<double>(read_at) : std::nullopt)}};
 }
 
 // The cluster a Slurm or Ray backend schedules on, as last read: its nodes (each counted as one
 // "cpu" device by observed_devices), its devices by profile (GPUs; the nodes' CPU devices where
-// it has none), and the devices this service's granted claims hold. What work outside this
-// service holds is not read from either backend: outside is null. Null for the local backend.
+// it has none), the devices this service's granted claims hold, and outside: of the same
+// devices, those the cluster reports in use beyond what this service holds (other users' work;
+// null when the backend could not say). Null for the local backend.
 json Capacity::cluster_json(const std::vector<store::ClaimRow>& claims, const std::map<std::string, int>& observed,
+                            const std::optional<std::map<std::string, int>>& in_use,
                             std::optional<double> read_at) const {
   const std::string backend = core_.backend->name();
   if (backend != "slurm" && backend != "ray") return nullptr;
@@ -176,9 +182,19 @@ json Capacity::cluster_json(const std::vector<store::ClaimRow>& claims, const st
     total += count;
   }
   auto nodes = observed.find("cpu");
-  if (total == 0 && nodes != observed.end()) {
+  const bool nodes_are_the_devices = total == 0 && nodes != observed.end();
+  if (nodes_are_the_devices) {
     devices["cpu"] = nodes->second;
     total = nodes->second;
+  }
+  // The same profiles as `devices`, in use by anything; what this service's claims hold is ours.
+  json outside = nullptr;
+  if (read_at && in_use) {
+    int used = 0;
+    for (const auto& [profile, count] : *in_use) {
+      if (nodes_are_the_devices ? profile == "cpu" : profile != "cpu") used += count;
+    }
+    outside = std::max(0, used - held);
   }
   return {{"backend", backend},
           {"source", core_.backend->observed_source()},
@@ -186,7 +202,7 @@ json Capacity::cluster_json(const std::vector<store::ClaimRow>& claims, const st
           {"devices", devices},
           {"deviceCount", read_at ? json(total) : json(nullptr)},
           {"held", held},
-          {"outside", nullptr},
+          {"outside", outside},
           {"readAt", read_at ? json(rfc3339(*read_at)) : json(nullptr)}};
 }
 

@@ -74,7 +74,10 @@ class SlurmCluster:
         self.env = {**os.environ, "SLURM_CONF": str(conf)}
 
     @classmethod
-    def start(cls, root: pathlib.Path) -> "SlurmCluster":
+    def start(cls, root: pathlib.Path, gpus: int = 0) -> "SlurmCluster":
+        """`gpus`: the node declares that many devices as a generic gres named 'accel', counted
+        alone (slurmd refuses a 'gpu' gres without device files), so jobs can be allocated devices
+        on a machine that has no GPU: trainerd's Slurm backend is told `gresName: accel`."""
         if os.geteuid() != 0:
             pytest.fail("the Slurm tests start slurmd, which must run as root")
         munged = _require("munged", "munge")
@@ -100,7 +103,11 @@ class SlurmCluster:
         ctld_port, d_port = free_port(), free_port()
         cpus = os.cpu_count() or 2
         conf = root / "slurm.conf"
+        gres = f" Gres=accel:{gpus}" if gpus else ""
+        if gpus:
+            (root / "gres.conf").write_text(f"NodeName=localhost Name=accel Count={gpus}\n")
         conf.write_text("\n".join([
+            *(["GresTypes=accel"] if gpus else []),
             "ClusterName=trainertest",
             "SlurmctldHost=localhost",
             "SlurmUser=root",
@@ -127,7 +134,7 @@ class SlurmCluster:
             f"SlurmdLogFile={root / 'log' / 'slurmd.log'}",
             f"SlurmctldPort={ctld_port}",
             f"SlurmdPort={d_port}",
-            f"NodeName=localhost NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=2000 State=UNKNOWN",
+            f"NodeName=localhost NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=2000{gres} State=UNKNOWN",
             "PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP",
         ]) + "\n")
         env = {**os.environ, "SLURM_CONF": str(conf)}

@@ -5,10 +5,12 @@ and restarted trainerd."""
 from __future__ import annotations
 
 import json
+import os
 import urllib.request
 import pytest
 
 from backend_support import Service, trainer_job_version
+from waiting import wait_for
 
 LONG = 100000
 
@@ -68,10 +70,26 @@ def test_trainerd_killed_and_restarted_follows_its_ray_job(service, ray_head):
 def test_capacity_observes_the_ray_node(service, ray_head):
     cap = service.cli.json("capacity")
     assert cap["pools"][0]["observed"] == 1  # one alive node, one CPU device per node
-    cluster = cap["cluster"]
-    assert (cluster["backend"], cluster["nodes"], cluster["devices"], cluster["held"], cluster["outside"]) == \
-        ("ray", 1, {"cpu": 1}, 0, None), cluster
+    # Nothing of ours or anyone's runs on the node: none of it is held or outside.
+    cluster = wait_for(lambda: (c := service.cli.json("capacity")["cluster"])["outside"] == 0 and c, 120,
+                       "the node idle", interval=1)
+    assert (cluster["backend"], cluster["nodes"], cluster["devices"], cluster["held"]) == \
+        ("ray", 1, {"cpu": 1}, 0), cluster
     assert cluster["readAt"], cluster
+    # A Ray job of someone else's holding a CPU of the node: the node is OUTSIDE until it ends.
+    other = f"someone-else-{os.getpid()}"
+    request = urllib.request.Request(
+        ray_head.address + "/api/jobs/", method="POST", headers={"Content-Type": "application/json"},
+        data=json.dumps({"entrypoint": "sleep 600", "submission_id": other, "entrypoint_num_cpus": 1}).encode())
+    urllib.request.urlopen(request, timeout=60).close()
+    try:
+        wait_for(lambda: service.cli.json("capacity")["cluster"]["outside"] == 1, 120,
+                 "the node counted outside while another job holds it", interval=1)
+    finally:
+        stop = urllib.request.Request(ray_head.address + f"/api/jobs/{other}/stop", method="POST")
+        urllib.request.urlopen(stop, timeout=60).close()
+    wait_for(lambda: service.cli.json("capacity")["cluster"]["outside"] == 0, 120, "the node idle again",
+             interval=1)
     assert "Cluster (ray: " in service.cli("capacity", check=True).stdout
 
 

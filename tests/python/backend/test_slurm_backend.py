@@ -11,6 +11,7 @@ import urllib.request
 import pytest
 
 from backend_support import Service, trainer_job_version
+from clusters import SlurmCluster
 from cli_support import EXAMPLES, MODEL_NAME, WORKLOAD
 from waiting import wait_for
 
@@ -87,14 +88,22 @@ def test_trainerd_killed_and_restarted_follows_its_slurm_job(service, slurm):
     assert done["progress"]["step"] == 40
 
 
+def cluster_section(service, outside: int, held: int = 0) -> dict:
+    """The capacity report's cluster section once its OUTSIDE and HELD are the figures given (the
+    report reads the cluster again when its last read is over 5 s old)."""
+    def read():
+        cluster = service.cli.json("capacity")["cluster"]
+        return cluster if (cluster["outside"], cluster["held"]) == (outside, held) else None
+    return wait_for(read, 120, f"the cluster section with outside {outside} and held {held}", interval=1)
+
+
 def test_capacity_observes_the_slurm_node(service, slurm):
     cap = service.cli.json("capacity")
     pool = cap["pools"][0]
     assert pool["observed"] == 1  # one node up, one CPU device per node
-    # The cluster section: what the Slurm backend read (nothing held yet; what others hold is not read).
-    cluster = cap["cluster"]
-    assert (cluster["backend"], cluster["nodes"], cluster["devices"], cluster["held"], cluster["outside"]) == \
-        ("slurm", 1, {"cpu": 1}, 0, None), cluster
+    # The cluster section: what the Slurm backend read (nothing held, nothing running on the node).
+    cluster = cluster_section(service, outside=0)
+    assert (cluster["backend"], cluster["nodes"], cluster["devices"]) == ("slurm", 1, {"cpu": 1}), cluster
     assert cluster["readAt"] and "sinfo" in cluster["source"], cluster
     text = service.cli("capacity", check=True).stdout
     assert "Cluster (slurm: " in text and "NODES" in text and "READ" in text, text
@@ -189,3 +198,52 @@ def test_a_node_whose_scan_job_fails_is_named_with_its_error_and_the_exit_status
         assert text.returncode == 0 and "Node localhost: no answer: srun exited " in text.stdout, text.stdout
     finally:
         svc.close()
+
+
+def test_capacity_counts_the_node_another_users_job_holds_as_outside(service, slurm):
+    """OUTSIDE is what the cluster gives to work that is not this service's: a batch job of someone
+    else's on the node makes it one device outside; a run of ours on it is HELD, not outside."""
+    cluster_section(service, outside=0)
+    run_id = service.start(max_steps=LONG)["runId"]
+    service.wait_step(run_id)
+    cluster_section(service, outside=0, held=1)  # the node runs our job: held, not outside
+    service.cancel(run_id)
+    service.wait_phase(run_id, "CANCELLED")
+    other = slurm.run("sbatch", "--parsable", "--job-name=someone-else", "-c", "1", "--wrap", "sleep 600")
+    assert other.returncode == 0, other.stderr
+    try:
+        cluster = cluster_section(service, outside=1)
+        assert cluster["devices"] == {"cpu": 1}, cluster
+        text = service.cli("capacity", check=True).stdout
+        cluster_lines = text[text.index("Cluster (slurm: "):].splitlines()
+        header, row = cluster_lines[1], cluster_lines[2]
+        assert header.split() == ["NODES", "DEVICES", "HELD", "OUTSIDE", "READ"], cluster_lines
+        assert row[header.index("OUTSIDE"):].split()[0] == "1", cluster_lines
+    finally:
+        slurm.run("scancel", other.stdout.strip())
+    cluster_section(service, outside=0)
+
+
+def test_gpus_another_users_job_holds_are_outside(bin_dir, tiny_model, tmp_path, tmp_path_factory):
+    """On a cluster whose node has 2 devices (a count-only gres, named to trainerd as its GPU gres),
+    a job of someone else's holding one of them is 1 OUTSIDE of the cluster's 2 devices."""
+    cluster = SlurmCluster.start(tmp_path_factory.mktemp("slurm-gres"), gpus=2)
+    svc = None
+    try:
+        svc = Service(bin_dir, tmp_path, tiny_model, {
+            "compute": {"backend": "slurm", "slurm": {"slurmConf": str(cluster.conf), "gresName": "accel"}},
+            "pools": [{"name": "gpu", "accelerator": "any", "declared": 2, "maxClaim": 1}],
+        })
+        assert svc.cli.json("capacity")["pools"][0]["observed"] == 2
+        first = cluster_section(svc, outside=0)
+        assert first["devices"] == {"gpu": 2} and first["deviceCount"] == 2, first
+        other = cluster.run("sbatch", "--parsable", "--job-name=someone-else", "-c", "1", "--gres=accel:1",
+                            "--wrap", "sleep 600")
+        assert other.returncode == 0, other.stderr
+        cluster_section(svc, outside=1)
+        cluster.run("scancel", other.stdout.strip())
+        cluster_section(svc, outside=0)
+    finally:
+        if svc:
+            svc.close()
+        cluster.stop()
