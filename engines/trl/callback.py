@@ -170,3 +170,25 @@ class ProtocolCallback(TrainerCallback):
                 time.sleep(3600)
         elif kind == "garbage":
             self.ch.raw("this is not an event {")
+
+
+class ContinueState(TrainerCallback):
+    """runs continue: the parent snapshot's AdamW moments (and step counts) and RNG states, loaded
+    once the Trainer has built the child's own optimizer and schedule (the schedule spans the
+    child's steps, as the native engine's continued run; the learning rate is the child's)."""
+
+    def __init__(self, trainer, state_dir: str) -> None:
+        self.trainer = trainer
+        self.state_dir = pathlib.Path(state_dir)
+
+    def on_train_begin(self, args, state, control, optimizer=None, **kw):
+        import torch
+        saved = torch.load(self.state_dir / "optimizer.pt", map_location="cpu", weights_only=True)
+        current = optimizer.state_dict()
+        shape = lambda sd: [len(g["params"]) for g in sd["param_groups"]]  # noqa: E731
+        if shape(saved) != shape(current):
+            raise ValueError(f"the snapshot's optimizer holds parameter groups of sizes {shape(saved)}, this run's "
+                             f"adapter {shape(current)}: continue with the parent's LoRA settings")
+        current["state"] = saved["state"]  # the moments; param_groups (the learning rate) stay the child's
+        optimizer.load_state_dict(current)
+        self.trainer._load_rng_state(str(self.state_dir))

@@ -8,8 +8,10 @@ trainer-job (src/job/trl_engine.cpp) when the plan's engine is trl. docs/engines
 FILE (written by trainer-job) holds: plan (plan::to_json of the resolved plan), settingsSha,
 order (the dataset's row indices in the order the native engine trains on them, epoch after epoch),
 rows (rows per epoch), totalSteps, outputDir, rolloutsPath (GRPO's rollouts file), resume (the
-restored snapshot's weightsDir and stateDir, a paused run's resume; null otherwise) and startFrom
-(a child run's or a warm start's weightsDir: the adapter alone; null otherwise). Events go to stdout, commands come on stdin (protocol.py).
+restored snapshot's weightsDir and stateDir, a paused run's resume; null otherwise), startFrom
+(a child run's or a warm start's weightsDir: the adapter alone; null otherwise) and continueFrom
+(runs continue: the parent snapshot's weightsDir and stateDir, whose optimizer and RNG carry on in
+the child's own steps; null otherwise). Events go to stdout, commands come on stdin (protocol.py).
 Exit status 0 after completed, paused or cancelled; 1 after failed.
 """
 from __future__ import annotations
@@ -83,13 +85,16 @@ def train(ch: Channel, job: dict) -> int:
     set_seed(kwargs["seed"])  # the adapter's initialisation as well as the run's
     tokenizer = AutoTokenizer.from_pretrained(plan["baseModel"])
     model, lora = plan["baseModel"], LoraConfig(**translate.lora_kwargs(config))
-    if job.get("startFrom"):
-        # A child run (runs branch --restore weights) or a warm start: the snapshot's adapter, trainable,
-        # on the base model; a fresh optimizer, schedule, RNG and data order.
+    start = job.get("startFrom") or job.get("continueFrom")
+    if start:
+        # A child run (runs branch --restore weights, runs continue) or a warm start: the snapshot's
+        # adapter, trainable, on the base model. startFrom: a fresh optimizer, schedule, RNG and data
+        # order; continueFrom: the parent's optimizer moments and RNG too (ContinueState), the data
+        # where the parent left it (trainer-job's order), the child's own steps and schedule.
         from peft import PeftModel
         from transformers import AutoModelForCausalLM
         base = AutoModelForCausalLM.from_pretrained(plan["baseModel"], **kwargs.pop("model_init_kwargs"))
-        model, lora = PeftModel.from_pretrained(base, job["startFrom"]["weightsDir"], is_trainable=True), None
+        model, lora = PeftModel.from_pretrained(base, start["weightsDir"], is_trainable=True), None
     rewards = None
     if rl:
         from trl import GRPOConfig, GRPOTrainer
@@ -125,6 +130,9 @@ def train(ch: Channel, job: dict) -> int:
                           save_every=plan["execution"].get("saveEvery"), pause_at=plan.get("pauseAtStep"),
                           snapshots=out / "snapshots")
     trainer.add_callback(cb)
+    if job.get("continueFrom"):
+        from callback import ContinueState
+        trainer.add_callback(ContinueState(trainer, job["continueFrom"]["stateDir"]))
 
     # The engine's reports: its resolved arguments, and what setup decided and measured.
     import reports

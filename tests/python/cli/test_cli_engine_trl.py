@@ -4,7 +4,8 @@ same tiny SFT plan trained by the native engine and by TRL's SFTTrainer in the j
 model's loss on the same batch (a fresh LoRA adds nothing), so both engines must agree on it to
 1e-5; `runs compare --across-plans` sees no window past a small margin; both adapters load in PEFT.
 A TRL run paused and resumed trains the same losses as one uninterrupted (TRL's optimizer,
-scheduler and RNG restored from our snapshot). A native run's adapter branched onto TRL trains the
+scheduler and RNG restored from our snapshot), and one continued (`runs continue`) from its step-2 snapshot
+trains the original's steps 3 and 4. A native run's adapter branched onto TRL trains the
 same first step as branched onto native. A worker that crashes, hangs, writes a line that is
 not an event, or is SIGKILLed ends its run FAILED, naming which, with no claim left (the worker's
 faults are injected through TRAINER_TRL_FAULT_FILE, a test-only hook of the worker); a cancelled one
@@ -143,7 +144,7 @@ def test_both_adapters_load_in_peft_and_change_the_model(pair, tiny_model):
 def test_a_native_adapter_branched_onto_trl_trains_the_same_first_step_as_onto_native(ready, pair, tmp_path):
     """`runs branch --restore weights` of the native run's final snapshot, once on each engine (the
     TRL child by an override of config.engine): TRL loads our adapter and, on the same batch, computes
-    the same loss; a child restoring trainingState is refused by the TRL job by name."""
+    the same loss; the native run's training state cannot be continued on TRL."""
     parent = pair["native"]["runId"]
     source = snapshot_at(ready, parent, STEPS)
     to_trl = tmp_path / "trl.yaml"
@@ -159,8 +160,30 @@ def test_a_native_adapter_branched_onto_trl_trains_the_same_first_step_as_onto_n
     assert abs(first["native"] - first["trl"]) <= 1e-5, first
     # The adapter was loaded: not the fresh adapter's (the base model's) loss of the parent's first step.
     assert abs(first["trl"] - losses(ready, parent)[1]) > 1e-3, (first, losses(ready, parent)[1])
-    refused = ended(ready, ready.json("runs", "continue", pair["trl"]["runId"], "--steps", "2")["runId"])
-    assert refused["phase"] == "FAILED" and "restores trainingState" in refused["failureReason"], refused
+    # A native training state never reaches the TRL worker: a continued child keeps its parent's engine.
+    refused = ready("runs", "continue", parent, "--steps", "2", "--overrides", to_trl)
+    assert refused.returncode != 0 and "overrides.engine: cannot change when the child restores trainingState" in \
+        refused.stderr, refused.stderr
+
+
+def test_a_trl_run_continued_from_its_step_n_snapshot_trains_the_originals_next_losses(ready):
+    """`runs continue` of a TRL run's step-2 snapshot: the child gets TRL's optimizer moments and RNG
+    from the snapshot's trainingState and the data where the parent left it, so on the same plan it
+    trains the losses the parent trained at steps 3 and 4 (a constant schedule: the child's own
+    schedule, spanning its own steps, has the parent's rates)."""
+    text = (plan("trl", steps=4).replace("schedule: linear", "schedule: constant")
+            .replace("maxAttempts: 1}", "maxAttempts: 1, saveEvery: 2}"))
+    parent = ended(ready, start_run_id(ready, text))
+    assert parent["phase"] == "COMPLETED", parent.get("failureReason")
+    source = snapshot_at(ready, parent["runId"], 2)
+    assert sorted(ready.json("snapshots", "get", source["snapshotId"][:12])["artifacts"]) == ["trainingState", "weights"]
+    child = ended(ready, ready.json("runs", "continue", parent["runId"], "--snapshot", source["snapshotId"],
+                                    "--steps", "2")["runId"])
+    assert child["phase"] == "COMPLETED", child.get("failureReason")
+    original, continued = losses(ready, parent["runId"]), losses(ready, child["runId"])
+    assert sorted(continued) == [1, 2], continued
+    for step in (1, 2):
+        assert continued[step] == pytest.approx(original[step + 2], rel=1e-6, abs=1e-7), (continued, original)
 
 
 def test_a_trl_run_paused_and_resumed_trains_as_the_uninterrupted_one(ready, pair):
