@@ -94,7 +94,8 @@ class ProtocolCallback(TrainerCallback):
         self.save_every = save_every
         self.pause_at = pause_at
         self.snapshots = snapshots
-        self.rl_hook = rl_hook  # GRPO: (step, logs) -> the step event's rl object
+        # GRPO: (step, logs, step seconds) -> (the step event's rl object, batch tokens, trained tokens)
+        self.rl_hook = rl_hook
         self.fault = fault_injection()
         self.outcome = "completed"  # or paused, cancelled
         self.last_loss = 0.0
@@ -135,6 +136,9 @@ class ProtocolCallback(TrainerCallback):
         step = state.global_step
         batch_tokens, trained = self._tokens
         seconds = self._step_seconds
+        rl = None
+        if self.rl_hook:
+            rl, batch_tokens, trained = self.rl_hook(step, logs, seconds)
         self.last_loss = float(logs["loss"])
         self.last_step = step
         self.ch.emit("step", step=step, totalSteps=self.total_steps,
@@ -143,7 +147,7 @@ class ProtocolCallback(TrainerCallback):
                      tokenAccuracy=float(logs.get("mean_token_accuracy", 0.0)),
                      tokensPerSecond=batch_tokens / seconds if seconds > 0 else 0.0,
                      batchTokens=batch_tokens, trainedTokens=trained, stepSeconds=seconds,
-                     rl=self.rl_hook(step, logs) if self.rl_hook else None)
+                     rl=rl)
 
     def on_save(self, args, state, control, **kw):
         t0 = time.perf_counter()

@@ -99,7 +99,8 @@ def train(ch: Channel, job: dict) -> int:
     if rl:
         from trl import GRPOConfig, GRPOTrainer
         prompts = grpo.rl_rows(numbered)
-        rewards = grpo.Rewards(ch, config["reward"]["terms"])
+        rewards = grpo.Rewards(ch, config["reward"]["terms"], max_completion_length=int(kwargs["max_completion_length"]),
+                               eos_token_id=tokenizer.eos_token_id)
         kwargs["reward_weights"] = rewards.weights()
         trainer = GRPOTrainer(model=model, reward_funcs=rewards.functions(), args=GRPOConfig(**kwargs),
                               train_dataset=Dataset.from_list([prompts[i] for i in order]), peft_config=lora,
@@ -121,10 +122,20 @@ def train(ch: Channel, job: dict) -> int:
                   else int(training["batchSize"]) * int(training["gradientAccumulation"]))
     rl_hook = None
     if rl:
-        names = [f.__name__ for f in rewards.functions()]
+        phases = grpo.Phases(trainer)
+        seen_tokens = [0]  # TRL's num_tokens (prompt and completion tokens so far) at the last step
 
-        def rl_hook(step, logs):
-            return grpo.rl_figures(logs, rewards.rollouts(step, job["rolloutsPath"], tokenizer), names)
+        def rl_hook(step, logs, step_seconds):
+            """The step's rl object, its batch tokens (the generation batch's prompt and completion
+            tokens, TRL's num_tokens since the last step) and trained tokens (the completions')."""
+            generation, old_logprob = phases.take()
+            rollouts = rewards.rollouts(step, job["rolloutsPath"])
+            figures = grpo.rl_figures(logs, rollouts, rewards.term_figures(logs), generation_seconds=generation,
+                                      reward_seconds=sum(rewards.seconds.values()), old_logprob_seconds=old_logprob,
+                                      step_seconds=step_seconds)
+            total_tokens = int(logs.get("num_tokens", 0) or 0)
+            batch_tokens, seen_tokens[0] = max(0, total_tokens - seen_tokens[0]), total_tokens
+            return figures, batch_tokens, figures["generatedTokens"]
     cb = ProtocolCallback(ch, counter, total_steps=total, rows=int(job["rows"]), rl_hook=rl_hook,
                           batch_rows=batch_rows,
                           save_every=plan["execution"].get("saveEvery"), pause_at=plan.get("pauseAtStep"),

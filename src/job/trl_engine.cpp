@@ -143,7 +143,15 @@ class RewardDesk {
     if (!scores.is_ok()) {
       reply["error"] = scores.status().message();
     } else {
+      // The scores, and what the native engine's step counts of them: each completion's failure
+      // cause ("" for a score) and call seconds, and the batch's judge tokens.
+      nlohmann::json causes = nlohmann::json::array();
+      for (engine::rl::FailureCause c : scores->failures) causes.push_back(engine::rl::failure_cause_name(c));
       reply["scores"] = scores->raw;
+      reply["failures"] = causes;
+      reply["callSeconds"] = scores->call_seconds;
+      reply["inputTokens"] = scores->input_tokens;
+      reply["outputTokens"] = scores->output_tokens;
     }
     return reply;
   }

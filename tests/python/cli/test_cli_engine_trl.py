@@ -246,15 +246,18 @@ def test_a_worker_that_crashes_hangs_misspeaks_or_is_killed_fails_its_run_by_nam
     wait_for(lambda: not job_pids(run_id) and not worker_pids(run_id), timeout=60, what="no job or worker left")
 
 
-def test_a_trl_grpo_run_scored_by_the_jobs_json_label_match_completes_with_rewards_and_rollouts(ready):
-    text = "\n".join([
+def grpo_plan(engine: str) -> str:
+    return "\n".join([
         "kind: run", f"workload: {WORKLOAD}", f"baseModel: {MODEL_NAME}", "config:",
-        "  dataset: sentiment", "  method: grpo", "  engine: trl",
+        "  dataset: sentiment", "  method: grpo", f"  engine: {engine}",
         "  hyperparams: {lora: {rank: 8, alpha: 16}, training: {maxSteps: 2, seed: 3}}",
         "  reward: {terms: [{kind: json-label-match}]}",
         "  rlHyperparams: {groupSize: 2, promptsPerStep: 2, maxCompletionLength: 12}",
         "  maxSeqLength: 256", "  model: {precision: FP32}", "execution: {gpus: 0, maxAttempts: 1}", ""])
-    run = ended(ready, start_run_id(ready, text))
+
+
+def test_a_trl_grpo_run_scored_by_the_jobs_json_label_match_completes_with_rewards_and_rollouts(ready):
+    run = ended(ready, start_run_id(ready, grpo_plan("trl")))
     assert run["phase"] == "COMPLETED", run.get("failureReason")
     steps = ready.json("runs", "metrics", run["runId"])["steps"]
     assert [s["step"] for s in steps] == [1, 2]
@@ -272,3 +275,31 @@ def test_a_trl_grpo_run_scored_by_the_jobs_json_label_match_completes_with_rewar
     runtime = ready.json("runs", "engine-runtime", run["runId"])
     assert runtime["rolloutEngine"]["engine"] == "trl" and runtime["rolloutEngine"]["groupSize"] == 2, runtime
     assert set(runtime["memory"]) == {"afterLoad", "afterFirstRollout", "afterFirstStep"}, runtime["memory"]
+
+
+def test_a_trl_grpo_steps_rl_figures_have_the_fields_of_a_native_ones(ready):
+    """The same GRPO plan on both engines: each TRL step's `rl` object has exactly the native step's
+    fields (and each term's), filled from the worker's batch and the job's replies: the rewards per
+    completion, their zero and full shares, the phase seconds, failures by cause, and the step's
+    batch tokens counted."""
+    runs = {e: ended(ready, start_run_id(ready, grpo_plan(e))) for e in ("native", "trl")}
+    for engine, run in runs.items():
+        assert run["phase"] == "COMPLETED", (engine, run.get("failureReason"))
+    steps = {e: ready.json("runs", "metrics", r["runId"])["steps"] for e, r in runs.items()}
+    native, trl = steps["native"][0], steps["trl"][0]
+    assert set(trl["rl"]) == set(native["rl"]), set(trl["rl"]) ^ set(native["rl"])
+    assert set(trl["rl"]["terms"][0]) == set(native["rl"]["terms"][0])
+    assert set(trl["rl"]["terms"][0]["failuresByCause"]) == set(native["rl"]["terms"][0]["failuresByCause"])
+    for s in steps["trl"]:
+        rl = s["rl"]
+        rewards = rl["rewards"]
+        assert len(rewards) == 4 and rewards == [r["reward"] for r in rl["rollouts"]], rl
+        assert rl["rewardZeroShare"] == pytest.approx(sum(r == 0 for r in rewards) / 4)
+        assert rl["rewardFullShare"] == pytest.approx(sum(r >= 1 for r in rewards) / 4)
+        assert rl["generatedTokens"] == sum(rl["completionLengths"]) and len(rl["completionLengths"]) == 4
+        assert all(0 < n <= 12 for n in rl["completionLengths"]), rl["completionLengths"]
+        assert rl["generationSeconds"] > 0 and rl["rewardSeconds"] > 0 and rl["actorUpdateSeconds"] > 0, rl
+        assert rl["generationSeconds"] + rl["rewardSeconds"] + rl["oldLogprobSeconds"] <= s["stepSeconds"] + 1e-6
+        term = rl["terms"][0]
+        assert term["failures"] == sum(term["failuresByCause"].values()) and len(term["callSeconds"]) == 4, term
+        assert s["batchTokens"] > rl["generatedTokens"] > 0 and s["trainedTokens"] == rl["generatedTokens"], s
