@@ -11,7 +11,8 @@ rows (rows per epoch), totalSteps, outputDir, rolloutsPath (GRPO's rollouts file
 restored snapshot's weightsDir and stateDir, a paused run's resume; null otherwise), startFrom
 (a child run's or a warm start's weightsDir: the adapter alone; null otherwise) and continueFrom
 (runs continue: the parent snapshot's weightsDir and stateDir, whose optimizer and RNG carry on in
-the child's own steps; null otherwise). Events go to stdout, commands come on stdin (protocol.py).
+the child's own steps; null otherwise), and tokenized (an SFT dataset with chat rows: each row's
+input_ids and assistant_masks as the native engine tokenizes and masks it; null otherwise). Events go to stdout, commands come on stdin (protocol.py).
 Exit status 0 after completed, paused or cancelled; 1 after failed.
 """
 from __future__ import annotations
@@ -106,8 +107,11 @@ def train(ch: Channel, job: dict) -> int:
                               train_dataset=Dataset.from_list([prompts[i] for i in order]), peft_config=lora,
                               processing_class=tokenizer)
     else:
+        # Chat rows come tokenized by trainer-job as the native engine tokenizes them, with its loss
+        # mask (the assistant's tokens) as assistant_masks: TRL trains on the same tokens.
+        source = job["tokenized"] if job.get("tokenized") else rows
         trainer = SFTTrainer(model=model, args=SFTConfig(**kwargs),
-                             train_dataset=Dataset.from_list([rows[i] for i in order]), peft_config=lora,
+                             train_dataset=Dataset.from_list([source[i] for i in order]), peft_config=lora,
                              processing_class=tokenizer)
     counter = TokenCounter()
     train_step = trainer.training_step

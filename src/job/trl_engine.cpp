@@ -19,6 +19,7 @@
 #include "common/subprocess.h"
 #include "engine/data/dataset.h"
 #include "engine/rl/graders/scorer.h"
+#include "engine/text/tokenizer.h"
 #include "protocol/job_protocol.h"
 
 namespace trainer::job {
@@ -191,6 +192,30 @@ Result<int64_t> trl_state_steps(const std::string& state_dir) {
   return doc["global_step"].get<int64_t>();
 }
 
+// An SFT dataset with chat rows tokenized as the native engine tokenizes it (its chat template
+// rendering and its loss mask: the assistant's tokens), one entry per row in file order:
+// {"input_ids", "assistant_masks"}, which TRL's SFTTrainer takes as a processed dataset and trains
+// on the masked tokens only. Null for a dataset without chat rows (TRL's own prompt/completion
+// handling already trains the completion alone), and for RL plans.
+Result<nlohmann::json> native_tokens(const plan::Plan& plan) {
+  if (plan.config.is_rl() || !plan.baseModel) return nlohmann::json(nullptr);
+  auto examples = engine::data::read_jsonl(plan.config.dataset);
+  if (!examples.is_ok()) return examples.status();
+  const bool chat = std::any_of(examples->begin(), examples->end(), [](const engine::data::Example& e) {
+    return e.kind == engine::data::Example::Kind::kChat;
+  });
+  if (!chat) return nlohmann::json(nullptr);
+  auto tokenizer = engine::text::Tokenizer::load(*plan.baseModel);
+  if (!tokenizer.is_ok()) return tokenizer.status();
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& example : *examples) {
+    auto row = engine::data::tokenize_example(example, *tokenizer, plan.config.dataset);
+    if (!row.is_ok()) return row.status();
+    rows.push_back({{"input_ids", row->input_ids}, {"assistant_masks", row->trained}});
+  }
+  return rows;
+}
+
 }  // namespace
 
 std::vector<size_t> native_row_order(const plan::RunConfig& config, size_t rows, int64_t total_steps) {
@@ -248,6 +273,9 @@ Result<engine::TrainResult> run_trl_training(const engine::TrainRequest& request
   } else if (!request.resume_weights_dir.empty()) {
     input["resume"] = {{"weightsDir", request.resume_weights_dir}, {"stateDir", request.resume_state_dir}};
   }
+  auto tokens = native_tokens(plan);
+  if (!tokens.is_ok()) return tokens.status();
+  input["tokenized"] = std::move(*tokens);
   const std::string input_path = (dir / "input.json").string();
   TRAINER_RETURN_IF_ERROR(write_file_atomic(input_path, input.dump()));
 

@@ -303,3 +303,17 @@ def test_a_trl_grpo_steps_rl_figures_have_the_fields_of_a_native_ones(ready):
         term = rl["terms"][0]
         assert term["failures"] == sum(term["failuresByCause"].values()) and len(term["callSeconds"]) == 4, term
         assert s["batchTokens"] > rl["generatedTokens"] > 0 and s["trainedTokens"] == rl["generatedTokens"], s
+
+
+def test_on_chat_rows_trl_trains_the_assistants_tokens_as_native_does(ready):
+    """Chat (`messages`) rows: trainer-job hands the TRL worker the rows tokenized and masked as the
+    native engine does (the assistant's tokens trained), so the first step trains the same tokens
+    and both engines' first-step losses agree to 1e-5 (a fresh LoRA: the base model's loss)."""
+    chat = plan("native", steps=2).replace("dataset: prompt-completion", "dataset: sentiment")
+    runs = {e: ended(ready, start_run_id(ready, chat.replace("engine: native", f"engine: {e}"))) for e in ("native", "trl")}
+    for engine, run in runs.items():
+        assert run["phase"] == "COMPLETED", (engine, run.get("failureReason"))
+    first = {e: ready.json("runs", "metrics", r["runId"])["steps"][0] for e, r in runs.items()}
+    assert first["trl"]["trainedTokens"] == first["native"]["trainedTokens"], first
+    assert first["trl"]["trainedTokens"] < first["trl"]["batchTokens"], first["trl"]  # the prompts are not trained
+    assert abs(first["native"]["loss"] - first["trl"]["loss"]) <= 1e-5, first
