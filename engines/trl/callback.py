@@ -94,7 +94,8 @@ class ProtocolCallback(TrainerCallback):
         self.save_every = save_every
         self.pause_at = pause_at
         self.snapshots = snapshots
-        self.rl_hook = rl_hook  # GRPO: (step, logs) -> the step event's rl object
+        # GRPO: (step, logs, step seconds) -> (the step event's rl object, batch tokens, trained tokens)
+        self.rl_hook = rl_hook
         self.fault = fault_injection()
         self.outcome = "completed"  # or paused, cancelled
         self.last_loss = 0.0
@@ -135,6 +136,9 @@ class ProtocolCallback(TrainerCallback):
         step = state.global_step
         batch_tokens, trained = self._tokens
         seconds = self._step_seconds
+        rl = None
+        if self.rl_hook:
+            rl, batch_tokens, trained = self.rl_hook(step, logs, seconds)
         self.last_loss = float(logs["loss"])
         self.last_step = step
         self.ch.emit("step", step=step, totalSteps=self.total_steps,
@@ -143,7 +147,7 @@ class ProtocolCallback(TrainerCallback):
                      tokenAccuracy=float(logs.get("mean_token_accuracy", 0.0)),
                      tokensPerSecond=batch_tokens / seconds if seconds > 0 else 0.0,
                      batchTokens=batch_tokens, trainedTokens=trained, stepSeconds=seconds,
-                     rl=self.rl_hook(step, logs) if self.rl_hook else None)
+                     rl=rl)
 
     def on_save(self, args, state, control, **kw):
         t0 = time.perf_counter()
@@ -170,3 +174,25 @@ class ProtocolCallback(TrainerCallback):
                 time.sleep(3600)
         elif kind == "garbage":
             self.ch.raw("this is not an event {")
+
+
+class ContinueState(TrainerCallback):
+    """runs continue: the parent snapshot's AdamW moments (and step counts) and RNG states, loaded
+    once the Trainer has built the child's own optimizer and schedule (the schedule spans the
+    child's steps, as the native engine's continued run; the learning rate is the child's)."""
+
+    def __init__(self, trainer, state_dir: str) -> None:
+        self.trainer = trainer
+        self.state_dir = pathlib.Path(state_dir)
+
+    def on_train_begin(self, args, state, control, optimizer=None, **kw):
+        import torch
+        saved = torch.load(self.state_dir / "optimizer.pt", map_location="cpu", weights_only=True)
+        current = optimizer.state_dict()
+        shape = lambda sd: [len(g["params"]) for g in sd["param_groups"]]  # noqa: E731
+        if shape(saved) != shape(current):
+            raise ValueError(f"the snapshot's optimizer holds parameter groups of sizes {shape(saved)}, this run's "
+                             f"adapter {shape(current)}: continue with the parent's LoRA settings")
+        current["state"] = saved["state"]  # the moments; param_groups (the learning rate) stay the child's
+        optimizer.load_state_dict(current)
+        self.trainer._load_rng_state(str(self.state_dir))

@@ -95,6 +95,11 @@ class Channel:
         """Asks trainer-job to score `items` ({row, input, output, expected}) with the plan's reward
         term `term` (reward_request on stdout, its `rewards` reply on stdin): the job's own graders
         score a TRL run as they score a native one."""
+        return self.score_reply(term, items)["scores"]
+
+    def score_reply(self, term: int, items: list[dict]) -> dict:
+        """score()'s whole reply: `scores`, and per completion `failures` (the cause, "" for a
+        score) and `callSeconds`, and the batch's judge `inputTokens` and `outputTokens`."""
         with self._reply_ready:
             self._next_request += 1
             rid = self._next_request
@@ -107,4 +112,5 @@ class Channel:
             reply = self._replies.pop(rid)
         if "error" in reply:
             raise RuntimeError(reply["error"])
-        return [float(x) for x in reply["scores"]]
+        reply["scores"] = [float(x) for x in reply["scores"]]
+        return reply

@@ -8,8 +8,11 @@ trainer-job (src/job/trl_engine.cpp) when the plan's engine is trl. docs/engines
 FILE (written by trainer-job) holds: plan (plan::to_json of the resolved plan), settingsSha,
 order (the dataset's row indices in the order the native engine trains on them, epoch after epoch),
 rows (rows per epoch), totalSteps, outputDir, rolloutsPath (GRPO's rollouts file), resume (the
-restored snapshot's weightsDir and stateDir, a paused run's resume; null otherwise) and startFrom
-(a child run's or a warm start's weightsDir: the adapter alone; null otherwise). Events go to stdout, commands come on stdin (protocol.py).
+restored snapshot's weightsDir and stateDir, a paused run's resume; null otherwise), startFrom
+(a child run's or a warm start's weightsDir: the adapter alone; null otherwise) and continueFrom
+(runs continue: the parent snapshot's weightsDir and stateDir, whose optimizer and RNG carry on in
+the child's own steps; null otherwise), and tokenized (an SFT dataset with chat rows: each row's
+input_ids and assistant_masks as the native engine tokenizes and masks it; null otherwise). Events go to stdout, commands come on stdin (protocol.py).
 Exit status 0 after completed, paused or cancelled; 1 after failed.
 """
 from __future__ import annotations
@@ -83,25 +86,32 @@ def train(ch: Channel, job: dict) -> int:
     set_seed(kwargs["seed"])  # the adapter's initialisation as well as the run's
     tokenizer = AutoTokenizer.from_pretrained(plan["baseModel"])
     model, lora = plan["baseModel"], LoraConfig(**translate.lora_kwargs(config))
-    if job.get("startFrom"):
-        # A child run (runs branch --restore weights) or a warm start: the snapshot's adapter, trainable,
-        # on the base model; a fresh optimizer, schedule, RNG and data order.
+    start = job.get("startFrom") or job.get("continueFrom")
+    if start:
+        # A child run (runs branch --restore weights, runs continue) or a warm start: the snapshot's
+        # adapter, trainable, on the base model. startFrom: a fresh optimizer, schedule, RNG and data
+        # order; continueFrom: the parent's optimizer moments and RNG too (ContinueState), the data
+        # where the parent left it (trainer-job's order), the child's own steps and schedule.
         from peft import PeftModel
         from transformers import AutoModelForCausalLM
         base = AutoModelForCausalLM.from_pretrained(plan["baseModel"], **kwargs.pop("model_init_kwargs"))
-        model, lora = PeftModel.from_pretrained(base, job["startFrom"]["weightsDir"], is_trainable=True), None
+        model, lora = PeftModel.from_pretrained(base, start["weightsDir"], is_trainable=True), None
     rewards = None
     if rl:
         from trl import GRPOConfig, GRPOTrainer
         prompts = grpo.rl_rows(numbered)
-        rewards = grpo.Rewards(ch, config["reward"]["terms"])
+        rewards = grpo.Rewards(ch, config["reward"]["terms"], max_completion_length=int(kwargs["max_completion_length"]),
+                               eos_token_id=tokenizer.eos_token_id)
         kwargs["reward_weights"] = rewards.weights()
         trainer = GRPOTrainer(model=model, reward_funcs=rewards.functions(), args=GRPOConfig(**kwargs),
                               train_dataset=Dataset.from_list([prompts[i] for i in order]), peft_config=lora,
                               processing_class=tokenizer)
     else:
+        # Chat rows come tokenized by trainer-job as the native engine tokenizes them, with its loss
+        # mask (the assistant's tokens) as assistant_masks: TRL trains on the same tokens.
+        source = job["tokenized"] if job.get("tokenized") else rows
         trainer = SFTTrainer(model=model, args=SFTConfig(**kwargs),
-                             train_dataset=Dataset.from_list([rows[i] for i in order]), peft_config=lora,
+                             train_dataset=Dataset.from_list([source[i] for i in order]), peft_config=lora,
                              processing_class=tokenizer)
     counter = TokenCounter()
     train_step = trainer.training_step
@@ -116,15 +126,28 @@ def train(ch: Channel, job: dict) -> int:
                   else int(training["batchSize"]) * int(training["gradientAccumulation"]))
     rl_hook = None
     if rl:
-        names = [f.__name__ for f in rewards.functions()]
+        phases = grpo.Phases(trainer)
+        seen_tokens = [0]  # TRL's num_tokens (prompt and completion tokens so far) at the last step
 
-        def rl_hook(step, logs):
-            return grpo.rl_figures(logs, rewards.rollouts(step, job["rolloutsPath"], tokenizer), names)
+        def rl_hook(step, logs, step_seconds):
+            """The step's rl object, its batch tokens (the generation batch's prompt and completion
+            tokens, TRL's num_tokens since the last step) and trained tokens (the completions')."""
+            generation, old_logprob = phases.take()
+            rollouts = rewards.rollouts(step, job["rolloutsPath"])
+            figures = grpo.rl_figures(logs, rollouts, rewards.term_figures(logs), generation_seconds=generation,
+                                      reward_seconds=sum(rewards.seconds.values()), old_logprob_seconds=old_logprob,
+                                      step_seconds=step_seconds)
+            total_tokens = int(logs.get("num_tokens", 0) or 0)
+            batch_tokens, seen_tokens[0] = max(0, total_tokens - seen_tokens[0]), total_tokens
+            return figures, batch_tokens, figures["generatedTokens"]
     cb = ProtocolCallback(ch, counter, total_steps=total, rows=int(job["rows"]), rl_hook=rl_hook,
                           batch_rows=batch_rows,
                           save_every=plan["execution"].get("saveEvery"), pause_at=plan.get("pauseAtStep"),
                           snapshots=out / "snapshots")
     trainer.add_callback(cb)
+    if job.get("continueFrom"):
+        from callback import ContinueState
+        trainer.add_callback(ContinueState(trainer, job["continueFrom"]["stateDir"]))
 
     # The engine's reports: its resolved arguments, and what setup decided and measured.
     import reports

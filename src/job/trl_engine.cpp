@@ -19,6 +19,7 @@
 #include "common/subprocess.h"
 #include "engine/data/dataset.h"
 #include "engine/rl/graders/scorer.h"
+#include "engine/text/tokenizer.h"
 #include "protocol/job_protocol.h"
 
 namespace trainer::job {
@@ -143,7 +144,15 @@ class RewardDesk {
     if (!scores.is_ok()) {
       reply["error"] = scores.status().message();
     } else {
+      // The scores, and what the native engine's step counts of them: each completion's failure
+      // cause ("" for a score) and call seconds, and the batch's judge tokens.
+      nlohmann::json causes = nlohmann::json::array();
+      for (engine::rl::FailureCause c : scores->failures) causes.push_back(engine::rl::failure_cause_name(c));
       reply["scores"] = scores->raw;
+      reply["failures"] = causes;
+      reply["callSeconds"] = scores->call_seconds;
+      reply["inputTokens"] = scores->input_tokens;
+      reply["outputTokens"] = scores->output_tokens;
     }
     return reply;
   }
@@ -160,15 +169,59 @@ std::optional<nlohmann::json> reward_request_of(const std::string& line) {
   return doc;
 }
 
+// Rows per optimizer step: an RL step's generation batch takes promptsPerStep prompts.
+size_t rows_per_step(const plan::RunConfig& config) {
+  return config.is_rl() ? static_cast<size_t>(config.rl.promptsPerStep)
+                        : static_cast<size_t>(config.training.batchSize) *
+                              static_cast<size_t>(std::max(1, config.training.gradientAccumulation));
+}
+
+// The optimizer steps a TRL training state (a checkpoint's trainer_state.json) had trained: where a
+// continued run's data picks up. An error naming the snapshot's kind when it is not TRL's.
+Result<int64_t> trl_state_steps(const std::string& state_dir) {
+  auto text = read_file((std::filesystem::path(state_dir) / "trainer_state.json").string());
+  if (!text.is_ok()) {
+    return invalid_argument("engine trl: the snapshot's training state is not a TRL one (no trainer_state.json in " +
+                            state_dir + "): a native run's training state continues on engine native; branch with "
+                            "--restore weights to train its adapter on trl");
+  }
+  auto doc = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object() || !doc.contains("global_step") || !doc["global_step"].is_number_integer()) {
+    return invalid_argument("engine trl: " + state_dir + "/trainer_state.json has no integer global_step");
+  }
+  return doc["global_step"].get<int64_t>();
+}
+
+// An SFT dataset with chat rows tokenized as the native engine tokenizes it (its chat template
+// rendering and its loss mask: the assistant's tokens), one entry per row in file order:
+// {"input_ids", "assistant_masks"}, which TRL's SFTTrainer takes as a processed dataset and trains
+// on the masked tokens only. Null for a dataset without chat rows (TRL's own prompt/completion
+// handling already trains the completion alone), and for RL plans.
+Result<nlohmann::json> native_tokens(const plan::Plan& plan) {
+  if (plan.config.is_rl() || !plan.baseModel) return nlohmann::json(nullptr);
+  auto examples = engine::data::read_jsonl(plan.config.dataset);
+  if (!examples.is_ok()) return examples.status();
+  const bool chat = std::any_of(examples->begin(), examples->end(), [](const engine::data::Example& e) {
+    return e.kind == engine::data::Example::Kind::kChat;
+  });
+  if (!chat) return nlohmann::json(nullptr);
+  auto tokenizer = engine::text::Tokenizer::load(*plan.baseModel);
+  if (!tokenizer.is_ok()) return tokenizer.status();
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& example : *examples) {
+    auto row = engine::data::tokenize_example(example, *tokenizer, plan.config.dataset);
+    if (!row.is_ok()) return row.status();
+    rows.push_back({{"input_ids", row->input_ids}, {"assistant_masks", row->trained}});
+  }
+  return rows;
+}
+
 }  // namespace
 
 std::vector<size_t> native_row_order(const plan::RunConfig& config, size_t rows, int64_t total_steps) {
   std::vector<size_t> order;
   if (rows == 0) return order;
-  // Rows per optimizer step: an RL step's generation batch takes promptsPerStep prompts.
-  const auto per_step = config.is_rl() ? static_cast<size_t>(config.rl.promptsPerStep)
-                                       : static_cast<size_t>(config.training.batchSize) *
-                                             static_cast<size_t>(std::max(1, config.training.gradientAccumulation));
+  const size_t per_step = rows_per_step(config);
   const size_t needed = static_cast<size_t>(std::max<int64_t>(total_steps, 0)) * per_step;
   for (int64_t epoch = 0; order.size() < needed || epoch == 0; ++epoch) {
     const auto one = engine::data::shuffled_order(rows, config.training.seed, epoch);
@@ -180,10 +233,14 @@ std::vector<size_t> native_row_order(const plan::RunConfig& config, size_t rows,
 Result<engine::TrainResult> run_trl_training(const engine::TrainRequest& request, const std::string& settings_sha,
                                              const engine::EventSink& events) {
   const plan::Plan& plan = request.plan;
-  if (request.branch && !request.resume_state_dir.empty()) {
-    return invalid_argument("engine trl: a child run that restores trainingState (runs continue, runs branch --restore "
-                            "trainingState) is not built for the TRL worker yet; branch with --restore weights, or use "
-                            "engine native");
+  // A child that restores trainingState (runs continue): its data picks up where the parent's
+  // snapshot left it, as the native engine's data position does.
+  const bool continuing = request.branch && !request.resume_state_dir.empty();
+  int64_t parent_steps = 0;
+  if (continuing) {
+    auto steps = trl_state_steps(request.resume_state_dir);
+    if (!steps.is_ok()) return steps.status();
+    parent_steps = *steps;
   }
   auto silence = silence_limit();
   if (!silence.is_ok()) return silence.status();
@@ -195,20 +252,30 @@ Result<engine::TrainResult> run_trl_training(const engine::TrainRequest& request
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return internal_error("creating " + dir.string() + ": " + ec.message());
+  std::vector<size_t> order = native_row_order(plan.config, *rows, parent_steps + total);
+  order.erase(order.begin(),
+              order.begin() + static_cast<std::ptrdiff_t>(std::min(
+                                  order.size(), static_cast<size_t>(parent_steps) * rows_per_step(plan.config))));
   nlohmann::json input = {{"plan", plan::to_json(plan)},
                           {"settingsSha", settings_sha},
-                          {"order", native_row_order(plan.config, *rows, total)},
+                          {"order", order},
                           {"rows", *rows},
                           {"totalSteps", total},
                           {"outputDir", dir.string()},
                           {"rolloutsPath", (std::filesystem::path(request.output_dir) / "rollouts.jsonl").string()},
                           {"resume", nullptr},
-                          {"startFrom", nullptr}};
-  if (request.branch) {  // a child run's or a warm start's weights: steps, optimizer and schedule start afresh
+                          {"startFrom", nullptr},
+                          {"continueFrom", nullptr}};
+  if (continuing) {  // the adapter, optimizer moments and RNG carry on; steps and schedule are the child's own
+    input["continueFrom"] = {{"weightsDir", request.resume_weights_dir}, {"stateDir", request.resume_state_dir}};
+  } else if (request.branch) {  // a child run's or a warm start's weights: steps, optimizer and schedule start afresh
     input["startFrom"] = {{"weightsDir", request.resume_weights_dir}};
   } else if (!request.resume_weights_dir.empty()) {
     input["resume"] = {{"weightsDir", request.resume_weights_dir}, {"stateDir", request.resume_state_dir}};
   }
+  auto tokens = native_tokens(plan);
+  if (!tokens.is_ok()) return tokens.status();
+  input["tokenized"] = std::move(*tokens);
   const std::string input_path = (dir / "input.json").string();
   TRAINER_RETURN_IF_ERROR(write_file_atomic(input_path, input.dump()));
 

@@ -5,7 +5,8 @@
 //
 // The worker: TRAINER_TRL_PYTHON runs TRAINER_TRL_WORKER (defaults: the build's Python,
 // TRAINER_PYTHON, and the source tree's engines/trl/trl_worker.py). It reads OUTPUT/trl/input.json
-// (the resolved plan, the settings hash, the native engine's row order, the resume snapshot),
+// (the resolved plan, the settings hash, the native engine's row order, the resume snapshot, a
+// continued child's snapshot, and a chat dataset tokenized and loss-masked as the native engine does),
 // writes job-protocol events on stdout and reads commands on stdin ({"type":"pause"},
 // {"type":"stop"}). Every line it writes must be an event (protocol::decode_event): a malformed
 // line, an exit before its last event, a non-zero exit, or silence longer than

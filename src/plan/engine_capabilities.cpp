@@ -36,16 +36,56 @@ const std::vector<EngineLimit> kLimits = {
      "verl generates its rollouts with vLLM or SGLang on CUDA GPUs; set execution.gpus to 1 or more"},
     {Engine::kVerl, "smoke", [](const Plan& p) { return p.smoke.has_value(); },
      "the smoke check (save, restore, replay the last step) is the native engine's; leave smoke out"},
+    // What verl's configuration has no counterpart for (engines/verl/translate.py refuses the same).
+    {Engine::kVerl, "config.rlHyperparams.lossAggregation",
+     [](const Plan& p) { return p.config.rl.lossAggregation == LossAggregation::kBnpo; },
+     "verl has no per-micro-batch token mean (bnpo); use dapo (token-mean), grpo (seq-mean-token-mean) or dr_grpo"},
+    {Engine::kVerl, "config.rlHyperparams.scaleRewards",
+     [](const Plan& p) { return p.config.rl.scaleRewards == ScaleRewards::kBatch; },
+     "verl divides GRPO advantages by the group's std or by nothing; use group or none"},
+    {Engine::kVerl, "config.rlHyperparams.stopStrings", [](const Plan& p) { return !p.config.rl.stopStrings.empty(); },
+     "verl's rollout configuration takes no stop strings; leave them out or use engine native"},
+    {Engine::kVerl, "config.rlHyperparams.tools", [](const Plan& p) { return p.config.rl.tools.has_value(); },
+     "verl calls tools through its own multi-turn tool classes, not a tool executable; use engine native"},
+    {Engine::kVerl, "config.hyperparams.lora.dropout", [](const Plan& p) { return p.config.lora.dropout > 0; },
+     "verl's FSDP LoRA is built without dropout; set it to 0"},
+    {Engine::kVerl, "config.hyperparams.lora.rank", [](const Plan& p) { return p.config.lora.rank > 512; },
+     "vLLM serves LoRA ranks up to 512"},
+    {Engine::kVerl, "config.rlHyperparams.optimizer.schedule",
+     [](const Plan& p) { return p.config.rl.optimizer.schedule == Schedule::kLinear; },
+     "verl's FSDP engine schedules constant or cosine, not linear; set schedule to constant or cosine"},
+    {Engine::kVerl, "config.maxSeqLength",
+     [](const Plan& p) { return p.config.maxSeqLength <= p.config.rl.maxCompletionLength; },
+     "verl's prompt length is maxSeqLength minus maxCompletionLength: leave room for the prompt"},
+    {Engine::kVerl, "config.hyperparams.training.maxSteps",
+     [](const Plan& p) {
+       return p.config.training.maxSteps && *p.config.training.maxSteps % p.config.rl.iterationsPerBatch != 0;
+     },
+     "verl counts steps in generation batches: make maxSteps a multiple of rlHyperparams.iterationsPerBatch"},
+    {Engine::kVerl, "config.validationDataset", [](const Plan& p) { return p.config.validationDataset.has_value(); },
+     "the verl worker does not relay validation yet; leave it out"},
+    {Engine::kVerl, "config.hyperparams.training.validationSplit",
+     [](const Plan& p) { return p.config.training.validationSplit > 0; },
+     "the verl worker does not relay validation yet; leave it out"},
+    {Engine::kVerl, "pauseAtStep", [](const Plan& p) { return p.pauseAtStep.has_value(); },
+     "verl saves at its save_freq only and cannot pause at a step; leave pauseAtStep out"},
+    {Engine::kVerl, "warmStartModelId", [](const Plan& p) { return p.warmStartModelId.has_value(); },
+     "the verl worker does not load a starting adapter yet; leave warmStartModelId out"},
 };
 
 // What `deployment` lacks to run verl, as a list for a sentence; empty when nothing is missing.
+// Present everywhere, so never listed: the plan's translation into verl's configuration and its
+// launcher (engines/verl) and verl itself (.venv-verl, made by tools/setup).
 std::string verl_missing(const EngineDeployment& deployment) {
   std::vector<std::string> missing;
   if (!deployment.gpu_rollout_engine) {
     missing.push_back("a GPU rollout engine (vLLM or SGLang on CUDA devices; this deployment has none)");
   }
   if (!deployment.ray_backend) missing.push_back("the Ray compute backend (compute.backend \"ray\")");
-  if (!deployment.verl_worker) missing.push_back("the verl worker in trainer-job (not built into this one)");
+  if (!deployment.verl_worker) {
+    missing.push_back("trainer-job starting the verl worker and taking its adapter into snapshots (not built "
+                      "into this one)");
+  }
   std::string text;
   for (size_t i = 0; i < missing.size(); ++i) {
     text += (i == 0 ? "" : i + 1 == missing.size() ? " and " : ", ") + missing[i];
@@ -67,8 +107,9 @@ Status check_engine_capabilities(const Plan& plan, const EngineDeployment& deplo
   if (engine == Engine::kVerl) {
     const std::string missing = verl_missing(deployment);
     if (!missing.empty()) {
-      return invalid_field("config.engine", "engine verl is not available on this deployment: it needs " + missing +
-                                                "; use engine native or trl");
+      return invalid_field("config.engine", "engine verl is not available on this deployment: it has verl 0.9.1 and "
+                                                "the plan's translation into verl's configuration, and needs " +
+                                                missing + "; use engine native or trl");
     }
   }
   return Status::ok();

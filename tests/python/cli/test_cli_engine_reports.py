@@ -56,8 +56,10 @@ def test_engines_that_cannot_run_a_plan_are_refused_by_name_and_start_nothing(re
          ["config.engine", 'must be one of "native", "trl", "verl", got "deepspeed"']),
         # verl trains RL runs only, and on this deployment not at all: what it lacks, each named.
         (with_config_lines(plan_text(), "engine: verl"), ["config.method", "engine verl cannot run this"]),
-        (rl_plan(2, ("engine: verl",), gpus=1),
-         ["config.engine", "engine verl is not available on this deployment",
+        # verl has no linear schedule (the plan's default): the field and why.
+        (rl_plan(2, ("engine: verl",), gpus=1), ["config.rlHyperparams.optimizer.schedule", "engine verl cannot run this"]),
+        (rl_plan(2, ("engine: verl",), gpus=1).replace("beta2: 0.99}", "beta2: 0.99, schedule: cosine}"),
+         ["config.engine", "engine verl is not available on this deployment", "it has verl 0.9.1",
           "a GPU rollout engine (vLLM or SGLang on CUDA devices", "the Ray compute backend"]),
         # A field TRL's translation does not carry: the engine and the field.
         (rl_plan(2, ("engine: trl",), ("stopStrings: ['}']",)),

@@ -4,7 +4,8 @@ same tiny SFT plan trained by the native engine and by TRL's SFTTrainer in the j
 model's loss on the same batch (a fresh LoRA adds nothing), so both engines must agree on it to
 1e-5; `runs compare --across-plans` sees no window past a small margin; both adapters load in PEFT.
 A TRL run paused and resumed trains the same losses as one uninterrupted (TRL's optimizer,
-scheduler and RNG restored from our snapshot). A native run's adapter branched onto TRL trains the
+scheduler and RNG restored from our snapshot), and one continued (`runs continue`) from its step-2 snapshot
+trains the original's steps 3 and 4. A native run's adapter branched onto TRL trains the
 same first step as branched onto native. A worker that crashes, hangs, writes a line that is
 not an event, or is SIGKILLed ends its run FAILED, naming which, with no claim left (the worker's
 faults are injected through TRAINER_TRL_FAULT_FILE, a test-only hook of the worker); a cancelled one
@@ -143,7 +144,7 @@ def test_both_adapters_load_in_peft_and_change_the_model(pair, tiny_model):
 def test_a_native_adapter_branched_onto_trl_trains_the_same_first_step_as_onto_native(ready, pair, tmp_path):
     """`runs branch --restore weights` of the native run's final snapshot, once on each engine (the
     TRL child by an override of config.engine): TRL loads our adapter and, on the same batch, computes
-    the same loss; a child restoring trainingState is refused by the TRL job by name."""
+    the same loss; the native run's training state cannot be continued on TRL."""
     parent = pair["native"]["runId"]
     source = snapshot_at(ready, parent, STEPS)
     to_trl = tmp_path / "trl.yaml"
@@ -159,8 +160,30 @@ def test_a_native_adapter_branched_onto_trl_trains_the_same_first_step_as_onto_n
     assert abs(first["native"] - first["trl"]) <= 1e-5, first
     # The adapter was loaded: not the fresh adapter's (the base model's) loss of the parent's first step.
     assert abs(first["trl"] - losses(ready, parent)[1]) > 1e-3, (first, losses(ready, parent)[1])
-    refused = ended(ready, ready.json("runs", "continue", pair["trl"]["runId"], "--steps", "2")["runId"])
-    assert refused["phase"] == "FAILED" and "restores trainingState" in refused["failureReason"], refused
+    # A native training state never reaches the TRL worker: a continued child keeps its parent's engine.
+    refused = ready("runs", "continue", parent, "--steps", "2", "--overrides", to_trl)
+    assert refused.returncode != 0 and "overrides.engine: cannot change when the child restores trainingState" in \
+        refused.stderr, refused.stderr
+
+
+def test_a_trl_run_continued_from_its_step_n_snapshot_trains_the_originals_next_losses(ready):
+    """`runs continue` of a TRL run's step-2 snapshot: the child gets TRL's optimizer moments and RNG
+    from the snapshot's trainingState and the data where the parent left it, so on the same plan it
+    trains the losses the parent trained at steps 3 and 4 (a constant schedule: the child's own
+    schedule, spanning its own steps, has the parent's rates)."""
+    text = (plan("trl", steps=4).replace("schedule: linear", "schedule: constant")
+            .replace("maxAttempts: 1}", "maxAttempts: 1, saveEvery: 2}"))
+    parent = ended(ready, start_run_id(ready, text))
+    assert parent["phase"] == "COMPLETED", parent.get("failureReason")
+    source = snapshot_at(ready, parent["runId"], 2)
+    assert sorted(ready.json("snapshots", "get", source["snapshotId"][:12])["artifacts"]) == ["trainingState", "weights"]
+    child = ended(ready, ready.json("runs", "continue", parent["runId"], "--snapshot", source["snapshotId"],
+                                    "--steps", "2")["runId"])
+    assert child["phase"] == "COMPLETED", child.get("failureReason")
+    original, continued = losses(ready, parent["runId"]), losses(ready, child["runId"])
+    assert sorted(continued) == [1, 2], continued
+    for step in (1, 2):
+        assert continued[step] == pytest.approx(original[step + 2], rel=1e-6, abs=1e-7), (continued, original)
 
 
 def test_a_trl_run_paused_and_resumed_trains_as_the_uninterrupted_one(ready, pair):
@@ -223,15 +246,18 @@ def test_a_worker_that_crashes_hangs_misspeaks_or_is_killed_fails_its_run_by_nam
     wait_for(lambda: not job_pids(run_id) and not worker_pids(run_id), timeout=60, what="no job or worker left")
 
 
-def test_a_trl_grpo_run_scored_by_the_jobs_json_label_match_completes_with_rewards_and_rollouts(ready):
-    text = "\n".join([
+def grpo_plan(engine: str) -> str:
+    return "\n".join([
         "kind: run", f"workload: {WORKLOAD}", f"baseModel: {MODEL_NAME}", "config:",
-        "  dataset: sentiment", "  method: grpo", "  engine: trl",
+        "  dataset: sentiment", "  method: grpo", f"  engine: {engine}",
         "  hyperparams: {lora: {rank: 8, alpha: 16}, training: {maxSteps: 2, seed: 3}}",
         "  reward: {terms: [{kind: json-label-match}]}",
         "  rlHyperparams: {groupSize: 2, promptsPerStep: 2, maxCompletionLength: 12}",
         "  maxSeqLength: 256", "  model: {precision: FP32}", "execution: {gpus: 0, maxAttempts: 1}", ""])
-    run = ended(ready, start_run_id(ready, text))
+
+
+def test_a_trl_grpo_run_scored_by_the_jobs_json_label_match_completes_with_rewards_and_rollouts(ready):
+    run = ended(ready, start_run_id(ready, grpo_plan("trl")))
     assert run["phase"] == "COMPLETED", run.get("failureReason")
     steps = ready.json("runs", "metrics", run["runId"])["steps"]
     assert [s["step"] for s in steps] == [1, 2]
@@ -249,3 +275,45 @@ def test_a_trl_grpo_run_scored_by_the_jobs_json_label_match_completes_with_rewar
     runtime = ready.json("runs", "engine-runtime", run["runId"])
     assert runtime["rolloutEngine"]["engine"] == "trl" and runtime["rolloutEngine"]["groupSize"] == 2, runtime
     assert set(runtime["memory"]) == {"afterLoad", "afterFirstRollout", "afterFirstStep"}, runtime["memory"]
+
+
+def test_a_trl_grpo_steps_rl_figures_have_the_fields_of_a_native_ones(ready):
+    """The same GRPO plan on both engines: each TRL step's `rl` object has exactly the native step's
+    fields (and each term's), filled from the worker's batch and the job's replies: the rewards per
+    completion, their zero and full shares, the phase seconds, failures by cause, and the step's
+    batch tokens counted."""
+    runs = {e: ended(ready, start_run_id(ready, grpo_plan(e))) for e in ("native", "trl")}
+    for engine, run in runs.items():
+        assert run["phase"] == "COMPLETED", (engine, run.get("failureReason"))
+    steps = {e: ready.json("runs", "metrics", r["runId"])["steps"] for e, r in runs.items()}
+    native, trl = steps["native"][0], steps["trl"][0]
+    assert set(trl["rl"]) == set(native["rl"]), set(trl["rl"]) ^ set(native["rl"])
+    assert set(trl["rl"]["terms"][0]) == set(native["rl"]["terms"][0])
+    assert set(trl["rl"]["terms"][0]["failuresByCause"]) == set(native["rl"]["terms"][0]["failuresByCause"])
+    for s in steps["trl"]:
+        rl = s["rl"]
+        rewards = rl["rewards"]
+        assert len(rewards) == 4 and rewards == [r["reward"] for r in rl["rollouts"]], rl
+        assert rl["rewardZeroShare"] == pytest.approx(sum(r == 0 for r in rewards) / 4)
+        assert rl["rewardFullShare"] == pytest.approx(sum(r >= 1 for r in rewards) / 4)
+        assert rl["generatedTokens"] == sum(rl["completionLengths"]) and len(rl["completionLengths"]) == 4
+        assert all(0 < n <= 12 for n in rl["completionLengths"]), rl["completionLengths"]
+        assert rl["generationSeconds"] > 0 and rl["rewardSeconds"] > 0 and rl["actorUpdateSeconds"] > 0, rl
+        assert rl["generationSeconds"] + rl["rewardSeconds"] + rl["oldLogprobSeconds"] <= s["stepSeconds"] + 1e-6
+        term = rl["terms"][0]
+        assert term["failures"] == sum(term["failuresByCause"].values()) and len(term["callSeconds"]) == 4, term
+        assert s["batchTokens"] > rl["generatedTokens"] > 0 and s["trainedTokens"] == rl["generatedTokens"], s
+
+
+def test_on_chat_rows_trl_trains_the_assistants_tokens_as_native_does(ready):
+    """Chat (`messages`) rows: trainer-job hands the TRL worker the rows tokenized and masked as the
+    native engine does (the assistant's tokens trained), so the first step trains the same tokens
+    and both engines' first-step losses agree to 1e-5 (a fresh LoRA: the base model's loss)."""
+    chat = plan("native", steps=2).replace("dataset: prompt-completion", "dataset: sentiment")
+    runs = {e: ended(ready, start_run_id(ready, chat.replace("engine: native", f"engine: {e}"))) for e in ("native", "trl")}
+    for engine, run in runs.items():
+        assert run["phase"] == "COMPLETED", (engine, run.get("failureReason"))
+    first = {e: ready.json("runs", "metrics", r["runId"])["steps"][0] for e, r in runs.items()}
+    assert first["trl"]["trainedTokens"] == first["native"]["trainedTokens"], first
+    assert first["trl"]["trainedTokens"] < first["trl"]["batchTokens"], first["trl"]  # the prompts are not trained
+    assert abs(first["native"]["loss"] - first["trl"]["loss"]) <= 1e-5, first

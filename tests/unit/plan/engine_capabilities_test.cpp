@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace trainer::plan {
 namespace {
@@ -92,6 +94,33 @@ TEST(EngineCapabilities, TrlRefusesWhatItsTranslationLacksNamingEngineAndField) 
   EXPECT_TRUE(check_engine_capabilities(plan_of("sft", "native", "", R"("smoke": true)"), here).is_ok());
 }
 
+// verl's FSDP engine has no linear schedule, the plan's default: a verl plan names another.
+const std::string kVerlSchedule = R"("rlHyperparams": {"optimizer": {"schedule": "cosine"}})";
+
+TEST(EngineCapabilities, VerlRefusesWhatItsConfigurationHasNoCounterpartFor) {
+  const EngineDeployment everything{.ray_backend = true, .gpu_rollout_engine = true, .verl_worker = true};
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"config.rlHyperparams.optimizer.schedule", ""},
+      {"config.rlHyperparams.lossAggregation",
+       R"("rlHyperparams": {"lossAggregation": "bnpo", "optimizer": {"schedule": "cosine"}})"},
+      {"config.rlHyperparams.scaleRewards",
+       R"("rlHyperparams": {"scaleRewards": "batch", "optimizer": {"schedule": "cosine"}})"},
+      {"config.hyperparams.lora.dropout", R"("hyperparams": {"lora": {"dropout": 0.1}}, )" + kVerlSchedule},
+      {"config.hyperparams.training.maxSteps",
+       R"("hyperparams": {"training": {"maxSteps": 3}}, "rlHyperparams": {"iterationsPerBatch": 2, )"
+       R"("optimizer": {"schedule": "cosine"}})"},
+  };
+  for (const auto& [field, extra] : cases) {
+    Status st = check_engine_capabilities(plan_of("grpo", "verl", extra), everything);
+    EXPECT_EQ(st.field(), field) << st.to_string();
+    EXPECT_NE(st.message().find("engine verl cannot run this"), std::string::npos) << st.to_string();
+  }
+  EXPECT_EQ(check_engine_capabilities(plan_of("grpo", "verl", kVerlSchedule, R"("pauseAtStep": 2)"), everything)
+                .field(),
+            "pauseAtStep");
+  EXPECT_TRUE(check_engine_capabilities(plan_of("gspo", "verl", kVerlSchedule), everything).is_ok());
+}
+
 TEST(EngineCapabilities, VerlRefusesSftAndCpuRunsThenNamesWhatTheDeploymentLacks) {
   const EngineDeployment here;
   Status sft = check_engine_capabilities(plan_of("sft", "verl", "", R"("execution": {"gpus": 1})"), here);
@@ -99,19 +128,21 @@ TEST(EngineCapabilities, VerlRefusesSftAndCpuRunsThenNamesWhatTheDeploymentLacks
   EXPECT_NE(sft.message().find("engine verl"), std::string::npos);
   Status cpu = check_engine_capabilities(plan_of("grpo", "verl", "", R"("execution": {"gpus": 0})"), here);
   EXPECT_EQ(cpu.field(), "execution.gpus");
-  Status missing = check_engine_capabilities(plan_of("grpo", "verl"), here);
+  Status missing = check_engine_capabilities(plan_of("grpo", "verl", kVerlSchedule), here);
   EXPECT_EQ(missing.field(), "config.engine");
   EXPECT_EQ(missing.message(),
-            "engine verl is not available on this deployment: it needs a GPU rollout engine (vLLM or SGLang on CUDA "
-            "devices; this deployment has none), the Ray compute backend (compute.backend \"ray\") and the verl worker "
-            "in trainer-job (not built into this one); use engine native or trl");
+            "engine verl is not available on this deployment: it has verl 0.9.1 and the plan's translation into verl's "
+            "configuration, and needs a GPU rollout engine (vLLM or SGLang on CUDA devices; this deployment has none), "
+            "the Ray compute backend (compute.backend \"ray\") and trainer-job starting the verl worker and taking "
+            "its adapter into snapshots (not built into this one); use engine native or trl");
   // Only what is missing is named.
   Status worker_only = check_engine_capabilities(
-      plan_of("grpo", "verl"), EngineDeployment{.ray_backend = true, .gpu_rollout_engine = true, .verl_worker = false});
+      plan_of("grpo", "verl", kVerlSchedule), EngineDeployment{.ray_backend = true, .gpu_rollout_engine = true, .verl_worker = false});
   EXPECT_EQ(worker_only.message(),
-            "engine verl is not available on this deployment: it needs the verl worker in trainer-job (not built into "
-            "this one); use engine native or trl");
-  EXPECT_TRUE(check_engine_capabilities(plan_of("grpo", "verl"),
+            "engine verl is not available on this deployment: it has verl 0.9.1 and the plan's translation into verl's "
+            "configuration, and needs trainer-job starting the verl worker and taking its adapter into snapshots (not "
+            "built into this one); use engine native or trl");
+  EXPECT_TRUE(check_engine_capabilities(plan_of("grpo", "verl", kVerlSchedule),
                                         EngineDeployment{.ray_backend = true, .gpu_rollout_engine = true, .verl_worker = true})
                   .is_ok());
 }
