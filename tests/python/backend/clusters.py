@@ -243,6 +243,29 @@ class RayHead:
         head.stop()
         pytest.fail("Ray's head did not run a probe job within 180 s")
 
+    def add_node(self, ip: str, cpus: int = 1) -> None:
+        """Joins a second node to this head, on this machine at another loopback address (`ip`,
+        e.g. 127.0.0.2), in the head's temporary folder (so stop() stops it too); returns once
+        the head lists it alive."""
+        ray = self.venv / "bin" / "ray"
+        out = subprocess.run(
+            [str(ray), "start", f"--address=127.0.0.1:{self.ports[0]}", f"--node-ip-address={ip}",
+             f"--num-cpus={cpus}", "--num-gpus=0", f"--temp-dir={self.temp_dir}", "--disable-usage-stats",
+             f"--dashboard-agent-listen-port={free_port()}"],
+            capture_output=True, text=True, env=self.env, timeout=180)
+        if out.returncode != 0:
+            pytest.fail(f"ray start of a node at {ip} failed:\n{out.stdout}\n{out.stderr}")
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if ip in self.alive_node_names():
+                return
+            time.sleep(0.5)
+        pytest.fail(f"the node at {ip} did not show as alive within 120 s")
+
+    def alive_node_names(self) -> list[str]:
+        with urllib.request.urlopen(self.address + "/nodes?view=summary", timeout=30) as r:
+            return [n["raylet"]["nodeName"] for n in json.load(r)["data"]["summary"] if n["raylet"]["state"] == "ALIVE"]
+
     def pids(self) -> list[int]:
         """The processes of this head: those whose command line names its own temporary folder, and
         their descendants (Ray's workers and agents rename themselves, e.g. ray::JobSupervisor, and
