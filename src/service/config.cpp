@@ -1,11 +1,13 @@
 #include "service/config.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <set>
 
 #include "common/json_parse.h"
 #include "common/spelling.h"
+#include "common/token_file.h"
 #include "common/utc_time.h"
 #include "service/config_fields.h"
 #include "telemetry/tracing.h"
@@ -249,7 +251,7 @@ Status parse_artifact_store(const json& a, ArtifactStoreConfig& s) {
 // The document's sections, in the order they are checked; the first error wins.
 Status parse_sections(const json& doc, DeploymentConfig& c) {
   TRAINER_RETURN_IF_ERROR(check_keys(doc, "", {"baseModels", "shapeCatalog", "pools", "quotas", "limits", "jobBinary",
-                                               "compute", "telemetry", "judges", "outbound", "artifactStore", "store"}));
+                                               "compute", "telemetry", "judges", "outbound", "paths", "artifactStore", "store"}));
   if (doc.contains("baseModels")) {
     TRAINER_RETURN_IF_ERROR(parse_base_models(doc["baseModels"], c.base_models));
   }
@@ -285,6 +287,12 @@ Status parse_sections(const json& doc, DeploymentConfig& c) {
     if (!policy.is_ok()) return invalid_argument(policy.status().field() + ": " + policy.status().message());
     c.outbound = std::move(*policy);
   }
+  if (doc.contains("paths")) {
+    TRAINER_RETURN_IF_ERROR(check_keys(doc["paths"], "paths", {"allow"}));
+    auto folders = parse_allowed_folders(doc["paths"].value("allow", json::array()), "paths.allow");
+    if (!folders.is_ok()) return invalid_argument(folders.status().field() + ": " + folders.status().message());
+    c.paths_allow = std::move(*folders);
+  }
   if (doc.contains("artifactStore")) {
     TRAINER_RETURN_IF_ERROR(parse_artifact_store(doc["artifactStore"], c.artifact_store));
   }
@@ -298,6 +306,27 @@ DeploymentConfig default_config() {
   DeploymentConfig c;
   c.pools.push_back(PoolConfig{"cpu", "cpu", false, 1, 1});
   return c;
+}
+
+PathPolicy confined_paths(const DeploymentConfig& config, const std::string& data_dir) {
+  PathPolicy policy;
+  if (config.paths_allow) {
+    policy.allow = *config.paths_allow;
+  } else {
+    const char* home = std::getenv("HOME");
+    const char* tmp = std::getenv("TMPDIR");
+    if (home != nullptr && home[0] == '/') policy.allow.emplace_back(home);
+    policy.allow.emplace_back(tmp != nullptr && tmp[0] == '/' ? tmp : "/tmp");
+  }
+  if (!data_dir.empty()) {
+    const std::string data = std::filesystem::absolute(data_dir).string();
+    policy.deny.push_back(data);
+    policy.except.push_back((std::filesystem::path(data) / "bundles").string());
+  }
+  // The token file's folder (the local admin token), under the default's home folder.
+  const std::string tokens = token_file_path();
+  if (!tokens.empty()) policy.deny.push_back(std::filesystem::path(tokens).parent_path().string());
+  return policy;
 }
 
 Result<DeploymentConfig> parse_config(const std::string& text, const std::string& source) {
@@ -412,6 +441,7 @@ nlohmann::json config_to_json(const DeploymentConfig& c) {
                              {"jobFolder", o.job_folder}};
   }
   out["outbound"] = {{"allow", outbound_policy_json(c.outbound)}};
+  out["paths"] = {{"allow", c.paths.allow.empty() && c.paths_allow ? json(*c.paths_allow) : json(c.paths.allow)}};
   out["judges"] = json::array();
   for (const auto& j : c.judges) {
     out["judges"].push_back({{"name", j.name},
