@@ -52,8 +52,9 @@ const std::vector<RouteRule>& role_table() {
       {"GET", "/v1/trained-models/{ref}/files/{file}", R, kTrainedModelPath},
       {"GET", "/v1/trained-models/{ref}/merged", R, kTrainedModelPath},
       {"GET", "/v1/trained-models/{ref}/merged/{file}", R, kTrainedModelPath},
-      // datasets and bundles: the shared catalog
-      {"POST", "/v1/datasets", S, kNone},
+      // datasets and bundles: the shared catalog; an upload counts against the storage quota of the
+      // workload it names, so a limited token must name one of its own
+      {"POST", "/v1/datasets", S, kBodyWorkload},
       {"GET", "/v1/datasets", R, kNone},
       {"POST", "/v1/datasets/{ref}/measure", S, kNone},
       {"POST", "/v1/datasets/{ref}/analyses", S, kNone},

@@ -116,13 +116,15 @@ Status parse_base_models(const json& list, std::vector<AllowedBaseModel>& out) {
 }
 
 
-// quotas: {default?, workloads?: {NAME: devices}}
+// quotas: {default?, workloads?: {NAME: devices}, storageBytes?}
 Status parse_quotas(const json& q, DeploymentConfig& c) {
   if (!q.is_object()) return invalid_argument("quotas: must be an object");
-  TRAINER_RETURN_IF_ERROR(check_keys(q, "quotas.", {"default", "workloads"}));
+  TRAINER_RETURN_IF_ERROR(check_keys(q, "quotas.", {"default", "workloads", "storageBytes"}));
   TRAINER_ASSIGN_OR_RETURN(int64_t default_quota,
                            non_negative_int(q, "default", "quotas.", c.default_workload_quota));
   c.default_workload_quota = static_cast<int>(default_quota);
+  TRAINER_ASSIGN_OR_RETURN(c.default_storage_quota_bytes,
+                           non_negative_int(q, "storageBytes", "quotas.", c.default_storage_quota_bytes, int64_t{1} << 50));
   if (!q.contains("workloads")) return Status::ok();
   if (!q["workloads"].is_object()) return invalid_argument("quotas.workloads: must be an object");
   for (const auto& [name, v] : q["workloads"].items()) {
@@ -408,7 +410,8 @@ nlohmann::json config_to_json(const DeploymentConfig& c) {
     }
     if (p.host_ram_gib > 0) out["pools"].back()["hostRamGiB"] = p.host_ram_gib;
   }
-  out["quotas"] = {{"default", c.default_workload_quota}, {"workloads", c.workload_quotas}};
+  out["quotas"] = {{"default", c.default_workload_quota}, {"workloads", c.workload_quotas},
+                   {"storageBytes", c.default_storage_quota_bytes}};
   out["limits"] = {{"maxRequestBytes", c.limits.max_request_bytes},
                    {"maxDatasetBytes", c.limits.max_dataset_bytes},
                    {"cancelGraceSeconds", c.limits.cancel_grace_seconds},

@@ -164,6 +164,9 @@ struct DeploymentConfig {
   std::vector<PoolConfig> pools;
   int default_workload_quota = 8;             // devices a workload may hold at once, across pools
   std::map<std::string, int> workload_quotas; // per workload name, overriding the default at creation
+  // Bytes of datasets and bundles each workload may upload (and the shared catalog, for uploads
+  // naming none), unless the workload's storageQuotaBytes says otherwise; 0 = no limit.
+  int64_t default_storage_quota_bytes = int64_t{1} << 30;
   Limits limits;
   std::string job_binary;                     // trainer-job; "" = beside trainerd
   backend::ComputeConfig compute;             // which compute backend runs jobs
