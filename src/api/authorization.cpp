@@ -1,6 +1,7 @@
 // The role table and the authorizer (authorization.h, docs/security.md).
 #include "api/authorization.h"
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 #include <strings.h>
@@ -51,8 +52,9 @@ const std::vector<RouteRule>& role_table() {
       {"GET", "/v1/trained-models/{ref}/files/{file}", R, kTrainedModelPath},
       {"GET", "/v1/trained-models/{ref}/merged", R, kTrainedModelPath},
       {"GET", "/v1/trained-models/{ref}/merged/{file}", R, kTrainedModelPath},
-      // datasets and bundles: the shared catalog
-      {"POST", "/v1/datasets", S, kNone},
+      // datasets and bundles: the shared catalog; an upload counts against the storage quota of the
+      // workload it names, so a limited token must name one of its own
+      {"POST", "/v1/datasets", S, kBodyWorkload},
       {"GET", "/v1/datasets", R, kNone},
       {"POST", "/v1/datasets/{ref}/measure", S, kNone},
       {"POST", "/v1/datasets/{ref}/analyses", S, kNone},
@@ -69,10 +71,11 @@ const std::vector<RouteRule>& role_table() {
       {"POST", "/v1/curations", S, kNone},
       {"GET", "/v1/curations", R, kNone},
       {"GET", "/v1/curations/{id}", R, kNone},
-      // distillations: a workload's teacher calls, into the shared catalog; one is found by id only,
-      // so reading or moving it needs a token on every workload
+      // distillations: a workload's teacher calls, into the shared catalog; the list answers a
+      // limited token its workloads' ones; one is found by id only, so reading or moving it needs a
+      // token on every workload
       {"POST", "/v1/distillations", S, kBodyWorkload},
-      {"GET", "/v1/distillations", R, kAllWorkloads},
+      {"GET", "/v1/distillations", R, kListFiltered},
       {"GET", "/v1/distillations/{id}", R, kAllWorkloads},
       {"GET", "/v1/distillations/{id}/rejections", R, kAllWorkloads},
       {"POST", "/v1/distillations/{id}/pause", S, kAllWorkloads},
@@ -134,9 +137,10 @@ const std::vector<RouteRule>& role_table() {
       {"POST", "/v1/comparisons", S, kAllWorkloads},
       {"GET", "/v1/comparisons", R, kListFiltered},
       {"GET", "/v1/comparisons/{ref}", R, kComparisonPath},
-      // pipelines: their stages may be of several workloads, so only a token on every workload
+      // pipelines: their stages may be of several workloads, so only a token on every workload; the
+      // list answers a limited token the pipelines all of whose stages' workloads are its own
       {"POST", "/v1/pipelines", S, kAllWorkloads},
-      {"GET", "/v1/pipelines", R, kAllWorkloads},
+      {"GET", "/v1/pipelines", R, kListFiltered},
       {"GET", "/v1/pipelines/{ref}", R, kAllWorkloads},
       {"GET", "/v1/pipelines/{ref}/events", R, kAllWorkloads},
       {"POST", "/v1/pipelines/{ref}/resume", S, kAllWorkloads},
@@ -274,13 +278,18 @@ std::optional<Response> check_scope(Service& svc, const Identity& who, const Rou
   switch (rule.scope) {
     case Scope::kListFiltered: {
       const std::string workload = req.query_value("workload");
-      if (!workload.empty()) {
-        if (may_touch_workload(svc, who, workload)) return std::nullopt;
-        return hidden("workload", workload);
+      if (!workload.empty() && !may_touch_workload(svc, who, workload)) return hidden("workload", workload);
+      if (caller == nullptr) {
+        if (!workload.empty()) return std::nullopt;
+        return hidden("object", ref);
       }
-      if (caller == nullptr) return hidden("object", ref);
+      // Filtered with ?workload= too: a list that does not take it (distillations, pipelines)
+      // would otherwise answer every workload's items.
       caller->filtered = true;
       caller->only_workloads = who.workloads;
+      for (const std::string& id : who.workloads) {
+        if (auto w = svc.get_workload(id); w.is_ok()) caller->only_workload_names.push_back(w->value("name", std::string()));
+      }
       return std::nullopt;
     }
     case Scope::kNone: return std::nullopt;
@@ -381,11 +390,44 @@ std::optional<Response> authorize(Service& svc, const Request& req, const std::s
   return check_scope(svc, *who, *rule, req, &caller);
 }
 
+namespace {
+
+// The workloads a pipeline's stages name (by name or id): a train or evaluate stage's `workload`,
+// a distill stage's `distillation.workload`.
+std::vector<std::string> pipeline_workloads(const json& pipeline) {
+  std::vector<std::string> out;
+  const json stages = pipeline.value("plan", json::object()).value("stages", json::array());
+  for (const json& stage : stages) {
+    if (!stage.is_object()) continue;
+    if (stage.value("workload", json()).is_string()) out.push_back(stage["workload"].get<std::string>());
+    const json distillation = stage.value("distillation", json::object());
+    if (distillation.is_object() && distillation.value("workload", json()).is_string()) {
+      out.push_back(distillation["workload"].get<std::string>());
+    }
+  }
+  return out;
+}
+
+// The workloads a listed item belongs to: a workload itself, a distillation's (by name), every
+// workload a pipeline's stages name, else the item's own workload.
+std::vector<std::string> item_workloads(const std::string& pattern, const json& item) {
+  if (pattern == "/v1/workloads") return {item.value("id", std::string())};
+  if (pattern == "/v1/distillations") {
+    return {item.value("workload", json()).is_string() ? item["workload"].get<std::string>() : workload_of(item)};
+  }
+  if (pattern == "/v1/pipelines") return pipeline_workloads(item);
+  return {workload_of(item)};
+}
+
+}  // namespace
+
 void filter_to_workloads(const Caller& caller, const std::string& pattern, Response& response) {
   if (!caller.filtered || response.status < 200 || response.status >= 300) return;
   json doc = json::parse(response.body, nullptr, false);
   if (!doc.is_object()) return;
-  const std::set<std::string> allowed(caller.only_workloads.begin(), caller.only_workloads.end());
+  std::set<std::string> allowed(caller.only_workloads.begin(), caller.only_workloads.end());
+  allowed.insert(caller.only_workload_names.begin(), caller.only_workload_names.end());
+  allowed.erase("");
   for (auto& [key, value] : doc.items()) {
     if (!value.is_array()) continue;
     json kept = json::array();
@@ -394,8 +436,11 @@ void filter_to_workloads(const Caller& caller, const std::string& pattern, Respo
         kept.push_back(std::move(item));
         continue;
       }
-      const std::string w = pattern == "/v1/workloads" ? item.value("id", std::string()) : workload_of(item);
-      if (allowed.count(w) != 0) kept.push_back(std::move(item));
+      // Shown when it names a workload and every one it names is the token's.
+      const std::vector<std::string> named = item_workloads(pattern, item);
+      const bool mine = !named.empty() && std::all_of(named.begin(), named.end(),
+                                                      [&](const std::string& w) { return allowed.count(w) != 0; });
+      if (mine) kept.push_back(std::move(item));
     }
     value = std::move(kept);
   }

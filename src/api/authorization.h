@@ -73,10 +73,11 @@ struct Caller {
   std::string token_name;          // the token's name
   std::vector<std::string> roles;  // the token's roles
   std::string job_id;              // a job attempt's own credentials (X-Trainer-Job); "" for none
-  // A limited token's list (Scope::kListFiltered without ?workload=): only the items of these
-  // workload ids go out.
+  // A limited token's list (Scope::kListFiltered): only the items of these workloads go out (by
+  // id, and by name for the lists whose items name workloads by name: distillations, pipelines).
   bool filtered = false;
   std::vector<std::string> only_workloads;
+  std::vector<std::string> only_workload_names;
 };
 
 // Checks a request that matched (method, `pattern`) against its rule: the caller's bearer token

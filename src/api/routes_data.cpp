@@ -10,11 +10,17 @@ namespace {
 
 using http::Request;
 
-// POST /v1/datasets: {name?, rows} registered; created (201) or already registered (200).
+// POST /v1/datasets: {name?, rows, workload?} registered; created (201) or already registered
+// (200). New rows count against the workload's storage quota (none named: the shared catalog's).
 Result<std::pair<json, bool>> register_dataset(service::Service& svc, const Request& req) {
   TRAINER_ASSIGN_OR_RETURN(json body, body_json(req));
   for (const auto& [k, v] : body.items()) {
-    if (k != "name" && k != "rows") return invalid_field(k, "unknown field");
+    if (k != "name" && k != "rows" && k != "workload") return invalid_field(k, "unknown field");
+  }
+  std::optional<std::string> workload;
+  if (body.contains("workload") && !body["workload"].is_null()) {
+    if (!body["workload"].is_string()) return invalid_field("workload", "must be a workload's name or id");
+    workload = body["workload"].get<std::string>();
   }
   if (!body.contains("rows") || !body["rows"].is_string()) {
     return invalid_field("rows", "required: the dataset's chat JSONL as one string");
@@ -24,7 +30,7 @@ Result<std::pair<json, bool>> register_dataset(service::Service& svc, const Requ
     if (!body["name"].is_string()) return invalid_field("name", "must be a string");
     name = body["name"].get<std::string>();
   }
-  return svc.register_dataset(name, body["rows"].get<std::string>());
+  return svc.register_dataset(name, body["rows"].get<std::string>(), workload);
 }
 
 // POST /v1/datasets/{ref}/measure: {baseModel, maxSeqLength?}.

@@ -19,8 +19,12 @@ void install_workload_routes(http::Router& router, service::Service& svc, const 
              route_json(200, [&svc](const Request& req) { return svc.archive_workload(req.params[0]); }));
   router.add("POST", "/v1/workloads/{ref}/unarchive", max,
              route_json(200, [&svc](const Request& req) { return svc.unarchive_workload(req.params[0]); }));
-  router.add("GET", "/v1/workloads/{ref}", max,
-             route_json(200, [&svc](const Request& req) { return svc.get_workload(req.params[0]); }));
+  // One workload, with `storage`: the bytes its uploads hold against its storage quota.
+  router.add("GET", "/v1/workloads/{ref}", max, route_json(200, [&svc](const Request& req) -> Result<json> {
+               TRAINER_ASSIGN_OR_RETURN(json doc, svc.get_workload(req.params[0]));
+               TRAINER_ASSIGN_OR_RETURN(doc["storage"], svc.workload_storage(doc.value("id", std::string())));
+               return doc;
+             }));
   router.add("PATCH", "/v1/workloads/{ref}", max, route_body(200, [&svc](const Request& req, const json& body) {
                return svc.update_workload(req.params[0], body);
              }));

@@ -116,7 +116,9 @@ int bundles_register(Context& ctx) {
   if (!files) return ctx.fail(error, kExitError);
   Response r;
   CallError e;
-  if (!ctx.client.post("/v1/bundles", {{"name", *name}, {"files", *files}}, &r, &e)) {
+  json body = {{"name", *name}, {"files", *files}};
+  if (auto workload = ctx.inv.get("workload")) body["workload"] = *workload;
+  if (!ctx.client.post("/v1/bundles", body, &r, &e)) {
     return ctx.fail(describe_failure(e), e.transport ? kExitUnreachable : kExitError);
   }
   if (!ctx.text()) {
@@ -163,8 +165,10 @@ Command bundles_command() {
               "The files are stored in trainerd's data folder under the hash of their content; the same\n"
               "files under the same name again are the version that holds them. __pycache__, *.pyc and\n"
               "hidden files are left out. A reward term names it as bundle:NAME[:VERSION]#MODULE[:FUNCTION]\n"
-              "(the latest version unless VERSION is given; FUNCTION defaults to compute_score).",
-              {{"name", 0, "NAME", "the bundle's name (required)", ""}},
+              "(the latest version unless VERSION is given; FUNCTION defaults to compute_score). A new\n"
+              "version counts against the storage quota of --workload (without it: the shared catalog's).",
+              {{"name", 0, "NAME", "the bundle's name (required)", ""},
+               {"workload", 0, "WORKLOAD", "the workload whose storage quota it counts against", ""}},
               {}, bundles_register, 1, 1, {}};
   reg.examples = {{"register (or add a version of) a bundle", "trainer bundles register ./rewards --name support-rewards"},
                   {"the version as JSON", "trainer bundles register ./rewards --name support-rewards -o json"}};

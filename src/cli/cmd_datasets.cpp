@@ -27,6 +27,7 @@ int datasets_create(Context& ctx) {
   if (!rows) return ctx.fail(error, kExitError);
   json body = {{"rows", *rows}};
   if (auto name = ctx.inv.get("name")) body["name"] = *name;
+  if (auto workload = ctx.inv.get("workload")) body["workload"] = *workload;
   Response r;
   CallError e;
   if (!ctx.client.post("/v1/datasets", body, &r, &e)) {
@@ -248,9 +249,12 @@ Command datasets_command() {
                 {"how long its rows are under a base model", "trainer datasets measure sentiment-train --base-model tiny-qwen3"}};
   Command create{"create", {}, "Register a dataset (registering the same rows again returns it)", "",
                  "A name is a movable alias: registering other rows under a name moves it to them (and says\n"
-                 "from which dataset); the old rows stay registered under their hash.",
+                 "from which dataset); the old rows stay registered under their hash. New rows count against\n"
+                 "the storage quota of --workload (without it: the shared catalog's); a token limited to some\n"
+                 "workloads must name one of them.",
                  {{"file", 'f', "FILE", "chat-format JSONL file; - reads stdin", ""},
-                  {"name", 0, "NAME", "a name for it (a movable alias)", ""}},
+                  {"name", 0, "NAME", "a name for it (a movable alias)", ""},
+                  {"workload", 0, "WORKLOAD", "the workload whose storage quota it counts against", ""}},
                  {}, datasets_create, 0, 0, {}};
   create.examples = {{"register a file under a name", "trainer datasets create -f examples/sentiment/train.jsonl --name sentiment-train"},
                      {"register rows piped on stdin, by hash only", "cat examples/sentiment/train.jsonl | trainer datasets create -f -"}};

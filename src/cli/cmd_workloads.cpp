@@ -58,6 +58,15 @@ int workloads_create(Context& ctx) {
     }
     body["gpuQuota"] = q;
   }
+  if (auto v = ctx.inv.get("storage-quota")) {
+    char* end = nullptr;
+    long long q = std::strtoll(v->c_str(), &end, 10);
+    if (v->empty() || *end || q < 0) {
+      return ctx.fail("--storage-quota must be a non-negative number of bytes (0: no limit), got \"" + *v + "\"",
+                      kExitUsage);
+    }
+    body["storageQuotaBytes"] = q;
+  }
   auto doc = ctx.post("/v1/workloads", body);
   if (!doc) return ctx.last_failure_code();
   if (!ctx.text()) ctx.print_json(*doc);
@@ -204,7 +213,9 @@ Command workloads_command() {
                  {{"description", 0, "TEXT", "free text", ""},
                   {"dataset", 0, "DATASET", "evaluation dataset (name or hash)", ""},
                   {"grader", 0, "GRADER", "json-label-match (default), model:MODEL or http:URL", ""},
-                  {"gpu-quota", 0, "N", "devices its runs may hold at once", ""}},
+                  {"gpu-quota", 0, "N", "devices its runs may hold at once", ""},
+                  {"storage-quota", 0, "BYTES",
+                   "bytes of datasets and bundles it may upload (0: no limit; default: the deployment's)", ""}},
                  {}, workloads_create, 1, 1, {}};
   create.examples = {{"a workload with defaults", "trainer workloads create sentiment-demo"},
                      {"with an evaluation dataset and a quota of 2 devices",

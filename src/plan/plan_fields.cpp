@@ -118,8 +118,8 @@ const std::vector<FieldSpec> kFields = {
     {"config.reward.terms[].maxTokens", FT::kInteger, 1, 32768, false, false, "",
      "model: the judge's answer at most, in tokens (the request's max_tokens). Default 512"},
     {"config.reward.terms[].caFile", FT::kString, 0, 0, false, false, "",
-     "http: absolute path of a PEM file of the CAs trusted for an https:// evaluator, on trainerd's host; absent: the "
-     "system's CA store"},
+     "http: absolute path of a PEM file of the CAs trusted for an https:// evaluator, on trainerd's host within its "
+     "`paths.allow` (docs/security.md, \"Paths\"); absent: the system's CA store"},
     {"config.reward.terms[].graderInstructions", FT::kString, 0, 0, false, false, "",
      "model: the judge's instructions (system prompt); absent: the plan's graderInstructions, else the built-in ones "
      "(docs/graders.md)"},

@@ -126,10 +126,12 @@ std::string version_list(const std::vector<json>& versions) {
 
 }  // namespace
 
-Result<std::pair<json, bool>> Bundles::register_version(const json& body) {
+Result<std::pair<json, bool>> Bundles::register_version(const json& body, const StorageOwner* owner) {
   if (!body.is_object()) return invalid_field("body", "must be a JSON object {name, files}");
   for (const auto& [k, v] : body.items()) {
-    if (k != "name" && k != "files") return invalid_field(k, "unknown field; a registration takes name and files");
+    if (k != "name" && k != "files" && k != "workload") {
+      return invalid_field(k, "unknown field; a registration takes name, files and workload");
+    }
   }
   if (!body.contains("name") || !body["name"].is_string()) return invalid_field("name", "required: the bundle's name");
   const std::string name = body["name"].get<std::string>();
@@ -148,6 +150,8 @@ Result<std::pair<json, bool>> Bundles::register_version(const json& body) {
     if (v.value("sha", std::string()) == sha) return std::make_pair(v, false);  // the same content: that version
     latest = std::max<int64_t>(latest, v.value("version", int64_t{0}));
   }
+  // A new version: within its owner's storage quota, else nothing is stored.
+  if (owner) TRAINER_RETURN_IF_ERROR(check_storage_quota(*core_.store, *owner, bytes, "this bundle version", "files"));
   // The files first: a committed version always has its folder.
   TRAINER_RETURN_IF_ERROR(write_folder(folder, files));
   json doc = {{"name", name},
@@ -157,6 +161,7 @@ Result<std::pair<json, bool>> Bundles::register_version(const json& body) {
               {"files", static_cast<int64_t>(files.size())},
               {"bytes", bytes},
               {"createdAt", core_.now_rfc3339()}};
+  if (owner) doc["owner"] = owner_json(*owner);
   TRAINER_RETURN_IF_ERROR(core_.store->insert_bundle_version(doc));
   return std::make_pair(doc, true);
 }

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "service/service_core.h"
+#include "service/storage_quotas.h"
 
 namespace trainer::plan {
 struct Plan;
@@ -21,7 +22,9 @@ class Bundles {
   explicit Bundles(ServiceCore& core) : core_(core) {}
 
   // Service::register_bundle, list_bundles, get_bundle.
-  Result<std::pair<json, bool>> register_version(const json& body);
+  // With `owner`, a new version is checked against its storage quota and recorded as its
+  // (storage_quotas.h); the body's `workload` names it (ServiceImpl::register_bundle).
+  Result<std::pair<json, bool>> register_version(const json& body, const StorageOwner* owner = nullptr);
   Result<json> list();
   Result<json> get(const std::string& ref);
 

@@ -1,11 +1,13 @@
 #include "service/config.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <set>
 
 #include "common/json_parse.h"
 #include "common/spelling.h"
+#include "common/token_file.h"
 #include "common/utc_time.h"
 #include "service/config_fields.h"
 #include "telemetry/tracing.h"
@@ -114,13 +116,15 @@ Status parse_base_models(const json& list, std::vector<AllowedBaseModel>& out) {
 }
 
 
-// quotas: {default?, workloads?: {NAME: devices}}
+// quotas: {default?, workloads?: {NAME: devices}, storageBytes?}
 Status parse_quotas(const json& q, DeploymentConfig& c) {
   if (!q.is_object()) return invalid_argument("quotas: must be an object");
-  TRAINER_RETURN_IF_ERROR(check_keys(q, "quotas.", {"default", "workloads"}));
+  TRAINER_RETURN_IF_ERROR(check_keys(q, "quotas.", {"default", "workloads", "storageBytes"}));
   TRAINER_ASSIGN_OR_RETURN(int64_t default_quota,
                            non_negative_int(q, "default", "quotas.", c.default_workload_quota));
   c.default_workload_quota = static_cast<int>(default_quota);
+  TRAINER_ASSIGN_OR_RETURN(c.default_storage_quota_bytes,
+                           non_negative_int(q, "storageBytes", "quotas.", c.default_storage_quota_bytes, int64_t{1} << 50));
   if (!q.contains("workloads")) return Status::ok();
   if (!q["workloads"].is_object()) return invalid_argument("quotas.workloads: must be an object");
   for (const auto& [name, v] : q["workloads"].items()) {
@@ -249,7 +253,7 @@ Status parse_artifact_store(const json& a, ArtifactStoreConfig& s) {
 // The document's sections, in the order they are checked; the first error wins.
 Status parse_sections(const json& doc, DeploymentConfig& c) {
   TRAINER_RETURN_IF_ERROR(check_keys(doc, "", {"baseModels", "shapeCatalog", "pools", "quotas", "limits", "jobBinary",
-                                               "compute", "telemetry", "judges", "outbound", "artifactStore", "store"}));
+                                               "compute", "telemetry", "judges", "outbound", "paths", "artifactStore", "store"}));
   if (doc.contains("baseModels")) {
     TRAINER_RETURN_IF_ERROR(parse_base_models(doc["baseModels"], c.base_models));
   }
@@ -285,6 +289,12 @@ Status parse_sections(const json& doc, DeploymentConfig& c) {
     if (!policy.is_ok()) return invalid_argument(policy.status().field() + ": " + policy.status().message());
     c.outbound = std::move(*policy);
   }
+  if (doc.contains("paths")) {
+    TRAINER_RETURN_IF_ERROR(check_keys(doc["paths"], "paths", {"allow"}));
+    auto folders = parse_allowed_folders(doc["paths"].value("allow", json::array()), "paths.allow");
+    if (!folders.is_ok()) return invalid_argument(folders.status().field() + ": " + folders.status().message());
+    c.paths_allow = std::move(*folders);
+  }
   if (doc.contains("artifactStore")) {
     TRAINER_RETURN_IF_ERROR(parse_artifact_store(doc["artifactStore"], c.artifact_store));
   }
@@ -298,6 +308,27 @@ DeploymentConfig default_config() {
   DeploymentConfig c;
   c.pools.push_back(PoolConfig{"cpu", "cpu", false, 1, 1});
   return c;
+}
+
+PathPolicy confined_paths(const DeploymentConfig& config, const std::string& data_dir) {
+  PathPolicy policy;
+  if (config.paths_allow) {
+    policy.allow = *config.paths_allow;
+  } else {
+    const char* home = std::getenv("HOME");
+    const char* tmp = std::getenv("TMPDIR");
+    if (home != nullptr && home[0] == '/') policy.allow.emplace_back(home);
+    policy.allow.emplace_back(tmp != nullptr && tmp[0] == '/' ? tmp : "/tmp");
+  }
+  if (!data_dir.empty()) {
+    const std::string data = std::filesystem::absolute(data_dir).string();
+    policy.deny.push_back(data);
+    policy.except.push_back((std::filesystem::path(data) / "bundles").string());
+  }
+  // The token file's folder (the local admin token), under the default's home folder.
+  const std::string tokens = token_file_path();
+  if (!tokens.empty()) policy.deny.push_back(std::filesystem::path(tokens).parent_path().string());
+  return policy;
 }
 
 Result<DeploymentConfig> parse_config(const std::string& text, const std::string& source) {
@@ -379,7 +410,8 @@ nlohmann::json config_to_json(const DeploymentConfig& c) {
     }
     if (p.host_ram_gib > 0) out["pools"].back()["hostRamGiB"] = p.host_ram_gib;
   }
-  out["quotas"] = {{"default", c.default_workload_quota}, {"workloads", c.workload_quotas}};
+  out["quotas"] = {{"default", c.default_workload_quota}, {"workloads", c.workload_quotas},
+                   {"storageBytes", c.default_storage_quota_bytes}};
   out["limits"] = {{"maxRequestBytes", c.limits.max_request_bytes},
                    {"maxDatasetBytes", c.limits.max_dataset_bytes},
                    {"cancelGraceSeconds", c.limits.cancel_grace_seconds},
@@ -412,6 +444,7 @@ nlohmann::json config_to_json(const DeploymentConfig& c) {
                              {"jobFolder", o.job_folder}};
   }
   out["outbound"] = {{"allow", outbound_policy_json(c.outbound)}};
+  out["paths"] = {{"allow", c.paths.allow.empty() && c.paths_allow ? json(*c.paths_allow) : json(c.paths.allow)}};
   out["judges"] = json::array();
   for (const auto& j : c.judges) {
     out["judges"].push_back({{"name", j.name},

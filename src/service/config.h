@@ -14,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "common/outbound.h"
+#include "common/path_policy.h"
 #include "common/status.h"
 
 namespace trainer::service {
@@ -163,12 +164,20 @@ struct DeploymentConfig {
   std::vector<PoolConfig> pools;
   int default_workload_quota = 8;             // devices a workload may hold at once, across pools
   std::map<std::string, int> workload_quotas; // per workload name, overriding the default at creation
+  // Bytes of datasets and bundles each workload may upload (and the shared catalog, for uploads
+  // naming none), unless the workload's storageQuotaBytes says otherwise; 0 = no limit.
+  int64_t default_storage_quota_bytes = int64_t{1} << 30;
   Limits limits;
   std::string job_binary;                     // trainer-job; "" = beside trainerd
   backend::ComputeConfig compute;             // which compute backend runs jobs
   TelemetryConfig telemetry;                  // where jobs push metrics
   std::vector<JudgeConfig> judges;            // judges of model: reward terms, by name
   OutboundPolicy outbound;                    // where URLs that plans name may be called (outbound.allow)
+  // Host folders plans and requests may name files in (paths.allow; docs/security.md, "Paths").
+  // Unset: trainerd's user's home and the temporary folder. The service adds its data folder as
+  // denied (confined_paths()).
+  std::optional<std::vector<std::string>> paths_allow;
+  PathPolicy paths;                           // what is checked: filled by confined_paths()
   ArtifactStoreConfig artifact_store;         // where snapshots are published
   StoreConfig store;                          // where the service's state is kept
   std::string source = "embedded default";    // where this configuration came from
@@ -179,6 +188,11 @@ DeploymentConfig default_config();
 
 // Parses the JSON configuration file's text. `source` names it in messages.
 Result<DeploymentConfig> parse_config(const std::string& text, const std::string& source);
+
+// The paths policy of a service whose data folder is `data_dir`: `config.paths_allow`, else its
+// user's home ($HOME) and temporary folder ($TMPDIR, else /tmp); never the data folder, save its
+// registered bundles (DATA/bundles), nor the folder of the token file (common/token_file.h).
+PathPolicy confined_paths(const DeploymentConfig& config, const std::string& data_dir);
 
 // The judge called `name`; nullptr when the configuration declares none of that name.
 const JudgeConfig* find_judge(const DeploymentConfig& config, const std::string& name);

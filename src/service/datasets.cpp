@@ -38,7 +38,7 @@ std::string Datasets::local_path(const json& dataset) const {
 }
 
 Result<std::pair<json, bool>> Datasets::register_rows(const std::optional<std::string>& name,
-                                                            const std::string& rows) {
+                                                            const std::string& rows, const StorageOwner* owner) {
   if (name) TRAINER_RETURN_IF_ERROR(check_dataset_name(*name));
   dataset::Validation checked = dataset::validate_jsonl(rows);
   if (!checked.ok()) return checked.status("rows");
@@ -50,6 +50,11 @@ Result<std::pair<json, bool>> Datasets::register_rows(const std::optional<std::s
   auto existing = core_.store->get_dataset(hash);
   if (!existing.is_ok()) return existing.status();
   if (!existing->has_value()) {
+    // New bytes: within their owner's storage quota, else nothing is stored.
+    if (owner) {
+      TRAINER_RETURN_IF_ERROR(check_storage_quota(*core_.store, *owner, static_cast<int64_t>(text.size()),
+                                                  "this dataset", "rows"));
+    }
     // The bytes first: a committed row always has its file.
     TRAINER_RETURN_IF_ERROR(core_.storage->put(key, text));
   }
@@ -65,6 +70,7 @@ Result<std::pair<json, bool>> Datasets::register_rows(const std::optional<std::s
               {"bytes", static_cast<int64_t>(text.size())},
               {"createdAt", core_.now_rfc3339()},
               {"key", key}};
+  if (owner) doc["owner"] = owner_json(*owner);
   Status st = core_.store->transaction([&]() -> Status {
     auto ins = core_.store->insert_dataset(doc);
     if (!ins.is_ok()) return ins.status();

@@ -13,6 +13,7 @@
 
 #include "service/base_models.h"
 #include "service/service_core.h"
+#include "service/storage_quotas.h"
 
 namespace trainer::service {
 
@@ -21,7 +22,10 @@ class Datasets {
   Datasets(ServiceCore& core, BaseModels& base_models) : core_(core), base_models_(base_models) {}
 
   // Service::register_dataset, list_datasets, get_dataset, measure_dataset.
-  Result<std::pair<json, bool>> register_rows(const std::optional<std::string>& name, const std::string& rows);
+  // With `owner` (an upload through the API), new rows are checked against its storage quota and
+  // recorded as its (storage_quotas.h); without (a curation's or distillation's output), neither.
+  Result<std::pair<json, bool>> register_rows(const std::optional<std::string>& name, const std::string& rows,
+                                              const StorageOwner* owner = nullptr);
   Result<json> list();
   Result<json> get(const std::string& ref);
   // Points the alias `name` at the dataset `ref` (a name, hash or unique prefix) without an upload;

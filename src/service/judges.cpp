@@ -2,15 +2,14 @@
 #include "service/judges.h"
 
 #include <algorithm>
-#include <filesystem>
 
 #include "common/http_client.h"
+#include "common/path_policy.h"
 
 namespace trainer::service {
 namespace {
 
 using json = nlohmann::json;
-namespace fs = std::filesystem;
 
 std::string declared_names(const DeploymentConfig& d) {
   std::string out;
@@ -51,26 +50,26 @@ Status check_reward_terms(const plan::RunConfig& config, const DeploymentConfig&
       TRAINER_RETURN_IF_ERROR(check_outbound_url(deployment.outbound, plan::term_target(t.kind), at + ".kind"));
     }
     if (t.caFile) {
-      std::error_code ec;
-      if (!fs::path(*t.caFile).is_absolute() || !fs::is_regular_file(*t.caFile, ec)) {
-        return invalid_field(at + ".caFile", "'" + *t.caFile + "': no such file on trainerd's host (an absolute path of a PEM file of CA certificates)");
-      }
+      // A PEM file of CA certificates, within the folders requests may name (paths.allow).
+      TRAINER_RETURN_IF_ERROR(check_confined_path(deployment.paths, *t.caFile, at + ".caFile", PathKind::kFile));
     }
     if (kind == plan::TermKind::kRule || kind == plan::TermKind::kBundle) {
       const plan::ScoringFunction f = *plan::scoring_function(t.kind);
-      const std::string& target = f.path;
-      const bool package = !f.module.empty();
-      std::error_code ec;
-      if (!fs::path(target).is_absolute()) {
-        return invalid_field(at + ".kind", "'" + target + "' must be an absolute path on trainerd's host (jobs run elsewhere than your shell)");
-      }
-      const bool found = package ? fs::is_directory(target, ec) : fs::is_regular_file(target, ec);
-      if (!found) {
-        return invalid_field(at + ".kind", "'" + target + "': no such " + (package ? "folder" : "file") + " on trainerd's host");
-      }
+      // Within the folders requests may name (paths.allow), or a registered bundle's folder.
+      TRAINER_RETURN_IF_ERROR(check_confined_path(deployment.paths, f.path, at + ".kind",
+                                                  f.module.empty() ? PathKind::kFile : PathKind::kFolder));
     }
   }
   return Status::ok();
+}
+
+Status check_term_path(const std::string& kind, const DeploymentConfig& deployment, const std::string& field) {
+  const std::optional<plan::TermKind> k = plan::term_kind(kind);
+  if (k != plan::TermKind::kRule && k != plan::TermKind::kBundle) return Status::ok();
+  const std::optional<plan::ScoringFunction> f = plan::scoring_function(kind);
+  if (!f) return Status::ok();
+  if (k == plan::TermKind::kBundle && (f->path.empty() || f->path.front() != '/')) return Status::ok();  // by name
+  return check_confined_path(deployment.paths, f->path, field, f->module.empty() ? PathKind::kFile : PathKind::kFolder);
 }
 
 json judge_instructions(const plan::Plan& p) {

@@ -29,6 +29,11 @@ namespace trainer::service {
 Status check_reward_terms(const plan::RunConfig& config, const DeploymentConfig& deployment,
                           const std::function<Status(const std::string& name)>& served_model = nullptr);
 
+// A rule:/PATH or bundle:/FOLDER#MODULE term or grader `kind`: its file or folder within the
+// deployment's paths.allow (docs/security.md, "Paths"), errors naming `field`; other kinds
+// (a registered bundle's name among them) pass.
+Status check_term_path(const std::string& kind, const DeploymentConfig& deployment, const std::string& field);
+
 // The run's judges and where each one's instructions come from (docs/graders.md), shown by
 // `runs get` and a dry run: [{at: "config.reward.terms[I]" | "grader", grader: KIND,
 // graderInstructionsSource: "term" | "plan" | "built-in"}], the plan's model: grader last.

@@ -118,7 +118,10 @@ Result<plan::Plan> ServiceImpl::parse_run_plan(const json& body) {
   plan::Plan p = std::move(*parsed);
   if (p.kind != "run") return invalid_field("kind", "must be \"run\", got \"" + p.kind + "\"");
   TRAINER_RETURN_IF_ERROR(plan::check_engine_capabilities(p, engine_deployment(opt_.config)));
-  if (p.grader) TRAINER_RETURN_IF_ERROR(check_grader("grader", *p.grader));
+  if (p.grader) {
+    TRAINER_RETURN_IF_ERROR(check_grader("grader", *p.grader));
+    TRAINER_RETURN_IF_ERROR(check_term_path(*p.grader, opt_.config, "grader"));
+  }
   TRAINER_RETURN_IF_ERROR(bundles_.resolve_terms(p));
   TRAINER_RETURN_IF_ERROR(
       check_reward_terms(p.config, opt_.config, [this](const std::string& name) { return endpoints_.servable(name); }));

@@ -187,9 +187,12 @@ class Service {
   virtual Result<json> select_base_model(const std::string& name) = 0;
 
   // ---- datasets
-  // Registers chat JSONL; returns the dataset and whether its content was new.
+  // Registers chat JSONL; returns the dataset and whether its content was new. New content counts
+  // against the storage quota of `workload` (a name or id), else of the shared catalog
+  // (service/storage_quotas.h).
   virtual Result<std::pair<json, bool>> register_dataset(const std::optional<std::string>& name,
-                                                         const std::string& rows) = 0;
+                                                         const std::string& rows,
+                                                         const std::optional<std::string>& workload) = 0;
   virtual Result<json> list_datasets() = 0;
   virtual Result<json> get_dataset(const std::string& ref) = 0;  // name, hash or unique prefix
   // Moves (or gives) the name `name` to the dataset body {"dataset": REF}, without an upload.
@@ -227,9 +230,10 @@ class Service {
   virtual Result<json> cancel_distillation(const std::string& ref) = 0;
 
   // ---- scoring bundles (docs/graders.md, "Registered bundles")
-  // body {name, files: [{path, content}]}: stores a Python package folder's files, content-
-  // addressed, as the next version of `name`; returns it and whether it is new (the same files
-  // under the same name are the version that holds them).
+  // body {name, files: [{path, content}], workload?}: stores a Python package folder's files,
+  // content-addressed, as the next version of `name`; returns it and whether it is new (the same
+  // files under the same name are the version that holds them). A new version counts against the
+  // storage quota of `workload`, else of the shared catalog (service/storage_quotas.h).
   virtual Result<std::pair<json, bool>> register_bundle(const json& body) = 0;
   virtual Result<json> list_bundles() = 0;                      // {bundles: [version, ...]} by name, version
   virtual Result<json> get_bundle(const std::string& ref) = 0;  // NAME (latest), NAME:VERSION or a hash prefix
@@ -259,6 +263,8 @@ class Service {
   // `archived`: "" hides archived workloads, "include" lists them too, "only" lists only them.
   virtual Result<json> list_workloads(const std::string& archived) = 0;
   virtual Result<json> get_workload(const std::string& ref) = 0;
+  // {usedBytes, quotaBytes} of the workload's uploaded datasets and bundles (storage_quotas.h).
+  virtual Result<json> workload_storage(const std::string& ref) = 0;
   virtual Result<json> update_workload(const std::string& ref, const json& body) = 0;
   // Hides a workload from the list and refuses it new work (refused while it has work in
   // progress, naming each item); unarchive undoes it. Both answer the workload.

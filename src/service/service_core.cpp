@@ -18,11 +18,17 @@ telemetry::RelayOptions relay_options(const TelemetryConfig& t) {
   return o;
 }
 
+// The options as the service keeps them: with the paths policy of its data folder.
+ServiceOptions with_confined_paths(ServiceOptions o) {
+  o.config.paths = confined_paths(o.config, o.data_dir);
+  return o;
+}
+
 }  // namespace
 
 ServiceCore::ServiceCore(ServiceOptions opts, std::unique_ptr<store::Store> st, std::unique_ptr<backend::Backend> be,
                          std::unique_ptr<storage::Storage> sto)
-    : options(std::move(opts)),
+    : options(with_confined_paths(std::move(opts))),
       store(std::move(st)),
       backend(std::move(be)),
       storage(std::move(sto)),

@@ -78,6 +78,7 @@
 #include "service/service_core.h"
 #include "service/snapshot_catalog.h"
 #include "service/tokens.h"
+#include "service/storage_quotas.h"
 #include "service/workloads.h"
 
 namespace trainer::plan {
@@ -110,10 +111,8 @@ class ServiceImpl final : public Service {
   Result<json> base_model_envelopes() override { return base_models_.envelopes(); }
   Result<json> select_base_model(const std::string& name) override { return base_models_.select(name); }
 
-  Result<std::pair<json, bool>> register_dataset(const std::optional<std::string>& name,
-                                                 const std::string& rows) override {
-    return datasets_.register_rows(name, rows);
-  }
+  Result<std::pair<json, bool>> register_dataset(const std::optional<std::string>& name, const std::string& rows,
+                                                 const std::optional<std::string>& workload) override;
   Result<json> list_datasets() override { return datasets_.list(); }
   Result<json> get_dataset(const std::string& ref) override { return datasets_.get(ref); }
   Result<json> name_dataset(const std::string& name, const json& body) override {
@@ -152,7 +151,7 @@ class ServiceImpl final : public Service {
   // does not resolve (submit_run() reports that), the model is not ready yet or the measurement fails.
   std::optional<json> measure_plan(const plan::Plan& p);
 
-  Result<std::pair<json, bool>> register_bundle(const json& body) override { return bundles_.register_version(body); }
+  Result<std::pair<json, bool>> register_bundle(const json& body) override;
   Result<json> list_bundles() override { return bundles_.list(); }
   Result<json> get_bundle(const std::string& ref) override { return bundles_.get(ref); }
 
@@ -170,6 +169,9 @@ class ServiceImpl final : public Service {
   Result<json> archive_workload(const std::string& ref) override { return workloads_.archive(ref); }
   Result<json> unarchive_workload(const std::string& ref) override { return workloads_.unarchive(ref); }
   Result<json> get_workload(const std::string& ref) override { return workloads_.get(ref); }
+  Result<json> workload_storage(const std::string& ref) override;
+  // Whose upload names `workload` (a name or id; none: the shared catalog), with its quota.
+  Result<StorageOwner> storage_owner_of(const std::optional<std::string>& workload, const std::string& field);
   Result<json> update_workload(const std::string& ref, const json& body) override {
     return workloads_.update(ref, body);
   }

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/path_policy.h"
 #include "common/sha256.h"
 #include "service/adapter_check.h"
 
@@ -270,6 +271,8 @@ Result<std::pair<json, bool>> ModelRegistry::import_adapter(const json& sm, cons
   if (!ref.is_ok()) return ref.status().with_field("servingModel");
   if (!*ref || ref->value().empty()) return invalid_field("servingModel.ref", "required: the adapter folder to import");
   const std::string dir = local_folder(**ref);
+  // Within the folders requests may name (paths.allow): never a run's folder of this trainerd.
+  TRAINER_RETURN_IF_ERROR(check_confined_path(core_.options.config.paths, dir, "servingModel.ref", PathKind::kFolder));
   json base;
   json workload = nullptr;
   {
@@ -290,6 +293,11 @@ Result<std::pair<json, bool>> ModelRegistry::import_adapter(const json& sm, cons
   const std::string cache = base_models_.cache_path_of(base);
   auto info = check_peft_adapter(dir, cache, core_.options.config.limits.max_adapter_rank, "servingModel.ref");
   if (!info.is_ok()) return info.status();
+  // Its files too: a link inside an allowed folder may lead to another run's weights.
+  for (const char* file : {kAdapterConfigFile, kAdapterWeightsFile}) {
+    TRAINER_RETURN_IF_ERROR(check_confined_path(core_.options.config.paths, (fs::path(dir) / file).string(),
+                                                "servingModel.ref", PathKind::kFile));
+  }
   if (!same_base_model(info->base_model_name_or_path, {allowed.name, allowed.path, cache})) {
     return invalid_field("servingModel.baseModel", "the adapter was trained on '" + info->base_model_name_or_path +
                                                        "' (adapter_config.json base_model_name_or_path), not on '" +

@@ -14,6 +14,8 @@ namespace {
 const std::regex kWorkloadName("^[a-z0-9][a-z0-9-]{0,63}$");
 const std::regex kLooksLikeId("^[0-9a-f]{8,}$");
 constexpr int64_t kMaxQuota = 100000;
+// The largest storageQuotaBytes a workload may be given (1 PiB).
+constexpr int64_t kMaxStorageQuotaBytes = int64_t{1} << 50;
 constexpr size_t kMaxActorChars = 200;  // `by` of a ref move: who moved it
 
 // What a ref stores: the model and where it is served from. `name` is the base model's name for
@@ -47,6 +49,17 @@ Result<int> quota_value(const json& v) {
     return invalid_field("gpuQuota", "must be a non-negative integer, got " + v.dump());
   }
   return static_cast<int>(v.get<int64_t>());
+}
+
+// A workload's storageQuotaBytes: a non-negative integer (0 = no limit), or null for the
+// deployment's quotas.storageBytes.
+Result<json> storage_quota_value(const json& v) {
+  if (v.is_null()) return json(nullptr);
+  if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > kMaxStorageQuotaBytes) {
+    return invalid_field("storageQuotaBytes", "must be a non-negative integer of bytes (0: no limit) or null (the "
+                                              "deployment's quotas.storageBytes), got " + v.dump());
+  }
+  return v;
 }
 
 Status check_ref_name(const std::string& which) {
@@ -84,7 +97,8 @@ Status check_grader(const std::string& field, const std::string& grader, const D
 }
 
 Result<json> Workloads::create(const json& body) {
-  TRAINER_RETURN_IF_ERROR(check_fields(body, {"name", "description", "evaluationDataset", "grader", "gpuQuota"}));
+  TRAINER_RETURN_IF_ERROR(
+      check_fields(body, {"name", "description", "evaluationDataset", "grader", "gpuQuota", "storageQuotaBytes"}));
   if (!body.contains("name")) return invalid_field("name", "required");
   if (!body["name"].is_string()) return invalid_field("name", "must be a string, got " + body["name"].dump());
   std::string name = body["name"].get<std::string>();
@@ -102,6 +116,10 @@ Result<json> Workloads::create(const json& body) {
     if (!v.is_ok()) return v.status();
     quota = *v;
   }
+  json storage_quota = nullptr;
+  if (body.contains("storageQuotaBytes")) {
+    TRAINER_ASSIGN_OR_RETURN(storage_quota, storage_quota_value(body["storageQuotaBytes"]));
+  }
   std::lock_guard<std::mutex> lock(core_.mu);
   json evaluation = {{"dataset", nullptr}, {"grader", grader->value_or(kDefaultGrader)}};
   auto eval_ref = optional_string(body, "evaluationDataset");
@@ -118,6 +136,7 @@ Result<json> Workloads::create(const json& body) {
               {"evaluation", evaluation},
               {"refs", {{"base", nullptr}, {"candidate", nullptr}, {"champion", nullptr}}},
               {"gpuQuota", quota},
+              {"storageQuotaBytes", storage_quota},
               {"createdAt", now},
               {"updatedAt", now},
               {"history", json::array({{{"time", now}, {"change", "created as '" + name + "'"}}})}};
@@ -214,7 +233,7 @@ Result<json> Workloads::unarchive(const std::string& ref) {
 }
 
 Result<json> Workloads::update(const std::string& ref, const json& body) {
-  TRAINER_RETURN_IF_ERROR(check_fields(body, {"name", "description", "gpuQuota"}));
+  TRAINER_RETURN_IF_ERROR(check_fields(body, {"name", "description", "gpuQuota", "storageQuotaBytes"}));
   std::lock_guard<std::mutex> lock(core_.mu);
   auto w = resolve(ref, "workload");
   if (!w.is_ok()) return w.status();
@@ -242,6 +261,11 @@ Result<json> Workloads::update(const std::string& ref, const json& body) {
     if (!v.is_ok()) return v.status();
     doc["history"].push_back({{"time", now}, {"change", "gpuQuota: " + std::to_string(*v)}});
     doc["gpuQuota"] = *v;
+  }
+  if (body.contains("storageQuotaBytes")) {
+    TRAINER_ASSIGN_OR_RETURN(json v, storage_quota_value(body["storageQuotaBytes"]));
+    doc["history"].push_back({{"time", now}, {"change", "storageQuotaBytes: " + (v.is_null() ? "the deployment's" : v.dump())}});
+    doc["storageQuotaBytes"] = v;
   }
   doc["updatedAt"] = now;
   Status st = core_.store->transaction([&]() -> Status {

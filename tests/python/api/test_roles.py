@@ -214,6 +214,43 @@ def test_an_object_of_another_workload_is_404_as_a_missing_one(service):
     assert status == 404 and answer["error"]["message"] == f"workload '{B}' not found", answer
 
 
+def test_a_limited_tokens_pipelines_list_holds_only_pipelines_of_its_workloads(service):
+    """GET /v1/pipelines names no workload: a limited token gets the pipelines every stage of which
+    is of its workloads, the others left out as if they did not exist; ?workload= filters as well."""
+    d, tokens, admin = service["d"], service["tokens"], service["admin"]
+
+    def train(name, workload):
+        stage = {k: v for k, v in plan(workload=workload).items() if k != "kind"}
+        return {"name": name, "type": "train", **stage}
+
+    made = {}
+    for label, stages in (("a", [train("t", A)]), ("b", [train("t", B)]), ("ab", [train("t", A), train("u", B)])):
+        status, doc = call(d.url, "POST", "/v1/pipelines", admin, {"kind": "pipeline", "stages": stages})
+        assert status == 201, doc
+        made[label] = doc["pipelineId"]
+        # Cancelled at once: listed all the same, and their runs hold no device.
+        assert call(d.url, "POST", f"/v1/pipelines/{made[label]}/cancel", admin)[0] == 202
+    mine = set(made.values())
+
+    def listed(token, query=""):
+        status, answer = call(d.url, "GET", "/v1/pipelines" + query, token)
+        assert status == 200, answer
+        return {p["pipelineId"] for p in answer["pipelines"]} & mine
+
+    assert listed(admin) == mine
+    assert listed(tokens["read"]) == mine
+    assert listed(tokens["submit-a"]) == {made["a"]}
+    assert listed(tokens["submit-b"]) == {made["b"]}
+    assert listed(tokens["submit-a"], f"?workload={A}") == {made["a"]}
+    assert call(d.url, "GET", f"/v1/pipelines?workload={B}", tokens["submit-a"])[0] == 404
+    # One pipeline is still found by id only with a token on every workload.
+    status, answer = call(d.url, "GET", f"/v1/pipelines/{made['a']}", tokens["submit-a"])
+    assert status == 403 and "every workload" in answer["error"]["message"], answer
+    # The distillations list is filtered the same way (none exist here: an empty list, not 403).
+    status, answer = call(d.url, "GET", "/v1/distillations", tokens["submit-a"])
+    assert status == 200 and answer["distillations"] == [], answer
+
+
 def test_the_fault_tours_cross_workload_writes_are_refused_and_change_nothing(service):
     """Issue 32's fault tour: with no credentials a client cancelled another workload's run, set
     its quota to 0 and renamed it."""

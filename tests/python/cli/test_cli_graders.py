@@ -204,7 +204,8 @@ def test_a_bundle_that_raises_hangs_or_returns_garbage_is_counted_and_bounded(cl
 
 
 def test_a_rule_that_does_not_load_or_is_not_on_the_host_is_refused(cli, tmp_path):
-    out = cli("runs", "start", "-f", "-", "--dry-run", input=plan("{kind: 'rule:/no/such/score.py'}"))
+    missing = tmp_path / "no-such-score.py"  # within the folders trainerd lets plans name (its tmp folder)
+    out = cli("runs", "start", "-f", "-", "--dry-run", input=plan(f"{{kind: 'rule:{missing}'}}"))
     assert out.returncode != 0 and "config.reward.terms[0].kind" in out.stderr and "no such file" in out.stderr, out.stderr
     broken = tmp_path / "broken.py"
     broken.write_text("import not_a_module_anywhere\n")

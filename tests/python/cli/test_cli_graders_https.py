@@ -87,8 +87,9 @@ def test_an_https_judge_without_its_ca_fails_the_run_while_waiting_for_it(cli, t
     assert steps == [] and tls.requests["untrusted"] == []
 
 
-def test_a_missing_ca_file_is_refused_at_submission_by_name(cli, tls):
-    term = f"{{kind: 'http:{tls.url}/eval-good/evaluate', caFile: /no/such/ca.pem}}"
+def test_a_missing_ca_file_is_refused_at_submission_by_name(cli, tls, tmp_path):
+    missing = tmp_path / "no-such-ca.pem"  # within the folders trainerd lets plans name (its tmp folder)
+    term = f"{{kind: 'http:{tls.url}/eval-good/evaluate', caFile: '{missing}'}}"
     out = cli("runs", "start", "-f", "-", "--dry-run", input=plan(term))
     assert out.returncode != 0
-    assert "config.reward.terms[0].caFile" in out.stderr and "'/no/such/ca.pem': no such file" in out.stderr, out.stderr
+    assert "config.reward.terms[0].caFile" in out.stderr and f"'{missing}': no such file" in out.stderr, out.stderr

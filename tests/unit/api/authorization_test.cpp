@@ -86,5 +86,37 @@ TEST_F(RoleTable, AJobsRoutesAndThePublicOnesNeedNoApiToken) {
   EXPECT_EQ(find_rule("POST", "/v1/capacity/scan")->need, Need::kControl);
 }
 
+TEST(ListFilter, ALimitedTokensDistillationsAreThoseOfItsWorkloadsByName) {
+  Caller caller;
+  caller.filtered = true;
+  caller.only_workloads = {"w-a-id"};
+  caller.only_workload_names = {"wl-a"};
+  http::Response r;
+  r.status = 200;
+  r.body = R"({"distillations": [{"distillationId": "1", "workload": "wl-a"},
+                                 {"distillationId": "2", "workload": "wl-b"},
+                                 {"distillationId": "3"}]})";
+  filter_to_workloads(caller, "/v1/distillations", r);
+  EXPECT_EQ(nlohmann::json::parse(r.body)["distillations"],
+            nlohmann::json::parse(R"([{"distillationId": "1", "workload": "wl-a"}])"));
+}
+
+TEST(ListFilter, APipelineIsShownWhenEveryStagesWorkloadIsTheTokens) {
+  Caller caller;
+  caller.filtered = true;
+  caller.only_workloads = {"w-a-id"};
+  caller.only_workload_names = {"wl-a"};
+  http::Response r;
+  r.status = 200;
+  r.body = R"({"pipelines": [
+      {"pipelineId": "a", "plan": {"stages": [{"workload": "wl-a"}, {"workload": "w-a-id"}]}},
+      {"pipelineId": "ab", "plan": {"stages": [{"workload": "wl-a"}, {"distillation": {"workload": "wl-b"}}]}},
+      {"pipelineId": "none", "plan": {"stages": [{"curation": {"dataset": "d"}}]}}]})";
+  filter_to_workloads(caller, "/v1/pipelines", r);
+  const auto kept = nlohmann::json::parse(r.body)["pipelines"];
+  ASSERT_EQ(kept.size(), 1u);
+  EXPECT_EQ(kept[0]["pipelineId"], "a");
+}
+
 }  // namespace
 }  // namespace trainer::api

@@ -96,7 +96,8 @@ class AdmissionTest : public ::testing::Test {
     ASSERT_TRUE(wait_for([&] { return (*svc_->get_base_model("tiny"))["status"] == "ready"; }));
     ASSERT_TRUE(svc_->create_workload({{"name", "w"}}).is_ok());
     ASSERT_TRUE(svc_->register_dataset(
-                        "d", R"({"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"}]})")
+                        "d", R"({"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"}]})",
+                        std::nullopt)
                     .is_ok());
   }
 

@@ -97,7 +97,8 @@ TEST(ServiceClock, CancelGraceRunsOnTheInjectedClockThenTheJobIsKilled) {
   ASSERT_TRUE(wait_for([&] { return (*svc.get_base_model("tiny"))["status"] == "ready"; }));
   ASSERT_TRUE(svc.create_workload({{"name", "w"}}).is_ok());
   ASSERT_TRUE(
-      svc.register_dataset("d", R"({"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"}]})")
+      svc.register_dataset("d", R"({"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"}]})",
+                           std::nullopt)
           .is_ok());
   auto run = svc.submit_run({{"kind", "run"}, {"workload", "w"}, {"baseModel", "tiny"},
                              {"config", {{"dataset", "d"}}}, {"execution", {{"gpus", 0}}}},

@@ -1,6 +1,10 @@
 // The deployment configuration and the phase table.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <filesystem>
+
+#include "common/token_file.h"
 #include "service/config.h"
 #include "service/phases.h"
 
@@ -245,6 +249,35 @@ TEST(DeploymentConfig, TheArtifactStoresInputCacheIsAnAbsoluteFolderOnTheNodes) 
   EXPECT_NE(relative.status().message().find("artifactStore.inputCache: 'cache' must be an absolute folder path"),
             std::string::npos)
       << relative.status().message();
+}
+
+TEST(DeploymentConfig, PathsAllowIsTheOperatorsElseHomeAndTmpNeverTheDataFolder) {
+  auto c = parse_config(R"({"paths": {"allow": ["/srv/scoring"]}})", "deploy.json");
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  PathPolicy p = confined_paths(*c, "/var/lib/trainer");
+  EXPECT_EQ(p.allow, std::vector<std::string>{"/srv/scoring"});
+  ASSERT_FALSE(p.deny.empty());
+  EXPECT_EQ(p.deny[0], "/var/lib/trainer");
+  EXPECT_EQ(p.except, std::vector<std::string>{"/var/lib/trainer/bundles"});
+  // The token file's folder is never allowed either.
+  EXPECT_EQ(p.deny.back(), std::filesystem::path(token_file_path()).parent_path().string());
+
+  PathPolicy d = confined_paths(default_config(), "/var/lib/trainer");
+  ASSERT_FALSE(d.allow.empty());
+  EXPECT_TRUE(d.allow.back() == "/tmp" || d.allow.back() == std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : ""));
+
+  auto bad = parse_config(R"({"paths": {"allow": ["relative"]}})", "deploy.json");
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_EQ(bad.status().message(), "deploy.json: paths.allow[0]: 'relative' must be an absolute folder path");
+}
+
+TEST(DeploymentConfig, QuotasStorageBytesDefaultsToOneGibibyte) {
+  EXPECT_EQ(default_config().default_storage_quota_bytes, int64_t{1} << 30);
+  auto c = parse_config(R"({"quotas": {"storageBytes": 5000}})", "deploy.json");
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->default_storage_quota_bytes, 5000);
+  EXPECT_EQ(config_to_json(*c)["quotas"]["storageBytes"], 5000);
+  EXPECT_FALSE(parse_config(R"({"quotas": {"storageBytes": -1}})", "deploy.json").is_ok());
 }
 
 TEST(Phases, AreTheSpecificationsSixteenInLifecycleOrder) {

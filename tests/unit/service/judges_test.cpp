@@ -72,6 +72,8 @@ TEST(Judges, BadDeclarationsAreRefusedByField) {
 
 TEST(Judges, ASubmittedPlanNamesDeclaredJudgesAndExistingRuleFiles) {
   DeploymentConfig c = with_judges();
+  const std::string tmp = ::testing::TempDir();
+  c.paths.allow = {tmp};  // paths.allow (docs/security.md, "Paths")
   EXPECT_TRUE(check_reward_terms(rl_config(R"([{"kind": "model:tiny"}, {"kind": "json-label-match"}])"), c).is_ok());
 
   Status st = check_reward_terms(rl_config(R"([{"kind": "json-label-match"}, {"kind": "model:big"}])"), c);
@@ -85,8 +87,13 @@ TEST(Judges, ASubmittedPlanNamesDeclaredJudgesAndExistingRuleFiles) {
   EXPECT_EQ(st.field(), "config.reward.terms[0].kind");
   EXPECT_NE(st.message().find("must be an absolute path"), std::string::npos) << st.message();
 
-  st = check_reward_terms(rl_config(R"([{"kind": "bundle:/no/such/folder#pkg.mod"}])"), c);
+  st = check_reward_terms(rl_config(R"([{"kind": "bundle:)" + tmp + R"(/no/such/folder#pkg.mod"}])"), c);
   EXPECT_NE(st.message().find("no such folder"), std::string::npos) << st.message();
+  // Outside paths.allow: refused alike whether it exists or not.
+  st = check_reward_terms(rl_config(R"([{"kind": "rule:/etc/passwd"}])"), c);
+  EXPECT_EQ(st.field(), "config.reward.terms[0].kind");
+  EXPECT_NE(st.message().find("is outside the folders this trainerd lets requests name"), std::string::npos)
+      << st.message();
 
   const std::string file = ::testing::TempDir() + "/judges_test_score.py";
   std::ofstream(file) << "def compute_score(a, b, c, d):\n    return 1\n";
@@ -98,9 +105,13 @@ TEST(Judges, ASubmittedPlanNamesDeclaredJudgesAndExistingRuleFiles) {
   EXPECT_NE(st.message().find("outbound.allow"), std::string::npos) << st.message();
   c.outbound.allow = {{"127.0.0.1", 9}};
   // An http: term's caFile is a file on trainerd's host.
-  st = check_reward_terms(rl_config(R"([{"kind": "http:https://127.0.0.1:9/score", "caFile": "/no/such/ca.pem"}])"), c);
+  const std::string missing = tmp + "/no-such-ca.pem";
+  st = check_reward_terms(rl_config(R"([{"kind": "http:https://127.0.0.1:9/score", "caFile": ")" + missing + R"("}])"), c);
   EXPECT_EQ(st.field(), "config.reward.terms[0].caFile");
-  EXPECT_NE(st.message().find("'/no/such/ca.pem': no such file on trainerd's host"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("'" + missing + "': no such file on trainerd's host"), std::string::npos) << st.message();
+  st = check_reward_terms(rl_config(R"([{"kind": "http:https://127.0.0.1:9/score", "caFile": "/etc/hostname"}])"), c);
+  EXPECT_EQ(st.field(), "config.reward.terms[0].caFile");
+  EXPECT_NE(st.message().find("is outside"), std::string::npos) << st.message();
   EXPECT_TRUE(check_reward_terms(rl_config(R"([{"kind": "http:https://127.0.0.1:9/score", "caFile": ")" + file + R"("}])"), c)
                   .is_ok());
 }
