@@ -83,7 +83,6 @@ def follow(port, run_id, after, n):
 
 
 def measure(build, data_src, ids, args, env, config, tmp):
-    from service_helpers import plan
     data = tmp / ("data-" + str(abs(hash(str(build)))))
     if data.exists():
         shutil.rmtree(data)
@@ -98,32 +97,39 @@ def measure(build, data_src, ids, args, env, config, tmp):
         out["GET /v1/runs/{id}"] = vegeta(args.vegeta, gets, args.rate, args.seconds, tmp)
         out["GET /v1/runs?limit=50"] = vegeta(args.vegeta, [f"{d.url}/v1/runs?limit=50"], args.rate, args.seconds,
                                               tmp)
+        if args.followers:
+            out.update(followers(d, gets, args, tmp))
         if args.admission:
-            out[f"admission, {args.admission} queued"] = admission([d], args)
-        if not args.followers:
-            return out
-        # An open run (it holds the device: queued for an hour) and followers parked on it.
-        open_run = call(d.url + "/v1/runs", "POST", plan(workload="bench"))["runId"]
-        deadline = time.time() + 30
-        while time.time() < deadline and call(d.url + f"/v1/runs/{open_run}")["phase"] != "QUEUED":
-            time.sleep(0.1)
-        last = call(d.url + f"/v1/runs/{open_run}/events")["events"][-1]["seq"]
-        socks = follow(d.port, open_run, last, args.followers)
-        time.sleep(1)
-        try:
-            out[f"GET /v1/runs/{{id}} + {args.followers} followers"] = vegeta(args.vegeta, gets, args.rate,
-                                                                              args.seconds, tmp)
-        finally:
-            for s in socks:
-                s.close()
-        try:
-            call(d.url + f"/v1/runs/{open_run}/cancel", "POST", timeout=90)
-        except Exception:
-            pass
+            out[f"admission, {args.admission} queued"] = admission([d], args, queue=True)
     finally:
         d.stop()
         from service_helpers import kill_jobs_under
         kill_jobs_under(data)  # the stand-in job of the open run, by pid
+    return out
+
+
+def followers(d, gets, args, tmp):
+    """The gets again while `args.followers` clients are parked on an open run's events."""
+    from service_helpers import plan
+    out = {}
+    # An open run (it holds the device: queued for an hour) and followers parked on it.
+    open_run = call(d.url + "/v1/runs", "POST", plan(workload="bench"))["runId"]
+    deadline = time.time() + 30
+    while time.time() < deadline and call(d.url + f"/v1/runs/{open_run}")["phase"] != "QUEUED":
+        time.sleep(0.1)
+    last = call(d.url + f"/v1/runs/{open_run}/events")["events"][-1]["seq"]
+    socks = follow(d.port, open_run, last, args.followers)
+    time.sleep(1)
+    try:
+        out[f"GET /v1/runs/{{id}} + {args.followers} followers"] = vegeta(args.vegeta, gets, args.rate,
+                                                                          args.seconds, tmp)
+    finally:
+        for s in socks:
+            s.close()
+    try:
+        call(d.url + f"/v1/runs/{open_run}/cancel", "POST", timeout=90)
+    except Exception:
+        pass
     return out
 
 
@@ -142,7 +148,8 @@ def measure_replicas(build, data, ids, args, env, config, tmp, replicas):
         out["GET /v1/runs/{id}"] = vegeta(args.vegeta, gets, args.rate, args.seconds, tmp)
         out["GET /v1/runs?limit=50"] = vegeta(args.vegeta, lists, args.rate, args.seconds, tmp)
         if args.admission:
-            out[f"admission, {args.admission} queued"] = admission(daemons, args)
+            # The runs queued by the first measurement stay queued for the next.
+            out[f"admission, {args.admission} queued"] = admission(daemons, args, queue=replicas == args.replicas[0])
     finally:
         for d in daemons:
             d.stop()
@@ -151,11 +158,12 @@ def measure_replicas(build, data, ids, args, env, config, tmp, replicas):
     return out
 
 
-def admission(daemons, args):
+def admission(daemons, args, queue: bool):
     """Admission decisions per second with `args.admission` runs queued: one run holds the pool's
     only device (the stand-in job queues for an hour), the others wait behind it; then
     `args.clients` clients change a second workload's quota for `args.seconds` s, through the
-    replicas in turn. Each change runs one admission pass over every claim in its transaction
+    replicas in turn. With `queue` false, the runs an earlier call queued are still there. The runs
+    are left queued: cancelling 1,000 of them one by one costs longer than the bench. Each change runs one admission pass over every claim in its transaction
     (workloads.cpp: a larger quota may admit queued claims), under the admission lock
     (PostgreSQL: pg_advisory_xact_lock), so its rate is the rate of admission decisions."""
     import concurrent.futures
@@ -167,9 +175,9 @@ def admission(daemons, args):
         if e.code != 409:  # made by an earlier measurement
             raise
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        queued = list(pool.map(lambda i: call(daemons[i % len(daemons)].url + "/v1/runs", "POST",
+        list(pool.map(lambda i: call(daemons[i % len(daemons)].url + "/v1/runs", "POST",
                                               plan(workload="bench", description=f"queued {i}"))["runId"],
-                               range(args.admission + 1)))
+                               range(args.admission + 1 if queue else 0)))
     deadline = time.time() + 120
     while time.time() < deadline:
         waiting = call(url + "/v1/runs?phase=WAITING_FOR_DEVICES&limit=1")["total"]
@@ -199,14 +207,6 @@ def admission(daemons, args):
     with concurrent.futures.ThreadPoolExecutor(args.clients) as pool:
         decisions = sum(pool.map(client, range(args.clients)))
     elapsed = time.time() - began
-    for run_id in queued:
-        for _ in range(10):
-            try:
-                call(url + f"/v1/runs/{run_id}/cancel", "POST", timeout=90)
-                break
-            except urllib.error.HTTPError as e:  # 503: tried again; another refusal: already ended
-                if e.code != 503:
-                    break
     latencies.sort()
     pick = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))]  # noqa: E731
     return {"p50": pick(0.5), "p90": pick(0.9), "p99": pick(0.99), "max": latencies[-1], "ok": 1.0,
