@@ -15,8 +15,9 @@ as the runs take (a few minutes); clocks unchanged. Then:
 
 The seed is random unless TRAINER_CHAOS_SEED names one, and printed with the figures. Sized for a
 2-core machine: two devices, 2-4 steps a run, at most 8 runs open at once; the time goes to the
-jobs (two at a time), so it scales with the machine's load: 7.9 min on the shared 2-core machine
-at load 13-17 (22 kills, 21 stops, 95 lease takeovers), less on an idle one. It runs in a file of
+jobs (two at a time), so it scales with the machine's load: on the shared 2-core machine 7.9 min
+at load 13-17 (22 kills, 21 stops, 95 lease takeovers) and 3.8 min at load 4-7 (11 kills, 11
+stops, 35 takeovers). It runs in a file of
 its own, so xdist (--dist loadfile) gives it a worker of its own."""
 from __future__ import annotations
 
