@@ -1,5 +1,7 @@
-"""What the service benches share: a trainerd on a temp folder with the stand-in job, and a data
-folder filled with real run records through the API. Used by open_loop.py and latency.py."""
+"""What the service benches share: a trainerd on a temp folder with the stand-in job (or several,
+replicas on one PostgreSQL database), and a data folder filled with real run records through the
+API. Used by open_loop.py and latency.py. Requests carry the local admin token each trainerd keeps
+for its address (tests/python/auth.py), in a token file under the bench's own folder."""
 import concurrent.futures
 import json
 import os
@@ -16,6 +18,14 @@ sys.path.insert(0, str(REPO / "tests" / "python"))
 sys.path.insert(0, str(REPO / "tests" / "python" / "service"))
 
 
+def use_token_file(tmp: pathlib.Path) -> None:
+    """Points the token file (XDG_CONFIG_HOME, read by trainerd and by auth.py) under `tmp`, and
+    makes urllib send the token kept for each address."""
+    import auth
+    os.environ["XDG_CONFIG_HOME"] = str(tmp / "config")
+    auth.install()
+
+
 def call(url, method="GET", body=None, timeout=60):
     req = urllib.request.Request(url, data=json.dumps(body).encode() if body is not None else None, method=method,
                                  headers={"Content-Type": "application/json"})
@@ -23,30 +33,37 @@ def call(url, method="GET", body=None, timeout=60):
         return json.loads(r.read())
 
 
-def setup(tmp: pathlib.Path):
+def setup(tmp: pathlib.Path, store_url: str | None = None):
     """(config path, environment): the tiny model, one CPU pool, the stand-in job queued for an
-    hour (so a run submitted behind it stays open)."""
+    hour (so a run submitted behind it stays open); the state in the PostgreSQL database
+    `store_url` when given, else in the data folder's SQLite."""
+    use_token_file(tmp)
     from models import make_tiny_model
     model = make_tiny_model(tmp / "model", arch="qwen3", tokenizer="qwen3", seed=0)
     behaviour = tmp / "standin.json"
     behaviour.write_text(json.dumps({"queueSeconds": 3600}))
     config = tmp / "config.json"
-    config.write_text(json.dumps({"baseModels": [{"name": "tiny/qwen3", "path": str(model)}],
-                                  "pools": [{"name": "cpu", "accelerator": "cpu", "declared": 1, "maxClaim": 1}],
-                                  "limits": {"cancelGraceSeconds": 1},
-                                  "jobBinary": str(REPO / "tests" / "python" / "service" / "standin_job.py")}))
+    doc = {"baseModels": [{"name": "tiny/qwen3", "path": str(model)}],
+           "pools": [{"name": "cpu", "accelerator": "cpu", "declared": 1, "maxClaim": 1}],
+           "limits": {"cancelGraceSeconds": 1},
+           "jobBinary": str(REPO / "tests" / "python" / "service" / "standin_job.py")}
+    if store_url:
+        doc["store"] = {"kind": "postgres", "url": store_url}
+    config.write_text(json.dumps(doc))
     return config, dict(os.environ, TRAINER_STANDIN_FILE=str(behaviour))
 
 
 class Daemon:
-    """trainerd of `build` on `data`, ready."""
+    """trainerd of `build` on `data`, ready. `name`: a replica's (its port file and --instance), for
+    several on one database and data folder."""
 
-    def __init__(self, build, data, config, env, log):
-        port_file = data.parent / (data.name + ".port")
+    def __init__(self, build, data, config, env, log, name: str = ""):
+        port_file = data.parent / (data.name + (f".{name}" if name else "") + ".port")
         if port_file.exists():
             port_file.unlink()
         self.proc = subprocess.Popen([str(pathlib.Path(build) / "apps" / "trainerd"), "--data-dir", str(data),
-                                      "--port", "0", "--port-file", str(port_file), "--config", str(config)],
+                                      "--port", "0", "--port-file", str(port_file), "--config", str(config),
+                                      *(("--instance", name) if name else ())],
                                      stdout=log, stderr=log, env=env)
         while not port_file.exists() or not port_file.read_text().strip():
             if self.proc.poll() is not None:

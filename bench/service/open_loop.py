@@ -3,6 +3,13 @@
 
     TRAINER_BUILD_DIR=build .venv/bin/python bench/service/open_loop.py \\
         [--builds /work/main/build build] [--runs 10000] [--rate 1000] [--seconds 10] [--followers 500]
+    TRAINER_BUILD_DIR=build .venv/bin/python bench/service/open_loop.py --store postgres \\
+        [--replicas 1 3] [--admission 1000] [--clients 8]
+
+With --store postgres the state is in a throwaway PostgreSQL server (tools/test-postgres; fsync off)
+and the first build is measured with each number of --replicas on that one database and data folder,
+the requests spread over the replicas in turn (no followers); --admission N then queues N runs and
+measures admission decisions per second (admission()).
 
 Fills one data folder once through the API (runs submitted while one run holds the only
 device, then cancelled: real run records with phase history, events and claims), then for each
@@ -41,13 +48,18 @@ import socket
 import subprocess
 import tempfile
 import time
+import urllib.error
 
 from bench_support import REPO, Daemon, call, fill, setup
 
 
 def vegeta(binary, targets, rate, seconds, tmp):
+    """vegeta at `rate` requests/s for `seconds` over `targets` (GET URLs, in turn), each with the
+    token kept for its address."""
+    from auth import auth_headers
     path = tmp / "targets.txt"
-    path.write_text("".join(f"GET {t}\n\n" for t in targets))
+    path.write_text("".join(f"GET {t}\n" + "".join(f"{k}: {v}\n" for k, v in auth_headers(t).items()) + "\n"
+                            for t in targets))
     attack = subprocess.run([binary, "attack", f"-rate={rate}/s", f"-duration={seconds}s", f"-targets={path}",
                              "-timeout=30s", "-keepalive=true"], capture_output=True, timeout=seconds + 120)
     report = subprocess.run([binary, "report", "-type=json"], input=attack.stdout, capture_output=True,
@@ -59,8 +71,10 @@ def vegeta(binary, targets, rate, seconds, tmp):
 
 
 def follow(port, run_id, after, n):
+    from auth import auth_headers
     socks = []
-    req = (f"GET /v1/runs/{run_id}/events?after={after}&waitSeconds=60 HTTP/1.1\r\nHost: x\r\n\r\n").encode()
+    token = "".join(f"{k}: {v}\r\n" for k, v in auth_headers(f"http://127.0.0.1:{port}").items())
+    req = (f"GET /v1/runs/{run_id}/events?after={after}&waitSeconds=60 HTTP/1.1\r\nHost: x\r\n{token}\r\n").encode()
     for _ in range(n):
         s = socket.create_connection(("127.0.0.1", port), timeout=60)
         s.sendall(req)
@@ -69,7 +83,6 @@ def follow(port, run_id, after, n):
 
 
 def measure(build, data_src, ids, args, env, config, tmp):
-    from service_helpers import plan
     data = tmp / ("data-" + str(abs(hash(str(build)))))
     if data.exists():
         shutil.rmtree(data)
@@ -84,29 +97,131 @@ def measure(build, data_src, ids, args, env, config, tmp):
         out["GET /v1/runs/{id}"] = vegeta(args.vegeta, gets, args.rate, args.seconds, tmp)
         out["GET /v1/runs?limit=50"] = vegeta(args.vegeta, [f"{d.url}/v1/runs?limit=50"], args.rate, args.seconds,
                                               tmp)
-        # An open run (it holds the device: queued for an hour) and followers parked on it.
-        open_run = call(d.url + "/v1/runs", "POST", plan(workload="bench"))["runId"]
-        deadline = time.time() + 30
-        while time.time() < deadline and call(d.url + f"/v1/runs/{open_run}")["phase"] != "QUEUED":
-            time.sleep(0.1)
-        last = call(d.url + f"/v1/runs/{open_run}/events")["events"][-1]["seq"]
-        socks = follow(d.port, open_run, last, args.followers)
-        time.sleep(1)
-        try:
-            out[f"GET /v1/runs/{{id}} + {args.followers} followers"] = vegeta(args.vegeta, gets, args.rate,
-                                                                              args.seconds, tmp)
-        finally:
-            for s in socks:
-                s.close()
-        try:
-            call(d.url + f"/v1/runs/{open_run}/cancel", "POST", timeout=90)
-        except Exception:
-            pass
+        if args.followers:
+            out.update(followers(d, gets, args, tmp))
+        if args.admission:
+            out[f"admission, {args.admission} queued"] = admission([d], args, queue=True)
     finally:
         d.stop()
         from service_helpers import kill_jobs_under
         kill_jobs_under(data)  # the stand-in job of the open run, by pid
     return out
+
+
+def followers(d, gets, args, tmp):
+    """The gets again while `args.followers` clients are parked on an open run's events."""
+    from service_helpers import plan
+    out = {}
+    # An open run (it holds the device: queued for an hour) and followers parked on it.
+    open_run = call(d.url + "/v1/runs", "POST", plan(workload="bench"))["runId"]
+    deadline = time.time() + 30
+    while time.time() < deadline and call(d.url + f"/v1/runs/{open_run}")["phase"] != "QUEUED":
+        time.sleep(0.1)
+    last = call(d.url + f"/v1/runs/{open_run}/events")["events"][-1]["seq"]
+    socks = follow(d.port, open_run, last, args.followers)
+    time.sleep(1)
+    try:
+        out[f"GET /v1/runs/{{id}} + {args.followers} followers"] = vegeta(args.vegeta, gets, args.rate,
+                                                                          args.seconds, tmp)
+    finally:
+        for s in socks:
+            s.close()
+    try:
+        call(d.url + f"/v1/runs/{open_run}/cancel", "POST", timeout=90)
+    except Exception:
+        pass
+    return out
+
+
+def measure_replicas(build, data, ids, args, env, config, tmp, replicas):
+    """The gets and lists with `replicas` trainerds on the one PostgreSQL database and data folder
+    (not copied: these reads change nothing), the requests spread over them in turn; then the
+    admission decisions when --admission asks for them."""
+    daemons = [Daemon(build, data, config, env, open(tmp / f"pg-{replicas}-r{i}.log", "wb"), name=f"r{i}")
+               for i in range(replicas)]
+    out = {}
+    try:
+        sample = random.Random(0).sample(ids, min(2000, len(ids)))
+        gets = [f"{daemons[k % replicas].url}/v1/runs/{i}" for k, i in enumerate(sample)]
+        lists = [f"{d.url}/v1/runs?limit=50" for d in daemons]
+        vegeta(args.vegeta, gets, 200, 2, tmp)
+        out["GET /v1/runs/{id}"] = vegeta(args.vegeta, gets, args.rate, args.seconds, tmp)
+        out["GET /v1/runs?limit=50"] = vegeta(args.vegeta, lists, args.rate, args.seconds, tmp)
+        if args.admission:
+            # The runs queued by the first measurement stay queued for the next.
+            out[f"admission, {args.admission} queued"] = admission(daemons, args, queue=replicas == args.replicas[0])
+    finally:
+        for d in daemons:
+            d.stop()
+        from service_helpers import kill_jobs_under
+        kill_jobs_under(data)
+    return out
+
+
+def admission(daemons, args, queue: bool):
+    """Admission decisions per second with `args.admission` runs queued: one run holds the pool's
+    only device (the stand-in job queues for an hour), the others wait behind it; then
+    `args.clients` clients change a second workload's quota for `args.seconds` s, through the
+    replicas in turn. With `queue` false, the runs an earlier call queued are still there. The runs
+    are left queued: cancelling 1,000 of them one by one costs longer than the bench. Each change runs one admission pass over every claim in its transaction
+    (workloads.cpp: a larger quota may admit queued claims), under the admission lock
+    (PostgreSQL: pg_advisory_xact_lock), so its rate is the rate of admission decisions."""
+    import concurrent.futures
+    from service_helpers import plan
+    url = daemons[0].url
+    try:
+        call(url + "/v1/workloads", "POST", {"name": "probe"})
+    except urllib.error.HTTPError as e:
+        if e.code != 409:  # made by an earlier measurement
+            raise
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda i: call(daemons[i % len(daemons)].url + "/v1/runs", "POST",
+                                              plan(workload="bench", description=f"queued {i}"))["runId"],
+                               range(args.admission + 1 if queue else 0)))
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        waiting = call(url + "/v1/runs?phase=WAITING_FOR_DEVICES&limit=1")["total"]
+        if waiting >= args.admission:
+            break
+        time.sleep(0.5)
+    latencies = []
+    stop_at = time.time() + args.seconds
+
+    refused = []
+
+    def client(k):
+        n = 0
+        while time.time() < stop_at:
+            d = daemons[(k + n) % len(daemons)]
+            began = time.perf_counter()
+            try:
+                call(d.url + "/v1/workloads/probe", "PATCH", {"gpuQuota": 1 + (n % 2)})
+            except urllib.error.HTTPError as e:  # 503: a lock not had within lock_timeout
+                refused.append(e.code)
+                continue
+            latencies.append((time.perf_counter() - began) * 1000)
+            n += 1
+        return n
+
+    began = time.time()
+    with concurrent.futures.ThreadPoolExecutor(args.clients) as pool:
+        decisions = sum(pool.map(client, range(args.clients)))
+    elapsed = time.time() - began
+    latencies.sort()
+    pick = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))]  # noqa: E731
+    return {"p50": pick(0.5), "p90": pick(0.9), "p99": pick(0.99), "max": latencies[-1], "ok": 1.0,
+            "requests": decisions, "codes": {"decisions/s": round(decisions / elapsed, 1), "queued": waiting, "refused": len(refused)}}
+
+
+def start_postgres(tmp):
+    """A throwaway PostgreSQL server (tools/test-postgres: fsync and synchronous_commit off) and a
+    database `bench` on it; (its URL, the server's state folder)."""
+    state = tmp / "postgres"
+    out = subprocess.run([str(REPO / "tools" / "test-postgres"), "start", str(state)], capture_output=True, text=True,
+                         check=True)
+    server = out.stdout.strip().splitlines()[-1]
+    subprocess.run(["psql", server, "-X", "-c", "CREATE DATABASE bench;"], capture_output=True, check=True)
+    return server.rsplit("/", 1)[0] + "/bench", state
 
 
 def main():
@@ -115,20 +230,40 @@ def main():
     ap.add_argument("--runs", type=int, default=10000)
     ap.add_argument("--rate", type=int, default=1000)
     ap.add_argument("--seconds", type=int, default=10)
-    ap.add_argument("--followers", type=int, default=500)
+    ap.add_argument("--followers", type=int, default=500, help="0: no followers phase")
     ap.add_argument("--vegeta", default=shutil.which("vegeta") or str(pathlib.Path.home() / "go" / "bin" / "vegeta"))
     ap.add_argument("--data", help="reuse a filled data folder (from an earlier run) instead of filling one")
+    ap.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite",
+                    help="postgres: a throwaway PostgreSQL server holds the state (the first build only)")
+    ap.add_argument("--replicas", type=int, nargs="+", default=[1, 3],
+                    help="postgres: measure with each of these numbers of replicas")
+    ap.add_argument("--admission", type=int, default=0,
+                    help="also admission decisions per second with this many runs queued (1000)")
+    ap.add_argument("--clients", type=int, default=8, help="the admission measurement's concurrent clients")
     args = ap.parse_args()
 
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="trainerd-openloop-"))
-    config, env = setup(tmp)
-    if args.data:
-        data = pathlib.Path(args.data)
-        ids = json.loads((data.parent / "ids.json").read_text())
+    pg_state = None
+    if args.store == "postgres":
+        store_url, pg_state = start_postgres(tmp)
+        config, env = setup(tmp, store_url)
     else:
-        data, ids = fill(args.builds[0], tmp, args.runs, env, config)
-        (data.parent / "ids.json").write_text(json.dumps(ids))
-    results = {b: measure(b, data, ids, args, env, config, tmp) for b in args.builds}
+        config, env = setup(tmp)
+    try:
+        if args.data:
+            data = pathlib.Path(args.data)
+            ids = json.loads((data.parent / "ids.json").read_text())
+        else:
+            data, ids = fill(args.builds[0], tmp, args.runs, env, config)
+            (data.parent / "ids.json").write_text(json.dumps(ids))
+        if args.store == "postgres":
+            results = {f"postgres, {n} replica{'s' if n > 1 else ''}":
+                       measure_replicas(args.builds[0], data, ids, args, env, config, tmp, n) for n in args.replicas}
+        else:
+            results = {b: measure(b, data, ids, args, env, config, tmp) for b in args.builds}
+    finally:
+        if pg_state is not None:
+            subprocess.run([str(REPO / "tools" / "test-postgres"), "stop", str(pg_state)], capture_output=True)
     print(f"\nvegeta at {args.rate} requests/s for {args.seconds}s each, {len(ids)} runs stored "
           f"(machine: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f})")
     print(f"{'build':28s} {'route':40s} {'p50 ms':>8s} {'p90 ms':>8s} {'p99 ms':>8s} {'max ms':>9s} {'2xx':>6s}  codes")

@@ -6,13 +6,16 @@
 // to stderr. The SFT metrics are recorded through the telemetry SDK as well (job_telemetry.h).
 // SIGTERM (or SIGINT) stops the engine at the next step boundary: {"type":"cancelled"}, exit
 // 143; the metrics are pushed at once when the signal arrives, and again at exit.
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -48,6 +51,25 @@
 
 namespace trainer::job {
 namespace {
+
+// Test hook (docs/durability.md, "Test hooks"): with TRAINER_TEST_JOB_STARTS naming a file, every
+// start of a run's job appends "RUN ATTEMPT PID" to it, one write of one line (O_APPEND), so a
+// test counts each attempt's starts from the job's side (the replicas' chaos test: 0 driven twice).
+void record_start_for_tests(const RunIdentity& identity) {
+  const char* path = std::getenv("TRAINER_TEST_JOB_STARTS");
+  if (path == nullptr || *path == '\0') return;
+  const int fd = ::open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    std::fprintf(stderr, "trainer-job: TRAINER_TEST_JOB_STARTS %s: cannot open: %s\n", path, std::strerror(errno));
+    return;
+  }
+  const std::string line =
+      identity.run_id + " " + std::to_string(identity.attempt) + " " + std::to_string(::getpid()) + "\n";
+  if (::write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+    std::fprintf(stderr, "trainer-job: TRAINER_TEST_JOB_STARTS %s: cannot write: %s\n", path, std::strerror(errno));
+  }
+  ::close(fd);
+}
 
 // How long rank 0, failed, waits to learn whether another rank's failure caused its own.
 constexpr std::chrono::seconds kOtherRankGrace{5};
@@ -487,6 +509,7 @@ int cmd_run(int argc, char** argv) {
     hello.attempt = identity.attempt;
   }
   writer.write(hello);
+  if (request.is_ok()) record_start_for_tests(identity);
   // The attempt reports to trainerd over its API (docs/job-protocol.md, "Reporting to trainerd"):
   // its events (those written so far first) and its log. The files stay the fallback.
   std::unique_ptr<PostedLog> posted_log = request.is_ok() ? report_to_trainerd(writer, *request) : nullptr;

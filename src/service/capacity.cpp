@@ -1,6 +1,7 @@
 // Capacity (pools, claims, quotas), cost settlement, choosing a pool, and the gauges of /metrics
 // (with the series jobs push to the relay). The reports are in capacity_reports.cpp.
 #include <algorithm>
+#include <chrono>
 #include <cctype>
 #include <cstdio>
 #include <optional>
@@ -205,9 +206,43 @@ std::string without_families(const std::string& text, const std::set<std::string
 
 }  // namespace
 
+bool Capacity::reports_fleet_gauges() {
+  const double window = ServiceCore::kLiveBeats * std::chrono::duration<double>(core_.options.heartbeat).count();
+  auto live = core_.store->live_replicas(core_.now() - window);
+  if (!live.is_ok()) return fleet_reporter_.load();  // the store did not answer: as at the last scrape
+  const store::ReplicaRow* first = nullptr;
+  for (const auto& r : *live) {
+    if (first == nullptr || r.started_at < first->started_at ||
+        (r.started_at == first->started_at && r.name < first->name)) {
+      first = &r;
+    }
+  }
+  // None live (one trainerd on SQLite beats nowhere; a replica back from a stop before its beat
+  // finds its own row stale and others' too): this one reports.
+  const bool reporter = first == nullptr || first->name == core_.options.replica;
+  fleet_reporter_.store(reporter);
+  return reporter;
+}
+
 std::string Capacity::metrics_text() {
-  refresh_gauges();
-  std::string own = core_.metrics.render();
+  std::string own;
+  if (reports_fleet_gauges()) {
+    refresh_gauges();
+    own = core_.metrics.render();
+  } else {
+    // Another live replica publishes the fleet's gauges: the same store's figures under a second
+    // `instance` would count every claim and run once per replica in a sum over instances.
+    const std::set<std::string> fleet = {
+        std::string(telemetry::metrics::PoolClaims::kPrometheusName),
+        std::string(telemetry::metrics::PoolDevicesClaimed::kPrometheusName),
+        std::string(telemetry::metrics::PoolDevicesDeclared::kPrometheusName),
+        std::string(telemetry::metrics::PoolDevicesObserved::kPrometheusName),
+        std::string(telemetry::metrics::WorkloadDevicesClaimed::kPrometheusName),
+        std::string(telemetry::metrics::WorkloadDevicesQuota::kPrometheusName),
+        std::string(telemetry::metrics::RunActive::kPrometheusName),
+        std::string(telemetry::metrics::PipelineActive::kPrometheusName)};
+    own = without_families(core_.metrics.render(), fleet);
+  }
   const std::string jobs = core_.relay.render_prometheus(core_.now());
   if (!jobs.empty()) own += without_families(jobs, family_names(own));
   return own;

@@ -6,6 +6,7 @@
 // publish_gpu_time() run with the core's mu held, inside a store transaction.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <mutex>
@@ -75,8 +76,14 @@ class Capacity {
   // hostRamGiB (report()).
   Status check_host_ram(const store::ClaimRow& c, const std::string& workload_name, json& entry, json& warnings);
   void refresh_gauges();
+  // Whether this replica publishes the fleet's gauges (pools, workloads, active runs and
+  // pipelines, all read from the shared store): the live replica that started first (then by
+  // name) does, the others leave them out; one trainerd on SQLite always does. When it stops
+  // beating, the next one takes over within ServiceCore::kLiveBeats heartbeats.
+  bool reports_fleet_gauges();
 
   ServiceCore& core_;
+  std::atomic<bool> fleet_reporter_{true};  // reports_fleet_gauges()'s last answer
 
   // GPU seconds of each open run's current job already added to cost.gpu.time; guarded by core_.mu.
   std::map<std::string, double> gpu_published_;

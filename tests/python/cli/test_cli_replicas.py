@@ -8,22 +8,21 @@ replica follows runs another one drives (change notices through the database); `
 names the replica that answered and lists the live ones.
 
 This is the small version (a minute or two on a laptop's two cores: six runs of a few steps, one
-kill). The issue's full chaos test (100 runs with pauses, resumes and branches, random SIGKILLs and
-SIGSTOPs for several minutes) is still to be written."""
+kill); tests/python/chaos/test_chaos_replicas.py is the full chaos test (100 runs with pauses,
+resumes, branches and cancels, random SIGKILLs and SIGSTOPs for minutes)."""
 from __future__ import annotations
 
 import os
-import pathlib
 import re
 import signal
-import threading
 import time
+import urllib.request
 
 import pytest
 
-from cli_support import MODEL_NAME, TERMINAL, Cli, call, get_run, plan_text, prepare, start_run_id, start_trainerd, \
-    stop, wait_for
+from cli_support import TERMINAL, Cli, call, get_run, plan_text, prepare, start_run_id, start_trainerd, stop, wait_for
 from pg_server import create_database
+from replicas_support import Sampler, open_runs_of, replicas_config
 
 REPLICAS = 3
 RUNS = 6
@@ -31,74 +30,12 @@ LEASE_SECONDS = 3  # --lease-seconds of every replica: the bound within which a 
 POOL_DEVICES = 2   # the one CPU pool's declared devices: two runs train at once
 
 
-class Sampler:
-    """Samples, until stopped, what must hold at every moment: the trainer-job processes of the
-    shared data folder (each attempt's distinct pids, and the replica that started each, its parent
-    at first sight) and the devices granted per pool (never more than declared)."""
-
-    def __init__(self, postgres_server, database: str, data_dir: pathlib.Path):
-        self.pg = postgres_server
-        self.database = database
-        self.marker = str(data_dir).encode()
-        self.starts: dict[str, set[int]] = {}  # "RUN/attempt-N" -> pids seen
-        self.parents: dict[int, int] = {}      # job pid -> its parent's pid when first seen
-        self.most_granted: dict[str, int] = {}
-        self.samples = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-
-    def _jobs(self) -> None:
-        for entry in pathlib.Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                cmdline = (entry / "cmdline").read_bytes()
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if b"trainer-job" not in cmdline or self.marker not in cmdline:
-                continue
-            attempt = re.search(rb"/runs/([^/]+)/attempt-(\d+)/", cmdline)
-            if not attempt:
-                continue
-            pid = int(entry.name)
-            key = f"{attempt.group(1).decode()}/attempt-{attempt.group(2).decode()}"
-            self.starts.setdefault(key, set()).add(pid)
-            self.parents.setdefault(pid, int(stat.rsplit(")", 1)[1].split()[1]))
-
-    def _claims(self) -> None:
-        out = self.pg.psql(self.database, "SELECT pool, SUM(devices) FROM claims WHERE state = 'GRANTED' GROUP BY pool;")
-        for line in filter(None, out.splitlines()):
-            pool, devices = line.split("|")
-            self.most_granted[pool] = max(self.most_granted.get(pool, 0), int(devices))
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            self._jobs()
-            self._claims()
-            self.samples += 1
-            self._stop.wait(0.1)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-
-
-def open_runs_of(pg, database: str, replica: str) -> int:
-    """The open runs whose task `replica` holds the lease of."""
-    return int(pg.psql(database, "SELECT COUNT(*) FROM tasks WHERE kind = 'run' AND owner = :'owner' AND NOT terminal;",
-                       owner=replica))
-
-
 @pytest.mark.timeout(900)
 def test_replicas_on_postgres_share_the_runs_and_take_over_a_killed_ones(bin_dir, tiny_model, postgres_server,
                                                                           tmp_path):
     url = create_database(postgres_server, "replicas")
     database = url.rsplit("/", 1)[1]
-    config = {"baseModels": [{"name": MODEL_NAME, "path": str(tiny_model)}],
-              "pools": [{"name": "cpu", "accelerator": "cpu", "declared": POOL_DEVICES, "maxClaim": 1}],
-              "store": {"kind": "postgres", "url": url}}
+    config = replicas_config(tiny_model, url, POOL_DEVICES)
     data_dir = tmp_path / "shared-data"  # one data folder for every replica, as a shared filesystem
     replicas = []
     sampler = None
@@ -195,6 +132,74 @@ def test_replicas_on_postgres_share_the_runs_and_take_over_a_killed_ones(bin_dir
     finally:
         if sampler is not None:
             sampler.stop()
+        for r in replicas:
+            stop(r.proc, None)
+        if replicas:
+            stop(replicas[0].proc, data_dir)
+
+
+# The gauges every replica would compute alike from the shared store (telemetry/registry.yaml):
+# published by one replica of the fleet only, so that a sum over `instance` counts them once.
+FLEET_GAUGES = ("akka_optimize_training_pool_claims", "akka_optimize_training_pool_devices_claimed",
+                "akka_optimize_training_pool_devices_declared", "akka_optimize_training_pool_devices_observed",
+                "akka_optimize_training_workload_devices_claimed", "akka_optimize_training_workload_devices_quota",
+                "akka_optimize_training_run_active", "akka_optimize_training_pipeline_active")
+
+
+def fleet_samples(url: str) -> dict[str, list[tuple[str, float]]]:
+    """The fleet gauges' samples in the replica's /metrics: family -> [(instance, value)]."""
+    with urllib.request.urlopen(url + "/metrics", timeout=30) as r:
+        text = r.read().decode()
+    samples: dict[str, list[tuple[str, float]]] = {}
+    for line in text.splitlines():
+        m = re.match(r'^([a-z_]+)\{([^}]*)\} (\S+)$', line)
+        if m and m.group(1) in FLEET_GAUGES:
+            instance = re.search(r'instance="([^"]*)"', m.group(2))
+            samples.setdefault(m.group(1), []).append((instance.group(1) if instance else "", float(m.group(3))))
+    return samples
+
+
+@pytest.mark.timeout(300)
+def test_the_fleets_gauges_come_from_one_replica_and_another_takes_them_over_when_it_dies(bin_dir, tiny_model,
+                                                                                          postgres_server, tmp_path):
+    url = create_database(postgres_server, "gauges")
+    config = replicas_config(tiny_model, url, POOL_DEVICES)
+    data_dir = tmp_path / "shared-data"
+    replicas = []
+    try:
+        for i in range(2):
+            replicas.append(start_trainerd(bin_dir, tmp_path / f"r{i}", config, data_dir=data_dir,
+                                           args=("--instance", f"r{i}", "--lease-seconds", str(LEASE_SECONDS))))
+
+        def reporters(among):
+            """{index: that replica's fleet samples} for the replicas in `among` that publish any."""
+            found = {i: fleet_samples(replicas[i].url) for i in among}
+            return {i: s for i, s in found.items() if s}
+
+        # Both live: the one that started first publishes the fleet's gauges, under its instance.
+        def r0_alone():
+            found = reporters([0, 1])
+            return found if list(found) == [0] else None
+        both = wait_for(r0_alone, timeout=60, what="the fleet's gauges from r0 alone")
+        declared = both[0]["akka_optimize_training_pool_devices_declared"]
+        assert declared == [("r0", float(POOL_DEVICES))], declared
+        assert {inst for family in both[0].values() for inst, _ in family} == {"r0"}, both[0]
+        with urllib.request.urlopen(replicas[1].url + "/metrics", timeout=30) as r:
+            assert r.status == 200  # the other answers its scrape, without the fleet's gauges
+
+        # r0 dies: once its heartbeat is stale, r1 publishes them, under its own instance.
+        os.kill(replicas[0].proc.pid, signal.SIGKILL)
+        replicas[0].proc.wait(timeout=30)
+        taken = wait_for(lambda: reporters([1]).get(1), timeout=60, what="r1 publishing the fleet's gauges")
+        assert taken["akka_optimize_training_pool_devices_declared"] == [("r1", float(POOL_DEVICES))], taken
+
+        # r0 started again is a newer replica than r1: r1 keeps them, r0 leaves them out.
+        replicas[0] = start_trainerd(bin_dir, tmp_path / "r0", config, data_dir=data_dir,
+                                     args=("--instance", "r0", "--lease-seconds", str(LEASE_SECONDS)))
+        wait_for(lambda: len(call(f"{replicas[0].url}/v1/info")[1]["replicas"]) == 2, timeout=60,
+                 what="both replicas live")
+        assert list(reporters([0, 1])) == [1]
+    finally:
         for r in replicas:
             stop(r.proc, None)
         if replicas:
