@@ -116,13 +116,14 @@ Status ServiceImpl::step_run(RunRecord& run) {
     case Phase::kWaitingForGrader:
       return wait_for_judges(run);
     case Phase::kWaitingForDevices: {
-      auto claims = capacity_.claims_by_owner();
-      if (!claims.is_ok()) return claims.status();
-      auto it = claims->find(run.id);
-      if (it == claims->end()) return claim_devices(run);  // never lose a waiting run's claim
-      if (it->second.state == "GRANTED") return transition(run, Phase::kSubmitting);
+      // The run's own claim, by its owner (not every claim: a thousand waiting runs are each
+      // looked at on every pass).
+      auto claim = store_->get_claim(run.id);
+      if (!claim.is_ok()) return claim.status();
+      if (!claim->has_value()) return claim_devices(run);  // never lose a waiting run's claim
+      if ((*claim)->state == "GRANTED") return transition(run, Phase::kSubmitting);
       // A claim the windows it waited for have passed by waits forever: the run fails instead.
-      const std::string never = capacity_.never_granted(it->second.pool, it->second.devices);
+      const std::string never = capacity_.never_granted((*claim)->pool, (*claim)->devices);
       if (!never.empty()) return fail(run, "waiting for devices: " + never);
       return Status::ok();
     }
@@ -176,13 +177,13 @@ Status ServiceImpl::claim_devices(RunRecord& run) {
   c.devices = run.devices;
   c.state = "QUEUED";
   c.since = now_rfc3339();
-  auto existing = capacity_.claims_by_owner();
+  auto existing = store_->get_claim(c.owner);
   if (!existing.is_ok()) return existing.status();
-  if (!existing->count(c.owner)) TRAINER_RETURN_IF_ERROR(store_->insert_claim(c));
+  if (!existing->has_value()) TRAINER_RETURN_IF_ERROR(store_->insert_claim(c));
   TRAINER_RETURN_IF_ERROR(capacity_.admit_locked());
-  auto after = capacity_.claims_by_owner();
+  auto after = store_->get_claim(c.owner);
   if (!after.is_ok()) return after.status();
-  if ((*after)[c.owner].state == "GRANTED") return transition(run, Phase::kSubmitting);
+  if (after->has_value() && (*after)->state == "GRANTED") return transition(run, Phase::kSubmitting);
   return transition(run, Phase::kWaitingForDevices);
 }
 

@@ -396,6 +396,19 @@ Result<std::vector<ClaimRow>> PostgresStore::list_claims() {
   });
 }
 
+Result<std::optional<ClaimRow>> PostgresStore::get_claim(const std::string& owner) {
+  return locked([&]() -> Result<std::optional<ClaimRow>> {
+    TRAINER_ASSIGN_OR_RETURN(
+        Rows r, run("SELECT owner, kind, workload_id, pool, devices, state, since, seq, device_ids "
+                    "FROM claims WHERE owner = $1",
+                    {owner}, "reading a claim"));
+    if (r.empty()) return std::optional<ClaimRow>();
+    return std::optional<ClaimRow>(ClaimRow{r.text(0, 0), r.text(0, 1), r.text(0, 2), r.text(0, 3),
+                                            static_cast<int>(r.integer(0, 4)), r.text(0, 5), r.text(0, 6),
+                                            r.integer(0, 7), ids_of(r.text(0, 8))});
+  });
+}
+
 // ---- claim holds
 Status PostgresStore::insert_claim_hold(ClaimHoldRow& h) {
   Params p = Params().text(h.owner).text(h.kind).text(h.workload_id).text(h.pool).integer(h.devices).real(h.granted_at);

@@ -88,6 +88,7 @@ class PostgresStore final : public Store {
   Status update_claim(const ClaimRow& c) override;
   Status delete_claim(const std::string& owner) override;
   Result<std::vector<ClaimRow>> list_claims() override;
+  Result<std::optional<ClaimRow>> get_claim(const std::string& owner) override;
   Status lock_admission() override;
   Status insert_claim_hold(ClaimHoldRow& hold) override;
   Status end_claim_holds(const std::string& owner, double released_at) override;

@@ -369,6 +369,18 @@ Result<std::vector<ClaimRow>> SqliteStore::list_claims() {
   return out;
 }
 
+Result<std::optional<ClaimRow>> SqliteStore::get_claim(const std::string& owner) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  Stmt s(db_, "SELECT owner, kind, workload_id, pool, devices, state, since, seq, device_ids FROM claims "
+              "WHERE owner = ?");
+  s.bind(1, owner);
+  int rc = s.step();
+  if (rc == SQLITE_DONE) return std::optional<ClaimRow>();
+  if (rc != SQLITE_ROW) return db_error(db_, "reading a claim");
+  return std::optional<ClaimRow>(ClaimRow{s.text(0), s.text(1), s.text(2), s.text(3), static_cast<int>(s.integer(4)),
+                                          s.text(5), s.text(6), s.integer(7), ids_of(s.text(8))});
+}
+
 // ---- claim holds
 Status SqliteStore::insert_claim_hold(ClaimHoldRow& h) {
   std::lock_guard<std::recursive_mutex> lock(mu_);

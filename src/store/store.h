@@ -239,6 +239,7 @@ class Store {
   virtual Status update_claim(const ClaimRow& claim) = 0;
   virtual Status delete_claim(const std::string& owner) = 0;  // ok when absent
   virtual Result<std::vector<ClaimRow>> list_claims() = 0;    // by seq ascending
+  virtual Result<std::optional<ClaimRow>> get_claim(const std::string& owner) = 0;  // nullopt when absent
   // ---- claim holds: the history of grants and releases, written in the transaction that
   // grants or releases the claim
   virtual Status insert_claim_hold(ClaimHoldRow& hold) = 0;  // assigns hold.seq

@@ -367,9 +367,20 @@ TEST_P(StoreTest, ClaimsKeepTheirAdmissionOrderAcrossReopen) {
   EXPECT_EQ((*claims)[1].device_ids, (std::vector<int>{3, 10}));  // the grant's device indices
   EXPECT_TRUE((*claims)[0].device_ids.empty());
   EXPECT_EQ((*claims)[2].owner, "b");
+  // One claim by its owner: the same row the list has.
+  auto one = s->get_claim("a");
+  ASSERT_TRUE(one.is_ok() && one->has_value());
+  EXPECT_EQ(((*one)->owner), "a");
+  EXPECT_EQ(((*one)->state), "GRANTED");
+  EXPECT_EQ(((*one)->devices), 2);
+  EXPECT_EQ(((*one)->seq), (*claims)[1].seq);
+  EXPECT_EQ(((*one)->device_ids), (std::vector<int>{3, 10}));
   ASSERT_TRUE(s->delete_claim("a").is_ok());
   ASSERT_TRUE(s->delete_claim("a").is_ok());  // absent is fine
   EXPECT_EQ(s->list_claims()->size(), 2u);
+  auto gone = s->get_claim("a");
+  ASSERT_TRUE(gone.is_ok());
+  EXPECT_FALSE(gone->has_value());
 }
 
 TEST_P(StoreTest, DatasetsAreInsertedOnceAndAliasesMove) {
