@@ -158,7 +158,7 @@ const std::vector<OptionSpec>& option_table() {
       {"--tls-cert", "FILE",
        "serve the API over HTTPS only, with this PEM certificate (chain, leaf first; its names must include the "
        "addresses clients and trainerd's own jobs use, 127.0.0.1 among them); with --tls-key; default "
-       "tls.certFile of the configuration, else plain HTTP (docs/security.md, \"TLS\")",
+       "tls.certFile of the configuration, else plain HTTP (docs/security.md, \"Binding and TLS\")",
        [](Options& o, const std::string& v) { o.tls_cert = v; return !v.empty(); }},
       {"--tls-key", "FILE", "the PEM private key (unencrypted) of --tls-cert; default tls.keyFile",
        [](Options& o, const std::string& v) { o.tls_key = v; return !v.empty(); }},

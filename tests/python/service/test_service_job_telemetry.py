@@ -246,7 +246,7 @@ def test_the_otlp_route_refuses_a_malformed_push_naming_the_field(start_trainerd
 
 
 def test_the_otlp_route_takes_a_jobs_own_runs_metrics_only(start_trainerd, setup_basics, standin_behaviour):
-    d = start_trainerd()
+    d = start_trainerd(pools=[{"name": "cpu", "accelerator": "cpu", "declared": 2, "maxClaim": 1}])  # a job each
     run_a, run_b = held_runs(d, setup_basics, standin_behaviour, n=2)
     as_a = job_headers(d, run_a)
     point = {"asDouble": 5.0, "timeUnixNano": str(time.time_ns()), "attributes": []}
