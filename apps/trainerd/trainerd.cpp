@@ -47,6 +47,9 @@ struct Options {
   std::string otlp_traces_endpoint;  // --otlp-traces-endpoint
   std::chrono::milliseconds lease{30000};  // --lease-seconds
   bool plaintext_beyond_loopback = false;  // --allow-plaintext-beyond-loopback
+  std::string tls_cert;     // --tls-cert (else the configuration's tls.certFile)
+  std::string tls_key;      // --tls-key (else tls.keyFile)
+  std::string tls_ca;       // --tls-ca (else tls.caFile)
   bool local_token = true;  // --no-local-token: no token written to the token file
   http::ServerOptions http; // --max-connections, --header-timeout, --body-timeout, ...
 };
@@ -152,6 +155,17 @@ const std::vector<OptionSpec>& option_table() {
          o.http.worker_threads = static_cast<int>(n);
          return true;
        }},
+      {"--tls-cert", "FILE",
+       "serve the API over HTTPS only, with this PEM certificate (chain, leaf first; its names must include the "
+       "addresses clients and trainerd's own jobs use, 127.0.0.1 among them); with --tls-key; default "
+       "tls.certFile of the configuration, else plain HTTP (docs/security.md, \"Binding and TLS\")",
+       [](Options& o, const std::string& v) { o.tls_cert = v; return !v.empty(); }},
+      {"--tls-key", "FILE", "the PEM private key (unencrypted) of --tls-cert; default tls.keyFile",
+       [](Options& o, const std::string& v) { o.tls_key = v; return !v.empty(); }},
+      {"--tls-ca", "FILE",
+       "the PEM CA bundle trainerd's jobs verify its API with (TRAINER_CATALOG_CA_FILE); default tls.caFile, else "
+       "the certificate file itself (a self-signed certificate)",
+       [](Options& o, const std::string& v) { o.tls_ca = v; return !v.empty(); }},
       {"--allow-plaintext-beyond-loopback", nullptr,
        "serve a --host that is not a loopback address without TLS (tokens then cross the network in the clear: "
        "only on a network you trust); without it such a --host refuses to start",
@@ -244,16 +258,61 @@ std::optional<int> parse_options(int argc, char** argv, Options& opt) {
   }
   if (opt.data_dir.empty()) opt.data_dir = default_data_dir();
   if (opt.instance.empty()) opt.instance = default_instance();
-  if (!is_loopback(opt.host) && !opt.plaintext_beyond_loopback) {
+  return std::nullopt;
+}
+
+// Whether `file` can be opened for reading.
+bool readable(const std::string& file) { return std::ifstream(file).good(); }
+
+// The TLS settings: the flags, else the configuration's tls section, as absolute paths (jobs run
+// elsewhere). Refuses (said on stderr, naming the setting and the file) a certificate without a
+// key or the other way round, a file that cannot be read, and a --host beyond loopback without
+// TLS unless --allow-plaintext-beyond-loopback. (Authentication cannot be turned off: every
+// route but /v1/info needs a token, so a bind beyond loopback is never unauthenticated.)
+bool settle_tls(const Options& opt, service::TlsConfig& tls) {
+  struct Setting {
+    const char* flag;
+    const char* key;
+    const std::string& given;
+    std::string& value;
+  };
+  const Setting settings[] = {{"--tls-cert", "tls.certFile", opt.tls_cert, tls.cert_file},
+                              {"--tls-key", "tls.keyFile", opt.tls_key, tls.key_file},
+                              {"--tls-ca", "tls.caFile", opt.tls_ca, tls.ca_file}};
+  for (const Setting& s : settings) {
+    const bool from_flag = !s.given.empty();
+    if (from_flag) s.value = s.given;
+    if (s.value.empty()) continue;
+    const char* name = from_flag ? s.flag : s.key;
+    if (!readable(s.value)) {
+      std::fprintf(stderr, "trainerd: %s: cannot read the file '%s'\n", name, s.value.c_str());
+      return false;
+    }
+    std::error_code ec;
+    fs::path absolute = fs::absolute(s.value, ec);
+    if (!ec) s.value = absolute.string();
+  }
+  if (tls.cert_file.empty() != tls.key_file.empty()) {
+    std::fprintf(stderr, "trainerd: TLS needs both a certificate and its key: %s\n",
+                 tls.cert_file.empty() ? "--tls-key (tls.keyFile) is given without --tls-cert (tls.certFile)"
+                                       : "--tls-cert (tls.certFile) is given without --tls-key (tls.keyFile)");
+    return false;
+  }
+  if (!tls.ca_file.empty() && tls.cert_file.empty()) {
+    std::fprintf(stderr, "trainerd: --tls-ca (tls.caFile) is given without --tls-cert and --tls-key\n");
+    return false;
+  }
+  if (tls.cert_file.empty() && !is_loopback(opt.host) && !opt.plaintext_beyond_loopback) {
     std::fprintf(stderr,
                  "trainerd: --host %s is not a loopback address, and this trainerd serves its API without TLS: API "
-                 "tokens would cross the network in the clear. Bind --host 127.0.0.1 (the default) and put a "
-                 "TLS-terminating proxy in front, or pass --allow-plaintext-beyond-loopback on a network you trust "
-                 "(docs/security.md)\n",
+                 "tokens would cross the network in the clear. Give it a certificate and key (--tls-cert and "
+                 "--tls-key, or tls.certFile and tls.keyFile in the configuration), bind --host 127.0.0.1 (the "
+                 "default) behind a TLS-terminating proxy, or pass --allow-plaintext-beyond-loopback on a network "
+                 "you trust (docs/security.md)\n",
                  opt.host.c_str());
-    return 2;
+    return false;
   }
-  return std::nullopt;
+  return true;
 }
 
 // This process's replica name: on PostgreSQL, which other trainerds may share, the instance name
@@ -401,17 +460,17 @@ std::unique_ptr<service::Service> open_service(Options& opt, service::Deployment
 // Jobs push their metrics to this trainerd, which serves them on /metrics (unless the operator's
 // telemetry.otlpEndpoint sends them to a collector instead), and call its snapshot catalog: both
 // at the address it listens on, as a job on this host reaches it.
-// The address a client on this host reaches trainerd at ("http://127.0.0.1:9001").
-std::string local_url(const std::string& listen_host, int port) {
+// The address a client on this host reaches trainerd at ("http://127.0.0.1:9001"; https:// when
+// it serves TLS).
+std::string local_url(const std::string& listen_host, int port, bool tls) {
   std::string host = listen_host;
   if (host.empty() || host == "0.0.0.0" || host == "localhost") host = "127.0.0.1";
   if (host == "::") host = "::1";
   if (host.find(':') != std::string::npos && host.front() != '[') host = "[" + host + "]";
-  return "http://" + host + ":" + std::to_string(port);
+  return (tls ? "https://" : "http://") + host + ":" + std::to_string(port);
 }
 
-void advertise_address(service::Service& service, const std::string& listen_host, int port) {
-  const std::string url = local_url(listen_host, port);
+void advertise_address(service::Service& service, const std::string& url) {
   service.set_job_otlp_endpoint(url + "/otlp");
   service.set_catalog_url(url);
 }
@@ -466,6 +525,7 @@ int trainerd_main(int argc, char** argv) {
 
   auto config = load_config(opt);
   if (!config) return 2;
+  if (!settle_tls(opt, config->tls)) return 2;
   int exit_status = 0;
   std::unique_ptr<service::Service> svc = open_service(opt, *config, exit_status);
   if (!svc) return exit_status;
@@ -475,7 +535,17 @@ int trainerd_main(int argc, char** argv) {
   api::install_routes(router, service, config->limits);
   opt.http.host = opt.host;
   opt.http.port = opt.port;
+  opt.http.tls_cert_file = config->tls.cert_file;
+  opt.http.tls_key_file = config->tls.key_file;
   auto served = http::serve(opt.http, router);
+  if (!served.is_ok() && (served.status().field() == "tls_cert_file" || served.status().field() == "tls_key_file")) {
+    const bool cert = served.status().field() == "tls_cert_file";
+    const bool flag = !(cert ? opt.tls_cert : opt.tls_key).empty();
+    std::fprintf(stderr, "trainerd: %s: %s\n",
+                 cert ? (flag ? "--tls-cert" : "tls.certFile") : (flag ? "--tls-key" : "tls.keyFile"),
+                 served.status().message().c_str());
+    return 2;
+  }
   if (!served.is_ok()) {
     std::fprintf(stderr, "trainerd: %s (in use? pick another with --port)\n", served.status().message().c_str());
     return 1;
@@ -488,16 +558,18 @@ int trainerd_main(int argc, char** argv) {
     if (http::Server* s = wake_target->load()) s->wake();
   });
   const int port = server->port();
-  advertise_address(service, opt.host, port);
+  const bool tls = !config->tls.cert_file.empty();
+  const std::string url = local_url(opt.host, port, tls);
+  advertise_address(service, url);
   // Before the port file: a client that reads the port finds the token too.
-  if (opt.local_token) keep_local_token(service, local_url(opt.host, port));
+  if (opt.local_token) keep_local_token(service, url);
   if (!opt.port_file.empty()) {
     std::error_code ec;
     std::ofstream(opt.port_file + ".tmp") << port << "\n";
     fs::rename(opt.port_file + ".tmp", opt.port_file, ec);
   }
-  std::fprintf(stderr, "trainerd %s: listening on http://%s:%d (data %s, backend %s, instance %s)\n",
-               version_string(), opt.host.c_str(), port, opt.data_dir.c_str(), config->compute.backend.c_str(),
+  std::fprintf(stderr, "trainerd %s: listening on %s://%s:%d (data %s, backend %s, instance %s)\n",
+               version_string(), tls ? "https" : "http", opt.host.c_str(), port, opt.data_dir.c_str(), config->compute.backend.c_str(),
                opt.instance.c_str());
   start_service(service);
 

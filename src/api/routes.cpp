@@ -125,7 +125,10 @@ void install_routes(http::Router& router, Service& svc, const service::Limits& l
     if (req.body.empty()) return error_response(invalid_field("body", "empty; send an ExportMetricsServiceRequest"));
     // A malformed body is a 400 naming its field (body.resourceMetrics[0]...); a push past the
     // relay's series bound is a 429.
-    Status st = svc.ingest_job_metrics(req.body);
+    Status st = svc.ingest_job_metrics(req.body, header_value(req, service::kJobIdHeader), bearer_token(req));
+    if (st.code() == StatusCode::kUnauthenticated || st.code() == StatusCode::kPermissionDenied) {
+      return error_response(st.field() == service::kJobIdHeader ? st : st.with_field("body"));
+    }
     if (!st.is_ok()) return error_response(st.with_field("body"));
     return json_response(200, json::object());  // an ExportMetricsServiceResponse with nothing rejected
   });

@@ -98,6 +98,8 @@ std::string Invocation::command_line() const { return "trainer " + join(path, " 
 const std::vector<Flag>& global_flags() {
   static const std::vector<Flag> kFlags = {
       {"trainer-url", 0, "URL", "address of trainerd (default: $TRAINER_URL, else http://localhost:9001)", ""},
+      {"ca-file", 0, "FILE", "PEM CAs an https:// trainerd's certificate is verified with (default: $TRAINER_CA_FILE, "
+       "else the system's CA store)", ""},
       {"output", 'o', "FORMAT", "output format: text (default), json, json-compact", ""},
       {"jq", 0, "EXPR", "filter the JSON answer with a jq program; strings print raw (implies -o json)", ""},
       {"json", 0, "FIELDS", "keep only these fields, of each item for a list (runId,phase); --json= lists them", ""},

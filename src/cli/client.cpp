@@ -196,6 +196,12 @@ ServiceAddress resolve_trainer_address(const std::string& flag_value, bool flag_
   return {"http://localhost:9001", "default"};
 }
 
+std::pair<std::string, std::string> resolve_ca_file(const std::string& flag_value, bool flag_given) {
+  if (flag_given && !flag_value.empty()) return {flag_value, "--ca-file"};
+  if (const char* env = std::getenv("TRAINER_CA_FILE"); env && *env) return {env, "TRAINER_CA_FILE"};
+  return {"", ""};
+}
+
 std::string resolve_token(const std::string& url, std::string* source) {
   if (const char* env = std::getenv("TRAINER_TOKEN"); env && *env) {
     if (source) *source = "TRAINER_TOKEN";
@@ -248,6 +254,12 @@ Client::Client(std::string base_url) : base_url_(std::move(base_url)) {
 }
 
 Client::~Client() = default;
+
+void Client::set_ca_file(const std::string& file, const std::string& source) {
+  ca_file_ = file;
+  ca_file_source_ = source;
+  if (!file.empty()) http_->set_ca_cert_path(file);
+}
 
 std::string Client::escape(const std::string& segment) {
   static const char* kHex = "0123456789ABCDEF";
@@ -345,6 +357,21 @@ bool Client::call(const std::string& method, const std::string& path, const nloh
       reason = "the connection dropped before an answer came";
     } else if (e == httplib::Error::Write) {
       reason = "the connection dropped while sending " + std::to_string(text.size()) + " bytes";
+    } else if (e == httplib::Error::SSLServerVerification) {
+      // Said whole: starting trainerd is not the fix.
+      err->status = unavailable(
+          "the trainer service at " + base_url_ + " answered, but its TLS certificate did not verify against " +
+          (ca_file_.empty() ? std::string("the system's CA store")
+                            : "the CA file " + ca_file_ + " (" + ca_file_source_ + ")") +
+          " (or does not name the address's host); pass the CA that signed it with --ca-file FILE or "
+          "TRAINER_CA_FILE");
+      return false;
+    } else if (e == httplib::Error::SSLLoadingCerts) {
+      err->status = unavailable("cannot load the CA file " + ca_file_ + " (" + ca_file_source_ +
+                                "): not a readable PEM file of CA certificates");
+      return false;
+    } else if (e == httplib::Error::SSLConnection) {
+      reason = "the TLS handshake failed: is it serving HTTPS there? An http:// service needs an http:// URL";
     } else {
       reason = httplib::to_string(e);
     }

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <vector>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -50,6 +51,10 @@ class Client {
   // Bounds each call (connecting, sending, waiting for the answer) to `seconds` (> 0), as
   // `--timeout` asks. Unset, reads wait 30 s and changes 60 s for their answer.
   void set_call_timeout(double seconds) { call_timeout_seconds_ = seconds; }
+  // The PEM CA bundle an https:// service's certificate is verified with, and where it was given
+  // ("--ca-file", "TRAINER_CA_FILE"); "" = the system's CA store.
+  void set_ca_file(const std::string& file, const std::string& source);
+  const std::string& ca_file() const { return ca_file_; }
   // The API token every call sends (Authorization: Bearer); "" sends none.
   void set_token(std::string token) { token_ = std::move(token); }
   const std::string& token() const { return token_; }
@@ -86,6 +91,8 @@ class Client {
   double call_timeout_seconds_ = 0;  // 0: the defaults (30 s reads, 60 s changes)
   std::string refuse_changes_;       // non-empty: changes fail with this message, unsent
   std::string token_;                // the API token sent with every call; "" none
+  std::string ca_file_;              // set_ca_file(); "" the system's store
+  std::string ca_file_source_;       // "--ca-file" or "TRAINER_CA_FILE"
   std::unique_ptr<httplib::Client> http_;
 };
 
@@ -100,6 +107,10 @@ ServiceAddress resolve_trainer_address(const std::string& flag_value, bool flag_
 inline std::string resolve_trainer_url(const std::string& flag_value, bool flag_given) {
   return resolve_trainer_address(flag_value, flag_given).url;
 }
+
+// The CA file from --ca-file (when `flag_given`), else $TRAINER_CA_FILE, with where it came from
+// ("--ca-file", "TRAINER_CA_FILE", or "" when neither).
+std::pair<std::string, std::string> resolve_ca_file(const std::string& flag_value, bool flag_given);
 
 // The API token for the service at `url`: $TRAINER_TOKEN, else the token file's entry for the
 // address (`trainer login`, or the one trainerd wrote at its first start); "" when neither.

@@ -37,10 +37,12 @@ http::Response openai_error(int status, const std::string& code, const std::stri
 }
 
 // Answers POST /v1/chat/completions by forwarding it to `target` (trainerd's route).
-http::Handler forward_to(const std::string& target, const std::string& trainer_url, const std::string& token) {
-  return [target, trainer_url, token](const http::Request& req) -> http::Outcome {
+http::Handler forward_to(const std::string& target, const std::string& trainer_url, const std::string& token,
+                         const std::string& ca_file) {
+  return [target, trainer_url, token, ca_file](const http::Request& req) -> http::Outcome {
     HttpRequest call;
     call.url = target;
+    call.ca_file = ca_file;
     if (!token.empty()) call.headers.emplace_back("Authorization", "Bearer " + token);
     call.body = req.body;
     auto unreachable = [trainer_url](const HttpResponse& failed) {
@@ -81,7 +83,7 @@ int endpoints_proxy(Context& ctx) {
   });
   router.add("POST", "/v1/chat/completions", kMaxBodyBytes,
              forward_to(ctx.client.base_url() + "/v1/endpoints/" + seg(id) + "/v1/chat/completions",
-                        ctx.client.base_url(), ctx.client.token()));
+                        ctx.client.base_url(), ctx.client.token(), ctx.client.ca_file()));
 
   // SIGINT and SIGTERM wait for sigwait below: blocked before the server's threads start, so
   // none of them takes the signal.

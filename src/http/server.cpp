@@ -8,6 +8,11 @@
 // requests. Answers are posted back to the connection's strand to be written. A streamed answer's
 // producer runs on a thread of its own (counted, at most max_streams) and writes through a
 // ChunkedWriter (stream_writer.h).
+//
+// TLS: each connection's stream is an ssl_stream over the beast::tcp_stream (ConnectionOn<TlsStream>)
+// and starts with the handshake, under the header deadline; a plain server's is the tcp_stream
+// itself (ConnectionOn<PlainStream>). Deadlines, the socket and closing go to the lowest layer,
+// the tcp_stream, either way.
 #include "http/server.h"
 
 #include <atomic>
@@ -16,10 +21,16 @@
 #include <set>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 #include "common/subprocess.h"
 #include "http/stream_writer.h"
@@ -31,6 +42,9 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
 using tcp = asio::ip::tcp;
+namespace ssl = asio::ssl;
+using PlainStream = beast::tcp_stream;
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
 
 // After an answer that closes the connection, the unread rest of the request is drained (read
 // and dropped) for at most this long in all, this long without a byte, and this many bytes, so
@@ -43,21 +57,46 @@ constexpr size_t kMaxRefusing = 256;
 
 class ServerImpl;
 
+// What the server sees of a connection, whichever its stream.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  // `refused`: answer 503 (too many connections) and close, without reading a request.
-  Connection(ServerImpl& server, tcp::socket socket, bool refused);
-  ~Connection();
-  void start();
+  virtual ~Connection() = default;
+  virtual void start() = 0;
   // Writes `response` (from any thread) and goes on with the next request.
-  void send(Response response);
+  virtual void send(Response response) = 0;
   // Arms the deadline of parked request `id` (from any thread).
-  void arm_park(uint64_t id, std::chrono::steady_clock::time_point until);
+  virtual void arm_park(uint64_t id, std::chrono::steady_clock::time_point until) = 0;
+  // A streamed answer's writer on this connection (closes it, after draining, once complete).
+  virtual std::unique_ptr<detail::ChunkedWriter> stream_writer(Response head, std::chrono::milliseconds timeout) = 0;
+};
+
+// A connection's stream over `socket`; `tls` is the server's context (TlsStream only).
+template <class AsyncStream>
+AsyncStream make_stream(tcp::socket socket, ssl::context* tls);
+template <>
+PlainStream make_stream<PlainStream>(tcp::socket socket, ssl::context*) { return PlainStream(std::move(socket)); }
+template <>
+TlsStream make_stream<TlsStream>(tcp::socket socket, ssl::context* tls) { return TlsStream(std::move(socket), *tls); }
+
+// `AsyncStream`: PlainStream or TlsStream.
+template <class AsyncStream>
+class ConnectionOn final : public Connection {
+ public:
+  // `refused`: answer 503 (too many connections) and close, without reading a request. `tls`:
+  // the server's context when `AsyncStream` is TlsStream.
+  ConnectionOn(ServerImpl& server, tcp::socket socket, bool refused, ssl::context* tls);
+  ~ConnectionOn() override;
+  void start() override;
+  void send(Response response) override;
+  void arm_park(uint64_t id, std::chrono::steady_clock::time_point until) override;
+  std::unique_ptr<detail::ChunkedWriter> stream_writer(Response head, std::chrono::milliseconds timeout) override;
   // For a streamed answer (on the strand, once it is complete): closes after draining the rest.
   void close_after_write();
-  beast::tcp_stream& stream() { return stream_; }
 
  private:
+  std::shared_ptr<ConnectionOn> self() { return std::static_pointer_cast<ConnectionOn>(shared_from_this()); }
+  beast::tcp_stream& tcp() { return beast::get_lowest_layer(stream_); }
+  void begin();  // after the handshake, if any
   void read_head();
   void on_head(beast::error_code ec);
   void read_body();
@@ -69,7 +108,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void close();
 
   ServerImpl& server_;
-  beast::tcp_stream stream_;
+  AsyncStream stream_;
   const bool refused_;
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
@@ -95,6 +134,7 @@ class ServerImpl : public Server {
   ~ServerImpl() override { stop(); }
 
   Status listen() {
+    TRAINER_RETURN_IF_ERROR(load_tls());
     beast::error_code ec;
     auto address = asio::ip::make_address(options_.host, ec);
     if (ec) return invalid_argument("host: '" + options_.host + "' is not an IP address: " + ec.message());
@@ -199,20 +239,19 @@ class ServerImpl : public Server {
     }
     std::thread([this, conn = conn, stream = std::move(stream)]() mutable {
       {
-        detail::ChunkedWriter writer(conn->stream(), conn, std::move(stream.head), options_.body_timeout,
-                                     [conn] { conn->close_after_write(); });
+        std::unique_ptr<detail::ChunkedWriter> writer = conn->stream_writer(std::move(stream.head), options_.body_timeout);
         {
           std::lock_guard<std::mutex> lock(streams_mu_);
-          writers_.insert(&writer);
-          if (stopping_) writer.cancel();
+          writers_.insert(writer.get());
+          if (stopping_) writer->cancel();
         }
         try {
-          stream.produce(writer);
+          stream.produce(*writer);
         } catch (...) {  // the answer ends where it was
         }
-        writer.finish();
+        writer->finish();
         std::lock_guard<std::mutex> lock(streams_mu_);
-        writers_.erase(&writer);
+        writers_.erase(writer.get());
       }
       stream = Stream{};
       conn.reset();
@@ -231,6 +270,51 @@ class ServerImpl : public Server {
   }
 
  private:
+  // The TLS context from the options' certificate and key, when they name them.
+  Status load_tls() {
+    if (options_.tls_cert_file.empty() && options_.tls_key_file.empty()) return Status::ok();
+    if (options_.tls_cert_file.empty()) {
+      return invalid_field("tls_cert_file", "a TLS key file is given (" + options_.tls_key_file +
+                                                ") but no certificate file: give both or neither");
+    }
+    if (options_.tls_key_file.empty()) {
+      return invalid_field("tls_key_file", "a TLS certificate file is given (" + options_.tls_cert_file +
+                                               ") but no key file: give both or neither");
+    }
+    tls_.emplace(ssl::context::tls_server);
+    tls_->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
+                      ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 | ssl::context::single_dh_use);
+    beast::error_code ec;
+    tls_->use_certificate_chain_file(options_.tls_cert_file, ec);
+    if (ec) {
+      return invalid_field("tls_cert_file", "'" + options_.tls_cert_file +
+                                                "' is not a readable PEM certificate: " + ec.message());
+    }
+    tls_->use_private_key_file(options_.tls_key_file, ssl::context::pem, ec);
+    // OpenSSL 3 refuses a key that is not the certificate's as it loads it.
+    const auto openssl_error = static_cast<unsigned long>(ec.value());
+    if (ec && ec.category() == asio::error::get_ssl_category() && ERR_GET_LIB(openssl_error) == ERR_LIB_X509 &&
+        ERR_GET_REASON(openssl_error) == X509_R_KEY_VALUES_MISMATCH) {
+      return invalid_field("tls_key_file", "'" + options_.tls_key_file + "' is not the private key of the certificate '" +
+                                               options_.tls_cert_file + "'");
+    }
+    if (ec) {
+      return invalid_field("tls_key_file", "'" + options_.tls_key_file +
+                                               "' is not a readable PEM private key (unencrypted): " + ec.message());
+    }
+    if (SSL_CTX_check_private_key(tls_->native_handle()) != 1) {
+      ERR_clear_error();
+      return invalid_field("tls_key_file", "'" + options_.tls_key_file + "' is not the private key of the certificate '" +
+                                               options_.tls_cert_file + "'");
+    }
+    return Status::ok();
+  }
+
+  std::shared_ptr<Connection> make_connection(tcp::socket socket, bool refused) {
+    if (tls_) return std::make_shared<ConnectionOn<TlsStream>>(*this, std::move(socket), refused, &*tls_);
+    return std::make_shared<ConnectionOn<PlainStream>>(*this, std::move(socket), refused, nullptr);
+  }
+
   struct Parked {
     std::shared_ptr<Connection> conn;
     std::function<std::optional<Response>(bool)> poll;
@@ -300,11 +384,11 @@ class ServerImpl : public Server {
         // Best effort: spawn() closes it in every child anyway.
         (void)mark_close_on_exec(socket.native_handle(), "an accepted connection");
         if (connections_.fetch_add(1) < options_.max_connections) {
-          std::make_shared<Connection>(*this, std::move(socket), false)->start();
+          make_connection(std::move(socket), false)->start();
         } else {
           connections_.fetch_sub(1);
           if (refusing_.fetch_add(1) < kMaxRefusing) {
-            std::make_shared<Connection>(*this, std::move(socket), true)->start();
+            make_connection(std::move(socket), true)->start();
           } else {
             refusing_.fetch_sub(1);
             socket.close(ignored);
@@ -319,6 +403,7 @@ class ServerImpl : public Server {
   const ServerOptions options_;
   const Router& router_;
   int port_ = 0;
+  std::optional<ssl::context> tls_;  // set by listen() when the options name a certificate
 
   std::atomic<size_t> connections_{0};  // open connections being served
   std::atomic<size_t> refusing_{0};     // connections being answered 503
@@ -343,40 +428,59 @@ class ServerImpl : public Server {
   std::vector<std::thread> io_threads_;
 };
 
-Connection::Connection(ServerImpl& server, tcp::socket socket, bool refused)
-    : server_(server), stream_(std::move(socket)), refused_(refused), park_timer_(stream_.get_executor()) {}
+template <class AsyncStream>
+ConnectionOn<AsyncStream>::ConnectionOn(ServerImpl& server, tcp::socket socket, bool refused, ssl::context* tls)
+    : server_(server), stream_(make_stream<AsyncStream>(std::move(socket), tls)), refused_(refused), park_timer_(stream_.get_executor()) {}
 
-Connection::~Connection() { server_.connection_closed(refused_); }
+template <class AsyncStream>
+ConnectionOn<AsyncStream>::~ConnectionOn() { server_.connection_closed(refused_); }
 
-void Connection::start() {
-  auto self = shared_from_this();
+template <class AsyncStream>
+void ConnectionOn<AsyncStream>::start() {
+  auto self = this->self();
   asio::dispatch(stream_.get_executor(), [self] {
-    if (self->refused_) {
-      self->keep_alive_ = false;
-      self->body_pending_ = true;  // the request was not read
-      self->fail(503, unavailable("trainerd is serving its maximum of " +
-                                  std::to_string(self->server_.options().max_connections) +
-                                  " connections; retry later"));
-      return;
+    if constexpr (std::is_same_v<AsyncStream, TlsStream>) {
+      // A client that does not finish its handshake within the header deadline (or speaks plain
+      // HTTP) is closed without an answer: there is no channel to answer on.
+      self->tcp().expires_after(self->server_.options().header_timeout);
+      self->stream_.async_handshake(ssl::stream_base::server, [self](beast::error_code ec) {
+        if (ec) return self->close();
+        self->begin();
+      });
+    } else {
+      self->begin();
     }
-    self->read_head();
   });
 }
 
-void Connection::read_head() {
+template <class AsyncStream>
+void ConnectionOn<AsyncStream>::begin() {
+  if (refused_) {
+    keep_alive_ = false;
+    body_pending_ = true;  // the request was not read
+    fail(503, unavailable("trainerd is serving its maximum of " + std::to_string(server_.options().max_connections) +
+                          " connections; retry later"));
+    return;
+  }
+  read_head();
+}
+
+template <class AsyncStream>
+void ConnectionOn<AsyncStream>::read_head() {
   parser_.emplace();
   parser_->header_limit(static_cast<std::uint32_t>(server_.options().max_header_bytes));
   parser_->body_limit(server_.router().max_body_bytes());
   request_ = Request{};
   body_pending_ = false;
-  stream_.expires_after(server_.options().header_timeout);
+  tcp().expires_after(server_.options().header_timeout);
   bhttp::async_read_header(stream_, buffer_, *parser_,
-                           [self = shared_from_this()](beast::error_code ec, size_t) { self->on_head(ec); });
+                           [self = this->self()](beast::error_code ec, size_t) { self->on_head(ec); });
 }
 
-void Connection::on_head(beast::error_code ec) {
+template <class AsyncStream>
+void ConnectionOn<AsyncStream>::on_head(beast::error_code ec) {
   if (ec == bhttp::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::operation_aborted ||
-      ec == asio::error::connection_reset || ec == asio::error::eof) {
+      ec == asio::error::connection_reset || ec == asio::error::eof || ec == ssl::error::stream_truncated) {
     return close();
   }
   keep_alive_ = false;
@@ -393,7 +497,7 @@ void Connection::on_head(beast::error_code ec) {
 
   const auto& head = parser_->get();
   beast::error_code peer_ec;
-  const tcp::endpoint peer = stream_.socket().remote_endpoint(peer_ec);
+  const tcp::endpoint peer = tcp().socket().remote_endpoint(peer_ec);
   if (!peer_ec) request_.remote_address = peer.address().to_string();
   size_t count = 0;
   for (const auto& field : head) {
@@ -452,8 +556,8 @@ void Connection::on_head(beast::error_code ec) {
   auto expect = head.find(bhttp::field::expect);
   if (expect != head.end() && beast::iequals(expect->value(), "100-continue")) {
     static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-    stream_.expires_after(server_.options().body_timeout);
-    asio::async_write(stream_, asio::buffer(kContinue), [self = shared_from_this()](beast::error_code ec, size_t) {
+    tcp().expires_after(server_.options().body_timeout);
+    asio::async_write(stream_, asio::buffer(kContinue), [self = this->self()](beast::error_code ec, size_t) {
       if (ec) return self->close();
       self->read_body();
     });
@@ -462,13 +566,15 @@ void Connection::on_head(beast::error_code ec) {
   read_body();
 }
 
-void Connection::read_body() {
-  stream_.expires_after(server_.options().body_timeout);
+template <class AsyncStream>
+void ConnectionOn<AsyncStream>::read_body() {
+  tcp().expires_after(server_.options().body_timeout);
   bhttp::async_read(stream_, buffer_, *parser_,
-                    [self = shared_from_this()](beast::error_code ec, size_t) { self->on_body(ec); });
+                    [self = this->self()](beast::error_code ec, size_t) { self->on_body(ec); });
 }
 
-void Connection::on_body(beast::error_code ec) {
+template <class AsyncStream>
+void ConnectionOn<AsyncStream>::on_body(beast::error_code ec) {
   if (ec == bhttp::error::body_limit) {
     keep_alive_ = false;
     return fail(413, Status(StatusCode::kResourceExhausted, "body",
@@ -476,7 +582,8 @@ void Connection::on_body(beast::error_code ec) {
                                     " " + request_.path));
   }
   if (ec == beast::error::timeout || ec == asio::error::operation_aborted || ec == asio::error::connection_reset ||
-      ec == asio::error::eof || ec == bhttp::error::end_of_stream || ec == bhttp::error::partial_message) {
+      ec == asio::error::eof || ec == bhttp::error::end_of_stream || ec == bhttp::error::partial_message ||
+      ec == ssl::error::stream_truncated) {
     return close();
   }
   if (ec) {
@@ -487,9 +594,10 @@ void Connection::on_body(beast::error_code ec) {
   dispatch();
 }
 
-void Connection::dispatch() {
+template <class AsyncStream>
+void ConnectionOn<AsyncStream>::dispatch() {
   request_.body = std::move(parser_->get().body());
-  asio::post(server_.workers(), [self = shared_from_this()] {
+  asio::post(server_.workers(), [self = this->self()] {
     Outcome outcome = self->server_.router().dispatch(self->request_);
     if (auto* park = std::get_if<Park>(&outcome)) {
       self->server_.park(self, std::move(*park));
@@ -501,19 +609,29 @@ void Connection::dispatch() {
   });
 }
 
-void Connection::fail(int http_status, const Status& status) {
+template <class AsyncStream>
+void ConnectionOn<AsyncStream>::fail(int http_status, const Status& status) {
   Response r = server_.router().error(http_status, status);
   r.close = true;
   write(std::move(r));
 }
 
-void Connection::send(Response response) {
+template <class AsyncStream>
+void ConnectionOn<AsyncStream>::send(Response response) {
   asio::post(stream_.get_executor(),
-             [self = shared_from_this(), response = std::move(response)]() mutable { self->write(std::move(response)); });
+             [self = this->self(), response = std::move(response)]() mutable { self->write(std::move(response)); });
 }
 
-void Connection::arm_park(uint64_t id, std::chrono::steady_clock::time_point until) {
-  asio::post(stream_.get_executor(), [self = shared_from_this(), id, until] {
+template <class AsyncStream>
+std::unique_ptr<detail::ChunkedWriter> ConnectionOn<AsyncStream>::stream_writer(Response head,
+                                                                           std::chrono::milliseconds timeout) {
+  return std::make_unique<detail::ChunkedWriter>(stream_, this->self(), std::move(head), timeout,
+                                                 [self = this->self()] { self->close_after_write(); });
+}
+
+template <class AsyncStream>
+void ConnectionOn<AsyncStream>::arm_park(uint64_t id, std::chrono::steady_clock::time_point until) {
+  asio::post(stream_.get_executor(), [self = this->self(), id, until] {
     self->park_timer_.expires_at(until);
     self->park_timer_.async_wait([self, id](beast::error_code ec) {
       if (!ec) self->server_.expire(id);
@@ -521,7 +639,8 @@ void Connection::arm_park(uint64_t id, std::chrono::steady_clock::time_point unt
   });
 }
 
-void Connection::write(Response response) {
+template <class AsyncStream>
+void ConnectionOn<AsyncStream>::write(Response response) {
   bool keep = keep_alive_ && !response.close && !body_pending_;
   out_ = std::make_shared<bhttp::response<bhttp::string_body>>(static_cast<bhttp::status>(response.status), 11);
   if (!response.content_type.empty()) out_->set(bhttp::field::content_type, response.content_type);
@@ -529,8 +648,8 @@ void Connection::write(Response response) {
   out_->body() = std::move(response.body);
   out_->keep_alive(keep);
   out_->prepare_payload();
-  stream_.expires_after(server_.options().body_timeout);
-  bhttp::async_write(stream_, *out_, [self = shared_from_this(), keep](beast::error_code ec, size_t) {
+  tcp().expires_after(server_.options().body_timeout);
+  bhttp::async_write(stream_, *out_, [self = this->self(), keep](beast::error_code ec, size_t) {
     self->out_.reset();
     if (ec) return self->close();
     if (keep) return self->read_head();
@@ -538,30 +657,33 @@ void Connection::write(Response response) {
   });
 }
 
-void Connection::close_after_write() {
+template <class AsyncStream>
+void ConnectionOn<AsyncStream>::close_after_write() {
   beast::error_code ec;
-  stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+  tcp().socket().shutdown(tcp::socket::shutdown_send, ec);
   if (ec) return close();
   drained_ = 0;
   linger_until_ = std::chrono::steady_clock::now() + kLingerTime;
   drain();
 }
 
-void Connection::drain() {
+template <class AsyncStream>
+void ConnectionOn<AsyncStream>::drain() {
   auto now = std::chrono::steady_clock::now();
   if (now >= linger_until_) return close();
-  stream_.expires_after(std::min<std::chrono::steady_clock::duration>(kLingerIdle, linger_until_ - now));
-  stream_.async_read_some(asio::buffer(drain_buf_), [self = shared_from_this()](beast::error_code ec, size_t n) {
+  tcp().expires_after(std::min<std::chrono::steady_clock::duration>(kLingerIdle, linger_until_ - now));
+  stream_.async_read_some(asio::buffer(drain_buf_), [self = this->self()](beast::error_code ec, size_t n) {
     self->drained_ += n;
     if (ec || self->drained_ > kLingerBytes) return self->close();
     self->drain();
   });
 }
 
-void Connection::close() {
+template <class AsyncStream>
+void ConnectionOn<AsyncStream>::close() {
   beast::error_code ec;
   park_timer_.cancel();
-  stream_.socket().close(ec);
+  tcp().socket().close(ec);
 }
 
 }  // namespace

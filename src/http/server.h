@@ -11,6 +11,10 @@
 // while reading, Content-Length or chunked (413, without reading the rest), and a bound on open
 // connections (past it: 503 and close).
 //
+// TLS (ServerOptions::tls_cert_file and tls_key_file): every connection is HTTPS only, its
+// handshake bounded by the header deadline; a client that speaks plain HTTP to it is closed
+// without an answer. Everything above (parks, streams, the hostile-client bounds) is the same.
+//
 // A handler may also stream its answer (Stream): the head goes out with Transfer-Encoding:
 // chunked and each StreamWriter::write is one chunk sent at once, from a thread of the stream's
 // own; at most `max_streams` run at once (past it: 503).
@@ -157,6 +161,11 @@ struct ServerOptions {
   size_t max_header_count = 100;                         // header fields per request
   std::chrono::milliseconds header_timeout{10'000};      // to send the request head (and idle keep-alive)
   std::chrono::milliseconds body_timeout{60'000};        // to send the body, once the head is in
+  // HTTPS: the PEM certificate (chain, leaf first) and its PEM private key; both or neither.
+  // "": plain HTTP. serve() refuses a file it cannot read or use, or a key that does not match
+  // the certificate (InvalidArgument, field "tls_cert_file" or "tls_key_file", naming the file).
+  std::string tls_cert_file;
+  std::string tls_key_file;
 };
 
 class Server {

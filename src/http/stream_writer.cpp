@@ -17,8 +17,8 @@ namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
 
 struct ChunkedWriter::State {
-  beast::tcp_stream* stream = nullptr;
-  std::shared_ptr<void> owner;  // keeps `stream` alive
+  Wire wire;
+  std::shared_ptr<void> owner;  // keeps the wire's stream alive
   std::chrono::milliseconds write_timeout{0};
   std::function<void()> close;
   std::array<char, 4096> scratch{};  // what the watch reads (and drops)
@@ -27,6 +27,10 @@ struct ChunkedWriter::State {
   std::condition_variable cv;
   bool gone = false;      // the client went, a write failed, or the server stops
   bool writing = false;   // a write is pending
+  // On the strand only: the watch's read is pending; finish() waits for it to end before
+  // `close` (a stream takes one read at a time).
+  bool watching = false;
+  bool close_when_watch_ends = false;
 };
 
 namespace {
@@ -43,22 +47,31 @@ std::string head_text(const Response& r, const std::string& framing) {
 }  // namespace
 
 void ChunkedWriter::watch(const std::shared_ptr<State>& s) {
-  s->stream->socket().async_read_some(asio::buffer(s->scratch), [s](beast::error_code ec, size_t) {
-    if (!ec) return watch(s);
-    std::lock_guard<std::mutex> lock(s->mu);
-    s->gone = true;
-    s->cv.notify_all();
+  s->watching = true;
+  s->wire.read_some(asio::buffer(s->scratch), [s](beast::error_code ec) {
+    if (!ec && !s->close_when_watch_ends) return watch(s);
+    s->watching = false;
+    {
+      std::lock_guard<std::mutex> lock(s->mu);
+      s->gone = true;
+      s->cv.notify_all();
+    }
+    if (s->close_when_watch_ends) s->close();
   });
 }
 
-ChunkedWriter::ChunkedWriter(beast::tcp_stream& stream, std::shared_ptr<void> owner, Response head,
+ChunkedWriter::ChunkedWriter(Wire wire, std::shared_ptr<void> owner, Response head,
                              std::chrono::milliseconds write_timeout, std::function<void()> close)
     : state_(std::make_shared<State>()), head_(std::move(head)) {
-  state_->stream = &stream;
+  state_->wire = std::move(wire);
   state_->owner = std::move(owner);
   state_->write_timeout = write_timeout;
   state_->close = std::move(close);
-  asio::post(stream.get_executor(), [s = state_] { watch(s); });
+  asio::post(state_->wire.strand, [s = state_] {
+    // The watch waits as long as the answer lasts: no deadline on reads (each write sets its own).
+    s->wire.tcp->expires_never();
+    watch(s);
+  });
 }
 
 ChunkedWriter::~ChunkedWriter() = default;
@@ -68,10 +81,10 @@ bool ChunkedWriter::send_raw(std::string bytes) {
   if (state_->gone) return false;
   state_->writing = true;
   lock.unlock();
-  auto data = std::make_shared<std::string>(std::move(bytes));
-  asio::post(state_->stream->get_executor(), [s = state_, data] {
-    s->stream->expires_after(s->write_timeout);
-    asio::async_write(*s->stream, asio::buffer(*data), [s, data](beast::error_code ec, size_t) {
+  auto data = std::make_shared<const std::string>(std::move(bytes));
+  asio::post(state_->wire.strand, [s = state_, data] {
+    s->wire.tcp->expires_after(s->write_timeout);
+    s->wire.write(data, [s](beast::error_code ec) {
       std::lock_guard<std::mutex> done(s->mu);
       s->writing = false;
       if (ec) s->gone = true;
@@ -119,11 +132,13 @@ void ChunkedWriter::finish() {
     head_sent_ = true;
     send_raw(out + "0\r\n\r\n");
   }
-  // The watch's read is cancelled before `close` (which may read what is left) takes over.
-  asio::post(state_->stream->get_executor(), [s = state_] {
+  // The watch's read is cancelled, and has ended, before `close` (which may read what is left)
+  // takes over.
+  asio::post(state_->wire.strand, [s = state_] {
+    if (!s->watching) return s->close();
+    s->close_when_watch_ends = true;
     beast::error_code ec;
-    s->stream->socket().cancel(ec);
-    s->close();
+    s->wire.tcp->socket().cancel(ec);
   });
 }
 

@@ -170,7 +170,7 @@ Result<Publication> open_publication(const protocol::JobRequest& request, const 
   if (!st.is_ok()) return Status(st.status().code(), "TRAINER_ARTIFACT_ROOT: " + st.status().message());
   out.artifacts = std::move(*st);
   // A restore's catalog reads ride out a trainerd restart within the same deadline as a publication.
-  out.catalog = make_http_catalog({request.catalog_url, request.job_id, request.job_token}, identity.run_id,
+  out.catalog = make_http_catalog({request.catalog_url, request.job_id, request.job_token, request.catalog_ca_file}, identity.run_id,
                                   std::chrono::seconds(30), po.deadline);
   po.staging_dir = (std::filesystem::path(output_dir) / "staging").string();
   po.run_id = identity.run_id;

@@ -113,7 +113,7 @@ void ProgressPrinter::on_event(const protocol::Event& event) {
 
 std::unique_ptr<PostedLog> report_to_trainerd(EventWriter& writer, const protocol::JobRequest& request) {
   if (request.catalog_url.empty() || request.job_id.empty() || request.job_token.empty()) return nullptr;
-  const ReportTarget target{request.catalog_url, request.job_id, request.job_token};
+  const ReportTarget target{request.catalog_url, request.job_id, request.job_token, request.catalog_ca_file};
   writer.post_to(target);
   return std::make_unique<PostedLog>(target, EventWriter::kFlushWait);
 }

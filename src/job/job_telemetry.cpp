@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "job/job_events.h"
+#include "job/report_sender.h"
 
 namespace trainer::job {
 namespace tel = trainer::telemetry;
@@ -47,8 +48,18 @@ Result<std::optional<tel::OtlpOptions>> export_options_for(const protocol::JobRe
   options.timeout = std::chrono::milliseconds(std::min(interval, kMaxPushTimeoutMs));
   // trainerd restarting as the job ends still gets its last figures (as it gets its last events).
   options.final_push_deadline = EventWriter::kFlushWait;
-  if (base.rfind("http://", 0) != 0) {
-    return invalid_field("TRAINER_OTLP_ENDPOINT", "'" + base + "' must start with http://");
+  if (base.rfind("http://", 0) != 0 && base.rfind("https://", 0) != 0) {
+    return invalid_field("TRAINER_OTLP_ENDPOINT", "'" + base + "' must start with http:// or https://");
+  }
+  // trainerd's own relay (BASE/otlp of a catalog base) takes the attempt's credentials and is
+  // verified with the CA trainerd hands its jobs; an operator's collector gets neither.
+  bool own_relay = false;
+  for (const std::string& catalog : catalog_bases(request.catalog_url)) own_relay |= !catalog.empty() && base == catalog + "/otlp";
+  if (own_relay) {
+    options.ca_file = request.catalog_ca_file;
+    if (!request.job_id.empty() && !request.job_token.empty()) {
+      options.headers = {{"X-Trainer-Job", request.job_id}, {"Authorization", "Bearer " + request.job_token}};
+    }
   }
   return std::optional<tel::OtlpOptions>(std::move(options));
 }

@@ -133,6 +133,7 @@ int ReportSender::post(size_t n) {
   HttpRequest request;
   request.url = urls_[current_];
   request.headers = {{"Authorization", "Bearer " + target_.token}};
+  request.ca_file = target_.ca_file;
   request.body = std::move(body);
   request.timeout_seconds = opt_.request_timeout_seconds;
   const HttpResponse answer = http_call(request);

@@ -32,6 +32,7 @@ struct ReportTarget {
   std::string base_url;  // TRAINER_CATALOG_URL
   std::string job_id;    // TRAINER_JOB_ID
   std::string token;     // TRAINER_JOB_TOKEN
+  std::string ca_file = {};  // TRAINER_CATALOG_CA_FILE: trusted for an https:// base_url; "" = the system's store
 };
 
 struct SenderOptions {

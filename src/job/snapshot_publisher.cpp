@@ -47,6 +47,7 @@ class HttpCatalog final : public Catalog {
               std::chrono::milliseconds read_deadline)
       : bases_(catalog_bases(trainerd.base_url)),
         run_id_(std::move(run_id)),
+        ca_file_(trainerd.ca_file),
         timeout_(timeout),
         read_deadline_(read_deadline),
         headers_{{"X-Trainer-Job", trainerd.job_id}, {"Authorization", "Bearer " + trainerd.token}} {}
@@ -98,6 +99,7 @@ class HttpCatalog final : public Catalog {
   Status call_one(const std::string& base, const std::string& method, const std::string& path, const json& body,
                   json* answer) {
     httplib::Client client(base);
+    if (!ca_file_.empty()) client.set_ca_cert_path(ca_file_.c_str());
     const auto s = std::chrono::duration_cast<std::chrono::seconds>(timeout_);
     const auto us = std::chrono::duration_cast<std::chrono::microseconds>(timeout_ - s);
     client.set_connection_timeout(s.count(), us.count());
@@ -130,6 +132,7 @@ class HttpCatalog final : public Catalog {
   const std::vector<std::string> bases_;  // the replicas TRAINER_CATALOG_URL names
   std::atomic<size_t> current_{0};        // the one that last answered
   const std::string run_id_;
+  const std::string ca_file_;  // trusted for https:// bases; "" = the system's store
   const std::chrono::milliseconds timeout_;
   const std::chrono::milliseconds read_deadline_;  // describe() retries an unavailable trainerd this long
   const httplib::Headers headers_;  // the attempt's credentials, on every call

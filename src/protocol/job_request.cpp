@@ -35,6 +35,7 @@ void each_variable(Request& r, Visit&& visit) {
   visit("TRAINER_OTLP_TRACES_ENDPOINT", r.otlp_traces_endpoint, When::kSet);
   visit("TRACEPARENT", r.traceparent, When::kWithTracesEndpoint);
   visit("TRAINER_CATALOG_URL", r.catalog_url, When::kSet);
+  visit("TRAINER_CATALOG_CA_FILE", r.catalog_ca_file, When::kSet);
   visit("TRAINER_JOB_ID", r.job_id, When::kSet);
   visit("TRAINER_JOB_TOKEN", r.job_token, When::kSet);
   visit("TRAINER_ARTIFACT_ROOT", r.artifact_root, When::kSet);

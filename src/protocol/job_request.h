@@ -69,6 +69,10 @@ struct JobRequest {
   // trainerd's API base URL for the snapshot catalog's callbacks (TRAINER_CATALOG_URL); with
   // replicas on one store, each live one's, comma separated: the job uses whichever answers.
   std::string catalog_url;
+  // The PEM CA bundle the job verifies an https:// catalog_url (and an https:// otlp_endpoint of
+  // trainerd's) with (TRAINER_CATALOG_CA_FILE); "" = the system's store. trainerd passes its
+  // tls.caFile (else its certificate) when it serves TLS.
+  std::string catalog_ca_file;
   // The attempt's identity to trainerd's API: the job posts its events and log lines to
   // CATALOG_URL/v1/jobs/{job_id}/events and /logs with this token (TRAINER_JOB_ID,
   // TRAINER_JOB_TOKEN). "" = the job posts nothing (its events file is all trainerd reads).

@@ -20,7 +20,17 @@ Status AuditLog::record(json entry) {
       entry["workloadName"] = w->value("name", std::string());
     }
   }
-  return core_.store->append_audit(at, entry);
+  Status st = core_.store->append_audit(at, entry);
+  if (!st.is_ok()) write_failures_.fetch_add(1);
+  return st;
+}
+
+std::string AuditLog::metrics_text() const {
+  return "# HELP trainer_audit_write_failures_total Audit log entries the store refused to record since trainerd "
+         "started (each also logged as a warning).\n"
+         "# TYPE trainer_audit_write_failures_total counter\n"
+         "trainer_audit_write_failures_total " +
+         std::to_string(write_failures_.load()) + "\n";
 }
 
 Result<std::vector<json>> AuditLog::list(const std::string& since, const std::string& token,

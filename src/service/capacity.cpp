@@ -248,8 +248,8 @@ std::string Capacity::metrics_text() {
   return own;
 }
 
-Status Capacity::ingest_job_metrics(std::string_view otlp_json) {
-  return core_.relay.ingest(otlp_json, core_.now());
+Status Capacity::ingest_job_metrics(std::string_view otlp_json, const std::string& run_id) {
+  return core_.relay.ingest(otlp_json, core_.now(), run_id);
 }
 
 void Capacity::refresh_gauges() {

@@ -32,7 +32,8 @@ class Capacity {
   // scan failed is an entry {node, error}.
   Result<json> scan();
   std::string metrics_text();
-  Status ingest_job_metrics(std::string_view otlp_json);
+  // `run_id`: the run (or evaluation) whose metrics alone the push may carry.
+  Status ingest_job_metrics(std::string_view otlp_json, const std::string& run_id);
 
   // Reads the devices the backend observes (start(), then the driver every 30 s).
   void read();

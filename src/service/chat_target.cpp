@@ -52,6 +52,7 @@ Result<ChatTarget> chat_target_of(ServiceCore& core, const json& target, const s
   t.label = role + " '" + target.value("model", std::string()) + "' (endpoint " + endpoint + ")";
   t.url = core.catalog_url + "/v1/endpoints/" + endpoint + "/v1/chat/completions";
   t.headers.push_back({"Authorization", "Bearer " + core.own_token});
+  t.ca_file = core.job_catalog_ca_file();  // our own API: over TLS when trainerd serves it
   t.model = target.value("model", std::string());
   return t;
 }

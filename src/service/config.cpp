@@ -253,7 +253,8 @@ Status parse_artifact_store(const json& a, ArtifactStoreConfig& s) {
 // The document's sections, in the order they are checked; the first error wins.
 Status parse_sections(const json& doc, DeploymentConfig& c) {
   TRAINER_RETURN_IF_ERROR(check_keys(doc, "", {"baseModels", "shapeCatalog", "pools", "quotas", "limits", "jobBinary",
-                                               "compute", "telemetry", "judges", "outbound", "paths", "artifactStore", "store"}));
+                                               "compute", "telemetry", "judges", "outbound", "paths", "artifactStore", "store",
+                                               "tls"}));
   if (doc.contains("baseModels")) {
     TRAINER_RETURN_IF_ERROR(parse_base_models(doc["baseModels"], c.base_models));
   }
@@ -299,6 +300,14 @@ Status parse_sections(const json& doc, DeploymentConfig& c) {
     TRAINER_RETURN_IF_ERROR(parse_artifact_store(doc["artifactStore"], c.artifact_store));
   }
   if (doc.contains("store")) TRAINER_RETURN_IF_ERROR(parse_store(doc["store"], c.store));
+  if (doc.contains("tls")) {
+    const json& t = doc["tls"];
+    if (!t.is_object()) return invalid_argument("tls: must be an object {certFile, keyFile, caFile}");
+    TRAINER_RETURN_IF_ERROR(check_keys(t, "tls.", {"certFile", "keyFile", "caFile"}));
+    TRAINER_ASSIGN_OR_RETURN(c.tls.cert_file, string_field(t, "certFile", "tls.", false));
+    TRAINER_ASSIGN_OR_RETURN(c.tls.key_file, string_field(t, "keyFile", "tls.", false));
+    TRAINER_ASSIGN_OR_RETURN(c.tls.ca_file, string_field(t, "caFile", "tls.", false));
+  }
   return Status::ok();
 }
 

@@ -158,6 +158,15 @@ struct StoreConfig {
   std::string url;
 };
 
+// HTTPS on trainerd's API (docs/security.md, "TLS"): both files or neither.
+struct TlsConfig {
+  std::string cert_file;  // PEM certificate (chain, leaf first) served on the API; "" = plain HTTP
+  std::string key_file;   // PEM private key of cert_file (unencrypted)
+  // PEM CA bundle trainerd's own jobs verify the API with (TRAINER_CATALOG_CA_FILE); "" = cert_file
+  // itself (right for a self-signed certificate).
+  std::string ca_file;
+};
+
 struct DeploymentConfig {
   std::vector<AllowedBaseModel> base_models;
   ShapeCatalog shape_catalog = ShapeCatalog::kStrict;  // how the base models' admitted shapes bind
@@ -180,6 +189,7 @@ struct DeploymentConfig {
   PathPolicy paths;                           // what is checked: filled by confined_paths()
   ArtifactStoreConfig artifact_store;         // where snapshots are published
   StoreConfig store;                          // where the service's state is kept
+  TlsConfig tls;                              // HTTPS on the API (tls.certFile, tls.keyFile, tls.caFile)
   std::string source = "embedded default";    // where this configuration came from
 };
 

@@ -208,6 +208,7 @@ backend::JobSpec ServiceImpl::job_spec(const RunRecord& run) const {
   spec.traceparent = core_.traces.traceparent(run);  // "" when off: then no endpoint either
   if (!spec.traceparent.empty()) spec.otlp_traces_endpoint = core_.traces.endpoint();
   spec.catalog_url = core_.job_catalog_urls();
+  spec.catalog_ca_file = core_.job_catalog_ca_file();
   spec.artifact_root = storage_->local_path(".");
   if (const ArtifactStoreConfig& store = opt_.config.artifact_store; !store.uri.empty()) {
     spec.artifact_root = store.uri;

@@ -105,6 +105,7 @@ backend::JobSpec Evaluations::evaluation_job_spec(const json& doc, const store::
   job.events_path = (dir / ("events-" + std::to_string(attempt) + ".jsonl")).string();
   job.log_path = (dir / "job.log").string();
   job.catalog_url = core_.job_catalog_urls();  // where it reports its events and log (job_reports.cpp)
+  job.catalog_ca_file = core_.job_catalog_ca_file();
   // A cluster job fetches its inputs from the S3 store (stage_evaluation_inputs()).
   if (const ArtifactStoreConfig& store = core_.options.config.artifact_store; !store.uri.empty()) {
     job.artifact_root = store.uri;

@@ -62,6 +62,23 @@ Status ServiceImpl::authenticate_job(const std::string& job_id, const std::strin
   return core_.authenticated_attempt(job_id, token).status();
 }
 
+Status ServiceImpl::ingest_job_metrics(std::string_view otlp_json, const std::string& job_id,
+                                       const std::string& token) {
+  if (job_id.empty() || token.empty()) {
+    return Status(StatusCode::kUnauthenticated, kJobIdHeader,
+                  "a job's metrics need its attempt's credentials: X-Trainer-Job: TRAINER_JOB_ID and Authorization: "
+                  "Bearer TRAINER_JOB_TOKEN (docs/security.md, \"Jobs\")");
+  }
+  auto attempt = core_.authenticated_attempt(job_id, token);
+  if (!attempt.is_ok() && attempt.status().code() == StatusCode::kNotFound) {
+    return Status(StatusCode::kUnauthenticated, kJobIdHeader, "no job attempt " + job_id);
+  }
+  if (!attempt.is_ok()) {
+    return Status(StatusCode::kPermissionDenied, kJobIdHeader, "the token is not job attempt " + job_id + "'s");
+  }
+  return capacity_.ingest_job_metrics(otlp_json, attempt->owner_id);
+}
+
 Result<std::string> ServiceImpl::job_workload(const std::string& job_id, const std::string& token) {
   TRAINER_ASSIGN_OR_RETURN(store::JobAttemptRow attempt, core_.authenticated_attempt(job_id, token));
   if (attempt.owner_kind != "run") {

@@ -86,7 +86,7 @@ std::map<std::string, json> ServiceImpl::endpoint_judges(const RunRecord& run) c
                  // trainerd's forwarding route takes the attempt's own credentials (docs/security.md)
                  {"apiKeyEnv", "TRAINER_JOB_TOKEN"},
                  {"jobIdEnv", "TRAINER_JOB_ID"},
-                 {"caFile", ""}};
+                 {"caFile", core_.job_catalog_ca_file()}};  // trainerd's API over TLS: its CA
   }
   return out;
 }

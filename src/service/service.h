@@ -485,9 +485,14 @@ class Service {
   // Prometheus text exposition of every service metric, followed by the series jobs pushed to
   // ingest_job_metrics() (a family the service emits itself is never repeated from a job).
   virtual std::string metrics_text() = 0;
-  // One OTLP/HTTP JSON push of a job's metrics (POST /otlp/v1/metrics). InvalidArgument naming
-  // the field of a malformed body, ResourceExhausted past the relay's series bound.
-  virtual Status ingest_job_metrics(std::string_view otlp_json) = 0;
+  // One OTLP/HTTP JSON push of a job's metrics (POST /otlp/v1/metrics) by the job attempt
+  // `job_id` (X-Trainer-Job) carrying `token` (its TRAINER_JOB_TOKEN): Unauthenticated without
+  // them or for an unknown attempt, PermissionDenied (blaming X-Trainer-Job) for another token,
+  // or (blaming the resource) for metrics of a run other than the one the attempt works for.
+  // InvalidArgument naming the field of a malformed body, ResourceExhausted past the relay's
+  // series bound. A refused push changes nothing.
+  virtual Status ingest_job_metrics(std::string_view otlp_json, const std::string& job_id,
+                                    const std::string& token) = 0;
 };
 
 // Builds the service on `store` and `backend` (both owned). Creates the data folders.

@@ -65,6 +65,13 @@ class ServiceCore {
   // replica while the one that started it is down (job/report_sender.h). catalog_url alone when
   // the store cannot list them, or on SQLite. Reads the store only.
   std::string job_catalog_urls() const;
+  // What a new job is given as TRAINER_CATALOG_CA_FILE: the CA bundle that verifies catalog_url
+  // when trainerd serves TLS (config tls.caFile, else tls.certFile); "" on plain HTTP.
+  std::string job_catalog_ca_file() const {
+    const TlsConfig& tls = options.config.tls;
+    if (tls.cert_file.empty()) return "";
+    return tls.ca_file.empty() ? tls.cert_file : tls.ca_file;
+  }
   // A replica is live while its last heartbeat is at most this many heartbeat periods old.
   static constexpr int kLiveBeats = 3;
   // Wall seconds when trainerd started (set by ServiceImpl::start(), then constant): a job's

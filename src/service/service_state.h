@@ -301,8 +301,10 @@ class ServiceImpl final : public Service {
     return capacity_.device_hours(from, to, by);
   }
   Result<json> scan_capacity() override { return capacity_.scan(); }
-  std::string metrics_text() override { return capacity_.metrics_text() + endpoints_.metrics_text(); }
-  Status ingest_job_metrics(std::string_view otlp_json) override { return capacity_.ingest_job_metrics(otlp_json); }
+  std::string metrics_text() override {
+    return capacity_.metrics_text() + endpoints_.metrics_text() + audit_.metrics_text();
+  }
+  Status ingest_job_metrics(std::string_view otlp_json, const std::string& job_id, const std::string& token) override;
 
   // Runs one pass of the driver over every open run (the driver thread calls it every tick;
   // tests call it directly to step without a thread).

@@ -108,9 +108,10 @@ struct Endpoint {
 };
 
 Result<Endpoint> parse_endpoint(const std::string& url) {
-  const std::string scheme = "http://";
+  const std::string scheme = url.rfind("https://", 0) == 0 ? "https://" : "http://";
   if (url.rfind(scheme, 0) != 0) {
-    return invalid_argument("OTLP endpoint '" + url + "' must start with http:// (e.g. http://collector:4318/v1/metrics)");
+    return invalid_argument("OTLP endpoint '" + url +
+                            "' must start with http:// or https:// (e.g. http://collector:4318/v1/metrics)");
   }
   const auto slash = url.find('/', scheme.size());
   Endpoint endpoint;
@@ -198,6 +199,7 @@ Status otlp_push(const MetricsSnapshot& snapshot, const OtlpOptions& options) {
   auto endpoint = parse_endpoint(options.endpoint);
   if (!endpoint.is_ok()) return endpoint.status();
   httplib::Client client(endpoint.value().scheme_host_port);
+  if (!options.ca_file.empty()) client.set_ca_cert_path(options.ca_file.c_str());
   const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(options.timeout);
   const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(options.timeout - seconds);
   client.set_connection_timeout(seconds.count(), micros.count());

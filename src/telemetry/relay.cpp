@@ -315,13 +315,21 @@ std::string TelemetryRelay::job_key(std::string_view run_id, std::string_view at
   return key;
 }
 
-Status TelemetryRelay::ingest(std::string_view body, double now) {
+Status TelemetryRelay::ingest(std::string_view body, double now, std::string_view only_run) {
   if (body.size() > options_.max_body_bytes) {
     return resource_exhausted("OTLP body of " + std::to_string(body.size()) + " bytes: more than the relay's " +
                               std::to_string(options_.max_body_bytes));
   }
   TRAINER_ASSIGN_OR_RETURN(json parsed, parse_json(body, "OTLP body", options_.max_depth));
   TRAINER_ASSIGN_OR_RETURN(std::vector<ParsedJob> jobs, parse_request(parsed));
+  if (!only_run.empty()) {
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      if (jobs[i].run_id == only_run) continue;
+      return Status(StatusCode::kPermissionDenied, "resourceMetrics[" + std::to_string(i) + "].resource",
+                    std::string("names ") + kRunId + " " + jobs[i].run_id + ": this job pushes the metrics of " +
+                        std::string(only_run) + " only");
+    }
+  }
 
   // A push is its job's whole state (cumulative temporality: every series the job holds now),
   // so it replaces what the relay held of that job: a series the job withdrew (the worker series

@@ -42,8 +42,10 @@ class TelemetryRelay {
   // One push at `now` (Unix seconds). InvalidArgument names the field of a malformed body (a
   // dotted path such as "resourceMetrics[0].scopeMetrics[0].metrics[3].gauge.dataPoints[0]");
   // ResourceExhausted when the relay would hold more than max_series after it. A refused body
-  // changes nothing. The body's jobs' earlier series are replaced by the body's.
-  Status ingest(std::string_view body, double now);
+  // changes nothing. The body's jobs' earlier series are replaced by the body's. With `only_run`
+  // (a job's push, its attempt authenticated: the run it works for), a resource of any other run
+  // is PermissionDenied naming the resource, and nothing of the body is kept.
+  Status ingest(std::string_view body, double now, std::string_view only_run = {});
 
   // The service's word that a run's attempt ended: its series go `after_end_seconds` from `now`.
   void run_ended(std::string_view run_id, int64_t attempt, double now);

@@ -334,6 +334,7 @@ struct OtlpOptions {
   std::chrono::milliseconds interval{10000};  // time between pushes
   std::chrono::milliseconds timeout{5000};    // connect + read timeout of one push
   std::vector<std::pair<std::string, std::string>> headers = {};  // extra request headers
+  std::string ca_file = {};  // PEM CAs trusted for an https:// endpoint; "" = the system's store
   // stop()'s last push is retried with backoff (0.25 s doubling to 2 s) for this long when it
   // fails: a job's last figures outlive a receiver restarting as the job ends. 0: one try.
   std::chrono::milliseconds final_push_deadline{0};

@@ -12,7 +12,10 @@ through the real CLI and HTTP against a real trainerd:
   CLI says so) while another token is still served;
 - with a low configured rate per workload, requests of two tokens on one workload get 429 while
   another workload is still served;
-- long polls over a token's cap get 429 with Retry-After while another token's poll is taken.
+- long polls over a token's cap get 429 with Retry-After while another token's poll is taken;
+- a store that refuses audit entries (an SQLite trigger on the real store) leaves the writes
+  answered, logs a warning naming the request, and counts each refusal on /metrics
+  (trainer_audit_write_failures_total).
 """
 from __future__ import annotations
 
@@ -277,6 +280,34 @@ def test_long_polls_over_a_tokens_cap_get_429_while_another_tokens_are_taken(ser
     latest = max(e["seq"] for e in call(url, "GET", f"/v1/runs/{run_id}/events?after={after}", follower)[2]["events"])
     status, _, answer = call(url, "GET", f"/v1/runs/{run_id}/events?after={latest}&waitSeconds=1", follower)
     assert status == 200, answer
+
+
+def audit_write_failures(d: ServerUnderTest, admin: str) -> float:
+    status, _, text = call(d.url, "GET", "/metrics", admin)
+    assert status == 200, text
+    line = next(x for x in text.splitlines() if x.startswith("trainer_audit_write_failures_total "))
+    return float(line.split()[1])
+
+
+def test_an_audit_entry_the_store_refuses_is_logged_and_counted(servers):
+    d = servers("refusing")
+    admin = token_for(d.url)
+    assert audit_write_failures(d, admin) == 0
+    db = sqlite3.connect(str(d.data_dir / "state.db"), timeout=30)
+    try:
+        db.execute("CREATE TRIGGER refuse_audit BEFORE INSERT ON audit_log "
+                   "BEGIN SELECT RAISE(ABORT, 'the test refuses audit entries'); END")
+        db.commit()
+    finally:
+        db.close()
+    for name in ("first", "second"):
+        status, _, doc = call(d.url, "POST", "/v1/workloads", admin, {"name": name})
+        assert status == 201, doc  # the write itself is answered
+    assert audit_write_failures(d, admin) == 2
+    log = d.log()
+    assert "warning: the audit log could not record POST /v1/workloads" in log, log[-2000:]
+    assert "the test refuses audit entries" in log
+    assert not any(e["route"] == "/v1/workloads" and e["method"] == "POST" for e in audit_lines(d.url, token=admin))
 
 
 def test_a_bad_limit_is_refused_at_start_by_name(tmp_path, tiny_model):

@@ -12,6 +12,7 @@ import math
 import pathlib
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -154,14 +155,18 @@ class OtlpCapture:
     def __init__(self):
         self.pushes: list[tuple[float, dict]] = []
         self.forward_to = ""
+        self.data_dir: pathlib.Path | None = None  # trainerd's: its store keeps the attempts' tokens
         capture = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 capture.pushes.append((time.time(), json.loads(body)))
+                # trainerd's route takes a job attempt's credentials only, and a job sends them to
+                # trainerd alone (never to a collector): the forwarder finds them in trainerd's store.
+                credentials = capture.credentials_of(json.loads(body))
                 req = urllib.request.Request(capture.forward_to + "/otlp/v1/metrics", data=body, method="POST",
-                                             headers={"Content-Type": "application/json"})
+                                             headers={"Content-Type": "application/json", **credentials})
                 try:
                     with urllib.request.urlopen(req, timeout=10) as r:
                         code, out = r.status, r.read()
@@ -195,6 +200,20 @@ class OtlpCapture:
     def resource_of(push: dict) -> dict:
         attrs = push["resourceMetrics"][0]["resource"]["attributes"]
         return {a["key"]: otlp_value(a["value"]) for a in attrs}
+
+    def credentials_of(self, push: dict) -> dict:
+        """X-Trainer-Job and the Bearer token of the attempt whose resource `push` names, from the
+        store of trainerd (`data_dir`); {} before it is known."""
+        if self.data_dir is None:
+            return {}
+        resource = self.resource_of(push)
+        job_id = f"{resource['akka.optimize.training.run.id']}-{resource['akka.optimize.training.run.attempt']}"
+        db = sqlite3.connect(str(self.data_dir / "state.db"), timeout=30)
+        try:
+            row = db.execute("SELECT token FROM job_attempts WHERE job_id = ?", (job_id,)).fetchone()
+        finally:
+            db.close()
+        return {"X-Trainer-Job": job_id, "Authorization": f"Bearer {row[0]}"} if row else {}
 
 
 def otlp_value(v: dict):

@@ -69,11 +69,13 @@ def tiny_model(tmp_path_factory) -> pathlib.Path:
                                         seed=0))
 
 # Families beyond the specification's registry, each declared and documented in our code: the
-# endpoints' own (src/service/endpoint_meters.h, docs/serving.md "Endpoint metrics").
+# endpoints' own (src/service/endpoint_meters.h, docs/serving.md "Endpoint metrics") and the audit
+# log's (src/service/audit.h, docs/security.md "Audit log").
 EXTENSION_FAMILIES = {
     "trainer_endpoint_requests_total", "trainer_endpoint_prompt_tokens_total",
     "trainer_endpoint_completion_tokens_total", "trainer_endpoint_time_to_first_token_seconds",
     "trainer_endpoint_inter_token_latency_seconds", "trainer_endpoint_kv_blocks",
+    "trainer_audit_write_failures_total",
 }
 
 
@@ -128,6 +130,7 @@ def test_every_metric_of_a_short_sft_run_agrees_with_an_independent_figure(bin_d
         "pools": [{"name": "cpu", "accelerator": "cpu", "declared": 1, "maxClaim": 1}],
         "telemetry": {"otlpEndpoint": capture.url, "otlpIntervalMs": 1000, "jobSeriesRetentionSeconds": 3600}})
     capture.forward_to = d.url
+    capture.data_dir = d.data_dir
     prom = None
     try:
         prom = Prometheus(tmp_path, d.url, free_port())

@@ -12,6 +12,7 @@ import os
 import pathlib
 import signal
 import socket
+import ssl
 import sqlite3
 import subprocess
 import time
@@ -54,10 +55,12 @@ class Trainerd:
 
 def start_trainerd(bin_dir: pathlib.Path, tmp: pathlib.Path, config: dict, port: int = 0,
                    wait_ready: bool = True, data_dir: pathlib.Path | None = None,
-                   args: tuple[str, ...] = (), env: dict | None = None) -> Trainerd:
+                   args: tuple[str, ...] = (), env: dict | None = None,
+                   ca_file: pathlib.Path | None = None) -> Trainerd:
     """Starts trainerd and waits until it answers and (with `wait_ready`) its startup completed.
     `data_dir`: its data folder (default TMP/data; replicas on one store share one); `args`: more
-    of trainerd's options; `env`: variables added to trainerd's environment (TRAINER_TEST_CLOCK_FILE, ...)."""
+    of trainerd's options; `env`: variables added to trainerd's environment (TRAINER_TEST_CLOCK_FILE, ...);
+    `ca_file`: trainerd serves HTTPS (its `args` name the certificate), verified with this CA."""
     data_dir = data_dir or tmp / "data"
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "trainerd.json").write_text(json.dumps(config))
@@ -77,10 +80,11 @@ def start_trainerd(bin_dir: pathlib.Path, tmp: pathlib.Path, config: dict, port:
             stop(proc, data_dir)
             pytest.fail(f"trainerd did not start (exit {proc.returncode}):\n{log.read_text()}")
         time.sleep(0.05)
-    url = f"http://127.0.0.1:{port_file.read_text().strip()}"
+    url = f"{'https' if ca_file else 'http'}://127.0.0.1:{port_file.read_text().strip()}"
+    tls = ssl.create_default_context(cafile=str(ca_file)) if ca_file else None
     while True:
         try:
-            with urllib.request.urlopen(url + "/v1/info", timeout=5) as r:
+            with urllib.request.urlopen(url + "/v1/info", timeout=5, context=tls) as r:
                 startup = json.load(r).get("startup", {})
             if startup.get("ready", True) or (not wait_ready and any(not s["ok"] for s in startup.get("steps", []))):
                 break

@@ -12,6 +12,7 @@ import pathlib
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import time
 
@@ -194,40 +195,105 @@ def test_a_job_whose_metrics_go_to_a_collector_leaves_no_series_on_trainerd(star
     assert series_of(d.get("/metrics").raw.decode(), run_id) == []
 
 
-def test_the_otlp_route_refuses_a_malformed_push_naming_the_field(start_trainerd):
+def job_headers(d, run_id: str) -> dict:
+    """The credentials of the run's current job attempt (X-Trainer-Job, Bearer TRAINER_JOB_TOKEN), from the store."""
+    def current():
+        run = d.run(run_id)
+        job_id = f"{run_id}-{run['attempt']}"
+        db = sqlite3.connect(str(d.data_dir / "state.db"), timeout=30)
+        try:
+            row = db.execute("SELECT token FROM job_attempts WHERE job_id = ?", (job_id,)).fetchone()
+        finally:
+            db.close()
+        return row and {"X-Trainer-Job": job_id, "Authorization": f"Bearer {row[0]}"}
+    return wait_for(f"run {run_id}'s job attempt", current)
+
+
+def push_of(run_id: str, *metrics) -> dict:
+    """An OTLP push of run `run_id`'s attempt 1 carrying `metrics`."""
+    return {"resourceMetrics": [{
+        "resource": {"attributes": [
+            {"key": "akka.optimize.training.run.id", "value": {"stringValue": run_id}},
+            {"key": "akka.optimize.training.run.attempt", "value": {"intValue": "1"}}]},
+        "scopeMetrics": [{"scope": {"name": "job"}, "metrics": list(metrics)}]}]}
+
+
+def held_runs(d, setup_basics, standin_behaviour, n: int = 1) -> list[str]:
+    """`n` runs whose stand-in jobs stay QUEUED, their attempts' tokens live."""
+    standin_behaviour(queueSeconds=3600)
+    setup_basics(d)
+    runs = [d.ok(d.post("/v1/runs", plan()), 201)["runId"] for _ in range(n)]
+    for run_id in runs:
+        d.wait_phase(run_id, "QUEUED")
+    return runs
+
+
+def test_the_otlp_route_refuses_a_malformed_push_naming_the_field(start_trainerd, setup_basics, standin_behaviour):
     d = start_trainerd()
-    reply = d.post("/otlp/v1/metrics", raw=b"")
+    [run_id] = held_runs(d, setup_basics, standin_behaviour)
+    job = job_headers(d, run_id)
+    reply = d.request("POST", "/otlp/v1/metrics", raw=b"", headers=job)
     assert reply.status == 400 and reply.json["error"]["field"] == "body", reply
-    reply = d.post("/otlp/v1/metrics", raw=b'{"resourceMetrics": 3}')
+    reply = d.request("POST", "/otlp/v1/metrics", raw=b'{"resourceMetrics": 3}', headers=job)
     assert reply.status == 400, reply
     assert reply.json["error"]["field"] == "body.resourceMetrics", reply
-    reply = d.post("/otlp/v1/metrics", raw=b"[[[[")
+    reply = d.request("POST", "/otlp/v1/metrics", raw=b"[[[[", headers=job)
     assert reply.status == 400 and reply.json["error"]["field"].startswith("body"), reply
     # A well-formed push of a resource without a run id is refused too: the relay keys by run.
     push = {"resourceMetrics": [{"resource": {"attributes": []}, "scopeMetrics": []}]}
-    reply = d.post("/otlp/v1/metrics", push)
+    reply = d.request("POST", "/otlp/v1/metrics", push, headers=job)
     assert reply.status == 400 and "run.id" in reply.json["error"]["message"], reply
 
 
-def test_a_pushed_series_named_like_a_service_metric_does_not_make_a_second_family(start_trainerd):
+def test_the_otlp_route_takes_a_jobs_own_runs_metrics_only(start_trainerd, setup_basics, standin_behaviour):
+    d = start_trainerd(pools=[{"name": "cpu", "accelerator": "cpu", "declared": 2, "maxClaim": 1}])  # a job each
+    run_a, run_b = held_runs(d, setup_basics, standin_behaviour, n=2)
+    as_a = job_headers(d, run_a)
+    point = {"asDouble": 5.0, "timeUnixNano": str(time.time_ns()), "attributes": []}
+    loss = {"name": "akka.optimize.training.sft.loss", "unit": "{loss}", "gauge": {"dataPoints": [point]}}
+    # No credentials: 401, even with the admin's API token (operators do not push jobs' metrics).
+    reply = d.request("POST", "/otlp/v1/metrics", push_of(run_a, loss), headers={"Authorization": ""})
+    assert reply.status == 401 and reply.json["error"]["field"] == "X-Trainer-Job", reply
+    reply = d.post("/otlp/v1/metrics", push_of(run_a, loss))  # the local admin token only
+    assert reply.status == 401, reply
+    # A's job pushing B's run: 403 naming the resource; nothing of B appears.
+    reply = d.request("POST", "/otlp/v1/metrics", push_of(run_b, loss), headers=as_a)
+    assert reply.status == 403, reply
+    assert reply.json["error"]["field"] == "body.resourceMetrics[0].resource", reply
+    assert run_a in reply.json["error"]["message"] and run_b in reply.json["error"]["message"], reply
+    # A's token under B's job id: 403; an attempt that does not exist: 401.
+    reply = d.request("POST", "/otlp/v1/metrics", push_of(run_b, loss),
+                      headers={**as_a, "X-Trainer-Job": f"{run_b}-1"})
+    assert reply.status == 403 and reply.json["error"]["field"] == "X-Trainer-Job", reply
+    reply = d.request("POST", "/otlp/v1/metrics", push_of(run_a, loss), headers={**as_a, "X-Trainer-Job": "feed-1"})
+    assert reply.status == 401, reply
+    text = d.get("/metrics").raw.decode()
+    assert metric_value(text, "akka_optimize_training_sft_loss", run_id=run_b) is None
+    assert metric_value(text, "akka_optimize_training_sft_loss", run_id=run_a) is None
+    # A's own: taken.
+    reply = d.request("POST", "/otlp/v1/metrics", push_of(run_a, loss), headers=as_a)
+    assert reply.status == 200, reply
+    assert metric_value(d.get("/metrics").raw.decode(), "akka_optimize_training_sft_loss", run_id=run_a) == 5.0
+
+
+def test_a_pushed_series_named_like_a_service_metric_does_not_make_a_second_family(start_trainerd, setup_basics,
+                                                                                   standin_behaviour):
     d = start_trainerd()
+    [run_id] = held_runs(d, setup_basics, standin_behaviour)
     point = {"asDouble": 7.0, "timeUnixNano": str(time.time_ns()), "attributes": []}
-    push = {"resourceMetrics": [{
-        "resource": {"attributes": [
-            {"key": "akka.optimize.training.run.id", "value": {"stringValue": "feedface"}},
-            {"key": "akka.optimize.training.run.attempt", "value": {"intValue": "1"}}]},
-        "scopeMetrics": [{"scope": {"name": "job"}, "metrics": [
-            {"name": "akka.optimize.training.pool.devices.declared", "unit": "{device}", "gauge": {"dataPoints": [point]}},
-            {"name": "akka.optimize.training.sft.loss", "unit": "{loss}", "gauge": {"dataPoints": [point]}}]}]}]}
-    reply = d.post("/otlp/v1/metrics", push)
+    push = push_of(run_id,
+                   {"name": "akka.optimize.training.pool.devices.declared", "unit": "{device}",
+                    "gauge": {"dataPoints": [point]}},
+                   {"name": "akka.optimize.training.sft.loss", "unit": "{loss}", "gauge": {"dataPoints": [point]}})
+    reply = d.request("POST", "/otlp/v1/metrics", push, headers=job_headers(d, run_id))
     assert reply.status == 200, reply
     text = d.get("/metrics").raw.decode()
     names = type_lines(text)
     assert len(names) == len(set(names)), names
     assert "akka_optimize_training_pool_devices_declared" in names
-    assert metric_value(text, "akka_optimize_training_sft_loss", run_id="feedface") == 7.0
+    assert metric_value(text, "akka_optimize_training_sft_loss", run_id=run_id) == 7.0
     # The service's own family stays the service's: the job's point is not in it.
-    assert metric_value(text, "akka_optimize_training_pool_devices_declared", run_id="feedface") is None
+    assert metric_value(text, "akka_optimize_training_pool_devices_declared", run_id=run_id) is None
 
 
 def test_gpu_time_grows_while_a_gpu_claim_is_held_and_a_cpu_pool_adds_none(start_trainerd, setup_basics,

@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <condition_variable>
 #include <mutex>
 #include <string>
@@ -198,6 +200,40 @@ TEST(Server, ASlowParkedPollDoesNotHoldUpOtherRequests) {
   follower.join();
   EXPECT_NE(slow.find("\r\n\r\nslow"), std::string::npos) << slow;
   (*server)->stop();
+}
+
+// The TLS settings' refusals name the setting and the file (the certificates that work are
+// made by tests/python/cli/test_cli_tls.py with the openssl tool).
+TEST(ServerTls, RefusesUnusableCertificateAndKeyFilesByName) {
+  char dir_template[] = "/tmp/server_tls_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  const std::string garbage = dir + "/garbage.pem";
+  { std::ofstream(garbage) << "not a certificate\n"; }
+  Router router;
+
+  ServerOptions options;
+  options.tls_cert_file = garbage;
+  options.tls_key_file = garbage;
+  auto served = serve(options, router);
+  ASSERT_FALSE(served.is_ok());
+  EXPECT_EQ(served.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(served.status().field(), "tls_cert_file");
+  EXPECT_NE(served.status().message().find("'" + garbage + "' is not a readable PEM certificate"), std::string::npos)
+      << served.status().message();
+
+  options.tls_key_file = "";
+  served = serve(options, router);
+  ASSERT_FALSE(served.is_ok());
+  EXPECT_EQ(served.status().field(), "tls_key_file");
+  EXPECT_NE(served.status().message().find("no key file: give both or neither"), std::string::npos);
+
+  options.tls_cert_file = "";
+  options.tls_key_file = dir + "/missing.pem";
+  served = serve(options, router);
+  ASSERT_FALSE(served.is_ok());
+  EXPECT_EQ(served.status().field(), "tls_cert_file");
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -31,7 +31,8 @@ JobRequest full_request() {
   r.otlp_interval_ms = 1000;
   r.otlp_traces_endpoint = "http://127.0.0.1:4318/v1/traces";
   r.traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-  r.catalog_url = "http://127.0.0.1:8080";
+  r.catalog_url = "https://127.0.0.1:8080";
+  r.catalog_ca_file = "/etc/trainer/ca.pem";
   r.job_id = "run-7f3a-2";
   r.job_token = "t0k";
   r.artifact_root = "s3://bucket/prefix";
@@ -58,7 +59,8 @@ TEST(JobRequest, TheEnvironmentNamesEveryFieldInItsFixedOrder) {
                  {"TRAINER_OTLP_INTERVAL_MS", "1000"},
                  {"TRAINER_OTLP_TRACES_ENDPOINT", "http://127.0.0.1:4318/v1/traces"},
                  {"TRACEPARENT", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
-                 {"TRAINER_CATALOG_URL", "http://127.0.0.1:8080"},
+                 {"TRAINER_CATALOG_URL", "https://127.0.0.1:8080"},
+                 {"TRAINER_CATALOG_CA_FILE", "/etc/trainer/ca.pem"},
                  {"TRAINER_JOB_ID", "run-7f3a-2"},
                  {"TRAINER_JOB_TOKEN", "t0k"},
                  {"TRAINER_ARTIFACT_ROOT", "s3://bucket/prefix"},

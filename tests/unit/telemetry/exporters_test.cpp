@@ -114,7 +114,8 @@ TEST(OtlpPush, RefusesAnEndpointThatIsNotHttp) {
   const Status status = otlp_push(provider.collect(), {.endpoint = "collector:4318"});
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(status.message(),
-            "OTLP endpoint 'collector:4318' must start with http:// (e.g. http://collector:4318/v1/metrics)");
+            "OTLP endpoint 'collector:4318' must start with http:// or https:// (e.g. "
+            "http://collector:4318/v1/metrics)");
 }
 
 TEST(OtlpPush, ReportsAnUnreachableCollectorAsUnavailable) {

@@ -45,6 +45,21 @@ std::string line_of(const std::string& text, const std::string& metric, const st
   return "";
 }
 
+TEST(TelemetryRelay, AJobsPushOfAnotherRunIsRefusedAndKeepsNothing) {
+  FakeJob job("run-b");
+  job.metrics.sft_loss.set(2.5);
+  TelemetryRelay relay;
+  const Status st = relay.ingest(job.body(), 100, "run-a");
+  EXPECT_EQ(st.code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(st.field(), "resourceMetrics[0].resource");
+  EXPECT_EQ(st.message(), "names akka.optimize.training.run.id run-b: this job pushes the metrics of run-a only");
+  EXPECT_FALSE(relay.holds("run-b", 1));
+  EXPECT_EQ(relay.render_prometheus(101), "");
+  // Its own run's push is taken.
+  ASSERT_TRUE(relay.ingest(job.body(), 100, "run-b").is_ok());
+  EXPECT_TRUE(relay.holds("run-b", 1));
+}
+
 TEST(TelemetryRelay, AJobsGaugesCountersAndHistogramsComeOutWithItsIdentity) {
   FakeJob job("run-a");
   job.metrics.sft_loss.set(1.5);
