@@ -28,12 +28,10 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
-#include <openssl/err.h>
-#include <openssl/ssl.h>
-#include <openssl/x509.h>
 
 #include "common/subprocess.h"
 #include "http/stream_writer.h"
+#include "http/tls_context.h"
 
 namespace trainer::http {
 namespace {
@@ -134,7 +132,11 @@ class ServerImpl : public Server {
   ~ServerImpl() override { stop(); }
 
   Status listen() {
-    TRAINER_RETURN_IF_ERROR(load_tls());
+    if (!options_.tls_cert_file.empty() || !options_.tls_key_file.empty()) {
+      auto context = server_tls_context(options_.tls_cert_file, options_.tls_key_file);
+      if (!context.is_ok()) return context.status();
+      tls_ = std::move(*context);
+    }
     beast::error_code ec;
     auto address = asio::ip::make_address(options_.host, ec);
     if (ec) return invalid_argument("host: '" + options_.host + "' is not an IP address: " + ec.message());
@@ -270,48 +272,8 @@ class ServerImpl : public Server {
   }
 
  private:
-  // The TLS context from the options' certificate and key, when they name them.
-  Status load_tls() {
-    if (options_.tls_cert_file.empty() && options_.tls_key_file.empty()) return Status::ok();
-    if (options_.tls_cert_file.empty()) {
-      return invalid_field("tls_cert_file", "a TLS key file is given (" + options_.tls_key_file +
-                                                ") but no certificate file: give both or neither");
-    }
-    if (options_.tls_key_file.empty()) {
-      return invalid_field("tls_key_file", "a TLS certificate file is given (" + options_.tls_cert_file +
-                                               ") but no key file: give both or neither");
-    }
-    tls_.emplace(ssl::context::tls_server);
-    tls_->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
-                      ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 | ssl::context::single_dh_use);
-    beast::error_code ec;
-    tls_->use_certificate_chain_file(options_.tls_cert_file, ec);
-    if (ec) {
-      return invalid_field("tls_cert_file", "'" + options_.tls_cert_file +
-                                                "' is not a readable PEM certificate: " + ec.message());
-    }
-    tls_->use_private_key_file(options_.tls_key_file, ssl::context::pem, ec);
-    // OpenSSL 3 refuses a key that is not the certificate's as it loads it.
-    const auto openssl_error = static_cast<unsigned long>(ec.value());
-    if (ec && ec.category() == asio::error::get_ssl_category() && ERR_GET_LIB(openssl_error) == ERR_LIB_X509 &&
-        ERR_GET_REASON(openssl_error) == X509_R_KEY_VALUES_MISMATCH) {
-      return invalid_field("tls_key_file", "'" + options_.tls_key_file + "' is not the private key of the certificate '" +
-                                               options_.tls_cert_file + "'");
-    }
-    if (ec) {
-      return invalid_field("tls_key_file", "'" + options_.tls_key_file +
-                                               "' is not a readable PEM private key (unencrypted): " + ec.message());
-    }
-    if (SSL_CTX_check_private_key(tls_->native_handle()) != 1) {
-      ERR_clear_error();
-      return invalid_field("tls_key_file", "'" + options_.tls_key_file + "' is not the private key of the certificate '" +
-                                               options_.tls_cert_file + "'");
-    }
-    return Status::ok();
-  }
-
   std::shared_ptr<Connection> make_connection(tcp::socket socket, bool refused) {
-    if (tls_) return std::make_shared<ConnectionOn<TlsStream>>(*this, std::move(socket), refused, &*tls_);
+    if (tls_) return std::make_shared<ConnectionOn<TlsStream>>(*this, std::move(socket), refused, tls_.get());
     return std::make_shared<ConnectionOn<PlainStream>>(*this, std::move(socket), refused, nullptr);
   }
 
@@ -403,7 +365,7 @@ class ServerImpl : public Server {
   const ServerOptions options_;
   const Router& router_;
   int port_ = 0;
-  std::optional<ssl::context> tls_;  // set by listen() when the options name a certificate
+  std::unique_ptr<ssl::context> tls_;  // set by listen() when the options name a certificate
 
   std::atomic<size_t> connections_{0};  // open connections being served
   std::atomic<size_t> refusing_{0};     // connections being answered 503
