@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import sqlite3
 import urllib.parse
 import urllib.request
 
@@ -92,3 +93,15 @@ def call_as(url: str, method: str, path: str, token: str | None, body=None, time
         return status, got, json.loads(raw)
     except ValueError:
         return status, got, raw.decode(errors="replace")
+
+
+def job_credentials(data_dir: pathlib.Path, job_id: str) -> dict:
+    """The headers a job attempt `job_id` ("RUN-ATTEMPT") authenticates with (X-Trainer-Job and
+    the Bearer TRAINER_JOB_TOKEN), read from the SQLite store of the trainerd in `data_dir`; {}
+    while the store has no such attempt."""
+    db = sqlite3.connect(str(data_dir / "state.db"), timeout=30)
+    try:
+        row = db.execute("SELECT token FROM job_attempts WHERE job_id = ?", (job_id,)).fetchone()
+    finally:
+        db.close()
+    return {"X-Trainer-Job": job_id, "Authorization": f"Bearer {row[0]}"} if row else {}

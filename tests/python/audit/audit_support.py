@@ -12,7 +12,6 @@ import math
 import pathlib
 import re
 import shutil
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -26,7 +25,7 @@ import yaml
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "tools"))
-from auth import token_for  # noqa: E402
+from auth import job_credentials, token_for  # noqa: E402
 from gen_telemetry import prometheus_name  # noqa: E402  (the registry's own name translation)
 
 REGISTRY = yaml.safe_load((REPO / "telemetry" / "registry.yaml").read_text())
@@ -208,12 +207,7 @@ class OtlpCapture:
             return {}
         resource = self.resource_of(push)
         job_id = f"{resource['akka.optimize.training.run.id']}-{resource['akka.optimize.training.run.attempt']}"
-        db = sqlite3.connect(str(self.data_dir / "state.db"), timeout=30)
-        try:
-            row = db.execute("SELECT token FROM job_attempts WHERE job_id = ?", (job_id,)).fetchone()
-        finally:
-            db.close()
-        return {"X-Trainer-Job": job_id, "Authorization": f"Bearer {row[0]}"} if row else {}
+        return job_credentials(self.data_dir, job_id)
 
 
 def otlp_value(v: dict):

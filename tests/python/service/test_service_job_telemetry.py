@@ -12,14 +12,13 @@ import pathlib
 import shutil
 import signal
 import socket
-import sqlite3
 import subprocess
 import time
 
 import pytest
 import requests
 
-from auth import token_for
+from auth import job_credentials, token_for
 from service_helpers import metric_value, plan
 
 STEP_COUNT = "akka_optimize_training_sft_step_count_total"
@@ -199,13 +198,7 @@ def job_headers(d, run_id: str) -> dict:
     """The credentials of the run's current job attempt (X-Trainer-Job, Bearer TRAINER_JOB_TOKEN), from the store."""
     def current():
         run = d.run(run_id)
-        job_id = f"{run_id}-{run['attempt']}"
-        db = sqlite3.connect(str(d.data_dir / "state.db"), timeout=30)
-        try:
-            row = db.execute("SELECT token FROM job_attempts WHERE job_id = ?", (job_id,)).fetchone()
-        finally:
-            db.close()
-        return row and {"X-Trainer-Job": job_id, "Authorization": f"Bearer {row[0]}"}
+        return job_credentials(d.data_dir, f"{run_id}-{run['attempt']}")
     return wait_for(f"run {run_id}'s job attempt", current)
 
 
