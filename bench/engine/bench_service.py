@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The user's view of native vs TRL: the same LoRA SFT plan submitted through the service
-(`trainer runs start`) once with `config.engine: native` and once with `trl`, one after the other,
-against a trainerd this script starts. Prints, side by side, the wall time from submission to
+(`trainer runs start`) with `config.engine: native` and with `trl`, alternating (native, trl,
+native, trl: `--rounds`), against a trainerd this script starts; the medians are printed. Prints, side by side, the wall time from submission to
 COMPLETED (what a user waits), the time from submission to the first step, and tokens/s over the
 steps after the first `--skip` (non-padding tokens of the steps / the wall time between their
 events as trainerd recorded them), and the first step's loss of each. Run by hand (not in CI):
@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import pathlib
+import statistics
 import sys
 import tempfile
 import time
@@ -45,6 +46,7 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--hidden", type=int, default=512)
     ap.add_argument("--work", default=None)
+    ap.add_argument("--rounds", type=int, default=2, help="native then trl, this many times (A B A B): medians")
     args = ap.parse_args()
     import auth
     import models
@@ -67,8 +69,9 @@ def main() -> None:
         cli("base-models", "select", "bench-model", "--wait", "--timeout", "5m", check=True, timeout=400)
         cli("datasets", "create", "-f", data, "--name", "bench-data", check=True)
         cli("workloads", "create", "bench", check=True)
-        rows = {}
-        for engine in ("native", "trl"):
+        rows = {"native": [], "trl": []}
+        load_before = os.getloadavg()[0]
+        for engine in ("native", "trl") * args.rounds:
             t0 = time.time()
             run = json.loads(cli("runs", "start", "-f", "-", "--force", "-o", "json", input=plan(engine, args.steps),
                                  check=True).stdout)
@@ -87,11 +90,18 @@ def main() -> None:
             timed = steps[args.skip:]
             tokens = sum(s.get("batchTokens", 0) for s in timed)
             seconds = sum(s.get("stepSeconds", 0) for s in timed)
-            rows[engine] = (wall, first, tokens / seconds if seconds else 0.0, steps[0]["loss"])
+            rows[engine].append((wall, first, tokens / seconds if seconds else 0.0, steps[0]["loss"]))
+            print(f"{engine:6s} round {len(rows[engine])}: COMPLETED in {wall:.1f} s, first step at {first:.1f} s, "
+                  f"{rows[engine][-1][2]:.0f} tokens/s", flush=True)
         print(f"model: Qwen3 architecture, {args.layers} layers, hidden {args.hidden}; batch 4, maxSeqLength 256, "
-              f"{args.steps} steps, fp32, LoRA r16 on 7 modules, through trainerd on this machine")
+              f"{args.steps} steps, fp32, LoRA r16 on 7 modules, through trainerd on this machine; "
+              f"medians of {args.rounds} rounds, sides alternating (native, trl, native, trl, ...); "
+              f"load average before {load_before:.1f}, after {os.getloadavg()[0]:.1f}")
         print(f"{'':34}{'native':>12}{'trl':>12}{'ratio':>8}")
-        (wn, fn, tn, ln), (wt, ft, tt, lt) = rows["native"], rows["trl"]
+
+        def median(engine):
+            return tuple(statistics.median(r[i] for r in rows[engine]) for i in range(4))
+        (wn, fn, tn, ln), (wt, ft, tt, lt) = median("native"), median("trl")
         print(f"{'submission → COMPLETED (s)':34}{wn:12.1f}{wt:12.1f}{wt / wn:8.2f}")
         print(f"{'submission → first step (s)':34}{fn:12.1f}{ft:12.1f}{ft / fn:8.2f}")
         print(f"{'tokens/s (step phase, after skip)':34}{tn:12.0f}{tt:12.0f}{tn / tt if tt else 0:8.2f}")

@@ -114,9 +114,13 @@ TEST(ExportOptions, BadValuesNameTheVariable) {
       env_of({{"TRAINER_OTLP_ENDPOINT", "http://x:1"}, {"TRAINER_OTLP_INTERVAL_MS", "-5"}}));
   ASSERT_FALSE(interval.is_ok());
   EXPECT_EQ(interval.status().field(), "TRAINER_OTLP_INTERVAL_MS");
-  auto scheme = export_options_from(env_of({{"TRAINER_OTLP_ENDPOINT", "https://x:1"}}));
+  auto scheme = export_options_from(env_of({{"TRAINER_OTLP_ENDPOINT", "ftp://x:1"}}));
   ASSERT_FALSE(scheme.is_ok());
   EXPECT_EQ(scheme.status().field(), "TRAINER_OTLP_ENDPOINT");
+  // A trainerd serving TLS hands its jobs an https:// relay address.
+  auto tls = export_options_from(env_of({{"TRAINER_OTLP_ENDPOINT", "https://127.0.0.1:1/otlp"}}));
+  ASSERT_TRUE(tls.is_ok() && tls->has_value());
+  EXPECT_EQ((*tls)->endpoint, "https://127.0.0.1:1/otlp/v1/metrics");
 }
 
 TEST(JobTelemetry, TheResourceNamesTheRunAndTheUserFacingBaseModel) {
