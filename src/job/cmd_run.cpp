@@ -37,8 +37,7 @@
 #include "job/job_telemetry.h"
 #include "job/job_tracing.h"
 #include "job/learning_signal.h"
-#include "job/rank_worker.h"
-#include "job/ranks.h"
+#include "job/run_ranks.h"
 #include "job/snapshot_publisher.h"
 #include "job/snapshot_restore.h"
 #include "job/stop_signals.h"
@@ -71,17 +70,12 @@ void record_start_for_tests(const RunIdentity& identity) {
   ::close(fd);
 }
 
-// How long rank 0, failed, waits to learn whether another rank's failure caused its own.
-constexpr std::chrono::seconds kOtherRankGrace{5};
-
 constexpr const char* kUsage =
     "usage: trainer-job run --plan FILE --output DIR [--events FILE]\n"
     "Trains the plan's LoRA adapter into DIR/adapter. In a local plan, baseModel is a model folder\n"
     "and config.dataset a JSONL file. Job-protocol events (JSON lines) go to --events or stdout;\n"
     "progress goes to stderr. SIGTERM stops at the next step boundary (exit 143).\n";
 
-// The run's settings hash as the engine reports it in `resolved` (empty when the dataset
-// cannot be read: the engine then fails and says why).
 // The artifact kinds of a checkpoint the engine reported.
 std::map<std::string, std::string> kinds_of(const std::string& adapter_dir, const std::optional<std::string>& state_dir) {
   std::map<std::string, std::string> kinds = {{protocol::kWeightsKind, adapter_dir}};
@@ -89,6 +83,8 @@ std::map<std::string, std::string> kinds_of(const std::string& adapter_dir, cons
   return kinds;
 }
 
+// The run's settings hash as the engine reports it in `resolved` (empty when the dataset
+// cannot be read: the engine then fails and says why).
 std::string settings_sha_of(const plan::Plan& plan) {
   std::ifstream in(plan.config.dataset, std::ios::binary);
   if (!in) return "";
@@ -98,45 +94,6 @@ std::string settings_sha_of(const plan::Plan& plan) {
     h.update(std::string_view(buffer.data(), static_cast<size_t>(in.gcount())));
   }
   return plan::settings_sha(plan.config, h.hex_digest());
-}
-
-// The ranks a plan trains on: execution.gpus for SFT; GRPO/GSPO train on one device (the job
-// says so with a `warning` event, plan::single_device_warning).
-int data_parallel_ranks(const plan::Plan& plan) {
-  if (plan.execution.gpus <= 1 || plan.config.method != plan::Method::kSft) return 1;
-  return plan.execution.gpus;
-}
-
-// A rank other than 0, started by rank 0 with the same arguments.
-int run_other_rank(const Args& args, const engine::dist::World& world) {
-  const std::string plan_path = args.get("plan");
-  std::ifstream in(plan_path);
-  std::stringstream text;
-  text << in.rdbuf();
-  auto plan = plan::parse_plan(text.str(), plan_path);
-  if (!in || !plan.is_ok()) {
-    std::fprintf(stderr, "trainer-job rank %d: %s: cannot read the plan\n", world.rank, plan_path.c_str());
-    return 1;
-  }
-  // Rank 0 fetched the plan's store inputs into this node's cache before it started this rank.
-  auto request = protocol::job_request_from_environment(std::getenv);
-  if (!request.is_ok()) {
-    std::fprintf(stderr, "trainer-job rank %d: %s\n", world.rank, request.status().describe().c_str());
-    return 1;
-  }
-  if (Status st = fetch_plan_inputs(*plan, input_fetch_options(*request)); !st.is_ok()) {
-    std::fprintf(stderr, "trainer-job rank %d: %s\n", world.rank, st.describe().c_str());
-    return 1;
-  }
-  return run_rank(std::move(plan).value(), args.get("output"), world);
-}
-
-// This executable, for the other ranks.
-std::string self_executable() {
-  std::string path(4096, '\0');
-  const ssize_t n = ::readlink("/proc/self/exe", path.data(), path.size() - 1);
-  path.resize(n > 0 ? static_cast<size_t>(n) : 0);
-  return path;
 }
 
 // The job failed: the event, then the line on stderr; exit status 1.
@@ -230,59 +187,6 @@ Status restore_start(const protocol::JobRequest& request, const RunIdentity& ide
     std::fprintf(stderr, "trainer-job run: starting from the registered adapter %s\n", key.c_str());
   }
   return Status::ok();
-}
-
-// Data parallelism: the rendezvous hosted here, then ranks 1..N-1 started as copies of this
-// process. nullptr when the plan trains on one rank.
-Result<std::unique_ptr<Ranks>> start_other_ranks(engine::TrainRequest& req, const std::string& plan_path,
-                                                 EventWriter& writer) {
-  const int ranks = data_parallel_ranks(req.plan);
-  if (ranks <= 1) return std::unique_ptr<Ranks>();
-  auto rendezvous = engine::dist::host_rendezvous(ranks);
-  if (!rendezvous.is_ok()) return rendezvous.status();
-  req.rendezvous = *rendezvous;
-  req.world = engine::dist::World{.rank = 0,
-                                  .size = ranks,
-                                  .master_addr = engine::dist::kLoopback,
-                                  .master_port = engine::dist::rendezvous_port(**rendezvous)};
-  RanksOptions ro;
-  ro.executable = self_executable();
-  ro.args = {"run", "--plan", plan_path, "--output", req.output_dir};
-  ro.world_size = ranks;
-  ro.master_addr = req.world.master_addr;
-  ro.master_port = req.world.master_port;
-  if (!req.resume_weights_dir.empty()) {
-    ro.env[kRankResumeWeightsVar] = req.resume_weights_dir;
-    ro.env[kRankResumeStateVar] = req.resume_state_dir;
-    if (req.branch) ro.env[kRankBranchVar] = "1";
-  }
-  // Rank 0 stuck where no collective notices the failed rank: report it and exit.
-  ro.on_abandon = [&writer](const std::string& failure) {
-    writer.write(protocol::Failed{failure});
-    std::fprintf(stderr, "trainer-job run: failed: %s\n", failure.c_str());
-    writer.flush(std::chrono::seconds(5));  // the failure reaches trainerd before the exit
-    std::_Exit(1);
-  };
-  auto started = Ranks::start(std::move(ro));
-  if (started.is_ok()) {
-    std::fprintf(stderr, "trainer-job run: data parallel over %d ranks (rendezvous %s:%d)\n", ranks,
-                 req.world.master_addr.c_str(), req.world.master_port);
-  }
-  return started;
-}
-
-// Rank 0's failure when other ranks trained with it: the rank that failed is the cause, named
-// first (rank 0's collectives broke: Unavailable); rank 0's own error (bad data, memory) is the
-// job's, whatever it then did to the others. nullopt: every rank finished.
-std::optional<std::string> other_rank_failure(Ranks& others, const Result<engine::TrainResult>& result) {
-  std::optional<std::string> failed;
-  if (result.is_ok()) {
-    failed = others.wait();
-  } else if (result.status().code() == StatusCode::kUnavailable) {
-    failed = others.failure(kOtherRankGrace);
-  }
-  if (failed && !result.is_ok()) *failed += "; rank 0: " + result.status().message();
-  return failed;
 }
 
 // This attempt's TensorBoard event file (job/tensorboard/run_board.h) in OUTPUT/tensorboard,
