@@ -7,7 +7,8 @@ its completions are scored through verl's custom reward function (engines/verl/r
 worker's relay and the job's own json-label-match grader; its metrics go through verl's file logger
 into our `step` events; its saves' LoRA adapters become `checkpoint` and `completed` events. Then the
 failures, each named with "engine verl:": verl's own error when main_ppo fails, a worker line that is
-not an event, and verl started for real without a GPU (what verl prints is the run's reason)."""
+not an event, a silent (hung) worker, a pause (verl's snapshots hold no training state), and verl
+started for real without a GPU (what verl prints is the run's reason)."""
 from __future__ import annotations
 
 import json
@@ -151,3 +152,48 @@ def test_verl_started_without_a_gpu_fails_the_run_with_verls_own_words(job, tiny
     assert reason.startswith("engine verl: verl's main_ppo exited with status 1: ValueError: vllm version None "
                              "not supported and SGLang also not Found"), reason
     assert not [e for e in events if e["type"] in ("step", "checkpoint")]
+
+
+def test_a_silent_worker_is_hung_and_a_pause_is_refused_by_name(bin_dir, tiny_models, tmp_path):
+    """The bridge's hang limit for verl (TRAINER_VERL_SILENCE_SECONDS), and a pause, which verl's
+    adapter-only snapshots cannot serve: each ends the run failed, naming it."""
+    import signal
+    import subprocess
+    import sys
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+    from waiting import wait_for
+
+    data = write_jsonl(tmp_path / "rl.jsonl", rows())
+    plan_path = tmp_path / "plan.json"
+    plan_path.write_text(json.dumps(verl_plan(tiny_models("qwen3"), data)))
+    silent = tmp_path / "silent.py"
+    silent.write_text('print(\'{"type":"phase","phase":"PREPARING"}\', flush=True)\nimport time; time.sleep(120)\n')
+    beating = tmp_path / "beating.py"
+    beating.write_text('import time\nprint(\'{"type":"phase","phase":"PREPARING"}\', flush=True)\n'
+                       'for _ in range(600):\n    print(\'{"type":"heartbeat","uptimeSeconds":1}\', flush=True)\n'
+                       '    time.sleep(0.2)\n')
+
+    def start(name: str, env: dict) -> tuple[subprocess.Popen, pathlib.Path]:
+        events = tmp_path / f"{name}.events"
+        proc = subprocess.Popen([str(bin_dir / "trainer-job"), "run", "--plan", str(plan_path), "--output",
+                                 str(tmp_path / name), "--events", str(events)], env={**os.environ, **env},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        return proc, events
+
+    def last_event(events: pathlib.Path) -> dict:
+        return json.loads(events.read_text().splitlines()[-1])
+
+    hung, hung_events = start("hung", {"TRAINER_VERL_WORKER": str(silent), "TRAINER_VERL_SILENCE_SECONDS": "2"})
+    assert hung.wait(timeout=120) == 1, hung.stderr.read()
+    assert last_event(hung_events)["reason"] == ("engine verl: the worker sent no event for 2 s "
+                                                 "(TRAINER_VERL_SILENCE_SECONDS): hung; it was killed")
+
+    paused, paused_events = start("paused", {"TRAINER_VERL_WORKER": str(beating)})
+    wait_for(lambda: paused_events.exists() and '"PREPARING"' in paused_events.read_text(), timeout=120,
+             what="the worker's first event")
+    paused.send_signal(signal.SIGUSR1)  # trainer-job's pause signal (job/stop_signals.h)
+    assert paused.wait(timeout=120) == 1, paused.stderr.read()
+    reason = last_event(paused_events)["reason"]
+    assert reason.startswith("engine verl: asked to pause, but engine verl cannot pause: its snapshots hold the "
+                             "adapter alone"), reason
