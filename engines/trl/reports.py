@@ -54,7 +54,13 @@ def setup_report(trainer, rl: bool, dtype: str, changed: list[dict], torch) -> d
         rollout = {"engine": "trl", "generation": "vllm" if getattr(args, "use_vllm", False) else "transformers generate",
                    "groupSize": args.num_generations, "maxCompletionLength": args.max_completion_length,
                    "temperature": args.temperature, "topP": args.top_p}
+    import sys
+
+    import trl
     return {"rolloutEngine": rollout,
+            # where the worker's Python and TRL come from: .venv-trl, its own environment (tools/setup)
+            "environment": {"python": sys.executable, "prefix": sys.prefix, "trl": trl.__version__,
+                            "trlPath": trl.__file__, "torchPath": torch.__file__},
             "trainer": {"changedBySetup": changed},
             "model": {"totalParameters": total, "trainableParameters": trainable, "frozenParameters": total - trainable,
                       "trainableShare": trainable / total if total else 0.0, "dtype": dtype},

@@ -181,7 +181,9 @@ def overrides(plan: dict, *, total_steps: int, model_path: str, train_files: str
         # the trainer
         "trainer.total_training_steps": total_steps // iterations,
         "trainer.total_epochs": 1_000_000,  # the steps bound the run, as maxSteps/epochs did in total_steps
-        "trainer.save_freq": int(save_every) // iterations if save_every else -1,
+        # saveEvery's steps, else only the last step (verl saves at its last step when save_freq > 0):
+        # the worker takes each save's LoRA adapter into a snapshot, the last one as the final adapter
+        "trainer.save_freq": max(1, int(save_every) // iterations) if save_every else total_steps // iterations,
         "trainer.n_gpus_per_node": gpus,
         "trainer.nnodes": 1,
         "trainer.logger": ["console", "file"],

@@ -10,16 +10,21 @@ same job protocol on stdout/stdin (engines/trl/protocol.py); docs/engines.md ("v
 It writes the prompts (the native engine's order) as the parquet verl reads, starts the reward
 relay (reward.py posts each completion here; the job's graders score it), runs main_ppo with the
 plan's overrides (translate.py) and turns each line of verl's file logger into a `step` event
-(metrics.py). trainer-job does not start it yet: the engine is refused at submission while the
-deployment lacks a GPU rollout engine (src/plan/engine_capabilities.cpp).
+(metrics.py), and each of verl's saves into a `checkpoint` event naming its LoRA adapter (the last
+one is the `completed` adapter). trainer-job starts it for a verl run (src/job/verl_engine.h); the
+engine is refused at submission while the deployment lacks a GPU rollout engine
+(src/plan/engine_capabilities.cpp). Test-only: TRAINER_VERL_REPLAY names a recorded run that
+replay.py plays back in main_ppo's place (docs/engines.md, "Test hooks").
 """
 from __future__ import annotations
 
 import argparse
+import collections
 import http.server
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import threading
@@ -113,9 +118,11 @@ class RewardRelay:
         threading.Thread(target=self.server.serve_forever, name="reward-relay", daemon=True).start()
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/score"
 
-    def take(self) -> list[float]:
+    def take(self, count: int) -> list[float]:
+        """The first `count` rewards scored and not taken yet: a step's completions (verl scores each
+        generation batch once, before it logs the step, so the scores queue up in step order)."""
         with self.lock:
-            out, self.scored = self.scored, []
+            out, self.scored = self.scored[:count], self.scored[count:]
         return out
 
 
@@ -149,13 +156,23 @@ def train(ch, job: dict, check: bool) -> int:
         return 0
     ch.emit("phase", phase="PREPARING")
     ch.emit("resolved", config=config, settingsSha=job["settingsSha"])
+    setup_done = threading.Event()
+    ch.alive_until(setup_done)  # Ray's start, the model's load and vLLM's warm-up send no event of their own
     log = out / "metrics.jsonl"
     env = dict(os.environ, VERL_FILE_LOGGER_PATH=str(log))
-    proc = subprocess.Popen([sys.executable, "-m", "verl.trainer.main_ppo", *translate.as_hydra_overrides(keys)],
-                            stdout=sys.stderr, stderr=sys.stderr, stdin=subprocess.DEVNULL, env=env, cwd=str(out))
+    # verl's main_ppo, or under the test-only replay hook (TRAINER_VERL_REPLAY) the recorded run
+    # replay.py plays back in its place (docs/engines.md, "Test hooks").
+    trainer = ([str(HERE / "replay.py")] if os.environ.get("TRAINER_VERL_REPLAY")
+               else ["-m", "verl.trainer.main_ppo"])
+    proc = subprocess.Popen([sys.executable, *trainer, *translate.as_hydra_overrides(keys)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                            cwd=str(out), text=True, errors="replace")
+    said = VerlLog(proc.stdout)
     ch.emit("phase", phase="TRAINING", totalSteps=total, device="cuda:0")
     iterations = int(config["rlHyperparams"]["iterationsPerBatch"])
-    seen, last = 0, None
+    per_step = int(config["rlHyperparams"]["promptsPerStep"]) * int(config["rlHyperparams"]["groupSize"])
+    saves = Saves(out / "checkpoints", out / "adapters", iterations)
+    seen, last, final = 0, None, None
     while True:
         done = proc.poll() is not None
         if ch.stop.is_set() and not done:
@@ -165,23 +182,111 @@ def train(ch, job: dict, check: bool) -> int:
             for line in lines[seen:]:
                 parsed = metrics.parse_line(line)
                 if parsed is not None:
+                    setup_done.set()
                     last = metrics.step_event(parsed[0], parsed[1], total_steps=total, iterations=iterations,
                                               rows=len(rows), prompts_per_step=int(config["rlHyperparams"]["promptsPerStep"]),
-                                              rewards=relay.take())
+                                              rewards=relay.take(per_step))
                     ch.emit("step", **last)
             seen = len(lines)
+        # verl's saves of the steps reported so far, each as its LoRA adapter (a `weights` snapshot)
+        for step, adapter, seconds in saves.new(up_to=last["step"] if last else 0):
+            final = (step, adapter)
+            if step < total:
+                ch.emit("checkpoint", step=step, adapterDir=adapter, checkpointSeconds=seconds)
         if done:
             break
         time.sleep(1.0)
+    setup_done.set()
+    said.join()
     if ch.stop.is_set():
         ch.emit("cancelled", steps=last["step"] if last else 0)
         return 0
     if proc.returncode != 0:
-        ch.emit("failed", reason=f"verl's main_ppo exited with status {proc.returncode}; its log is the job's stderr")
+        ch.emit("failed", reason=f"verl's main_ppo exited with status {proc.returncode}: {said.error()}")
         return 1
-    ch.emit("completed", adapterDir=str(out / "checkpoints"), finalLoss=last["loss"] if last else 0.0,
-            steps=last["step"] if last else 0, exportSeconds=0.0)
+    if final is None or final[0] != total:
+        ch.emit("failed", reason=f"verl's main_ppo ended without saving the adapter of its last step ({total}); "
+                                 f"its saves: {saves.steps() or 'none'}")
+        return 1
+    ch.emit("phase", phase="EXPORTING")
+    ch.emit("completed", adapterDir=final[1], finalLoss=last["loss"] if last else 0.0, steps=total, exportSeconds=0.0)
     return 0
+
+
+class VerlLog:
+    """verl's output (main_ppo's, Ray's, vLLM's), copied to the job's log as it comes, its last lines
+    kept: a failed run's reason is verl's own words."""
+
+    def __init__(self, stream, keep: int = 200) -> None:
+        self.lines: collections.deque[str] = collections.deque(maxlen=keep)
+
+        def copy():
+            for line in stream:
+                sys.stderr.write(line)
+                self.lines.append(line.rstrip("\n"))
+            stream.close()
+
+        self.thread = threading.Thread(target=copy, name="verl-log", daemon=True)
+        self.thread.start()
+
+    def join(self) -> None:
+        self.thread.join(timeout=30)
+
+    def error(self) -> str:
+        """The last exception line verl printed (`SomeError: what`), else its last line."""
+        for line in reversed(self.lines):
+            text = line.strip()
+            head = text.split(":", 1)[0].split(" ")[-1]
+            if ":" in text and (head.endswith("Error") or head.endswith("Exception")):
+                return text[:1000]
+        tail = [line for line in self.lines if line.strip()]
+        return tail[-1][:1000] if tail else "it printed nothing"
+
+
+class Saves:
+    """verl's checkpoints (trainer.default_local_dir/global_step_N/actor, announced by
+    latest_checkpointed_iteration.txt once written) turned into PEFT adapters: verl's own model
+    merger (`verl.model_merger merge --backend fsdp`) writes each one's LoRA weights as
+    lora_adapter/{adapter_model.safetensors, adapter_config.json}. A replayed run (replay.py) saves
+    that folder itself. Only the adapter is kept: verl's sharded optimizer and RNG states are not
+    taken as a training state (docs/engines.md)."""
+
+    def __init__(self, checkpoints: pathlib.Path, adapters: pathlib.Path, iterations: int) -> None:
+        self.checkpoints, self.adapters, self.iterations = checkpoints, adapters, iterations
+        self.taken: list[int] = []
+
+    def steps(self) -> list[int]:
+        return [n * self.iterations for n in self.taken]
+
+    def new(self, up_to: int) -> list[tuple[int, str, float]]:
+        """The saves not taken yet of steps up to `up_to` (our steps): (step, adapter folder, seconds)."""
+        marker = self.checkpoints / "latest_checkpointed_iteration.txt"
+        if not marker.exists():
+            return []
+        latest = int(marker.read_text().strip() or 0)
+        out = []
+        for n in sorted(int(p.name.split("_")[-1]) for p in self.checkpoints.glob("global_step_*")):
+            if n in self.taken or n > latest or n * self.iterations > up_to:
+                continue
+            t0 = time.time()
+            out.append((n * self.iterations, self.adapter_of(n), time.time() - t0))
+            self.taken.append(n)
+        return out
+
+    def adapter_of(self, n: int) -> str:
+        actor = self.checkpoints / f"global_step_{n}" / "actor"
+        adapter = actor / "lora_adapter"
+        if not (adapter / "adapter_model.safetensors").exists():
+            target = self.adapters / f"step-{n * self.iterations}"
+            subprocess.run([sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir",
+                            str(actor), "--target_dir", str(target)], check=True, stdout=sys.stderr, stderr=sys.stderr)
+            adapter = target / "lora_adapter"
+            for other in target.iterdir():  # the merged full model beside it: not kept
+                if other != adapter:
+                    shutil.rmtree(other) if other.is_dir() else other.unlink()
+        if not (adapter / "adapter_model.safetensors").exists() or not (adapter / "adapter_config.json").exists():
+            raise RuntimeError(f"verl's checkpoint of step {n} holds no LoRA adapter ({adapter})")
+        return str(adapter)
 
 
 def main() -> int:

@@ -42,6 +42,7 @@
 #include "job/snapshot_restore.h"
 #include "job/stop_signals.h"
 #include "job/trl_engine.h"
+#include "job/verl_engine.h"
 #include "job/tensorboard/run_board.h"
 #include "plan/plan.h"
 #include "plan/plan_warnings.h"
@@ -425,11 +426,6 @@ int cmd_run(int argc, char** argv) {
   const std::string plan_path = args.get("plan");
   auto plan = read_plan(plan_path, *request);
   if (!plan.is_ok()) return fail(plan.status().message());
-  // A peer engine (config.engine) trains in a worker of its own: TRL's is built in (trl_engine.h).
-  if (plan->config.engine == plan::Engine::kVerl) {
-    return fail(std::string("engine ") + plan::engine_name(plan->config.engine) +
-                ": worker not built into this trainer-job");
-  }
 
   std::atomic<bool> stop{false};
   std::atomic<bool> pause_requested{false};
@@ -504,8 +500,10 @@ int cmd_run(int argc, char** argv) {
     const auto* checkpoint = std::get_if<protocol::Checkpoint>(&ev);
     job.report(ev, pause_requested.load() || (checkpoint && pause_at > 0 && checkpoint->step == pause_at));
   };
-  auto result = req.plan.config.engine == plan::Engine::kTrl ? run_trl_training(req, settings_sha_of(req.plan), sink)
-                                                             : engine::run_training(req, sink);
+  // A peer engine (config.engine) trains in a worker of its own (peer_worker.h).
+  auto result = req.plan.config.engine == plan::Engine::kTrl    ? run_trl_training(req, settings_sha_of(req.plan), sink)
+                : req.plan.config.engine == plan::Engine::kVerl ? run_verl_training(req, settings_sha_of(req.plan), sink)
+                                                                : engine::run_training(req, sink);
   if (other_ranks) {
     if (auto failed = other_rank_failure(*other_ranks, result)) return job.fail_measured(*failed, *failed);
   }

@@ -75,17 +75,14 @@ const std::vector<EngineLimit> kLimits = {
 
 // What `deployment` lacks to run verl, as a list for a sentence; empty when nothing is missing.
 // Present everywhere, so never listed: the plan's translation into verl's configuration and its
-// launcher (engines/verl) and verl itself (.venv-verl, made by tools/setup).
+// launcher (engines/verl), verl itself (.venv-verl, made by tools/setup), and trainer-job starting
+// the verl worker and taking its adapter into snapshots (job/verl_engine.h).
 std::string verl_missing(const EngineDeployment& deployment) {
   std::vector<std::string> missing;
   if (!deployment.gpu_rollout_engine) {
     missing.push_back("a GPU rollout engine (vLLM or SGLang on CUDA devices; this deployment has none)");
   }
   if (!deployment.ray_backend) missing.push_back("the Ray compute backend (compute.backend \"ray\")");
-  if (!deployment.verl_worker) {
-    missing.push_back("trainer-job starting the verl worker and taking its adapter into snapshots (not built "
-                      "into this one)");
-  }
   std::string text;
   for (size_t i = 0; i < missing.size(); ++i) {
     text += (i == 0 ? "" : i + 1 == missing.size() ? " and " : ", ") + missing[i];

@@ -17,7 +17,6 @@ namespace trainer::plan {
 struct EngineDeployment {
   bool ray_backend = false;         // compute.backend is "ray": verl runs its trainer as a Ray job
   bool gpu_rollout_engine = false;  // a GPU rollout engine verl can start: vLLM or SGLang on CUDA
-  bool verl_worker = false;         // trainer-job has the verl worker built in
 };
 
 // One thing an engine cannot do: a plan that `asks` it is refused on `field`.

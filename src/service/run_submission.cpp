@@ -40,9 +40,9 @@ Status plan_error(const Status& st) {
 }
 
 // What this deployment offers the engines beyond the native one. No configuration declares a
-// GPU rollout engine yet, and trainer-job has no verl worker: verl is refused, naming both.
+// GPU rollout engine yet: verl is refused, naming it (and the Ray backend where it is not the one).
 plan::EngineDeployment engine_deployment(const DeploymentConfig& config) {
-  return {.ray_backend = config.compute.backend == "ray", .gpu_rollout_engine = false, .verl_worker = false};
+  return {.ray_backend = config.compute.backend == "ray", .gpu_rollout_engine = false};
 }
 
 int64_t count(const json& m, const char* key) {

@@ -72,6 +72,11 @@ def test_engines_that_cannot_run_a_plan_are_refused_by_name_and_start_nothing(re
             assert out.returncode != 0, (flags, text, out.stdout)
             for part in expected:
                 assert part in out.stderr, (flags, part, out.stderr)
+    # trainer-job starts the verl worker (src/job/verl_engine.h): the refusal names only what the deployment lacks.
+    verl = rl_plan(2, ("engine: verl",), gpus=1).replace("beta2: 0.99}", "beta2: 0.99, schedule: cosine}")
+    out = ready("runs", "start", "-f", "-", "--dry-run", input=verl)
+    assert out.returncode != 0 and "GPU rollout engine" in out.stderr, out.stderr
+    assert "trainer-job" not in out.stderr and "verl worker" not in out.stderr, out.stderr
     assert count_runs(ready) == before
 
 

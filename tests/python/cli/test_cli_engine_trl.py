@@ -26,6 +26,7 @@ from cli_support import (EXAMPLES, MODEL_NAME, WORKLOAD, Cli, ended, get_run, jo
                          start_run_id, start_trainerd, stop, wait_for, wait_paused, wait_step)
 
 STEPS = 8
+REPO = pathlib.Path(__file__).resolve().parents[3]
 SILENCE_SECONDS = 40  # TRAINER_TRL_SILENCE_SECONDS of this module's trainerd: a worker silent this long is hung
 
 
@@ -116,6 +117,13 @@ def test_a_trl_run_reports_its_engine_config_runtime_and_hparams_as_a_native_one
     model = report["model"]
     assert 0 < model["trainableParameters"] < model["totalParameters"], model
     assert report["rolloutEngine"] is None and report["trainer"]["changedBySetup"] == []
+    # The worker ran in the TRL worker's own environment (.venv-trl, tools/setup), its TRL installed
+    # there, and torch shared from the main environment (.venv).
+    trl_env, main_env = ((REPO / name).resolve() for name in (".venv-trl", ".venv"))
+    environment = report["environment"]
+    assert pathlib.Path(environment["prefix"]).resolve() == trl_env, environment
+    assert pathlib.Path(environment["trlPath"]).resolve().is_relative_to(trl_env), environment
+    assert pathlib.Path(environment["torchPath"]).resolve().is_relative_to(main_env), environment
     for moment in ("afterLoad", "afterFirstStep"):
         assert report["memory"][moment]["allocatedBytes"] > 0, report["memory"]
     hparams = ready.json("runs", "hparams", run_id)

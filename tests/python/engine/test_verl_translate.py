@@ -93,6 +93,16 @@ def test_several_iterations_per_batch_count_verl_steps_in_generation_batches():
         translated(rl_plan(iterationsPerBatch=3), total=8)
 
 
+def test_verl_saves_at_its_last_step_without_save_every_and_at_least_every_step_with_it():
+    """Each verl save becomes a snapshot of its adapter, the last one the run's final adapter: verl
+    saves at its last step only when save_freq > 0, so a plan without saveEvery saves there alone."""
+    plan = rl_plan(iterationsPerBatch=2)
+    del plan["execution"]["saveEvery"]
+    assert translated(plan, total=8)["trainer.save_freq"] == 4  # the run's 4 verl steps: the last one
+    plan["execution"]["saveEvery"] = 1  # fewer optimizer steps than a generation batch's: every verl step
+    assert translated(plan, total=8)["trainer.save_freq"] == 1
+
+
 def test_no_gradient_clipping_is_an_infinite_bound_not_zero():
     plan = rl_plan()
     plan["config"]["rlHyperparams"]["optimizer"]["maxGradNorm"] = 0.0

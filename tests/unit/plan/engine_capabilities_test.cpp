@@ -98,7 +98,7 @@ TEST(EngineCapabilities, TrlRefusesWhatItsTranslationLacksNamingEngineAndField) 
 const std::string kVerlSchedule = R"("rlHyperparams": {"optimizer": {"schedule": "cosine"}})";
 
 TEST(EngineCapabilities, VerlRefusesWhatItsConfigurationHasNoCounterpartFor) {
-  const EngineDeployment everything{.ray_backend = true, .gpu_rollout_engine = true, .verl_worker = true};
+  const EngineDeployment everything{.ray_backend = true, .gpu_rollout_engine = true};
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"config.rlHyperparams.optimizer.schedule", ""},
       {"config.rlHyperparams.lossAggregation",
@@ -132,18 +132,18 @@ TEST(EngineCapabilities, VerlRefusesSftAndCpuRunsThenNamesWhatTheDeploymentLacks
   EXPECT_EQ(missing.field(), "config.engine");
   EXPECT_EQ(missing.message(),
             "engine verl is not available on this deployment: it has verl 0.9.1 and the plan's translation into verl's "
-            "configuration, and needs a GPU rollout engine (vLLM or SGLang on CUDA devices; this deployment has none), "
-            "the Ray compute backend (compute.backend \"ray\") and trainer-job starting the verl worker and taking "
-            "its adapter into snapshots (not built into this one); use engine native or trl");
-  // Only what is missing is named.
-  Status worker_only = check_engine_capabilities(
-      plan_of("grpo", "verl", kVerlSchedule), EngineDeployment{.ray_backend = true, .gpu_rollout_engine = true, .verl_worker = false});
-  EXPECT_EQ(worker_only.message(),
+            "configuration, and needs a GPU rollout engine (vLLM or SGLang on CUDA devices; this deployment has none) "
+            "and the Ray compute backend (compute.backend \"ray\"); use engine native or trl");
+  // trainer-job's verl worker is built in (job/verl_engine.h): never named as missing. Only what is missing is.
+  EXPECT_EQ(missing.message().find("trainer-job"), std::string::npos) << missing.message();
+  Status rollout_only = check_engine_capabilities(plan_of("grpo", "verl", kVerlSchedule),
+                                                  EngineDeployment{.ray_backend = true, .gpu_rollout_engine = false});
+  EXPECT_EQ(rollout_only.message(),
             "engine verl is not available on this deployment: it has verl 0.9.1 and the plan's translation into verl's "
-            "configuration, and needs trainer-job starting the verl worker and taking its adapter into snapshots (not "
-            "built into this one); use engine native or trl");
+            "configuration, and needs a GPU rollout engine (vLLM or SGLang on CUDA devices; this deployment has none); "
+            "use engine native or trl");
   EXPECT_TRUE(check_engine_capabilities(plan_of("grpo", "verl", kVerlSchedule),
-                                        EngineDeployment{.ray_backend = true, .gpu_rollout_engine = true, .verl_worker = true})
+                                        EngineDeployment{.ray_backend = true, .gpu_rollout_engine = true})
                   .is_ok());
 }
 
