@@ -63,6 +63,10 @@ struct JobStatus {
   // Ended: what the cluster says ended it when it was not the job itself ("Slurm ended job 12:
   // NODE_FAIL", "the Ray cluster lost job ..."); "" when the job ended on its own.
   std::string reason = {};
+  // Running: the address of the node the job runs on, as the cluster reports it (Ray: the node's
+  // IP; Slurm: its batch host's name), by which trainerd reaches a process the job serves on every
+  // interface (an endpoint's). "" when the backend does not say (the local backend: this host).
+  std::string node_address = {};
 };
 
 class Backend {
