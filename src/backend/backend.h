@@ -81,6 +81,9 @@ class Backend {
   // in its data folder. false: only what the job posts to the API and publishes to the artifact
   // store reaches the service (a Ray backend with jobFolder).
   virtual bool shares_files() const { return true; }
+  // Whether every job runs on trainerd's own host (the local backend): a process a job serves
+  // (an endpoint's) then listens on loopback only; else on every interface of its node.
+  virtual bool on_this_host() const { return false; }
 
   // Starts the job; returns once it is started (not finished).
   virtual Result<JobHandle> start(const JobSpec& spec) = 0;

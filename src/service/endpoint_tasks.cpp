@@ -120,7 +120,7 @@ Status Endpoints::launch_locked(json& doc, const store::ClaimRow& claim) {
       core_.storage->local_path(BaseModels::cache_key(model.value("baseModelHash", std::string())));
   // On this host (the local backend) it listens on loopback; on a cluster's node, on every
   // interface, so that trainerd on another machine reaches it (its secret keeps others out).
-  const bool this_host = core_.backend->name() == "local";
+  const bool this_host = core_.backend->on_this_host();
   json spec = {{"model", base_path},
                {"name", model.value("baseModel", std::string())},
                {"host", this_host ? "127.0.0.1" : "0.0.0.0"},
