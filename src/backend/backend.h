@@ -63,6 +63,10 @@ struct JobStatus {
   // Ended: what the cluster says ended it when it was not the job itself ("Slurm ended job 12:
   // NODE_FAIL", "the Ray cluster lost job ..."); "" when the job ended on its own.
   std::string reason = {};
+  // Running: the address of the node the job runs on, as the cluster reports it (Ray: the node's
+  // IP; Slurm: its batch host's name), by which trainerd reaches a process the job serves on every
+  // interface (an endpoint's). "" when the backend does not say (the local backend: this host).
+  std::string node_address = {};
 };
 
 class Backend {
@@ -77,6 +81,9 @@ class Backend {
   // in its data folder. false: only what the job posts to the API and publishes to the artifact
   // store reaches the service (a Ray backend with jobFolder).
   virtual bool shares_files() const { return true; }
+  // Whether every job runs on trainerd's own host (the local backend): a process a job serves
+  // (an endpoint's) then listens on loopback only; else on every interface of its node.
+  virtual bool on_this_host() const { return false; }
 
   // Starts the job; returns once it is started (not finished).
   virtual Result<JobHandle> start(const JobSpec& spec) = 0;

@@ -95,6 +95,7 @@ class LocalBackend final : public Backend {
   explicit LocalBackend(LocalBackendOptions options) : options_(std::move(options)) {}
 
   std::string name() const override { return "local"; }
+  bool on_this_host() const override { return true; }
 
   std::string describe(const JobHandle& handle) const override {
     return "pid " + std::to_string(decode(handle).pid);

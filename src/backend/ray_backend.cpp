@@ -116,7 +116,9 @@ class RayBackend final : public Backend {
     }
     const std::string status = (*doc)["status"].get<std::string>();
     const std::string message = (*doc).value("message", std::string());
-    if (status == "PENDING" || status == "RUNNING") return {JobState::kRunning, std::nullopt, ""};
+    if (status == "PENDING" || status == "RUNNING") {
+      return {JobState::kRunning, std::nullopt, "", host_of((*doc).value("driver_agent_http_address", json()))};
+    }
     save_ray_log(h);
     if (status == "SUCCEEDED") return {JobState::kExited, 0, ""};
     if (status == "STOPPED") return {JobState::kExited, 128 + 15, "Ray job " + h.submission_id + " was stopped"};
@@ -331,6 +333,17 @@ class RayBackend final : public Backend {
       out.push_back(std::move(n));
     }
     return out;
+  }
+
+  // The host of the URL of the agent on the node that runs a job's entrypoint
+  // ("http://10.0.3.7:52365" -> "10.0.3.7"); "" when Ray gave none (a job not started yet).
+  static std::string host_of(const json& url) {
+    if (!url.is_string()) return "";
+    std::string host = url.get<std::string>();
+    if (const size_t scheme = host.find("://"); scheme != std::string::npos) host.erase(0, scheme + 3);
+    host = host.substr(0, host.find('/'));
+    if (!host.empty() && host.front() == '[') return host.substr(1, host.find(']') - 1);  // [IPv6]:PORT
+    return host.substr(0, host.rfind(':'));
   }
 
   static std::string lower(std::string s) {

@@ -154,10 +154,16 @@ class SlurmBackend final : public Backend {
   JobStatus poll(const JobHandle& job) override {
     const SlurmHandle h = decode(job);
     if (h.job_id.empty()) return {JobState::kGone, std::nullopt, "not a Slurm job handle"};
-    auto q = run_command({tool("squeue"), "-h", "--states=all", "-j", h.job_id, "-o", "%T"}, env(), kCommandTimeoutS);
+    // Its state and batch host ("RUNNING node7").
+    auto q = run_command({tool("squeue"), "-h", "--states=all", "-j", h.job_id, "-o", "%T %B"}, env(), kCommandTimeoutS);
     if (q.is_ok() && q->exit_code == 0) {
-      const std::string state = trim(q->out);
-      if (!state.empty() && still_active(state)) return {JobState::kRunning, std::nullopt, ""};
+      const std::string line = trim(q->out);
+      const size_t space = line.find(' ');
+      const std::string state = line.substr(0, space);
+      const std::string host = space == std::string::npos ? "" : trim(line.substr(space + 1));
+      if (!state.empty() && still_active(state)) {
+        return {JobState::kRunning, std::nullopt, "", host == "n/a" || host == "(null)" ? "" : host};
+      }
     } else if (q.is_ok() && q->err.find("Invalid job id") == std::string::npos) {
       // The controller did not answer: the job's state is unknown, so it is taken to run on.
       return {JobState::kRunning, std::nullopt, ""};

@@ -1,8 +1,11 @@
 // trainer-job serve: a base model and its LoRA adapters at an OpenAI-compatible address, on the
 // native engine's serving core (docs/serving.md).
+#include <unistd.h>
+
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -32,11 +35,25 @@ constexpr const char* kUsage =
     "       trainer-job serve --spec FILE\n"
     "Serves the model and adapters over HTTP (OpenAI's /v1/models, /v1/chat/completions,\n"
     "/v1/completions; /v1/adapters to attach and detach; /v1/stats). Once listening it prints one JSON\n"
-    "line on stdout: {\"event\": \"listening\", \"port\": N, \"models\": [...], \"contextLimit\": N}.\n"
+    "line on stdout: {\"event\": \"listening\", \"host\": ADDR, \"port\": N, \"models\": [...],\n"
+    "\"contextLimit\": N} (listening on every interface, \"hostname\" too: this machine's name).\n"
+    "With TRAINER_SERVE_SECRET in its environment (as trainerd starts an endpoint's process) it\n"
+    "answers only requests carrying \"Authorization: Bearer SECRET\" (else 401); without, any.\n"
     "--events FILE: the job protocol's events (its hello, then a heartbeat every --heartbeat-seconds,\n"
     "by which trainerd tells a live process from a hung one).\n"
     "SIGTERM or SIGINT stops it. --spec FILE gives the flags as one JSON object by name, as\n"
     "trainerd starts an endpoint's process: {\"model\": DIR, \"port\": 0, \"adapter\": {NAME: DIR}}.\n";
+
+// The environment variable of an endpoint's secret (protocol/job_request.h, serve_secret).
+constexpr const char* kSecretVariable = "TRAINER_SERVE_SECRET";
+
+bool is_wildcard(const std::string& host) { return host == "0.0.0.0" || host == "::" || host.empty(); }
+
+std::string this_hostname() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "";
+  return name;
+}
 
 // Parses a whole non-negative integer (minimum `lo`) into `out`; false when it is not one.
 bool parse_int(const std::string& text, int64_t lo, int64_t* out) {
@@ -173,6 +190,11 @@ int cmd_serve(int argc, char** argv) {
     std::fprintf(stderr, "trainer-job serve: %s\n%s", error.c_str(), kUsage);
     return 2;
   }
+  // The endpoint's secret comes in the environment (never on the command line) and leaves it.
+  if (const char* secret = std::getenv(kSecretVariable); secret != nullptr) {
+    args.http.api_key = secret;
+    ::unsetenv(kSecretVariable);
+  }
   // Its events: a hello, then a heartbeat from the start (a model load may take long).
   EventWriter events;
   if (!args.events_path.empty()) {
@@ -206,8 +228,10 @@ int cmd_serve(int argc, char** argv) {
   StopSignals signals([server](int) { server->stop(); });
   nlohmann::json models = nlohmann::json::array({(*engine)->base_name()});
   for (const auto& a : (*engine)->adapters()) models.push_back(a.name);
-  const nlohmann::json line = {{"event", "listening"}, {"port", server->port()}, {"models", models},
-                               {"contextLimit", (*engine)->context_limit()}};
+  nlohmann::json line = {{"event", "listening"}, {"host", server->host()}, {"port", server->port()}, {"models", models},
+                         {"contextLimit", (*engine)->context_limit()}};
+  // On every interface: the machine's name, for a reader (trainerd asks its backend for the node).
+  if (is_wildcard(server->host())) line["hostname"] = this_hostname();
   std::printf("%s\n", line.dump().c_str());
   std::fflush(stdout);
   server->run();

@@ -269,17 +269,20 @@ ojson usage_json(const Call& call, const std::vector<Choice>& choices) {
 
 class HttpServer final : public ServeHttp {
  public:
-  HttpServer(engine::ServingEngine& engine, const ServeHttpOptions& options) : engine_(engine), created_(now_seconds()) {
+  HttpServer(engine::ServingEngine& engine, const ServeHttpOptions& options)
+      : engine_(engine), created_(now_seconds()), api_key_(options.api_key) {
     const int threads = options.threads;
     server_.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
     server_.set_payload_max_length(options.max_body_bytes);
     install();
   }
   int port() const override { return port_; }
+  std::string host() const override { return host_; }
   void run() override { server_.listen_after_bind(); }
   void stop() override { server_.stop(); }
 
   Status bind(const std::string& host, int port) {
+    host_ = host;
     if (port == 0) {
       port_ = server_.bind_to_any_port(host);
       if (port_ < 0) return unavailable("cannot listen on " + host);
@@ -301,11 +304,33 @@ class HttpServer final : public ServeHttp {
 
   engine::ServingEngine& engine_;
   const int64_t created_;
+  const std::string api_key_;  // "": every request is answered
   httplib::Server server_;
+  std::string host_;
   int port_ = 0;
 };
 
+// Whether `header` ("Bearer KEY") carries `key`, compared in time independent of where they differ.
+bool bearer_matches(const std::string& header, const std::string& key) {
+  const std::string prefix = "Bearer ";
+  if (header.size() != prefix.size() + key.size() || header.compare(0, prefix.size(), prefix) != 0) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < key.size(); ++i) diff |= static_cast<unsigned char>(header[prefix.size() + i] ^ key[i]);
+  return diff == 0;
+}
+
 void HttpServer::install() {
+  // With an API key (an endpoint's secret, TRAINER_SERVE_SECRET), nothing is answered without it.
+  if (!api_key_.empty()) {
+    server_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (bearer_matches(req.get_header_value("Authorization"), api_key_)) return httplib::Server::HandlerResponse::Unhandled;
+      send_error(res, 401, "this serving process answers only requests with its endpoint's secret "
+                           "(Authorization: Bearer SECRET); call it through trainerd's "
+                           "/v1/endpoints/{id}/v1/chat/completions", "", "invalid_api_key");
+      res.set_header("WWW-Authenticate", "Bearer");
+      return httplib::Server::HandlerResponse::Handled;
+    });
+  }
   server_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) { models(res); });
   server_.Post("/v1/chat/completions",
                [this](const httplib::Request& req, httplib::Response& res) { completion(req, res, true); });

@@ -16,12 +16,17 @@ struct ServeHttpOptions {
   int port = 0;                     // 0: any free port
   int threads = 256;                // connections served at once (a streaming answer holds one)
   size_t max_body_bytes = 32 << 20; // request bodies over this get 413
+  // When set, every request must carry `Authorization: Bearer <api_key>` (else 401 in OpenAI's
+  // error shape, `invalid_api_key`); "" = no check (a process started by hand).
+  std::string api_key = {};
 };
 
 class ServeHttp {
  public:
   virtual ~ServeHttp() = default;
   virtual int port() const = 0;
+  // The address it listens on, as given ("127.0.0.1", "0.0.0.0" for every IPv4 interface).
+  virtual std::string host() const = 0;
   // Serves until stop() (blocks the calling thread).
   virtual void run() = 0;
   virtual void stop() = 0;

@@ -97,6 +97,10 @@ struct JobRequest {
   // outbound.allow as a JSON list of HOST:PORT rules (TRAINER_OUTBOUND_ALLOW, common/outbound.h),
   // checked as each call connects. "" = not passed: no check (a job started by hand).
   std::string outbound_allow;
+  // A serving process's secret (TRAINER_SERVE_SECRET, job kind serve): it answers only requests
+  // that carry `Authorization: Bearer SECRET` (docs/security.md, "Serving processes"). Passed in
+  // the environment, never on the command line. "" = not passed: no check (a process started by hand).
+  std::string serve_secret;
   // Not in the environment: the job's arguments and output.
   std::string plan_path;    // the resolved plan (JSON), already written (--plan); evaluate: its spec (--spec)
   std::string output_dir;   // the job's output folder (--output)

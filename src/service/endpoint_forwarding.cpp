@@ -9,6 +9,7 @@
 #include "common/http_client.h"
 #include "common/json_parse.h"
 #include "service/endpoints.h"
+#include "service/serving_process.h"
 
 namespace trainer::service {
 namespace {
@@ -96,8 +97,7 @@ Result<ForwardedAnswer> Endpoints::chat(const std::string& ref, const std::strin
     return *refused;
   }
   const std::string model = (*request)["model"].is_string() ? (*request)["model"].get<std::string>() : "";
-  HttpRequest call;
-  call.url = "http://127.0.0.1:" + std::to_string(doc["_job"].value("port", 0)) + "/v1/chat/completions";
+  HttpRequest call = serving_call(doc["_job"], "POST", "/v1/chat/completions", kForwardSeconds);
   call.body = request->dump();
   const json stream = request->value("stream", json(false));
   if (stream.is_boolean() && stream.get<bool>()) {

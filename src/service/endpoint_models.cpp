@@ -10,6 +10,7 @@
 #include "common/http_client.h"
 #include "common/json_parse.h"
 #include "service/endpoints.h"
+#include "service/serving_process.h"
 
 namespace trainer::service {
 namespace {
@@ -52,12 +53,9 @@ Status status_of_answer(const HttpResponse& answer, const std::string& what) {
 
 Status Endpoints::call_adapters(const json& doc, const std::string& method, const json& body,
                                 const std::string& name) const {
-  HttpRequest call;
-  call.method = method;
-  call.url = "http://127.0.0.1:" + std::to_string(doc["_job"].value("port", 0)) + "/v1/adapters";
-  if (method == "DELETE") call.url += "/" + name;
+  HttpRequest call = serving_call(doc["_job"], method, method == "DELETE" ? "/v1/adapters/" + name : "/v1/adapters",
+                                  kAdapterCallSeconds);
   if (method == "POST") call.body = body.dump();
-  call.timeout_seconds = kAdapterCallSeconds;
   const HttpResponse answer = http_call(call);
   const std::string id = doc.value("endpointId", std::string());
   if (answer.failure != HttpFailure::kNone) {

@@ -18,6 +18,7 @@
 #include "service/base_models.h"
 #include "service/endpoints.h"
 #include "service/lost_attempts.h"
+#include "service/serving_process.h"
 
 namespace trainer::service {
 namespace {
@@ -117,9 +118,12 @@ Status Endpoints::launch_locked(json& doc, const store::ClaimRow& claim) {
   // The base model by content hash, found in this host's model cache.
   const std::string base_path =
       core_.storage->local_path(BaseModels::cache_key(model.value("baseModelHash", std::string())));
+  // On this host (the local backend) it listens on loopback; on a cluster's node, on every
+  // interface, so that trainerd on another machine reaches it (its secret keeps others out).
+  const bool this_host = core_.backend->on_this_host();
   json spec = {{"model", base_path},
                {"name", model.value("baseModel", std::string())},
-               {"host", "127.0.0.1"},
+               {"host", this_host ? "127.0.0.1" : "0.0.0.0"},
                {"port", 0},
                {"max-rank", core_.options.config.limits.max_adapter_rank},
                {"max-adapters", kMaxAdaptersLoaded},
@@ -141,6 +145,7 @@ Status Endpoints::launch_locked(json& doc, const store::ClaimRow& claim) {
   const int launch = doc.value("restarts", 0) + 1;
   job.log_path = (dir / (launch == 1 ? std::string("serve.log") : "serve-" + std::to_string(launch) + ".log")).string();
   job.job_id = id + "-" + std::to_string(launch);
+  job.attempt = launch;  // a cluster's submission of a restart is a new one (Ray: PREFIX-ID-LAUNCH)
   // Its events (a hello, then a heartbeat): a process silent past limits.jobSilenceSeconds is hung.
   job.events_path = (dir / ("events-" + std::to_string(launch) + ".jsonl")).string();
   if (const int beat = heartbeat_seconds_for(core_.options.config.limits.job_silence_seconds); beat > 0) {
@@ -149,11 +154,15 @@ Status Endpoints::launch_locked(json& doc, const store::ClaimRow& claim) {
   }
   job.gpus = gpu_pool ? claim.devices : 0;
   job.device_ids = claim.device_ids;
+  // Each launch its own secret (as an attempt's token: 256 bits from the kernel), in the process's
+  // environment, never its command line.
+  job.serve_secret = new_job_token();
   TRAINER_RETURN_IF_ERROR(write_file_atomic(job.plan_path, spec.dump(2) + "\n"));
   TRAINER_RETURN_IF_ERROR(core_.kernel->recheck_lease());  // fenced, as a run's job (driver.cpp)
   auto started = core_.backend->start(job);
   if (!started.is_ok()) return end_locked(doc, kFailed, "the serving process did not start: " + started.status().message());
-  doc["_job"] = {{"handle", started->value}, {"jobId", job.job_id}, {"log", job.log_path}, {"port", 0}};
+  doc["_job"] = {{"handle", started->value}, {"jobId", job.job_id}, {"log", job.log_path}, {"port", 0},
+                 {"secret", job.serve_secret}};
   if (spec.contains("events")) doc["_job"]["events"] = job.events_path;
   doc["phase"] = kStarting;
   doc["startedAt"] = core_.now_rfc3339();
@@ -177,25 +186,17 @@ Status Endpoints::restart_locked(json& doc, const std::string& reason) {
   return launch_locked(doc, *claim);
 }
 
-// The port on the process's "listening" line (trainer-job serve prints it on stdout, which the
-// backend sends to its log), once GET /health answers there; 0 until then.
-int Endpoints::answering_port(const json& doc) const {
-  std::ifstream in(doc["_job"].value("log", std::string()));
-  std::string line;
-  int port = 0;
-  while (port == 0 && std::getline(in, line)) {
-    if (line.empty() || line[0] != '{') continue;
-    const json hello = json::parse(line, nullptr, false);
-    if (hello.is_object() && hello.value("event", std::string()) == "listening" && hello["port"].is_number_integer()) {
-      port = hello["port"].get<int>();
-    }
-  }
-  if (port == 0) return 0;
-  HttpRequest probe;
-  probe.method = "GET";
-  probe.url = "http://127.0.0.1:" + std::to_string(port) + "/health";
-  probe.timeout_seconds = kProbeSeconds;
-  return http_call(probe).status == 200 ? port : 0;
+// Where the process answers, from its "listening" line (trainer-job serve prints it on stdout,
+// which the backend sends to its log) and the node the backend says it runs on, once GET /health
+// answers there with its secret; nullopt until then.
+std::optional<json> Endpoints::answering_at(const json& doc, const std::string& node_address) const {
+  const std::optional<ListeningLine> line = read_listening_line(doc["_job"].value("log", std::string()));
+  if (!line || line->port == 0) return std::nullopt;
+  json job = doc["_job"];
+  job["host"] = reachable_host(*line, node_address);
+  job["port"] = line->port;
+  if (http_call(serving_call(job, "GET", "/health", kProbeSeconds)).status != 200) return std::nullopt;
+  return job;
 }
 
 // STARTING, READY, DELETING: the process looked at; its end decides the endpoint's.
@@ -226,15 +227,15 @@ Status Endpoints::follow_locked(json& doc, tasks::Step& step) {
   }
   TRAINER_RETURN_IF_ERROR(watch_process_silence(doc, handle));
   if (phase == kReady) return Status::ok();
-  const int port = answering_port(doc);
-  if (port == 0) {
+  const std::optional<json> answering = answering_at(doc, status.node_address);
+  if (!answering) {
     if (core_.now() - doc.value("startedAtSeconds", core_.now()) > kStartSeconds) {
       core_.backend->kill(handle);
       return end_locked(doc, kFailed, "the serving process did not answer within " + std::to_string(static_cast<int>(kStartSeconds)) + " s");
     }
     return Status::ok();
   }
-  doc["_job"]["port"] = port;
+  doc["_job"] = *answering;
   doc["phase"] = kReady;
   doc["readyAt"] = core_.now_rfc3339();
   TRAINER_RETURN_IF_ERROR(core_.store->put_endpoint(doc));

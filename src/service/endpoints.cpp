@@ -8,6 +8,7 @@
 
 #include "common/http_client.h"
 #include "common/json_parse.h"
+#include "service/serving_process.h"
 #include "service/workloads.h"
 
 namespace trainer::service {
@@ -18,11 +19,11 @@ constexpr const char* kActivePhases[] = {"AWAITING_CAPACITY", "STARTING", "READY
 
 bool ended(const std::string& phase) { return phase == "DELETED" || phase == "FAILED"; }
 
-// An endpoint as users see it: without `_job` (its process's handle and port), with the direct
-// address of its process while it is READY.
+// An endpoint as users see it: without `_job` (its process's handle, address and secret), with
+// the direct address of its process while it is READY (on the node it runs on).
 json shown(json doc) {
   if (doc.value("phase", std::string()) == "READY" && doc["_job"].is_object()) {
-    doc["address"] = "http://127.0.0.1:" + std::to_string(doc["_job"].value("port", 0)) + "/v1";
+    doc["address"] = serving_origin(doc["_job"]) + "/v1";
   }
   doc.erase("_job");
   for (auto& m : doc["models"]) m.erase("_path");
@@ -165,6 +166,16 @@ Result<json> Endpoints::create(const json& body) {
 }
 
 Result<std::string> Endpoints::create_locked(const json& request) {
+  // A serving process reads its base model and adapters from trainerd's cache and prints where it
+  // listens into its log there: on nodes that share no folder with trainerd (a Ray backend's
+  // jobFolder) it could never be reached. Refused by name rather than left STARTING.
+  if (!core_.backend->shares_files()) {
+    return field_status(StatusCode::kFailedPrecondition, "model",
+                        "endpoints need the cluster's nodes to share trainerd's data folder; this deployment's " +
+                            core_.backend->name() + " backend runs jobs in a folder of their own node "
+                            "(compute.ray.jobFolder), where a serving process finds neither its model nor a way to "
+                            "say where it listens (leave jobFolder out to serve endpoints)");
+  }
   const PoolConfig* pool = serving_pool();
   if (!pool) {
     return field_status(StatusCode::kFailedPrecondition, "model",
@@ -337,11 +348,7 @@ std::string Endpoints::metrics_text() {
       const std::string id = doc.value("endpointId", std::string());
       active.push_back(id);
       if (doc.value("phase", std::string()) != "READY" || !doc["_job"].is_object()) continue;
-      HttpRequest probe;
-      probe.method = "GET";
-      probe.url = "http://127.0.0.1:" + std::to_string(doc["_job"].value("port", 0)) + "/v1/stats";
-      probe.timeout_seconds = kStatsSeconds;
-      const HttpResponse stats = http_call(probe);
+      const HttpResponse stats = http_call(serving_call(doc["_job"], "GET", "/v1/stats", kStatsSeconds));
       const json s = stats.status == 200 ? json::parse(stats.body, nullptr, false) : json();
       if (s.is_object()) kv.push_back({id, s.value("kv_blocks_used", 0L), s.value("kv_blocks_total", 0L), s.value("kv_blocks_cached", 0L)});
     }

@@ -120,8 +120,9 @@ class Endpoints {
   Status restart_locked(json& doc, const std::string& reason);
   Status follow_locked(json& doc, tasks::Step& step);
   Status watch_process_silence(json& doc, const backend::JobHandle& handle);  // STARTING, READY: a hung process stopped
-  // The port the process printed on its "listening" line, once it answers; 0 until then.
-  int answering_port(const json& doc) const;
+  // The job record (`_job`) with the host and port the process answers at (its "listening" line,
+  // and `node_address`, the backend's word for its node), once GET /health answers; nullopt until then.
+  std::optional<json> answering_at(const json& doc, const std::string& node_address) const;
   Status end_locked(json& doc, const std::string& phase, const std::string& reason);
 
   ServiceCore& core_;

@@ -105,3 +105,16 @@ def job_credentials(data_dir: pathlib.Path, job_id: str) -> dict:
     finally:
         db.close()
     return {"X-Trainer-Job": job_id, "Authorization": f"Bearer {row[0]}"} if row else {}
+
+
+def serving_secret(data_dir: pathlib.Path, endpoint_id: str) -> dict:
+    """The headers an endpoint's serving process answers (Authorization: Bearer SECRET, the secret
+    trainerd handed its process, docs/security.md "Serving processes"), read from the endpoint's
+    job record in the SQLite store of the trainerd in `data_dir`; {} while it holds none."""
+    db = sqlite3.connect(str(data_dir / "state.db"), timeout=30)
+    try:
+        row = db.execute("SELECT doc FROM endpoints WHERE id = ?", (endpoint_id,)).fetchone()
+    finally:
+        db.close()
+    secret = json.loads(row[0]).get("_job", {}).get("secret") if row else None
+    return {"Authorization": f"Bearer {secret}"} if secret else {}

@@ -199,7 +199,10 @@ class RayHead:
         self.env = env
 
     @classmethod
-    def start(cls, repo: pathlib.Path, temp_dir: pathlib.Path, ports: tuple[int, int] | None = None) -> "RayHead":
+    def start(cls, repo: pathlib.Path, temp_dir: pathlib.Path, ports: tuple[int, int] | None = None,
+              cpus: int = 2) -> "RayHead":
+        """A head on 127.0.0.1 with `cpus` CPUs (0: it runs no job that asks for one, so such jobs go
+        to nodes joined with add_node)."""
         venv = repo / ".venv-ray"
         ray = venv / "bin" / "ray"
         if not ray.exists():
@@ -212,7 +215,7 @@ class RayHead:
         out = subprocess.run(
             [str(ray), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={gcs_port}",
              f"--dashboard-port={dash_port}", "--dashboard-host=127.0.0.1", "--include-dashboard=true",
-             "--num-cpus=2", "--num-gpus=0", f"--temp-dir={temp_dir}", "--disable-usage-stats",
+             f"--num-cpus={cpus}", "--num-gpus=0", f"--temp-dir={temp_dir}", "--disable-usage-stats",
              # Ports of their own, not Ray's fixed defaults (10001, 52365): another head on the
              # machine must not keep this one's client server or job agent from starting.
              f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}"],

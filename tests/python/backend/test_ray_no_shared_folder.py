@@ -20,7 +20,7 @@ import sqlite3
 import pytest
 
 from backend_support import Service
-from cli_support import DATASET_NAME
+from cli_support import DATASET_NAME, MODEL_NAME, WORKLOAD
 
 BUCKET = "trainer-ray-unshared"
 ROOT = f"s3://{BUCKET}/cluster"
@@ -130,3 +130,15 @@ def test_a_ray_evaluation_of_that_adapter_completes_without_the_data_folder(unsh
     # Ray's API when the job ended, into the evaluation's job.log as for a run's attempt.
     ray_log = svc.daemon.data_dir / "evaluations" / done["evaluationId"] / "job.log"
     assert f"node: {svc.daemon.data_dir} holds 0 entries" in ray_log.read_text(errors="replace")
+
+
+def test_an_endpoint_is_refused_by_name_where_the_nodes_share_no_folder(unshared):
+    """A serving process reads its model from trainerd's cache and says where it listens in its log
+    there: without a shared folder it could never be reached, so creating one is refused, naming
+    jobFolder, and nothing is stored or claimed."""
+    from cli_support import MODEL_NAME, WORKLOAD
+
+    out = unshared.cli("endpoints", "create", "--model", MODEL_NAME, "--workload", WORKLOAD)
+    assert out.returncode == 1 and "jobFolder" in out.stderr and "share" in out.stderr, out.stderr
+    assert unshared.cli.json("endpoints", "list")["endpoints"] == []
+    assert not [c for c in unshared.cli.json("capacity")["claims"] if c["kind"] == "SERVING"]

@@ -2,7 +2,7 @@
 `slurm` fixture): real training jobs submitted with sbatch through `trainer runs start`, followed
 with squeue/scontrol, cancelled with scancel, and found again by a restarted trainerd; an
 evaluation's job, submitted the same way; and an endpoint's serving process, as a Slurm job that
-its delete ends (one node: trainerd reaches it at 127.0.0.1)."""
+its delete ends (one node; trainerd reaches it at the job's batch host, as Slurm names it)."""
 from __future__ import annotations
 
 import json
@@ -140,14 +140,20 @@ def test_an_endpoint_serves_from_a_slurm_job_and_delete_ends_it(service, slurm):
     assert e["phase"] == "READY", e
     eid = e["endpointId"]
 
-    def slurm_state() -> str:
+    def slurm_job(key: str) -> str:
         out = slurm.run("scontrol", "show", "job", "-o")
         assert out.returncode == 0, out.stderr
         mine = [line for line in out.stdout.splitlines() if f"JobName=trainer-{eid}-1 " in line]
         assert len(mine) == 1, out.stdout
-        return mine[0].split("JobState=")[1].split()[0]
+        return mine[0].split(f" {key}=")[1].split()[0]
+
+    def slurm_state() -> str:
+        return slurm_job("JobState")
 
     assert slurm_state() == "RUNNING"
+    # trainerd reaches the process on its job's batch host (the node's name Slurm gives).
+    address = service.cli.json("endpoints", "get", eid)["address"]
+    assert address.startswith(f"http://{slurm_job('BatchHost')}:"), address
     sent = service.cli.json("endpoints", "send", eid, "--input", "Hello", "--temperature", 0, "--max-tokens", 4)
     assert sent["model"] == MODEL_NAME and 0 < sent["usage"]["completion_tokens"] <= 4, sent
     service.cli("endpoints", "delete", eid, check=True)

@@ -26,9 +26,9 @@ MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "c
 LONG_TOKENS = 3000
 
 
-def get_json(url: str) -> tuple[int, dict]:
+def get_json(url: str, headers: dict | None = None) -> tuple[int, dict]:
     try:
-        with urllib.request.urlopen(url, timeout=60) as r:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=60) as r:
             return r.status, json.load(r)
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read())
@@ -48,8 +48,10 @@ def client_at(base_url: str) -> openai.OpenAI:
 
 
 @pytest.fixture(scope="module")
-def endpoint(ready):
+def endpoint(ready, trainerd):
     e = create_ready(ready)
+    # The serving process answers only with the secret trainerd handed it (docs/security.md).
+    e["secret"] = auth.serving_secret(trainerd.data_dir, e["endpointId"])
     yield e
     ready("endpoints", "delete", e["endpointId"], check=True)
 
@@ -71,7 +73,7 @@ def proxy(ready, endpoint):
 
 
 def stats(endpoint) -> dict:
-    status, body = get_json(endpoint["address"] + "/stats")
+    status, body = get_json(endpoint["address"] + "/stats", endpoint["secret"])
     assert status == 200, body
     return body
 

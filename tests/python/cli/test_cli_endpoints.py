@@ -16,6 +16,7 @@ import urllib.request
 
 import pytest
 
+import auth
 from cli_support import MODEL_NAME, WORKLOAD, call, plan_text, start_run_id
 from serving_processes import serving_pids
 from waiting import wait_for
@@ -161,7 +162,7 @@ def refusal(cli, *args) -> str:
     return done.stderr
 
 
-def test_a_runs_adapter_attaches_to_its_base_models_endpoint_without_new_devices(ready, bin_dir, tiny_model):
+def test_a_runs_adapter_attaches_to_its_base_models_endpoint_without_new_devices(ready, trainerd, bin_dir, tiny_model):
     run = start_run_id(ready, plan_text(3))
     ready("workloads", "create", "elsewhere", check=True)
     base = create_ready(ready)
@@ -242,7 +243,10 @@ def test_a_runs_adapter_attaches_to_its_base_models_endpoint_without_new_devices
     text = ready("endpoints", "detach", eid, run[:8], check=True).stdout
     assert f"Detached {run[:8]} from endpoint {eid}" in text, text
     assert served(ready, eid) == [(MODEL_NAME, "base", True)]
-    with urllib.request.urlopen(ready.json("endpoints", "get", eid)["address"] + "/models", timeout=30) as r:
+    # The process itself, with the secret trainerd handed it (docs/security.md, "Serving processes").
+    direct_models = urllib.request.Request(ready.json("endpoints", "get", eid)["address"] + "/models",
+                                           headers=auth.serving_secret(trainerd.data_dir, eid))
+    with urllib.request.urlopen(direct_models, timeout=30) as r:
         assert [m["id"] for m in json.load(r)["data"]] == [MODEL_NAME]
     status, body = post(f"{ready.url}/v1/endpoints/{eid}/v1/chat/completions",
                         {"model": run, **chat([{"role": "user", "content": "hi"}])})

@@ -41,6 +41,7 @@ JobRequest full_request() {
   r.resume_snapshot = std::string(64, 'a');
   r.branch_snapshot = std::string(64, 'b');
   r.branch_restore = kRestoreTrainingState;
+  r.serve_secret = "s3cret";
   return r;
 }
 
@@ -72,7 +73,8 @@ TEST(JobRequest, TheEnvironmentNamesEveryFieldInItsFixedOrder) {
                  {"TRAINER_PUBLISH_DEADLINE_SECONDS", "300"},
                  {"TRAINER_RESUME_SNAPSHOT", std::string(64, 'a')},
                  {"TRAINER_BRANCH_SNAPSHOT", std::string(64, 'b')},
-                 {"TRAINER_BRANCH_RESTORE", "trainingState"}}));
+                 {"TRAINER_BRANCH_RESTORE", "trainingState"},
+                 {"TRAINER_SERVE_SECRET", "s3cret"}}));
 }
 
 TEST(JobRequest, EmptyFieldsAreNotPassedButTheRunAndAttemptAlwaysAre) {
