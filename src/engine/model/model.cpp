@@ -240,10 +240,82 @@ at::Tensor CausalLM::project_rows(const Linear& lin, const at::Tensor& x, bool t
   for (const AdapterRows& g : groups) {
     const LoraWeights& w = (*g.weights)[layer][target];
     if (!w.A.defined()) continue;
+    if (g.rows.size(0) == x.size(0)) {  // every row (groups list rows in order): no gather
+      y.add_(at::linear(at::linear(x, w.A), w.B) * w.scale);
+      continue;
+    }
     at::Tensor xs = x.index_select(0, g.rows);
     y.index_add_(0, g.rows, at::linear(at::linear(xs, w.A), w.B) * w.scale);
   }
   return y;
+}
+
+at::Tensor CausalLM::project_stacked(const Linear& lin, const at::Tensor& x, bool training, const ForwardInput& in,
+                                     size_t layer, size_t target) const {
+  at::Tensor y = project(lin, x, training);
+  const at::Tensor& A = in.stacked->A[layer][target];
+  if (!A.defined()) return y;
+  at::Tensor xa = at::linear(x, A);  // [B, T, R]
+  xa.mul_(in.stacked_mask.unsqueeze(1));
+  return y.add_(at::linear(xa, in.stacked->B[layer][target]));
+}
+
+StackedAdapters stack_adapters(const std::vector<const AdapterWeights*>& adapters) {
+  StackedAdapters out;
+  // Each adapter's columns: its highest rank over every projection.
+  out.offsets.push_back(0);
+  for (const AdapterWeights* w : adapters) {
+    int64_t rank = 0;
+    for (const auto& layer : *w) {
+      for (const LoraWeights& lw : layer) {
+        if (lw.A.defined()) rank = std::max(rank, lw.A.size(0));
+      }
+    }
+    out.offsets.push_back(out.offsets.back() + rank);
+  }
+  const size_t layers = adapters.front()->size();
+  out.A.resize(layers);
+  out.B.resize(layers);
+  for (size_t l = 0; l < layers; ++l) {
+    const size_t targets = (*adapters.front())[l].size();
+    out.A[l].resize(targets);
+    out.B[l].resize(targets);
+    for (size_t t = 0; t < targets; ++t) {
+      // The projection's shape and options from an adapter that adapts it; none: left undefined.
+      const LoraWeights* some = nullptr;
+      for (const AdapterWeights* w : adapters) {
+        if ((*w)[l][t].A.defined()) some = &(*w)[l][t];
+      }
+      if (some == nullptr) continue;
+      const int64_t R = out.offsets.back(), in = some->A.size(1), o = some->B.size(0);
+      at::Tensor A = at::zeros({R, in}, some->A.options()), B = at::zeros({o, R}, some->B.options());
+      for (size_t i = 0; i < adapters.size(); ++i) {
+        const LoraWeights& lw = (*adapters[i])[l][t];
+        if (!lw.A.defined()) continue;
+        const int64_t r = lw.A.size(0), at_col = out.offsets[i];
+        A.narrow(0, at_col, r).copy_(lw.A);
+        B.narrow(1, at_col, r).copy_(lw.B * lw.scale);
+      }
+      out.A[l][t] = A;
+      out.B[l][t] = B;
+    }
+  }
+  return out;
+}
+
+at::Tensor stacked_mask(const StackedAdapters& stacked, const std::vector<int64_t>& adapter_of_row,
+                        const at::TensorOptions& options) {
+  const int64_t B = static_cast<int64_t>(adapter_of_row.size()), R = stacked.offsets.back();
+  at::Tensor mask = at::zeros({B, R}, at::kFloat);
+  auto m = mask.accessor<float, 2>();
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t i = adapter_of_row[static_cast<size_t>(b)];
+    if (i < 0) continue;
+    for (int64_t c = stacked.offsets[static_cast<size_t>(i)]; c < stacked.offsets[static_cast<size_t>(i) + 1]; ++c) {
+      m[b][c] = 1.0F;
+    }
+  }
+  return mask.to(options);
 }
 
 std::pair<at::Tensor, at::Tensor> KVCache::append(size_t layer, const at::Tensor& new_k, const at::Tensor& new_v) {
@@ -287,6 +359,7 @@ at::Tensor CausalLM::hidden_states(const ForwardInput& in, bool training, KVStor
   // Projection indices in lora::supported_targets() order (AdapterWeights' layout).
   enum : size_t { kQ, kK, kV, kO, kGate, kUp, kDown };
   auto proj = [&](const Linear& lin, const at::Tensor& x, size_t target) {
+    if (in.stacked != nullptr) return project_stacked(lin, x, training, in, layer, target);
     return in.adapter_rows.empty() ? project(lin, x, training)
                                    : project_rows(lin, x, training, in.adapter_rows, layer, target);
   };

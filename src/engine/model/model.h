@@ -55,6 +55,26 @@ struct AdapterRows {
   const AdapterWeights* weights = nullptr;  // not owned; outlives the forward pass
 };
 
+// Several adapters side by side, for a batch whose rows use different ones (serving): for each
+// projection, every adapter's A stacked on the rank axis and its B, scaled, on the input axis (an
+// adapter that does not adapt the projection, or adapts it at a lower rank, as zeros). With a
+// mask of each row's own columns, a projection adds ((x Aᵀ) ⊙ mask) Bᵀ for every row at once: two
+// products whatever the number of adapters, where one group per adapter costs four small
+// operations per adapter (S-LoRA's and Punica's grouping, without a gather).
+struct StackedAdapters {
+  std::vector<std::vector<at::Tensor>> A;  // [layer][target]: [R, in]; undefined: no adapter adapts it
+  std::vector<std::vector<at::Tensor>> B;  // [layer][target]: [out, R], each adapter's columns times its scale
+  std::vector<int64_t> offsets;            // adapter i's columns: offsets[i] up to offsets[i + 1] (R last)
+};
+
+// `adapters` (not empty) stacked in their order, in the dtype and on the device of their weights.
+StackedAdapters stack_adapters(const std::vector<const AdapterWeights*>& adapters);
+
+// The mask of StackedAdapters for a batch: row b keeps the columns of adapter `adapter_of_row[b]`
+// (an index into the stacked adapters; -1: none, the base model). [B, R] in `options`.
+at::Tensor stacked_mask(const StackedAdapters& stacked, const std::vector<int64_t>& adapter_of_row,
+                        const at::TensorOptions& options);
+
 // Everything one forward pass needs about its batch.
 struct ForwardInput {
   at::Tensor input_ids;     // [B, T] int64, on the model's device
@@ -62,6 +82,10 @@ struct ForwardInput {
   at::Tensor attn_mask;     // [B, 1, T, T] bool, true = may attend; undefined = causal only
                             // (right padding needs no mask: real tokens never see the pads)
   std::vector<AdapterRows> adapter_rows;  // per-row adapters (serving); empty = none
+  // Per-row adapters stacked (serving, several adapters in the batch), used instead of
+  // adapter_rows when set: not owned, outlives the pass; with its mask [B, R].
+  const StackedAdapters* stacked = nullptr;
+  at::Tensor stacked_mask;
 };
 
 class CausalLM;
@@ -133,6 +157,9 @@ class CausalLM {
   // project() plus each group's adapter on its rows (projection `target` of layer `layer`).
   at::Tensor project_rows(const Linear& lin, const at::Tensor& x, bool training, const std::vector<AdapterRows>& groups,
                           size_t layer, size_t target) const;
+  // project() plus every row's adapter from `in`'s stacked adapters.
+  at::Tensor project_stacked(const Linear& lin, const at::Tensor& x, bool training, const ForwardInput& in,
+                             size_t layer, size_t target) const;
   at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) const;
   void ensure_rope_cache(int64_t positions);
   // Calls `visit` with each base weight and norm once (a tied head is the embedding).

@@ -345,6 +345,36 @@ std::vector<model::AdapterRows> Engine::adapter_rows(const std::vector<Sequence*
   return out;
 }
 
+void Engine::set_adapters(model::ForwardInput& in, const std::vector<Sequence*>& rows) {
+  // The distinct adapters of the batch, by attach order.
+  std::map<uint64_t, const Adapter*> distinct;
+  for (const Sequence* s : rows) {
+    if (s->adapter) distinct.emplace(s->adapter->generation, s->adapter.get());
+  }
+  if (distinct.size() < 2) {
+    in.adapter_rows = adapter_rows(rows);
+    return;
+  }
+  std::vector<uint64_t> generations;
+  std::vector<const model::AdapterWeights*> weights;
+  for (const auto& [generation, adapter] : distinct) {
+    generations.push_back(generation);
+    weights.push_back(&adapter->weights);
+  }
+  if (generations != stacked_generations_) {
+    stacked_ = model::stack_adapters(weights);
+    stacked_generations_ = generations;
+  }
+  std::vector<int64_t> adapter_of_row;
+  for (const Sequence* s : rows) {
+    adapter_of_row.push_back(
+        s->adapter ? std::distance(distinct.begin(), distinct.find(s->adapter->generation)) : int64_t{-1});
+  }
+  in.stacked = &stacked_;
+  in.stacked_mask = model::stacked_mask(stacked_, adapter_of_row,
+                                        at::TensorOptions().dtype(model_->dtype()).device(model_->device()));
+}
+
 bool Engine::emit_next(Sequence& seq, const at::Tensor& logits, int64_t greedy_pick) {
   int64_t token = greedy_pick;
   if (!seq.sampling.greedy || token < 0) {
@@ -393,7 +423,7 @@ void Engine::decode_step() {
   in.input_ids = ids.to(dev);
   in.position_ids = pos.to(dev);
   in.attn_mask = pass.attention_mask();
-  in.adapter_rows = adapter_rows(rows);
+  set_adapters(in, rows);
   at::Tensor hidden = model_->hidden_states(in, false, &pass);
   at::Tensor logits = model_->step_logits(hidden.select(1, 0));  // [B, V]
   // The greedy rows' picks in one pass and one copy to the host, not one per row.

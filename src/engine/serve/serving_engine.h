@@ -99,6 +99,9 @@ class Engine final : public ServingEngine {
   bool emit_next(Sequence& seq, const at::Tensor& logits, int64_t greedy_pick = -1);
   void finish(Sequence& seq, const std::string& reason);
   std::vector<model::AdapterRows> adapter_rows(const std::vector<Sequence*>& rows) const;
+  // `in`'s adapters for `rows`: one group per adapter, or, with several adapters among the rows,
+  // all of them stacked (model::StackedAdapters, kept while the batch's adapters stay the same).
+  void set_adapters(model::ForwardInput& in, const std::vector<Sequence*>& rows);
   Status check_request(const CompletionRequest& r, int64_t* max_tokens) const;
 
   // Constant after construction.
@@ -107,6 +110,9 @@ class Engine final : public ServingEngine {
   const text::Tokenizer tokenizer_;
   std::vector<int64_t> stop_ids_;
   BlockPool pool_;
+  // The scheduler thread's: the adapters last stacked (their generations, in order) and the stack.
+  std::vector<uint64_t> stacked_generations_;
+  model::StackedAdapters stacked_;
 
   mutable std::mutex adapters_mu_;
   std::map<std::string, std::shared_ptr<const Adapter>> adapters_;  // guarded by adapters_mu_
