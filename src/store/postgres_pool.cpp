@@ -2,8 +2,6 @@
 #include "store/postgres_pool.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 
 namespace trainer::store::postgres {
 namespace {
@@ -11,10 +9,6 @@ namespace {
 // The holds of the calling thread, one per pool it holds a connection of (a thread rarely holds
 // more than one: two stores in one process, as the tests open).
 thread_local std::vector<ConnectionPool::Lease*> t_outermost;
-
-double ms_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
-}
 
 }  // namespace
 
@@ -32,29 +26,15 @@ Connection* ConnectionPool::held_by_this_thread() const {
   return nullptr;
 }
 
-ConnectionPool::Use ConnectionPool::use() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return use_;
-}
-
 Result<std::unique_ptr<Connection>> ConnectionPool::take() {
-  const auto began = std::chrono::steady_clock::now();
-  const auto deadline = began + std::chrono::milliseconds(std::max<int64_t>(1, limits_.statement_timeout_ms));
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max<int64_t>(1, limits_.statement_timeout_ms));
   std::unique_lock<std::mutex> lock(mu_);
-  bool waited = false;
   while (idle_.empty() && open_ >= size_) {
-    waited = true;
     if (freed_.wait_until(lock, deadline) == std::cv_status::timeout && idle_.empty() && open_ >= size_) {
       return unavailable("store: all " + std::to_string(size_) + " connections to " + server_ + " (store.poolSize) " +
                          "stayed in use for " + std::to_string(limits_.statement_timeout_ms) + " ms; try again");
     }
-  }
-  ++use_.leases;
-  if (waited) {
-    const double w = ms_since(began);
-    ++use_.waited;
-    use_.wait_ms += w;
-    use_.max_wait_ms = std::max(use_.max_wait_ms, w);
   }
   if (!idle_.empty()) {
     std::unique_ptr<Connection> conn = std::move(idle_.back());
@@ -74,27 +54,13 @@ Result<std::unique_ptr<Connection>> ConnectionPool::take() {
   return std::move(*conn);
 }
 
-void ConnectionPool::give_back(std::unique_ptr<Connection> conn, double held_ms) {
+void ConnectionPool::give_back(std::unique_ptr<Connection> conn) {
   // A transaction is always ended by the store before its connection goes back; one that is not
   // (an exception between BEGIN and the end) is rolled back, never handed on half-done.
   if (conn->in_transaction()) (void)conn->exec("ROLLBACK", "ROLLBACK");
   {
     std::lock_guard<std::mutex> lock(mu_);
-    use_.held_ms += held_ms;
     idle_.push_back(std::move(conn));
-    // TEMPORARY (issue 25's measurement): the pool's use on stderr every 5 s.
-    static const bool timing = std::getenv("TRAINER_STORE_TIMING") != nullptr;
-    static auto last = std::chrono::steady_clock::now();
-    if (timing && ms_since(last) >= 5000) {
-      last = std::chrono::steady_clock::now();
-      std::fprintf(stderr,
-                   "store timing: pool %d, open %d, leases %llu, waited %llu (total %.0f ms, max %.1f ms), held "
-                   "total %.0f ms (mean %.3f ms), reconnects %llu\n",
-                   size_, open_, static_cast<unsigned long long>(use_.leases),
-                   static_cast<unsigned long long>(use_.waited), use_.wait_ms, use_.max_wait_ms, use_.held_ms,
-                   use_.leases ? use_.held_ms / static_cast<double>(use_.leases) : 0.0,
-                   static_cast<unsigned long long>(use_.reconnects));
-    }
   }
   freed_.notify_one();
 }
@@ -119,21 +85,18 @@ ConnectionPool::Lease::Lease(ConnectionPool& pool) : pool_(pool) {
       status_ = st;
       return;
     }
-    std::lock_guard<std::mutex> lock(pool.mu_);
-    ++pool.use_.reconnects;
   }
   own_.pool = &pool;
   own_.conn = std::move(*conn);
   held_ = &own_;
   outermost_ = true;
-  since_ = std::chrono::steady_clock::now();
   t_outermost.push_back(this);
 }
 
 ConnectionPool::Lease::~Lease() {
   if (!outermost_) return;
   t_outermost.erase(std::find(t_outermost.begin(), t_outermost.end(), this));
-  pool_.give_back(std::move(own_.conn), ms_since(since_));
+  pool_.give_back(std::move(own_.conn));
 }
 
 }  // namespace trainer::store::postgres

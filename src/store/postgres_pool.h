@@ -62,29 +62,18 @@ class ConnectionPool {
     Held own_;               // the hold, when this Lease is the thread's outermost on the pool
     Held* held_ = nullptr;   // the thread's hold (&own_ when outermost)
     bool outermost_ = false;
-    std::chrono::steady_clock::time_point since_;
     Status status_;
   };
 
   // The connection the calling thread holds of this pool (inside a Lease), else null.
   Connection* held_by_this_thread() const;
 
-  // Counters of the pool's use (trainerd's stderr when TRAINER_STORE_TIMING is set).
-  struct Use {
-    uint64_t leases = 0;   // outermost leases granted
-    uint64_t waited = 0;   // of them, how many waited for a free connection
-    double wait_ms = 0;    // their total wait
-    double max_wait_ms = 0;
-    double held_ms = 0;    // total time leases were held (statements and the work between them)
-    uint64_t reconnects = 0;  // lost connections connected again
-  };
-  Use use() const;
 
  private:
   // A connection for an outermost Lease: a free one, a new one while fewer than size_ are open,
   // else the first one handed back within the wait.
   Result<std::unique_ptr<Connection>> take();
-  void give_back(std::unique_ptr<Connection> conn, double held_ms = 0);
+  void give_back(std::unique_ptr<Connection> conn);
 
   const std::string url_;
   const PostgresSessionLimits limits_;
@@ -95,7 +84,6 @@ class ConnectionPool {
   std::condition_variable freed_;
   std::vector<std::unique_ptr<Connection>> idle_;  // guarded by mu_
   int open_ = 0;                                   // connections made, idle or leased; guarded by mu_
-  Use use_;                                        // guarded by mu_
 };
 
 }  // namespace trainer::store::postgres
