@@ -406,9 +406,10 @@ Result<std::unique_ptr<store::Store>> open_store(const service::StoreConfig& con
     store::PostgresSessionLimits limits;
     limits.idle_in_transaction_ms = std::clamp<int64_t>(lease.count() / 2, 1, limits.idle_in_transaction_ms);
     limits.lock_timeout_ms = std::clamp<int64_t>(lease.count() / 4, 1, limits.lock_timeout_ms);  // 0 would mean none
-    auto pg = store::open_postgres_store(config.url, limits);
+    auto pg = store::open_postgres_store(config.url, limits, config.pool_size);
     if (!pg.is_ok()) return pg.status().with_context("store.url");
-    std::fprintf(stderr, "trainerd: store: %s\n", (*pg)->description().c_str());
+    std::fprintf(stderr, "trainerd: store: %s, at most %d connections (store.poolSize)\n",
+                 (*pg)->description().c_str(), config.pool_size);
     return pg;
   }
   fs::path file = config.url.empty() ? fs::path("state.db") : fs::path(config.url);

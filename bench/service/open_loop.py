@@ -7,9 +7,10 @@
         [--replicas 1 3] [--admission 1000] [--clients 8]
 
 With --store postgres the state is in a throwaway PostgreSQL server (tools/test-postgres; fsync off)
-and the first build is measured with each number of --replicas on that one database and data folder,
-the requests spread over the replicas in turn (no followers); --admission N then queues N runs and
-measures admission decisions per second (admission()).
+and each build (BUILD, or BUILD@N with store.poolSize N) is measured with each number of --replicas
+on that one database and data folder, the requests spread over the replicas in turn (no followers);
+--admission N then queues N runs (at the first measurement) and measures admission decisions per
+second (admission()). The last build fills the data.
 
 Fills one data folder once through the API (runs submitted while one run holds the only
 device, then cancelled: real run records with phase history, events and claims), then for each
@@ -133,11 +134,27 @@ def followers(d, gets, args, tmp):
     return out
 
 
-def measure_replicas(build, data, ids, args, env, config, tmp, replicas):
-    """The gets and lists with `replicas` trainerds on the one PostgreSQL database and data folder
-    (not copied: these reads change nothing), the requests spread over them in turn; then the
-    admission decisions when --admission asks for them."""
-    daemons = [Daemon(build, data, config, env, open(tmp / f"pg-{replicas}-r{i}.log", "wb"), name=f"r{i}")
+def variant(spec, config, tmp):
+    """(build folder, config) of a --builds entry: BUILD, or BUILD@N for BUILD with store.poolSize N
+    (a build from before the pool refuses the key: give it without @)."""
+    build, _, size = spec.partition("@")
+    if not size:
+        return build, config
+    doc = json.loads(pathlib.Path(config).read_text())
+    doc["store"]["poolSize"] = int(size)
+    sized = tmp / f"config-pool{size}.json"
+    sized.write_text(json.dumps(doc))
+    return build, sized
+
+
+def measure_replicas(spec, data, ids, args, env, config, tmp, replicas, queue):
+    """The gets and lists with `replicas` trainerds of `spec` (variant()) on the one PostgreSQL
+    database and data folder (not copied: these reads change nothing), the requests spread over them
+    in turn; then the admission decisions when --admission asks for them (`queue`: queue the runs
+    first; else the ones an earlier measurement queued are still there)."""
+    build, config = variant(spec, config, tmp)
+    tag = f"{abs(hash(spec))}-{replicas}"
+    daemons = [Daemon(build, data, config, env, open(tmp / f"pg-{tag}-r{i}.log", "wb"), name=f"r{i}")
                for i in range(replicas)]
     out = {}
     try:
@@ -149,7 +166,7 @@ def measure_replicas(build, data, ids, args, env, config, tmp, replicas):
         out["GET /v1/runs?limit=50"] = vegeta(args.vegeta, lists, args.rate, args.seconds, tmp)
         if args.admission:
             # The runs queued by the first measurement stay queued for the next.
-            out[f"admission, {args.admission} queued"] = admission(daemons, args, queue=replicas == args.replicas[0])
+            out[f"admission, {args.admission} queued"] = admission(daemons, args, queue=queue)
     finally:
         for d in daemons:
             d.stop()
@@ -234,7 +251,8 @@ def main():
     ap.add_argument("--vegeta", default=shutil.which("vegeta") or str(pathlib.Path.home() / "go" / "bin" / "vegeta"))
     ap.add_argument("--data", help="reuse a filled data folder (from an earlier run) instead of filling one")
     ap.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite",
-                    help="postgres: a throwaway PostgreSQL server holds the state (the first build only)")
+                    help="postgres: a throwaway PostgreSQL server holds the state; each build is measured "
+                         "on it in turn (BUILD@N: with store.poolSize N)")
     ap.add_argument("--replicas", type=int, nargs="+", default=[1, 3],
                     help="postgres: measure with each of these numbers of replicas")
     ap.add_argument("--admission", type=int, default=0,
@@ -254,11 +272,15 @@ def main():
             data = pathlib.Path(args.data)
             ids = json.loads((data.parent / "ids.json").read_text())
         else:
-            data, ids = fill(args.builds[0], tmp, args.runs, env, config)
+            # The last build fills (on PostgreSQL the newest is the quickest to fill with).
+            data, ids = fill(variant(args.builds[-1], config, tmp)[0], tmp, args.runs, env, config)
             (data.parent / "ids.json").write_text(json.dumps(ids))
         if args.store == "postgres":
-            results = {f"postgres, {n} replica{'s' if n > 1 else ''}":
-                       measure_replicas(args.builds[0], data, ids, args, env, config, tmp, n) for n in args.replicas}
+            results = {}
+            for k, spec in enumerate(args.builds):
+                for j, n in enumerate(args.replicas):
+                    results[f"{spec[-20:]}, {n} replica{'s' if n > 1 else ''}"] = measure_replicas(
+                        spec, data, ids, args, env, config, tmp, n, queue=k == 0 and j == 0)
         else:
             results = {b: measure(b, data, ids, args, env, config, tmp) for b in args.builds}
     finally:

@@ -473,6 +473,7 @@ nlohmann::json config_to_json(const DeploymentConfig& c) {
   }
   out["store"] = {{"kind", c.store.kind},
                   {"url", c.store.url.empty() ? json(nullptr) : json(redact_password(c.store.url))}};
+  if (c.store.kind == "postgres") out["store"]["poolSize"] = c.store.pool_size;
   out["telemetry"] = {{"otlpEndpoint", c.telemetry.otlp_endpoint.empty() ? json(nullptr) : json(c.telemetry.otlp_endpoint)},
                       {"otlpIntervalMs", c.telemetry.otlp_interval_ms},
                       {"otlpTracesEndpoint", c.telemetry.otlp_traces_endpoint.empty() ? json(nullptr) : json(c.telemetry.otlp_traces_endpoint)},

@@ -156,6 +156,9 @@ struct StoreConfig {
   // sqlite: the database file ("" = DATA/state.db; a relative path is under the data folder).
   // postgres (required): postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?PARAM=VALUE...]
   std::string url;
+  // postgres: the most connections the store keeps (1-64, store::kMaxPostgresPoolSize): reads
+  // outside a transaction take any free one, a transaction holds one to its end.
+  int pool_size = 8;  // store::kDefaultPostgresPoolSize
 };
 
 // HTTPS on trainerd's API (docs/security.md, "TLS"): both files or neither.

@@ -1,5 +1,6 @@
 // The deployment configuration's compute backend and store sections.
 #include "service/config_fields.h"
+#include "store/store.h"
 
 namespace trainer::service::config_fields {
 namespace {
@@ -92,10 +93,10 @@ Status parse_compute(const json& cp, backend::ComputeConfig& compute) {
   return Status::ok();
 }
 
-// store: {kind?, url?}
+// store: {kind?, url?, poolSize?}
 Status parse_store(const json& st, StoreConfig& store) {
-  if (!st.is_object()) return invalid_argument("store: must be an object {kind, url}");
-  TRAINER_RETURN_IF_ERROR(check_keys(st, "store.", {"kind", "url"}));
+  if (!st.is_object()) return invalid_argument("store: must be an object {kind, url, poolSize}");
+  TRAINER_RETURN_IF_ERROR(check_keys(st, "store.", {"kind", "url", "poolSize"}));
   TRAINER_ASSIGN_OR_RETURN(std::string kind, string_field(st, "kind", "store.", false));
   if (!kind.empty()) store.kind = kind;
   if (store.kind != "sqlite" && store.kind != "postgres") {
@@ -115,6 +116,17 @@ Status parse_store(const json& st, StoreConfig& store) {
     return invalid_argument("store.url: '" + redact_password(store.url) +
                             "' is a URL; for kind sqlite it is the database file's path (leave it out for "
                             "DATA/state.db), or set kind to postgres");
+  }
+  if (st.contains("poolSize")) {
+    if (store.kind != "postgres") {
+      return invalid_argument("store.poolSize: only for kind postgres (SQLite keeps one connection)");
+    }
+    const json& v = st["poolSize"];
+    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > store::kMaxPostgresPoolSize) {
+      return invalid_argument("store.poolSize: must be an integer between 1 and " +
+                              std::to_string(store::kMaxPostgresPoolSize) + " (connections), got " + v.dump());
+    }
+    store.pool_size = v.get<int>();
   }
   return Status::ok();
 }

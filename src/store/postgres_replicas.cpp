@@ -88,8 +88,12 @@ Result<std::unique_ptr<ChangeListener>> PostgresStore::listen_for_changes(const 
 }
 
 Status PostgresStore::lock_admission() {
+  ConnectionPool::Lease lease(pool_);
+  if (!lease.ok()) return lease.status();
+  if (lease.transaction_depth() == 0) {
+    return failed_precondition("store: the admission lock is taken inside a transaction");
+  }
   return locked([&]() -> Status {
-    if (depth_ == 0) return failed_precondition("store: the admission lock is taken inside a transaction");
     return write("SELECT pg_advisory_xact_lock($1)", Params().integer(kAdmissionLock),
                  "waiting for the admission lock");
   });

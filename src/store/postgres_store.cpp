@@ -26,7 +26,6 @@ std::string text_of(const json& doc) {
 }  // namespace
 
 Status PostgresStore::init() {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
   const auto migrations = postgres::migrations();
   const int known = static_cast<int>(migrations.size());
   Status st = transaction([&]() -> Status {
@@ -35,7 +34,7 @@ Status PostgresStore::init() {
                                  "waiting for the migration lock"));
     (void)locked;
     TRAINER_RETURN_IF_ERROR(
-        conn_->exec("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
+        db().exec("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
                     "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
                     "creating schema_migrations"));
     TRAINER_ASSIGN_OR_RETURN(
@@ -48,7 +47,7 @@ Status PostgresStore::init() {
     }
     for (int next = version_ + 1; next <= known; ++next) {
       const std::string what = "migration " + std::to_string(next);
-      TRAINER_RETURN_IF_ERROR(conn_->exec(migrations[next - 1], what));
+      TRAINER_RETURN_IF_ERROR(db().exec(migrations[next - 1], what));
       TRAINER_RETURN_IF_ERROR(write("INSERT INTO schema_migrations(version) VALUES ($1)",
                                     Params().integer(next), "recording " + what));
     }
@@ -64,34 +63,37 @@ int PostgresStore::schema_version() const {
 }
 
 Result<uint64_t> PostgresStore::change_count() {
-  return locked([&] { return postgres::change_count(*conn_); });
+  return locked([&] { return postgres::change_count(db()); });
 }
 
 Status PostgresStore::transaction(const std::function<Status()>& body) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
-  if (depth_ > 0) return body();
-  TRAINER_RETURN_IF_ERROR(conn_->reconnect_if_lost());
-  TRAINER_RETURN_IF_ERROR(conn_->exec("BEGIN", "BEGIN"));
-  ++depth_;
+  ConnectionPool::Lease lease(pool_);
+  if (!lease.ok()) return lease.status();
+  int& depth = lease.transaction_depth();
+  if (depth > 0) return body();
+  Connection& conn = lease.conn();
+  TRAINER_RETURN_IF_ERROR(conn.reconnect_if_lost());
+  TRAINER_RETURN_IF_ERROR(conn.exec("BEGIN", "BEGIN"));
+  ++depth;
   Status st;
   try {
     st = body();
   } catch (const std::exception& e) {
     st = internal_error(std::string("store transaction: ") + e.what());
   }
-  --depth_;
-  if (st.is_ok() && conn_->transaction_failed()) {
+  --depth;
+  if (st.is_ok() && conn.transaction_failed()) {
     // A statement failed and the body went on as if it had not: PostgreSQL would turn the COMMIT
     // into a ROLLBACK without an error. Said instead of silently losing the writes.
     st = internal_error(
         "store: a statement of the transaction failed and the transaction was rolled back whole");
   }
   if (!st.is_ok()) {
-    (void)conn_->exec("ROLLBACK", "ROLLBACK");
+    (void)conn.exec("ROLLBACK", "ROLLBACK");
     return st;
   }
-  Status c = conn_->exec("COMMIT", "COMMIT");
-  if (!c.is_ok()) (void)conn_->exec("ROLLBACK", "ROLLBACK");
+  Status c = conn.exec("COMMIT", "COMMIT");
+  if (!c.is_ok()) (void)conn.exec("ROLLBACK", "ROLLBACK");
   return c;
 }
 
@@ -452,17 +454,17 @@ Result<std::vector<ClaimHoldRow>> PostgresStore::list_claim_holds(double from, d
 
 // ---- jobs' reports (postgres_jobs.cpp)
 Result<JobAttemptRow> PostgresStore::register_job_attempt(const JobAttemptRow& row) {
-  return locked([&] { return postgres::register_job_attempt(*conn_, row); });
+  return locked([&] { return postgres::register_job_attempt(db(), row); });
 }
 
 Result<std::optional<JobAttemptRow>> PostgresStore::get_job_attempt(const std::string& job_id) {
-  return locked([&] { return postgres::get_job_attempt(*conn_, job_id); });
+  return locked([&] { return postgres::get_job_attempt(db(), job_id); });
 }
 
 Result<int64_t> PostgresStore::put_job_events(const std::string& job_id, const std::vector<JobItem>& items) {
   int64_t added = 0;
   TRAINER_RETURN_IF_ERROR(transaction([&]() -> Status {
-    TRAINER_ASSIGN_OR_RETURN(added, postgres::put_job_items(*conn_, "job_events", job_id, items));
+    TRAINER_ASSIGN_OR_RETURN(added, postgres::put_job_items(db(), "job_events", job_id, items));
     return Status::ok();
   }));
   return added;
@@ -470,59 +472,59 @@ Result<int64_t> PostgresStore::put_job_events(const std::string& job_id, const s
 
 Result<std::vector<JobItem>> PostgresStore::job_events(const std::string& job_id, int64_t after,
                                                        int64_t limit) {
-  return locked([&] { return postgres::job_items_after(*conn_, "job_events", job_id, after, limit); });
+  return locked([&] { return postgres::job_items_after(db(), "job_events", job_id, after, limit); });
 }
 
 Result<int64_t> PostgresStore::put_job_log_lines(const std::string& job_id,
                                                  const std::vector<JobItem>& lines) {
   int64_t added = 0;
   TRAINER_RETURN_IF_ERROR(transaction([&]() -> Status {
-    TRAINER_ASSIGN_OR_RETURN(added, postgres::put_job_items(*conn_, "job_logs", job_id, lines));
+    TRAINER_ASSIGN_OR_RETURN(added, postgres::put_job_items(db(), "job_logs", job_id, lines));
     return Status::ok();
   }));
   return added;
 }
 
 Result<std::vector<JobItem>> PostgresStore::job_log_tail(const std::string& job_id, int64_t n) {
-  return locked([&] { return postgres::job_items_tail(*conn_, "job_logs", job_id, n); });
+  return locked([&] { return postgres::job_items_tail(db(), "job_logs", job_id, n); });
 }
 
 // ---- tasks (postgres_tasks.cpp)
 Status PostgresStore::insert_task(const TaskRow& row) {
-  return locked([&] { return postgres::insert_task(*conn_, row); });
+  return locked([&] { return postgres::insert_task(db(), row); });
 }
 
 Result<std::optional<TaskRow>> PostgresStore::get_task(const std::string& kind, const std::string& id) {
-  return locked([&] { return postgres::get_task(*conn_, kind, id); });
+  return locked([&] { return postgres::get_task(db(), kind, id); });
 }
 
 Result<std::vector<TaskRow>> PostgresStore::due_tasks(const std::string& kind, double now, int64_t limit) {
-  return locked([&] { return postgres::due_tasks(*conn_, kind, now, limit); });
+  return locked([&] { return postgres::due_tasks(db(), kind, now, limit); });
 }
 
 Result<std::optional<TaskLease>> PostgresStore::acquire_task_lease(const std::string& kind,
                                                                    const std::string& id,
                                                                    const std::string& owner, double now,
                                                                    double seconds) {
-  return locked([&] { return postgres::acquire_task_lease(*conn_, kind, id, owner, now, seconds); });
+  return locked([&] { return postgres::acquire_task_lease(db(), kind, id, owner, now, seconds); });
 }
 
 Status PostgresStore::check_task_lease(const std::string& kind, const std::string& id,
                                        const std::string& owner, int64_t fence) {
-  return locked([&] { return postgres::check_task_lease(*conn_, kind, id, owner, fence); });
+  return locked([&] { return postgres::check_task_lease(db(), kind, id, owner, fence); });
 }
 
 Status PostgresStore::update_task(const TaskRow& row, int64_t fence) {
-  return locked([&] { return postgres::update_task(*conn_, row, fence); });
+  return locked([&] { return postgres::update_task(db(), row, fence); });
 }
 
 Status PostgresStore::update_task_if_version(const TaskRow& row, int64_t version) {
-  return locked([&] { return postgres::update_task_if_version(*conn_, row, version); });
+  return locked([&] { return postgres::update_task_if_version(db(), row, version); });
 }
 
 Status PostgresStore::release_task_lease(const std::string& kind, const std::string& id,
                                          const std::string& owner) {
-  return locked([&] { return postgres::release_task_lease(*conn_, kind, id, owner); });
+  return locked([&] { return postgres::release_task_lease(db(), kind, id, owner); });
 }
 
 // ---- shared readers
@@ -574,11 +576,16 @@ Result<int64_t> PostgresStore::count(const std::string& sql, const Params& param
 
 }  // namespace postgres
 
-Result<std::unique_ptr<Store>> open_postgres_store(const std::string& url, const PostgresSessionLimits& limits) {
+Result<std::unique_ptr<Store>> open_postgres_store(const std::string& url, const PostgresSessionLimits& limits,
+                                                   int pool_size) {
+  if (pool_size < 1 || pool_size > kMaxPostgresPoolSize) {
+    return invalid_argument("store.poolSize: " + std::to_string(pool_size) + " connections; must be between 1 and " +
+                            std::to_string(kMaxPostgresPoolSize));
+  }
   auto conn = postgres::Connection::open(url, limits);
   if (!conn.is_ok()) return conn.status();
   const std::string server = (*conn)->server();
-  auto store = std::make_unique<postgres::PostgresStore>(std::move(*conn), url, limits);
+  auto store = std::make_unique<postgres::PostgresStore>(std::move(*conn), url, limits, pool_size);
   Status st = store->init();
   if (!st.is_ok()) return st.with_context("opening store " + server);
   return std::unique_ptr<Store>(std::move(store));

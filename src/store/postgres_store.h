@@ -1,31 +1,39 @@
-// The PostgreSQL Store's class (internal to src/store): one libpq connection guarded by a mutex,
-// versioned migrations applied under an advisory lock. Its methods live in postgres_store.cpp
-// (opening, transactions, base models, datasets, workloads, runs and their events and metrics,
-// claims), postgres_catalog.cpp (snapshots, the model registry, evaluations, endpoints,
-// comparisons, bundles, lineage), postgres_jobs.cpp (jobs' posted reports),
+// The PostgreSQL Store's class (internal to src/store): a pool of libpq connections
+// (postgres_pool.h), versioned migrations applied under an advisory lock. Its methods live in
+// postgres_store.cpp (opening, transactions, base models, datasets, workloads, runs and their
+// events and metrics, claims), postgres_catalog.cpp (snapshots, the model registry, evaluations,
+// endpoints, comparisons, bundles, lineage), postgres_jobs.cpp (jobs' posted reports),
 // postgres_replicas.cpp (the replicas table, the admission lock, change notices on a listener's
 // own connection) and postgres_tasks.cpp (the task table and the change counter, as free functions
-// on the connection).
+// on a connection).
 //
-// Thread safety: one connection, so one statement at a time: every method takes mu_, and
-// transaction() holds it for its whole body (other threads' calls wait, as with SQLite). Other
-// processes on the same database are not serialised by mu_: transactions run at PostgreSQL's
-// READ COMMITTED, and what must hold across processes is made to hold by the statements
-// themselves (conditional single-statement writes; the task row locked by check_task_lease;
-// an advisory lock per run for numbering its events; identity columns for creation order).
+// Thread safety: every method may be called from any thread at once. A call outside a transaction
+// runs on any free connection of the pool; transaction() holds one connection for its whole body,
+// and the store's methods called by that thread inside the body run on it (the pool's Lease is
+// per thread). Threads of one process are therefore as concurrent as replicas on one database,
+// and what must hold between them holds the way it holds between replicas, by the statements and
+// the database, never by a lock of this process: transactions run at PostgreSQL's READ COMMITTED;
+// each write is one conditional statement (ON CONFLICT, a WHERE on the fence or version); the task
+// row is locked by check_task_lease (SELECT ... FOR UPDATE) to the end of the step's transaction;
+// a run's events are numbered under an advisory lock per run; admission runs under the admission
+// advisory lock (lock_admission); creation order is an identity column. Every writer of runs,
+// workloads and claims also updates the one change counter row (a trigger), so such transactions
+// commit one after the other. The service's own mutex still serialises its read-modify-writes in
+// one process (service_core.h). A lock waited for past lock_timeout, a deadlock or a statement past
+// statement_timeout fails the call with unavailable ("try again"), never a hang.
 //
-// A lost connection fails the call that met it with unavailable, naming the server; the next call
-// outside a transaction connects again. A transaction that lost its connection is gone: its
-// remaining statements fail, and it is reported failed.
+// A lost connection fails the call that met it with unavailable, naming the server; a connection
+// found lost when it is next leased is connected again (postgres_pool.h). A transaction that lost
+// its connection is gone: its remaining statements fail, and it is reported failed.
 #pragma once
 
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "store/postgres_pool.h"
 #include "store/postgres_support.h"
 #include "store/store.h"
 
@@ -33,15 +41,17 @@ namespace trainer::store::postgres {
 
 class PostgresStore final : public Store {
  public:
-  // `url` and `limits` are the ones `conn` was opened with (a listener opens its own connection).
-  PostgresStore(std::unique_ptr<Connection> conn, std::string url, const PostgresSessionLimits& limits)
-      : conn_(std::move(conn)), url_(std::move(url)), limits_(limits) {}
+  // `url` and `limits` are the ones `conn` was opened with (the pool's other connections and a
+  // listener's are opened with them too); at most `pool_size` connections.
+  PostgresStore(std::unique_ptr<Connection> conn, std::string url, const PostgresSessionLimits& limits,
+                int pool_size)
+      : pool_(std::move(conn), url, limits, pool_size), url_(std::move(url)), limits_(limits) {}
 
   // Applies the migrations this database lacks, in one transaction under an advisory lock.
   Status init();
 
   int schema_version() const override;
-  std::string description() const override { return conn_->server(); }
+  std::string description() const override { return pool_.server(); }
   Result<uint64_t> change_count() override;
 
   Status transaction(const std::function<Status()>& body) override;
@@ -201,23 +211,24 @@ class PostgresStore final : public Store {
                             const std::string& owner) override;
 
  private:
-  // `f()` with mu_ held, on a working connection: outside a transaction, a lost connection is
-  // made again first (its failure is the call's).
+  // `f()` holding a connection of the pool (the thread's own inside a transaction), which db()
+  // names; the pool's failure to give one is the call's.
   template <typename F>
   auto locked(F&& f) -> decltype(f()) {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
-    if (depth_ == 0) {
-      Status st = conn_->reconnect_if_lost();
-      if (!st.is_ok()) return st;
-    }
+    ConnectionPool::Lease lease(pool_);
+    if (!lease.ok()) return lease.status();
     return f();
   }
-  // Runs one statement (with mu_ held by the caller).
+  // The connection the calling thread holds (only inside locked() or transaction()).
+  Connection& db() { return *pool_.held_by_this_thread(); }
+  // Runs one statement on the thread's connection (a free one when it holds none).
   Result<Rows> run(const char* sql, const Params& params, const std::string& what) {
-    return conn_->run(sql, params, what);
+    ConnectionPool::Lease lease(pool_);
+    if (!lease.ok()) return lease.status();
+    return lease.conn().run(sql, params, what);
   }
   Result<Rows> run(const std::string& sql, const Params& params, const std::string& what) {
-    return conn_->run(sql.c_str(), params, what);
+    return run(sql.c_str(), params, what);
   }
   // Runs a write and drops its rows.
   Status write(const char* sql, const Params& params, const std::string& what);
@@ -243,12 +254,10 @@ class PostgresStore final : public Store {
   // The count (column 0 of the one row) a COUNT(*) statement returned.
   Result<int64_t> count(const std::string& sql, const Params& params, const std::string& what);
 
-  std::recursive_mutex mu_;
-  std::unique_ptr<Connection> conn_;  // guarded by mu_
-  int depth_ = 0;                     // transaction nesting; guarded by mu_
-  int version_ = 0;                   // constant after init()
-  const std::string url_;             // constant: where conn_ connects
-  const PostgresSessionLimits limits_;  // constant: conn_'s session limits
+  ConnectionPool pool_;
+  int version_ = 0;                     // constant after init()
+  const std::string url_;               // constant: where the pool connects
+  const PostgresSessionLimits limits_;  // constant: the pool's session limits
 };
 
 }  // namespace trainer::store::postgres

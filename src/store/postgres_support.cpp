@@ -454,6 +454,23 @@ Status Connection::exec(const char* sql, const std::string& what) {
 
 Status Connection::reconnect_if_lost() {
   if (PQstatus(conn_) == CONNECTION_OK) return Status::ok();
+  return reconnect();
+}
+
+bool Connection::lost_while_idle() const {
+  if (PQstatus(conn_) != CONNECTION_OK) return true;
+  const int fd = PQsocket(conn_);
+  if (fd < 0) return true;
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;  // an idle session is told nothing but its end
+}
+
+bool Connection::in_transaction() const {
+  const PGTransactionStatusType t = PQtransactionStatus(conn_);
+  return t == PQTRANS_INTRANS || t == PQTRANS_INERROR;
+}
+
+Status Connection::reconnect() {
   PQreset(conn_);
   if (PQstatus(conn_) != CONNECTION_OK) {
     return unavailable("store: cannot reconnect to " + server_ + ": " + one_line(PQerrorMessage(conn_)));

@@ -94,6 +94,14 @@ class Connection {
   // When the connection was lost, connects again (a transaction that was open is gone: call this
   // only between transactions). ok when the connection works.
   Status reconnect_if_lost();
+  // Connects again, whatever the state (call it only between transactions).
+  Status reconnect();
+  // Whether a connection between transactions, that does not LISTEN, is lost: libpq knows it is,
+  // or the server sent something unasked (the message it sends as it ends the session: a
+  // pg_terminate_backend, a restart). Does not block.
+  bool lost_while_idle() const;
+  // Whether a transaction is open on the connection (failed or not).
+  bool in_transaction() const;
   // The payloads of the notifications (LISTEN) that arrived within `timeout`; empty when none did.
   // Returns at the first that arrives. unavailable when the connection is lost.
   Result<std::vector<std::string>> wait_notifications(std::chrono::milliseconds timeout);

@@ -440,10 +440,19 @@ struct PostgresSessionLimits {
   int keepalive_count = 3;
 };
 
+// How many connections a PostgreSQL store keeps at most (store.poolSize): by default, and the most
+// it may be set to.
+inline constexpr int kDefaultPostgresPoolSize = 8;
+inline constexpr int kMaxPostgresPoolSize = 64;
+
 // Opens (migrating as needed) the PostgreSQL store in the database that `url` names: a libpq
 // connection URI, postgresql://[USER[:PASSWORD]@]HOST[:PORT]/DATABASE[?PARAM=VALUE...]. The
-// database must exist; its tables are created by the migrations. unavailable when the server does
-// not answer (naming it), failed_precondition when its schema is newer than this build knows.
-Result<std::unique_ptr<Store>> open_postgres_store(const std::string& url, const PostgresSessionLimits& limits = {});
+// database must exist; its tables are created by the migrations. It reads and writes through a
+// pool of at most `pool_size` connections, opened as needed (a change listener has its own).
+// unavailable when the server does not answer (naming it), failed_precondition when its schema is
+// newer than this build knows, invalid_argument naming store.poolSize when `pool_size` is not
+// between 1 and kMaxPostgresPoolSize.
+Result<std::unique_ptr<Store>> open_postgres_store(const std::string& url, const PostgresSessionLimits& limits = {},
+                                                   int pool_size = kDefaultPostgresPoolSize);
 
 }  // namespace trainer::store

@@ -35,7 +35,7 @@ def test_a_run_on_postgres_completes_and_a_restarted_trainerd_keeps_it(bin_dir, 
         opened = next(s for s in info["startup"]["steps"] if s["name"] == "open store")
         assert opened["ok"] and opened["message"].startswith(f"PostgreSQL at 127.0.0.1:"), opened
         assert re.search(rf"/{database}, schema version \d+$", opened["message"]), opened
-        assert info["configuration"]["store"] == {"kind": "postgres", "url": url}
+        assert info["configuration"]["store"] == {"kind": "postgres", "url": url, "poolSize": 8}
 
         cli = prepare(Cli(bin_dir / "trainer", service.url))
         run = start_run(cli, plan_text(max_steps=2), "--wait")
@@ -111,6 +111,9 @@ def test_bad_store_settings_stop_trainerd_at_start_naming_the_field(bin_dir, tmp
         ({"kind": "mysql", "url": "mysql://db/x"}, "store.kind: 'mysql' is not a store of this build"),
         ({"kind": "postgres", "url": "postgresql://pg:hidden@127.0.0.1:1/nothing"},
          "store.url: cannot connect to PostgreSQL at 127.0.0.1:1/nothing"),
+        ({"kind": "postgres", "url": "postgresql://pg:hidden@127.0.0.1:1/nothing", "poolSize": 0},
+         "store.poolSize: must be an integer between 1 and 64 (connections), got 0"),
+        ({"kind": "sqlite", "poolSize": 4}, "store.poolSize: only for kind postgres"),
     ]
     for i, (store, message) in enumerate(cases):
         config = tmp_path / f"trainerd-{i}.json"

@@ -131,6 +131,12 @@ TEST(DeploymentConfig, TheStoreIsSqliteInTheDataFolderUnlessItSaysPostgres) {
   const auto shown = config_to_json(*pg);
   EXPECT_EQ(shown["store"]["kind"], "postgres");
   EXPECT_EQ(shown["store"]["url"], "postgresql://trainer:***@db:5432/trainer") << "info never shows the password";
+  EXPECT_EQ(pg->store.pool_size, 8) << "a pool of 8 connections unless it says";
+  EXPECT_EQ(shown["store"]["poolSize"], 8);
+  auto sized = parse_config(R"({"store": {"kind": "postgres", "url": "postgresql://db/x", "poolSize": 32}})",
+                            "deploy.json");
+  ASSERT_TRUE(sized.is_ok()) << sized.status().to_string();
+  EXPECT_EQ(sized->store.pool_size, 32);
   auto file = parse_config(R"({"store": {"kind": "sqlite", "url": "/var/lib/trainer/state.db"}})", "deploy.json");
   ASSERT_TRUE(file.is_ok()) << file.status().to_string();
   EXPECT_EQ(file->store.url, "/var/lib/trainer/state.db");
@@ -152,7 +158,15 @@ TEST(DeploymentConfig, BadStoreSettingsAreRefusedByField) {
        "it out for DATA/state.db), or set kind to postgres"},
       {R"({"store": {"kind": "postgres", "uri": "postgresql://db/x"}})",
        "deploy.json: store.uri: unknown field; did you mean url?"},
-      {R"({"store": "postgres"})", "deploy.json: store: must be an object {kind, url}"},
+      {R"({"store": "postgres"})", "deploy.json: store: must be an object {kind, url, poolSize}"},
+      {R"({"store": {"kind": "postgres", "url": "postgresql://db/x", "poolSize": 0}})",
+       "deploy.json: store.poolSize: must be an integer between 1 and 64 (connections), got 0"},
+      {R"({"store": {"kind": "postgres", "url": "postgresql://db/x", "poolSize": 65}})",
+       "deploy.json: store.poolSize: must be an integer between 1 and 64 (connections), got 65"},
+      {R"({"store": {"kind": "postgres", "url": "postgresql://db/x", "poolSize": "8"}})",
+       "deploy.json: store.poolSize: must be an integer between 1 and 64 (connections), got \"8\""},
+      {R"({"store": {"poolSize": 4}})",
+       "deploy.json: store.poolSize: only for kind postgres (SQLite keeps one connection)"},
       {R"({"store": {"kind": ""}})", "deploy.json: store.kind: must be a non-empty string, got \"\""},
   };
   for (const auto& c : cases) {

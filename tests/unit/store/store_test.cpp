@@ -217,6 +217,17 @@ class PostgresDatabase final : public TestDatabase {
   bool made_ = false;   // the database was created
 };
 
+// Waits for `latch` at most `bound` (a guard against a hang in a test, never a timing): whether it
+// was reached.
+bool all_read_within(std::latch& latch, std::chrono::seconds bound) {
+  const auto until = std::chrono::steady_clock::now() + bound;
+  while (!latch.try_wait()) {
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
+
 json queued_run(const std::string& id) {
   return {{"runId", id},
           {"workload", {{"id", "w1"}, {"name", "n"}}},
@@ -1232,6 +1243,11 @@ class PostgresStore : public ::testing::Test {
     }
     ADD_FAILURE() << "the store's session did not end";
   }
+  // The store's sessions on the test's database (its pool's connections; listeners' too).
+  int64_t sessions() {
+    return db_.number(
+        "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'trainerd'");
+  }
 
   PostgresDatabase db_;
 };
@@ -1242,16 +1258,11 @@ TEST_F(PostgresStore, NamesItsServerWithoutThePassword) {
   EXPECT_EQ((*s)->description(), server_name());
 }
 
-TEST_F(PostgresStore, ALostConnectionFailsTheCallNamingTheServerAndTheNextCallReconnects) {
+TEST_F(PostgresStore, AConnectionEndedByTheServerIsReplacedAndTheNextCallSucceeds) {
   auto s = db_.open();
   ASSERT_TRUE(s.is_ok()) << s.status().to_string();
   ASSERT_TRUE((*s)->insert_run(queued_run("aa")).is_ok());
   cut_connections();
-  auto lost = (*s)->get_run("aa");
-  ASSERT_FALSE(lost.is_ok());
-  EXPECT_EQ(lost.status().code(), StatusCode::kUnavailable);
-  EXPECT_NE(lost.status().message().find("lost the connection to " + server_name()), std::string::npos)
-      << lost.status().message();
   auto again = (*s)->get_run("aa");
   ASSERT_TRUE(again.is_ok()) << again.status().to_string();
   EXPECT_TRUE(again->has_value());
@@ -1267,6 +1278,7 @@ TEST_F(PostgresStore, ATransactionThatLosesItsConnectionFailsWholeAndTheStoreGoe
     return store.insert_run(queued_run("bb"));
   });
   EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.to_string();
+  EXPECT_NE(st.message().find("lost the connection to " + server_name()), std::string::npos) << st.message();
   auto aa = store.get_run("aa");
   ASSERT_TRUE(aa.is_ok()) << aa.status().to_string();
   EXPECT_FALSE(aa->has_value()) << "nothing of the lost transaction was committed";
@@ -1398,12 +1410,273 @@ TEST_F(PostgresStore, AChangeIsHeardByTheOtherReplicasListenersAtCommitAndNotByI
   auto again = (*b_hears)->wait(none);
   ASSERT_TRUE(again.is_ok()) << again.status().to_string();
   EXPECT_TRUE(*again) << "listening again, it may have missed one";
-  // A's own connection was cut too: its first call says so, the next connects again.
-  EXPECT_EQ((*a)->announce_change("replica-a").code(), StatusCode::kUnavailable);
-  ASSERT_TRUE((*a)->announce_change("replica-a").is_ok());  // outside a transaction: at once
+  // A's own connection was cut too: its pool connects again when the call leases it.
+  ASSERT_TRUE((*a)->announce_change("replica-a").is_ok());
   auto later = (*b_hears)->wait(bound);
   ASSERT_TRUE(later.is_ok()) << later.status().to_string();
   EXPECT_TRUE(*later);
+}
+
+// ---- PostgreSQL only: the pool of connections (store/postgres_pool.h)
+
+TEST_F(PostgresStore, ReadersAreAnsweredWhileAWriteTransactionIsOpenAndSeeItsWritesOnlyOnceCommitted) {
+  // The writer's transaction stays open until every reader has read through it: readers queued
+  // behind the writer's connection would never get there (the guard below ends the test).
+  auto s = db_.open();
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  Store& store = **s;
+  ASSERT_TRUE(store.insert_run(queued_run("aa")).is_ok());
+  constexpr int kReaders = 6;
+  constexpr int kReads = 40;
+  std::latch written(1);
+  std::latch all_read(kReaders);
+  std::atomic<int> failed{0};
+  std::atomic<int> saw_uncommitted{0};
+  Status writer_done;
+  std::thread writer([&] {
+    writer_done = store.transaction([&]() -> Status {
+      TRAINER_RETURN_IF_ERROR(store.insert_run(queued_run("bb")));
+      json aa = queued_run("aa");
+      aa["phase"] = "RUNNING";
+      TRAINER_RETURN_IF_ERROR(store.update_run(aa));
+      written.count_down();
+      // A guard against a hang (readers blocked behind this transaction), not a timing.
+      if (!all_read_within(all_read, std::chrono::seconds(60))) return internal_error("the readers never finished");
+      return Status::ok();
+    });
+  });
+  std::vector<std::thread> readers;
+  for (int i = 0; i < kReaders; ++i) {
+    readers.emplace_back([&] {
+      written.wait();
+      for (int k = 0; k < kReads; ++k) {
+        auto aa = store.get_run("aa");
+        auto bb = store.get_run("bb");
+        auto page = store.list_run_rows(RunFilter{});
+        if (!aa.is_ok() || !bb.is_ok() || !page.is_ok() || !aa->has_value()) {
+          ++failed;
+          continue;
+        }
+        if ((**aa)["phase"] != "QUEUED" || bb->has_value() || page->total != 1) ++saw_uncommitted;
+      }
+      all_read.count_down();
+    });
+  }
+  for (auto& r : readers) r.join();
+  writer.join();
+  ASSERT_TRUE(writer_done.is_ok()) << writer_done.to_string();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(saw_uncommitted.load(), 0) << "a reader saw the open transaction's writes";
+  auto aa = store.get_run("aa");
+  auto bb = store.get_run("bb");
+  ASSERT_TRUE(aa.is_ok() && aa->has_value() && bb.is_ok());
+  EXPECT_EQ((**aa)["phase"], "RUNNING") << "committed: every reader now sees it";
+  EXPECT_TRUE(bb->has_value());
+  EXPECT_GE(sessions(), 2) << "the readers were answered on connections of their own";
+}
+
+TEST_F(PostgresStore, OfTwoTransactionsWritingOneTaskTheSecondWaitsAndIsRefusedByNameThenItsRetryHolds) {
+  // Both on one store (two threads of one trainerd): A locks the task's row (check_task_lease) and
+  // moves it; B read the same version and writes under it. B's write waits for A's commit, then
+  // finds the version moved: refused by name, B's transaction rolled back whole. B's retry, on what
+  // A committed, succeeds.
+  auto s = db_.open();
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  Store& store = **s;
+  ASSERT_TRUE(store.insert_task(task("t1", "P1")).is_ok());
+  auto lease = store.acquire_task_lease("toy", "t1", "replica-a", 100, 60);
+  ASSERT_TRUE(lease.is_ok() && lease->has_value());
+  auto before = store.get_task("toy", "t1");
+  ASSERT_TRUE(before.is_ok() && before->has_value());
+  const int64_t version = (*before)->version;
+
+  std::latch a_locked(1);
+  std::latch b_waits(1);
+  Status a_done;
+  std::thread a([&] {
+    a_done = store.transaction([&]() -> Status {
+      TRAINER_RETURN_IF_ERROR(store.check_task_lease("toy", "t1", "replica-a", (*lease)->fence));
+      a_locked.count_down();
+      b_waits.wait();
+      TaskRow moved = **before;
+      moved.phase = "P2";
+      return store.update_task(moved, (*lease)->fence);
+    });
+  });
+  a_locked.wait();
+  std::thread b_thread;
+  Status b_done;
+  b_thread = std::thread([&] {
+    b_done = store.transaction([&]() -> Status {
+      TRAINER_ASSIGN_OR_RETURN(int64_t seq, store.append_run_event("aa", {{"type", "b"}}));
+      (void)seq;
+      TaskRow mine = **before;
+      mine.phase = "P3";
+      return store.update_task_if_version(mine, version);
+    });
+  });
+  // B is waiting for A's row lock (the server says so) before A writes and commits.
+  const std::string waiting =
+      "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'";
+  for (int i = 0; i < 2000 && db_.number(waiting) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  EXPECT_GE(db_.number(waiting), 1);
+  b_waits.count_down();
+  a.join();
+  b_thread.join();
+  ASSERT_TRUE(a_done.is_ok()) << a_done.to_string();
+  EXPECT_EQ(b_done.code(), StatusCode::kFailedPrecondition) << b_done.to_string();
+  EXPECT_NE(b_done.message().find("is stale"), std::string::npos) << b_done.message();
+  auto events = store.run_events("aa", 0, 10);
+  ASSERT_TRUE(events.is_ok());
+  EXPECT_TRUE(events->empty()) << "nothing of the refused transaction was committed";
+  auto after_a = store.get_task("toy", "t1");
+  ASSERT_TRUE(after_a.is_ok() && after_a->has_value());
+  EXPECT_EQ((*after_a)->phase, "P2");
+
+  // The retry reads what A committed and writes under its version.
+  Status retried = store.transaction([&]() -> Status {
+    TRAINER_ASSIGN_OR_RETURN(std::optional<TaskRow> now, store.get_task("toy", "t1"));
+    if (!now) return not_found("t1");
+    TaskRow mine = *now;
+    mine.phase = "P3";
+    return store.update_task_if_version(mine, now->version);
+  });
+  ASSERT_TRUE(retried.is_ok()) << retried.to_string();
+  auto last = store.get_task("toy", "t1");
+  ASSERT_TRUE(last.is_ok() && last->has_value());
+  EXPECT_EQ((*last)->phase, "P3");
+  EXPECT_EQ((*last)->version, version + 2) << "A's write and the retry's, nothing else";
+}
+
+TEST_F(PostgresStore, AdmissionsOfOneStoresThreadsAtOnceNeverGrantMoreThanThePoolHolds) {
+  // Eight threads of one trainerd admit at once, each granting only while fewer than 3 claims are
+  // granted: the admission lock, not a lock of this process, makes each see the others' grants.
+  auto s = db_.open();
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  Store& store = **s;
+  constexpr int kThreads = 8;
+  constexpr int kDevices = 3;
+  std::latch go(kThreads);
+  std::atomic<int> errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      go.arrive_and_wait();
+      for (int k = 0; k < 4; ++k) {
+        Status st = store.transaction([&]() -> Status {
+          TRAINER_RETURN_IF_ERROR(store.lock_admission());
+          TRAINER_ASSIGN_OR_RETURN(std::vector<ClaimRow> claims, store.list_claims());
+          if (static_cast<int>(claims.size()) >= kDevices) return Status::ok();
+          ClaimRow c{"run-" + std::to_string(t) + "-" + std::to_string(k), "SFT", "w1", "p", 1, "GRANTED",
+                     "2026-01-01T00:00:00Z", 0, {}};
+          return store.insert_claim(c);
+        });
+        if (!st.is_ok()) {
+          ++errors;
+          ADD_FAILURE() << st.to_string();
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(errors.load(), 0);
+  auto claims = store.list_claims();
+  ASSERT_TRUE(claims.is_ok()) << claims.status().to_string();
+  EXPECT_EQ(claims->size(), static_cast<size_t>(kDevices)) << "never over-granted";
+}
+
+TEST_F(PostgresStore, ConnectionsEndedByTheServerAreEachReplacedWhenNextLeased) {
+  // Three threads hold a connection each (open transactions), so the pool has three; the server
+  // ends them all; every later call, from several threads at once, is answered.
+  auto s = db_.open();
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  Store& store = **s;
+  ASSERT_TRUE(store.insert_run(queued_run("aa")).is_ok());
+  {
+    std::latch holding(3);
+    std::latch release(1);
+    std::vector<std::thread> holders;
+    for (int i = 0; i < 3; ++i) {
+      holders.emplace_back([&] {
+        Status st = store.transaction([&]() -> Status {
+          TRAINER_ASSIGN_OR_RETURN(auto r, store.get_run("aa"));
+          (void)r;
+          holding.count_down();
+          release.wait();
+          return Status::ok();
+        });
+        EXPECT_TRUE(st.is_ok()) << st.to_string();
+      });
+    }
+    holding.wait();
+    EXPECT_GE(sessions(), 3);
+    release.count_down();
+    for (auto& h : holders) h.join();
+  }
+  cut_connections();
+  EXPECT_EQ(sessions(), 0);
+  std::atomic<int> failed{0};
+  std::vector<std::thread> callers;
+  for (int i = 0; i < 4; ++i) {
+    callers.emplace_back([&] {
+      for (int k = 0; k < 10; ++k) {
+        auto r = store.get_run("aa");
+        if (!r.is_ok() || !r->has_value()) {
+          ++failed;
+          ADD_FAILURE() << (r.is_ok() ? "no run aa" : r.status().to_string());
+        }
+      }
+    });
+  }
+  for (auto& c : callers) c.join();
+  EXPECT_EQ(failed.load(), 0) << "a lost connection is replaced, never handed on";
+  EXPECT_GE(sessions(), 1);
+  ASSERT_TRUE(store.insert_run(queued_run("bb")).is_ok());
+}
+
+TEST_F(PostgresStore, ACallThatFindsEveryConnectionInUseWaitsThenFailsNamingThePoolSize) {
+  // A pool of one, held by a transaction: a read waits for it, at most the statement timeout, then
+  // is refused naming store.poolSize; once the transaction ends, the read is answered.
+  PostgresSessionLimits limits;
+  limits.statement_timeout_ms = 300;
+  auto s = open_postgres_store(db_.url(), limits, 1);
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  Store& store = **s;
+  ASSERT_TRUE(store.insert_run(queued_run("aa")).is_ok());
+  std::latch holding(1);
+  std::latch release(1);
+  std::thread holder([&] {
+    Status st = store.transaction([&]() -> Status {
+      holding.count_down();
+      release.wait();
+      return Status::ok();
+    });
+    EXPECT_TRUE(st.is_ok()) << st.to_string();
+  });
+  holding.wait();
+  auto busy = store.get_run("aa");
+  release.count_down();
+  holder.join();
+  ASSERT_FALSE(busy.is_ok());
+  EXPECT_EQ(busy.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(busy.status().message().find("all 1 connections to " + server_name() + " (store.poolSize)"),
+            std::string::npos)
+      << busy.status().message();
+  auto free = store.get_run("aa");
+  ASSERT_TRUE(free.is_ok()) << free.status().to_string();
+  EXPECT_TRUE(free->has_value());
+  EXPECT_EQ(sessions(), 1) << "never more connections than the pool's size";
+}
+
+TEST(PostgresStoreOpen, APoolSizeOutOfRangeIsRefusedNamingTheField) {
+  for (int size : {0, -1, kMaxPostgresPoolSize + 1}) {
+    auto s = open_postgres_store("postgresql://pg@127.0.0.1:1/nothing", {}, size);
+    ASSERT_FALSE(s.is_ok());
+    EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.status().message().find("store.poolSize: " + std::to_string(size) + " connections; must be between 1 and 64"),
+              std::string::npos)
+        << s.status().message();
+  }
 }
 
 TEST(PostgresStoreOpen, AServerThatDoesNotAnswerIsUnavailableAndNamed) {
