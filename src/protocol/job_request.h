@@ -97,6 +97,9 @@ struct JobRequest {
   // outbound.allow as a JSON list of HOST:PORT rules (TRAINER_OUTBOUND_ALLOW, common/outbound.h),
   // checked as each call connects. "" = not passed: no check (a job started by hand).
   std::string outbound_allow;
+  // outbound.proxy: the HTTP proxy those calls go through, "http://HOST:PORT"
+  // (TRAINER_OUTBOUND_PROXY); "" = directly.
+  std::string outbound_proxy;
   // Not in the environment: the job's arguments and output.
   std::string plan_path;    // the resolved plan (JSON), already written (--plan); evaluate: its spec (--spec)
   std::string output_dir;   // the job's output folder (--output)
