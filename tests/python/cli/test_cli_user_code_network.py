@@ -54,7 +54,7 @@ def cli(bin_dir, tmp_path_factory, evaluator):
 @pytest.fixture
 def scorer(tmp_path, evaluator):
     module = tmp_path / "calls_out.py"
-    module.write_text(SCORER.replace("URL", repr(f"{evaluator.url}/net-eval-good/evaluate"))
+    module.write_text(SCORER.replace("URL", repr(f"{evaluator.url}/eval-good/evaluate"))
                       .replace("UNREACHED", repr(UNREACHED)))
     return module
 
@@ -64,11 +64,11 @@ def rewards_of(steps):
 
 
 def test_without_a_declaration_the_scoring_code_has_no_network(cli, evaluator, scorer, tmp_path):
-    before = len(evaluator.requests["net-eval-good"])
+    before = len(evaluator.requests["eval-good"])
     _, steps = run_to_end(cli, plan(f"{{kind: 'rule:{scorer}'}}"), tmp_path)
     rewards = rewards_of(steps)
     assert rewards and rewards == [UNREACHED] * len(rewards), rewards
-    assert len(evaluator.requests["net-eval-good"]) == before  # nothing reached the server
+    assert len(evaluator.requests["eval-good"]) == before  # nothing reached the server
 
 
 def test_a_declared_and_allowed_host_is_reached_and_the_reward_records_the_answer(cli, evaluator, scorer, tmp_path):
@@ -77,11 +77,11 @@ def test_a_declared_and_allowed_host_is_reached_and_the_reward_records_the_answe
     resolved = cli.json("runs", "start", "-f", "-", "--dry-run", "--show-resolved", input=plan(term))["plan"]
     assert resolved["config"]["reward"]["terms"][0]["network"] == {"allow": [f"127.0.0.1:{port}"]}, resolved
 
-    before = len(evaluator.requests["net-eval-good"])
+    before = len(evaluator.requests["eval-good"])
     _, steps = run_to_end(cli, plan(term), tmp_path)
     rewards = rewards_of(steps)
     assert rewards and rewards == [1.0] * len(rewards), rewards
-    assert len(evaluator.requests["net-eval-good"]) - before == len(rewards)
+    assert len(evaluator.requests["eval-good"]) - before == len(rewards)
 
 
 @pytest.mark.parametrize("entry,words", [
