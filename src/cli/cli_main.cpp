@@ -40,7 +40,7 @@ Command build_command_tree() {
                    sessions_command(),  curations_command(),   distillations_command(),   workloads_command(),
                    runs_command(),      pipelines_command(),   snapshots_command(),   evaluations_command(), trained_models_command(),
                    comparisons_command(), bundles_command(), endpoints_command(), capacity_command(),
-                   tokens_command(), login_command(), audit_command(), help};
+                   tokens_command(), login_command(), logout_command(), audit_command(), help};
   root.examples = {{"which service am I talking to, and is it up?", "trainer status"},
                    {"is the service ready, and how is it configured?", "trainer info"},
                    {"check the demo's plan and see every default",

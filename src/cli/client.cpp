@@ -7,7 +7,10 @@
 #include <cstring>
 
 #include <httplib.h>
+#include <arpa/inet.h>
 #include <netdb.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -126,46 +129,115 @@ struct PreflightAnswer {
   std::string body;
 };
 
-// Asks the service at `url` (http only) whether it takes a body of `length` bytes for
-// `method path`, before any of it is sent: the request head with Expect: 100-continue. A
-// service refuses a body over its limit at once (413, naming the limit), so an upload over it
-// ends with that answer instead of a connection reset mid-send.
-PreflightAnswer preflight_body(const std::string& url, const std::string& method, const std::string& path,
-                               size_t length, double timeout_seconds, const std::string& token) {
-  PreflightAnswer none;
-  std::string host, port;
-  if (url.rfind("http://", 0) != 0 || !host_and_port(url, &host, &port)) return none;
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0 || !found) return none;
-  timeval limit{};
-  limit.tv_sec = static_cast<time_t>(timeout_seconds);
-  limit.tv_usec = static_cast<suseconds_t>((timeout_seconds - static_cast<double>(limit.tv_sec)) * 1e6);
-  int fd = -1;
-  for (addrinfo* ai = found; ai && fd < 0; ai = ai->ai_next) {
-    fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-    if (fd < 0) continue;
-    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
-    if (::connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-      ::close(fd);
-      fd = -1;
+// One connection of a preflight: a socket, with TLS over it for an https:// service. The
+// certificate is verified as the request itself verifies it (the CA file, else the system's
+// store, and the address's host); a connection that does not verify is not used (the request
+// itself then says why).
+class PreflightConnection {
+ public:
+  PreflightConnection() = default;
+  ~PreflightConnection() {
+    if (ssl_ != nullptr) SSL_free(ssl_);
+    if (ctx_ != nullptr) SSL_CTX_free(ctx_);
+    if (fd_ >= 0) ::close(fd_);
+  }
+  PreflightConnection(const PreflightConnection&) = delete;
+  PreflightConnection& operator=(const PreflightConnection&) = delete;
+
+  // Connects to `host`:`port` (TLS when `tls`); false when it could not.
+  bool open(const std::string& host, const std::string& port, bool tls, const std::string& ca_file,
+            double timeout_seconds) {
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    if (getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0 || !found) return false;
+    timeval limit{};
+    limit.tv_sec = static_cast<time_t>(timeout_seconds);
+    limit.tv_usec = static_cast<suseconds_t>((timeout_seconds - static_cast<double>(limit.tv_sec)) * 1e6);
+    for (addrinfo* ai = found; ai && fd_ < 0; ai = ai->ai_next) {
+      fd_ = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+      if (fd_ < 0) continue;
+      ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
+      ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+      if (::connect(fd_, ai->ai_addr, ai->ai_addrlen) != 0) {
+        ::close(fd_);
+        fd_ = -1;
+      }
+    }
+    freeaddrinfo(found);
+    if (fd_ < 0) return false;
+    return !tls || handshake(host, ca_file);
+  }
+
+  bool send_all(const std::string& bytes) {
+    if (ssl_ != nullptr) {
+      return SSL_write(ssl_, bytes.data(), static_cast<int>(bytes.size())) == static_cast<int>(bytes.size());
+    }
+    return ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
+  }
+
+  // Bytes read into `buf`; <= 0 at the end, on a timeout or an error.
+  ssize_t receive(char* buf, size_t size) {
+    if (ssl_ != nullptr) return SSL_read(ssl_, buf, static_cast<int>(size));
+    for (;;) {
+      const ssize_t n = ::recv(fd_, buf, size, 0);
+      if (n < 0 && errno == EINTR) continue;
+      return n;
     }
   }
-  freeaddrinfo(found);
-  if (fd < 0) return none;
+
+ private:
+  bool handshake(const std::string& host, const std::string& ca_file) {
+    ctx_ = SSL_CTX_new(TLS_client_method());
+    if (ctx_ == nullptr) return false;
+    SSL_CTX_set_verify(ctx_, SSL_VERIFY_PEER, nullptr);
+    const int loaded = ca_file.empty() ? SSL_CTX_set_default_verify_paths(ctx_)
+                                       : SSL_CTX_load_verify_locations(ctx_, ca_file.c_str(), nullptr);
+    if (loaded != 1) return false;
+    ssl_ = SSL_new(ctx_);
+    if (ssl_ == nullptr) return false;
+    in6_addr v6{};
+    in_addr v4{};
+    const bool numeric = inet_pton(AF_INET, host.c_str(), &v4) == 1 || inet_pton(AF_INET6, host.c_str(), &v6) == 1;
+    X509_VERIFY_PARAM* param = SSL_get0_param(ssl_);
+    if (numeric) {
+      if (X509_VERIFY_PARAM_set1_ip_asc(param, host.c_str()) != 1) return false;
+    } else {
+      if (SSL_set_tlsext_host_name(ssl_, host.c_str()) != 1 || SSL_set1_host(ssl_, host.c_str()) != 1) return false;
+    }
+    if (SSL_set_fd(ssl_, fd_) != 1) return false;
+    return SSL_connect(ssl_) == 1 && SSL_get_verify_result(ssl_) == X509_V_OK;
+  }
+
+  int fd_ = -1;
+  SSL_CTX* ctx_ = nullptr;
+  SSL* ssl_ = nullptr;
+};
+
+// Asks the service at `url` (http:// or https://, verified with `ca_file` as the request is)
+// whether it takes a body of `length` bytes for `method path`, before any of it is sent: the
+// request head with Expect: 100-continue. A service refuses a body over its limit at once (413,
+// naming the limit), so an upload over it ends with that answer instead of a connection reset
+// mid-send.
+PreflightAnswer preflight_body(const std::string& url, const std::string& method, const std::string& path,
+                               size_t length, double timeout_seconds, const std::string& token,
+                               const std::string& ca_file) {
+  PreflightAnswer none;
+  std::string host, port;
+  const bool tls = url.rfind("https://", 0) == 0;
+  if ((!tls && url.rfind("http://", 0) != 0) || !host_and_port(url, &host, &port)) return none;
+  PreflightConnection connection;
+  if (!connection.open(host, port, tls, ca_file, timeout_seconds)) return none;
   const std::string head = method + " " + path + " HTTP/1.1\r\nHost: " + host + ":" + port +
                            "\r\nContent-Type: application/json\r\nAccept: application/json\r\nContent-Length: " +
                            std::to_string(length) + "\r\nExpect: 100-continue\r\nConnection: close\r\n" +
                            (token.empty() ? std::string() : "Authorization: Bearer " + token + "\r\n") + "\r\n";
-  bool sent = ::send(fd, head.data(), head.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(head.size());
+  bool sent = connection.send_all(head);
   std::string answer;
   size_t head_end = std::string::npos;
   while (sent && answer.size() < kMaxPreflightAnswer) {
     char buf[4096];
-    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n < 0 && errno == EINTR) continue;
+    const ssize_t n = connection.receive(buf, sizeof buf);
     if (n <= 0) break;
     answer.append(buf, static_cast<size_t>(n));
     if (head_end == std::string::npos) head_end = answer.find("\r\n\r\n");
@@ -179,7 +251,6 @@ PreflightAnswer preflight_body(const std::string& url, const std::string& method
     const size_t want = at == std::string::npos ? 0 : std::strtoull(lower.c_str() + at + 17, nullptr, 10);
     if (answer.size() >= head_end + 4 + want) break;
   }
-  ::close(fd);
   if (head_end == std::string::npos) return none;
   PreflightAnswer out;
   out.http_status = std::atoi(answer.c_str() + 9);
@@ -196,9 +267,12 @@ ServiceAddress resolve_trainer_address(const std::string& flag_value, bool flag_
   return {"http://localhost:9001", "default"};
 }
 
-std::pair<std::string, std::string> resolve_ca_file(const std::string& flag_value, bool flag_given) {
+std::pair<std::string, std::string> resolve_ca_file(const std::string& flag_value, bool flag_given,
+                                                    const std::string& url) {
   if (flag_given && !flag_value.empty()) return {flag_value, "--ca-file"};
   if (const char* env = std::getenv("TRAINER_CA_FILE"); env && *env) return {env, "TRAINER_CA_FILE"};
+  const std::string base = url.find("://") == std::string::npos ? "http://" + url : url;
+  if (auto kept = read_ca_file_entry(base)) return {*kept, "the token file " + token_file_path() + ", from `trainer login`"};
   return {"", ""};
 }
 
@@ -325,12 +399,12 @@ bool Client::call(const std::string& method, const std::string& path, const nloh
   const std::string text = body ? body->dump() : std::string();
   httplib::Headers headers = {{"Accept", raw_body ? "*/*" : "application/json"}};
   if (!token_.empty()) headers.emplace("Authorization", "Bearer " + token_);
+  SigpipeIgnored sigpipe_ignored;  // a TLS write to a closed connection raises it too
   if (text.size() > kPreflightBytes) {
     // A large body is announced first: a refusal (413 over the limit) is read before it is sent.
-    PreflightAnswer pre = preflight_body(base_url_, method, path, text.size(), read_timeout_seconds, token_);
+    PreflightAnswer pre = preflight_body(base_url_, method, path, text.size(), read_timeout_seconds, token_, ca_file_);
     if (pre.http_status >= 400) return answered(method, path, pre.http_status, pre.body, out, err);
   }
-  SigpipeIgnored sigpipe_ignored;
   httplib::Result res = method == "GET"    ? http_->Get(path, headers)
                         : method == "POST" ? http_->Post(path, headers, text, content_type)
                         : method == "PUT"  ? http_->Put(path, headers, text, content_type)

@@ -52,9 +52,10 @@ class Client {
   // `--timeout` asks. Unset, reads wait 30 s and changes 60 s for their answer.
   void set_call_timeout(double seconds) { call_timeout_seconds_ = seconds; }
   // The PEM CA bundle an https:// service's certificate is verified with, and where it was given
-  // ("--ca-file", "TRAINER_CA_FILE"); "" = the system's CA store.
+  // (resolve_ca_file()'s source); "" = the system's CA store.
   void set_ca_file(const std::string& file, const std::string& source);
   const std::string& ca_file() const { return ca_file_; }
+  const std::string& ca_file_source() const { return ca_file_source_; }
   // The API token every call sends (Authorization: Bearer); "" sends none.
   void set_token(std::string token) { token_ = std::move(token); }
   const std::string& token() const { return token_; }
@@ -92,7 +93,7 @@ class Client {
   std::string refuse_changes_;       // non-empty: changes fail with this message, unsent
   std::string token_;                // the API token sent with every call; "" none
   std::string ca_file_;              // set_ca_file(); "" the system's store
-  std::string ca_file_source_;       // "--ca-file" or "TRAINER_CA_FILE"
+  std::string ca_file_source_;       // resolve_ca_file()'s source
   std::unique_ptr<httplib::Client> http_;
 };
 
@@ -108,9 +109,11 @@ inline std::string resolve_trainer_url(const std::string& flag_value, bool flag_
   return resolve_trainer_address(flag_value, flag_given).url;
 }
 
-// The CA file from --ca-file (when `flag_given`), else $TRAINER_CA_FILE, with where it came from
-// ("--ca-file", "TRAINER_CA_FILE", or "" when neither).
-std::pair<std::string, std::string> resolve_ca_file(const std::string& flag_value, bool flag_given);
+// The CA file from --ca-file (when `flag_given`), else $TRAINER_CA_FILE, else the one `trainer
+// login` kept in the token file for the service at `url`, with where it came from ("--ca-file",
+// "TRAINER_CA_FILE", "the token file PATH", or "" when none).
+std::pair<std::string, std::string> resolve_ca_file(const std::string& flag_value, bool flag_given,
+                                                    const std::string& url);
 
 // The API token for the service at `url`: $TRAINER_TOKEN, else the token file's entry for the
 // address (`trainer login`, or the one trainerd wrote at its first start); "" when neither.

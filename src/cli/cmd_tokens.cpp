@@ -1,7 +1,9 @@
-// `trainer tokens create|list|revoke` (admin) and `trainer login`: API tokens (docs/security.md).
+// `trainer tokens create|list|revoke` (admin), `trainer login` and `trainer logout`: API tokens
+// (docs/security.md).
 // A token's secret is printed once, by `tokens create`; `login` keeps one in the token file for
 // the service's address, where every later command finds it (TRAINER_TOKEN overrides the file).
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <string>
 
@@ -106,7 +108,30 @@ int login(Context& ctx) {
   }
   Status st = write_token_file(ctx.client.base_url(), token);
   if (!st.is_ok()) return ctx.fail("login: " + st.message(), kExitError);
-  out("Logged in to " + ctx.client.base_url() + "; the token is kept in " + token_file_path() + ".\n");
+  // The CA the service was verified with, when this command was given one, is kept beside the
+  // token (by its absolute path): later commands to the address use it when they name none.
+  std::string kept_ca;
+  const std::string& source = ctx.client.ca_file_source();
+  if (!ctx.client.ca_file().empty() && (source == "--ca-file" || source == "TRAINER_CA_FILE")) {
+    std::error_code ec;
+    kept_ca = std::filesystem::absolute(ctx.client.ca_file(), ec).lexically_normal().string();
+    if (ec) return ctx.fail("login: " + source + " " + ctx.client.ca_file() + ": " + ec.message(), kExitError);
+    st = write_ca_file_entry(ctx.client.base_url(), kept_ca);
+    if (!st.is_ok()) return ctx.fail("login: " + st.message(), kExitError);
+  }
+  out("Logged in to " + ctx.client.base_url() + "; the token" + (kept_ca.empty() ? "" : " and the CA file " + kept_ca) +
+      (kept_ca.empty() ? " is" : " are") + " kept in " + token_file_path() + ".\n");
+  return kExitOk;
+}
+
+// Forgets the service address's token and CA file in the token file; the service is not asked.
+int logout(Context& ctx) {
+  const bool had = read_token_file(ctx.client.base_url()).has_value() || read_ca_file_entry(ctx.client.base_url());
+  Status st = forget_server(ctx.client.base_url());
+  if (!st.is_ok()) return ctx.fail("logout: " + st.message(), kExitError);
+  out(had ? "Logged out of " + ctx.client.base_url() + ": its token and CA file are no longer kept in " +
+                token_file_path() + ".\n"
+          : "Nothing was kept for " + ctx.client.base_url() + " in " + token_file_path() + ".\n");
   return kExitOk;
 }
 
@@ -146,11 +171,24 @@ Command login_command() {
   Command c{"login", {}, "Keep an API token for the service's address (read from stdin)", "",
             "Checks the token against the service, then keeps it in the token file\n"
             "($XDG_CONFIG_HOME/trainer/tokens.json, else ~/.config/trainer/tokens.json; mode 0600), one entry\n"
-            "per service address. Every later command to that address sends it; TRAINER_TOKEN overrides it.",
+            "per service address. Every later command to that address sends it; TRAINER_TOKEN overrides it.\n"
+            "The CA file given with --ca-file (or TRAINER_CA_FILE) for an https:// address is kept beside it\n"
+            "and verifies later commands to that address that name none. `trainer logout` forgets both.",
             {{"token-stdin", 0, "", "read the token from standard input (required)", ""}},
             {}, login, 0, 0, {}};
   c.examples = {{"log in with a token someone gave you (typed or piped on standard input)", "trainer login --token-stdin"},
-                {"log in to another service", "trainer --trainer-url http://gpu-box:9001 login --token-stdin"}};
+                {"log in to another service", "trainer --trainer-url http://gpu-box:9001 login --token-stdin"},
+                {"log in to an https:// service signed by your own CA (kept for later commands)",
+                 "trainer --trainer-url https://gpu-box:9001 --ca-file ca.pem login --token-stdin"}};
+  return c;
+}
+
+Command logout_command() {
+  Command c{"logout", {}, "Forget the API token and CA file kept for the service's address", "",
+            "Removes the address's entries from the token file (`trainer login`); the token itself stays\n"
+            "valid on the service (`trainer tokens revoke` ends it).",
+            {}, {}, logout, 0, 0, {}};
+  c.examples = {{"forget the token kept for the default address", "trainer logout"}};
   return c;
 }
 

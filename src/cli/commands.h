@@ -34,6 +34,7 @@ Command endpoints_proxy_command();
 Command tokens_command();  // cmd_tokens.cpp
 Command audit_command();   // cmd_audit.cpp
 Command login_command();   // cmd_tokens.cpp  // `endpoints proxy ENDPOINT` (cmd_endpoints_proxy.cpp)
+Command logout_command();  // cmd_tokens.cpp
 // `snapshots register SNAPSHOT` and `snapshots candidate SNAPSHOT` (children of snapshots_command()).
 Command snapshots_register_command();
 Command snapshots_candidate_command();

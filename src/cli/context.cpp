@@ -15,7 +15,7 @@ Context::Context(Invocation& invocation)
       address(resolve_trainer_address(invocation.get_or("trainer-url", ""), invocation.has("trainer-url"))),
       client(address.url) {
   client.set_token(resolve_token(address.url));
-  const auto [ca_file, ca_source] = resolve_ca_file(invocation.get_or("ca-file", ""), invocation.has("ca-file"));
+  const auto [ca_file, ca_source] = resolve_ca_file(invocation.get_or("ca-file", ""), invocation.has("ca-file"), address.url);
   client.set_ca_file(ca_file, ca_source);
   const std::string output = inv.get_or("output", "text");
   if (output == "text") format = OutputFormat::kText;

@@ -129,15 +129,28 @@ HttpResponse http_call(const HttpRequest& request) {
   curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, limit_ms);
   curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, limit_ms);
   if (!request.ca_file.empty()) curl_easy_setopt(c, CURLOPT_CAINFO, request.ca_file.c_str());
+  // Through a proxy only where the caller says (never the environment's *_proxy variables).
+  const std::string& proxy = request.outbound != nullptr ? request.outbound->proxy : request.proxy;
+  curl_easy_setopt(c, CURLOPT_PROXY, proxy.c_str());
+  curl_easy_setopt(c, CURLOPT_NOPROXY, "");
   ConnectCheck check{request.outbound, "", 0, ""};
   std::unique_ptr<curl_slist, ListDeleter> resolve;
-  if (request.outbound != nullptr) {
-    if (!url_host_port(request.url, &check.host, &check.port)) {
-      out.failure = HttpFailure::kBadUrl;
-      out.detail = "'" + request.url + "' is not an http:// or https:// URL with a host";
+  if (request.outbound != nullptr && !url_host_port(request.url, &check.host, &check.port)) {
+    out.failure = HttpFailure::kBadUrl;
+    out.detail = "'" + request.url + "' is not an http:// or https:// URL with a host";
+    return out;
+  }
+  if (request.outbound != nullptr && !proxy.empty()) {
+    // The proxy connects to the target: its host and port are checked here, before the call,
+    // and the proxy is not contacted when they are refused.
+    const Status allowed = check_outbound_url(*request.outbound, request.url, "url");
+    if (!allowed.is_ok()) {
+      out.failure = HttpFailure::kRefused;
+      out.outbound_refused = true;
+      out.detail = request.url + ": " + allowed.message();
       return out;
     }
-    curl_easy_setopt(c, CURLOPT_PROXY, "");  // the address checked is the one called
+  } else if (request.outbound != nullptr) {
     curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, open_checked);
     curl_easy_setopt(c, CURLOPT_OPENSOCKETDATA, &check);
     for (const auto& entry : test_resolve_entries(check.port)) {

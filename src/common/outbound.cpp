@@ -308,6 +308,44 @@ Status check_outbound_url(const OutboundPolicy& policy, const std::string& url, 
   return Status::ok();
 }
 
+Result<std::string> parse_outbound_proxy(const nlohmann::json& value, const std::string& field) {
+  const std::string hint = "must be the URL of an HTTP proxy, http://HOST:PORT (e.g. \"http://proxy.internal:3128\")";
+  if (!value.is_string()) return invalid_field(field, hint);
+  std::string url = value.get<std::string>();
+  if (url.empty()) return url;
+  if (!url.empty() && url.back() == '/') url.pop_back();
+  // Credentials are not echoed: the error goes to trainerd's log.
+  if (url.find('@') != std::string::npos) return invalid_field(field, hint + ", with no credentials in it");
+  const std::string prefix = "http://";
+  if (url.rfind(prefix, 0) != 0) return invalid_field(field, "'" + url + "' " + hint);
+  const std::string rest = url.substr(prefix.size());
+  if (rest.find_first_of("/?#") != std::string::npos) return invalid_field(field, "'" + url + "' " + hint + ", with no path");
+  std::string host;
+  int port = 0;
+  const size_t colon = rest.rfind(':');
+  if (colon == std::string::npos || colon + 1 == rest.size() || rest.back() == ']' ||
+      !url_host_port(url, &host, &port) || host.empty()) {
+    return invalid_field(field, "'" + url + "' " + hint + ": name its port");
+  }
+  return url;
+}
+
+Status check_outbound_entry(const OutboundPolicy& policy, const std::string& entry, const std::string& field) {
+  const size_t colon = entry.rfind(':');
+  std::string host = colon == std::string::npos ? "" : entry.substr(0, colon);
+  const std::string port = colon == std::string::npos ? "" : entry.substr(colon + 1);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  const bool numeric_port = !port.empty() && port.size() <= 5 && port.find_first_not_of("0123456789") == std::string::npos &&
+                            std::stoi(port) >= 1 && std::stoi(port) <= 65535;
+  if (host.empty() || !numeric_port || (!valid_name(host) && !parse_address(host))) {
+    return invalid_field(field, "'" + entry + "' is not HOST:PORT (a host name or IP address, and a port number 1-65535)");
+  }
+  const std::string url = "http://" + with_port(lower(host), std::stoi(port)) + "/";
+  Status st = check_outbound_url(policy, url, field);
+  if (!st.is_ok()) return invalid_field(field, "'" + entry + "': " + st.message());
+  return Status::ok();
+}
+
 std::string outbound_refusal_at_connect(const OutboundPolicy& policy, const std::string& url_host, int port,
                                         const sockaddr* address) {
   char text[INET6_ADDRSTRLEN] = {0};

@@ -30,11 +30,19 @@ struct OutboundRule {
 
 struct OutboundPolicy {
   std::vector<OutboundRule> allow;
+  // outbound.proxy: "http://HOST:PORT" of the HTTP proxy every checked call goes through (CONNECT
+  // for https://, the absolute URL for http://); "" = calls connect directly. Through a proxy the
+  // target's HOST:PORT is checked before the call (its name resolved here); the address the proxy
+  // then connects to is the proxy's to check (docs/security.md, "Outbound calls").
+  std::string proxy;
   bool operator==(const OutboundPolicy&) const = default;
 };
 
 // `["HOST:PORT", ...]` as a policy; a bad rule is invalid_field(`field` + "[i]") naming it.
 Result<OutboundPolicy> parse_outbound_policy(const nlohmann::json& rules, const std::string& field);
+// outbound.proxy as given: "http://HOST:PORT" (a trailing "/" dropped); anything else (another
+// scheme, credentials, a path, no port) is invalid_field(`field`) naming it.
+Result<std::string> parse_outbound_proxy(const nlohmann::json& value, const std::string& field);
 // The rules as written again ("HOST:PORT", "*" for any port): what a job is handed.
 nlohmann::json outbound_policy_json(const OutboundPolicy& policy);
 
@@ -56,6 +64,11 @@ bool url_host_port(const std::string& url, std::string* host, int* port);
 // name that does not resolve now is allowed only by a rule naming it exactly (or a wildcard rule
 // for its name): the call is checked again when it connects.
 Status check_outbound_url(const OutboundPolicy& policy, const std::string& url, const std::string& field);
+
+// The check of a declared "HOST:PORT" (a term's network.allow): HOST a name or an IP address,
+// PORT a number; allowed as a URL to it would be (check_outbound_url()). invalid_field(`field`)
+// naming the entry when it is malformed or not allowed.
+Status check_outbound_entry(const OutboundPolicy& policy, const std::string& entry, const std::string& field);
 
 // The numeric addresses `host` resolves to (getaddrinfo; the test hosts file first, see
 // test_resolve_entries()); empty when it does not resolve.

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -23,15 +24,31 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-// The file's entries; empty when it is missing or not the JSON it should be.
-json read_entries(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return json::object();
-  std::stringstream text;
-  text << in.rdbuf();
-  json doc = json::parse(text.str(), nullptr, false);
-  if (!doc.is_object() || !doc["servers"].is_object()) return json::object();
-  return doc["servers"];
+// The file's document, {"servers": {...}, "caFiles": {...}}; the members missing (or the whole
+// file missing, or not the JSON it should be) read as empty objects.
+json read_document(const std::string& path) {
+  json doc = json::object();
+  if (std::ifstream in(path); in) {
+    std::stringstream text;
+    text << in.rdbuf();
+    doc = json::parse(text.str(), nullptr, false);
+    if (!doc.is_object()) doc = json::object();
+  }
+  for (const char* member : {"servers", "caFiles"}) {
+    if (!doc.contains(member) || !doc[member].is_object()) doc[member] = json::object();
+  }
+  return doc;
+}
+
+// The string kept under `member` for `server_url`; none when missing or empty.
+std::optional<std::string> read_entry(const char* member, const std::string& server_url) {
+  const std::string path = token_file_path();
+  if (path.empty()) return std::nullopt;
+  const json doc = read_document(path);
+  const json& entries = doc[member];
+  const auto it = entries.find(token_file_key(server_url));
+  if (it == entries.end() || !it->is_string() || it->get<std::string>().empty()) return std::nullopt;
+  return it->get<std::string>();
 }
 
 // Closes a descriptor when it goes out of scope.
@@ -73,16 +90,16 @@ std::string token_file_key(const std::string& server_url) {
   return scheme + "://" + host + ":" + port;
 }
 
-std::optional<std::string> read_token_file(const std::string& server_url) {
-  const std::string path = token_file_path();
-  if (path.empty()) return std::nullopt;
-  json entries = read_entries(path);
-  const json& token = entries[token_file_key(server_url)];
-  if (!token.is_string() || token.get<std::string>().empty()) return std::nullopt;
-  return token.get<std::string>();
+std::optional<std::string> read_token_file(const std::string& server_url) { return read_entry("servers", server_url); }
+
+std::optional<std::string> read_ca_file_entry(const std::string& server_url) {
+  return read_entry("caFiles", server_url);
 }
 
-Status write_token_file(const std::string& server_url, const std::string& token) {
+namespace {
+
+// Changes the file's document with `change` under the file's lock, and replaces the file.
+Status update_token_file(const std::function<void(json&)>& change) {
   const std::string path = token_file_path();
   if (path.empty()) return failed_precondition("no token file: neither XDG_CONFIG_HOME nor HOME is set");
   const fs::path dir = fs::path(path).parent_path();
@@ -95,9 +112,10 @@ Status write_token_file(const std::string& server_url, const std::string& token)
   while (::flock(lock.fd, LOCK_EX) != 0) {
     if (errno != EINTR) return errno_status("cannot lock the token file", path + ".lock", errno);
   }
-  json entries = read_entries(path);
-  entries[token_file_key(server_url)] = token;
-  const std::string text = json{{"servers", entries}}.dump(2) + "\n";
+  json doc = read_document(path);
+  change(doc);
+  if (doc["caFiles"].empty()) doc.erase("caFiles");  // a file without CA files reads as before
+  const std::string text = doc.dump(2) + "\n";
   const fs::path tmp = temporary_beside(path);
   {
     Fd out{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)};
@@ -125,6 +143,31 @@ Status write_token_file(const std::string& server_url, const std::string& token)
     return errno_status("cannot replace the token file", path, err);
   }
   return sync_folder(dir);
+}
+
+}  // namespace
+
+Status write_token_file(const std::string& server_url, const std::string& token) {
+  return update_token_file([&](json& doc) { doc["servers"][token_file_key(server_url)] = token; });
+}
+
+Status write_ca_file_entry(const std::string& server_url, const std::string& ca_file) {
+  return update_token_file([&](json& doc) {
+    const std::string key = token_file_key(server_url);
+    if (ca_file.empty()) {
+      doc["caFiles"].erase(key);
+    } else {
+      doc["caFiles"][key] = ca_file;
+    }
+  });
+}
+
+Status forget_server(const std::string& server_url) {
+  return update_token_file([&](json& doc) {
+    const std::string key = token_file_key(server_url);
+    doc["servers"].erase(key);
+    doc["caFiles"].erase(key);
+  });
 }
 
 }  // namespace trainer

@@ -2,7 +2,9 @@
 // under the user's config folder so that `trainer` on the same machine finds the token trainerd
 // wrote at its first start. The file is $XDG_CONFIG_HOME/trainer/tokens.json (else
 // $HOME/.config/trainer/tokens.json), mode 0600 in a folder of mode 0700, JSON
-// {"servers": {"http://127.0.0.1:9001": "trn_..."}}.
+// {"servers": {"http://127.0.0.1:9001": "trn_..."}, "caFiles": {"https://10.0.0.5:9001": "/abs/ca.pem"}}:
+// "caFiles" (absent in files written before it) holds the CA file `trainer login` was given for
+// an https:// address, used when a command names none (--ca-file, TRAINER_CA_FILE).
 //
 // Thread and process safety: writers take an exclusive lock on tokens.json.lock and replace the
 // file by a rename, so many trainerds starting at once (the tests') each keep their entry and a
@@ -28,5 +30,14 @@ std::optional<std::string> read_token_file(const std::string& server_url);
 
 // Keeps `token` for `server_url` (replacing the entry's old token); other entries stay.
 Status write_token_file(const std::string& server_url, const std::string& token);
+
+// The CA file kept for `server_url` (an absolute path); none when missing.
+std::optional<std::string> read_ca_file_entry(const std::string& server_url);
+
+// Keeps `ca_file` (an absolute path) for `server_url`; "" forgets the entry. Other entries stay.
+Status write_ca_file_entry(const std::string& server_url, const std::string& ca_file);
+
+// Forgets `server_url`'s token and CA file (`trainer logout`). Other entries stay.
+Status forget_server(const std::string& server_url);
 
 }  // namespace trainer

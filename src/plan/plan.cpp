@@ -121,7 +121,39 @@ Status read_judge(Problems& p, const json& obj, const std::string& at, JudgeEndp
   p.keep(r.read_string("apiKeyEnv", &judge->apiKeyEnv, false));
   p.keep(r.read_string("caFile", &judge->caFile, false));
   p.keep(r.read_string("jobIdEnv", &judge->jobIdEnv, false));
+  p.keep(r.read_string("proxy", &judge->proxy, false));
   r.refuse_unknown();
+  return Status::ok();
+}
+
+// `network: {allow: ["HOST:PORT", ...]}` of a term or the tools (config...network.allow): what
+// the confined code may connect to. The form is checked here; whether trainerd's outbound.allow
+// lets it is checked at submission (service/judges.cpp).
+Status read_network(Problems& p, ObjectReader& r, std::vector<std::string>* allow) {
+  const json* n = r.find("network");
+  if (n == nullptr || n->is_null()) return Status::ok();
+  constexpr const char* kShape = "must be an object {allow: [\"HOST:PORT\", ...]}, got ";
+  if (!n->is_object()) return r.fail("network", kShape + n->dump());
+  ObjectReader nr(p, *n, r.field_path("network"));
+  const json* list = nr.find("allow");
+  if (list == nullptr || !list->is_array() || list->empty()) {
+    p.keep(nr.fail("allow", "must be a non-empty list of \"HOST:PORT\" the code connects to, got " +
+                                (list == nullptr ? std::string("nothing") : list->dump())));
+  } else {
+    for (size_t i = 0; i < list->size(); ++i) {
+      const json& e = (*list)[i];
+      const std::string text = e.is_string() ? e.get<std::string>() : "";
+      const size_t colon = text.rfind(':');
+      if (colon == std::string::npos || colon == 0 || colon + 1 == text.size() ||
+          text.find_first_of(" /@") != std::string::npos) {
+        p.keep(nr.fail("allow[" + std::to_string(i) + "]", "must be \"HOST:PORT\" (e.g. \"api.example.com:443\"), got " +
+                                                               e.dump()));
+        continue;
+      }
+      allow->push_back(text);
+    }
+  }
+  nr.refuse_unknown();
   return Status::ok();
 }
 
@@ -155,6 +187,9 @@ Status read_term(Problems& p, const json& t, const std::string& at, RewardTermSp
   p.keep(only("judge", kind == TermKind::kModel, "model"));
   p.keep(only("maxTokens", kind == TermKind::kModel, "model"));
   p.keep(only("caFile", kind == TermKind::kHttp, "http (a judge's CA file is declared with the judge)"));
+  p.keep(only("network", kind == TermKind::kRule || kind == TermKind::kBundle,
+              "rule and bundle (an http or model term's calls are trainerd's outbound.allow's)"));
+  p.keep(read_network(p, r, &spec->networkAllow));
   p.keep(r.read_double("timeoutSeconds", &spec->timeoutSeconds));
   p.keep(r.read_int_as("maxConsecutiveFailures", &spec->maxConsecutiveFailures));
   p.keep(r.read_int_as("retries", &spec->retries));
@@ -241,12 +276,13 @@ Status read_rl(Problems& p, const json& obj, RlSettings* rl) {
     }
   }
   if (const json* tools = r.find("tools"); tools && !tools->is_null()) {
-    if (!tools->is_object()) return r.fail("tools", "must be an object {command, timeoutSeconds, maxCalls}, got " + tools->dump());
+    if (!tools->is_object()) return r.fail("tools", "must be an object {command, timeoutSeconds, maxCalls, network}, got " + tools->dump());
     ObjectReader t(p, *tools, "config.rlHyperparams.tools");
     ToolSettings ts;
     p.keep(t.read_string("command", &ts.command, true));
     p.keep(t.read_double("timeoutSeconds", &ts.timeoutSeconds));
     p.keep(t.read_int_as("maxCalls", &ts.maxCalls));
+    p.keep(read_network(p, t, &ts.networkAllow));
     t.refuse_unknown();
     rl->tools = std::move(ts);
   }

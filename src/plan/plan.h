@@ -81,6 +81,9 @@ struct JudgeEndpoint {
   // config.reward.terms[].judge.jobIdEnv: variable holding the job attempt's id, sent as X-Trainer-Job
   // (trainerd's own endpoints take the attempt's credentials: docs/security.md, "Jobs"); "" = none
   std::string jobIdEnv;
+  // config.reward.terms[].judge.proxy: the HTTP proxy the calls go through, http://HOST:PORT
+  // (trainerd's outbound.proxy, for its declared judges only); "" = directly
+  std::string proxy;
 };
 
 // One weighted reward term of an RL run (config.reward.terms[]).
@@ -94,6 +97,9 @@ struct RewardTermSpec {
   // http and model terms only.
   int retries = 1;      // config.reward.terms[].retries: further attempts of a call that produced no score
   int concurrency = 4;  // config.reward.terms[].concurrency: calls in flight at once
+  // rule and bundle terms only: config.reward.terms[].network.allow, the HOST:PORT the confined code
+  // needs to connect to (each allowed by trainerd's outbound.allow at submission); empty = no network.
+  std::vector<std::string> networkAllow = {};
   // http terms only.
   std::optional<std::string> caFile = {};  // config.reward.terms[].caFile: PEM CAs trusted for an https URL; absent = the system's
   // model terms only.
@@ -140,6 +146,9 @@ struct ToolSettings {
   std::string command = {};     // config.rlHyperparams.tools.command: path of the executable (no shell). Required
   double timeoutSeconds = 10;   // config.rlHyperparams.tools.timeoutSeconds: a call running longer fails
   int maxCalls = 4;             // config.rlHyperparams.tools.maxCalls: tool calls run per completion
+  // config.rlHyperparams.tools.network.allow: HOST:PORT the confined tool needs to connect to (each
+  // allowed by trainerd's outbound.allow at submission); empty = no network.
+  std::vector<std::string> networkAllow = {};
 };
 
 // Settings of GRPO/GSPO runs (config.rlHyperparams). TRL's GRPOConfig names in brackets.

@@ -120,6 +120,11 @@ const std::vector<FieldSpec> kFields = {
     {"config.reward.terms[].caFile", FT::kString, 0, 0, false, false, "",
      "http: absolute path of a PEM file of the CAs trusted for an https:// evaluator, on trainerd's host within its "
      "`paths.allow` (docs/security.md, \"Paths\"); absent: the system's CA store"},
+    {"config.reward.terms[].network", FT::kObject, 0, 0, false, false, "",
+     "rule, bundle: the network the confined code needs, {allow: [\"HOST:PORT\", ...]}; absent: none (docs/security.md, "
+     "\"User code\")"},
+    {"config.reward.terms[].network.allow", FT::kStringList, 0, 0, false, false, "",
+     "rule, bundle: HOST:PORT the code connects to, each allowed by trainerd's outbound.allow at submission"},
     {"config.reward.terms[].graderInstructions", FT::kString, 0, 0, false, false, "",
      "model: the judge's instructions (system prompt); absent: the plan's graderInstructions, else the built-in ones "
      "(docs/graders.md)"},
@@ -154,6 +159,10 @@ const std::vector<FieldSpec> kFields = {
      "a call running longer is stopped and fails (default 10)"},
     {"config.rlHyperparams.tools.maxCalls", FT::kInteger, 1, 64, false, false, "",
      "tool calls run per completion; a call past them ends the completion (default 4)"},
+    {"config.rlHyperparams.tools.network", FT::kObject, 0, 0, false, false, "",
+     "the network the confined tool needs, {allow: [\"HOST:PORT\", ...]}; absent: none (docs/security.md, \"User code\")"},
+    {"config.rlHyperparams.tools.network.allow", FT::kStringList, 0, 0, false, false, "",
+     "HOST:PORT the tool connects to, each allowed by trainerd's outbound.allow at submission"},
     {"config.rlHyperparams.optimizer", FT::kObject, 0, 0, false, false, "", "AdamW and its schedule of RL runs (grpo, gspo)"},
     {"config.rlHyperparams.optimizer.learningRate", FT::kNumber, 0, 1, true, false, "", "peak learning rate"},
     {"config.rlHyperparams.optimizer.weightDecay", FT::kNumber, 0, 1e3, false, false, "", "decoupled weight decay"},

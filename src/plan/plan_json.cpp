@@ -44,10 +44,18 @@ json term_json(const RewardTermSpec& t) {
     out["concurrency"] = t.concurrency;
   }
   if (t.caFile) out["caFile"] = *t.caFile;
+  if (!t.networkAllow.empty()) out["network"] = {{"allow", t.networkAllow}};  // shown (and hashed) only when declared
   if (*k == TermKind::kModel) {
     out["graderInstructions"] = t.graderInstructions ? json(*t.graderInstructions) : json(nullptr);
     out["maxTokens"] = t.maxTokens;
   }
+  return out;
+}
+
+// The tools' settings; network only when declared (so that plans without it hash as before).
+json tools_json(const ToolSettings& t) {
+  json out = {{"command", t.command}, {"timeoutSeconds", t.timeoutSeconds}, {"maxCalls", t.maxCalls}};
+  if (!t.networkAllow.empty()) out["network"] = {{"allow", t.networkAllow}};
   return out;
 }
 
@@ -83,9 +91,7 @@ json rl_config_to_json(const RunConfig& c) {
             {"scaleRewards", scale_rewards_name(r.scaleRewards)},
             {"microBatchSize", r.microBatchSize},
             {"stopStrings", r.stopStrings},
-            {"tools", r.tools ? json{{"command", r.tools->command},
-                                     {"timeoutSeconds", r.tools->timeoutSeconds},
-                                     {"maxCalls", r.tools->maxCalls}}
+            {"tools", r.tools ? tools_json(*r.tools)
                               : json(nullptr)},
             {"optimizer", optimizer_json(r.optimizer)}}}};
 }

@@ -52,6 +52,7 @@ void each_variable(Request& r, Visit&& visit) {
   visit("TRAINER_WARM_START_ADAPTER", r.warm_start_adapter, When::kSet);
   visit("TRAINER_OUTBOUND_ALLOW", r.outbound_allow, When::kSet);
   visit("TRAINER_SERVE_SECRET", r.serve_secret, When::kSet);
+  visit("TRAINER_OUTBOUND_PROXY", r.outbound_proxy, When::kSet);
 }
 
 bool is_set(const std::string& v) { return !v.empty(); }

@@ -101,6 +101,9 @@ struct JobRequest {
   // that carry `Authorization: Bearer SECRET` (docs/security.md, "Serving processes"). Passed in
   // the environment, never on the command line. "" = not passed: no check (a process started by hand).
   std::string serve_secret;
+  // outbound.proxy: the HTTP proxy those calls go through, "http://HOST:PORT"
+  // (TRAINER_OUTBOUND_PROXY); "" = directly.
+  std::string outbound_proxy;
   // Not in the environment: the job's arguments and output.
   std::string plan_path;    // the resolved plan (JSON), already written (--plan); evaluate: its spec (--spec)
   std::string output_dir;   // the job's output folder (--output)

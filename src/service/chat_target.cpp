@@ -38,6 +38,7 @@ Result<ChatTarget> chat_target_of(ServiceCore& core, const json& target, const s
     t.url = base + "/v1/chat/completions";
     t.model = c->model.empty() ? c->name : c->model;
     t.ca_file = c->ca_file;
+    t.proxy = c->proxy;
     if (!c->api_key_env.empty()) {
       const char* key = std::getenv(c->api_key_env.c_str());
       if (key == nullptr || *key == '\0') {

@@ -19,6 +19,7 @@ struct ChatTarget {
   std::string model;    // the request's `model`
   std::string ca_file;  // PEM CAs for https; "" = the system's store
   std::vector<std::pair<std::string, std::string>> headers;  // Authorization, when it has a key
+  std::string proxy;    // a declared judge's outbound.proxy; "" (trainerd's own endpoints: always) = directly
 };
 
 // `name` resolved into a stored target: {declared: NAME} or {endpointId, model}. An unknown name

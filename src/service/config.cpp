@@ -285,10 +285,14 @@ Status parse_sections(const json& doc, DeploymentConfig& c) {
     TRAINER_ASSIGN_OR_RETURN(c.judges, parse_judges(doc["judges"]));
   }
   if (doc.contains("outbound")) {
-    TRAINER_RETURN_IF_ERROR(check_keys(doc["outbound"], "outbound", {"allow"}));
+    TRAINER_RETURN_IF_ERROR(check_keys(doc["outbound"], "outbound", {"allow", "proxy"}));
     auto policy = parse_outbound_policy(doc["outbound"].value("allow", json::array()), "outbound.allow");
     if (!policy.is_ok()) return invalid_argument(policy.status().field() + ": " + policy.status().message());
     c.outbound = std::move(*policy);
+    auto proxy = parse_outbound_proxy(doc["outbound"].value("proxy", json("")), "outbound.proxy");
+    if (!proxy.is_ok()) return invalid_argument(proxy.status().field() + ": " + proxy.status().message());
+    c.outbound.proxy = std::move(*proxy);
+    for (auto& j : c.judges) j.proxy = c.outbound.proxy;
   }
   if (doc.contains("paths")) {
     TRAINER_RETURN_IF_ERROR(check_keys(doc["paths"], "paths", {"allow"}));
@@ -452,7 +456,7 @@ nlohmann::json config_to_json(const DeploymentConfig& c) {
                              {"requestTimeoutSeconds", o.request_timeout_s},
                              {"jobFolder", o.job_folder}};
   }
-  out["outbound"] = {{"allow", outbound_policy_json(c.outbound)}};
+  out["outbound"] = {{"allow", outbound_policy_json(c.outbound)}, {"proxy", c.outbound.proxy}};
   out["paths"] = {{"allow", c.paths.allow.empty() && c.paths_allow ? json(*c.paths_allow) : json(c.paths.allow)}};
   out["judges"] = json::array();
   for (const auto& j : c.judges) {

@@ -132,6 +132,9 @@ struct JudgeConfig {
   std::string ca_file;      // PEM file of the CAs trusted for an https url (trainerd and its jobs); "" = the system's
   // How long a run waits in WAITING_FOR_GRADER for the judge to answer before it fails (> 0).
   int ready_timeout_seconds = 300;
+  // Not a field of the judge: outbound.proxy, copied here when the configuration is read (the
+  // operator's judges are called through it, by trainerd and its jobs); "" = directly.
+  std::string proxy;
 };
 
 // Where jobs publish snapshots and restore them from (docs/api.md, "Artifact store"): "" = the

@@ -49,7 +49,8 @@ JudgeAnswer ask_once(const CurationJudge& judge, const json& messages, const std
                               .body = request.dump(-1, ' ', false, json::error_handler_t::replace),
                               .timeout_seconds = judge.timeout_seconds,
                               .ca_file = judge.ca_file,
-                              .keep_going = keep_going});
+                              .keep_going = keep_going,
+                              .proxy = judge.proxy});
   JudgeAnswer a;
   if (r.failure != HttpFailure::kNone) {
     a.failure = (r.failure == HttpFailure::kTimeout ? "timeout: " : "unreachable: ") + r.detail;

@@ -22,6 +22,7 @@ struct CurationJudge {
   std::string url;            // the chat completions URL
   std::string model;          // the request's `model`
   std::string ca_file;        // PEM CAs for https; "" = the system's store
+  std::string proxy;          // outbound.proxy for a declared judge; "" = directly
   std::vector<std::pair<std::string, std::string>> headers;  // Authorization, when it has a key
   std::string instructions;   // the system message
   double timeout_seconds = 60;  // one call

@@ -224,6 +224,7 @@ Result<CurationJudge> Curations::judge_of(const json& doc) {
   j.url = std::move(t.url);
   j.model = std::move(t.model);
   j.ca_file = std::move(t.ca_file);
+  j.proxy = std::move(t.proxy);
   j.headers = std::move(t.headers);
   return j;
 }

@@ -231,6 +231,7 @@ backend::JobSpec ServiceImpl::job_spec(const RunRecord& run) const {
   }
   spec.resume_snapshot = run.resume_from.value_or("");
   spec.outbound_allow = outbound_policy_json(opt_.config.outbound).dump();
+  spec.outbound_proxy = opt_.config.outbound.proxy;
   // The job's heartbeat: four in each silence trainerd allows (lost_attempts.h, watch_silence()).
   spec.heartbeat_seconds = heartbeat_seconds_for(opt_.config.limits.job_silence_seconds);
   // A child run's first attempt starts from its parent's snapshot (later ones resume their own).

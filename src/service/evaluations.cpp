@@ -366,6 +366,7 @@ Status Evaluations::launch_evaluation_locked(json& doc, const store::ClaimRow& c
   // The attempt's identity to the API: its posts of events and log lines carry it (job_reports.cpp).
   job.job_token = *token;
   job.outbound_allow = outbound_policy_json(core_.options.config.outbound).dump();
+  job.outbound_proxy = core_.options.config.outbound.proxy;
   // A job started before a crash whose handle was never committed is adopted, not started twice.
   std::optional<backend::JobHandle> handle = core_.backend->find(job);
   if (!handle) {

@@ -17,6 +17,18 @@ std::string declared_names(const DeploymentConfig& d) {
   return out.empty() ? "none (add judges: [{name, url}] to trainerd's configuration)" : out;
 }
 
+// A term's (or the tools') declared network, `at`.network.allow: every HOST:PORT allowed by
+// trainerd's outbound.allow, else invalid_field naming the entry's field, `who` and the entry.
+Status check_network(const DeploymentConfig& deployment, const std::vector<std::string>& allow, const std::string& at,
+                     const std::string& who) {
+  for (size_t j = 0; j < allow.size(); ++j) {
+    const std::string field = at + ".network.allow[" + std::to_string(j) + "]";
+    Status st = check_outbound_entry(deployment.outbound, allow[j], field);
+    if (!st.is_ok()) return invalid_field(field, who + " declares network access that trainerd does not allow: " + st.message());
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Status check_reward_terms(const plan::RunConfig& config, const DeploymentConfig& deployment,
@@ -53,12 +65,17 @@ Status check_reward_terms(const plan::RunConfig& config, const DeploymentConfig&
       // A PEM file of CA certificates, within the folders requests may name (paths.allow).
       TRAINER_RETURN_IF_ERROR(check_confined_path(deployment.paths, *t.caFile, at + ".caFile", PathKind::kFile));
     }
+    TRAINER_RETURN_IF_ERROR(check_network(deployment, t.networkAllow, at, "term '" + plan::term_label(t) + "'"));
     if (kind == plan::TermKind::kRule || kind == plan::TermKind::kBundle) {
       const plan::ScoringFunction f = *plan::scoring_function(t.kind);
       // Within the folders requests may name (paths.allow), or a registered bundle's folder.
       TRAINER_RETURN_IF_ERROR(check_confined_path(deployment.paths, f.path, at + ".kind",
                                                   f.module.empty() ? PathKind::kFile : PathKind::kFolder));
     }
+  }
+  if (config.rl.tools) {
+    TRAINER_RETURN_IF_ERROR(
+        check_network(deployment, config.rl.tools->networkAllow, "config.rlHyperparams.tools", "the tools"));
   }
   return Status::ok();
 }
@@ -138,7 +155,9 @@ std::vector<std::string> endpoint_judge_names(const json& plan, const Deployment
 bool has_judges(const json& plan) { return !model_term_names(plan).empty(); }
 
 json judge_endpoint_json(const JudgeConfig& j) {
-  return {{"url", j.url}, {"model", j.model.empty() ? j.name : j.model}, {"apiKeyEnv", j.api_key_env}, {"caFile", j.ca_file}};
+  json out = {{"url", j.url}, {"model", j.model.empty() ? j.name : j.model}, {"apiKeyEnv", j.api_key_env}, {"caFile", j.ca_file}};
+  if (!j.proxy.empty()) out["proxy"] = j.proxy;  // outbound.proxy (never for trainerd's own endpoints)
+  return out;
 }
 
 void fill_judges(json& job_plan, const DeploymentConfig& deployment, const std::map<std::string, json>& endpoint_judges) {
@@ -168,7 +187,8 @@ JudgeProbes::Outcome JudgeProbes::probe(const JudgeConfig& judge) {
   std::string base = judge.url;
   while (!base.empty() && base.back() == '/') base.pop_back();
   const std::string url = base + "/v1/models";
-  HttpResponse r = http_call({.method = "GET", .url = url, .timeout_seconds = kProbeTimeoutSeconds, .ca_file = judge.ca_file});
+  HttpResponse r = http_call(
+      {.method = "GET", .url = url, .timeout_seconds = kProbeTimeoutSeconds, .ca_file = judge.ca_file, .proxy = judge.proxy});
   if (r.failure != HttpFailure::kNone) return {r.detail, r.failure == HttpFailure::kTls};
   if (r.status >= 500) return {"GET " + url + " answered HTTP " + std::to_string(r.status), false};
   return {};

@@ -44,7 +44,8 @@ TeacherAnswer ask_once(const ChatTarget& teacher, const TeacherSampling& s, cons
                               .body = request.dump(-1, ' ', false, json::error_handler_t::replace),
                               .timeout_seconds = s.timeout_seconds,
                               .ca_file = teacher.ca_file,
-                              .keep_going = keep_going});
+                              .keep_going = keep_going,
+                              .proxy = teacher.proxy});
   TeacherAnswer a;
   if (r.failure != HttpFailure::kNone) {
     a.reason = (r.failure == HttpFailure::kTimeout ? "timeout: " : "unreachable: ") + r.detail;

@@ -278,6 +278,7 @@ class GrpoMethod : public train::Method {
   ToolLoop tool_loop(const std::vector<size_t>& which) const {
     ToolLoop loop;
     loop.command = rl_.tools->command;
+    loop.network = !rl_.tools->networkAllow.empty();
     loop.timeout_seconds = rl_.tools->timeoutSeconds;
     loop.max_calls = rl_.tools->maxCalls;
     for (size_t p : which) loop.declared.push_back(declared_tools_[p]);

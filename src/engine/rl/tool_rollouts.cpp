@@ -86,7 +86,7 @@ ToolGeneration generate_with_tools(model::CausalLM& model, const std::vector<std
           answer = failed_call("no tool named \"" + name + "\"" +
                                (list.empty() ? std::string("; this conversation declares none") : "; declared: " + list));
         } else {
-          answer = run_tool(loop.command, *row.pending->call, loop.timeout_seconds);
+          answer = run_tool(loop.command, *row.pending->call, loop.timeout_seconds, loop.network);
         }
       }
       row.pending.reset();

@@ -19,6 +19,7 @@ namespace trainer::engine::rl {
 struct ToolLoop {
   std::string command;           // the tool executable (rl/tools.h's protocol)
   double timeout_seconds = 10;   // per call
+  bool network = false;          // the tool declared network access (config.rlHyperparams.tools.network)
   int64_t max_calls = 4;         // per completion; a call past them ends the completion
   // Per prompt (the order of `prompts`): the tool names its row declares.
   std::vector<std::vector<std::string>> declared;

@@ -70,25 +70,27 @@ ToolAnswer failed_call(const std::string& why) {
 }
 
 // The argv that runs `command` as the job's confinement says (common/confinement.h: the tool sees
-// its own file and interpreter, read-only, and `scratch`; no network, no environment of the job's).
-Result<std::vector<std::string>> tool_argv(const std::string& command, const std::string& scratch) {
+// its own file and interpreter, read-only, and `scratch`; no environment of the job's; the host's
+// network only when the plan declared it, `network`, else none).
+Result<std::vector<std::string>> tool_argv(const std::string& command, const std::string& scratch, bool network) {
   TRAINER_ASSIGN_OR_RETURN(ConfinementMode mode, user_code_confinement());
   if (mode == ConfinementMode::kNone) return std::vector<std::string>{command};
   TRAINER_ASSIGN_OR_RETURN(ConfinedExecutable exe, confined_executable(command));
   Confinement c;
   c.read_only = exe.mounts;
   c.scratch = scratch;
+  c.network = network;
   return confined_argv(c, exe.argv);
 }
 
-ToolAnswer run_tool(const std::string& command, const ToolCall& call, double timeout_seconds) {
+ToolAnswer run_tool(const std::string& command, const ToolCall& call, double timeout_seconds, bool network) {
   auto scratch = make_scratch(std::filesystem::temp_directory_path().string());
   if (!scratch.is_ok()) return failed_call(scratch.status().message());
   struct Cleanup {
     std::string folder;
     ~Cleanup() { remove_scratch(folder); }
   } cleanup{*scratch};
-  auto argv = tool_argv(command, *scratch);
+  auto argv = tool_argv(command, *scratch, network);
   if (!argv.is_ok()) return failed_call(argv.status().message());
   SpawnOptions options;
   options.argv = std::move(*argv);

@@ -47,9 +47,10 @@ struct ToolAnswer {
   std::string error;    // why it failed
 };
 
-// Runs `command` on `call` (see the protocol above). A string answer is shown as it is, any
-// other JSON value as its compact text.
-ToolAnswer run_tool(const std::string& command, const ToolCall& call, double timeout_seconds);
+// Runs `command` on `call` (see the protocol above), confined; with `network` (the plan declared
+// config.rlHyperparams.tools.network) it keeps the host's network. A string answer is shown as it
+// is, any other JSON value as its compact text.
+ToolAnswer run_tool(const std::string& command, const ToolCall& call, double timeout_seconds, bool network = false);
 
 // The answer shown for a failed call: {"error": why}.
 ToolAnswer failed_call(const std::string& why);

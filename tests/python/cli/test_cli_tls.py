@@ -11,11 +11,16 @@
 - the hostile-client bounds hold over TLS: a client that opens a connection and never finishes its
   handshake, or its request head, is closed;
 - `trainerd --host 0.0.0.0` without TLS refuses, naming the TLS settings; with them it starts;
-- a bad certificate or key is refused at start, naming the setting and the file.
+- a bad certificate or key is refused at start, naming the setting and the file;
+- `trainer login --ca-file` keeps the CA file beside the token (mode 0600, an old file still read),
+  later commands verify with it when they name none, `trainer logout` forgets both;
+- an upload over the service's limit is refused before it is sent over https://, with the
+  message it gets over http://.
 """
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import socket
 import ssl
@@ -25,10 +30,11 @@ import urllib.request
 
 import pytest
 
-from auth import token_for
-from cli_support import MODEL_NAME, Cli, plan_text, prepare, run_snapshots, start_run, start_trainerd, stop
+from auth import address_key, token_for
+from cli_support import EXAMPLES, MODEL_NAME, Cli, plan_text, prepare, run_snapshots, start_run, start_trainerd, stop
 
 UNREACHABLE = 6  # cli/exit_codes.h: kExitUnreachable
+DATASET_LIMIT = 2 << 20  # the TLS trainerd's limits.maxDatasetBytes
 
 
 def openssl(*args: str, cwd: pathlib.Path) -> None:
@@ -71,7 +77,8 @@ def tls_trainerd(bin_dir, tiny_model, tmp_path_factory, pki):
     service = start_trainerd(bin_dir, tmp_path_factory.mktemp("tls-trainerd"),
                              {"baseModels": [{"name": MODEL_NAME, "path": str(tiny_model)}],
                               "tls": {"certFile": str(pki["cert"]), "keyFile": str(pki["key"]),
-                                      "caFile": str(pki["ca"])}},
+                                      "caFile": str(pki["ca"])},
+                              "limits": {"maxDatasetBytes": DATASET_LIMIT}},
                              args=("--header-timeout", "2"), ca_file=pki["ca"])
     yield service
     stop(service.proc, service.data_dir)
@@ -234,3 +241,85 @@ def test_bad_certificates_and_keys_are_refused_naming_the_setting_and_file(bin_d
         assert out.returncode == 2, (args, config, out.stderr)
         assert message in out.stderr, (args, config, out.stderr)
         assert "listening" not in out.stderr
+
+
+def test_login_keeps_the_ca_file_and_logout_forgets_it(tls_cli, tls_trainerd, pki, tmp_path):
+    url = tls_trainerd.url
+    key = address_key(url)
+    token = token_for(url)
+    assert token
+    # A token file of its own, as written before CA files were kept: one other address's token.
+    config = tmp_path / "config"
+    token_file = config / "trainer" / "tokens.json"
+    token_file.parent.mkdir(parents=True)
+    token_file.write_text(json.dumps({"servers": {"http://127.0.0.1:1": "trn_other"}}))
+    env = {"XDG_CONFIG_HOME": str(config), "TRAINER_CA_FILE": "", "TRAINER_TOKEN": ""}
+
+    # Nothing kept for the address: the system's store does not know our CA.
+    out = tls_cli("runs", "list", env=env)
+    assert out.returncode == UNREACHABLE, out.stdout + out.stderr
+    assert "did not verify against the system's CA store" in out.stderr, out.stderr
+
+    # Logging in with --ca-file given as a relative path keeps its absolute path beside the token.
+    relative = os.path.relpath(pki["ca"], tmp_path)
+    out = subprocess.run([str(tls_cli.binary), "--trainer-url", url, "--ca-file", relative, "login", "--token-stdin"],
+                         input=token + "\n", capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                         env={**os.environ, **env})
+    assert out.returncode == 0, out.stderr
+    assert f"the token and the CA file {pki['ca']} are kept in {token_file}" in out.stdout, out.stdout
+    assert token_file.stat().st_mode & 0o777 == 0o600
+    kept = json.loads(token_file.read_text())
+    assert kept["servers"] == {"http://127.0.0.1:1": "trn_other", key: token}, kept
+    assert kept["caFiles"] == {key: str(pki["ca"])}, kept
+
+    # A later command naming no CA verifies with the kept one.
+    listed = tls_cli("runs", "list", "-o", "json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert "runs" in json.loads(listed.stdout)
+    # --ca-file and TRAINER_CA_FILE still win over it.
+    out = tls_cli("--ca-file", pki["other_ca"], "runs", "list", env=env)
+    assert out.returncode == UNREACHABLE and f"the CA file {pki['other_ca']} (--ca-file)" in out.stderr, out.stderr
+    out = tls_cli("runs", "list", env={**env, "TRAINER_CA_FILE": str(pki["other_ca"])})
+    assert out.returncode == UNREACHABLE and f"the CA file {pki['other_ca']} (TRAINER_CA_FILE)" in out.stderr, \
+        out.stderr
+    # A kept CA that does not verify is named as the token file's.
+    token_file.write_text(json.dumps({**kept, "caFiles": {key: str(pki["other_ca"])}}))
+    out = tls_cli("runs", "list", env=env)
+    assert out.returncode == UNREACHABLE, out.stdout + out.stderr
+    assert f"the CA file {pki['other_ca']} (the token file {token_file}, from `trainer login`)" in out.stderr, \
+        out.stderr
+
+    # logout forgets the address's token and CA file; the other address's entry stays.
+    out = tls_cli("logout", env=env)
+    assert out.returncode == 0, out.stderr
+    assert f"Logged out of {url}" in out.stdout, out.stdout
+    assert json.loads(token_file.read_text()) == {"servers": {"http://127.0.0.1:1": "trn_other"}}
+    out = tls_cli("runs", "list", env=env)
+    assert out.returncode == UNREACHABLE, out.stdout + out.stderr
+    assert "did not verify against the system's CA store" in out.stderr, out.stderr
+    # The token itself still works (logout does not revoke it).
+    status, _, body = https_get(f"{url}/v1/runs", pki["ca"])
+    assert status == 200, body
+
+
+def test_an_upload_over_the_limit_is_refused_before_it_is_sent_over_https(tls_cli, pki, tmp_path):
+    limits = tls_cli.json("--ca-file", pki["ca"], "info")["configuration"]["limits"]
+    assert limits["maxDatasetBytes"] == DATASET_LIMIT
+    row = (EXAMPLES / "sentiment" / "train.jsonl").read_text().splitlines()[0] + "\n"
+    dataset = tmp_path / "big.jsonl"
+    dataset.write_text(row * (DATASET_LIMIT // len(row) + 100))
+    out = tls_cli("--ca-file", pki["ca"], "datasets", "create", "-f", dataset, "--name", "too-big", timeout=300)
+    assert out.returncode == 1, (out.returncode, out.stderr)
+    # The message over http:// (test_cli_faults.py): the service's answer to the head alone, the
+    # limit, and what to do; not a connection dropped while sending.
+    assert f"over the limit of {DATASET_LIMIT} bytes" in out.stderr, out.stderr
+    assert "limits.maxDatasetBytes" in out.stderr and "split" in out.stderr, out.stderr
+    assert "dropped" not in out.stderr and "cannot reach" not in out.stderr, out.stderr
+    assert tls_cli("--ca-file", pki["ca"], "datasets", "get", "too-big").returncode != 0  # nothing registered
+
+    # A body under the limit, large enough to be announced first, still goes in over https://.
+    fits = tmp_path / "fits.jsonl"
+    fits.write_text(row * ((300 << 10) // len(row)))
+    out = tls_cli("--ca-file", pki["ca"], "datasets", "create", "-f", fits, "--name", "fits")
+    assert out.returncode == 0, out.stderr
+    assert "Registered dataset fits" in out.stdout

@@ -8,7 +8,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "common/http_client.h"
 #include "common/outbound.h"
@@ -122,6 +124,79 @@ TEST(Outbound, ANameThatRebindsBetweenTheCheckAndTheCallIsRefusedAtTheCall) {
   EXPECT_EQ(s.calls.load(), 0);
   unsetenv("TRAINER_TEST_HOSTS_FILE");
   std::filesystem::remove(hosts);
+}
+
+TEST(Outbound, AProxyIsAnHttpUrlWithAPortAndNoCredentials) {
+  auto ok = parse_outbound_proxy("http://proxy.internal:3128/", "outbound.proxy");
+  ASSERT_TRUE(ok.is_ok()) << ok.status().describe();
+  EXPECT_EQ(*ok, "http://proxy.internal:3128");
+  EXPECT_EQ(*parse_outbound_proxy("", "outbound.proxy"), "");
+  for (const char* bad : {"https://proxy:3128", "socks5://proxy:1080", "http://proxy", "http://proxy:3128/path",
+                          "http://user:secret@proxy:3128"}) {
+    auto p = parse_outbound_proxy(bad, "outbound.proxy");
+    ASSERT_FALSE(p.is_ok()) << bad;
+    EXPECT_EQ(p.status().field(), "outbound.proxy") << bad;
+    EXPECT_NE(p.status().message().find("http://HOST:PORT"), std::string::npos) << p.status().message();
+    EXPECT_EQ(p.status().message().find("secret"), std::string::npos) << p.status().message();
+  }
+  EXPECT_FALSE(parse_outbound_proxy(3128, "outbound.proxy").is_ok());
+}
+
+TEST(Outbound, DeclaredEntriesAreAllowedAsUrlsToThemWouldBe) {
+  const OutboundPolicy p = policy({"127.0.0.1:8080", "*:443"});
+  EXPECT_TRUE(check_outbound_entry(p, "127.0.0.1:8080", "f").is_ok());
+  EXPECT_TRUE(check_outbound_entry(p, "203.0.113.7:443", "f").is_ok());
+  const Status loopback = check_outbound_entry(p, "127.0.0.1:9090", "t.network.allow[0]");
+  EXPECT_EQ(loopback.field(), "t.network.allow[0]");
+  EXPECT_NE(loopback.message().find("'127.0.0.1:9090'"), std::string::npos) << loopback.message();
+  EXPECT_NE(loopback.message().find("a loopback address"), std::string::npos) << loopback.message();
+  // A wildcard never reaches an internal address.
+  EXPECT_FALSE(check_outbound_entry(p, "169.254.169.254:443", "f").is_ok());
+  for (const char* bad : {"no-port", "h:0", "h:70000", ":80", "h:port", "a b:80"}) {
+    const Status st = check_outbound_entry(p, bad, "f");
+    EXPECT_FALSE(st.is_ok()) << bad;
+    EXPECT_NE(st.message().find("is not HOST:PORT"), std::string::npos) << bad << ": " << st.message();
+  }
+}
+
+// Stands for an HTTP proxy: answers every POST, keeping the request targets that reached it.
+class ProxyStandIn : public LoopbackServer {
+ public:
+  ProxyStandIn()
+      : LoopbackServer([this](httplib::Server& s) {
+          s.Post(R"(.*)", [this](const httplib::Request& req, httplib::Response& res) {
+            std::lock_guard<std::mutex> lock(mu);
+            targets.push_back(req.path);
+            ++calls;
+            res.set_content("{\"score\": 1}", "application/json");
+          });
+        }) {}
+  std::mutex mu;
+  std::vector<std::string> targets;  // guarded by mu
+  std::atomic<int> calls{0};
+};
+
+TEST(Outbound, ThroughAProxyTheTargetIsCheckedBeforeAndTheProxyCarriesTheCall) {
+  ProxyStandIn proxy;
+  OutboundPolicy p = policy({"203.0.113.7:80"});
+  p.proxy = "http://127.0.0.1:" + std::to_string(proxy.port());
+  HttpResponse through = http_call({.url = "http://203.0.113.7/score", .body = "{}", .timeout_seconds = 5, .outbound = &p});
+  EXPECT_EQ(through.status, 200) << through.detail;
+  EXPECT_EQ(proxy.calls.load(), 1);  // the call went to the proxy, not to 203.0.113.7
+  {
+    std::lock_guard<std::mutex> lock(proxy.mu);
+    EXPECT_EQ(proxy.targets, std::vector<std::string>{"http://203.0.113.7/score"});  // the absolute URL
+  }
+  HttpResponse refused = http_call({.url = "http://203.0.113.8/score", .body = "{}", .timeout_seconds = 5, .outbound = &p});
+  EXPECT_TRUE(refused.outbound_refused) << refused.detail;
+  EXPECT_NE(refused.detail.find("203.0.113.8"), std::string::npos) << refused.detail;
+  EXPECT_EQ(proxy.calls.load(), 1);  // never sent to the proxy
+  // Without the policy's proxy the same call connects directly: the environment's proxy is not read.
+  ASSERT_EQ(setenv("http_proxy", p.proxy.c_str(), 1), 0);
+  HttpResponse direct = http_call({.url = "http://127.0.0.1:1/", .timeout_seconds = 5});
+  EXPECT_EQ(direct.failure, HttpFailure::kRefused) << direct.detail;
+  EXPECT_EQ(proxy.calls.load(), 1);
+  unsetenv("http_proxy");
 }
 
 }  // namespace

@@ -144,8 +144,9 @@ TEST(PlanFields, TheTableCoversEveryFieldOfTheResolvedPlan) {
   Plan rl;
   rl.config.method = Method::kGrpo;
   // Terms of every kind, so that every kind's fields are resolved.
-  rl.config.rewardTerms = {{.kind = "json-label-match"}, {.kind = "rule:/r.py"}, {.kind = "model:judge"},
-                           {.kind = "http:https://h/s", .caFile = "/ca.pem"}};  // caFile is shown only when set
+  // caFile and network are shown only when set.
+  rl.config.rewardTerms = {{.kind = "json-label-match"}, {.kind = "rule:/r.py", .networkAllow = {"h:443"}},
+                           {.kind = "model:judge"}, {.kind = "http:https://h/s", .caFile = "/ca.pem"}};
   std::vector<std::string> leaves;
   std::function<void(const nlohmann::json&, const std::string&)> walk = [&](const nlohmann::json& v,
                                                                           const std::string& path) {
@@ -162,7 +163,7 @@ TEST(PlanFields, TheTableCoversEveryFieldOfTheResolvedPlan) {
   walk(to_json(Plan{}), "");
   walk(to_json(rl), "");
   Plan with_tools = rl;  // rlHyperparams.tools is absent (null) unless set
-  with_tools.config.rl.tools = ToolSettings{.command = "/opt/tool"};
+  with_tools.config.rl.tools = ToolSettings{.command = "/opt/tool", .networkAllow = {"h:443"}};
   walk(to_json(with_tools), "");
   Plan with_smoke;  // smoke is absent (null) unless set
   with_smoke.smoke = SmokeSettings{};

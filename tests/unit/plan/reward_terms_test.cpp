@@ -111,12 +111,36 @@ TEST(RewardTerms, FieldsOfOtherKindsAndOutOfRangeValuesAreRefusedByName) {
            {R"([{"kind": "model:j", "maxTokens": 0}])", "config.reward.terms[0].maxTokens", "between 1 and 32768"},
            {R"([{"kind": "rule:/a/s.py"}, {"kind": "rule:/b/s.py"}])", "config.reward.terms[1].name",
             "two terms are named \"rule:s.py\""},
+           {R"([{"kind": "http:http://h/p", "network": {"allow": ["h:80"]}}])", "config.reward.terms[0].network",
+            "applies to rule and bundle"},
+           {R"([{"kind": "rule:/s.py", "network": {"allow": []}}])", "config.reward.terms[0].network.allow",
+            "must be a non-empty list"},
+           {R"([{"kind": "rule:/s.py", "network": {"allow": ["h"]}}])", "config.reward.terms[0].network.allow[0]",
+            "must be \"HOST:PORT\""},
+           {R"([{"kind": "rule:/s.py", "network": {"allow": ["h:1"], "deny": []}}])",
+            "config.reward.terms[0].network.deny", "unknown field"},
+           {R"([{"kind": "rule:/s.py", "network": true}])", "config.reward.terms[0].network", "must be an object"},
        }) {
     auto p = parse_terms(c.terms);
     ASSERT_FALSE(p.is_ok()) << c.terms;
     EXPECT_EQ(p.status().field(), c.field) << c.terms << ": " << p.status().describe();
     EXPECT_NE(p.status().message().find(c.says), std::string::npos) << p.status().message();
   }
+}
+
+TEST(RewardTerms, ADeclaredNetworkIsResolvedAndHashed) {
+  auto without = parse_terms(R"([{"kind": "rule:/s.py"}])");
+  auto with = parse_terms(R"([{"kind": "rule:/s.py", "network": {"allow": ["api.example.com:443"]}}])");
+  ASSERT_TRUE(without.is_ok() && with.is_ok());
+  EXPECT_EQ(with->config.rewardTerms[0].networkAllow, std::vector<std::string>{"api.example.com:443"});
+  const nlohmann::json resolved = to_json(*with);
+  EXPECT_EQ(resolved["config"]["reward"]["terms"][0]["network"], nlohmann::json({{"allow", {"api.example.com:443"}}}));
+  EXPECT_FALSE(to_json(*without)["config"]["reward"]["terms"][0].contains("network"));  // absent: hashed as before
+  EXPECT_NE(settings_sha(with->config, "h"), settings_sha(without->config, "h"));
+  // The resolved plan reads back the same (the job parses it).
+  auto again = parse_plan(resolved.dump(), "resolved.json");
+  ASSERT_TRUE(again.is_ok()) << again.status().describe();
+  EXPECT_EQ(again->config.rewardTerms[0].networkAllow, with->config.rewardTerms[0].networkAllow);
 }
 
 }  // namespace

@@ -114,6 +114,31 @@ TEST(Judges, ASubmittedPlanNamesDeclaredJudgesAndExistingRuleFiles) {
   EXPECT_NE(st.message().find("is outside"), std::string::npos) << st.message();
   EXPECT_TRUE(check_reward_terms(rl_config(R"([{"kind": "http:https://127.0.0.1:9/score", "caFile": ")" + file + R"("}])"), c)
                   .is_ok());
+
+  // A rule term's declared network: every entry allowed by outbound.allow, else refused naming
+  // the entry's field, the term and the entry.
+  EXPECT_TRUE(check_reward_terms(rl_config(R"([{"kind": "rule:)" + file + R"(", "network": {"allow": ["127.0.0.1:9"]}}])"), c)
+                  .is_ok());
+  st = check_reward_terms(
+      rl_config(R"([{"kind": "rule:)" + file + R"(", "name": "net", "network": {"allow": ["127.0.0.1:9", "127.0.0.1:10"]}}])"),
+      c);
+  EXPECT_EQ(st.field(), "config.reward.terms[0].network.allow[1]");
+  EXPECT_NE(st.message().find("term 'net' declares network access that trainerd does not allow: '127.0.0.1:10'"),
+            std::string::npos)
+      << st.message();
+}
+
+TEST(Judges, TheOperatorsJudgesAreCalledThroughItsProxy) {
+  auto c = parse_config(R"({"judges": [{"name": "j", "url": "http://judge.internal:8000"}],
+                            "outbound": {"allow": [], "proxy": "http://proxy.internal:3128"}})",
+                        "deploy.json");
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->outbound.proxy, "http://proxy.internal:3128");
+  EXPECT_EQ(c->judges[0].proxy, "http://proxy.internal:3128");
+  EXPECT_EQ(judge_endpoint_json(c->judges[0])["proxy"], "http://proxy.internal:3128");
+  auto bad = parse_config(R"({"outbound": {"proxy": "socks5://proxy.internal:1080"}})", "deploy.json");
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("outbound.proxy"), std::string::npos) << bad.status().message();
 }
 
 TEST(Judges, AnHttpsJudgeDeclaresItsCaFile) {

@@ -75,6 +75,11 @@ Result<GraderContext> grader_context_from_environment(const std::string& data_pa
     auto policy = parse_outbound_policy(rules, "TRAINER_OUTBOUND_ALLOW");
     if (!policy.is_ok()) return invalid_argument("TRAINER_OUTBOUND_ALLOW: " + policy.status().message());
     ctx.outbound = std::move(*policy);
+    if (const char* proxy = std::getenv("TRAINER_OUTBOUND_PROXY"); proxy != nullptr && *proxy != '\0') {
+      auto parsed = parse_outbound_proxy(nlohmann::json(proxy), "TRAINER_OUTBOUND_PROXY");
+      if (!parsed.is_ok()) return invalid_argument("TRAINER_OUTBOUND_PROXY: " + parsed.status().message());
+      ctx.outbound->proxy = std::move(*parsed);
+    }
   }
   return ctx;
 }

@@ -54,12 +54,12 @@ class Grader {
 struct GraderContext {
   std::string python = "python3";  // the interpreter of rule/bundle workers (TRAINER_REWARD_PYTHON)
   std::string data_source;         // passed as compute_score's data_source: the dataset's file name
-  // Where http: terms may connect (TRAINER_OUTBOUND_ALLOW, protocol/job_request.h); unset: no
-  // check (a job started by hand).
+  // Where http: terms may connect (TRAINER_OUTBOUND_ALLOW, protocol/job_request.h), and the proxy
+  // they go through (TRAINER_OUTBOUND_PROXY); unset: no check (a job started by hand).
   std::optional<OutboundPolicy> outbound;
 };
 
-// The context from the job's environment (TRAINER_REWARD_PYTHON, TRAINER_OUTBOUND_ALLOW), for the
+// The context from the job's environment (TRAINER_REWARD_PYTHON, TRAINER_OUTBOUND_ALLOW and _PROXY), for the
 // dataset file `data_path`; a malformed TRAINER_OUTBOUND_ALLOW is invalid_argument naming it.
 Result<GraderContext> grader_context_from_environment(const std::string& data_path);
 

@@ -21,13 +21,15 @@ constexpr const char* kDefaultInstructions =
 class JudgeGrader final : public RemoteGrader {
  public:
   JudgeGrader(const plan::RewardTermSpec& term, std::string at, std::string url, std::string model,
-              std::string instructions, std::vector<std::pair<std::string, std::string>> headers, std::string ca_file)
+              std::string instructions, std::vector<std::pair<std::string, std::string>> headers, std::string ca_file,
+              std::string proxy)
       : RemoteGrader(term, std::move(at)),
         url_(std::move(url)),
         model_(std::move(model)),
         instructions_(std::move(instructions)),
         headers_(std::move(headers)),
         ca_file_(std::move(ca_file)),
+        proxy_(std::move(proxy)),
         timeout_(term.timeoutSeconds),
         max_tokens_(term.maxTokens) {}
 
@@ -42,7 +44,8 @@ class JudgeGrader final : public RemoteGrader {
          json::array({{{"role", "system"}, {"content", instructions_}},
                       {{"role", "user"},
                        {"content", "The user's request:\n" + item.input + "\n\nThe assistant's answer:\n" + item.output}}})}};
-    HttpAnswer r = post_json(url_, request.dump(-1, ' ', false, json::error_handler_t::replace), timeout_, headers_, ca_file_);
+    HttpAnswer r = post_json(url_, request.dump(-1, ' ', false, json::error_handler_t::replace), timeout_, headers_, ca_file_,
+                              nullptr, proxy_);
     Verdict& v = a.verdict;
     if (r.transport != FailureCause::kNone) {
       v.failure = r.transport;
@@ -76,6 +79,7 @@ class JudgeGrader final : public RemoteGrader {
   const std::string url_, model_, instructions_;
   const std::vector<std::pair<std::string, std::string>> headers_;
   const std::string ca_file_;  // "" = the system's CA store
+  const std::string proxy_;    // the judge's proxy (plan::JudgeEndpoint::proxy); "" = directly
   const double timeout_;
   const int max_tokens_;
 };
@@ -109,7 +113,8 @@ Result<std::unique_ptr<Grader>> make_judge_grader(const plan::RewardTermSpec& te
   }
   return std::unique_ptr<Grader>(std::make_unique<JudgeGrader>(
       term, at, url + "/v1/chat/completions", term.judge->model.empty() ? name : term.judge->model,
-      term.graderInstructions.value_or(term.planGraderInstructions.value_or(kDefaultInstructions)), std::move(headers), term.judge->caFile));
+      term.graderInstructions.value_or(term.planGraderInstructions.value_or(kDefaultInstructions)), std::move(headers), term.judge->caFile,
+      term.judge->proxy));
 }
 
 }  // namespace trainer::engine::rl

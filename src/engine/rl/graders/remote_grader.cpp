@@ -13,9 +13,10 @@ namespace trainer::engine::rl {
 
 HttpAnswer post_json(const std::string& url, const std::string& body, double timeout_seconds,
                      const std::vector<std::pair<std::string, std::string>>& headers, const std::string& ca_file,
-                     const OutboundPolicy* outbound) {
+                     const OutboundPolicy* outbound, const std::string& proxy) {
   HttpResponse r = http_call({.method = "POST", .url = url, .headers = headers, .body = body,
-                              .timeout_seconds = timeout_seconds, .ca_file = ca_file, .outbound = outbound});
+                              .timeout_seconds = timeout_seconds, .ca_file = ca_file, .outbound = outbound,
+                              .proxy = proxy});
   HttpAnswer out;
   out.not_allowed = r.outbound_refused;
   out.status = r.status;

@@ -24,10 +24,11 @@ struct HttpAnswer {
 
 // POSTs `body` (application/json) to `url` (http:// or https://) within `timeout_seconds`,
 // trusting `ca_file` ("" = the system's CA store) for https. A TLS failure is kUnreachable, its
-// detail naming the URL. With `outbound`, the address it connects to is checked (not_allowed).
+// detail naming the URL. With `outbound`, the call is checked (not_allowed) and goes through its
+// proxy; without, through `proxy` ("" = directly).
 HttpAnswer post_json(const std::string& url, const std::string& body, double timeout_seconds,
                      const std::vector<std::pair<std::string, std::string>>& headers, const std::string& ca_file,
-                     const OutboundPolicy* outbound = nullptr);
+                     const OutboundPolicy* outbound = nullptr, const std::string& proxy = "");
 
 // One attempt at one item.
 struct Attempt {

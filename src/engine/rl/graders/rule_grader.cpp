@@ -4,7 +4,8 @@
 // lines. A call that hangs past the term's timeout kills the worker, which is started again for
 // the items left; so does a worker that exits. The worker runs confined (common/confinement.h):
 // it sees the interpreter's install and the term's own file or package folder, read-only, and a
-// scratch folder; no network, no store, no environment of the job's.
+// scratch folder; no store, no environment of the job's; no network unless the term declares it
+// (config.reward.terms[].network: then the host's, docs/security.md "User code").
 #include <chrono>
 #include <filesystem>
 
@@ -194,6 +195,7 @@ Result<std::unique_ptr<Grader>> make_rule_grader(const plan::RewardTermSpec& ter
     c.read_only = python->mounts;
     c.read_only.push_back(path);  // the rule file, or the bundle's package folder
     c.env = {{"PYTHONDONTWRITEBYTECODE", "1"}, {"PYTHONUNBUFFERED", "1"}};
+    c.network = !term.networkAllow.empty();  // declared (config.reward.terms[].network), allowed at submission
     auto made = make_scratch(std::filesystem::temp_directory_path().string());
     if (!made.is_ok()) return refused(made.status().message());
     scratch = c.scratch = *made;
