@@ -48,7 +48,7 @@ std::vector<GradeItem> items(const std::vector<std::string>& outputs) {
 plan::RewardTermSpec judge_term(const std::string& url, int retries = 0) {
   plan::RewardTermSpec t;
   t.kind = "model:j";
-  t.judge = plan::JudgeEndpoint{.url = url, .model = "judge-model", .apiKeyEnv = "", .caFile = "", .jobIdEnv = ""};
+  t.judge = plan::JudgeEndpoint{.url = url, .model = "judge-model", .apiKeyEnv = "", .caFile = "", .jobIdEnv = "", .proxy = ""};
   t.retries = retries;
   t.timeoutSeconds = 0.5;
   t.graderInstructions = "Be fair.";
