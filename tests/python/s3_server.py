@@ -92,8 +92,9 @@ def _launch(argv: tuple, endpoint: str, log: pathlib.Path) -> S3Server:
         try:
             urllib.request.urlopen(endpoint + "/", timeout=2)
             break
-        except urllib.error.HTTPError:
-            break  # it answers (403 to an unsigned request): up
+        except urllib.error.HTTPError as e:
+            if e.code == 403:
+                break  # it refuses an unsigned request: up (a 5xx such as 501: still starting)
         except (urllib.error.URLError, ConnectionError, OSError):
             pass
         if proc.poll() is not None or time.time() > deadline:
