@@ -7,8 +7,9 @@ as the runs take (a few minutes); clocks unchanged. Then:
 
 - every run ends in its named outcome (COMPLETED; CANCELLED for the ones cancelled): 0 lost;
 - 0 driven twice: each attempt's job started exactly once, counted by the jobs themselves
-  (TRAINER_TEST_JOB_STARTS: every start appends "RUN ATTEMPT PID"), and every attempt a run lists
-  is one of those starts;
+  (TRAINER_TEST_JOB_STARTS: every start appends "RUN ATTEMPT PID"), every start is an attempt a run
+  lists, and every attempt listed started, except a cancelled run's (the cancel can kill the job
+  while it is still loading, before its first line);
 - no attempt lost, killed or hung (the chaos never touches a job: only the replicas);
 - 0 pool over-grants at any sampled moment (the store's granted claims, sampled all along);
 - 0 claims left.
@@ -305,9 +306,14 @@ def test_replicas_killed_and_stopped_at_random_lose_no_run_and_drive_none_twice(
         twice = {key: pids for key, pids in starts.items() if len(pids) > 1}
         assert not twice, f"an attempt's job started more than once (seed {seed}): {twice}"
         listed = {(run_id, a["number"]) for run_id, r in records.items() for a in r.get("attempts") or []}
-        assert listed == set(starts), (f"the attempts the runs list and the jobs that started differ (seed {seed}): "
-                                       f"listed only {sorted(listed - set(starts))}, "
-                                       f"started only {sorted(set(starts) - listed)}")
+        assert set(starts) <= listed, (f"jobs started that no run lists as an attempt (seed {seed}): "
+                                       f"{sorted(set(starts) - listed)}")
+        # An attempt with no job start is allowed only where the run was cancelled: the cancel can reach
+        # the job between its launch and its first line (killed while the process was still loading).
+        kinds = {t.run_id: t.kind for t in control.runs}
+        never_started = {key: kinds[key[0]] for key in listed - set(starts) if kinds[key[0]] != "cancelled"}
+        assert not never_started, (f"attempts listed whose job never started, of runs not cancelled (seed {seed}): "
+                                   f"{never_started}")
         lost = {(run_id, a["number"]): (a.get("cause"), a.get("reason"))
                 for run_id, r in records.items() for a in r.get("attempts") or []
                 if a.get("cause") in ("killed", "crashed", "lost", "stopped", "hung")}
