@@ -7,6 +7,7 @@ import pathlib
 import pytest
 
 from cli_support import MODEL_NAME, Cli, prepare, start_trainerd, stop
+from graders_support import GraderServer
 from models import make_tiny_model
 
 
@@ -41,3 +42,18 @@ def cli(bin_dir, trainerd) -> Cli:
 def ready(cli):
     """The tiny model selected, the sentiment dataset registered, a workload created."""
     return prepare(cli)
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    """A real HTTP grader (graders_support.GraderServer) for a module's runs; a module that needs
+    another kind of evaluator (a held one, one that fails on cue) defines its own `evaluator`."""
+    server = GraderServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def hosts(tmp_path_factory):
+    """An empty hosts file for TRAINER_TEST_HOSTS_FILE (the outbound tests write names into it)."""
+    return tmp_path_factory.mktemp("hosts") / "hosts"

@@ -10,22 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from graders_support import DATASET, MODEL, WORKLOAD, GraderServer, plan
+from graders_support import DATASET, MODEL, WORKLOAD, plan
 from toy_rl_service import toy_rl_service
 
 pytestmark = pytest.mark.timeout(1200)
-
-
-@pytest.fixture(scope="module")
-def evaluator():
-    server = GraderServer()
-    yield server
-    server.close()
-
-
-@pytest.fixture(scope="module")
-def hosts(tmp_path_factory):
-    return tmp_path_factory.mktemp("hosts") / "hosts"
 
 
 @pytest.fixture(scope="module")

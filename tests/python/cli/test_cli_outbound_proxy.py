@@ -21,7 +21,7 @@ import threading
 
 import pytest
 
-from graders_support import DATASET, MODEL, WORKLOAD, GraderServer, plan, run_to_end
+from graders_support import DATASET, MODEL, WORKLOAD, plan, run_to_end
 from toy_rl_service import toy_rl_service
 
 pytestmark = pytest.mark.timeout(1200)
@@ -102,22 +102,10 @@ def pipe(a: socket.socket, b: socket.socket) -> None:
 
 
 @pytest.fixture(scope="module")
-def evaluator():
-    server = GraderServer()
-    yield server
-    server.close()
-
-
-@pytest.fixture(scope="module")
 def proxy():
     p = ForwardProxy()
     yield p
     p.close()
-
-
-@pytest.fixture(scope="module")
-def hosts(tmp_path_factory):
-    return tmp_path_factory.mktemp("hosts") / "hosts"
 
 
 @pytest.fixture(scope="module")

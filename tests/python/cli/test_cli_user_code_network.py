@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from graders_support import DATASET, MODEL, WORKLOAD, GraderServer, plan, run_to_end
+from graders_support import DATASET, MODEL, WORKLOAD, plan, run_to_end
 from toy_rl_service import toy_rl_service
 
 pytestmark = pytest.mark.timeout(1200)
@@ -33,13 +33,6 @@ def compute_score(data_source, solution_str, ground_truth, extra_info):
     except OSError:
         return UNREACHED
 '''
-
-
-@pytest.fixture(scope="module")
-def evaluator():
-    server = GraderServer()
-    yield server
-    server.close()
 
 
 @pytest.fixture(scope="module")
