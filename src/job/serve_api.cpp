@@ -8,7 +8,9 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <optional>
 #include <random>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -216,15 +218,44 @@ struct Choice {
   std::vector<int32_t> tokens;
   std::string finish_reason;
   size_t sent = 0;  // bytes of its text already streamed
+  std::string settled_text;   // the text of tokens[0, settled_tokens), ending on a whole character
+  size_t settled_tokens = 0;
 };
+
+constexpr std::string_view kReplacementChar = "\xEF\xBF\xBD";  // U+FFFD: an unfinished UTF-8 character
+
+// The text of all of a choice's tokens, decoded incrementally: only the tokens after the settled
+// ones, with a few settled ones before them as context (a decoder may join a token to the one
+// before), and their text appended to the settled text, so a stream of N tokens costs O(N) decoding,
+// not O(N^2). When the context's text is not a prefix of the window's, the whole is decoded again.
+std::string decoded_text(const engine::ServingEngine& engine, Choice& c) {
+  constexpr size_t kContext = 4;
+  const size_t from = c.settled_tokens > kContext ? c.settled_tokens - kContext : 0;
+  auto decode = [&](size_t begin, size_t end) {
+    auto d = engine.decode(std::vector<int32_t>(c.tokens.begin() + begin, c.tokens.begin() + end), true);
+    return d.is_ok() ? std::optional<std::string>(std::move(*d)) : std::nullopt;
+  };
+  std::optional<std::string> window = decode(from, c.tokens.size());
+  std::optional<std::string> context = decode(from, c.settled_tokens);
+  std::string text;
+  if (window && context && window->compare(0, context->size(), *context) == 0) {
+    text = c.settled_text + window->substr(context->size());
+  } else {
+    text = decode(0, c.tokens.size()).value_or(std::string());
+  }
+  if (!text.ends_with(kReplacementChar)) {
+    c.settled_text = text;
+    c.settled_tokens = c.tokens.size();
+  }
+  return text;
+}
 
 // The text of a choice's tokens, cut before the first stop string (OpenAI leaves it out).
 // Unless `final`, text that may yet become a stop string or an unfinished UTF-8 character is
 // held back.
-std::string choice_text(const engine::ServingEngine& engine, const Choice& c, const std::vector<std::string>& stop,
+std::string choice_text(const engine::ServingEngine& engine, Choice& c, const std::vector<std::string>& stop,
                         bool final) {
-  auto decoded = engine.decode(c.tokens, /*skip_special=*/true);
-  std::string text = decoded.is_ok() ? *decoded : std::string();
+  std::string text = decoded_text(engine, c);
   size_t cut = text.size();
   for (const auto& s : stop) {
     const size_t at = s.empty() ? std::string::npos : text.find(s);
@@ -234,10 +265,7 @@ std::string choice_text(const engine::ServingEngine& engine, const Choice& c, co
   if (final) return text;
   size_t hold = 0;
   for (const auto& s : stop) hold = std::max(hold, s.empty() ? 0 : s.size() - 1);
-  static const std::string kReplacement = "\xEF\xBF\xBD";
-  if (text.size() >= kReplacement.size() && text.compare(text.size() - kReplacement.size(), kReplacement.size(), kReplacement) == 0) {
-    hold = std::max(hold, kReplacement.size());
-  }
+  if (text.ends_with(kReplacementChar)) hold = std::max(hold, kReplacementChar.size());
   text.resize(text.size() > hold ? text.size() - hold : 0);
   return text;
 }
@@ -416,7 +444,10 @@ void HttpServer::completion(const httplib::Request& req, httplib::Response& res,
         if (chat && st.field() == "prompt") return send_status(res, Status(st.code(), "messages", st.message()));
         return send_status(res, st);
       }
-      choices->push_back({*stream, static_cast<int64_t>(prompt.size()), 0, {}, "", 0});
+      Choice c;
+      c.stream = *stream;
+      c.prompt_tokens = static_cast<int64_t>(prompt.size());
+      choices->push_back(std::move(c));
     }
   }
   if (call.stream) return answer_stream(std::move(call), choices, res);

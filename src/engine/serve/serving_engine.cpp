@@ -260,8 +260,10 @@ void Engine::loop() {
         [&] {
           drop_cancelled();
           admit();
-          decode_step();
-          prefill_step();
+          HeadRows heads;
+          decode_step(&heads);
+          prefill_step(&heads);
+          emit_heads(heads);
         },
         "serving");
     if (!st.is_ok()) {
@@ -402,7 +404,7 @@ bool Engine::emit_next(Sequence& seq, const at::Tensor& logits, int64_t greedy_p
   return false;
 }
 
-void Engine::decode_step() {
+void Engine::decode_step(HeadRows* heads) {
   std::vector<Sequence*> rows;
   for (auto& s : active_) {
     if (s->decoding()) rows.push_back(s.get());
@@ -425,33 +427,21 @@ void Engine::decode_step() {
   in.attn_mask = pass.attention_mask();
   set_adapters(in, rows);
   at::Tensor hidden = model_->hidden_states(in, false, &pass);
-  at::Tensor logits = model_->step_logits(hidden.select(1, 0));  // [B, V]
-  // The greedy rows' picks in one pass and one copy to the host, not one per row.
-  const bool any_greedy = std::any_of(rows.begin(), rows.end(), [](const Sequence* s) { return s->sampling.greedy; });
-  const at::Tensor picks = any_greedy ? logits.argmax(-1).cpu() : at::Tensor();
-  std::vector<Sequence*> ended;
-  for (int64_t b = 0; b < B; ++b) {
-    Sequence& s = *rows[static_cast<size_t>(b)];
-    s.cached += 1;
-    if (emit_next(s, logits.narrow(0, b, 1), any_greedy ? picks.data_ptr<int64_t>()[b] : -1)) ended.push_back(&s);
-  }
-  std::erase_if(active_, [&](const std::unique_ptr<Sequence>& s) {
-    return std::find(ended.begin(), ended.end(), s.get()) != ended.end();
-  });
+  for (Sequence* s : rows) s->cached += 1;
+  heads->rows.insert(heads->rows.end(), rows.begin(), rows.end());
+  heads->hidden.push_back(hidden.select(1, 0));  // [B, H]
 }
 
 // Prefills prompts in arrival order until this step's budget of prefill_chunk tokens is spent:
 // several short prompts in one step, a long one in chunks across steps. Each prompt's pass is its
-// own (the same computation as alone); a prompt whose prefill ends emits its first token.
-void Engine::prefill_step() {
+// own (the same computation as alone); a prompt whose prefill ends has its first token picked with
+// the pass's other rows (emit_heads).
+void Engine::prefill_step(HeadRows* heads) {
   int64_t budget = options_.prefill_chunk;
   const at::Device dev = model_->device();
-  for (size_t i = 0; i < active_.size() && budget > 0;) {
+  for (size_t i = 0; i < active_.size() && budget > 0; ++i) {
     Sequence& s = *active_[i];
-    if (s.decoding()) {
-      ++i;
-      continue;
-    }
+    if (s.decoding()) continue;
     const int64_t T = std::min(budget, s.prompt_len - s.cached);
     at::Tensor ids = at::tensor(std::vector<int64_t>(s.tokens.begin() + s.cached, s.tokens.begin() + s.cached + T), at::kLong);
     serve::PagedPass pass(pool_, {&s.blocks}, {s.cached}, T, dev);
@@ -470,13 +460,31 @@ void Engine::prefill_step() {
     }
     budget -= T;
     if (!s.decoding()) break;  // the budget is spent mid-prompt: the rest next step
-    at::Tensor logits = model_->step_logits(hidden.select(1, T - 1));  // [1, V]
-    if (emit_next(s, logits)) {
-      active_.erase(active_.begin() + static_cast<std::ptrdiff_t>(i));
-    } else {
-      ++i;
-    }
+    heads->rows.push_back(&s);
+    heads->hidden.push_back(hidden.select(1, T - 1));  // [1, H]
   }
+}
+
+// The head of every row of the pass in one product (the head's weights, most of a small model's,
+// read once per pass, not once per prefilled prompt and once for the decoding rows), then each
+// row's token emitted in order: the decoding rows, then the prompts whose prefill ended.
+void Engine::emit_heads(const HeadRows& heads) {
+  if (heads.rows.empty()) return;
+  at::Tensor hidden = heads.hidden.size() == 1 ? heads.hidden[0] : at::cat(heads.hidden, 0);
+  at::Tensor logits = model_->step_logits(hidden);  // [N, V]
+  // The greedy rows' picks in one pass and one copy to the host, not one per row.
+  const bool any_greedy =
+      std::any_of(heads.rows.begin(), heads.rows.end(), [](const Sequence* s) { return s->sampling.greedy; });
+  const at::Tensor picks = any_greedy ? logits.argmax(-1).cpu() : at::Tensor();
+  std::vector<Sequence*> ended;
+  for (size_t b = 0; b < heads.rows.size(); ++b) {
+    Sequence& s = *heads.rows[b];
+    const int64_t row = static_cast<int64_t>(b);
+    if (emit_next(s, logits.narrow(0, row, 1), any_greedy ? picks.data_ptr<int64_t>()[row] : -1)) ended.push_back(&s);
+  }
+  std::erase_if(active_, [&](const std::unique_ptr<Sequence>& s) {
+    return std::find(ended.begin(), ended.end(), s.get()) != ended.end();
+  });
 }
 
 }  // namespace serve

@@ -91,8 +91,15 @@ class Engine final : public ServingEngine {
   void loop();                     // the scheduler thread
   void drop_cancelled();
   void admit();
-  void decode_step();              // one token for every decoding sequence
-  void prefill_step();             // one chunk of the first sequence still prefilling
+  // The rows whose next token a pass picks: the sequences, and their hidden states' last rows
+  // (blocks of [rows, H], in the order of `rows`).
+  struct HeadRows {
+    std::vector<Sequence*> rows;
+    std::vector<at::Tensor> hidden;
+  };
+  void decode_step(HeadRows* heads);   // every decoding sequence's next position through the body
+  void prefill_step(HeadRows* heads);  // prompt chunks within the pass's prefill budget
+  void emit_heads(const HeadRows& heads);  // the head once for all their rows; each row's token emitted
   // Samples the next token of `seq` from its logits [1, V], emits it and ends the sequence when
   // it stops; returns whether it ended.
   // `greedy_pick`: the token a greedy row's argmax already chose (-1: pick it here).

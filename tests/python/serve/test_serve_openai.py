@@ -51,6 +51,19 @@ def test_streaming_chat_yields_the_same_text_and_usage_last(client):
     assert all(c.usage is None for c in chunks[:-1])
 
 
+def test_a_long_sampled_stream_equals_the_whole_answer_character_for_character(client, server):
+    """300 tokens drawn at temperature 2 from the whole vocabulary: multi-byte characters, some split
+    across tokens. The stream decodes incrementally (only the new tokens each time); what it sends
+    must still be exactly the whole answer's text, with no broken character in between."""
+    kwargs = dict(model=server.base_name, prompt=[5, 6, 7], max_tokens=300, temperature=2.0, seed=11,
+                  extra_body={"ignore_eos": True})
+    whole = client.completions.create(**kwargs).choices[0].text
+    pieces = [c.choices[0].text for c in client.completions.create(stream=True, **kwargs) if c.choices]
+    assert "".join(pieces) == whole
+    assert any(ord(ch) > 0x7F for ch in whole), f"the sample holds no multi-byte character: {whole!r}"
+    assert len([p for p in pieces if p]) > 50, "the text arrived in many pieces"
+
+
 def test_n_choices_are_seeded_and_distinct(client, server):
     kwargs = dict(model=server.base_name, messages=MESSAGES, max_tokens=10, temperature=2.0, seed=5, n=4)
     a = client.chat.completions.create(**kwargs)
