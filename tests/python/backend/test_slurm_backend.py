@@ -215,7 +215,7 @@ def test_capacity_counts_the_node_another_users_job_holds_as_outside(service, sl
     cluster_section(service, outside=0, held=1)  # the node runs our job: held, not outside
     service.cancel(run_id)
     service.wait_phase(run_id, "CANCELLED")
-    other = slurm.run("sbatch", "--parsable", "--job-name=someone-else", "-c", "1", "--wrap", "sleep 600")
+    other = slurm.run("sbatch", "--parsable", "--job-name=someone-else", "--output=/dev/null", "-c", "1", "--wrap", "sleep 600")
     assert other.returncode == 0, other.stderr
     try:
         cluster = cluster_section(service, outside=1)
@@ -243,7 +243,7 @@ def test_gpus_another_users_job_holds_are_outside(bin_dir, tiny_model, tmp_path,
         assert svc.cli.json("capacity")["pools"][0]["observed"] == 2
         first = cluster_section(svc, outside=0)
         assert first["devices"] == {"gpu": 2} and first["deviceCount"] == 2, first
-        other = cluster.run("sbatch", "--parsable", "--job-name=someone-else", "-c", "1", "--gres=accel:1",
+        other = cluster.run("sbatch", "--parsable", "--job-name=someone-else", "--output=/dev/null", "-c", "1", "--gres=accel:1",
                             "--wrap", "sleep 600")
         assert other.returncode == 0, other.stderr
         cluster_section(svc, outside=1)
