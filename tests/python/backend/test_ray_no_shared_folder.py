@@ -244,3 +244,21 @@ def test_an_endpoint_serves_a_base_model_and_an_attached_adapter_staged_in_the_s
     svc.cli("endpoints", "delete", eid, check=True)
     wait_for(lambda: svc.cli.json("endpoints", "get", eid)["phase"] == "DELETED", 120, "the endpoint to go")
     assert not [c for c in svc.cli.json("capacity")["claims"] if c["kind"] == "SERVING"]
+
+
+def test_without_an_s3_store_an_endpoint_is_refused_by_name_where_the_nodes_share_no_folder(
+        bin_dir, tiny_model, tmp_path, ray_head):
+    """Nodes that share no folder with trainerd and no S3 store to stage the model in: a serving
+    process could find nothing, so creating an endpoint is refused naming jobFolder and
+    artifactStore, and nothing is stored or claimed."""
+    svc = Service(bin_dir, tmp_path, tiny_model, {
+        "compute": {"backend": "ray", "ray": {"address": ray_head.address, "jobFolder": str(tmp_path / "node-jobs")}},
+        "pools": [{"name": "cpu", "accelerator": "cpu", "declared": 2, "maxClaim": 1}],
+    }).ready()
+    try:
+        out = svc.cli("endpoints", "create", "--model", MODEL_NAME, "--workload", WORKLOAD)
+        assert out.returncode == 1 and "jobFolder" in out.stderr and "artifactStore" in out.stderr, out.stderr
+        assert svc.cli.json("endpoints", "list")["endpoints"] == []
+        assert not [c for c in svc.cli.json("capacity")["claims"] if c["kind"] == "SERVING"]
+    finally:
+        svc.close()
