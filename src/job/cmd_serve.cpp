@@ -18,9 +18,11 @@
 #include "engine/serving.h"
 #include "job/commands.h"
 #include "job/heartbeat.h"
+#include "job/input_fetch.h"
 #include "job/job_events.h"
 #include "job/serve_api.h"
 #include "job/stop_signals.h"
+#include "protocol/job_request.h"
 
 namespace trainer::job {
 namespace {
@@ -32,7 +34,7 @@ constexpr const char* kUsage =
     "                         [--prefill-chunk N (128)] [--max-batch N (64)] [--precision FP32|BF16 (FP32)]\n"
     "                         [--gpus N (0)] [--prefix-cache on|off (on)]\n"
     "                         [--events FILE] [--heartbeat-seconds N (0 = none)]\n"
-    "       trainer-job serve --spec FILE\n"
+    "       trainer-job serve --spec FILE [FLAG VALUE]...\n"
     "Serves the model and adapters over HTTP (OpenAI's /v1/models, /v1/chat/completions,\n"
     "/v1/completions; /v1/adapters to attach and detach; /v1/stats). Once listening it prints one JSON\n"
     "line on stdout: {\"event\": \"listening\", \"host\": ADDR, \"port\": N, \"models\": [...],\n"
@@ -42,7 +44,10 @@ constexpr const char* kUsage =
     "--events FILE: the job protocol's events (its hello, then a heartbeat every --heartbeat-seconds,\n"
     "by which trainerd tells a live process from a hung one).\n"
     "SIGTERM or SIGINT stops it. --spec FILE gives the flags as one JSON object by name, as\n"
-    "trainerd starts an endpoint's process: {\"model\": DIR, \"port\": 0, \"adapter\": {NAME: DIR}}.\n";
+    "trainerd starts an endpoint's process: {\"model\": DIR, \"port\": 0, \"adapter\": {NAME: DIR}};\n"
+    "flags after it add to it (trainerd passes --events so). A model or adapter given as an s3:// URI\n"
+    "under TRAINER_ARTIFACT_ROOT (trainerd's staged inputs, docs/job-protocol.md) is fetched into\n"
+    "the node's input cache first, its content hash checked; so is one POST /v1/adapters names.\n";
 
 // The environment variable of an endpoint's secret (protocol/job_request.h, serve_secret).
 constexpr const char* kSecretVariable = "TRAINER_SERVE_SECRET";
@@ -168,12 +173,13 @@ std::string spec_arguments(const std::string& path, std::vector<std::string>* ou
 }  // namespace
 
 int cmd_serve(int argc, char** argv) {
-  if (argc == 3 && std::string(argv[1]) == "--spec") {
+  if (argc >= 3 && std::string(argv[1]) == "--spec") {
     std::vector<std::string> args;
     if (std::string error = spec_arguments(argv[2], &args); !error.empty()) {
       std::fprintf(stderr, "trainer-job serve: %s\n", error.c_str());
       return 2;
     }
+    for (int i = 3; i < argc; ++i) args.emplace_back(argv[i]);  // the flags after the spec (--events)
     std::vector<char*> spec_argv;
     for (auto& a : args) spec_argv.push_back(a.data());
     spec_argv.push_back(nullptr);
@@ -196,15 +202,39 @@ int cmd_serve(int argc, char** argv) {
     ::unsetenv(kSecretVariable);
   }
   // Its events: a hello, then a heartbeat from the start (a model load may take long).
+  auto request = protocol::job_request_from_environment(std::getenv);
   EventWriter events;
+  std::unique_ptr<PostedLog> posted_log;
   if (!args.events_path.empty()) {
     if (Status st = events.open(args.events_path); !st.is_ok()) {
       std::fprintf(stderr, "trainer-job serve: --events: %s\n", st.message().c_str());
       return 2;
     }
-    events.write(protocol::Hello{.job_version = std::string("trainer-job ") + version_string()});
+    protocol::Hello hello{.job_version = std::string("trainer-job ") + version_string()};
+    if (request.is_ok() && !request->run_id.empty()) {
+      hello.run_id = request->run_id;
+      hello.attempt = request->attempt;
+    }
+    events.write(hello);
+    // Started by trainerd: its events and log (the listening line among them) go over its API too,
+    // so that trainerd on another machine, sharing no folder with this node, hears from it.
+    if (request.is_ok()) posted_log = report_to_trainerd(events, *request);
   }
   Heartbeat heartbeat(events, std::chrono::seconds(args.events_path.empty() ? 0 : args.heartbeat_seconds));
+  // A model or adapter staged in the artifact store (s3:// URIs): verified copies on this node.
+  const InputFetchOptions fetch_options = request.is_ok() ? input_fetch_options(*request) : InputFetchOptions{};
+  {
+    std::vector<std::pair<std::string, std::string*>> inputs = {{"--model", &args.engine.model_dir}};
+    for (auto& [name, dir] : args.adapters) inputs.push_back({"--adapter " + name, &dir});
+    if (Status fetched = fetch_inputs(inputs, fetch_options); !fetched.is_ok()) {
+      std::fprintf(stderr, "trainer-job serve: %s\n", fetched.describe().c_str());
+      return 1;
+    }
+  }
+  // An adapter attached at run time by its URI is fetched the same way before it loads.
+  args.http.fetch_input = [fetch_options](const std::string& field, std::string* path) {
+    return fetch_inputs({{field, path}}, fetch_options);
+  };
   block_stop_signals();
   std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-answer is a failed write, not a death
   auto engine = engine::ServingEngine::start(args.engine);
@@ -234,6 +264,9 @@ int cmd_serve(int argc, char** argv) {
   if (is_wildcard(server->host())) line["hostname"] = this_hostname();
   std::printf("%s\n", line.dump().c_str());
   std::fflush(stdout);
+  // Reporting to trainerd: the same line in the posted log, where trainerd reads it when the
+  // node's stdout (the backend's log) is not on its disk.
+  if (posted_log) std::fprintf(stderr, "%s\n", line.dump().c_str());
   server->run();
   return kExitCancelled;
 }

@@ -298,7 +298,7 @@ ojson usage_json(const Call& call, const std::vector<Choice>& choices) {
 class HttpServer final : public ServeHttp {
  public:
   HttpServer(engine::ServingEngine& engine, const ServeHttpOptions& options)
-      : engine_(engine), created_(now_seconds()), api_key_(options.api_key) {
+      : engine_(engine), created_(now_seconds()), api_key_(options.api_key), fetch_input_(options.fetch_input) {
     const int threads = options.threads;
     server_.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
     server_.set_payload_max_length(options.max_body_bytes);
@@ -333,6 +333,7 @@ class HttpServer final : public ServeHttp {
   engine::ServingEngine& engine_;
   const int64_t created_;
   const std::string api_key_;  // "": every request is answered
+  const std::function<Status(const std::string&, std::string*)> fetch_input_;  // null: paths as given
   httplib::Server server_;
   std::string host_;
   int port_ = 0;
@@ -376,7 +377,13 @@ void HttpServer::install() {
       return send_error(res, 400, "the body must be {\"name\": string, \"path\": string}", "name");
     }
     const std::string name = body["name"].get<std::string>(), path = body["path"].get<std::string>();
-    Status st = engine_.attach_adapter(name, path);
+    std::string dir = path;
+    if (fetch_input_) {
+      if (Status fetched = fetch_input_("path", &dir); !fetched.is_ok()) {
+        return send_error(res, 400, "adapter '" + name + "': " + fetched.message(), "path");
+      }
+    }
+    Status st = engine_.attach_adapter(name, dir);
     if (!st.is_ok()) return send_status(res, st);
     res.status = 201;
     res.set_content(ojson{{"name", name}, {"path", path}}.dump(), "application/json");

@@ -3,6 +3,7 @@
 // adapters a service attaches and detaches at run time, and the engine's counters.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -19,6 +20,10 @@ struct ServeHttpOptions {
   // When set, every request must carry `Authorization: Bearer <api_key>` (else 401 in OpenAI's
   // error shape, `invalid_api_key`); "" = no check (a process started by hand).
   std::string api_key = {};
+  // When set, POST /v1/adapters passes the adapter's path through it first: an s3:// URI of an
+  // input trainerd staged becomes its verified copy on this node (job/input_fetch.h). A failure
+  // is the request's 400, naming it.
+  std::function<Status(const std::string& field, std::string* path)> fetch_input = {};
 };
 
 class ServeHttp {

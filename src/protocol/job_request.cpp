@@ -110,7 +110,10 @@ std::vector<std::pair<std::string, std::string>> job_environment(const JobReques
 }
 
 std::vector<std::string> job_arguments(const JobRequest& request) {
-  if (request.kind == JobKind::kServe) return {"serve", "--spec", request.plan_path};
+  if (request.kind == JobKind::kServe) {
+    if (request.events_path.empty()) return {"serve", "--spec", request.plan_path};
+    return {"serve", "--spec", request.plan_path, "--events", request.events_path};
+  }
   const bool evaluate = request.kind == JobKind::kEvaluate;
   return {evaluate ? "evaluate" : "run", evaluate ? "--spec" : "--plan", request.plan_path,
           "--output",                    request.output_dir,             "--events",

@@ -117,7 +117,8 @@ std::vector<std::pair<std::string, std::string>> job_environment(const JobReques
 
 // The job's command line after trainer-job's path, from its kind and paths: `run --plan PLAN
 // --output DIR --events FILE`, `evaluate --spec SPEC --output DIR --events FILE`, or `serve --spec
-// SPEC` (the serving process's flags by name, docs/serving.md; it keeps no events file). Every backend
+// SPEC [--events FILE]` (the serving process's flags by name, docs/serving.md; its events file, for
+// its hello and heartbeat, when the request names one). Every backend
 // starts the job with it (the one place a job kind becomes a command).
 std::vector<std::string> job_arguments(const JobRequest& request);
 

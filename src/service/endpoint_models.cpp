@@ -85,9 +85,11 @@ Result<std::optional<json>> Endpoints::attach_to_served(std::unique_lock<std::mu
   }
   if (!chosen) return std::optional<json>();
   const std::string id = (*chosen)["endpointId"].get<std::string>();
+  // Where the process finds it: a folder on this host, or its URI in the artifact store.
+  TRAINER_ASSIGN_OR_RETURN(std::string path, attach_path_locked(id, served));
   ++attaching_[id];
   lock.unlock();
-  Status loaded = call_adapters(*chosen, "POST", {{"name", name}, {"path", served.value("_path", std::string())}}, name);
+  Status loaded = call_adapters(*chosen, "POST", {{"name", name}, {"path", path}}, name);
   lock.lock();
   if (--attaching_[id] == 0) attaching_.erase(id);
   // A process that had it already (trainerd stopped between its call and the write below) serves it.

@@ -15,6 +15,7 @@
 
 #include "common/files.h"
 #include "common/http_client.h"
+#include "service/artifact_store.h"
 #include "service/base_models.h"
 #include "service/endpoints.h"
 #include "service/lost_attempts.h"
@@ -40,6 +41,8 @@ constexpr double kStopSeconds = 10;
 // How long a health probe of a starting process may take (seconds).
 constexpr double kProbeSeconds = 1;
 constexpr int kLogLinesInReason = 3;
+// How many of the last log lines a starting process posted are looked through for its listening line.
+constexpr int64_t kPostedLinesRead = 200;
 // How often a READY endpoint's process that ended on its own is started again before the
 // endpoint fails (a process that ends while STARTING fails it at once: a retry would not mend it).
 constexpr int kMaxRestarts = 3;
@@ -109,6 +112,12 @@ Status Endpoints::step_task(tasks::Step& step) {
 // Writes the process's spec (its flags by name) and starts it on the claim's devices: STARTING.
 Status Endpoints::launch_locked(json& doc, const store::ClaimRow& claim) {
   const std::string id = doc["endpointId"].get<std::string>();
+  // Each launch its own attempt's identity to the API (its events and log lines carry it,
+  // job_reports.cpp), durable before the process starts.
+  const int launch = doc.value("restarts", 0) + 1;
+  const std::string job_id = id + "-" + std::to_string(launch);
+  TRAINER_ASSIGN_OR_RETURN(std::optional<std::string> token, core_.durable_job_token(job_id, "endpoint", id));
+  if (!token) return Status::ok();  // registered now; the process starts on the next step
   const fs::path dir = dir_of(id);
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -133,6 +142,10 @@ Status Endpoints::launch_locked(json& doc, const store::ClaimRow& claim) {
     if (m.value("kind", std::string()) == "adapter") adapters[m.value("name", std::string())] = m.value("_path", std::string());
   }
   if (!adapters.empty()) spec["adapter"] = adapters;
+  // On a cluster with an S3 store its model and adapters are staged there (endpoint_inputs.cpp).
+  if (Status staged = stage_spec_locked(doc, spec); !staged.is_ok()) {
+    return end_locked(doc, kFailed, "could not stage the serving process's inputs: " + staged.message());
+  }
   backend::JobSpec job;
   job.kind = protocol::JobKind::kServe;
   job.run_id = id;
@@ -142,16 +155,23 @@ Status Endpoints::launch_locked(json& doc, const store::ClaimRow& claim) {
   job.plan_path = (dir / "spec.json").string();
   job.output_dir = dir.string();
   // Each launch its own log: the "listening" line read is this process's.
-  const int launch = doc.value("restarts", 0) + 1;
   job.log_path = (dir / (launch == 1 ? std::string("serve.log") : "serve-" + std::to_string(launch) + ".log")).string();
-  job.job_id = id + "-" + std::to_string(launch);
-  job.attempt = launch;  // a cluster's submission of a restart is a new one (Ray: PREFIX-ID-LAUNCH)
-  // Its events (a hello, then a heartbeat): a process silent past limits.jobSilenceSeconds is hung.
-  job.events_path = (dir / ("events-" + std::to_string(launch) + ".jsonl")).string();
-  if (const int beat = heartbeat_seconds_for(core_.options.config.limits.job_silence_seconds); beat > 0) {
-    spec["events"] = job.events_path;
-    spec["heartbeat-seconds"] = beat;
+  job.job_id = job_id;
+  job.job_token = *token;
+  job.catalog_url = core_.job_catalog_urls();  // where it reports its events and log (job_reports.cpp)
+  job.catalog_ca_file = core_.job_catalog_ca_file();
+  // Where it fetches staged inputs from (a cluster with an S3 store).
+  if (const ArtifactStoreConfig& store = core_.options.config.artifact_store; !store.uri.empty()) {
+    job.artifact_root = store.uri;
+    job.store = artifact_store_access(store);
   }
+  job.attempt = launch;  // a cluster's submission of a restart is a new one (Ray: PREFIX-ID-LAUNCH)
+  // Its events (a hello, then a heartbeat; `--events`, which a backend whose nodes share no folder
+  // with trainerd points into the node's folder; posted to trainerd with its log): a process
+  // silent past limits.jobSilenceSeconds is hung.
+  job.events_path = (dir / ("events-" + std::to_string(launch) + ".jsonl")).string();
+  const int beat = heartbeat_seconds_for(core_.options.config.limits.job_silence_seconds);
+  if (beat > 0) spec["heartbeat-seconds"] = beat;
   job.gpus = gpu_pool ? claim.devices : 0;
   job.device_ids = claim.device_ids;
   // Each launch its own secret (as an attempt's token: 256 bits from the kernel), in the process's
@@ -163,7 +183,7 @@ Status Endpoints::launch_locked(json& doc, const store::ClaimRow& claim) {
   if (!started.is_ok()) return end_locked(doc, kFailed, "the serving process did not start: " + started.status().message());
   doc["_job"] = {{"handle", started->value}, {"jobId", job.job_id}, {"log", job.log_path}, {"port", 0},
                  {"secret", job.serve_secret}};
-  if (spec.contains("events")) doc["_job"]["events"] = job.events_path;
+  if (beat > 0) doc["_job"]["events"] = job.events_path;
   doc["phase"] = kStarting;
   doc["startedAt"] = core_.now_rfc3339();
   doc["startedAtSeconds"] = core_.now();
@@ -190,7 +210,12 @@ Status Endpoints::restart_locked(json& doc, const std::string& reason) {
 // which the backend sends to its log) and the node the backend says it runs on, once GET /health
 // answers there with its secret; nullopt until then.
 std::optional<json> Endpoints::answering_at(const json& doc, const std::string& node_address) const {
-  const std::optional<ListeningLine> line = read_listening_line(doc["_job"].value("log", std::string()));
+  std::optional<ListeningLine> line = read_listening_line(doc["_job"].value("log", std::string()));
+  // A node that shares no folder with trainerd: the line as the process posted it in its log.
+  if (!line) {
+    auto posted = core_.store->job_log_tail(doc["_job"].value("jobId", std::string()), kPostedLinesRead);
+    for (size_t i = 0; posted.is_ok() && !line && i < posted->size(); ++i) line = parse_listening_line((*posted)[i].text);
+  }
   if (!line || line->port == 0) return std::nullopt;
   json job = doc["_job"];
   job["host"] = reachable_host(*line, node_address);
@@ -255,6 +280,13 @@ Status Endpoints::watch_process_silence(json& doc, const backend::JobHandle& han
   bool changed = false;
   if (!ec && static_cast<int64_t>(size) != job.value("eventsBytes", int64_t{-1})) {
     job["eventsBytes"] = static_cast<int64_t>(size);
+    job["heardAt"] = t;
+    changed = true;
+  }
+  // Its posted events (a node whose events file trainerd cannot see).
+  const int64_t seen = job.value("eventsSeq", int64_t{0});
+  if (auto posted = core_.store->job_events(job.value("jobId", std::string()), seen, 1000); posted.is_ok() && !posted->empty()) {
+    job["eventsSeq"] = posted->back().seq;
     job["heardAt"] = t;
     changed = true;
   }

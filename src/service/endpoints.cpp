@@ -166,15 +166,15 @@ Result<json> Endpoints::create(const json& body) {
 }
 
 Result<std::string> Endpoints::create_locked(const json& request) {
-  // A serving process reads its base model and adapters from trainerd's cache and prints where it
-  // listens into its log there: on nodes that share no folder with trainerd (a Ray backend's
-  // jobFolder) it could never be reached. Refused by name rather than left STARTING.
-  if (!core_.backend->shares_files()) {
+  // On nodes that share no folder with trainerd (a Ray backend's jobFolder), a serving process
+  // reads its model and adapters from the artifact store, where trainerd stages them; without an
+  // S3 store it could find neither. Refused by name rather than left STARTING.
+  if (!core_.backend->shares_files() && !core_.artifact_store) {
     return field_status(StatusCode::kFailedPrecondition, "model",
-                        "endpoints need the cluster's nodes to share trainerd's data folder; this deployment's " +
-                            core_.backend->name() + " backend runs jobs in a folder of their own node "
-                            "(compute.ray.jobFolder), where a serving process finds neither its model nor a way to "
-                            "say where it listens (leave jobFolder out to serve endpoints)");
+                        "endpoints on nodes that share no folder with trainerd need an S3 artifact store: this "
+                        "deployment's " + core_.backend->name() + " backend runs jobs in a folder of their own node "
+                        "(compute.ray.jobFolder), and without artifactStore trainerd cannot stage the model there "
+                        "(configure artifactStore, or leave jobFolder out)");
   }
   const PoolConfig* pool = serving_pool();
   if (!pool) {

@@ -106,6 +106,18 @@ class Endpoints {
   // POST or DELETE on the serving process's /v1/adapters (no lock held).
   Status call_adapters(const json& doc, const std::string& method, const json& body, const std::string& name) const;
   Result<std::optional<store::ClaimRow>> claim_of(const std::string& id);
+  // endpoint_inputs.cpp: whether the serving process reads its inputs from the S3 artifact store
+  // (a cluster backend with one), which trainerd stages them in.
+  bool stages_inputs() const;
+  // An adapter's folder on this host: `path` itself, or for a storage key (a cluster run's
+  // adapter) its two files fetched from the artifact store into the endpoint's folder.
+  Result<std::string> adapter_folder(const std::string& id, const std::string& name, const std::string& path);
+  // The process's spec with its model and adapters where it reads them: folders on this host, or,
+  // when stages_inputs(), their staged s3:// URIs (mu held).
+  Status stage_spec_locked(const json& doc, json& spec);
+  // The path POST /v1/adapters names for `served` (an adapter model entry) on endpoint `id`: its
+  // folder, or its staged URI (mu held).
+  Result<std::string> attach_path_locked(const std::string& id, const json& served);
   // Creates an endpoint for a resolved request (mu held): its id.
   Result<std::string> create_locked(const json& request);
   // Refuses to `what` (take it down, detach it, disable it) a model of `doc` (every one when

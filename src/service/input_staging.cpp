@@ -54,6 +54,13 @@ Result<Input> dataset_input(const std::string& field, json& target) {
   return Input{field, path, protocol::dataset_input_key(sha), &target};
 }
 
+// A folder (an adapter's) by its own content hash, staged as a model folder is.
+Result<Input> folder_input(const std::string& field, const std::string& folder, json& target) {
+  auto hashed = storage::folder_content_hash(folder);
+  if (!hashed.is_ok()) return Status(hashed.status().code(), field + " " + folder + ": " + hashed.status().message());
+  return Input{field, folder, protocol::model_input_key(hashed->sha256), &target};
+}
+
 Result<StagedInputs> stage_all(storage::Storage& store, const std::string& root_uri, const std::vector<Input>& inputs) {
   StagedInputs out;
   for (const Input& in : inputs) {
@@ -99,12 +106,35 @@ Result<StagedInputs> stage_evaluation_inputs(storage::Storage& store, const std:
   TRAINER_ASSIGN_OR_RETURN(Input d, dataset_input("dataset", spec["dataset"]));
   inputs.push_back(std::move(d));
   if (spec.contains("adapter") && spec["adapter"].is_string()) {
-    const std::string folder = spec["adapter"].get<std::string>();
-    auto hashed = storage::folder_content_hash(folder);
-    if (!hashed.is_ok()) return Status(hashed.status().code(), "adapter " + folder + ": " + hashed.status().message());
-    inputs.push_back({"adapter", folder, protocol::model_input_key(hashed->sha256), &spec["adapter"]});
+    TRAINER_ASSIGN_OR_RETURN(Input a, folder_input("adapter", spec["adapter"].get<std::string>(), spec["adapter"]));
+    inputs.push_back(std::move(a));
   }
   return stage_all(store, root_uri, inputs);
+}
+
+Result<StagedInputs> stage_serving_inputs(storage::Storage& store, const std::string& root_uri,
+                                          const std::string& model_sha, json& spec) {
+  if (!protocol::is_content_hash(model_sha)) {
+    return failed_precondition("model: the model's content hash '" + model_sha + "' is not known");
+  }
+  std::vector<Input> inputs = {
+      {"model", spec.value("model", std::string()), protocol::model_input_key(model_sha), &spec["model"]}};
+  if (spec.contains("adapter") && spec["adapter"].is_object()) {
+    for (auto& [name, dir] : spec["adapter"].items()) {
+      if (!dir.is_string()) return invalid_argument("adapter." + name + ": not a folder's path");
+      TRAINER_ASSIGN_OR_RETURN(Input a, folder_input("adapter " + name, dir.get<std::string>(), dir));
+      inputs.push_back(std::move(a));
+    }
+  }
+  return stage_all(store, root_uri, inputs);
+}
+
+Result<std::string> stage_adapter_folder(storage::Storage& store, const std::string& root_uri, const std::string& field,
+                                         const std::string& folder) {
+  json uri = folder;
+  TRAINER_ASSIGN_OR_RETURN(Input a, folder_input(field, folder, uri));
+  TRAINER_RETURN_IF_ERROR(stage_all(store, root_uri, {a}).status());
+  return uri.get<std::string>();
 }
 
 }  // namespace trainer::service

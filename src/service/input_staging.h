@@ -36,4 +36,15 @@ Result<StagedInputs> stage_job_inputs(storage::Storage& store, const std::string
 Result<StagedInputs> stage_evaluation_inputs(storage::Storage& store, const std::string& root_uri,
                                              const std::string& model_sha, nlohmann::json& spec);
 
+// The same for an endpoint's serving process (job/cmd_serve.cpp): its spec's `model` (the base
+// model's cache folder, content hash `model_sha`) and each folder of its `adapter` object
+// ({NAME: DIR}, each under its own content hash, as an evaluation's adapter).
+Result<StagedInputs> stage_serving_inputs(storage::Storage& store, const std::string& root_uri,
+                                          const std::string& model_sha, nlohmann::json& spec);
+
+// One adapter folder staged under its content hash (an adapter attached to a running serving
+// process): its URI. Errors name `field`.
+Result<std::string> stage_adapter_folder(storage::Storage& store, const std::string& root_uri, const std::string& field,
+                                         const std::string& folder);
+
 }  // namespace trainer::service

@@ -18,14 +18,20 @@ std::string string_field(const json& doc, const char* key) {
 
 }  // namespace
 
+std::optional<ListeningLine> parse_listening_line(const std::string& text) {
+  if (text.empty() || text[0] != '{') return std::nullopt;
+  const json line = json::parse(text, nullptr, false);
+  if (!line.is_object() || string_field(line, "event") != "listening" || !line["port"].is_number_integer()) {
+    return std::nullopt;
+  }
+  return ListeningLine{string_field(line, "host"), line["port"].get<int>(), string_field(line, "hostname")};
+}
+
 std::optional<ListeningLine> read_listening_line(const std::string& path) {
   std::ifstream in(path);
   std::string text;
   while (std::getline(in, text)) {
-    if (text.empty() || text[0] != '{') continue;
-    const json line = json::parse(text, nullptr, false);
-    if (!line.is_object() || string_field(line, "event") != "listening" || !line["port"].is_number_integer()) continue;
-    return ListeningLine{string_field(line, "host"), line["port"].get<int>(), string_field(line, "hostname")};
+    if (auto line = parse_listening_line(text)) return line;
   }
   return std::nullopt;
 }

@@ -24,6 +24,9 @@ struct ListeningLine {
   std::string hostname;  // its machine's name, given when it listens on every interface
 };
 
+// What one log line says when it is a "listening" line; nullopt for any other line.
+std::optional<ListeningLine> parse_listening_line(const std::string& text);
+
 // The first "listening" line of the log at `path`; nullopt until the process has printed one.
 std::optional<ListeningLine> read_listening_line(const std::string& path);
 

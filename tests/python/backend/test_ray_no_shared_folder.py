@@ -17,10 +17,15 @@ import os
 import pathlib
 import sqlite3
 
+import subprocess
+
 import pytest
 
+import auth
 from backend_support import Service
 from cli_support import DATASET_NAME, MODEL_NAME, WORKLOAD
+from store_support import bucket_objects, staged_lines
+from waiting import wait_for
 
 BUCKET = "trainer-ray-unshared"
 ROOT = f"s3://{BUCKET}/cluster"
@@ -35,7 +40,7 @@ def hiding_wrapper(bin_dir: pathlib.Path, tmp: pathlib.Path, data_dir: pathlib.P
     job = wrapped / "trainer-job"
     job.write_text(f"""#!/bin/sh
 # The job's node: trainerd's data folder is not there. Tools trainerd runs beside itself pass through.
-case "$1" in run|evaluate) ;; *) exec {bin_dir / 'trainer-job'} "$@" ;; esac
+case "$1" in run|evaluate|serve) ;; *) exec {bin_dir / 'trainer-job'} "$@" ;; esac
 exec unshare -m -- sh -c 'data=$1; real=$2; shift 2
 mount -t tmpfs tmpfs "$data" || exit 1
 echo "node: $data holds $(ls -A "$data" | wc -l) entries" >&2
@@ -132,13 +137,128 @@ def test_a_ray_evaluation_of_that_adapter_completes_without_the_data_folder(unsh
     assert f"node: {svc.daemon.data_dir} holds 0 entries" in ray_log.read_text(errors="replace")
 
 
-def test_an_endpoint_is_refused_by_name_where_the_nodes_share_no_folder(unshared):
-    """A serving process reads its model from trainerd's cache and says where it listens in its log
-    there: without a shared folder it could never be reached, so creating one is refused, naming
-    jobFolder, and nothing is stored or claimed."""
-    from cli_support import MODEL_NAME, WORKLOAD
+MAX_TOKENS = 8
+PROMPT = [{"role": "user", "content": "Is this review positive? The soup was cold."}]
 
-    out = unshared.cli("endpoints", "create", "--model", MODEL_NAME, "--workload", WORKLOAD)
-    assert out.returncode == 1 and "jobFolder" in out.stderr and "share" in out.stderr, out.stderr
-    assert unshared.cli.json("endpoints", "list")["endpoints"] == []
-    assert not [c for c in unshared.cli.json("capacity")["claims"] if c["kind"] == "SERVING"]
+
+def greedy(origin: str, path: str, model: str, token: str | None = None) -> dict:
+    """One greedy chat completion at `origin` + `path` (sending `token`, else the one kept for
+    `origin`): its text and generated token ids."""
+    token = token or auth.token_for(origin)
+    status, _, body = auth.call_as(origin, "POST", path, token, {
+        "model": model, "messages": PROMPT, "temperature": 0, "max_tokens": MAX_TOKENS, "ignore_eos": True,
+        "return_token_ids": True}, timeout=300)
+    assert status == 200, (status, body)
+    choice = body["choices"][0]
+    return {"text": choice["message"]["content"], "ids": choice["token_ids"]}
+
+
+class LocalServe:
+    """`trainer-job serve` on this host reading the model and adapter folders directly: the reference."""
+
+    def __init__(self, bin_dir: pathlib.Path, model: pathlib.Path, adapters: dict[str, pathlib.Path], name: str):
+        args = [str(bin_dir / "trainer-job"), "serve", "--model", str(model), "--name", name, "--port", "0"]
+        for n, d in adapters.items():
+            args += ["--adapter", f"{n}={d}"]
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        line = json.loads(self.proc.stdout.readline())
+        assert line["event"] == "listening", line
+        self.origin = f"http://127.0.0.1:{line['port']}"
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=60)
+
+
+def test_an_endpoint_serves_a_base_model_and_an_attached_adapter_staged_in_the_store(unshared, bin_dir, tiny_model,
+                                                                                    s3_server):
+    """Endpoints on nodes that share no folder with trainerd (issue 24): trainerd stages the base
+    model in the store (reusing the key a run staged), the serving process (in a job that sees an
+    empty data folder) fetches it into its node's cache, and says where it listens through its
+    log posted to trainerd. A tuned adapter attached at run time is staged under its content hash
+    and fetched by the process before it loads. Greedy answers through trainerd equal the same
+    model and adapter served on this host from their folders; detach drops the adapter."""
+    svc = unshared
+    run_id = svc.start(max_steps=3)["runId"]
+    run = svc.wait_phase(run_id, "COMPLETED", timeout=600)
+    model_sha = run["baseModelHash"]
+
+    e = svc.cli.json("endpoints", "create", "--model", MODEL_NAME, "--workload", WORKLOAD, "--wait", "--timeout", "10m")
+    assert e["phase"] == "READY", e
+    eid = e["endpointId"]
+    folder = svc.daemon.data_dir / "endpoints" / eid
+    # Its spec names the staged model, nothing of trainerd's data folder; the base model is the
+    # object the run staged (inputs/models/SHA), committed.
+    spec = json.loads((folder / "spec.json").read_text())
+    assert spec["model"] == f"{ROOT}/inputs/models/{model_sha}", spec
+    assert str(svc.daemon.data_dir) not in json.dumps(spec), spec
+    objects = bucket_objects(s3_server, BUCKET, "cluster/inputs/models/")
+    assert f"cluster/inputs/models/{model_sha}/.trainer-folder" in objects, sorted(objects)
+    assert staged_lines(svc).count(f"inputs/models/{model_sha}") == 1, staged_lines(svc)  # staged once, reused
+    # Where it listens came over the API: its log (stdout, on the node) is not in trainerd's folder.
+    assert not (folder / "serve.log").exists()
+    job_id = f"{eid}-1"
+    log = [text for _, text in stored(svc, "job_logs", job_id)]
+    assert any('"event":"listening"' in line for line in log), log
+    assert any(f"--model {spec['model']}: " in line and ("fetched" in line or "reusing the verified copy" in line)
+               for line in log), log
+    assert [json.loads(doc)["type"] for _, doc in stored(svc, "job_events", job_id)][0] == "hello"
+
+    # The base model answers through trainerd as it does from its folder on this host.
+    route = f"/v1/endpoints/{eid}/v1/chat/completions"
+    base = greedy(svc.daemon.url, route, MODEL_NAME)
+    assert len(base["ids"]) == MAX_TOKENS, base
+
+    # The tuned adapter attaches to the same process: staged under its content hash, fetched on the node.
+    before = len(staged_lines(svc))
+    out = svc.cli.json("endpoints", "create", "--model", run_id)
+    assert out["endpointId"] == eid and out["attachedModel"] == run_id, out
+    adapter_keys = staged_lines(svc)[before:]
+    assert len(adapter_keys) == 1 and adapter_keys[0].startswith("inputs/models/"), staged_lines(svc)
+    assert f"cluster/{adapter_keys[0]}/adapter_model.safetensors" in bucket_objects(s3_server, BUCKET, "cluster/inputs/models/")
+    secret = auth.serving_secret(svc.daemon.data_dir, eid)["Authorization"].removeprefix("Bearer ")
+    origin = svc.cli.json("endpoints", "get", eid)["address"].removesuffix("/v1")
+    status, _, listed = auth.call_as(origin, "GET", "/v1/adapters", secret)
+    assert status == 200 and [a["name"] for a in listed["data"]] == [run_id], listed
+    cache = svc.tmp / "node-cache" / "models" / adapter_keys[0].removeprefix("inputs/models/")
+    assert pathlib.Path(listed["data"][0]["path"]) == cache, listed
+    tuned = greedy(svc.daemon.url, route, run_id)
+
+    # The reference: the same model and adapter folders served on this host.
+    local = LocalServe(bin_dir, tiny_model, {run_id: folder / "adapters" / run_id}, MODEL_NAME)
+    try:
+        assert greedy(local.origin, "/v1/chat/completions", MODEL_NAME) == base
+        assert greedy(local.origin, "/v1/chat/completions", run_id) == tuned
+    finally:
+        local.close()
+
+    # Detach drops the adapter from the process; the base model serves on.
+    svc.cli("endpoints", "detach", eid, run_id, check=True)
+    status, _, listed = auth.call_as(origin, "GET", "/v1/adapters", secret)
+    assert status == 200 and listed["data"] == [], listed
+    status, _, body = auth.call_as(svc.daemon.url, "POST", route, auth.token_for(svc.daemon.url),
+                                   {"model": run_id, "messages": PROMPT})
+    assert status == 404 and body["error"]["code"] == "model_not_found", (status, body)
+    assert greedy(svc.daemon.url, route, MODEL_NAME) == base
+
+    svc.cli("endpoints", "delete", eid, check=True)
+    wait_for(lambda: svc.cli.json("endpoints", "get", eid)["phase"] == "DELETED", 120, "the endpoint to go")
+    assert not [c for c in svc.cli.json("capacity")["claims"] if c["kind"] == "SERVING"]
+
+
+def test_without_an_s3_store_an_endpoint_is_refused_by_name_where_the_nodes_share_no_folder(
+        bin_dir, tiny_model, tmp_path, ray_head):
+    """Nodes that share no folder with trainerd and no S3 store to stage the model in: a serving
+    process could find nothing, so creating an endpoint is refused naming jobFolder and
+    artifactStore, and nothing is stored or claimed."""
+    svc = Service(bin_dir, tmp_path, tiny_model, {
+        "compute": {"backend": "ray", "ray": {"address": ray_head.address, "jobFolder": str(tmp_path / "node-jobs")}},
+        "pools": [{"name": "cpu", "accelerator": "cpu", "declared": 2, "maxClaim": 1}],
+    }).ready()
+    try:
+        out = svc.cli("endpoints", "create", "--model", MODEL_NAME, "--workload", WORKLOAD)
+        assert out.returncode == 1 and "jobFolder" in out.stderr and "artifactStore" in out.stderr, out.stderr
+        assert svc.cli.json("endpoints", "list")["endpoints"] == []
+        assert not [c for c in svc.cli.json("capacity")["claims"] if c["kind"] == "SERVING"]
+    finally:
+        svc.close()

@@ -129,6 +129,8 @@ TEST(JobRequest, TheKindNamesTheJobsCommand) {
   EXPECT_EQ(job_arguments(r), (std::vector<std::string>{"evaluate", "--spec", "/d/plan.json", "--output", "/d/output",
                                                         "--events", "/d/events.jsonl"}));
   r.kind = JobKind::kServe;
+  EXPECT_EQ(job_arguments(r), (std::vector<std::string>{"serve", "--spec", "/d/plan.json", "--events", "/d/events.jsonl"}));
+  r.events_path.clear();
   EXPECT_EQ(job_arguments(r), (std::vector<std::string>{"serve", "--spec", "/d/plan.json"}));
 }
 

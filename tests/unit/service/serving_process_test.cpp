@@ -32,6 +32,21 @@ TEST(ServingProcess, TheListeningLineIsReadPastOtherOutput) {
   EXPECT_FALSE(read_listening_line("/no/such/serve.log").has_value());
 }
 
+// A process on a node that shares no folder with trainerd: its listening line arrives as one of the
+// log lines it posts, read one by one.
+TEST(ServingProcess, APostedLogLineIsAListeningLineOnlyWhenItSaysSo) {
+  const auto line = parse_listening_line("{\"event\":\"listening\",\"host\":\"0.0.0.0\",\"port\":8123,\"models\":[\"m\"]}");
+  ASSERT_TRUE(line.has_value());
+  EXPECT_EQ(line->host, "0.0.0.0");
+  EXPECT_EQ(line->port, 8123);
+  EXPECT_EQ(line->hostname, "");
+  for (const char* other : {"", "trainer-job run: --model s3://b/inputs/models/ab: fetched 12 bytes",
+                            "{\"event\":\"listening\",\"port\":\"8123\"}", "{\"event\":\"hello\",\"port\":1}",
+                            "{\"event\":\"listening\"", "[1,2]"}) {
+    EXPECT_FALSE(parse_listening_line(other).has_value()) << other;
+  }
+}
+
 TEST(ServingProcess, OnEveryInterfaceItIsReachedAtTheNodeTheBackendNames) {
   const ListeningLine wildcard{"0.0.0.0", 8123, "node7"};
   EXPECT_EQ(reachable_host(wildcard, "10.0.3.7"), "10.0.3.7");
