@@ -225,7 +225,9 @@ backend::JobSpec ServiceImpl::job_spec(const RunRecord& run) const {
   spec.gpus = gpu_pool ? run.devices : 0;
   spec.cpus = 1;
   auto claim = store_->get_claim(run.id);
-  if (claim.is_ok() && claim->has_value() && (*claim)->state == "GRANTED") spec.device_ids = (*claim)->device_ids;
+  if (claim.is_ok() && claim->has_value() && (*claim)->state == "GRANTED") {
+    spec.device_ids = (*claim)->device_ids;
+  }
   spec.resume_snapshot = run.resume_from.value_or("");
   spec.outbound_allow = outbound_policy_json(opt_.config.outbound).dump();
   spec.outbound_proxy = opt_.config.outbound.proxy;
