@@ -82,4 +82,27 @@ AdmissionResult admit(const AdmissionInput& input) {
   return out;
 }
 
+std::set<std::string> pools_with_room(const AdmissionInput& input) {
+  std::map<std::string, int> granted;          // devices granted per pool
+  std::map<std::string, std::set<int>> taken;  // device indices held per pool
+  for (const auto& c : input.claims) {
+    if (!c.granted) continue;
+    granted[c.pool] += c.devices;
+    taken[c.pool].insert(c.device_ids.begin(), c.device_ids.end());
+  }
+  std::set<std::string> out;
+  for (const auto& [name, pool] : input.pools) {
+    if (granted[name] >= pool.declared) continue;
+    // A granted claim not yet placed takes indices too (admit() places it first): counting them
+    // free may name a pool that grants nothing, never leave out one that grants.
+    for (int id : pool_device_ids(pool)) {
+      if (!taken[name].count(id)) {
+        out.insert(name);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace trainer::service

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,13 @@ struct AdmissionResult {
 };
 
 AdmissionResult admit(const AdmissionInput& input);
+
+// The pools where a queued claim may be granted now, from the granted claims of `input` (its
+// queued claims are ignored): those with a free device, within the declared count and an index no
+// granted claim holds. Every claim asks for at least one device, so a pool not named here grants
+// none of its queued claims: admission reads only the queued claims of these pools, and admit()
+// over the granted claims and those grants the same as over every claim.
+std::set<std::string> pools_with_room(const AdmissionInput& input);
 
 // The device indices of `pool` (its listed ones, or 0..declared-1).
 std::vector<int> pool_device_ids(const AdmissionPool& pool);

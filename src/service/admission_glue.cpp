@@ -4,6 +4,8 @@
 #include "service/admission.h"
 #include "service/capacity.h"
 
+#include <set>
+
 namespace trainer::service {
 
 Status Capacity::admit_locked() {
@@ -16,10 +18,11 @@ Status Capacity::admit_locked() {
 }
 
 Status Capacity::admit_under_lock() {
-  auto claims = core_.store->list_claims();
-  if (!claims.is_ok()) return claims.status();
-  auto workloads = core_.store->list_workloads();
-  if (!workloads.is_ok()) return workloads.status();
+  // The granted claims first: a pool without a free device grants none of its queued claims
+  // (admission.h, pools_with_room()), so only the queued claims of the others are read. With a
+  // thousand runs queued behind a full pool, a pass reads the few granted claims and nothing else.
+  auto granted = core_.store->list_claims_in("GRANTED", {});
+  if (!granted.is_ok()) return granted.status();
   AdmissionInput input;
   input.default_quota = core_.options.config.default_workload_quota;
   // The pools as they are now: their capacity windows open now included.
@@ -27,17 +30,28 @@ Status Capacity::admit_under_lock() {
   for (const auto& p : core_.options.config.pools) {
     input.pools[p.name] = AdmissionPool{declared_at(p, t), p.max_claim, device_ids_at(p, t)};
   }
-  for (const auto& w : *workloads) {
-    if (w.contains("gpuQuota") && w["gpuQuota"].is_number_integer()) {
-      input.quotas[w.value("id", std::string())] = w["gpuQuota"].get<int>();
+  for (const auto& c : *granted) {
+    input.claims.push_back(AdmissionClaim{c.owner, c.workload_id, c.pool, c.devices, true, c.device_ids});
+  }
+  const std::set<std::string> room = pools_with_room(input);
+  std::vector<store::ClaimRow> claims = std::move(*granted);
+  if (!room.empty()) {
+    auto queued = core_.store->list_claims_in("QUEUED", std::vector<std::string>(room.begin(), room.end()));
+    if (!queued.is_ok()) return queued.status();
+    for (auto& c : *queued) {
+      input.claims.push_back(AdmissionClaim{c.owner, c.workload_id, c.pool, c.devices, false, c.device_ids});
+      claims.push_back(std::move(c));
+    }
+    auto workloads = core_.store->list_workloads();
+    if (!workloads.is_ok()) return workloads.status();
+    for (const auto& w : *workloads) {
+      if (w.contains("gpuQuota") && w["gpuQuota"].is_number_integer()) {
+        input.quotas[w.value("id", std::string())] = w["gpuQuota"].get<int>();
+      }
     }
   }
   std::map<std::string, store::ClaimRow*> by_owner;
-  for (auto& c : *claims) {
-    input.claims.push_back(
-        AdmissionClaim{c.owner, c.workload_id, c.pool, c.devices, c.state == "GRANTED", c.device_ids});
-    by_owner[c.owner] = &c;
-  }
+  for (auto& c : claims) by_owner[c.owner] = &c;
   const AdmissionResult result = admit(input);
   for (const auto& owner : result.granted) {
     store::ClaimRow& c = *by_owner[owner];
@@ -54,6 +68,9 @@ Status Capacity::admit_under_lock() {
                              .granted_at = t,
                              .released_at = std::nullopt};
     TRAINER_RETURN_IF_ERROR(core_.store->insert_claim_hold(hold));
+    // Its owner waits idle for this grant (a phase that waits for its claim): due now, whichever
+    // replica holds its lease.
+    TRAINER_RETURN_IF_ERROR(core_.kernel->wake_claim_owner(c.owner));
   }
   // Claims granted before placement existed: their indices, written once.
   for (const auto& [owner, ids] : result.placed) {

@@ -116,8 +116,9 @@ Status ServiceImpl::step_run(RunRecord& run) {
     case Phase::kWaitingForGrader:
       return wait_for_judges(run);
     case Phase::kWaitingForDevices: {
-      // The run's own claim, by its owner (not every claim: a thousand waiting runs are each
-      // looked at on every pass).
+      // The run's own claim, by its owner. The phase waits for its claim (phases.cpp): the run
+      // is stepped when admission grants it (TaskKernel::wake_claim_owner), else only every
+      // claim recheck, when the window check below fails a claim no window can hold any more.
       auto claim = store_->get_claim(run.id);
       if (!claim.is_ok()) return claim.status();
       if (!claim->has_value()) return claim_devices(run);  // never lose a waiting run's claim
@@ -223,11 +224,9 @@ backend::JobSpec ServiceImpl::job_spec(const RunRecord& run) const {
   const bool gpu_pool = pool && pool->accelerator != "cpu";
   spec.gpus = gpu_pool ? run.devices : 0;
   spec.cpus = 1;
-  auto claims = store_->list_claims();
-  if (claims.is_ok()) {
-    for (const auto& c : *claims) {
-      if (c.owner == run.id && c.state == "GRANTED") spec.device_ids = c.device_ids;
-    }
+  auto claim = store_->get_claim(run.id);
+  if (claim.is_ok() && claim->has_value() && (*claim)->state == "GRANTED") {
+    spec.device_ids = (*claim)->device_ids;
   }
   spec.resume_snapshot = run.resume_from.value_or("");
   spec.outbound_allow = outbound_policy_json(opt_.config.outbound).dump();

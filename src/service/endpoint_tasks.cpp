@@ -82,7 +82,7 @@ std::string how_it_ended(const backend::JobStatus& status) {
 const tasks::PhaseTable& endpoint_phase_table() {
   static const tasks::PhaseTable table = *tasks::PhaseTable::make(
       "endpoint",
-      {{kAwaiting, false, true}, {kStarting, false, true}, {kReady, false, true}, {kDeleting, false, true},
+      {{kAwaiting, false, true, false, true}, {kStarting, false, true}, {kReady, false, true}, {kDeleting, false, true},
        {kDeleted, true}, {kFailed, true}},
       {{kAwaiting, {kStarting, kFailed, kDeleted}},
        {kStarting, {kReady, kFailed, kDeleting}},
@@ -105,8 +105,7 @@ Status Endpoints::step_task(tasks::Step& step) {
   // A claim the windows it waited for have passed by waits forever: the endpoint fails instead.
   const std::string never = capacity_.never_granted(claim->pool, claim->devices);
   if (!never.empty()) return end_locked(doc, kFailed, "waiting for devices: " + never);
-  step.due_at(step.now() + kFollowSeconds);
-  return Status::ok();
+  return Status::ok();  // the phase waits for its claim: the grant wakes it (the kernel's recheck else)
 }
 
 // Writes the process's spec (its flags by name) and starts it on the claim's devices: STARTING.

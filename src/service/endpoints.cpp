@@ -284,11 +284,7 @@ Result<json> Endpoints::list(const std::string& phase) {
 }
 
 Result<std::optional<store::ClaimRow>> Endpoints::claim_of(const std::string& id) {
-  TRAINER_ASSIGN_OR_RETURN(std::vector<store::ClaimRow> claims, core_.store->list_claims());
-  for (auto& c : claims) {
-    if (c.owner == id) return std::optional<store::ClaimRow>(std::move(c));
-  }
-  return std::optional<store::ClaimRow>();
+  return core_.store->get_claim(id);  // its own claim, not every claim (a queue of thousands)
 }
 
 Result<json> Endpoints::get(const std::string& ref) {

@@ -16,11 +16,7 @@ constexpr int kEvaluationDevices = 1;
 }  // namespace
 
 Result<std::optional<store::ClaimRow>> Evaluations::evaluation_claim(const std::string& id) {
-  auto claims = capacity_.claims_by_owner();
-  if (!claims.is_ok()) return claims.status();
-  auto it = claims->find(id);
-  if (it == claims->end()) return std::optional<store::ClaimRow>();
-  return std::optional<store::ClaimRow>(it->second);
+  return core_.store->get_claim(id);  // its own claim, not every claim (a queue of thousands)
 }
 
 // Makes the evaluation's claim (once) and applies admission; the evaluation's task launches its

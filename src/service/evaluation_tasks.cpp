@@ -29,7 +29,11 @@ constexpr int kMaxAttempts = 3;
 const tasks::PhaseTable& evaluation_phase_table() {
   static const tasks::PhaseTable table = *tasks::PhaseTable::make(
       "evaluation",
-      {{kQueued, false, true}, {kRunning, false, true}, {kCompleted, true}, {kFailed, true}, {kCancelled, true}},
+      {{kQueued, false, true, false, true},
+       {kRunning, false, true},
+       {kCompleted, true},
+       {kFailed, true},
+       {kCancelled, true}},
       {{kQueued, {kRunning, kFailed, kCancelled}}, {kRunning, {kCompleted, kFailed, kCancelled, kQueued}}});
   return table;
 }

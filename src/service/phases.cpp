@@ -66,7 +66,8 @@ tasks::PhaseTable make_run_table() {
     const Phase p = phase_at(i);
     // A run holds (or waits for) its claim from WAITING_FOR_DEVICES until it pauses or ends.
     const bool holds = p >= Phase::kWaitingForDevices && p != Phase::kPaused && !is_terminal(p);
-    phases.push_back({phase_name(p), is_terminal(p), holds, p == Phase::kPaused});
+    // WAITING_FOR_DEVICES has nothing to do until admission grants its claim (which wakes it).
+    phases.push_back({phase_name(p), is_terminal(p), holds, p == Phase::kPaused, p == Phase::kWaitingForDevices});
   }
   auto table = tasks::PhaseTable::make("run", std::move(phases), run_transitions());
   if (!table.is_ok()) {  // a broken table is a programming error: no trainerd may start with it

@@ -288,21 +288,28 @@ json ServiceImpl::present_run(const RunRecord& run, const std::map<std::string, 
     double elapsed = std::max(0.0, now() - run.job->started_at);
     out["cost"] = run_cost_json(run.view.value("plan", json::object()), run.accumulated_seconds + elapsed * run.devices, true);
   }
+  // One run alone: its own claim, and the queue ahead of it only while it is queued (not every
+  // claim: a thousand queued runs would make every get read them all).
   std::optional<std::map<std::string, store::ClaimRow>> fetched;
-  if (!claims) {
-    auto all = capacity_.claims_by_owner();
-    if (all.is_ok()) fetched = std::move(*all);
-    claims = fetched ? &*fetched : nullptr;
-  }
   std::optional<store::ClaimRow> claim;
   if (claims) {
     auto it = claims->find(run.id);
     if (it != claims->end()) claim = it->second;
+  } else if (auto own = store_->get_claim(run.id); own.is_ok() && own->has_value()) {
+    claim = **own;
+    if (claim->state == "QUEUED") {
+      auto queue = store_->list_claims_in("QUEUED", {claim->pool});
+      if (queue.is_ok()) {
+        fetched.emplace();
+        for (auto& c : *queue) (*fetched)[c.owner] = std::move(c);
+        claims = &*fetched;
+      }
+    }
   }
   if (claim) {
     out["claim"] = {{"pool", claim->pool},   {"devices", claim->devices},      {"state", claim->state},
                     {"since", claim->since}, {"deviceIds", claim->device_ids}};
-    if (claim->state == "QUEUED") out["claim"].update(queue_place(*claim, *claims));
+    if (claim->state == "QUEUED" && claims) out["claim"].update(queue_place(*claim, *claims));
   }
   return out;
 }

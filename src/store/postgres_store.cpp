@@ -411,6 +411,27 @@ Result<std::optional<ClaimRow>> PostgresStore::get_claim(const std::string& owne
   });
 }
 
+Result<std::vector<ClaimRow>> PostgresStore::list_claims_in(const std::string& state,
+                                                            const std::vector<std::string>& pools) {
+  return locked([&]() -> Result<std::vector<ClaimRow>> {
+    Params p;
+    p.text(state);
+    const std::string in_pools = p.in_list("pool", pools);
+    TRAINER_ASSIGN_OR_RETURN(
+        Rows r, run("SELECT owner, kind, workload_id, pool, devices, state, since, seq, device_ids "
+                    "FROM claims WHERE state = $1" + in_pools + " ORDER BY seq",
+                    p, "listing claims"));
+    std::vector<ClaimRow> out;
+    out.reserve(static_cast<size_t>(r.size()));
+    for (int i = 0; i < r.size(); ++i) {
+      out.push_back(ClaimRow{r.text(i, 0), r.text(i, 1), r.text(i, 2), r.text(i, 3),
+                             static_cast<int>(r.integer(i, 4)), r.text(i, 5), r.text(i, 6), r.integer(i, 7),
+                             ids_of(r.text(i, 8))});
+    }
+    return out;
+  });
+}
+
 // ---- claim holds
 Status PostgresStore::insert_claim_hold(ClaimHoldRow& h) {
   Params p = Params().text(h.owner).text(h.kind).text(h.workload_id).text(h.pool).integer(h.devices).real(h.granted_at);
@@ -525,6 +546,10 @@ Status PostgresStore::update_task_if_version(const TaskRow& row, int64_t version
 Status PostgresStore::release_task_lease(const std::string& kind, const std::string& id,
                                          const std::string& owner) {
   return locked([&] { return postgres::release_task_lease(db(), kind, id, owner); });
+}
+
+Result<bool> PostgresStore::wake_task(const std::string& kind, const std::string& id) {
+  return locked([&] { return postgres::wake_task(db(), kind, id); });
 }
 
 // ---- shared readers

@@ -153,6 +153,22 @@ Status release_task_lease(Connection& db, const std::string& kind, const std::st
   return Status::ok();
 }
 
+// SKIP LOCKED: admission wakes the tasks whose claims it grants while it holds the admission lock,
+// and a step holds its task's row while it may wait for that lock; waiting here for the row could
+// deadlock the two. A row skipped is reported (false) and woken again after the caller's commit.
+Result<bool> wake_task(Connection& db, const std::string& kind, const std::string& id) {
+  TRAINER_ASSIGN_OR_RETURN(
+      Rows r, db.run("UPDATE tasks SET due_at = 0 WHERE (kind, id) IN (SELECT kind, id FROM tasks WHERE kind = $1 "
+                     "AND id = $2 AND NOT terminal AND due_at > 0 FOR UPDATE SKIP LOCKED)",
+                     {kind, id}, "waking a task"));
+  if (r.changed() > 0) return true;
+  // Nothing woken: nothing to wake (absent, terminal, due already), or its row was locked.
+  TRAINER_ASSIGN_OR_RETURN(
+      Rows left, db.run("SELECT 1 FROM tasks WHERE kind = $1 AND id = $2 AND NOT terminal AND due_at > 0",
+                        {kind, id}, "waking a task"));
+  return left.empty();
+}
+
 Result<uint64_t> change_count(Connection& db) {
   TRAINER_ASSIGN_OR_RETURN(
       Rows r, db.run("SELECT value FROM counters WHERE name = 'changes'", {}, "reading the change counter"));

@@ -23,6 +23,7 @@ Status update_task(Connection& db, const TaskRow& row, int64_t fence);
 Status update_task_if_version(Connection& db, const TaskRow& row, int64_t version);
 Status release_task_lease(Connection& db, const std::string& kind, const std::string& id,
                           const std::string& owner);
+Result<bool> wake_task(Connection& db, const std::string& kind, const std::string& id);
 Result<uint64_t> change_count(Connection& db);
 
 }  // namespace trainer::store::postgres

@@ -381,6 +381,30 @@ Result<std::optional<ClaimRow>> SqliteStore::get_claim(const std::string& owner)
                                           s.text(5), s.text(6), s.integer(7), ids_of(s.text(8))});
 }
 
+Result<std::vector<ClaimRow>> SqliteStore::list_claims_in(const std::string& state,
+                                                          const std::vector<std::string>& pools) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::string sql = "SELECT owner, kind, workload_id, pool, devices, state, since, seq, device_ids FROM claims "
+                    "WHERE state = ?";
+  if (!pools.empty()) {
+    sql += " AND pool IN (";
+    for (size_t i = 0; i < pools.size(); ++i) sql += i ? ", ?" : "?";
+    sql += ")";
+  }
+  sql += " ORDER BY seq";
+  Stmt s(db_, sql.c_str());
+  s.bind(1, state);
+  for (size_t i = 0; i < pools.size(); ++i) s.bind(static_cast<int>(i) + 2, pools[i]);
+  std::vector<ClaimRow> out;
+  int rc;
+  while ((rc = s.step()) == SQLITE_ROW) {
+    out.push_back(ClaimRow{s.text(0), s.text(1), s.text(2), s.text(3), static_cast<int>(s.integer(4)),
+                           s.text(5), s.text(6), s.integer(7), ids_of(s.text(8))});
+  }
+  if (rc != SQLITE_DONE) return db_error(db_, "listing claims");
+  return out;
+}
+
 // ---- claim holds
 Status SqliteStore::insert_claim_hold(ClaimHoldRow& h) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
@@ -510,6 +534,10 @@ Status SqliteStore::update_task_if_version(const TaskRow& row, int64_t version) 
 
 Status SqliteStore::release_task_lease(const std::string& kind, const std::string& id, const std::string& owner) {
   return locked([&] { return sqlite::release_task_lease(db_, kind, id, owner); });
+}
+
+Result<bool> SqliteStore::wake_task(const std::string& kind, const std::string& id) {
+  return locked([&] { return sqlite::wake_task(db_, kind, id); });
 }
 
 // The ids of `table` that start with `prefix`, in order, at most `limit` (`what` names them in

@@ -77,6 +77,8 @@ class SqliteStore final : public Store {
   Status delete_claim(const std::string& owner) override;
   Result<std::vector<ClaimRow>> list_claims() override;
   Result<std::optional<ClaimRow>> get_claim(const std::string& owner) override;
+  Result<std::vector<ClaimRow>> list_claims_in(const std::string& state,
+                                               const std::vector<std::string>& pools) override;
   Status lock_admission() override;
   Status insert_claim_hold(ClaimHoldRow& hold) override;
   Status end_claim_holds(const std::string& owner, double released_at) override;
@@ -183,6 +185,7 @@ class SqliteStore final : public Store {
   Status update_task(const TaskRow& row, int64_t fence) override;
   Status update_task_if_version(const TaskRow& row, int64_t version) override;
   Status release_task_lease(const std::string& kind, const std::string& id, const std::string& owner) override;
+  Result<bool> wake_task(const std::string& kind, const std::string& id) override;
 
  private:
   Status exec(const char* sql);

@@ -126,6 +126,14 @@ Status release_task_lease(sqlite3* db, const std::string& kind, const std::strin
   return Status::ok();
 }
 
+// One trainerd writes the store, under the service's mutex: no other transaction can hold the row.
+Result<bool> wake_task(sqlite3* db, const std::string& kind, const std::string& id) {
+  Stmt s(db, "UPDATE tasks SET due_at = 0 WHERE kind = ? AND id = ? AND NOT terminal AND due_at > 0");
+  s.bind(1, kind).bind(2, id);
+  if (s.step() != SQLITE_DONE) return db_error(db, "waking a task");
+  return true;
+}
+
 Result<uint64_t> change_count(sqlite3* db) {
   Stmt s(db, "SELECT value FROM counters WHERE name = 'changes'");
   if (s.step() != SQLITE_ROW) return db_error(db, "reading the change counter");

@@ -22,6 +22,7 @@ Status check_task_lease(sqlite3* db, const std::string& kind, const std::string&
 Status update_task(sqlite3* db, const TaskRow& row, int64_t fence);
 Status update_task_if_version(sqlite3* db, const TaskRow& row, int64_t version);
 Status release_task_lease(sqlite3* db, const std::string& kind, const std::string& id, const std::string& owner);
+Result<bool> wake_task(sqlite3* db, const std::string& kind, const std::string& id);
 Result<uint64_t> change_count(sqlite3* db);
 
 }  // namespace trainer::store::sqlite

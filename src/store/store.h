@@ -240,6 +240,11 @@ class Store {
   virtual Status delete_claim(const std::string& owner) = 0;  // ok when absent
   virtual Result<std::vector<ClaimRow>> list_claims() = 0;    // by seq ascending
   virtual Result<std::optional<ClaimRow>> get_claim(const std::string& owner) = 0;  // nullopt when absent
+  // The claims in `state` ("GRANTED" | "QUEUED") on one of `pools`, by seq ascending; `pools`
+  // empty: on any pool. What admission reads (every granted claim, then the queued ones of the
+  // pools with a free device) instead of every claim.
+  virtual Result<std::vector<ClaimRow>> list_claims_in(const std::string& state,
+                                                       const std::vector<std::string>& pools) = 0;
   // ---- claim holds: the history of grants and releases, written in the transaction that
   // grants or releases the claim
   virtual Status insert_claim_hold(ClaimHoldRow& hold) = 0;  // assigns hold.seq
@@ -377,6 +382,11 @@ class Store {
   virtual Status update_task_if_version(const TaskRow& row, int64_t version) = 0;
   // Gives the lease back (the task may be taken by any replica at once); ok when not held.
   virtual Status release_task_lease(const std::string& kind, const std::string& id, const std::string& owner) = 0;
+  // Makes the task due at once (due_at 0, nothing else changed) unless it is terminal, absent or
+  // due already: a change another transaction made (admission granting its claim) wakes it. Never
+  // waits for the row: true when done (or nothing to do), false while another transaction holds
+  // the row locked (PostgreSQL; a step of that task): the caller wakes it again once that one ended.
+  virtual Result<bool> wake_task(const std::string& kind, const std::string& id) = 0;
 
   // ---- jobs' reports over the API: their attempts, and the events and log lines they posted
   // Records the attempt when its id is new; returns the stored row (an attempt registered before

@@ -19,6 +19,9 @@ Result<PhaseTable> PhaseTable::make(std::string kind, std::vector<PhaseSpec> pha
     if (p.terminal && (p.idle || p.holds_claim)) {
       return internal_error(where + "terminal phase " + p.name + " cannot be idle or hold a claim");
     }
+    if (p.waits_for_claim && (!p.holds_claim || p.idle)) {
+      return internal_error(where + "phase " + p.name + " waits for its claim, so it holds one and is not idle");
+    }
     any_terminal = any_terminal || p.terminal;
   }
   if (!any_terminal) return internal_error(where + "no phase ends the task");
@@ -81,6 +84,18 @@ bool PhaseTable::idle(std::string_view name) const {
   return p && p->idle;
 }
 
+bool PhaseTable::waits_for_claim(std::string_view name) const {
+  const PhaseSpec* p = find(name);
+  return p && p->waits_for_claim;
+}
+
+bool PhaseTable::has_claim_waits() const {
+  for (const PhaseSpec& p : phases_) {
+    if (p.waits_for_claim) return true;
+  }
+  return false;
+}
+
 nlohmann::json PhaseTable::to_json() const {
   nlohmann::json phases = nlohmann::json::array();
   for (size_t i = 0; i < phases_.size(); ++i) {
@@ -92,6 +107,7 @@ nlohmann::json PhaseTable::to_json() const {
                       {"terminal", phases_[i].terminal},
                       {"holdsClaim", phases_[i].holds_claim},
                       {"idle", phases_[i].idle},
+                      {"waitsForClaim", phases_[i].waits_for_claim},
                       {"to", std::move(to)}});
   }
   return {{"kind", kind_}, {"phases", std::move(phases)}};

@@ -18,6 +18,10 @@ struct PhaseSpec {
   bool terminal = false;     // the task ends here: no step, no transition out
   bool holds_claim = false;  // a task here holds, or waits for, a claim on devices
   bool idle = false;         // nothing to do until something outside wakes the task (PAUSED)
+  // Nothing to do until admission grants the task's claim: stepped when a grant wakes it
+  // (TaskKernel::wake_claim_owner), else only every KernelOptions::claim_recheck_seconds
+  // (WAITING_FOR_DEVICES). Implies holds_claim.
+  bool waits_for_claim = false;
 };
 
 // The phases a task may move to from `from`.
@@ -43,7 +47,10 @@ class PhaseTable {
   Status check(std::string_view from, std::string_view to) const;
   bool terminal(std::string_view name) const;
   bool idle(std::string_view name) const;
-  // {kind, phases: [{name, terminal, holdsClaim, idle, to: [...]}]}: for docs and `trainer info`.
+  bool waits_for_claim(std::string_view name) const;
+  // Whether any phase waits for its claim.
+  bool has_claim_waits() const;
+  // {kind, phases: [{name, terminal, holdsClaim, idle, waitsForClaim, to: [...]}]}: for docs and `trainer info`.
   nlohmann::json to_json() const;
 
  private:

@@ -77,7 +77,28 @@ Status TaskKernel::enter(const std::string& kind, const std::string& id, const s
   return row ? move(kind, id, phase) : create(kind, id, phase);
 }
 
+Status TaskKernel::wake_claim_owner(const std::string& owner) {
+  for (TaskKind* kind : order_) {
+    if (!kind->table().has_claim_waits()) continue;
+    TRAINER_ASSIGN_OR_RETURN(bool woken, store_.wake_task(kind->table().kind(), owner));
+    if (!woken) unwoken_.emplace(kind->table().kind(), owner);
+  }
+  wake_when_committed();
+  return Status::ok();
+}
+
+void TaskKernel::retry_wakes() {
+  for (auto it = unwoken_.begin(); it != unwoken_.end();) {
+    auto woken = store_.transaction([&]() -> Status {
+      TRAINER_ASSIGN_OR_RETURN(bool done, store_.wake_task(it->first, it->second));
+      return done ? Status::ok() : unavailable("locked");
+    });
+    it = woken.is_ok() ? unwoken_.erase(it) : std::next(it);
+  }
+}
+
 int TaskKernel::drive_once() {
+  retry_wakes();
   int stepped = 0;
   for (TaskKind* kind : order_) {
     const std::string& name = kind->table().kind();
@@ -131,7 +152,10 @@ Result<bool> TaskKernel::step_task(TaskKind& kind, const store::TaskRow& task, d
     // The step may have moved the task (move()); what is stored now decides when it is next due.
     TRAINER_ASSIGN_OR_RETURN(std::optional<store::TaskRow> after, store_.get_task(task.kind, task.id));
     if (!after) return internal_error("the task vanished during its step");
-    double due = step.requested_due().value_or(due_after(kind.table(), after->phase));
+    // A phase that waits for its claim is woken by the grant; until then only the safety tick.
+    const double waiting = kind.table().waits_for_claim(after->phase) ? now + opt_.claim_recheck_seconds
+                                                                        : due_after(kind.table(), after->phase);
+    double due = step.requested_due().value_or(waiting);
     if (after->terminal) due = store::kNeverDue;
     if (due == after->due_at) return Status::ok();
     after->due_at = due;

@@ -5,7 +5,7 @@
 // are checked against the kind's phase table. A new long-lived thing costs a TaskKind and its
 // table (docs/architecture.md, "The task kernel").
 //
-// Thread safety: create(), move() and drive_once() are called with the caller's lock that
+// Thread safety: create(), move(), wake_claim_owner() and drive_once() are called with the caller's lock that
 // serialises its durable writes (the service's mu_); wake() and wait() from any thread.
 #pragma once
 
@@ -91,6 +91,10 @@ struct KernelOptions {
   // after the commit of the step that created or moved a task of KIND into PHASE, so a test can
   // restart it at that exact boundary. "" = none.
   std::string kill_after = {};
+  // A task in a phase that waits for its claim (PhaseSpec::waits_for_claim) is stepped when a grant
+  // wakes it (wake_claim_owner()), else again after this many seconds: the safety tick that finds
+  // what no wake announces (a claim whose capacity windows have all passed).
+  double claim_recheck_seconds = 30;
 };
 
 class TaskKernel {
@@ -122,6 +126,12 @@ class TaskKernel {
   // same error again is counted, not logged again (common/repeated_errors.h).
   // Returns the tasks stepped.
   int drive_once();
+  // Admission granted `owner`'s claim (call inside the transaction that writes the grant, with
+  // the caller's lock): the owner's task, of whichever kind has phases that wait for a claim, is
+  // due at once (Store::wake_task), whichever replica holds its lease. A row another transaction
+  // holds locked (a step of that task on another replica) is woken again at this kernel's next
+  // pass, so a grant that step did not see is never left for the safety tick.
+  Status wake_claim_owner(const std::string& owner);
   // Something changed: the driver's next wait() ends now.
   void wake();
   // Waits until wake() or until `tick` passed: what the driver does between passes.
@@ -157,6 +167,9 @@ class TaskKernel {
   // One step of `task` of `kind` in its own transaction; false when another replica holds it.
   Result<bool> step_task(TaskKind& kind, const store::TaskRow& task, double now);
   double due_after(const PhaseTable& table, const std::string& phase) const;
+  // The wakes wake_claim_owner() could not write (the row was locked), tried again; those still
+  // locked stay for the next pass.
+  void retry_wakes();
   void note_entered(const std::string& kind, const std::string& id, const std::string& phase);
   // wake(), or, inside a step, once the step's transaction has committed.
   void wake_when_committed();
@@ -173,6 +186,7 @@ class TaskKernel {
   int64_t stepping_fence_ = 0;                // guarded by the caller's lock: that step's fence
   bool wake_after_step_ = false;  // guarded by the caller's lock: the step moved a task
   std::string kill_reason_;  // guarded by the caller's lock: the hook's boundary, once crossed in a step
+  std::set<std::pair<std::string, std::string>> unwoken_;  // guarded by the caller's lock: (kind, id) to wake again
 
   std::mutex held_mu_;
   std::set<std::pair<std::string, std::string>> held_;  // guarded by held_mu_: (kind, id) leased by us

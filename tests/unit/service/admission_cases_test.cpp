@@ -98,5 +98,53 @@ TEST(Admission, GrantingIsStable) {
   }
 }
 
+TEST(Admission, ReadingOnlyTheQueuedClaimsOfPoolsWithRoomDecidesTheSame) {
+  // What the store applies (admission_glue.cpp): the granted claims, then only the queued claims
+  // of pools_with_room(). Whatever the case, it grants, places and queues as admission over every
+  // claim, but for the queued claims of pools without room, which stay queued unread.
+  for (const auto& c : load_cases().at("cases")) {
+    SCOPED_TRACE(c.at("name").get<std::string>());
+    const AdmissionInput all = input_of(c);
+    AdmissionInput granted = all;
+    granted.claims.clear();
+    for (const auto& claim : all.claims) {
+      if (claim.granted) granted.claims.push_back(claim);
+    }
+    const std::set<std::string> room = pools_with_room(granted);
+    AdmissionInput read = granted;
+    for (const auto& claim : all.claims) {
+      if (!claim.granted && room.count(claim.pool)) read.claims.push_back(claim);
+    }
+    const AdmissionResult full = admit(all);
+    const AdmissionResult part = admit(read);
+    EXPECT_EQ(part.granted, full.granted);
+    EXPECT_EQ(part.placed, full.placed);
+    std::vector<std::string> queued_with_room;
+    for (const auto& owner : full.queued) {
+      for (const auto& claim : all.claims) {
+        if (claim.owner == owner && room.count(claim.pool)) queued_with_room.push_back(owner);
+      }
+    }
+    EXPECT_EQ(part.queued, queued_with_room);
+  }
+}
+
+TEST(Admission, APoolWithoutAFreeDeviceHasNoRoom) {
+  AdmissionInput in;
+  in.pools["full"] = AdmissionPool{1, 1};
+  in.pools["free"] = AdmissionPool{2, 1};
+  in.pools["shrunk"] = AdmissionPool{1, 2};                // its window closed under a claim of two
+  in.pools["taken"] = AdmissionPool{3, 1, {0, 1}};         // declared 3, but its two indices are held
+  in.pools["idle"] = AdmissionPool{1, 1};
+  in.default_quota = 100;
+  in.claims = {{"a", "w", "full", 1, true, {0}},
+               {"b", "w", "free", 1, true, {0}},
+               {"c", "w", "shrunk", 2, true, {0, 1}},
+               {"d", "w", "taken", 2, true, {0, 1}},
+               {"e", "w", "idle", 1, false},                // queued claims count nothing
+               {"f", "w", "elsewhere", 1, true, {0}}};      // a pool the configuration does not name
+  EXPECT_EQ(pools_with_room(in), (std::set<std::string>{"free", "idle"}));
+}
+
 }  // namespace
 }  // namespace trainer::service

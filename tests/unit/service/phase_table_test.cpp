@@ -40,6 +40,9 @@ TEST(PhaseTable, RefusesABrokenTableByName) {
   expect_refused(PhaseTable::make("toy", {{"A"}, {"A"}, {"DONE", true}}, {}), "phase A is listed twice");
   expect_refused(PhaseTable::make("toy", {{"A"}}, {}), "no phase ends the task");
   expect_refused(PhaseTable::make("", {{"DONE", true}}, {}), "needs a name");
+  expect_refused(PhaseTable::make("toy", {{"WAITING", false, false, false, true}, {"DONE", true}},
+                                  {{"WAITING", {"DONE"}}}),
+                 "phase WAITING waits for its claim, so it holds one and is not idle");
 }
 
 }  // namespace

@@ -235,5 +235,72 @@ TEST_F(TaskKernelTest, AReplicaThatStopsGivesItsLeasesBackAndAnotherStepsItsTask
   EXPECT_EQ((*store_b->get_task("toy", "t1"))->owner, "replica-b");
 }
 
+// A kind whose WAITING phase waits for its claim: A -> WAITING -> GO -> DONE.
+class ClaimKind final : public TaskKind {
+ public:
+  ClaimKind()
+      : table_(*PhaseTable::make("claimer",
+                                 {{"WAITING", false, true, false, true}, {"GO", false, true}, {"DONE", true}},
+                                 {{"WAITING", {"GO", "DONE"}}, {"GO", {"DONE"}}})) {}
+  const PhaseTable& table() const override { return table_; }
+  Status step(Step& step) override {
+    ++steps[step.task().id];
+    return Status::ok();
+  }
+  std::map<std::string, int> steps;
+
+ private:
+  PhaseTable table_;
+};
+
+TEST_F(TaskKernelTest, APhaseThatWaitsForItsClaimIsSteppedWhenTheGrantWakesItOrAtTheRecheck) {
+  auto store = open();
+  KernelOptions options;
+  options.claim_recheck_seconds = 30;
+  TaskKernel kernel(*store, clock_, options);
+  ClaimKind kind;
+  ToyKind toy(&kernel);
+  kernel.add_kind(toy);
+  kernel.add_kind(kind);
+  ASSERT_TRUE(store->transaction([&] { return kernel.create("claimer", "c1", "WAITING"); }).is_ok());
+  EXPECT_EQ(kernel.drive_once(), 1) << "entering the phase, it is stepped at once";
+  EXPECT_EQ(kernel.drive_once(), 0) << "then it waits for its claim";
+  clock_->advance(std::chrono::seconds(10));
+  EXPECT_EQ(kernel.drive_once(), 0);
+  // Admission grants its claim: woken, it is due at once (the toy kind has no such phase).
+  ASSERT_TRUE(store->transaction([&] { return kernel.wake_claim_owner("c1"); }).is_ok());
+  EXPECT_EQ(kernel.drive_once(), 1);
+  EXPECT_EQ(kernel.drive_once(), 0);
+  // Without a grant, the recheck steps it again (a window that passed is found there).
+  clock_->advance(std::chrono::seconds(31));
+  EXPECT_EQ(kernel.drive_once(), 1);
+  EXPECT_EQ(kind.steps["c1"], 3);
+  EXPECT_TRUE(toy.steps.empty());
+  // A task that ended is not woken.
+  ASSERT_TRUE(store->transaction([&] { return kernel.move("claimer", "c1", "DONE"); }).is_ok());
+  ASSERT_TRUE(store->transaction([&] { return kernel.wake_claim_owner("c1"); }).is_ok());
+  EXPECT_EQ(kernel.drive_once(), 0);
+  EXPECT_TRUE((*store->get_task("claimer", "c1"))->terminal);
+}
+
+TEST_F(TaskKernelTest, AGrantWokenOnAnotherReplicaIsSteppedByTheLeaseHolder) {
+  auto sa = open();
+  auto sb = open();
+  TaskKernel a(*sa, clock_, KernelOptions{"replica-a", 60});
+  TaskKernel b(*sb, clock_, KernelOptions{"replica-b", 60});
+  ClaimKind kind_a, kind_b;
+  a.add_kind(kind_a);
+  b.add_kind(kind_b);
+  ASSERT_TRUE(sa->transaction([&] { return a.create("claimer", "c1", "WAITING"); }).is_ok());
+  EXPECT_EQ(a.drive_once(), 1);
+  EXPECT_EQ(b.drive_once(), 0);
+  // replica-b's admission grants the claim: replica-a, whose lease still runs, steps it.
+  ASSERT_TRUE(sb->transaction([&] { return b.wake_claim_owner("c1"); }).is_ok());
+  EXPECT_EQ(b.drive_once(), 0) << "due, but under replica-a's lease";
+  EXPECT_EQ(a.drive_once(), 1);
+  EXPECT_EQ(kind_a.steps["c1"], 2);
+  EXPECT_EQ(kind_b.steps["c1"], 0);
+}
+
 }  // namespace
 }  // namespace trainer::tasks

@@ -369,6 +369,47 @@ TEST_F(PostgresStore, OfTwoTransactionsWritingOneTaskTheSecondWaitsAndIsRefusedB
   EXPECT_EQ((*last)->version, version + 2) << "A's write and the retry's, nothing else";
 }
 
+TEST_F(PostgresStore, AWakeDoesNotWaitForATaskRowAnotherTransactionHoldsAndSaysSo) {
+  // A step on replica A holds its task's row (check_task_lease: FOR UPDATE) while replica B's
+  // admission, under the admission lock, wakes that task: B must not wait for the row (A's step may
+  // be waiting for the admission lock B holds). B is told the wake was not written; once A
+  // committed, B's retry writes it.
+  auto a = db_.open();
+  auto b = db_.open();
+  ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+  ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+  ASSERT_TRUE((*a)->insert_task(task("t1", "WAITING", 500)).is_ok());
+  auto lease = (*a)->acquire_task_lease("toy", "t1", "replica-a", 100, 60);
+  ASSERT_TRUE(lease.is_ok() && lease->has_value());
+  std::latch locked(1);
+  std::latch woken(1);
+  Status stepped;
+  std::thread replica_a([&] {
+    stepped = (*a)->transaction([&]() -> Status {
+      TRAINER_RETURN_IF_ERROR((*a)->check_task_lease("toy", "t1", "replica-a", (*lease)->fence));
+      locked.count_down();
+      woken.wait();
+      return (*a)->update_task(task("t1", "WAITING", 530), (*lease)->fence);
+    });
+  });
+  locked.wait();
+  Result<bool> first = false;
+  Status admission = (*b)->transaction([&]() -> Status {
+    TRAINER_RETURN_IF_ERROR((*b)->lock_admission());
+    first = (*b)->wake_task("toy", "t1");
+    return first.status();
+  });
+  woken.count_down();
+  replica_a.join();
+  ASSERT_TRUE(admission.is_ok()) << admission.to_string();
+  ASSERT_TRUE(stepped.is_ok()) << stepped.to_string();
+  EXPECT_FALSE(*first) << "the row was locked: not written, and said so";
+  EXPECT_DOUBLE_EQ((*(*b)->get_task("toy", "t1"))->due_at, 530);
+  auto again = (*b)->wake_task("toy", "t1");
+  ASSERT_TRUE(again.is_ok() && *again);
+  EXPECT_DOUBLE_EQ((*(*b)->get_task("toy", "t1"))->due_at, 0);
+}
+
 TEST_F(PostgresStore, AdmissionsOfOneStoresThreadsAtOnceNeverGrantMoreThanThePoolHolds) {
   // Eight threads of one trainerd admit at once, each granting only while fewer than 3 claims are
   // granted: the admission lock, not a lock of this process, makes each see the others' grants.

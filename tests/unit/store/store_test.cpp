@@ -13,6 +13,7 @@
 #include <chrono>
 #include <latch>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "store_databases.h"
@@ -131,6 +132,31 @@ TEST_P(StoreTest, ClaimsKeepTheirAdmissionOrderAcrossReopen) {
   auto gone = s->get_claim("a");
   ASSERT_TRUE(gone.is_ok());
   EXPECT_FALSE(gone->has_value());
+}
+
+TEST_P(StoreTest, ClaimsInOneStateAreListedByPoolInAdmissionOrder) {
+  auto s = open();
+  for (const auto& [owner, pool, state] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"q1", "cpu", "QUEUED"}, {"g1", "gpu", "GRANTED"}, {"q2", "gpu", "QUEUED"},
+           {"q3", "other", "QUEUED"}, {"q4", "cpu", "QUEUED"}, {"g2", "cpu", "GRANTED"}}) {
+    ClaimRow c{owner, "SFT", "w1", pool, 1, state, "t", 0};
+    if (state == "GRANTED") c.device_ids = {0};
+    ASSERT_TRUE(s->insert_claim(c).is_ok());
+  }
+  auto owners = [](const Result<std::vector<ClaimRow>>& claims) {
+    std::vector<std::string> out;
+    for (const auto& c : *claims) out.push_back(c.owner);
+    return out;
+  };
+  auto granted = s->list_claims_in("GRANTED", {});
+  ASSERT_TRUE(granted.is_ok()) << granted.status().to_string();
+  EXPECT_EQ(owners(granted), (std::vector<std::string>{"g1", "g2"}));
+  EXPECT_EQ((*granted)[0].device_ids, (std::vector<int>{0}));
+  auto queued = s->list_claims_in("QUEUED", {"cpu", "gpu"});
+  ASSERT_TRUE(queued.is_ok()) << queued.status().to_string();
+  EXPECT_EQ(owners(queued), (std::vector<std::string>{"q1", "q2", "q4"}));
+  EXPECT_EQ(owners(s->list_claims_in("QUEUED", {})), (std::vector<std::string>{"q1", "q2", "q3", "q4"}));
+  EXPECT_TRUE(s->list_claims_in("QUEUED", {"nowhere"})->empty());
 }
 
 TEST_P(StoreTest, EventsAreNumberedPerRunAndStepMetricsReplaceARepeatedStep) {
@@ -284,6 +310,32 @@ TEST_P(StoreTest, AReleasedLeaseIsTakenAtOnceUnderANewFence) {
   auto b = s->acquire_task_lease("toy", "t1", "replica-b", 101, 30);
   ASSERT_TRUE(b->has_value());
   EXPECT_EQ((*b)->fence, 2);
+}
+
+TEST_P(StoreTest, AWokenTaskIsDueAtOnceUnlessItEnded) {
+  auto s = open();
+  ASSERT_TRUE(s->insert_task(task("t1", "WAITING", 130)).is_ok());
+  ASSERT_TRUE(s->insert_task(task("t2", "WAITING", kNeverDue)).is_ok());
+  TaskRow ended = task("t3", "DONE", kNeverDue);
+  ended.terminal = true;
+  ASSERT_TRUE(s->insert_task(ended).is_ok());
+  const int64_t fence = (*s->acquire_task_lease("toy", "t1", "replica-a", 100, 30))->fence;
+  EXPECT_TRUE(s->due_tasks("toy", 110, 10)->empty());
+  for (const char* id : {"t1", "t2", "t3", "absent"}) {
+    auto woken = s->wake_task("toy", id);
+    ASSERT_TRUE(woken.is_ok()) << woken.status().to_string();
+    EXPECT_TRUE(*woken) << id << ": done, or nothing to do";
+  }
+  auto due = s->due_tasks("toy", 110, 10);
+  ASSERT_EQ(due->size(), 2u);
+  EXPECT_EQ((*due)[0].id, "t1");
+  EXPECT_EQ((*due)[1].id, "t2");
+  auto t1 = *s->get_task("toy", "t1");
+  EXPECT_DOUBLE_EQ(t1->due_at, 0);
+  EXPECT_EQ(t1->phase, "WAITING");
+  EXPECT_EQ(t1->owner, "replica-a") << "the wake leaves the lease alone";
+  EXPECT_EQ(t1->fence, fence);
+  EXPECT_EQ((*s->get_task("toy", "t3"))->due_at, kNeverDue) << "an ended task is not woken";
 }
 
 TEST_P(StoreTest, ReplicasBeatAndOnlyRecentBeatsAreLive) {
