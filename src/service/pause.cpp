@@ -89,14 +89,14 @@ Result<json> ServiceImpl::pause_run(const std::string& ref, const json& body) {
   }
   run.stop_sent_at.reset();
   run.kill_sent = false;
-  TRAINER_RETURN_IF_ERROR(store_->transaction([&]() -> Status { return transition(run, Phase::kPausing); }));
+  TRAINER_RETURN_IF_ERROR(run_transaction(run.id, [&]() -> Status { return transition(run, Phase::kPausing); }));
   metrics_.operation_attempt({.operation = tel::ServiceOperation::kPause,
                               .stage = tel::ServiceStage::kAccept,
                               .outcome = tel::ServiceOutcome::kSuccess,
                               .pause_policy = policy_of(run.view["pause"])});
   // The decision is durable: now signal (the driver signals again after a restart).
   if (run.job) {
-    Status st = store_->transaction([&]() -> Status { return signal_pause(run); });
+    Status st = run_transaction(run.id, [&]() -> Status { return signal_pause(run); });
     if (!st.is_ok()) return st;
   }
   notify();
@@ -303,7 +303,7 @@ Result<json> ServiceImpl::resume_run(const std::string& ref) {
   run.stop_sent_at.reset();
   run.kill_sent = false;
   run.view["pause"]["resumedAt"] = now_rfc3339();
-  TRAINER_RETURN_IF_ERROR(store_->transaction([&]() -> Status { return claim_devices(run); }));
+  TRAINER_RETURN_IF_ERROR(run_transaction(run.id, [&]() -> Status { return claim_devices(run); }));
   // The resume, from the request to the new attempt's claim (granted or queued).
   core_.traces.operation(run, kResumeSpan, started, now(),
                          {{"trainer.run.attempt", static_cast<int64_t>(run.attempt)},
