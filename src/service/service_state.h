@@ -213,6 +213,7 @@ class ServiceImpl final : public Service {
   Result<std::string> job_workload(const std::string& job_id, const std::string& token) override;
   Result<json> post_job_events(const std::string& job_id, const json& body) override;
   Result<json> post_job_logs(const std::string& job_id, const json& body) override;
+  Result<json> confirm_job_start(const std::string& job_id, const json& body) override;
   Result<std::pair<json, bool>> reserve_snapshot(const JobCredentials& job, const std::string& run_ref,
                                                  const json& body) override {
     return catalog_.reserve(job, run_ref, body);

@@ -186,6 +186,30 @@ TEST_P(AdmissionTest, AClaimLargerThanThePoolWaitsForItsWindowAndKeepsItsDevices
   ASSERT_TRUE(wait_for([&] { return phase(a) == "CANCELLED"; }));
 }
 
+// docs/durability.md, "Replicas": the job carries the fence of the step that started it and asks
+// leave to train with it; only the job recorded for the attempt (under that fence) trains.
+TEST_P(AdmissionTest, AJobIsLetTrainOnlyUnderTheFenceItsStartWasRecordedWith) {
+  start(/*declared=*/1, /*quota=*/8);
+  const std::string a = submit();
+  ASSERT_TRUE(wait_for([&] { return phase(a) == "QUEUED"; }));
+  ASSERT_EQ(backend_->specs().size(), 1u);
+  const backend::JobSpec spec = backend_->specs()[0];
+  EXPECT_EQ(spec.job_id, a + "-1");
+  ASSERT_GE(spec.launch_fence, 1) << "the step's lease fence travels with the job";
+  auto leave = svc_->confirm_job_start(spec.job_id, {{"launchFence", spec.launch_fence}});
+  ASSERT_TRUE(leave.is_ok()) << leave.status().to_string();
+  EXPECT_EQ(*leave, json({{"train", true}}));
+  auto stale = svc_->confirm_job_start(spec.job_id, {{"launchFence", spec.launch_fence + 1}});
+  EXPECT_EQ(stale.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(stale.status().field(), "launchFence");
+  EXPECT_NE(stale.status().message().find("lost run " + a + "'s lease"), std::string::npos) << stale.status().message();
+  auto bad = svc_->confirm_job_start(spec.job_id, {{"launchFence", "seven"}});
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().field(), "launchFence");
+  ASSERT_TRUE(svc_->cancel_run(a).is_ok());
+  ASSERT_TRUE(wait_for([&] { return phase(a) == "CANCELLED"; }));
+}
+
 TEST_P(AdmissionTest, DeviceHoursRefuseABadRangeByName) {
   start(/*declared=*/1, /*quota=*/8);
   auto bad = [&](const char* from, const char* to, const char* by) { return svc_->device_hours(from, to, by).status(); };

@@ -61,6 +61,13 @@ class ScriptedBackend final : public backend::Backend {
     std::lock_guard<std::mutex> lock(jobs_->mu);
     return static_cast<int>(jobs_->specs.size());
   }
+  // The spec of every job started, in the order they were started.
+  std::vector<backend::JobSpec> specs() {
+    std::lock_guard<std::mutex> lock(jobs_->mu);
+    std::vector<backend::JobSpec> out;
+    for (const auto& [pid, spec] : jobs_->specs) out.push_back(spec);
+    return out;
+  }
 
  private:
   std::shared_ptr<Jobs> jobs_;
