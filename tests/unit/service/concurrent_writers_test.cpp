@@ -27,9 +27,9 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-constexpr int kRuns = 24;            // submitted before the requests start
+constexpr int kRuns = 40;            // submitted before the requests start
 constexpr int kLateRuns = 8;         // submitted while they run
-constexpr int kRequestThreads = 4;   // each annotates every run, then cancels every run, in its own order
+constexpr int kRequestThreads = 6;   // each annotates every run, then cancels every run, in its own order
 
 template <typename F>
 bool wait_for(F f) {
@@ -63,7 +63,7 @@ class ConcurrentWriters : public ::testing::TestWithParam<store::Kind> {
     ServiceOptions o;
     o.data_dir = (dir_ / "data").string();
     o.config.base_models = {{"tiny", (dir_ / "model").string()}};
-    o.config.pools = {{"cpu", "cpu", false, /*declared=*/2, /*max_claim=*/1, {}, {}}};
+    o.config.pools = {{"cpu", "cpu", false, /*declared=*/4, /*max_claim=*/1, {}, {}}};
     o.config.default_workload_quota = 8;
     o.instance = name;
     o.replica = name;
