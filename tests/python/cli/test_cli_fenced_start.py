@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from cli_support import Cli, get_run, plan_text, prepare, start_run_id, start_trainerd, stop, wait_for
+from cli_support import Cli, call, get_run, plan_text, prepare, start_run_id, start_trainerd, stop, wait_for
 from pg_server import create_database
 from replicas_support import replicas_config
 
@@ -43,7 +43,9 @@ def test_a_job_started_by_a_replica_that_lost_the_runs_lease_exits_without_train
                                        args=("--instance", "r1", *args),
                                        env={"TRAINER_TEST_JOB_STARTS": str(starts)}))
         cli1 = Cli(bin_dir / "trainer", replicas[1].url)
-        r1_name = cli1.json("info")["replica"]
+        status, info = call(f"{replicas[1].url}/v1/info")
+        assert status == 200, info
+        r1_name = info["replica"]
         wait_for(lambda: postgres_server.psql(database, "SELECT owner FROM tasks WHERE kind = 'run' AND id = :'id';",
                                               id=run_id) == r1_name,
                  timeout=120, what="r1 holding the run's lease")
