@@ -272,8 +272,10 @@ Status ServiceImpl::submit_job(RunRecord& run) {
   TRAINER_ASSIGN_OR_RETURN(std::optional<std::string> token, core_.durable_job_token(spec.job_id, "run", run.id));
   if (!token) return Status::ok();  // registered now; the job starts on the next step
   spec.job_token = *token;
-  // The job proves its start with the step's fence before it trains (confirm_job_start()).
-  spec.launch_fence = kernel_->step_fence();
+  // On a shared store (replicas) the job proves its start with the step's fence before it trains
+  // (confirm_job_start()); one trainerd alone on its store needs no fence, and its job trains even
+  // while that trainerd is down.
+  spec.launch_fence = shared_store_ ? kernel_->step_fence() : 0;
   auto record_job = [&](backend::JobHandle handle, int64_t launch_fence) -> Status {
     JobRecord job;
     job.handle = std::move(handle);
