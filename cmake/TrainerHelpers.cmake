@@ -27,11 +27,22 @@ function(trainer_executable name)
   trainer_apply_flags(${name})
 endfunction()
 
-# trainer_gtest(NAME SOURCES ... DEPS ...): a GoogleTest binary registered with ctest.
+# trainer_gtest(NAME SOURCES ... DEPS ... [ON_STORES]): a GoogleTest binary registered with ctest.
+# ON_STORES: some of its suites run on both stores (tests/unit/store/store_databases.h); those named
+# "Postgres/..." need the session's PostgreSQL server (the fixture `postgres`, tests/CMakeLists.txt).
 function(trainer_gtest name)
-  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "ON_STORES" "" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
   trainer_apply_flags(${name})
-  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "${ARG_LABELS}")
+  if(ARG_ON_STORES)
+    # An empty LABELS value would shift the property pairs after it: it goes last.
+    gtest_discover_tests(${name} TEST_FILTER "-Postgres/*" DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "${ARG_LABELS}")
+    gtest_discover_tests(${name} TEST_FILTER "Postgres/*" DISCOVERY_TIMEOUT 60
+                         PROPERTIES FIXTURES_REQUIRED postgres
+                         ENVIRONMENT "TRAINER_TEST_POSTGRES_URL_FILE=${TRAINER_TEST_POSTGRES_STATE}/url"
+                         LABELS "${ARG_LABELS}")
+  else()
+    gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "${ARG_LABELS}")
+  endif()
 endfunction()

@@ -384,6 +384,8 @@ void apply_test_hooks(service::ServiceOptions& sopt) {
   if (const char* pause = std::getenv("TRAINER_TEST_SWEEP_PAUSE_MS"); pause && *pause) {
     sopt.sweep_pause = std::chrono::milliseconds(std::strtol(pause, nullptr, 10));
   }
+  // Hold the first start of a run's job between its last lease check and the backend's start.
+  if (const char* hold = std::getenv("TRAINER_TEST_LAUNCH_HOLD"); hold && *hold) sopt.launch_hold_file = hold;
   if (const char* pause = std::getenv("TRAINER_TEST_COMMIT_PAUSE_MS"); pause && *pause) {
     sopt.commit_pause = std::chrono::milliseconds(std::strtol(pause, nullptr, 10));
     const char* at = std::getenv("TRAINER_TEST_COMMIT_PAUSE_AT");

@@ -159,6 +159,7 @@ const std::vector<RouteRule>& role_table() {
       // a job's reports
       {"POST", "/v1/jobs/{id}/events", J, kNone},
       {"POST", "/v1/jobs/{id}/logs", J, kNone},
+      {"POST", "/v1/jobs/{id}/start", J, kNone},
       // the dashboard's page and files: its JSON reads need a token like any other client's
       {"GET", "/", P, kNone},
       {"GET", "/runs", P, kNone},

@@ -1,5 +1,5 @@
-// A job's reports (docs/job-protocol.md, "Reporting to trainerd"): a job attempt posts its events
-// and its log lines, authenticated by its attempt's token (Authorization: Bearer TOKEN). An
+// A job's reports (docs/job-protocol.md, "Reporting to trainerd"): a job attempt asks leave to
+// train, then posts its events and its log lines, authenticated by its attempt's token (Authorization: Bearer TOKEN). An
 // unknown attempt is a 404, another token a 403; neither changes anything.
 #include <string>
 
@@ -30,6 +30,10 @@ void install_job_routes(http::Router& router, service::Service& svc, const servi
              }));
   router.add("POST", "/v1/jobs/{id}/logs", max, job_route(svc, [&svc](const Request& req, const json& body) {
                return svc.post_job_logs(req.params[0], body);
+             }));
+  // A run's job asks leave to train before it writes anything (docs/job-protocol.md, "Leave to train").
+  router.add("POST", "/v1/jobs/{id}/start", max, job_route(svc, [&svc](const Request& req, const json& body) {
+               return svc.confirm_job_start(req.params[0], body);
              }));
 }
 

@@ -101,6 +101,15 @@ class Backend {
   // Finds a job started for `spec` whose handle was never recorded (the service stopped between
   // starting it and committing the handle). nullopt when there is none.
   virtual std::optional<JobHandle> find(const JobSpec& spec) = 0;
+  // The TRAINER_LAUNCH_FENCE the job `handle` names was started with (a job find() found: the
+  // service records it, so that job, and no other, may train). nullopt when the backend cannot
+  // tell (then any fence is accepted for it) or the job carries none. The local backend reads the
+  // process's environment; Slurm and Ray cannot tell (a Ray submission id is taken once per
+  // attempt, so Ray never holds two jobs of one attempt).
+  virtual std::optional<int64_t> launch_fence_of(const JobHandle& handle) {
+    (void)handle;
+    return std::nullopt;
+  }
 
   // Runs a short trainer-job tool command (e.g. `analyze ...`) on the backend and returns its
   // standard output; fails with its standard error when it exits non-zero or runs past `timeout_s`.

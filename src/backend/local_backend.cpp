@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -185,6 +186,23 @@ class LocalBackend final : public Backend {
       auto st = read_proc_stat(pid);
       if (!st || st->state == 'Z') continue;
       return encode(LocalHandle{pid, st->start_time});
+    }
+    return std::nullopt;
+  }
+
+  std::optional<int64_t> launch_fence_of(const JobHandle& job) override {
+    const LocalHandle handle = decode(job);
+    auto st = read_proc_stat(handle.pid);
+    if (handle.pid == 0 || !st || st->start_time != handle.start_time) return std::nullopt;
+    std::ifstream in("/proc/" + std::to_string(handle.pid) + "/environ", std::ios::binary);
+    std::string entry;
+    const std::string key = "TRAINER_LAUNCH_FENCE=";
+    while (std::getline(in, entry, '\0')) {
+      if (entry.rfind(key, 0) != 0) continue;
+      char* end = nullptr;
+      const long long fence = std::strtoll(entry.c_str() + key.size(), &end, 10);
+      if (*end != '\0' || fence <= 0) return std::nullopt;
+      return static_cast<int64_t>(fence);
     }
     return std::nullopt;
   }

@@ -40,6 +40,7 @@
 #include "job/run_ranks.h"
 #include "job/snapshot_publisher.h"
 #include "job/snapshot_restore.h"
+#include "job/start_leave.h"
 #include "job/stop_signals.h"
 #include "job/trl_engine.h"
 #include "job/verl_engine.h"
@@ -53,7 +54,8 @@ namespace trainer::job {
 namespace {
 
 // Test hook (docs/durability.md, "Test hooks"): with TRAINER_TEST_JOB_STARTS naming a file, every
-// start of a run's job appends "RUN ATTEMPT PID" to it, one write of one line (O_APPEND), so a
+// start of a run's job that trains (given leave to train: job/start_leave.h) appends "RUN ATTEMPT
+// PID" to it, one write of one line (O_APPEND), so a
 // test counts each attempt's starts from the job's side (the replicas' chaos test: 0 driven twice).
 void record_start_for_tests(const RunIdentity& identity) {
   const char* path = std::getenv("TRAINER_TEST_JOB_STARTS");
@@ -400,13 +402,21 @@ int cmd_run(int argc, char** argv) {
   block_stop_signals();
   auto world = engine::dist::world_from_environment(std::getenv);
   if (world.is_ok() && world->rank > 0) return run_other_rank(args, *world);
+  // What trainerd asks of this job (protocol/job_request.h); a local run sets none of it.
+  auto request = protocol::job_request_from_environment(std::getenv);
+  // A job started by a replica that had lost the run's lease is refused here, before it touches
+  // the attempt's events file, which the attempt's one job writes (job/start_leave.h).
+  if (request.is_ok()) {
+    if (Status leave = ask_leave_to_train(*request); !leave.is_ok()) {
+      std::fprintf(stderr, "trainer-job run: not training: %s\n", leave.message().c_str());
+      return kExitNotTraining;
+    }
+  }
   EventWriter writer;
   if (Status st = writer.open(args.get("events")); !st.is_ok()) {
     std::fprintf(stderr, "trainer-job run: %s\n", st.message().c_str());
     return 1;
   }
-  // What trainerd asks of this job (protocol/job_request.h); a local run sets none of it.
-  auto request = protocol::job_request_from_environment(std::getenv);
   const RunIdentity identity = request.is_ok() ? RunIdentity::of(*request) : RunIdentity{};
   protocol::Hello hello{.job_version = std::string("trainer-job ") + version_string()};
   if (request.is_ok() && identity.run_id != "local") {

@@ -38,6 +38,7 @@ void each_variable(Request& r, Visit&& visit) {
   visit("TRAINER_CATALOG_CA_FILE", r.catalog_ca_file, When::kSet);
   visit("TRAINER_JOB_ID", r.job_id, When::kSet);
   visit("TRAINER_JOB_TOKEN", r.job_token, When::kSet);
+  visit("TRAINER_LAUNCH_FENCE", r.launch_fence, When::kSet);
   visit("TRAINER_ARTIFACT_ROOT", r.artifact_root, When::kSet);
   visit("TRAINER_S3_ENDPOINT", r.store.s3_endpoint, When::kSet);
   visit("AWS_REGION", r.store.region, When::kSet);

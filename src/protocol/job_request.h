@@ -78,6 +78,11 @@ struct JobRequest {
   // TRAINER_JOB_TOKEN). "" = the job posts nothing (its events file is all trainerd reads).
   std::string job_id;
   std::string job_token;
+  // The lease fence of the step that started this job (TRAINER_LAUNCH_FENCE; 0 = not passed: the
+  // job trains without asking). A run's job asks trainerd's leave with it before it opens its
+  // events file (POST CATALOG_URL/v1/jobs/{job_id}/start): a job started by a replica that had lost
+  // the run's lease is refused and exits without training (docs/durability.md, "Replicas").
+  int64_t launch_fence = 0;
   std::string artifact_root;       // where snapshots are published: a folder, or s3://BUCKET[/PREFIX] (TRAINER_ARTIFACT_ROOT)
   StoreAccess store;
   std::string resume_snapshot;     // the snapshot this attempt restores (TRAINER_RESUME_SNAPSHOT); "" = none

@@ -83,8 +83,13 @@ Status Capacity::admit_under_lock() {
 }
 
 Status Capacity::release_claim(const std::string& owner) {
-  TRAINER_RETURN_IF_ERROR(core_.store->delete_claim(owner));
-  return core_.store->end_claim_holds(owner, core_.now());
+  // The admission lock before the claim's row (docs/durability.md, "Lock order"): an admission of
+  // another replica holding it may be granting this very claim.
+  return core_.store->transaction([&]() -> Status {
+    TRAINER_RETURN_IF_ERROR(core_.store->lock_admission());
+    TRAINER_RETURN_IF_ERROR(core_.store->delete_claim(owner));
+    return core_.store->end_claim_holds(owner, core_.now());
+  });
 }
 
 }  // namespace trainer::service

@@ -3,9 +3,12 @@
 // transaction under the run's lease; a run whose stored document cannot be read is failed by name
 // and the driver goes on.
 #include <algorithm>
+#include <atomic>
 #include <cctype>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <thread>
 
 #include "plan/plan.h"
 #include "service/artifact_store.h"
@@ -18,6 +21,21 @@ namespace {
 
 namespace fs = std::filesystem;
 
+
+// The launch test hook (ServiceOptions::launch_hold_file) holds the first start of a run's job this
+// process makes, after the step's last lease check, while the file exists (docs/durability.md,
+// "Test hooks").
+std::atomic<bool> launch_held{false};
+
+void hold_launch(const std::string& file, const RunRecord& run) {
+  if (file.empty() || launch_held.exchange(true)) return;
+  std::fprintf(stderr, "trainerd: test hook: start of run %s attempt %d held after its lease check while %s exists\n",
+               run.id.c_str(), run.attempt, file.c_str());
+  std::fflush(stderr);
+  std::error_code ec;
+  while (fs::exists(file, ec)) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::fprintf(stderr, "trainerd: test hook: start of run %s attempt %d released\n", run.id.c_str(), run.attempt);
+}
 
 std::string upper(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
@@ -253,10 +271,15 @@ Status ServiceImpl::submit_job(RunRecord& run) {
   TRAINER_ASSIGN_OR_RETURN(std::optional<std::string> token, core_.durable_job_token(spec.job_id, "run", run.id));
   if (!token) return Status::ok();  // registered now; the job starts on the next step
   spec.job_token = *token;
-  auto record_job = [&](backend::JobHandle handle) -> Status {
+  // On a shared store (replicas) the job proves its start with the step's fence before it trains
+  // (confirm_job_start()); one trainerd alone on its store needs no fence, and its job trains even
+  // while that trainerd is down.
+  spec.launch_fence = shared_store_ ? kernel_->step_fence() : 0;
+  auto record_job = [&](backend::JobHandle handle, int64_t launch_fence) -> Status {
     JobRecord job;
     job.handle = std::move(handle);
     job.job_id = spec.job_id;
+    job.launch_fence = launch_fence;
     job.started_at = now();
     job.events_path = spec.events_path;
     job.log_path = spec.log_path;
@@ -272,9 +295,10 @@ Status ServiceImpl::submit_job(RunRecord& run) {
     run.next_attempt_at.reset();
     return open_attempt(run, run.job->started_at);
   };
-  // A job started before a crash whose handle was never committed: adopt it.
+  // A job started before a crash whose handle was never committed: adopt it, with the fence it was
+  // started under (0 when the backend cannot tell: its start is then not checked).
   if (auto orphan = backend_->find(spec)) {
-    TRAINER_RETURN_IF_ERROR(record_job(*orphan));
+    TRAINER_RETURN_IF_ERROR(record_job(*orphan, backend_->launch_fence_of(*orphan).value_or(0)));
     return transition(run, Phase::kQueued);
   }
   std::error_code ec;
@@ -296,10 +320,13 @@ Status ServiceImpl::submit_job(RunRecord& run) {
   if (!st.is_ok()) return fail(run, "could not write the resolved plan\n" + st.message());
   // Fenced: a replica that lost this run's lease (or whose transaction the server ended) starts
   // nothing; the replica that holds it finds the job a start before it made (find() above).
+  // A replica stopped after this check starts its job all the same once it continues: that job is
+  // refused leave to train (its fence is not the recorded job's), so it exits without training.
   TRAINER_RETURN_IF_ERROR(kernel_->recheck_lease());
+  hold_launch(opt_.launch_hold_file, run);
   auto handle = backend_->start(spec);
   if (!handle.is_ok()) return fail(run, "the backend could not start the training job\n" + handle.status().message());
-  TRAINER_RETURN_IF_ERROR(record_job(std::move(*handle)));
+  TRAINER_RETURN_IF_ERROR(record_job(std::move(*handle), spec.launch_fence));
   return transition(run, Phase::kQueued);
 }
 

@@ -101,4 +101,36 @@ Result<json> ServiceImpl::post_job_logs(const std::string& job_id, const json& b
   return json{{"received", items.size()}, {"stored", stored}};
 }
 
+// Reads only: the run's job is recorded by the step that started it, in the transaction that checked
+// the step's lease, so a record that names this attempt is the one job the store's lease holder
+// started (or adopted); a stopped replica's later start never commits its record.
+Result<json> ServiceImpl::confirm_job_start(const std::string& job_id, const json& body) {
+  const json fence_value = body.is_object() ? body.value("launchFence", json()) : json();
+  if (!fence_value.is_number_integer() || fence_value.get<int64_t>() < 1) {
+    return invalid_field("launchFence", "must be a positive integer (the job's TRAINER_LAUNCH_FENCE)");
+  }
+  const int64_t fence = fence_value.get<int64_t>();
+  TRAINER_ASSIGN_OR_RETURN(std::optional<store::JobAttemptRow> attempt, store_->get_job_attempt(job_id));
+  if (!attempt) return not_found("no job attempt " + job_id);
+  if (attempt->owner_kind != "run") return json{{"train", true}};  // only a run's jobs carry a fence
+  TRAINER_ASSIGN_OR_RETURN(std::optional<json> doc, store_->get_run(attempt->owner_id));
+  if (!doc) return not_found("job attempt " + job_id + ": no run " + attempt->owner_id);
+  TRAINER_ASSIGN_OR_RETURN(RunRecord run, RunRecord::from_json(*doc));
+  const std::string current = run.id + "-" + std::to_string(run.attempt);
+  if (run.job && run.job->job_id == job_id) {
+    if (run.job->launch_fence == 0 || run.job->launch_fence == fence) return json{{"train", true}};
+    return Status(StatusCode::kFailedPrecondition, "launchFence",
+                  "job attempt " + job_id + " was started under lease fence " + std::to_string(fence) +
+                      " by a trainerd replica that had lost run " + run.id + "'s lease; the attempt's job is the one " +
+                      "started under fence " + std::to_string(run.job->launch_fence) + ": this one must not train");
+  }
+  if (job_id == current && !run.outcome) {
+    return unavailable("job attempt " + job_id + ": its start is not committed yet; ask again");
+  }
+  return Status(StatusCode::kFailedPrecondition, "launchFence",
+                "job attempt " + job_id + " is not run " + run.id + "'s current attempt (" +
+                    (run.outcome ? "the run ended " + *run.outcome : "attempt " + std::to_string(run.attempt)) +
+                    "): this job must not train");
+}
+
 }  // namespace trainer::service

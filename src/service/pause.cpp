@@ -49,54 +49,62 @@ Result<json> ServiceImpl::pause_run(const std::string& ref, const json& body) {
   auto r = resolve_run(ref, "run");
   if (!r.is_ok()) return r.status();
   RunRecord run = std::move(*r);
-  if (run.phase == Phase::kPausing || run.phase == Phase::kPaused) {
-    // A repeated request has its effect once; a different policy is a conflict.
-    if (run.view["pause"].value("policy", std::string()) != policy) {
-      return failed_precondition("run " + run.id + " is already " + phase_name(run.phase) + " with --checkpoint " +
-                                 run.view["pause"].value("policy", std::string()));
+  bool repeated = false;
+  // Decided on the run as it is under its task's lock: a step of another replica may have written it.
+  TRAINER_RETURN_IF_ERROR(run_transaction(run.id, [&]() -> Status {
+    TRAINER_ASSIGN_OR_RETURN(run, resolve_run(run.id, "run"));
+    if (run.phase == Phase::kPausing || run.phase == Phase::kPaused) {
+      // A repeated request has its effect once; a different policy is a conflict.
+      if (run.view["pause"].value("policy", std::string()) != policy) {
+        return failed_precondition("run " + run.id + " is already " + phase_name(run.phase) + " with --checkpoint " +
+                                   run.view["pause"].value("policy", std::string()));
+      }
+      repeated = true;
+      return Status::ok();
     }
-    return present_run(run);
-  }
-  if (is_terminal(run.phase) || run.phase == Phase::kCleaningUp || run.phase == Phase::kFinalizing) {
-    return failed_precondition("run " + run.id + " is " + phase_name(run.phase) + "; only an active run can pause");
-  }
-  if (run.cancel_requested) return failed_precondition("run " + run.id + " is being cancelled");
-  const bool has_job = run.job.has_value() &&
-                       (run.phase == Phase::kQueued || run.phase == Phase::kPreparing || run.phase == Phase::kTraining);
-  if (policy == "save") {
-    if (!backend_->supports_pause()) {
-      return failed_precondition("the " + backend_->name() + " backend cannot ask a job to save and stop; use "
-                                 "--checkpoint latest");
+    if (is_terminal(run.phase) || run.phase == Phase::kCleaningUp || run.phase == Phase::kFinalizing) {
+      return failed_precondition("run " + run.id + " is " + phase_name(run.phase) + "; only an active run can pause");
     }
-    if (!has_job) {
-      return failed_precondition("run " + run.id + " is " + phase_name(run.phase) +
-                                 " and has no training job to save yet; use --checkpoint latest once it has saved, "
-                                 "or cancel it");
+    if (run.cancel_requested) return failed_precondition("run " + run.id + " is being cancelled");
+    const bool has_job = run.job.has_value() &&
+                         (run.phase == Phase::kQueued || run.phase == Phase::kPreparing || run.phase == Phase::kTraining);
+    if (policy == "save") {
+      if (!backend_->supports_pause()) {
+        return failed_precondition("the " + backend_->name() + " backend cannot ask a job to save and stop; use "
+                                   "--checkpoint latest");
+      }
+      if (!has_job) {
+        return failed_precondition("run " + run.id + " is " + phase_name(run.phase) +
+                                   " and has no training job to save yet; use --checkpoint latest once it has saved, "
+                                   "or cancel it");
+      }
+    } else if (!run.view.contains("savedStep")) {
+      return failed_precondition("run " + run.id + " has no committed snapshot with training state to stop against; "
+                                 "--checkpoint latest would restart it from the base model. Use --checkpoint save");
     }
-  } else if (!run.view.contains("savedStep")) {
-    return failed_precondition("run " + run.id + " has no committed snapshot with training state to stop against; "
-                               "--checkpoint latest would restart it from the base model. Use --checkpoint save");
-  }
-  const double t = now();
-  run.view["pause"] = {{"policy", policy},
-                       {"requestedAt", rfc3339(t)},
-                       {"acceptedAt", t},
-                       {"state", policy == "save" ? "saving" : "stopping"},
-                       {"resourcesReleased", false}};
-  if (policy == "latest") {
-    run.view["pause"]["savedStep"] = run.view["savedStep"];
-    run.view["pause"]["snapshotId"] = run.view.value("savedSnapshot", json(nullptr));
-  }
-  run.stop_sent_at.reset();
-  run.kill_sent = false;
-  TRAINER_RETURN_IF_ERROR(store_->transaction([&]() -> Status { return transition(run, Phase::kPausing); }));
+    const double t = now();
+    run.view["pause"] = {{"policy", policy},
+                         {"requestedAt", rfc3339(t)},
+                         {"acceptedAt", t},
+                         {"state", policy == "save" ? "saving" : "stopping"},
+                         {"resourcesReleased", false}};
+    if (policy == "latest") {
+      run.view["pause"]["savedStep"] = run.view["savedStep"];
+      run.view["pause"]["snapshotId"] = run.view.value("savedSnapshot", json(nullptr));
+    }
+    run.stop_sent_at.reset();
+    run.kill_sent = false;
+    return transition(run, Phase::kPausing);
+  }));
+  // A repeated request has its effect once.
+  if (repeated) return present_run(run);
   metrics_.operation_attempt({.operation = tel::ServiceOperation::kPause,
                               .stage = tel::ServiceStage::kAccept,
                               .outcome = tel::ServiceOutcome::kSuccess,
                               .pause_policy = policy_of(run.view["pause"])});
   // The decision is durable: now signal (the driver signals again after a restart).
   if (run.job) {
-    Status st = store_->transaction([&]() -> Status { return signal_pause(run); });
+    Status st = run_transaction(run.id, [&]() -> Status { return signal_pause(run); });
     if (!st.is_ok()) return st;
   }
   notify();
@@ -303,7 +311,7 @@ Result<json> ServiceImpl::resume_run(const std::string& ref) {
   run.stop_sent_at.reset();
   run.kill_sent = false;
   run.view["pause"]["resumedAt"] = now_rfc3339();
-  TRAINER_RETURN_IF_ERROR(store_->transaction([&]() -> Status { return claim_devices(run); }));
+  TRAINER_RETURN_IF_ERROR(run_transaction(run.id, [&]() -> Status { return claim_devices(run); }));
   // The resume, from the request to the new attempt's claim (granted or queued).
   core_.traces.operation(run, kResumeSpan, started, now(),
                          {{"trainer.run.attempt", static_cast<int64_t>(run.attempt)},

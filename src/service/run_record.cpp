@@ -110,6 +110,8 @@ Result<JobRecord> job_from_json(const json& j) {
   TRAINER_RETURN_IF_ERROR(r.integer("offset", &job.offset, false));
   if (job.offset < -1) return invalid_field("_.job.offset", "must be -1 or more");
   if (r.has("jobId")) TRAINER_RETURN_IF_ERROR(r.str("jobId", &job.job_id));
+  TRAINER_RETURN_IF_ERROR(r.integer("launchFence", &job.launch_fence, false));
+  if (job.launch_fence < 0) return invalid_field("_.job.launchFence", "must be 0 or more");
   TRAINER_RETURN_IF_ERROR(r.integer("seq", &job.seq, false));
   TRAINER_RETURN_IF_ERROR(r.opt_number("endedAt", &job.ended_at));
   TRAINER_RETURN_IF_ERROR(r.opt_number("endGuess", &job.end_guess));
@@ -130,6 +132,7 @@ json job_to_json(const JobRecord& job) {
     j["jobId"] = job.job_id;
     j["seq"] = job.seq;
   }
+  if (job.launch_fence > 0) j["launchFence"] = job.launch_fence;
   if (job.ended_at) j["endedAt"] = *job.ended_at;
   if (job.end_guess) j["endGuess"] = *job.end_guess;
   if (job.exit_code) j["exitCode"] = *job.exit_code;

@@ -29,6 +29,10 @@ struct JobRecord {
   std::string log_path;              // its stdout and stderr
   std::string output_dir;            // its --output folder
   std::string job_id;                // the attempt's id to the API (its posts); "" = an older job, file only
+  // The lease fence the job was started under (its TRAINER_LAUNCH_FENCE): only a job carrying it
+  // may train (Service::confirm_job_start). 0 = unknown (a job adopted from a backend that cannot
+  // tell, or recorded before fences): its job's start is not checked.
+  int64_t launch_fence = 0;
   int64_t seq = 0;                   // events applied (job_event_source.h's cursor)
   int64_t offset = 0;                // bytes of the events file already applied; -1 once read from the store
   std::optional<double> ended_at;    // wall seconds; set once its time is settled into the cost

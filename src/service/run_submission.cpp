@@ -306,27 +306,34 @@ Result<json> ServiceImpl::cancel_run_locked(const std::string& ref) {
   auto r = resolve_run(ref, "run");
   if (!r.is_ok()) return r.status();
   RunRecord run = std::move(*r);
-  if (is_terminal(run.phase)) {
-    return failed_precondition("run " + run.id + " already ended " + phase_name(run.phase) +
-                               "; there is nothing to cancel");
-  }
-  if (run.phase == Phase::kFinalizing) {
-    return failed_precondition("run " + run.id +
-                               " has finished training and is being registered; it can no longer be cancelled");
-  }
-  // Already on its way out: a repeated cancel has its effect once.
-  if (run.phase == Phase::kCleaningUp) return present_run(run);
-  run.cancel_requested = true;
-  run.terminal = Phase::kCancelled;
-  if (run.job) {
-    // A job may be running: persist the decision, then signal it.
-    run.stop_sent_at = now();
-    TRAINER_RETURN_IF_ERROR(store_->transaction([&]() -> Status { return transition(run, Phase::kCleaningUp); }));
-    backend_->request_stop(run.job->handle);
-  } else {
-    TRAINER_RETURN_IF_ERROR(store_->transaction([&]() -> Status { return finish(run, Phase::kCancelled); }));
-  }
-  notify();
+  bool stop_job = false;
+  bool changed = false;
+  // Decided on the run as it is under its task's lock: a step of another replica may have moved it.
+  TRAINER_RETURN_IF_ERROR(run_transaction(run.id, [&]() -> Status {
+    TRAINER_ASSIGN_OR_RETURN(run, resolve_run(run.id, "run"));
+    if (is_terminal(run.phase)) {
+      return failed_precondition("run " + run.id + " already ended " + phase_name(run.phase) +
+                                 "; there is nothing to cancel");
+    }
+    if (run.phase == Phase::kFinalizing) {
+      return failed_precondition("run " + run.id +
+                                 " has finished training and is being registered; it can no longer be cancelled");
+    }
+    // Already on its way out: a repeated cancel has its effect once.
+    if (run.phase == Phase::kCleaningUp) return Status::ok();
+    changed = true;
+    run.cancel_requested = true;
+    run.terminal = Phase::kCancelled;
+    if (run.job) {
+      // A job may be running: persist the decision, then signal it.
+      run.stop_sent_at = now();
+      stop_job = true;
+      return transition(run, Phase::kCleaningUp);
+    }
+    return finish(run, Phase::kCancelled);
+  }));
+  if (stop_job) backend_->request_stop(run.job->handle);
+  if (changed) notify();
   return present_run(run);
 }
 
@@ -336,18 +343,22 @@ Result<json> ServiceImpl::annotate_run(const std::string& ref, const json& body)
   auto r = resolve_run(ref, "run");
   if (!r.is_ok()) return r.status();
   RunRecord run = std::move(*r);
-  for (const char* key : {"description", "configName"}) {
-    if (!body.contains(key)) continue;
-    auto v = optional_string(body, key);
-    if (!v.is_ok()) return v.status();
-    if (!*v || (*v)->empty()) {
-      run.view.erase(key);
-    } else {
-      run.view[key] = **v;
+  // Read again under the run's task lock: a step of another replica may have written the run since.
+  TRAINER_RETURN_IF_ERROR(run_transaction(run.id, [&]() -> Status {
+    TRAINER_ASSIGN_OR_RETURN(run, resolve_run(run.id, "run"));
+    for (const char* key : {"description", "configName"}) {
+      if (!body.contains(key)) continue;
+      auto v = optional_string(body, key);
+      if (!v.is_ok()) return v.status();
+      if (!*v || (*v)->empty()) {
+        run.view.erase(key);
+      } else {
+        run.view[key] = **v;
+      }
     }
-  }
-  run.view["updatedAt"] = now_rfc3339();
-  TRAINER_RETURN_IF_ERROR(store_->update_run(run.to_json()));
+    run.view["updatedAt"] = now_rfc3339();
+    return store_->update_run(run.to_json());
+  }));
   return present_run(run);
 }
 

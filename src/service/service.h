@@ -68,6 +68,11 @@ struct ServiceOptions {
   // before answering the job (true), so a test can kill trainerd there. 0 = none.
   std::chrono::milliseconds commit_pause{0};
   bool commit_pause_stored = false;
+  // Test hook (TRAINER_TEST_LAUNCH_HOLD=FILE): the first start of a run's job this process makes
+  // holds, inside its step, after the step's last lease check and before the backend starts the
+  // job, for as long as FILE exists, so a test can let another replica take the run over
+  // meanwhile and then release it. "" = none.
+  std::string launch_hold_file;
 };
 
 // Most children one parent may have: a comparison covers at most this many branch models.
@@ -330,6 +335,13 @@ class Service {
   // stored by (attempt, seq): a seq posted before changes nothing. Returns {received, stored}.
   virtual Result<json> post_job_events(const std::string& job_id, const json& body) = 0;
   virtual Result<json> post_job_logs(const std::string& job_id, const json& body) = 0;
+  // An authenticated job's leave to train ({launchFence: N}, its TRAINER_LAUNCH_FENCE), asked
+  // before it opens its events file: {train: true} when the run's recorded job of that attempt was
+  // started under that fence (or under one the backend could not tell, an adopted job's);
+  // failed_precondition (409) for a job started by a replica that had lost the run's lease, or for
+  // an attempt that is not the run's current one: that job exits without training; unavailable
+  // (503) while the attempt's start is not committed yet: the job asks again. Changes nothing.
+  virtual Result<json> confirm_job_start(const std::string& job_id, const json& body) = 0;
 
   // ---- the snapshot catalog (protocol/snapshot.h)
   // The job's two callbacks come from the current attempt of the snapshot's run: `job` must be an

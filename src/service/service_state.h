@@ -213,6 +213,7 @@ class ServiceImpl final : public Service {
   Result<std::string> job_workload(const std::string& job_id, const std::string& token) override;
   Result<json> post_job_events(const std::string& job_id, const json& body) override;
   Result<json> post_job_logs(const std::string& job_id, const json& body) override;
+  Result<json> confirm_job_start(const std::string& job_id, const json& body) override;
   Result<std::pair<json, bool>> reserve_snapshot(const JobCredentials& job, const std::string& run_ref,
                                                  const json& body) override {
     return catalog_.reserve(job, run_ref, body);
@@ -411,6 +412,15 @@ class ServiceImpl final : public Service {
   backend::JobSpec job_spec(const RunRecord& run) const;
   Status submit_job(RunRecord& run);
   Status transition(RunRecord& run, Phase to);
+  // A request's transaction that changes run `id`: the run's task row locked first, as a step of
+  // the run locks it, then `body` (docs/durability.md, "Lock order"). A step of the run in flight on
+  // any replica ends first; the request then meets its writes (transition()'s version check).
+  Status run_transaction(const std::string& id, const std::function<Status()>& body) {
+    return store_->transaction([&]() -> Status {
+      TRAINER_RETURN_IF_ERROR(store_->lock_task("run", id));
+      return body();
+    });
+  }
   Status finish(RunRecord& run, Phase terminal);
   Status fail(RunRecord& run, const std::string& reason);
   Status fail_in_cleanup(RunRecord& run, const std::string& reason);

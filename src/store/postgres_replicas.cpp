@@ -94,6 +94,11 @@ Status PostgresStore::lock_admission() {
     return failed_precondition("store: the admission lock is taken inside a transaction");
   }
   return locked([&]() -> Status {
+    // The change counter's row first: every writer of runs and claims locks it (its trigger), so an
+    // admission that took the advisory lock first and then wrote a grant could meet, in a deadlock,
+    // a step that wrote its run and then waits for admission (docs/durability.md, "Lock order").
+    TRAINER_RETURN_IF_ERROR(write("SELECT value FROM counters WHERE name = 'changes' FOR UPDATE", {},
+                                  "locking the change counter for admission"));
     return write("SELECT pg_advisory_xact_lock($1)", Params().integer(kAdmissionLock),
                  "waiting for the admission lock");
   });

@@ -535,6 +535,13 @@ Status PostgresStore::check_task_lease(const std::string& kind, const std::strin
   return locked([&] { return postgres::check_task_lease(db(), kind, id, owner, fence); });
 }
 
+Status PostgresStore::lock_task(const std::string& kind, const std::string& id) {
+  ConnectionPool::Lease lease(pool_);
+  if (!lease.ok()) return lease.status();
+  if (lease.transaction_depth() == 0) return failed_precondition("store: a task's row is locked inside a transaction");
+  return locked([&] { return postgres::lock_task(db(), kind, id); });
+}
+
 Status PostgresStore::update_task(const TaskRow& row, int64_t fence) {
   return locked([&] { return postgres::update_task(db(), row, fence); });
 }

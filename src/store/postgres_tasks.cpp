@@ -16,6 +16,7 @@
 #include "store/postgres_tasks.h"
 
 namespace trainer::store::postgres {
+
 namespace {
 
 constexpr const char* kColumns = "kind, id, phase, terminal, due_at, owner, fence, lease_until, version";
@@ -109,6 +110,12 @@ Status check_task_lease(Connection& db, const std::string& kind, const std::stri
                      Params().text(kind).text(id).text(owner).integer(fence), "checking a task's lease"));
   if (!r.empty()) return Status::ok();
   return stale(db, kind, id, "the lease of " + owner + " under fence " + std::to_string(fence));
+}
+
+Status lock_task(Connection& db, const std::string& kind, const std::string& id) {
+  // FOR UPDATE: the row stays locked until the enclosing transaction ends, as check_task_lease's.
+  return db.run("SELECT 1 FROM tasks WHERE kind = $1 AND id = $2 FOR UPDATE", Params().text(kind).text(id),
+                "locking a task").status();
 }
 
 namespace {

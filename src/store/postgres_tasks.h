@@ -19,6 +19,7 @@ Result<std::optional<TaskLease>> acquire_task_lease(Connection& db, const std::s
                                                     double now, double seconds);
 Status check_task_lease(Connection& db, const std::string& kind, const std::string& id,
                         const std::string& owner, int64_t fence);
+Status lock_task(Connection& db, const std::string& kind, const std::string& id);
 Status update_task(Connection& db, const TaskRow& row, int64_t fence);
 Status update_task_if_version(Connection& db, const TaskRow& row, int64_t version);
 Status release_task_lease(Connection& db, const std::string& kind, const std::string& id,

@@ -524,6 +524,8 @@ Status SqliteStore::check_task_lease(const std::string& kind, const std::string&
   return locked([&] { return sqlite::check_task_lease(db_, kind, id, owner, fence); });
 }
 
+Status SqliteStore::lock_task(const std::string&, const std::string&) { return Status::ok(); }
+
 Status SqliteStore::update_task(const TaskRow& row, int64_t fence) {
   return locked([&] { return sqlite::update_task(db_, row, fence); });
 }

@@ -182,6 +182,7 @@ class SqliteStore final : public Store {
                                                      const std::string& owner, double now, double seconds) override;
   Status check_task_lease(const std::string& kind, const std::string& id, const std::string& owner,
                           int64_t fence) override;
+  Status lock_task(const std::string& kind, const std::string& id) override;
   Status update_task(const TaskRow& row, int64_t fence) override;
   Status update_task_if_version(const TaskRow& row, int64_t version) override;
   Status release_task_lease(const std::string& kind, const std::string& id, const std::string& owner) override;

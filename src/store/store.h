@@ -374,6 +374,13 @@ class Store {
   // writes it guards, so they commit only while the lease holds.
   virtual Status check_task_lease(const std::string& kind, const std::string& id, const std::string& owner,
                                   int64_t fence) = 0;
+  // Locks the task's row until the enclosing transaction ends, as a step's check_task_lease()
+  // does: a request that changes a task's thing (cancels a run, pauses it) calls it first in its
+  // transaction, so it takes its locks in the order every step takes them (docs/durability.md,
+  // "Lock order") and waits for a step of that task in flight to end instead of meeting it in a
+  // deadlock. ok when the task does not exist. PostgreSQL: SELECT ... FOR UPDATE; SQLite: nothing
+  // (one writer at a time).
+  virtual Status lock_task(const std::string& kind, const std::string& id) = 0;
   // Writes the task's phase, terminal flag and due time when `fence` is still its fence (a
   // stale fence is refused as by check_task_lease()); grows its version.
   virtual Status update_task(const TaskRow& row, int64_t fence) = 0;

@@ -144,6 +144,9 @@ class TaskKernel {
   // happen at most once per attempt (starting a job), so that a replica resuming from a stop does
   // not start what the replica that took its lease over has started. ok outside a step.
   Status recheck_lease();
+  // Inside a step: the fence of the stepped task's lease (what a job started by the step carries,
+  // TRAINER_LAUNCH_FENCE, and proves its start with: docs/durability.md, "Replicas"). 0 outside a step.
+  int64_t step_fence() const { return in_step_ && stepping_ != nullptr ? stepping_fence_ : 0; }
   // Waits for every launched work to end (the service's stop()); later launches are refused.
   void stop_work();
   // Whether stop_work() was called: long work made of many pieces checks it between them and ends

@@ -35,6 +35,7 @@ JobRequest full_request() {
   r.catalog_ca_file = "/etc/trainer/ca.pem";
   r.job_id = "run-7f3a-2";
   r.job_token = "t0k";
+  r.launch_fence = 7;
   r.artifact_root = "s3://bucket/prefix";
   r.store = {.s3_endpoint = "http://127.0.0.1:8333", .region = "us-east-1", .access_key_id = "AK",
              .secret_access_key = "SK", .input_cache = "/cache", .publish_deadline_seconds = 300};
@@ -64,6 +65,7 @@ TEST(JobRequest, TheEnvironmentNamesEveryFieldInItsFixedOrder) {
                  {"TRAINER_CATALOG_CA_FILE", "/etc/trainer/ca.pem"},
                  {"TRAINER_JOB_ID", "run-7f3a-2"},
                  {"TRAINER_JOB_TOKEN", "t0k"},
+                 {"TRAINER_LAUNCH_FENCE", "7"},
                  {"TRAINER_ARTIFACT_ROOT", "s3://bucket/prefix"},
                  {"TRAINER_S3_ENDPOINT", "http://127.0.0.1:8333"},
                  {"AWS_REGION", "us-east-1"},
@@ -98,6 +100,7 @@ TEST(JobRequest, TheReaderGivesBackWhatTheWriterWrote) {
     EXPECT_EQ(back->identity.base_model_sha, "ab12");
     EXPECT_EQ(back->identity.pipeline_stage, "judge");
     EXPECT_EQ(back->store.publish_deadline_seconds, 300);
+    EXPECT_EQ(back->launch_fence, 7);
     EXPECT_EQ(job_environment(*back), job_environment(r));
   }
 }

@@ -1,5 +1,6 @@
-// Admission of claims against declared capacity and quotas, through the Service with a real
-// SQLite store and a scripted backend (jobs that run until the test ends them).
+// Admission of claims against declared capacity and quotas, through the Service with a real store
+// (SQLite and PostgreSQL, the session's server: store_databases.h) and a scripted backend (jobs
+// that run until the test ends them).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -9,6 +10,8 @@
 #include <mutex>
 #include <thread>
 
+#include "../store/store_databases.h"
+#include "scripted_backend.h"
 #include "service/service.h"
 
 namespace trainer::service {
@@ -17,51 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-// Jobs "run" until finish() writes their outcome into the events file and marks them exited.
-class ScriptedBackend final : public backend::Backend {
- public:
-  std::string name() const override { return "scripted"; }
-  std::string describe(const backend::JobHandle& h) const override { return "job " + h.value; }
-  Result<backend::JobHandle> start(const backend::JobSpec& spec) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    int64_t pid = next_pid_++;
-    specs_[pid] = spec;
-    return backend::JobHandle{std::to_string(pid)};
-  }
-  backend::JobStatus poll(const backend::JobHandle& h) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    const int64_t pid = std::stoll(h.value);
-    if (exited_.count(pid)) return {backend::JobState::kExited, exited_[pid]};
-    return {backend::JobState::kRunning, std::nullopt};
-  }
-  void request_stop(const backend::JobHandle& h) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    const int64_t pid = std::stoll(h.value);
-    std::ofstream(specs_[pid].events_path, std::ios::app) << R"({"type":"cancelled"})" << "\n";
-    exited_[pid] = 143;
-  }
-  void kill(const backend::JobHandle& h) override { request_stop(h); }
-  std::optional<backend::JobHandle> find(const backend::JobSpec&) override { return std::nullopt; }
-  Result<std::string> run_tool(const std::vector<std::string>&, int) override { return unavailable("none"); }
-  Result<std::vector<backend::NodeScan>> scan_nodes(const std::vector<std::string>&, int) override {
-    return unavailable("none");
-  }
-  std::map<std::string, int> observed_devices() override { return {{"cpu", 1}}; }
-  std::string observed_source() const override { return "scripted"; }
-
-  int started() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return static_cast<int>(specs_.size());
-  }
-
- private:
-  std::mutex mu_;
-  int64_t next_pid_ = 1000;
-  std::map<int64_t, backend::JobSpec> specs_;
-  std::map<int64_t, int> exited_;
-};
-
-class AdmissionTest : public ::testing::Test {
+class AdmissionTest : public ::testing::TestWithParam<store::Kind> {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() / ("admission-" + std::to_string(::getpid()) + "-" +
@@ -69,9 +28,12 @@ class AdmissionTest : public ::testing::Test {
     fs::remove_all(dir_);
     fs::create_directories(dir_ / "model");
     std::ofstream(dir_ / "model" / "config.json") << R"({"architectures": ["Qwen3ForCausalLM"]})";
+    db_ = store::make_database(GetParam());
+    if (!db_->ready()) GTEST_FAIL() << "the test's database could not be made";
   }
   void TearDown() override {
     if (svc_) svc_->stop();
+    svc_.reset();  // its store's connections close before the database is dropped
     fs::remove_all(dir_);
   }
 
@@ -84,8 +46,8 @@ class AdmissionTest : public ::testing::Test {
     o.config.default_workload_quota = quota;
     o.instance = "test";
     o.tick = std::chrono::milliseconds(10);
-    auto store = store::open_sqlite_store((dir_ / "state.db").string());
-    ASSERT_TRUE(store.is_ok());
+    auto store = db_->open();
+    ASSERT_TRUE(store.is_ok()) << store.status().to_string();
     auto backend = std::make_unique<ScriptedBackend>();
     backend_ = backend.get();
     auto s = make_service(std::move(o), std::move(*store), std::move(backend));
@@ -123,11 +85,15 @@ class AdmissionTest : public ::testing::Test {
   static constexpr double kStart = 1769882400;  // 2026-01-31T18:00:00Z
   std::shared_ptr<ManualClock> clock_ = std::make_shared<ManualClock>(kStart);
   fs::path dir_;
+  std::unique_ptr<store::TestDatabase> db_;  // dropped after svc_ (TearDown stops it first)
   std::unique_ptr<Service> svc_;
   ScriptedBackend* backend_ = nullptr;  // owned by svc_
 };
 
-TEST_F(AdmissionTest, TheSecondRunWaitsForTheOnlyDeviceAndIsAdmittedWhenItFrees) {
+INSTANTIATE_TEST_SUITE_P(Sqlite, AdmissionTest, ::testing::Values(store::Kind::kSqlite), store::kind_name);
+INSTANTIATE_TEST_SUITE_P(Postgres, AdmissionTest, ::testing::Values(store::Kind::kPostgres), store::kind_name);
+
+TEST_P(AdmissionTest, TheSecondRunWaitsForTheOnlyDeviceAndIsAdmittedWhenItFrees) {
   start(/*declared=*/1, /*quota=*/8);
   std::string a = submit(), b = submit();
   ASSERT_TRUE(wait_for([&] { return phase(a) == "QUEUED" && phase(b) == "WAITING_FOR_DEVICES"; }));
@@ -143,7 +109,7 @@ TEST_F(AdmissionTest, TheSecondRunWaitsForTheOnlyDeviceAndIsAdmittedWhenItFrees)
   EXPECT_TRUE((*svc_->capacity(""))["claims"].empty());
 }
 
-TEST_F(AdmissionTest, AWorkloadAtItsQuotaWaitsWhileDevicesAreFree) {
+TEST_P(AdmissionTest, AWorkloadAtItsQuotaWaitsWhileDevicesAreFree) {
   start(/*declared=*/3, /*quota=*/1);
   std::string a = submit(), b = submit();
   ASSERT_TRUE(wait_for([&] { return phase(a) == "QUEUED" && phase(b) == "WAITING_FOR_DEVICES"; }));
@@ -156,7 +122,7 @@ TEST_F(AdmissionTest, AWorkloadAtItsQuotaWaitsWhileDevicesAreFree) {
   ASSERT_TRUE(wait_for([&] { return phase(a) == "CANCELLED"; }));
 }
 
-TEST_F(AdmissionTest, ARunLargerThanEveryPoolIsRefusedAndNothingIsStored) {
+TEST_P(AdmissionTest, ARunLargerThanEveryPoolIsRefusedAndNothingIsStored) {
   start(/*declared=*/1, /*quota=*/8);
   auto r = svc_->submit_run({{"kind", "run"}, {"workload", "w"}, {"baseModel", "tiny"},
                              {"config", {{"dataset", "d"}}}, {"execution", {{"gpus", 2}}}},
@@ -170,7 +136,7 @@ TEST_F(AdmissionTest, ARunLargerThanEveryPoolIsRefusedAndNothingIsStored) {
   EXPECT_EQ((*svc_->list_runs({}))["total"], 0);
 }
 
-TEST_F(AdmissionTest, AClaimLargerThanThePoolWaitsForItsWindowAndKeepsItsDevicesAfterTheWindowEnds) {
+TEST_P(AdmissionTest, AClaimLargerThanThePoolWaitsForItsWindowAndKeepsItsDevicesAfterTheWindowEnds) {
   // One slot always, one more from 18:10 to 18:20 UTC; a claim of two fits only while it is open.
   start(/*declared=*/1, /*quota=*/8, {{1, kStart + 600, kStart + 1200, {1}}}, /*max_claim=*/2);
   const std::string a = submit(/*gpus=*/2);
@@ -220,7 +186,37 @@ TEST_F(AdmissionTest, AClaimLargerThanThePoolWaitsForItsWindowAndKeepsItsDevices
   ASSERT_TRUE(wait_for([&] { return phase(a) == "CANCELLED"; }));
 }
 
-TEST_F(AdmissionTest, DeviceHoursRefuseABadRangeByName) {
+// docs/durability.md, "Replicas": the job carries the fence of the step that started it and asks
+// leave to train with it; only the job recorded for the attempt (under that fence) trains.
+TEST_P(AdmissionTest, AJobIsLetTrainOnlyUnderTheFenceItsStartWasRecordedWith) {
+  start(/*declared=*/1, /*quota=*/8);
+  const std::string a = submit();
+  ASSERT_TRUE(wait_for([&] { return phase(a) == "QUEUED"; }));
+  ASSERT_EQ(backend_->specs().size(), 1u);
+  const backend::JobSpec spec = backend_->specs()[0];
+  EXPECT_EQ(spec.job_id, a + "-1");
+  if (GetParam() == store::Kind::kSqlite) {
+    EXPECT_EQ(spec.launch_fence, 0) << "one trainerd alone on its store: no fence, the job trains without asking";
+    ASSERT_TRUE(svc_->cancel_run(a).is_ok());
+    ASSERT_TRUE(wait_for([&] { return phase(a) == "CANCELLED"; }));
+    return;
+  }
+  ASSERT_GE(spec.launch_fence, 1) << "the step's lease fence travels with the job";
+  auto leave = svc_->confirm_job_start(spec.job_id, {{"launchFence", spec.launch_fence}});
+  ASSERT_TRUE(leave.is_ok()) << leave.status().to_string();
+  EXPECT_EQ(*leave, json({{"train", true}}));
+  auto stale = svc_->confirm_job_start(spec.job_id, {{"launchFence", spec.launch_fence + 1}});
+  EXPECT_EQ(stale.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(stale.status().field(), "launchFence");
+  EXPECT_NE(stale.status().message().find("lost run " + a + "'s lease"), std::string::npos) << stale.status().message();
+  auto bad = svc_->confirm_job_start(spec.job_id, {{"launchFence", "seven"}});
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().field(), "launchFence");
+  ASSERT_TRUE(svc_->cancel_run(a).is_ok());
+  ASSERT_TRUE(wait_for([&] { return phase(a) == "CANCELLED"; }));
+}
+
+TEST_P(AdmissionTest, DeviceHoursRefuseABadRangeByName) {
   start(/*declared=*/1, /*quota=*/8);
   auto bad = [&](const char* from, const char* to, const char* by) { return svc_->device_hours(from, to, by).status(); };
   EXPECT_EQ(bad("yesterday", "", "").describe(),

@@ -1,5 +1,6 @@
 // Time through the injected clock: the cancel grace period runs on a ManualClock, so the test
-// moves time instead of sleeping through it.
+// moves time instead of sleeping through it. On both stores (SQLite and the session's PostgreSQL:
+// store_databases.h).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "../store/store_databases.h"
 #include "service/service.h"
 
 namespace trainer::service {
@@ -70,7 +72,14 @@ bool wait_for(F f) {
   return false;
 }
 
-TEST(ServiceClock, CancelGraceRunsOnTheInjectedClockThenTheJobIsKilled) {
+class ServiceClock : public ::testing::TestWithParam<store::Kind> {};
+
+INSTANTIATE_TEST_SUITE_P(Sqlite, ServiceClock, ::testing::Values(store::Kind::kSqlite), store::kind_name);
+INSTANTIATE_TEST_SUITE_P(Postgres, ServiceClock, ::testing::Values(store::Kind::kPostgres), store::kind_name);
+
+TEST_P(ServiceClock, CancelGraceRunsOnTheInjectedClockThenTheJobIsKilled) {
+  auto db = store::make_database(GetParam());
+  ASSERT_TRUE(db->ready()) << "the test's database could not be made";
   fs::path dir = fs::temp_directory_path() / ("service-clock-" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir / "model");
@@ -85,8 +94,8 @@ TEST(ServiceClock, CancelGraceRunsOnTheInjectedClockThenTheJobIsKilled) {
   o.tick = std::chrono::milliseconds(5);
   o.clock = clock;
   o.job_otlp_endpoint = "http://127.0.0.1:1/otlp";
-  auto store = store::open_sqlite_store((dir / "state.db").string());
-  ASSERT_TRUE(store.is_ok());
+  auto store = db->open();
+  ASSERT_TRUE(store.is_ok()) << store.status().to_string();
   auto owned = std::make_unique<StubbornBackend>();
   StubbornBackend* backend = owned.get();
   auto made = make_service(std::move(o), std::move(*store), std::move(owned));
@@ -131,6 +140,7 @@ TEST(ServiceClock, CancelGraceRunsOnTheInjectedClockThenTheJobIsKilled) {
   // The cost is the clock's time the job held its device: 11 s.
   EXPECT_DOUBLE_EQ((*svc.get_run(id))["cost"]["gpuSeconds"].get<double>(), 11.0);
   svc.stop();
+  made->reset();  // its store's connections close before the database is dropped
   fs::remove_all(dir);
 }
 

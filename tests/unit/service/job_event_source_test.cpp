@@ -1,4 +1,5 @@
-// read_job_events() (src/service/job_event_source.h) over a real SQLite store and events file:
+// read_job_events() (src/service/job_event_source.h) over a real store (SQLite and the session's
+// PostgreSQL: store_databases.h) and events file:
 // a job's posted events first, its file when it posted none, and the file's tail past what it
 // posted once it ended; event N of the file is its line N.
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 #include <string>
 #include <variant>
 
+#include "../store/store_databases.h"
 #include "service/job_event_source.h"
 
 namespace trainer::service {
@@ -16,19 +18,24 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class JobEventSourceTest : public ::testing::Test {
+class JobEventSourceTest : public ::testing::TestWithParam<store::Kind> {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() / ("job-events-test-" + std::to_string(::getpid()) + "-" +
                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    auto s = store::open_sqlite_store((dir_ / "state.db").string());
+    db_ = store::make_database(GetParam());
+    ASSERT_TRUE(db_->ready()) << "the test's database could not be made";
+    auto s = db_->open();
     ASSERT_TRUE(s.is_ok()) << s.status().to_string();
     store_ = std::move(*s);
     source_ = {"run1-1", (dir_ / "events.jsonl").string()};
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override {
+    store_.reset();  // its connections close before the database is dropped
+    fs::remove_all(dir_);
+  }
 
   void append(const std::string& text) {
     std::ofstream out(source_.events_path, std::ios::app | std::ios::binary);
@@ -44,11 +51,15 @@ class JobEventSourceTest : public ::testing::Test {
   }
 
   fs::path dir_;
+  std::unique_ptr<store::TestDatabase> db_;
   std::unique_ptr<store::Store> store_;
   JobEventSource source_;
 };
 
-TEST_F(JobEventSourceTest, AJobThatPostedNothingIsReadFromItsFileLineByLine) {
+INSTANTIATE_TEST_SUITE_P(Sqlite, JobEventSourceTest, ::testing::Values(store::Kind::kSqlite), store::kind_name);
+INSTANTIATE_TEST_SUITE_P(Postgres, JobEventSourceTest, ::testing::Values(store::Kind::kPostgres), store::kind_name);
+
+TEST_P(JobEventSourceTest, AJobThatPostedNothingIsReadFromItsFileLineByLine) {
   append(step(1) + "\n" + "not json\n" + step(3) + "\n" + R"({"type":"st)");
   auto batch = read_job_events(*store_, source_, {});
   ASSERT_TRUE(batch.is_ok());
@@ -62,7 +73,7 @@ TEST_F(JobEventSourceTest, AJobThatPostedNothingIsReadFromItsFileLineByLine) {
   EXPECT_EQ(next->cursor.seq, 4);
 }
 
-TEST_F(JobEventSourceTest, PostedEventsAreReadFromTheStoreAndTheFileIsLeftUntilTheJobEnds) {
+TEST_P(JobEventSourceTest, PostedEventsAreReadFromTheStoreAndTheFileIsLeftUntilTheJobEnds) {
   append(step(1) + "\n" + step(2) + "\n");
   auto first = read_job_events(*store_, source_, {});  // nothing posted yet: the file
   ASSERT_TRUE(first.is_ok());
@@ -85,7 +96,7 @@ TEST_F(JobEventSourceTest, PostedEventsAreReadFromTheStoreAndTheFileIsLeftUntilT
   EXPECT_EQ(ended->cursor.seq, 5);
 }
 
-TEST_F(JobEventSourceTest, ARepeatedPostChangesNothingAndAGapWaits) {
+TEST_P(JobEventSourceTest, ARepeatedPostChangesNothingAndAGapWaits) {
   auto added = store_->put_job_events("run1-1", {{1, step(1)}, {3, step(3)}});
   ASSERT_TRUE(added.is_ok());
   EXPECT_EQ(*added, 2);
@@ -101,7 +112,7 @@ TEST_F(JobEventSourceTest, ARepeatedPostChangesNothingAndAGapWaits) {
   EXPECT_EQ(steps_of(*rest), (std::vector<int64_t>{2, 3}));
 }
 
-TEST_F(JobEventSourceTest, LogLinesKeepTheirOrderAndTheTailIsTheLast) {
+TEST_P(JobEventSourceTest, LogLinesKeepTheirOrderAndTheTailIsTheLast) {
   ASSERT_TRUE(store_->put_job_log_lines("run1-1", {{2, "b"}, {1, "a"}, {3, "c"}}).is_ok());
   auto tail = store_->job_log_tail("run1-1", 2);
   ASSERT_TRUE(tail.is_ok());

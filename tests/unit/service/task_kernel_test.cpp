@@ -1,21 +1,19 @@
-// The task kernel on a real SQLite store: due tasks stepped under leases, phase changes checked
-// against the table, idle and terminal phases left alone, a failed step's writes rolled back, and
-// two replicas on one database never stepping the same task.
+// The task kernel on a real store, SQLite and PostgreSQL (the session's server, as the store's own
+// suite: store_databases.h): due tasks stepped under leases, phase changes checked against the
+// table, idle and terminal phases left alone, a failed step's writes rolled back, and two replicas
+// on one database never stepping the same task.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <filesystem>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
 
+#include "../store/store_databases.h"
 #include "service/tasks/task_kernel.h"
 
 namespace trainer::tasks {
 namespace {
-
-namespace fs = std::filesystem;
 
 // A toy kind: A -> B -> DONE, B may park (idle) and be woken back to B by a request.
 class ToyKind final : public TaskKind {
@@ -40,26 +38,29 @@ class ToyKind final : public TaskKind {
   PhaseTable table_;
 };
 
-class TaskKernelTest : public ::testing::Test {
+// A fresh database of the parameter's store for each test.
+class TaskKernelTest : public ::testing::TestWithParam<store::Kind> {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("kernel-test-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    db_ = store::make_database(GetParam());
+    if (!db_->ready()) GTEST_FAIL() << "the test's database could not be made";
     clock_ = std::make_shared<ManualClock>(1000.0);
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
+  // A connection (a replica's store) to the test's database; each call opens another.
   std::unique_ptr<store::Store> open() {
-    auto s = store::open_sqlite_store((dir_ / "state.db").string());
+    auto s = db_->open();
     EXPECT_TRUE(s.is_ok()) << s.status().to_string();
+    if (!s.is_ok()) return nullptr;
     return std::move(*s);
   }
 
-  fs::path dir_;
+  std::unique_ptr<store::TestDatabase> db_;
   std::shared_ptr<ManualClock> clock_;
 };
+
+INSTANTIATE_TEST_SUITE_P(Sqlite, TaskKernelTest, ::testing::Values(store::Kind::kSqlite), store::kind_name);
+INSTANTIATE_TEST_SUITE_P(Postgres, TaskKernelTest, ::testing::Values(store::Kind::kPostgres), store::kind_name);
 
 // Two replicas of one kind on one database: "replica-a" and "replica-b", leases of 30 s.
 struct TwoReplicas {
@@ -78,7 +79,7 @@ struct TwoReplicas {
   ToyKind kind_a, kind_b;
 };
 
-TEST_F(TaskKernelTest, ADueTaskIsSteppedUntilItEndsAndNeverAfter) {
+TEST_P(TaskKernelTest, ADueTaskIsSteppedUntilItEndsAndNeverAfter) {
   auto store = open();
   TaskKernel kernel(*store, clock_, KernelOptions{});
   ToyKind kind(&kernel);
@@ -93,7 +94,7 @@ TEST_F(TaskKernelTest, ADueTaskIsSteppedUntilItEndsAndNeverAfter) {
   EXPECT_TRUE((*store->get_task("toy", "t1"))->terminal);
 }
 
-TEST_F(TaskKernelTest, AnIdlePhaseWaitsForAMoveAndAStepMayAskForALaterStep) {
+TEST_P(TaskKernelTest, AnIdlePhaseWaitsForAMoveAndAStepMayAskForALaterStep) {
   auto store = open();
   TaskKernel kernel(*store, clock_, KernelOptions{});
   ToyKind kind(&kernel);
@@ -115,7 +116,7 @@ TEST_F(TaskKernelTest, AnIdlePhaseWaitsForAMoveAndAStepMayAskForALaterStep) {
   EXPECT_EQ(kernel.drive_once(), 1);
 }
 
-TEST_F(TaskKernelTest, AMoveTheTableDoesNotAllowIsRefusedAndChangesNothing) {
+TEST_P(TaskKernelTest, AMoveTheTableDoesNotAllowIsRefusedAndChangesNothing) {
   auto store = open();
   TaskKernel kernel(*store, clock_, KernelOptions{});
   ToyKind kind(&kernel);
@@ -127,7 +128,7 @@ TEST_F(TaskKernelTest, AMoveTheTableDoesNotAllowIsRefusedAndChangesNothing) {
   EXPECT_EQ((*store->get_task("toy", "t1"))->phase, "A");
 }
 
-TEST_F(TaskKernelTest, AFailedStepRollsBackItsWritesAndTheTaskStaysDue) {
+TEST_P(TaskKernelTest, AFailedStepRollsBackItsWritesAndTheTaskStaysDue) {
   auto store = open();
   TaskKernel kernel(*store, clock_, KernelOptions{});
   ToyKind kind(&kernel);
@@ -147,7 +148,7 @@ TEST_F(TaskKernelTest, AFailedStepRollsBackItsWritesAndTheTaskStaysDue) {
   EXPECT_EQ((*store->get_task("toy", "t1"))->phase, "B");
 }
 
-TEST_F(TaskKernelTest, TwoReplicasOnOneDatabaseNeverStepTheSameTaskAndTheSecondTakesOverOnceTheLeaseRunsOut) {
+TEST_P(TaskKernelTest, TwoReplicasOnOneDatabaseNeverStepTheSameTaskAndTheSecondTakesOverOnceTheLeaseRunsOut) {
   TwoReplicas r(open(), open(), clock_);
   auto& [store_a, store_b, a, b, kind_a, kind_b] = r;
   ASSERT_TRUE(store_a->transaction([&] { return a.create("toy", "t1", "B"); }).is_ok());
@@ -169,7 +170,7 @@ TEST_F(TaskKernelTest, TwoReplicasOnOneDatabaseNeverStepTheSameTaskAndTheSecondT
   EXPECT_EQ(stale.code(), StatusCode::kFailedPrecondition) << "its writes under the old fence are refused";
 }
 
-TEST_F(TaskKernelTest, LongWorkRunsOffTheDriverAndItsOutcomeIsTakenByALaterStepOnce) {
+TEST_P(TaskKernelTest, LongWorkRunsOffTheDriverAndItsOutcomeIsTakenByALaterStepOnce) {
   auto store = open();
   TaskKernel kernel(*store, clock_, KernelOptions{});
   ToyKind kind(&kernel);
@@ -207,7 +208,7 @@ TEST_F(TaskKernelTest, LongWorkRunsOffTheDriverAndItsOutcomeIsTakenByALaterStepO
   EXPECT_TRUE((*store->get_task("toy", "t1"))->terminal);
 }
 
-TEST_F(TaskKernelTest, ARestartedReplicaOfTheSameNameStepsItsTasksAtOnce) {
+TEST_P(TaskKernelTest, ARestartedReplicaOfTheSameNameStepsItsTasksAtOnce) {
   auto store = open();
   {
     TaskKernel before(*store, clock_, KernelOptions{});
@@ -222,7 +223,7 @@ TEST_F(TaskKernelTest, ARestartedReplicaOfTheSameNameStepsItsTasksAtOnce) {
   EXPECT_EQ(after.drive_once(), 1) << "its own lease is renewed, not waited out";
 }
 
-TEST_F(TaskKernelTest, AReplicaThatStopsGivesItsLeasesBackAndAnotherStepsItsTasksAtOnce) {
+TEST_P(TaskKernelTest, AReplicaThatStopsGivesItsLeasesBackAndAnotherStepsItsTasksAtOnce) {
   TwoReplicas r(open(), open(), clock_);
   auto& [store_a, store_b, a, b, kind_a, kind_b] = r;
   ASSERT_TRUE(store_a->transaction([&] { return a.create("toy", "t1", "B"); }).is_ok());

@@ -175,10 +175,10 @@ TEST_F(PostgresStore, TheAdmissionLockMakesASecondAdmissionWaitAndThenSeeTheFirs
       });
     });
     a_holds.count_down();
-    // B is waiting for the lock (the server says so) before A grants and commits.
+    // B is waiting for the lock (the server says so) before A grants and commits: for the change
+    // counter's row, which lock_admission() locks before its advisory lock (the lock order).
     const std::string waiting =
-        "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
-        "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
+        "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'";
     for (int i = 0; i < 2000 && db_.number(waiting) == 0; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }

@@ -1,13 +1,17 @@
-// The store suites' databases (store_test.cpp, the specification both stores meet, and
-// postgres_store_test.cpp, what holds for one implementation only): one empty database of each
-// implementation, and raw SQL behind the store's back. Each test file has its own copy (an
-// anonymous namespace): this header is for those two only.
+// The test databases of the suites that run on both stores: the store's own (store_test.cpp, the
+// specification both stores meet, and postgres_store_test.cpp, what holds for one implementation
+// only) and the service's suites that build a task kernel or a service on a store
+// (tests/unit/service: parametrised by Kind, instantiated as Sqlite/... and Postgres/...; CMake's
+// trainer_gtest(... ON_STORES) gives the Postgres ones the session's server). One empty database
+// of each implementation, and raw SQL behind the store's back. Each test file has its own copy (an
+// anonymous namespace).
 #pragma once
 
 #include <libpq-fe.h>
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
