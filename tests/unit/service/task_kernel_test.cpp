@@ -254,7 +254,7 @@ class ClaimKind final : public TaskKind {
   PhaseTable table_;
 };
 
-TEST_F(TaskKernelTest, APhaseThatWaitsForItsClaimIsSteppedWhenTheGrantWakesItOrAtTheRecheck) {
+TEST_P(TaskKernelTest, APhaseThatWaitsForItsClaimIsSteppedWhenTheGrantWakesItOrAtTheRecheck) {
   auto store = open();
   KernelOptions options;
   options.claim_recheck_seconds = 30;
@@ -284,7 +284,7 @@ TEST_F(TaskKernelTest, APhaseThatWaitsForItsClaimIsSteppedWhenTheGrantWakesItOrA
   EXPECT_TRUE((*store->get_task("claimer", "c1"))->terminal);
 }
 
-TEST_F(TaskKernelTest, AGrantWokenOnAnotherReplicaIsSteppedByTheLeaseHolder) {
+TEST_P(TaskKernelTest, AGrantWokenOnAnotherReplicaIsSteppedByTheLeaseHolder) {
   auto sa = open();
   auto sb = open();
   TaskKernel a(*sa, clock_, KernelOptions{"replica-a", 60});
