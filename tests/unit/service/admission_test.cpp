@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 
+#include "../common/test_folder.h"
 #include "../store/store_databases.h"
 #include "scripted_backend.h"
 #include "service/service.h"
@@ -23,8 +24,7 @@ using json = nlohmann::json;
 class AdmissionTest : public ::testing::TestWithParam<store::Kind> {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("admission-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = trainer::testing::test_folder("admission");
     fs::remove_all(dir_);
     fs::create_directories(dir_ / "model");
     std::ofstream(dir_ / "model" / "config.json") << R"({"architectures": ["Qwen3ForCausalLM"]})";

@@ -10,6 +10,7 @@
 #include <string>
 #include <variant>
 
+#include "../common/test_folder.h"
 #include "../store/store_databases.h"
 #include "service/job_event_source.h"
 
@@ -21,8 +22,7 @@ namespace fs = std::filesystem;
 class JobEventSourceTest : public ::testing::TestWithParam<store::Kind> {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("job-events-test-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = trainer::testing::test_folder("job-events-test");
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     db_ = store::make_database(GetParam());
