@@ -355,18 +355,31 @@ Status SqliteStore::delete_claim(const std::string& owner) {
   return write("DELETE FROM claims WHERE owner = ?", {owner});
 }
 
+namespace {
+
+// A claim from the current row of a statement selecting a claim's columns in the claims table's
+// order (owner, kind, workload_id, pool, devices, state, since, seq, device_ids).
+ClaimRow claim_of(Stmt& s) {
+  return ClaimRow{s.text(0), s.text(1),  s.text(2),   s.text(3), static_cast<int>(s.integer(4)),
+                  s.text(5), s.text(6), s.integer(7), ids_of(s.text(8))};
+}
+
+// Every row of such a statement.
+Result<std::vector<ClaimRow>> read_claims(sqlite3* db, Stmt& s) {
+  std::vector<ClaimRow> out;
+  int rc;
+  while ((rc = s.step()) == SQLITE_ROW) out.push_back(claim_of(s));
+  if (rc != SQLITE_DONE) return db_error(db, "listing claims");
+  return out;
+}
+
+}  // namespace
+
 Result<std::vector<ClaimRow>> SqliteStore::list_claims() {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   Stmt s(db_, "SELECT owner, kind, workload_id, pool, devices, state, since, seq, device_ids FROM claims "
               "ORDER BY seq");
-  std::vector<ClaimRow> out;
-  int rc;
-  while ((rc = s.step()) == SQLITE_ROW) {
-    out.push_back(ClaimRow{s.text(0), s.text(1), s.text(2), s.text(3), static_cast<int>(s.integer(4)),
-                           s.text(5), s.text(6), s.integer(7), ids_of(s.text(8))});
-  }
-  if (rc != SQLITE_DONE) return db_error(db_, "listing claims");
-  return out;
+  return read_claims(db_, s);
 }
 
 Result<std::optional<ClaimRow>> SqliteStore::get_claim(const std::string& owner) {
@@ -377,8 +390,7 @@ Result<std::optional<ClaimRow>> SqliteStore::get_claim(const std::string& owner)
   int rc = s.step();
   if (rc == SQLITE_DONE) return std::optional<ClaimRow>();
   if (rc != SQLITE_ROW) return db_error(db_, "reading a claim");
-  return std::optional<ClaimRow>(ClaimRow{s.text(0), s.text(1), s.text(2), s.text(3), static_cast<int>(s.integer(4)),
-                                          s.text(5), s.text(6), s.integer(7), ids_of(s.text(8))});
+  return std::optional<ClaimRow>(claim_of(s));
 }
 
 Result<std::vector<ClaimRow>> SqliteStore::list_claims_in(const std::string& state,
@@ -395,14 +407,7 @@ Result<std::vector<ClaimRow>> SqliteStore::list_claims_in(const std::string& sta
   Stmt s(db_, sql.c_str());
   s.bind(1, state);
   for (size_t i = 0; i < pools.size(); ++i) s.bind(static_cast<int>(i) + 2, pools[i]);
-  std::vector<ClaimRow> out;
-  int rc;
-  while ((rc = s.step()) == SQLITE_ROW) {
-    out.push_back(ClaimRow{s.text(0), s.text(1), s.text(2), s.text(3), static_cast<int>(s.integer(4)),
-                           s.text(5), s.text(6), s.integer(7), ids_of(s.text(8))});
-  }
-  if (rc != SQLITE_DONE) return db_error(db_, "listing claims");
-  return out;
+  return read_claims(db_, s);
 }
 
 // ---- claim holds

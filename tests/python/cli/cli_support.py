@@ -114,8 +114,12 @@ def stop(proc: subprocess.Popen, data_dir: pathlib.Path | None = None) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
-    if data_dir is None:
-        return
+    if data_dir is not None:
+        kill_processes(b"trainer-job", data_dir)
+
+
+def kill_processes(program: bytes, data_dir: pathlib.Path) -> None:
+    """SIGKILLs every process whose command line names both `program` and `data_dir`."""
     marker = str(data_dir).encode()
     for entry in pathlib.Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -124,7 +128,7 @@ def stop(proc: subprocess.Popen, data_dir: pathlib.Path | None = None) -> None:
             cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if b"trainer-job" in cmdline and marker in cmdline:
+        if program in cmdline and marker in cmdline:
             try:
                 os.kill(int(entry.name), signal.SIGKILL)
             except ProcessLookupError:

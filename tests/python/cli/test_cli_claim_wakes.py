@@ -20,7 +20,8 @@ import sqlite3
 
 import pytest
 
-from cli_support import MODEL_NAME, Cli, call, ended, plan_text, prepare, start_trainerd, stop, wait_for, wait_run
+from cli_support import (MODEL_NAME, Cli, call, ended, kill_processes, plan_text, prepare, start_trainerd, stop,
+                         wait_for, wait_run)
 from pg_server import create_database
 from replicas_support import replicas_config
 
@@ -54,21 +55,10 @@ def standin(config: dict, tmp) -> tuple[dict, dict]:
 
 def stop_all(trainerds, data_dir: pathlib.Path) -> None:
     """Stops the trainerds, then the stand-in jobs they left under `data_dir` (stop() finds
-    trainer-job processes only), by pid."""
+    trainer-job processes only)."""
     for t in trainerds:
         stop(t.proc, data_dir)
-    for entry in pathlib.Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"standin_job.py" in cmdline and str(data_dir).encode() in cmdline:
-            try:
-                os.kill(int(entry.name), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    kill_processes(b"standin_job.py", data_dir)
 
 
 def submit(cli: Cli) -> str:
