@@ -97,8 +97,29 @@ void TaskKernel::retry_wakes() {
   }
 }
 
+// A trainerd that starts steps its tasks that wait for a claim at once, instead of at their next
+// recheck: what it finds wrong with one (a run's stored document damaged while it was down) is
+// found on its first pass, not up to claim_recheck_seconds later.
+void TaskKernel::recheck_claim_waits_at_start() {
+  const double now = clock_->now_seconds();
+  for (TaskKind* kind : order_) {
+    if (!kind->table().has_claim_waits()) continue;
+    auto soon = store_.due_tasks(kind->table().kind(), now + opt_.claim_recheck_seconds + 1, opt_.batch);
+    if (!soon.is_ok()) continue;  // the recheck finds them later
+    for (const store::TaskRow& row : *soon) {
+      if (row.due_at <= now || !kind->table().waits_for_claim(row.phase)) continue;
+      unwoken_.emplace(row.kind, row.id);  // woken by retry_wakes() below, in a transaction each
+    }
+  }
+  retry_wakes();
+}
+
 int TaskKernel::drive_once() {
   retry_wakes();
+  if (!first_pass_done_) {
+    first_pass_done_ = true;
+    recheck_claim_waits_at_start();
+  }
   int stepped = 0;
   for (TaskKind* kind : order_) {
     const std::string& name = kind->table().kind();

@@ -173,6 +173,7 @@ class TaskKernel {
   // The wakes wake_claim_owner() could not write (the row was locked), tried again; those still
   // locked stay for the next pass.
   void retry_wakes();
+  void recheck_claim_waits_at_start();  // the first pass's: every task waiting for its claim due now
   void note_entered(const std::string& kind, const std::string& id, const std::string& phase);
   // wake(), or, inside a step, once the step's transaction has committed.
   void wake_when_committed();
@@ -183,6 +184,7 @@ class TaskKernel {
   std::map<std::string, TaskKind*> kinds_;     // constant after the first pass
   std::vector<TaskKind*> order_;               // constant after the first pass
   std::atomic<int64_t> step_errors_{0};
+  bool first_pass_done_ = false;  // guarded by the caller's lock
   RepeatedErrors said_;      // guarded by the caller's lock: the step errors logged, by "KIND ID"
   bool in_step_ = false;     // guarded by the caller's lock: a step runs
   const store::TaskRow* stepping_ = nullptr;  // guarded by the caller's lock: the task a step runs for
