@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <map>
 #include <tuple>
+#include <vector>
 
 #include "engine/engine_error.h"
 #include "engine/model/safetensors.h"
@@ -393,7 +394,17 @@ at::Tensor CausalLM::hidden_states(const ForwardInput& in, bool training, KVStor
   return rms_norm(h, final_norm);
 }
 
-at::Tensor CausalLM::logits(const at::Tensor& hidden) { return at::linear(hidden, lm_head).to(at::kFloat); }
+at::Tensor CausalLM::logits(const at::Tensor& hidden) {
+  if (hidden.dim() > 2) {
+    // One [rows, hidden] product: a strided slice of [B, T, H] (RL's completion positions) would
+    // reach matmul's batched path with the head broadcast per row, a third slower on the CPU for
+    // the same values.
+    std::vector<int64_t> sizes = hidden.sizes().vec();
+    sizes.back() = lm_head.size(0);
+    return at::linear(hidden.reshape({-1, hidden.size(-1)}), lm_head).view(sizes).to(at::kFloat);
+  }
+  return at::linear(hidden, lm_head).to(at::kFloat);
+}
 
 at::Tensor CausalLM::step_logits(const at::Tensor& hidden) {
   if (!hidden.device().is_cpu() || hidden.dim() != 2 || lm_head.scalar_type() != at::kFloat ||

@@ -14,6 +14,7 @@
 #include "common/files.h"
 #include "common/sha256.h"
 #include "engine/device/peak_flops.h"
+#include "engine/train/step_profile.h"
 #include "engine/engine_internal.h"
 #include "engine/engine_reports.h"
 #include "engine/lora/lora.h"
@@ -339,6 +340,7 @@ TrainResult run(Method& method, Setup& setup, Updater& updater, const LoopOption
     return flags;
   };
   const double flops_per_token = method.flops_per_token();
+  StepProfile profile = StepProfile::from_environment();
   for (int64_t step = first; step < total; ++step) {
     const std::vector<bool> requested = requests();
     // The plan's pause, once: an attempt that resumes from that step trains on.
@@ -355,7 +357,9 @@ TrainResult run(Method& method, Setup& setup, Updater& updater, const LoopOption
       return result;
     }
     meter.begin_step();
+    profile.begin(step);
     protocol::Step ev = method.step(step, updater);
+    profile.end(step, ev.step_seconds);
     ev.step = step + 1;
     ev.total_steps = total;
     ev.memory = meter.end_step(updater.gradient_bytes());
