@@ -1,0 +1,37 @@
+"""Workload pieces the CPU benchmarks share: where trainer-job is, a child's thread settings, and
+the random Qwen3-architecture model (the real Qwen3 tokenizer and its 151k vocabulary)."""
+from __future__ import annotations
+
+import os
+import pathlib
+import sys
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "python"))
+
+
+def trainer_job() -> pathlib.Path:
+    """trainer-job of $TRAINER_BUILD_DIR (default: build/ of this checkout)."""
+    build = pathlib.Path(os.environ.get("TRAINER_BUILD_DIR", REPO / "build"))
+    job = build / "apps" / "trainer-job"
+    if not job.is_file():
+        raise SystemExit(f"no trainer-job at {job}: build it or set TRAINER_BUILD_DIR")
+    return job
+
+
+def thread_env(threads: int) -> dict:
+    """The environment of a child that must use `threads` threads (OpenMP and MKL alike)."""
+    return dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+                TOKENIZERS_PARALLELISM="false")
+
+
+def qwen3_model(folder: pathlib.Path, hidden: int, layers: int, heads: int, kv_heads: int,
+                head_dim: int) -> pathlib.Path:
+    """A random Qwen3-architecture model (fp32, intermediate 3 x hidden) in folder, made once."""
+    import models
+
+    if (folder / "config.json").exists():
+        return folder
+    return models.make_tiny_model(folder, arch="qwen3", tokenizer="qwen3", seed=0, hidden_size=hidden,
+                                  intermediate_size=3 * hidden, num_hidden_layers=layers,
+                                  num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim)
