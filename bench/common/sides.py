@@ -3,6 +3,12 @@ process, the sides alternate (A B A B ..., or A B C A B C ...), and each child's
 comes from the rusage that `os.wait4` returns for that child alone (not RUSAGE_CHILDREN, which is
 the largest over every child waited for so far).
 
+A forked child starts with the peak RSS of the process that forked it (Linux copies the parent's
+resident pages into the child's count, and exec keeps the high-water mark), so a child forked by
+the benchmark, which holds torch and a model, would never report less than the benchmark itself.
+Each child is therefore started by a small launcher (WAITER: a bare Python with nothing imported)
+that forks and execs it, reaps it with os.wait4 and writes that rusage to a file.
+
 A benchmark gives `alternate` its side names, the number of pairs and a function that runs one
 turn (usually through `run_child`) and returns a `Figure`; `report` then prints each pair's ratio
 of the first side against each other side, the median ratio, each side's median and the load
@@ -15,10 +21,26 @@ import json
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from typing import Callable
 
+# argv: RUSAGE_FILE CMD... Forks CMD, waits for it with wait4, writes its rusage, exits with its status.
+WAITER = """import os, sys
+pid = os.fork()
+if pid == 0:
+    try:
+        os.execvp(sys.argv[2], sys.argv[2:])
+    except OSError as e:
+        os.write(2, f"cannot run {sys.argv[2]}: {e}\\n".encode())
+    os._exit(127)
+_, status, ru = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as f:
+    f.write(f"{ru.ru_maxrss} {ru.ru_utime + ru.ru_stime}")
+code = os.waitstatus_to_exitcode(status)
+sys.exit(code if code >= 0 else 128 - code)
+"""
 MARK = "BENCH "  # a child's line `BENCH {json}` (or a bare `{json}` line) is one record
 
 
@@ -54,10 +76,12 @@ class Turn:
 
 def run_child(cmd: list, env: dict | None = None) -> Child:
     """Runs cmd to its end, collecting its stdout records as they arrive; stderr goes to a temporary
-    file (no pipe to fill). The child is reaped by os.wait4, whose rusage is this child's alone."""
+    file (no pipe to fill). The child is started and reaped by WAITER, whose os.wait4 rusage is
+    this child's alone."""
     t0 = time.time()
-    with tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=err, text=True, env=env)
+    with tempfile.TemporaryFile("w+") as err, tempfile.NamedTemporaryFile("r") as usage:
+        proc = subprocess.Popen([sys.executable, "-S", "-c", WAITER, usage.name] + [str(c) for c in cmd],
+                                stdout=subprocess.PIPE, stderr=err, text=True, env=env)
         records = []
         for line in proc.stdout:
             line = line.strip()
@@ -69,13 +93,12 @@ def run_child(cmd: list, env: dict | None = None) -> Child:
                 except json.JSONDecodeError:
                     pass  # a library's own output
         proc.stdout.close()
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)  # Popen must not wait for it again
+        proc.wait()
         err.seek(0)
         stderr = err.read()
-    return Child(returncode=proc.returncode, records=records, stderr=stderr,
-                 peak_rss_bytes=usage.ru_maxrss * 1024, cpu_seconds=usage.ru_utime + usage.ru_stime,
-                 wall_seconds=time.time() - t0)
+        maxrss_kib, cpu = usage.read().split() or ("0", "0")
+    return Child(returncode=proc.returncode, records=records, stderr=stderr, peak_rss_bytes=int(maxrss_kib) * 1024,
+                 cpu_seconds=float(cpu), wall_seconds=time.time() - t0)
 
 
 def checked(child: Child, what: str) -> Child:
@@ -85,11 +108,29 @@ def checked(child: Child, what: str) -> Child:
     return child
 
 
+def add_arguments(ap, names: tuple[str, ...], default: str) -> None:
+    """--sides (comma-separated, the first is the reference) and --pairs on an argparse parser."""
+    ap.add_argument("--sides", default=default, help=f"comma-separated, the first is the reference; of {names}")
+    ap.add_argument("--pairs", type=int, default=3, help="turns of each side, alternating (A B A B ...)")
+
+
+def chosen(args, names: tuple[str, ...]) -> list[str]:
+    """The sides --sides names, or SystemExit naming the unknown or repeated ones (or a --pairs below 1)."""
+    if args.pairs < 1:
+        raise SystemExit(f"--pairs must be at least 1, not {args.pairs}")
+    picked = args.sides.split(",")
+    unknown = [s for s in picked if s not in names]
+    if unknown or len(set(picked)) != len(picked):
+        raise SystemExit(f"--sides: unknown or repeated {unknown or picked}; choose from {', '.join(names)}")
+    return picked
+
+
 def alternate(sides: list[str], pairs: int, turn: Callable[[str, int], Figure], unit: str) -> list[Turn]:
     """Runs turn(side, pair) for pair 1..pairs, the sides in the given order within each pair, and
     prints one line per turn as it ends."""
     if pairs < 1 or not sides:
         raise SystemExit(f"--pairs must be at least 1 and --sides not empty (got {pairs}, {sides})")
+    print(f"sides {', '.join(sides)}; {pairs} pairs, alternating; each turn a fresh process", flush=True)
     turns = []
     for pair in range(1, pairs + 1):
         for side in sides:

@@ -35,3 +35,11 @@ def qwen3_model(folder: pathlib.Path, hidden: int, layers: int, heads: int, kv_h
     return models.make_tiny_model(folder, arch="qwen3", tokenizer="qwen3", seed=0, hidden_size=hidden,
                                   intermediate_size=3 * hidden, num_hidden_layers=layers,
                                   num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim)
+
+
+def rl_shape(hidden: int) -> dict:
+    """The generation and GRPO benchmarks' attention shape: head_dim 64, hidden / 64 heads,
+    hidden / 128 key/value heads (hidden: a multiple of 128, else SystemExit)."""
+    if hidden < 128 or hidden % 128:
+        raise SystemExit(f"--hidden must be a multiple of 128, not {hidden}")
+    return dict(heads=hidden // 64, kv_heads=hidden // 128, head_dim=64)

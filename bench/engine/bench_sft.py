@@ -81,8 +81,7 @@ def trl_turn(args, work, env, side, pair) -> sides.Figure:
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sides", default="native,trl,trl-compact", help=f"comma-separated, the first is the reference; of {SIDES}")
-    ap.add_argument("--pairs", type=int, default=3, help="turns of each side, alternating")
+    sides.add_arguments(ap, SIDES, "native,trl,trl-compact")
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--skip", type=int, default=3, help="steps left out of the throughput (warm-up)")
     ap.add_argument("--layers", type=int, default=4)
@@ -90,10 +89,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--work", default=None, help="folder for the model, data and outputs (default: a temp folder)")
     args = ap.parse_args()
-    chosen = args.sides.split(",")
-    unknown = [s for s in chosen if s not in SIDES]
-    if unknown or len(set(chosen)) != len(chosen):
-        raise SystemExit(f"--sides: unknown or repeated {unknown or chosen}; choose from {', '.join(SIDES)}")
+    chosen = sides.chosen(args, SIDES)
     if not 1 <= args.skip < args.steps:
         raise SystemExit(f"--skip must be at least 1 and below --steps ({args.steps}), not {args.skip}")
     if args.hidden % 8:
@@ -113,7 +109,7 @@ def main():
     vocab = json.loads((work / "model" / "config.json").read_text())["vocab_size"]
     print(f"model: Qwen3 architecture, {args.layers} layers, hidden {args.hidden}, vocab {vocab}; batch 4 padded, "
           f"no packing, maxSeqLength 256, {args.steps} steps (first {args.skip} left out), {args.threads} threads, "
-          f"fp32, LoRA r16 on 7 modules; sides {', '.join(chosen)}, {args.pairs} pairs alternating")
+          f"fp32, LoRA r16 on 7 modules")
     peak = gemm.fp32_gemm_peak(args.threads)
     env = workload.thread_env(args.threads)
 
