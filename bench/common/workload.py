@@ -2,9 +2,12 @@
 the random Qwen3-architecture model (the real Qwen3 tokenizer and its 151k vocabulary)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
+import shutil
 import sys
+import tempfile
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "python"))
@@ -17,6 +20,28 @@ def trainer_job() -> pathlib.Path:
     if not job.is_file():
         raise SystemExit(f"no trainer-job at {job}: build it or set TRAINER_BUILD_DIR")
     return job
+
+
+@contextlib.contextmanager
+def work_folder(given: str | None, prefix: str):
+    """The folder `given` (made if missing, kept afterwards), or a temporary folder that is removed
+    when the benchmark ends."""
+    if given:
+        path = pathlib.Path(given)
+        path.mkdir(parents=True, exist_ok=True)
+        yield path
+        return
+    path = pathlib.Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def work_argument(ap) -> None:
+    """--work on an argparse parser: where the model, data and outputs go."""
+    ap.add_argument("--work", default=None,
+                    help="folder for the model, data and outputs, kept afterwards (default: a temporary folder, removed)")
 
 
 def thread_env(threads: int) -> dict:

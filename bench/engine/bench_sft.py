@@ -24,7 +24,6 @@ import pathlib
 import random
 import statistics
 import sys
-import tempfile
 import time
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -87,15 +86,18 @@ def main():
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--work", default=None, help="folder for the model, data and outputs (default: a temp folder)")
+    workload.work_argument(ap)
     args = ap.parse_args()
     chosen = sides.chosen(args, SIDES)
     if not 1 <= args.skip < args.steps:
         raise SystemExit(f"--skip must be at least 1 and below --steps ({args.steps}), not {args.skip}")
     if args.hidden % 8:
         raise SystemExit(f"--hidden must be a multiple of 8 (8 heads), not {args.hidden}")
-    work = pathlib.Path(args.work or tempfile.mkdtemp(prefix="bench-sft-"))
-    work.mkdir(parents=True, exist_ok=True)
+    with workload.work_folder(args.work, "bench-sft-") as work:
+        return run(args, chosen, work)
+
+
+def run(args, chosen: list[str], work: pathlib.Path) -> int:
     workload.qwen3_model(work / "model", args.hidden, args.layers, heads=8, kv_heads=4, head_dim=args.hidden // 8)
     make_data(work / "train.jsonl", rows=4 * args.steps + 8)
     plan = {"kind": "run", "workload": "bench", "baseModel": str(work / "model"),
@@ -118,9 +120,7 @@ def main():
 
     turns = sides.alternate(chosen, args.pairs, turn, "tokens/s")
     result = sides.report(turns, "tokens/s")
-    ok = print_details(turns, chosen, result["median"], peak)
-    print(f"work folder: {work}")
-    return 0 if ok else 1
+    return 0 if print_details(turns, chosen, result["median"], peak) else 1
 
 
 def print_details(turns, chosen, medians, peak) -> bool:

@@ -19,7 +19,6 @@ import argparse
 import json
 import pathlib
 import sys
-import tempfile
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
@@ -39,14 +38,19 @@ def main() -> int:
     ap.add_argument("--prompt-len", type=int, default=48)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
+    workload.work_argument(ap)
     a = ap.parse_args()
     chosen = sides.chosen(a, SIDES)
     shape = workload.rl_shape(a.hidden)
     if a.prompt_len < 9:
         raise SystemExit(f"--prompt-len must be at least 9 (prompts are --prompt-len - 0, 4 or 8 long), not {a.prompt_len}")
+    with workload.work_folder(a.work, "bench-gen-") as tmp:
+        return run(a, chosen, shape, tmp)
+
+
+def run(a, chosen: list[str], shape: dict, tmp: pathlib.Path) -> int:
     import torch
 
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix="bench-gen-"))
     folder = workload.qwen3_model(tmp / "model", a.hidden, a.layers, **shape)
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(3, 10000, (a.prompt_len - (i % 3) * 4,), generator=g).tolist() for i in range(a.prompts)]
@@ -78,7 +82,6 @@ def main() -> int:
         tokens = {t.figure.detail["tokens"] for t in turns if t.side == side}
         print(f"{side}: {sorted(tokens)} tokens per timed call; seconds per turn "
               + " ".join(f"{t.figure.detail['seconds']:.3f}" for t in turns if t.side == side))
-    print(f"work folder: {tmp}")
     return 0
 
 

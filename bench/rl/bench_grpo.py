@@ -19,7 +19,6 @@ import json
 import pathlib
 import statistics
 import sys
-import tempfile
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
@@ -44,11 +43,15 @@ def main() -> int:
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
+    workload.work_argument(ap)
     a = ap.parse_args()
     chosen = sides.chosen(a, SIDES)
     shape = workload.rl_shape(a.hidden)
+    with workload.work_folder(a.work, "bench-grpo-") as tmp:
+        return run(a, chosen, shape, tmp)
 
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix="bench-grpo-"))
+
+def run(a, chosen: list[str], shape: dict, tmp: pathlib.Path) -> int:
     folder = workload.qwen3_model(tmp / "model", a.hidden, a.layers, **shape)
     labels = ["billing", "shipping", "refund", "account"]
     rows = [{"messages": [{"role": "user", "content": f"Classify ticket {i}: my {labels[i % 4]} issue, answer in JSON"},
@@ -100,7 +103,6 @@ def main() -> int:
         allocated = sides.median_detail(turns, side, "allocated_peak_mib")
         print(f"{side}: generation {tps:.1f} tokens/s, {share:.2f} of a step"
               + (f"; torch's allocated peak {allocated:.0f} MiB" if allocated is not None else ""))
-    print(f"work folder: {tmp}")
     return 0
 
 
