@@ -1,74 +1,42 @@
 #!/usr/bin/env python3
-"""LoRA SFT side by side: the native engine (trainer-job run) and TRL's SFTTrainer + PEFT, in one
-run, on this CPU, with the same random Qwen3-architecture model, data, batch, sequence length,
-steps and threads. Prints tokens/s of each and their ratio, peak memory of each, and the time
-from process start to the first optimizer step. Run by hand (not in CI):
+"""LoRA SFT side by side on this CPU: the native engine (trainer-job run) against TRL's
+SFTTrainer + PEFT as it comes (`trl`), with its head compacted to the labelled positions
+(`trl-compact`, what a competent user does on the CPU) and optionally that under torch.compile
+(`trl-compile`). Same random Qwen3-architecture model, data, batch, sequence length, steps and
+threads. Every turn of every side is a fresh process, the sides alternate (bench/common/sides.py),
+and each child's peak RSS comes from wait4. Run by hand (not in CI):
 
-    TRAINER_BUILD_DIR=build .venv/bin/python bench/engine/bench_sft.py [--steps 30] [--layers 4]
+    TRAINER_BUILD_DIR=build .venv/bin/python bench/engine/bench_sft.py [--hidden 256 --layers 4]
+        [--sides native,trl,trl-compact] [--pairs 3] [--steps 12 --skip 3] [--threads 2]
 
-Both engines: fp32, batch 4 rows padded to the longest, no packing, no gradient checkpointing,
-LoRA r=16 alpha=32 dropout 0 on q/k/v/o/gate/up/down, AdamW lr 1e-4 linear, loss on the
-completion only. Tokens/s counts non-padding tokens over the steps after the first `--skip`.
+All sides: fp32, batch 4 rows padded to the longest, no packing, no gradient checkpointing, LoRA
+r=16 alpha=32 dropout 0 on q/k/v/o/gate/up/down, AdamW lr 1e-4 linear, loss on the completion
+only. Tokens/s counts non-padding tokens over the steps after the first `--skip`, between
+wall-clock step boundaries (native: its step events as they arrive; TRL: a callback's timestamps
+and its `num_tokens`). Useful GFLOP/s: the native side's `usefulFlops` per non-padding token
+(from its step events) x each side's tokens/s, set against the measured fp32 GEMM peak.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
-import resource
-import subprocess
+import random
+import statistics
 import sys
-import tempfile
 import time
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "python"))
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
 
-TRL_SCRIPT = r'''
-import json, os, sys, time
-T0 = float(sys.argv[1])
-import torch
-torch.set_num_threads(int(sys.argv[5]))
-from datasets import load_dataset
-from peft import LoraConfig
-from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-from trl import SFTConfig, SFTTrainer
+from common import gemm, sides, workload  # noqa: E402
 
-model_dir, data, steps, out = sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[6]
-
-def emit(obj):
-    obj["t"] = time.time() - T0
-    print("BENCH " + json.dumps(obj), flush=True)
-
-class Probe(TrainerCallback):
-    def on_step_end(self, args, state, control, **kw):
-        emit({"type": "step", "step": state.global_step})
-    def on_log(self, args, state, control, logs=None, **kw):
-        if logs and "num_tokens" in logs:
-            emit({"type": "log", "step": state.global_step, "num_tokens": logs["num_tokens"], "loss": logs.get("loss")})
-    def on_train_end(self, args, state, control, **kw):
-        hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]
-        emit({"type": "end", "rss_peak_bytes": int(hwm) * 1024})
-
-ds = load_dataset("json", data_files=data, split="train")
-cfg = SFTConfig(output_dir=out, per_device_train_batch_size=4, gradient_accumulation_steps=1, max_steps=steps,
-                learning_rate=1e-4, lr_scheduler_type="linear", warmup_steps=0, logging_steps=1, save_strategy="no",
-                report_to=[], max_length=256, packing=False, use_cpu=True, bf16=False, fp16=False,
-                dataloader_num_workers=0, seed=42, completion_only_loss=True, gradient_checkpointing=False,
-                disable_tqdm=True, model_init_kwargs={"dtype": torch.float32})
-lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, task_type="CAUSAL_LM",
-                  target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
-trainer = SFTTrainer(model=model_dir, args=cfg, train_dataset=ds, peft_config=lora, callbacks=[Probe()],
-                     processing_class=AutoTokenizer.from_pretrained(model_dir))
-trainer.train()
-'''
+SIDES = ("native", "trl", "trl-compact", "trl-compile")
+LOSS_AGREEMENT = 1e-5  # relative: the compacted peers must compute plain TRL's loss
 
 
 def make_data(path, rows, seed=0):
-    """Prompt/completion rows of similar length (~150-230 tokens), so both engines' batches match."""
-    import random
-
+    """Prompt/completion rows of similar length (~150-230 tokens), so all sides' batches match."""
     rnd = random.Random(seed)
     words = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau "
              "upsilon phi chi psi omega river mountain forest ocean desert valley city village road bridge").split()
@@ -79,95 +47,114 @@ def make_data(path, rows, seed=0):
             f.write(json.dumps({"prompt": prompt, "completion": completion}) + "\n")
 
 
-def run_timed(cmd, env=None):
-    """Starts cmd; returns (start time, [(arrival time, json line)], stderr, returncode)."""
+def native_turn(args, work, env, pair) -> sides.Figure:
+    out = work / f"native-{pair}"
+    child = sides.checked(sides.run_child([workload.trainer_job(), "run", "--plan", work / "plan.json",
+                                           "--output", out], env), "trainer-job")
+    steps = [(t, r) for t, r in child.records if r.get("type") == "step"]
+    if len(steps) <= args.skip:
+        raise SystemExit(f"trainer-job gave {len(steps)} step events, fewer than --skip {args.skip} + 1")
+    timed = [r for _, r in steps[args.skip:]]
+    tokens = sum(r["batchTokens"] for r in timed)
+    flops = [r.get("usefulFlops") for r in timed]
+    return sides.Figure(tokens / (steps[-1][0] - steps[args.skip - 1][0]), child,
+                        {"first_step_s": steps[0][0], "first_loss": steps[0][1].get("loss"),
+                         "step_phase_tokens_per_s": tokens / sum(r["stepSeconds"] for r in timed),
+                         "useful_flops_per_token": sum(flops) / tokens if None not in flops else None,
+                         "tokens_per_cpu_s": tokens / child.cpu_seconds})
+
+
+def trl_turn(args, work, env, side, pair) -> sides.Figure:
     t0 = time.time()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    lines = []
-    for line in proc.stdout:
-        line = line.strip()
-        if line.startswith("BENCH "):
-            line = line[len("BENCH "):]
-        if line.startswith("{"):
-            try:
-                lines.append((time.time() - t0, json.loads(line)))
-            except json.JSONDecodeError:
-                pass  # a library's own output
-    err = proc.stderr.read()
-    proc.wait()
-    return t0, lines, err, proc.returncode
+    child = sides.checked(sides.run_child([sys.executable, HERE / "peer_sft.py", side, t0, work / "model",
+                                           work / "train.jsonl", args.steps, args.threads, work / f"{side}-{pair}"],
+                                          env), side)
+    steps = [r["t"] for r in child.of_type("step")]
+    logs = {r["step"]: r["num_tokens"] for r in child.of_type("log")}
+    tokens = logs[args.steps] - logs[args.skip]
+    first = child.of_type("first_loss")
+    return sides.Figure(tokens / (steps[-1] - steps[args.skip - 1]), child,
+                        {"first_step_s": steps[0], "first_loss": first[0]["loss"] if first else None,
+                         "tokens_per_cpu_s": tokens / child.cpu_seconds})
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--skip", type=int, default=5, help="steps left out of the throughput (warm-up)")
+    sides.add_arguments(ap, SIDES, "native,trl,trl-compact")
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--skip", type=int, default=3, help="steps left out of the throughput (warm-up)")
     ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--hidden", type=int, default=512)
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--work", default=None, help="folder for the model, data and outputs (default: a temp folder)")
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--threads", type=int, default=2)
+    workload.work_argument(ap)
     args = ap.parse_args()
-    build = pathlib.Path(os.environ.get("TRAINER_BUILD_DIR", REPO / "build"))
-    job = build / "apps" / "trainer-job"
-    work = pathlib.Path(args.work or tempfile.mkdtemp(prefix="bench-sft-"))
-    work.mkdir(parents=True, exist_ok=True)
+    chosen = sides.chosen(args, SIDES)
+    if not 1 <= args.skip < args.steps:
+        raise SystemExit(f"--skip must be at least 1 and below --steps ({args.steps}), not {args.skip}")
+    if args.hidden % 8:
+        raise SystemExit(f"--hidden must be a multiple of 8 (8 heads), not {args.hidden}")
+    with workload.work_folder(args.work, "bench-sft-") as work:
+        return run(args, chosen, work)
 
-    import models
 
-    model_dir = work / "model"
-    if not (model_dir / "config.json").exists():
-        models.make_tiny_model(model_dir, arch="qwen3", tokenizer="qwen3", seed=0, hidden_size=args.hidden,
-                               intermediate_size=3 * args.hidden, num_hidden_layers=args.layers,
-                               num_attention_heads=8, num_key_value_heads=4, head_dim=args.hidden // 8)
-    data = work / "train.jsonl"
-    make_data(data, rows=4 * args.steps + 8)
-
-    plan = {"kind": "run", "workload": "bench", "baseModel": str(model_dir),
-            "config": {"dataset": str(data), "method": "sft",
+def run(args, chosen: list[str], work: pathlib.Path) -> int:
+    workload.qwen3_model(work / "model", args.hidden, args.layers, heads=8, kv_heads=4, head_dim=args.hidden // 8)
+    make_data(work / "train.jsonl", rows=4 * args.steps + 8)
+    plan = {"kind": "run", "workload": "bench", "baseModel": str(work / "model"),
+            "config": {"dataset": str(work / "train.jsonl"), "method": "sft",
                        "hyperparams": {"lora": {"rank": 16, "alpha": 32, "dropout": 0.0},
                                        "optimizer": {"learningRate": 1e-4, "schedule": "linear"},
                                        "training": {"maxSteps": args.steps, "batchSize": 4, "seed": 42}},
                        "maxSeqLength": 256, "model": {"precision": "FP32"}},
             "execution": {"gpus": 0}}
     (work / "plan.json").write_text(json.dumps(plan))
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    vocab = json.loads((work / "model" / "config.json").read_text())["vocab_size"]
+    print(f"model: Qwen3 architecture, {args.layers} layers, hidden {args.hidden}, vocab {vocab}; batch 4 padded, "
+          f"no packing, maxSeqLength 256, {args.steps} steps (first {args.skip} left out), {args.threads} threads, "
+          f"fp32, LoRA r16 on 7 modules")
+    peak = gemm.fp32_gemm_peak(args.threads)
+    env = workload.thread_env(args.threads)
 
-    # --- ours
-    _, lines, err, rc = run_timed([str(job), "run", "--plan", str(work / "plan.json"), "--output", str(work / "ours")], env)
-    if rc != 0:
-        sys.exit(f"trainer-job failed ({rc}):\n{err[-3000:]}")
-    steps = [e for _, e in lines if e["type"] == "step"]
-    first_step_ours = next(t for t, e in lines if e["type"] == "step")
-    timed = steps[args.skip:]
-    ours_tps = sum(e["batchTokens"] for e in timed) / sum(e["stepSeconds"] for e in timed)
-    t_steps = [t for t, e in lines if e["type"] == "step"]
-    ours_wall_tps = sum(e["batchTokens"] for e in timed) / (t_steps[-1] - t_steps[args.skip - 1])
-    # The process's RSS high-water mark, as TRL's is measured (the job's own memory figures count
-    # tensors, not the process): the first child waited for is ours.
-    ours_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    def turn(side, pair):
+        return native_turn(args, work, env, pair) if side == "native" else trl_turn(args, work, env, side, pair)
 
-    # --- TRL
-    t0 = time.time()
-    _, lines, err, rc = run_timed([sys.executable, "-c", TRL_SCRIPT, str(t0), str(model_dir), str(data), str(args.steps),
-                                   str(args.threads), str(work / "trl")], env)
-    if rc != 0:
-        sys.exit(f"TRL failed ({rc}):\n{err[-3000:]}")
-    trl_steps = [(e["t"], e) for _, e in lines if e["type"] == "step"]
-    logs = {e["step"]: e["num_tokens"] for _, e in lines if e["type"] == "log"}
-    first_step_trl = trl_steps[0][0]
-    t_a, t_b = trl_steps[args.skip - 1][0], trl_steps[-1][0]
-    trl_tokens = logs[args.steps] - logs[args.skip]
-    trl_tps = trl_tokens / (t_b - t_a)
-    trl_peak = next(e["rss_peak_bytes"] for _, e in lines if e["type"] == "end")
+    turns = sides.alternate(chosen, args.pairs, turn, "tokens/s")
+    result = sides.report(turns, "tokens/s")
+    return 0 if print_details(turns, chosen, result["median"], peak) else 1
 
-    print(f"model: Qwen3 architecture, {args.layers} layers, hidden {args.hidden}, vocab {json.loads((model_dir / 'config.json').read_text())['vocab_size']}; "
-          f"batch 4, maxSeqLength 256, {args.steps} steps, {args.threads} threads, fp32, LoRA r16 on 7 modules")
-    print(f"{'':28}{'native':>12}{'TRL+PEFT':>12}{'ratio':>8}")
-    print(f"{'tokens/s (step phase)':28}{ours_tps:12.0f}{'':12}")
-    print(f"{'tokens/s (wall, steps)':28}{ours_wall_tps:12.0f}{trl_tps:12.0f}{ours_wall_tps / trl_tps:8.2f}")
-    print(f"{'peak RSS (MiB)':28}{ours_peak / 2**20:12.0f}{trl_peak / 2**20:12.0f}{trl_peak / ours_peak:8.2f}")
-    print(f"{'start to first step (s)':28}{first_step_ours:12.2f}{first_step_trl:12.2f}{first_step_trl / first_step_ours:8.2f}")
+
+def print_details(turns, chosen, medians, peak) -> bool:
+    """First losses, time to the first step, tokens per CPU-second and useful GFLOP/s per side.
+    False when a compacted peer's loss is not plain TRL's."""
+    fpt = sides.median_detail(turns, "native", "useful_flops_per_token")
+    print(f"\nuseful FLOPs per non-padding token (native usefulFlops): "
+          f"{'n/a' if fpt is None else f'{fpt / 1e9:.3f} G'}; fp32 GEMM peak {peak / 1e9:.1f} GFLOP/s")
+    print(f"  {'side':14}{'first-step loss':>18}{'start->1st step s':>19}{'tokens/cpu-s':>14}"
+          f"{'useful GFLOP/s':>16}{'of GEMM peak':>14}")
+    for side in chosen:
+        loss = sides.median_detail(turns, side, "first_loss")
+        first = sides.median_detail(turns, side, "first_step_s")
+        per_cpu = sides.median_detail(turns, side, "tokens_per_cpu_s")
+        achieved = None if fpt is None else fpt * medians[side]
+        print(f"  {side:14}{'n/a' if loss is None else f'{loss:.6f}':>18}{first:19.2f}{per_cpu:14.1f}"
+              f"{'n/a' if achieved is None else f'{achieved / 1e9:.1f}':>16}"
+              f"{'n/a' if achieved is None else f'{achieved / peak:.1%}':>14}")
+    ok = True
+    plain = sides.median_detail(turns, "trl", "first_loss")
+    for side in ("trl-compact", "trl-compile"):
+        mine = sides.median_detail(turns, side, "first_loss")
+        if plain is None or mine is None:
+            continue
+        rel = abs(mine - plain) / abs(plain)
+        agree = rel <= LOSS_AGREEMENT
+        ok = ok and agree
+        print(f"first-step loss {side} {mine:.7f} vs trl {plain:.7f}: relative difference {rel:.1e} "
+              f"({'agrees' if agree else 'DIFFERS'}, limit {LOSS_AGREEMENT:.0e})")
+    if "native" in chosen:
+        steps = statistics.median(t.figure.detail["step_phase_tokens_per_s"] for t in turns if t.side == "native")
+        print(f"native tokens/s counted over its own step phase (stepSeconds, no input time): {steps:.1f}")
+    return ok
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
