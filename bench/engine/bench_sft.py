@@ -97,17 +97,23 @@ def main():
         return run(args, chosen, work)
 
 
-def run(args, chosen: list[str], work: pathlib.Path) -> int:
-    workload.qwen3_model(work / "model", args.hidden, args.layers, heads=8, kv_heads=4, head_dim=args.hidden // 8)
-    make_data(work / "train.jsonl", rows=4 * args.steps + 8)
+def write_workload(work: pathlib.Path, hidden: int, layers: int, steps: int) -> pathlib.Path:
+    """The model, data and plan of this benchmark in work; returns the plan's path (profile_step.py runs it too)."""
+    workload.qwen3_model(work / "model", hidden, layers, heads=8, kv_heads=4, head_dim=hidden // 8)
+    make_data(work / "train.jsonl", rows=4 * steps + 8)
     plan = {"kind": "run", "workload": "bench", "baseModel": str(work / "model"),
             "config": {"dataset": str(work / "train.jsonl"), "method": "sft",
                        "hyperparams": {"lora": {"rank": 16, "alpha": 32, "dropout": 0.0},
                                        "optimizer": {"learningRate": 1e-4, "schedule": "linear"},
-                                       "training": {"maxSteps": args.steps, "batchSize": 4, "seed": 42}},
+                                       "training": {"maxSteps": steps, "batchSize": 4, "seed": 42}},
                        "maxSeqLength": 256, "model": {"precision": "FP32"}},
             "execution": {"gpus": 0}}
     (work / "plan.json").write_text(json.dumps(plan))
+    return work / "plan.json"
+
+
+def run(args, chosen: list[str], work: pathlib.Path) -> int:
+    write_workload(work, args.hidden, args.layers, args.steps)
     vocab = json.loads((work / "model" / "config.json").read_text())["vocab_size"]
     print(f"model: Qwen3 architecture, {args.layers} layers, hidden {args.hidden}, vocab {vocab}; batch 4 padded, "
           f"no packing, maxSeqLength 256, {args.steps} steps (first {args.skip} left out), {args.threads} threads, "

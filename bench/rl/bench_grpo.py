@@ -51,8 +51,11 @@ def main() -> int:
         return run(a, chosen, shape, tmp)
 
 
-def run(a, chosen: list[str], shape: dict, tmp: pathlib.Path) -> int:
-    folder = workload.qwen3_model(tmp / "model", a.hidden, a.layers, **shape)
+def write_workload(tmp: pathlib.Path, hidden: int, layers: int, steps: int, group: int, prompts: int,
+                   new_tokens: int) -> pathlib.Path:
+    """The model, prompts and plan of this benchmark in tmp; returns the plan's path (bench/engine/profile_step.py
+    runs it too)."""
+    folder = workload.qwen3_model(tmp / "model", hidden, layers, **workload.rl_shape(hidden))
     labels = ["billing", "shipping", "refund", "account"]
     rows = [{"messages": [{"role": "user", "content": f"Classify ticket {i}: my {labels[i % 4]} issue, answer in JSON"},
                           {"role": "assistant", "content": json.dumps({"label": labels[i % 4]})}]} for i in range(64)]
@@ -60,13 +63,20 @@ def run(a, chosen: list[str], shape: dict, tmp: pathlib.Path) -> int:
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     plan = {"kind": "run", "workload": "bench", "baseModel": str(folder),
             "config": {"dataset": str(data), "method": "grpo", "maxSeqLength": 256, "model": {"precision": "FP32"},
-                       "hyperparams": {"lora": {"rank": 16, "alpha": 32}, "training": {"maxSteps": a.steps, "seed": 42}},
-                       "klBeta": 0.0, "rlHyperparams": {"groupSize": a.group, "promptsPerStep": a.prompts,
-                                                        "maxCompletionLength": a.new_tokens,
-                                                        "microBatchSize": a.group * a.prompts,
+                       "hyperparams": {"lora": {"rank": 16, "alpha": 32}, "training": {"maxSteps": steps, "seed": 42}},
+                       "klBeta": 0.0, "rlHyperparams": {"groupSize": group, "promptsPerStep": prompts,
+                                                        "maxCompletionLength": new_tokens,
+                                                        "microBatchSize": group * prompts,
                                                         "optimizer": {"learningRate": 1e-5}}},
             "execution": {"gpus": 0}}
     (tmp / "plan.json").write_text(json.dumps(plan))
+    return tmp / "plan.json"
+
+
+def run(a, chosen: list[str], shape: dict, tmp: pathlib.Path) -> int:
+    write_workload(tmp, a.hidden, a.layers, a.steps, a.group, a.prompts, a.new_tokens)
+    folder = tmp / "model"
+    data = tmp / "rl.jsonl"
     env = workload.thread_env(a.threads)
     print(f"model: qwen3 hidden {a.hidden}, {a.layers} layers, vocab 151k, fp32, LoRA r16; {a.prompts} prompts x "
           f"{a.group}, {a.new_tokens} new tokens, {a.steps} steps (first left out); {a.threads} threads")
