@@ -3,7 +3,7 @@
 
 #include <algorithm>
 #include <string>
-#include <utility>
+#include <vector>
 
 #include "engine/engine_error.h"
 
@@ -12,6 +12,12 @@ namespace {
 
 // FLOPs per multiply-add.
 constexpr double kFlopsPerMac = 2;
+// Products per weight and token: a frozen weight's forward and input gradient; a trained one's
+// forward, input gradient and weight gradient. Each as many multiply-adds as the forward.
+constexpr double kFrozenProducts = 2;
+constexpr double kTrainedProducts = 3;
+// Attention's forward and backward (the gradients of Q, K and V: twice the forward).
+constexpr double kAttentionPasses = 3;
 
 struct Projection {
   const char* name;
@@ -22,8 +28,8 @@ struct Projection {
 std::vector<Projection> layer_projections(const model::ModelConfig& c) {
   const int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
   const int64_t i = c.intermediate_size;
-  return {{"q_proj", h, q},         {"k_proj", h, kv},       {"v_proj", h, kv},       {"o_proj", q, h},
-          {"gate_proj", h, i},      {"up_proj", h, i},       {"down_proj", i, h}};
+  return {{"q_proj", h, q},    {"k_proj", h, kv},  {"v_proj", h, kv},    {"o_proj", q, h},
+          {"gate_proj", h, i}, {"up_proj", h, i},  {"down_proj", i, h}};
 }
 
 }  // namespace
@@ -52,24 +58,20 @@ int64_t adapter_parameters(const model::ModelConfig& config, const plan::LoraSet
 }
 
 FlopsParts lora_update_flops(const model::ModelConfig& config, const plan::LoraSettings& lora, const PassShape& pass) {
-  double tokens = 0, query_keys = 0;  // query_keys: (query, key) pairs causal attention scores
+  double tokens = 0, query_keys = 0;  // query_keys: the (query, key) pairs causal attention scores
   for (int64_t s : pass.sequence_lengths) {
     const auto n = static_cast<double>(s);
     tokens += n;
     query_keys += n * (n + 1) / 2;
   }
-  // Forward: one multiply-add per parameter and token. The frozen base and head add their input
-  // gradient (as much again); the adapters add their input gradient and their weight gradient.
-  const double forward_per_parameter = kFlopsPerMac;
   FlopsParts f;
-  f.base = 2 * forward_per_parameter * static_cast<double>(base_linear_parameters(config)) * tokens;
-  f.adapters = 3 * forward_per_parameter * static_cast<double>(adapter_parameters(config, lora)) * tokens;
-  // Per layer and (query, key) pair: QK^T and AV, head_dim multiply-adds each, in every query
-  // head; the backward (gradients of Q, K and V) does twice the forward.
+  f.base = kFrozenProducts * kFlopsPerMac * static_cast<double>(base_linear_parameters(config)) * tokens;
+  f.adapters = kTrainedProducts * kFlopsPerMac * static_cast<double>(adapter_parameters(config, lora)) * tokens;
+  // Per layer, (query, key) pair and query head: QK^T and AV, head_dim multiply-adds each.
   const double attention_forward = 2 * kFlopsPerMac * static_cast<double>(config.num_hidden_layers) *
                                    static_cast<double>(config.num_attention_heads * config.head_dim) * query_keys;
-  f.attention = 3 * attention_forward;
-  f.head = 2 * forward_per_parameter * static_cast<double>(config.hidden_size * config.vocab_size) *
+  f.attention = kAttentionPasses * attention_forward;
+  f.head = kFrozenProducts * kFlopsPerMac * static_cast<double>(config.hidden_size * config.vocab_size) *
            static_cast<double>(pass.head_positions);
   return f;
 }
