@@ -88,6 +88,7 @@ def test_rl_run_completes_with_rl_figures_in_every_step(method, tiny_models, job
     # A generation batch serves iterationsPerBatch=2 steps: step 2 reuses step 1's rollouts.
     assert steps[0]["rl"]["generationSeconds"] > 0 and steps[1]["rl"]["generationSeconds"] == 0
     assert steps[1]["rl"]["rollouts"] == steps[0]["rl"]["rollouts"]
+    assert steps[1]["usefulFlops"] == steps[0]["usefulFlops"]  # the same update over the same rollouts
     assert steps[2]["rl"]["generationSeconds"] > 0
     done = events[-1]
     assert done["type"] == "completed" and done["steps"] == 3
