@@ -13,13 +13,15 @@ For each model shape (random weights, Qwen3 architecture, the real Qwen3 vocabul
              C  the same loop with the head compacted to the labelled positions (what a
                 competent user does: hidden states, then the head only where there are labels);
            tokens/s over the steps after the warm-up, peak device memory of each side.
-  MFU:     useful FLOPs per token (docs/telemetry-usage.md, "FLOPs of a LoRA step"): the frozen
-           base's forward and input gradient (4 x body linear parameters), the adapters' three
-           products (6 x adapter parameters), causal attention (6 x layers x heads x head_dim x
-           the mean of s^2 / s), the head's forward and input gradient at labelled positions only
-           (4 x vocab x hidden x labelled share); against the datasheet's dense bf16 peak (989
-           TFLOP/s for H100/H200) and against the bf16 GEMM rate measured at the start.
-           The engine's own sft.mfu (6 x all linear parameters x tokens) is printed beside it.
+  MFU:     useful FLOPs per token as the engine counts them: its step events' usefulFlops
+           (docs/telemetry-usage.md, "Useful FLOPs": the frozen base's forward and input
+           gradient, the adapters' three products, causal attention, the head's forward and
+           input gradient at labelled positions only), summed over a run of the whole data set
+           and divided by its tokens; the transformers sides train the same rows, so the same
+           FLOPs per token apply to them. Against the datasheet's dense bf16 peak (989 TFLOP/s
+           for H100/H200) and against the bf16 GEMM rate measured at the start. The engine's own
+           sft.mfu (6 x all linear parameters x tokens) and usefulMfu (over its step seconds
+           alone) are printed beside it.
 --device cpu is the smoke mode: tiny shapes, few steps, fp32, no MFU (no CPU peak table).
 """
 from __future__ import annotations
@@ -69,13 +71,12 @@ def adapter_parameters(c: dict, rank: int) -> int:
     return c["num_hidden_layers"] * sum(rank * (a + b) for a, b in dims)
 
 
-def useful_flops_per_token(c: dict, vocab: int, lengths: list[int], labelled: int) -> float:
-    """The work a LoRA SFT step must do per (non-padding) token; see the module docstring."""
-    tokens = sum(lengths)
-    attention = 6 * c["num_hidden_layers"] * c["num_attention_heads"] * c["head_dim"] * \
-        sum(s * s for s in lengths) / max(1, tokens)
-    head = 4 * vocab * c["hidden_size"] * labelled / max(1, tokens)
-    return 4 * body_linear_parameters(c) + 6 * adapter_parameters(c, RANK) + attention + head
+def useful_flops_per_token(steps: list[dict]) -> float:
+    """The engine's useful FLOPs per non-padding token over a run's step events."""
+    if any("usefulFlops" not in e for e in steps):
+        raise RuntimeError("trainer-job's step events carry no usefulFlops: a build older than the engine's "
+                           "useful FLOPs (src/engine/train/useful_flops.h)")
+    return sum(e["usefulFlops"] for e in steps) / max(1, sum(e["batchTokens"] for e in steps))
 
 
 def make_rows(path: pathlib.Path, n: int, words_per_row: int, seed: int = 0) -> None:
@@ -304,21 +305,25 @@ def measure_shape(args, shape, work, models, cpu, steps, batch, words, seq, peak
     encoded = hf.encode(data)
     lengths = [len(ids) for ids, _ in encoded]
     labelled = sum(sum(1 for x in lab[1:] if x != -100) for _, lab in encoded)
-    fpt = useful_flops_per_token(cfg, vocab, lengths, labelled)
+    fpt = None  # from the engine's first turn over the whole data set
     turns = {"engine": [], "hf": [], "hf_compact": []}
     peaks = {"engine": 0, "hf": 0, "hf_compact": 0}
-    engine_mfu = []
+    engine_mfu, engine_useful_mfu = [], []
     split = {"inputSeconds": [], "forwardBackwardSeconds": [], "optimizerSeconds": [], "stepSeconds": []}
     for turn in range(args.pairs):
         if turn > 0 and time.time() - t0 > args.budget:
             log(f"{shape}: {turn} turns of each side (past the budget)")
             break
         events = engine_run(args.job, work / f"run{turn}", model_dir, data, steps, batch, args.device, seq)
-        timed = [e for e in events if e.get("type") == "step"][args.skip:]
+        every = [e for e in events if e.get("type") == "step"]
+        if fpt is None:
+            fpt = useful_flops_per_token(every)
+        timed = every[args.skip:]
         secs = sum(e["stepSeconds"] + e.get("inputSeconds", 0) for e in timed)
         turns["engine"].append(sum(e["batchTokens"] for e in timed) / max(1e-9, secs))
         peaks["engine"] = max([peaks["engine"]] + [e.get("memory", {}).get("allocatedPeakBytes", 0) for e in timed])
         engine_mfu += [e["mfu"] for e in timed if e.get("mfu") is not None]
+        engine_useful_mfu += [e["usefulMfu"] for e in timed if e.get("usefulMfu") is not None]
         for k in split:
             split[k] += [e.get(k, 0.0) for e in timed]
         for side, compact in (("hf", False), ("hf_compact", True)):
@@ -343,6 +348,7 @@ def measure_shape(args, shape, work, models, cpu, steps, batch, words, seq, peak
                 peak_bytes=peaks, mfu_datasheet={k: mfu(v, peak) for k, v in med.items()},
                 mfu_measured_gemm={k: mfu(v, measured) for k, v in med.items()},
                 engine_sft_mfu_6n=statistics.median(engine_mfu) if engine_mfu else None,
+                engine_useful_mfu=statistics.median(engine_useful_mfu) if engine_useful_mfu else None,
                 engine_step_split_median_s={k: statistics.median(v) for k, v in split.items() if v})
 
 
@@ -357,7 +363,8 @@ def print_table(results, name, cpu, batch, words, steps, skip, peak, measured) -
               f"(rel {r['loss_rel_diff']:.1e}, {'ok' if r['parity'] else 'OFF'}), transformers fp32 "
               f"{r['loss_hf_fp32'] if r['loss_hf_fp32'] is None else round(r['loss_hf_fp32'], 5)}")
         print(f"  useful FLOPs/token {r['useful_flops_per_token'] / 1e9:.2f} G; labelled share "
-              f"{r['labelled_share']:.2f}; engine's own sft.mfu (6N) {pct(r['engine_sft_mfu_6n'])}")
+              f"{r['labelled_share']:.2f}; engine's own sft.mfu (6N) {pct(r['engine_sft_mfu_6n'])}, "
+              f"usefulMfu (step seconds) {pct(r['engine_useful_mfu'])}")
         print(f"  {'side':12}{'turns tok/s':>28}{'median':>9}{'peak GiB':>10}{'MFU':>8}{'MFU/gemm':>10}")
         for side in ("engine", "hf", "hf_compact"):
             t = " ".join(f"{v:.0f}" for v in r["turns"][side])

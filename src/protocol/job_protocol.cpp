@@ -54,6 +54,7 @@ TRAINER_DESCRIBE(Step, required("step", &Step::step), defaulted("totalSteps", &S
                  defaulted("forwardBackwardSeconds", &Step::forward_backward_seconds),
                  defaulted("optimizerSeconds", &Step::optimizer_seconds),
                  optional("paddingShare", &Step::padding_share), optional("mfu", &Step::mfu),
+                 optional("usefulFlops", &Step::useful_flops), optional("usefulMfu", &Step::useful_mfu),
                  optional("memory", &Step::memory), if_object("rl", &Step::rl))
 TRAINER_DESCRIBE(Validation, required("step", &Validation::step),
                  required("validationLoss", &Validation::validation_loss), defaulted("tokens", &Validation::tokens),

@@ -154,6 +154,10 @@ struct Step {
   double optimizer_seconds = 0;
   std::optional<double> padding_share = {};  // absent when packed
   std::optional<double> mfu = {};            // absent without a known device peak
+  // FLOPs the update's matrix products really did (engine/train/useful_flops.h); absent from
+  // engines that do not count them (TRL) and from older event files.
+  std::optional<double> useful_flops = {};
+  std::optional<double> useful_mfu = {};  // useful_flops / the MFU span / the device peak; absent without a peak
   std::optional<StepMemory> memory = {};
   // GRPO/GSPO runs: the step's RL figures (rewards by term, completion lengths, KL, clip ratios,
   // phase seconds, rollouts), an object as docs/job-protocol.md describes; null for SFT.

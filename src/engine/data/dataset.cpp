@@ -396,6 +396,7 @@ Batch make_batch(const std::vector<TokenizedRow>& rows, const std::vector<Sequen
       }
       ++k;
       ++batch.examples;
+      batch.row_lengths.push_back(static_cast<int64_t>(row.input_ids.size()));
     }
   }
   batch.padding_tokens = batch.rows * batch.seq_len - batch.real_tokens;

@@ -149,6 +149,7 @@ struct Batch {
   std::vector<int64_t> attention_mask;  // 1 real token, 0 padding
   std::vector<int64_t> position_ids;    // restart at 0 for every packed row; 0 on padding
   std::vector<int64_t> sequence_ids;    // index of the packed row within its batch row; -1 padding
+  std::vector<int64_t> row_lengths;     // tokens of each dataset row in the batch, in order (packed rows one by one)
   int64_t real_tokens = 0;              // tokens that are not padding
   int64_t trained_tokens = 0;           // labels != kIgnoreIndex
   int64_t padding_tokens = 0;           // rows * seq_len - real_tokens

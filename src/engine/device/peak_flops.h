@@ -35,7 +35,8 @@ const std::vector<PeakFlopsEntry>& peak_flops_table();
 // Training FLOPs of one token, the convention of the specification's sft.mfu (and TRL's):
 // 6 x the parameters of the language model's linear layers and output head (forward 2,
 // backward 4, as if every weight took a gradient; a LoRA update takes none for the frozen
-// weights and does nearer 4). Attention over the sequence is not counted.
+// weights and does nearer 4). Attention over the sequence is not counted. The work a LoRA update
+// really does is train/useful_flops.h's.
 double training_flops_per_token(double linear_parameters);
 
 }  // namespace trainer::engine::device

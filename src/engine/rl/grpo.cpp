@@ -27,6 +27,7 @@
 #include "engine/rl/rl_step.h"
 #include "engine/rl/tool_rollouts.h"
 #include "engine/rl/tools.h"
+#include "engine/train/useful_flops.h"
 
 namespace trainer::engine::rl {
 namespace {
@@ -237,6 +238,7 @@ class GrpoMethod : public train::Method {
                       .input_seconds = 0,
                       .forward_backward_seconds = update_seconds - opt_seconds,
                       .optimizer_seconds = opt_seconds};
+    ev.useful_flops = update_flops_;
     ev.rl = to_json(rl);
     add_tool_figures(rl, &ev.rl);
     return ev;
@@ -475,6 +477,17 @@ class GrpoMethod : public train::Method {
     at::Tensor trained = rl_.tools ? gen.completion_mask & tools.tool_mask.logical_not() : gen.completion_mask;
     batch_.completion_mask = trained.to(device_, at::kFloat);
     tool_tokens_ = rl_.tools ? tools.tool_mask.sum().item<int64_t>() : 0;
+    // Each update over this batch runs every row's real tokens (tool turns included) forward and
+    // backward, and the head at the completion positions (the old and reference log-probs are
+    // computed here, before the update's span: not counted).
+    auto lengths_of = [](const at::Tensor& mask) {
+      const at::Tensor n = mask.sum(1).to(at::kCPU, at::kLong).contiguous();
+      return std::vector<int64_t>(n.data_ptr<int64_t>(), n.data_ptr<int64_t>() + n.numel());
+    };
+    update_flops_ = train::lora_update_flops(model_.config(), cfg_.lora,
+                                             train::rl_update_shape(lengths_of(gen.prompt_mask),
+                                                                    lengths_of(gen.completion_mask)))
+                        .total();
     if (rl_.tools) {
       int64_t calls = 0, failures = 0;
       for (int64_t i = 0; i < N; ++i) {
@@ -552,6 +565,7 @@ class GrpoMethod : public train::Method {
   std::vector<text::Json> prompt_messages_, prompt_tools_;
   std::vector<std::vector<std::string>> declared_tools_;
   int64_t tool_tokens_ = 0;  // tokens of tool turns in the current generation batch
+  double update_flops_ = 0;  // useful FLOPs of one policy update over the current generation batch
   std::vector<size_t> order_;
   size_t cursor_ = 0;
   int64_t epoch_ = 0, total_ = 0;

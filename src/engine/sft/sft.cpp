@@ -11,6 +11,7 @@
 #include "engine/device/peak_flops.h"
 #include "engine/engine_internal.h"
 #include "engine/train/batch_tensors.h"
+#include "engine/train/useful_flops.h"
 
 namespace trainer::engine {
 namespace sft {
@@ -49,7 +50,12 @@ Evaluation evaluate(model::CausalLM& model, const std::vector<data::TokenizedRow
 class SftMethod : public train::Method {
  public:
   SftMethod(const plan::Plan& plan, train::Setup& setup, const EventSink& emit)
-      : cfg_(plan.config), tr_(cfg_.training), model_(*setup.model), device_(setup.device), group_(setup.group.get()) {
+      : cfg_(plan.config),
+        tr_(cfg_.training),
+        lora_(plan.config.lora),
+        model_(*setup.model),
+        device_(setup.device),
+        group_(setup.group.get()) {
     text::Tokenizer& tok = *setup.tokenizer;
     data::LoadOptions lo;
     lo.max_seq_length = cfg_.maxSeqLength;
@@ -134,20 +140,26 @@ class SftMethod : public train::Method {
       if (batches_.back().rows > 0) tensors_.push_back(train::to_tensors(batches_.back(), device_, tr_.packing));
     }
     int64_t trained = 0, real = 0, padding = 0, positions = 0;
+    // The update's useful work: every row forward and backward, the head at the labelled positions.
+    train::PassShape pass;
     for (const auto& b : batches_) {
       trained += b.trained_tokens;
       real += b.real_tokens;
       padding += b.padding_tokens;
       positions += b.rows * b.seq_len;
+      pass.sequence_lengths.insert(pass.sequence_lengths.end(), b.row_lengths.begin(), b.row_lengths.end());
+      pass.head_positions += b.trained_tokens;
     }
+    double useful_flops = train::lora_update_flops(model_.config(), lora_, pass).total();
     if (group_ != nullptr) {  // the whole update's figures
       const std::vector<double> all = group_->sum(std::vector<double>{
           static_cast<double>(trained), static_cast<double>(real), static_cast<double>(padding),
-          static_cast<double>(positions)});
+          static_cast<double>(positions), useful_flops});
       trained = static_cast<int64_t>(all[0]);
       real = static_cast<int64_t>(all[1]);
       padding = static_cast<int64_t>(all[2]);
       positions = static_cast<int64_t>(all[3]);
+      useful_flops = all[4];
     }
     train::synchronize(device_);
     const double input_seconds = seconds_since(t_input);
@@ -193,6 +205,7 @@ class SftMethod : public train::Method {
                       .input_seconds = input_seconds,
                       .forward_backward_seconds = fb_seconds,
                       .optimizer_seconds = opt_seconds};
+    ev.useful_flops = useful_flops;
     if (!tr_.packing && positions > 0) ev.padding_share = static_cast<double>(padding) / static_cast<double>(positions);
     return ev;
   }
@@ -212,6 +225,7 @@ class SftMethod : public train::Method {
 
   const plan::RunConfig& cfg_;
   const plan::TrainingSettings& tr_;
+  const plan::LoraSettings& lora_;  // the adapter the Updater attaches (for the useful FLOPs)
   model::CausalLM& model_;
   const at::Device device_;
   dist::Group* const group_;  // the ranks' collectives (owned by the Setup); null = one rank

@@ -367,6 +367,7 @@ TrainResult run(Method& method, Setup& setup, Updater& updater, const LoopOption
     if (peak_flops && flops_per_token > 0 && mfu_seconds > 0) {
       ev.mfu = flops_per_token * static_cast<double>(ev.batch_tokens) / mfu_seconds / *peak_flops;
     }
+    if (peak_flops && ev.useful_flops && mfu_seconds > 0) ev.useful_mfu = *ev.useful_flops / mfu_seconds / *peak_flops;
     result.steps = step + 1;
     result.final_loss = ev.loss;
     const std::optional<protocol::StepMemory> step_memory = ev.memory;

@@ -96,8 +96,9 @@ class Method {
  public:
   virtual ~Method() = default;
   // Optimizer step `step` (0-based): its forward and backward passes (all micro-batches of the
-  // gradient accumulation), then updater.clip() and updater.apply(step). Returns the step event;
-  // the loop fills step, total_steps, memory and (with a known device peak) mfu.
+  // gradient accumulation), then updater.clip() and updater.apply(step). Returns the step event
+  // with its useful_flops (train/useful_flops.h, the whole update's over the ranks); the loop
+  // fills step, total_steps, memory and (with a known device peak) mfu and useful_mfu.
   virtual protocol::Step step(int64_t step, Updater& updater) = 0;
   // One pass over the held-out data after optimizer step `step`; nullopt when there is none.
   virtual std::optional<protocol::Validation> validate(int64_t /*step*/) { return std::nullopt; }

@@ -128,6 +128,11 @@ def test_metrics_fields_refuses_a_name_no_step_carries(ready):
     assert near.returncode == 2 and "did you mean batchTokens?" in near.stderr
     ok = ready("runs", "metrics", run["runId"], "--fields", "batchTokens")
     assert ok.returncode == 0 and "BATCHTOKENS" in ok.stdout
+    # The engine's useful FLOPs travel through trainerd like every figure a step carries.
+    useful = ready("runs", "metrics", run["runId"], "--fields", "usefulFlops")
+    assert useful.returncode == 0 and "USEFULFLOPS" in useful.stdout, useful.stderr
+    steps = ready.json("runs", "metrics", run["runId"])["steps"]
+    assert len(steps) == 2 and all(s["usefulFlops"] > 0 for s in steps), steps
 
 
 def test_metrics_of_a_failed_run_says_it_failed_and_why(ready):

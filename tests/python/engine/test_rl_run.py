@@ -37,6 +37,32 @@ def run_plan(job, tmp_path, name, plan):
     return proc, events
 
 
+def check_useful_flops(model_dir, steps, rank, group):
+    """Each step's usefulFlops is the documented formula (docs/telemetry-usage.md, "Useful FLOPs")
+    for its batch: every row (prompt and completion) forward and backward through the frozen
+    base and the adapters (r `rank` on the 7 projections), causal attention over each row, the
+    head at the completion positions. The events give the completion lengths and the prompts'
+    total; the one split of it between the batch's two prompts (rows of `group`) must match."""
+    cfg = json.loads((model_dir / "config.json").read_text())
+    h, i, layers, vocab = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
+    q, kv = cfg["num_attention_heads"] * cfg["head_dim"], cfg["num_key_value_heads"] * cfg["head_dim"]
+    shapes = [(h, q), (h, kv), (h, kv), (q, h), (h, i), (h, i), (i, h)]  # (in, out) of q k v o gate up down
+    base = layers * sum(a * b for a, b in shapes)
+    adapters = layers * sum(rank * (a + b) for a, b in shapes)
+    for s in steps:
+        completions = s["rl"]["completionLengths"]
+        tokens = s["batchTokens"]
+        prompts = tokens - sum(completions)  # both prompts, each `group` times
+        assert len(completions) == 2 * group and prompts % group == 0
+        rest = s["usefulFlops"] - (4 * base + 6 * adapters) * tokens - 4 * h * vocab * sum(completions)
+        splits = []
+        for first in range(1, prompts // group):
+            lengths = [(first if r < group else prompts // group - first) + c for r, c in enumerate(completions)]
+            if 12 * layers * q * sum(n * (n + 1) // 2 for n in lengths) == pytest.approx(rest, rel=1e-12):
+                splits.append(first)
+        assert splits, f"step {s['step']}: usefulFlops {s['usefulFlops']} fits no split of the prompts' {prompts} tokens"
+
+
 @pytest.mark.parametrize("method", ["grpo", "gspo"])
 def test_rl_run_completes_with_rl_figures_in_every_step(method, tiny_models, job, tmp_path):
     data = write_jsonl(tmp_path / "rl.jsonl", rl_rows(8))
@@ -58,9 +84,11 @@ def test_rl_run_completes_with_rl_figures_in_every_step(method, tiny_models, job
         assert 0.0 <= rl["clipRatio"] <= 1.0 and rl["kl"] >= 0.0
         assert rl["entropy"] > 0
         assert len(rl["rollouts"]) == 8
+    check_useful_flops(tiny_models("qwen3"), steps, rank=4, group=4)
     # A generation batch serves iterationsPerBatch=2 steps: step 2 reuses step 1's rollouts.
     assert steps[0]["rl"]["generationSeconds"] > 0 and steps[1]["rl"]["generationSeconds"] == 0
     assert steps[1]["rl"]["rollouts"] == steps[0]["rl"]["rollouts"]
+    assert steps[1]["usefulFlops"] == steps[0]["usefulFlops"]  # the same update over the same rollouts
     assert steps[2]["rl"]["generationSeconds"] > 0
     done = events[-1]
     assert done["type"] == "completed" and done["steps"] == 3

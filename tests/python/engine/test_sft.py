@@ -125,6 +125,34 @@ def test_events_follow_the_job_protocol(trained):
     assert done["steps"] == 24 and done["exportSeconds"] >= 0 and "checkpointSeconds" not in done
 
 
+def test_steps_count_the_useful_flops_of_their_batch(trained):
+    """usefulFlops is the documented formula (docs/telemetry-usage.md, "Useful FLOPs") for the
+    step's batch: the frozen base forward and input gradient, LoRA r 8 on the 7 projections
+    forward and both gradients, causal attention over each row, the head at the labelled
+    positions."""
+    cfg = json.loads((pathlib.Path(trained["model"]) / "config.json").read_text())
+    h, i, layers = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
+    q = cfg["num_attention_heads"] * cfg["head_dim"]
+    kv = cfg["num_key_value_heads"] * cfg["head_dim"]
+    shapes = [(h, q), (h, kv), (h, kv), (q, h), (h, i), (h, i), (i, h)]  # (in, out) of q k v o gate up down
+    base = layers * sum(a * b for a, b in shapes)
+    adapters = layers * sum(8 * (a + b) for a, b in shapes)
+    steps = of_type(trained["first"][1], "step")
+    for step in steps:
+        # Every row of this task has the same length: no padding, so 4 rows of batchTokens / 4.
+        assert step["paddingShare"] == 0, step
+        tokens, labelled = step["batchTokens"], step["trainedTokens"]
+        assert tokens % 4 == 0
+        s = tokens // 4
+        attention = 3 * 4 * layers * q * 4 * s * (s + 1) // 2
+        expected = 4 * base * tokens + 6 * adapters * tokens + attention + 4 * h * cfg["vocab_size"] * labelled
+        assert step["usefulFlops"] == pytest.approx(expected, rel=1e-12), step
+        assert "usefulMfu" not in step  # no known peak on a CPU
+    # Beside the specification's convention, which counts 6 x every linear parameter and the head
+    # at every token: the useful count is smaller.
+    assert steps[0]["usefulFlops"] < 6 * (base + h * cfg["vocab_size"]) * steps[0]["batchTokens"]
+
+
 def test_step_memory_is_the_engines_own_accounting(trained):
     steps = of_type(trained["first"][1], "step")
     model = trained["model"]

@@ -21,6 +21,8 @@ Step full_step() {
          .step_seconds = 0.5, .input_seconds = 0.01, .forward_backward_seconds = 0.4, .optimizer_seconds = 0.09};
   s.padding_share = 0.125;
   s.mfu = 0.31;
+  s.useful_flops = 2.5e9;
+  s.useful_mfu = 0.125;
   StepMemory m;
   m.allocated_peak_bytes = 1 << 30;
   m.reserved_peak_bytes = 3 << 29;
@@ -97,7 +99,7 @@ TEST(JobProtocol, LinesAreByteForByteTheWireFormat) {
        R"("usage":{"activations":500,"adapter":10,"allocatorCache":7,"free":80000,"gradients":10,"optimizerState":20,)"
        R"("otherTensors":5,"outsideAllocator":300,"weights":1000}},"mfu":0.31,"optimizerSeconds":0.09,)"
        R"("paddingShare":0.125,"step":3,"stepSeconds":0.5,"tokenAccuracy":0.75,"tokensPerSecond":1234.5,)"
-       R"("totalSteps":10,"trainedTokens":40,"type":"step"})"},
+       R"("totalSteps":10,"trainedTokens":40,"type":"step","usefulFlops":2500000000.0,"usefulMfu":0.125})"},
       {rl_step,
        R"({"batchTokens":0,"epoch":0,"forwardBackwardSeconds":0.0,"gradNorm":0.0,"inputSeconds":0.0,)"
        R"("learningRate":0.0,"loss":null,"memory":{},"optimizerSeconds":0.0,"rl":{"reward":1.5},"step":2,)"
@@ -174,6 +176,19 @@ TEST(JobProtocol, StepFieldsKeepTheirNamesAndValues) {
   auto back = parse_event(j.dump());
   ASSERT_TRUE(back);
   EXPECT_EQ(std::get<Step>(*back).memory, full_step().memory);
+}
+
+TEST(JobProtocol, AStepWrittenBeforeUsefulFlopsReadsWithoutIt) {
+  auto old = parse_event(R"({"type":"step","step":1,"loss":1.5,"mfu":0.2,"batchTokens":8})");
+  ASSERT_TRUE(old);
+  const Step& s = std::get<Step>(*old);
+  EXPECT_FALSE(s.useful_flops.has_value());
+  EXPECT_FALSE(s.useful_mfu.has_value());
+  EXPECT_FALSE(to_json(Event(s)).contains("usefulFlops"));
+  auto now = parse_event(R"({"type":"step","step":1,"loss":1.5,"usefulFlops":1e12,"usefulMfu":0.5})");
+  ASSERT_TRUE(now);
+  EXPECT_EQ(std::get<Step>(*now).useful_flops, 1e12);
+  EXPECT_EQ(std::get<Step>(*now).useful_mfu, 0.5);
 }
 
 TEST(JobProtocol, OptionalFieldsAreLeftOutWhenAbsent) {

@@ -241,6 +241,7 @@ TEST(Batching, PadsRightAndMasksUntrainedLabels) {
   EXPECT_EQ(b.position_ids, (std::vector<int64_t>{0, 1, 2, 0, 0, 0, 1, 2, 3, 4}));
   EXPECT_EQ(b.trained_tokens, 3);
   EXPECT_EQ(b.padding_tokens, 2);
+  EXPECT_EQ(b.row_lengths, (std::vector<int64_t>{3, 5}));
 }
 
 TEST(Batching, PackingRestartsPositionsAndSeparatesRows) {
@@ -256,6 +257,7 @@ TEST(Batching, PackingRestartsPositionsAndSeparatesRows) {
             (std::vector<int64_t>{0, 0, 0, 1, 1, 1, 1}));
   EXPECT_EQ(b.labels[3], -100);  // the first token of a packed row is never a target
   EXPECT_EQ(b.padding_tokens, 5);
+  EXPECT_EQ(b.row_lengths, (std::vector<int64_t>{3, 4, 2}));  // attention keeps packed rows apart
 }
 
 TEST(LengthStats, NearestRankPercentiles) {
