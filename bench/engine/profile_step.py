@@ -33,7 +33,8 @@ def part_of(op: dict, vocab: int, rank: int) -> str:
         return "cross-entropy / log-softmax"
     if "attention" in name:
         return "attention"
-    if name in ("aten::mm", "aten::bmm", "aten::addmm", "aten::mkldnn_linear", "aten::linear", "aten::matmul"):
+    if name in ("aten::mm", "aten::bmm", "aten::addmm", "aten::mkldnn_linear", "aten::linear", "aten::matmul",
+                "mkldnn::_linear_pointwise"):
         if vocab in dims:
             return "head products"
         if rank in dims:

@@ -139,10 +139,10 @@ class CausalLM {
   // Logits in fp32 for hidden states [..., hidden] (the head runs in the model dtype, as
   // transformers does, then upcasts).
   at::Tensor logits(const at::Tensor& hidden);
-  // The same for the few rows [B, hidden] of one decoding step. On the CPU in fp32 the head runs
-  // through oneDNN on a copy of lm_head in its blocked layout, made on first use and kept (the
-  // head is frozen): at a 151k vocabulary and 32 rows this took half the time of at::linear,
-  // which goes to MKL (bench/rl/README.md). The copy costs the head's size in memory.
+  // On the CPU in fp32 a frozen head runs through oneDNN on lm_head as it is (no copy): from 1 to
+  // 2,048 rows at a 151k vocabulary it took 55-75% of at::linear's time, which goes to MKL
+  // (bench/engine/README.md); the input's gradient is at::linear's (grad @ lm_head).
+  // The same for the few rows [B, hidden] of one decoding step.
   at::Tensor step_logits(const at::Tensor& hidden);
 
   // Bytes held by the base weights and norms (for memory reports); with `include`, only of the
@@ -172,7 +172,6 @@ class CausalLM {
   at::Tensor embed_tokens;  // [vocab, hidden]
   at::Tensor final_norm;    // [hidden]
   at::Tensor lm_head;       // [vocab, hidden]; the embedding when tied
-  at::Tensor step_head_;    // lm_head as a oneDNN tensor, for step_logits (undefined until used)
   std::vector<DecoderLayer> layers_;
   at::Tensor inv_freq_;     // [head_dim/2] fp32
   at::Tensor rope_cos_, rope_sin_;  // [positions, head_dim] fp32 tables
