@@ -152,7 +152,7 @@ Result<std::optional<std::string>> ServiceCore::durable_job_token(const std::str
   TRAINER_ASSIGN_OR_RETURN(std::optional<store::JobAttemptRow> known, store->get_job_attempt(job_id));
   if (known) return std::optional<std::string>(known->token);
   TRAINER_RETURN_IF_ERROR(store->register_job_attempt({job_id, owner_kind, owner_id, new_job_token()}).status());
-  kernel->wake();  // the next pass, after this step's commit, starts the job
+  kernel->step_again_at_once();  // the next pass, after this step's commit, starts the job
   return std::optional<std::string>();
 }
 

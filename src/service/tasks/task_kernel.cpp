@@ -87,6 +87,11 @@ Status TaskKernel::wake_claim_owner(const std::string& owner) {
   return Status::ok();
 }
 
+void TaskKernel::step_again_at_once() {
+  if (in_step_) step_again_ = true;
+  wake();
+}
+
 void TaskKernel::retry_wakes() {
   for (auto it = unwoken_.begin(); it != unwoken_.end();) {
     auto woken = store_.transaction([&]() -> Status {
@@ -163,6 +168,7 @@ Result<bool> TaskKernel::step_task(TaskKind& kind, const store::TaskRow& task, d
       TRAINER_RETURN_IF_ERROR(store_.check_task_lease(task.kind, task.id, opt_.owner, fence));
     }
     Step step(*this, task, now);
+    step_again_ = false;
     in_step_ = true;
     stepping_ = &task;
     stepping_fence_ = fence;
@@ -173,9 +179,10 @@ Result<bool> TaskKernel::step_task(TaskKind& kind, const store::TaskRow& task, d
     // The step may have moved the task (move()); what is stored now decides when it is next due.
     TRAINER_ASSIGN_OR_RETURN(std::optional<store::TaskRow> after, store_.get_task(task.kind, task.id));
     if (!after) return internal_error("the task vanished during its step");
-    // A phase that waits for its claim is woken by the grant; until then only the safety tick.
-    const double waiting = kind.table().waits_for_claim(after->phase) ? now + opt_.claim_recheck_seconds
-                                                                        : due_after(kind.table(), after->phase);
+    // A phase that waits for its claim is woken by the grant; until then only the safety tick. A
+    // step that holds its grant and continues on the next pass (step_again_at_once()) is due at once.
+    const bool waits = kind.table().waits_for_claim(after->phase) && !step_again_;
+    const double waiting = waits ? now + opt_.claim_recheck_seconds : due_after(kind.table(), after->phase);
     double due = step.requested_due().value_or(waiting);
     if (after->terminal) due = store::kNeverDue;
     if (due == after->due_at) return Status::ok();

@@ -132,6 +132,10 @@ class TaskKernel {
   // holds locked (a step of that task on another replica) is woken again at this kernel's next
   // pass, so a grant that step did not see is never left for the safety tick.
   Status wake_claim_owner(const std::string& owner);
+  // The task being stepped continues on the next pass (a job's identity registered now, the job
+  // started by its next step): its next step is due at once, even in a phase that waits for its
+  // claim. Outside a step, the same as wake().
+  void step_again_at_once();
   // Something changed: the driver's next wait() ends now.
   void wake();
   // Waits until wake() or until `tick` passed: what the driver does between passes.
@@ -190,6 +194,7 @@ class TaskKernel {
   const store::TaskRow* stepping_ = nullptr;  // guarded by the caller's lock: the task a step runs for
   int64_t stepping_fence_ = 0;                // guarded by the caller's lock: that step's fence
   bool wake_after_step_ = false;  // guarded by the caller's lock: the step moved a task
+  bool step_again_ = false;       // guarded by the caller's lock: the stepped task asked for its next step at once
   std::string kill_reason_;  // guarded by the caller's lock: the hook's boundary, once crossed in a step
   std::set<std::pair<std::string, std::string>> unwoken_;  // guarded by the caller's lock: (kind, id) to wake again
 
