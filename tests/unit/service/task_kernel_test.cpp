@@ -246,13 +246,35 @@ class ClaimKind final : public TaskKind {
   const PhaseTable& table() const override { return table_; }
   Status step(Step& step) override {
     ++steps[step.task().id];
+    if (again_steps > 0) {
+      --again_steps;
+      again->step_again_at_once();  // as a step that registers its job's identity and starts it next
+    }
     return Status::ok();
   }
   std::map<std::string, int> steps;
+  TaskKernel* again = nullptr;
+  int again_steps = 0;  // how many steps ask for the next one at once
 
  private:
   PhaseTable table_;
 };
+
+TEST_P(TaskKernelTest, AWaitingStepThatContinuesOnTheNextPassIsSteppedAgainAtOnce) {
+  auto store = open();
+  KernelOptions options;
+  options.claim_recheck_seconds = 30;
+  TaskKernel kernel(*store, clock_, options);
+  ClaimKind kind;
+  kind.again = &kernel;
+  kind.again_steps = 1;
+  kernel.add_kind(kind);
+  ASSERT_TRUE(store->transaction([&] { return kernel.create("claimer", "c1", "WAITING"); }).is_ok());
+  EXPECT_EQ(kernel.drive_once(), 1) << "the first step registers what its next step starts";
+  EXPECT_EQ(kernel.drive_once(), 1) << "the next step comes at once, not at the claim's recheck";
+  EXPECT_EQ(kernel.drive_once(), 0) << "a step that does not ask waits for its claim again";
+  EXPECT_EQ(kind.steps["c1"], 2);
+}
 
 TEST_P(TaskKernelTest, APhaseThatWaitsForItsClaimIsSteppedWhenTheGrantWakesItOrAtTheRecheck) {
   auto store = open();
