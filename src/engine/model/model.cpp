@@ -1,8 +1,6 @@
 #include "engine/model/model.h"
 
 #include <ATen/ATen.h>
-#include <ATen/core/dispatch/Dispatcher.h>
-#include <torch/csrc/autograd/custom_function.h>
 
 #include <cmath>
 #include <filesystem>
@@ -395,87 +393,6 @@ at::Tensor CausalLM::hidden_states(const ForwardInput& in, bool training, KVStor
   if (cache != nullptr) cache->advance(T);
   return rms_norm(h, final_norm);
 }
-
-namespace {
-
-// oneDNN's linear on a dense fp32 weight (the operator torch.compile's CPU code uses). For the 151k-wide
-// head it ran 1.3-1.8x faster than at::linear, which goes to MKL's sgemm, from 1 to 2,048 rows on this
-// AMD EPYC (bench/engine/README.md), with the same sums in another order: logits agree to ~1e-6.
-bool onednn_head_applies(const at::Tensor& x, const at::Tensor& w) {
-  return x.device().is_cpu() && x.scalar_type() == at::kFloat && w.scalar_type() == at::kFloat && x.dim() == 2 &&
-         at::hasMKLDNN();
-}
-
-at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& w) {
-  static const auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("mkldnn::_linear_pointwise", "")
-          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, c10::string_view,
-                            c10::List<std::optional<at::Scalar>>, std::optional<c10::string_view>)>();
-  return op.call(x.contiguous(), w, std::nullopt, "none", c10::List<std::optional<at::Scalar>>(), std::nullopt);
-}
-
-// The frozen head's product for autograd, both ways through oneDNN: the logits, and the input's
-// gradient grad @ weight (as a linear on the transposed weight: 1.4x faster than MKL's at 215 x 151k
-// x 512). The head takes no gradient of its own.
-struct FrozenHeadProduct : torch::autograd::Function<FrozenHeadProduct> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w) {
-    ctx->saved_data["weight"] = w;
-    return onednn_linear(x, w);
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    const at::Tensor w = ctx->saved_data["weight"].toTensor();
-    return {onednn_linear(grads[0], w.t()), at::Tensor()};
-  }
-};
-
-}  // namespace
-
-at::Tensor CausalLM::logits(const at::Tensor& hidden) {
-  if (hidden.dim() > 2) {
-    // One [rows, hidden] product: a strided slice of [B, T, H] (RL's completion positions) would
-    // reach matmul's batched path with the head broadcast per row, a third slower on the CPU.
-    std::vector<int64_t> sizes = hidden.sizes().vec();
-    sizes.back() = lm_head.size(0);
-    return logits(hidden.reshape({-1, hidden.size(-1)})).view(sizes);
-  }
-  if (onednn_head_applies(hidden, lm_head) && !lm_head.requires_grad()) {
-    if (hidden.requires_grad() && at::GradMode::is_enabled()) return FrozenHeadProduct::apply(hidden, lm_head);
-    return onednn_linear(hidden, lm_head);
-  }
-  return at::linear(hidden, lm_head).to(at::kFloat);
-}
-
-at::Tensor CausalLM::step_logits(const at::Tensor& hidden) { return logits(hidden); }
-
-at::Tensor shift_labels(const at::Tensor& labels) {
-  at::Tensor out = at::full_like(labels, -100);
-  if (labels.size(1) > 1) out.slice(1, 0, labels.size(1) - 1).copy_(labels.slice(1, 1));
-  return out;
-}
-
-LossParts next_token_loss(CausalLM& model, const at::Tensor& hidden, const at::Tensor& labels) {
-  at::Tensor target = shift_labels(labels).reshape({-1});
-  at::Tensor idx = (target != -100).nonzero().squeeze(1);
-  LossParts out;
-  out.tokens = idx.numel();
-  if (out.tokens == 0) {
-    out.loss_sum = (hidden.sum() * 0).to(at::kFloat);
-    out.correct = at::zeros({}, at::TensorOptions().dtype(at::kLong).device(hidden.device()));
-    return out;
-  }
-  at::Tensor h = hidden.reshape({-1, hidden.size(-1)}).index_select(0, idx);
-  at::Tensor t = target.index_select(0, idx);
-  at::Tensor logits = model.logits(h);
-  out.loss_sum = at::cross_entropy_loss(logits, t, std::nullopt, at::Reduction::Sum);
-  out.correct = (logits.argmax(-1) == t).sum();
-  return out;
-}
-
-}  // namespace trainer::engine::model
-
-namespace trainer::engine::model {
 
 at::Tensor packed_attention_mask(const at::Tensor& sequence_ids) {
   const int64_t T = sequence_ids.size(1);

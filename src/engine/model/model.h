@@ -113,6 +113,14 @@ struct KVCache : KVStore {
   void repeat_interleave(int64_t times);
 };
 
+// What CausalLM::token_logps computes beside the log-probabilities, when asked.
+struct TokenStats {
+  bool want_entropy = false;
+  bool want_argmax = false;
+  at::Tensor entropy;  // fp32 nats, shaped as the targets
+  at::Tensor argmax;   // int64 most likely token, shaped as the targets
+};
+
 class CausalLM {
  public:
   // Loads `dir` (config.json + safetensors weights) in `dtype` on `device`. Weights whose file
@@ -144,6 +152,15 @@ class CausalLM {
   // (bench/engine/README.md); the input's gradient is at::linear's (grad @ lm_head).
   // The same for the few rows [B, hidden] of one decoding step.
   at::Tensor step_logits(const at::Tensor& hidden);
+
+  // log softmax(head(hidden) / temperature)[target] for hidden states [..., hidden] and targets
+  // [...] (fp32, shaped as the targets; differentiable to `hidden` in grad mode), with the
+  // entropy and argmax of that distribution in `stats` when it asks for them (not differentiable).
+  // The [N, vocabulary] logits never reach autograd: they are turned into the softmax in place a
+  // few rows at a time, kept for the backward and turned in place into their own gradient there
+  // (head.cpp). The next-token loss and RL's per-token log-probabilities go through here.
+  at::Tensor token_logps(const at::Tensor& hidden, const at::Tensor& targets, double temperature = 1.0,
+                         TokenStats* stats = nullptr);
 
   // Bytes held by the base weights and norms (for memory reports); with `include`, only of the
   // tensors it accepts.

@@ -55,8 +55,12 @@ at::Tensor completion_logps(model::CausalLM& model, const RolloutBatch& b, int64
   in.position_ids = generate::positions_of(mask);
   in.attn_mask = generate::attention_mask(mask, P + C);
   at::Tensor hidden = model.hidden_states(in, training);
-  at::Tensor logits = model.logits(hidden.narrow(1, P - 1, C));
-  return token_logps(logits, b.completion_ids.narrow(0, begin, n), temperature, entropy);
+  model::TokenStats stats;
+  stats.want_entropy = entropy != nullptr;
+  at::Tensor logps = model.token_logps(hidden.narrow(1, P - 1, C), b.completion_ids.narrow(0, begin, n), temperature,
+                                       &stats);
+  if (entropy != nullptr) *entropy = stats.entropy;
+  return logps;
 }
 
 class GrpoMethod : public train::Method {

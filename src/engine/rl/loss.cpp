@@ -27,22 +27,6 @@ at::Tensor advantages(const at::Tensor& rewards, int64_t group_size, plan::Scale
   return adv;
 }
 
-at::Tensor token_logps(const at::Tensor& logits, const at::Tensor& targets, double temperature, at::Tensor* entropy) {
-  at::Tensor scaled = temperature != 1.0 ? logits / temperature : logits;
-  at::Tensor logp = at::log_softmax(scaled, -1);
-  if (entropy != nullptr) {
-    // Row by row: the [T, V] temporaries of one row instead of two [B, T, V] ones (with a 151k
-    // vocabulary they would be the step's peak memory).
-    at::NoGradGuard no_grad;
-    *entropy = at::empty(logp.sizes().slice(0, logp.dim() - 1), logp.options());
-    for (int64_t b = 0; b < logp.size(0); ++b) {
-      at::Tensor row = logp[b];
-      (*entropy)[b].copy_(-(row.exp() * row).sum(-1));
-    }
-  }
-  return logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1);
-}
-
 LossOutput policy_loss(const LossInputs& in, const LossSettings& s) {
   const at::Tensor& logps = in.logps;
   const at::Tensor& mask = in.mask;

@@ -55,9 +55,4 @@ struct LossOutput {
 
 LossOutput policy_loss(const LossInputs& in, const LossSettings& s);
 
-// Per-token log-probabilities [B, T] of `targets` [B, T] under fp32 `logits` [B, T, V] divided
-// by `temperature`, and optionally the per-token entropy (nats) of that distribution.
-at::Tensor token_logps(const at::Tensor& logits, const at::Tensor& targets, double temperature,
-                       at::Tensor* entropy = nullptr);
-
 }  // namespace trainer::engine::rl
