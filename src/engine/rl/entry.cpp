@@ -131,10 +131,9 @@ Status debug_rl_loss(const DebugRlLossRequest& request) {
     fi.attn_mask = generate::attention_mask(mask, P + C);
     const double temperature = s.value("temperature", 1.0);
     at::Tensor hidden = model->hidden_states(fi, false);
-    model::TokenStats stats;
-    stats.want_entropy = true;
-    at::Tensor logps = model->token_logps(hidden.narrow(1, P - 1, C), completion_ids, temperature, &stats);
-    at::Tensor entropy = stats.entropy;
+    at::Tensor entropy;
+    at::Tensor logps = rl::masked_token_logps(*model, hidden.narrow(1, P - 1, C), completion_ids, completion_mask,
+                                              temperature, &entropy);
     rl::LossInputs li;
     li.logps = logps;
     li.old_logps = get("old_logps");

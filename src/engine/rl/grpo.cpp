@@ -45,7 +45,7 @@ struct RolloutBatch {
 };
 
 // Per-token log-probabilities [n, C] of rows [begin, begin+n) of `b` under the model as it is
-// (adapter enabled or not), optionally with their entropies.
+// (adapter enabled or not), optionally with their entropies; 0 past a completion's end.
 at::Tensor completion_logps(model::CausalLM& model, const RolloutBatch& b, int64_t begin, int64_t n, double temperature,
                             bool training, at::Tensor* entropy = nullptr) {
   const int64_t P = b.prompt_len, C = b.completion_ids.size(1);
@@ -55,12 +55,8 @@ at::Tensor completion_logps(model::CausalLM& model, const RolloutBatch& b, int64
   in.position_ids = generate::positions_of(mask);
   in.attn_mask = generate::attention_mask(mask, P + C);
   at::Tensor hidden = model.hidden_states(in, training);
-  model::TokenStats stats;
-  stats.want_entropy = entropy != nullptr;
-  at::Tensor logps = model.token_logps(hidden.narrow(1, P - 1, C), b.completion_ids.narrow(0, begin, n), temperature,
-                                       &stats);
-  if (entropy != nullptr) *entropy = stats.entropy;
-  return logps;
+  return masked_token_logps(model, hidden.narrow(1, P - 1, C), b.completion_ids.narrow(0, begin, n),
+                            b.completion_mask.narrow(0, begin, n), temperature, entropy);
 }
 
 class GrpoMethod : public train::Method {

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 
+#include "engine/model/model.h"
+
 namespace trainer::engine::rl {
 
 at::Tensor advantages(const at::Tensor& rewards, int64_t group_size, plan::ScaleRewards scale) {
@@ -25,6 +27,31 @@ at::Tensor advantages(const at::Tensor& rewards, int64_t group_size, plan::Scale
     adv = adv / (std_of(r, 0) + 1e-4);
   }
   return adv;
+}
+
+at::Tensor masked_token_logps(model::CausalLM& model, const at::Tensor& hidden, const at::Tensor& targets,
+                              const at::Tensor& mask, double temperature, at::Tensor* entropy) {
+  const int64_t n = targets.size(0), C = targets.size(1);
+  model::TokenStats stats;
+  stats.want_entropy = entropy != nullptr;
+  at::Tensor keep = (mask.reshape({-1}) != 0).nonzero().squeeze(1);
+  if (keep.numel() == n * C) {
+    at::Tensor logps = model.token_logps(hidden, targets, temperature, &stats);
+    if (entropy != nullptr) *entropy = stats.entropy;
+    return logps;
+  }
+  const at::TensorOptions f32 = hidden.options().dtype(at::kFloat);
+  auto spread = [&](const at::Tensor& kept) {  // [kept] -> [n, C], 0 elsewhere
+    return at::zeros({n * C}, f32).index_copy(0, keep, kept).view({n, C});
+  };
+  if (keep.numel() == 0) {
+    if (entropy != nullptr) *entropy = at::zeros({n, C}, f32);
+    return at::zeros({n, C}, f32) + (hidden.sum() * 0).to(at::kFloat);  // still part of the graph
+  }
+  at::Tensor logps = spread(model.token_logps(hidden.reshape({-1, hidden.size(-1)}).index_select(0, keep),
+                                              targets.reshape({-1}).index_select(0, keep), temperature, &stats));
+  if (entropy != nullptr) *entropy = spread(stats.entropy);
+  return logps;
 }
 
 LossOutput policy_loss(const LossInputs& in, const LossSettings& s) {

@@ -13,6 +13,10 @@
 
 #include "plan/plan.h"
 
+namespace trainer::engine::model {
+class CausalLM;
+}
+
 namespace trainer::engine::rl {
 
 // Group-normalised advantages: rewards [N] (prompt-major groups of `group_size`) minus their
@@ -54,5 +58,12 @@ struct LossOutput {
 };
 
 LossOutput policy_loss(const LossInputs& in, const LossSettings& s);
+
+// Per-token log-probabilities [n, C] of `targets` [n, C] from final hidden states [n, C, hidden]
+// (the positions that predict them) where `mask` [n, C] is not 0, and 0 elsewhere: the padded
+// tail of a completion that ended early never goes through the [tokens, vocabulary] head, and
+// every use of those positions is masked. With `entropy`, the per-token entropies likewise.
+at::Tensor masked_token_logps(model::CausalLM& model, const at::Tensor& hidden, const at::Tensor& targets,
+                              const at::Tensor& mask, double temperature, at::Tensor* entropy = nullptr);
 
 }  // namespace trainer::engine::rl

@@ -102,6 +102,8 @@ def test_loss_and_lora_gradients_equal_trl(agg, method, beta, tiny_models, job, 
     m = completion_mask.bool()  # padded completion positions are masked out of every loss
     torch.testing.assert_close(ours["logps"][m], cur[m], rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(ours["entropy"][m], entropies[m], rtol=1e-4, atol=1e-5)
+    # Past a completion's end nothing went through the head (masked_token_logps): 0, not a value.
+    assert (ours["logps"][~m] == 0).all() and (ours["entropy"][~m] == 0).all()
     torch.testing.assert_close(ours["loss"], want.detach().float(), rtol=1e-4, atol=1e-6)
     assert want_grads, "TRL produced no LoRA gradient"
     for name, grad in want_grads.items():
