@@ -104,7 +104,7 @@ std::vector<int64_t> inverse_cdf(const at::Tensor& weights, const at::Tensor& u)
 at::Tensor sample(const at::Tensor& logits, const SamplingOptions& o, at::Generator& gen, at::Tensor* logps) {
   at::Tensor scores = !o.greedy && o.temperature != 1.0 ? logits / o.temperature : logits;
   if (o.greedy) {
-    at::Tensor pick = logits.argmax(-1);
+    at::Tensor pick = model::row_argmax(logits);
     if (logps != nullptr) *logps = at::log_softmax(scores, -1).gather(-1, pick.unsqueeze(1)).squeeze(1).cpu();
     return pick.cpu();
   }

@@ -2,16 +2,45 @@
 // chosen tokens (next-token loss, RL's per-token log-probabilities) with their entropy and argmax.
 // Declared in model/model.h.
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
+#include <atomic>
 #include <vector>
 
 #include "engine/engine_error.h"
 #include "engine/model/model.h"
 
 namespace trainer::engine::model {
+
+at::Tensor row_argmax(const at::Tensor& x) {
+  if (!x.device().is_cpu() || x.scalar_type() != at::kFloat || x.dim() != 2) return x.argmax(-1);
+  const at::Tensor rows = x.contiguous();
+  const at::Tensor maxima = rows.amax(-1).contiguous();
+  const int64_t B = rows.size(0), V = rows.size(1);
+  at::Tensor out = at::empty({B}, at::kLong);
+  const float* data = rows.const_data_ptr<float>();
+  const float* top = maxima.const_data_ptr<float>();
+  int64_t* pick = out.data_ptr<int64_t>();
+  std::atomic<bool> unmatched{false};
+  at::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      const float* row = data + b * V;
+      const float* hit = std::find(row, row + V, top[b]);
+      pick[b] = hit - row;
+      if (hit == row + V) unmatched = true;  // a NaN maximum equals nothing
+    }
+  });
+  if (unmatched) {
+    for (int64_t b = 0; b < B; ++b) {
+      if (pick[b] == V) pick[b] = rows[b].argmax().item<int64_t>();
+    }
+  }
+  return out;
+}
+
 namespace {
 
 // oneDNN's linear on a dense fp32 weight (the operator torch.compile's CPU code uses). For the 151k-wide
@@ -95,7 +124,7 @@ SoftmaxPass softmax_pass(at::Tensor& x, const at::Tensor& targets, double temper
   for (int64_t r0 = 0; r0 < N; r0 += rows) {
     const int64_t n = std::min(rows, N - r0);
     at::Tensor c = x.narrow(0, r0, n);
-    if (want_argmax) out.argmax.narrow(0, r0, n).copy_(c.argmax(-1));
+    if (want_argmax) out.argmax.narrow(0, r0, n).copy_(row_argmax(c));
     if (temperature != 1.0) c.div_(temperature);
     at::Tensor logp = scratch.narrow(0, 0, n);
     at::_log_softmax_out(logp, c, 1, false);

@@ -380,7 +380,7 @@ void Engine::set_adapters(model::ForwardInput& in, const std::vector<Sequence*>&
 bool Engine::emit_next(Sequence& seq, const at::Tensor& logits, int64_t greedy_pick) {
   int64_t token = greedy_pick;
   if (!seq.sampling.greedy || token < 0) {
-    at::Tensor pick = seq.sampling.greedy ? logits.argmax(-1).cpu()
+    at::Tensor pick = seq.sampling.greedy ? model::row_argmax(logits).cpu()
                                           : generate::sample(logits, seq.sampling, seq.generator, nullptr);
     token = pick.data_ptr<int64_t>()[0];
   }
@@ -475,7 +475,7 @@ void Engine::emit_heads(const HeadRows& heads) {
   // The greedy rows' picks in one pass and one copy to the host, not one per row.
   const bool any_greedy =
       std::any_of(heads.rows.begin(), heads.rows.end(), [](const Sequence* s) { return s->sampling.greedy; });
-  const at::Tensor picks = any_greedy ? logits.argmax(-1).cpu() : at::Tensor();
+  const at::Tensor picks = any_greedy ? model::row_argmax(logits).cpu() : at::Tensor();
   std::vector<Sequence*> ended;
   for (size_t b = 0; b < heads.rows.size(); ++b) {
     Sequence& s = *heads.rows[b];

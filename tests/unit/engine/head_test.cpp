@@ -10,6 +10,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include <fstream>
+#include <limits>
 #include <string>
 
 #include "engine/model/model.h"
@@ -129,6 +130,27 @@ TEST_F(HeadTest, ASecondBackwardThroughTheSameNodeIsRefused) {
 TEST_F(HeadTest, ANonPositiveTemperatureIsRefused) {
   at::Tensor h = at::randn({2, kHidden});
   EXPECT_THROW(model_->token_logps(h, at::zeros({2}, at::kLong), 0.0), std::exception);
+}
+
+TEST(RowArgmax, EqualsATenArgmaxWithTiesNegativeZeroInfinityAndNaN) {
+  at::Tensor x = at::randn({7, kVocab});
+  x[1].fill_(2.5);                                          // all equal: the first index
+  x[2][10] = 9.0;                                           // a tie: the first of the two
+  x[2][20000] = 9.0;
+  x[3].fill_(-std::numeric_limits<float>::infinity());      // nothing but -inf
+  x[4][5] = -0.0;                                           // -0 then +0 as the maximum
+  x[4].clamp_max_(0.0);
+  x[4][7] = 0.0;
+  x[5][123] = std::numeric_limits<float>::infinity();
+  x[6][77] = std::numeric_limits<float>::quiet_NaN();       // NaN wins, as in at::argmax
+  const at::Tensor got = row_argmax(x);
+  EXPECT_TRUE(at::equal(got, x.argmax(-1))) << got << x.argmax(-1);
+  EXPECT_EQ(got[2].item<int64_t>(), 10);
+  EXPECT_EQ(got[6].item<int64_t>(), 77);
+  // A non-contiguous view and a single row.
+  const at::Tensor view = x.narrow(1, 0, 1000).t().contiguous().t();
+  EXPECT_TRUE(at::equal(row_argmax(view), view.argmax(-1)));
+  EXPECT_TRUE(at::equal(row_argmax(x.narrow(0, 5, 1)), x.narrow(0, 5, 1).argmax(-1)));
 }
 
 }  // namespace
