@@ -83,8 +83,7 @@ struct FrozenHeadProduct : torch::autograd::Function<FrozenHeadProduct> {
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    const at::Tensor w = ctx->saved_data["weight"].toTensor();
-    return {onednn_linear(grads[0], w.t()), at::Tensor()};
+    return {head_input_gradient(grads[0], ctx->saved_data["weight"].toTensor()), at::Tensor()};
   }
 };
 
@@ -187,11 +186,11 @@ at::Tensor CausalLM::logits(const at::Tensor& hidden) {
     sizes.back() = lm_head.size(0);
     return logits(hidden.reshape({-1, hidden.size(-1)})).view(sizes);
   }
-  if (onednn_head_applies(hidden, lm_head) && !lm_head.requires_grad()) {
-    if (hidden.requires_grad() && at::GradMode::is_enabled()) return FrozenHeadProduct::apply(hidden, lm_head);
-    return onednn_linear(hidden, lm_head);
+  if (lm_head.requires_grad()) return at::linear(hidden, lm_head).to(at::kFloat);
+  if (hidden.requires_grad() && at::GradMode::is_enabled() && onednn_head_applies(hidden, lm_head)) {
+    return FrozenHeadProduct::apply(hidden, lm_head);
   }
-  return at::linear(hidden, lm_head).to(at::kFloat);
+  return head_product(hidden, lm_head);
 }
 
 at::Tensor CausalLM::step_logits(const at::Tensor& hidden) { return logits(hidden); }
