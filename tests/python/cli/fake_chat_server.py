@@ -1,11 +1,14 @@
 """A real OpenAI-compatible /v1/chat/completions server for tests (the curation tests' judge, the
 distillation tests' teacher): a subclass says what a request asks about (`key_of`) and what it is
 answered (`reply`); this base counts the calls, can hold every call past `hold_after` answers until
-release(), and drops the calls held through a restart() (their asker is gone)."""
+release(), and drops the calls held through a restart() (their asker is gone) and any call whose asker
+closed its connection before it was answered (a killed asker's request read late, after the restart)."""
 from __future__ import annotations
 
 import http.server
 import json
+import select
+import socket
 import threading
 
 
@@ -33,7 +36,9 @@ class FakeChatServer:
                     send(self, *refused)
                     return
                 key = server.key_of(body)
-                if not server.admit(key):
+                # A call admitted after a restart() may still come from the killed asker, its bytes
+                # read late under load: the asker closed its end by then, so it gets no answer.
+                if not server.admit(key) or asker_gone(self.connection):
                     self.close_connection = True
                     return
                 send(self, 200, server.reply(body, key))
@@ -90,6 +95,17 @@ class FakeChatServer:
     def close(self):
         self.gate.set()
         self.server.shutdown()
+
+
+def asker_gone(connection: socket.socket) -> bool:
+    """Whether the asker closed its end of the connection (an end of file waits to be read)."""
+    readable, _, _ = select.select([connection], [], [], 0)
+    if not readable:
+        return False
+    try:
+        return connection.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
 
 
 def completion(model: str, message: dict, usage: bool = False, **choice) -> dict:
