@@ -40,6 +40,8 @@ struct ServeOptions {
                                   // model or adapter) reuses their keys and values
   plan::Precision precision = plan::Precision::kFp32;
   int gpus = 0;                   // > 0: on CUDA when available
+  bool screened_greedy_head = true;  // greedy picks through the bf16-screened head where the CPU
+                                     // has native bf16 and the model is fp32 (model/greedy_head.h)
 };
 
 struct CompletionRequest {
@@ -83,6 +85,10 @@ struct ServeStats {
   int64_t completion_tokens = 0;  // generated since start
   int64_t requests_finished = 0;  // ended by a stop or their length
   int64_t requests_cancelled = 0; // abandoned by their caller
+  bool greedy_head_screened = false;  // greedy picks through the bf16-screened head (else fp32 logits)
+  int64_t greedy_rows_screened = 0;   // greedy picks the screened head made since start
+  int64_t greedy_rows_fp32 = 0;       // of those, rows that took the fp32 product (flat or non-finite)
+  int64_t greedy_candidates = 0;      // tokens whose logits the screened head computed exactly
 };
 
 struct AdapterInfo {

@@ -32,7 +32,7 @@ constexpr const char* kUsage =
     "                         [--name NAME (the folder's name)] [--max-adapters N (4)] [--max-rank N (64)]\n"
     "                         [--kv-blocks N (1024)] [--block-size N (16)] [--context-limit N (0 = the model's)]\n"
     "                         [--prefill-chunk N (128)] [--max-batch N (64)] [--precision FP32|BF16 (FP32)]\n"
-    "                         [--gpus N (0)] [--prefix-cache on|off (on)]\n"
+    "                         [--gpus N (0)] [--prefix-cache on|off (on)] [--greedy-head screened|fp32 (screened)]\n"
     "                         [--events FILE] [--heartbeat-seconds N (0 = none)]\n"
     "       trainer-job serve --spec FILE [FLAG VALUE]...\n"
     "Serves the model and adapters over HTTP (OpenAI's /v1/models, /v1/chat/completions,\n"
@@ -129,6 +129,9 @@ std::string parse_serve_args(int argc, char** argv, ServeArgs* out) {
     } else if (arg == "--prefix-cache") {
       if (value != "on" && value != "off") return "--prefix-cache must be on or off, got '" + value + "'";
       out->engine.prefix_cache = value == "on";
+    } else if (arg == "--greedy-head") {
+      if (value != "screened" && value != "fp32") return "--greedy-head must be screened or fp32, got '" + value + "'";
+      out->engine.screened_greedy_head = value == "screened";
     } else if (arg == "--adapter") {
       const size_t eq = value.find('=');
       if (eq == std::string::npos || eq == 0 || eq + 1 == value.size()) return "--adapter takes NAME=DIR, got '" + value + "'";

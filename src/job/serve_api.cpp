@@ -400,7 +400,10 @@ void HttpServer::install() {
                  {"requests_running", s.running}, {"requests_waiting", s.waiting},
                  {"prompt_tokens", s.prompt_tokens}, {"completion_tokens", s.completion_tokens},
                  {"requests_finished", s.requests_finished}, {"requests_cancelled", s.requests_cancelled},
-                 {"context_limit", engine_.context_limit()}};
+                 {"context_limit", engine_.context_limit()},
+                 {"greedy_head", s.greedy_head_screened ? "screened" : "fp32"},
+                 {"greedy_rows_screened", s.greedy_rows_screened}, {"greedy_rows_fp32", s.greedy_rows_fp32},
+                 {"greedy_candidates", s.greedy_candidates}};
     res.set_content(out.dump(), "application/json");
   });
   server_.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content("{}", "application/json"); });

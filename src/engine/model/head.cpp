@@ -41,6 +41,15 @@ at::Tensor row_argmax(const at::Tensor& x) {
   return out;
 }
 
+at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& w) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("mkldnn::_linear_pointwise", "")
+          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, c10::string_view,
+                            c10::List<std::optional<at::Scalar>>, std::optional<c10::string_view>)>();
+  return op.call(x.contiguous(), w, std::nullopt, "none", c10::List<std::optional<at::Scalar>>(), std::nullopt);
+}
+
 namespace {
 
 // oneDNN's linear on a dense fp32 weight (the operator torch.compile's CPU code uses). For the 151k-wide
@@ -49,15 +58,6 @@ namespace {
 bool onednn_head_applies(const at::Tensor& x, const at::Tensor& w) {
   return x.device().is_cpu() && x.scalar_type() == at::kFloat && w.scalar_type() == at::kFloat && x.dim() == 2 &&
          at::hasMKLDNN();
-}
-
-at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& w) {
-  static const auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("mkldnn::_linear_pointwise", "")
-          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, c10::string_view,
-                            c10::List<std::optional<at::Scalar>>, std::optional<c10::string_view>)>();
-  return op.call(x.contiguous(), w, std::nullopt, "none", c10::List<std::optional<at::Scalar>>(), std::nullopt);
 }
 
 // fp32 logits [N, V] of hidden states [N, H], outside autograd: a new tensor the caller owns (the

@@ -119,6 +119,10 @@ struct KVCache : KVStore {
 // to at::argmax. Elsewhere at::argmax.
 at::Tensor row_argmax(const at::Tensor& x);
 
+// oneDNN's linear x @ w^T (mkldnn::_linear_pointwise) for a CPU x [rows, in] and a dense weight w
+// [out, in] of x's dtype (fp32 or bf16), in that dtype.
+at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& w);
+
 // What CausalLM::token_logps computes beside the log-probabilities, when asked.
 struct TokenStats {
   bool want_entropy = false;
@@ -158,6 +162,9 @@ class CausalLM {
   // (bench/engine/README.md); the input's gradient is at::linear's (grad @ lm_head).
   // The same for the few rows [B, hidden] of one decoding step.
   at::Tensor step_logits(const at::Tensor& hidden);
+  // The head's weight [vocab, hidden] (the embedding when tied), for kernels of their own over it
+  // (model/greedy_head.h).
+  const at::Tensor& head_weight() const { return lm_head; }
 
   // log softmax(head(hidden) / temperature)[target] for hidden states [..., hidden] and targets
   // [...] (fp32, shaped as the targets; differentiable to `hidden` in grad mode), with the

@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
 #include <c10/core/GradMode.h>
 
 #include <algorithm>
@@ -69,6 +70,8 @@ Engine::Engine(const ServeOptions& options, std::unique_ptr<model::CausalLM> mod
   const int64_t pool_limit = options.kv_blocks * options.block_size;
   context_limit_ = std::min(model_limit, pool_limit);
   if (options.context_limit > 0) context_limit_ = std::min(context_limit_, options.context_limit);
+  if (options.screened_greedy_head) greedy_head_ = model::GreedyHead::for_model(*model_);
+  threads_ = at::get_num_threads();
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -218,6 +221,13 @@ ServeStats Engine::stats() const {
   s.completion_tokens = completion_tokens_.load();
   s.requests_finished = finished_.load();
   s.requests_cancelled = cancelled_.load();
+  s.greedy_head_screened = greedy_head_ != nullptr;
+  if (greedy_head_) {
+    const model::GreedyHead::Counts c = greedy_head_->counts();
+    s.greedy_rows_screened = c.rows;
+    s.greedy_rows_fp32 = c.fp32_rows;
+    s.greedy_candidates = c.candidates;
+  }
   return s;
 }
 
@@ -377,13 +387,24 @@ void Engine::set_adapters(model::ForwardInput& in, const std::vector<Sequence*>&
                                         at::TensorOptions().dtype(model_->dtype()).device(model_->device()));
 }
 
-bool Engine::emit_next(Sequence& seq, const at::Tensor& logits, int64_t greedy_pick) {
-  int64_t token = greedy_pick;
-  if (!seq.sampling.greedy || token < 0) {
-    at::Tensor pick = seq.sampling.greedy ? model::row_argmax(logits).cpu()
-                                          : generate::sample(logits, seq.sampling, seq.generator, nullptr);
-    token = pick.data_ptr<int64_t>()[0];
+// A small pass's products are a few microseconds of work each: split over threads they wait on
+// each other more than they gain, most of all when the machine's cores also serve the connections.
+// Measured with 81M parameters (hidden 256, intermediate 768) on 2 cores at concurrency 32: the
+// decoding pass took 11-12 ms on one thread against 14-18 ms on two, a 72-token prefill 3-4 ms
+// against 9 (docs/serving.md). The head, a large product, keeps every thread.
+Engine::BodyThreads::BodyThreads(const Engine& engine, int64_t rows) : all_(engine.threads_) {
+  const auto& c = engine.model_->config();
+  if (engine.model_->device().is_cpu() && all_ > 1 && rows * c.hidden_size * c.intermediate_size < kSmallPass) {
+    at::set_num_threads(1);
+    narrowed_ = true;
   }
+}
+
+Engine::BodyThreads::~BodyThreads() {
+  if (narrowed_) at::set_num_threads(all_);
+}
+
+bool Engine::emit_next(Sequence& seq, int64_t token) {
   seq.tokens.push_back(token);
   ++completion_tokens_;
   seq.stream->push(static_cast<int32_t>(token));
@@ -426,6 +447,7 @@ void Engine::decode_step(HeadRows* heads) {
   in.position_ids = pos.to(dev);
   in.attn_mask = pass.attention_mask();
   set_adapters(in, rows);
+  const BodyThreads threads(*this, B);
   at::Tensor hidden = model_->hidden_states(in, false, &pass);
   for (Sequence* s : rows) s->cached += 1;
   heads->rows.insert(heads->rows.end(), rows.begin(), rows.end());
@@ -450,6 +472,7 @@ void Engine::prefill_step(HeadRows* heads) {
     in.position_ids = at::arange(s.cached, s.cached + T, at::kLong).view({1, T}).to(dev);
     in.attn_mask = pass.attention_mask();
     in.adapter_rows = adapter_rows({&s});
+    const BodyThreads threads(*this, T);
     at::Tensor hidden = model_->hidden_states(in, false, &pass);
     s.cached += T;
     prompt_tokens_ += T;
@@ -467,20 +490,41 @@ void Engine::prefill_step(HeadRows* heads) {
 
 // The head of every row of the pass in one product (the head's weights, most of a small model's,
 // read once per pass, not once per prefilled prompt and once for the decoding rows), then each
-// row's token emitted in order: the decoding rows, then the prompts whose prefill ended.
+// row's token emitted in order: the decoding rows, then the prompts whose prefill ended. With a
+// screened head the greedy rows take their picks from it and only the sampling rows' fp32 logits
+// are computed; without, every row's logits, the greedy rows' argmax in one pass.
 void Engine::emit_heads(const HeadRows& heads) {
   if (heads.rows.empty()) return;
-  at::Tensor hidden = heads.hidden.size() == 1 ? heads.hidden[0] : at::cat(heads.hidden, 0);
-  at::Tensor logits = model_->step_logits(hidden);  // [N, V]
-  // The greedy rows' picks in one pass and one copy to the host, not one per row.
-  const bool any_greedy =
-      std::any_of(heads.rows.begin(), heads.rows.end(), [](const Sequence* s) { return s->sampling.greedy; });
-  const at::Tensor picks = any_greedy ? model::row_argmax(logits).cpu() : at::Tensor();
+  const at::Tensor hidden = heads.hidden.size() == 1 ? heads.hidden[0] : at::cat(heads.hidden, 0);
+  const auto rows_of = [&](const std::vector<int64_t>& which) {
+    if (which.size() == heads.rows.size()) return hidden;
+    return hidden.index_select(0, at::tensor(which, at::kLong).to(hidden.device()));
+  };
+  std::vector<int64_t> screened, with_logits;  // rows picked by the screened head; rows given fp32 logits
+  for (size_t b = 0; b < heads.rows.size(); ++b) {
+    (greedy_head_ && heads.rows[b]->sampling.greedy ? screened : with_logits).push_back(static_cast<int64_t>(b));
+  }
+  std::vector<int64_t> token(heads.rows.size(), -1);
+  if (!screened.empty()) {
+    const at::Tensor picks = greedy_head_->pick(rows_of(screened));
+    for (size_t i = 0; i < screened.size(); ++i) token[screened[i]] = picks.data_ptr<int64_t>()[i];
+  }
+  if (!with_logits.empty()) {
+    const at::Tensor logits = model_->step_logits(rows_of(with_logits));  // [rows, V]
+    // The greedy rows' picks in one pass and one copy to the host, not one per row.
+    const bool any_greedy = std::any_of(with_logits.begin(), with_logits.end(),
+                                        [&](int64_t b) { return heads.rows[b]->sampling.greedy; });
+    const at::Tensor picks = any_greedy ? model::row_argmax(logits).cpu() : at::Tensor();
+    for (size_t i = 0; i < with_logits.size(); ++i) {
+      Sequence& s = *heads.rows[with_logits[i]];
+      const at::Tensor row = logits.narrow(0, static_cast<int64_t>(i), 1);
+      token[with_logits[i]] = s.sampling.greedy ? picks.data_ptr<int64_t>()[i]
+                                                : generate::sample(row, s.sampling, s.generator, nullptr).data_ptr<int64_t>()[0];
+    }
+  }
   std::vector<Sequence*> ended;
   for (size_t b = 0; b < heads.rows.size(); ++b) {
-    Sequence& s = *heads.rows[b];
-    const int64_t row = static_cast<int64_t>(b);
-    if (emit_next(s, logits.narrow(0, row, 1), any_greedy ? picks.data_ptr<int64_t>()[row] : -1)) ended.push_back(&s);
+    if (emit_next(*heads.rows[b], token[b])) ended.push_back(heads.rows[b]);
   }
   std::erase_if(active_, [&](const std::unique_ptr<Sequence>& s) {
     return std::find(ended.begin(), ended.end(), s.get()) != ended.end();

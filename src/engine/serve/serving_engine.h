@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine/generate/generate.h"
+#include "engine/model/greedy_head.h"
 #include "engine/model/model.h"
 #include "engine/serve/kv_pool.h"
 #include "engine/serving.h"
@@ -100,11 +101,23 @@ class Engine final : public ServingEngine {
   void decode_step(HeadRows* heads);   // every decoding sequence's next position through the body
   void prefill_step(HeadRows* heads);  // prompt chunks within the pass's prefill budget
   void emit_heads(const HeadRows& heads);  // the head once for all their rows; each row's token emitted
-  // Samples the next token of `seq` from its logits [1, V], emits it and ends the sequence when
-  // it stops; returns whether it ended.
-  // `greedy_pick`: the token a greedy row's argmax already chose (-1: pick it here).
-  bool emit_next(Sequence& seq, const at::Tensor& logits, int64_t greedy_pick = -1);
+  // Emits `token` as the next of `seq` and ends the sequence when it stops; returns whether it ended.
+  bool emit_next(Sequence& seq, int64_t token);
   void finish(Sequence& seq, const std::string& reason);
+  // While alive, a small body pass of `rows` positions runs on one thread (the scheduler's), then
+  // the engine's threads are back. Small: rows * hidden * intermediate under kSmallPass.
+  class BodyThreads {
+   public:
+    static constexpr int64_t kSmallPass = int64_t{1} << 24;
+    BodyThreads(const Engine& engine, int64_t rows);
+    ~BodyThreads();
+    BodyThreads(const BodyThreads&) = delete;
+    BodyThreads& operator=(const BodyThreads&) = delete;
+
+   private:
+    int all_;
+    bool narrowed_ = false;
+  };
   std::vector<model::AdapterRows> adapter_rows(const std::vector<Sequence*>& rows) const;
   // `in`'s adapters for `rows`: one group per adapter, or, with several adapters among the rows,
   // all of them stacked (model::StackedAdapters, kept while the batch's adapters stay the same).
@@ -114,6 +127,9 @@ class Engine final : public ServingEngine {
   // Constant after construction.
   const ServeOptions options_;
   std::unique_ptr<model::CausalLM> model_;  // used by the scheduler thread (and read_peft's shapes)
+  // The greedy rows' picks, where the model's head is screened in bf16 (null: the fp32 logits' argmax).
+  std::unique_ptr<model::GreedyHead> greedy_head_;
+  int threads_ = 1;  // intra-op threads the head's products use (at::get_num_threads at start)
   const text::Tokenizer tokenizer_;
   std::vector<int64_t> stop_ids_;
   BlockPool pool_;

@@ -2,7 +2,8 @@
 // the plain autograd composition log_softmax(linear(h, W) / T).gather(t): values, entropy, argmax
 // and the hidden states' gradient, across chunk boundaries (the real 151,669-token vocabulary:
 // six rows a chunk on the CPU) and at temperatures 1 and 0.7; the no-grad path agrees with the
-// grad path; a second backward through the same node is refused by name.
+// grad path; a second backward through the same node is refused by name. The bf16-screened greedy
+// pick (model/greedy_head.h) against the float64 argmax, on rows where bf16's own argmax is wrong.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -13,6 +14,7 @@
 #include <limits>
 #include <string>
 
+#include "engine/model/greedy_head.h"
 #include "engine/model/model.h"
 #include "engine/model/safetensors.h"
 #include "temp_dir.h"
@@ -151,6 +153,56 @@ TEST(RowArgmax, EqualsATenArgmaxWithTiesNegativeZeroInfinityAndNaN) {
   const at::Tensor view = x.narrow(1, 0, 1000).t().contiguous().t();
   EXPECT_TRUE(at::equal(row_argmax(view), view.argmax(-1)));
   EXPECT_TRUE(at::equal(row_argmax(x.narrow(0, 5, 1)), x.narrow(0, 5, 1).argmax(-1)));
+}
+
+// The float64 argmax of hidden [N, H] through `head`, a few rows at a time.
+at::Tensor exact_argmax(const at::Tensor& hidden, const at::Tensor& head) {
+  std::vector<at::Tensor> out;
+  const at::Tensor w = head.to(at::kDouble);
+  for (int64_t r = 0; r < hidden.size(0); r += 64) {
+    out.push_back(at::mm(hidden.narrow(0, r, std::min<int64_t>(64, hidden.size(0) - r)).to(at::kDouble), w.t()).argmax(1));
+  }
+  return at::cat(out);
+}
+
+TEST_F(HeadTest, GreedyPicksAreTheExactArgmaxWhereBf16sOwnArgmaxIsWrong) {
+  auto screened = GreedyHead::for_model(*model_, /*force=*/true);
+  ASSERT_NE(screened, nullptr);
+  at::manual_seed(5);
+  const at::Tensor h = at::randn({1024, kHidden});
+  const at::Tensor truth = exact_argmax(h, *head_);
+  // bf16's own argmax is wrong on some rows (near-ties its rounding reorders): the test reaches them.
+  const at::Tensor bf16_pick = onednn_linear(h.to(at::kBFloat16), head_->to(at::kBFloat16)).argmax(1);
+  const int64_t wrong = bf16_pick.ne(truth).sum().item<int64_t>();
+  EXPECT_GT(wrong, 0);
+  const at::Tensor got = screened->pick(h);
+  EXPECT_TRUE(at::equal(got, truth)) << got.ne(truth).sum().item<int64_t>() << " rows differ";
+  const GreedyHead::Counts counts = screened->counts();
+  EXPECT_EQ(counts.rows, 1024);
+  EXPECT_EQ(counts.fp32_rows, 0);
+  EXPECT_GE(counts.candidates, 1024 + wrong);  // a row whose bf16 order was wrong had two candidates or more
+  EXPECT_LT(counts.candidates, 1024 * 64);     // and the screen kept few
+  // A strided view of the rows picks the same.
+  EXPECT_TRUE(at::equal(screened->pick(h.t().contiguous().t()), truth));
+}
+
+TEST_F(HeadTest, AGreedyRowWithTooManyCandidatesOrANonFiniteValueTakesTheFp32Product) {
+  auto screened = GreedyHead::for_model(*model_, /*force=*/true);
+  ASSERT_NE(screened, nullptr);
+  at::Tensor h = at::randn({3, kHidden});
+  h[0].zero_();                                          // every logit 0: every token a candidate
+  h[1][3] = std::numeric_limits<float>::quiet_NaN();     // NaN logits
+  const at::Tensor got = screened->pick(h);
+  EXPECT_TRUE(at::equal(got, row_argmax(model_->step_logits(h)))) << got;
+  EXPECT_EQ(got[0].item<int64_t>(), 0);
+  EXPECT_EQ(got[2].item<int64_t>(), exact_argmax(h.narrow(0, 2, 1), *head_).item<int64_t>());
+  EXPECT_EQ(screened->counts().fp32_rows, 2);
+}
+
+TEST_F(HeadTest, GreedyScreeningAppliesToAnFp32HeadOnly) {
+  auto bf16 = CausalLM::load(dir_->path().string(), at::kBFloat16, at::Device(at::kCPU));
+  EXPECT_EQ(GreedyHead::for_model(*bf16, /*force=*/true), nullptr);
+  EXPECT_NE(GreedyHead::for_model(*model_, /*force=*/true), nullptr);
 }
 
 }  // namespace
