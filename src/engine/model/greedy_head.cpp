@@ -33,6 +33,7 @@ inline float bf16_value(uint16_t bits) {
 
 constexpr int64_t kBlock = 64;            // logits per block of the first pass
 constexpr uint16_t kNonFinite = 0x7F80;   // bf16 magnitudes from here up are infinities and NaNs
+constexpr int64_t kNormRows = 4096;       // head rows whose norms are taken at once
 
 // What one row's scan found: its candidates in ascending id order, or that it takes the fp32 product.
 struct RowPick {
@@ -123,7 +124,12 @@ std::unique_ptr<GreedyHead> GreedyHead::for_model(CausalLM& model, bool force) {
     return nullptr;
   }
   if (!force && !cpu_has_bf16()) return nullptr;
-  const double max_row_norm = head.to(at::kDouble).norm(2, {1}).max().item<double>();
+  // In float64 a few thousand rows at a time: the whole head in float64 would be four times its size.
+  double max_row_norm = 0;
+  for (int64_t r = 0; r < head.size(0); r += kNormRows) {
+    const at::Tensor rows = head.narrow(0, r, std::min(kNormRows, head.size(0) - r)).to(at::kDouble);
+    max_row_norm = std::max(max_row_norm, rows.norm(2, {1}).max().item<double>());
+  }
   return std::unique_ptr<GreedyHead>(new GreedyHead(model, head.to(at::kBFloat16).contiguous(), max_row_norm));
 }
 

@@ -7,6 +7,7 @@ vLLM's extension). Greedy picks go through the bf16-screened head where the CPU 
 (`--greedy-head fp32`) equals the references too."""
 import concurrent.futures
 import pathlib
+import subprocess
 
 import pytest
 import requests
@@ -112,7 +113,6 @@ def test_greedy_through_the_fp32_head_equals_transformers_and_peft(bin_dir, serv
 
 
 def test_an_unknown_greedy_head_is_refused_by_name(bin_dir, served_models):
-    import subprocess
     out = subprocess.run([str(bin_dir / "trainer-job"), "serve", "--model", str(served_models["base"]),
                           "--greedy-head", "bf16"], capture_output=True, text=True, timeout=60)
     assert out.returncode != 0 and "--greedy-head must be screened or fp32, got 'bf16'" in out.stderr, out.stderr
