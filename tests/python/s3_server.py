@@ -60,34 +60,54 @@ def weed_binary() -> str:
     return out.stdout.strip()
 
 
-def start_s3_server(tmp: pathlib.Path) -> S3Server:
+def start_s3_server(tmp: pathlib.Path, attempts: int = 3) -> S3Server:
+    """weed on fresh loopback ports. A start that does not answer within a minute is stopped and
+    made again on other ports and a fresh data folder (once in a CI run its S3 port, listening by
+    weed's log, answered no request for two minutes under load); the failure names what every
+    attempt's probe saw."""
     weed = weed_binary()
     tmp.mkdir(parents=True, exist_ok=True)
     identities = tmp / "identities.json"
     identities.write_text(json.dumps({"identities": [{
         "name": "trainer", "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
         "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
-    ports = {name: _free_port() for name in ("master", "volume", "filer", "s3")}
     log = tmp / "weed.log"
-    (tmp / "data").mkdir(exist_ok=True)
-    argv = (weed, "server", f"-dir={tmp / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-            f"-master.port={ports['master']}", f"-volume.port={ports['volume']}", f"-filer.port={ports['filer']}",
-            "-s3", f"-s3.port={ports['s3']}", f"-s3.config={identities}", "-volume.max=0",
-            "-master.volumeSizeLimitMB=64")
-    return _launch(argv, f"http://127.0.0.1:{ports['s3']}", log)
+    seen = []
+    for attempt in range(attempts):
+        ports = {name: _free_port() for name in ("master", "volume", "filer", "s3")}
+        data = tmp / ("data" if attempt == 0 else f"data-{attempt}")
+        data.mkdir(exist_ok=True)
+        argv = (weed, "server", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+                f"-master.port={ports['master']}", f"-volume.port={ports['volume']}", f"-filer.port={ports['filer']}",
+                "-s3", f"-s3.port={ports['s3']}", f"-s3.config={identities}", "-volume.max=0",
+                "-master.volumeSizeLimitMB=64")
+        endpoint = f"http://127.0.0.1:{ports['s3']}"
+        server, last = _launch(argv, endpoint, log, 60)
+        if server is not None:
+            return server
+        seen.append(f"attempt {attempt + 1} on {endpoint}: {last}")
+    pytest.fail(f"weed's S3 server did not come up in {attempts} attempts:\n" + "\n".join(seen) +
+                f"\n{log.read_text(errors='replace')[-4000:]}")
 
 
 def restart_s3_server(server: S3Server) -> S3Server:
     """Starts a stopped server again on its ports and data folder: the same endpoint, the same
     buckets and objects."""
     stop_s3_server(server.proc)
-    return _launch(server.argv, server.endpoint, server.log)
+    started, last = _launch(server.argv, server.endpoint, server.log, 120)
+    if started is None:
+        pytest.fail(f"weed's S3 server did not come up again on {server.endpoint} ({last}):\n"
+                    f"{server.log.read_text(errors='replace')[-4000:]}")
+    return started
 
 
-def _launch(argv: tuple, endpoint: str, log: pathlib.Path) -> S3Server:
+def _launch(argv: tuple, endpoint: str, log: pathlib.Path, within_s: float) -> tuple[S3Server | None, str]:
+    """Starts weed and waits until its S3 port refuses an unsigned request (it is up); the server,
+    or None (stopped again) and what the last probe saw."""
     with open(log, "ab") as out:
         proc = subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.time() + 120
+    deadline = time.time() + within_s
+    last = "no probe answered"
     while True:
         try:
             urllib.request.urlopen(endpoint + "/", timeout=2)
@@ -95,13 +115,16 @@ def _launch(argv: tuple, endpoint: str, log: pathlib.Path) -> S3Server:
         except urllib.error.HTTPError as e:
             if e.code == 403:
                 break  # it refuses an unsigned request: up (a 5xx such as 501: still starting)
-        except (urllib.error.URLError, ConnectionError, OSError):
-            pass
-        if proc.poll() is not None or time.time() > deadline:
+            last = f"HTTP {e.code}"
+        except (urllib.error.URLError, ConnectionError, OSError) as e:
+            last = f"{type(e).__name__}: {e}"
+        if proc.poll() is not None:
+            return None, f"weed exited with {proc.returncode}; before, {last}"
+        if time.time() > deadline:
             stop_s3_server(proc)
-            pytest.fail(f"weed's S3 server did not come up on {endpoint}:\n{log.read_text(errors='replace')[-4000:]}")
+            return None, last
         time.sleep(0.5)
-    return S3Server(endpoint, ACCESS_KEY, SECRET_KEY, proc, log, argv)
+    return S3Server(endpoint, ACCESS_KEY, SECRET_KEY, proc, log, argv), last
 
 
 def stop_s3_server(proc: subprocess.Popen) -> None:
